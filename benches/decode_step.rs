@@ -1,0 +1,65 @@
+//! One decode step (1 row) against one 8-row verification window, at the demo model's size,
+//! after a 128-token context; plus the machine's memory read bandwidth for the roofline.
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use peagle_benches::{random_model, weight_bytes, DEMO_CONFIG};
+use peagle_models::{BatchBuilder, KvCache, Rows};
+use std::hint::black_box;
+
+const BLOCK: usize = 16;
+const CONTEXT: usize = 128;
+
+fn decode(c: &mut Criterion) {
+    let model = random_model(DEMO_CONFIG);
+    let kv = KvCache::new(model.dims(), 16, BLOCK, model.device()).unwrap();
+    let table: Vec<u32> = (0..16).collect();
+    let tokens: Vec<u32> = (0..CONTEXT as u32 + 8).map(|t| (t * 37) % 8192).collect();
+    let forward = |start: usize, rows: usize| {
+        let mut b = BatchBuilder::new(BLOCK);
+        b.add(&tokens[start..start + rows], start, &table, Rows::All, Rows::All)
+            .unwrap();
+        model.forward(&b.build(), &kv).unwrap()
+    };
+    forward(0, CONTEXT);
+
+    let mut g = c.benchmark_group("demo-size target forward");
+    g.throughput(Throughput::Bytes(weight_bytes(DEMO_CONFIG) as u64));
+    g.bench_function("decode step (1 row)", |b| b.iter(|| black_box(forward(CONTEXT, 1))));
+    g.bench_function("verification window (8 rows)", |b| {
+        b.iter(|| black_box(forward(CONTEXT, 8)))
+    });
+    g.finish();
+
+    // Read bandwidth over a buffer far larger than the caches, on all cores as the matmul
+    // runs: the decode step's floor is weight bytes / this.
+    let buf = vec![1.0f32; 64 << 20];
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut g = c.benchmark_group("memory");
+    g.throughput(Throughput::Bytes((buf.len() * 4) as u64));
+    g.bench_function("read 256 MiB", |b| b.iter(|| black_box(parallel_sum(&buf, threads))));
+    g.finish();
+}
+
+fn parallel_sum(buf: &[f32], threads: usize) -> f32 {
+    std::thread::scope(|s| {
+        let parts: Vec<_> = buf
+            .chunks(buf.len().div_ceil(threads))
+            .map(|part| s.spawn(move || lane_sum(part)))
+            .collect();
+        parts.into_iter().map(|p| p.join().unwrap()).sum()
+    })
+}
+
+/// 16 independent lanes so the loop vectorises and is bound by memory, not by add latency.
+fn lane_sum(part: &[f32]) -> f32 {
+    let acc = part.chunks_exact(16).fold([0f32; 16], |mut acc, c| {
+        for (a, x) in acc.iter_mut().zip(c) {
+            *a += x;
+        }
+        acc
+    });
+    acc.iter().sum()
+}
+
+criterion_group!(benches, decode);
+criterion_main!(benches);

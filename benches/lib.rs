@@ -1,0 +1,79 @@
+//! Shared setup of the benchmarks: a random-weight model of the demo model's shape.
+
+use candle_core::{DType, Device, Tensor};
+use peagle_models::{load_causal_lm, CausalLm, LoadOptions};
+use std::collections::HashMap;
+
+/// The demo model's shape: 12 layers, hidden 256, 4 heads of 64, 2 KV heads, vocab 8192.
+pub const DEMO_CONFIG: &str = r#"{
+  "architectures": ["LlamaForCausalLM"], "vocab_size": 8192, "hidden_size": 256,
+  "intermediate_size": 768, "num_hidden_layers": 12, "num_attention_heads": 4,
+  "num_key_value_heads": 2, "head_dim": 64, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+  "max_position_embeddings": 1024, "tie_word_embeddings": true
+}"#;
+
+/// Writes random bf16 weights for `config` and loads them through the real loader.
+pub fn random_model(config: &str) -> CausalLm {
+    let cfg: serde_json::Value = serde_json::from_str(config).unwrap();
+    let get = |k: &str| cfg[k].as_u64().unwrap() as usize;
+    let (v, h, i, l) = (
+        get("vocab_size"),
+        get("hidden_size"),
+        get("intermediate_size"),
+        get("num_hidden_layers"),
+    );
+    let (q, kv) = (
+        get("num_attention_heads") * get("head_dim"),
+        get("num_key_value_heads") * get("head_dim"),
+    );
+    let mut shapes: Vec<(String, Vec<usize>)> = vec![
+        ("model.embed_tokens.weight".into(), vec![v, h]),
+        ("model.norm.weight".into(), vec![h]),
+    ];
+    for n in 0..l {
+        let p = format!("model.layers.{n}");
+        for (name, shape) in [
+            ("self_attn.q_proj.weight", vec![q, h]),
+            ("self_attn.k_proj.weight", vec![kv, h]),
+            ("self_attn.v_proj.weight", vec![kv, h]),
+            ("self_attn.o_proj.weight", vec![h, q]),
+            ("mlp.gate_proj.weight", vec![i, h]),
+            ("mlp.up_proj.weight", vec![i, h]),
+            ("mlp.down_proj.weight", vec![h, i]),
+            ("input_layernorm.weight", vec![h]),
+            ("post_attention_layernorm.weight", vec![h]),
+        ] {
+            shapes.push((format!("{p}.{name}"), shape));
+        }
+    }
+    let weights: HashMap<String, Tensor> = shapes
+        .into_iter()
+        .map(|(name, shape)| {
+            let t = (Tensor::randn(0f32, 0.05, shape, &Device::Cpu).unwrap())
+                .to_dtype(DType::BF16)
+                .unwrap();
+            (name, t)
+        })
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("config.json"), config).unwrap();
+    candle_core::safetensors::save(&weights, dir.path().join("model.safetensors")).unwrap();
+    load_causal_lm(dir.path(), LoadOptions::default()).unwrap().model
+}
+
+/// Bytes of weights a decode step reads (every matrix once, bf16).
+pub fn weight_bytes(config: &str) -> usize {
+    let cfg: serde_json::Value = serde_json::from_str(config).unwrap();
+    let get = |k: &str| cfg[k].as_u64().unwrap() as usize;
+    let (v, h, i, l) = (
+        get("vocab_size"),
+        get("hidden_size"),
+        get("intermediate_size"),
+        get("num_hidden_layers"),
+    );
+    let (q, kv) = (
+        get("num_attention_heads") * get("head_dim"),
+        get("num_key_value_heads") * get("head_dim"),
+    );
+    2 * (v * h + l * (h * (q + 2 * kv) + q * h + 3 * h * i))
+}

@@ -1,0 +1,28 @@
+//! Shared plumbing of the peagle binaries: they parse flags and call the library crates.
+
+use anyhow::{bail, Result};
+use std::path::PathBuf;
+
+/// Where the bundled demo model lives in a checkout.
+pub const DEMO_MODEL: &str = "models/pystdlib-12l";
+
+/// The demo model directory, found relative to the working directory or to this checkout.
+pub fn demo_model_dir() -> Result<PathBuf> {
+    let candidates = [
+        PathBuf::from(DEMO_MODEL),
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..").join(DEMO_MODEL),
+    ];
+    match candidates.iter().find(|p| p.join("config.json").exists()) {
+        Some(dir) => Ok(dir.clone()),
+        None => bail!("no --model given and the bundled demo model is not at {DEMO_MODEL}"),
+    }
+}
+
+/// Logs to stderr, filtered by RUST_LOG (default: warnings).
+pub fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into());
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}

@@ -1,0 +1,197 @@
+//! Next-token choice from a row of logits: greedy, or temperature / top-k / top-p sampling
+//! with a per-request seeded generator.
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use thiserror::Error;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct SamplingParams {
+    /// 0 means greedy.
+    pub temperature: f32,
+    /// 0 means no top-k cut.
+    pub top_k: usize,
+    pub top_p: f32,
+    pub seed: Option<u64>,
+}
+
+impl Default for SamplingParams {
+    fn default() -> Self {
+        Self {
+            temperature: 0.0,
+            top_k: 0,
+            top_p: 1.0,
+            seed: None,
+        }
+    }
+}
+
+#[derive(Debug, Error, PartialEq)]
+pub enum InvalidSampling {
+    #[error("temperature must be a finite number >= 0, got {0}")]
+    Temperature(f32),
+    #[error("top_p must be in (0, 1], got {0}")]
+    TopP(f32),
+}
+
+impl SamplingParams {
+    pub fn validate(&self) -> Result<(), InvalidSampling> {
+        if !(self.temperature.is_finite() && self.temperature >= 0.0) {
+            return Err(InvalidSampling::Temperature(self.temperature));
+        }
+        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
+            return Err(InvalidSampling::TopP(self.top_p));
+        }
+        Ok(())
+    }
+
+    pub fn is_greedy(&self) -> bool {
+        self.temperature == 0.0
+    }
+
+    /// The distribution sampling draws from: softmax(logits / T) restricted to the top-k and
+    /// the top-p nucleus, renormalised. Greedy puts all mass on the argmax.
+    pub fn probabilities(&self, logits: &[f32]) -> Vec<f32> {
+        let mut probs = vec![0f32; logits.len()];
+        if self.is_greedy() {
+            probs[argmax(logits)] = 1.0;
+            return probs;
+        }
+        let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let mut order: Vec<usize> = (0..logits.len()).collect();
+        order.sort_by(|a, b| logits[*b].total_cmp(&logits[*a]).then(a.cmp(b)));
+        if self.top_k > 0 {
+            order.truncate(self.top_k);
+        }
+        let weights: Vec<f64> = order
+            .iter()
+            .map(|i| (((logits[*i] - max) / self.temperature) as f64).exp())
+            .collect();
+        let total: f64 = weights.iter().sum();
+        let mut kept = 0.0;
+        let mut keep = 0;
+        for w in &weights {
+            kept += w;
+            keep += 1;
+            if kept >= self.top_p as f64 * total {
+                break;
+            }
+        }
+        for (i, w) in order.iter().zip(&weights).take(keep) {
+            probs[*i] = (w / kept) as f32;
+        }
+        probs
+    }
+}
+
+/// Index of the largest value; ties go to the lowest index so greedy is deterministic.
+pub fn argmax(values: &[f32]) -> usize {
+    let mut best = 0;
+    for (i, v) in values.iter().enumerate() {
+        if *v > values[best] {
+            best = i;
+        }
+    }
+    best
+}
+
+pub struct Sampler {
+    rng: StdRng,
+}
+
+impl Sampler {
+    pub fn new(seed: Option<u64>) -> Self {
+        Self {
+            rng: match seed {
+                Some(s) => StdRng::seed_from_u64(s),
+                None => StdRng::from_os_rng(),
+            },
+        }
+    }
+
+    pub fn sample(&mut self, logits: &[f32], params: &SamplingParams) -> u32 {
+        if params.is_greedy() {
+            return argmax(logits) as u32;
+        }
+        self.draw(&params.probabilities(logits)) as u32
+    }
+
+    /// Index drawn from `probs` (which sum to about 1).
+    pub fn draw(&mut self, probs: &[f32]) -> usize {
+        let total: f64 = probs.iter().map(|p| *p as f64).sum();
+        let mut u = self.rng.random::<f64>() * total;
+        let mut last = 0;
+        for (i, p) in probs.iter().enumerate() {
+            if *p > 0.0 {
+                last = i;
+                u -= *p as f64;
+                if u < 0.0 {
+                    return i;
+                }
+            }
+        }
+        last
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(temperature: f32, top_k: usize, top_p: f32) -> SamplingParams {
+        SamplingParams {
+            temperature,
+            top_k,
+            top_p,
+            seed: None,
+        }
+    }
+
+    #[test]
+    fn greedy_takes_the_first_maximum() {
+        assert_eq!(argmax(&[0.1, 3.0, 3.0, -1.0]), 1);
+        let mut s = Sampler::new(Some(0));
+        assert_eq!(s.sample(&[0.0, 2.0, 1.0], &SamplingParams::default()), 1);
+    }
+
+    #[test]
+    fn top_k_and_top_p_cut_the_tail() {
+        let logits = [2.0f32, 1.0, 0.0, -1.0];
+        let p = params(1.0, 2, 1.0).probabilities(&logits);
+        assert_eq!((p[2], p[3]), (0.0, 0.0));
+        assert!((p[0] + p[1] - 1.0).abs() < 1e-6);
+        // softmax([2,1,0,-1]) = [.644, .237, .087, .032]: the nucleus of 0.85 is the first two.
+        let p = params(1.0, 0, 0.85).probabilities(&logits);
+        assert!(p[0] > 0.0 && p[1] > 0.0 && p[2] == 0.0 && p[3] == 0.0, "{p:?}");
+    }
+
+    #[test]
+    fn seeded_sampling_is_reproducible_and_follows_the_distribution() {
+        let logits = [1.0f32, 0.0, 0.5];
+        let pr = params(1.0, 0, 1.0);
+        let draws = |seed| {
+            let mut s = Sampler::new(Some(seed));
+            (0..4000).map(|_| s.sample(&logits, &pr)).collect::<Vec<_>>()
+        };
+        assert_eq!(draws(7), draws(7));
+        let counts = draws(7).iter().fold([0usize; 3], |mut c, t| {
+            c[*t as usize] += 1;
+            c
+        });
+        let probs = pr.probabilities(&logits);
+        for i in 0..3 {
+            let expected = probs[i] as f64 * 4000.0;
+            assert!(
+                (counts[i] as f64 - expected).abs() < 4.0 * expected.sqrt(),
+                "{counts:?} vs {probs:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn invalid_parameters_are_rejected() {
+        assert_eq!(params(-0.5, 0, 1.0).validate(), Err(InvalidSampling::Temperature(-0.5)));
+        assert_eq!(params(1.0, 0, 0.0).validate(), Err(InvalidSampling::TopP(0.0)));
+        assert_eq!(params(1.0, 0, 1.5).validate(), Err(InvalidSampling::TopP(1.5)));
+    }
+}

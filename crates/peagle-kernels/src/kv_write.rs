@@ -1,0 +1,53 @@
+//! Scatter of new key or value rows into a paged cache.
+
+use crate::error::bad_input;
+use crate::linear::contiguous;
+use candle_core::{CpuStorage, InplaceOp2, Layout, Result, Tensor};
+
+/// Writes row `t` of `new` [tokens, width] into row `slots[t]` of `cache` [num_slots, width].
+/// Rows of rejected speculative tokens are simply overwritten by a later call.
+pub fn write_kv(cache: &Tensor, new: &Tensor, slots: &[u32]) -> Result<()> {
+    cache.inplace_op2(new, &WriteKv { slots })
+}
+
+struct WriteKv<'a> {
+    slots: &'a [u32],
+}
+
+impl InplaceOp2 for WriteKv<'_> {
+    fn name(&self) -> &'static str {
+        "peagle-write-kv"
+    }
+
+    fn cpu_fwd(&self, dst: &mut CpuStorage, dst_l: &Layout, src: &CpuStorage, src_l: &Layout) -> Result<()> {
+        let (num_slots, width) = dst_l.shape().dims2()?;
+        let (tokens, src_width) = src_l.shape().dims2()?;
+        if width != src_width || tokens != self.slots.len() {
+            return Err(bad_input(
+                "write_kv",
+                format!(
+                    "cache rows are {width} wide, new rows {src_width} wide, {tokens} rows for {} slots",
+                    self.slots.len()
+                ),
+            ));
+        }
+        if let Some(bad) = self.slots.iter().find(|s| **s as usize >= num_slots) {
+            return Err(bad_input(
+                "write_kv",
+                format!("slot {bad} outside a cache of {num_slots}"),
+            ));
+        }
+        let src = contiguous(src.as_slice::<f32>()?, src_l, "new rows")?;
+        let (start, _) = dst_l
+            .contiguous_offsets()
+            .ok_or_else(|| bad_input("write_kv", "cache must be contiguous"))?;
+        let dst = match dst {
+            CpuStorage::F32(d) => &mut d[start..],
+            _ => return Err(bad_input("write_kv", "cache must be f32 on the CPU")),
+        };
+        for (row, slot) in src.chunks_exact(width).zip(self.slots) {
+            dst[*slot as usize * width..][..width].copy_from_slice(row);
+        }
+        Ok(())
+    }
+}

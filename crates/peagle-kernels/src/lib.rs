@@ -1,0 +1,15 @@
+//! Compute ops that candle lacks, written for batch invariance: every output row is computed by
+//! the same sequence of floating-point operations whatever else is in the batch. Speculative
+//! verification of K+1 rows therefore reproduces K+1 single-token decode steps bit for bit.
+
+mod dot;
+mod error;
+mod kv_write;
+mod linear;
+mod paged_attention;
+
+pub use dot::{dot_bf16, dot_f32};
+pub use error::KernelError;
+pub use kv_write::write_kv;
+pub use linear::linear;
+pub use paged_attention::{paged_attention, AttentionMetadata, AttentionParams};

@@ -1,0 +1,211 @@
+//! Causal attention of a flattened batch over a paged KV cache.
+//!
+//! One call serves any mix of prefill chunks, single decode tokens and multi-token
+//! verification windows: each sequence contributes its query rows, and row `i` of a sequence
+//! with `q` query rows and `ctx` cached tokens sits at position `ctx - q + i` and attends to
+//! positions `0..=pos` (or the last `window` of them). Each (row, head) is computed alone, in
+//! key order, so results do not depend on the batch.
+
+use crate::dot::dot_f32;
+use crate::error::bad_input;
+use crate::linear::contiguous;
+use candle_core::{CpuStorage, CustomOp3, Layout, Result, Shape, Tensor};
+use rayon::prelude::*;
+
+/// Where every query row of a flattened batch lives in the paged KV cache.
+#[derive(Debug, Clone, Default)]
+pub struct AttentionMetadata {
+    pub block_size: usize,
+    /// Offset of each sequence's first query row; one entry per sequence plus the total.
+    pub query_start: Vec<usize>,
+    /// Tokens cached for each sequence once this batch's rows are written.
+    pub context_lens: Vec<usize>,
+    /// Physical block ids of each sequence, in logical order.
+    pub block_tables: Vec<Vec<u32>>,
+    /// Cache slot (block * block_size + offset) of every query row.
+    pub slot_mapping: Vec<u32>,
+}
+
+impl AttentionMetadata {
+    pub fn num_rows(&self) -> usize {
+        self.query_start.last().copied().unwrap_or(0)
+    }
+
+    pub fn num_sequences(&self) -> usize {
+        self.context_lens.len()
+    }
+
+    /// Sequence index and position of every query row.
+    fn rows(&self) -> Vec<(usize, usize)> {
+        let mut rows = Vec::with_capacity(self.num_rows());
+        for (s, w) in self.query_start.windows(2).enumerate() {
+            let q = w[1] - w[0];
+            rows.extend((0..q).map(|i| (s, self.context_lens[s] - q + i)));
+        }
+        rows
+    }
+
+    fn validate(&self, num_slots: usize) -> Result<()> {
+        let seqs = self.num_sequences();
+        let fail = |msg: String| Err(bad_input("paged_attention", msg));
+        if self.block_size == 0 {
+            return fail("block_size is 0".into());
+        }
+        if self.query_start.len() != seqs + 1 || self.block_tables.len() != seqs {
+            return fail(format!(
+                "{seqs} sequences but {} query offsets and {} block tables",
+                self.query_start.len(),
+                self.block_tables.len()
+            ));
+        }
+        if self.slot_mapping.len() != self.num_rows() {
+            return fail(format!(
+                "{} slots for {} rows",
+                self.slot_mapping.len(),
+                self.num_rows()
+            ));
+        }
+        for s in 0..seqs {
+            let (q0, q1) = (self.query_start[s], self.query_start[s + 1]);
+            let ctx = self.context_lens[s];
+            if q1 < q0 || q1 - q0 > ctx {
+                return fail(format!(
+                    "sequence {s}: {} query rows but {ctx} cached tokens",
+                    q1.wrapping_sub(q0)
+                ));
+            }
+            let table = &self.block_tables[s];
+            if table.len() * self.block_size < ctx {
+                return fail(format!("sequence {s}: {} blocks cannot hold {ctx} tokens", table.len()));
+            }
+            if let Some(b) = table.iter().find(|b| (**b as usize + 1) * self.block_size > num_slots) {
+                return fail(format!("sequence {s}: block {b} outside the cache"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Head layout of one attention layer.
+#[derive(Debug, Clone, Copy)]
+pub struct AttentionParams {
+    pub num_heads: usize,
+    pub num_kv_heads: usize,
+    pub head_dim: usize,
+    pub scale: f32,
+    /// Attend only to the last `n` positions (the query's own included).
+    pub sliding_window: Option<usize>,
+}
+
+/// `q` [rows, heads * head_dim] against `k_cache` and `v_cache` [slots, kv_heads * head_dim]
+/// (rows of this batch already written), giving [rows, heads * head_dim].
+pub fn paged_attention(
+    q: &Tensor,
+    k_cache: &Tensor,
+    v_cache: &Tensor,
+    meta: &AttentionMetadata,
+    params: &AttentionParams,
+) -> Result<Tensor> {
+    q.apply_op3_no_bwd(k_cache, v_cache, &PagedAttention { meta, params })
+}
+
+struct PagedAttention<'a> {
+    meta: &'a AttentionMetadata,
+    params: &'a AttentionParams,
+}
+
+impl CustomOp3 for PagedAttention<'_> {
+    fn name(&self) -> &'static str {
+        "peagle-paged-attention"
+    }
+
+    fn cpu_fwd(
+        &self,
+        qs: &CpuStorage,
+        ql: &Layout,
+        ks: &CpuStorage,
+        kl: &Layout,
+        vs: &CpuStorage,
+        vl: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let p = self.params;
+        let (rows, q_width) = ql.shape().dims2()?;
+        let (num_slots, kv_width) = kl.shape().dims2()?;
+        if q_width != p.num_heads * p.head_dim
+            || kv_width != p.num_kv_heads * p.head_dim
+            || vl.shape().dims() != kl.shape().dims()
+            || p.num_kv_heads == 0
+            || !p.num_heads.is_multiple_of(p.num_kv_heads)
+        {
+            return Err(bad_input(
+                "paged_attention",
+                format!(
+                    "shapes q {:?}, k {:?}, v {:?} do not fit {p:?}",
+                    ql.shape(),
+                    kl.shape(),
+                    vl.shape()
+                ),
+            ));
+        }
+        if rows != self.meta.num_rows() {
+            return Err(bad_input(
+                "paged_attention",
+                format!("{rows} query rows, metadata has {}", self.meta.num_rows()),
+            ));
+        }
+        self.meta.validate(num_slots)?;
+        let q = contiguous(qs.as_slice::<f32>()?, ql, "queries")?;
+        let k = contiguous(ks.as_slice::<f32>()?, kl, "key cache")?;
+        let v = contiguous(vs.as_slice::<f32>()?, vl, "value cache")?;
+
+        let row_info = self.meta.rows();
+        let mut out = vec![0f32; rows * q_width];
+        out.par_chunks_mut(q_width)
+            .zip(q.par_chunks(q_width))
+            .zip(row_info.par_iter())
+            .for_each(|((out_row, q_row), &(seq, pos))| {
+                let slots = self.key_slots(seq, pos);
+                attend_row(q_row, k, v, &slots, p, out_row);
+            });
+        Ok((CpuStorage::F32(out), Shape::from((rows, q_width))))
+    }
+}
+
+impl PagedAttention<'_> {
+    /// Cache slots of the keys visible from `pos`, in position order.
+    fn key_slots(&self, seq: usize, pos: usize) -> Vec<usize> {
+        let bs = self.meta.block_size;
+        let table = &self.meta.block_tables[seq];
+        let first = self.params.sliding_window.map_or(0, |w| (pos + 1).saturating_sub(w));
+        (first..=pos).map(|j| table[j / bs] as usize * bs + j % bs).collect()
+    }
+}
+
+fn attend_row(q: &[f32], k: &[f32], v: &[f32], slots: &[usize], p: &AttentionParams, out: &mut [f32]) {
+    let (d, kv_width) = (p.head_dim, p.num_kv_heads * p.head_dim);
+    let group = p.num_heads / p.num_kv_heads;
+    let mut weights = vec![0f32; slots.len()];
+    for h in 0..p.num_heads {
+        let kv_off = (h / group) * d;
+        let qh = &q[h * d..][..d];
+        for (w, slot) in weights.iter_mut().zip(slots) {
+            *w = dot_f32(qh, &k[slot * kv_width + kv_off..][..d]) * p.scale;
+        }
+        let max = weights.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let mut sum = 0f32;
+        for w in weights.iter_mut() {
+            *w = (*w - max).exp();
+            sum += *w;
+        }
+        let oh = &mut out[h * d..][..d];
+        oh.fill(0.0);
+        for (w, slot) in weights.iter().zip(slots) {
+            let vh = &v[slot * kv_width + kv_off..][..d];
+            for (o, x) in oh.iter_mut().zip(vh) {
+                *o += w * x;
+            }
+        }
+        let inv = 1.0 / sum;
+        oh.iter_mut().for_each(|o| *o *= inv);
+    }
+}

@@ -1,0 +1,155 @@
+//! Memory-mapped safetensors weights of one model directory, single-file or sharded.
+
+use crate::error::LoadError;
+use candle_core::safetensors::MmapedSafetensors;
+use candle_core::{DType, Device, Tensor};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+/// How weights are materialised.
+#[derive(Debug, Clone)]
+pub struct LoadOptions {
+    pub device: Device,
+    /// Dtype of activations. The CPU kernels compute in f32.
+    pub dtype: DType,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        Self {
+            device: Device::Cpu,
+            dtype: DType::F32,
+        }
+    }
+}
+
+pub struct Checkpoint {
+    dir: PathBuf,
+    files: Vec<(PathBuf, MmapedSafetensors)>,
+    /// Tensor name to index in `files`.
+    index: HashMap<String, usize>,
+    options: LoadOptions,
+}
+
+impl Checkpoint {
+    /// Opens `model.safetensors.index.json` and its shards when present, else `model.safetensors`.
+    pub fn open(dir: &Path, options: LoadOptions) -> Result<Self, LoadError> {
+        let index_path = dir.join("model.safetensors.index.json");
+        let paths = if index_path.exists() {
+            shard_paths(dir, &index_path)?
+        } else {
+            vec![dir.join("model.safetensors")]
+        };
+        let mut files = Vec::with_capacity(paths.len());
+        let mut index = HashMap::new();
+        for path in paths {
+            if !path.exists() {
+                return Err(LoadError::MissingFile {
+                    what: "weights file",
+                    path,
+                });
+            }
+            // SAFETY: the mapping is read-only; as with every mmap loader, the file must not be
+            // truncated while the model is loaded.
+            let st = unsafe { MmapedSafetensors::new(&path) }.map_err(|source| LoadError::Candle {
+                context: format!("cannot map {}", path.display()),
+                source,
+            })?;
+            for (name, _) in st.tensors() {
+                index.insert(name, files.len());
+            }
+            files.push((path, st));
+        }
+        Ok(Self {
+            dir: dir.to_owned(),
+            files,
+            index,
+            options,
+        })
+    }
+
+    pub fn device(&self) -> &Device {
+        &self.options.device
+    }
+
+    pub fn contains(&self, name: &str) -> bool {
+        self.index.contains_key(name)
+    }
+
+    /// A weight matrix for the matmul kernels. bf16 weights stay bf16 on the CPU: the kernels
+    /// upcast them exactly, so results equal f32 weights at half the memory traffic.
+    pub fn matrix(&self, name: &str, shape: &[usize]) -> Result<Tensor, LoadError> {
+        self.load(name, shape, |stored| match (stored, &self.options.device) {
+            (DType::BF16, Device::Cpu) => DType::BF16,
+            _ => self.options.dtype,
+        })
+    }
+
+    /// A tensor in the activation dtype (norm weights, biases, embeddings).
+    pub fn vector(&self, name: &str, shape: &[usize]) -> Result<Tensor, LoadError> {
+        self.load(name, shape, |_| self.options.dtype)
+    }
+
+    fn load(&self, name: &str, shape: &[usize], dtype: impl Fn(DType) -> DType) -> Result<Tensor, LoadError> {
+        let (file, st) = self.file_of(name)?;
+        let view = st.get(name).map_err(|source| LoadError::Candle {
+            context: format!("tensor {name} in {}", file.display()),
+            source,
+        })?;
+        let stored = match view.dtype() {
+            safetensors::Dtype::F32 => DType::F32,
+            safetensors::Dtype::BF16 => DType::BF16,
+            safetensors::Dtype::F16 => DType::F16,
+            other => {
+                return Err(LoadError::UnsupportedDtype {
+                    name: name.to_owned(),
+                    file: file.clone(),
+                    dtype: format!("{other:?}"),
+                })
+            }
+        };
+        if view.shape() != shape {
+            return Err(LoadError::ShapeMismatch {
+                name: name.to_owned(),
+                file: file.clone(),
+                expected: shape.to_vec(),
+                found: view.shape().to_vec(),
+            });
+        }
+        st.load(name, &self.options.device)
+            .and_then(|t| t.to_dtype(dtype(stored)))
+            .map_err(|source| LoadError::Candle {
+                context: format!("loading tensor {name} from {}", file.display()),
+                source,
+            })
+    }
+
+    fn file_of(&self, name: &str) -> Result<&(PathBuf, MmapedSafetensors), LoadError> {
+        self.index
+            .get(name)
+            .map(|i| &self.files[*i])
+            .ok_or_else(|| LoadError::MissingTensor {
+                name: name.to_owned(),
+                dir: self.dir.clone(),
+            })
+    }
+}
+
+fn shard_paths(dir: &Path, index_path: &Path) -> Result<Vec<PathBuf>, LoadError> {
+    #[derive(serde::Deserialize)]
+    struct Index {
+        weight_map: HashMap<String, String>,
+    }
+    let text = std::fs::read_to_string(index_path).map_err(|source| LoadError::Io {
+        path: index_path.to_owned(),
+        source,
+    })?;
+    let index: Index = serde_json::from_str(&text).map_err(|source| LoadError::Json {
+        path: index_path.to_owned(),
+        source,
+    })?;
+    let mut shards: Vec<&String> = index.weight_map.values().collect();
+    shards.sort();
+    shards.dedup();
+    Ok(shards.into_iter().map(|s| dir.join(s)).collect())
+}

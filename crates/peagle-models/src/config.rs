@@ -1,0 +1,169 @@
+//! The fields of a Hugging Face `config.json` that the supported decoder architectures read.
+
+use crate::error::LoadError;
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct TextConfig {
+    #[serde(default)]
+    pub architectures: Vec<String>,
+    pub vocab_size: usize,
+    pub hidden_size: usize,
+    pub intermediate_size: usize,
+    pub num_hidden_layers: usize,
+    pub num_attention_heads: usize,
+    #[serde(default)]
+    pub num_key_value_heads: Option<usize>,
+    #[serde(default)]
+    pub head_dim: Option<usize>,
+    pub rms_norm_eps: f64,
+    #[serde(default)]
+    pub tie_word_embeddings: bool,
+    #[serde(default)]
+    pub attention_bias: bool,
+    #[serde(default)]
+    pub max_position_embeddings: Option<usize>,
+    // transformers 4 writes `rope_theta` and `rope_scaling`; transformers 5 folds both into
+    // `rope_parameters`. Checkpoints of both eras are in the wild.
+    #[serde(default)]
+    rope_theta: Option<f64>,
+    #[serde(default)]
+    rope_scaling: Option<RopeParameters>,
+    #[serde(default)]
+    rope_parameters: Option<RopeParameters>,
+    #[serde(skip)]
+    pub path: PathBuf,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+struct RopeParameters {
+    #[serde(default, alias = "type")]
+    rope_type: Option<String>,
+    #[serde(default)]
+    rope_theta: Option<f64>,
+    #[serde(default)]
+    factor: Option<f64>,
+    #[serde(default)]
+    low_freq_factor: Option<f64>,
+    #[serde(default)]
+    high_freq_factor: Option<f64>,
+    #[serde(default)]
+    original_max_position_embeddings: Option<usize>,
+}
+
+/// Rotary embedding settings, resolved from either config spelling.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RopeConfig {
+    pub theta: f64,
+    pub scaling: RopeScaling,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum RopeScaling {
+    None,
+    Linear {
+        factor: f64,
+    },
+    Llama3 {
+        factor: f64,
+        low_freq_factor: f64,
+        high_freq_factor: f64,
+        original_max_position_embeddings: usize,
+    },
+}
+
+impl TextConfig {
+    pub fn from_file(path: &Path) -> Result<Self, LoadError> {
+        let text = std::fs::read_to_string(path).map_err(|source| match source.kind() {
+            std::io::ErrorKind::NotFound => LoadError::MissingFile {
+                what: "model config",
+                path: path.to_owned(),
+            },
+            _ => LoadError::Io {
+                path: path.to_owned(),
+                source,
+            },
+        })?;
+        let mut cfg: TextConfig = serde_json::from_str(&text).map_err(|source| LoadError::Json {
+            path: path.to_owned(),
+            source,
+        })?;
+        cfg.path = path.to_owned();
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    pub fn head_dim(&self) -> usize {
+        self.head_dim.unwrap_or(self.hidden_size / self.num_attention_heads)
+    }
+
+    pub fn num_kv_heads(&self) -> usize {
+        self.num_key_value_heads.unwrap_or(self.num_attention_heads)
+    }
+
+    pub fn rope(&self) -> Result<RopeConfig, LoadError> {
+        let params = self
+            .rope_parameters
+            .clone()
+            .or_else(|| self.rope_scaling.clone())
+            .unwrap_or_default();
+        let theta = params.rope_theta.or(self.rope_theta).unwrap_or(10_000.0);
+        let kind = params.rope_type.as_deref().unwrap_or("default");
+        let need =
+            |v: Option<f64>, name: &str| v.ok_or_else(|| self.invalid(format!("rope type {kind:?} needs {name}")));
+        let scaling = match kind {
+            "default" => RopeScaling::None,
+            "linear" => RopeScaling::Linear {
+                factor: need(params.factor, "factor")?,
+            },
+            "llama3" => RopeScaling::Llama3 {
+                factor: need(params.factor, "factor")?,
+                low_freq_factor: need(params.low_freq_factor, "low_freq_factor")?,
+                high_freq_factor: need(params.high_freq_factor, "high_freq_factor")?,
+                original_max_position_embeddings: params
+                    .original_max_position_embeddings
+                    .or(self.max_position_embeddings)
+                    .ok_or_else(|| self.invalid("llama3 rope needs original_max_position_embeddings".into()))?,
+            },
+            other => return Err(self.invalid(format!("unsupported rope type {other:?}"))),
+        };
+        Ok(RopeConfig { theta, scaling })
+    }
+
+    pub fn invalid(&self, msg: String) -> LoadError {
+        LoadError::InvalidConfig {
+            path: self.path.clone(),
+            msg,
+        }
+    }
+
+    fn validate(&self) -> Result<(), LoadError> {
+        let positive = [
+            ("vocab_size", self.vocab_size),
+            ("hidden_size", self.hidden_size),
+            ("intermediate_size", self.intermediate_size),
+            ("num_hidden_layers", self.num_hidden_layers),
+            ("num_attention_heads", self.num_attention_heads),
+            ("num_key_value_heads", self.num_kv_heads()),
+            ("head_dim", self.head_dim()),
+        ];
+        if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
+            return Err(self.invalid(format!("{name} must be positive")));
+        }
+        if !self.num_attention_heads.is_multiple_of(self.num_kv_heads()) {
+            return Err(self.invalid(format!(
+                "num_attention_heads ({}) is not a multiple of num_key_value_heads ({})",
+                self.num_attention_heads,
+                self.num_kv_heads()
+            )));
+        }
+        if !self.head_dim().is_multiple_of(2) {
+            return Err(self.invalid(format!(
+                "head_dim {} must be even for rotary embeddings",
+                self.head_dim()
+            )));
+        }
+        self.rope().map(|_| ())
+    }
+}

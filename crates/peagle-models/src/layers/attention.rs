@@ -1,0 +1,95 @@
+use super::{Linear, RmsNorm, RopeTables};
+use crate::checkpoint::Checkpoint;
+use crate::config::TextConfig;
+use crate::error::LoadError;
+use crate::kv_cache::LayerKv;
+use candle_core::{Result, Tensor};
+use peagle_kernels::{paged_attention, write_kv, AttentionMetadata, AttentionParams};
+
+/// Architecture switches of the attention block.
+#[derive(Debug, Clone, Copy)]
+pub struct AttentionOptions {
+    /// Per-head RMSNorm of q and k before RoPE (Qwen3).
+    pub qk_norm: bool,
+    pub bias: bool,
+}
+
+/// GQA self-attention over the paged KV cache, q/k/v fused into one projection.
+pub struct Attention {
+    qkv: Linear,
+    o: Linear,
+    q_norm: Option<RmsNorm>,
+    k_norm: Option<RmsNorm>,
+    params: AttentionParams,
+}
+
+impl Attention {
+    pub fn load(
+        ckpt: &Checkpoint,
+        prefix: &str,
+        cfg: &TextConfig,
+        opts: AttentionOptions,
+    ) -> std::result::Result<Self, LoadError> {
+        let (heads, kv_heads, d, hidden) = (
+            cfg.num_attention_heads,
+            cfg.num_kv_heads(),
+            cfg.head_dim(),
+            cfg.hidden_size,
+        );
+        let q = format!("{prefix}.q_proj");
+        let k = format!("{prefix}.k_proj");
+        let v = format!("{prefix}.v_proj");
+        let norm = |name: &str| RmsNorm::load(ckpt, &format!("{prefix}.{name}"), d, cfg.rms_norm_eps);
+        Ok(Self {
+            qkv: Linear::load_fused(
+                ckpt,
+                &[(&q, heads * d), (&k, kv_heads * d), (&v, kv_heads * d)],
+                hidden,
+                opts.bias,
+            )?,
+            o: Linear::load(ckpt, &format!("{prefix}.o_proj"), hidden, heads * d, opts.bias)?,
+            q_norm: opts.qk_norm.then(|| norm("q_norm")).transpose()?,
+            k_norm: opts.qk_norm.then(|| norm("k_norm")).transpose()?,
+            params: AttentionParams {
+                num_heads: heads,
+                num_kv_heads: kv_heads,
+                head_dim: d,
+                scale: 1.0 / (d as f32).sqrt(),
+                sliding_window: None,
+            },
+        })
+    }
+
+    /// `x` [rows, hidden]: writes this batch's keys and values into `kv`, then attends.
+    pub fn forward(&self, x: &Tensor, rope: &RopeTables, kv: &LayerKv, meta: &AttentionMetadata) -> Result<Tensor> {
+        let p = &self.params;
+        let rows = x.dim(0)?;
+        let (q_width, kv_width) = (p.num_heads * p.head_dim, p.num_kv_heads * p.head_dim);
+        let qkv = self.qkv.forward(x)?;
+        let q = head_norm(self.q_norm.as_ref(), &qkv.narrow(1, 0, q_width)?, rows, p.head_dim)?;
+        let k = head_norm(
+            self.k_norm.as_ref(),
+            &qkv.narrow(1, q_width, kv_width)?,
+            rows,
+            p.head_dim,
+        )?;
+        let v = qkv.narrow(1, q_width + kv_width, kv_width)?.contiguous()?;
+        let q = rope.apply(&q, p.num_heads, p.head_dim)?;
+        let k = rope.apply(&k, p.num_kv_heads, p.head_dim)?;
+        write_kv(&kv.k, &k, &meta.slot_mapping)?;
+        write_kv(&kv.v, &v, &meta.slot_mapping)?;
+        let out = paged_attention(&q, &kv.k, &kv.v, meta, p)?;
+        self.o.forward(&out)
+    }
+}
+
+fn head_norm(norm: Option<&RmsNorm>, x: &Tensor, rows: usize, head_dim: usize) -> Result<Tensor> {
+    match norm {
+        None => x.contiguous(),
+        Some(n) => {
+            let width = x.dim(1)?;
+            n.forward(&x.contiguous()?.reshape((rows * width / head_dim, head_dim))?)?
+                .reshape((rows, width))
+        }
+    }
+}

@@ -1,0 +1,17 @@
+//! Building blocks shared by the decoder architectures.
+
+mod attention;
+mod decoder_layer;
+mod embedding;
+mod linear;
+mod mlp;
+mod rms_norm;
+mod rope;
+
+pub use attention::{Attention, AttentionOptions};
+pub use decoder_layer::DecoderLayer;
+pub use embedding::Embedding;
+pub use linear::Linear;
+pub use mlp::Mlp;
+pub use rms_norm::RmsNorm;
+pub use rope::{RopeTables, RotaryEmbedding};

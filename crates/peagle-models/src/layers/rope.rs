@@ -1,0 +1,79 @@
+use crate::config::{RopeConfig, RopeScaling};
+use candle_core::{Device, Result, Tensor};
+
+/// Rotary position embedding in the rotate-halves layout (HF Llama, Qwen3).
+///
+/// Frequencies follow transformers' f32 arithmetic so cos/sin match the reference closely; the
+/// tables are built per batch for just the positions in it, once for all layers.
+pub struct RotaryEmbedding {
+    inv_freq: Vec<f32>,
+}
+
+/// cos and sin for every row of one batch, [rows, head_dim / 2].
+pub struct RopeTables {
+    cos: Tensor,
+    sin: Tensor,
+}
+
+impl RotaryEmbedding {
+    pub fn new(head_dim: usize, cfg: &RopeConfig) -> Self {
+        let base = cfg.theta as f32;
+        let inv_freq = (0..head_dim / 2)
+            .map(|i| 1.0 / base.powf((2 * i) as f32 / head_dim as f32))
+            .map(|f| scale(f, &cfg.scaling))
+            .collect();
+        Self { inv_freq }
+    }
+
+    pub fn tables(&self, positions: &[u32], device: &Device) -> Result<RopeTables> {
+        let half = self.inv_freq.len();
+        let mut cos = Vec::with_capacity(positions.len() * half);
+        let mut sin = Vec::with_capacity(positions.len() * half);
+        for &p in positions {
+            for &f in &self.inv_freq {
+                let angle = p as f32 * f;
+                cos.push(angle.cos());
+                sin.push(angle.sin());
+            }
+        }
+        Ok(RopeTables {
+            cos: Tensor::from_vec(cos, (positions.len(), half), device)?,
+            sin: Tensor::from_vec(sin, (positions.len(), half), device)?,
+        })
+    }
+}
+
+fn scale(inv_freq: f32, scaling: &RopeScaling) -> f32 {
+    match *scaling {
+        RopeScaling::None => inv_freq,
+        RopeScaling::Linear { factor } => inv_freq / factor as f32,
+        RopeScaling::Llama3 {
+            factor,
+            low_freq_factor,
+            high_freq_factor,
+            original_max_position_embeddings,
+        } => {
+            // Long wavelengths are slowed by `factor`, short ones kept, the band between blended.
+            let old_len = original_max_position_embeddings as f64;
+            let f = inv_freq as f64;
+            let wavelen = 2.0 * std::f64::consts::PI / f;
+            if wavelen < old_len / high_freq_factor {
+                inv_freq
+            } else if wavelen > old_len / low_freq_factor {
+                (f / factor) as f32
+            } else {
+                let smooth = (old_len / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);
+                ((1.0 - smooth) * f / factor + smooth * f) as f32
+            }
+        }
+    }
+}
+
+impl RopeTables {
+    /// Rotates `x` [rows, heads * head_dim].
+    pub fn apply(&self, x: &Tensor, heads: usize, head_dim: usize) -> Result<Tensor> {
+        let rows = x.dim(0)?;
+        let x = x.reshape((1, rows, heads, head_dim))?.contiguous()?;
+        candle_nn::rotary_emb::rope_thd(&x, &self.cos, &self.sin)?.reshape((rows, heads * head_dim))
+    }
+}

@@ -1,0 +1,162 @@
+//! A decoder-only causal LM (embedding, pre-norm blocks, final norm, LM head) over the paged
+//! KV cache, with capture of the hidden states a drafter reads.
+
+use crate::batch::ForwardBatch;
+use crate::checkpoint::Checkpoint;
+use crate::config::TextConfig;
+use crate::error::LoadError;
+use crate::kv_cache::KvCache;
+use crate::layers::{AttentionOptions, DecoderLayer, Embedding, Linear, RmsNorm, RotaryEmbedding};
+use candle_core::{bail, DType, Device, Result, Tensor};
+
+/// The sizes other components need to know (cache layout, drafter input width).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelDims {
+    pub vocab_size: usize,
+    pub hidden_size: usize,
+    pub num_layers: usize,
+    pub num_heads: usize,
+    pub num_kv_heads: usize,
+    pub head_dim: usize,
+}
+
+pub struct CausalLm {
+    dims: ModelDims,
+    embed: Embedding,
+    layers: Vec<DecoderLayer>,
+    norm: RmsNorm,
+    lm_head: Linear,
+    rope: RotaryEmbedding,
+    capture_layers: Vec<usize>,
+    device: Device,
+}
+
+/// What one forward returns.
+pub struct ForwardOutput {
+    /// [logit rows, vocab], f32.
+    pub logits: Tensor,
+    /// [capture rows, capture layers * hidden]: the residual stream entering each capture
+    /// layer, concatenated in `capture_layers` order. `None` when no row was captured.
+    pub aux_hidden: Option<Tensor>,
+    /// [capture rows, hidden]: the output of the last layer before the final norm.
+    pub final_hidden: Option<Tensor>,
+}
+
+impl CausalLm {
+    pub(crate) fn load(
+        cfg: &TextConfig,
+        ckpt: &Checkpoint,
+        opts: AttentionOptions,
+    ) -> std::result::Result<Self, LoadError> {
+        let dims = ModelDims {
+            vocab_size: cfg.vocab_size,
+            hidden_size: cfg.hidden_size,
+            num_layers: cfg.num_hidden_layers,
+            num_heads: cfg.num_attention_heads,
+            num_kv_heads: cfg.num_kv_heads(),
+            head_dim: cfg.head_dim(),
+        };
+        let table = ckpt.matrix("model.embed_tokens.weight", &[dims.vocab_size, dims.hidden_size])?;
+        let lm_head = if cfg.tie_word_embeddings {
+            Linear::new(table.clone(), None)
+        } else {
+            Linear::load(ckpt, "lm_head", dims.vocab_size, dims.hidden_size, false)?
+        };
+        let layers = (0..dims.num_layers)
+            .map(|i| DecoderLayer::load(ckpt, &format!("model.layers.{i}"), cfg, opts))
+            .collect::<std::result::Result<_, _>>()?;
+        Ok(Self {
+            capture_layers: default_capture_layers(dims.num_layers),
+            rope: RotaryEmbedding::new(dims.head_dim, &cfg.rope()?),
+            embed: Embedding::new(table),
+            layers,
+            norm: RmsNorm::load(ckpt, "model.norm", dims.hidden_size, cfg.rms_norm_eps)?,
+            lm_head,
+            device: ckpt.device().clone(),
+            dims,
+        })
+    }
+
+    pub fn dims(&self) -> &ModelDims {
+        &self.dims
+    }
+
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    pub fn capture_layers(&self) -> &[usize] {
+        &self.capture_layers
+    }
+
+    /// Chooses which layers' inputs are captured (a drafter's `eagle_aux_hidden_state_layer_ids`).
+    pub fn set_capture_layers(&mut self, layers: Vec<usize>) -> Result<()> {
+        if let Some(bad) = layers.iter().find(|l| **l >= self.dims.num_layers) {
+            bail!(
+                "capture layer {bad} does not exist: the model has {} layers",
+                self.dims.num_layers
+            );
+        }
+        self.capture_layers = layers;
+        Ok(())
+    }
+
+    pub fn forward(&self, batch: &ForwardBatch, kv: &KvCache) -> Result<ForwardOutput> {
+        let rows = batch.token_ids.len();
+        if rows == 0 {
+            bail!("empty batch");
+        }
+        if let Some(bad) = batch.token_ids.iter().find(|t| **t as usize >= self.dims.vocab_size) {
+            bail!("token id {bad} is outside the vocabulary of {}", self.dims.vocab_size);
+        }
+        if kv.num_layers() != self.layers.len() || kv.block_size() != batch.attn.block_size {
+            bail!("KV cache does not match the model or the batch's block size");
+        }
+        let ids = Tensor::from_slice(&batch.token_ids, rows, &self.device)?;
+        let rope = self.rope.tables(&batch.positions, &self.device)?;
+        let capture = select_index(&batch.capture_rows, &self.device)?;
+        let mut captured: Vec<Option<Tensor>> = vec![None; self.layers.len()];
+        let mut x = self.embed.forward(&ids)?;
+        for (i, layer) in self.layers.iter().enumerate() {
+            if let Some(idx) = &capture {
+                if self.capture_layers.contains(&i) {
+                    captured[i] = Some(x.index_select(idx, 0)?);
+                }
+            }
+            x = layer.forward(&x, &rope, kv.layer(i), &batch.attn)?;
+        }
+        let (aux_hidden, final_hidden) = match &capture {
+            None => (None, None),
+            Some(idx) => {
+                let aux: Vec<Tensor> = self
+                    .capture_layers
+                    .iter()
+                    .map(|l| captured[*l].clone().expect("captured above"))
+                    .collect();
+                (Some(Tensor::cat(&aux, 1)?), Some(x.index_select(idx, 0)?))
+            }
+        };
+        let logits = match select_index(&batch.logit_rows, &self.device)? {
+            None => Tensor::zeros((0, self.dims.vocab_size), DType::F32, &self.device)?,
+            Some(idx) => self.lm_head.forward(&self.norm.forward(&x.index_select(&idx, 0)?)?)?,
+        };
+        Ok(ForwardOutput {
+            logits,
+            aux_hidden,
+            final_hidden,
+        })
+    }
+}
+
+/// EAGLE-3's choice for our own drafters: an early, a middle and the last layer.
+pub fn default_capture_layers(num_layers: usize) -> Vec<usize> {
+    let last = num_layers.saturating_sub(1);
+    vec![2.min(last), num_layers / 2, last]
+}
+
+fn select_index(rows: &[u32], device: &Device) -> Result<Option<Tensor>> {
+    if rows.is_empty() {
+        return Ok(None);
+    }
+    Tensor::from_slice(rows, rows.len(), device).map(Some)
+}

@@ -1,0 +1,119 @@
+//! Shared helpers of the model tests: fixture loading and running token spans in one batch.
+
+#![allow(dead_code)]
+
+use candle_core::{Device, Tensor};
+use peagle_models::{load_causal_lm, BatchBuilder, CausalLm, KvCache, LoadOptions, Rows};
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+pub const BLOCK: usize = 16;
+pub const FIXTURES: [&str; 2] = ["tiny-llama", "tiny-qwen3"];
+
+pub fn fixture_dir(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures")
+        .join(name)
+}
+
+pub struct Fixture {
+    pub model: CausalLm,
+    pub refs: HashMap<String, Tensor>,
+}
+
+impl Fixture {
+    /// Loads a fixture model capturing the input of every layer, so all can be compared.
+    pub fn load(name: &str) -> Self {
+        let dir = fixture_dir(name);
+        let mut model = load_causal_lm(&dir, LoadOptions::default()).unwrap().model;
+        model
+            .set_capture_layers((0..model.dims().num_layers).collect())
+            .unwrap();
+        let refs = candle_core::safetensors::load(dir.join("reference.safetensors"), &Device::Cpu).unwrap();
+        Self { model, refs }
+    }
+
+    pub fn prompt(&self, i: usize) -> Vec<u32> {
+        let ids: Vec<i64> = self.refs[&format!("p{i}.input_ids")].to_vec1().unwrap();
+        ids.into_iter().map(|t| t as u32).collect()
+    }
+
+    pub fn reference(&self, i: usize, what: &str) -> Tensor {
+        self.refs[&format!("p{i}.{what}")].clone()
+    }
+
+    /// HF's per-layer inputs [L, n, H] laid out like our capture: [n, L * H].
+    pub fn reference_aux(&self, i: usize) -> Tensor {
+        let h = self.reference(i, "hidden_in");
+        let (l, n, d) = h.dims3().unwrap();
+        h.transpose(0, 1)
+            .unwrap()
+            .contiguous()
+            .unwrap()
+            .reshape((n, l * d))
+            .unwrap()
+    }
+
+    pub fn cache(&self) -> KvCache {
+        KvCache::new(self.model.dims(), 64, BLOCK, &Device::Cpu).unwrap()
+    }
+}
+
+/// Scattered block table for sequence `seq`: blocks `seq, seq + 8, seq + 16, ...`.
+pub fn blocks(seq: usize) -> Vec<u32> {
+    (0..8).map(|i| (seq + 8 * i) as u32).collect()
+}
+
+/// All output rows of one forward, per span: (logits, aux hidden, final hidden).
+pub type Rowset = (Tensor, Tensor, Tensor);
+
+/// Runs `(sequence id, tokens, start position)` spans as one batch, every row wanted.
+pub fn run(model: &CausalLm, kv: &KvCache, spans: &[(usize, &[u32], usize)]) -> Vec<Rowset> {
+    let mut b = BatchBuilder::new(BLOCK);
+    let placed: Vec<_> = spans
+        .iter()
+        .map(|(seq, tokens, start)| b.add(tokens, *start, &blocks(*seq), Rows::All, Rows::All).unwrap())
+        .collect();
+    let out = model.forward(&b.build(), kv).unwrap();
+    let (aux, fin) = (out.aux_hidden.unwrap(), out.final_hidden.unwrap());
+    placed
+        .iter()
+        .map(|r| {
+            let take = |t: &Tensor, range: &std::ops::Range<usize>| t.narrow(0, range.start, range.len()).unwrap();
+            (
+                take(&out.logits, &r.logits),
+                take(&aux, &r.captured),
+                take(&fin, &r.captured),
+            )
+        })
+        .collect()
+}
+
+pub fn cat_rows(parts: &[Rowset]) -> Rowset {
+    let pick = |f: fn(&Rowset) -> &Tensor| Tensor::cat(&parts.iter().map(f).collect::<Vec<_>>(), 0).unwrap();
+    (pick(|r| &r.0), pick(|r| &r.1), pick(|r| &r.2))
+}
+
+pub fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
+    assert_eq!(a.dims(), b.dims());
+    (a - b)
+        .unwrap()
+        .abs()
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .max(0)
+        .unwrap()
+        .to_scalar()
+        .unwrap()
+}
+
+pub fn bits(t: &Tensor) -> Vec<u32> {
+    t.flatten_all()
+        .unwrap()
+        .to_vec1::<f32>()
+        .unwrap()
+        .into_iter()
+        .map(f32::to_bits)
+        .collect()
+}
