@@ -1,5 +1,7 @@
 //! Shared plumbing of the peagle binaries: they parse flags and call the library crates.
 
+pub mod report;
+
 use anyhow::{bail, Result};
 use std::path::PathBuf;
 

@@ -83,3 +83,79 @@ fn errors_are_one_line_with_non_zero_exit() {
         );
     }
 }
+
+#[test]
+fn prompts_file_with_a_drafter_writes_jsonl_and_stats() {
+    let dir = std::env::temp_dir().join(format!("peagle-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let prompts = dir.join("prompts.jsonl");
+    std::fs::write(&prompts, "{\"prompt\": \"def f(x):\"}\n\n{\"prompt\": \"import os\"}\n").unwrap();
+    let stats = dir.join("stats.json");
+    let (model, drafter) = (fixture("tiny-llama"), fixture("tiny-llama-peagle"));
+    let out = generate(&[
+        "--model",
+        &model,
+        "--prompts-file",
+        prompts.to_str().unwrap(),
+        "--max-tokens",
+        "10",
+        "--ignore-eos",
+        "--draft-model",
+        &drafter,
+        "--parallel-drafting",
+        "--k",
+        "3",
+        "--stats-json",
+        stats.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2);
+    assert_eq!(lines[1]["prompt"], "import os");
+    assert_eq!(lines[1]["generated_tokens"], 10);
+    let s: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+    assert_eq!(s["generated_tokens"], 20);
+    assert_eq!(
+        s["num_draft_tokens"].as_u64().unwrap(),
+        3 * s["num_drafts"].as_u64().unwrap()
+    );
+    for key in [
+        "seconds",
+        "tokens_per_second",
+        "mean_acceptance_length",
+        "per_position_acceptance",
+        "num_accepted_tokens",
+    ] {
+        assert!(!s[key].is_null(), "{key} missing from {s}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn drafter_errors_are_clear() {
+    let model = fixture("tiny-qwen3");
+    let eagle3 = fixture("tiny-qwen3-eagle3");
+    let out = generate(&[
+        "--model",
+        &model,
+        "--prompt",
+        "x",
+        "--draft-model",
+        &eagle3,
+        "--parallel-drafting",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr.contains("parallel drafting needs a mask_token_id"), "{stderr}");
+    let out = generate(&["--model", &model, "--prompt", "x", "--draft-model", "/no/drafter"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("missing drafter config: /no/drafter/config.json"),
+        "{stderr}"
+    );
+    let out = generate(&["--model", &model, "--prompt", "x", "--draft-model", &eagle3, "--k", "0"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--k must be at least 1"));
+}

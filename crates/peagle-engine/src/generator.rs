@@ -1,12 +1,14 @@
-//! Generation for one prompt at a time: chunked prefill, then one token per step. The
-//! continuous-batching engine schedules many sequences with the same pieces.
+//! Generation for one prompt at a time on the model runner: chunked prefill, then one
+//! (speculative) step after another. The serving engine schedules many sequences on the same
+//! runner.
 
-use crate::block_manager::{BlockManager, OutOfBlocks};
+use crate::block_manager::OutOfBlocks;
 use crate::detokenizer::IncrementalDecoder;
-use crate::sampler::{InvalidSampling, Sampler, SamplingParams};
-use crate::sequence::Sequence;
-use candle_core::Tensor;
-use peagle_models::{BatchBuilder, CausalLm, GenerationConfig, KvCache, LoadError, LoadOptions, LoadedModel, Rows};
+use crate::model_runner::{ModelRunner, SpeculativeConfig, Work};
+use crate::sampler::InvalidSampling;
+use crate::sequence::{FinishReason, GenerateParams, Sequence};
+use crate::spec_stats::SpecStats;
+use peagle_models::{Drafter, LoadError, LoadOptions, LoadedModel};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 use thiserror::Error;
@@ -32,6 +34,8 @@ pub enum GenerateError {
     InvalidSampling(#[from] InvalidSampling),
     #[error(transparent)]
     OutOfBlocks(#[from] OutOfBlocks),
+    #[error("{0}")]
+    Config(String),
 }
 
 #[derive(Debug, Clone)]
@@ -53,20 +57,11 @@ impl Default for GeneratorOptions {
     }
 }
 
-#[derive(Debug, Clone, Default)]
-pub struct GenerateParams {
-    pub max_tokens: usize,
-    pub sampling: SamplingParams,
-    /// Keep going past end-of-sequence tokens (benchmarks, reference comparisons).
-    pub ignore_eos: bool,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FinishReason {
-    /// An end-of-sequence token was sampled.
-    Stop,
-    /// max_tokens or the model's length limit was reached.
-    Length,
+/// A draft model and how to use it.
+#[derive(Debug, Clone)]
+pub struct DraftOptions {
+    pub dir: PathBuf,
+    pub speculative: SpeculativeConfig,
 }
 
 #[derive(Debug, Clone)]
@@ -79,21 +74,19 @@ pub struct GenerateOutput {
     pub prefill_seconds: f64,
     /// Time of every later step.
     pub decode_seconds: f64,
+    pub spec_stats: SpecStats,
 }
 
 pub struct Generator {
-    model: CausalLm,
-    generation: GenerationConfig,
+    runner: ModelRunner,
     tokenizer: Option<Tokenizer>,
-    kv: KvCache,
-    blocks: BlockManager,
-    max_model_len: usize,
     max_batched_tokens: usize,
 }
 
 impl Generator {
     pub fn new(
         loaded: LoadedModel,
+        drafter: Option<(Drafter, SpeculativeConfig)>,
         tokenizer: Option<Tokenizer>,
         opts: &GeneratorOptions,
     ) -> Result<Self, GenerateError> {
@@ -101,33 +94,40 @@ impl Generator {
             .max_model_len
             .or(loaded.config.max_position_embeddings)
             .unwrap_or(4096);
-        let num_blocks = max_model_len.div_ceil(opts.block_size);
-        let kv = KvCache::new(loaded.model.dims(), num_blocks, opts.block_size, loaded.model.device())?;
+        // Room for one sequence at full length plus a verification window and mask slots.
+        let k = drafter.as_ref().map_or(0, |(_, s)| s.k);
+        let num_blocks = (max_model_len + 2 * k).div_ceil(opts.block_size);
+        let eos = loaded.generation.eos_token_ids.clone();
         Ok(Self {
-            model: loaded.model,
-            generation: loaded.generation,
+            runner: ModelRunner::new(loaded.model, drafter, eos, max_model_len, num_blocks, opts.block_size)?,
             tokenizer,
-            kv,
-            blocks: BlockManager::new(num_blocks, opts.block_size),
-            max_model_len,
             max_batched_tokens: opts.max_batched_tokens.max(1),
         })
     }
 
-    /// Loads the model and its `tokenizer.json` from a Hugging Face directory.
-    pub fn from_dir(dir: &Path, load: LoadOptions, opts: &GeneratorOptions) -> Result<Self, GenerateError> {
-        let loaded = peagle_models::load_causal_lm(dir, load)?;
+    /// Loads the model, its `tokenizer.json` and an optional draft model.
+    pub fn from_dir(
+        dir: &Path,
+        draft: Option<&DraftOptions>,
+        load: LoadOptions,
+        opts: &GeneratorOptions,
+    ) -> Result<Self, GenerateError> {
+        let loaded = peagle_models::load_causal_lm(dir, load.clone())?;
+        let drafter = match draft {
+            None => None,
+            Some(d) => Some((Drafter::load(&d.dir, &loaded.model, load)?, d.speculative)),
+        };
         let path = dir.join("tokenizer.json");
         if !path.exists() {
             return Err(GenerateError::MissingTokenizer(path));
         }
         let tokenizer =
             Tokenizer::from_file(&path).map_err(|e| GenerateError::Tokenizer(format!("{}: {e}", path.display())))?;
-        Self::new(loaded, Some(tokenizer), opts)
+        Self::new(loaded, drafter, Some(tokenizer), opts)
     }
 
-    pub fn model(&self) -> &CausalLm {
-        &self.model
+    pub fn runner(&self) -> &ModelRunner {
+        &self.runner
     }
 
     pub fn tokenizer(&self) -> Option<&Tokenizer> {
@@ -168,7 +168,7 @@ impl Generator {
         }
     }
 
-    /// Generates from prompt token ids, calling `on_token` for each generated token.
+    /// Generates from prompt token ids, calling `on_token` for each committed token.
     pub fn generate(
         &mut self,
         prompt: &[u32],
@@ -182,81 +182,43 @@ impl Generator {
         if params.max_tokens == 0 {
             return Err(GenerateError::NoTokensRequested);
         }
-        if prompt.len() >= self.max_model_len {
+        let max_len = self.runner.max_model_len();
+        if prompt.len() >= max_len {
             return Err(GenerateError::PromptTooLong {
                 tokens: prompt.len(),
-                max: self.max_model_len - 1,
+                max: max_len - 1,
             });
         }
-        let mut seq = Sequence::new(prompt.to_vec());
-        let result = self.run(&mut seq, params, on_token);
-        self.blocks.release(&mut seq.block_table);
+        let mut seq = Sequence::new(prompt.to_vec(), params.clone());
+        let result = self.run(&mut seq, on_token);
+        self.runner.release(&mut seq);
         result
     }
 
-    fn run(
-        &mut self,
-        seq: &mut Sequence,
-        params: &GenerateParams,
-        mut on_token: impl FnMut(u32),
-    ) -> Result<GenerateOutput, GenerateError> {
-        let mut sampler = Sampler::new(params.sampling.seed);
+    fn run(&mut self, seq: &mut Sequence, mut on_token: impl FnMut(u32)) -> Result<GenerateOutput, GenerateError> {
         let start = Instant::now();
-        let mut logits = self.prefill(seq)?;
-        let prefill_seconds = start.elapsed().as_secs_f64();
-        let finish_reason = loop {
-            let token = sampler.sample(&logits, &params.sampling);
-            if !params.ignore_eos && self.generation.eos_token_ids.contains(&token) {
-                break FinishReason::Stop;
+        let mut prefill_seconds = None;
+        while seq.finish.is_none() {
+            let before = seq.len();
+            let work = if seq.in_prefill() {
+                Work::Prefill(self.max_batched_tokens)
+            } else {
+                Work::Decode
+            };
+            self.runner.step(&mut [(&mut *seq, work)])?;
+            if work != Work::Decode && prefill_seconds.is_none() && !seq.in_prefill() {
+                prefill_seconds = Some(start.elapsed().as_secs_f64());
             }
-            seq.token_ids.push(token);
-            on_token(token);
-            if seq.generated().len() >= params.max_tokens || seq.len() >= self.max_model_len {
-                break FinishReason::Length;
-            }
-            logits = self.forward(seq, seq.len(), true)?;
-        };
+            seq.token_ids[before..].iter().for_each(|t| on_token(*t));
+        }
+        let prefill_seconds = prefill_seconds.unwrap_or_else(|| start.elapsed().as_secs_f64());
         Ok(GenerateOutput {
             prompt_tokens: seq.num_prompt_tokens,
             token_ids: seq.generated().to_vec(),
-            finish_reason,
+            finish_reason: seq.finish.unwrap_or(FinishReason::Length),
             prefill_seconds,
             decode_seconds: start.elapsed().as_secs_f64() - prefill_seconds,
+            spec_stats: seq.spec_stats.clone(),
         })
     }
-
-    /// Runs the prompt in chunks; returns the logits of its last token.
-    fn prefill(&mut self, seq: &mut Sequence) -> Result<Vec<f32>, GenerateError> {
-        loop {
-            let end = (seq.num_cached + self.max_batched_tokens).min(seq.len());
-            let logits = self.forward(seq, end, end == seq.len())?;
-            if end == seq.len() {
-                return Ok(logits);
-            }
-        }
-    }
-
-    /// Caches tokens `num_cached..end` of `seq`; returns the last row's logits when asked.
-    fn forward(&mut self, seq: &mut Sequence, end: usize, logits: bool) -> Result<Vec<f32>, GenerateError> {
-        self.blocks.grow(&mut seq.block_table, end)?;
-        let mut batch = BatchBuilder::new(self.kv.block_size());
-        let rows = if logits { Rows::Last } else { Rows::None };
-        batch.add(
-            &seq.token_ids[seq.num_cached..end],
-            seq.num_cached,
-            &seq.block_table,
-            rows,
-            Rows::None,
-        )?;
-        let out = self.model.forward(&batch.build(), &self.kv)?;
-        seq.num_cached = end;
-        if !logits {
-            return Ok(Vec::new());
-        }
-        Ok(row(&out.logits, 0)?)
-    }
-}
-
-fn row(t: &Tensor, i: usize) -> candle_core::Result<Vec<f32>> {
-    t.get(i)?.to_vec1()
 }

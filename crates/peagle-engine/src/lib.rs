@@ -4,11 +4,18 @@
 pub mod block_manager;
 pub mod detokenizer;
 pub mod generator;
+pub mod model_runner;
+pub mod proposer;
 pub mod sampler;
 pub mod sequence;
+pub mod spec_stats;
+pub mod verifier;
 
 pub use block_manager::{BlockManager, OutOfBlocks};
 pub use detokenizer::IncrementalDecoder;
-pub use generator::{FinishReason, GenerateError, GenerateOutput, GenerateParams, Generator, GeneratorOptions};
+pub use generator::{DraftOptions, GenerateError, GenerateOutput, Generator, GeneratorOptions};
+pub use model_runner::{ModelRunner, SpeculativeConfig, Work};
 pub use sampler::{Sampler, SamplingParams};
-pub use sequence::Sequence;
+pub use sequence::{FinishReason, GenerateParams, Sequence};
+pub use spec_stats::SpecStats;
+pub use verifier::{verify, Verdict};

@@ -116,10 +116,15 @@ impl Sampler {
         self.draw(&params.probabilities(logits)) as u32
     }
 
-    /// Index drawn from `probs` (which sum to about 1).
+    /// A uniform draw from [0, 1).
+    pub fn uniform(&mut self) -> f64 {
+        self.rng.random::<f64>()
+    }
+
+    /// Index drawn from `probs`, which need not be normalised.
     pub fn draw(&mut self, probs: &[f32]) -> usize {
         let total: f64 = probs.iter().map(|p| *p as f64).sum();
-        let mut u = self.rng.random::<f64>() * total;
+        let mut u = self.uniform() * total;
         let mut last = 0;
         for (i, p) in probs.iter().enumerate() {
             if *p > 0.0 {

@@ -14,7 +14,7 @@ fn fixture(name: &str) -> PathBuf {
 }
 
 fn generator(name: &str, opts: GeneratorOptions) -> Generator {
-    Generator::from_dir(&fixture(name), LoadOptions::default(), &opts).unwrap()
+    Generator::from_dir(&fixture(name), None, LoadOptions::default(), &opts).unwrap()
 }
 
 fn reference(name: &str, prompt: usize, what: &str) -> Vec<u32> {
@@ -123,7 +123,7 @@ fn generation_stops_at_end_of_sequence() {
         !free[..3].contains(&eos),
         "fixture's greedy tokens must not repeat the EOS early"
     );
-    let mut g = Generator::from_dir(dir.path(), LoadOptions::default(), &GeneratorOptions::default()).unwrap();
+    let mut g = Generator::from_dir(dir.path(), None, LoadOptions::default(), &GeneratorOptions::default()).unwrap();
     let out = g
         .generate(
             &prompt,

@@ -19,7 +19,8 @@ pub struct ForwardBatch {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Rows {
     None,
-    Last,
+    /// The last n rows (all of them if the sequence has fewer).
+    Tail(usize),
     All,
 }
 
@@ -27,7 +28,7 @@ impl Rows {
     fn select(self, rows: Range<usize>) -> Range<usize> {
         match self {
             Rows::None => rows.end..rows.end,
-            Rows::Last => rows.end.saturating_sub(1).max(rows.start)..rows.end,
+            Rows::Tail(n) => rows.end.saturating_sub(n).max(rows.start)..rows.end,
             Rows::All => rows,
         }
     }

@@ -90,6 +90,22 @@ impl Checkpoint {
         self.load(name, shape, |_| self.options.dtype)
     }
 
+    /// An int64 tensor (index maps such as `d2t`), as stored.
+    pub fn int64(&self, name: &str, shape: &[usize]) -> Result<Tensor, LoadError> {
+        self.load(name, shape, |_| DType::I64)
+    }
+
+    pub fn shape_of(&self, name: &str) -> Result<Vec<usize>, LoadError> {
+        let (file, st) = self.file_of(name)?;
+        let view = st.get(name).map_err(|source| LoadError::Candle {
+            context: format!("tensor {name} in {}", file.display()),
+            source,
+        })?;
+        Ok(view.shape().to_vec())
+    }
+
+    /// Loads `name` after checking its shape; `dtype` maps the stored dtype to the one wanted.
+    /// Float tensors must be stored as F32/BF16/F16 and integer ones as I64.
     fn load(&self, name: &str, shape: &[usize], dtype: impl Fn(DType) -> DType) -> Result<Tensor, LoadError> {
         let (file, st) = self.file_of(name)?;
         let view = st.get(name).map_err(|source| LoadError::Candle {
@@ -100,14 +116,17 @@ impl Checkpoint {
             safetensors::Dtype::F32 => DType::F32,
             safetensors::Dtype::BF16 => DType::BF16,
             safetensors::Dtype::F16 => DType::F16,
-            other => {
-                return Err(LoadError::UnsupportedDtype {
-                    name: name.to_owned(),
-                    file: file.clone(),
-                    dtype: format!("{other:?}"),
-                })
-            }
+            safetensors::Dtype::I64 => DType::I64,
+            _ => DType::U8,
         };
+        let wanted = dtype(stored);
+        if stored.is_int() != wanted.is_int() || stored == DType::U8 {
+            return Err(LoadError::UnsupportedDtype {
+                name: name.to_owned(),
+                file: file.clone(),
+                dtype: format!("{:?}", view.dtype()),
+            });
+        }
         if view.shape() != shape {
             return Err(LoadError::ShapeMismatch {
                 name: name.to_owned(),
@@ -117,7 +136,7 @@ impl Checkpoint {
             });
         }
         st.load(name, &self.options.device)
-            .and_then(|t| t.to_dtype(dtype(stored)))
+            .and_then(|t| t.to_dtype(wanted))
             .map_err(|source| LoadError::Candle {
                 context: format!("loading tensor {name} from {}", file.display()),
                 source,

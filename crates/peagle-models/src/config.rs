@@ -4,10 +4,30 @@ use crate::error::LoadError;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 
+/// Reads a JSON file; a missing file is reported as the `what` it should have been.
+pub fn read_json(path: &Path, what: &'static str) -> Result<serde_json::Value, LoadError> {
+    let text = std::fs::read_to_string(path).map_err(|source| match source.kind() {
+        std::io::ErrorKind::NotFound => LoadError::MissingFile {
+            what,
+            path: path.to_owned(),
+        },
+        _ => LoadError::Io {
+            path: path.to_owned(),
+            source,
+        },
+    })?;
+    serde_json::from_str(&text).map_err(|source| LoadError::Json {
+        path: path.to_owned(),
+        source,
+    })
+}
+
 #[derive(Debug, Clone, Deserialize)]
 pub struct TextConfig {
     #[serde(default)]
     pub architectures: Vec<String>,
+    #[serde(default)]
+    pub model_type: Option<String>,
     pub vocab_size: usize,
     pub hidden_size: usize,
     pub intermediate_size: usize,
@@ -75,17 +95,12 @@ pub enum RopeScaling {
 
 impl TextConfig {
     pub fn from_file(path: &Path) -> Result<Self, LoadError> {
-        let text = std::fs::read_to_string(path).map_err(|source| match source.kind() {
-            std::io::ErrorKind::NotFound => LoadError::MissingFile {
-                what: "model config",
-                path: path.to_owned(),
-            },
-            _ => LoadError::Io {
-                path: path.to_owned(),
-                source,
-            },
-        })?;
-        let mut cfg: TextConfig = serde_json::from_str(&text).map_err(|source| LoadError::Json {
+        Self::from_value(read_json(path, "model config")?, path)
+    }
+
+    /// Parses a config already read as JSON; `path` is named in errors.
+    pub fn from_value(value: serde_json::Value, path: &Path) -> Result<Self, LoadError> {
+        let mut cfg: TextConfig = serde_json::from_value(value).map_err(|source| LoadError::Json {
             path: path.to_owned(),
             source,
         })?;

@@ -4,6 +4,8 @@
 pub mod batch;
 pub mod checkpoint;
 pub mod config;
+pub mod drafter;
+pub mod drafter_config;
 pub mod error;
 pub mod kv_cache;
 pub mod layers;
@@ -15,6 +17,8 @@ pub mod transformer;
 pub use batch::{BatchBuilder, ForwardBatch, Rows, SequenceRows};
 pub use checkpoint::{Checkpoint, LoadOptions};
 pub use config::TextConfig;
+pub use drafter::{DraftHidden, DraftOutput, Drafter};
+pub use drafter_config::{DraftAlgorithm, DrafterConfig};
 pub use error::LoadError;
 pub use kv_cache::KvCache;
 pub use model::{load_causal_lm, GenerationConfig, LoadedModel, SUPPORTED_ARCHITECTURES};

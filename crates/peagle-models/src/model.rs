@@ -1,7 +1,7 @@
 //! Loading a Hugging Face model directory: config, weights, generation settings.
 
 use crate::checkpoint::{Checkpoint, LoadOptions};
-use crate::config::TextConfig;
+use crate::config::{read_json, TextConfig};
 use crate::error::LoadError;
 use crate::transformer::CausalLm;
 use crate::{llama, qwen3};
@@ -78,11 +78,8 @@ impl GenerationConfig {
             if !path.exists() {
                 continue;
             }
-            let text = std::fs::read_to_string(&path).map_err(|source| LoadError::Io {
-                path: path.clone(),
-                source,
-            })?;
-            let found: TokenFields = serde_json::from_str(&text).map_err(|source| LoadError::Json { path, source })?;
+            let found: TokenFields = serde_json::from_value(read_json(&path, "generation config")?)
+                .map_err(|source| LoadError::Json { path, source })?;
             fields.eos_token_id = found.eos_token_id.or(fields.eos_token_id);
             fields.bos_token_id = found.bos_token_id.or(fields.bos_token_id);
         }

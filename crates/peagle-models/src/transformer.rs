@@ -85,6 +85,10 @@ impl CausalLm {
         &self.device
     }
 
+    pub fn embedding(&self) -> &Embedding {
+        &self.embed
+    }
+
     pub fn capture_layers(&self) -> &[usize] {
         &self.capture_layers
     }

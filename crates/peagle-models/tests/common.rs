@@ -117,3 +117,20 @@ pub fn bits(t: &Tensor) -> Vec<u32> {
         .map(f32::to_bits)
         .collect()
 }
+
+/// Copies a safetensors file, dropping the tensors `keep` rejects. Works on raw bytes, so it
+/// keeps dtypes candle cannot load (the bool `t2d`).
+pub fn copy_safetensors(src: &std::path::Path, dst: &std::path::Path, keep: impl Fn(&str) -> bool) {
+    let bytes = std::fs::read(src).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let kept: Vec<(String, safetensors::tensor::TensorView)> =
+        st.tensors().into_iter().filter(|(n, _)| keep(n)).collect();
+    safetensors::serialize_to_file(kept, None, dst).unwrap();
+}
+
+/// Raw bytes of one tensor of a safetensors file.
+pub fn raw_tensor(path: &std::path::Path, name: &str) -> Vec<u8> {
+    let bytes = std::fs::read(path).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    st.tensor(name).unwrap().data().to_vec()
+}

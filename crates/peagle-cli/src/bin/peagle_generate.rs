@@ -1,21 +1,26 @@
-//! peagle-generate: stream a completion of one prompt to stdout; tokens/s to stderr.
+//! peagle-generate: complete one prompt (streamed to stdout) or a JSONL file of prompts (one
+//! JSON result a line), optionally with EAGLE-3 or P-EAGLE speculative decoding.
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
+use peagle_cli::report::{read_prompts, Report};
 use peagle_cli::{demo_model_dir, init_tracing};
-use peagle_engine::{GenerateParams, Generator, GeneratorOptions, SamplingParams};
-use peagle_models::LoadOptions;
+use peagle_engine::{DraftOptions, GenerateParams, Generator, GeneratorOptions, SamplingParams, SpeculativeConfig};
+use peagle_models::{DrafterConfig, LoadOptions};
 use std::io::Write;
 use std::path::PathBuf;
 
 #[derive(Parser)]
-#[command(version, about = "Generate a completion with a local Hugging Face model")]
+#[command(version, about = "Generate completions with a local Hugging Face model")]
 struct Args {
     /// Model directory (config.json, safetensors, tokenizer.json). Default: the bundled demo model.
     #[arg(long)]
     model: Option<PathBuf>,
+    #[arg(long, required_unless_present = "prompts_file", conflicts_with = "prompts_file")]
+    prompt: Option<String>,
+    /// JSONL file with one {"prompt": ...} a line; results go to stdout as JSONL.
     #[arg(long)]
-    prompt: String,
+    prompts_file: Option<PathBuf>,
     #[arg(long, default_value_t = 128)]
     max_tokens: usize,
     /// 0 is greedy decoding.
@@ -34,6 +39,18 @@ struct Args {
     /// Longest prefill chunk, in tokens.
     #[arg(long, default_value_t = 512)]
     max_batched_tokens: usize,
+    /// EAGLE-3 or P-EAGLE drafter directory: enables speculative decoding.
+    #[arg(long)]
+    draft_model: Option<PathBuf>,
+    /// Draft all K tokens in one P-EAGLE pass (default: K autoregressive EAGLE-3 passes).
+    #[arg(long, requires = "draft_model")]
+    parallel_drafting: bool,
+    /// Drafts per step. Default: the drafter's published value, else 3.
+    #[arg(long, requires = "draft_model")]
+    k: Option<usize>,
+    /// Write aggregate statistics (tokens/s, acceptance) as JSON here.
+    #[arg(long)]
+    stats_json: Option<PathBuf>,
 }
 
 fn main() {
@@ -45,19 +62,33 @@ fn main() {
 }
 
 fn run(args: Args) -> Result<()> {
-    let dir = match args.model {
-        Some(dir) => dir,
+    let dir = match &args.model {
+        Some(dir) => dir.clone(),
         None => demo_model_dir()?,
     };
-    if args.prompt.is_empty() {
-        bail!("--prompt is empty");
-    }
+    let draft = match &args.draft_model {
+        None => None,
+        Some(d) => {
+            let published = DrafterConfig::from_file(&d.join("config.json"))?.num_speculative_tokens;
+            let k = args.k.or(published).unwrap_or(3);
+            if k == 0 {
+                bail!("--k must be at least 1");
+            }
+            Some(DraftOptions {
+                dir: d.clone(),
+                speculative: SpeculativeConfig {
+                    k,
+                    parallel: args.parallel_drafting,
+                },
+            })
+        }
+    };
     let opts = GeneratorOptions {
         max_batched_tokens: args.max_batched_tokens,
         ..Default::default()
     };
-    let mut generator = Generator::from_dir(&dir, LoadOptions::default(), &opts)
-        .with_context(|| format!("cannot load model from {}", dir.display()))?;
+    let mut generator = Generator::from_dir(&dir, draft.as_ref(), LoadOptions::default(), &opts)
+        .with_context(|| format!("cannot load {}", dir.display()))?;
     let params = GenerateParams {
         max_tokens: args.max_tokens,
         sampling: SamplingParams {
@@ -68,29 +99,40 @@ fn run(args: Args) -> Result<()> {
         },
         ignore_eos: args.ignore_eos,
     };
+    let mut report = Report::default();
     let mut stdout = std::io::stdout().lock();
-    let mut write_error = None;
-    let out = generator.generate_text(&args.prompt, &params, |text| {
-        if write_error.is_none() {
-            write_error = stdout.write_all(text.as_bytes()).and_then(|_| stdout.flush()).err();
+    match (&args.prompt, &args.prompts_file) {
+        (Some(prompt), _) => {
+            if prompt.is_empty() {
+                bail!("--prompt is empty");
+            }
+            let mut write_error = None;
+            let out = generator.generate_text(prompt, &params, |text| {
+                if write_error.is_none() {
+                    write_error = stdout.write_all(text.as_bytes()).and_then(|_| stdout.flush()).err();
+                }
+            })?;
+            if let Some(e) = write_error {
+                return Err(e).context("writing to stdout");
+            }
+            writeln!(stdout)?;
+            report.add(&out);
         }
-    })?;
-    if let Some(e) = write_error {
-        return Err(e).context("writing to stdout");
+        (None, Some(file)) => {
+            for (line, prompt) in read_prompts(file)?.iter().enumerate() {
+                let mut text = String::new();
+                let out = generator
+                    .generate_text(prompt, &params, |t| text.push_str(t))
+                    .with_context(|| format!("{}:{}", file.display(), line + 1))?;
+                writeln!(stdout, "{}", report.line(prompt, &text, &out))?;
+                report.add(&out);
+            }
+        }
+        (None, None) => bail!("give --prompt or --prompts-file"),
     }
-    writeln!(stdout)?;
-    let generated = out.token_ids.len();
-    let decode_steps = generated.saturating_sub(1);
-    eprintln!(
-        "{} prompt tokens, {generated} generated ({:?}); prefill {:.1} ms; decode {:.1} tokens/s",
-        out.prompt_tokens,
-        out.finish_reason,
-        out.prefill_seconds * 1e3,
-        if out.decode_seconds > 0.0 {
-            decode_steps as f64 / out.decode_seconds
-        } else {
-            0.0
-        },
-    );
+    eprintln!("{}", report.summary());
+    if let Some(path) = &args.stats_json {
+        std::fs::write(path, report.json().to_string()).with_context(|| format!("writing {}", path.display()))?;
+    }
     Ok(())
 }

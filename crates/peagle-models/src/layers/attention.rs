@@ -24,10 +24,13 @@ pub struct Attention {
 }
 
 impl Attention {
+    /// `in_dim` is the width of the q/k/v input: the hidden size, except in an EAGLE drafter's
+    /// first layer, which reads [embedding ; hidden].
     pub fn load(
         ckpt: &Checkpoint,
         prefix: &str,
         cfg: &TextConfig,
+        in_dim: usize,
         opts: AttentionOptions,
     ) -> std::result::Result<Self, LoadError> {
         let (heads, kv_heads, d, hidden) = (
@@ -44,7 +47,7 @@ impl Attention {
             qkv: Linear::load_fused(
                 ckpt,
                 &[(&q, heads * d), (&k, kv_heads * d), (&v, kv_heads * d)],
-                hidden,
+                in_dim,
                 opts.bias,
             )?,
             o: Linear::load(ckpt, &format!("{prefix}.o_proj"), hidden, heads * d, opts.bias)?,

@@ -24,7 +24,7 @@ impl DecoderLayer {
         let norm = |name: &str| RmsNorm::load(ckpt, &format!("{prefix}.{name}"), cfg.hidden_size, cfg.rms_norm_eps);
         Ok(Self {
             input_norm: norm("input_layernorm")?,
-            attn: Attention::load(ckpt, &format!("{prefix}.self_attn"), cfg, opts)?,
+            attn: Attention::load(ckpt, &format!("{prefix}.self_attn"), cfg, cfg.hidden_size, opts)?,
             post_attention_norm: norm("post_attention_layernorm")?,
             mlp: Mlp::load(ckpt, &format!("{prefix}.mlp"), cfg.hidden_size, cfg.intermediate_size)?,
         })

@@ -2,6 +2,7 @@
 
 mod attention;
 mod decoder_layer;
+mod eagle_input_layer;
 mod embedding;
 mod linear;
 mod mlp;
@@ -10,6 +11,7 @@ mod rope;
 
 pub use attention::{Attention, AttentionOptions};
 pub use decoder_layer::DecoderLayer;
+pub use eagle_input_layer::EagleInputLayer;
 pub use embedding::Embedding;
 pub use linear::Linear;
 pub use mlp::Mlp;

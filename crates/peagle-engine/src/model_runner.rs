@@ -1,0 +1,241 @@
+//! One engine step for a set of sequences (DESIGN.md section 2): a single target forward over
+//! every scheduled prefill chunk and verification window `[b, d1..dK]`, verification of each
+//! window, then one drafting round for every sequence that needs new drafts.
+
+use crate::block_manager::BlockManager;
+use crate::generator::GenerateError;
+use crate::proposer::{DraftRequest, Eagle3Proposer, NoProposer, PEagleProposer, Proposer};
+use crate::sequence::Sequence;
+use crate::spec_stats::SpecStats;
+use crate::verifier::verify;
+use candle_core::Tensor;
+use peagle_models::{BatchBuilder, CausalLm, Drafter, KvCache, Rows};
+
+/// What a step does for one sequence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Work {
+    /// Run the next `n` prompt tokens through the target.
+    Prefill(usize),
+    /// Verify the drafts after the last token (a window of one token without drafts).
+    Decode,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SpeculativeConfig {
+    /// Drafts per step.
+    pub k: usize,
+    /// One P-EAGLE pass for all K drafts instead of K EAGLE-3 passes.
+    pub parallel: bool,
+}
+
+pub struct ModelRunner {
+    target: CausalLm,
+    kv: KvCache,
+    proposer: Box<dyn Proposer>,
+    blocks: BlockManager,
+    eos_token_ids: Vec<u32>,
+    max_model_len: usize,
+    stats: SpecStats,
+}
+
+/// A drafting round's input for one scheduled sequence, gathered while sequences are updated.
+struct DraftPlan {
+    index: usize,
+    start: usize,
+    tokens: Vec<u32>,
+    hidden: Tensor,
+    draft: bool,
+}
+
+impl ModelRunner {
+    pub fn new(
+        mut target: CausalLm,
+        drafter: Option<(Drafter, SpeculativeConfig)>,
+        eos_token_ids: Vec<u32>,
+        max_model_len: usize,
+        num_blocks: usize,
+        block_size: usize,
+    ) -> Result<Self, GenerateError> {
+        let device = target.device().clone();
+        let proposer: Box<dyn Proposer> = match drafter {
+            None => Box::new(NoProposer),
+            Some((_, spec)) if spec.k == 0 => {
+                return Err(GenerateError::Config(
+                    "--k must be at least 1 with a draft model".into(),
+                ))
+            }
+            Some((d, spec)) => {
+                let kv = KvCache::new(d.dims(), num_blocks, block_size, &device)?;
+                if spec.parallel {
+                    Box::new(PEagleProposer::new(d, spec.k, kv)?)
+                } else {
+                    Box::new(Eagle3Proposer::new(d, spec.k, kv))
+                }
+            }
+        };
+        if proposer.k() > 0 {
+            target.set_capture_layers(proposer.aux_layer_ids().to_vec())?;
+        }
+        Ok(Self {
+            kv: KvCache::new(target.dims(), num_blocks, block_size, &device)?,
+            target,
+            proposer,
+            blocks: BlockManager::new(num_blocks, block_size),
+            eos_token_ids,
+            max_model_len,
+            stats: SpecStats::default(),
+        })
+    }
+
+    pub fn k(&self) -> usize {
+        self.proposer.k()
+    }
+
+    pub fn target(&self) -> &CausalLm {
+        &self.target
+    }
+
+    pub fn blocks(&self) -> &BlockManager {
+        &self.blocks
+    }
+
+    pub fn stats(&self) -> &SpecStats {
+        &self.stats
+    }
+
+    pub fn max_model_len(&self) -> usize {
+        self.max_model_len
+    }
+
+    /// Frees a sequence's blocks (finished, cancelled or preempted).
+    pub fn release(&mut self, seq: &mut Sequence) {
+        self.blocks.release(&mut seq.block_table);
+    }
+
+    /// Positions `work` touches for `seq`: its target rows plus the drafter's look-ahead.
+    pub fn tokens_needed(&self, seq: &Sequence, work: Work) -> usize {
+        let (start, rows) = span(seq, work);
+        start + rows + self.proposer.lookahead()
+    }
+
+    pub fn step(&mut self, work: &mut [(&mut Sequence, Work)]) -> Result<(), GenerateError> {
+        let capture = if self.k() > 0 { Rows::All } else { Rows::None };
+        let mut batch = BatchBuilder::new(self.kv.block_size());
+        let mut placed = Vec::with_capacity(work.len());
+        for (seq, w) in work.iter_mut() {
+            if *w == Work::Decode && seq.num_cached + 1 != seq.len() {
+                return Err(GenerateError::Config(format!(
+                    "decode scheduled with {} of {} tokens cached",
+                    seq.num_cached,
+                    seq.len()
+                )));
+            }
+            let needed = self.tokens_needed(seq, *w);
+            self.blocks.grow(&mut seq.block_table, needed)?;
+            let (start, rows) = span(seq, *w);
+            let tokens = match w {
+                Work::Prefill(_) => seq.token_ids[start..start + rows].to_vec(),
+                Work::Decode => [&seq.token_ids[start..], &seq.drafts[..]].concat(),
+            };
+            let logits = match w {
+                Work::Prefill(_) if start + rows < seq.len() => Rows::None,
+                Work::Prefill(_) => Rows::Tail(1),
+                Work::Decode => Rows::All,
+            };
+            placed.push(batch.add(&tokens, start, &seq.block_table, logits, capture)?);
+        }
+        let out = self.target.forward(&batch.build(), &self.kv)?;
+        let logits: Vec<Vec<f32>> = out.logits.to_vec2()?;
+
+        let mut plans = Vec::new();
+        for (index, ((seq, w), rows)) in work.iter_mut().zip(&placed).enumerate() {
+            let (start, n) = span(seq, *w);
+            let aux = |len: usize| match &out.aux_hidden {
+                Some(a) => a.narrow(0, rows.captured.start, len),
+                None => Ok(Tensor::zeros(0, candle_core::DType::F32, self.target.device())?),
+            };
+            let slots = match w {
+                Work::Prefill(_) if start + n < seq.len() => {
+                    seq.num_cached = start + n;
+                    Some((seq.token_ids[start + 1..=start + n].to_vec(), aux(n)?, false))
+                }
+                Work::Prefill(_) => {
+                    let row = &logits[rows.logits.start];
+                    let token = verify(
+                        &[],
+                        std::slice::from_ref(row),
+                        None,
+                        &seq.params.sampling,
+                        &mut seq.sampler,
+                    );
+                    seq.num_cached = seq.len();
+                    seq.commit(&token.tokens, &self.eos_token_ids, self.max_model_len);
+                    let slots = [&seq.token_ids[start + 1..seq.num_cached], &token.tokens[..]].concat();
+                    Some((slots, aux(n)?, true))
+                }
+                Work::Decode => {
+                    let drafts = std::mem::take(&mut seq.drafts);
+                    let verdict = verify(
+                        &drafts,
+                        &logits[rows.logits.clone()],
+                        None,
+                        &seq.params.sampling,
+                        &mut seq.sampler,
+                    );
+                    seq.spec_stats.record(drafts.len(), verdict.accepted);
+                    self.stats.record(drafts.len(), verdict.accepted);
+                    seq.num_cached = start + verdict.accepted + 1;
+                    seq.commit(&verdict.tokens, &self.eos_token_ids, self.max_model_len);
+                    Some((verdict.tokens, aux(verdict.accepted + 1)?, true))
+                }
+            };
+            if let (Some((tokens, hidden, draft)), true) = (slots, self.k() > 0 && seq.finish.is_none()) {
+                plans.push(DraftPlan {
+                    index,
+                    start,
+                    tokens,
+                    hidden,
+                    draft,
+                });
+            }
+        }
+        self.draft(work, plans)?;
+        for (seq, _) in work.iter_mut() {
+            let keep = if seq.finish.is_some() { 0 } else { seq.len() };
+            // Roll back: blocks past the committed tokens held only rejected drafts.
+            self.blocks.shrink(&mut seq.block_table, keep);
+        }
+        Ok(())
+    }
+
+    fn draft(&mut self, work: &mut [(&mut Sequence, Work)], plans: Vec<DraftPlan>) -> Result<(), GenerateError> {
+        if plans.is_empty() {
+            return Ok(());
+        }
+        let requests: Vec<DraftRequest> = plans
+            .iter()
+            .map(|p| DraftRequest {
+                tokens: &p.tokens,
+                start: p.start,
+                hidden: p.hidden.clone(),
+                block_table: &work[p.index].0.block_table,
+                draft: p.draft,
+            })
+            .collect();
+        let drafts = self.proposer.propose(&requests)?;
+        for (plan, d) in plans.iter().zip(drafts) {
+            if plan.draft {
+                work[plan.index].0.drafts = d;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// First position and number of target rows of `work`.
+fn span(seq: &Sequence, work: Work) -> (usize, usize) {
+    match work {
+        Work::Prefill(n) => (seq.num_cached, n.min(seq.len() - seq.num_cached)),
+        Work::Decode => (seq.len() - 1, 1 + seq.drafts.len()),
+    }
+}

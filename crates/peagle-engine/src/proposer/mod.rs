@@ -1,0 +1,82 @@
+//! Draft proposers: from each sequence's newly committed tokens and the target's hidden
+//! states for them, propose the next K tokens (DESIGN.md section 3).
+//!
+//! A request's slots pair token p+1 with the target state of position p: after a verification
+//! that accepted `d1..da` and produced `t`, the slots are `[d1..da, t]` at positions `P..P+a`
+//! (P = the window's first position) with the states of `[b, d1..da]`.
+
+mod eagle3;
+mod none;
+mod peagle;
+
+pub use eagle3::Eagle3Proposer;
+pub use none::NoProposer;
+pub use peagle::PEagleProposer;
+
+use candle_core::{Result, Tensor};
+use peagle_models::{BatchBuilder, DraftHidden, DraftOutput, Drafter, KvCache, Rows, SequenceRows};
+
+pub struct DraftRequest<'a> {
+    /// Slot tokens: the token after each position `start..start + tokens.len()`.
+    pub tokens: &'a [u32],
+    pub start: usize,
+    /// Target states of those positions, [tokens.len(), aux layers * target hidden].
+    pub hidden: Tensor,
+    pub block_table: &'a [u32],
+    /// False for a prefill chunk that is not the prompt's last: only the drafter cache is filled.
+    pub draft: bool,
+}
+
+pub trait Proposer: Send {
+    /// Tokens proposed per step.
+    fn k(&self) -> usize;
+
+    /// Target layers whose inputs the drafter reads.
+    fn aux_layer_ids(&self) -> &[usize];
+
+    /// Positions past a request's last slot that a pass writes to the drafter cache, so the
+    /// block table can be grown before the step.
+    fn lookahead(&self) -> usize {
+        self.k().saturating_sub(1)
+    }
+
+    /// The K drafts (target ids) of each request, empty where `draft` is false.
+    fn propose(&mut self, requests: &[DraftRequest]) -> Result<Vec<Vec<u32>>>;
+}
+
+/// The first drafter pass over every request, with `mask_slots` mask tokens (and the shared
+/// hidden state `mask_hidden`) after each drafting request's slots. Returns the output and
+/// where each request's logits rows landed.
+fn first_pass(
+    drafter: &Drafter,
+    kv: &KvCache,
+    requests: &[DraftRequest],
+    mask: Option<(u32, &Tensor)>,
+    mask_slots: usize,
+) -> Result<(DraftOutput, Vec<SequenceRows>)> {
+    let mut batch = BatchBuilder::new(kv.block_size());
+    let mut hidden = Vec::with_capacity(requests.len());
+    let mut placed = Vec::with_capacity(requests.len());
+    for r in requests {
+        let extra = if r.draft { mask_slots } else { 0 };
+        let mut tokens = r.tokens.to_vec();
+        hidden.push(r.hidden.clone());
+        if let Some((token, state)) = mask.filter(|_| extra > 0) {
+            tokens.extend(std::iter::repeat_n(token, extra));
+            hidden.push(state.repeat((extra, 1))?);
+        }
+        let logits = if r.draft { Rows::Tail(1 + extra) } else { Rows::None };
+        placed.push(batch.add(&tokens, r.start, r.block_table, logits, Rows::None)?);
+    }
+    let out = drafter.forward(&batch.build(), &DraftHidden::Target(Tensor::cat(&hidden, 0)?), kv)?;
+    Ok((out, placed))
+}
+
+/// Greedy draft ids (as target ids) of the given logits rows.
+fn greedy_drafts(drafter: &Drafter, logits: &Tensor) -> Result<Vec<u32>> {
+    let rows: Vec<Vec<f32>> = logits.to_vec2()?;
+    Ok(rows
+        .iter()
+        .map(|row| drafter.to_target_id(crate::sampler::argmax(row)))
+        .collect())
+}

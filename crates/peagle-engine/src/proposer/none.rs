@@ -1,0 +1,19 @@
+use super::{DraftRequest, Proposer};
+use candle_core::Result;
+
+/// Plain decoding: no drafts, every step verifies a window of one token.
+pub struct NoProposer;
+
+impl Proposer for NoProposer {
+    fn k(&self) -> usize {
+        0
+    }
+
+    fn aux_layer_ids(&self) -> &[usize] {
+        &[]
+    }
+
+    fn propose(&mut self, requests: &[DraftRequest]) -> Result<Vec<Vec<u32>>> {
+        Ok(vec![Vec::new(); requests.len()])
+    }
+}

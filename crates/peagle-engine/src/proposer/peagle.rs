@@ -1,0 +1,45 @@
+use super::{first_pass, greedy_drafts, DraftRequest, Proposer};
+use candle_core::{Result, Tensor};
+use peagle_models::{Drafter, KvCache, LoadError};
+
+/// P-EAGLE: all K drafts from one drafter pass. After each request's slots come K-1 mask
+/// slots (mask token, shared hidden state `fc(mask_hidden)`); the logits of the last real slot
+/// and of the mask slots are the K drafts. Mask-slot cache rows are overwritten next step.
+pub struct PEagleProposer {
+    drafter: Drafter,
+    kv: KvCache,
+    k: usize,
+    mask_token: u32,
+    mask_hidden: Tensor,
+}
+
+impl PEagleProposer {
+    pub fn new(drafter: Drafter, k: usize, kv: KvCache) -> std::result::Result<Self, LoadError> {
+        let (mask_token, mask_hidden) = drafter.parallel_inputs()?;
+        let mask_hidden = mask_hidden.clone();
+        Ok(Self {
+            drafter,
+            kv,
+            k,
+            mask_token,
+            mask_hidden,
+        })
+    }
+}
+
+impl Proposer for PEagleProposer {
+    fn k(&self) -> usize {
+        self.k
+    }
+
+    fn aux_layer_ids(&self) -> &[usize] {
+        self.drafter.aux_layer_ids()
+    }
+
+    fn propose(&mut self, requests: &[DraftRequest]) -> Result<Vec<Vec<u32>>> {
+        let mask = Some((self.mask_token, &self.mask_hidden));
+        let (out, placed) = first_pass(&self.drafter, &self.kv, requests, mask, self.k - 1)?;
+        let drafts = greedy_drafts(&self.drafter, &out.logits)?;
+        Ok(placed.iter().map(|p| drafts[p.logits.clone()].to_vec()).collect())
+    }
+}

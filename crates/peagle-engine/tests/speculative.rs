@@ -1,0 +1,176 @@
+//! Greedy speculative decoding emits exactly the tokens plain greedy decoding emits, for
+//! P-EAGLE and EAGLE-3 at several K, whether drafts are mostly rejected (random drafters) or
+//! mostly accepted (a drafter that always proposes the token the target repeats).
+
+use candle_core::Device;
+use peagle_engine::{DraftOptions, GenerateParams, Generator, GeneratorOptions, SamplingParams, SpeculativeConfig};
+use peagle_models::LoadOptions;
+use std::path::{Path, PathBuf};
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures")
+        .join(name)
+}
+
+fn generator(target: &str, draft: Option<(&Path, usize, bool)>, chunk: usize) -> Generator {
+    let draft = draft.map(|(dir, k, parallel)| DraftOptions {
+        dir: dir.to_owned(),
+        speculative: SpeculativeConfig { k, parallel },
+    });
+    let opts = GeneratorOptions {
+        max_batched_tokens: chunk,
+        ..Default::default()
+    };
+    Generator::from_dir(&fixture(target), draft.as_ref(), LoadOptions::default(), &opts).unwrap()
+}
+
+fn greedy(max_tokens: usize) -> GenerateParams {
+    GenerateParams {
+        max_tokens,
+        sampling: SamplingParams::default(),
+        ignore_eos: true,
+    }
+}
+
+/// 20 prompts of 1 to 40 random token ids.
+fn prompts() -> Vec<Vec<u32>> {
+    let mut s = 12345u64;
+    let mut next = move |m: u64| {
+        s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (s >> 33) % m
+    };
+    (0..20)
+        .map(|_| (0..1 + next(40)).map(|_| 2 + next(380) as u32).collect())
+        .collect()
+}
+
+fn outputs(g: &mut Generator, prompts: &[Vec<u32>], max_tokens: usize) -> Vec<Vec<u32>> {
+    prompts
+        .iter()
+        .map(|p| g.generate(p, &greedy(max_tokens), |_| {}).unwrap().token_ids)
+        .collect()
+}
+
+#[test]
+fn random_drafters_never_change_greedy_output() {
+    let prompts = prompts();
+    let cases = [
+        ("tiny-llama", "tiny-llama-peagle", true),
+        ("tiny-llama", "tiny-llama-peagle", false),
+        ("tiny-llama", "tiny-llama-peagle-aws", true),
+        ("tiny-qwen3", "tiny-qwen3-eagle3", false),
+    ];
+    for target in ["tiny-llama", "tiny-qwen3"] {
+        let plain = outputs(&mut generator(target, None, 512), &prompts, 24);
+        for (t, drafter, parallel) in cases.iter().filter(|c| c.0 == target) {
+            for k in [1, 3, 7] {
+                let mut g = generator(t, Some((&fixture(drafter), k, *parallel)), 512);
+                let spec = outputs(&mut g, &prompts, 24);
+                for (i, (a, b)) in spec.iter().zip(&plain).enumerate() {
+                    assert_eq!(a, b, "{drafter} parallel={parallel} k={k} prompt {i}");
+                }
+                let stats = g.runner().stats();
+                assert_eq!(
+                    stats.num_draft_tokens,
+                    k as u64 * stats.num_drafts,
+                    "every step drafts k"
+                );
+                assert!(stats.num_drafts > 0);
+            }
+        }
+    }
+}
+
+#[test]
+fn chunked_prefill_fills_the_drafter_cache_too() {
+    let prompts = prompts();
+    let plain = outputs(&mut generator("tiny-llama", None, 512), &prompts, 16);
+    let drafter = fixture("tiny-llama-peagle");
+    let chunked = outputs(&mut generator("tiny-llama", Some((&drafter, 3, true)), 7), &prompts, 16);
+    assert_eq!(chunked, plain);
+}
+
+/// tiny-qwen3-eagle3 with `d2t[i] = token - i`: every draft maps to `token`.
+fn constant_drafter(token: i64) -> tempfile::TempDir {
+    let src = fixture("tiny-qwen3-eagle3");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(src.join("config.json"), dir.path().join("config.json")).unwrap();
+    let bytes = std::fs::read(src.join("model.safetensors")).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let d2t: Vec<u8> = (0..384i64).flat_map(|i| (token - i).to_le_bytes()).collect();
+    let mut tensors = st.tensors();
+    tensors.push((
+        "d2t".into(),
+        safetensors::tensor::TensorView::new(safetensors::Dtype::I64, vec![384], &d2t).unwrap(),
+    ));
+    safetensors::serialize_to_file(tensors, None, &dir.path().join("model.safetensors")).unwrap();
+    dir
+}
+
+#[test]
+fn accepted_drafts_keep_greedy_output_exact() {
+    let refs =
+        candle_core::safetensors::load(fixture("tiny-qwen3").join("reference.safetensors"), &Device::Cpu).unwrap();
+    let prompt: Vec<u32> = refs["p1.input_ids"]
+        .to_vec1::<i64>()
+        .unwrap()
+        .into_iter()
+        .map(|t| t as u32)
+        .collect();
+    // The target's greedy continuation of this prompt repeats token 203.
+    let plain = generator("tiny-qwen3", None, 512)
+        .generate(&prompt, &greedy(40), |_| {})
+        .unwrap();
+    let dir = constant_drafter(203);
+    for k in [1, 3, 7] {
+        let mut g = generator("tiny-qwen3", Some((dir.path(), k, false)), 512);
+        let out = g.generate(&prompt, &greedy(40), |_| {}).unwrap();
+        assert_eq!(out.token_ids, plain.token_ids, "k={k}");
+        let stats = out.spec_stats;
+        assert!(
+            stats.mean_acceptance_length() > 1.0 + 0.5 * k.min(3) as f64,
+            "k={k}: {stats:?}"
+        );
+        assert!(stats.per_position_acceptance()[0] > 0.5, "{stats:?}");
+    }
+}
+
+#[test]
+fn seeded_sampling_with_speculation_is_reproducible() {
+    let prompt = &prompts()[3];
+    let params = GenerateParams {
+        max_tokens: 24,
+        sampling: SamplingParams {
+            temperature: 0.8,
+            top_k: 40,
+            top_p: 0.9,
+            seed: Some(9),
+        },
+        ignore_eos: true,
+    };
+    let drafter = fixture("tiny-llama-peagle");
+    let mut g = generator("tiny-llama", Some((&drafter, 3, true)), 512);
+    let a = g.generate(prompt, &params, |_| {}).unwrap().token_ids;
+    let b = g.generate(prompt, &params, |_| {}).unwrap().token_ids;
+    assert_eq!(a, b);
+    assert_eq!(a.len(), 24);
+}
+
+#[test]
+fn parallel_drafting_with_an_eagle3_head_is_refused() {
+    let opts = DraftOptions {
+        dir: fixture("tiny-qwen3-eagle3"),
+        speculative: SpeculativeConfig { k: 3, parallel: true },
+    };
+    let err = Generator::from_dir(
+        &fixture("tiny-qwen3"),
+        Some(&opts),
+        LoadOptions::default(),
+        &GeneratorOptions::default(),
+    )
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(err.contains("parallel drafting needs a mask_token_id"), "{err}");
+}

@@ -1,0 +1,262 @@
+//! The EAGLE-3 / P-EAGLE drafter head (DESIGN.md section 3).
+//!
+//! `fc` projects the concatenated captured target states to the drafter width; the first layer
+//! fuses token embedding and that hidden input; plain decoder layers follow; `norm` and an
+//! `lm_head` over the draft vocabulary give logits, mapped to target ids through `d2t`. The
+//! drafter keeps its own KV layers on its sequence's block table.
+
+use crate::batch::ForwardBatch;
+use crate::checkpoint::{Checkpoint, LoadOptions};
+use crate::drafter_config::{DraftAlgorithm, DrafterConfig, TensorLayout};
+use crate::error::LoadError;
+use crate::kv_cache::KvCache;
+use crate::layers::{AttentionOptions, DecoderLayer, EagleInputLayer, Embedding, Linear, RmsNorm, RotaryEmbedding};
+use crate::transformer::{CausalLm, ModelDims};
+use candle_core::{bail, Device, Result, Tensor};
+use std::path::Path;
+
+/// The hidden input of a drafter pass.
+pub enum DraftHidden {
+    /// Captured target states, [rows, aux layers * target hidden]; goes through `fc`.
+    Target(Tensor),
+    /// The drafter's own previous output, [rows, drafter hidden] (EAGLE-3 steps 2..K).
+    Own(Tensor),
+}
+
+pub struct DraftOutput {
+    /// [logit rows, draft vocab].
+    pub logits: Tensor,
+    /// [logit rows, drafter hidden]: what autoregressive drafting feeds back.
+    pub hidden: Tensor,
+}
+
+pub struct Drafter {
+    config: DrafterConfig,
+    dims: ModelDims,
+    aux_layer_ids: Vec<usize>,
+    embed: Embedding,
+    fc: Linear,
+    first: EagleInputLayer,
+    layers: Vec<DecoderLayer>,
+    norm: RmsNorm,
+    lm_head: Linear,
+    /// Target id of each draft id (`i + d2t[i]`).
+    draft_to_target: Vec<u32>,
+    /// `mask_hidden` as stored, [1, aux layers * target hidden]; P-EAGLE only.
+    mask_hidden: Option<Tensor>,
+    rope: RotaryEmbedding,
+    device: Device,
+}
+
+impl Drafter {
+    /// Loads a drafter for `target` from a directory in either published layout.
+    pub fn load(dir: &Path, target: &CausalLm, options: LoadOptions) -> std::result::Result<Self, LoadError> {
+        let config = DrafterConfig::from_file(&dir.join("config.json"))?;
+        let ckpt = Checkpoint::open(dir, options)?;
+        let cfg = &config.layers;
+        let invalid = |msg: String| cfg.invalid(msg);
+        let t = target.dims();
+        if cfg.vocab_size != t.vocab_size {
+            return Err(invalid(format!(
+                "drafter vocab_size {} differs from the target's {}",
+                cfg.vocab_size, t.vocab_size
+            )));
+        }
+        if config.target_hidden_size != t.hidden_size {
+            return Err(invalid(format!(
+                "drafter expects target hidden size {}, the target has {}",
+                config.target_hidden_size, t.hidden_size
+            )));
+        }
+        let aux_layer_ids = config
+            .aux_layer_ids
+            .clone()
+            .unwrap_or_else(|| vllm_default_aux_layers(t.num_layers));
+        if let Some(bad) = aux_layer_ids.iter().find(|l| **l >= t.num_layers) {
+            return Err(invalid(format!(
+                "aux hidden state layer {bad} but the target has {} layers",
+                t.num_layers
+            )));
+        }
+        let h = cfg.hidden_size;
+        let embed = if ckpt.contains("embed_tokens.weight") {
+            Embedding::new(ckpt.matrix("embed_tokens.weight", &[t.vocab_size, h])?)
+        } else if h == t.hidden_size {
+            Embedding::new(target.embedding().table().clone())
+        } else {
+            return Err(invalid(format!(
+                "no embed_tokens.weight and the drafter width {h} differs from the target's {}",
+                t.hidden_size
+            )));
+        };
+        let layout = if ckpt.contains("midlayer.self_attn.q_proj.weight") {
+            TensorLayout::Eagle3Midlayer
+        } else {
+            TensorLayout::Speculators
+        };
+        let first_prefix = match layout {
+            TensorLayout::Eagle3Midlayer => "midlayer",
+            TensorLayout::Speculators => "layers.0",
+        };
+        let opts = AttentionOptions {
+            qk_norm: cfg.model_type.as_deref() == Some("qwen3"),
+            bias: cfg.attention_bias,
+        };
+        let n_aux = aux_layer_ids.len();
+        let draft_to_target = load_d2t(&ckpt, config.draft_vocab_size)?;
+        let mask_hidden = match ckpt.contains("mask_hidden") {
+            true => Some(load_mask_hidden(&ckpt, n_aux * t.hidden_size)?),
+            false => None,
+        };
+        let dims = ModelDims {
+            vocab_size: config.draft_vocab_size,
+            hidden_size: h,
+            num_layers: cfg.num_hidden_layers,
+            num_heads: cfg.num_attention_heads,
+            num_kv_heads: cfg.num_kv_heads(),
+            head_dim: cfg.head_dim(),
+        };
+        Ok(Self {
+            fc: Linear::load(&ckpt, "fc", h, n_aux * t.hidden_size, false)?,
+            first: EagleInputLayer::load(&ckpt, first_prefix, cfg, opts, config.norm_before_residual)?,
+            layers: (1..cfg.num_hidden_layers)
+                .map(|i| DecoderLayer::load(&ckpt, &format!("layers.{i}"), cfg, opts))
+                .collect::<std::result::Result<_, _>>()?,
+            norm: RmsNorm::load(&ckpt, "norm", h, cfg.rms_norm_eps)?,
+            lm_head: Linear::load(&ckpt, "lm_head", config.draft_vocab_size, h, false)?,
+            rope: RotaryEmbedding::new(cfg.head_dim(), &cfg.rope()?),
+            device: ckpt.device().clone(),
+            embed,
+            draft_to_target,
+            mask_hidden,
+            aux_layer_ids,
+            dims,
+            config,
+        })
+    }
+
+    pub fn config(&self) -> &DrafterConfig {
+        &self.config
+    }
+
+    /// Shape of the drafter's KV cache.
+    pub fn dims(&self) -> &ModelDims {
+        &self.dims
+    }
+
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// Target layers whose inputs the drafter reads, in concatenation order.
+    pub fn aux_layer_ids(&self) -> &[usize] {
+        &self.aux_layer_ids
+    }
+
+    /// The mask token and the hidden input of every future slot in parallel drafting. A
+    /// P-EAGLE checkpoint without them cannot draft in parallel.
+    pub fn parallel_inputs(&self) -> std::result::Result<(u32, &Tensor), LoadError> {
+        let missing = |what: &str| {
+            self.config.layers.invalid(format!(
+                "parallel drafting needs {what}, which this {:?} drafter does not have",
+                self.config.algorithm
+            ))
+        };
+        let token = self.config.mask_token_id.ok_or_else(|| missing("a mask_token_id"))?;
+        let hidden = self
+            .mask_hidden
+            .as_ref()
+            .ok_or_else(|| missing("a mask_hidden tensor"))?;
+        if token as usize >= self.dims.vocab_size.max(self.config.layers.vocab_size) {
+            return Err(missing("a mask_token_id inside the vocabulary"));
+        }
+        Ok((token, hidden))
+    }
+
+    pub fn is_parallel(&self) -> bool {
+        self.config.algorithm == DraftAlgorithm::PEagle
+    }
+
+    pub fn to_target_id(&self, draft_id: usize) -> u32 {
+        self.draft_to_target[draft_id]
+    }
+
+    pub fn forward(&self, batch: &ForwardBatch, hidden: &DraftHidden, kv: &KvCache) -> Result<DraftOutput> {
+        let rows = batch.token_ids.len();
+        if rows == 0 {
+            bail!("empty drafter batch");
+        }
+        if kv.num_layers() != self.dims.num_layers {
+            bail!(
+                "drafter KV cache has {} layers, the drafter {}",
+                kv.num_layers(),
+                self.dims.num_layers
+            );
+        }
+        let ids = Tensor::from_slice(&batch.token_ids, rows, &self.device)?;
+        let h = match hidden {
+            DraftHidden::Target(t) => self.fc.forward(t)?,
+            DraftHidden::Own(t) => t.clone(),
+        };
+        if h.dims() != [rows, self.dims.hidden_size] {
+            bail!(
+                "drafter hidden input is {:?}, expected [{rows}, {}]",
+                h.dims(),
+                self.dims.hidden_size
+            );
+        }
+        let rope = self.rope.tables(&batch.positions, &self.device)?;
+        let mut x = self
+            .first
+            .forward(&self.embed.forward(&ids)?, &h, &rope, kv.layer(0), &batch.attn)?;
+        for (i, layer) in self.layers.iter().enumerate() {
+            x = layer.forward(&x, &rope, kv.layer(i + 1), &batch.attn)?;
+        }
+        // A pass that only fills the drafter's cache (a prefill chunk) wants no logits.
+        let idx = Tensor::from_slice(&batch.logit_rows, batch.logit_rows.len(), &self.device)?;
+        let out = x.index_select(&idx, 0)?;
+        if batch.logit_rows.is_empty() {
+            let logits = Tensor::zeros((0, self.dims.vocab_size), x.dtype(), &self.device)?;
+            return Ok(DraftOutput { logits, hidden: out });
+        }
+        let normed = self.norm.forward(&out)?;
+        Ok(DraftOutput {
+            logits: self.lm_head.forward(&normed)?,
+            hidden: if self.config.norm_output { normed } else { out },
+        })
+    }
+}
+
+/// vLLM's default for published EAGLE-3 heads that do not list their layers.
+pub fn vllm_default_aux_layers(num_layers: usize) -> Vec<usize> {
+    vec![2.min(num_layers - 1), num_layers / 2, num_layers.saturating_sub(3)]
+}
+
+fn load_d2t(ckpt: &Checkpoint, draft_vocab: usize) -> std::result::Result<Vec<u32>, LoadError> {
+    if !ckpt.contains("d2t") {
+        return Ok((0..draft_vocab as u32).collect());
+    }
+    let offsets: Vec<i64> = ckpt
+        .int64("d2t", &[draft_vocab])?
+        .to_vec1()
+        .map_err(|source| LoadError::Candle {
+            context: "reading d2t".into(),
+            source,
+        })?;
+    Ok(offsets.iter().enumerate().map(|(i, o)| (i as i64 + o) as u32).collect())
+}
+
+fn load_mask_hidden(ckpt: &Checkpoint, width: usize) -> std::result::Result<Tensor, LoadError> {
+    // Published as [1, 1, width] (speculators) or [1, width].
+    let shape: &[usize] = if ckpt.shape_of("mask_hidden")?.len() == 3 {
+        &[1, 1, width]
+    } else {
+        &[1, width]
+    };
+    ckpt.vector("mask_hidden", shape)?
+        .reshape((1, width))
+        .map_err(|source| LoadError::Candle {
+            context: "reshaping mask_hidden".into(),
+            source,
+        })
+}

@@ -1,0 +1,59 @@
+use super::{Attention, AttentionOptions, Mlp, RmsNorm, RopeTables};
+use crate::checkpoint::Checkpoint;
+use crate::config::TextConfig;
+use crate::error::LoadError;
+use crate::kv_cache::LayerKv;
+use candle_core::{Result, Tensor};
+use peagle_kernels::AttentionMetadata;
+
+/// An EAGLE drafter's first layer: attention reads `[input_norm(embedding) ; hidden_norm(h)]`
+/// (2H wide) and the residual stream starts from the hidden input `h` alone.
+pub struct EagleInputLayer {
+    input_norm: RmsNorm,
+    hidden_norm: RmsNorm,
+    attn: Attention,
+    post_attention_norm: RmsNorm,
+    mlp: Mlp,
+    /// Start the residual from `hidden_norm(h)` instead of `h`.
+    norm_before_residual: bool,
+}
+
+impl EagleInputLayer {
+    pub fn load(
+        ckpt: &Checkpoint,
+        prefix: &str,
+        cfg: &TextConfig,
+        opts: AttentionOptions,
+        norm_before_residual: bool,
+    ) -> std::result::Result<Self, LoadError> {
+        let h = cfg.hidden_size;
+        let norm = |name: &str| RmsNorm::load(ckpt, &format!("{prefix}.{name}"), h, cfg.rms_norm_eps);
+        Ok(Self {
+            input_norm: norm("input_layernorm")?,
+            hidden_norm: norm("hidden_norm")?,
+            attn: Attention::load(ckpt, &format!("{prefix}.self_attn"), cfg, 2 * h, opts)?,
+            post_attention_norm: norm("post_attention_layernorm")?,
+            mlp: Mlp::load(ckpt, &format!("{prefix}.mlp"), h, cfg.intermediate_size)?,
+            norm_before_residual,
+        })
+    }
+
+    pub fn forward(
+        &self,
+        embeds: &Tensor,
+        hidden: &Tensor,
+        rope: &RopeTables,
+        kv: &LayerKv,
+        meta: &AttentionMetadata,
+    ) -> Result<Tensor> {
+        let normed_hidden = self.hidden_norm.forward(hidden)?;
+        let residual = if self.norm_before_residual {
+            &normed_hidden
+        } else {
+            hidden
+        };
+        let input = Tensor::cat(&[&self.input_norm.forward(embeds)?, &normed_hidden], 1)?;
+        let x = (residual + self.attn.forward(&input, rope, kv, meta)?)?;
+        &x + self.mlp.forward(&self.post_attention_norm.forward(&x)?)?
+    }
+}
