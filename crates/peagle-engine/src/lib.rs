@@ -3,19 +3,23 @@
 
 pub mod block_manager;
 pub mod detokenizer;
+pub mod engine;
 pub mod generator;
 pub mod model_runner;
 pub mod proposer;
 pub mod sampler;
+pub mod scheduler;
 pub mod sequence;
 pub mod spec_stats;
 pub mod verifier;
 
 pub use block_manager::{BlockManager, OutOfBlocks};
 pub use detokenizer::IncrementalDecoder;
+pub use engine::{EngineConfig, EngineHandle, EngineMetrics, Event, Request, SubmitError};
 pub use generator::{DraftOptions, GenerateError, GenerateOutput, Generator, GeneratorOptions};
 pub use model_runner::{ModelRunner, SpeculativeConfig, Work};
 pub use sampler::{Sampler, SamplingParams};
-pub use sequence::{FinishReason, GenerateParams, Sequence};
+pub use scheduler::SchedulerConfig;
+pub use sequence::{FinishReason, GenerateParams, Sequence, TokenOutput};
 pub use spec_stats::SpecStats;
 pub use verifier::{verify, Verdict};

@@ -5,7 +5,7 @@
 use crate::block_manager::BlockManager;
 use crate::generator::GenerateError;
 use crate::proposer::{DraftRequest, Eagle3Proposer, NoProposer, PEagleProposer, Proposer};
-use crate::sequence::Sequence;
+use crate::sequence::{Sequence, TokenOutput};
 use crate::spec_stats::SpecStats;
 use crate::verifier::verify;
 use candle_core::Tensor;
@@ -118,7 +118,9 @@ impl ModelRunner {
         start + rows + self.proposer.lookahead()
     }
 
-    pub fn step(&mut self, work: &mut [(&mut Sequence, Work)]) -> Result<(), GenerateError> {
+    /// Runs one step. With `speculate` false no drafts are proposed (the drafter still caches
+    /// the new positions, so drafting can resume later without a gap).
+    pub fn step(&mut self, work: &mut [(&mut Sequence, Work)], speculate: bool) -> Result<(), GenerateError> {
         let capture = if self.k() > 0 { Rows::All } else { Rows::None };
         let mut batch = BatchBuilder::new(self.kv.block_size());
         let mut placed = Vec::with_capacity(work.len());
@@ -138,8 +140,8 @@ impl ModelRunner {
                 Work::Decode => [&seq.token_ids[start..], &seq.drafts[..]].concat(),
             };
             let logits = match w {
-                Work::Prefill(_) if start + rows < seq.len() => Rows::None,
-                Work::Prefill(_) => Rows::Tail(1),
+                Work::Prefill(_) if samples(seq, start + rows) => Rows::Tail(1),
+                Work::Prefill(_) => Rows::None,
                 Work::Decode => Rows::All,
             };
             placed.push(batch.add(&tokens, start, &seq.block_table, logits, capture)?);
@@ -154,42 +156,33 @@ impl ModelRunner {
                 Some(a) => a.narrow(0, rows.captured.start, len),
                 None => Ok(Tensor::zeros(0, candle_core::DType::F32, self.target.device())?),
             };
-            let slots = match w {
-                Work::Prefill(_) if start + n < seq.len() => {
+            let (tokens, hidden, draft) = match w {
+                Work::Prefill(_) if !samples(seq, start + n) => {
                     seq.num_cached = start + n;
-                    Some((seq.token_ids[start + 1..=start + n].to_vec(), aux(n)?, false))
+                    (seq.token_ids[start + 1..=start + n].to_vec(), aux(n)?, false)
                 }
                 Work::Prefill(_) => {
-                    let row = &logits[rows.logits.start];
-                    let token = verify(
-                        &[],
-                        std::slice::from_ref(row),
-                        None,
-                        &seq.params.sampling,
-                        &mut seq.sampler,
-                    );
+                    let row = std::slice::from_ref(&logits[rows.logits.start]);
+                    let token = verify(&[], row, None, &seq.params.sampling, &mut seq.sampler);
                     seq.num_cached = seq.len();
-                    seq.commit(&token.tokens, &self.eos_token_ids, self.max_model_len);
+                    let outputs = token_outputs(&token.tokens, row, seq.logprobs);
+                    seq.commit(&outputs, &self.eos_token_ids, self.max_model_len);
                     let slots = [&seq.token_ids[start + 1..seq.num_cached], &token.tokens[..]].concat();
-                    Some((slots, aux(n)?, true))
+                    (slots, aux(n)?, speculate)
                 }
                 Work::Decode => {
                     let drafts = std::mem::take(&mut seq.drafts);
-                    let verdict = verify(
-                        &drafts,
-                        &logits[rows.logits.clone()],
-                        None,
-                        &seq.params.sampling,
-                        &mut seq.sampler,
-                    );
+                    let window = &logits[rows.logits.clone()];
+                    let verdict = verify(&drafts, window, None, &seq.params.sampling, &mut seq.sampler);
                     seq.spec_stats.record(drafts.len(), verdict.accepted);
                     self.stats.record(drafts.len(), verdict.accepted);
                     seq.num_cached = start + verdict.accepted + 1;
-                    seq.commit(&verdict.tokens, &self.eos_token_ids, self.max_model_len);
-                    Some((verdict.tokens, aux(verdict.accepted + 1)?, true))
+                    let outputs = token_outputs(&verdict.tokens, window, seq.logprobs);
+                    seq.commit(&outputs, &self.eos_token_ids, self.max_model_len);
+                    (verdict.tokens, aux(verdict.accepted + 1)?, speculate)
                 }
             };
-            if let (Some((tokens, hidden, draft)), true) = (slots, self.k() > 0 && seq.finish.is_none()) {
+            if self.k() > 0 && seq.speculate && seq.finish.is_none() {
                 plans.push(DraftPlan {
                     index,
                     start,
@@ -235,7 +228,48 @@ impl ModelRunner {
 /// First position and number of target rows of `work`.
 fn span(seq: &Sequence, work: Work) -> (usize, usize) {
     match work {
-        Work::Prefill(n) => (seq.num_cached, n.min(seq.len() - seq.num_cached)),
+        Work::Prefill(n) => (seq.num_cached, n.min(seq.prefill_end() - seq.num_cached)),
         Work::Decode => (seq.len() - 1, 1 + seq.drafts.len()),
     }
+}
+
+/// Whether a prefill chunk ending at `end` completes a new prompt, so its last row samples.
+fn samples(seq: &Sequence, end: usize) -> bool {
+    seq.generated().is_empty() && end == seq.len()
+}
+
+/// Committed tokens with their log-probabilities from the rows that produced them.
+fn token_outputs(tokens: &[u32], rows: &[Vec<f32>], logprobs: Option<usize>) -> Vec<TokenOutput> {
+    tokens
+        .iter()
+        .zip(rows)
+        .map(|(&id, row)| match logprobs {
+            None => TokenOutput {
+                id,
+                logprob: None,
+                top_logprobs: Vec::new(),
+            },
+            Some(top) => {
+                let lp = log_softmax(row);
+                let mut order: Vec<usize> = (0..lp.len()).collect();
+                let top = top.min(lp.len());
+                if top > 0 {
+                    order.select_nth_unstable_by(top - 1, |a, b| lp[*b].total_cmp(&lp[*a]).then(a.cmp(b)));
+                }
+                order.truncate(top);
+                order.sort_by(|a, b| lp[*b].total_cmp(&lp[*a]).then(a.cmp(b)));
+                TokenOutput {
+                    id,
+                    logprob: Some(lp[id as usize]),
+                    top_logprobs: order.into_iter().map(|i| (i as u32, lp[i])).collect(),
+                }
+            }
+        })
+        .collect()
+}
+
+fn log_softmax(row: &[f32]) -> Vec<f32> {
+    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let log_sum = row.iter().map(|x| ((x - max) as f64).exp()).sum::<f64>().ln() as f32;
+    row.iter().map(|x| x - max - log_sum).collect()
 }

@@ -19,6 +19,15 @@ pub enum FinishReason {
     Length,
 }
 
+/// A committed token with its log-probability under the target model (before temperature).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenOutput {
+    pub id: u32,
+    pub logprob: Option<f32>,
+    /// The most likely tokens at this position, most likely first.
+    pub top_logprobs: Vec<(u32, f32)>,
+}
+
 pub struct Sequence {
     /// Prompt followed by generated tokens.
     pub token_ids: Vec<u32>,
@@ -32,6 +41,12 @@ pub struct Sequence {
     pub sampler: Sampler,
     pub finish: Option<FinishReason>,
     pub spec_stats: SpecStats,
+    /// Whether this request may use speculative decoding at all.
+    pub speculate: bool,
+    /// Report log-probabilities with this many alternatives.
+    pub logprobs: Option<usize>,
+    /// Tokens committed since the owner last drained them.
+    pub outputs: Vec<TokenOutput>,
 }
 
 impl Sequence {
@@ -46,6 +61,9 @@ impl Sequence {
             params,
             finish: None,
             spec_stats: SpecStats::default(),
+            speculate: true,
+            logprobs: None,
+            outputs: Vec::new(),
         }
     }
 
@@ -61,20 +79,38 @@ impl Sequence {
         &self.token_ids[self.num_prompt_tokens..]
     }
 
-    /// True while prompt tokens are still to be run through the target.
+    /// Where prefill stops: the whole prompt for a new sequence (its last row samples the
+    /// first token); all but the last token for one recomputed after preemption, which then
+    /// continues decoding from that token.
+    pub fn prefill_end(&self) -> usize {
+        if self.generated().is_empty() {
+            self.len()
+        } else {
+            self.len() - 1
+        }
+    }
+
+    /// True while tokens before the decode point are still to be run through the target.
     pub fn in_prefill(&self) -> bool {
-        self.num_cached < self.token_ids.len() && self.generated().is_empty()
+        self.num_cached < self.prefill_end()
+    }
+
+    /// Forgets the cache (after preemption): the next steps recompute it from the tokens.
+    pub fn reset_cache(&mut self) {
+        self.num_cached = 0;
+        self.drafts.clear();
     }
 
     /// Appends committed tokens in order, stopping at an end-of-sequence token (not kept),
     /// at max_tokens or at `max_len`.
-    pub fn commit(&mut self, tokens: &[u32], eos: &[u32], max_len: usize) {
-        for &t in tokens {
-            if !self.params.ignore_eos && eos.contains(&t) {
+    pub fn commit(&mut self, tokens: &[TokenOutput], eos: &[u32], max_len: usize) {
+        for t in tokens {
+            if !self.params.ignore_eos && eos.contains(&t.id) {
                 self.finish = Some(FinishReason::Stop);
                 return;
             }
-            self.token_ids.push(t);
+            self.token_ids.push(t.id);
+            self.outputs.push(t.clone());
             if self.generated().len() >= self.params.max_tokens || self.len() >= max_len {
                 self.finish = Some(FinishReason::Length);
                 return;

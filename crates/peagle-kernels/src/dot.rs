@@ -28,6 +28,29 @@ pub fn dot_bf16(a: &[f32], b: &[bf16]) -> f32 {
     portable::dot(a, b, bf16::to_f32)
 }
 
+/// Four rows against one weight vector, each result bit-identical to `dot_f32(xs[r], w)`: the
+/// weight vector is loaded once for all four, which is what makes small-row matmuls cheap.
+pub fn dot_f32_x4(xs: [&[f32]; 4], w: &[f32]) -> [f32; 4] {
+    assert!(xs.iter().all(|x| x.len() == w.len()), "dot_f32_x4 length mismatch");
+    #[cfg(target_arch = "x86_64")]
+    if x86::available() {
+        // SAFETY: the CPU supports AVX2 and FMA (checked above); lengths are equal.
+        return unsafe { x86::dot_f32_x4(xs, w) };
+    }
+    xs.map(|x| portable::dot(x, w, |v| v))
+}
+
+/// `dot_f32_x4` with bf16 weights.
+pub fn dot_bf16_x4(xs: [&[f32]; 4], w: &[bf16]) -> [f32; 4] {
+    assert!(xs.iter().all(|x| x.len() == w.len()), "dot_bf16_x4 length mismatch");
+    #[cfg(target_arch = "x86_64")]
+    if x86::available() {
+        // SAFETY: the CPU supports AVX2 and FMA (checked above); lengths are equal.
+        return unsafe { x86::dot_bf16_x4(xs, w) };
+    }
+    xs.map(|x| portable::dot(x, w, bf16::to_f32))
+}
+
 mod portable {
     const LANES: usize = 8;
 
@@ -72,45 +95,65 @@ mod x86 {
         _mm_cvtss_f32(s)
     }
 
-    /// Four independent accumulators over 32-element blocks (to hide FMA latency), then 8-wide
-    /// steps, then a scalar tail; the combination order is fixed.
-    macro_rules! dot_body {
-        ($a:expr, $b:expr, $load:expr, $scalar:expr) => {{
-            let (a, b) = ($a, $b);
-            let n = a.len();
-            let pa = a.as_ptr();
-            let pb = b.as_ptr();
-            let mut acc = [_mm256_setzero_ps(); 4];
+    /// The reduction order every x86 dot product follows, for any number of rows at once:
+    /// per row, two accumulators over 16-element blocks, one 8-wide step into the first, their
+    /// sum, a fixed horizontal sum, then the scalar tail. Each weight block is loaded (and
+    /// widened from bf16) once and used by all `R` rows.
+    macro_rules! dot_rows {
+        ($xs:expr, $w:expr, $load:expr, $scalar:expr, $rows:literal) => {{
+            let xs: [&[f32]; $rows] = $xs;
+            let w = $w;
+            let n = w.len();
+            let pw = w.as_ptr();
+            let mut acc = [[_mm256_setzero_ps(); 2]; $rows];
             let mut i = 0;
-            while i + 32 <= n {
-                for (j, acc) in acc.iter_mut().enumerate() {
-                    let off = i + 8 * j;
-                    *acc = _mm256_fmadd_ps(_mm256_loadu_ps(pa.add(off)), $load(pb.add(off)), *acc);
+            while i + 16 <= n {
+                let w0 = $load(pw.add(i));
+                let w1 = $load(pw.add(i + 8));
+                for r in 0..$rows {
+                    let px = xs[r].as_ptr().add(i);
+                    acc[r][0] = _mm256_fmadd_ps(_mm256_loadu_ps(px), w0, acc[r][0]);
+                    acc[r][1] = _mm256_fmadd_ps(_mm256_loadu_ps(px.add(8)), w1, acc[r][1]);
                 }
-                i += 32;
+                i += 16;
             }
-            while i + 8 <= n {
-                acc[0] = _mm256_fmadd_ps(_mm256_loadu_ps(pa.add(i)), $load(pb.add(i)), acc[0]);
+            if i + 8 <= n {
+                let w0 = $load(pw.add(i));
+                for r in 0..$rows {
+                    acc[r][0] = _mm256_fmadd_ps(_mm256_loadu_ps(xs[r].as_ptr().add(i)), w0, acc[r][0]);
+                }
                 i += 8;
             }
-            let v = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
-            let mut sum = hsum(v);
-            while i < n {
-                sum += a[i] * $scalar(b[i]);
-                i += 1;
+            let mut out = [0f32; $rows];
+            for r in 0..$rows {
+                let mut sum = hsum(_mm256_add_ps(acc[r][0], acc[r][1]));
+                for j in i..n {
+                    sum += xs[r][j] * $scalar(w[j]);
+                }
+                out[r] = sum;
             }
-            sum
+            out
         }};
     }
 
     #[target_feature(enable = "avx2,fma")]
     pub unsafe fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
-        dot_body!(a, b, |p| _mm256_loadu_ps(p), |x: f32| x)
+        dot_rows!([a], b, |p| _mm256_loadu_ps(p), |x: f32| x, 1)[0]
     }
 
     #[target_feature(enable = "avx2,fma")]
     pub unsafe fn dot_bf16(a: &[f32], b: &[bf16]) -> f32 {
-        dot_body!(a, b, |p| load_bf16(p), bf16::to_f32)
+        dot_rows!([a], b, |p| load_bf16(p), bf16::to_f32, 1)[0]
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn dot_f32_x4(xs: [&[f32]; 4], w: &[f32]) -> [f32; 4] {
+        dot_rows!(xs, w, |p| _mm256_loadu_ps(p), |x: f32| x, 4)
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn dot_bf16_x4(xs: [&[f32]; 4], w: &[bf16]) -> [f32; 4] {
+        dot_rows!(xs, w, |p| load_bf16(p), bf16::to_f32, 4)
     }
 }
 
@@ -132,6 +175,21 @@ mod tests {
             let (a, b) = (ramp(n, 0.1), ramp(n, 2.0));
             let got = dot_f32(&a, &b) as f64;
             assert!((got - naive(&a, &b)).abs() < 1e-4, "n={n}");
+        }
+    }
+
+    #[test]
+    fn four_row_kernels_equal_single_rows_bitwise() {
+        for n in [5, 8, 16, 23, 64, 100] {
+            let rows: Vec<Vec<f32>> = (0..4).map(|r| ramp(n, r as f32)).collect();
+            let xs = [&rows[0][..], &rows[1][..], &rows[2][..], &rows[3][..]];
+            let w = ramp(n, 9.0);
+            let w16: Vec<bf16> = w.iter().map(|x| bf16::from_f32(*x)).collect();
+            let (four, four16) = (dot_f32_x4(xs, &w), dot_bf16_x4(xs, &w16));
+            for r in 0..4 {
+                assert_eq!(four[r].to_bits(), dot_f32(xs[r], &w).to_bits(), "n={n} row {r}");
+                assert_eq!(four16[r].to_bits(), dot_bf16(xs[r], &w16).to_bits(), "n={n} row {r}");
+            }
         }
     }
 

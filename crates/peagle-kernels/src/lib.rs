@@ -8,7 +8,7 @@ mod kv_write;
 mod linear;
 mod paged_attention;
 
-pub use dot::{dot_bf16, dot_f32};
+pub use dot::{dot_bf16, dot_bf16_x4, dot_f32, dot_f32_x4};
 pub use error::KernelError;
 pub use kv_write::write_kv;
 pub use linear::linear;

@@ -4,7 +4,7 @@
 //! is memory-bound: each weight row is read once per call and reused for all input rows while it
 //! is in cache. Work is split across threads by weight rows, which never changes a reduction.
 
-use crate::dot::{dot_bf16, dot_f32};
+use crate::dot::{dot_bf16, dot_bf16_x4, dot_f32, dot_f32_x4};
 use crate::error::bad_input;
 use candle_core::backend::BackendStorage;
 use candle_core::{CpuStorage, CustomOp2, Layout, Result, Shape, Tensor};
@@ -37,8 +37,8 @@ impl CustomOp2 for Linear {
         }
         let x = contiguous(xs.as_slice::<f32>()?, xl, "input")?;
         let y = match ws {
-            CpuStorage::F32(w) => matmul(x, contiguous(w, wl, "weight")?, rows, n, k, dot_f32),
-            CpuStorage::BF16(w) => matmul(x, contiguous(w, wl, "weight")?, rows, n, k, dot_bf16),
+            CpuStorage::F32(w) => matmul(x, contiguous(w, wl, "weight")?, rows, n, k, (dot_f32, dot_f32_x4)),
+            CpuStorage::BF16(w) => matmul(x, contiguous(w, wl, "weight")?, rows, n, k, (dot_bf16, dot_bf16_x4)),
             other => {
                 let dtype = other.dtype();
                 return Err(bad_input("linear", format!("unsupported weight dtype {dtype:?}")));
@@ -55,7 +55,10 @@ pub(crate) fn contiguous<'a, T>(data: &'a [T], layout: &Layout, what: &str) -> R
     }
 }
 
-fn matmul<W: Sync>(x: &[f32], w: &[W], rows: usize, n: usize, k: usize, dot: fn(&[f32], &[W]) -> f32) -> Vec<f32> {
+/// A dot product for one row and one for four rows at once, bit-identical per row.
+type Dots<W> = (fn(&[f32], &[W]) -> f32, fn([&[f32]; 4], &[W]) -> [f32; 4]);
+
+fn matmul<W: Sync>(x: &[f32], w: &[W], rows: usize, n: usize, k: usize, (dot, dot4): Dots<W>) -> Vec<f32> {
     if rows == 0 || n == 0 {
         return vec![0.0; rows * n];
     }
@@ -67,8 +70,15 @@ fn matmul<W: Sync>(x: &[f32], w: &[W], rows: usize, n: usize, k: usize, dot: fn(
             let first = chunk * WEIGHT_ROWS_PER_TASK;
             for (j, out_row) in out.chunks_mut(rows).enumerate() {
                 let wr = &w[(first + j) * k..][..k];
-                for (t, o) in out_row.iter_mut().enumerate() {
-                    *o = dot(&x[t * k..][..k], wr);
+                let x_row = |t: usize| &x[t * k..][..k];
+                let mut quads = out_row.chunks_exact_mut(4);
+                for (q, o) in quads.by_ref().enumerate() {
+                    let t = 4 * q;
+                    o.copy_from_slice(&dot4([x_row(t), x_row(t + 1), x_row(t + 2), x_row(t + 3)], wr));
+                }
+                let done = rows / 4 * 4;
+                for (t, o) in quads.into_remainder().iter_mut().enumerate() {
+                    *o = dot(x_row(done + t), wr);
                 }
             }
         });

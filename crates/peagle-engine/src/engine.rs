@@ -1,0 +1,233 @@
+//! The serving engine (DESIGN.md section 2): a thread of its own owns the model runner and
+//! all model state. Requests arrive over a channel; each gets its own channel of events.
+//! Dropping a request's event receiver cancels it and frees its KV blocks.
+
+use crate::model_runner::ModelRunner;
+use crate::scheduler::{Entry, Scheduler, SchedulerConfig};
+pub use crate::sequence::TokenOutput;
+use crate::sequence::{FinishReason, GenerateParams, Sequence};
+use crate::spec_stats::SpecStats;
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+use thiserror::Error;
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
+
+/// One generation request, already tokenized.
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub prompt: Vec<u32>,
+    pub params: GenerateParams,
+    /// Per-request opt-out of speculative decoding.
+    pub speculate: bool,
+    /// Return the log-probability of each token and this many top alternatives.
+    pub logprobs: Option<usize>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// Tokens committed by one engine step, in order.
+    Tokens(Vec<TokenOutput>),
+    Finished {
+        reason: FinishReason,
+        prompt_tokens: usize,
+        completion_tokens: usize,
+    },
+    /// The request failed; no more events follow.
+    Failed(String),
+}
+
+#[derive(Debug, Error, PartialEq)]
+pub enum SubmitError {
+    /// Bad request: the message says what is wrong.
+    #[error("{0}")]
+    Invalid(String),
+    #[error("the server is busy: {waiting} requests are waiting (limit {limit}); retry later")]
+    QueueFull { waiting: usize, limit: usize },
+    #[error("the server is shutting down")]
+    ShuttingDown,
+}
+
+/// Counters for /metrics; a snapshot is cheap to take.
+#[derive(Debug, Clone, Default)]
+pub struct EngineMetrics {
+    pub running: usize,
+    pub waiting: usize,
+    pub kv_blocks_used: usize,
+    pub kv_blocks_total: usize,
+    pub prompt_tokens_total: u64,
+    pub generation_tokens_total: u64,
+    pub requests_finished_stop: u64,
+    pub requests_finished_length: u64,
+    pub requests_aborted: u64,
+    pub preemptions_total: u64,
+    pub spec: SpecStats,
+    /// Drafts per step in use now (0 when speculation is off or suspended under load).
+    pub k_in_use: usize,
+}
+
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    pub scheduler: SchedulerConfig,
+    /// Most requests waiting for admission before new ones are refused.
+    pub max_waiting: usize,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        Self {
+            scheduler: SchedulerConfig::default(),
+            max_waiting: 256,
+        }
+    }
+}
+
+enum Command {
+    Submit(Box<Entry>),
+    Shutdown,
+}
+
+/// The way in: cheap to clone, usable from any thread or task.
+#[derive(Clone)]
+pub struct EngineHandle {
+    commands: mpsc::Sender<Command>,
+    metrics: Arc<Mutex<EngineMetrics>>,
+    max_model_len: usize,
+    max_waiting: usize,
+}
+
+impl EngineHandle {
+    /// Starts the engine thread.
+    pub fn start(runner: ModelRunner, config: EngineConfig) -> Self {
+        let (commands, inbox) = mpsc::channel();
+        let metrics = Arc::new(Mutex::new(EngineMetrics {
+            kv_blocks_total: runner.blocks().num_blocks(),
+            ..Default::default()
+        }));
+        let handle = Self {
+            commands,
+            metrics: metrics.clone(),
+            max_model_len: runner.max_model_len(),
+            max_waiting: config.max_waiting,
+        };
+        let scheduler = Scheduler::new(config.scheduler);
+        std::thread::Builder::new()
+            .name("peagle-engine".into())
+            .spawn(move || {
+                EngineLoop {
+                    runner,
+                    scheduler,
+                    inbox,
+                    metrics,
+                    accepting: true,
+                }
+                .run()
+            })
+            .expect("spawning the engine thread");
+        handle
+    }
+
+    pub fn max_model_len(&self) -> usize {
+        self.max_model_len
+    }
+
+    /// Queues a request; its events arrive on the returned receiver.
+    pub fn submit(&self, request: Request) -> Result<UnboundedReceiver<Event>, SubmitError> {
+        validate(&request, self.max_model_len)?;
+        let waiting = self.metrics().waiting;
+        if waiting >= self.max_waiting {
+            return Err(SubmitError::QueueFull {
+                waiting,
+                limit: self.max_waiting,
+            });
+        }
+        let (tx, rx) = unbounded_channel();
+        let mut seq = Sequence::new(request.prompt, request.params);
+        seq.speculate = request.speculate;
+        seq.logprobs = request.logprobs;
+        let entry = Entry {
+            seq,
+            events: tx,
+            arrived: Instant::now(),
+        };
+        self.commands
+            .send(Command::Submit(Box::new(entry)))
+            .map_err(|_| SubmitError::ShuttingDown)?;
+        self.metrics.lock().expect("metrics lock").waiting += 1;
+        Ok(rx)
+    }
+
+    pub fn metrics(&self) -> EngineMetrics {
+        self.metrics.lock().expect("metrics lock").clone()
+    }
+
+    /// Refuses new requests from now on; those already queued or running still finish.
+    pub fn shutdown(&self) {
+        let _ = self.commands.send(Command::Shutdown);
+    }
+}
+
+fn validate(r: &Request, max_model_len: usize) -> Result<(), SubmitError> {
+    let invalid = |m: String| Err(SubmitError::Invalid(m));
+    if r.prompt.is_empty() {
+        return invalid("the prompt is empty".into());
+    }
+    if r.prompt.len() >= max_model_len {
+        return invalid(format!(
+            "the prompt has {} tokens but the model's context is {max_model_len} tokens",
+            r.prompt.len()
+        ));
+    }
+    if r.params.max_tokens == 0 {
+        return invalid("max_tokens must be at least 1".into());
+    }
+    r.params
+        .sampling
+        .validate()
+        .map_err(|e| SubmitError::Invalid(e.to_string()))
+}
+
+struct EngineLoop {
+    runner: ModelRunner,
+    scheduler: Scheduler,
+    inbox: mpsc::Receiver<Command>,
+    metrics: Arc<Mutex<EngineMetrics>>,
+    accepting: bool,
+}
+
+impl EngineLoop {
+    fn run(mut self) {
+        loop {
+            // Block while idle; otherwise take whatever has arrived and keep stepping.
+            if self.scheduler.is_idle() {
+                match self.inbox.recv() {
+                    Ok(cmd) => self.handle(cmd),
+                    Err(_) => return,
+                }
+            }
+            while let Ok(cmd) = self.inbox.try_recv() {
+                self.handle(cmd);
+            }
+            self.scheduler.step(&mut self.runner);
+            self.publish();
+            if !self.accepting && self.scheduler.is_idle() {
+                return;
+            }
+        }
+    }
+
+    fn handle(&mut self, cmd: Command) {
+        match cmd {
+            Command::Submit(entry) if self.accepting => self.scheduler.add(*entry),
+            Command::Submit(entry) => {
+                let _ = entry.events.send(Event::Failed(SubmitError::ShuttingDown.to_string()));
+            }
+            Command::Shutdown => self.accepting = false,
+        }
+    }
+
+    fn publish(&self) {
+        let mut m = self.metrics.lock().expect("metrics lock");
+        self.scheduler.fill_metrics(&self.runner, &mut m);
+    }
+}

@@ -1,0 +1,259 @@
+//! Continuous batching: each step, running sequences go first (oldest first), then waiting
+//! requests are admitted while the token budget, the sequence limit and free KV blocks allow.
+//! Long prompts are prefilled in chunks. When blocks run out, the newest running sequence is
+//! preempted: its blocks are freed and it is recomputed later from its tokens; nothing is lost.
+//!
+//! Speculation under load: a verification window costs K+1 target rows, so as the batch grows
+//! drafts stop being free. While more than `max_speculative_batch` sequences decode at once,
+//! no drafts are proposed (the drafter keeps caching, so drafting resumes cleanly).
+
+use crate::engine::{EngineMetrics, Event};
+use crate::model_runner::{ModelRunner, Work};
+use crate::sequence::{FinishReason, Sequence};
+use std::collections::VecDeque;
+use std::time::Instant;
+use tokio::sync::mpsc::UnboundedSender;
+
+#[derive(Debug, Clone)]
+pub struct SchedulerConfig {
+    /// Most sequences in one step.
+    pub max_num_seqs: usize,
+    /// Most target rows (prefill tokens + verification windows) in one step.
+    pub max_num_batched_tokens: usize,
+    /// Above this many decoding sequences, speculation is suspended.
+    pub max_speculative_batch: usize,
+}
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        Self {
+            max_num_seqs: 64,
+            max_num_batched_tokens: 2048,
+            max_speculative_batch: 16,
+        }
+    }
+}
+
+/// A request inside the engine.
+pub struct Entry {
+    pub seq: Sequence,
+    pub events: UnboundedSender<Event>,
+    pub arrived: Instant,
+}
+
+#[derive(Default)]
+struct Counters {
+    prompt_tokens: u64,
+    generation_tokens: u64,
+    finished_stop: u64,
+    finished_length: u64,
+    aborted: u64,
+    preemptions: u64,
+}
+
+pub struct Scheduler {
+    config: SchedulerConfig,
+    waiting: VecDeque<Entry>,
+    running: Vec<Entry>,
+    counters: Counters,
+    k_in_use: usize,
+}
+
+impl Scheduler {
+    pub fn new(config: SchedulerConfig) -> Self {
+        Self {
+            config,
+            waiting: VecDeque::new(),
+            running: Vec::new(),
+            counters: Counters::default(),
+            k_in_use: 0,
+        }
+    }
+
+    pub fn add(&mut self, entry: Entry) {
+        self.waiting.push_back(entry);
+    }
+
+    pub fn is_idle(&self) -> bool {
+        self.waiting.is_empty() && self.running.is_empty()
+    }
+
+    /// One engine step: drop cancelled requests, schedule, run, send events.
+    pub fn step(&mut self, runner: &mut ModelRunner) {
+        self.drop_cancelled(runner);
+        let decoding = self.running.iter().filter(|e| !e.seq.in_prefill()).count();
+        let speculate = decoding <= self.config.max_speculative_batch;
+        self.k_in_use = if speculate { runner.k() } else { 0 };
+        let plan = self.schedule(runner);
+        if plan.is_empty() {
+            return;
+        }
+        let mut work: Vec<(&mut Sequence, Work)> = Vec::with_capacity(plan.len());
+        let mut planned = plan.iter().peekable();
+        for (i, entry) in self.running.iter_mut().enumerate() {
+            if let Some((_, w)) = planned.next_if(|(j, _)| *j == i) {
+                work.push((&mut entry.seq, *w));
+            }
+        }
+        if let Err(e) = runner.step(&mut work, speculate) {
+            tracing::error!(error = %e, "engine step failed");
+            let message = format!("engine step failed: {e}");
+            for (i, _) in plan.iter().rev() {
+                let mut entry = self.running.remove(*i);
+                runner.release(&mut entry.seq);
+                let _ = entry.events.send(Event::Failed(message.clone()));
+            }
+            return;
+        }
+        self.emit(runner);
+    }
+
+    /// Chooses this step's work; preempts the newest sequences when blocks run short.
+    fn schedule(&mut self, runner: &mut ModelRunner) -> Vec<(usize, Work)> {
+        let mut budget = self.config.max_num_batched_tokens;
+        let mut free = runner.blocks().num_free();
+        let mut plan = Vec::new();
+        let mut i = 0;
+        while i < self.running.len() && budget > 0 {
+            let seq = &self.running[i].seq;
+            let work = if seq.in_prefill() {
+                Work::Prefill(budget)
+            } else {
+                Work::Decode
+            };
+            let rows = rows_of(seq, work);
+            if rows > budget {
+                i += 1;
+                continue;
+            }
+            let need = blocks_needed(runner, seq, work);
+            if need > free {
+                // Free blocks by preempting the newest sequence; if that is this one, it waits.
+                let victim = self.running.len() - 1;
+                let victim_free = self.running[victim].seq.block_table.len();
+                self.preempt(runner, victim);
+                if victim == i {
+                    break;
+                }
+                free += victim_free;
+                continue;
+            }
+            free -= need;
+            budget -= rows;
+            plan.push((i, work));
+            i += 1;
+        }
+        while self.running.len() < self.config.max_num_seqs && budget > 0 {
+            let Some(entry) = self.waiting.front() else { break };
+            let work = Work::Prefill(budget);
+            let need = blocks_needed(runner, &entry.seq, work);
+            if need > free {
+                if self.running.is_empty() && need > runner.blocks().num_blocks() {
+                    let entry = self.waiting.pop_front().expect("front exists");
+                    let _ = entry.events.send(Event::Failed(format!(
+                        "the request needs {need} KV blocks but the cache has {}",
+                        runner.blocks().num_blocks()
+                    )));
+                    continue;
+                }
+                break;
+            }
+            let entry = self.waiting.pop_front().expect("front exists");
+            if entry.seq.num_cached == 0 && entry.seq.generated().is_empty() {
+                self.counters.prompt_tokens += entry.seq.num_prompt_tokens as u64;
+            }
+            free -= need;
+            budget -= rows_of(&entry.seq, work);
+            self.running.push(entry);
+            plan.push((self.running.len() - 1, work));
+        }
+        plan
+    }
+
+    fn preempt(&mut self, runner: &mut ModelRunner, index: usize) {
+        let mut entry = self.running.remove(index);
+        runner.release(&mut entry.seq);
+        entry.seq.reset_cache();
+        self.counters.preemptions += 1;
+        tracing::debug!(tokens = entry.seq.len(), "preempted a sequence for recompute");
+        self.waiting.push_front(entry);
+    }
+
+    /// Sends committed tokens and finishes; finished sequences leave the batch.
+    fn emit(&mut self, runner: &mut ModelRunner) {
+        let mut i = 0;
+        while i < self.running.len() {
+            let entry = &mut self.running[i];
+            let outputs = std::mem::take(&mut entry.seq.outputs);
+            self.counters.generation_tokens += outputs.len() as u64;
+            let mut alive = outputs.is_empty() || entry.events.send(Event::Tokens(outputs)).is_ok();
+            if let Some(reason) = entry.seq.finish {
+                match reason {
+                    FinishReason::Stop => self.counters.finished_stop += 1,
+                    FinishReason::Length => self.counters.finished_length += 1,
+                }
+                let _ = entry.events.send(Event::Finished {
+                    reason,
+                    prompt_tokens: entry.seq.num_prompt_tokens,
+                    completion_tokens: entry.seq.generated().len(),
+                });
+                alive = false;
+            }
+            if alive {
+                i += 1;
+            } else {
+                if entry.seq.finish.is_none() {
+                    self.counters.aborted += 1;
+                }
+                let mut entry = self.running.remove(i);
+                runner.release(&mut entry.seq);
+            }
+        }
+    }
+
+    /// Requests whose receiver is gone are cancelled and their blocks freed.
+    fn drop_cancelled(&mut self, runner: &mut ModelRunner) {
+        let before = self.waiting.len() + self.running.len();
+        self.waiting.retain(|e| !e.events.is_closed());
+        let mut i = 0;
+        while i < self.running.len() {
+            if self.running[i].events.is_closed() {
+                let mut entry = self.running.remove(i);
+                runner.release(&mut entry.seq);
+            } else {
+                i += 1;
+            }
+        }
+        self.counters.aborted += (before - self.waiting.len() - self.running.len()) as u64;
+    }
+
+    pub fn fill_metrics(&self, runner: &ModelRunner, m: &mut EngineMetrics) {
+        m.running = self.running.len();
+        m.waiting = self.waiting.len();
+        m.kv_blocks_used = runner.blocks().num_used();
+        m.kv_blocks_total = runner.blocks().num_blocks();
+        m.prompt_tokens_total = self.counters.prompt_tokens;
+        m.generation_tokens_total = self.counters.generation_tokens;
+        m.requests_finished_stop = self.counters.finished_stop;
+        m.requests_finished_length = self.counters.finished_length;
+        m.requests_aborted = self.counters.aborted;
+        m.preemptions_total = self.counters.preemptions;
+        m.spec = runner.stats().clone();
+        m.k_in_use = self.k_in_use;
+    }
+}
+
+fn rows_of(seq: &Sequence, work: Work) -> usize {
+    match work {
+        Work::Prefill(n) => n.min(seq.prefill_end() - seq.num_cached),
+        Work::Decode => 1 + seq.drafts.len(),
+    }
+}
+
+/// Blocks `work` adds to the sequence's table.
+fn blocks_needed(runner: &ModelRunner, seq: &Sequence, work: Work) -> usize {
+    runner
+        .blocks()
+        .blocks_for(runner.tokens_needed(seq, work))
+        .saturating_sub(seq.block_table.len())
+}

@@ -1,0 +1,238 @@
+//! The serving engine under concurrency: every request gets exactly what it gets alone,
+//! through preemption, speculation on, off and suspended, and cancellation frees its blocks.
+
+use peagle_engine::{
+    EngineConfig, EngineHandle, Event, FinishReason, GenerateParams, Generator, GeneratorOptions, ModelRunner, Request,
+    SamplingParams, SchedulerConfig, SpeculativeConfig, SubmitError,
+};
+use peagle_models::{load_causal_lm, Drafter, LoadOptions};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures")
+        .join(name)
+}
+
+fn engine(
+    draft: Option<(&str, usize, bool)>,
+    num_blocks: usize,
+    scheduler: SchedulerConfig,
+    max_waiting: usize,
+) -> EngineHandle {
+    let loaded = load_causal_lm(&fixture("tiny-llama"), LoadOptions::default()).unwrap();
+    let drafter = draft.map(|(dir, k, parallel)| {
+        let d = Drafter::load(&fixture(dir), &loaded.model, LoadOptions::default()).unwrap();
+        (d, SpeculativeConfig { k, parallel })
+    });
+    let eos = loaded.generation.eos_token_ids.clone();
+    let runner = ModelRunner::new(loaded.model, drafter, eos, 256, num_blocks, 16).unwrap();
+    EngineHandle::start(runner, EngineConfig { scheduler, max_waiting })
+}
+
+fn request(prompt: Vec<u32>, max_tokens: usize) -> Request {
+    Request {
+        prompt,
+        params: GenerateParams {
+            max_tokens,
+            sampling: SamplingParams::default(),
+            ignore_eos: true,
+        },
+        speculate: true,
+        logprobs: None,
+    }
+}
+
+/// Collects a request's tokens until it finishes.
+fn collect(mut rx: tokio::sync::mpsc::UnboundedReceiver<Event>) -> (Vec<u32>, FinishReason) {
+    let mut tokens = Vec::new();
+    while let Some(event) = rx.blocking_recv() {
+        match event {
+            Event::Tokens(t) => tokens.extend(t.iter().map(|o| o.id)),
+            Event::Finished {
+                reason,
+                completion_tokens,
+                ..
+            } => {
+                assert_eq!(completion_tokens, tokens.len());
+                return (tokens, reason);
+            }
+            Event::Failed(e) => panic!("request failed: {e}"),
+        }
+    }
+    panic!("event channel closed without Finished");
+}
+
+fn prompts(n: usize) -> Vec<Vec<u32>> {
+    (0..n)
+        .map(|i| {
+            (0..3 + (i * 7) % 29)
+                .map(|j| 2 + ((i * 31 + j * 17) % 380) as u32)
+                .collect()
+        })
+        .collect()
+}
+
+fn alone(prompts: &[Vec<u32>], max_tokens: usize) -> Vec<Vec<u32>> {
+    let mut g = Generator::from_dir(
+        &fixture("tiny-llama"),
+        None,
+        LoadOptions::default(),
+        &GeneratorOptions::default(),
+    )
+    .unwrap();
+    let params = GenerateParams {
+        max_tokens,
+        sampling: SamplingParams::default(),
+        ignore_eos: true,
+    };
+    prompts
+        .iter()
+        .map(|p| g.generate(p, &params, |_| {}).unwrap().token_ids)
+        .collect()
+}
+
+fn wait_until(what: &str, f: impl Fn() -> bool) {
+    let start = Instant::now();
+    while !f() {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn concurrent_requests_equal_their_solo_runs() {
+    let prompts = prompts(20);
+    let expected = alone(&prompts, 20);
+    let setups: [(Option<(&str, usize, bool)>, usize); 4] = [
+        (None, 64),
+        (Some(("tiny-llama-peagle", 3, true)), 64),
+        (Some(("tiny-llama-peagle", 3, false)), 64),
+        // Too few blocks for all 20 at once: the scheduler must preempt and recompute.
+        (Some(("tiny-llama-peagle", 3, true)), 12),
+    ];
+    for (draft, blocks) in setups {
+        let e = engine(draft, blocks, SchedulerConfig::default(), 256);
+        let receivers: Vec<_> = prompts
+            .iter()
+            .map(|p| e.submit(request(p.clone(), 20)).unwrap())
+            .collect();
+        let got: Vec<Vec<u32>> = receivers.into_iter().map(|rx| collect(rx).0).collect();
+        assert_eq!(got, expected, "{draft:?} with {blocks} blocks");
+        wait_until("blocks to be freed", || {
+            e.metrics().kv_blocks_used == 0 && e.metrics().running == 0
+        });
+        let m = e.metrics();
+        assert_eq!(m.generation_tokens_total, 20 * 20);
+        if blocks == 12 {
+            assert!(m.preemptions_total > 0, "expected preemptions: {m:?}");
+        }
+        if draft.is_some() {
+            assert!(m.spec.num_drafts > 0);
+        }
+    }
+}
+
+#[test]
+fn speculation_is_suspended_under_load_and_exactness_holds() {
+    let prompts = prompts(6);
+    let expected = alone(&prompts, 16);
+    let scheduler = SchedulerConfig {
+        max_speculative_batch: 2,
+        ..Default::default()
+    };
+    let e = engine(Some(("tiny-llama-peagle", 3, true)), 64, scheduler, 256);
+    let receivers: Vec<_> = prompts
+        .iter()
+        .map(|p| e.submit(request(p.clone(), 16)).unwrap())
+        .collect();
+    let got: Vec<Vec<u32>> = receivers.into_iter().map(|rx| collect(rx).0).collect();
+    assert_eq!(got, expected);
+    let drafts = e.metrics().spec.num_drafts;
+    // Alone, each request would verify drafts at every one of its 15 decode steps.
+    assert!(
+        drafts < 6 * 15,
+        "speculation should have been suspended for part of the run: {drafts} drafts"
+    );
+}
+
+#[test]
+fn a_request_can_opt_out_of_speculation() {
+    let e = engine(
+        Some(("tiny-llama-peagle", 3, true)),
+        64,
+        SchedulerConfig::default(),
+        256,
+    );
+    let mut r = request(prompts(1)[0].clone(), 12);
+    r.speculate = false;
+    let (tokens, _) = collect(e.submit(r).unwrap());
+    assert_eq!(tokens, alone(&prompts(1), 12)[0]);
+    assert_eq!(e.metrics().spec.num_drafts, 0);
+}
+
+#[test]
+fn cancelling_frees_the_blocks() {
+    let e = engine(None, 64, SchedulerConfig::default(), 256);
+    let mut rx = e.submit(request(prompts(1)[0].clone(), 200)).unwrap();
+    assert!(matches!(rx.blocking_recv(), Some(Event::Tokens(_))));
+    wait_until("blocks in use", || e.metrics().kv_blocks_used > 0);
+    drop(rx);
+    wait_until("cancellation", || {
+        e.metrics().kv_blocks_used == 0 && e.metrics().running == 0
+    });
+    assert_eq!(e.metrics().requests_aborted, 1);
+}
+
+#[test]
+fn logprobs_describe_the_target_distribution() {
+    let e = engine(
+        Some(("tiny-llama-peagle", 3, true)),
+        64,
+        SchedulerConfig::default(),
+        256,
+    );
+    let mut r = request(prompts(2)[1].clone(), 8);
+    r.logprobs = Some(3);
+    let mut rx = e.submit(r).unwrap();
+    let mut seen = 0;
+    while let Some(Event::Tokens(outs)) = rx.blocking_recv() {
+        for o in outs {
+            seen += 1;
+            assert_eq!(o.top_logprobs.len(), 3);
+            // Greedy: the chosen token is the most likely one.
+            assert_eq!(o.top_logprobs[0].0, o.id);
+            assert_eq!(o.logprob, Some(o.top_logprobs[0].1));
+            assert!(o.top_logprobs.windows(2).all(|w| w[0].1 >= w[1].1));
+            assert!(o.top_logprobs.iter().all(|(_, lp)| *lp <= 0.0));
+        }
+    }
+    assert_eq!(seen, 8);
+}
+
+#[test]
+fn bad_requests_and_a_full_queue_are_refused() {
+    let e = engine(None, 64, SchedulerConfig::default(), 0);
+    let err = |r| e.submit(r).err().unwrap();
+    assert_eq!(
+        err(request(vec![], 4)),
+        SubmitError::Invalid("the prompt is empty".into())
+    );
+    assert_eq!(
+        err(request(vec![5], 0)),
+        SubmitError::Invalid("max_tokens must be at least 1".into())
+    );
+    let long = err(request(vec![5; 300], 4));
+    assert!(
+        long.to_string().contains("300 tokens but the model's context is 256"),
+        "{long}"
+    );
+    assert!(matches!(
+        err(request(vec![5], 4)),
+        SubmitError::QueueFull { limit: 0, .. }
+    ));
+}
