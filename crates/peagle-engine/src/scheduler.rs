@@ -110,7 +110,8 @@ impl Scheduler {
 
     /// Chooses this step's work; preempts the newest sequences when blocks run short.
     fn schedule(&mut self, runner: &mut ModelRunner) -> Vec<(usize, Work)> {
-        let mut budget = self.config.max_num_batched_tokens;
+        // At least one full verification window must fit, or decoding could never be scheduled.
+        let mut budget = self.config.max_num_batched_tokens.max(runner.k() + 1);
         let mut free = runner.blocks().num_free();
         let mut plan = Vec::new();
         let mut i = 0;

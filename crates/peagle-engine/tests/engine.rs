@@ -108,7 +108,9 @@ fn wait_until(what: &str, f: impl Fn() -> bool) {
 fn concurrent_requests_equal_their_solo_runs() {
     let prompts = prompts(20);
     let expected = alone(&prompts, 20);
-    let setups: [(Option<(&str, usize, bool)>, usize); 4] = [
+    // (drafter, K, parallel) and the number of KV blocks.
+    type Setup<'a> = (Option<(&'a str, usize, bool)>, usize);
+    let setups: [Setup; 4] = [
         (None, 64),
         (Some(("tiny-llama-peagle", 3, true)), 64),
         (Some(("tiny-llama-peagle", 3, false)), 64),

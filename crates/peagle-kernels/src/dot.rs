@@ -1,13 +1,19 @@
 //! Dot products with a reduction order fixed by the vector length alone.
 //!
-//! Every matmul and attention score in the CPU path goes through these two functions, so a
-//! value never depends on how many rows were computed alongside it. The AVX2/FMA path is chosen
-//! once per process (CPU feature detection is cached), so all calls in a process agree.
+//! Every matmul and attention score in the CPU path goes through these functions, so a value
+//! never depends on how many rows were computed alongside it. The instruction set (AVX-512,
+//! AVX2/FMA or portable) is chosen by CPU feature detection, the same for every call in a
+//! process, so all calls in a process agree.
 
 use half::bf16;
 
 pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len(), "dot_f32 length mismatch");
+    #[cfg(target_arch = "x86_64")]
+    if x86::avx512() {
+        // SAFETY: the CPU supports AVX-512F (checked above); lengths are equal.
+        return unsafe { x86::avx512::dot_f32(a, b) };
+    }
     #[cfg(target_arch = "x86_64")]
     if x86::available() {
         // SAFETY: the CPU supports AVX2 and FMA (checked above); lengths are equal.
@@ -21,6 +27,11 @@ pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
 pub fn dot_bf16(a: &[f32], b: &[bf16]) -> f32 {
     assert_eq!(a.len(), b.len(), "dot_bf16 length mismatch");
     #[cfg(target_arch = "x86_64")]
+    if x86::avx512() {
+        // SAFETY: the CPU supports AVX-512F (checked above); lengths are equal.
+        return unsafe { x86::avx512::dot_bf16(a, b) };
+    }
+    #[cfg(target_arch = "x86_64")]
     if x86::available() {
         // SAFETY: the CPU supports AVX2 and FMA (checked above); lengths are equal.
         return unsafe { x86::dot_bf16(a, b) };
@@ -33,6 +44,11 @@ pub fn dot_bf16(a: &[f32], b: &[bf16]) -> f32 {
 pub fn dot_f32_x4(xs: [&[f32]; 4], w: &[f32]) -> [f32; 4] {
     assert!(xs.iter().all(|x| x.len() == w.len()), "dot_f32_x4 length mismatch");
     #[cfg(target_arch = "x86_64")]
+    if x86::avx512() {
+        // SAFETY: the CPU supports AVX-512F (checked above); lengths are equal.
+        return unsafe { x86::avx512::dot_f32_x4(xs, w) };
+    }
+    #[cfg(target_arch = "x86_64")]
     if x86::available() {
         // SAFETY: the CPU supports AVX2 and FMA (checked above); lengths are equal.
         return unsafe { x86::dot_f32_x4(xs, w) };
@@ -43,6 +59,11 @@ pub fn dot_f32_x4(xs: [&[f32]; 4], w: &[f32]) -> [f32; 4] {
 /// `dot_f32_x4` with bf16 weights.
 pub fn dot_bf16_x4(xs: [&[f32]; 4], w: &[bf16]) -> [f32; 4] {
     assert!(xs.iter().all(|x| x.len() == w.len()), "dot_bf16_x4 length mismatch");
+    #[cfg(target_arch = "x86_64")]
+    if x86::avx512() {
+        // SAFETY: the CPU supports AVX-512F (checked above); lengths are equal.
+        return unsafe { x86::avx512::dot_bf16_x4(xs, w) };
+    }
     #[cfg(target_arch = "x86_64")]
     if x86::available() {
         // SAFETY: the CPU supports AVX2 and FMA (checked above); lengths are equal.
@@ -79,12 +100,18 @@ mod x86 {
         is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")
     }
 
+    pub fn avx512() -> bool {
+        is_x86_feature_detected!("avx512f")
+    }
+
+    #[inline]
     #[target_feature(enable = "avx2,fma")]
     unsafe fn load_bf16(p: *const bf16) -> __m256 {
         let raw = _mm_loadu_si128(p as *const __m128i);
         _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(raw)))
     }
 
+    #[inline]
     #[target_feature(enable = "avx2,fma")]
     unsafe fn hsum(v: __m256) -> f32 {
         let lo = _mm256_castps256_ps128(v);
@@ -136,24 +163,97 @@ mod x86 {
         }};
     }
 
+    // The loads are passed to the macro as function paths, not closures: a closure does not
+    // carry the enclosing function's target features, so its intrinsics would not inline.
     #[target_feature(enable = "avx2,fma")]
     pub unsafe fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
-        dot_rows!([a], b, |p| _mm256_loadu_ps(p), |x: f32| x, 1)[0]
+        dot_rows!([a], b, _mm256_loadu_ps, f32::from, 1)[0]
     }
 
     #[target_feature(enable = "avx2,fma")]
     pub unsafe fn dot_bf16(a: &[f32], b: &[bf16]) -> f32 {
-        dot_rows!([a], b, |p| load_bf16(p), bf16::to_f32, 1)[0]
+        dot_rows!([a], b, load_bf16, bf16::to_f32, 1)[0]
     }
 
     #[target_feature(enable = "avx2,fma")]
     pub unsafe fn dot_f32_x4(xs: [&[f32]; 4], w: &[f32]) -> [f32; 4] {
-        dot_rows!(xs, w, |p| _mm256_loadu_ps(p), |x: f32| x, 4)
+        dot_rows!(xs, w, _mm256_loadu_ps, f32::from, 4)
     }
 
     #[target_feature(enable = "avx2,fma")]
     pub unsafe fn dot_bf16_x4(xs: [&[f32]; 4], w: &[bf16]) -> [f32; 4] {
-        dot_rows!(xs, w, |p| load_bf16(p), bf16::to_f32, 4)
+        dot_rows!(xs, w, load_bf16, bf16::to_f32, 4)
+    }
+
+    /// The same contract with 16-lane registers: per row, two accumulators over 32-element
+    /// blocks, one 16-wide step into the first, their sum, a fixed horizontal sum, the tail.
+    pub mod avx512 {
+        use half::bf16;
+        use std::arch::x86_64::*;
+
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        unsafe fn load_bf16(p: *const bf16) -> __m512 {
+            let raw = _mm256_loadu_si256(p as *const __m256i);
+            _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(raw)))
+        }
+
+        macro_rules! dot_rows {
+            ($xs:expr, $w:expr, $load:path, $scalar:path, $rows:literal) => {{
+                let xs: [&[f32]; $rows] = $xs;
+                let w = $w;
+                let n = w.len();
+                let pw = w.as_ptr();
+                let mut acc = [[_mm512_setzero_ps(); 2]; $rows];
+                let mut i = 0;
+                while i + 32 <= n {
+                    let w0 = $load(pw.add(i));
+                    let w1 = $load(pw.add(i + 16));
+                    for r in 0..$rows {
+                        let px = xs[r].as_ptr().add(i);
+                        acc[r][0] = _mm512_fmadd_ps(_mm512_loadu_ps(px), w0, acc[r][0]);
+                        acc[r][1] = _mm512_fmadd_ps(_mm512_loadu_ps(px.add(16)), w1, acc[r][1]);
+                    }
+                    i += 32;
+                }
+                if i + 16 <= n {
+                    let w0 = $load(pw.add(i));
+                    for r in 0..$rows {
+                        acc[r][0] = _mm512_fmadd_ps(_mm512_loadu_ps(xs[r].as_ptr().add(i)), w0, acc[r][0]);
+                    }
+                    i += 16;
+                }
+                let mut out = [0f32; $rows];
+                for r in 0..$rows {
+                    let mut sum = _mm512_reduce_add_ps(_mm512_add_ps(acc[r][0], acc[r][1]));
+                    for j in i..n {
+                        sum += xs[r][j] * $scalar(w[j]);
+                    }
+                    out[r] = sum;
+                }
+                out
+            }};
+        }
+
+        #[target_feature(enable = "avx512f")]
+        pub unsafe fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
+            dot_rows!([a], b, _mm512_loadu_ps, f32::from, 1)[0]
+        }
+
+        #[target_feature(enable = "avx512f")]
+        pub unsafe fn dot_bf16(a: &[f32], b: &[bf16]) -> f32 {
+            dot_rows!([a], b, load_bf16, bf16::to_f32, 1)[0]
+        }
+
+        #[target_feature(enable = "avx512f")]
+        pub unsafe fn dot_f32_x4(xs: [&[f32]; 4], w: &[f32]) -> [f32; 4] {
+            dot_rows!(xs, w, _mm512_loadu_ps, f32::from, 4)
+        }
+
+        #[target_feature(enable = "avx512f")]
+        pub unsafe fn dot_bf16_x4(xs: [&[f32]; 4], w: &[bf16]) -> [f32; 4] {
+            dot_rows!(xs, w, load_bf16, bf16::to_f32, 4)
+        }
     }
 }
 
@@ -189,6 +289,39 @@ mod tests {
             for r in 0..4 {
                 assert_eq!(four[r].to_bits(), dot_f32(xs[r], &w).to_bits(), "n={n} row {r}");
                 assert_eq!(four16[r].to_bits(), dot_bf16(xs[r], &w16).to_bits(), "n={n} row {r}");
+            }
+        }
+    }
+
+    /// The dispatch picks one instruction set per machine; check the others it could pick.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn every_x86_path_keeps_rows_independent_and_accurate() {
+        for n in [7, 16, 33, 100, 256] {
+            let rows: Vec<Vec<f32>> = (0..4).map(|r| ramp(n, r as f32)).collect();
+            let xs = [&rows[0][..], &rows[1][..], &rows[2][..], &rows[3][..]];
+            let w = ramp(n, 5.0);
+            // SAFETY: each path runs only where the CPU supports it.
+            let paths: Vec<(&str, [f32; 4], Vec<f32>)> = unsafe {
+                let mut p = Vec::new();
+                if x86::available() {
+                    p.push((
+                        "avx2",
+                        x86::dot_f32_x4(xs, &w),
+                        xs.iter().map(|x| x86::dot_f32(x, &w)).collect(),
+                    ));
+                }
+                if x86::avx512() {
+                    let one = xs.iter().map(|x| x86::avx512::dot_f32(x, &w)).collect();
+                    p.push(("avx512", x86::avx512::dot_f32_x4(xs, &w), one));
+                }
+                p
+            };
+            for (name, four, one) in paths {
+                for r in 0..4 {
+                    assert_eq!(four[r].to_bits(), one[r].to_bits(), "{name} n={n} row {r}");
+                    assert!((four[r] as f64 - naive(xs[r], &w)).abs() < 1e-4, "{name} n={n}");
+                }
             }
         }
     }
