@@ -1,6 +1,8 @@
 //! Shared plumbing of the peagle binaries: they parse flags and call the library crates.
 
+pub mod model_source;
 pub mod report;
+pub mod speculative_config;
 
 use anyhow::{bail, Result};
 use std::path::PathBuf;
@@ -22,7 +24,12 @@ pub fn demo_model_dir() -> Result<PathBuf> {
 
 /// Logs to stderr, filtered by RUST_LOG (default: warnings).
 pub fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into());
+    init_tracing_at("warn");
+}
+
+/// Logs to stderr, filtered by RUST_LOG, else at `default` ("info" for the server).
+pub fn init_tracing_at(default: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| default.into());
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

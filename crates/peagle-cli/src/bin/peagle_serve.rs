@@ -1,0 +1,199 @@
+//! peagle-serve: the OpenAI-compatible server, with vLLM's flags. With no --model it serves
+//! the bundled demo model with its P-EAGLE drafter.
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, ValueEnum};
+use hf_hub::Cache;
+use peagle_cli::model_source::{resolve_dir, resolve_model, ModelSource};
+use peagle_cli::speculative_config::SpeculativeSpec;
+use peagle_cli::{demo_model_dir, init_tracing_at};
+use peagle_engine::{EngineConfig, SchedulerConfig};
+use peagle_models::LoadOptions;
+use peagle_server::{start_engine, DraftModel, EngineOptions, Server, ServerConfig};
+use std::time::Duration;
+use tokio::signal::unix::{signal, SignalKind};
+
+/// The demo drafter, next to the demo model.
+const DEMO_DRAFTER: &str = "pystdlib-12l-peagle";
+
+#[derive(Parser)]
+#[command(version, about = "Serve a model over an OpenAI-compatible HTTP API")]
+struct Args {
+    /// Model directory, preset name (configs/NAME.toml) or Hugging Face id in the local cache.
+    /// Default: the bundled demo model and its P-EAGLE drafter.
+    #[arg(long)]
+    model: Option<String>,
+    /// EAGLE-3 or P-EAGLE drafter (directory or Hugging Face id): enables speculative decoding.
+    #[arg(long)]
+    draft_model: Option<String>,
+    /// Draft all K tokens in one P-EAGLE pass (always on for P-EAGLE checkpoints).
+    #[arg(long)]
+    parallel_drafting: bool,
+    /// Drafts per step. Default: the preset's, else the drafter's published value, else 3.
+    #[arg(long)]
+    k: Option<usize>,
+    /// vLLM's spelling: {"method":"eagle3","model":...,"num_speculative_tokens":K,"parallel_drafting":true}.
+    #[arg(long, conflicts_with = "draft_model")]
+    speculative_config: Option<String>,
+    /// Address to listen on (0.0.0.0: all interfaces).
+    #[arg(long, env = "PEAGLE_HOST", default_value = "127.0.0.1")]
+    host: String,
+    /// 0 picks a free port (logged at start).
+    #[arg(long, default_value_t = 8000)]
+    port: u16,
+    /// Clients must send `Authorization: Bearer KEY` to /v1 routes.
+    #[arg(long, env = "PEAGLE_API_KEY", hide_env_values = true)]
+    api_key: Option<String>,
+    /// The model name clients send. Default: the --model argument (the demo's directory name).
+    #[arg(long)]
+    served_model_name: Option<String>,
+    /// Most sequences in one engine step.
+    #[arg(long)]
+    max_num_seqs: Option<usize>,
+    /// Longest sequence, prompt plus completion. Default: the model's max_position_embeddings.
+    #[arg(long)]
+    max_model_len: Option<usize>,
+    /// Most tokens (prefill chunks plus verification windows) in one engine step.
+    #[arg(long)]
+    max_num_batched_tokens: Option<usize>,
+    /// KV cache size in blocks. Default: room for --max-num-seqs full-length sequences, at most 4 GiB.
+    #[arg(long)]
+    kv_cache_blocks: Option<usize>,
+    /// Tokens per KV cache block.
+    #[arg(long, default_value_t = 16)]
+    block_size: usize,
+    /// Requests waiting for admission beyond which new ones get 503.
+    #[arg(long)]
+    max_waiting_requests: Option<usize>,
+    /// Activation dtype. auto: f32 on the CPU.
+    #[arg(long, value_enum, default_value_t = Dtype::Auto)]
+    dtype: Dtype,
+    /// Larger request bodies get 413.
+    #[arg(long, default_value_t = 4 << 20)]
+    max_body_bytes: usize,
+    /// Seconds running requests get to finish after SIGINT/SIGTERM.
+    #[arg(long, default_value_t = 30)]
+    shutdown_timeout: u64,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Dtype {
+    Auto,
+    F32,
+    Bf16,
+}
+
+fn main() {
+    init_tracing_at("info");
+    if let Err(e) = run(Args::parse()) {
+        eprintln!("peagle-serve: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run(args: Args) -> Result<()> {
+    let load = match args.dtype {
+        Dtype::Auto | Dtype::F32 => LoadOptions::default(),
+        Dtype::Bf16 => {
+            bail!("--dtype bf16: this build computes on the CPU, where compute is f32; use --dtype auto or f32")
+        }
+    };
+    let cache = Cache::from_env();
+    let spec = args
+        .speculative_config
+        .as_deref()
+        .map(SpeculativeSpec::parse)
+        .transpose()?;
+    let (name, source) = match &args.model {
+        Some(model) => (model.clone(), resolve_model(model, &cache)?),
+        None => demo()?,
+    };
+    let drafter = match (&spec, &args.draft_model) {
+        (Some(spec), _) => Some(resolve_dir(&spec.model, &cache)?),
+        (None, Some(dir)) => Some(resolve_dir(dir, &cache)?),
+        (None, None) => source.drafter.clone(),
+    };
+    let k = args
+        .k
+        .or(spec.as_ref().and_then(|s| s.num_speculative_tokens))
+        .or(source.k);
+    if k == Some(0) {
+        bail!("--k must be at least 1");
+    }
+    if drafter.is_none() && (k.is_some() || args.parallel_drafting) {
+        bail!("--k and --parallel-drafting need a drafter (--draft-model or --speculative-config)");
+    }
+    let defaults = EngineConfig::default();
+    let opts = EngineOptions {
+        draft: drafter.map(|dir| DraftModel {
+            dir,
+            k,
+            parallel: args.parallel_drafting || spec.as_ref().is_some_and(SpeculativeSpec::parallel),
+        }),
+        load,
+        max_model_len: args.max_model_len,
+        kv_cache_blocks: args.kv_cache_blocks,
+        block_size: args.block_size,
+        engine: EngineConfig {
+            scheduler: SchedulerConfig {
+                max_num_seqs: args.max_num_seqs.unwrap_or(defaults.scheduler.max_num_seqs),
+                max_num_batched_tokens: args
+                    .max_num_batched_tokens
+                    .unwrap_or(defaults.scheduler.max_num_batched_tokens),
+                ..defaults.scheduler
+            },
+            max_waiting: args.max_waiting_requests.unwrap_or(defaults.max_waiting),
+        },
+        ..EngineOptions::new(source.target.clone())
+    };
+    let name = args.served_model_name.unwrap_or(name);
+    let (engine, model) =
+        start_engine(name, &opts).with_context(|| format!("cannot load {}", source.target.display()))?;
+    let config = ServerConfig {
+        api_key: args.api_key,
+        max_body_bytes: args.max_body_bytes,
+        shutdown_timeout: Duration::from_secs(args.shutdown_timeout),
+    };
+    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    runtime.block_on(async {
+        let listener = tokio::net::TcpListener::bind((args.host.as_str(), args.port))
+            .await
+            .with_context(|| format!("cannot listen on {}:{}", args.host, args.port))?;
+        let addr = listener.local_addr()?;
+        tracing::info!(%addr, model = %model.name, "listening");
+        eprintln!("peagle-serve: listening on http://{addr}");
+        let shutdown = shutdown_signal()?;
+        Server::new(engine, model, config).serve(listener, shutdown).await?;
+        tracing::info!("stopped");
+        Ok(())
+    })
+}
+
+/// The bundled demo model, with its P-EAGLE drafter when that is there too.
+fn demo() -> Result<(String, ModelSource)> {
+    let target = demo_model_dir()?;
+    let drafter = target.with_file_name(DEMO_DRAFTER);
+    let name = target
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("demo")
+        .to_string();
+    let source = ModelSource {
+        drafter: drafter.join("config.json").exists().then_some(drafter),
+        target,
+        k: None,
+    };
+    Ok((name, source))
+}
+
+/// Completes on the first SIGINT or SIGTERM.
+fn shutdown_signal() -> Result<impl std::future::Future<Output = ()>> {
+    let mut interrupt = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+    let mut terminate = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    Ok(async move {
+        tokio::select! {
+            _ = interrupt.recv() => {}
+            _ = terminate.recv() => {}
+        }
+    })
+}

@@ -1,0 +1,183 @@
+//! peagle-serve as a user runs it: flags, the listening line, the API key, speculative config,
+//! SIGTERM/SIGINT shutdown, and one-line startup errors.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+fn fixture(name: &str) -> String {
+    format!("{}/../../tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+fn serve_command(args: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_peagle-serve"));
+    cmd.args(args).env("RUST_LOG", "warn");
+    cmd
+}
+
+/// A running server on a free port; killed if a test fails before stopping it.
+struct Serve {
+    child: Child,
+    addr: String,
+}
+
+impl Serve {
+    fn start(args: &[&str]) -> Self {
+        let child = serve_command(args)
+            .args(["--port", "0"])
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Owned from here, so a failing test still kills it.
+        let mut serve = Self {
+            child,
+            addr: String::new(),
+        };
+        let stderr = serve.child.stderr.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        // Keep draining stderr so the server never blocks on a full pipe.
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let line = rx
+                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+                .expect("no listening line from peagle-serve");
+            if let Some(addr) = line.strip_prefix("peagle-serve: listening on http://") {
+                serve.addr = addr.to_string();
+                return serve;
+            }
+        }
+    }
+
+    /// One HTTP/1.1 request; returns the status code and body.
+    fn http(&self, method: &str, path: &str, key: Option<&str>, body: &str) -> (u16, String) {
+        let mut stream = TcpStream::connect(&self.addr).unwrap();
+        let auth = key.map_or(String::new(), |k| format!("Authorization: Bearer {k}\r\n"));
+        write!(
+            stream,
+            "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n{auth}Content-Type: application/json\r\n\
+             Content-Length: {}\r\n\r\n{body}",
+            self.addr,
+            body.len()
+        )
+        .unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).unwrap();
+        let status = response[9..12].parse().unwrap();
+        let body = response
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_string())
+            .unwrap_or_default();
+        (status, body)
+    }
+
+    /// Sends a signal and waits for a clean exit.
+    fn stop(mut self, signal: &str) {
+        let pid = self.child.id().to_string();
+        assert!(Command::new("kill").args([signal, &pid]).status().unwrap().success());
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                assert!(status.success(), "peagle-serve exited with {status}");
+                return;
+            }
+            assert!(Instant::now() < deadline, "peagle-serve did not stop on {signal}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+const COMPLETION: &str = r#"{"prompt": "def f(x):", "max_tokens": 12, "temperature": 0, "ignore_eos": true}"#;
+
+#[test]
+fn serves_behind_an_api_key_and_stops_on_sigterm() {
+    let model = fixture("tiny-llama");
+    let server = Serve::start(&["--model", &model, "--served-model-name", "tiny", "--api-key", "sk-1"]);
+    assert_eq!(server.http("GET", "/v1/models", None, "").0, 401);
+    assert_eq!(server.http("GET", "/v1/models", Some("sk-2"), "").0, 401);
+    let (status, body) = server.http("GET", "/v1/models", Some("sk-1"), "");
+    assert_eq!(status, 200);
+    assert!(body.contains(r#""id":"tiny""#), "{body}");
+    let (status, body) = server.http("POST", "/v1/completions", Some("sk-1"), COMPLETION);
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains(r#""completion_tokens":12"#), "{body}");
+    assert_eq!(server.http("GET", "/health", None, "").0, 200);
+    server.stop("-TERM");
+}
+
+#[test]
+fn speculative_config_turns_on_drafting() {
+    let (model, drafter) = (fixture("tiny-llama"), fixture("tiny-llama-peagle"));
+    let spec =
+        format!(r#"{{"method":"eagle3","model":"{drafter}","num_speculative_tokens":3,"parallel_drafting":true}}"#);
+    let server = Serve::start(&["--model", &model, "--speculative-config", &spec]);
+    let (status, body) = server.http("POST", "/v1/completions", None, COMPLETION);
+    assert_eq!(status, 200, "{body}");
+    let (_, metrics) = server.http("GET", "/metrics", None, "");
+    let drafts: f64 = metrics
+        .lines()
+        .find(|l| l.starts_with("peagle:spec_decode_num_drafts_total{"))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no draft counter in\n{metrics}"));
+    assert!(drafts > 0.0, "{metrics}");
+    server.stop("-INT");
+}
+
+fn fails(args: &[&str], message: &str) {
+    let hf_home = tempfile::tempdir().unwrap();
+    let out: Output = serve_command(args)
+        .env("HF_HOME", hf_home.path())
+        .env_remove("HF_HUB_CACHE")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.starts_with("peagle-serve: ") && stderr.contains(message),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn startup_errors_are_one_line_with_non_zero_exit() {
+    let model = fixture("tiny-llama");
+    fails(&["--model", &model, "--dtype", "bf16"], "compute is f32");
+    fails(
+        &["--model", "acme/not-cached"],
+        "acme/not-cached is not in the local Hugging Face cache",
+    );
+    fails(&["--model", "/no/such/model"], "not a directory, a preset");
+    fails(&["--model", &model, "--k", "3"], "need a drafter");
+    fails(
+        &["--model", &model, "--draft-model", "/no/drafter"],
+        "/no/drafter: no such directory",
+    );
+    fails(
+        &[
+            "--model",
+            &model,
+            "--speculative-config",
+            r#"{"method":"ngram","model":"x"}"#,
+        ],
+        "method \"ngram\" is not supported",
+    );
+    fails(
+        &["--model", &model, "--max-model-len", "100000"],
+        "max_position_embeddings",
+    );
+}

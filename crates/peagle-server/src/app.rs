@@ -1,0 +1,61 @@
+//! The router: OpenAI routes behind the API key, open /health and /metrics, and OpenAI-style
+//! errors for everything axum would otherwise answer in plain text (unknown routes, wrong
+//! methods, oversized bodies) or not at all (a panicking handler).
+
+use crate::auth::require_api_key;
+use crate::error::ApiError;
+use crate::routes::{chat, completions, info};
+use crate::state::AppState;
+use axum::extract::DefaultBodyLimit;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{middleware, Router};
+use std::any::Any;
+use std::sync::Arc;
+use tower_http::catch_panic::CatchPanicLayer;
+
+pub fn routes(state: Arc<AppState>) -> Router {
+    let v1 = Router::new()
+        .route("/v1/completions", post(completions::completions))
+        .route("/v1/chat/completions", post(chat::chat_completions))
+        .route("/v1/models", get(info::models))
+        .route_layer(middleware::from_fn_with_state(state.clone(), require_api_key));
+    Router::new()
+        .merge(v1)
+        .route("/health", get(info::health))
+        .route("/metrics", get(info::metrics))
+        .with_state(state)
+}
+
+/// Wraps `routes` (ours, plus any an embedder adds) with the error fallbacks and layers.
+pub fn app(routes: Router, max_body_bytes: usize) -> Router {
+    routes
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(max_body_bytes))
+        .layer(CatchPanicLayer::custom(panic_response))
+}
+
+async fn not_found() -> ApiError {
+    ApiError::client(StatusCode::NOT_FOUND, "not_found", "no such route")
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::client(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        "method not allowed on this route",
+    )
+}
+
+/// A panic fails its own request with a 500; the server keeps serving.
+fn panic_response(panic: Box<dyn Any + Send + 'static>) -> Response {
+    let message = panic
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| panic.downcast_ref::<&str>().copied())
+        .unwrap_or("unknown panic");
+    tracing::error!(message, "a request handler panicked");
+    ApiError::internal(format!("internal error while serving the request: {message}")).into_response()
+}

@@ -1,0 +1,45 @@
+//! `--api-key`: /v1 routes need `Authorization: Bearer <key>`; /health and /metrics stay open
+//! for probes and scrapers, as in vLLM.
+
+use crate::error::ApiError;
+use crate::state::AppState;
+use axum::extract::{Request, State};
+use axum::http::header::AUTHORIZATION;
+use axum::middleware::Next;
+use axum::response::Response;
+use std::sync::Arc;
+
+pub async fn require_api_key(
+    State(state): State<Arc<AppState>>,
+    req: Request,
+    next: Next,
+) -> Result<Response, ApiError> {
+    let Some(key) = &state.config.api_key else {
+        return Ok(next.run(req).await);
+    };
+    let given = req
+        .headers()
+        .get(AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    match given {
+        Some(given) if same(given.as_bytes(), key.as_bytes()) => Ok(next.run(req).await),
+        _ => Err(ApiError::unauthorized()),
+    }
+}
+
+/// Compares in time independent of where the first difference is, so response timing does
+/// not reveal the key byte by byte.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn same_compares_whole_keys() {
+        assert!(super::same(b"sk-1", b"sk-1"));
+        assert!(!super::same(b"sk-1", b"sk-2"));
+        assert!(!super::same(b"sk-1", b"sk-10"));
+    }
+}

@@ -1,0 +1,165 @@
+//! The model's chat template (Jinja, from `chat_template.jinja` or tokenizer_config.json's
+//! `chat_template`), rendered with minijinja the way transformers renders it: trim_blocks,
+//! lstrip_blocks, loop controls, Python string methods and `raise_exception`.
+
+use minijinja::{context, Environment, Error, ErrorKind, Value};
+use serde_json::Value as Json;
+use std::path::Path;
+use thiserror::Error as ThisError;
+
+#[derive(Debug, ThisError)]
+pub enum TemplateError {
+    #[error("cannot read {path}: {source}")]
+    Read { path: String, source: std::io::Error },
+    #[error("{path}: {source}")]
+    Json { path: String, source: serde_json::Error },
+    #[error("{path}: invalid chat template: {source}")]
+    Compile { path: String, source: Error },
+}
+
+pub struct ChatTemplate {
+    env: Environment<'static>,
+    bos_token: String,
+    eos_token: String,
+}
+
+const NAME: &str = "chat";
+
+impl ChatTemplate {
+    /// The template of a model directory, or None when it has none.
+    pub fn from_dir(dir: &Path) -> Result<Option<Self>, TemplateError> {
+        let config_path = dir.join("tokenizer_config.json");
+        let config = match config_path.exists() {
+            true => read_json(&config_path)?,
+            false => Json::Null,
+        };
+        let jinja_path = dir.join("chat_template.jinja");
+        let (source, path) = if jinja_path.exists() {
+            let text = std::fs::read_to_string(&jinja_path).map_err(|source| TemplateError::Read {
+                path: jinja_path.display().to_string(),
+                source,
+            })?;
+            (text, jinja_path)
+        } else {
+            match template_in_config(&config) {
+                Some(text) => (text, config_path),
+                None => return Ok(None),
+            }
+        };
+        let template = Self::new(
+            &source,
+            special_token(&config, "bos_token"),
+            special_token(&config, "eos_token"),
+        )
+        .map_err(|source| TemplateError::Compile {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Ok(Some(template))
+    }
+
+    pub fn new(source: &str, bos_token: String, eos_token: String) -> Result<Self, Error> {
+        let mut env = Environment::new();
+        env.set_trim_blocks(true);
+        env.set_lstrip_blocks(true);
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.add_function("raise_exception", |message: String| -> Result<Value, Error> {
+            Err(Error::new(ErrorKind::InvalidOperation, message))
+        });
+        env.add_template_owned(NAME, source.to_owned())?;
+        Ok(Self {
+            env,
+            bos_token,
+            eos_token,
+        })
+    }
+
+    /// The prompt text for `messages` (each a JSON object with `role` and `content`), ending
+    /// with the assistant's turn header.
+    pub fn render(&self, messages: &[Json]) -> Result<String, Error> {
+        self.env.get_template(NAME)?.render(context! {
+            messages => Value::from_serialize(messages),
+            add_generation_prompt => true,
+            bos_token => &self.bos_token,
+            eos_token => &self.eos_token,
+        })
+    }
+}
+
+fn read_json(path: &Path) -> Result<Json, TemplateError> {
+    let text = std::fs::read_to_string(path).map_err(|source| TemplateError::Read {
+        path: path.display().to_string(),
+        source,
+    })?;
+    serde_json::from_str(&text).map_err(|source| TemplateError::Json {
+        path: path.display().to_string(),
+        source,
+    })
+}
+
+/// `chat_template` is a string, or a list of named templates of which "default" is used.
+fn template_in_config(config: &Json) -> Option<String> {
+    match &config["chat_template"] {
+        Json::String(s) => Some(s.clone()),
+        Json::Array(named) => named
+            .iter()
+            .find(|t| t["name"] == "default")
+            .and_then(|t| t["template"].as_str())
+            .map(str::to_owned),
+        _ => None,
+    }
+}
+
+/// A special token given as a string or as an AddedToken object `{"content": ...}`.
+fn special_token(config: &Json, key: &str) -> String {
+    let v = &config[key];
+    v.as_str()
+        .or_else(|| v["content"].as_str())
+        .unwrap_or_default()
+        .to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn renders_like_transformers() {
+        let source =
+            "{{ bos_token }}{% for m in messages %}\n<|{{ m['role'] }}|>{{ m.content.strip() }}\n  {% endfor %}\
+                      {% if add_generation_prompt %}<|assistant|>{% endif %}";
+        let t = ChatTemplate::new(source, "<s>".into(), "</s>".into()).unwrap();
+        let out = t
+            .render(&[
+                json!({"role": "user", "content": " hi "}),
+                json!({"role": "assistant", "content": "yo"}),
+            ])
+            .unwrap();
+        assert_eq!(out, "<s><|user|>hi\n<|assistant|>yo\n<|assistant|>");
+    }
+
+    #[test]
+    fn raise_exception_fails_the_render() {
+        let t = ChatTemplate::new(
+            "{{ raise_exception('roles must alternate') }}",
+            String::new(),
+            String::new(),
+        )
+        .unwrap();
+        let err = t.render(&[]).unwrap_err();
+        assert!(err.to_string().contains("roles must alternate"), "{err}");
+    }
+
+    #[test]
+    fn finds_named_templates_and_token_objects() {
+        let config = json!({
+            "chat_template": [{"name": "tool_use", "template": "x"}, {"name": "default", "template": "y"}],
+            "bos_token": {"content": "<s>", "lstrip": false},
+            "eos_token": "</s>"
+        });
+        assert_eq!(template_in_config(&config).as_deref(), Some("y"));
+        assert_eq!(special_token(&config, "bos_token"), "<s>");
+        assert_eq!(special_token(&config, "eos_token"), "</s>");
+    }
+}

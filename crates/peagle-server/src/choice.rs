@@ -1,0 +1,254 @@
+//! One choice of a response: an engine request's token events turned into text updates.
+//! Tokens are detokenized incrementally, stop strings end the choice (dropping the engine
+//! receiver, which cancels the request and frees its KV blocks at once), and latencies are
+//! recorded for /metrics. Dropping a `Choice` (client gone) cancels its request the same way.
+
+use crate::error::ApiError;
+use crate::state::AppState;
+use crate::stop::StopChecker;
+use peagle_engine::{Event, IncrementalDecoder, Request, TokenOutput};
+use std::sync::Arc;
+use std::time::Instant;
+use tokio::sync::mpsc::UnboundedReceiver;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FinishReason {
+    /// End of sequence or a stop string.
+    Stop = 0,
+    /// max_tokens or the context length.
+    Length = 1,
+    /// Ended early: client gone, engine failure, or the server's shutdown timeout.
+    Abort = 2,
+}
+
+impl FinishReason {
+    pub const ALL: [FinishReason; 3] = [FinishReason::Stop, FinishReason::Length, FinishReason::Abort];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+            FinishReason::Abort => "abort",
+        }
+    }
+}
+
+impl From<peagle_engine::FinishReason> for FinishReason {
+    fn from(r: peagle_engine::FinishReason) -> Self {
+        match r {
+            peagle_engine::FinishReason::Stop => FinishReason::Stop,
+            peagle_engine::FinishReason::Length => FinishReason::Length,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Finish {
+    pub reason: FinishReason,
+    /// The stop string that ended the choice.
+    pub stop_reason: Option<String>,
+    pub completion_tokens: usize,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenLogprob {
+    pub token: String,
+    pub logprob: Option<f32>,
+    /// Most likely alternatives, most likely first.
+    pub top: Vec<(String, f32)>,
+    /// Characters of the choice's text before this token.
+    pub text_offset: usize,
+}
+
+/// What one engine event added to a choice.
+#[derive(Debug, Default)]
+pub struct Update {
+    pub text: String,
+    pub logprobs: Vec<TokenLogprob>,
+    /// Set on the last update.
+    pub finish: Option<Finish>,
+}
+
+/// A finished choice, for non-streaming responses.
+#[derive(Debug)]
+pub struct Outcome {
+    pub text: String,
+    pub logprobs: Vec<TokenLogprob>,
+    pub finish: Finish,
+}
+
+pub struct Choice {
+    state: Arc<AppState>,
+    /// None once the engine request is over or cancelled.
+    events: Option<UnboundedReceiver<Event>>,
+    decoder: IncrementalDecoder,
+    stop: StopChecker,
+    logprobs: bool,
+    arrived: Instant,
+    last_event: Option<Instant>,
+    completion_tokens: usize,
+    text_offset: usize,
+    finished: bool,
+}
+
+enum Next {
+    Event(Option<Event>),
+    Abort,
+}
+
+impl Choice {
+    /// Submits `request` to the engine; `arrived` is when the HTTP request came in (TTFT).
+    pub fn start(
+        state: &Arc<AppState>,
+        request: Request,
+        stop: Vec<String>,
+        arrived: Instant,
+    ) -> Result<Self, ApiError> {
+        let logprobs = request.logprobs.is_some();
+        let events = state.engine.submit(request)?;
+        Ok(Self {
+            state: state.clone(),
+            events: Some(events),
+            decoder: IncrementalDecoder::new(),
+            stop: StopChecker::new(stop),
+            logprobs,
+            arrived,
+            last_event: None,
+            completion_tokens: 0,
+            text_offset: 0,
+            finished: false,
+        })
+    }
+
+    /// The next update, or None after the last one. An engine failure is an error and ends
+    /// the choice.
+    pub async fn next(&mut self) -> Option<Result<Update, ApiError>> {
+        let events = self.events.as_mut().filter(|_| !self.finished)?;
+        let mut abort = self.state.abort.clone();
+        let next = tokio::select! {
+            event = events.recv() => Next::Event(event),
+            Ok(_) = abort.wait_for(|abort| *abort) => Next::Abort,
+        };
+        let result = match next {
+            Next::Event(Some(Event::Tokens(tokens))) => self.tokens(tokens),
+            Next::Event(Some(Event::Finished { reason, .. })) => self.end(reason.into()),
+            Next::Abort => self.end(FinishReason::Abort),
+            Next::Event(Some(Event::Failed(message))) => Err(ApiError::internal(message)),
+            Next::Event(None) => Err(ApiError::internal("the engine stopped before the request finished")),
+        };
+        if result.is_err() {
+            self.finish(FinishReason::Abort, None);
+        }
+        Some(result)
+    }
+
+    /// Runs the choice to its end.
+    pub async fn collect(mut self) -> Result<Outcome, ApiError> {
+        let mut text = String::new();
+        let mut logprobs = Vec::new();
+        while let Some(update) = self.next().await {
+            let update = update?;
+            text.push_str(&update.text);
+            logprobs.extend(update.logprobs);
+            if let Some(finish) = update.finish {
+                return Ok(Outcome { text, logprobs, finish });
+            }
+        }
+        Err(ApiError::internal("the choice ended without finishing"))
+    }
+
+    fn tokens(&mut self, tokens: Vec<TokenOutput>) -> Result<Update, ApiError> {
+        let now = Instant::now();
+        match self.last_event {
+            None => self.state.metrics.first_token((now - self.arrived).as_secs_f64()),
+            Some(last) => self.state.metrics.next_token((now - last).as_secs_f64()),
+        }
+        self.last_event = Some(now);
+        let mut update = Update::default();
+        for token in tokens {
+            self.completion_tokens += 1;
+            if self.logprobs {
+                update.logprobs.push(self.logprob(&token)?);
+            }
+            let piece = match self.state.model.is_special(token.id) {
+                true => String::new(),
+                false => self
+                    .decoder
+                    .push(self.state.model.tokenizer(), token.id)
+                    .map_err(|e| ApiError::internal(format!("detokenizing: {e}")))?,
+            };
+            let (text, stop) = self.stop.push(&piece);
+            update.text.push_str(&text);
+            if let Some(stop) = stop {
+                // Tokens after the stop string (same event) are not part of the answer.
+                update.finish = Some(self.finish(FinishReason::Stop, Some(stop)));
+                return Ok(update);
+            }
+        }
+        Ok(update)
+    }
+
+    /// The engine is done (or the server gives up): release held-back text.
+    fn end(&mut self, reason: FinishReason) -> Result<Update, ApiError> {
+        let piece = self
+            .decoder
+            .flush(self.state.model.tokenizer())
+            .map_err(|e| ApiError::internal(format!("detokenizing: {e}")))?;
+        let (mut text, stop) = self.stop.push(&piece);
+        let finish = match stop {
+            Some(stop) => self.finish(FinishReason::Stop, Some(stop)),
+            None => {
+                text.push_str(&self.stop.flush());
+                self.finish(reason, None)
+            }
+        };
+        Ok(Update {
+            text,
+            logprobs: Vec::new(),
+            finish: Some(finish),
+        })
+    }
+
+    fn finish(&mut self, reason: FinishReason, stop_reason: Option<String>) -> Finish {
+        self.finished = true;
+        // Cancels the engine request if it is still running (stop string, abort).
+        self.events = None;
+        self.state
+            .metrics
+            .finished(reason, self.arrived.elapsed().as_secs_f64());
+        Finish {
+            reason,
+            stop_reason,
+            completion_tokens: self.completion_tokens,
+        }
+    }
+
+    fn logprob(&mut self, t: &TokenOutput) -> Result<TokenLogprob, ApiError> {
+        let model = &self.state.model;
+        let token = model.decode(&[t.id])?;
+        let top = t
+            .top_logprobs
+            .iter()
+            .map(|(id, lp)| model.decode(&[*id]).map(|s| (s, *lp)))
+            .collect::<Result<_, _>>()?;
+        let entry = TokenLogprob {
+            logprob: t.logprob,
+            top,
+            text_offset: self.text_offset,
+            token,
+        };
+        self.text_offset += entry.token.chars().count();
+        Ok(entry)
+    }
+}
+
+impl Drop for Choice {
+    /// A choice dropped before its end was abandoned by its client.
+    fn drop(&mut self) {
+        if !self.finished {
+            self.state
+                .metrics
+                .finished(FinishReason::Abort, self.arrived.elapsed().as_secs_f64());
+        }
+    }
+}

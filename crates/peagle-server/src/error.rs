@@ -1,0 +1,120 @@
+//! Errors as OpenAI clients expect them: an HTTP status and
+//! `{"error": {"message", "type", "param", "code"}}`, so SDKs raise the right exception.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use peagle_engine::SubmitError;
+use serde::Serialize;
+use serde_json::json;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub message: String,
+    /// OpenAI's error `type`: invalid_request_error, authentication_error, server_error ...
+    pub kind: &'static str,
+    /// The request field at fault, when there is one.
+    pub param: Option<String>,
+    pub code: Option<&'static str>,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            message: message.into(),
+            kind,
+            param: None,
+            code: None,
+        }
+    }
+
+    /// 400: the request is wrong; `param` names the field.
+    pub fn invalid(param: Option<&str>, message: impl Into<String>) -> Self {
+        Self {
+            param: param.map(str::to_owned),
+            ..Self::new(StatusCode::BAD_REQUEST, "invalid_request_error", message)
+        }
+    }
+
+    /// Any other client-side status (404 route, 405, 413, 415) in the same shape.
+    pub fn client(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            code: Some(code),
+            ..Self::new(status, "invalid_request_error", message)
+        }
+    }
+
+    pub fn model_not_found(model: &str) -> Self {
+        Self {
+            param: Some("model".into()),
+            code: Some("model_not_found"),
+            ..Self::new(
+                StatusCode::NOT_FOUND,
+                "invalid_request_error",
+                format!("The model `{model}` does not exist."),
+            )
+        }
+    }
+
+    pub fn unauthorized() -> Self {
+        Self {
+            code: Some("invalid_api_key"),
+            ..Self::new(
+                StatusCode::UNAUTHORIZED,
+                "authentication_error",
+                "Missing or incorrect API key: send `Authorization: Bearer <key>`.",
+            )
+        }
+    }
+
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self {
+            code: Some("internal_error"),
+            ..Self::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", message)
+        }
+    }
+
+    fn unavailable(code: &'static str, message: String) -> Self {
+        Self {
+            code: Some(code),
+            ..Self::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", message)
+        }
+    }
+
+    /// The JSON object, also sent as an SSE event when a stream fails after its headers.
+    pub fn body(&self) -> serde_json::Value {
+        json!({"error": ErrorObject {
+            message: &self.message,
+            kind: self.kind,
+            param: self.param.as_deref(),
+            code: self.code,
+        }})
+    }
+}
+
+#[derive(Serialize)]
+struct ErrorObject<'a> {
+    message: &'a str,
+    #[serde(rename = "type")]
+    kind: &'a str,
+    param: Option<&'a str>,
+    code: Option<&'a str>,
+}
+
+impl From<SubmitError> for ApiError {
+    fn from(e: SubmitError) -> Self {
+        match e {
+            SubmitError::Invalid(m) => Self::invalid(None, m),
+            SubmitError::QueueFull { .. } => Self::unavailable("server_busy", e.to_string()),
+            SubmitError::ShuttingDown => Self::unavailable("shutting_down", e.to_string()),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.status, Json(self.body())).into_response()
+    }
+}

@@ -1,0 +1,68 @@
+//! A Prometheus histogram: cumulative bucket counts, sum and count.
+
+use std::fmt::Write;
+
+#[derive(Debug, Clone)]
+pub struct Histogram {
+    /// Upper bounds, ascending; +Inf is implicit.
+    bounds: &'static [f64],
+    /// Observations per bucket (not cumulative); the last one is +Inf.
+    counts: Vec<u64>,
+    sum: f64,
+    count: u64,
+}
+
+impl Histogram {
+    pub fn new(bounds: &'static [f64]) -> Self {
+        Self {
+            bounds,
+            counts: vec![0; bounds.len() + 1],
+            sum: 0.0,
+            count: 0,
+        }
+    }
+
+    pub fn observe(&mut self, value: f64) {
+        let bucket = self
+            .bounds
+            .iter()
+            .position(|b| value <= *b)
+            .unwrap_or(self.bounds.len());
+        self.counts[bucket] += 1;
+        self.sum += value;
+        self.count += 1;
+    }
+
+    /// The `_bucket`, `_sum` and `_count` samples; `labels` is `key="value",...` or empty.
+    pub fn write_samples(&self, out: &mut String, name: &str, labels: &str) {
+        let sep = if labels.is_empty() { "" } else { "," };
+        let mut cumulative = 0;
+        for (i, n) in self.counts.iter().enumerate() {
+            cumulative += n;
+            let le = self.bounds.get(i).map_or("+Inf".to_string(), |b| b.to_string());
+            let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"{le}\"}} {cumulative}");
+        }
+        let _ = writeln!(out, "{name}_sum{{{labels}}} {}", self.sum);
+        let _ = writeln!(out, "{name}_count{{{labels}}} {}", self.count);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_are_cumulative_with_inf_last() {
+        let mut h = Histogram::new(&[0.25, 1.0]);
+        for v in [0.125, 0.25, 0.5, 3.0] {
+            h.observe(v);
+        }
+        let mut out = String::new();
+        h.write_samples(&mut out, "x", "m=\"a\"");
+        assert_eq!(
+            out,
+            "x_bucket{m=\"a\",le=\"0.25\"} 2\nx_bucket{m=\"a\",le=\"1\"} 3\nx_bucket{m=\"a\",le=\"+Inf\"} 4\n\
+             x_sum{m=\"a\"} 3.875\nx_count{m=\"a\"} 4\n"
+        );
+    }
+}

@@ -1,0 +1,27 @@
+//! peagle's OpenAI-compatible HTTP API (axum): `/v1/completions`, `/v1/chat/completions`,
+//! `/v1/models`, `/health` and Prometheus `/metrics`, streamed over SSE or not, on top of the
+//! engine thread of peagle-engine (DESIGN.md sections 2 and 4).
+
+mod app;
+mod auth;
+pub mod chat_template;
+pub mod choice;
+pub mod error;
+mod histogram;
+mod json_body;
+pub mod loader;
+pub mod metrics;
+mod params;
+pub mod protocol;
+mod routes;
+pub mod served_model;
+mod server;
+mod sse;
+pub mod state;
+mod stop;
+
+pub use error::ApiError;
+pub use loader::{start_engine, DraftModel, EngineOptions, StartError};
+pub use served_model::ServedModel;
+pub use server::Server;
+pub use state::ServerConfig;

@@ -1,0 +1,122 @@
+//! From model directories to a running engine: load the target (and drafter), size the KV
+//! cache, start the engine thread, and read the tokenizer and chat template for the HTTP side.
+
+use crate::served_model::{ModelFilesError, ServedModel};
+use peagle_engine::{EngineConfig, EngineHandle, GenerateError, ModelRunner, SpeculativeConfig};
+use peagle_models::{Drafter, LoadOptions, ModelDims};
+use std::path::PathBuf;
+use thiserror::Error;
+
+/// KV cache sizing when --kv-cache-blocks is not given: room for every sequence the scheduler
+/// may run at full length, but at most this many bytes (target and drafter caches together).
+const DEFAULT_KV_BUDGET_BYTES: usize = 4 << 30;
+
+/// When neither the model's config nor the flags give a context length.
+const FALLBACK_MAX_MODEL_LEN: usize = 4096;
+
+#[derive(Debug, Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Engine(#[from] GenerateError),
+    #[error(transparent)]
+    ModelFiles(#[from] ModelFilesError),
+    #[error("{0}")]
+    Config(String),
+}
+
+#[derive(Debug, Clone)]
+pub struct DraftModel {
+    pub dir: PathBuf,
+    /// Drafts per step; default: the checkpoint's published value, else 3.
+    pub k: Option<usize>,
+    /// Draft all K tokens in one P-EAGLE pass. P-EAGLE checkpoints always do.
+    pub parallel: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct EngineOptions {
+    pub model_dir: PathBuf,
+    pub draft: Option<DraftModel>,
+    pub load: LoadOptions,
+    /// Default: the model's max_position_embeddings.
+    pub max_model_len: Option<usize>,
+    /// Default: see DEFAULT_KV_BUDGET_BYTES.
+    pub kv_cache_blocks: Option<usize>,
+    pub block_size: usize,
+    pub engine: EngineConfig,
+}
+
+impl EngineOptions {
+    pub fn new(model_dir: PathBuf) -> Self {
+        Self {
+            model_dir,
+            draft: None,
+            load: LoadOptions::default(),
+            max_model_len: None,
+            kv_cache_blocks: None,
+            block_size: 16,
+            engine: EngineConfig::default(),
+        }
+    }
+}
+
+/// Loads everything and starts the engine; the model is served under `name`.
+pub fn start_engine(name: String, opts: &EngineOptions) -> Result<(EngineHandle, ServedModel), StartError> {
+    let served = ServedModel::from_dir(name, &opts.model_dir)?;
+    let loaded = peagle_models::load_causal_lm(&opts.model_dir, opts.load.clone()).map_err(GenerateError::from)?;
+    let native_len = loaded.config.max_position_embeddings;
+    let max_model_len = match (opts.max_model_len, native_len) {
+        (Some(asked), Some(native)) if asked > native => {
+            return Err(StartError::Config(format!(
+                "--max-model-len {asked} is more than the model's max_position_embeddings ({native})"
+            )))
+        }
+        (Some(asked), _) => asked,
+        (None, native) => native.unwrap_or(FALLBACK_MAX_MODEL_LEN),
+    };
+    if max_model_len < 2 {
+        return Err(StartError::Config(format!(
+            "--max-model-len must be at least 2, got {max_model_len}"
+        )));
+    }
+    let drafter = match &opts.draft {
+        None => None,
+        Some(d) => {
+            let drafter = Drafter::load(&d.dir, &loaded.model, opts.load.clone()).map_err(GenerateError::from)?;
+            let k = d.k.or(drafter.config().num_speculative_tokens).unwrap_or(3);
+            let parallel = d.parallel || drafter.is_parallel();
+            Some((drafter, SpeculativeConfig { k, parallel }))
+        }
+    };
+    let num_blocks = match opts.kv_cache_blocks {
+        Some(n) => n,
+        None => default_num_blocks(loaded.model.dims(), drafter.as_ref(), max_model_len, opts),
+    };
+    tracing::info!(
+        model = %opts.model_dir.display(),
+        drafter = ?opts.draft.as_ref().map(|d| d.dir.display().to_string()),
+        speculative = ?drafter.as_ref().map(|(_, s)| s),
+        max_model_len,
+        num_blocks,
+        "starting the engine"
+    );
+    let eos = loaded.generation.eos_token_ids.clone();
+    let runner = ModelRunner::new(loaded.model, drafter, eos, max_model_len, num_blocks, opts.block_size)?;
+    Ok((EngineHandle::start(runner, opts.engine.clone()), served))
+}
+
+fn default_num_blocks(
+    target: &ModelDims,
+    drafter: Option<&(Drafter, SpeculativeConfig)>,
+    max_model_len: usize,
+    opts: &EngineOptions,
+) -> usize {
+    let k = drafter.map_or(0, |(_, s)| s.k);
+    // A sequence at full length plus its verification window and drafter look-ahead.
+    let per_sequence = (max_model_len + 2 * k).div_ceil(opts.block_size);
+    let per_token = |d: &ModelDims| 2 * d.num_layers * d.num_kv_heads * d.head_dim;
+    let values_per_token = per_token(target) + drafter.map_or(0, |(d, _)| per_token(d.dims()));
+    let bytes_per_block = (values_per_token * opts.block_size * opts.load.dtype.size_in_bytes()).max(1);
+    let wanted = per_sequence * opts.engine.scheduler.max_num_seqs;
+    wanted.min(DEFAULT_KV_BUDGET_BYTES / bytes_per_block).max(per_sequence)
+}

@@ -1,0 +1,199 @@
+//! `/metrics` in the Prometheus text format, with vLLM's metric names under the `peagle:`
+//! prefix so vLLM dashboards carry over. Engine counters come from the engine's snapshot;
+//! latencies and finish reasons are measured here, where the client's view of a request is.
+
+use crate::choice::FinishReason;
+use crate::histogram::Histogram;
+use peagle_engine::EngineMetrics;
+use std::fmt::{Display, Write};
+use std::sync::Mutex;
+
+// vLLM's buckets, so percentiles computed from either server compare.
+const TTFT_BUCKETS: &[f64] = &[
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0,
+    160.0, 640.0, 2560.0,
+];
+const ITL_BUCKETS: &[f64] = &[
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0,
+];
+const E2E_BUCKETS: &[f64] = &[
+    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0,
+    1920.0, 7680.0,
+];
+
+pub struct ServerMetrics {
+    recorded: Mutex<Recorded>,
+}
+
+struct Recorded {
+    ttft: Histogram,
+    itl: Histogram,
+    e2e: Histogram,
+    /// Choices finished, by reason (indexed as `FinishReason::ALL`).
+    finished: [u64; 3],
+}
+
+impl Default for ServerMetrics {
+    fn default() -> Self {
+        Self {
+            recorded: Mutex::new(Recorded {
+                ttft: Histogram::new(TTFT_BUCKETS),
+                itl: Histogram::new(ITL_BUCKETS),
+                e2e: Histogram::new(E2E_BUCKETS),
+                finished: [0; 3],
+            }),
+        }
+    }
+}
+
+impl ServerMetrics {
+    fn with<R>(&self, f: impl FnOnce(&mut Recorded) -> R) -> R {
+        // A panic elsewhere cannot leave a histogram half-updated; keep serving metrics.
+        let mut guard = self.recorded.lock().unwrap_or_else(|e| e.into_inner());
+        f(&mut guard)
+    }
+
+    /// Time from the request's arrival to its first token.
+    pub fn first_token(&self, seconds: f64) {
+        self.with(|r| r.ttft.observe(seconds));
+    }
+
+    /// Time between two token events of a request (one engine step, which may commit several
+    /// tokens with speculation, as vLLM counts it).
+    pub fn next_token(&self, seconds: f64) {
+        self.with(|r| r.itl.observe(seconds));
+    }
+
+    pub fn finished(&self, reason: FinishReason, seconds: f64) {
+        self.with(|r| {
+            r.e2e.observe(seconds);
+            r.finished[reason as usize] += 1;
+        });
+    }
+
+    pub fn render(&self, engine: &EngineMetrics, model_name: &str) -> String {
+        let mut x = Exposition::new(model_name);
+        x.gauge(
+            "num_requests_running",
+            "Requests in model execution batches.",
+            engine.running,
+        );
+        x.gauge(
+            "num_requests_waiting",
+            "Requests waiting to be scheduled.",
+            engine.waiting,
+        );
+        let usage = engine.kv_blocks_used as f64 / engine.kv_blocks_total.max(1) as f64;
+        x.gauge("kv_cache_usage_perc", "KV cache usage: 1 means 100 percent.", usage);
+        x.gauge("kv_blocks_used", "KV cache blocks in use.", engine.kv_blocks_used);
+        x.gauge("num_kv_blocks", "KV cache blocks in all.", engine.kv_blocks_total);
+        x.counter(
+            "prompt_tokens_total",
+            "Prefill tokens processed.",
+            engine.prompt_tokens_total,
+        );
+        x.counter(
+            "generation_tokens_total",
+            "Generation tokens processed.",
+            engine.generation_tokens_total,
+        );
+        x.counter(
+            "num_preemptions_total",
+            "Sequences preempted (to be recomputed).",
+            engine.preemptions_total,
+        );
+        let (finished, ttft, itl, e2e) = self.with(|r| (r.finished, r.ttft.clone(), r.itl.clone(), r.e2e.clone()));
+        x.header(
+            "request_success_total",
+            "counter",
+            "Finished requests (each choice of n counts), by finish reason.",
+        );
+        for reason in FinishReason::ALL {
+            x.sample(
+                "request_success_total",
+                &format!("finished_reason=\"{}\"", reason.as_str()),
+                finished[reason as usize],
+            );
+        }
+        x.histogram("time_to_first_token_seconds", "Time to first token.", &ttft);
+        x.histogram("inter_token_latency_seconds", "Time between token events.", &itl);
+        x.histogram("e2e_request_latency_seconds", "Request latency, arrival to end.", &e2e);
+        x.gauge(
+            "spec_decode_k_in_use",
+            "Drafts per step in use now (0: speculation off or suspended under load).",
+            engine.k_in_use,
+        );
+        let spec = &engine.spec;
+        x.counter(
+            "spec_decode_num_drafts_total",
+            "Verifications of drafted tokens (one per sequence per step).",
+            spec.num_drafts,
+        );
+        x.counter(
+            "spec_decode_num_draft_tokens_total",
+            "Drafted tokens.",
+            spec.num_draft_tokens,
+        );
+        x.counter(
+            "spec_decode_num_accepted_tokens_total",
+            "Accepted draft tokens.",
+            spec.num_accepted_tokens,
+        );
+        x.header(
+            "spec_decode_num_accepted_tokens_per_pos_total",
+            "counter",
+            "Drafts whose token at this position was accepted.",
+        );
+        for (position, accepted) in spec.accepted_per_position.iter().enumerate() {
+            x.sample(
+                "spec_decode_num_accepted_tokens_per_pos_total",
+                &format!("position=\"{position}\""),
+                accepted,
+            );
+        }
+        x.out
+    }
+}
+
+/// Writes metric families with the `peagle:` prefix and a `model_name` label on every sample.
+struct Exposition {
+    out: String,
+    labels: String,
+}
+
+impl Exposition {
+    fn new(model_name: &str) -> Self {
+        let escaped = model_name
+            .replace('\\', "\\\\")
+            .replace('"', "\\\"")
+            .replace('\n', "\\n");
+        Self {
+            out: String::new(),
+            labels: format!("model_name=\"{escaped}\""),
+        }
+    }
+
+    fn header(&mut self, name: &str, kind: &str, help: &str) {
+        let _ = writeln!(self.out, "# HELP peagle:{name} {help}\n# TYPE peagle:{name} {kind}");
+    }
+
+    fn sample(&mut self, name: &str, extra_labels: &str, value: impl Display) {
+        let sep = if extra_labels.is_empty() { "" } else { "," };
+        let _ = writeln!(self.out, "peagle:{name}{{{}{sep}{extra_labels}}} {value}", self.labels);
+    }
+
+    fn gauge(&mut self, name: &str, help: &str, value: impl Display) {
+        self.header(name, "gauge", help);
+        self.sample(name, "", value);
+    }
+
+    fn counter(&mut self, name: &str, help: &str, value: impl Display) {
+        self.header(name, "counter", help);
+        self.sample(name, "", value);
+    }
+
+    fn histogram(&mut self, name: &str, help: &str, h: &Histogram) {
+        self.header(name, "histogram", help);
+        h.write_samples(&mut self.out, &format!("peagle:{name}"), &self.labels);
+    }
+}

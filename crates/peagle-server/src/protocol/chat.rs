@@ -1,0 +1,135 @@
+//! `POST /v1/chat/completions`: the request with its messages, the `chat.completion` response
+//! and the `chat.completion.chunk` stream chunks.
+
+use super::{Stop, StreamOptions, Usage};
+use crate::choice::TokenLogprob;
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Deserialize)]
+pub struct ChatRequest {
+    pub model: Option<String>,
+    pub messages: Vec<ChatMessage>,
+    pub max_tokens: Option<i64>,
+    /// The newer spelling of `max_tokens`; wins when both are given.
+    pub max_completion_tokens: Option<i64>,
+    pub temperature: Option<f32>,
+    pub top_p: Option<f32>,
+    /// vLLM extension; -1 or 0 disables the cut.
+    pub top_k: Option<i64>,
+    pub seed: Option<u64>,
+    pub stop: Option<Stop>,
+    pub n: Option<i64>,
+    pub logprobs: Option<bool>,
+    pub top_logprobs: Option<i64>,
+    pub stream: Option<bool>,
+    pub stream_options: Option<StreamOptions>,
+    /// vLLM extension: keep generating past end-of-sequence tokens.
+    pub ignore_eos: Option<bool>,
+    /// peagle extension: `false` turns speculative decoding off for this request.
+    pub speculative: Option<bool>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct ChatMessage {
+    pub role: String,
+    #[serde(default)]
+    pub content: Option<MessageContent>,
+}
+
+/// Message content: a string, or a list of parts of which only text parts are supported.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged, expecting = "a string or a list of content parts")]
+pub enum MessageContent {
+    Text(String),
+    Parts(Vec<ContentPart>),
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct ContentPart {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub text: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ChatResponse {
+    pub id: String,
+    /// "chat.completion", or "chat.completion.chunk" for stream chunks.
+    pub object: &'static str,
+    pub created: u64,
+    pub model: String,
+    pub choices: Vec<ChatChoice>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
+}
+
+/// One choice: `message` in a response, `delta` in a stream chunk.
+#[derive(Debug, Serialize)]
+pub struct ChatChoice {
+    pub index: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<Message>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delta: Option<Delta>,
+    pub logprobs: Option<ChatLogprobs>,
+    pub finish_reason: Option<&'static str>,
+    /// vLLM extension: the stop string that ended the choice.
+    pub stop_reason: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Message {
+    pub role: &'static str,
+    pub content: String,
+}
+
+#[derive(Debug, Default, Serialize)]
+pub struct Delta {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub role: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ChatLogprobs {
+    pub content: Vec<ChatTokenLogprob>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ChatTokenLogprob {
+    pub token: String,
+    pub logprob: Option<f32>,
+    pub bytes: Vec<u8>,
+    pub top_logprobs: Vec<TopLogprob>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct TopLogprob {
+    pub token: String,
+    pub logprob: f32,
+    pub bytes: Vec<u8>,
+}
+
+impl ChatLogprobs {
+    pub fn new(tokens: &[TokenLogprob]) -> Self {
+        let content = tokens
+            .iter()
+            .map(|t| ChatTokenLogprob {
+                token: t.token.clone(),
+                logprob: t.logprob,
+                bytes: t.token.as_bytes().to_vec(),
+                top_logprobs: t
+                    .top
+                    .iter()
+                    .map(|(token, logprob)| TopLogprob {
+                        token: token.clone(),
+                        logprob: *logprob,
+                        bytes: token.as_bytes().to_vec(),
+                    })
+                    .collect(),
+            })
+            .collect();
+        Self { content }
+    }
+}

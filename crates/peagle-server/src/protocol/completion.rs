@@ -1,0 +1,93 @@
+//! `POST /v1/completions`: the request and the `text_completion` response and stream chunks.
+
+use super::{Stop, StreamOptions, Usage};
+use crate::choice::TokenLogprob;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+#[derive(Debug, Deserialize)]
+pub struct CompletionRequest {
+    pub model: Option<String>,
+    pub prompt: PromptInput,
+    pub max_tokens: Option<i64>,
+    pub temperature: Option<f32>,
+    pub top_p: Option<f32>,
+    /// vLLM extension; -1 or 0 disables the cut.
+    pub top_k: Option<i64>,
+    pub seed: Option<u64>,
+    pub stop: Option<Stop>,
+    pub n: Option<i64>,
+    /// Number of most likely alternatives to report with each token's log-probability.
+    pub logprobs: Option<i64>,
+    pub echo: Option<bool>,
+    pub stream: Option<bool>,
+    pub stream_options: Option<StreamOptions>,
+    /// vLLM extension: keep generating past end-of-sequence tokens.
+    pub ignore_eos: Option<bool>,
+    /// peagle extension: `false` turns speculative decoding off for this request.
+    pub speculative: Option<bool>,
+}
+
+/// `prompt`: text or token ids, one prompt or a list of them.
+#[derive(Debug, Deserialize)]
+#[serde(
+    untagged,
+    expecting = "a string, a list of strings, a list of token ids or a list of token id lists"
+)]
+pub enum PromptInput {
+    Text(String),
+    Texts(Vec<String>),
+    Tokens(Vec<u32>),
+    TokenLists(Vec<Vec<u32>>),
+}
+
+#[derive(Debug, Serialize)]
+pub struct CompletionResponse {
+    pub id: String,
+    /// "text_completion", for the response and its stream chunks alike.
+    pub object: &'static str,
+    pub created: u64,
+    pub model: String,
+    pub choices: Vec<CompletionChoice>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct CompletionChoice {
+    pub index: usize,
+    pub text: String,
+    pub logprobs: Option<CompletionLogprobs>,
+    pub finish_reason: Option<&'static str>,
+    /// vLLM extension: the stop string that ended the choice.
+    pub stop_reason: Option<String>,
+}
+
+/// The legacy completions logprobs layout: parallel lists, one entry per token.
+#[derive(Debug, Serialize)]
+pub struct CompletionLogprobs {
+    pub tokens: Vec<String>,
+    pub token_logprobs: Vec<Option<f32>>,
+    /// The most likely alternatives at each position, plus the chosen token (as vLLM does).
+    pub top_logprobs: Vec<BTreeMap<String, f32>>,
+    pub text_offset: Vec<usize>,
+}
+
+impl CompletionLogprobs {
+    pub fn new(tokens: &[TokenLogprob]) -> Self {
+        Self {
+            tokens: tokens.iter().map(|t| t.token.clone()).collect(),
+            token_logprobs: tokens.iter().map(|t| t.logprob).collect(),
+            top_logprobs: tokens.iter().map(top_map).collect(),
+            text_offset: tokens.iter().map(|t| t.text_offset).collect(),
+        }
+    }
+}
+
+fn top_map(t: &TokenLogprob) -> BTreeMap<String, f32> {
+    let mut map: BTreeMap<String, f32> = t.top.iter().cloned().collect();
+    if let Some(lp) = t.logprob {
+        map.entry(t.token.clone()).or_insert(lp);
+    }
+    map
+}

@@ -1,0 +1,221 @@
+//! `POST /v1/chat/completions`: messages rendered with the model's chat template, n choices,
+//! streamed as `chat.completion.chunk` deltas or answered as one `chat.completion`.
+
+use super::check_model;
+use crate::choice::{Choice, TokenLogprob};
+use crate::error::ApiError;
+use crate::json_body::ApiJson;
+use crate::params::{check_prompt, logprobs_count, max_tokens, SamplingFields};
+use crate::protocol::chat::{
+    ChatChoice, ChatLogprobs, ChatMessage, ChatRequest, ChatResponse, Delta, Message, MessageContent,
+};
+use crate::protocol::{new_id, unix_time, Usage};
+use crate::sse::{done_event, error_event, json_event, merged};
+use crate::state::AppState;
+use axum::extract::State;
+use axum::response::sse::{Event, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use futures_util::future::try_join_all;
+use futures_util::{Stream, StreamExt};
+use serde_json::{json, Value};
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// What every chunk and the response repeat.
+struct Meta {
+    id: String,
+    created: u64,
+    model: String,
+}
+
+impl Meta {
+    fn response(&self, object: &'static str, choices: Vec<ChatChoice>, usage: Option<Usage>) -> ChatResponse {
+        ChatResponse {
+            id: self.id.clone(),
+            object,
+            created: self.created,
+            model: self.model.clone(),
+            choices,
+            usage,
+        }
+    }
+
+    fn chunk(&self, index: usize, delta: Delta, logprobs: Option<ChatLogprobs>, finish: Finished) -> ChatResponse {
+        let choice = ChatChoice {
+            index,
+            message: None,
+            delta: Some(delta),
+            logprobs,
+            finish_reason: finish.0,
+            stop_reason: finish.1,
+        };
+        self.response("chat.completion.chunk", vec![choice], None)
+    }
+}
+
+/// A choice's finish reason and stop string, when it has ended.
+type Finished = (Option<&'static str>, Option<String>);
+
+pub async fn chat_completions(
+    State(state): State<Arc<AppState>>,
+    ApiJson(req): ApiJson<ChatRequest>,
+) -> Result<Response, ApiError> {
+    let arrived = Instant::now();
+    check_model(&state, req.model.as_deref())?;
+    let plan = SamplingFields {
+        temperature: req.temperature,
+        top_p: req.top_p,
+        top_k: req.top_k,
+        seed: req.seed,
+        stop: req.stop.as_ref(),
+        n: req.n,
+        ignore_eos: req.ignore_eos,
+        speculative: req.speculative,
+    }
+    .check()?;
+    let top = req
+        .top_logprobs
+        .map(|v| logprobs_count(v, "top_logprobs"))
+        .transpose()?;
+    let logprobs = match (req.logprobs.unwrap_or(false), top) {
+        (true, top) => Some(top.unwrap_or(0)),
+        (false, None) => None,
+        (false, Some(_)) => {
+            return Err(ApiError::invalid(
+                Some("top_logprobs"),
+                "top_logprobs needs logprobs set to true",
+            ))
+        }
+    };
+    // The rendered template holds the special tokens it wants (BOS included).
+    let prompt = state.model.encode(&prompt_text(&state, &req.messages)?, false)?;
+    let max_len = state.engine.max_model_len();
+    check_prompt(prompt.len(), max_len, "messages")?;
+    let (requested, param) = match req.max_completion_tokens {
+        Some(m) => (Some(m), "max_completion_tokens"),
+        None => (req.max_tokens, "max_tokens"),
+    };
+    // Without a limit, a chat answer may use the rest of the context.
+    let budget = max_tokens(requested, param, usize::MAX, prompt.len(), max_len)?;
+    let choices = (0..plan.n)
+        .map(|i| {
+            let request = plan.request(&prompt, budget, logprobs, i);
+            Choice::start(&state, request, plan.stop.clone(), arrived)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let meta = Meta {
+        id: new_id("chatcmpl"),
+        created: unix_time(),
+        model: state.model.name.clone(),
+    };
+    if req.stream.unwrap_or(false) {
+        let include_usage = req.stream_options.and_then(|o| o.include_usage).unwrap_or(false);
+        return Ok(stream(meta, choices, prompt.len(), include_usage).into_response());
+    }
+    let outcomes = try_join_all(choices.into_iter().map(Choice::collect)).await?;
+    let completion_tokens = outcomes.iter().map(|o| o.finish.completion_tokens).sum();
+    let choices = outcomes
+        .into_iter()
+        .enumerate()
+        .map(|(index, o)| ChatChoice {
+            index,
+            message: Some(Message {
+                role: "assistant",
+                content: o.text,
+            }),
+            delta: None,
+            logprobs: logprobs.map(|_| ChatLogprobs::new(&o.logprobs)),
+            finish_reason: Some(o.finish.reason.as_str()),
+            stop_reason: o.finish.stop_reason,
+        })
+        .collect();
+    let usage = Usage::new(prompt.len(), completion_tokens);
+    Ok(Json(meta.response("chat.completion", choices, Some(usage))).into_response())
+}
+
+/// The conversation as prompt text, through the model's chat template.
+fn prompt_text(state: &AppState, messages: &[ChatMessage]) -> Result<String, ApiError> {
+    if messages.is_empty() {
+        return Err(ApiError::invalid(Some("messages"), "messages is empty"));
+    }
+    let template = state.model.chat_template.as_ref().ok_or_else(|| {
+        ApiError::invalid(
+            None,
+            "this model has no chat template (tokenizer_config.json chat_template); use /v1/completions",
+        )
+    })?;
+    let messages = messages
+        .iter()
+        .enumerate()
+        .map(|(i, m)| Ok(json!({"role": m.role, "content": content_text(i, m)?})))
+        .collect::<Result<Vec<Value>, ApiError>>()?;
+    template
+        .render(&messages)
+        .map_err(|e| ApiError::invalid(Some("messages"), format!("chat template: {e}")))
+}
+
+/// Message content as one string (text parts joined by newlines, as vLLM does); null stays null.
+fn content_text(i: usize, m: &ChatMessage) -> Result<Value, ApiError> {
+    match &m.content {
+        None => Ok(Value::Null),
+        Some(MessageContent::Text(text)) => Ok(text.as_str().into()),
+        Some(MessageContent::Parts(parts)) => {
+            let texts = parts
+                .iter()
+                .map(|p| match (p.kind.as_str(), &p.text) {
+                    ("text", Some(text)) => Ok(text.as_str()),
+                    _ => Err(ApiError::invalid(
+                        Some(&format!("messages[{i}].content")),
+                        format!(
+                            "unsupported content part of type {:?}: only text parts are supported",
+                            p.kind
+                        ),
+                    )),
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(texts.join("\n").into())
+        }
+    }
+}
+
+fn stream(
+    meta: Meta,
+    choices: Vec<Choice>,
+    prompt_tokens: usize,
+    include_usage: bool,
+) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+    let with_logprobs = |tokens: &[TokenLogprob]| (!tokens.is_empty()).then(|| ChatLogprobs::new(tokens));
+    let events = async_stream::stream! {
+        for index in 0..choices.len() {
+            let delta = Delta { role: Some("assistant"), content: Some(String::new()) };
+            yield json_event(&meta.chunk(index, delta, None, (None, None)));
+        }
+        let mut updates = merged(choices);
+        let mut completion_tokens = 0;
+        while let Some((index, update)) = updates.next().await {
+            let update = match update {
+                Ok(update) => update,
+                Err(e) => {
+                    yield error_event(&e);
+                    break;
+                }
+            };
+            let finish = update.finish;
+            if update.text.is_empty() && update.logprobs.is_empty() && finish.is_none() {
+                continue;
+            }
+            completion_tokens += finish.as_ref().map_or(0, |f| f.completion_tokens);
+            let delta = Delta { role: None, content: (!update.text.is_empty()).then_some(update.text) };
+            let finished = (finish.as_ref().map(|f| f.reason.as_str()), finish.and_then(|f| f.stop_reason));
+            yield json_event(&meta.chunk(index, delta, with_logprobs(&update.logprobs), finished));
+        }
+        if include_usage {
+            let usage = Usage::new(prompt_tokens, completion_tokens);
+            yield json_event(&meta.response("chat.completion.chunk", Vec::new(), Some(usage)));
+        }
+        yield done_event();
+    };
+    Sse::new(events.map(Ok))
+}

@@ -1,0 +1,214 @@
+//! `POST /v1/completions`: one or more prompts (text or token ids), n choices each, streamed
+//! or not. Choice indices run prompt by prompt: prompt p's choice i is p * n + i.
+
+use super::check_model;
+use crate::choice::{Choice, TokenLogprob};
+use crate::error::ApiError;
+use crate::json_body::ApiJson;
+use crate::params::{check_prompt, logprobs_count, max_tokens, SamplingFields};
+use crate::protocol::completion::{
+    CompletionChoice, CompletionLogprobs, CompletionRequest, CompletionResponse, PromptInput,
+};
+use crate::protocol::{new_id, unix_time, Usage};
+use crate::sse::{done_event, error_event, json_event, merged};
+use crate::state::AppState;
+use axum::extract::State;
+use axum::response::sse::{Event, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use futures_util::future::try_join_all;
+use futures_util::{Stream, StreamExt};
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// OpenAI's default for completions.
+const DEFAULT_MAX_TOKENS: usize = 16;
+
+struct Prompt {
+    ids: Vec<u32>,
+    /// What `echo` puts before the completion: the prompt as sent, or its token ids decoded.
+    text: String,
+}
+
+/// What every chunk and the response repeat.
+struct Meta {
+    id: String,
+    created: u64,
+    model: String,
+}
+
+impl Meta {
+    fn response(&self, choices: Vec<CompletionChoice>, usage: Option<Usage>) -> CompletionResponse {
+        CompletionResponse {
+            id: self.id.clone(),
+            object: "text_completion",
+            created: self.created,
+            model: self.model.clone(),
+            choices,
+            usage,
+        }
+    }
+
+    fn chunk(
+        &self,
+        index: usize,
+        text: String,
+        logprobs: Option<CompletionLogprobs>,
+        finish: Finished,
+    ) -> CompletionResponse {
+        let choice = CompletionChoice {
+            index,
+            text,
+            logprobs,
+            finish_reason: finish.0,
+            stop_reason: finish.1,
+        };
+        self.response(vec![choice], None)
+    }
+}
+
+/// A choice's finish reason and stop string, when it has ended.
+type Finished = (Option<&'static str>, Option<String>);
+
+pub async fn completions(
+    State(state): State<Arc<AppState>>,
+    ApiJson(req): ApiJson<CompletionRequest>,
+) -> Result<Response, ApiError> {
+    let arrived = Instant::now();
+    check_model(&state, req.model.as_deref())?;
+    let plan = SamplingFields {
+        temperature: req.temperature,
+        top_p: req.top_p,
+        top_k: req.top_k,
+        seed: req.seed,
+        stop: req.stop.as_ref(),
+        n: req.n,
+        ignore_eos: req.ignore_eos,
+        speculative: req.speculative,
+    }
+    .check()?;
+    let logprobs = req.logprobs.map(|v| logprobs_count(v, "logprobs")).transpose()?;
+    let echo = req.echo.unwrap_or(false);
+    if echo && logprobs.is_some() {
+        return Err(ApiError::invalid(
+            Some("echo"),
+            "echo together with logprobs is not supported (prompt logprobs are not computed)",
+        ));
+    }
+    let prompts = prompts(&state, &req.prompt)?;
+    // Check every prompt before submitting any, so a bad one leaves nothing running.
+    let max_len = state.engine.max_model_len();
+    let budgets = prompts
+        .iter()
+        .map(|p| {
+            check_prompt(p.ids.len(), max_len, "prompt")?;
+            max_tokens(req.max_tokens, "max_tokens", DEFAULT_MAX_TOKENS, p.ids.len(), max_len)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut choices = Vec::new();
+    let mut echoes = Vec::new();
+    for (prompt, budget) in prompts.iter().zip(budgets) {
+        for i in 0..plan.n {
+            let request = plan.request(&prompt.ids, budget, logprobs, i);
+            choices.push(Choice::start(&state, request, plan.stop.clone(), arrived)?);
+            echoes.push(if echo { prompt.text.clone() } else { String::new() });
+        }
+    }
+    let meta = Meta {
+        id: new_id("cmpl"),
+        created: unix_time(),
+        model: state.model.name.clone(),
+    };
+    let prompt_tokens = prompts.iter().map(|p| p.ids.len()).sum();
+    if req.stream.unwrap_or(false) {
+        let include_usage = req.stream_options.and_then(|o| o.include_usage).unwrap_or(false);
+        return Ok(stream(meta, choices, echoes, prompt_tokens, include_usage).into_response());
+    }
+    let outcomes = try_join_all(choices.into_iter().map(Choice::collect)).await?;
+    let completion_tokens = outcomes.iter().map(|o| o.finish.completion_tokens).sum();
+    let choices = outcomes
+        .into_iter()
+        .zip(echoes)
+        .enumerate()
+        .map(|(index, (o, echo))| CompletionChoice {
+            index,
+            text: echo + &o.text,
+            logprobs: logprobs.map(|_| CompletionLogprobs::new(&o.logprobs)),
+            finish_reason: Some(o.finish.reason.as_str()),
+            stop_reason: o.finish.stop_reason,
+        })
+        .collect();
+    let usage = Usage::new(prompt_tokens, completion_tokens);
+    Ok(Json(meta.response(choices, Some(usage))).into_response())
+}
+
+fn prompts(state: &AppState, input: &PromptInput) -> Result<Vec<Prompt>, ApiError> {
+    let model = &state.model;
+    let from_text = |text: &String| -> Result<Prompt, ApiError> {
+        Ok(Prompt {
+            ids: model.encode(text, true)?,
+            text: text.clone(),
+        })
+    };
+    let from_ids = |ids: &Vec<u32>| -> Result<Prompt, ApiError> {
+        if let Some(bad) = ids.iter().find(|id| **id as usize >= model.vocab_size()) {
+            return Err(ApiError::invalid(
+                Some("prompt"),
+                format!("token id {bad} is outside the vocabulary (size {})", model.vocab_size()),
+            ));
+        }
+        Ok(Prompt {
+            ids: ids.clone(),
+            text: model.decode(ids)?,
+        })
+    };
+    let prompts = match input {
+        PromptInput::Text(text) => vec![from_text(text)?],
+        PromptInput::Texts(texts) => texts.iter().map(from_text).collect::<Result<_, _>>()?,
+        PromptInput::Tokens(ids) => vec![from_ids(ids)?],
+        PromptInput::TokenLists(lists) => lists.iter().map(from_ids).collect::<Result<_, _>>()?,
+    };
+    if prompts.is_empty() {
+        return Err(ApiError::invalid(Some("prompt"), "prompt is empty"));
+    }
+    Ok(prompts)
+}
+
+fn stream(
+    meta: Meta,
+    choices: Vec<Choice>,
+    echoes: Vec<String>,
+    prompt_tokens: usize,
+    include_usage: bool,
+) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+    let with_logprobs = |tokens: &[TokenLogprob]| (!tokens.is_empty()).then(|| CompletionLogprobs::new(tokens));
+    let events = async_stream::stream! {
+        for (index, echo) in echoes.into_iter().enumerate().filter(|(_, e)| !e.is_empty()) {
+            yield json_event(&meta.chunk(index, echo, None, (None, None)));
+        }
+        let mut updates = merged(choices);
+        let mut completion_tokens = 0;
+        while let Some((index, update)) = updates.next().await {
+            let update = match update {
+                Ok(update) => update,
+                Err(e) => {
+                    yield error_event(&e);
+                    break;
+                }
+            };
+            let finish = update.finish;
+            if update.text.is_empty() && update.logprobs.is_empty() && finish.is_none() {
+                continue;
+            }
+            completion_tokens += finish.as_ref().map_or(0, |f| f.completion_tokens);
+            let finished = (finish.as_ref().map(|f| f.reason.as_str()), finish.and_then(|f| f.stop_reason));
+            yield json_event(&meta.chunk(index, update.text, with_logprobs(&update.logprobs), finished));
+        }
+        if include_usage {
+            yield json_event(&meta.response(Vec::new(), Some(Usage::new(prompt_tokens, completion_tokens))));
+        }
+        yield done_event();
+    };
+    Sse::new(events.map(Ok))
+}

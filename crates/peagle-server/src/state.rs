@@ -1,0 +1,36 @@
+//! What every handler shares: the engine, the model's tokenizer side, metrics and settings.
+
+use crate::metrics::ServerMetrics;
+use crate::served_model::ServedModel;
+use peagle_engine::EngineHandle;
+use std::time::Duration;
+use tokio::sync::watch;
+
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Clients must send `Authorization: Bearer <key>` on /v1 routes when set.
+    pub api_key: Option<String>,
+    /// Larger request bodies get 413.
+    pub max_body_bytes: usize,
+    /// After SIGINT/SIGTERM, in-flight requests get this long to finish before they are ended.
+    pub shutdown_timeout: Duration,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            api_key: None,
+            max_body_bytes: 4 << 20,
+            shutdown_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+pub struct AppState {
+    pub engine: EngineHandle,
+    pub model: ServedModel,
+    pub metrics: ServerMetrics,
+    pub config: ServerConfig,
+    /// Turns true when the shutdown grace period is over: requests still running end now.
+    pub abort: watch::Receiver<bool>,
+}

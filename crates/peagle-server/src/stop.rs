@@ -1,0 +1,107 @@
+//! Stop strings over streamed text. Text that could be the beginning of a stop string is held
+//! back until the next text settles it, so nothing a client has been sent is ever taken back,
+//! and a stop string split across tokens is still found.
+
+pub struct StopChecker {
+    stops: Vec<String>,
+    held: String,
+}
+
+impl StopChecker {
+    pub fn new(stops: Vec<String>) -> Self {
+        Self {
+            stops,
+            held: String::new(),
+        }
+    }
+
+    /// Adds newly decoded text. Returns the text that is now safe to send and, when a stop
+    /// string appeared, that string (the text is cut just before it; nothing more follows).
+    pub fn push(&mut self, text: &str) -> (String, Option<String>) {
+        self.held.push_str(text);
+        let first = self
+            .stops
+            .iter()
+            .filter_map(|s| self.held.find(s.as_str()).map(|at| (at, s)))
+            .min_by_key(|(at, _)| *at);
+        if let Some((at, stop)) = first {
+            let stop = stop.clone();
+            self.held.truncate(at);
+            return (std::mem::take(&mut self.held), Some(stop));
+        }
+        let keep = self.partial_stop_len();
+        let out = self.held[..self.held.len() - keep].to_string();
+        self.held.drain(..self.held.len() - keep);
+        (out, None)
+    }
+
+    /// Whatever is still held back, once generation ended without a stop string.
+    pub fn flush(&mut self) -> String {
+        std::mem::take(&mut self.held)
+    }
+
+    /// Length of the longest tail of the held text that is a proper prefix of a stop string.
+    fn partial_stop_len(&self) -> usize {
+        self.stops
+            .iter()
+            .flat_map(|s| (1..s.len()).filter(|k| s.is_char_boundary(*k)).map(move |k| &s[..k]))
+            .filter(|prefix| self.held.ends_with(prefix))
+            .map(str::len)
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(stops: &[&str], pieces: &[&str]) -> (Vec<String>, Option<String>) {
+        let mut checker = StopChecker::new(stops.iter().map(|s| s.to_string()).collect());
+        let mut sent = Vec::new();
+        for piece in pieces {
+            let (out, stop) = checker.push(piece);
+            sent.push(out);
+            if stop.is_some() {
+                return (sent, stop);
+            }
+        }
+        sent.push(checker.flush());
+        (sent, None)
+    }
+
+    #[test]
+    fn passes_text_through_without_stops() {
+        assert_eq!(run(&[], &["ab", "c"]), (vec!["ab".into(), "c".into(), "".into()], None));
+    }
+
+    #[test]
+    fn cuts_before_a_stop_split_across_pieces() {
+        let (sent, stop) = run(&["END"], &["abc E", "N", "D more"]);
+        assert_eq!(sent, vec!["abc ", "", ""]);
+        assert_eq!(stop.as_deref(), Some("END"));
+    }
+
+    #[test]
+    fn releases_held_text_when_the_stop_does_not_follow() {
+        let (sent, stop) = run(&["END"], &["abc E", "X"]);
+        assert_eq!(sent, vec!["abc ", "EX", ""]);
+        assert_eq!(stop, None);
+        let (sent, _) = run(&["END"], &["xyEN"]);
+        assert_eq!(sent.concat(), "xyEN");
+    }
+
+    #[test]
+    fn the_earliest_stop_wins() {
+        let (sent, stop) = run(&["c", "ab"], &["xxabc"]);
+        assert_eq!(sent, vec!["xx"]);
+        assert_eq!(stop.as_deref(), Some("ab"));
+    }
+
+    #[test]
+    fn holds_back_only_on_character_boundaries() {
+        let (sent, stop) = run(&["é!"], &["caf", "é", "?"]);
+        assert_eq!(sent, vec!["caf", "", "é?", ""]);
+        assert_eq!(stop, None);
+    }
+}

@@ -1,0 +1,111 @@
+//! /v1/chat/completions: the chat template, plain and streamed answers, logprobs, budgets.
+
+use crate::common::{fixture, streamed, TestServer, MAX_MODEL_LEN, MODEL};
+use serde_json::{json, Value};
+
+fn chat(max_tokens: Option<usize>) -> Value {
+    let mut request = json!({
+        "model": MODEL,
+        "messages": [
+            {"role": "system", "content": "You write Python."},
+            {"role": "user", "content": [{"type": "text", "text": "Sort a list"}]},
+        ],
+        "temperature": 0,
+        "ignore_eos": true,
+    });
+    if let Some(m) = max_tokens {
+        request["max_tokens"] = json!(m);
+    }
+    request
+}
+
+/// The fixture's template applied by hand: `<|role|>\ncontent\n` per message, then the
+/// assistant header.
+fn prompt_tokens() -> u64 {
+    let text = "<|system|>\nYou write Python.\n<|user|>\nSort a list\n<|assistant|>\n";
+    let tokenizer = tokenizers::Tokenizer::from_file(fixture(MODEL).join("tokenizer.json")).unwrap();
+    tokenizer.encode(text, false).unwrap().get_ids().len() as u64
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_through_the_chat_template() {
+    let server = TestServer::start().await;
+    let body = server.ok("/v1/chat/completions", chat(Some(10))).await;
+    assert!(body["id"].as_str().unwrap().starts_with("chatcmpl-"), "{body}");
+    assert_eq!(body["object"], "chat.completion");
+    let choice = &body["choices"][0];
+    assert_eq!(choice["message"]["role"], "assistant");
+    assert!(!choice["message"]["content"].as_str().unwrap().is_empty(), "{body}");
+    assert_eq!(choice["finish_reason"], "length");
+    assert_eq!(body["usage"]["prompt_tokens"].as_u64(), Some(prompt_tokens()));
+    assert_eq!(body["usage"]["completion_tokens"], 10);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_role_then_content_deltas_then_usage() {
+    let server = TestServer::start().await;
+    let plain = server.ok("/v1/chat/completions", chat(Some(16))).await;
+    let mut request = chat(Some(16));
+    request["stream"] = json!(true);
+    request["stream_options"] = json!({"include_usage": true});
+    let chunks = server.stream("/v1/chat/completions", request).await;
+    for chunk in &chunks {
+        assert_eq!(chunk["object"], "chat.completion.chunk");
+    }
+    assert_eq!(
+        chunks[0]["choices"][0]["delta"],
+        json!({"role": "assistant", "content": ""})
+    );
+    let (text, finish) = streamed(&chunks, 0, "delta");
+    assert_eq!(text, plain["choices"][0]["message"]["content"].as_str().unwrap());
+    assert_eq!(finish.as_deref(), Some("length"));
+    let last = chunks.last().unwrap();
+    assert_eq!(last["choices"], json!([]));
+    assert_eq!(last["usage"], plain["usage"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logprobs_list_each_token_with_its_alternatives() {
+    let server = TestServer::start().await;
+    let mut request = chat(Some(5));
+    request["logprobs"] = json!(true);
+    request["top_logprobs"] = json!(3);
+    let body = server.ok("/v1/chat/completions", request).await;
+    let content = body["choices"][0]["logprobs"]["content"].as_array().unwrap();
+    assert_eq!(content.len(), 5);
+    for token in content {
+        assert!(token["logprob"].as_f64().unwrap() <= 0.0);
+        assert_eq!(token["bytes"], json!(token["token"].as_str().unwrap().as_bytes()));
+        let top = token["top_logprobs"].as_array().unwrap();
+        assert_eq!(top.len(), 3);
+        // Greedy: the chosen token is the most likely one.
+        assert_eq!(top[0]["logprob"].as_f64(), token["logprob"].as_f64(), "{token}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_max_tokens_the_answer_may_fill_the_context() {
+    let server = TestServer::start().await;
+    let body = server.ok("/v1/chat/completions", chat(None)).await;
+    let expected = MAX_MODEL_LEN as u64 - prompt_tokens();
+    assert_eq!(body["usage"]["completion_tokens"].as_u64(), Some(expected));
+    assert_eq!(body["choices"][0]["finish_reason"], "length");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn n_choices_and_max_completion_tokens() {
+    let server = TestServer::start().await;
+    let mut request = chat(None);
+    request["n"] = json!(3);
+    request["temperature"] = json!(1.0);
+    request["seed"] = json!(1);
+    request["max_completion_tokens"] = json!(7);
+    let body = server.ok("/v1/chat/completions", request).await;
+    let choices = body["choices"].as_array().unwrap();
+    assert_eq!(choices.len(), 3);
+    for (i, choice) in choices.iter().enumerate() {
+        assert_eq!(choice["index"], i);
+    }
+    assert_eq!(body["usage"]["completion_tokens"], 21);
+    assert_eq!(body["usage"]["prompt_tokens"].as_u64(), Some(prompt_tokens()));
+}

@@ -1,0 +1,192 @@
+//! /v1/completions: plain and streamed, n, stop strings, logprobs, seeds, echo, token prompts.
+
+use crate::common::{greedy, streamed, texts, TestServer, MODEL};
+use serde_json::json;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_with_text_usage_and_finish_reason() {
+    let server = TestServer::start().await;
+    let body = server.ok("/v1/completions", greedy("def f(x):", 12)).await;
+    assert!(body["id"].as_str().unwrap().starts_with("cmpl-"), "{body}");
+    assert_eq!(body["object"], "text_completion");
+    assert_eq!(body["model"], MODEL);
+    let choice = &body["choices"][0];
+    assert_eq!(
+        (choice["index"].as_u64(), choice["finish_reason"].as_str()),
+        (Some(0), Some("length"))
+    );
+    assert!(!choice["text"].as_str().unwrap().is_empty(), "{body}");
+    assert_eq!(choice["logprobs"], serde_json::Value::Null);
+    let usage = &body["usage"];
+    let prompt_tokens = usage["prompt_tokens"].as_u64().unwrap();
+    assert!(prompt_tokens > 0);
+    assert_eq!(usage["completion_tokens"], 12);
+    assert_eq!(usage["total_tokens"].as_u64(), Some(prompt_tokens + 12));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streaming_sends_the_same_text_then_usage_and_done() {
+    let server = TestServer::start().await;
+    let plain = server.ok("/v1/completions", greedy("import os", 20)).await;
+    let mut request = greedy("import os", 20);
+    request["stream"] = json!(true);
+    request["stream_options"] = json!({"include_usage": true});
+    let chunks = server.stream("/v1/completions", request).await;
+    assert!(chunks.len() > 2, "{chunks:?}");
+    for chunk in &chunks {
+        assert_eq!(chunk["object"], "text_completion");
+        assert_eq!(chunk["id"], chunks[0]["id"]);
+    }
+    let (text, finish) = streamed(&chunks, 0, "text");
+    assert_eq!(text, texts(&plain)[0]);
+    assert_eq!(finish.as_deref(), Some("length"));
+    let last = chunks.last().unwrap();
+    assert_eq!(last["choices"], json!([]));
+    assert_eq!(last["usage"], plain["usage"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn n_seeded_choices_differ_and_repeat() {
+    let server = TestServer::start().await;
+    let request = json!({
+        "prompt": "class Node:",
+        "max_tokens": 16,
+        "n": 4,
+        "seed": 5,
+        "temperature": 1.0,
+        "ignore_eos": true,
+    });
+    let first = server.ok("/v1/completions", request.clone()).await;
+    let second = server.ok("/v1/completions", request.clone()).await;
+    let choices = texts(&first);
+    assert_eq!(choices.len(), 4);
+    assert_eq!(choices, texts(&second));
+    let indices: Vec<_> = first["choices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["index"].clone())
+        .collect();
+    assert_eq!(indices, vec![json!(0), json!(1), json!(2), json!(3)]);
+    let distinct: std::collections::HashSet<_> = choices.iter().collect();
+    assert!(distinct.len() > 1, "all four seeded choices are equal: {choices:?}");
+    assert_eq!(first["usage"]["completion_tokens"], 64);
+
+    // Streamed, the same seeds give the same four texts.
+    let mut streaming = request;
+    streaming["stream"] = json!(true);
+    let chunks = server.stream("/v1/completions", streaming).await;
+    for (i, text) in choices.iter().enumerate() {
+        assert_eq!(&streamed(&chunks, i as u64, "text").0, text);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seeded_sampling_repeats_and_seeds_matter() {
+    let server = TestServer::start().await;
+    let request = |seed: u64| {
+        json!({"prompt": "for i in", "max_tokens": 24, "temperature": 0.8, "top_p": 0.9, "top_k": 50,
+               "seed": seed, "ignore_eos": true})
+    };
+    let a = texts(&server.ok("/v1/completions", request(11)).await);
+    let b = texts(&server.ok("/v1/completions", request(11)).await);
+    let c = texts(&server.ok("/v1/completions", request(12)).await);
+    assert_eq!(a, b);
+    assert_ne!(a, c);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_string_cuts_the_text_and_ends_the_choice() {
+    let server = TestServer::start().await;
+    let full = texts(&server.ok("/v1/completions", greedy("while True:", 40)).await).remove(0);
+    // A stop string from the middle of the greedy text: the answer is what comes before it.
+    let chars: Vec<char> = full.chars().collect();
+    assert!(chars.len() >= 8, "{full:?}");
+    let stop: String = chars[chars.len() / 2..chars.len() / 2 + 3].iter().collect();
+    let expected = &full[..full.find(&stop).unwrap()];
+
+    let mut request = greedy("while True:", 40);
+    request["stop"] = json!(["never appears \u{1}", stop]);
+    let body = server.ok("/v1/completions", request.clone()).await;
+    let choice = &body["choices"][0];
+    assert_eq!(choice["text"], expected);
+    assert_eq!(choice["finish_reason"], "stop");
+    assert_eq!(choice["stop_reason"], json!(stop));
+    assert!(body["usage"]["completion_tokens"].as_u64().unwrap() < 40, "{body}");
+
+    request["stream"] = json!(true);
+    let chunks = server.stream("/v1/completions", request).await;
+    assert_eq!(
+        streamed(&chunks, 0, "text"),
+        (expected.to_string(), Some("stop".into()))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logprobs_come_with_top_alternatives_and_offsets() {
+    let server = TestServer::start().await;
+    let mut request = greedy("def g(", 6);
+    request["logprobs"] = json!(2);
+    let body = server.ok("/v1/completions", request).await;
+    let logprobs = &body["choices"][0]["logprobs"];
+    let tokens = logprobs["tokens"].as_array().unwrap();
+    let token_logprobs = logprobs["token_logprobs"].as_array().unwrap();
+    let top = logprobs["top_logprobs"].as_array().unwrap();
+    let offsets = logprobs["text_offset"].as_array().unwrap();
+    assert_eq!(
+        (tokens.len(), token_logprobs.len(), top.len(), offsets.len()),
+        (6, 6, 6, 6)
+    );
+    assert_eq!(offsets[0], 0);
+    for i in 0..6 {
+        let chosen = token_logprobs[i].as_f64().unwrap();
+        assert!(chosen <= 0.0, "{logprobs}");
+        let alternatives = top[i].as_object().unwrap();
+        assert!((1..=3).contains(&alternatives.len()), "{logprobs}");
+        // Greedy picks the most likely token: nothing beats it.
+        let best = alternatives
+            .values()
+            .map(|v| v.as_f64().unwrap())
+            .fold(f64::MIN, f64::max);
+        assert!((best - chosen).abs() < 1e-4, "{logprobs}");
+        assert_eq!(alternatives[tokens[i].as_str().unwrap()].as_f64(), Some(chosen));
+        if i > 0 {
+            assert!(offsets[i].as_u64() >= offsets[i - 1].as_u64());
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn echo_and_token_id_prompts() {
+    let server = TestServer::start().await;
+    let plain = texts(&server.ok("/v1/completions", greedy("x = [", 8)).await).remove(0);
+    let mut request = greedy("x = [", 8);
+    request["echo"] = json!(true);
+    let echoed = texts(&server.ok("/v1/completions", request).await).remove(0);
+    assert_eq!(echoed, format!("x = [{plain}"));
+
+    // The same prompt as token ids, twice in one request: two choices, prompts counted twice.
+    let tokenizer = tokenizers::Tokenizer::from_file(crate::common::fixture(MODEL).join("tokenizer.json")).unwrap();
+    let ids = tokenizer.encode("x = [", true).unwrap().get_ids().to_vec();
+    let mut request = greedy("", 8);
+    request["prompt"] = json!([ids, ids]);
+    let body = server.ok("/v1/completions", request).await;
+    assert_eq!(texts(&body), vec![plain.clone(), plain]);
+    assert_eq!(body["usage"]["prompt_tokens"].as_u64(), Some(2 * ids.len() as u64));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn speculation_can_be_turned_off_per_request_with_the_same_greedy_text() {
+    let server = TestServer::start().await;
+    let drafts_before = server.metric("peagle:spec_decode_num_drafts_total").await;
+    let mut request = greedy("def main():", 24);
+    request["speculative"] = json!(false);
+    let plain = texts(&server.ok("/v1/completions", request).await);
+    assert_eq!(
+        server.metric("peagle:spec_decode_num_drafts_total").await,
+        drafts_before
+    );
+    let speculative = texts(&server.ok("/v1/completions", greedy("def main():", 24)).await);
+    assert_eq!(plain, speculative);
+    assert!(server.metric("peagle:spec_decode_num_drafts_total").await > drafts_before);
+}

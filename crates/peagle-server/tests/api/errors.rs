@@ -1,0 +1,217 @@
+//! Every client error gets its status code and an OpenAI error object; a panic fails only its
+//! own request.
+
+use crate::common::{greedy, Options, TestServer, MODEL};
+use axum::routing::get;
+use axum::Router;
+use peagle_server::ServerConfig;
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+/// Checks the OpenAI error shape and returns the error object.
+async fn error(response: reqwest::Response, status: StatusCode) -> Value {
+    assert_eq!(response.status(), status);
+    let body: Value = response.json().await.unwrap();
+    let error = &body["error"];
+    assert!(error["message"].as_str().is_some_and(|m| !m.is_empty()), "{body}");
+    assert!(error["type"].is_string(), "{body}");
+    assert!(error.get("param").is_some() && error.get("code").is_some(), "{body}");
+    error.clone()
+}
+
+async fn bad_request(server: &TestServer, path: &str, body: Value, param: Option<&str>) -> Value {
+    let response = server.post(path).json(&body).send().await.unwrap();
+    let error = error(response, StatusCode::BAD_REQUEST).await;
+    assert_eq!(error["type"], "invalid_request_error");
+    assert_eq!(error["param"].as_str(), param, "{error}");
+    error
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_requests_get_400_naming_the_field() {
+    let server = TestServer::start().await;
+    let cmpl = "/v1/completions";
+    let with = |key: &str, value: Value| {
+        let mut r = greedy("hello", 4);
+        r[key] = value;
+        r
+    };
+    let response = server
+        .post(cmpl)
+        .header("content-type", "application/json")
+        .body("{\"prompt\": ")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        error(response, StatusCode::BAD_REQUEST).await["type"],
+        "invalid_request_error"
+    );
+    bad_request(&server, cmpl, with("temperature", json!("hot")), Some("temperature")).await;
+    bad_request(&server, cmpl, with("max_tokens", json!(1.5)), Some("max_tokens")).await;
+    bad_request(&server, cmpl, with("prompt", json!({"text": "x"})), Some("prompt")).await;
+    bad_request(&server, cmpl, json!({"max_tokens": 4}), None).await;
+    bad_request(&server, cmpl, with("prompt", json!("")), Some("prompt")).await;
+    bad_request(&server, cmpl, with("prompt", json!([])), Some("prompt")).await;
+    bad_request(&server, cmpl, with("prompt", json!([1, 100000])), Some("prompt")).await;
+    let too_long: Vec<String> = (0..400).map(|i| i.to_string()).collect();
+    let too_long = too_long.join(" ");
+    let e = bad_request(&server, cmpl, with("prompt", json!(too_long)), Some("prompt")).await;
+    assert!(
+        e["message"].as_str().unwrap().contains("maximum context length is 256"),
+        "{e}"
+    );
+    bad_request(&server, cmpl, with("max_tokens", json!(0)), Some("max_tokens")).await;
+    bad_request(&server, cmpl, with("max_tokens", json!(-3)), Some("max_tokens")).await;
+    bad_request(&server, cmpl, with("max_tokens", json!(300)), Some("max_tokens")).await;
+    bad_request(&server, cmpl, with("temperature", json!(-0.1)), Some("temperature")).await;
+    bad_request(&server, cmpl, with("top_p", json!(1.5)), Some("top_p")).await;
+    bad_request(&server, cmpl, with("n", json!(0)), Some("n")).await;
+    bad_request(&server, cmpl, with("n", json!(17)), Some("n")).await;
+    bad_request(&server, cmpl, with("logprobs", json!(21)), Some("logprobs")).await;
+    bad_request(&server, cmpl, with("stop", json!(3)), Some("stop")).await;
+
+    let chat = "/v1/chat/completions";
+    let message = |content: Value| json!({"messages": [{"role": "user", "content": content}]});
+    bad_request(&server, chat, json!({"messages": []}), Some("messages")).await;
+    bad_request(&server, chat, json!({"messages": "hi"}), Some("messages")).await;
+    bad_request(&server, chat, message(json!(too_long)), Some("messages")).await;
+    let image = json!([{"type": "image_url", "image_url": {"url": "http://x/y.png"}}]);
+    bad_request(&server, chat, message(image), Some("messages[0].content")).await;
+    let mut r = message(json!("hi"));
+    r["top_logprobs"] = json!(2);
+    bad_request(&server, chat, r, Some("top_logprobs")).await;
+    let mut r = message(json!("hi"));
+    r["max_completion_tokens"] = json!(0);
+    bad_request(&server, chat, r, Some("max_completion_tokens")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_models_routes_methods_and_content_types() {
+    let server = TestServer::start().await;
+    let mut request = greedy("hello", 4);
+    request["model"] = json!("gpt-5");
+    let response = server.post("/v1/completions").json(&request).send().await.unwrap();
+    let e = error(response, StatusCode::NOT_FOUND).await;
+    assert_eq!(
+        (e["code"].as_str(), e["param"].as_str()),
+        (Some("model_not_found"), Some("model"))
+    );
+    assert!(e["message"].as_str().unwrap().contains("gpt-5"), "{e}");
+    let response = server
+        .post("/v1/chat/completions")
+        .json(&json!({"model": "nope", "messages": [{"role": "user", "content": "hi"}]}))
+        .send()
+        .await
+        .unwrap();
+    error(response, StatusCode::NOT_FOUND).await;
+
+    error(server.get("/v1/nothing").await, StatusCode::NOT_FOUND).await;
+    error(server.get("/v1/completions").await, StatusCode::METHOD_NOT_ALLOWED).await;
+    let response = server
+        .post("/v1/completions")
+        .header("content-type", "text/plain")
+        .body(greedy("hello", 4).to_string())
+        .send()
+        .await
+        .unwrap();
+    error(response, StatusCode::UNSUPPORTED_MEDIA_TYPE).await;
+
+    let models = server.get("/v1/models").await.json::<Value>().await.unwrap();
+    assert_eq!(models["data"][0]["id"], MODEL);
+    assert_eq!(models["data"][0]["max_model_len"], 256);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bodies_over_the_limit_get_413() {
+    let config = ServerConfig {
+        max_body_bytes: 1024,
+        ..Default::default()
+    };
+    let server = TestServer::with(Options {
+        config,
+        ..Default::default()
+    })
+    .await;
+    let response = server
+        .post("/v1/completions")
+        .json(&greedy(&"y".repeat(2000), 4))
+        .send()
+        .await
+        .unwrap();
+    error(response, StatusCode::PAYLOAD_TOO_LARGE).await;
+    server.ok("/v1/completions", greedy("small", 2)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_api_key_guards_the_v1_routes() {
+    let config = ServerConfig {
+        api_key: Some("sk-test".into()),
+        ..Default::default()
+    };
+    let server = TestServer::with(Options {
+        config,
+        ..Default::default()
+    })
+    .await;
+    let body = greedy("hi", 2);
+    let missing = server.post("/v1/completions").json(&body).send().await.unwrap();
+    assert_eq!(
+        error(missing, StatusCode::UNAUTHORIZED).await["code"],
+        "invalid_api_key"
+    );
+    let wrong = server
+        .post("/v1/completions")
+        .bearer_auth("sk-nope")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    error(wrong, StatusCode::UNAUTHORIZED).await;
+    error(server.get("/v1/models").await, StatusCode::UNAUTHORIZED).await;
+    let right = server
+        .post("/v1/completions")
+        .bearer_auth("sk-test")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(right.status(), StatusCode::OK);
+    // Probes and scrapers need no key.
+    assert_eq!(server.get("/health").await.status(), StatusCode::OK);
+    assert_eq!(server.get("/metrics").await.status(), StatusCode::OK);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_queue_gets_503() {
+    let server = TestServer::with(Options {
+        max_waiting: Some(0),
+        ..Default::default()
+    })
+    .await;
+    let response = server
+        .post("/v1/completions")
+        .json(&greedy("hi", 2))
+        .send()
+        .await
+        .unwrap();
+    let e = error(response, StatusCode::SERVICE_UNAVAILABLE).await;
+    assert_eq!(e["code"], "server_busy");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_handler_fails_only_its_request() {
+    async fn boom() -> &'static str {
+        panic!("kaboom")
+    }
+    let extra = Router::new().route("/boom", get(boom));
+    let server = TestServer::with(Options {
+        extra: Some(extra),
+        ..Default::default()
+    })
+    .await;
+    let e = error(server.get("/boom").await, StatusCode::INTERNAL_SERVER_ERROR).await;
+    assert_eq!(e["type"], "server_error");
+    assert_eq!(server.get("/health").await.status(), StatusCode::OK);
+    server.ok("/v1/completions", greedy("still here", 3)).await;
+}

@@ -1,0 +1,10 @@
+//! The HTTP API end to end: a real server on a loopback port over the tiny Llama fixture and
+//! its P-EAGLE drafter, driven with an HTTP client.
+
+mod cancel;
+mod chat;
+mod common;
+mod completions;
+mod concurrency;
+mod errors;
+mod shutdown;

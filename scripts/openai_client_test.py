@@ -1,0 +1,198 @@
+#!/usr/bin/env python3
+"""Drives a running peagle-serve with the official `openai` package: models, completions and
+chat, plain and streamed, n, seeds, stop strings, logprobs, the per-request speculation switch
+and error statuses. Prints one line per check and exits non-zero if any check fails.
+
+    python3 scripts/openai_client_test.py --base-url http://127.0.0.1:8000/v1 [--api-key KEY]
+"""
+
+import argparse
+import sys
+import traceback
+
+import openai
+from openai import OpenAI
+
+# vLLM-style extensions travel in extra_body.
+RUN_TO_LENGTH = {"ignore_eos": True}
+
+
+def greedy_completion(client, model, prompt, max_tokens, **extra):
+    return client.completions.create(
+        model=model,
+        prompt=prompt,
+        max_tokens=max_tokens,
+        temperature=0,
+        extra_body={**RUN_TO_LENGTH, **extra},
+    )
+
+
+def check_models(client, model):
+    ids = [m.id for m in client.models.list().data]
+    assert model in ids, ids
+
+
+def check_completion(client, model):
+    r = greedy_completion(client, model, "def fibonacci(n):", 8)
+    assert r.object == "text_completion", r
+    choice = r.choices[0]
+    assert isinstance(choice.text, str) and choice.text, r
+    assert choice.finish_reason == "length", r
+    assert r.usage.completion_tokens == 8, r.usage
+    assert r.usage.total_tokens == r.usage.prompt_tokens + 8, r.usage
+
+
+def check_completion_stream(client, model):
+    plain = greedy_completion(client, model, "import os", 12).choices[0].text
+    stream = client.completions.create(
+        model=model,
+        prompt="import os",
+        max_tokens=12,
+        temperature=0,
+        stream=True,
+        stream_options={"include_usage": True},
+        extra_body=RUN_TO_LENGTH,
+    )
+    text, finish, usage = "", None, None
+    for chunk in stream:
+        for choice in chunk.choices:
+            text += choice.text
+            finish = choice.finish_reason or finish
+        usage = chunk.usage or usage
+    assert text == plain, (text, plain)
+    assert finish == "length", finish
+    assert usage is not None and usage.completion_tokens == 12, usage
+
+
+def chat(client, model, **kwargs):
+    return client.chat.completions.create(
+        model=model,
+        messages=[
+            {"role": "system", "content": "You write Python."},
+            {"role": "user", "content": "Reverse a string."},
+        ],
+        temperature=0,
+        extra_body=RUN_TO_LENGTH,
+        **kwargs,
+    )
+
+
+def check_chat(client, model):
+    r = chat(client, model, max_tokens=10)
+    assert r.object == "chat.completion", r
+    message = r.choices[0].message
+    assert message.role == "assistant" and isinstance(message.content, str), message
+    assert r.choices[0].finish_reason == "length", r
+    assert r.usage.completion_tokens == 10, r.usage
+
+
+def check_chat_stream(client, model):
+    plain = chat(client, model, max_completion_tokens=10).choices[0].message.content
+    text, roles, finish = "", [], None
+    for chunk in chat(client, model, max_completion_tokens=10, stream=True):
+        assert chunk.object == "chat.completion.chunk", chunk
+        for choice in chunk.choices:
+            if choice.delta.role:
+                roles.append(choice.delta.role)
+            text += choice.delta.content or ""
+            finish = choice.finish_reason or finish
+    assert roles == ["assistant"], roles
+    assert text == plain, (text, plain)
+    assert finish == "length", finish
+
+
+def check_n_and_seed(client, model):
+    def run():
+        r = client.completions.create(
+            model=model, prompt="class Stack:", max_tokens=12, n=3, seed=7, temperature=1.0, extra_body=RUN_TO_LENGTH
+        )
+        return [c.text for c in sorted(r.choices, key=lambda c: c.index)]
+
+    first = run()
+    assert len(first) == 3, first
+    assert first == run(), "seeded choices did not repeat"
+
+
+def check_stop(client, model):
+    full = greedy_completion(client, model, "while True:", 40).choices[0].text
+    assert len(full) >= 8, full
+    stop = full[len(full) // 2 : len(full) // 2 + 3]
+    r = client.completions.create(
+        model=model, prompt="while True:", max_tokens=40, temperature=0, stop=[stop], extra_body=RUN_TO_LENGTH
+    )
+    choice = r.choices[0]
+    assert choice.text == full[: full.index(stop)], (choice.text, full, stop)
+    assert choice.finish_reason == "stop", choice
+
+
+def check_logprobs(client, model):
+    r = chat(client, model, max_tokens=4, logprobs=True, top_logprobs=2)
+    content = r.choices[0].logprobs.content
+    assert len(content) == 4, content
+    for token in content:
+        assert token.logprob <= 0 and len(token.top_logprobs) == 2, token
+    c = greedy_completion(client, model, "def g(", 4)
+    r = client.completions.create(model=model, prompt="def g(", max_tokens=4, temperature=0, logprobs=2,
+                                  extra_body=RUN_TO_LENGTH)
+    assert r.choices[0].text == c.choices[0].text
+    assert len(r.choices[0].logprobs.token_logprobs) == 4, r.choices[0].logprobs
+
+
+def check_speculation_switch(client, model):
+    on = greedy_completion(client, model, "def main():", 16).choices[0].text
+    off = greedy_completion(client, model, "def main():", 16, speculative=False).choices[0].text
+    assert on == off, (on, off)
+
+
+def check_errors(client, model):
+    cases = [
+        (openai.BadRequestError, dict(model=model, prompt="x", max_tokens=0)),
+        (openai.BadRequestError, dict(model=model, prompt="x", max_tokens=4, temperature=-1)),
+        (openai.BadRequestError, dict(model=model, prompt="x", max_tokens=4, n=17)),
+        (openai.NotFoundError, dict(model="no-such-model", prompt="x", max_tokens=4)),
+    ]
+    for error, kwargs in cases:
+        try:
+            client.completions.create(**kwargs)
+        except error as e:
+            assert e.body and e.body.get("message"), e.body
+        else:
+            raise AssertionError(f"no {error.__name__} for {kwargs}")
+
+
+CHECKS = [
+    check_models,
+    check_completion,
+    check_completion_stream,
+    check_chat,
+    check_chat_stream,
+    check_n_and_seed,
+    check_stop,
+    check_logprobs,
+    check_speculation_switch,
+    check_errors,
+]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--base-url", required=True, help="the server's /v1 URL")
+    parser.add_argument("--api-key", default="EMPTY")
+    parser.add_argument("--model", help="default: the first model the server lists")
+    args = parser.parse_args()
+    client = OpenAI(base_url=args.base_url, api_key=args.api_key, max_retries=0, timeout=120)
+    model = args.model or client.models.list().data[0].id
+    failed = 0
+    for check in CHECKS:
+        try:
+            check(client, model)
+            print(f"ok   {check.__name__}")
+        except Exception:
+            failed += 1
+            print(f"FAIL {check.__name__}\n{traceback.format_exc()}")
+    print(f"openai_client_test: {len(CHECKS) - failed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
