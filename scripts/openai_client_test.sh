@@ -12,7 +12,7 @@ cargo build --locked --bin peagle-serve
 
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 log=$(mktemp)
-target/debug/peagle-serve --model tests/fixtures/tiny-llama --draft-model tests/fixtures/tiny-llama-peagle \
+"${CARGO_TARGET_DIR:-target}/debug/peagle-serve" --model tests/fixtures/tiny-llama --draft-model tests/fixtures/tiny-llama-peagle \
     --served-model-name tiny-llama --port "$port" >"$log" 2>&1 &
 pid=$!
 cleanup() {
