@@ -10,9 +10,11 @@ use candle_core::backend::BackendStorage;
 use candle_core::{CpuStorage, CustomOp2, Layout, Result, Shape, Tensor};
 use rayon::prelude::*;
 
-/// Weight rows handed to one task: large enough to amortise scheduling, small enough that a
-/// chunk of weights stays in L2 while every input row streams past it.
-const WEIGHT_ROWS_PER_TASK: usize = 16;
+/// Tasks per thread: a few, so uneven progress balances out, but not so many that rayon's
+/// per-task cost rivals a task's work (a 16-row task of a small matmul is about a microsecond).
+const TASKS_PER_THREAD: usize = 4;
+/// The fewest weight rows worth a task of their own.
+const MIN_WEIGHT_ROWS_PER_TASK: usize = 16;
 
 /// `x` [rows, k] f32 times `w` [n, k] (f32 or bf16) transposed, giving [rows, n] f32.
 pub fn linear(x: &Tensor, w: &Tensor) -> Result<Tensor> {
@@ -63,25 +65,26 @@ fn matmul<W: Sync>(x: &[f32], w: &[W], rows: usize, n: usize, k: usize, (dot, do
         return vec![0.0; rows * n];
     }
     // Computed transposed ([n, rows]) so that each task owns a contiguous output chunk.
+    let per_task = n
+        .div_ceil(TASKS_PER_THREAD * rayon::current_num_threads())
+        .max(MIN_WEIGHT_ROWS_PER_TASK);
     let mut yt = vec![0f32; n * rows];
-    yt.par_chunks_mut(WEIGHT_ROWS_PER_TASK * rows)
-        .enumerate()
-        .for_each(|(chunk, out)| {
-            let first = chunk * WEIGHT_ROWS_PER_TASK;
-            for (j, out_row) in out.chunks_mut(rows).enumerate() {
-                let wr = &w[(first + j) * k..][..k];
-                let x_row = |t: usize| &x[t * k..][..k];
-                let mut quads = out_row.chunks_exact_mut(4);
-                for (q, o) in quads.by_ref().enumerate() {
-                    let t = 4 * q;
-                    o.copy_from_slice(&dot4([x_row(t), x_row(t + 1), x_row(t + 2), x_row(t + 3)], wr));
-                }
-                let done = rows / 4 * 4;
-                for (t, o) in quads.into_remainder().iter_mut().enumerate() {
-                    *o = dot(x_row(done + t), wr);
-                }
+    yt.par_chunks_mut(per_task * rows).enumerate().for_each(|(chunk, out)| {
+        let first = chunk * per_task;
+        for (j, out_row) in out.chunks_mut(rows).enumerate() {
+            let wr = &w[(first + j) * k..][..k];
+            let x_row = |t: usize| &x[t * k..][..k];
+            let mut quads = out_row.chunks_exact_mut(4);
+            for (q, o) in quads.by_ref().enumerate() {
+                let t = 4 * q;
+                o.copy_from_slice(&dot4([x_row(t), x_row(t + 1), x_row(t + 2), x_row(t + 3)], wr));
             }
-        });
+            let done = rows / 4 * 4;
+            for (t, o) in quads.into_remainder().iter_mut().enumerate() {
+                *o = dot(x_row(done + t), wr);
+            }
+        }
+    });
     if rows == 1 {
         return yt;
     }
