@@ -10,7 +10,9 @@ use crate::checkpoint::{Checkpoint, LoadOptions};
 use crate::drafter_config::{DraftAlgorithm, DrafterConfig, TensorLayout};
 use crate::error::LoadError;
 use crate::kv_cache::KvCache;
-use crate::layers::{AttentionOptions, DecoderLayer, EagleInputLayer, Embedding, Linear, RmsNorm, RotaryEmbedding};
+use crate::layers::{
+    AttentionContext, AttentionOptions, DecoderLayer, EagleInputLayer, Embedding, Linear, RmsNorm, RotaryEmbedding,
+};
 use crate::transformer::{CausalLm, ModelDims};
 use candle_core::{bail, Device, Result, Tensor};
 use std::path::Path;
@@ -181,11 +183,8 @@ impl Drafter {
         self.draft_to_target[draft_id]
     }
 
+    /// A pass over the paged cache (inference); logits for the batch's logit rows.
     pub fn forward(&self, batch: &ForwardBatch, hidden: &DraftHidden, kv: &KvCache) -> Result<DraftOutput> {
-        let rows = batch.token_ids.len();
-        if rows == 0 {
-            bail!("empty drafter batch");
-        }
         if kv.num_layers() != self.dims.num_layers {
             bail!(
                 "drafter KV cache has {} layers, the drafter {}",
@@ -193,7 +192,51 @@ impl Drafter {
                 self.dims.num_layers
             );
         }
-        let ids = Tensor::from_slice(&batch.token_ids, rows, &self.device)?;
+        let x = self.layers_forward(&batch.token_ids, &batch.positions, hidden, |i| {
+            AttentionContext::Paged {
+                kv: kv.layer(i),
+                meta: &batch.attn,
+            }
+        })?;
+        // A pass that only fills the drafter's cache (a prefill chunk) wants no logits.
+        let idx = Tensor::from_slice(&batch.logit_rows, batch.logit_rows.len(), &self.device)?;
+        let out = x.index_select(&idx, 0)?;
+        if batch.logit_rows.is_empty() {
+            let logits = Tensor::zeros((0, self.dims.vocab_size), x.dtype(), &self.device)?;
+            return Ok(DraftOutput { logits, hidden: out });
+        }
+        self.head(out)
+    }
+
+    /// A pass over rows that attend to each other under `bias` [rows, rows] (0 where visible,
+    /// -inf elsewhere), as in P-EAGLE's multi-depth training layout; logits for every row.
+    pub fn forward_masked(
+        &self,
+        tokens: &[u32],
+        positions: &[u32],
+        hidden: &DraftHidden,
+        bias: &Tensor,
+    ) -> Result<DraftOutput> {
+        let x = self.layers_forward(tokens, positions, hidden, |_| AttentionContext::Masked { bias })?;
+        self.head(x)
+    }
+
+    /// Embedding, hidden input and every layer; `ctx(i)` is layer i's attention context.
+    fn layers_forward<'a>(
+        &self,
+        tokens: &[u32],
+        positions: &[u32],
+        hidden: &DraftHidden,
+        ctx: impl Fn(usize) -> AttentionContext<'a>,
+    ) -> Result<Tensor> {
+        let rows = tokens.len();
+        if rows == 0 || positions.len() != rows {
+            bail!(
+                "a drafter pass needs rows, one position each ({rows} tokens, {} positions)",
+                positions.len()
+            );
+        }
+        let ids = Tensor::from_slice(tokens, rows, &self.device)?;
         let h = match hidden {
             DraftHidden::Target(t) => self.fc.forward(t)?,
             DraftHidden::Own(t) => t.clone(),
@@ -205,20 +248,16 @@ impl Drafter {
                 self.dims.hidden_size
             );
         }
-        let rope = self.rope.tables(&batch.positions, &self.device)?;
-        let mut x = self
-            .first
-            .forward(&self.embed.forward(&ids)?, &h, &rope, kv.layer(0), &batch.attn)?;
+        let rope = self.rope.tables(positions, &self.device)?;
+        let mut x = self.first.forward(&self.embed.forward(&ids)?, &h, &rope, &ctx(0))?;
         for (i, layer) in self.layers.iter().enumerate() {
-            x = layer.forward(&x, &rope, kv.layer(i + 1), &batch.attn)?;
+            x = layer.forward(&x, &rope, &ctx(i + 1))?;
         }
-        // A pass that only fills the drafter's cache (a prefill chunk) wants no logits.
-        let idx = Tensor::from_slice(&batch.logit_rows, batch.logit_rows.len(), &self.device)?;
-        let out = x.index_select(&idx, 0)?;
-        if batch.logit_rows.is_empty() {
-            let logits = Tensor::zeros((0, self.dims.vocab_size), x.dtype(), &self.device)?;
-            return Ok(DraftOutput { logits, hidden: out });
-        }
+        Ok(x)
+    }
+
+    /// Final norm and draft-vocabulary logits of the selected rows.
+    fn head(&self, out: Tensor) -> Result<DraftOutput> {
         let normed = self.norm.forward(&out)?;
         Ok(DraftOutput {
             logits: self.lm_head.forward(&normed)?,

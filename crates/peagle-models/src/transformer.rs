@@ -6,7 +6,7 @@ use crate::checkpoint::Checkpoint;
 use crate::config::TextConfig;
 use crate::error::LoadError;
 use crate::kv_cache::KvCache;
-use crate::layers::{AttentionOptions, DecoderLayer, Embedding, Linear, RmsNorm, RotaryEmbedding};
+use crate::layers::{AttentionContext, AttentionOptions, DecoderLayer, Embedding, Linear, RmsNorm, RotaryEmbedding};
 use candle_core::{bail, DType, Device, Result, Tensor};
 
 /// The sizes other components need to know (cache layout, drafter input width).
@@ -127,7 +127,11 @@ impl CausalLm {
                     captured[i] = Some(x.index_select(idx, 0)?);
                 }
             }
-            x = layer.forward(&x, &rope, kv.layer(i), &batch.attn)?;
+            let ctx = AttentionContext::Paged {
+                kv: kv.layer(i),
+                meta: &batch.attn,
+            };
+            x = layer.forward(&x, &rope, &ctx)?;
         }
         let (aux_hidden, final_hidden) = match &capture {
             None => (None, None),

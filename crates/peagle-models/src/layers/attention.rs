@@ -14,7 +14,19 @@ pub struct AttentionOptions {
     pub bias: bool,
 }
 
-/// GQA self-attention over the paged KV cache, q/k/v fused into one projection.
+/// Where attention takes its keys and values from.
+pub enum AttentionContext<'a> {
+    /// The paged cache (inference): the batch's keys and values are written, then attended.
+    Paged {
+        kv: &'a LayerKv,
+        meta: &'a AttentionMetadata,
+    },
+    /// The batch alone under an explicit additive mask [rows, rows] (0 or -inf): training
+    /// layouts such as P-EAGLE's multi-depth sequences.
+    Masked { bias: &'a Tensor },
+}
+
+/// GQA self-attention, q/k/v fused into one projection.
 pub struct Attention {
     qkv: Linear,
     o: Linear,
@@ -63,8 +75,8 @@ impl Attention {
         })
     }
 
-    /// `x` [rows, hidden]: writes this batch's keys and values into `kv`, then attends.
-    pub fn forward(&self, x: &Tensor, rope: &RopeTables, kv: &LayerKv, meta: &AttentionMetadata) -> Result<Tensor> {
+    /// `x` [rows, in_dim] to [rows, hidden].
+    pub fn forward(&self, x: &Tensor, rope: &RopeTables, ctx: &AttentionContext) -> Result<Tensor> {
         let p = &self.params;
         let rows = x.dim(0)?;
         let (q_width, kv_width) = (p.num_heads * p.head_dim, p.num_kv_heads * p.head_dim);
@@ -79,11 +91,37 @@ impl Attention {
         let v = qkv.narrow(1, q_width + kv_width, kv_width)?.contiguous()?;
         let q = rope.apply(&q, p.num_heads, p.head_dim)?;
         let k = rope.apply(&k, p.num_kv_heads, p.head_dim)?;
-        write_kv(&kv.k, &k, &meta.slot_mapping)?;
-        write_kv(&kv.v, &v, &meta.slot_mapping)?;
-        let out = paged_attention(&q, &kv.k, &kv.v, meta, p)?;
+        let out = match ctx {
+            AttentionContext::Paged { kv, meta } => {
+                write_kv(&kv.k, &k, &meta.slot_mapping)?;
+                write_kv(&kv.v, &v, &meta.slot_mapping)?;
+                paged_attention(&q, &kv.k, &kv.v, meta, p)?
+            }
+            AttentionContext::Masked { bias } => masked_attention(&q, &k, &v, bias, p)?,
+        };
         self.o.forward(&out)
     }
+}
+
+/// Dense attention of `rows` queries over the same rows under an additive mask.
+fn masked_attention(q: &Tensor, k: &Tensor, v: &Tensor, bias: &Tensor, p: &AttentionParams) -> Result<Tensor> {
+    let rows = q.dim(0)?;
+    let group = p.num_heads / p.num_kv_heads;
+    let heads = |t: &Tensor, n: usize| t.reshape((rows, n, p.head_dim))?.transpose(0, 1)?.contiguous();
+    // Each KV head serves `group` consecutive query heads.
+    let expand = |t: &Tensor| {
+        let (n, r, d) = t.dims3()?;
+        t.unsqueeze(1)?.expand((n, group, r, d))?.reshape((n * group, r, d))
+    };
+    let q = heads(q, p.num_heads)?;
+    let k = expand(&heads(k, p.num_kv_heads)?)?;
+    let v = expand(&heads(v, p.num_kv_heads)?)?;
+    let scores = (q.matmul(&k.t()?)? * p.scale as f64)?.broadcast_add(bias)?;
+    let weights = candle_nn::ops::softmax_last_dim(&scores)?;
+    weights
+        .matmul(&v)?
+        .transpose(0, 1)?
+        .reshape((rows, p.num_heads * p.head_dim))
 }
 
 fn head_norm(norm: Option<&RmsNorm>, x: &Tensor, rows: usize, head_dim: usize) -> Result<Tensor> {

@@ -1,10 +1,8 @@
-use super::{Attention, AttentionOptions, Mlp, RmsNorm, RopeTables};
+use super::{Attention, AttentionContext, AttentionOptions, Mlp, RmsNorm, RopeTables};
 use crate::checkpoint::Checkpoint;
 use crate::config::TextConfig;
 use crate::error::LoadError;
-use crate::kv_cache::LayerKv;
 use candle_core::{Result, Tensor};
-use peagle_kernels::AttentionMetadata;
 
 /// Pre-norm transformer block: `x + attn(norm(x))`, then `x + mlp(norm(x))`.
 pub struct DecoderLayer {
@@ -30,8 +28,8 @@ impl DecoderLayer {
         })
     }
 
-    pub fn forward(&self, x: &Tensor, rope: &RopeTables, kv: &LayerKv, meta: &AttentionMetadata) -> Result<Tensor> {
-        let x = (x + self.attn.forward(&self.input_norm.forward(x)?, rope, kv, meta)?)?;
+    pub fn forward(&self, x: &Tensor, rope: &RopeTables, ctx: &AttentionContext) -> Result<Tensor> {
+        let x = (x + self.attn.forward(&self.input_norm.forward(x)?, rope, ctx)?)?;
         &x + self.mlp.forward(&self.post_attention_norm.forward(&x)?)?
     }
 }

@@ -1,10 +1,8 @@
-use super::{Attention, AttentionOptions, Mlp, RmsNorm, RopeTables};
+use super::{Attention, AttentionContext, AttentionOptions, Mlp, RmsNorm, RopeTables};
 use crate::checkpoint::Checkpoint;
 use crate::config::TextConfig;
 use crate::error::LoadError;
-use crate::kv_cache::LayerKv;
 use candle_core::{Result, Tensor};
-use peagle_kernels::AttentionMetadata;
 
 /// An EAGLE drafter's first layer: attention reads `[input_norm(embedding) ; hidden_norm(h)]`
 /// (2H wide) and the residual stream starts from the hidden input `h` alone.
@@ -43,8 +41,7 @@ impl EagleInputLayer {
         embeds: &Tensor,
         hidden: &Tensor,
         rope: &RopeTables,
-        kv: &LayerKv,
-        meta: &AttentionMetadata,
+        ctx: &AttentionContext,
     ) -> Result<Tensor> {
         let normed_hidden = self.hidden_norm.forward(hidden)?;
         let residual = if self.norm_before_residual {
@@ -53,7 +50,7 @@ impl EagleInputLayer {
             hidden
         };
         let input = Tensor::cat(&[&self.input_norm.forward(embeds)?, &normed_hidden], 1)?;
-        let x = (residual + self.attn.forward(&input, rope, kv, meta)?)?;
+        let x = (residual + self.attn.forward(&input, rope, ctx)?)?;
         &x + self.mlp.forward(&self.post_attention_norm.forward(&x)?)?
     }
 }

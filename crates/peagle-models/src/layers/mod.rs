@@ -9,7 +9,7 @@ mod mlp;
 mod rms_norm;
 mod rope;
 
-pub use attention::{Attention, AttentionOptions};
+pub use attention::{Attention, AttentionContext, AttentionOptions};
 pub use decoder_layer::DecoderLayer;
 pub use eagle_input_layer::EagleInputLayer;
 pub use embedding::Embedding;
