@@ -1,0 +1,70 @@
+use crate::level::run_level;
+use crate::request::RequestParams;
+use crate::{load_prompts, BenchConfig, BenchError, LevelResult};
+use serde::Serialize;
+use serde_json::Value;
+
+/// Everything `result.json` holds.
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchResult {
+    pub config: BenchConfig,
+    /// The model the requests named (the configured one or the server's first).
+    pub model: String,
+    pub levels: Vec<LevelResult>,
+}
+
+/// Runs every concurrency level of `config`, in order, over the same prompts.
+pub async fn run(config: &BenchConfig) -> Result<BenchResult, BenchError> {
+    let prompts = load_prompts(&config.dataset, config.num_prompts)?;
+    let client = reqwest::Client::new();
+    let url = config.url.trim_end_matches('/');
+    let model = match &config.model {
+        Some(model) => model.clone(),
+        None => first_model(&client, url).await?,
+    };
+    let params = RequestParams {
+        url,
+        model: &model,
+        max_tokens: config.max_tokens,
+        temperature: config.temperature,
+    };
+    let mut levels = Vec::with_capacity(config.concurrency.len());
+    for &concurrency in &config.concurrency {
+        levels.push(run_level(&client, &params, &prompts, concurrency).await?);
+    }
+    Ok(BenchResult {
+        config: config.clone(),
+        model,
+        levels,
+    })
+}
+
+/// The first id `GET /v1/models` lists.
+async fn first_model(client: &reqwest::Client, base_url: &str) -> Result<String, BenchError> {
+    let url = format!("{base_url}/v1/models");
+    let unreachable = |source| BenchError::Unreachable {
+        url: url.clone(),
+        source,
+    };
+    let response = client.get(&url).send().await.map_err(unreachable)?;
+    let status = response.status();
+    let body = response.text().await.map_err(unreachable)?;
+    if !status.is_success() {
+        return Err(BenchError::Status {
+            url,
+            status: status.as_u16(),
+            body,
+        });
+    }
+    let models: Value = serde_json::from_str(&body).map_err(|e| BenchError::BadResponse {
+        url: url.clone(),
+        reason: e.to_string(),
+    })?;
+    match models["data"][0]["id"].as_str() {
+        Some(id) => Ok(id.to_string()),
+        None => Err(BenchError::BadResponse {
+            url,
+            reason: format!("no model listed in {body}"),
+        }),
+    }
+}

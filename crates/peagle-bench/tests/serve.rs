@@ -1,0 +1,108 @@
+//! The benchmark against a real peagle server on a loopback port: the tiny Llama fixture with its
+//! P-EAGLE drafter, so the speculative-decoding counters are exported and move.
+
+use peagle_bench::{run, write_report, BenchConfig, BenchError};
+use peagle_server::{start_engine, DraftModel, EngineOptions, Server, ServerConfig};
+use serde_json::Value;
+use std::path::PathBuf;
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures")
+        .join(name)
+}
+
+/// Serves the fixture on 127.0.0.1:0; returns its URL.
+async fn start_server() -> String {
+    let mut opts = EngineOptions::new(fixture("tiny-llama"));
+    opts.draft = Some(DraftModel {
+        dir: fixture("tiny-llama-peagle"),
+        k: Some(3),
+        parallel: true,
+    });
+    let (engine, model) = start_engine("tiny-llama".into(), &opts).unwrap();
+    let server = Server::new(engine, model, ServerConfig::default());
+    let routes = server.routes();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(server.serve_with(routes, listener, std::future::pending()));
+    url
+}
+
+fn config(url: String, dataset: PathBuf) -> BenchConfig {
+    BenchConfig {
+        url,
+        dataset,
+        num_prompts: 6,
+        concurrency: vec![1, 3],
+        max_tokens: 8,
+        temperature: 0.0,
+        model: None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn benchmarks_a_speculative_server() {
+    let url = start_server().await;
+    let dir = tempfile::tempdir().unwrap();
+    let dataset = dir.path().join("prompts.jsonl");
+    // Four prompts for six requests: the dataset cycles.
+    let lines = ["def add(a, b):", "import os\n", "class Point:", "for i in range(10):"];
+    let jsonl: String = lines
+        .iter()
+        .map(|p| format!("{}\n", serde_json::json!({"prompt": p})))
+        .collect();
+    std::fs::write(&dataset, jsonl).unwrap();
+
+    let result = run(&config(url, dataset)).await.unwrap();
+    assert_eq!(result.model, "tiny-llama");
+    assert_eq!(result.levels.len(), 2);
+    for level in &result.levels {
+        assert_eq!(level.completed, 6);
+        assert_eq!(level.total_output_tokens, 6 * 8);
+        assert!(level.output_throughput > 0.0);
+        let ttft = level.ttft_ms.unwrap();
+        assert!(ttft.p50 > 0.0 && ttft.p50 <= ttft.p99, "{ttft:?}");
+        assert!(level.spec_decode_drafts.unwrap() > 0.0);
+        let acceptance = level.acceptance_length.unwrap();
+        assert!((1.0..=4.0).contains(&acceptance), "{acceptance}");
+    }
+
+    let out = dir.path().join("out");
+    write_report(&result, &out).unwrap();
+    let json: Value = serde_json::from_str(&std::fs::read_to_string(out.join("result.json")).unwrap()).unwrap();
+    assert_eq!(json["config"]["num_prompts"], 6);
+    assert_eq!(json["config"]["concurrency"], serde_json::json!([1, 3]));
+    assert_eq!(json["model"], "tiny-llama");
+    for (level, concurrency) in json["levels"].as_array().unwrap().iter().zip([1, 3]) {
+        assert_eq!(level["concurrency"], concurrency);
+        for key in ["request_throughput", "output_throughput", "acceptance_length"] {
+            assert!(level[key].is_f64(), "{key} in {level}");
+        }
+        for key in ["ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"] {
+            for stat in ["mean", "p50", "p90", "p99"] {
+                assert!(level[key][stat].is_f64(), "{key}.{stat} in {level}");
+            }
+        }
+    }
+    let summary = std::fs::read_to_string(out.join("summary.md")).unwrap();
+    assert!(summary.contains("| concurrency | req/s | output tok/s |"), "{summary}");
+    let rows: Vec<&str> = summary
+        .lines()
+        .filter(|l| l.starts_with("| 1 |") || l.starts_with("| 3 |"))
+        .collect();
+    assert_eq!(rows.len(), 2, "{summary}");
+}
+
+#[tokio::test]
+async fn unreachable_server_is_an_error() {
+    // A port that was just free: nothing listens on it.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    drop(listener);
+    let dir = tempfile::tempdir().unwrap();
+    let dataset = dir.path().join("prompts.jsonl");
+    std::fs::write(&dataset, "{\"prompt\": \"x\"}\n").unwrap();
+    let error = run(&config(url, dataset)).await.unwrap_err();
+    assert!(matches!(error, BenchError::Unreachable { .. }), "{error}");
+}
