@@ -17,7 +17,7 @@ pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
     #[cfg(target_arch = "x86_64")]
     if x86::available() {
         // SAFETY: the CPU supports AVX2 and FMA (checked above); lengths are equal.
-        return unsafe { x86::dot_f32(a, b) };
+        return unsafe { x86::avx2::dot_f32(a, b) };
     }
     portable::dot(a, b, |x| x)
 }
@@ -34,7 +34,7 @@ pub fn dot_bf16(a: &[f32], b: &[bf16]) -> f32 {
     #[cfg(target_arch = "x86_64")]
     if x86::available() {
         // SAFETY: the CPU supports AVX2 and FMA (checked above); lengths are equal.
-        return unsafe { x86::dot_bf16(a, b) };
+        return unsafe { x86::avx2::dot_bf16(a, b) };
     }
     portable::dot(a, b, bf16::to_f32)
 }
@@ -51,7 +51,7 @@ pub fn dot_f32_x4(xs: [&[f32]; 4], w: &[f32]) -> [f32; 4] {
     #[cfg(target_arch = "x86_64")]
     if x86::available() {
         // SAFETY: the CPU supports AVX2 and FMA (checked above); lengths are equal.
-        return unsafe { x86::dot_f32_x4(xs, w) };
+        return unsafe { x86::avx2::dot_f32_x4(xs, w) };
     }
     xs.map(|x| portable::dot(x, w, |v| v))
 }
@@ -67,7 +67,7 @@ pub fn dot_bf16_x4(xs: [&[f32]; 4], w: &[bf16]) -> [f32; 4] {
     #[cfg(target_arch = "x86_64")]
     if x86::available() {
         // SAFETY: the CPU supports AVX2 and FMA (checked above); lengths are equal.
-        return unsafe { x86::dot_bf16_x4(xs, w) };
+        return unsafe { x86::avx2::dot_bf16_x4(xs, w) };
     }
     xs.map(|x| portable::dot(x, w, bf16::to_f32))
 }
@@ -93,9 +93,6 @@ mod portable {
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use half::bf16;
-    use std::arch::x86_64::*;
-
     pub fn available() -> bool {
         is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")
     }
@@ -104,56 +101,41 @@ mod x86 {
         is_x86_feature_detected!("avx512f")
     }
 
-    #[inline]
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn load_bf16(p: *const bf16) -> __m256 {
-        let raw = _mm_loadu_si128(p as *const __m128i);
-        _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(raw)))
-    }
-
-    #[inline]
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn hsum(v: __m256) -> f32 {
-        let lo = _mm256_castps256_ps128(v);
-        let hi = _mm256_extractf128_ps::<1>(v);
-        let s = _mm_add_ps(lo, hi);
-        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-        let s = _mm_add_ss(s, _mm_shuffle_ps::<1>(s, s));
-        _mm_cvtss_f32(s)
-    }
-
-    /// The reduction order every x86 dot product follows, for any number of rows at once:
-    /// per row, two accumulators over 16-element blocks, one 8-wide step into the first, their
-    /// sum, a fixed horizontal sum, then the scalar tail. Each weight block is loaded (and
-    /// widened from bf16) once and used by all `R` rows.
+    /// The reduction order every x86 dot product follows, for any number of rows at once and
+    /// either register width L: per row, two accumulators over 2L-element blocks, one L-wide
+    /// step into the first, their sum, a fixed horizontal sum, then the scalar tail. Each
+    /// weight block is loaded (and widened from bf16) once and used by all rows. Loads are
+    /// passed as function paths, not closures: a closure does not carry the enclosing
+    /// function's target features, so its intrinsics would not inline.
     macro_rules! dot_rows {
-        ($xs:expr, $w:expr, $load:expr, $scalar:expr, $rows:literal) => {{
+        ($xs:expr, $w:expr, $rows:literal, $load:path, $scalar:path,
+         lanes: $l:literal, $zero:path, $loadu:path, $fma:path, $add:path, $hsum:path) => {{
             let xs: [&[f32]; $rows] = $xs;
             let w = $w;
             let n = w.len();
             let pw = w.as_ptr();
-            let mut acc = [[_mm256_setzero_ps(); 2]; $rows];
+            let mut acc = [[$zero(); 2]; $rows];
             let mut i = 0;
-            while i + 16 <= n {
+            while i + 2 * $l <= n {
                 let w0 = $load(pw.add(i));
-                let w1 = $load(pw.add(i + 8));
+                let w1 = $load(pw.add(i + $l));
                 for r in 0..$rows {
                     let px = xs[r].as_ptr().add(i);
-                    acc[r][0] = _mm256_fmadd_ps(_mm256_loadu_ps(px), w0, acc[r][0]);
-                    acc[r][1] = _mm256_fmadd_ps(_mm256_loadu_ps(px.add(8)), w1, acc[r][1]);
+                    acc[r][0] = $fma($loadu(px), w0, acc[r][0]);
+                    acc[r][1] = $fma($loadu(px.add($l)), w1, acc[r][1]);
                 }
-                i += 16;
+                i += 2 * $l;
             }
-            if i + 8 <= n {
+            if i + $l <= n {
                 let w0 = $load(pw.add(i));
                 for r in 0..$rows {
-                    acc[r][0] = _mm256_fmadd_ps(_mm256_loadu_ps(xs[r].as_ptr().add(i)), w0, acc[r][0]);
+                    acc[r][0] = $fma($loadu(xs[r].as_ptr().add(i)), w0, acc[r][0]);
                 }
-                i += 8;
+                i += $l;
             }
             let mut out = [0f32; $rows];
             for r in 0..$rows {
-                let mut sum = hsum(_mm256_add_ps(acc[r][0], acc[r][1]));
+                let mut sum = $hsum($add(acc[r][0], acc[r][1]));
                 for j in i..n {
                     sum += xs[r][j] * $scalar(w[j]);
                 }
@@ -163,30 +145,58 @@ mod x86 {
         }};
     }
 
-    // The loads are passed to the macro as function paths, not closures: a closure does not
-    // carry the enclosing function's target features, so its intrinsics would not inline.
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
-        dot_rows!([a], b, _mm256_loadu_ps, f32::from, 1)[0]
+    /// Eight lanes (AVX2 with FMA).
+    pub mod avx2 {
+        use half::bf16;
+        use std::arch::x86_64::*;
+
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        unsafe fn load_bf16(p: *const bf16) -> __m256 {
+            let raw = _mm_loadu_si128(p as *const __m128i);
+            _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(raw)))
+        }
+
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        unsafe fn hsum(v: __m256) -> f32 {
+            let lo = _mm256_castps256_ps128(v);
+            let hi = _mm256_extractf128_ps::<1>(v);
+            let s = _mm_add_ps(lo, hi);
+            let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+            let s = _mm_add_ss(s, _mm_shuffle_ps::<1>(s, s));
+            _mm_cvtss_f32(s)
+        }
+
+        macro_rules! dot8 {
+            ($xs:expr, $w:expr, $rows:literal, $load:path, $scalar:path) => {
+                dot_rows!($xs, $w, $rows, $load, $scalar, lanes: 8,
+                    _mm256_setzero_ps, _mm256_loadu_ps, _mm256_fmadd_ps, _mm256_add_ps, hsum)
+            };
+        }
+
+        #[target_feature(enable = "avx2,fma")]
+        pub unsafe fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
+            dot8!([a], b, 1, _mm256_loadu_ps, f32::from)[0]
+        }
+
+        #[target_feature(enable = "avx2,fma")]
+        pub unsafe fn dot_bf16(a: &[f32], b: &[bf16]) -> f32 {
+            dot8!([a], b, 1, load_bf16, bf16::to_f32)[0]
+        }
+
+        #[target_feature(enable = "avx2,fma")]
+        pub unsafe fn dot_f32_x4(xs: [&[f32]; 4], w: &[f32]) -> [f32; 4] {
+            dot8!(xs, w, 4, _mm256_loadu_ps, f32::from)
+        }
+
+        #[target_feature(enable = "avx2,fma")]
+        pub unsafe fn dot_bf16_x4(xs: [&[f32]; 4], w: &[bf16]) -> [f32; 4] {
+            dot8!(xs, w, 4, load_bf16, bf16::to_f32)
+        }
     }
 
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn dot_bf16(a: &[f32], b: &[bf16]) -> f32 {
-        dot_rows!([a], b, load_bf16, bf16::to_f32, 1)[0]
-    }
-
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn dot_f32_x4(xs: [&[f32]; 4], w: &[f32]) -> [f32; 4] {
-        dot_rows!(xs, w, _mm256_loadu_ps, f32::from, 4)
-    }
-
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn dot_bf16_x4(xs: [&[f32]; 4], w: &[bf16]) -> [f32; 4] {
-        dot_rows!(xs, w, load_bf16, bf16::to_f32, 4)
-    }
-
-    /// The same contract with 16-lane registers: per row, two accumulators over 32-element
-    /// blocks, one 16-wide step into the first, their sum, a fixed horizontal sum, the tail.
+    /// Sixteen lanes (AVX-512F).
     pub mod avx512 {
         use half::bf16;
         use std::arch::x86_64::*;
@@ -198,61 +208,31 @@ mod x86 {
             _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(raw)))
         }
 
-        macro_rules! dot_rows {
-            ($xs:expr, $w:expr, $load:path, $scalar:path, $rows:literal) => {{
-                let xs: [&[f32]; $rows] = $xs;
-                let w = $w;
-                let n = w.len();
-                let pw = w.as_ptr();
-                let mut acc = [[_mm512_setzero_ps(); 2]; $rows];
-                let mut i = 0;
-                while i + 32 <= n {
-                    let w0 = $load(pw.add(i));
-                    let w1 = $load(pw.add(i + 16));
-                    for r in 0..$rows {
-                        let px = xs[r].as_ptr().add(i);
-                        acc[r][0] = _mm512_fmadd_ps(_mm512_loadu_ps(px), w0, acc[r][0]);
-                        acc[r][1] = _mm512_fmadd_ps(_mm512_loadu_ps(px.add(16)), w1, acc[r][1]);
-                    }
-                    i += 32;
-                }
-                if i + 16 <= n {
-                    let w0 = $load(pw.add(i));
-                    for r in 0..$rows {
-                        acc[r][0] = _mm512_fmadd_ps(_mm512_loadu_ps(xs[r].as_ptr().add(i)), w0, acc[r][0]);
-                    }
-                    i += 16;
-                }
-                let mut out = [0f32; $rows];
-                for r in 0..$rows {
-                    let mut sum = _mm512_reduce_add_ps(_mm512_add_ps(acc[r][0], acc[r][1]));
-                    for j in i..n {
-                        sum += xs[r][j] * $scalar(w[j]);
-                    }
-                    out[r] = sum;
-                }
-                out
-            }};
+        macro_rules! dot16 {
+            ($xs:expr, $w:expr, $rows:literal, $load:path, $scalar:path) => {
+                dot_rows!($xs, $w, $rows, $load, $scalar, lanes: 16,
+                    _mm512_setzero_ps, _mm512_loadu_ps, _mm512_fmadd_ps, _mm512_add_ps, _mm512_reduce_add_ps)
+            };
         }
 
         #[target_feature(enable = "avx512f")]
         pub unsafe fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
-            dot_rows!([a], b, _mm512_loadu_ps, f32::from, 1)[0]
+            dot16!([a], b, 1, _mm512_loadu_ps, f32::from)[0]
         }
 
         #[target_feature(enable = "avx512f")]
         pub unsafe fn dot_bf16(a: &[f32], b: &[bf16]) -> f32 {
-            dot_rows!([a], b, load_bf16, bf16::to_f32, 1)[0]
+            dot16!([a], b, 1, load_bf16, bf16::to_f32)[0]
         }
 
         #[target_feature(enable = "avx512f")]
         pub unsafe fn dot_f32_x4(xs: [&[f32]; 4], w: &[f32]) -> [f32; 4] {
-            dot_rows!(xs, w, _mm512_loadu_ps, f32::from, 4)
+            dot16!(xs, w, 4, _mm512_loadu_ps, f32::from)
         }
 
         #[target_feature(enable = "avx512f")]
         pub unsafe fn dot_bf16_x4(xs: [&[f32]; 4], w: &[bf16]) -> [f32; 4] {
-            dot_rows!(xs, w, load_bf16, bf16::to_f32, 4)
+            dot16!(xs, w, 4, load_bf16, bf16::to_f32)
         }
     }
 }
@@ -307,8 +287,8 @@ mod tests {
                 if x86::available() {
                     p.push((
                         "avx2",
-                        x86::dot_f32_x4(xs, &w),
-                        xs.iter().map(|x| x86::dot_f32(x, &w)).collect(),
+                        x86::avx2::dot_f32_x4(xs, &w),
+                        xs.iter().map(|x| x86::avx2::dot_f32(x, &w)).collect(),
                     ));
                 }
                 if x86::avx512() {
