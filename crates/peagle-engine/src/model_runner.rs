@@ -121,7 +121,6 @@ impl ModelRunner {
     /// Runs one step. With `speculate` false no drafts are proposed (the drafter still caches
     /// the new positions, so drafting can resume later without a gap).
     pub fn step(&mut self, work: &mut [(&mut Sequence, Work)], speculate: bool) -> Result<(), GenerateError> {
-        let capture = if self.k() > 0 { Rows::All } else { Rows::None };
         let mut batch = BatchBuilder::new(self.kv.block_size());
         let mut placed = Vec::with_capacity(work.len());
         for (seq, w) in work.iter_mut() {
@@ -144,6 +143,8 @@ impl ModelRunner {
                 Work::Prefill(_) => Rows::None,
                 Work::Decode => Rows::All,
             };
+            // Only a sequence that drafts needs the target's hidden states.
+            let capture = if self.drafts_for(seq) { Rows::All } else { Rows::None };
             placed.push(batch.add(&tokens, start, &seq.block_table, logits, capture)?);
         }
         let out = self.target.forward(&batch.build(), &self.kv)?;
@@ -152,14 +153,12 @@ impl ModelRunner {
         let mut plans = Vec::new();
         for (index, ((seq, w), rows)) in work.iter_mut().zip(&placed).enumerate() {
             let (start, n) = span(seq, *w);
-            let aux = |len: usize| match &out.aux_hidden {
-                Some(a) => a.narrow(0, rows.captured.start, len),
-                None => Ok(Tensor::zeros(0, candle_core::DType::F32, self.target.device())?),
-            };
-            let (tokens, hidden, draft) = match w {
+            // Each arm commits, then names the drafter slots: tokens, how many leading target
+            // rows feed them, and whether drafts are wanted.
+            let (tokens, hidden_rows, draft) = match w {
                 Work::Prefill(_) if !samples(seq, start + n) => {
                     seq.num_cached = start + n;
-                    (seq.token_ids[start + 1..=start + n].to_vec(), aux(n)?, false)
+                    (seq.token_ids[start + 1..=start + n].to_vec(), n, false)
                 }
                 Work::Prefill(_) => {
                     let row = std::slice::from_ref(&logits[rows.logits.start]);
@@ -168,7 +167,7 @@ impl ModelRunner {
                     let outputs = token_outputs(&token.tokens, row, seq.logprobs);
                     seq.commit(&outputs, &self.eos_token_ids, self.max_model_len);
                     let slots = [&seq.token_ids[start + 1..seq.num_cached], &token.tokens[..]].concat();
-                    (slots, aux(n)?, speculate)
+                    (slots, n, speculate)
                 }
                 Work::Decode => {
                     let drafts = std::mem::take(&mut seq.drafts);
@@ -179,15 +178,18 @@ impl ModelRunner {
                     seq.num_cached = start + verdict.accepted + 1;
                     let outputs = token_outputs(&verdict.tokens, window, seq.logprobs);
                     seq.commit(&outputs, &self.eos_token_ids, self.max_model_len);
-                    (verdict.tokens, aux(verdict.accepted + 1)?, speculate)
+                    (verdict.tokens, verdict.accepted + 1, speculate)
                 }
             };
-            if self.k() > 0 && seq.speculate && seq.finish.is_none() {
+            if self.drafts_for(seq) && seq.finish.is_none() {
+                let aux = out.aux_hidden.as_ref().ok_or_else(|| {
+                    GenerateError::Config("the target returned no hidden states for the drafter".into())
+                })?;
                 plans.push(DraftPlan {
                     index,
                     start,
                     tokens,
-                    hidden,
+                    hidden: aux.narrow(0, rows.captured.start, hidden_rows)?,
                     draft,
                 });
             }
@@ -199,6 +201,11 @@ impl ModelRunner {
             self.blocks.shrink(&mut seq.block_table, keep);
         }
         Ok(())
+    }
+
+    /// Whether `seq` runs through the drafter at all.
+    fn drafts_for(&self, seq: &Sequence) -> bool {
+        self.k() > 0 && seq.speculate
     }
 
     fn draft(&mut self, work: &mut [(&mut Sequence, Work)], plans: Vec<DraftPlan>) -> Result<(), GenerateError> {
