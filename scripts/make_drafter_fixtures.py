@@ -62,9 +62,8 @@ N_REF, POS_OFFSET, N_MASKED = 12, 0, 4
 # Fixtures are committed: keep each directory under the size of the target fixtures.
 SIZE_CAP = 1024 * 1024
 
-# Plain Llama-style config shared by the two AWS-layout drafters.
-AWS_BASE_CONFIG = {
-    "architectures": ["LlamaForCausalLMEagle3"],
+# The Llama layer shape every drafter here uses; each sets its own num_hidden_layers.
+LAYER_CONFIG = {
     "model_type": "llama",
     "vocab_size": TARGET_VOCAB,
     "hidden_size": HIDDEN,
@@ -76,6 +75,12 @@ AWS_BASE_CONFIG = {
     "rms_norm_eps": EPS,
     "rope_theta": ROPE_THETA,
     "max_position_embeddings": 256,
+}
+
+# Plain Llama-style config shared by the two AWS-layout drafters.
+AWS_BASE_CONFIG = {
+    "architectures": ["LlamaForCausalLMEagle3"],
+    **LAYER_CONFIG,
     "draft_vocab_size": TARGET_VOCAB,
     "target_hidden_size": HIDDEN,
 }
@@ -259,19 +264,7 @@ def main():
         "target_hidden_size": HIDDEN,
         "eagle_aux_hidden_state_layer_ids": [1, 2, 3],
         "mask_token_id": MASK_TOKEN,
-        "transformer_layer_config": {
-            "model_type": "llama",
-            "vocab_size": TARGET_VOCAB,
-            "hidden_size": HIDDEN,
-            "intermediate_size": INTERMEDIATE,
-            "num_hidden_layers": 2,
-            "num_attention_heads": N_HEADS,
-            "num_key_value_heads": N_KV_HEADS,
-            "head_dim": HEAD_DIM,
-            "rms_norm_eps": EPS,
-            "rope_theta": ROPE_THETA,
-            "max_position_embeddings": 256,
-        },
+        "transformer_layer_config": {**LAYER_CONFIG, "num_hidden_layers": 2},
         "speculators_config": {
             "algorithm": "peagle",
             "proposal_methods": [
