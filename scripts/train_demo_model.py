@@ -456,11 +456,12 @@ def stage_train(args):
 
 # ----------------------------------------------------------------------------- export
 
-def extract_prompts(stdlib: Path, heldout: list[str], tok, n_target=100, max_tokens=400):
-    """Prompts cut from held-out files: a def line + its docstring (kind 'docstring'), or
+def extract_prompts(stdlib: Path, files: list[str], tok, n_target=100, max_tokens=400, max_per_file=3):
+    """Prompts cut from ``files`` (the held-out files for the eval prompts; the train files
+    for scripts/make_drafter_prompts.py): a def line + its docstring (kind 'docstring'), or
     a def line + its first two body lines when it has no docstring (kind 'head')."""
     doc_c, head_c = [], []
-    for rel in heldout:
+    for rel in files:
         text = (stdlib / rel).read_text("utf-8")
         lines = text.splitlines(keepends=True)
         try:
@@ -497,7 +498,7 @@ def extract_prompts(stdlib: Path, heldout: list[str], tok, n_target=100, max_tok
         for it in sorted(pool, key=lambda d: d["key"]):
             if len(chosen) >= n_target or taken >= quota:
                 break
-            if per_file.get(it["file"], 0) >= 3:
+            if per_file.get(it["file"], 0) >= max_per_file:
                 continue
             per_file[it["file"]] = per_file.get(it["file"], 0) + 1
             chosen.append(it)

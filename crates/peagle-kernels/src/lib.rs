@@ -6,10 +6,12 @@ mod dot;
 mod error;
 mod kv_write;
 mod linear;
+mod masked_softmax;
 mod paged_attention;
 
 pub use dot::{dot_bf16, dot_bf16_x4, dot_f32, dot_f32_x4};
 pub use error::KernelError;
 pub use kv_write::write_kv;
 pub use linear::linear;
+pub use masked_softmax::masked_softmax;
 pub use paged_attention::{paged_attention, AttentionMetadata, AttentionParams};

@@ -28,6 +28,9 @@ pub struct Checkpoint {
     files: Vec<(PathBuf, MmapedSafetensors)>,
     /// Tensor name to index in `files`.
     index: HashMap<String, usize>,
+    /// Tensors held in memory instead of files: a drafter being trained, whose weights are
+    /// variables the model must share rather than copy.
+    memory: HashMap<String, Tensor>,
     options: LoadOptions,
 }
 
@@ -64,8 +67,20 @@ impl Checkpoint {
             dir: dir.to_owned(),
             files,
             index,
+            memory: HashMap::new(),
             options,
         })
+    }
+
+    /// A checkpoint over tensors already in memory; `origin` names them in errors.
+    pub fn from_tensors(origin: &Path, tensors: HashMap<String, Tensor>, options: LoadOptions) -> Self {
+        Self {
+            dir: origin.to_owned(),
+            files: Vec::new(),
+            index: HashMap::new(),
+            memory: tensors,
+            options,
+        }
     }
 
     pub fn device(&self) -> &Device {
@@ -73,7 +88,7 @@ impl Checkpoint {
     }
 
     pub fn contains(&self, name: &str) -> bool {
-        self.index.contains_key(name)
+        self.index.contains_key(name) || self.memory.contains_key(name)
     }
 
     /// A weight matrix for the matmul kernels. bf16 weights stay bf16 on the CPU: the kernels
@@ -96,6 +111,9 @@ impl Checkpoint {
     }
 
     pub fn shape_of(&self, name: &str) -> Result<Vec<usize>, LoadError> {
+        if let Some(t) = self.memory.get(name) {
+            return Ok(t.dims().to_vec());
+        }
         let (file, st) = self.file_of(name)?;
         let view = st.get(name).map_err(|source| LoadError::Candle {
             context: format!("tensor {name} in {}", file.display()),
@@ -107,6 +125,9 @@ impl Checkpoint {
     /// Loads `name` after checking its shape; `dtype` maps the stored dtype to the one wanted.
     /// Float tensors must be stored as F32/BF16/F16 and integer ones as I64.
     fn load(&self, name: &str, shape: &[usize], dtype: impl Fn(DType) -> DType) -> Result<Tensor, LoadError> {
+        if let Some(t) = self.memory.get(name) {
+            return self.load_from_memory(name, t, shape, dtype(t.dtype()));
+        }
         let (file, st) = self.file_of(name)?;
         let view = st.get(name).map_err(|source| LoadError::Candle {
             context: format!("tensor {name} in {}", file.display()),
@@ -141,6 +162,22 @@ impl Checkpoint {
                 context: format!("loading tensor {name} from {}", file.display()),
                 source,
             })
+    }
+
+    /// Same-dtype conversion is a no-op in candle, so a variable stays the variable.
+    fn load_from_memory(&self, name: &str, t: &Tensor, shape: &[usize], wanted: DType) -> Result<Tensor, LoadError> {
+        if t.dims() != shape {
+            return Err(LoadError::ShapeMismatch {
+                name: name.to_owned(),
+                file: self.dir.clone(),
+                expected: shape.to_vec(),
+                found: t.dims().to_vec(),
+            });
+        }
+        t.to_dtype(wanted).map_err(|source| LoadError::Candle {
+            context: format!("converting tensor {name}"),
+            source,
+        })
     }
 
     fn file_of(&self, name: &str) -> Result<&(PathBuf, MmapedSafetensors), LoadError> {

@@ -54,7 +54,16 @@ impl Drafter {
     /// Loads a drafter for `target` from a directory in either published layout.
     pub fn load(dir: &Path, target: &CausalLm, options: LoadOptions) -> std::result::Result<Self, LoadError> {
         let config = DrafterConfig::from_file(&dir.join("config.json"))?;
-        let ckpt = Checkpoint::open(dir, options)?;
+        Self::from_checkpoint(config, &Checkpoint::open(dir, options)?, target)
+    }
+
+    /// Builds a drafter from weights already opened: a directory, or the variables of a
+    /// drafter in training, which the drafter then shares so gradients reach them.
+    pub fn from_checkpoint(
+        config: DrafterConfig,
+        ckpt: &Checkpoint,
+        target: &CausalLm,
+    ) -> std::result::Result<Self, LoadError> {
         let cfg = &config.layers;
         let invalid = |msg: String| cfg.invalid(msg);
         let t = target.dims();
@@ -105,9 +114,9 @@ impl Drafter {
             bias: cfg.attention_bias,
         };
         let n_aux = aux_layer_ids.len();
-        let draft_to_target = load_d2t(&ckpt, config.draft_vocab_size)?;
+        let draft_to_target = load_d2t(ckpt, config.draft_vocab_size)?;
         let mask_hidden = match ckpt.contains("mask_hidden") {
-            true => Some(load_mask_hidden(&ckpt, n_aux * t.hidden_size)?),
+            true => Some(load_mask_hidden(ckpt, n_aux * t.hidden_size)?),
             false => None,
         };
         let dims = ModelDims {
@@ -119,13 +128,13 @@ impl Drafter {
             head_dim: cfg.head_dim(),
         };
         Ok(Self {
-            fc: Linear::load(&ckpt, "fc", h, n_aux * t.hidden_size, false)?,
-            first: EagleInputLayer::load(&ckpt, first_prefix, cfg, opts, config.norm_before_residual)?,
+            fc: Linear::load(ckpt, "fc", h, n_aux * t.hidden_size, false)?,
+            first: EagleInputLayer::load(ckpt, first_prefix, cfg, opts, config.norm_before_residual)?,
             layers: (1..cfg.num_hidden_layers)
-                .map(|i| DecoderLayer::load(&ckpt, &format!("layers.{i}"), cfg, opts))
+                .map(|i| DecoderLayer::load(ckpt, &format!("layers.{i}"), cfg, opts))
                 .collect::<std::result::Result<_, _>>()?,
-            norm: RmsNorm::load(&ckpt, "norm", h, cfg.rms_norm_eps)?,
-            lm_head: Linear::load(&ckpt, "lm_head", config.draft_vocab_size, h, false)?,
+            norm: RmsNorm::load(ckpt, "norm", h, cfg.rms_norm_eps)?,
+            lm_head: Linear::load(ckpt, "lm_head", config.draft_vocab_size, h, false)?,
             rope: RotaryEmbedding::new(cfg.head_dim(), &cfg.rope()?),
             device: ckpt.device().clone(),
             embed,
@@ -177,6 +186,11 @@ impl Drafter {
 
     pub fn is_parallel(&self) -> bool {
         self.config.algorithm == DraftAlgorithm::PEagle
+    }
+
+    /// `fc` over captured target states [rows, aux width]: the hidden input of fresh slots.
+    pub fn project_target(&self, aux: &Tensor) -> Result<Tensor> {
+        self.fc.forward(aux)
     }
 
     pub fn to_target_id(&self, draft_id: usize) -> u32 {

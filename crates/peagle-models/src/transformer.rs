@@ -89,6 +89,16 @@ impl CausalLm {
         &self.embed
     }
 
+    /// The LM head's weight, [vocab, hidden] (the embedding table when tied).
+    pub fn lm_head_weight(&self) -> &Tensor {
+        self.lm_head.weight()
+    }
+
+    /// Next-token logits from final pre-norm states [rows, hidden], as `forward` computes them.
+    pub fn logits_from_final(&self, final_hidden: &Tensor) -> Result<Tensor> {
+        self.lm_head.forward(&self.norm.forward(final_hidden)?)
+    }
+
     pub fn capture_layers(&self) -> &[usize] {
         &self.capture_layers
     }
@@ -146,7 +156,7 @@ impl CausalLm {
         };
         let logits = match select_index(&batch.logit_rows, &self.device)? {
             None => Tensor::zeros((0, self.dims.vocab_size), DType::F32, &self.device)?,
-            Some(idx) => self.lm_head.forward(&self.norm.forward(&x.index_select(&idx, 0)?)?)?,
+            Some(idx) => self.logits_from_final(&x.index_select(&idx, 0)?)?,
         };
         Ok(ForwardOutput {
             logits,

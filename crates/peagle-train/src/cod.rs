@@ -101,6 +101,15 @@ impl CodLayout {
         counts
     }
 
+    /// The layout of some of the elements, in the given order; visibility between them is
+    /// unchanged, since it depends on the pair alone.
+    pub fn subset(&self, indices: &[usize]) -> CodLayout {
+        CodLayout {
+            elements: indices.iter().map(|i| self.elements[*i]).collect(),
+            docs: self.docs.clone(),
+        }
+    }
+
     /// Whether element `q` attends to element `k`.
     pub fn visible(&self, q: usize, k: usize) -> bool {
         let (q, k) = (self.elements[q], self.elements[k]);

@@ -2,7 +2,7 @@
 //! element of the flat multi-depth sequence.
 
 use crate::cod::CodLayout;
-use candle_core::{Result, Tensor};
+use candle_core::{Device, Result, Tensor};
 
 pub struct TrainingInputs {
     pub tokens: Vec<u32>,
@@ -39,16 +39,21 @@ impl CodLayout {
             .collect();
         let table = Tensor::cat(&[aux, mask_hidden], 0)?;
         let hidden = table.index_select(&Tensor::from_vec(rows, self.len(), aux.device())?, 0)?;
+        Ok(TrainingInputs {
+            tokens,
+            positions,
+            hidden,
+            bias: self.bias(aux.device())?,
+        })
+    }
+
+    /// The attention mask as an additive bias [elements, elements]: 0 or -inf.
+    pub fn bias(&self, device: &Device) -> Result<Tensor> {
         let bias: Vec<f32> = self
             .mask()
             .iter()
             .map(|v| if *v { 0.0 } else { f32::NEG_INFINITY })
             .collect();
-        Ok(TrainingInputs {
-            tokens,
-            positions,
-            hidden,
-            bias: Tensor::from_vec(bias, (self.len(), self.len()), aux.device())?,
-        })
+        Tensor::from_vec(bias, (self.len(), self.len()), device)
     }
 }

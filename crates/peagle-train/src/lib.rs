@@ -1,8 +1,28 @@
-//! Training P-EAGLE drafters (DESIGN.md section 5). So far: Conditional Drop-token (COD)
-//! sampling, the flat multi-depth training layout with its attention rule, and its inputs.
+//! Training P-EAGLE drafters and the EAGLE-3 baseline (DESIGN.md section 5): capture of target
+//! states, COD sampling and the multi-depth layout, sequence partitioning, the KL objective,
+//! the training loop, and export in the speculators format.
 
+pub mod capture;
 pub mod cod;
+pub mod error;
+pub mod export;
 pub mod layout;
+pub mod objective;
+pub mod optimizer;
+pub mod params;
+pub mod partition;
+pub mod plot;
+pub mod sample;
+pub mod spec;
+pub mod step;
+pub mod step_bench;
+pub mod trainer;
+pub mod vocab;
 
 pub use cod::{CodConfig, CodLayout, Element};
+pub use error::TrainError;
 pub use layout::TrainingInputs;
+pub use sample::Sample;
+pub use spec::{Algo, DrafterSpec};
+pub use trainer::{fit, FitOptions, TrainState};
+pub use vocab::DraftVocab;

@@ -4,7 +4,7 @@ use crate::config::TextConfig;
 use crate::error::LoadError;
 use crate::kv_cache::LayerKv;
 use candle_core::{Result, Tensor};
-use peagle_kernels::{paged_attention, write_kv, AttentionMetadata, AttentionParams};
+use peagle_kernels::{masked_softmax, paged_attention, write_kv, AttentionMetadata, AttentionParams};
 
 /// Architecture switches of the attention block.
 #[derive(Debug, Clone, Copy)]
@@ -113,11 +113,11 @@ fn masked_attention(q: &Tensor, k: &Tensor, v: &Tensor, bias: &Tensor, p: &Atten
         let (n, r, d) = t.dims3()?;
         t.unsqueeze(1)?.expand((n, group, r, d))?.reshape((n * group, r, d))
     };
-    let q = heads(q, p.num_heads)?;
+    // Scaling q rather than the scores saves a [heads, rows, rows] tensor.
+    let q = (heads(q, p.num_heads)? * p.scale as f64)?;
     let k = expand(&heads(k, p.num_kv_heads)?)?;
     let v = expand(&heads(v, p.num_kv_heads)?)?;
-    let scores = (q.matmul(&k.t()?)? * p.scale as f64)?.broadcast_add(bias)?;
-    let weights = candle_nn::ops::softmax_last_dim(&scores)?;
+    let weights = masked_softmax(&q.matmul(&k.t()?)?, bias)?;
     weights
         .matmul(&v)?
         .transpose(0, 1)?

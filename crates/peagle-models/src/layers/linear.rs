@@ -51,9 +51,18 @@ impl Linear {
         Self::load_fused(ckpt, &[(prefix, out_dim)], in_dim, bias)
     }
 
+    pub fn weight(&self) -> &Tensor {
+        &self.weight
+    }
+
     /// `x` [rows, in] to [rows, out].
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let y = peagle_kernels::linear(x, &self.weight)?;
+        // The kernel has no backward: passes that track gradients (training) use candle's matmul.
+        let y = if x.track_op() || self.weight.track_op() {
+            x.matmul(&self.weight.t()?)?
+        } else {
+            peagle_kernels::linear(x, &self.weight)?
+        };
         match &self.bias {
             Some(b) => y.broadcast_add(b),
             None => Ok(y),

@@ -17,6 +17,12 @@ impl RmsNorm {
     }
 
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        candle_nn::ops::rms_norm(&x.contiguous()?, &self.weight, self.eps)
+        let x = x.contiguous()?;
+        // The fused op has no backward; training passes take the composed one.
+        if x.track_op() || self.weight.track_op() {
+            candle_nn::ops::rms_norm_slow(&x, &self.weight, self.eps)
+        } else {
+            candle_nn::ops::rms_norm(&x, &self.weight, self.eps)
+        }
     }
 }

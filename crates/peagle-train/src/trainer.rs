@@ -1,0 +1,415 @@
+//! `peagle-train fit`: the training loop over captured samples, with validation, checkpoints
+//! and `--resume`, a final report, and export in the speculators format.
+
+use crate::capture::{read_json, sample_path, write_json, DataConfig, DATA_CONFIG, TOKEN_FREQ};
+use crate::cod::CodConfig;
+use crate::error::TrainError;
+use crate::export::export;
+use crate::objective::DepthStats;
+use crate::optimizer::{lr_at, AdamW, AdamWConfig};
+use crate::params::Params;
+use crate::plot::accuracy_plot;
+use crate::sample::Sample;
+use crate::spec::{Algo, DrafterSpec};
+use crate::step::{eagle3_sample, peagle_sample, Gradients, PeagleSetup, Prepared};
+use crate::vocab::{pick_mask_token, DraftVocab};
+use candle_core::{DType, Device, Tensor};
+use peagle_models::{load_causal_lm, CausalLm, Drafter, DrafterConfig, LoadOptions};
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+#[derive(Debug, Clone)]
+pub struct FitOptions {
+    pub algo: Algo,
+    pub target: Option<PathBuf>,
+    pub data: PathBuf,
+    pub out: PathBuf,
+    pub num_layers: usize,
+    /// P-EAGLE: depths trained (depth 0 plus K-1 mask depths). EAGLE-3: unrolled steps.
+    pub num_depths: usize,
+    pub down_sample_ratio: f64,
+    pub down_sample_ratio_min: f64,
+    pub draft_vocab_size: usize,
+    pub lr: f64,
+    pub min_lr_ratio: f64,
+    pub warmup_steps: usize,
+    pub epochs: usize,
+    pub max_steps: Option<usize>,
+    pub batch_size: usize,
+    pub seq_len: usize,
+    pub partitions: usize,
+    pub seed: u64,
+    pub weight_decay: f64,
+    pub max_grad_norm: f64,
+    pub val_fraction: f64,
+    pub eval_every: usize,
+    pub resume: bool,
+    pub export_dtype: DType,
+}
+
+/// One validation point.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct EvalPoint {
+    pub step: usize,
+    pub lr: f64,
+    pub train_loss: f64,
+    pub val_loss: f64,
+    pub val_accuracy: Vec<f64>,
+}
+
+/// Saved with every checkpoint and written as the final report.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TrainState {
+    pub algo: String,
+    pub step: usize,
+    pub total_steps: usize,
+    pub seconds: f64,
+    pub train_samples: usize,
+    pub val_samples: usize,
+    pub num_parameters: usize,
+    pub history: Vec<EvalPoint>,
+}
+
+/// The data-derived choices a resumed run must keep.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct VocabChoice {
+    draft_vocab: Vec<u32>,
+    mask_token_id: Option<u32>,
+}
+
+const CHECKPOINT: &str = "checkpoint";
+pub const REPORT: &str = "train_report.json";
+pub const PLOT: &str = "accuracy.png";
+
+/// Everything a run holds in memory.
+struct Run {
+    opts: FitOptions,
+    target: CausalLm,
+    spec: DrafterSpec,
+    config: DrafterConfig,
+    params: Params,
+    optimizer: AdamW,
+    state: TrainState,
+    train: Vec<usize>,
+    val: Vec<usize>,
+}
+
+/// Trains a drafter; `progress(step, total, message)` is called after every step.
+pub fn fit(opts: FitOptions, mut progress: impl FnMut(usize, usize, &str)) -> Result<TrainState, TrainError> {
+    let mut run = Run::start(opts)?;
+    let started = Instant::now() - std::time::Duration::from_secs_f64(run.state.seconds);
+    let per_epoch = run.train.len().div_ceil(run.opts.batch_size);
+    let mut recent = DepthStats::default();
+    while run.state.step < run.state.total_steps {
+        let step = run.state.step;
+        let (epoch, offset) = (step / per_epoch, (step % per_epoch) * run.opts.batch_size);
+        let mut order = run.train.clone();
+        order.shuffle(&mut StdRng::seed_from_u64(run.opts.seed ^ epoch as u64));
+        let batch: Vec<usize> = order.iter().skip(offset).take(run.opts.batch_size).copied().collect();
+        let lr = lr_at(
+            step,
+            run.state.total_steps,
+            run.opts.warmup_steps,
+            run.opts.lr,
+            run.opts.min_lr_ratio,
+        );
+        let stats = run.train_step(&batch, lr)?;
+        recent.merge(&stats);
+        run.state.step += 1;
+        run.state.seconds = started.elapsed().as_secs_f64();
+        let done = run.state.step == run.state.total_steps;
+        if run.state.step % run.opts.eval_every == 0 || done {
+            let val = run.evaluate()?;
+            run.state.history.push(EvalPoint {
+                step: run.state.step,
+                lr,
+                train_loss: recent.mean_loss(),
+                val_loss: val.mean_loss(),
+                val_accuracy: val.accuracy(),
+            });
+            recent = DepthStats::default();
+            run.save_checkpoint()?;
+        }
+        let acc = run.state.history.last().map_or(String::new(), |p| {
+            let shown: Vec<String> = p.val_accuracy.iter().map(|a| format!("{a:.2}")).collect();
+            format!(" val acc [{}]", shown.join(" "))
+        });
+        let message = format!("loss {:.3}{acc}", stats.mean_loss());
+        progress(run.state.step, run.state.total_steps, &message);
+    }
+    run.finish()?;
+    Ok(run.state)
+}
+
+impl Run {
+    fn start(opts: FitOptions) -> Result<Self, TrainError> {
+        let data_config: DataConfig = read_json(&opts.data.join(DATA_CONFIG))?;
+        let target_dir = opts.target.clone().unwrap_or_else(|| data_config.target.clone());
+        let mut target = load_causal_lm(&target_dir, LoadOptions::default())?.model;
+        target.set_capture_layers(data_config.aux_layer_ids.clone())?;
+        if target.dims().hidden_size != data_config.target_hidden_size {
+            return Err(TrainError::Invalid(format!(
+                "the data was captured from a target of hidden size {}, {} has {}",
+                data_config.target_hidden_size,
+                target_dir.display(),
+                target.dims().hidden_size
+            )));
+        }
+        validate(&opts, &data_config)?;
+        let counts = read_counts(&opts.data.join(TOKEN_FREQ))?;
+        let checkpoint = opts.out.join(CHECKPOINT);
+        let resumed: Option<(TrainState, VocabChoice)> = match opts.resume {
+            true => Some((
+                read_json(&checkpoint.join("state.json"))?,
+                read_json(&checkpoint.join("vocab.json"))?,
+            )),
+            false => None,
+        };
+        let choice = match &resumed {
+            Some((_, choice)) => choice.clone(),
+            None => VocabChoice {
+                draft_vocab: DraftVocab::from_counts(&counts, opts.draft_vocab_size).selected,
+                mask_token_id: (opts.algo == Algo::Peagle).then(|| pick_mask_token(&counts)),
+            },
+        };
+        let vocab = DraftVocab {
+            selected: choice.draft_vocab,
+            target_vocab_size: counts.len(),
+        };
+        let mask_token_id = choice.mask_token_id;
+        let target_config: serde_json::Value = read_json(&target_dir.join("config.json"))?;
+        let spec = DrafterSpec {
+            algo: opts.algo,
+            num_layers: opts.num_layers,
+            vocab,
+            mask_token_id,
+            aux_layer_ids: data_config.aux_layer_ids.clone(),
+            num_speculative_tokens: match opts.algo {
+                Algo::Peagle => opts.num_depths.min(7),
+                Algo::Eagle3 => 3,
+            },
+            target_dir: target_dir.clone(),
+            target_config,
+        };
+        let config = spec.drafter_config(&opts.out.join("config.json"))?;
+        let (params, optimizer_state) = match &resumed {
+            Some(_) => load_checkpoint(&checkpoint.join("weights.safetensors"))?,
+            None => (spec.init_weights(&target, opts.seed)?, None),
+        };
+        let params = Params::new(params)?;
+        let mut optimizer = AdamW::new(
+            &params,
+            AdamWConfig {
+                lr: opts.lr,
+                beta1: 0.9,
+                beta2: 0.95,
+                eps: 1e-8,
+                weight_decay: opts.weight_decay,
+                max_grad_norm: opts.max_grad_norm,
+            },
+        )?;
+        if let (Some((m, v)), Some((state, _))) = (optimizer_state, &resumed) {
+            optimizer.m = params.names.iter().map(|n| m[n].clone()).collect();
+            optimizer.v = params.names.iter().map(|n| v[n].clone()).collect();
+            optimizer.step = state.step;
+        }
+        // Every n-th sample is held out, n from the fraction; at least one when there are two.
+        let n = data_config.num_samples;
+        let stride = (1.0 / opts.val_fraction.clamp(1e-6, 0.5)).round() as usize;
+        let val: Vec<usize> = (0..n).filter(|i| n > 1 && i % stride == stride - 1).collect();
+        let val = if val.is_empty() && n > 1 { vec![n - 1] } else { val };
+        let train: Vec<usize> = (0..n).filter(|i| !val.contains(i)).collect();
+        let per_epoch = train.len().div_ceil(opts.batch_size);
+        let total_steps = opts
+            .max_steps
+            .map_or(per_epoch * opts.epochs, |m| m.min(per_epoch * opts.epochs));
+        let state = match resumed {
+            Some((s, _)) => TrainState { total_steps, ..s },
+            None => TrainState {
+                algo: format!("{:?}", opts.algo).to_lowercase(),
+                step: 0,
+                total_steps,
+                seconds: 0.0,
+                train_samples: train.len(),
+                val_samples: val.len(),
+                num_parameters: params.num_elements(),
+                history: Vec::new(),
+            },
+        };
+        Ok(Self {
+            opts,
+            target,
+            spec,
+            config,
+            params,
+            optimizer,
+            state,
+            train,
+            val,
+        })
+    }
+
+    fn prepare(&self, index: usize) -> Result<Prepared, TrainError> {
+        let sample = Sample::load(&sample_path(&self.opts.data, index))?;
+        Ok(Prepared::new(
+            &sample,
+            &self.target,
+            &self.spec.vocab,
+            self.opts.seq_len,
+        )?)
+    }
+
+    /// The COD rng of a sample at a step: fixed by the seed, so a resumed run repeats it.
+    fn rng(&self, index: usize, step: usize) -> StdRng {
+        StdRng::seed_from_u64(self.opts.seed ^ ((step as u64) << 32) ^ index as u64)
+    }
+
+    fn pass(
+        &self,
+        drafter: &Drafter,
+        index: usize,
+        step: usize,
+        grads: Option<&mut Gradients>,
+    ) -> Result<DepthStats, TrainError> {
+        let data = self.prepare(index)?;
+        let scale = 1.0 / self.opts.batch_size as f64;
+        let grads = grads.map(|g| (g, &self.params));
+        let stats = match self.opts.algo {
+            Algo::Peagle => {
+                let cod = CodConfig {
+                    depths: self.opts.num_depths,
+                    ratio: self.opts.down_sample_ratio,
+                    ratio_min: self.opts.down_sample_ratio_min,
+                };
+                let setup = PeagleSetup {
+                    drafter,
+                    vocab: &self.spec.vocab,
+                    cod: &cod,
+                    partitions: self.opts.partitions,
+                };
+                peagle_sample(&setup, &data, &mut self.rng(index, step), scale, grads)?
+            }
+            Algo::Eagle3 => eagle3_sample(drafter, &self.spec.vocab, &data, self.opts.num_depths, scale, grads)?,
+        };
+        Ok(stats)
+    }
+
+    fn train_step(&mut self, batch: &[usize], lr: f64) -> Result<DepthStats, TrainError> {
+        let drafter = self.params.drafter(&self.config, &self.target)?;
+        let mut grads = Gradients::new(&self.params);
+        let mut stats = DepthStats::default();
+        for &index in batch {
+            stats.merge(&self.pass(&drafter, index, self.state.step, Some(&mut grads))?);
+        }
+        self.optimizer.update(&self.params, &grads, lr)?;
+        Ok(stats)
+    }
+
+    /// Loss and per-depth accuracy on the held-out samples, with a fixed COD draw.
+    fn evaluate(&self) -> Result<DepthStats, TrainError> {
+        let drafter = self.params.frozen_drafter(&self.config, &self.target)?;
+        let mut stats = DepthStats::default();
+        for &index in &self.val {
+            stats.merge(&self.pass(&drafter, index, usize::MAX, None)?);
+        }
+        Ok(stats)
+    }
+
+    fn save_checkpoint(&self) -> Result<(), TrainError> {
+        let dir = self.opts.out.join(CHECKPOINT);
+        std::fs::create_dir_all(&dir).map_err(|e| TrainError::io(&dir, e))?;
+        let mut tensors = std::collections::HashMap::new();
+        for (i, name) in self.params.names.iter().enumerate() {
+            tensors.insert(name.clone(), self.params.vars[i].as_tensor().detach());
+            tensors.insert(format!("adam.m.{name}"), self.optimizer.m[i].clone());
+            tensors.insert(format!("adam.v.{name}"), self.optimizer.v[i].clone());
+        }
+        let weights = dir.join("weights.safetensors");
+        let partial = dir.join("weights.safetensors.partial");
+        candle_core::safetensors::save(&tensors, &partial).map_err(|e| TrainError::io(&partial, e))?;
+        std::fs::rename(&partial, &weights).map_err(|e| TrainError::io(&weights, e))?;
+        let choice = VocabChoice {
+            draft_vocab: self.spec.vocab.selected.clone(),
+            mask_token_id: self.spec.mask_token_id,
+        };
+        let vocab = dir.join("vocab.json");
+        std::fs::write(
+            &vocab,
+            serde_json::to_string(&choice).map_err(|e| TrainError::io(&vocab, e))?,
+        )
+        .map_err(|e| TrainError::io(&vocab, e))?;
+        write_json(&dir.join("state.json"), &self.state)
+    }
+
+    fn finish(&self) -> Result<(), TrainError> {
+        export(
+            &self.spec,
+            &self.params.snapshot(),
+            &self.opts.out,
+            self.opts.export_dtype,
+        )?;
+        write_json(&self.opts.out.join(REPORT), &self.state)?;
+        let title = format!(
+            "{} drafter, {} layers: validation accuracy per depth",
+            self.state.algo, self.opts.num_layers
+        );
+        accuracy_plot(&self.state.history, &title, &self.opts.out.join(PLOT))
+    }
+}
+
+fn validate(opts: &FitOptions, data: &DataConfig) -> Result<(), TrainError> {
+    let invalid = |m: String| Err(TrainError::Invalid(m));
+    if data.num_samples == 0 {
+        return invalid(format!("{} holds no samples", opts.data.display()));
+    }
+    if opts.num_layers == 0 || opts.num_depths == 0 || opts.batch_size == 0 || opts.epochs == 0 {
+        return invalid("--num-layers, --num-depths, --batch-size and --epochs must be at least 1".into());
+    }
+    if !(0.0..=1.0).contains(&opts.down_sample_ratio) || !(0.0..=1.0).contains(&opts.down_sample_ratio_min) {
+        return invalid("--down-sample-ratio and --down-sample-ratio-min must lie in [0, 1]".into());
+    }
+    if opts.partitions == 0 || (opts.algo == Algo::Eagle3 && opts.partitions > 1) {
+        return invalid("--partitions must be at least 1, and 1 for eagle3".into());
+    }
+    if opts.seq_len < 3 || opts.eval_every == 0 || opts.draft_vocab_size == 0 {
+        return invalid("--seq-len must be at least 3, --eval-every and --draft-vocab-size at least 1".into());
+    }
+    if opts.lr <= 0.0 || !opts.lr.is_finite() {
+        return invalid("--lr must be positive".into());
+    }
+    Ok(())
+}
+
+fn read_counts(path: &Path) -> Result<Vec<i64>, TrainError> {
+    let tensors = candle_core::safetensors::load(path, &Device::Cpu).map_err(|e| TrainError::io(path, e))?;
+    let counts = tensors
+        .get("counts")
+        .ok_or_else(|| TrainError::data(path, "no `counts` tensor"))?;
+    Ok(counts.to_dtype(DType::I64)?.to_vec1()?)
+}
+
+type Moments = (BTreeMap<String, Tensor>, BTreeMap<String, Tensor>);
+
+/// The weights of a checkpoint, and its optimizer moments.
+fn load_checkpoint(path: &Path) -> Result<(BTreeMap<String, Tensor>, Option<Moments>), TrainError> {
+    let tensors = candle_core::safetensors::load(path, &Device::Cpu).map_err(|e| TrainError::io(path, e))?;
+    let (mut weights, mut m, mut v) = (BTreeMap::new(), BTreeMap::new(), BTreeMap::new());
+    for (name, t) in tensors {
+        if let Some(n) = name.strip_prefix("adam.m.") {
+            m.insert(n.to_owned(), t);
+        } else if let Some(n) = name.strip_prefix("adam.v.") {
+            v.insert(n.to_owned(), t);
+        } else {
+            weights.insert(name, t);
+        }
+    }
+    if weights.keys().any(|n| !m.contains_key(n) || !v.contains_key(n)) {
+        return Err(TrainError::data(path, "optimizer moments missing for some weights"));
+    }
+    Ok((weights, Some((m, v))))
+}

@@ -1,0 +1,215 @@
+//! The two commands end to end on the tiny Llama: capture (text, prompt + response, and
+//! on-policy generation), fit for both algorithms with validation, checkpoint and resume, and
+//! the exported P-EAGLE drafter serving exactly the target's greedy output.
+
+mod common;
+
+use common::fixture;
+use peagle_engine::{DraftOptions, GenerateParams, Generator, GeneratorOptions, SpeculativeConfig};
+use peagle_models::LoadOptions;
+use peagle_train::sample::Sample;
+use peagle_train::TrainState;
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn train(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_peagle-train"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn ok(args: &[&str]) {
+    let out = train(args);
+    assert!(
+        out.status.success(),
+        "peagle-train {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn report(dir: &Path) -> TrainState {
+    serde_json::from_str(&std::fs::read_to_string(dir.join("train_report.json")).unwrap()).unwrap()
+}
+
+fn first_and_last_val_loss(state: &TrainState) -> (f64, f64) {
+    (state.history[0].val_loss, state.history.last().unwrap().val_loss)
+}
+
+const DATA: &str = r#"{"text": "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n"}
+{"text": "for i in range(10):\n    print(i * i)\n"}
+{"prompt": "class Point:", "response": "\n    def __init__(self, x, y):\n        self.x = x\n        self.y = y\n"}
+{"prompt": "import os\n"}
+{"prompt": "def main():"}
+{"prompt": "x = [1, 2, 3]"}
+{"prompt": "while True:"}
+{"prompt": "if __name__ == '__main__':"}
+"#;
+
+#[test]
+fn capture_fit_resume_and_serve() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data.jsonl");
+    std::fs::write(&data, DATA).unwrap();
+    let captured = dir.path().join("captured");
+    let model = fixture("tiny-llama");
+    let model = model.to_str().unwrap();
+    let (data_s, captured_s) = (data.to_str().unwrap(), captured.to_str().unwrap());
+    let capture = [
+        "capture",
+        "--model",
+        model,
+        "--data",
+        data_s,
+        "--out",
+        captured_s,
+        "--generate",
+        "40",
+        "--max-len",
+        "96",
+    ];
+    // Interrupted after four examples, then resumed: the same data as one run.
+    ok(&[&capture[..], &["--limit", "4"]].concat());
+    ok(&[&capture[..], &["--resume"]].concat());
+    let once = dir.path().join("once");
+    let mut single = capture.to_vec();
+    single[6] = once.to_str().unwrap();
+    ok(&single);
+    for file in [
+        "data_config.json",
+        "token_freq.safetensors",
+        "sample_0000007.safetensors",
+    ] {
+        let read = |d: &Path| std::fs::read(d.join(file)).unwrap();
+        assert_eq!(read(&captured), read(&once), "{file} after resuming");
+    }
+
+    // The prompt + response example: loss on the response only.
+    let sample = Sample::load(&captured.join("sample_0000002.safetensors")).unwrap();
+    assert_eq!(sample.hidden_states.dims()[1..], [4, 64]);
+    assert!(!sample.loss_mask[0] && *sample.loss_mask.last().unwrap());
+    // On-policy examples carry the target's own 40 tokens (or fewer, if it stopped).
+    let generated = Sample::load(&captured.join("sample_0000004.safetensors")).unwrap();
+    let learned = generated.loss_mask.iter().filter(|m| **m).count();
+    assert!((1..=40).contains(&learned), "{learned} generated tokens");
+
+    let peagle = dir.path().join("peagle");
+    let fit = |out: &Path, extra: &[&str]| {
+        let mut args = vec![
+            "fit",
+            "--data",
+            captured_s,
+            "--out",
+            out.to_str().unwrap(),
+            "--draft-vocab-size",
+            "200",
+            "--seq-len",
+            "96",
+            "--batch-size",
+            "2",
+            "--lr",
+            "3e-3",
+            "--warmup-steps",
+            "2",
+            "--epochs",
+            "40",
+            "--val-fraction",
+            "0.25",
+            "--eval-every",
+            "5",
+        ];
+        args.extend_from_slice(extra);
+        ok(&args);
+        report(out)
+    };
+    // A 2-layer drafter over 4 depths, trained in two segments per sample.
+    let shape = ["--num-layers", "2", "--num-depths", "4", "--partitions", "2"];
+    let state = fit(&peagle, &[&shape[..], &["--max-steps", "20"]].concat());
+    assert_eq!(state.step, 20);
+    let (first, last) = first_and_last_val_loss(&state);
+    assert!(last < 0.8 * first, "P-EAGLE validation loss {first} -> {last}");
+    assert_eq!(
+        state.history.last().unwrap().val_accuracy.len(),
+        4,
+        "accuracy per depth"
+    );
+
+    // Resuming continues from the checkpoint: the history keeps its earlier points.
+    let resumed = fit(&peagle, &[&shape[..], &["--max-steps", "25", "--resume"]].concat());
+    assert_eq!(resumed.step, 25);
+    assert_eq!(resumed.history.len(), state.history.len() + 1);
+    for (a, b) in resumed.history.iter().zip(&state.history) {
+        assert_eq!((a.step, a.val_loss), (b.step, b.val_loss));
+    }
+
+    let eagle3 = dir.path().join("eagle3");
+    let state = fit(
+        &eagle3,
+        &[
+            "--algo",
+            "eagle3",
+            "--num-layers",
+            "1",
+            "--num-depths",
+            "3",
+            "--max-steps",
+            "20",
+        ],
+    );
+    let (first, last) = first_and_last_val_loss(&state);
+    assert!(last < 0.8 * first, "EAGLE-3 validation loss {first} -> {last}");
+
+    // The trained drafters serve: greedy output equals the target's alone.
+    let opts = GeneratorOptions::default();
+    let params = GenerateParams {
+        max_tokens: 48,
+        ignore_eos: true,
+        ..GenerateParams::default()
+    };
+    let prompt = [1u32, 17, 250, 33, 4];
+    let mut plain = Generator::from_dir(&fixture("tiny-llama"), None, LoadOptions::default(), &opts).unwrap();
+    let want = plain.generate(&prompt, &params, |_| {}).unwrap().token_ids;
+    for (drafter, parallel) in [(&peagle, true), (&eagle3, false)] {
+        let draft = DraftOptions {
+            dir: drafter.clone(),
+            speculative: SpeculativeConfig { k: 3, parallel },
+        };
+        let mut spec =
+            Generator::from_dir(&fixture("tiny-llama"), Some(&draft), LoadOptions::default(), &opts).unwrap();
+        let got = spec.generate(&prompt, &params, |_| {}).unwrap();
+        assert_eq!(got.token_ids, want, "speculative output of {}", drafter.display());
+        assert!(got.spec_stats.num_drafts > 0);
+    }
+}
+
+#[test]
+fn bad_input_is_a_one_line_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data.jsonl");
+    std::fs::write(&data, "{\"text\": \"x = 1\"}\n{\"prompt\": 3}\n").unwrap();
+    let model = fixture("tiny-llama");
+    let out = train(&[
+        "capture",
+        "--model",
+        model.to_str().unwrap(),
+        "--data",
+        data.to_str().unwrap(),
+        "--out",
+        dir.path().join("o").to_str().unwrap(),
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("line 2"), "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+
+    let out = train(&[
+        "fit",
+        "--data",
+        dir.path().to_str().unwrap(),
+        "--out",
+        dir.path().join("f").to_str().unwrap(),
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("data_config.json"), "{stderr}");
+}
