@@ -72,6 +72,41 @@ pub fn dot_bf16_x4(xs: [&[f32]; 4], w: &[bf16]) -> [f32; 4] {
     xs.map(|x| portable::dot(x, w, bf16::to_f32))
 }
 
+/// Four rows against two weight vectors, `[row][weight]`, each result bit-identical to
+/// `dot_f32(xs[r], ws[c])`: the tile reuses every loaded input block for both weights.
+pub fn dot_f32_x4x2(xs: [&[f32]; 4], ws: [&[f32]; 2]) -> [[f32; 2]; 4] {
+    assert!(ws[0].len() == ws[1].len(), "dot_f32_x4x2 length mismatch");
+    assert!(
+        xs.iter().all(|x| x.len() == ws[0].len()),
+        "dot_f32_x4x2 length mismatch"
+    );
+    #[cfg(target_arch = "x86_64")]
+    if x86::avx512() {
+        // SAFETY: the CPU supports AVX-512F (checked above); lengths are equal.
+        return unsafe { x86::avx512::dot_f32_x4x2(xs, ws) };
+    }
+    columns(dot_f32_x4(xs, ws[0]), dot_f32_x4(xs, ws[1]))
+}
+
+/// `dot_f32_x4x2` with bf16 weights.
+pub fn dot_bf16_x4x2(xs: [&[f32]; 4], ws: [&[bf16]; 2]) -> [[f32; 2]; 4] {
+    assert!(ws[0].len() == ws[1].len(), "dot_bf16_x4x2 length mismatch");
+    assert!(
+        xs.iter().all(|x| x.len() == ws[0].len()),
+        "dot_bf16_x4x2 length mismatch"
+    );
+    #[cfg(target_arch = "x86_64")]
+    if x86::avx512() {
+        // SAFETY: the CPU supports AVX-512F (checked above); lengths are equal.
+        return unsafe { x86::avx512::dot_bf16_x4x2(xs, ws) };
+    }
+    columns(dot_bf16_x4(xs, ws[0]), dot_bf16_x4(xs, ws[1]))
+}
+
+fn columns(a: [f32; 4], b: [f32; 4]) -> [[f32; 2]; 4] {
+    [0, 1, 2, 3].map(|r| [a[r], b[r]])
+}
+
 mod portable {
     const LANES: usize = 8;
 
@@ -101,45 +136,58 @@ mod x86 {
         is_x86_feature_detected!("avx512f")
     }
 
-    /// The reduction order every x86 dot product follows, for any number of rows at once and
-    /// either register width L: per row, two accumulators over 2L-element blocks, one L-wide
-    /// step into the first, their sum, a fixed horizontal sum, then the scalar tail. Each
-    /// weight block is loaded (and widened from bf16) once and used by all rows. Loads are
-    /// passed as function paths, not closures: a closure does not carry the enclosing
-    /// function's target features, so its intrinsics would not inline.
+    /// The reduction order every x86 dot product follows, for any number of rows and weight
+    /// vectors at once and either register width L: per (row, weight) pair, two accumulators
+    /// over 2L-element blocks, one L-wide step into the first, their sum, a fixed horizontal
+    /// sum, then the scalar tail. Each weight block is loaded (and widened from bf16) once and
+    /// used by all rows, each input block once and used by all weights. Loads are passed as
+    /// function paths, not closures: a closure does not carry the enclosing function's target
+    /// features, so its intrinsics would not inline.
     macro_rules! dot_rows {
-        ($xs:expr, $w:expr, $rows:literal, $load:path, $scalar:path,
+        ($xs:expr, $ws:expr, $rows:literal, $cols:literal, $load:path, $scalar:path,
          lanes: $l:literal, $zero:path, $loadu:path, $fma:path, $add:path, $hsum:path) => {{
             let xs: [&[f32]; $rows] = $xs;
-            let w = $w;
-            let n = w.len();
-            let pw = w.as_ptr();
-            let mut acc = [[$zero(); 2]; $rows];
+            let ws = $ws;
+            let n = ws[0].len();
+            let mut acc = [[[$zero(); 2]; $cols]; $rows];
             let mut i = 0;
             while i + 2 * $l <= n {
-                let w0 = $load(pw.add(i));
-                let w1 = $load(pw.add(i + $l));
+                let mut wv = [[$zero(); 2]; $cols];
+                for c in 0..$cols {
+                    wv[c] = [$load(ws[c].as_ptr().add(i)), $load(ws[c].as_ptr().add(i + $l))];
+                }
                 for r in 0..$rows {
                     let px = xs[r].as_ptr().add(i);
-                    acc[r][0] = $fma($loadu(px), w0, acc[r][0]);
-                    acc[r][1] = $fma($loadu(px.add($l)), w1, acc[r][1]);
+                    let (xa, xb) = ($loadu(px), $loadu(px.add($l)));
+                    for c in 0..$cols {
+                        acc[r][c][0] = $fma(xa, wv[c][0], acc[r][c][0]);
+                        acc[r][c][1] = $fma(xb, wv[c][1], acc[r][c][1]);
+                    }
                 }
                 i += 2 * $l;
             }
             if i + $l <= n {
-                let w0 = $load(pw.add(i));
+                let mut wv = [$zero(); $cols];
+                for c in 0..$cols {
+                    wv[c] = $load(ws[c].as_ptr().add(i));
+                }
                 for r in 0..$rows {
-                    acc[r][0] = $fma($loadu(xs[r].as_ptr().add(i)), w0, acc[r][0]);
+                    let xa = $loadu(xs[r].as_ptr().add(i));
+                    for c in 0..$cols {
+                        acc[r][c][0] = $fma(xa, wv[c], acc[r][c][0]);
+                    }
                 }
                 i += $l;
             }
-            let mut out = [0f32; $rows];
+            let mut out = [[0f32; $cols]; $rows];
             for r in 0..$rows {
-                let mut sum = $hsum($add(acc[r][0], acc[r][1]));
-                for j in i..n {
-                    sum += xs[r][j] * $scalar(w[j]);
+                for c in 0..$cols {
+                    let mut sum = $hsum($add(acc[r][c][0], acc[r][c][1]));
+                    for j in i..n {
+                        sum += xs[r][j] * $scalar(ws[c][j]);
+                    }
+                    out[r][c] = sum;
                 }
-                out[r] = sum;
             }
             out
         }};
@@ -169,30 +217,31 @@ mod x86 {
         }
 
         macro_rules! dot8 {
-            ($xs:expr, $w:expr, $rows:literal, $load:path, $scalar:path) => {
-                dot_rows!($xs, $w, $rows, $load, $scalar, lanes: 8,
+            ($xs:expr, $ws:expr, $rows:literal, $cols:literal, $load:path, $scalar:path) => {
+                dot_rows!($xs, $ws, $rows, $cols, $load, $scalar, lanes: 8,
                     _mm256_setzero_ps, _mm256_loadu_ps, _mm256_fmadd_ps, _mm256_add_ps, hsum)
             };
         }
 
         #[target_feature(enable = "avx2,fma")]
         pub unsafe fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
-            dot8!([a], b, 1, _mm256_loadu_ps, f32::from)[0]
+            dot8!([a], [b], 1, 1, _mm256_loadu_ps, f32::from)[0][0]
         }
 
         #[target_feature(enable = "avx2,fma")]
         pub unsafe fn dot_bf16(a: &[f32], b: &[bf16]) -> f32 {
-            dot8!([a], b, 1, load_bf16, bf16::to_f32)[0]
+            dot8!([a], [b], 1, 1, load_bf16, bf16::to_f32)[0][0]
         }
 
+        // Sixteen 256-bit registers hold only four rows' accumulators for one weight vector.
         #[target_feature(enable = "avx2,fma")]
         pub unsafe fn dot_f32_x4(xs: [&[f32]; 4], w: &[f32]) -> [f32; 4] {
-            dot8!(xs, w, 4, _mm256_loadu_ps, f32::from)
+            dot8!(xs, [w], 4, 1, _mm256_loadu_ps, f32::from).map(|r| r[0])
         }
 
         #[target_feature(enable = "avx2,fma")]
         pub unsafe fn dot_bf16_x4(xs: [&[f32]; 4], w: &[bf16]) -> [f32; 4] {
-            dot8!(xs, w, 4, load_bf16, bf16::to_f32)
+            dot8!(xs, [w], 4, 1, load_bf16, bf16::to_f32).map(|r| r[0])
         }
     }
 
@@ -209,30 +258,42 @@ mod x86 {
         }
 
         macro_rules! dot16 {
-            ($xs:expr, $w:expr, $rows:literal, $load:path, $scalar:path) => {
-                dot_rows!($xs, $w, $rows, $load, $scalar, lanes: 16,
+            ($xs:expr, $ws:expr, $rows:literal, $cols:literal, $load:path, $scalar:path) => {
+                dot_rows!($xs, $ws, $rows, $cols, $load, $scalar, lanes: 16,
                     _mm512_setzero_ps, _mm512_loadu_ps, _mm512_fmadd_ps, _mm512_add_ps, _mm512_reduce_add_ps)
             };
         }
 
         #[target_feature(enable = "avx512f")]
         pub unsafe fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
-            dot16!([a], b, 1, _mm512_loadu_ps, f32::from)[0]
+            dot16!([a], [b], 1, 1, _mm512_loadu_ps, f32::from)[0][0]
         }
 
         #[target_feature(enable = "avx512f")]
         pub unsafe fn dot_bf16(a: &[f32], b: &[bf16]) -> f32 {
-            dot16!([a], b, 1, load_bf16, bf16::to_f32)[0]
+            dot16!([a], [b], 1, 1, load_bf16, bf16::to_f32)[0][0]
         }
 
         #[target_feature(enable = "avx512f")]
         pub unsafe fn dot_f32_x4(xs: [&[f32]; 4], w: &[f32]) -> [f32; 4] {
-            dot16!(xs, w, 4, _mm512_loadu_ps, f32::from)
+            dot16!(xs, [w], 4, 1, _mm512_loadu_ps, f32::from).map(|r| r[0])
         }
 
         #[target_feature(enable = "avx512f")]
         pub unsafe fn dot_bf16_x4(xs: [&[f32]; 4], w: &[bf16]) -> [f32; 4] {
-            dot16!(xs, w, 4, load_bf16, bf16::to_f32)
+            dot16!(xs, [w], 4, 1, load_bf16, bf16::to_f32).map(|r| r[0])
+        }
+
+        /// Four rows against two weight vectors: 16 accumulators of the 32 registers, and
+        /// sixteen FMAs per twelve loads where one weight vector gets eight per ten.
+        #[target_feature(enable = "avx512f")]
+        pub unsafe fn dot_f32_x4x2(xs: [&[f32]; 4], ws: [&[f32]; 2]) -> [[f32; 2]; 4] {
+            dot16!(xs, ws, 4, 2, _mm512_loadu_ps, f32::from)
+        }
+
+        #[target_feature(enable = "avx512f")]
+        pub unsafe fn dot_bf16_x4x2(xs: [&[f32]; 4], ws: [&[bf16]; 2]) -> [[f32; 2]; 4] {
+            dot16!(xs, ws, 4, 2, load_bf16, bf16::to_f32)
         }
     }
 }
@@ -269,6 +330,31 @@ mod tests {
             for r in 0..4 {
                 assert_eq!(four[r].to_bits(), dot_f32(xs[r], &w).to_bits(), "n={n} row {r}");
                 assert_eq!(four16[r].to_bits(), dot_bf16(xs[r], &w16).to_bits(), "n={n} row {r}");
+            }
+        }
+    }
+
+    #[test]
+    fn two_weight_tiles_equal_single_dots_bitwise() {
+        for n in [5, 16, 33, 64, 256] {
+            let rows: Vec<Vec<f32>> = (0..4).map(|r| ramp(n, r as f32)).collect();
+            let xs = [&rows[0][..], &rows[1][..], &rows[2][..], &rows[3][..]];
+            let ws = [ramp(n, 9.0), ramp(n, 4.0)];
+            let ws16: Vec<Vec<bf16>> = ws
+                .iter()
+                .map(|w| w.iter().map(|x| bf16::from_f32(*x)).collect())
+                .collect();
+            let tile = dot_f32_x4x2(xs, [&ws[0], &ws[1]]);
+            let tile16 = dot_bf16_x4x2(xs, [&ws16[0], &ws16[1]]);
+            for r in 0..4 {
+                for c in 0..2 {
+                    assert_eq!(tile[r][c].to_bits(), dot_f32(xs[r], &ws[c]).to_bits(), "n={n} {r},{c}");
+                    assert_eq!(
+                        tile16[r][c].to_bits(),
+                        dot_bf16(xs[r], &ws16[c]).to_bits(),
+                        "n={n} {r},{c}"
+                    );
+                }
             }
         }
     }

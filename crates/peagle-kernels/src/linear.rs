@@ -4,10 +4,11 @@
 //! is memory-bound: each weight row is read once per call and reused for all input rows while it
 //! is in cache. Work is split across threads by weight rows, which never changes a reduction.
 
-use crate::dot::{dot_bf16, dot_bf16_x4, dot_f32, dot_f32_x4};
+use crate::dot::{dot_bf16, dot_bf16_x4, dot_bf16_x4x2, dot_f32, dot_f32_x4, dot_f32_x4x2};
 use crate::error::bad_input;
 use candle_core::backend::BackendStorage;
 use candle_core::{CpuStorage, CustomOp2, Layout, Result, Shape, Tensor};
+use half::bf16;
 use rayon::prelude::*;
 
 /// Tasks per thread: a few, so uneven progress balances out, but not so many that rayon's
@@ -39,8 +40,8 @@ impl CustomOp2 for Linear {
         }
         let x = contiguous(xs.as_slice::<f32>()?, xl, "input")?;
         let y = match ws {
-            CpuStorage::F32(w) => matmul(x, contiguous(w, wl, "weight")?, rows, n, k, (dot_f32, dot_f32_x4)),
-            CpuStorage::BF16(w) => matmul(x, contiguous(w, wl, "weight")?, rows, n, k, (dot_bf16, dot_bf16_x4)),
+            CpuStorage::F32(w) => matmul(x, contiguous(w, wl, "weight")?, rows, n, k, &F32_DOTS),
+            CpuStorage::BF16(w) => matmul(x, contiguous(w, wl, "weight")?, rows, n, k, &BF16_DOTS),
             other => {
                 let dtype = other.dtype();
                 return Err(bad_input("linear", format!("unsupported weight dtype {dtype:?}")));
@@ -57,10 +58,30 @@ pub(crate) fn contiguous<'a, T>(data: &'a [T], layout: &Layout, what: &str) -> R
     }
 }
 
-/// A dot product for one row and one for four rows at once, bit-identical per row.
-type Dots<W> = (fn(&[f32], &[W]) -> f32, fn([&[f32]; 4], &[W]) -> [f32; 4]);
+/// Four input rows against two weight rows: `[row][weight]`.
+type Tile<W> = fn([&[f32]; 4], [&[W]; 2]) -> [[f32; 2]; 4];
 
-fn matmul<W: Sync>(x: &[f32], w: &[W], rows: usize, n: usize, k: usize, (dot, dot4): Dots<W>) -> Vec<f32> {
+/// Dot products for one row, for four rows, and for four rows against two weight rows, all
+/// bit-identical per (row, weight) pair.
+struct Dots<W> {
+    one: fn(&[f32], &[W]) -> f32,
+    four: fn([&[f32]; 4], &[W]) -> [f32; 4],
+    four_by_two: Tile<W>,
+}
+
+const F32_DOTS: Dots<f32> = Dots {
+    one: dot_f32,
+    four: dot_f32_x4,
+    four_by_two: dot_f32_x4x2,
+};
+
+const BF16_DOTS: Dots<bf16> = Dots {
+    one: dot_bf16,
+    four: dot_bf16_x4,
+    four_by_two: dot_bf16_x4x2,
+};
+
+fn matmul<W: Sync>(x: &[f32], w: &[W], rows: usize, n: usize, k: usize, dots: &Dots<W>) -> Vec<f32> {
     if rows == 0 || n == 0 {
         return vec![0.0; rows * n];
     }
@@ -69,19 +90,32 @@ fn matmul<W: Sync>(x: &[f32], w: &[W], rows: usize, n: usize, k: usize, (dot, do
         .div_ceil(TASKS_PER_THREAD * rayon::current_num_threads())
         .max(MIN_WEIGHT_ROWS_PER_TASK);
     let mut yt = vec![0f32; n * rows];
+    let x_row = |t: usize| &x[t * k..][..k];
+    let quads = rows / 4;
     yt.par_chunks_mut(per_task * rows).enumerate().for_each(|(chunk, out)| {
         let first = chunk * per_task;
-        for (j, out_row) in out.chunks_mut(rows).enumerate() {
-            let wr = &w[(first + j) * k..][..k];
-            let x_row = |t: usize| &x[t * k..][..k];
-            let mut quads = out_row.chunks_exact_mut(4);
-            for (q, o) in quads.by_ref().enumerate() {
+        let w_row = |j: usize| &w[(first + j) * k..][..k];
+        let cols = out.len() / rows;
+        // Weight rows in pairs, input rows in fours: each loaded block serves a 4x2 tile.
+        for j in (0..cols).step_by(2) {
+            let pair = j + 1 < cols;
+            for q in 0..quads {
                 let t = 4 * q;
-                o.copy_from_slice(&dot4([x_row(t), x_row(t + 1), x_row(t + 2), x_row(t + 3)], wr));
+                let xs = [x_row(t), x_row(t + 1), x_row(t + 2), x_row(t + 3)];
+                if pair {
+                    let tile = (dots.four_by_two)(xs, [w_row(j), w_row(j + 1)]);
+                    for (r, v) in tile.iter().enumerate() {
+                        out[j * rows + t + r] = v[0];
+                        out[(j + 1) * rows + t + r] = v[1];
+                    }
+                } else {
+                    out[j * rows + t..][..4].copy_from_slice(&(dots.four)(xs, w_row(j)));
+                }
             }
-            let done = rows / 4 * 4;
-            for (t, o) in quads.into_remainder().iter_mut().enumerate() {
-                *o = dot(x_row(done + t), wr);
+            for c in j..(j + 1 + pair as usize) {
+                for t in 4 * quads..rows {
+                    out[c * rows + t] = (dots.one)(x_row(t), w_row(c));
+                }
             }
         }
     });

@@ -1,0 +1,119 @@
+//! The parts of one speculative step on the bundled demo model and its trained drafters, after
+//! a 128-token context: the target's decode step (what one plain token costs), its K+1-row
+//! verification, one P-EAGLE drafter pass for K = 7 drafts, and the K = 7 passes EAGLE-3 needs.
+
+use candle_core::Tensor;
+use criterion::{criterion_group, criterion_main, Criterion};
+use peagle_models::{load_causal_lm, BatchBuilder, CausalLm, DraftHidden, Drafter, KvCache, LoadOptions, Rows};
+use std::hint::black_box;
+use std::path::PathBuf;
+
+const BLOCK: usize = 16;
+const CONTEXT: usize = 128;
+const K: usize = 7;
+/// Drafts accepted in the previous step: the P-EAGLE query is these, the bonus token and K-1
+/// mask slots.
+const ACCEPTED: usize = 3;
+
+fn repo(path: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..").join(path)
+}
+
+struct Setup {
+    target: CausalLm,
+    target_kv: KvCache,
+    tokens: Vec<u32>,
+    /// Captured states of every context position, [CONTEXT + K + 1, aux width].
+    aux: Tensor,
+}
+
+/// One forward of `rows` tokens from `start`, logits for the last `logits` rows.
+fn batch(tokens: &[u32], start: usize, logits: usize) -> peagle_models::ForwardBatch {
+    let table: Vec<u32> = (0..16).collect();
+    let mut b = BatchBuilder::new(BLOCK);
+    b.add(tokens, start, &table, Rows::Tail(logits), Rows::All).unwrap();
+    b.build()
+}
+
+fn setup() -> Setup {
+    let target = load_causal_lm(&repo("models/pystdlib-12l"), LoadOptions::default())
+        .unwrap()
+        .model;
+    let target_kv = KvCache::new(target.dims(), 16, BLOCK, target.device()).unwrap();
+    let tokens: Vec<u32> = (0..(CONTEXT + K + 1) as u32).map(|t| (t * 37) % 8000 + 1).collect();
+    let out = target.forward(&batch(&tokens, 0, 1), &target_kv).unwrap();
+    Setup {
+        aux: out.aux_hidden.unwrap(),
+        target,
+        target_kv,
+        tokens,
+    }
+}
+
+fn drafter(setup: &Setup, name: &str) -> (Drafter, KvCache) {
+    let drafter = Drafter::load(&repo(&format!("models/{name}")), &setup.target, LoadOptions::default()).unwrap();
+    let kv = KvCache::new(drafter.dims(), 16, BLOCK, drafter.device()).unwrap();
+    // The drafter's cache holds the context, as after prefill.
+    let context = batch(&setup.tokens[1..=CONTEXT], 0, 1);
+    let hidden = DraftHidden::Target(setup.aux.narrow(0, 0, CONTEXT).unwrap());
+    drafter.forward(&context, &hidden, &kv).unwrap();
+    (drafter, kv)
+}
+
+fn speculative_step(c: &mut Criterion) {
+    let s = setup();
+    let mut g = c.benchmark_group("demo model, speculative step parts");
+    g.bench_function("target decode step (1 row)", |b| {
+        b.iter(|| {
+            black_box(
+                s.target
+                    .forward(&batch(&s.tokens[CONTEXT..CONTEXT + 1], CONTEXT, 1), &s.target_kv),
+            )
+        })
+    });
+    g.bench_function("target verification (K+1 = 8 rows)", |b| {
+        let window = &s.tokens[CONTEXT..CONTEXT + K + 1];
+        b.iter(|| black_box(s.target.forward(&batch(window, CONTEXT, K + 1), &s.target_kv)))
+    });
+
+    let (peagle, peagle_kv) = drafter(&s, "pystdlib-12l-peagle");
+    let (mask_token, mask_hidden) = peagle.parallel_inputs().unwrap();
+    let start = CONTEXT - ACCEPTED;
+    let mut query = s.tokens[start + 1..=CONTEXT + 1].to_vec();
+    query.extend(std::iter::repeat_n(mask_token, K - 1));
+    let hidden = Tensor::cat(
+        &[
+            s.aux.narrow(0, start, ACCEPTED + 1).unwrap(),
+            mask_hidden.repeat((K - 1, 1)).unwrap(),
+        ],
+        0,
+    )
+    .unwrap();
+    let hidden = DraftHidden::Target(hidden);
+    g.bench_function("P-EAGLE drafter, K = 7 in one pass", |b| {
+        b.iter(|| black_box(peagle.forward(&batch(&query, start, K), &hidden, &peagle_kv)))
+    });
+
+    let (eagle3, eagle3_kv) = drafter(&s, "pystdlib-12l-eagle3");
+    let first = DraftHidden::Target(s.aux.narrow(0, start, ACCEPTED + 1).unwrap());
+    g.bench_function("EAGLE-3 drafter, K = 7 in seven passes", |b| {
+        b.iter(|| {
+            let out = eagle3
+                .forward(&batch(&s.tokens[start + 1..=CONTEXT + 1], start, 1), &first, &eagle3_kv)
+                .unwrap();
+            let mut own = out.hidden;
+            for step in 1..K {
+                let pos = CONTEXT + step;
+                let out = eagle3
+                    .forward(&batch(&s.tokens[pos..=pos], pos, 1), &DraftHidden::Own(own), &eagle3_kv)
+                    .unwrap();
+                own = out.hidden;
+            }
+            black_box(own)
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, speculative_step);
+criterion_main!(benches);
