@@ -15,6 +15,11 @@ examples=${EXAMPLES:-1100}
 bin=target/release
 stages=("${@:-capture peagle eagle3 measure}")
 
+common=(--draft-vocab-size 4096 --seq-len 512 --batch-size 4 --val-fraction 0.03 --eval-every 25 --seed 0)
+peagle_args=(--num-layers 4 --num-depths 8 --down-sample-ratio 0.7 --down-sample-ratio-min 0.2 --lr 6e-4
+    --warmup-steps 20 --epochs "${PEAGLE_EPOCHS:-2}")
+eagle3_args=(--num-layers 1 --num-depths 5 --lr 6e-4 --warmup-steps 20 --epochs 1)
+
 cargo build --release --locked --bin peagle-train --bin peagle-generate
 
 capture() {
@@ -30,9 +35,8 @@ fit() {
     shift 2
     local resume=()
     [[ -f $work/$out/checkpoint/state.json ]] && resume=(--resume)
-    "$bin/peagle-train" fit --algo "$algo" --data "$work/capture" --out "$work/$out" \
-        --draft-vocab-size 4096 --seq-len 512 --batch-size 4 --val-fraction 0.03 --eval-every 25 \
-        --seed 0 "$@" "${resume[@]}"
+    "$bin/peagle-train" fit --algo "$algo" --data "$work/capture" --out "$work/$out" "${common[@]}" "$@" \
+        "${resume[@]}"
     mkdir -p "models/$out"
     cp "$work/$out"/{config.json,model.safetensors,train_report.json,accuracy.png} "models/$out/"
 }
@@ -48,15 +52,18 @@ measure() {
         done
     done
     "$bin/peagle-generate" --prompts-file "$prompts" --max-tokens 256 --stats-json "$work/plain.json" >/dev/null
-    cat "$work/plain.json"
+    local card=(--plain "$work/plain.json" --capture "$work/capture/data_config.json")
+    python3 scripts/drafter_card.py models/pystdlib-12l-peagle "${card[@]}" \
+        --command "peagle-train fit --algo peagle ${common[*]} ${peagle_args[*]}"
+    python3 scripts/drafter_card.py models/pystdlib-12l-eagle3 "${card[@]}" \
+        --command "peagle-train fit --algo eagle3 ${common[*]} ${eagle3_args[*]}"
 }
 
 for stage in ${stages[*]}; do
     case $stage in
         capture) capture ;;
-        peagle) fit peagle pystdlib-12l-peagle --num-layers 4 --num-depths 8 --down-sample-ratio 0.7 \
-            --down-sample-ratio-min 0.2 --lr 6e-4 --warmup-steps 20 --epochs 1 ;;
-        eagle3) fit eagle3 pystdlib-12l-eagle3 --num-layers 1 --num-depths 5 --lr 6e-4 --warmup-steps 20 --epochs 1 ;;
+        peagle) fit peagle pystdlib-12l-peagle "${peagle_args[@]}" ;;
+        eagle3) fit eagle3 pystdlib-12l-eagle3 "${eagle3_args[@]}" ;;
         measure) measure ;;
         *) echo "unknown stage $stage (capture, peagle, eagle3, measure)" >&2; exit 1 ;;
     esac

@@ -137,6 +137,31 @@ fn speculative_config_turns_on_drafting() {
     server.stop("-INT");
 }
 
+/// With no arguments: the bundled demo model, drafting with its bundled P-EAGLE drafter.
+#[test]
+fn no_arguments_serve_the_demo_model_with_its_drafter() {
+    let server = Serve::start(&[]);
+    let (_, models) = server.http("GET", "/v1/models", None, "");
+    assert!(models.contains(r#""id":"pystdlib-12l""#), "{models}");
+    let (status, body) = server.http("POST", "/v1/completions", None, COMPLETION);
+    assert_eq!(status, 200, "{body}");
+    let (_, metrics) = server.http("GET", "/metrics", None, "");
+    let counter = |name: &str| -> f64 {
+        metrics
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in\n{metrics}"))
+    };
+    assert!(counter("peagle:spec_decode_num_drafts_total{") > 0.0, "{metrics}");
+    assert!(
+        counter("peagle:spec_decode_num_accepted_tokens_total{") > 0.0,
+        "{metrics}"
+    );
+    server.stop("-INT");
+}
+
 fn fails(args: &[&str], message: &str) {
     let hf_home = tempfile::tempdir().unwrap();
     let out: Output = serve_command(args)
