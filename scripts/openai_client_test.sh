@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds peagle-serve, starts it on the tiny test model (with its P-EAGLE drafter) on a free
-# loopback port, runs scripts/openai_client_test.py against it with the official `openai`
+# Builds peagle-serve, starts it with no model arguments (the bundled demo model with its
+# trained P-EAGLE drafter) on a free loopback port, runs scripts/openai_client_test.py against it with the official `openai`
 # package, and stops the server. Exits non-zero if anything fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,8 +12,7 @@ cargo build --locked --bin peagle-serve
 
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 log=$(mktemp)
-"${CARGO_TARGET_DIR:-target}/debug/peagle-serve" --model tests/fixtures/tiny-llama --draft-model tests/fixtures/tiny-llama-peagle \
-    --served-model-name tiny-llama --port "$port" >"$log" 2>&1 &
+"${CARGO_TARGET_DIR:-target}/debug/peagle-serve" --port "$port" >"$log" 2>&1 &
 pid=$!
 cleanup() {
     kill "$pid" 2>/dev/null || true

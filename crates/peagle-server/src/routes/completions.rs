@@ -146,6 +146,10 @@ pub async fn completions(
 fn prompts(state: &AppState, input: &PromptInput) -> Result<Vec<Prompt>, ApiError> {
     let model = &state.model;
     let from_text = |text: &String| -> Result<Prompt, ApiError> {
+        // Judged on the text: a tokenizer that adds BOS would make "" one token long.
+        if text.is_empty() {
+            return Err(ApiError::invalid(Some("prompt"), "prompt is empty"));
+        }
         Ok(Prompt {
             ids: model.encode(text, true)?,
             text: text.clone(),

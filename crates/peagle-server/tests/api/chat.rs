@@ -1,6 +1,6 @@
 //! /v1/chat/completions: the chat template, plain and streamed answers, logprobs, budgets.
 
-use crate::common::{fixture, streamed, TestServer, MAX_MODEL_LEN, MODEL};
+use crate::common::{model_dir, streamed, TestServer, MAX_MODEL_LEN, MODEL};
 use serde_json::{json, Value};
 
 fn chat(max_tokens: Option<usize>) -> Value {
@@ -19,11 +19,11 @@ fn chat(max_tokens: Option<usize>) -> Value {
     request
 }
 
-/// The fixture's template applied by hand: `<|role|>\ncontent\n` per message, then the
+/// The demo model's template applied by hand: `# role: content\n` per message, then the
 /// assistant header.
 fn prompt_tokens() -> u64 {
-    let text = "<|system|>\nYou write Python.\n<|user|>\nSort a list\n<|assistant|>\n";
-    let tokenizer = tokenizers::Tokenizer::from_file(fixture(MODEL).join("tokenizer.json")).unwrap();
+    let text = "# system: You write Python.\n# user: Sort a list\n# assistant:";
+    let tokenizer = tokenizers::Tokenizer::from_file(model_dir(MODEL).join("tokenizer.json")).unwrap();
     tokenizer.encode(text, false).unwrap().get_ids().len() as u64
 }
 

@@ -1,4 +1,5 @@
-//! A real server on a loopback port, over the tiny Llama fixture and its P-EAGLE drafter.
+//! A real server on a loopback port, over the bundled demo model and its trained P-EAGLE
+//! drafter.
 
 use axum::Router;
 use peagle_server::{start_engine, DraftModel, EngineOptions, Server, ServerConfig};
@@ -9,13 +10,14 @@ use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-pub const MODEL: &str = "tiny-llama";
-/// The fixture's max_position_embeddings.
-pub const MAX_MODEL_LEN: usize = 256;
+pub const MODEL: &str = "pystdlib-12l";
+/// The demo model's max_position_embeddings.
+pub const MAX_MODEL_LEN: usize = 1024;
 
-pub fn fixture(name: &str) -> PathBuf {
+/// A model directory under `models/`.
+pub fn model_dir(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/fixtures")
+        .join("../../models")
         .join(name)
 }
 
@@ -51,10 +53,10 @@ impl TestServer {
     }
 
     pub async fn with(opts: Options) -> Self {
-        let mut engine_opts = EngineOptions::new(fixture(MODEL));
+        let mut engine_opts = EngineOptions::new(model_dir(MODEL));
         if opts.speculative {
             engine_opts.draft = Some(DraftModel {
-                dir: fixture("tiny-llama-peagle"),
+                dir: model_dir("pystdlib-12l-peagle"),
                 k: Some(3),
                 parallel: true,
             });

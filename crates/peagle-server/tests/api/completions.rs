@@ -166,7 +166,7 @@ async fn echo_and_token_id_prompts() {
     assert_eq!(echoed, format!("x = [{plain}"));
 
     // The same prompt as token ids, twice in one request: two choices, prompts counted twice.
-    let tokenizer = tokenizers::Tokenizer::from_file(crate::common::fixture(MODEL).join("tokenizer.json")).unwrap();
+    let tokenizer = tokenizers::Tokenizer::from_file(crate::common::model_dir(MODEL).join("tokenizer.json")).unwrap();
     let ids = tokenizer.encode("x = [", true).unwrap().get_ids().to_vec();
     let mut request = greedy("", 8);
     request["prompt"] = json!([ids, ids]);

@@ -1,7 +1,7 @@
 //! Every client error gets its status code and an OpenAI error object; a panic fails only its
 //! own request.
 
-use crate::common::{greedy, Options, TestServer, MODEL};
+use crate::common::{greedy, Options, TestServer, MAX_MODEL_LEN, MODEL};
 use axum::routing::get;
 use axum::Router;
 use peagle_server::ServerConfig;
@@ -54,16 +54,25 @@ async fn invalid_requests_get_400_naming_the_field() {
     bad_request(&server, cmpl, with("prompt", json!("")), Some("prompt")).await;
     bad_request(&server, cmpl, with("prompt", json!([])), Some("prompt")).await;
     bad_request(&server, cmpl, with("prompt", json!([1, 100000])), Some("prompt")).await;
-    let too_long: Vec<String> = (0..400).map(|i| i.to_string()).collect();
+    let too_long: Vec<String> = (0..3 * MAX_MODEL_LEN).map(|i| i.to_string()).collect();
     let too_long = too_long.join(" ");
     let e = bad_request(&server, cmpl, with("prompt", json!(too_long)), Some("prompt")).await;
     assert!(
-        e["message"].as_str().unwrap().contains("maximum context length is 256"),
+        e["message"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("maximum context length is {MAX_MODEL_LEN}")),
         "{e}"
     );
     bad_request(&server, cmpl, with("max_tokens", json!(0)), Some("max_tokens")).await;
     bad_request(&server, cmpl, with("max_tokens", json!(-3)), Some("max_tokens")).await;
-    bad_request(&server, cmpl, with("max_tokens", json!(300)), Some("max_tokens")).await;
+    bad_request(
+        &server,
+        cmpl,
+        with("max_tokens", json!(MAX_MODEL_LEN)),
+        Some("max_tokens"),
+    )
+    .await;
     bad_request(&server, cmpl, with("temperature", json!(-0.1)), Some("temperature")).await;
     bad_request(&server, cmpl, with("top_p", json!(1.5)), Some("top_p")).await;
     bad_request(&server, cmpl, with("n", json!(0)), Some("n")).await;
@@ -119,7 +128,7 @@ async fn unknown_models_routes_methods_and_content_types() {
 
     let models = server.get("/v1/models").await.json::<Value>().await.unwrap();
     assert_eq!(models["data"][0]["id"], MODEL);
-    assert_eq!(models["data"][0]["max_model_len"], 256);
+    assert_eq!(models["data"][0]["max_model_len"], MAX_MODEL_LEN);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,4 +1,4 @@
-//! The HTTP API end to end: a real server on a loopback port over the tiny Llama fixture and
+//! The HTTP API end to end: a real server on a loopback port over the bundled demo model and
 //! its P-EAGLE drafter, driven with an HTTP client.
 
 mod cancel;
