@@ -100,6 +100,16 @@ impl Drop for Serve {
     }
 }
 
+/// The value of the first Prometheus sample whose line starts with `name`.
+fn counter(metrics: &str, name: &str) -> f64 {
+    metrics
+        .lines()
+        .find(|l| l.starts_with(name))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in\n{metrics}"))
+}
+
 const COMPLETION: &str = r#"{"prompt": "def f(x):", "max_tokens": 12, "temperature": 0, "ignore_eos": true}"#;
 
 #[test]
@@ -127,13 +137,10 @@ fn speculative_config_turns_on_drafting() {
     let (status, body) = server.http("POST", "/v1/completions", None, COMPLETION);
     assert_eq!(status, 200, "{body}");
     let (_, metrics) = server.http("GET", "/metrics", None, "");
-    let drafts: f64 = metrics
-        .lines()
-        .find(|l| l.starts_with("peagle:spec_decode_num_drafts_total{"))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no draft counter in\n{metrics}"));
-    assert!(drafts > 0.0, "{metrics}");
+    assert!(
+        counter(&metrics, "peagle:spec_decode_num_drafts_total{") > 0.0,
+        "{metrics}"
+    );
     server.stop("-INT");
 }
 

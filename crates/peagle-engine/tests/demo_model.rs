@@ -19,18 +19,23 @@ fn repo(path: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..").join(path)
 }
 
+/// The demo model, with a drafter when one is given.
+fn demo(draft: Option<DraftOptions>) -> Generator {
+    Generator::from_dir(
+        &repo("models/pystdlib-12l"),
+        draft.as_ref(),
+        LoadOptions::default(),
+        &GeneratorOptions::default(),
+    )
+    .unwrap()
+}
+
 #[test]
 fn greedy_continuations_equal_transformers() {
     let refs: Vec<Reference> =
         serde_json::from_str(&std::fs::read_to_string(repo("tests/fixtures/demo_greedy.json")).unwrap()).unwrap();
     assert_eq!(refs.len(), 3);
-    let mut g = Generator::from_dir(
-        &repo("models/pystdlib-12l"),
-        None,
-        LoadOptions::default(),
-        &GeneratorOptions::default(),
-    )
-    .unwrap();
+    let mut g = demo(None);
     let params = GenerateParams {
         max_tokens: 64,
         sampling: SamplingParams::default(),
@@ -75,16 +80,7 @@ fn trained_drafters_keep_greedy_output_exact() {
         sampling: SamplingParams::default(),
         ignore_eos: true,
     };
-    let load = |draft: Option<DraftOptions>| {
-        Generator::from_dir(
-            &repo("models/pystdlib-12l"),
-            draft.as_ref(),
-            LoadOptions::default(),
-            &GeneratorOptions::default(),
-        )
-        .unwrap()
-    };
-    let mut plain = load(None);
+    let mut plain = demo(None);
     let prompts = eval_prompts(&plain, 20);
     let want: Vec<Vec<u32>> = prompts
         .iter()
@@ -92,7 +88,7 @@ fn trained_drafters_keep_greedy_output_exact() {
         .collect();
     for (drafter, parallel) in [("pystdlib-12l-peagle", true), ("pystdlib-12l-eagle3", false)] {
         for k in [1, 3, 7] {
-            let mut g = load(Some(DraftOptions {
+            let mut g = demo(Some(DraftOptions {
                 dir: repo(&format!("models/{drafter}")),
                 speculative: SpeculativeConfig { k, parallel },
             }));

@@ -4,6 +4,7 @@
 //! the captured layers.
 
 use crate::error::TrainError;
+use crate::files::{read_json, write_json};
 use crate::sample::Sample;
 use candle_core::{DType, Tensor};
 use peagle_engine::{GenerateParams, Generator, SamplingParams};
@@ -215,35 +216,20 @@ pub fn capture(
         write_json(&out.join(PROGRESS), &progress_state)?;
         progress(1);
     }
-    let (num_samples, num_tokens, num_loss_tokens) = (progress_state.num_samples, totals.tokens, totals.loss_tokens);
-    let counts = totals.counts;
     let target = generator.runner().target();
     let config = DataConfig {
         target: target_dir.to_owned(),
         aux_layer_ids: target.capture_layers().to_vec(),
         target_hidden_size: dims.hidden_size,
         vocab_size: dims.vocab_size,
-        num_samples,
-        num_tokens,
-        num_loss_tokens,
+        num_samples: progress_state.num_samples,
+        num_tokens: totals.tokens,
+        num_loss_tokens: totals.loss_tokens,
     };
     let freq_path = out.join(TOKEN_FREQ);
-    let freq = Tensor::from_vec(counts, dims.vocab_size, target.device())?;
+    let freq = Tensor::from_vec(totals.counts, dims.vocab_size, target.device())?;
     candle_core::safetensors::save(&std::collections::HashMap::from([("counts", freq)]), &freq_path)
         .map_err(|e| TrainError::io(&freq_path, e))?;
     write_json(&out.join(DATA_CONFIG), &config)?;
     Ok(config)
-}
-
-/// Writes pretty JSON through a temporary file, so an interrupted write leaves the old file.
-pub fn write_json(path: &Path, value: &impl Serialize) -> Result<(), TrainError> {
-    let text = serde_json::to_string_pretty(value).map_err(|e| TrainError::io(path, e))?;
-    let partial = path.with_extension("partial");
-    std::fs::write(&partial, text + "\n").map_err(|e| TrainError::io(path, e))?;
-    std::fs::rename(&partial, path).map_err(|e| TrainError::io(path, e))
-}
-
-pub fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<T, TrainError> {
-    let text = std::fs::read_to_string(path).map_err(|e| TrainError::io(path, e))?;
-    serde_json::from_str(&text).map_err(|e| TrainError::data(path, e.to_string()))
 }

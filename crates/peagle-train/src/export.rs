@@ -2,8 +2,8 @@
 //! with the tensor names vLLM and peagle's own loader read, plus `d2t` (int64 offsets) and
 //! `t2d` (bool), as speculators stores them.
 
-use crate::capture::write_json;
 use crate::error::TrainError;
+use crate::files::write_json;
 use crate::spec::DrafterSpec;
 use candle_core::{DType, Tensor};
 use safetensors::tensor::TensorView;

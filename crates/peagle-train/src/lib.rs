@@ -6,6 +6,7 @@ pub mod capture;
 pub mod cod;
 pub mod error;
 pub mod export;
+pub mod files;
 pub mod layout;
 pub mod objective;
 pub mod optimizer;

@@ -8,6 +8,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use peagle_engine::{Generator, GeneratorOptions, SamplingParams};
 use peagle_models::{load_causal_lm, LoadOptions};
 use peagle_train::capture::{capture, read_examples, CaptureOptions};
+use peagle_train::files::read_json;
 use peagle_train::step_bench::{bench_step, StepBenchOptions};
 use peagle_train::{fit, Algo, CodConfig, FitOptions};
 use std::path::PathBuf;
@@ -234,9 +235,7 @@ fn run(cli: Cli) -> Result<()> {
             let target = load_causal_lm(&model, LoadOptions::default())
                 .with_context(|| format!("loading the target {}", model.display()))?
                 .model;
-            let config_path = model.join("config.json");
-            let target_config = serde_json::from_str(&std::fs::read_to_string(&config_path)?)
-                .with_context(|| format!("reading {}", config_path.display()))?;
+            let target_config = read_json(&model.join("config.json"))?;
             let opts = StepBenchOptions {
                 seq_len,
                 num_layers: shape.num_layers,

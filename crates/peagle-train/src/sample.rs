@@ -3,6 +3,7 @@
 //! the final pre-norm state) and `loss_mask` [seq] (u8, 1 where the token is learned).
 
 use crate::error::TrainError;
+use crate::files::write_atomically;
 use candle_core::{DType, Device, Tensor};
 use std::collections::HashMap;
 use std::path::Path;
@@ -34,10 +35,9 @@ impl Sample {
             ("hidden_states".to_owned(), self.hidden_states.to_dtype(dtype)?),
             ("loss_mask".to_owned(), Tensor::from_vec(mask, n, &device)?),
         ]);
-        // Through a temporary file: an interrupted capture never leaves a truncated sample.
-        let partial = path.with_extension("partial");
-        candle_core::safetensors::save(&tensors, &partial).map_err(|e| TrainError::io(path, e))?;
-        std::fs::rename(&partial, path).map_err(|e| TrainError::io(path, e))
+        write_atomically(path, |partial| {
+            candle_core::safetensors::save(&tensors, partial).map_err(|e| TrainError::io(path, e))
+        })
     }
 
     /// Reads a sample; the hidden states come back in f32.

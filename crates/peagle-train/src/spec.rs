@@ -124,28 +124,35 @@ impl DrafterSpec {
         let std = self.target_config["initializer_range"].as_f64().unwrap_or(0.02);
         let aux = self.aux_layer_ids.len() * h;
         let mut rng = StdRng::seed_from_u64(seed);
-        let mut w = BTreeMap::new();
-        let mut normal = |name: String, shape: (usize, usize)| -> Result<(), TrainError> {
-            let values: Vec<f32> = (0..shape.0 * shape.1)
-                .map(|_| gaussian(&mut rng) * std as f32)
-                .collect();
-            w.insert(name, Tensor::from_vec(values, shape, &Device::Cpu)?);
-            Ok(())
+        let mut normal = |rows: usize, cols: usize| -> Result<Tensor, TrainError> {
+            let values: Vec<f32> = (0..rows * cols).map(|_| gaussian(&mut rng) * std as f32).collect();
+            Ok(Tensor::from_vec(values, (rows, cols), &Device::Cpu)?)
         };
-        normal("fc.weight".into(), (h, aux))?;
+        let mut w = BTreeMap::new();
+        w.insert("fc.weight".to_owned(), normal(h, aux)?);
         for i in 0..self.num_layers {
             let p = format!("layers.{i}");
             let in_dim = if i == 0 { 2 * h } else { h };
-            normal(format!("{p}.self_attn.q_proj.weight"), (heads * head_dim, in_dim))?;
-            normal(format!("{p}.self_attn.k_proj.weight"), (kv_heads * head_dim, in_dim))?;
-            normal(format!("{p}.self_attn.v_proj.weight"), (kv_heads * head_dim, in_dim))?;
-            normal(format!("{p}.self_attn.o_proj.weight"), (h, heads * head_dim))?;
-            normal(format!("{p}.mlp.gate_proj.weight"), (inter, h))?;
-            normal(format!("{p}.mlp.up_proj.weight"), (inter, h))?;
-            normal(format!("{p}.mlp.down_proj.weight"), (h, inter))?;
+            w.insert(
+                format!("{p}.self_attn.q_proj.weight"),
+                normal(heads * head_dim, in_dim)?,
+            );
+            w.insert(
+                format!("{p}.self_attn.k_proj.weight"),
+                normal(kv_heads * head_dim, in_dim)?,
+            );
+            w.insert(
+                format!("{p}.self_attn.v_proj.weight"),
+                normal(kv_heads * head_dim, in_dim)?,
+            );
+            w.insert(format!("{p}.self_attn.o_proj.weight"), normal(h, heads * head_dim)?);
+            w.insert(format!("{p}.mlp.gate_proj.weight"), normal(inter, h)?);
+            w.insert(format!("{p}.mlp.up_proj.weight"), normal(inter, h)?);
+            w.insert(format!("{p}.mlp.down_proj.weight"), normal(h, inter)?);
         }
         if self.algo == Algo::Peagle {
-            normal("mask_hidden".into(), (1, aux))?;
+            // Stored [1, 1, width], as speculators publishes it.
+            w.insert("mask_hidden".into(), normal(1, aux)?.reshape((1, 1, aux))?);
         }
         let ones = || Tensor::ones(h, DType::F32, &Device::Cpu);
         for i in 0..self.num_layers {
@@ -154,9 +161,6 @@ impl DrafterSpec {
         }
         w.insert("layers.0.hidden_norm.weight".into(), ones()?);
         w.insert("norm.weight".into(), ones()?);
-        if let Some(m) = w.remove("mask_hidden") {
-            w.insert("mask_hidden".into(), m.reshape((1, 1, aux))?);
-        }
         w.insert(
             "embed_tokens.weight".into(),
             target.embedding().table().to_dtype(DType::F32)?.copy()?,

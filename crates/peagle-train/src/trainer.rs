@@ -1,10 +1,11 @@
 //! `peagle-train fit`: the training loop over captured samples, with validation, checkpoints
 //! and `--resume`, a final report, and export in the speculators format.
 
-use crate::capture::{read_json, sample_path, write_json, DataConfig, DATA_CONFIG, TOKEN_FREQ};
+use crate::capture::{sample_path, DataConfig, DATA_CONFIG, TOKEN_FREQ};
 use crate::cod::CodConfig;
 use crate::error::TrainError;
 use crate::export::export;
+use crate::files::{read_json, write_atomically, write_json};
 use crate::objective::DepthStats;
 use crate::optimizer::{lr_at, AdamW, AdamWConfig};
 use crate::params::Params;
@@ -105,42 +106,46 @@ pub fn fit(opts: FitOptions, mut progress: impl FnMut(usize, usize, &str)) -> Re
     let started = Instant::now() - std::time::Duration::from_secs_f64(run.state.seconds);
     let per_epoch = run.train.len().div_ceil(run.opts.batch_size);
     let mut recent = DepthStats::default();
-    while run.state.step < run.state.total_steps {
-        let step = run.state.step;
-        let (epoch, offset) = (step / per_epoch, (step % per_epoch) * run.opts.batch_size);
+    // Each epoch's order comes from the seed and the epoch alone, so `--resume` repeats it.
+    'training: for epoch in run.state.step / per_epoch.. {
         let mut order = run.train.clone();
         order.shuffle(&mut StdRng::seed_from_u64(run.opts.seed ^ epoch as u64));
-        let batch: Vec<usize> = order.iter().skip(offset).take(run.opts.batch_size).copied().collect();
-        let lr = lr_at(
-            step,
-            run.state.total_steps,
-            run.opts.warmup_steps,
-            run.opts.lr,
-            run.opts.min_lr_ratio,
-        );
-        let stats = run.train_step(&batch, lr)?;
-        recent.merge(&stats);
-        run.state.step += 1;
-        run.state.seconds = started.elapsed().as_secs_f64();
-        let done = run.state.step == run.state.total_steps;
-        if run.state.step % run.opts.eval_every == 0 || done {
-            let val = run.evaluate()?;
-            run.state.history.push(EvalPoint {
-                step: run.state.step,
-                lr,
-                train_loss: recent.mean_loss(),
-                val_loss: val.mean_loss(),
-                val_accuracy: val.accuracy(),
+        let done_in_epoch = run.state.step - epoch * per_epoch;
+        for batch in order.chunks(run.opts.batch_size).skip(done_in_epoch) {
+            if run.state.step == run.state.total_steps {
+                break 'training;
+            }
+            let lr = lr_at(
+                run.state.step,
+                run.state.total_steps,
+                run.opts.warmup_steps,
+                run.opts.lr,
+                run.opts.min_lr_ratio,
+            );
+            let stats = run.train_step(batch, lr)?;
+            recent.merge(&stats);
+            run.state.step += 1;
+            run.state.seconds = started.elapsed().as_secs_f64();
+            let done = run.state.step == run.state.total_steps;
+            if run.state.step % run.opts.eval_every == 0 || done {
+                let val = run.evaluate()?;
+                run.state.history.push(EvalPoint {
+                    step: run.state.step,
+                    lr,
+                    train_loss: recent.mean_loss(),
+                    val_loss: val.mean_loss(),
+                    val_accuracy: val.accuracy(),
+                });
+                recent = DepthStats::default();
+                run.save_checkpoint()?;
+            }
+            let acc = run.state.history.last().map_or(String::new(), |p| {
+                let shown: Vec<String> = p.val_accuracy.iter().map(|a| format!("{a:.2}")).collect();
+                format!(" val acc [{}]", shown.join(" "))
             });
-            recent = DepthStats::default();
-            run.save_checkpoint()?;
+            let message = format!("loss {:.3}{acc}", stats.mean_loss());
+            progress(run.state.step, run.state.total_steps, &message);
         }
-        let acc = run.state.history.last().map_or(String::new(), |p| {
-            let shown: Vec<String> = p.val_accuracy.iter().map(|a| format!("{a:.2}")).collect();
-            format!(" val acc [{}]", shown.join(" "))
-        });
-        let message = format!("loss {:.3}{acc}", stats.mean_loss());
-        progress(run.state.step, run.state.total_steps, &message);
     }
     run.finish()?;
     Ok(run.state)
@@ -330,19 +335,19 @@ impl Run {
             tensors.insert(format!("adam.v.{name}"), self.optimizer.v[i].clone());
         }
         let weights = dir.join("weights.safetensors");
-        let partial = dir.join("weights.safetensors.partial");
-        candle_core::safetensors::save(&tensors, &partial).map_err(|e| TrainError::io(&partial, e))?;
-        std::fs::rename(&partial, &weights).map_err(|e| TrainError::io(&weights, e))?;
+        write_atomically(&weights, |partial| {
+            candle_core::safetensors::save(&tensors, partial).map_err(|e| TrainError::io(&weights, e))
+        })?;
         let choice = VocabChoice {
             draft_vocab: self.spec.vocab.selected.clone(),
             mask_token_id: self.spec.mask_token_id,
         };
+        // Compact: four thousand ids one per line would bury the file.
         let vocab = dir.join("vocab.json");
-        std::fs::write(
-            &vocab,
-            serde_json::to_string(&choice).map_err(|e| TrainError::io(&vocab, e))?,
-        )
-        .map_err(|e| TrainError::io(&vocab, e))?;
+        let text = serde_json::to_string(&choice).map_err(|e| TrainError::io(&vocab, e))?;
+        write_atomically(&vocab, |partial| {
+            std::fs::write(partial, text).map_err(|e| TrainError::io(&vocab, e))
+        })?;
         write_json(&dir.join("state.json"), &self.state)
     }
 
