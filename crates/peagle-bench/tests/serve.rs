@@ -20,6 +20,8 @@ async fn start_server() -> String {
         k: Some(3),
         parallel: true,
     });
+    // The fixture's drafter is random: left adaptive, the server would rightly stop drafting.
+    opts.engine.scheduler.adaptive_k = false;
     let (engine, model) = start_engine("tiny-llama".into(), &opts).unwrap();
     let server = Server::new(engine, model, ServerConfig::default());
     let routes = server.routes();

@@ -1,5 +1,6 @@
 //! `--speculative-config JSON`, vLLM's spelling of the drafter flags:
-//! `{"method": "eagle3", "model": DIR_OR_ID, "num_speculative_tokens": K, "parallel_drafting": true}`.
+//! `{"method": "eagle3", "model": DIR_OR_ID, "num_speculative_tokens": K, "parallel_drafting": true,
+//! "disable_by_batch_size": N}`.
 
 use anyhow::{bail, Context, Result};
 use serde::Deserialize;
@@ -12,6 +13,9 @@ pub struct SpeculativeSpec {
     pub num_speculative_tokens: Option<usize>,
     #[serde(default)]
     pub parallel_drafting: bool,
+    /// Suspend speculation while more sequences than this decode at once.
+    #[serde(default)]
+    pub disable_by_batch_size: Option<usize>,
 }
 
 impl SpeculativeSpec {
@@ -39,9 +43,10 @@ mod tests {
     #[test]
     fn reads_vllm_spelling() {
         let spec = SpeculativeSpec::parse(
-            r#"{"method":"eagle3","model":"amazon/GPT-OSS-20B-P-EAGLE","num_speculative_tokens":7,"parallel_drafting":true}"#,
+            r#"{"method":"eagle3","model":"amazon/GPT-OSS-20B-P-EAGLE","num_speculative_tokens":7,"parallel_drafting":true,"disable_by_batch_size":4}"#,
         )
         .unwrap();
+        assert_eq!(spec.disable_by_batch_size, Some(4));
         assert_eq!(spec.model, "amazon/GPT-OSS-20B-P-EAGLE");
         assert_eq!((spec.num_speculative_tokens, spec.parallel()), (Some(7), true));
         assert!(!SpeculativeSpec::parse(r#"{"method":"eagle3","model":"m"}"#)

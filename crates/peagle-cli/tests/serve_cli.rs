@@ -128,18 +128,21 @@ fn serves_behind_an_api_key_and_stops_on_sigterm() {
     server.stop("-TERM");
 }
 
+/// `--fixed-k` keeps every draft at the full K that `--speculative-config` asks for.
 #[test]
 fn speculative_config_turns_on_drafting() {
     let (model, drafter) = (fixture("tiny-llama"), fixture("tiny-llama-peagle"));
     let spec =
         format!(r#"{{"method":"eagle3","model":"{drafter}","num_speculative_tokens":3,"parallel_drafting":true}}"#);
-    let server = Serve::start(&["--model", &model, "--speculative-config", &spec]);
+    let server = Serve::start(&["--model", &model, "--speculative-config", &spec, "--fixed-k"]);
     let (status, body) = server.http("POST", "/v1/completions", None, COMPLETION);
     assert_eq!(status, 200, "{body}");
     let (_, metrics) = server.http("GET", "/metrics", None, "");
-    assert!(
-        counter(&metrics, "peagle:spec_decode_num_drafts_total{") > 0.0,
-        "{metrics}"
+    let drafts = counter(&metrics, "peagle:spec_decode_num_drafts_total{");
+    assert!(drafts > 0.0, "{metrics}");
+    assert_eq!(
+        counter(&metrics, "peagle:spec_decode_num_draft_tokens_total{"),
+        3.0 * drafts
     );
     server.stop("-INT");
 }
@@ -153,19 +156,11 @@ fn no_arguments_serve_the_demo_model_with_its_drafter() {
     let (status, body) = server.http("POST", "/v1/completions", None, COMPLETION);
     assert_eq!(status, 200, "{body}");
     let (_, metrics) = server.http("GET", "/metrics", None, "");
-    let counter = |name: &str| -> f64 {
-        metrics
-            .lines()
-            .find(|l| l.starts_with(name))
-            .and_then(|l| l.rsplit(' ').next())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| panic!("no {name} in\n{metrics}"))
-    };
-    assert!(counter("peagle:spec_decode_num_drafts_total{") > 0.0, "{metrics}");
-    assert!(
-        counter("peagle:spec_decode_num_accepted_tokens_total{") > 0.0,
-        "{metrics}"
-    );
+    let drafts = counter(&metrics, "peagle:spec_decode_num_drafts_total{");
+    assert!(drafts > 0.0, "{metrics}");
+    assert!(counter(&metrics, "peagle:spec_decode_num_accepted_tokens_total{") > 0.0);
+    // The adaptive policy drafts at most the demo's K = 3.
+    assert!(counter(&metrics, "peagle:spec_decode_num_draft_tokens_total{") <= 3.0 * drafts);
     server.stop("-INT");
 }
 

@@ -205,7 +205,8 @@ impl Generator {
             } else {
                 Work::Decode
             };
-            self.runner.step(&mut [(&mut *seq, work)], true)?;
+            let k = self.runner.k();
+            self.runner.step(&mut [(&mut *seq, work)], k)?;
             seq.outputs.clear();
             if work != Work::Decode && prefill_seconds.is_none() && !seq.in_prefill() {
                 prefill_seconds = Some(start.elapsed().as_secs_f64());

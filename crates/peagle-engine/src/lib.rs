@@ -11,6 +11,7 @@ pub mod sampler;
 pub mod scheduler;
 pub mod sequence;
 pub mod spec_stats;
+pub mod speculation_policy;
 pub mod verifier;
 
 pub use block_manager::{BlockManager, OutOfBlocks};

@@ -5,7 +5,7 @@
 use crate::block_manager::BlockManager;
 use crate::generator::GenerateError;
 use crate::proposer::{DraftRequest, Eagle3Proposer, NoProposer, PEagleProposer, Proposer};
-use crate::sequence::{Sequence, TokenOutput};
+use crate::sequence::{DrafterBacklog, Sequence, TokenOutput};
 use crate::spec_stats::SpecStats;
 use crate::verifier::verify;
 use candle_core::Tensor;
@@ -118,9 +118,11 @@ impl ModelRunner {
         start + rows + self.proposer.lookahead()
     }
 
-    /// Runs one step. With `speculate` false no drafts are proposed (the drafter still caches
-    /// the new positions, so drafting can resume later without a gap).
-    pub fn step(&mut self, work: &mut [(&mut Sequence, Work)], speculate: bool) -> Result<(), GenerateError> {
+    /// Runs one step, proposing `k` (at most `self.k()`) drafts per sequence. With `k` = 0 the
+    /// drafter does not run: the target states it would read are kept, and the next step that
+    /// drafts catches the drafter up in the same pass.
+    pub fn step(&mut self, work: &mut [(&mut Sequence, Work)], k: usize) -> Result<(), GenerateError> {
+        let speculate = k > 0;
         let mut batch = BatchBuilder::new(self.kv.block_size());
         let mut placed = Vec::with_capacity(work.len());
         for (seq, w) in work.iter_mut() {
@@ -153,48 +155,61 @@ impl ModelRunner {
         let mut plans = Vec::new();
         for (index, ((seq, w), rows)) in work.iter_mut().zip(&placed).enumerate() {
             let (start, n) = span(seq, *w);
-            // Each arm commits, then names the drafter slots: tokens, how many leading target
-            // rows feed them, and whether drafts are wanted.
-            let (tokens, hidden_rows, draft) = match w {
+            // Each arm commits, then says how many leading target rows gave committed tokens
+            // (the drafter's new slots) and whether drafts are wanted.
+            let (hidden_rows, draft) = match w {
                 Work::Prefill(_) if !samples(seq, start + n) => {
                     seq.num_cached = start + n;
-                    (seq.token_ids[start + 1..=start + n].to_vec(), n, false)
+                    (n, false)
                 }
                 Work::Prefill(_) => {
                     let row = std::slice::from_ref(&logits[rows.logits.start]);
-                    let token = verify(&[], row, None, &seq.params.sampling, &mut seq.sampler);
+                    let token = verify(&[], row, None, &seq.params.sampling, &seq.sampler, seq.len());
                     seq.num_cached = seq.len();
                     let outputs = token_outputs(&token.tokens, row, seq.logprobs);
                     seq.commit(&outputs, &self.eos_token_ids, self.max_model_len);
-                    let slots = [&seq.token_ids[start + 1..seq.num_cached], &token.tokens[..]].concat();
-                    (slots, n, speculate)
+                    (n, speculate)
                 }
                 Work::Decode => {
                     let drafts = std::mem::take(&mut seq.drafts);
                     let window = &logits[rows.logits.clone()];
-                    let verdict = verify(&drafts, window, None, &seq.params.sampling, &mut seq.sampler);
+                    let verdict = verify(&drafts, window, None, &seq.params.sampling, &seq.sampler, start + 1);
                     seq.spec_stats.record(drafts.len(), verdict.accepted);
                     self.stats.record(drafts.len(), verdict.accepted);
                     seq.num_cached = start + verdict.accepted + 1;
                     let outputs = token_outputs(&verdict.tokens, window, seq.logprobs);
                     seq.commit(&outputs, &self.eos_token_ids, self.max_model_len);
-                    (verdict.tokens, verdict.accepted + 1, speculate)
+                    (verdict.accepted + 1, speculate)
                 }
             };
-            if self.drafts_for(seq) && seq.finish.is_none() {
-                let aux = out.aux_hidden.as_ref().ok_or_else(|| {
-                    GenerateError::Config("the target returned no hidden states for the drafter".into())
-                })?;
-                plans.push(DraftPlan {
-                    index,
-                    start,
-                    tokens,
-                    hidden: aux.narrow(0, rows.captured.start, hidden_rows)?,
-                    draft,
-                });
+            if !self.drafts_for(seq) || seq.finish.is_some() {
+                continue;
             }
+            let aux = out
+                .aux_hidden
+                .as_ref()
+                .ok_or_else(|| GenerateError::Config("the target returned no hidden states for the drafter".into()))?;
+            let hidden = aux.narrow(0, rows.captured.start, hidden_rows)?;
+            let mut backlog = seq.drafter_backlog.take().unwrap_or(DrafterBacklog {
+                start,
+                hidden: Vec::new(),
+            });
+            backlog.hidden.push(hidden);
+            if !speculate {
+                seq.drafter_backlog = Some(backlog);
+                continue;
+            }
+            // Slot p holds the token after position p; all of them are committed by now.
+            let end = start + hidden_rows;
+            plans.push(DraftPlan {
+                index,
+                start: backlog.start,
+                tokens: seq.token_ids[backlog.start + 1..=end].to_vec(),
+                hidden: Tensor::cat(&backlog.hidden, 0)?,
+                draft,
+            });
         }
-        self.draft(work, plans)?;
+        self.draft(work, plans, k)?;
         for (seq, _) in work.iter_mut() {
             let keep = if seq.finish.is_some() { 0 } else { seq.len() };
             // Roll back: blocks past the committed tokens held only rejected drafts.
@@ -208,7 +223,12 @@ impl ModelRunner {
         self.k() > 0 && seq.speculate
     }
 
-    fn draft(&mut self, work: &mut [(&mut Sequence, Work)], plans: Vec<DraftPlan>) -> Result<(), GenerateError> {
+    fn draft(
+        &mut self,
+        work: &mut [(&mut Sequence, Work)],
+        plans: Vec<DraftPlan>,
+        k: usize,
+    ) -> Result<(), GenerateError> {
         if plans.is_empty() {
             return Ok(());
         }
@@ -222,7 +242,7 @@ impl ModelRunner {
                 draft: p.draft,
             })
             .collect();
-        let drafts = self.proposer.propose(&requests)?;
+        let drafts = self.proposer.propose(&requests, k)?;
         for (plan, d) in plans.iter().zip(drafts) {
             if plan.draft {
                 work[plan.index].0.drafts = d;

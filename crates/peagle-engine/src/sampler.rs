@@ -95,48 +95,58 @@ pub fn argmax(values: &[f32]) -> usize {
     best
 }
 
+/// A request's randomness, keyed by the position of the token being drawn: the draws for
+/// position p depend only on the seed and p. So a seeded request gets the same tokens however
+/// many drafts each step proposes (the adaptive k changes with load) and whatever shares its
+/// batch.
 pub struct Sampler {
-    rng: StdRng,
+    seed: u64,
 }
 
 impl Sampler {
     pub fn new(seed: Option<u64>) -> Self {
         Self {
-            rng: match seed {
-                Some(s) => StdRng::seed_from_u64(s),
-                None => StdRng::from_os_rng(),
-            },
+            seed: seed.unwrap_or_else(rand::random),
         }
     }
 
-    pub fn sample(&mut self, logits: &[f32], params: &SamplingParams) -> u32 {
+    /// The random stream for the token at `position`.
+    pub fn at(&self, position: usize) -> StdRng {
+        StdRng::seed_from_u64(mix(self.seed ^ mix(position as u64)))
+    }
+
+    /// The token at `position` drawn from `logits` under `params`.
+    pub fn sample(&self, logits: &[f32], params: &SamplingParams, position: usize) -> u32 {
         if params.is_greedy() {
             return argmax(logits) as u32;
         }
-        self.draw(&params.probabilities(logits)) as u32
+        draw(&mut self.at(position), &params.probabilities(logits)) as u32
     }
+}
 
-    /// A uniform draw from [0, 1).
-    pub fn uniform(&mut self) -> f64 {
-        self.rng.random::<f64>()
-    }
+/// splitmix64's finaliser: neighbouring positions get unrelated seeds.
+fn mix(x: u64) -> u64 {
+    let x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    let x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    let x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
 
-    /// Index drawn from `probs`, which need not be normalised.
-    pub fn draw(&mut self, probs: &[f32]) -> usize {
-        let total: f64 = probs.iter().map(|p| *p as f64).sum();
-        let mut u = self.uniform() * total;
-        let mut last = 0;
-        for (i, p) in probs.iter().enumerate() {
-            if *p > 0.0 {
-                last = i;
-                u -= *p as f64;
-                if u < 0.0 {
-                    return i;
-                }
+/// Index drawn from `probs`, which need not be normalised.
+pub fn draw(rng: &mut impl Rng, probs: &[f32]) -> usize {
+    let total: f64 = probs.iter().map(|p| *p as f64).sum();
+    let mut u = rng.random::<f64>() * total;
+    let mut last = 0;
+    for (i, p) in probs.iter().enumerate() {
+        if *p > 0.0 {
+            last = i;
+            u -= *p as f64;
+            if u < 0.0 {
+                return i;
             }
         }
-        last
     }
+    last
 }
 
 #[cfg(test)]
@@ -155,8 +165,8 @@ mod tests {
     #[test]
     fn greedy_takes_the_first_maximum() {
         assert_eq!(argmax(&[0.1, 3.0, 3.0, -1.0]), 1);
-        let mut s = Sampler::new(Some(0));
-        assert_eq!(s.sample(&[0.0, 2.0, 1.0], &SamplingParams::default()), 1);
+        let s = Sampler::new(Some(0));
+        assert_eq!(s.sample(&[0.0, 2.0, 1.0], &SamplingParams::default(), 0), 1);
     }
 
     #[test]
@@ -175,10 +185,13 @@ mod tests {
         let logits = [1.0f32, 0.0, 0.5];
         let pr = params(1.0, 0, 1.0);
         let draws = |seed| {
-            let mut s = Sampler::new(Some(seed));
-            (0..4000).map(|_| s.sample(&logits, &pr)).collect::<Vec<_>>()
+            let s = Sampler::new(Some(seed));
+            (0..4000)
+                .map(|position| s.sample(&logits, &pr, position))
+                .collect::<Vec<_>>()
         };
         assert_eq!(draws(7), draws(7));
+        assert_ne!(draws(7), draws(8));
         let counts = draws(7).iter().fold([0usize; 3], |mut c, t| {
             c[*t as usize] += 1;
             c

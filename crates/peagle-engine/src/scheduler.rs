@@ -3,13 +3,17 @@
 //! Long prompts are prefilled in chunks. When blocks run out, the newest running sequence is
 //! preempted: its blocks are freed and it is recomputed later from its tokens; nothing is lost.
 //!
-//! Speculation under load: a verification window costs K+1 target rows, so as the batch grows
-//! drafts stop being free. While more than `max_speculative_batch` sequences decode at once,
-//! no drafts are proposed (the drafter keeps caching, so drafting resumes cleanly).
+//! Speculation under load: a verification window costs k + 1 target rows, so as the batch
+//! grows drafts stop being free. The speculation policy picks k for each step from measured
+//! goodput at the step's batch size (k = 0 turns speculation off); above
+//! `max_speculative_batch` decoding sequences it is off regardless. While off, the drafter does
+//! not run: each sequence keeps the target states it has not read, and one drafter pass catches
+//! up when speculation resumes.
 
 use crate::engine::{EngineMetrics, Event};
 use crate::model_runner::{ModelRunner, Work};
 use crate::sequence::{FinishReason, Sequence};
+use crate::speculation_policy::{SpeculationPolicy, StepSample};
 use std::collections::VecDeque;
 use std::time::Instant;
 use tokio::sync::mpsc::UnboundedSender;
@@ -20,8 +24,10 @@ pub struct SchedulerConfig {
     pub max_num_seqs: usize,
     /// Most target rows (prefill tokens + verification windows) in one step.
     pub max_num_batched_tokens: usize,
-    /// Above this many decoding sequences, speculation is suspended.
+    /// Above this many decoding sequences, speculation is off whatever the policy measures.
     pub max_speculative_batch: usize,
+    /// Choose k per batch size from measured goodput; false: always the drafter's full K.
+    pub adaptive_k: bool,
 }
 
 impl Default for SchedulerConfig {
@@ -29,7 +35,8 @@ impl Default for SchedulerConfig {
         Self {
             max_num_seqs: 64,
             max_num_batched_tokens: 2048,
-            max_speculative_batch: 16,
+            max_speculative_batch: usize::MAX,
+            adaptive_k: true,
         }
     }
 }
@@ -56,6 +63,7 @@ pub struct Scheduler {
     waiting: VecDeque<Entry>,
     running: Vec<Entry>,
     counters: Counters,
+    policy: Option<SpeculationPolicy>,
     k_in_use: usize,
 }
 
@@ -66,6 +74,7 @@ impl Scheduler {
             waiting: VecDeque::new(),
             running: Vec::new(),
             counters: Counters::default(),
+            policy: None,
             k_in_use: 0,
         }
     }
@@ -81,13 +90,20 @@ impl Scheduler {
     /// One engine step: drop cancelled requests, schedule, run, send events.
     pub fn step(&mut self, runner: &mut ModelRunner) {
         self.drop_cancelled(runner);
-        let decoding = self.running.iter().filter(|e| !e.seq.in_prefill()).count();
-        let speculate = decoding <= self.config.max_speculative_batch;
-        self.k_in_use = if speculate { runner.k() } else { 0 };
         let plan = self.schedule(runner);
         if plan.is_empty() {
             return;
         }
+        let decoding = plan.iter().filter(|(_, w)| *w == Work::Decode).count();
+        let policy = self
+            .policy
+            .get_or_insert_with(|| SpeculationPolicy::new(runner.k(), self.config.adaptive_k));
+        let k = if decoding > self.config.max_speculative_batch {
+            0
+        } else {
+            policy.choose(decoding, runner.stats())
+        };
+        self.k_in_use = k;
         let mut work: Vec<(&mut Sequence, Work)> = Vec::with_capacity(plan.len());
         let mut planned = plan.iter().peekable();
         for (i, entry) in self.running.iter_mut().enumerate() {
@@ -95,7 +111,15 @@ impl Scheduler {
                 work.push((&mut entry.seq, *w));
             }
         }
-        if let Err(e) = runner.step(&mut work, speculate) {
+        let started = Instant::now();
+        let result = runner.step(&mut work, k);
+        policy.observe(StepSample {
+            batch: decoding,
+            k,
+            seconds: started.elapsed().as_secs_f64(),
+            decode_only: decoding == work.len(),
+        });
+        if let Err(e) = result {
             tracing::error!(error = %e, "engine step failed");
             let message = format!("engine step failed: {e}");
             for (i, _) in plan.iter().rev() {

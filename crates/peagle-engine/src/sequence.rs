@@ -2,6 +2,7 @@
 
 use crate::sampler::{Sampler, SamplingParams};
 use crate::spec_stats::SpecStats;
+use candle_core::Tensor;
 
 #[derive(Debug, Clone, Default)]
 pub struct GenerateParams {
@@ -47,6 +48,17 @@ pub struct Sequence {
     pub logprobs: Option<usize>,
     /// Tokens committed since the owner last drained them.
     pub outputs: Vec<TokenOutput>,
+    /// Positions the drafter has not cached yet, left behind while speculation was suspended.
+    pub drafter_backlog: Option<DrafterBacklog>,
+}
+
+/// Target states the drafter still has to read: positions `start..start + rows`, where
+/// `rows` is the total row count of `hidden`. Kept so that a suspended sequence costs no
+/// drafter work per step; when drafting resumes, one drafter pass catches up.
+#[derive(Debug, Clone)]
+pub struct DrafterBacklog {
+    pub start: usize,
+    pub hidden: Vec<Tensor>,
 }
 
 impl Sequence {
@@ -64,6 +76,7 @@ impl Sequence {
             speculate: true,
             logprobs: None,
             outputs: Vec::new(),
+            drafter_backlog: None,
         }
     }
 
@@ -99,6 +112,7 @@ impl Sequence {
     pub fn reset_cache(&mut self) {
         self.num_cached = 0;
         self.drafts.clear();
+        self.drafter_backlog = None;
     }
 
     /// Appends committed tokens in order, stopping at an end-of-sequence token (not kept),

@@ -10,6 +10,8 @@ pub struct SpecStats {
     pub num_accepted_tokens: u64,
     /// Drafts whose position i was accepted (so all before it were too).
     pub accepted_per_position: Vec<u64>,
+    /// Drafts that had a position i: with k adapting, not every draft is K long.
+    pub offered_per_position: Vec<u64>,
 }
 
 impl SpecStats {
@@ -22,8 +24,12 @@ impl SpecStats {
         self.num_accepted_tokens += accepted as u64;
         if self.accepted_per_position.len() < num_draft_tokens {
             self.accepted_per_position.resize(num_draft_tokens, 0);
+            self.offered_per_position.resize(num_draft_tokens, 0);
         }
         for slot in &mut self.accepted_per_position[..accepted] {
+            *slot += 1;
+        }
+        for slot in &mut self.offered_per_position[..num_draft_tokens] {
             *slot += 1;
         }
     }
@@ -34,10 +40,26 @@ impl SpecStats {
         self.num_accepted_tokens += other.num_accepted_tokens;
         if self.accepted_per_position.len() < other.accepted_per_position.len() {
             self.accepted_per_position.resize(other.accepted_per_position.len(), 0);
+            self.offered_per_position.resize(other.offered_per_position.len(), 0);
         }
         for (a, b) in self.accepted_per_position.iter_mut().zip(&other.accepted_per_position) {
             *a += b;
         }
+        for (a, b) in self.offered_per_position.iter_mut().zip(&other.offered_per_position) {
+            *a += b;
+        }
+    }
+
+    /// Expected tokens a verification with k drafts commits: 1 plus, for each position, the
+    /// share of drafts that reached it and had it accepted. Positions never drafted count as
+    /// accepted, so untried window lengths look promising and get measured.
+    pub fn expected_tokens(&self, k: usize) -> f64 {
+        1.0 + (0..k)
+            .map(|i| match self.offered_per_position.get(i) {
+                Some(&offered) if offered > 0 => self.accepted_per_position[i] as f64 / offered as f64,
+                _ => 1.0,
+            })
+            .sum::<f64>()
     }
 
     /// 1 + accepted / drafts: tokens committed per verification.
@@ -73,14 +95,19 @@ mod tests {
         s.record(3, 1);
         s.record(3, 0);
         s.record(0, 0);
-        assert_eq!((s.num_drafts, s.num_draft_tokens, s.num_accepted_tokens), (3, 9, 4));
-        assert!((s.mean_acceptance_length() - (1.0 + 4.0 / 3.0)).abs() < 1e-12);
-        assert_eq!(s.per_position_acceptance(), vec![2.0 / 3.0, 1.0 / 3.0, 1.0 / 3.0]);
-        assert!((s.draft_acceptance_rate() - 4.0 / 9.0).abs() < 1e-12);
+        s.record(1, 1);
+        assert_eq!((s.num_drafts, s.num_draft_tokens, s.num_accepted_tokens), (4, 10, 5));
+        assert!((s.mean_acceptance_length() - (1.0 + 5.0 / 4.0)).abs() < 1e-12);
+        assert_eq!(s.per_position_acceptance(), vec![3.0 / 4.0, 1.0 / 4.0, 1.0 / 4.0]);
+        assert!((s.draft_acceptance_rate() - 5.0 / 10.0).abs() < 1e-12);
+        assert_eq!(s.offered_per_position, vec![4, 3, 3]);
+        assert!((s.expected_tokens(2) - (1.0 + 3.0 / 4.0 + 1.0 / 3.0)).abs() < 1e-12);
+        assert!((s.expected_tokens(5) - (s.expected_tokens(3) + 2.0)).abs() < 1e-12);
         let mut t = SpecStats::default();
         t.merge(&s);
         t.merge(&s);
-        assert_eq!(t.num_accepted_tokens, 8);
-        assert_eq!(t.accepted_per_position, vec![4, 2, 2]);
+        assert_eq!(t.num_accepted_tokens, 10);
+        assert_eq!(t.accepted_per_position, vec![6, 2, 2]);
+        assert_eq!(t.offered_per_position, vec![8, 6, 6]);
     }
 }

@@ -2,11 +2,18 @@
 //!
 //! Row i of the window's logits is the target's distribution for the token after `d_i` (row 0:
 //! after `b`). Greedy keeps the longest prefix of drafts equal to the target's argmax and then
-//! emits the target's own token. With temperature, rejection sampling (Leviathan et al. 2023)
-//! accepts `d_i` with probability min(1, p(d_i) / q(d_i)) and on rejection draws from
-//! normalize(max(0, p - q)), which makes the output distributed exactly as the target's.
+//! emits the target's own token.
+//!
+//! With temperature and greedy drafts (q one-hot, what our drafters propose), each row draws the
+//! target's own token with that position's randomness and the draft is kept while it equals
+//! it. A draft d is then accepted with probability p(d), as rejection sampling would, and the
+//! output is token for token what the target alone samples with the same seed. With a drafter
+//! distribution q, rejection sampling (Leviathan et al. 2023) accepts `d_i` with probability
+//! min(1, p(d_i) / q(d_i)) and on rejection draws from normalize(max(0, p - q)): distributed
+//! exactly as the target's output, though not equal to it draw for draw.
 
-use crate::sampler::{argmax, Sampler, SamplingParams};
+use crate::sampler::{argmax, draw, Sampler, SamplingParams};
+use rand::Rng;
 
 /// What one verification commits: `accepted` drafts followed by one target token.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -15,49 +22,54 @@ pub struct Verdict {
     pub tokens: Vec<u32>,
 }
 
-/// `logits` has one row per window position (drafts.len() + 1 rows). `draft_probs`, when
-/// given, holds the drafter's distribution q for each draft; without it drafts count as
-/// greedy picks (q one-hot).
+/// `logits` has one row per window position (drafts.len() + 1 rows); row 0 draws the token at
+/// `position` of the sequence. `draft_probs`, when given, holds the drafter's distribution q
+/// for each draft; without it drafts count as greedy picks (q one-hot).
 pub fn verify(
     drafts: &[u32],
     logits: &[Vec<f32>],
     draft_probs: Option<&[Vec<f32>]>,
     params: &SamplingParams,
-    sampler: &mut Sampler,
+    sampler: &Sampler,
+    position: usize,
 ) -> Verdict {
     assert_eq!(logits.len(), drafts.len() + 1, "one logits row per window position");
     if params.is_greedy() {
         return verify_greedy(drafts, logits);
     }
+    let Some(q) = draft_probs else {
+        for (i, row) in logits.iter().enumerate() {
+            let token = sampler.sample(row, params, position + i);
+            if drafts.get(i) != Some(&token) {
+                return commit(drafts, i, token);
+            }
+        }
+        unreachable!("the last row has no draft to match");
+    };
     for (i, &d) in drafts.iter().enumerate() {
+        let mut rng = sampler.at(position + i);
         let p = params.probabilities(&logits[i]);
-        let q_d = draft_probs.map_or(1.0, |q| q[i][d as usize]);
+        let q_d = q[i][d as usize];
         let accept = if q_d <= 0.0 {
             1.0
         } else {
             (p[d as usize] / q_d).min(1.0)
         };
-        if sampler.uniform() < accept as f64 {
+        if rng.random::<f64>() < accept as f64 {
             continue;
         }
-        let residual: Vec<f32> = match draft_probs {
-            Some(q) => p.iter().zip(&q[i]).map(|(p, q)| (p - q).max(0.0)).collect(),
-            None => {
-                let mut r = p.clone();
-                r[d as usize] = 0.0;
-                r
-            }
-        };
+        let residual: Vec<f32> = p.iter().zip(&q[i]).map(|(p, q)| (p - q).max(0.0)).collect();
         // p == q leaves no residual mass, but then the draft was accepted with probability 1.
         let token = if residual.iter().any(|r| *r > 0.0) {
-            sampler.draw(&residual)
+            draw(&mut rng, &residual)
         } else {
-            sampler.draw(&p)
+            draw(&mut rng, &p)
         };
         return commit(drafts, i, token as u32);
     }
-    let bonus = sampler.draw(&params.probabilities(&logits[drafts.len()]));
-    commit(drafts, drafts.len(), bonus as u32)
+    let last = drafts.len();
+    let bonus = sampler.sample(&logits[last], params, position + last);
+    commit(drafts, last, bonus)
 }
 
 fn verify_greedy(drafts: &[u32], logits: &[Vec<f32>]) -> Verdict {
@@ -87,9 +99,9 @@ mod tests {
     #[test]
     fn greedy_keeps_the_matching_prefix_and_adds_the_target_token() {
         let logits = vec![one_hot(8, 3), one_hot(8, 5), one_hot(8, 1), one_hot(8, 7)];
-        let mut s = Sampler::new(Some(0));
+        let s = Sampler::new(Some(0));
         let g = SamplingParams::default();
-        let v = verify(&[3, 5, 2], &logits, None, &g, &mut s);
+        let v = verify(&[3, 5, 2], &logits, None, &g, &s, 0);
         assert_eq!(
             v,
             Verdict {
@@ -97,7 +109,7 @@ mod tests {
                 tokens: vec![3, 5, 1]
             }
         );
-        let v = verify(&[3, 5, 1], &logits, None, &g, &mut s);
+        let v = verify(&[3, 5, 1], &logits, None, &g, &s, 0);
         assert_eq!(
             v,
             Verdict {
@@ -106,7 +118,7 @@ mod tests {
             },
             "bonus token after all accepted"
         );
-        let v = verify(&[4, 5, 1], &logits, None, &g, &mut s);
+        let v = verify(&[4, 5, 1], &logits, None, &g, &s, 0);
         assert_eq!(
             v,
             Verdict {
@@ -114,7 +126,7 @@ mod tests {
                 tokens: vec![3]
             }
         );
-        let v = verify(&[], &logits[..1], None, &g, &mut s);
+        let v = verify(&[], &logits[..1], None, &g, &s, 0);
         assert_eq!(
             v,
             Verdict {
@@ -123,5 +135,29 @@ mod tests {
             },
             "no drafts is plain decoding"
         );
+    }
+
+    /// With temperature and greedy drafts, the committed tokens are exactly the target's own
+    /// samples at those positions, whatever was drafted.
+    #[test]
+    fn sampled_verification_commits_the_targets_own_draws() {
+        let rows: Vec<Vec<f32>> = (0..4).map(|i| vec![0.3 * i as f32, 0.5, 0.1, 0.4, -0.2]).collect();
+        let params = SamplingParams {
+            temperature: 1.0,
+            ..SamplingParams::default()
+        };
+        let s = Sampler::new(Some(3));
+        for position in 10..60 {
+            let own: Vec<u32> = (0..4).map(|i| s.sample(&rows[i], &params, position + i)).collect();
+            let all = verify(&own[..3], &rows, None, &params, &s, position);
+            assert_eq!((all.accepted, &all.tokens), (3, &own));
+            for wrong_at in 0..3 {
+                let mut drafts = own[..3].to_vec();
+                drafts[wrong_at] = (drafts[wrong_at] + 1) % 5;
+                let v = verify(&drafts, &rows, None, &params, &s, position);
+                assert_eq!(v.accepted, wrong_at);
+                assert_eq!(v.tokens, own[..=wrong_at]);
+            }
+        }
     }
 }

@@ -3,9 +3,10 @@
 //! and its trained drafters leave that output unchanged.
 
 use peagle_engine::{
-    DraftOptions, GenerateParams, Generator, GeneratorOptions, SamplingParams, SpecStats, SpeculativeConfig,
+    DraftOptions, GenerateParams, Generator, GeneratorOptions, ModelRunner, SamplingParams, Sequence, SpecStats,
+    SpeculativeConfig, Work,
 };
-use peagle_models::LoadOptions;
+use peagle_models::{Drafter, LoadOptions};
 use std::path::PathBuf;
 
 #[derive(serde::Deserialize)]
@@ -104,5 +105,88 @@ fn trained_drafters_keep_greedy_output_exact() {
                 "{drafter} at K = {k}: acceptance length {accepted}"
             );
         }
+    }
+}
+
+/// Seeded sampling gives the same tokens with and without drafts: every position's draw is
+/// keyed by the seed and the position, and a draft is kept only when it equals that draw.
+#[test]
+fn seeded_sampling_is_the_same_with_either_drafter() {
+    let params = GenerateParams {
+        max_tokens: 48,
+        sampling: SamplingParams {
+            temperature: 0.8,
+            top_p: 0.95,
+            seed: Some(2024),
+            ..SamplingParams::default()
+        },
+        ignore_eos: true,
+    };
+    let mut plain = demo(None);
+    let prompts = eval_prompts(&plain, 4);
+    let want: Vec<Vec<u32>> = prompts
+        .iter()
+        .map(|p| plain.generate(p, &params, |_| {}).unwrap().token_ids)
+        .collect();
+    for (drafter, parallel) in [("pystdlib-12l-peagle", true), ("pystdlib-12l-eagle3", false)] {
+        let mut g = demo(Some(DraftOptions {
+            dir: repo(&format!("models/{drafter}")),
+            speculative: SpeculativeConfig { k: 3, parallel },
+        }));
+        let mut stats = SpecStats::default();
+        for (prompt, want) in prompts.iter().zip(&want) {
+            let out = g.generate(prompt, &params, |_| {}).unwrap();
+            assert_eq!(&out.token_ids, want, "{drafter}");
+            stats.merge(&out.spec_stats);
+        }
+        assert!(stats.num_accepted_tokens > 0, "{drafter}: {stats:?}");
+    }
+}
+
+/// A sequence whose speculation was suspended for a while (no drafter work per step) catches
+/// its drafter up in one pass when speculation resumes, and then proposes the same drafts as a
+/// sequence whose drafter read every position: the same prefix, prefilled in one go. Fewer
+/// drafts per step (the adaptive k) are the first of those drafts.
+#[test]
+fn drafting_after_a_suspension_matches_a_drafter_that_never_paused() {
+    let params = GenerateParams {
+        max_tokens: 64,
+        sampling: SamplingParams::default(),
+        ignore_eos: true,
+    };
+    let prompt = eval_prompts(&demo(None), 1).remove(0);
+    for (drafter, parallel) in [("pystdlib-12l-peagle", true), ("pystdlib-12l-eagle3", false)] {
+        let loaded = peagle_models::load_causal_lm(&repo("models/pystdlib-12l"), LoadOptions::default()).unwrap();
+        let d = Drafter::load(
+            &repo(&format!("models/{drafter}")),
+            &loaded.model,
+            LoadOptions::default(),
+        )
+        .unwrap();
+        let spec = SpeculativeConfig { k: 5, parallel };
+        let mut runner = ModelRunner::new(loaded.model, Some((d, spec)), vec![], 1024, 64, 16).unwrap();
+
+        let mut paused = Sequence::new(prompt.clone(), params.clone());
+        runner
+            .step(&mut [(&mut paused, Work::Prefill(prompt.len()))], 0)
+            .unwrap();
+        for _ in 0..6 {
+            runner.step(&mut [(&mut paused, Work::Decode)], 0).unwrap();
+            assert!(paused.drafts.is_empty());
+        }
+        runner.step(&mut [(&mut paused, Work::Decode)], 5).unwrap();
+        assert!(paused.drafter_backlog.is_none());
+
+        let prefix = paused.token_ids[..paused.len() - 1].to_vec();
+        let chunk = Work::Prefill(prefix.len());
+        let mut fresh = Sequence::new(prefix.clone(), params.clone());
+        runner.step(&mut [(&mut fresh, chunk)], 5).unwrap();
+        assert_eq!(fresh.token_ids, paused.token_ids);
+        assert_eq!(paused.drafts.len(), 5);
+        assert_eq!(paused.drafts, fresh.drafts, "{drafter}");
+
+        let mut fewer = Sequence::new(prefix, params.clone());
+        runner.step(&mut [(&mut fewer, chunk)], 2).unwrap();
+        assert_eq!(fewer.drafts, fresh.drafts[..2], "{drafter}");
     }
 }

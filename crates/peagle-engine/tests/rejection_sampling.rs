@@ -1,8 +1,11 @@
 //! Rejection sampling reproduces the target distribution whatever the drafter proposes:
 //! chi-square goodness of fit over many seeded draws.
 
+use peagle_engine::sampler::draw;
 use peagle_engine::verifier::verify;
 use peagle_engine::{Sampler, SamplingParams};
+use rand::rngs::StdRng;
+use rand::SeedableRng;
 
 const TRIALS: usize = 40_000;
 /// Chi-square critical value at significance 0.001 for up to 5 degrees of freedom.
@@ -19,14 +22,15 @@ fn params(temperature: f32, top_k: usize) -> SamplingParams {
 
 /// Distribution of the first committed token over `TRIALS` verifications of one draft.
 fn first_token_counts(target: &[f32], q: Option<&[f32]>, fixed_draft: u32, p: &SamplingParams) -> Vec<usize> {
-    let mut verifier_rng = Sampler::new(Some(11));
-    let mut draft_rng = Sampler::new(Some(12));
+    let sampler = Sampler::new(Some(11));
+    let mut draft_rng = StdRng::seed_from_u64(12);
     let mut counts = vec![0; target.len()];
     let logits = vec![target.to_vec(), target.to_vec()];
-    for _ in 0..TRIALS {
-        let draft = q.map_or(fixed_draft, |q| draft_rng.draw(q) as u32);
+    for trial in 0..TRIALS {
+        let draft = q.map_or(fixed_draft, |q| draw(&mut draft_rng, q) as u32);
         let q_rows = q.map(|q| vec![q.to_vec()]);
-        let v = verify(&[draft], &logits, q_rows.as_deref(), p, &mut verifier_rng);
+        // Two positions per trial: the draft's and the bonus token's.
+        let v = verify(&[draft], &logits, q_rows.as_deref(), p, &sampler, 2 * trial);
         counts[v.tokens[0] as usize] += 1;
     }
     counts

@@ -37,6 +37,14 @@ struct Args {
     /// vLLM's spelling: {"method":"eagle3","model":...,"num_speculative_tokens":K,"parallel_drafting":true}.
     #[arg(long, conflicts_with = "draft_model")]
     speculative_config: Option<String>,
+    /// Turn speculation off while more than N sequences decode at once (vLLM's
+    /// speculative_disable_by_batch_size). Default: no limit beyond the adaptive k.
+    #[arg(long)]
+    speculative_disable_by_batch_size: Option<usize>,
+    /// Always draft the full K. Default: per batch size, the k (0 included) with the best
+    /// measured goodput; see README "Speculation under load".
+    #[arg(long)]
+    fixed_k: bool,
     /// Address to listen on (0.0.0.0: all interfaces).
     #[arg(long, env = "PEAGLE_HOST", default_value = "127.0.0.1")]
     host: String,
@@ -142,7 +150,11 @@ fn run(args: Args) -> Result<()> {
                 max_num_batched_tokens: args
                     .max_num_batched_tokens
                     .unwrap_or(defaults.scheduler.max_num_batched_tokens),
-                ..defaults.scheduler
+                max_speculative_batch: args
+                    .speculative_disable_by_batch_size
+                    .or(spec.as_ref().and_then(|s| s.disable_by_batch_size))
+                    .unwrap_or(defaults.scheduler.max_speculative_batch),
+                adaptive_k: !args.fixed_k,
             },
             max_waiting: args.max_waiting_requests.unwrap_or(defaults.max_waiting),
         },

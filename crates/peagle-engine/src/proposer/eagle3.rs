@@ -25,7 +25,7 @@ impl Proposer for Eagle3Proposer {
         self.drafter.aux_layer_ids()
     }
 
-    fn propose(&mut self, requests: &[DraftRequest]) -> Result<Vec<Vec<u32>>> {
+    fn propose(&mut self, requests: &[DraftRequest], k: usize) -> Result<Vec<Vec<u32>>> {
         let (out, _) = first_pass(&self.drafter, &self.kv, requests, None, 0)?;
         let mut drafts: Vec<Vec<u32>> = vec![Vec::new(); requests.len()];
         let drafting: Vec<usize> = (0..requests.len()).filter(|i| requests[*i].draft).collect();
@@ -37,7 +37,7 @@ impl Proposer for Eagle3Proposer {
         for (i, d) in drafting.iter().zip(&last) {
             drafts[*i].push(*d);
         }
-        for step in 1..self.k {
+        for step in 1..k.min(self.k) {
             let mut batch = BatchBuilder::new(self.kv.block_size());
             for (j, i) in drafting.iter().enumerate() {
                 let r = &requests[*i];

@@ -28,7 +28,7 @@ pub struct DraftRequest<'a> {
 }
 
 pub trait Proposer: Send {
-    /// Tokens proposed per step.
+    /// Most tokens proposed per step.
     fn k(&self) -> usize;
 
     /// Target layers whose inputs the drafter reads.
@@ -40,8 +40,9 @@ pub trait Proposer: Send {
         self.k().saturating_sub(1)
     }
 
-    /// The K drafts (target ids) of each request, empty where `draft` is false.
-    fn propose(&mut self, requests: &[DraftRequest]) -> Result<Vec<Vec<u32>>>;
+    /// `k` (at most `self.k()`) drafts, as target ids, for each request; none where `draft`
+    /// is false.
+    fn propose(&mut self, requests: &[DraftRequest], k: usize) -> Result<Vec<Vec<u32>>>;
 }
 
 /// The first drafter pass over every request, with `mask_slots` mask tokens (and the shared

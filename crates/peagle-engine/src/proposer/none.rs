@@ -13,7 +13,7 @@ impl Proposer for NoProposer {
         &[]
     }
 
-    fn propose(&mut self, requests: &[DraftRequest]) -> Result<Vec<Vec<u32>>> {
+    fn propose(&mut self, requests: &[DraftRequest], _k: usize) -> Result<Vec<Vec<u32>>> {
         Ok(vec![Vec::new(); requests.len()])
     }
 }

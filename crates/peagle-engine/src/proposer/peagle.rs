@@ -36,9 +36,9 @@ impl Proposer for PEagleProposer {
         self.drafter.aux_layer_ids()
     }
 
-    fn propose(&mut self, requests: &[DraftRequest]) -> Result<Vec<Vec<u32>>> {
+    fn propose(&mut self, requests: &[DraftRequest], k: usize) -> Result<Vec<Vec<u32>>> {
         let mask = Some((self.mask_token, &self.mask_hidden));
-        let (out, placed) = first_pass(&self.drafter, &self.kv, requests, mask, self.k - 1)?;
+        let (out, placed) = first_pass(&self.drafter, &self.kv, requests, mask, k.min(self.k).saturating_sub(1))?;
         let drafts = greedy_drafts(&self.drafter, &out.logits)?;
         Ok(placed.iter().map(|p| drafts[p.logits.clone()].to_vec()).collect())
     }
