@@ -22,10 +22,16 @@ pub struct Request {
     pub speculate: bool,
     /// Return the log-probability of each token and this many top alternatives.
     pub logprobs: Option<usize>,
+    /// Also return the prompt tokens' log-probabilities (none for the first) with this many
+    /// alternatives, as vLLM's `prompt_logprobs`.
+    pub prompt_logprobs: Option<usize>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Event {
+    /// The prompt's tokens with their log-probabilities, in order, when asked for; they come
+    /// before the first `Tokens`, possibly over several events (chunked prefill).
+    PromptLogprobs(Vec<TokenOutput>),
     /// Tokens committed by one engine step, in order.
     Tokens(Vec<TokenOutput>),
     Finished {
@@ -145,6 +151,7 @@ impl EngineHandle {
         let mut seq = Sequence::new(request.prompt, request.params);
         seq.speculate = request.speculate;
         seq.logprobs = request.logprobs;
+        seq.prompt_logprobs = request.prompt_logprobs;
         let entry = Entry {
             seq,
             events: tx,

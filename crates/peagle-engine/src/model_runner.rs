@@ -141,6 +141,9 @@ impl ModelRunner {
                 Work::Decode => [&seq.token_ids[start..], &seq.drafts[..]].concat(),
             };
             let logits = match w {
+                Work::Prefill(_) if seq.prompt_logprobs.is_some() && seq.prompt_scored < seq.num_prompt_tokens => {
+                    Rows::All
+                }
                 Work::Prefill(_) if samples(seq, start + rows) => Rows::Tail(1),
                 Work::Prefill(_) => Rows::None,
                 Work::Decode => Rows::All,
@@ -155,6 +158,9 @@ impl ModelRunner {
         let mut plans = Vec::new();
         for (index, ((seq, w), rows)) in work.iter_mut().zip(&placed).enumerate() {
             let (start, n) = span(seq, *w);
+            if let Work::Prefill(_) = w {
+                score_prompt(seq, start, &logits[rows.logits.clone()]);
+            }
             // Each arm commits, then says how many leading target rows gave committed tokens
             // (the drafter's new slots) and whether drafts are wanted.
             let (hidden_rows, draft) = match w {
@@ -163,7 +169,7 @@ impl ModelRunner {
                     (n, false)
                 }
                 Work::Prefill(_) => {
-                    let row = std::slice::from_ref(&logits[rows.logits.start]);
+                    let row = std::slice::from_ref(&logits[rows.logits.end - 1]);
                     let token = verify(&[], row, None, &seq.params.sampling, &seq.sampler, seq.len());
                     seq.num_cached = seq.len();
                     let outputs = token_outputs(&token.tokens, row, seq.logprobs);
@@ -263,6 +269,31 @@ fn span(seq: &Sequence, work: Work) -> (usize, usize) {
 /// Whether a prefill chunk ending at `end` completes a new prompt, so its last row samples.
 fn samples(seq: &Sequence, end: usize) -> bool {
     seq.generated().is_empty() && end == seq.len()
+}
+
+/// Scores the prompt tokens a prefill chunk at `start` has logits for: row i predicts the
+/// token at `start + i + 1`. The first prompt token, which nothing predicts, gets no
+/// log-probability. Rows are only there when the sequence asked for prompt log-probabilities.
+fn score_prompt(seq: &mut Sequence, start: usize, rows: &[Vec<f32>]) {
+    let Some(top) = seq.prompt_logprobs else { return };
+    if seq.prompt_scored >= seq.num_prompt_tokens {
+        return;
+    }
+    if seq.prompt_scored == 0 {
+        seq.prompt_outputs.push(TokenOutput {
+            id: seq.token_ids[0],
+            logprob: None,
+            top_logprobs: Vec::new(),
+        });
+        seq.prompt_scored = 1;
+    }
+    let from = seq.prompt_scored;
+    let end = (start + rows.len() + 1).min(seq.num_prompt_tokens);
+    if end > from {
+        let scored = token_outputs(&seq.token_ids[from..end], &rows[from - start - 1..], Some(top));
+        seq.prompt_outputs.extend(scored);
+        seq.prompt_scored = end;
+    }
 }
 
 /// Committed tokens with their log-probabilities from the rows that produced them.

@@ -209,9 +209,11 @@ impl Scheduler {
         let mut i = 0;
         while i < self.running.len() {
             let entry = &mut self.running[i];
+            let scored = std::mem::take(&mut entry.seq.prompt_outputs);
+            let mut alive = scored.is_empty() || entry.events.send(Event::PromptLogprobs(scored)).is_ok();
             let outputs = std::mem::take(&mut entry.seq.outputs);
             self.counters.generation_tokens += outputs.len() as u64;
-            let mut alive = outputs.is_empty() || entry.events.send(Event::Tokens(outputs)).is_ok();
+            alive &= outputs.is_empty() || entry.events.send(Event::Tokens(outputs)).is_ok();
             if let Some(reason) = entry.seq.finish {
                 match reason {
                     FinishReason::Stop => self.counters.finished_stop += 1,

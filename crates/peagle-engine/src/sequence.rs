@@ -48,6 +48,12 @@ pub struct Sequence {
     pub logprobs: Option<usize>,
     /// Tokens committed since the owner last drained them.
     pub outputs: Vec<TokenOutput>,
+    /// Report the prompt tokens' log-probabilities with this many alternatives.
+    pub prompt_logprobs: Option<usize>,
+    /// Prompt tokens scored since the owner last drained them.
+    pub prompt_outputs: Vec<TokenOutput>,
+    /// Prompt tokens scored so far: a prefill recomputed after preemption does not repeat them.
+    pub prompt_scored: usize,
     /// Positions the drafter has not cached yet, left behind while speculation was suspended.
     pub drafter_backlog: Option<DrafterBacklog>,
 }
@@ -76,6 +82,9 @@ impl Sequence {
             speculate: true,
             logprobs: None,
             outputs: Vec::new(),
+            prompt_logprobs: None,
+            prompt_outputs: Vec::new(),
+            prompt_scored: 0,
             drafter_backlog: None,
         }
     }

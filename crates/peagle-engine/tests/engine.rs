@@ -41,6 +41,7 @@ fn request(prompt: Vec<u32>, max_tokens: usize) -> Request {
         },
         speculate: true,
         logprobs: None,
+        prompt_logprobs: None,
     }
 }
 
@@ -50,6 +51,7 @@ fn collect(mut rx: tokio::sync::mpsc::UnboundedReceiver<Event>) -> (Vec<u32>, Fi
     while let Some(event) = rx.blocking_recv() {
         match event {
             Event::Tokens(t) => tokens.extend(t.iter().map(|o| o.id)),
+            Event::PromptLogprobs(_) => panic!("prompt log-probabilities were not asked for"),
             Event::Finished {
                 reason,
                 completion_tokens,
@@ -214,6 +216,43 @@ fn logprobs_describe_the_target_distribution() {
         }
     }
     assert_eq!(seen, 8);
+}
+
+/// Prompt log-probabilities cover every prompt token once, in order, before the first
+/// generated token, and do not depend on how the prompt was split into prefill chunks.
+#[test]
+fn prompt_logprobs_are_the_same_whatever_the_chunking() {
+    let prompt: Vec<u32> = (0..37).map(|i| (i * 7 % 50 + 3) as u32).collect();
+    let scored = |max_num_batched_tokens| {
+        let scheduler = SchedulerConfig {
+            max_num_batched_tokens,
+            ..Default::default()
+        };
+        let e = engine(Some(("tiny-llama-peagle", 3, true)), 64, scheduler, 256);
+        let mut r = request(prompt.clone(), 4);
+        r.prompt_logprobs = Some(2);
+        let mut rx = e.submit(r).unwrap();
+        let mut entries = Vec::new();
+        while let Some(event) = rx.blocking_recv() {
+            match event {
+                Event::PromptLogprobs(outs) => entries.extend(outs),
+                Event::Tokens(_) => assert_eq!(entries.len(), prompt.len(), "the prompt comes first"),
+                Event::Finished { .. } => break,
+                Event::Failed(e) => panic!("{e}"),
+            }
+        }
+        entries
+    };
+    let whole = scored(2048);
+    let chunked = scored(8);
+    assert_eq!(whole.iter().map(|o| o.id).collect::<Vec<_>>(), prompt);
+    assert_eq!((whole[0].logprob, whole[0].top_logprobs.len()), (None, 0));
+    for (a, b) in whole.iter().zip(&chunked).skip(1) {
+        assert_eq!(a.id, b.id);
+        assert!((a.logprob.unwrap() - b.logprob.unwrap()).abs() < 1e-4, "{a:?} vs {b:?}");
+        assert_eq!(a.top_logprobs.len(), 2);
+        assert!(a.logprob.unwrap() <= a.top_logprobs[0].1 + 1e-6);
+    }
 }
 
 #[test]

@@ -130,6 +130,7 @@ impl Choice {
             Ok(_) = abort.wait_for(|abort| *abort) => Next::Abort,
         };
         let result = match next {
+            Next::Event(Some(Event::PromptLogprobs(tokens))) => self.prompt(tokens),
             Next::Event(Some(Event::Tokens(tokens))) => self.tokens(tokens),
             Next::Event(Some(Event::Finished { reason, .. })) => self.end(reason.into()),
             Next::Abort => self.end(FinishReason::Abort),
@@ -155,6 +156,15 @@ impl Choice {
             }
         }
         Err(ApiError::internal("the choice ended without finishing"))
+    }
+
+    /// The prompt's tokens with their log-probabilities (echo with logprobs): entries only,
+    /// the echoed text is the route's.
+    fn prompt(&mut self, tokens: Vec<TokenOutput>) -> Result<Update, ApiError> {
+        Ok(Update {
+            logprobs: tokens.iter().map(|t| self.logprob(t)).collect::<Result<_, _>>()?,
+            ..Update::default()
+        })
     }
 
     fn tokens(&mut self, tokens: Vec<TokenOutput>) -> Result<Update, ApiError> {
@@ -237,7 +247,10 @@ impl Choice {
             text_offset: self.text_offset,
             token,
         };
-        self.text_offset += entry.token.chars().count();
+        // Special tokens keep their name in the entry but add no text (BOS, an ignored EOS).
+        if !model.is_special(t.id) {
+            self.text_offset += entry.token.chars().count();
+        }
         Ok(entry)
     }
 }

@@ -95,6 +95,7 @@ impl Plan {
             },
             speculate: self.speculate,
             logprobs,
+            prompt_logprobs: None,
         }
     }
 }

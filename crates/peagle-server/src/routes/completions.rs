@@ -90,12 +90,6 @@ pub async fn completions(
     .check()?;
     let logprobs = req.logprobs.map(|v| logprobs_count(v, "logprobs")).transpose()?;
     let echo = req.echo.unwrap_or(false);
-    if echo && logprobs.is_some() {
-        return Err(ApiError::invalid(
-            Some("echo"),
-            "echo together with logprobs is not supported (prompt logprobs are not computed)",
-        ));
-    }
     let prompts = prompts(&state, &req.prompt)?;
     // Check every prompt before submitting any, so a bad one leaves nothing running.
     let max_len = state.engine.max_model_len();
@@ -110,7 +104,9 @@ pub async fn completions(
     let mut echoes = Vec::new();
     for (prompt, budget) in prompts.iter().zip(budgets) {
         for i in 0..plan.n {
-            let request = plan.request(&prompt.ids, budget, logprobs, i);
+            let mut request = plan.request(&prompt.ids, budget, logprobs, i);
+            // Echo with logprobs scores the prompt too (the first token gets null), as in vLLM.
+            request.prompt_logprobs = logprobs.filter(|_| echo);
             choices.push(Choice::start(&state, request, plan.stop.clone(), arrived)?);
             echoes.push(if echo { prompt.text.clone() } else { String::new() });
         }

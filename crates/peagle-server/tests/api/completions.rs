@@ -1,7 +1,7 @@
 //! /v1/completions: plain and streamed, n, stop strings, logprobs, seeds, echo, token prompts.
 
 use crate::common::{greedy, streamed, texts, TestServer, MODEL};
-use serde_json::json;
+use serde_json::{json, Value};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn answers_with_text_usage_and_finish_reason() {
@@ -173,6 +173,72 @@ async fn echo_and_token_id_prompts() {
     let body = server.ok("/v1/completions", request).await;
     assert_eq!(texts(&body), vec![plain.clone(), plain]);
     assert_eq!(body["usage"]["prompt_tokens"].as_u64(), Some(2 * ids.len() as u64));
+}
+
+/// Echo with logprobs scores the prompt: one entry per prompt token (the first, BOS, has
+/// none and adds no text), then the completion's, with offsets into the echoed text. Each prompt row is the
+/// model's distribution there: the alternatives at the last prompt token include what a
+/// request for the prompt without it generates next, with the same log-probability.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn echo_with_logprobs_scores_the_prompt() {
+    let server = TestServer::start().await;
+    let prompt = "def area(radius):";
+    let tokenizer = tokenizers::Tokenizer::from_file(crate::common::model_dir(MODEL).join("tokenizer.json")).unwrap();
+    let ids = tokenizer.encode(prompt, true).unwrap().get_ids().to_vec();
+    let mut request = greedy(prompt, 4);
+    request["echo"] = json!(true);
+    request["logprobs"] = json!(2);
+    let body = server.ok("/v1/completions", request.clone()).await;
+    let choice = &body["choices"][0];
+    let logprobs = &choice["logprobs"];
+    let tokens: Vec<&str> = logprobs["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    let token_logprobs = logprobs["token_logprobs"].as_array().unwrap();
+    let offsets = logprobs["text_offset"].as_array().unwrap();
+    assert_eq!(tokens.len(), ids.len() + 4, "{logprobs}");
+    assert_eq!(token_logprobs[0], Value::Null);
+    assert!(
+        token_logprobs[1..].iter().all(|l| l.as_f64().is_some_and(|l| l <= 0.0)),
+        "{logprobs}"
+    );
+    let text = choice["text"].as_str().unwrap();
+    assert!(text.starts_with(prompt), "{text}");
+    assert_eq!(tokens[0], "<|endoftext|>");
+    assert_eq!(tokens[1..].concat(), text);
+    assert_eq!(offsets[0], 0);
+    for (i, offset) in offsets.iter().enumerate().skip(1) {
+        assert_eq!(offset.as_u64(), Some(tokens[1..i].concat().chars().count() as u64));
+    }
+
+    let mut shorter = greedy("", 1);
+    shorter["prompt"] = json!(ids[..ids.len() - 1]);
+    shorter["logprobs"] = json!(1);
+    let next = server.ok("/v1/completions", shorter).await;
+    let next = &next["choices"][0]["logprobs"];
+    let (token, logprob) = (
+        next["tokens"][0].as_str().unwrap(),
+        next["token_logprobs"][0].as_f64().unwrap(),
+    );
+    let alternatives = &logprobs["top_logprobs"][ids.len() - 1];
+    let scored = alternatives[token]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{token:?} not in {alternatives}"));
+    assert!((scored - logprob).abs() < 1e-4, "{scored} vs {logprob}");
+
+    // Streamed: the same entries, in order, across the chunks.
+    request["stream"] = json!(true);
+    let chunks = server.stream("/v1/completions", request).await;
+    let streamed: Vec<String> = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["logprobs"]["tokens"].as_array())
+        .flatten()
+        .map(|t| t.as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(streamed, tokens);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
