@@ -15,7 +15,8 @@ pub struct BenchResult {
 
 /// Runs every concurrency level of `config`, in order, over the same prompts.
 pub async fn run(config: &BenchConfig) -> Result<BenchResult, BenchError> {
-    let prompts = load_prompts(&config.dataset, config.num_prompts)?;
+    let w = &config.workload;
+    let prompts = load_prompts(&w.dataset, w.num_prompts)?;
     let client = reqwest::Client::new();
     let url = config.url.trim_end_matches('/');
     let model = match &config.model {
@@ -25,11 +26,12 @@ pub async fn run(config: &BenchConfig) -> Result<BenchResult, BenchError> {
     let params = RequestParams {
         url,
         model: &model,
-        max_tokens: config.max_tokens,
-        temperature: config.temperature,
+        max_tokens: w.max_tokens,
+        temperature: w.temperature,
+        endpoint: w.endpoint,
     };
-    let mut levels = Vec::with_capacity(config.concurrency.len());
-    for &concurrency in &config.concurrency {
+    let mut levels = Vec::with_capacity(w.concurrency.len());
+    for &concurrency in &w.concurrency {
         levels.push(run_level(&client, &params, &prompts, concurrency).await?);
     }
     Ok(BenchResult {

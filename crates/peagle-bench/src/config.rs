@@ -6,11 +6,58 @@ use std::path::PathBuf;
 pub struct BenchConfig {
     /// Base URL of the server, e.g. `http://127.0.0.1:8000`.
     pub url: String,
-    pub dataset: PathBuf,
-    pub num_prompts: usize,
-    pub concurrency: Vec<usize>,
-    pub max_tokens: usize,
-    pub temperature: f64,
     /// None: the first model the server lists.
     pub model: Option<String>,
+    #[serde(flatten)]
+    pub workload: Workload,
+}
+
+/// The requests of a benchmark: the same for `serve` and for every mode of a `sweep`.
+#[derive(Debug, Clone, Serialize, clap::Args)]
+pub struct Workload {
+    /// JSONL file of {"prompt": ...} lines.
+    #[arg(long)]
+    pub dataset: PathBuf,
+    /// Prompts per level: the dataset's first N, cycled if it has fewer.
+    #[arg(long, default_value_t = 100)]
+    pub num_prompts: usize,
+    /// Comma-separated maximum requests in flight, one level each.
+    #[arg(long, value_delimiter = ',', default_value = "1", value_parser = positive)]
+    pub concurrency: Vec<usize>,
+    /// New tokens per request (EOS is ignored so every request makes exactly this many).
+    #[arg(long, default_value_t = 256)]
+    pub max_tokens: usize,
+    #[arg(long, default_value_t = 0.0)]
+    pub temperature: f64,
+    /// Streaming completions, or chat completions with the prompt as the user message.
+    #[arg(long, value_enum, default_value_t = Endpoint::Completions)]
+    pub endpoint: Endpoint,
+}
+
+/// Which OpenAI route the requests use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Endpoint {
+    /// `POST /v1/completions` with the prompt as text.
+    Completions,
+    /// `POST /v1/chat/completions` with the prompt as one user message.
+    Chat,
+}
+
+impl Endpoint {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Endpoint::Completions => "completions",
+            Endpoint::Chat => "chat",
+        }
+    }
+}
+
+/// A count of 0 (concurrency, K, repeats) would measure nothing.
+pub fn positive(text: &str) -> Result<usize, String> {
+    match text.parse() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(format!("{e}")),
+    }
 }

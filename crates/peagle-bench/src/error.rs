@@ -18,4 +18,8 @@ pub enum BenchError {
     EmptyDataset { path: PathBuf },
     #[error("cannot write {path}")]
     Write { path: PathBuf, source: std::io::Error },
+    #[error(transparent)]
+    Plot(#[from] peagle_plot::PlotError),
+    #[error("{what}: {reason}")]
+    Server { what: String, reason: String },
 }

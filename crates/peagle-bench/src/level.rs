@@ -1,7 +1,8 @@
-use crate::metrics::{acceptance_length, SpecCounters};
+use crate::metrics::{CounterDeltas, ServerCounters, StepBreakdown};
 use crate::request::{run_request, RequestParams};
 use crate::{BenchError, RequestRecord, Summary};
 use futures_util::StreamExt;
+use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 use std::time::Instant;
 
@@ -22,6 +23,10 @@ pub struct LevelResult {
     pub spec_decode_drafts: Option<f64>,
     pub spec_decode_accepted_tokens: Option<f64>,
     pub acceptance_length: Option<f64>,
+    /// Draft tokens per verification: K, or less where the server adapts k to the load.
+    pub mean_draft_length: Option<f64>,
+    /// Where the server's engine spent its steps, when it exports that (peagle does).
+    pub engine: Option<StepBreakdown>,
 }
 
 impl LevelResult {
@@ -46,6 +51,8 @@ impl LevelResult {
             spec_decode_drafts: None,
             spec_decode_accepted_tokens: None,
             acceptance_length: None,
+            mean_draft_length: None,
+            engine: None,
         }
     }
 }
@@ -57,28 +64,38 @@ pub async fn run_level(
     prompts: &[String],
     concurrency: usize,
 ) -> Result<LevelResult, BenchError> {
-    let before = SpecCounters::scrape(client, params.url).await?;
+    let before = ServerCounters::scrape(client, params.url).await?;
     let start = Instant::now();
     let mut in_flight = futures_util::stream::iter(prompts)
         .map(|prompt| run_request(client, params, prompt))
         .buffer_unordered(concurrency);
     let mut records = Vec::with_capacity(prompts.len());
+    let progress = progress_bar(prompts.len(), concurrency);
     while let Some(record) = in_flight.next().await {
-        // Ends the progress line first so an error message starts on its own line.
-        let record = record.inspect_err(|_| eprintln!())?;
+        let record = record.inspect_err(|_| progress.abandon())?;
         records.push(record);
-        eprint!(
-            "\rconcurrency {concurrency}: {}/{} requests",
-            records.len(),
-            prompts.len()
-        );
+        progress.inc(1);
     }
-    eprintln!();
+    progress.finish();
     let duration_s = start.elapsed().as_secs_f64();
-    let after = SpecCounters::scrape(client, params.url).await?;
+    let after = ServerCounters::scrape(client, params.url).await?;
+    let deltas = CounterDeltas { before, after };
     let mut level = LevelResult::from_records(concurrency, &records, duration_s);
     level.spec_decode_drafts = after.drafts.zip(before.drafts).map(|(a, b)| a - b);
     level.spec_decode_accepted_tokens = after.accepted.zip(before.accepted).map(|(a, b)| a - b);
-    level.acceptance_length = acceptance_length(before, after);
+    level.acceptance_length = deltas.acceptance_length();
+    level.mean_draft_length = deltas.mean_draft_length();
+    level.engine = deltas.step_breakdown(duration_s);
     Ok(level)
+}
+
+/// Requests done at this level; drawn only on a terminal.
+fn progress_bar(requests: usize, concurrency: usize) -> ProgressBar {
+    let bar = ProgressBar::new(requests as u64);
+    let style = ProgressStyle::with_template("concurrency {prefix:>3} [{bar:40}] {pos}/{len} requests, {elapsed}")
+        .expect("the template is valid")
+        .progress_chars("=> ");
+    bar.set_style(style);
+    bar.set_prefix(concurrency.to_string());
+    bar
 }

@@ -1,5 +1,6 @@
 //! `peagle-bench`: drives an OpenAI-compatible server with streaming completions and measures
-//! throughput, latency (TTFT, TPOT, ITL) and, where the server exports them, speculative acceptance.
+//! throughput, latency (TTFT, TPOT, ITL) and, where the server exports them, speculative
+//! acceptance; `sweep` compares speculation modes, each on its own `peagle-serve`.
 
 mod bench;
 mod config;
@@ -9,14 +10,20 @@ mod level;
 mod metrics;
 mod report;
 mod request;
+mod server_process;
 mod sse;
 mod stats;
+mod sweep;
+mod sweep_report;
 
 pub use bench::{run, BenchResult};
-pub use config::BenchConfig;
+pub use config::{positive, BenchConfig, Endpoint, Workload};
 pub use dataset::load_prompts;
 pub use error::BenchError;
 pub use level::LevelResult;
+pub use metrics::{counter, StepBreakdown};
 pub use report::{summary_table, write_report};
 pub use request::{per_token_gaps, RequestRecord};
 pub use stats::{percentile, Summary};
+pub use sweep::{modes, run_sweep, Method, Mode, SweepConfig, SweepRun};
+pub use sweep_report::{compare, sweep_table, write_sweep_report, SweepReport, SweepRow};

@@ -1,6 +1,7 @@
-use anyhow::Result;
+use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
-use peagle_bench::{summary_table, write_report, BenchConfig};
+use peagle_bench::{compare, run_sweep, summary_table, sweep_table, write_report, write_sweep_report};
+use peagle_bench::{positive, BenchConfig, SweepConfig, Workload};
 use std::path::PathBuf;
 
 /// Benchmarks an OpenAI-compatible server.
@@ -13,8 +14,11 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Streams completions at each concurrency level and reports throughput, latency and acceptance.
+    /// Streams requests at each concurrency level and reports throughput, latency and acceptance.
     Serve(ServeArgs),
+    /// Starts peagle-serve once per mode (no speculation, EAGLE-3 and P-EAGLE at several K), runs
+    /// the same workload against each and writes one comparison.
+    Sweep(SweepArgs),
 }
 
 #[derive(Args)]
@@ -22,41 +26,54 @@ struct ServeArgs {
     /// Base URL of the server.
     #[arg(long, default_value = "http://127.0.0.1:8000")]
     url: String,
-    /// JSONL file of {"prompt": ...} lines.
-    #[arg(long)]
-    dataset: PathBuf,
-    /// Prompts per level: the dataset's first N, cycled if it has fewer.
-    #[arg(long, default_value_t = 100)]
-    num_prompts: usize,
-    /// Comma-separated maximum requests in flight, one level each.
-    #[arg(long, value_delimiter = ',', default_value = "1", value_parser = positive)]
-    concurrency: Vec<usize>,
-    /// New tokens per request (EOS is ignored so every request makes exactly this many).
-    #[arg(long, default_value_t = 256)]
-    max_tokens: usize,
-    #[arg(long, default_value_t = 0.0)]
-    temperature: f64,
+    #[command(flatten)]
+    workload: Workload,
     /// Model to request; default: the first the server lists.
     #[arg(long)]
     model: Option<String>,
-    /// Where result.json and summary.md go.
+    /// Where result.json, summary.md and the plots go.
     #[arg(long, default_value = "bench-results")]
     out: PathBuf,
 }
 
-/// A concurrency of 0 would never send a request.
-fn positive(text: &str) -> Result<usize, String> {
-    match text.parse() {
-        Ok(0) => Err("must be at least 1".into()),
-        Ok(n) => Ok(n),
-        Err(e) => Err(format!("{e}")),
-    }
+#[derive(Args)]
+struct SweepArgs {
+    /// Target model (directory, preset or Hugging Face id), as peagle-serve takes it.
+    #[arg(long)]
+    model: String,
+    /// P-EAGLE drafter, run at each --peagle-k.
+    #[arg(long)]
+    draft_model: Option<String>,
+    /// EAGLE-3 drafter, run at each --eagle3-k.
+    #[arg(long)]
+    eagle3_draft_model: Option<String>,
+    #[arg(long, value_delimiter = ',', default_value = "3,5,7", value_parser = positive)]
+    peagle_k: Vec<usize>,
+    #[arg(long, value_delimiter = ',', default_value = "1,3,5", value_parser = positive)]
+    eagle3_k: Vec<usize>,
+    /// Passes over all modes; the modes interleave within each pass.
+    #[arg(long, default_value_t = 1, value_parser = positive)]
+    repeats: usize,
+    /// An argument for every server, e.g. --server-arg=--fixed-k (repeatable).
+    #[arg(long, allow_hyphen_values = true)]
+    server_arg: Vec<String>,
+    /// The peagle-serve binary. Default: the one next to peagle-bench.
+    #[arg(long)]
+    serve_bin: Option<PathBuf>,
+    #[command(flatten)]
+    workload: Workload,
+    /// Where sweep.json, sweep.md, sweep.png and each run's report go.
+    #[arg(long, default_value = "bench-results/sweep")]
+    out: PathBuf,
 }
 
 #[tokio::main]
 async fn main() {
-    let Command::Serve(args) = Cli::parse().command;
-    if let Err(e) = serve(args).await {
+    let result = match Cli::parse().command {
+        Command::Serve(args) => serve(args).await,
+        Command::Sweep(args) => sweep(args).await,
+    };
+    if let Err(e) = result {
         eprintln!("error: {e:#}");
         std::process::exit(1);
     }
@@ -65,16 +82,40 @@ async fn main() {
 async fn serve(args: ServeArgs) -> Result<()> {
     let config = BenchConfig {
         url: args.url,
-        dataset: args.dataset,
-        num_prompts: args.num_prompts,
-        concurrency: args.concurrency,
-        max_tokens: args.max_tokens,
-        temperature: args.temperature,
         model: args.model,
+        workload: args.workload,
     };
     let result = peagle_bench::run(&config).await?;
     write_report(&result, &args.out)?;
     print!("{}", summary_table(&result.levels));
-    eprintln!("wrote {}", args.out.join("result.json").display());
+    eprintln!("wrote {}", args.out.display());
+    Ok(())
+}
+
+async fn sweep(args: SweepArgs) -> Result<()> {
+    let serve_bin = match args.serve_bin {
+        Some(bin) => bin,
+        None => std::env::current_exe()
+            .context("locating peagle-bench")?
+            .with_file_name("peagle-serve"),
+    };
+    let config = SweepConfig {
+        serve_bin,
+        model: args.model,
+        peagle_draft_model: args.draft_model,
+        eagle3_draft_model: args.eagle3_draft_model,
+        peagle_k: args.peagle_k,
+        eagle3_k: args.eagle3_k,
+        repeats: args.repeats,
+        server_args: args.server_arg,
+        workload: args.workload,
+    };
+    // Read the dataset before starting any server, so a bad file fails at once.
+    peagle_bench::load_prompts(&config.workload.dataset, config.workload.num_prompts)?;
+    let runs = run_sweep(&config, &args.out).await?;
+    let report = compare(&config, runs);
+    write_sweep_report(&report, &args.out)?;
+    print!("{}", sweep_table(&report.rows));
+    eprintln!("wrote {}", args.out.display());
     Ok(())
 }

@@ -1,5 +1,5 @@
 use crate::sse::SseBuffer;
-use crate::BenchError;
+use crate::{BenchError, Endpoint};
 use futures_util::StreamExt;
 use serde::Serialize;
 use serde_json::Value;
@@ -29,6 +29,7 @@ pub struct RequestParams<'a> {
     pub model: &'a str,
     pub max_tokens: usize,
     pub temperature: f64,
+    pub endpoint: Endpoint,
 }
 
 /// Sends one streaming completion and times its chunks until `[DONE]`.
@@ -37,10 +38,8 @@ pub async fn run_request(
     params: &RequestParams<'_>,
     prompt: &str,
 ) -> Result<RequestRecord, BenchError> {
-    let url = format!("{}/v1/completions", params.url);
-    let body = serde_json::json!({
+    let mut body = serde_json::json!({
         "model": params.model,
-        "prompt": prompt,
         "max_tokens": params.max_tokens,
         "temperature": params.temperature,
         // Runs every request to max_tokens so lengths, and so levels and servers, are comparable.
@@ -48,6 +47,17 @@ pub async fn run_request(
         "stream": true,
         "stream_options": {"include_usage": true},
     });
+    let route = match params.endpoint {
+        Endpoint::Completions => {
+            body["prompt"] = prompt.into();
+            "completions"
+        }
+        Endpoint::Chat => {
+            body["messages"] = serde_json::json!([{"role": "user", "content": prompt}]);
+            "chat/completions"
+        }
+    };
+    let url = format!("{}/v1/{route}", params.url);
     let start = Instant::now();
     let unreachable = |source| BenchError::Unreachable {
         url: url.clone(),
@@ -83,7 +93,12 @@ pub async fn run_request(
             if let Some(error) = event.get("error") {
                 return Err(bad(error.to_string()));
             }
-            let has_text = event["choices"][0]["text"].as_str().is_some_and(|t| !t.is_empty());
+            let choice = &event["choices"][0];
+            let text = match params.endpoint {
+                Endpoint::Completions => &choice["text"],
+                Endpoint::Chat => &choice["delta"]["content"],
+            };
+            let has_text = text.as_str().is_some_and(|t| !t.is_empty());
             if has_text {
                 chunk_times.push(now.duration_since(start).as_secs_f64() * 1e3);
             }

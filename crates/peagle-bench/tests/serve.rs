@@ -1,7 +1,7 @@
 //! The benchmark against a real peagle server on a loopback port: the tiny Llama fixture with its
 //! P-EAGLE drafter, so the speculative-decoding counters are exported and move.
 
-use peagle_bench::{run, write_report, BenchConfig, BenchError};
+use peagle_bench::{run, write_report, BenchConfig, BenchError, Endpoint, Workload};
 use peagle_server::{start_engine, DraftModel, EngineOptions, Server, ServerConfig};
 use serde_json::Value;
 use std::path::PathBuf;
@@ -32,14 +32,21 @@ async fn start_server() -> String {
 }
 
 fn config(url: String, dataset: PathBuf) -> BenchConfig {
+    config_for(url, dataset, Endpoint::Completions)
+}
+
+fn config_for(url: String, dataset: PathBuf, endpoint: Endpoint) -> BenchConfig {
     BenchConfig {
         url,
-        dataset,
-        num_prompts: 6,
-        concurrency: vec![1, 3],
-        max_tokens: 8,
-        temperature: 0.0,
         model: None,
+        workload: Workload {
+            dataset,
+            num_prompts: 6,
+            concurrency: vec![1, 3],
+            max_tokens: 8,
+            temperature: 0.0,
+            endpoint,
+        },
     }
 }
 
@@ -68,6 +75,12 @@ async fn benchmarks_a_speculative_server() {
         assert!(level.spec_decode_drafts.unwrap() > 0.0);
         let acceptance = level.acceptance_length.unwrap();
         assert!((1.0..=4.0).contains(&acceptance), "{acceptance}");
+        assert_eq!(level.mean_draft_length, Some(3.0), "k is fixed at 3");
+        let engine = level.engine.unwrap();
+        assert!(engine.steps >= 6.0 * 8.0 / 4.0, "{engine:?}");
+        assert!(engine.target_ms > 0.0 && engine.drafter_ms > 0.0, "{engine:?}");
+        assert!(engine.verify_ms >= 0.0 && engine.other_ms >= 0.0, "{engine:?}");
+        assert!(engine.busy_fraction > 0.0 && engine.busy_fraction <= 1.0, "{engine:?}");
     }
 
     let out = dir.path().join("out");
@@ -87,13 +100,37 @@ async fn benchmarks_a_speculative_server() {
             }
         }
     }
+    for plot in ["throughput.png", "latency.png"] {
+        let bytes = std::fs::read(out.join(plot)).unwrap();
+        assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n", "{plot}");
+    }
     let summary = std::fs::read_to_string(out.join("summary.md")).unwrap();
     assert!(summary.contains("| concurrency | req/s | output tok/s |"), "{summary}");
+    assert!(
+        summary.contains("| concurrency | steps | output tokens/step | target |"),
+        "{summary}"
+    );
     let rows: Vec<&str> = summary
         .lines()
         .filter(|l| l.starts_with("| 1 |") || l.starts_with("| 3 |"))
         .collect();
-    assert_eq!(rows.len(), 2, "{summary}");
+    assert_eq!(rows.len(), 2 * 2, "one row per level in each table: {summary}");
+}
+
+/// Chat requests stream `delta.content`: every token is counted and timed the same way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn benchmarks_the_chat_endpoint() {
+    let url = start_server().await;
+    let dir = tempfile::tempdir().unwrap();
+    let dataset = dir.path().join("prompts.jsonl");
+    std::fs::write(&dataset, "{\"prompt\": \"Write a function that adds two numbers.\"}\n").unwrap();
+    let result = run(&config_for(url, dataset, Endpoint::Chat)).await.unwrap();
+    for level in &result.levels {
+        assert_eq!(level.completed, 6);
+        assert_eq!(level.total_output_tokens, 6 * 8);
+        assert!(level.ttft_ms.unwrap().p50 > 0.0);
+        assert!(level.itl_ms.unwrap().mean > 0.0);
+    }
 }
 
 #[tokio::test]

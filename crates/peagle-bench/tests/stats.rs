@@ -1,6 +1,6 @@
 //! Percentiles, per-token gap attribution and level aggregation, with exact numbers.
 
-use peagle_bench::{per_token_gaps, percentile, LevelResult, RequestRecord, Summary};
+use peagle_bench::{counter, per_token_gaps, percentile, LevelResult, RequestRecord, Summary};
 
 #[test]
 fn percentiles_interpolate_between_ranks() {
@@ -67,4 +67,17 @@ fn level_aggregates_records() {
     assert_eq!(level.itl_ms, Some(tpot));
     assert_eq!(level.e2e_ms.unwrap().p50, 300.0);
     assert_eq!(level.acceptance_length, None);
+}
+
+#[test]
+fn counters_sum_over_models_and_filter_by_label() {
+    let text = "# TYPE peagle:engine_step_seconds_total counter\n\
+        peagle:engine_step_seconds_total{model_name=\"a\",phase=\"target\"} 1.5\n\
+        peagle:engine_step_seconds_total{model_name=\"a\",phase=\"drafter\"} 0.25\n\
+        peagle:engine_step_seconds_total{model_name=\"b\",phase=\"target\"} 2\n\
+        peagle:engine_step_seconds_total_other 9\n";
+    let name = "peagle:engine_step_seconds_total";
+    assert_eq!(counter(text, name, "phase=\"target\""), Some(3.5));
+    assert_eq!(counter(text, name, ""), Some(3.75));
+    assert_eq!(counter(text, name, "phase=\"verify\""), None);
 }

@@ -7,6 +7,7 @@ use crate::scheduler::{Entry, Scheduler, SchedulerConfig};
 pub use crate::sequence::TokenOutput;
 use crate::sequence::{FinishReason, GenerateParams, Sequence};
 use crate::spec_stats::SpecStats;
+use crate::step_times::StepTimes;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -70,6 +71,7 @@ pub struct EngineMetrics {
     pub spec: SpecStats,
     /// Drafts per step in use now (0 when speculation is off or suspended under load).
     pub k_in_use: usize,
+    pub step_times: StepTimes,
 }
 
 #[derive(Debug, Clone)]

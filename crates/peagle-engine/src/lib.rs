@@ -12,6 +12,7 @@ pub mod scheduler;
 pub mod sequence;
 pub mod spec_stats;
 pub mod speculation_policy;
+pub mod step_times;
 pub mod verifier;
 
 pub use block_manager::{BlockManager, OutOfBlocks};
@@ -23,4 +24,5 @@ pub use sampler::{Sampler, SamplingParams};
 pub use scheduler::SchedulerConfig;
 pub use sequence::{FinishReason, GenerateParams, Sequence, TokenOutput};
 pub use spec_stats::SpecStats;
+pub use step_times::StepTimes;
 pub use verifier::{verify, Verdict};

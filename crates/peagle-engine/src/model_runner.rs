@@ -7,9 +7,11 @@ use crate::generator::GenerateError;
 use crate::proposer::{DraftRequest, Eagle3Proposer, NoProposer, PEagleProposer, Proposer};
 use crate::sequence::{DrafterBacklog, Sequence, TokenOutput};
 use crate::spec_stats::SpecStats;
+use crate::step_times::StepTimes;
 use crate::verifier::verify;
 use candle_core::Tensor;
 use peagle_models::{BatchBuilder, CausalLm, Drafter, KvCache, Rows};
+use std::time::Instant;
 
 /// What a step does for one sequence.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,6 +38,7 @@ pub struct ModelRunner {
     eos_token_ids: Vec<u32>,
     max_model_len: usize,
     stats: SpecStats,
+    times: StepTimes,
 }
 
 /// A drafting round's input for one scheduled sequence, gathered while sequences are updated.
@@ -84,6 +87,7 @@ impl ModelRunner {
             eos_token_ids,
             max_model_len,
             stats: SpecStats::default(),
+            times: StepTimes::default(),
         })
     }
 
@@ -101,6 +105,17 @@ impl ModelRunner {
 
     pub fn stats(&self) -> &SpecStats {
         &self.stats
+    }
+
+    pub fn times(&self) -> &StepTimes {
+        &self.times
+    }
+
+    /// Counts a finished step that took `seconds` in all; what its phases did not take goes
+    /// to `other_seconds`.
+    pub fn record_step(&mut self, seconds: f64, phases_before: f64) {
+        self.times.steps += 1;
+        self.times.other_seconds += (seconds - (self.times.phases() - phases_before)).max(0.0);
     }
 
     pub fn max_model_len(&self) -> usize {
@@ -152,8 +167,11 @@ impl ModelRunner {
             let capture = if self.drafts_for(seq) { Rows::All } else { Rows::None };
             placed.push(batch.add(&tokens, start, &seq.block_table, logits, capture)?);
         }
+        let started = Instant::now();
         let out = self.target.forward(&batch.build(), &self.kv)?;
         let logits: Vec<Vec<f32>> = out.logits.to_vec2()?;
+        self.times.target_seconds += started.elapsed().as_secs_f64();
+        let started = Instant::now();
 
         let mut plans = Vec::new();
         for (index, ((seq, w), rows)) in work.iter_mut().zip(&placed).enumerate() {
@@ -215,7 +233,10 @@ impl ModelRunner {
                 draft,
             });
         }
+        self.times.verify_seconds += started.elapsed().as_secs_f64();
+        let started = Instant::now();
         self.draft(work, plans, k)?;
+        self.times.drafter_seconds += started.elapsed().as_secs_f64();
         for (seq, _) in work.iter_mut() {
             let keep = if seq.finish.is_some() { 0 } else { seq.len() };
             // Roll back: blocks past the committed tokens held only rejected drafts.

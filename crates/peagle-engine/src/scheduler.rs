@@ -89,6 +89,8 @@ impl Scheduler {
 
     /// One engine step: drop cancelled requests, schedule, run, send events.
     pub fn step(&mut self, runner: &mut ModelRunner) {
+        let step_started = Instant::now();
+        let phases_before = runner.times().phases();
         self.drop_cancelled(runner);
         let plan = self.schedule(runner);
         if plan.is_empty() {
@@ -130,6 +132,7 @@ impl Scheduler {
             return;
         }
         self.emit(runner);
+        runner.record_step(step_started.elapsed().as_secs_f64(), phases_before);
     }
 
     /// Chooses this step's work; preempts the newest sequences when blocks run short.
@@ -267,6 +270,7 @@ impl Scheduler {
         m.preemptions_total = self.counters.preemptions;
         m.spec = runner.stats().clone();
         m.k_in_use = self.k_in_use;
+        m.step_times = runner.times().clone();
     }
 }
 

@@ -118,6 +118,21 @@ impl ServerMetrics {
         x.histogram("time_to_first_token_seconds", "Time to first token.", &ttft);
         x.histogram("inter_token_latency_seconds", "Time between token events.", &itl);
         x.histogram("e2e_request_latency_seconds", "Request latency, arrival to end.", &e2e);
+        let times = &engine.step_times;
+        x.counter("engine_steps_total", "Engine steps run.", times.steps);
+        x.header(
+            "engine_step_seconds_total",
+            "counter",
+            "Engine step time by phase: target forward, drafter, verification and sampling, the rest.",
+        );
+        for (phase, seconds) in [
+            ("target", times.target_seconds),
+            ("drafter", times.drafter_seconds),
+            ("verify", times.verify_seconds),
+            ("other", times.other_seconds),
+        ] {
+            x.sample("engine_step_seconds_total", &format!("phase=\"{phase}\""), seconds);
+        }
         x.gauge(
             "spec_decode_k_in_use",
             "Drafts per step in use now (0: speculation off or suspended under load).",

@@ -6,5 +6,6 @@ mod chat;
 mod common;
 mod completions;
 mod concurrency;
+mod engine_metrics;
 mod errors;
 mod shutdown;

@@ -1,0 +1,141 @@
+//! `peagle-bench sweep`: one `peagle-serve` per mode (no speculation, EAGLE-3 and P-EAGLE at
+//! several K), the same prompts and levels against each, modes interleaved within each repeat
+//! so that drift in the machine's speed spreads over all of them instead of favouring one.
+
+use crate::server_process::ServerProcess;
+use crate::{run, write_report, BenchConfig, BenchError, BenchResult, Workload};
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Longest wait for a server to load its models and listen.
+const START_TIMEOUT: Duration = Duration::from_secs(300);
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SweepConfig {
+    pub serve_bin: PathBuf,
+    pub model: String,
+    /// P-EAGLE drafter: modes at each of `peagle_k`.
+    pub peagle_draft_model: Option<String>,
+    /// EAGLE-3 drafter: modes at each of `eagle3_k`.
+    pub eagle3_draft_model: Option<String>,
+    pub peagle_k: Vec<usize>,
+    pub eagle3_k: Vec<usize>,
+    /// Passes over all modes.
+    pub repeats: usize,
+    /// Passed to every server, e.g. `--fixed-k`.
+    pub server_args: Vec<String>,
+    pub workload: Workload,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Method {
+    #[serde(rename = "none")]
+    Plain,
+    #[serde(rename = "eagle3")]
+    Eagle3,
+    #[serde(rename = "peagle")]
+    PEagle,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Mode {
+    pub name: String,
+    pub method: Method,
+    pub k: usize,
+}
+
+impl Mode {
+    fn new(method: Method, k: usize) -> Self {
+        let name = match method {
+            Method::Plain => "no speculation".to_string(),
+            Method::Eagle3 => format!("EAGLE-3 K={k}"),
+            Method::PEagle => format!("P-EAGLE K={k}"),
+        };
+        Self { name, method, k }
+    }
+
+    /// A directory name: `none`, `eagle3-k3`, `peagle-k5`.
+    fn slug(&self) -> String {
+        match self.method {
+            Method::Plain => "none".into(),
+            Method::Eagle3 => format!("eagle3-k{}", self.k),
+            Method::PEagle => format!("peagle-k{}", self.k),
+        }
+    }
+
+    fn server_args(&self, config: &SweepConfig) -> Vec<String> {
+        let mut args = vec!["--model".to_string(), config.model.clone()];
+        let drafter = match self.method {
+            Method::Plain => None,
+            Method::Eagle3 => config.eagle3_draft_model.as_ref(),
+            Method::PEagle => config.peagle_draft_model.as_ref(),
+        };
+        if let Some(dir) = drafter {
+            args.extend(["--draft-model".into(), dir.clone(), "--k".into(), self.k.to_string()]);
+        }
+        if self.method == Method::PEagle {
+            args.push("--parallel-drafting".into());
+        }
+        args.extend(config.server_args.iter().cloned());
+        args
+    }
+}
+
+/// The modes a configuration asks for: no speculation first, then each drafter at each K.
+pub fn modes(config: &SweepConfig) -> Vec<Mode> {
+    let mut modes = vec![Mode::new(Method::Plain, 0)];
+    if config.eagle3_draft_model.is_some() {
+        modes.extend(config.eagle3_k.iter().map(|k| Mode::new(Method::Eagle3, *k)));
+    }
+    if config.peagle_draft_model.is_some() {
+        modes.extend(config.peagle_k.iter().map(|k| Mode::new(Method::PEagle, *k)));
+    }
+    modes
+}
+
+/// One mode's benchmark in one repeat.
+#[derive(Debug, Clone, Serialize)]
+pub struct SweepRun {
+    pub mode: Mode,
+    pub repeat: usize,
+    pub result: BenchResult,
+}
+
+/// Starts each mode's server in turn, benchmarks it, and writes each run's report under
+/// `out/runs/MODE-rREPEAT`.
+pub async fn run_sweep(config: &SweepConfig, out: &Path) -> Result<Vec<SweepRun>, BenchError> {
+    let modes = modes(config);
+    let mut runs = Vec::with_capacity(modes.len() * config.repeats);
+    for repeat in 0..config.repeats {
+        for (i, mode) in modes.iter().enumerate() {
+            eprintln!(
+                "peagle-bench sweep: {} (mode {}/{}, repeat {}/{})",
+                mode.name,
+                i + 1,
+                modes.len(),
+                repeat + 1,
+                config.repeats
+            );
+            let (bin, args, what) = (config.serve_bin.clone(), mode.server_args(config), mode.name.clone());
+            let server = tokio::task::spawn_blocking(move || ServerProcess::start(&bin, &args, &what, START_TIMEOUT))
+                .await
+                .expect("the start thread does not panic")?;
+            let bench = BenchConfig {
+                url: server.url.clone(),
+                model: None,
+                workload: config.workload.clone(),
+            };
+            let result = run(&bench).await?;
+            drop(server);
+            let dir = out.join("runs").join(format!("{}-r{}", mode.slug(), repeat + 1));
+            write_report(&result, &dir)?;
+            runs.push(SweepRun {
+                mode: mode.clone(),
+                repeat,
+                result,
+            });
+        }
+    }
+    Ok(runs)
+}

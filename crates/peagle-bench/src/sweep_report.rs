@@ -1,0 +1,188 @@
+//! The sweep's comparison: per mode and concurrency, output tokens/s over the repeats, speedup
+//! over no speculation and over the best EAGLE-3 mode, acceptance length and mean k. Written
+//! as `sweep.json`, `sweep.md` and `sweep.png`.
+
+use crate::report::{create_dir, step_table, two_places, write_json, write_text, StepRow};
+use crate::sweep::{modes, Method, Mode, SweepConfig, SweepRun};
+use crate::{BenchError, StepBreakdown};
+use peagle_plot::{line_chart, Chart, Series};
+use serde::Serialize;
+use std::path::Path;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SweepRow {
+    pub mode: Mode,
+    pub concurrency: usize,
+    /// Output tokens/s of each repeat, in order.
+    pub output_throughput: Vec<f64>,
+    pub mean_output_throughput: f64,
+    /// Mean tokens/s over the no-speculation mode's at the same concurrency.
+    pub vs_no_speculation: Option<f64>,
+    /// Mean tokens/s over the fastest EAGLE-3 mode's at the same concurrency.
+    pub vs_best_eagle3: Option<f64>,
+    pub acceptance_length: Option<f64>,
+    pub mean_draft_length: Option<f64>,
+    /// Engine time per step, averaged over the repeats.
+    pub engine: Option<StepBreakdown>,
+    pub mean_output_tokens: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SweepReport {
+    pub config: SweepConfig,
+    pub rows: Vec<SweepRow>,
+    pub runs: Vec<SweepRun>,
+}
+
+/// Aggregates the runs of every mode at every concurrency.
+pub fn compare(config: &SweepConfig, runs: Vec<SweepRun>) -> SweepReport {
+    let mut rows = Vec::new();
+    for mode in modes(config) {
+        for &concurrency in &config.workload.concurrency {
+            let levels: Vec<_> = runs
+                .iter()
+                .filter(|r| r.mode.name == mode.name)
+                .filter_map(|r| r.result.levels.iter().find(|l| l.concurrency == concurrency))
+                .collect();
+            let throughput: Vec<f64> = levels.iter().map(|l| l.output_throughput).collect();
+            let mean_of =
+                |values: Vec<f64>| (!values.is_empty()).then(|| values.iter().sum::<f64>() / values.len() as f64);
+            rows.push(SweepRow {
+                mode: mode.clone(),
+                concurrency,
+                mean_output_throughput: mean_of(throughput.clone()).unwrap_or(0.0),
+                output_throughput: throughput,
+                vs_no_speculation: None,
+                vs_best_eagle3: None,
+                acceptance_length: mean_of(levels.iter().filter_map(|l| l.acceptance_length).collect()),
+                mean_draft_length: mean_of(levels.iter().filter_map(|l| l.mean_draft_length).collect()),
+                engine: mean_breakdown(levels.iter().filter_map(|l| l.engine).collect()),
+                mean_output_tokens: mean_of(levels.iter().map(|l| l.total_output_tokens as f64).collect())
+                    .unwrap_or(0.0),
+            });
+        }
+    }
+    for &concurrency in &config.workload.concurrency {
+        let at = |method: Method| {
+            rows.iter()
+                .filter(|r| r.concurrency == concurrency && r.mode.method == method)
+                .map(|r| r.mean_output_throughput)
+                .fold(None, |best: Option<f64>, t| Some(best.map_or(t, |b| b.max(t))))
+        };
+        let (plain, eagle3) = (at(Method::Plain), at(Method::Eagle3));
+        for row in rows.iter_mut().filter(|r| r.concurrency == concurrency) {
+            row.vs_no_speculation = plain.filter(|p| *p > 0.0).map(|p| row.mean_output_throughput / p);
+            row.vs_best_eagle3 = eagle3.filter(|e| *e > 0.0).map(|e| row.mean_output_throughput / e);
+        }
+    }
+    SweepReport {
+        config: config.clone(),
+        rows,
+        runs,
+    }
+}
+
+/// Writes `sweep.json`, `sweep.md` and `sweep.png` into `dir`.
+pub fn write_sweep_report(report: &SweepReport, dir: &Path) -> Result<(), BenchError> {
+    create_dir(dir)?;
+    write_json(dir, "sweep.json", report)?;
+    let c = &report.config;
+    let markdown = format!(
+        "# peagle-bench sweep\n\nTarget `{}`; P-EAGLE drafter `{}`; EAGLE-3 drafter `{}`. {} prompts from `{}` \
+         ({} endpoint), {} new tokens each, temperature {}; {} repeat(s), modes interleaved within each. \
+         Server arguments added to every mode: `{}`.\n\n{}",
+        c.model,
+        c.peagle_draft_model.as_deref().unwrap_or("-"),
+        c.eagle3_draft_model.as_deref().unwrap_or("-"),
+        c.workload.num_prompts,
+        c.workload.dataset.display(),
+        c.workload.endpoint.as_str(),
+        c.workload.max_tokens,
+        c.workload.temperature,
+        c.repeats,
+        c.server_args.join(" "),
+        sweep_table(&report.rows),
+    );
+    let mut by_concurrency: Vec<&SweepRow> = report.rows.iter().collect();
+    by_concurrency.sort_by_key(|r| r.concurrency);
+    let steps: Vec<StepRow> = by_concurrency
+        .iter()
+        .map(|r| StepRow {
+            label: format!("{} at concurrency {}", r.mode.name, r.concurrency),
+            output_tokens: r.mean_output_tokens,
+            engine: r.engine,
+        })
+        .collect();
+    let markdown = format!("{markdown}\n{}", step_table("mode", &steps));
+    write_text(dir, "sweep.md", markdown)?;
+    let series: Vec<Series> = modes(c)
+        .into_iter()
+        .map(|mode| Series {
+            points: report
+                .rows
+                .iter()
+                .filter(|r| r.mode.name == mode.name)
+                .map(|r| (r.concurrency as f64, r.mean_output_throughput))
+                .collect(),
+            name: mode.name,
+        })
+        .collect();
+    let chart = Chart {
+        title: "Output throughput by mode",
+        x_desc: "concurrency",
+        y_desc: "tokens/s",
+        x_log: true,
+        y_range: None,
+    };
+    line_chart(&dir.join("sweep.png"), &chart, &series)?;
+    Ok(())
+}
+
+/// The field-by-field mean of per-repeat breakdowns.
+fn mean_breakdown(all: Vec<StepBreakdown>) -> Option<StepBreakdown> {
+    let n = all.len() as f64;
+    let mean = |f: fn(&StepBreakdown) -> f64| all.iter().map(f).sum::<f64>() / n;
+    (!all.is_empty()).then(|| StepBreakdown {
+        steps: mean(|b| b.steps),
+        target_ms: mean(|b| b.target_ms),
+        drafter_ms: mean(|b| b.drafter_ms),
+        verify_ms: mean(|b| b.verify_ms),
+        other_ms: mean(|b| b.other_ms),
+        busy_fraction: mean(|b| b.busy_fraction),
+    })
+}
+
+/// One row per mode and concurrency, grouped by concurrency.
+pub fn sweep_table(rows: &[SweepRow]) -> String {
+    let mut table = String::from(
+        "| concurrency | mode | output tok/s | range over repeats | vs no speculation | vs best EAGLE-3 \
+         | acceptance length | mean k |\n|---:|---|---:|---:|---:|---:|---:|---:|\n",
+    );
+    let mut sorted: Vec<&SweepRow> = rows.iter().collect();
+    sorted.sort_by_key(|r| r.concurrency);
+    for row in sorted {
+        let (lo, hi) = row
+            .output_throughput
+            .iter()
+            .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), t| {
+                (lo.min(*t), hi.max(*t))
+            });
+        let ratio = |r: Option<f64>| r.map_or("-".into(), |r| format!("{r:.2}x"));
+        let cells = [
+            row.concurrency.to_string(),
+            row.mode.name.clone(),
+            format!("{:.1}", row.mean_output_throughput),
+            if row.output_throughput.len() > 1 {
+                format!("{lo:.1} - {hi:.1}")
+            } else {
+                "-".into()
+            },
+            ratio(row.vs_no_speculation),
+            ratio(row.vs_best_eagle3),
+            two_places(row.acceptance_length),
+            two_places(row.mean_draft_length),
+        ];
+        table.push_str(&format!("| {} |\n", cells.join(" | ")));
+    }
+    table
+}

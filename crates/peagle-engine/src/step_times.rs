@@ -1,0 +1,23 @@
+//! Where the engine's time goes, cumulative since it started: deltas over a benchmark level
+//! give the cost of a step by phase (what `peagle-bench` reports).
+
+use serde::Serialize;
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct StepTimes {
+    pub steps: u64,
+    /// Target forward passes (prefill chunks and verification windows), logits copied out.
+    pub target_seconds: f64,
+    /// Drafter passes.
+    pub drafter_seconds: f64,
+    /// Verification, sampling, log-probabilities and commits.
+    pub verify_seconds: f64,
+    /// The rest of each step: scheduling, block bookkeeping, handing tokens to the requests.
+    pub other_seconds: f64,
+}
+
+impl StepTimes {
+    pub fn phases(&self) -> f64 {
+        self.target_seconds + self.drafter_seconds + self.verify_seconds
+    }
+}
