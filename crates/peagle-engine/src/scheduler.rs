@@ -96,14 +96,16 @@ impl Scheduler {
         if plan.is_empty() {
             return;
         }
-        let decoding = plan.iter().filter(|(_, w)| *w == Work::Decode).count();
+        // This step's drafts are verified next step, by every running sequence: new prompts
+        // included, so a burst of them does not run the drafter over prompts it will not use.
+        let batch = self.running.len();
         let policy = self
             .policy
             .get_or_insert_with(|| SpeculationPolicy::new(runner.k(), self.config.adaptive_k));
-        let k = if decoding > self.config.max_speculative_batch {
+        let k = if batch > self.config.max_speculative_batch {
             0
         } else {
-            policy.choose(decoding, runner.stats())
+            policy.choose(batch, runner.stats())
         };
         self.k_in_use = k;
         let mut work: Vec<(&mut Sequence, Work)> = Vec::with_capacity(plan.len());
@@ -115,11 +117,12 @@ impl Scheduler {
         }
         let started = Instant::now();
         let result = runner.step(&mut work, k);
+        let decode_only = work.iter().all(|(_, w)| *w == Work::Decode);
         policy.observe(StepSample {
-            batch: decoding,
+            batch: work.len(),
             k,
             seconds: started.elapsed().as_secs_f64(),
-            decode_only: decoding == work.len(),
+            decode_only: decode_only && work.len() == batch,
         });
         if let Err(e) = result {
             tracing::error!(error = %e, "engine step failed");
