@@ -86,7 +86,14 @@ fn draw(path: &Path, chart: &Chart, series: &[Series]) -> Result<(), Box<dyn Err
         let value = if chart.x_log { x.exp2() } else { *x };
         format!("{}", (value * 100.0).round() / 100.0)
     };
+    // On a log axis, one label per power of two (1, 2, 4, ...): the values a sweep uses.
+    let x_labels = if chart.x_log {
+        (x_max - x_min).ceil() as usize + 1
+    } else {
+        10
+    };
     plot.configure_mesh()
+        .x_labels(x_labels)
         .x_desc(chart.x_desc)
         .y_desc(chart.y_desc)
         .x_label_formatter(&x_label)
