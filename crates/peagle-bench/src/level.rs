@@ -81,8 +81,8 @@ pub async fn run_level(
     let after = ServerCounters::scrape(client, params.url).await?;
     let deltas = CounterDeltas { before, after };
     let mut level = LevelResult::from_records(concurrency, &records, duration_s);
-    level.spec_decode_drafts = after.drafts.zip(before.drafts).map(|(a, b)| a - b);
-    level.spec_decode_accepted_tokens = after.accepted.zip(before.accepted).map(|(a, b)| a - b);
+    level.spec_decode_drafts = deltas.delta(|c| c.drafts);
+    level.spec_decode_accepted_tokens = deltas.delta(|c| c.accepted);
     level.acceptance_length = deltas.acceptance_length();
     level.mean_draft_length = deltas.mean_draft_length();
     level.engine = deltas.step_breakdown(duration_s);

@@ -79,7 +79,8 @@ pub struct StepBreakdown {
 }
 
 impl CounterDeltas {
-    fn delta(&self, field: impl Fn(&ServerCounters) -> Option<f64>) -> Option<f64> {
+    /// How much one counter moved; None when the server does not export it.
+    pub fn delta(&self, field: impl Fn(&ServerCounters) -> Option<f64>) -> Option<f64> {
         Some(field(&self.after)? - field(&self.before)?)
     }
 

@@ -34,51 +34,60 @@ pub struct SweepReport {
     pub runs: Vec<SweepRun>,
 }
 
-/// Aggregates the runs of every mode at every concurrency.
+/// Aggregates the runs of every mode at every concurrency; the rows come grouped by
+/// concurrency, modes in sweep order.
 pub fn compare(config: &SweepConfig, runs: Vec<SweepRun>) -> SweepReport {
     let mut rows = Vec::new();
-    for mode in modes(config) {
-        for &concurrency in &config.workload.concurrency {
-            let levels: Vec<_> = runs
-                .iter()
-                .filter(|r| r.mode.name == mode.name)
-                .filter_map(|r| r.result.levels.iter().find(|l| l.concurrency == concurrency))
-                .collect();
-            let throughput: Vec<f64> = levels.iter().map(|l| l.output_throughput).collect();
-            let mean_of =
-                |values: Vec<f64>| (!values.is_empty()).then(|| values.iter().sum::<f64>() / values.len() as f64);
-            rows.push(SweepRow {
-                mode: mode.clone(),
-                concurrency,
-                mean_output_throughput: mean_of(throughput.clone()).unwrap_or(0.0),
-                output_throughput: throughput,
-                vs_no_speculation: None,
-                vs_best_eagle3: None,
-                acceptance_length: mean_of(levels.iter().filter_map(|l| l.acceptance_length).collect()),
-                mean_draft_length: mean_of(levels.iter().filter_map(|l| l.mean_draft_length).collect()),
-                engine: mean_breakdown(levels.iter().filter_map(|l| l.engine).collect()),
-                mean_output_tokens: mean_of(levels.iter().map(|l| l.total_output_tokens as f64).collect())
-                    .unwrap_or(0.0),
-            });
-        }
-    }
     for &concurrency in &config.workload.concurrency {
-        let at = |method: Method| {
-            rows.iter()
-                .filter(|r| r.concurrency == concurrency && r.mode.method == method)
+        let group: Vec<SweepRow> = modes(config)
+            .into_iter()
+            .map(|mode| aggregate(mode, concurrency, &runs))
+            .collect();
+        let fastest = |method: Method| {
+            group
+                .iter()
+                .filter(|r| r.mode.method == method)
                 .map(|r| r.mean_output_throughput)
-                .fold(None, |best: Option<f64>, t| Some(best.map_or(t, |b| b.max(t))))
+                .reduce(f64::max)
+                .filter(|t| *t > 0.0)
         };
-        let (plain, eagle3) = (at(Method::Plain), at(Method::Eagle3));
-        for row in rows.iter_mut().filter(|r| r.concurrency == concurrency) {
-            row.vs_no_speculation = plain.filter(|p| *p > 0.0).map(|p| row.mean_output_throughput / p);
-            row.vs_best_eagle3 = eagle3.filter(|e| *e > 0.0).map(|e| row.mean_output_throughput / e);
+        let (plain, eagle3) = (fastest(Method::Plain), fastest(Method::Eagle3));
+        for mut row in group {
+            row.vs_no_speculation = plain.map(|p| row.mean_output_throughput / p);
+            row.vs_best_eagle3 = eagle3.map(|e| row.mean_output_throughput / e);
+            rows.push(row);
         }
     }
     SweepReport {
         config: config.clone(),
         rows,
         runs,
+    }
+}
+
+/// One mode at one concurrency, over its repeats; the speedups are filled in by `compare`.
+fn aggregate(mode: Mode, concurrency: usize, runs: &[SweepRun]) -> SweepRow {
+    let levels: Vec<_> = runs
+        .iter()
+        .filter(|r| r.mode.name == mode.name)
+        .filter_map(|r| r.result.levels.iter().find(|l| l.concurrency == concurrency))
+        .collect();
+    let mean_of = |values: &[f64]| (!values.is_empty()).then(|| values.iter().sum::<f64>() / values.len() as f64);
+    let throughput: Vec<f64> = levels.iter().map(|l| l.output_throughput).collect();
+    let tokens: Vec<f64> = levels.iter().map(|l| l.total_output_tokens as f64).collect();
+    let acceptance: Vec<f64> = levels.iter().filter_map(|l| l.acceptance_length).collect();
+    let draft_length: Vec<f64> = levels.iter().filter_map(|l| l.mean_draft_length).collect();
+    SweepRow {
+        mode,
+        concurrency,
+        mean_output_throughput: mean_of(&throughput).unwrap_or(0.0),
+        output_throughput: throughput,
+        vs_no_speculation: None,
+        vs_best_eagle3: None,
+        acceptance_length: mean_of(&acceptance),
+        mean_draft_length: mean_of(&draft_length),
+        engine: mean_breakdown(levels.iter().filter_map(|l| l.engine).collect()),
+        mean_output_tokens: mean_of(&tokens).unwrap_or(0.0),
     }
 }
 
@@ -103,9 +112,8 @@ pub fn write_sweep_report(report: &SweepReport, dir: &Path) -> Result<(), BenchE
         c.server_args.join(" "),
         sweep_table(&report.rows),
     );
-    let mut by_concurrency: Vec<&SweepRow> = report.rows.iter().collect();
-    by_concurrency.sort_by_key(|r| r.concurrency);
-    let steps: Vec<StepRow> = by_concurrency
+    let steps: Vec<StepRow> = report
+        .rows
         .iter()
         .map(|r| StepRow {
             label: format!("{} at concurrency {}", r.mode.name, r.concurrency),
@@ -152,15 +160,13 @@ fn mean_breakdown(all: Vec<StepBreakdown>) -> Option<StepBreakdown> {
     })
 }
 
-/// One row per mode and concurrency, grouped by concurrency.
+/// One line per row, in the rows' order (`compare` groups them by concurrency).
 pub fn sweep_table(rows: &[SweepRow]) -> String {
     let mut table = String::from(
         "| concurrency | mode | output tok/s | range over repeats | vs no speculation | vs best EAGLE-3 \
          | acceptance length | mean k |\n|---:|---|---:|---:|---:|---:|---:|---:|\n",
     );
-    let mut sorted: Vec<&SweepRow> = rows.iter().collect();
-    sorted.sort_by_key(|r| r.concurrency);
-    for row in sorted {
+    for row in rows {
         let (lo, hi) = row
             .output_throughput
             .iter()

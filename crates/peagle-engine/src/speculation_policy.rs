@@ -45,12 +45,13 @@ const SPECULATION_MARGIN: f64 = 0.25;
 /// One engine step as the policy sees it.
 #[derive(Debug, Clone, Copy)]
 pub struct StepSample {
-    /// Sequences decoding in the step.
+    /// Sequences in the step.
     pub batch: usize,
     /// Drafts per sequence proposed in the step.
     pub k: usize,
     pub seconds: f64,
-    /// False when the step also ran prefill work, whose cost says nothing about k.
+    /// False when the step also ran prefill work, whose cost says nothing about k, or left
+    /// running sequences out (then it is not the batch size `choose` was asked about).
     pub decode_only: bool,
 }
 
@@ -115,13 +116,13 @@ impl SpeculationPolicy {
         if let Some(&untimed) = allowed.iter().find(|i| stats.candidates[**i].samples < WARMUP_STEPS) {
             return stats.candidates[untimed].k;
         }
-        // The choice is reviewed only once every candidate has fresh numbers (after warm-up
-        // or a re-measurement): step times drift as contexts grow, so comparing a running
-        // incumbent with a candidate timed long ago would flip the choice for nothing.
         let goodput = |c: &Candidate| {
             let margin = if c.k > 0 { 1.0 + SPECULATION_MARGIN } else { 1.0 };
             acceptance.expected_tokens(c.k) / c.seconds.max(f64::MIN_POSITIVE) / margin
         };
+        // The choice is reviewed only once every candidate has fresh numbers (after warm-up
+        // or a re-measurement): step times drift as contexts grow, so comparing a running
+        // incumbent with a candidate timed long ago would flip the choice for nothing.
         let review = stats.explored_from.is_some() || stats.best_k.is_none_or(|k| k > ceiling);
         if review {
             let best = allowed

@@ -72,6 +72,43 @@ fn eval_prompts(g: &Generator, n: usize) -> Vec<Vec<u32>> {
         .collect()
 }
 
+/// The committed demo drafters and whether each drafts in parallel (P-EAGLE).
+const DRAFTERS: [(&str, bool); 2] = [("pystdlib-12l-peagle", true), ("pystdlib-12l-eagle3", false)];
+
+/// The first `n` eval prompts and the demo model's output for each without a drafter.
+fn plain_outputs(n: usize, params: &GenerateParams) -> (Vec<Vec<u32>>, Vec<Vec<u32>>) {
+    let mut plain = demo(None);
+    let prompts = eval_prompts(&plain, n);
+    let want = prompts
+        .iter()
+        .map(|p| plain.generate(p, params, |_| {}).unwrap().token_ids)
+        .collect();
+    (prompts, want)
+}
+
+/// Generates every prompt with `drafter` at K = `k`, asserting each output equals the plain
+/// one; returns the acceptance counts.
+fn generate_as_plain(
+    drafter: &str,
+    parallel: bool,
+    k: usize,
+    prompts: &[Vec<u32>],
+    want: &[Vec<u32>],
+    params: &GenerateParams,
+) -> SpecStats {
+    let mut g = demo(Some(DraftOptions {
+        dir: repo(&format!("models/{drafter}")),
+        speculative: SpeculativeConfig { k, parallel },
+    }));
+    let mut stats = SpecStats::default();
+    for (prompt, want) in prompts.iter().zip(want) {
+        let out = g.generate(prompt, params, |_| {}).unwrap();
+        assert_eq!(&out.token_ids, want, "{drafter} at K = {k}");
+        stats.merge(&out.spec_stats);
+    }
+    stats
+}
+
 /// The committed trained drafters change nothing in greedy output, token for token, on 20
 /// held-out prompts at K = 1, 3 and 7, and (unlike random drafters) get many drafts accepted.
 #[test]
@@ -81,24 +118,10 @@ fn trained_drafters_keep_greedy_output_exact() {
         sampling: SamplingParams::default(),
         ignore_eos: true,
     };
-    let mut plain = demo(None);
-    let prompts = eval_prompts(&plain, 20);
-    let want: Vec<Vec<u32>> = prompts
-        .iter()
-        .map(|p| plain.generate(p, &params, |_| {}).unwrap().token_ids)
-        .collect();
-    for (drafter, parallel) in [("pystdlib-12l-peagle", true), ("pystdlib-12l-eagle3", false)] {
+    let (prompts, want) = plain_outputs(20, &params);
+    for (drafter, parallel) in DRAFTERS {
         for k in [1, 3, 7] {
-            let mut g = demo(Some(DraftOptions {
-                dir: repo(&format!("models/{drafter}")),
-                speculative: SpeculativeConfig { k, parallel },
-            }));
-            let mut stats = SpecStats::default();
-            for (prompt, want) in prompts.iter().zip(&want) {
-                let out = g.generate(prompt, &params, |_| {}).unwrap();
-                assert_eq!(&out.token_ids, want, "{drafter} at K = {k}");
-                stats.merge(&out.spec_stats);
-            }
+            let stats = generate_as_plain(drafter, parallel, k, &prompts, &want, &params);
             let accepted = stats.mean_acceptance_length();
             assert!(
                 accepted > 1.0 + 0.25 * k.min(3) as f64,
@@ -122,23 +145,9 @@ fn seeded_sampling_is_the_same_with_either_drafter() {
         },
         ignore_eos: true,
     };
-    let mut plain = demo(None);
-    let prompts = eval_prompts(&plain, 4);
-    let want: Vec<Vec<u32>> = prompts
-        .iter()
-        .map(|p| plain.generate(p, &params, |_| {}).unwrap().token_ids)
-        .collect();
-    for (drafter, parallel) in [("pystdlib-12l-peagle", true), ("pystdlib-12l-eagle3", false)] {
-        let mut g = demo(Some(DraftOptions {
-            dir: repo(&format!("models/{drafter}")),
-            speculative: SpeculativeConfig { k: 3, parallel },
-        }));
-        let mut stats = SpecStats::default();
-        for (prompt, want) in prompts.iter().zip(&want) {
-            let out = g.generate(prompt, &params, |_| {}).unwrap();
-            assert_eq!(&out.token_ids, want, "{drafter}");
-            stats.merge(&out.spec_stats);
-        }
+    let (prompts, want) = plain_outputs(4, &params);
+    for (drafter, parallel) in DRAFTERS {
+        let stats = generate_as_plain(drafter, parallel, 3, &prompts, &want, &params);
         assert!(stats.num_accepted_tokens > 0, "{drafter}: {stats:?}");
     }
 }
@@ -155,7 +164,7 @@ fn drafting_after_a_suspension_matches_a_drafter_that_never_paused() {
         ignore_eos: true,
     };
     let prompt = eval_prompts(&demo(None), 1).remove(0);
-    for (drafter, parallel) in [("pystdlib-12l-peagle", true), ("pystdlib-12l-eagle3", false)] {
+    for (drafter, parallel) in DRAFTERS {
         let loaded = peagle_models::load_causal_lm(&repo("models/pystdlib-12l"), LoadOptions::default()).unwrap();
         let d = Drafter::load(
             &repo(&format!("models/{drafter}")),
