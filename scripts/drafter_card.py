@@ -23,6 +23,8 @@ def main():
     ap.add_argument("--plain", type=Path, required=True, help="stats JSON of the same prompts without a drafter")
     ap.add_argument("--capture", type=Path, required=True, help="data_config.json of the capture")
     ap.add_argument("--command", required=True, help="the fit command line, for the card")
+    ap.add_argument("--hardware", default="2 CPU cores (shared with other work)",
+                    help="where the fit ran, for the card")
     args = ap.parse_args()
 
     d = args.drafter
@@ -85,7 +87,7 @@ pre-norm state.
 - {report['step']} AdamW steps of 4 samples ({report['train_samples']} training samples,
   {report['val_samples']} held out for validation), warmup then cosine decay, gradient clipping
   at 1.0, KL loss against the target's distribution in f32.
-- {report['seconds'] / 60:.1f} minutes on 2 CPU cores (shared with other work).
+- {report['seconds'] / 60:.1f} minutes on {args.hardware}.
 - Weights stored as bf16: {size_mb:.1f} MB.
 
 Validation at the end (loss {last['val_loss']:.3f}), accuracy of the drafter's greedy token
