@@ -25,11 +25,13 @@
 //! longest-unmeasured other candidate is timed again, so the choice follows changes in context
 //! length and load. Re-timing is not free (turning drafting back on first catches the drafter
 //! up), so each time it confirms the incumbent the wait before the next one doubles, from
-//! `EXPLORE_EVERY` up to `MAX_EXPLORE_EVERY` steps at that batch size; the choice is only
-//! reviewed on fresh numbers, and when the incumbent's own goodput drops well below what it
-//! was, the others are re-timed at once. Drafting only gets less
-//! worthwhile as the batch grows, so a batch size does not try a k above the best one of the
-//! nearest smaller batch size: a ramp-up does not time long windows at every size again.
+//! `EXPLORE_EVERY` up to `MAX_EXPLORE_EVERY` steps at that batch size. A re-measurement times
+//! the challenger and then the incumbent afresh, one right after the other, and the review
+//! weighs only those two: step times follow the context length, so numbers from another
+//! request say little. When the incumbent's own goodput falls to half of what it was, the
+//! others are re-timed at once. Drafting only gets less worthwhile as the batch grows, so a
+//! batch size does not try a k above the best one of the nearest smaller batch size: a
+//! ramp-up does not time long windows at every size again.
 
 use std::collections::VecDeque;
 
@@ -43,8 +45,10 @@ const WINDOW: usize = 9;
 const EXPLORE_EVERY: u64 = 64;
 /// The longest wait between re-measurements.
 const MAX_EXPLORE_EVERY: u64 = 64 * EXPLORE_EVERY;
-/// Below this share of its goodput at the last review, the best k has the others re-timed.
-const DEGRADED: f64 = 0.8;
+/// Below this share of its goodput at the last review, the best k has the others re-timed at
+/// once. Low, because every k slows down alike as contexts grow (a step at 500 tokens of
+/// context costs 1.5x one at 20 here), and that alone is no reason to re-time.
+const DEGRADED: f64 = 0.5;
 /// How much more goodput than plain decoding a k > 0 must show in decode-only steps.
 const SPECULATION_MARGIN: f64 = 0.25;
 
@@ -95,6 +99,8 @@ struct BatchStats {
     explore_gap: u64,
     /// The best k when the running re-measurement started.
     explored_from: Option<usize>,
+    /// Decision count at which the running (or last) re-measurement started.
+    explore_started: u64,
     /// The best k's goodput at the last review.
     reviewed_goodput: f64,
 }
@@ -143,12 +149,24 @@ impl SpeculationPolicy {
             let margin = if c.k > 0 { 1.0 + SPECULATION_MARGIN } else { 1.0 };
             acceptance.expected_tokens(c.k) / c.seconds.max(f64::MIN_POSITIVE) / margin
         };
-        // The choice is reviewed only once every candidate has fresh numbers (after warm-up
-        // or a re-measurement): step times drift as contexts grow, so comparing a running
-        // incumbent with a candidate timed long ago would flip the choice for nothing.
+        // The choice is reviewed on fresh numbers only: after warm-up, or once a re-measurement
+        // has timed a challenger and the incumbent again. Step times follow the context length
+        // (a long prompt makes every step slower), so after a re-measurement only those two,
+        // timed side by side, compete: a candidate timed during another request would win or
+        // lose for nothing it does.
         let review = stats.explored_from.is_some() || stats.best_k.is_none_or(|k| k > ceiling);
         if review {
-            let best = allowed
+            let side_by_side: Vec<usize> = allowed
+                .iter()
+                .copied()
+                .filter(|i| stats.candidates[*i].measured_at >= stats.explore_started)
+                .collect();
+            let pool = if stats.explored_from.is_some() && !side_by_side.is_empty() {
+                &side_by_side
+            } else {
+                &allowed
+            };
+            let best = pool
                 .iter()
                 .copied()
                 .max_by(|a, b| goodput(&stats.candidates[*a]).total_cmp(&goodput(&stats.candidates[*b])))
@@ -188,10 +206,19 @@ impl SpeculationPolicy {
                 .filter(|i| stats.candidates[*i].k != best_k)
                 .min_by_key(|i| stats.candidates[*i].measured_at);
             if let Some(i) = stale {
-                // Timed afresh from its next step, like a warm-up; the review follows.
+                // The challenger and the incumbent are timed afresh, one right after the
+                // other, like a warm-up; the review follows.
+                for c in stats.candidates.iter_mut().filter(|c| c.k == best_k) {
+                    c.recent.clear();
+                }
                 stats.candidates[i].recent.clear();
                 stats.explored_from = Some(best_k);
-                return stats.candidates[i].k;
+                stats.explore_started = stats.decisions;
+                let first = allowed
+                    .iter()
+                    .find(|i| stats.candidates[**i].recent.is_empty())
+                    .expect("the challenger was just cleared");
+                return stats.candidates[*first].k;
             }
             stats.next_explore = stats.decisions + stats.explore_gap;
         }
@@ -242,6 +269,7 @@ impl SpeculationPolicy {
                 next_explore: EXPLORE_EVERY,
                 explore_gap: EXPLORE_EVERY,
                 explored_from: None,
+                explore_started: 0,
                 reviewed_goodput: 0.0,
             };
             self.by_batch.resize(index + 1, template);
@@ -375,6 +403,19 @@ mod tests {
             "drafted {:.3} of the steps",
             1.0 - share(&ks[100..], 0)
         );
+    }
+
+    #[test]
+    fn candidates_timed_at_other_contexts_do_not_win_a_review() {
+        // Plain decoding wins throughout. Then every step gets twice as slow (a request with a
+        // long context): the incumbent degrades and is reviewed, and drafting, whose numbers
+        // date from the short contexts, must not look better than it is.
+        let weak = acceptance(0.35, 3);
+        let mut p = SpeculationPolicy::new(3, true);
+        let cost = |k: usize| 1.0 + 0.25 * k as f64;
+        drive(&mut p, 1, 300, &weak, cost);
+        let long = drive(&mut p, 1, 300, &weak, |k| 2.0 * cost(k));
+        assert!(share(&long, 0) > 0.9, "{long:?}");
     }
 
     #[test]
