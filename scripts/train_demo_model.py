@@ -270,6 +270,19 @@ def build_model(args, seed):
     return model.to(args.device)
 
 
+def train_command(argv):
+    """The train arguments for the model card, without the machine-local ``--cache DIR``."""
+    kept, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a == "--cache":
+            skip = True
+        elif not a.startswith("--cache="):
+            kept.append(a)
+    return " ".join(kept)
+
+
 def hardware(args):
     """How the training hardware is named in the model card."""
     import torch
@@ -475,7 +488,7 @@ def stage_train(args):
         "final_train_loss_avg50": float(np.mean(recent[-50:])), "best_eval": {"loss": best[0], "step": best[1]},
         "eval_history": hist, "torch_threads": torch.get_num_threads(),
         "torch_version": torch.__version__, "hardware": hardware(args),
-        "command": " ".join(a for a in sys.argv[1:] if not a.startswith("--cache")),
+        "command": train_command(sys.argv[1:]),
     }
     (cache / "train_summary.json").write_text(json.dumps(summary, indent=2))
     log("train done", json.dumps({k: v for k, v in summary.items() if k != "eval_history"}))
@@ -665,6 +678,14 @@ def stage_export(args):
                        f"logit gap {d['min_top2_gap']:.3f}):\n\n```python\n{d['prompt']}\n```\n\n"
                        f"Greedy continuation (64 tokens, float32):\n\n```python\n{d['completion']}\n```\n")
     excl = ", ".join(f"{k}: {v}" for k, v in sorted(meta["excluded"].items()))
+    best_step = summary["best_eval"]["step"]
+    if not args.use_best:
+        shipped = f"the last, step {summary['steps_done']}"
+    elif best_step < summary["steps_done"]:
+        shipped = (f"the best held-out evaluation, step {best_step} of {summary['steps_done']} (held-out loss "
+                   "rises after it: the model starts to memorise the small train split)")
+    else:
+        shipped = f"the best held-out evaluation, which is the last, step {best_step}"
     hist_rows = "\n".join(f"| {h['step']} | {h['tokens']:,} | {h['train_loss_recent']:.3f} | {h['heldout_loss']:.3f} |"
                           for h in summary["eval_history"] if h["train_loss_recent"] is not None)
     card = f"""# {args.name}: tiny Llama code model trained on the CPython standard library
@@ -714,7 +735,7 @@ tied input/output embeddings, max_position_embeddings 1024.
 * Steps: {summary['steps_done']} of {summary['max_steps']} planned{' (stopped by the time budget)' if summary['stopped_by_time'] else ''};
   **tokens trained: {summary['tokens_trained']:,}** ({summary['epochs']:.2f} epochs of the train split).
 * Training wall time: **{summary['train_wall_s'] / 60:.1f} min** ({hours:.2f} h).
-* Shipped checkpoint: {f"the best held-out evaluation, step {summary['best_eval']['step']} of {summary['steps_done']} (held-out loss rises after it: the model starts to memorise the small train split)" if args.use_best else f"the last, step {summary['steps_done']}"}.
+* Shipped checkpoint: {shipped}.
 
 Loss during training (held-out loss on a fixed subset of {args.eval_blocks} windows of {summary['seq_len']} tokens):
 

@@ -208,8 +208,8 @@ impl SpeculationPolicy {
             if let Some(i) = stale {
                 // The challenger and the incumbent are timed afresh, one right after the
                 // other, like a warm-up; the review follows.
-                for c in stats.candidates.iter_mut().filter(|c| c.k == best_k) {
-                    c.recent.clear();
+                if let Some(incumbent) = stats.candidates.iter_mut().find(|c| c.k == best_k) {
+                    incumbent.recent.clear();
                 }
                 stats.candidates[i].recent.clear();
                 stats.explored_from = Some(best_k);
