@@ -1,7 +1,7 @@
 //! One decode step (1 row) against one 8-row verification window, at the demo model's size,
 //! after a 128-token context; plus the machine's memory read bandwidth for the roofline.
 
-use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use criterion::{criterion_group, Criterion, Throughput};
 use peagle_benches::{random_model, weight_bytes, DEMO_CONFIG};
 use peagle_models::{BatchBuilder, KvCache, Rows};
 use std::hint::black_box;
@@ -62,4 +62,4 @@ fn lane_sum(part: &[f32]) -> f32 {
 }
 
 criterion_group!(benches, decode);
-criterion_main!(benches);
+peagle_benches::main_on_pool!(benches);

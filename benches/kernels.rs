@@ -3,7 +3,7 @@
 //! window over a 512-token context.
 
 use candle_core::{DType, Device, Tensor};
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use criterion::{criterion_group, BenchmarkId, Criterion};
 use peagle_kernels::{linear, paged_attention, AttentionMetadata, AttentionParams};
 use std::hint::black_box;
 
@@ -55,4 +55,4 @@ fn attention(c: &mut Criterion) {
 }
 
 criterion_group!(benches, matmul, attention);
-criterion_main!(benches);
+peagle_benches::main_on_pool!(benches);

@@ -3,7 +3,7 @@
 //! verification, one P-EAGLE drafter pass for K = 7 drafts, and the K = 7 passes EAGLE-3 needs.
 
 use candle_core::Tensor;
-use criterion::{criterion_group, criterion_main, Criterion};
+use criterion::{criterion_group, Criterion};
 use peagle_models::{load_causal_lm, BatchBuilder, CausalLm, DraftHidden, Drafter, KvCache, LoadOptions, Rows};
 use std::hint::black_box;
 use std::path::PathBuf;
@@ -116,4 +116,4 @@ fn speculative_step(c: &mut Criterion) {
 }
 
 criterion_group!(benches, speculative_step);
-criterion_main!(benches);
+peagle_benches::main_on_pool!(benches);

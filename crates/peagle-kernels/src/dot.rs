@@ -139,13 +139,14 @@ mod x86 {
     /// The reduction order every x86 dot product follows, for any number of rows and weight
     /// vectors at once and either register width L: per (row, weight) pair, two accumulators
     /// over 2L-element blocks, one L-wide step into the first, their sum, a fixed horizontal
-    /// sum, then the scalar tail. Each weight block is loaded (and widened from bf16) once and
+    /// sum (`$hsums` reduces every pair's vector at once, each by the same tree of lane
+    /// pairs), then the scalar tail. Each weight block is loaded (and widened from bf16) once and
     /// used by all rows, each input block once and used by all weights. Loads are passed as
     /// function paths, not closures: a closure does not carry the enclosing function's target
     /// features, so its intrinsics would not inline.
     macro_rules! dot_rows {
         ($xs:expr, $ws:expr, $rows:literal, $cols:literal, $load:path, $scalar:path,
-         lanes: $l:literal, $zero:path, $loadu:path, $fma:path, $add:path, $hsum:path) => {{
+         lanes: $l:literal, $zero:path, $loadu:path, $fma:path, $add:path, $hsums:path) => {{
             let xs: [&[f32]; $rows] = $xs;
             let ws = $ws;
             let n = ws[0].len();
@@ -179,14 +180,18 @@ mod x86 {
                 }
                 i += $l;
             }
-            let mut out = [[0f32; $cols]; $rows];
+            let mut sums = [[$zero(); $cols]; $rows];
             for r in 0..$rows {
                 for c in 0..$cols {
-                    let mut sum = $hsum($add(acc[r][c][0], acc[r][c][1]));
+                    sums[r][c] = $add(acc[r][c][0], acc[r][c][1]);
+                }
+            }
+            let mut out: [[f32; $cols]; $rows] = $hsums(sums);
+            for r in 0..$rows {
+                for c in 0..$cols {
                     for j in i..n {
-                        sum += xs[r][j] * $scalar(ws[c][j]);
+                        out[r][c] += xs[r][j] * $scalar(ws[c][j]);
                     }
-                    out[r][c] = sum;
                 }
             }
             out
@@ -216,10 +221,22 @@ mod x86 {
             _mm_cvtss_f32(s)
         }
 
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        unsafe fn hsums<const R: usize, const C: usize>(v: [[__m256; C]; R]) -> [[f32; C]; R] {
+            let mut out = [[0f32; C]; R];
+            for r in 0..R {
+                for c in 0..C {
+                    out[r][c] = hsum(v[r][c]);
+                }
+            }
+            out
+        }
+
         macro_rules! dot8 {
             ($xs:expr, $ws:expr, $rows:literal, $cols:literal, $load:path, $scalar:path) => {
                 dot_rows!($xs, $ws, $rows, $cols, $load, $scalar, lanes: 8,
-                    _mm256_setzero_ps, _mm256_loadu_ps, _mm256_fmadd_ps, _mm256_add_ps, hsum)
+                    _mm256_setzero_ps, _mm256_loadu_ps, _mm256_fmadd_ps, _mm256_add_ps, hsums)
             };
         }
 
@@ -257,10 +274,81 @@ mod x86 {
             _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(raw)))
         }
 
+        /// Lane i plus lane i + 8, then i + 4, i + 2 and i + 1: the one tree every AVX-512 dot
+        /// product sums its lanes by.
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        unsafe fn hsum(v: __m512) -> f32 {
+            let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v)));
+            let s = _mm256_add_ps(_mm512_castps512_ps256(v), hi);
+            let s = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps::<1>(s));
+            let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+            let s = _mm_add_ss(s, _mm_shuffle_ps::<1>(s, s));
+            _mm_cvtss_f32(s)
+        }
+
+        /// `hsum` of eight vectors at once: each level adds the same lane pairs as `hsum` (float
+        /// addition commutes, so the results are identical) but serves two to eight vectors
+        /// per instruction.
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        unsafe fn hsum8(v: [__m512; 8]) -> [f32; 8] {
+            // Halves: [a.lo, b.lo] + [a.hi, b.hi] holds a's 8 partial lanes, then b's.
+            let h = [
+                halves(v[0], v[1]),
+                halves(v[2], v[3]),
+                halves(v[4], v[5]),
+                halves(v[6], v[7]),
+            ];
+            // Quarters: each 128-bit lane now holds one vector's 4 partial lanes, v0 to v3.
+            let (lo, hi) = (quarters(h[0], h[1]), quarters(h[2], h[3]));
+            // Pairs: in 128-bit lane q, [v(q) 0+2, v(q) 1+3, v(q+4) 0+2, v(q+4) 1+3].
+            let pairs = _mm512_add_ps(_mm512_shuffle_ps::<0x44>(lo, hi), _mm512_shuffle_ps::<0xEE>(lo, hi));
+            let total = _mm512_add_ps(pairs, _mm512_shuffle_ps::<0xB1>(pairs, pairs));
+            let mut lanes = [0f32; 16];
+            _mm512_storeu_ps(lanes.as_mut_ptr(), total);
+            [0, 4, 8, 12, 2, 6, 10, 14].map(|i| lanes[i])
+        }
+
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        unsafe fn halves(a: __m512, b: __m512) -> __m512 {
+            _mm512_add_ps(_mm512_shuffle_f32x4::<0x44>(a, b), _mm512_shuffle_f32x4::<0xEE>(a, b))
+        }
+
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        unsafe fn quarters(a: __m512, b: __m512) -> __m512 {
+            _mm512_add_ps(_mm512_shuffle_f32x4::<0x88>(a, b), _mm512_shuffle_f32x4::<0xDD>(a, b))
+        }
+
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        unsafe fn hsums<const R: usize, const C: usize>(v: [[__m512; C]; R]) -> [[f32; C]; R] {
+            let mut out = [[0f32; C]; R];
+            if R * C == 8 {
+                let mut flat = [_mm512_setzero_ps(); 8];
+                for (i, x) in v.iter().flatten().enumerate() {
+                    flat[i] = *x;
+                }
+                let sums = hsum8(flat);
+                for (i, o) in out.iter_mut().flatten().enumerate() {
+                    *o = sums[i];
+                }
+                return out;
+            }
+            for r in 0..R {
+                for c in 0..C {
+                    out[r][c] = hsum(v[r][c]);
+                }
+            }
+            out
+        }
+
         macro_rules! dot16 {
             ($xs:expr, $ws:expr, $rows:literal, $cols:literal, $load:path, $scalar:path) => {
                 dot_rows!($xs, $ws, $rows, $cols, $load, $scalar, lanes: 16,
-                    _mm512_setzero_ps, _mm512_loadu_ps, _mm512_fmadd_ps, _mm512_add_ps, _mm512_reduce_add_ps)
+                    _mm512_setzero_ps, _mm512_loadu_ps, _mm512_fmadd_ps, _mm512_add_ps, hsums)
             };
         }
 

@@ -85,50 +85,61 @@ fn matmul<W: Sync>(x: &[f32], w: &[W], rows: usize, n: usize, k: usize, dots: &D
     if rows == 0 || n == 0 {
         return vec![0.0; rows * n];
     }
-    // Computed transposed ([n, rows]) so that each task owns a contiguous output chunk.
     let per_task = n
         .div_ceil(TASKS_PER_THREAD * rayon::current_num_threads())
         .max(MIN_WEIGHT_ROWS_PER_TASK);
-    let mut yt = vec![0f32; n * rows];
-    let x_row = |t: usize| &x[t * k..][..k];
-    let quads = rows / 4;
-    yt.par_chunks_mut(per_task * rows).enumerate().for_each(|(chunk, out)| {
-        let first = chunk * per_task;
-        let w_row = |j: usize| &w[(first + j) * k..][..k];
-        let cols = out.len() / rows;
-        // Weight rows in pairs, input rows in fours: each loaded block serves a 4x2 tile.
-        for j in (0..cols).step_by(2) {
-            let pair = j + 1 < cols;
-            for q in 0..quads {
-                let t = 4 * q;
-                let xs = [x_row(t), x_row(t + 1), x_row(t + 2), x_row(t + 3)];
-                if pair {
-                    let tile = (dots.four_by_two)(xs, [w_row(j), w_row(j + 1)]);
-                    for (r, v) in tile.iter().enumerate() {
-                        out[j * rows + t + r] = v[0];
-                        out[(j + 1) * rows + t + r] = v[1];
-                    }
-                } else {
-                    out[j * rows + t..][..4].copy_from_slice(&(dots.four)(xs, w_row(j)));
-                }
-            }
-            for c in j..(j + 1 + pair as usize) {
-                for t in 4 * quads..rows {
-                    out[c * rows + t] = (dots.one)(x_row(t), w_row(c));
-                }
-            }
+    let blocks: Vec<Vec<f32>> = (0..n.div_ceil(per_task))
+        .into_par_iter()
+        .map(|task| {
+            let first = task * per_task;
+            block(x, &w[first * k..], rows, per_task.min(n - first), k, dots)
+        })
+        .collect();
+    if rows == 1 {
+        return blocks.concat();
+    }
+    // Row by row, so every copy is contiguous. (Writing the output column by column strided by
+    // n, a power of two for most weights, mapped every row to one L1 set; at 16 rows that took
+    // as long as the matmul itself.)
+    let mut y = vec![0f32; rows * n];
+    y.par_chunks_mut(n).enumerate().for_each(|(t, y_row)| {
+        for (y_part, block) in y_row.chunks_mut(per_task).zip(&blocks) {
+            y_part.copy_from_slice(&block[t * y_part.len()..][..y_part.len()]);
         }
     });
-    if rows == 1 {
-        return yt;
-    }
-    let mut y = vec![0f32; rows * n];
-    for (j, col) in yt.chunks(rows).enumerate() {
-        for (t, v) in col.iter().enumerate() {
-            y[t * n + j] = *v;
+    y
+}
+
+/// `x` [rows, k] times the first `cols` rows of `w` transposed, as [rows, cols].
+fn block<W>(x: &[f32], w: &[W], rows: usize, cols: usize, k: usize, dots: &Dots<W>) -> Vec<f32> {
+    let x_row = |t: usize| &x[t * k..][..k];
+    let w_row = |j: usize| &w[j * k..][..k];
+    let mut out = vec![0f32; rows * cols];
+    let quads = rows / 4;
+    // Weight rows in pairs, input rows in fours: each loaded block serves a 4x2 tile.
+    for j in (0..cols).step_by(2) {
+        let pair = j + 1 < cols;
+        for q in 0..quads {
+            let t = 4 * q;
+            let xs = [x_row(t), x_row(t + 1), x_row(t + 2), x_row(t + 3)];
+            if pair {
+                let tile = (dots.four_by_two)(xs, [w_row(j), w_row(j + 1)]);
+                for (r, v) in tile.iter().enumerate() {
+                    out[(t + r) * cols + j..][..2].copy_from_slice(v);
+                }
+            } else {
+                for (r, v) in (dots.four)(xs, w_row(j)).iter().enumerate() {
+                    out[(t + r) * cols + j] = *v;
+                }
+            }
+        }
+        for c in j..(j + 1 + pair as usize) {
+            for t in 4 * quads..rows {
+                out[t * cols + c] = (dots.one)(x_row(t), w_row(c));
+            }
         }
     }
-    y
+    out
 }
 
 #[cfg(test)]
