@@ -103,6 +103,18 @@ pub fn dot_bf16_x4x2(xs: [&[f32]; 4], ws: [&[bf16]; 2]) -> [[f32; 2]; 4] {
     columns(dot_bf16_x4(xs, ws[0]), dot_bf16_x4(xs, ws[1]))
 }
 
+/// One row against eight vectors (attention scores of eight keys), each result bit-identical
+/// to `dot_f32(x, ws[c])`: the eight sums share one horizontal reduction.
+pub fn dot_f32_x1x8(x: &[f32], ws: [&[f32]; 8]) -> [f32; 8] {
+    assert!(ws.iter().all(|w| w.len() == x.len()), "dot_f32_x1x8 length mismatch");
+    #[cfg(target_arch = "x86_64")]
+    if x86::avx512() {
+        // SAFETY: the CPU supports AVX-512F (checked above); lengths are equal.
+        return unsafe { x86::avx512::dot_f32_x1x8(x, ws) };
+    }
+    ws.map(|w| dot_f32(x, w))
+}
+
 fn columns(a: [f32; 4], b: [f32; 4]) -> [[f32; 2]; 4] {
     [0, 1, 2, 3].map(|r| [a[r], b[r]])
 }
@@ -383,6 +395,11 @@ mod x86 {
         pub unsafe fn dot_bf16_x4x2(xs: [&[f32]; 4], ws: [&[bf16]; 2]) -> [[f32; 2]; 4] {
             dot16!(xs, ws, 4, 2, load_bf16, bf16::to_f32)
         }
+
+        #[target_feature(enable = "avx512f")]
+        pub unsafe fn dot_f32_x1x8(x: &[f32], ws: [&[f32]; 8]) -> [f32; 8] {
+            dot16!([x], ws, 1, 8, _mm512_loadu_ps, f32::from)[0]
+        }
     }
 }
 
@@ -443,6 +460,19 @@ mod tests {
                         "n={n} {r},{c}"
                     );
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn eight_key_scores_equal_single_dots_bitwise() {
+        for n in [5, 16, 33, 64, 128] {
+            let x = ramp(n, 0.5);
+            let keys: Vec<Vec<f32>> = (0..8).map(|c| ramp(n, 3.0 + c as f32)).collect();
+            let ws: [&[f32]; 8] = std::array::from_fn(|c| &keys[c][..]);
+            let scores = dot_f32_x1x8(&x, ws);
+            for c in 0..8 {
+                assert_eq!(scores[c].to_bits(), dot_f32(&x, ws[c]).to_bits(), "n={n} key {c}");
             }
         }
     }

@@ -9,7 +9,7 @@ mod linear;
 mod masked_softmax;
 mod paged_attention;
 
-pub use dot::{dot_bf16, dot_bf16_x4, dot_bf16_x4x2, dot_f32, dot_f32_x4, dot_f32_x4x2};
+pub use dot::{dot_bf16, dot_bf16_x4, dot_bf16_x4x2, dot_f32, dot_f32_x1x8, dot_f32_x4, dot_f32_x4x2};
 pub use error::KernelError;
 pub use kv_write::write_kv;
 pub use linear::linear;

@@ -6,7 +6,7 @@
 //! positions `0..=pos` (or the last `window` of them). Each (row, head) is computed alone, in
 //! key order, so results do not depend on the batch.
 
-use crate::dot::dot_f32;
+use crate::dot::{dot_f32, dot_f32_x1x8};
 use crate::error::bad_input;
 use crate::linear::contiguous;
 use candle_core::{CpuStorage, CustomOp3, Layout, Result, Shape, Tensor};
@@ -188,8 +188,17 @@ fn attend_row(q: &[f32], k: &[f32], v: &[f32], slots: &[usize], p: &AttentionPar
     for h in 0..p.num_heads {
         let kv_off = (h / group) * d;
         let qh = &q[h * d..][..d];
-        for (w, slot) in weights.iter_mut().zip(slots) {
-            *w = dot_f32(qh, &k[slot * kv_width + kv_off..][..d]) * p.scale;
+        let key = |slot: usize| &k[slot * kv_width + kv_off..][..d];
+        let mut eights = slots.chunks_exact(8);
+        let mut scored = weights.chunks_exact_mut(8);
+        for (ws, eight) in (&mut scored).zip(&mut eights) {
+            let scores = dot_f32_x1x8(qh, std::array::from_fn(|i| key(eight[i])));
+            for (w, s) in ws.iter_mut().zip(scores) {
+                *w = s * p.scale;
+            }
+        }
+        for (w, slot) in scored.into_remainder().iter_mut().zip(eights.remainder()) {
+            *w = dot_f32(qh, key(*slot)) * p.scale;
         }
         let max = weights.iter().copied().fold(f32::NEG_INFINITY, f32::max);
         let mut sum = 0f32;
@@ -198,14 +207,40 @@ fn attend_row(q: &[f32], k: &[f32], v: &[f32], slots: &[usize], p: &AttentionPar
             sum += *w;
         }
         let oh = &mut out[h * d..][..d];
-        oh.fill(0.0);
-        for (w, slot) in weights.iter().zip(slots) {
-            let vh = &v[slot * kv_width + kv_off..][..d];
-            for (o, x) in oh.iter_mut().zip(vh) {
-                *o += w * x;
-            }
+        for (c, o) in oh.chunks_mut(VALUE_CHUNK).enumerate() {
+            let (first, width) = (kv_off + c * VALUE_CHUNK, o.len());
+            weighted_sum(
+                o,
+                &weights,
+                slots.iter().map(|slot| &v[slot * kv_width + first..][..width]),
+            );
         }
         let inv = 1.0 / sum;
         oh.iter_mut().for_each(|o| *o *= inv);
+    }
+}
+
+/// Value columns summed per pass over the keys: 4 AVX-512 registers of accumulators.
+const VALUE_CHUNK: usize = 64;
+
+/// `out = Σ weights[j] * values[j]`, in key order for every column. The sums stay in registers
+/// across the keys (writing them back after every key cost more than the multiplies).
+fn weighted_sum<'a>(out: &mut [f32], weights: &[f32], values: impl Iterator<Item = &'a [f32]>) {
+    if let Ok(out) = <&mut [f32; VALUE_CHUNK]>::try_from(&mut *out) {
+        let mut acc = [0f32; VALUE_CHUNK];
+        for (w, value) in weights.iter().zip(values) {
+            let value: &[f32; VALUE_CHUNK] = value.try_into().expect("a full chunk");
+            for (a, x) in acc.iter_mut().zip(value) {
+                *a += w * x;
+            }
+        }
+        *out = acc;
+        return;
+    }
+    out.fill(0.0);
+    for (w, value) in weights.iter().zip(values) {
+        for (o, x) in out.iter_mut().zip(value) {
+            *o += w * x;
+        }
     }
 }
