@@ -2,9 +2,10 @@
 
 Every number comes from files the pipeline wrote next to the drafter: train_report.json
 (peagle-train fit), acceptance_k{K}.json (peagle-generate --stats-json on the eval prompts)
-and, for the speedup column, the plain run's stats given with --plain.
+and, for the speedup column, the stats of plain runs given with --plain (their mean tokens/s:
+runs before and after the drafter runs bracket the drift of a shared machine).
 
-    python3 scripts/drafter_card.py models/pystdlib-12l-peagle --plain /tmp/peagle_drafters/plain.json \
+    python3 scripts/drafter_card.py models/pystdlib-12l-peagle --plain /tmp/peagle_drafters/plain_{before,after}.json \
         --capture /tmp/peagle_drafters/capture/data_config.json --command "..."
 """
 
@@ -20,7 +21,8 @@ def load(path):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("drafter", type=Path)
-    ap.add_argument("--plain", type=Path, required=True, help="stats JSON of the same prompts without a drafter")
+    ap.add_argument("--plain", type=Path, nargs="+", required=True,
+                    help="stats JSONs of the same prompts without a drafter")
     ap.add_argument("--capture", type=Path, required=True, help="data_config.json of the capture")
     ap.add_argument("--command", required=True, help="the fit command line, for the card")
     ap.add_argument("--hardware", default="2 CPU cores (shared with other work)",
@@ -29,7 +31,13 @@ def main():
 
     d = args.drafter
     config, report = load(d / "config.json"), load(d / "train_report.json")
-    capture, plain = load(args.capture), load(args.plain)
+    capture = load(args.capture)
+    plain_runs = [load(p)["tokens_per_second"] for p in args.plain]
+    plain_speed = sum(plain_runs) / len(plain_runs)
+    plain_note = (
+        "one run" if len(plain_runs) == 1
+        else "the mean of " + ", ".join(f"{x:.0f}" for x in plain_runs) + " before and after the drafter runs"
+    )
     layers = config["transformer_layer_config"]["num_hidden_layers"]
     algo = config["speculators_model_type"]
     last = report["history"][-1]
@@ -41,7 +49,7 @@ def main():
     for k in (3, 5, 7):
         s = load(d / f"acceptance_k{k}.json")
         per_pos = ", ".join(f"{a:.2f}" for a in s["per_position_acceptance"])
-        speed = s["tokens_per_second"] / plain["tokens_per_second"]
+        speed = s["tokens_per_second"] / plain_speed
         rows.append(
             f"| {k} | {s['mean_acceptance_length']:.2f} | {per_pos} | "
             f"{s['tokens_per_second']:.0f} | {speed:.2f}x |"
@@ -104,8 +112,8 @@ against the target's, per depth:
 ## Acceptance on the eval prompts
 
 peagle-generate, greedy, the 100 held-out prompts of `models/pystdlib-12l/eval_prompts.jsonl`,
-256 new tokens each, on the same CPU as the plain run ({plain['tokens_per_second']:.0f}
-tokens/s without a drafter). Mean acceptance length counts the bonus token (vLLM's
+256 new tokens each, on the same CPU as the plain runs ({plain_speed:.0f} tokens/s without a
+drafter, {plain_note}). Mean acceptance length counts the bonus token (vLLM's
 definition); tokens/s vary with machine load, compare them within one table only.
 
 | K | mean acceptance length | per-position acceptance | tokens/s | vs no drafter |

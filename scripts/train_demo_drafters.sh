@@ -43,6 +43,8 @@ fit() {
 
 measure() {
     local prompts=$target/eval_prompts.jsonl
+    local plain=("$bin/peagle-generate" --prompts-file "$prompts" --max-tokens 256)
+    "${plain[@]}" --stats-json "$work/plain_before.json" >/dev/null
     for out in pystdlib-12l-peagle pystdlib-12l-eagle3; do
         local parallel=()
         [[ $out == *peagle ]] && parallel=(--parallel-drafting)
@@ -51,8 +53,8 @@ measure() {
                 "${parallel[@]}" --k "$k" --stats-json "models/$out/acceptance_k$k.json" >/dev/null
         done
     done
-    "$bin/peagle-generate" --prompts-file "$prompts" --max-tokens 256 --stats-json "$work/plain.json" >/dev/null
-    local card=(--plain "$work/plain.json" --capture "$work/capture/data_config.json")
+    "${plain[@]}" --stats-json "$work/plain_after.json" >/dev/null
+    local card=(--plain "$work/plain_before.json" "$work/plain_after.json" --capture "$work/capture/data_config.json")
     python3 scripts/drafter_card.py models/pystdlib-12l-peagle "${card[@]}" \
         --command "peagle-train fit --algo peagle ${common[*]} ${peagle_args[*]}"
     python3 scripts/drafter_card.py models/pystdlib-12l-eagle3 "${card[@]}" \
