@@ -165,7 +165,12 @@ impl CustomOp3 for PagedAttention<'_> {
             .zip(row_info.par_iter())
             .for_each(|((out_row, q_row), &(seq, pos))| {
                 let slots = self.key_slots(seq, pos);
-                attend_row(q_row, k, v, &slots, p, out_row);
+                // Heads are tasks too: a decode step has a single row, and its heads keep every
+                // core busy.
+                out_row
+                    .par_chunks_mut(p.head_dim)
+                    .enumerate()
+                    .for_each(|(h, out_head)| attend_head(q_row, h, k, v, &slots, p, out_head));
             });
         Ok((CpuStorage::F32(out), Shape::from((rows, q_width))))
     }
@@ -181,43 +186,40 @@ impl PagedAttention<'_> {
     }
 }
 
-fn attend_row(q: &[f32], k: &[f32], v: &[f32], slots: &[usize], p: &AttentionParams, out: &mut [f32]) {
+/// Query head `h` of one row against the keys and values in `slots`, into `out` [head_dim].
+fn attend_head(q: &[f32], h: usize, k: &[f32], v: &[f32], slots: &[usize], p: &AttentionParams, out: &mut [f32]) {
     let (d, kv_width) = (p.head_dim, p.num_kv_heads * p.head_dim);
-    let group = p.num_heads / p.num_kv_heads;
+    let kv_off = (h / (p.num_heads / p.num_kv_heads)) * d;
+    let qh = &q[h * d..][..d];
+    let key = |slot: usize| &k[slot * kv_width + kv_off..][..d];
     let mut weights = vec![0f32; slots.len()];
-    for h in 0..p.num_heads {
-        let kv_off = (h / group) * d;
-        let qh = &q[h * d..][..d];
-        let key = |slot: usize| &k[slot * kv_width + kv_off..][..d];
-        let mut eights = slots.chunks_exact(8);
-        let mut scored = weights.chunks_exact_mut(8);
-        for (ws, eight) in (&mut scored).zip(&mut eights) {
-            let scores = dot_f32_x1x8(qh, std::array::from_fn(|i| key(eight[i])));
-            for (w, s) in ws.iter_mut().zip(scores) {
-                *w = s * p.scale;
-            }
+    let mut eights = slots.chunks_exact(8);
+    let mut scored = weights.chunks_exact_mut(8);
+    for (ws, eight) in (&mut scored).zip(&mut eights) {
+        let scores = dot_f32_x1x8(qh, std::array::from_fn(|i| key(eight[i])));
+        for (w, s) in ws.iter_mut().zip(scores) {
+            *w = s * p.scale;
         }
-        for (w, slot) in scored.into_remainder().iter_mut().zip(eights.remainder()) {
-            *w = dot_f32(qh, key(*slot)) * p.scale;
-        }
-        let max = weights.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let mut sum = 0f32;
-        for w in weights.iter_mut() {
-            *w = (*w - max).exp();
-            sum += *w;
-        }
-        let oh = &mut out[h * d..][..d];
-        for (c, o) in oh.chunks_mut(VALUE_CHUNK).enumerate() {
-            let (first, width) = (kv_off + c * VALUE_CHUNK, o.len());
-            weighted_sum(
-                o,
-                &weights,
-                slots.iter().map(|slot| &v[slot * kv_width + first..][..width]),
-            );
-        }
-        let inv = 1.0 / sum;
-        oh.iter_mut().for_each(|o| *o *= inv);
     }
+    for (w, slot) in scored.into_remainder().iter_mut().zip(eights.remainder()) {
+        *w = dot_f32(qh, key(*slot)) * p.scale;
+    }
+    let max = weights.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut sum = 0f32;
+    for w in weights.iter_mut() {
+        *w = (*w - max).exp();
+        sum += *w;
+    }
+    for (c, o) in out.chunks_mut(VALUE_CHUNK).enumerate() {
+        let (first, width) = (kv_off + c * VALUE_CHUNK, o.len());
+        weighted_sum(
+            o,
+            &weights,
+            slots.iter().map(|slot| &v[slot * kv_width + first..][..width]),
+        );
+    }
+    let inv = 1.0 / sum;
+    out.iter_mut().for_each(|o| *o *= inv);
 }
 
 /// Value columns summed per pass over the keys: 4 AVX-512 registers of accumulators.
