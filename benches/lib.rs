@@ -4,19 +4,13 @@ use candle_core::{DType, Device, Tensor};
 use peagle_models::{load_causal_lm, CausalLm, LoadOptions};
 use std::collections::HashMap;
 
-/// Runs the benchmark groups on a rayon worker thread, as the engine runs its steps: every
-/// kernel splits its work over rayon's pool, and called from any other thread each would
-/// also pay a hand-over to the pool and back.
-pub fn run_on_pool(groups: fn()) {
-    rayon::scope(|_| groups());
-}
-
-/// `criterion_main!` for one group, run on a rayon worker thread (see `run_on_pool`).
+/// `criterion_main!` for one group, run on the kernels' thread pool as the engine runs its
+/// steps (`peagle_kernels::on_pool`), so no op pays a hand-over to the pool.
 #[macro_export]
 macro_rules! main_on_pool {
     ($group:path) => {
         fn main() {
-            $crate::run_on_pool($group);
+            peagle_kernels::on_pool($group);
             criterion::Criterion::default()
                 .configure_from_args()
                 .final_summary();

@@ -10,6 +10,7 @@ use crate::spec_stats::SpecStats;
 use crate::step_times::StepTimes;
 use crate::verifier::verify;
 use candle_core::Tensor;
+use peagle_kernels::on_pool;
 use peagle_models::{BatchBuilder, CausalLm, Drafter, KvCache, Rows};
 use std::time::Instant;
 
@@ -137,12 +138,10 @@ impl ModelRunner {
     /// drafter does not run: the target states it would read are kept, and the next step that
     /// drafts catches the drafter up in the same pass.
     ///
-    /// The step runs on a rayon worker thread. Each kernel splits its work over the pool, and
-    /// a decode step runs a few hundred of them, each a few microseconds long. Called from
-    /// outside the pool, every kernel would hand its work over and put the caller to sleep
-    /// until it was done. On 2 cores that handover doubled the time of a plain decode step.
+    /// The whole step runs on the kernels' thread pool (`on_pool`): one hand-over per step
+    /// instead of one per forward pass.
     pub fn step(&mut self, work: &mut [(&mut Sequence, Work)], k: usize) -> Result<(), GenerateError> {
-        rayon::scope(|_| self.step_on_worker(work, k))
+        on_pool(|| self.step_on_worker(work, k))
     }
 
     fn step_on_worker(&mut self, work: &mut [(&mut Sequence, Work)], k: usize) -> Result<(), GenerateError> {

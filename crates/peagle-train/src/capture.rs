@@ -8,6 +8,7 @@ use crate::files::{read_json, write_json};
 use crate::sample::Sample;
 use candle_core::{DType, Tensor};
 use peagle_engine::{GenerateParams, Generator, SamplingParams};
+use peagle_kernels::on_pool;
 use peagle_models::{BatchBuilder, CausalLm, KvCache, Rows};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -160,7 +161,7 @@ pub fn capture_states(target: &CausalLm, tokens: &[u32]) -> Result<Tensor, Train
     let table: Vec<u32> = (0..blocks as u32).collect();
     let mut batch = BatchBuilder::new(BLOCK);
     batch.add(tokens, 0, &table, Rows::None, Rows::All)?;
-    let out = target.forward(&batch.build(), &kv)?;
+    let out = on_pool(|| target.forward(&batch.build(), &kv))?;
     let h = target.dims().hidden_size;
     let layers = target.capture_layers().len();
     let aux = out.aux_hidden.expect("every row captured").reshape((n, layers, h))?;
