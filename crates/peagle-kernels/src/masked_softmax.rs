@@ -10,11 +10,25 @@ use rayon::prelude::*;
 
 /// `softmax(scores + bias)` over the last dimension; `scores` [.., rows, cols] f32, `bias`
 /// [rows, cols] (0 where visible, -inf elsewhere) shared by every leading index. A row with
-/// nothing visible comes out as zeros. Differentiable in `scores`.
+/// nothing visible comes out as zeros. Differentiable in `scores`. The fused kernel is CPU
+/// code; other devices take [`composed_masked_softmax`].
 pub fn masked_softmax(scores: &Tensor, bias: &Tensor) -> Result<Tensor> {
+    if !scores.device().is_cpu() {
+        return composed_masked_softmax(scores, bias);
+    }
     scores
         .contiguous()?
         .apply_op2_arc(&bias.contiguous()?, std::sync::Arc::new(Box::new(MaskedSoftmax)))
+}
+
+/// [`masked_softmax`] from differentiable candle ops, for any device. The row maximum is held
+/// finite and the sum away from zero so that a fully masked row gives zeros, not NaN.
+fn composed_masked_softmax(scores: &Tensor, bias: &Tensor) -> Result<Tensor> {
+    let x = scores.broadcast_add(bias)?;
+    let max = x.max_keepdim(D::Minus1)?.detach().maximum(f32::MIN)?;
+    let e = x.broadcast_sub(&max)?.exp()?;
+    let sum = e.sum_keepdim(D::Minus1)?.maximum(f32::MIN_POSITIVE)?;
+    e.broadcast_div(&sum)
 }
 
 struct MaskedSoftmax;
@@ -84,7 +98,7 @@ mod tests {
         let bias = Tensor::from_vec(mask, (5, 5), &dev).unwrap();
         let weights = Tensor::randn(0f32, 1.0, (3, 5, 5), &dev).unwrap();
         let fused = masked_softmax(x.as_tensor(), &bias).unwrap();
-        let composed = candle_nn_softmax(&x.as_tensor().broadcast_add(&bias).unwrap());
+        let composed = composed_masked_softmax(x.as_tensor(), &bias).unwrap();
         let diff = |a: &Tensor, b: &Tensor| {
             (a - b)
                 .unwrap()
@@ -102,11 +116,22 @@ mod tests {
         assert!(diff(g1, g2) < 1e-6, "gradients differ by {}", diff(g1, g2));
     }
 
-    /// exp(x - max) / sum over the last dimension, from differentiable candle ops.
-    fn candle_nn_softmax(x: &Tensor) -> Tensor {
-        let max = x.max_keepdim(D::Minus1).unwrap();
-        let e = x.broadcast_sub(&max).unwrap().exp().unwrap();
-        let sum = e.sum_keepdim(D::Minus1).unwrap();
-        e.broadcast_div(&sum).unwrap()
+    #[test]
+    fn a_fully_masked_row_is_zeros_on_both_paths() {
+        let dev = Device::Cpu;
+        let scores = Tensor::randn(0f32, 1.0, (2, 3, 3), &dev).unwrap();
+        let (inf, o) = (f32::NEG_INFINITY, 0.0);
+        let bias = Tensor::from_vec(vec![inf, inf, inf, o, inf, inf, o, o, inf], (3, 3), &dev).unwrap();
+        for out in [
+            masked_softmax(&scores, &bias).unwrap(),
+            composed_masked_softmax(&scores, &bias).unwrap(),
+        ] {
+            let rows = out.to_vec3::<f32>().unwrap();
+            for head in rows {
+                assert_eq!(head[0], [0.0, 0.0, 0.0]);
+                assert_eq!(head[1], [1.0, 0.0, 0.0]);
+                assert!((head[2][0] + head[2][1] - 1.0).abs() < 1e-6 && head[2][2] == 0.0);
+            }
+        }
     }
 }

@@ -178,6 +178,13 @@ pub fn capture(
     opts: &CaptureOptions,
     mut progress: impl FnMut(usize),
 ) -> Result<DataConfig, TrainError> {
+    // Samples are numbered from 0: a fresh capture over an old one would mix the two.
+    if !opts.resume && (out.join(PROGRESS).exists() || out.join(DATA_CONFIG).exists()) {
+        return Err(TrainError::data(
+            out,
+            "already holds a capture: pass --resume to continue it, or choose an empty --out",
+        ));
+    }
     std::fs::create_dir_all(out).map_err(|e| TrainError::io(out, e))?;
     let tokenizer = generator
         .tokenizer()

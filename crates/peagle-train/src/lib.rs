@@ -3,6 +3,7 @@
 //! the training loop, and export in the speculators format.
 
 pub mod capture;
+pub mod captures;
 pub mod cod;
 pub mod error;
 pub mod export;

@@ -2,7 +2,7 @@
 //! a P-EAGLE drafter (or the EAGLE-3 baseline) on it and exports it for peagle and vLLM.
 
 use anyhow::{Context, Result};
-use candle_core::DType;
+use candle_core::{DType, Device};
 use clap::{Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use peagle_engine::{Generator, GeneratorOptions, SamplingParams};
@@ -82,6 +82,8 @@ enum Command {
         shape: Shape,
         #[arg(long, default_value_t = 4096)]
         draft_vocab_size: usize,
+        #[arg(long, default_value = "cpu", value_parser = parse_device)]
+        device: Device,
     },
 }
 
@@ -111,9 +113,10 @@ struct FitArgs {
     /// Target model directory (default: the one the data was captured from).
     #[arg(long)]
     target: Option<PathBuf>,
-    /// A directory written by `peagle-train capture`.
-    #[arg(long)]
-    data: PathBuf,
+    /// A directory written by `peagle-train capture`; several (repeat the flag) are trained
+    /// on as one dataset.
+    #[arg(long, required = true)]
+    data: Vec<PathBuf>,
     #[arg(long)]
     out: PathBuf,
     #[command(flatten)]
@@ -155,6 +158,23 @@ struct FitArgs {
     /// Storage dtype of the exported weights.
     #[arg(long, value_enum, default_value = "bf16")]
     export_dtype: StoreDtype,
+    /// `cpu`, or `cuda` / `cuda:N` in a build with `--features cuda`.
+    #[arg(long, default_value = "cpu", value_parser = parse_device)]
+    device: Device,
+}
+
+fn parse_device(name: &str) -> Result<Device> {
+    let cuda = |ordinal: usize| {
+        Device::new_cuda(ordinal).with_context(|| {
+            format!("cannot open {name} (CUDA needs a GPU and a peagle-train built with --features cuda)")
+        })
+    };
+    match name.split_once(':') {
+        None if name == "cpu" => Ok(Device::Cpu),
+        None if name == "cuda" => cuda(0),
+        Some(("cuda", n)) => cuda(n.parse().with_context(|| format!("bad GPU number in {name}"))?),
+        _ => anyhow::bail!("unknown device {name}: expected cpu, cuda or cuda:N"),
+    }
 }
 
 fn bar(total: usize) -> Result<ProgressBar> {
@@ -231,8 +251,13 @@ fn run(cli: Cli) -> Result<()> {
             seq_len,
             shape,
             draft_vocab_size,
+            device,
         } => {
-            let target = load_causal_lm(&model, LoadOptions::default())
+            let load = LoadOptions {
+                device,
+                ..LoadOptions::default()
+            };
+            let target = load_causal_lm(&model, load)
                 .with_context(|| format!("loading the target {}", model.display()))?
                 .model;
             let target_config = read_json(&model.join("config.json"))?;
@@ -277,6 +302,7 @@ fn run(cli: Cli) -> Result<()> {
                 eval_every: a.eval_every,
                 resume: a.resume,
                 export_dtype: a.export_dtype.into(),
+                device: a.device,
             };
             let progress = bar(0)?;
             let state = fit(opts, |step, total, message| {

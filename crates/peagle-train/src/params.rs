@@ -57,7 +57,11 @@ impl Params {
         target: &CausalLm,
         tensors: HashMap<String, Tensor>,
     ) -> Result<Drafter, TrainError> {
-        let ckpt = Checkpoint::from_tensors(Path::new("<drafter in training>"), tensors, LoadOptions::default());
+        let options = LoadOptions {
+            device: target.device().clone(),
+            ..LoadOptions::default()
+        };
+        let ckpt = Checkpoint::from_tensors(Path::new("<drafter in training>"), tensors, options);
         Ok(Drafter::from_checkpoint(config.clone(), &ckpt, target)?)
     }
 }

@@ -3,7 +3,7 @@
 
 use crate::error::TrainError;
 use crate::vocab::DraftVocab;
-use candle_core::{DType, Device, Tensor};
+use candle_core::{DType, Tensor};
 use peagle_models::{CausalLm, DrafterConfig};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -112,7 +112,7 @@ impl DrafterSpec {
         Ok(DrafterConfig::from_value(&self.config_json()?, path)?)
     }
 
-    /// Initial weights, f32: random layers (normal, std `initializer_range`), unit norms, the
+    /// Initial weights, f32 on the target's device: random layers (normal, std `initializer_range`), unit norms, the
     /// target's embedding table and its lm_head rows of the draft vocabulary, so training
     /// starts from the target's own output layer.
     pub fn init_weights(&self, target: &CausalLm, seed: u64) -> Result<BTreeMap<String, Tensor>, TrainError> {
@@ -126,7 +126,7 @@ impl DrafterSpec {
         let mut rng = StdRng::seed_from_u64(seed);
         let mut normal = |rows: usize, cols: usize| -> Result<Tensor, TrainError> {
             let values: Vec<f32> = (0..rows * cols).map(|_| gaussian(&mut rng) * std as f32).collect();
-            Ok(Tensor::from_vec(values, (rows, cols), &Device::Cpu)?)
+            Ok(Tensor::from_vec(values, (rows, cols), target.device())?)
         };
         let mut w = BTreeMap::new();
         w.insert("fc.weight".to_owned(), normal(h, aux)?);
@@ -154,7 +154,7 @@ impl DrafterSpec {
             // Stored [1, 1, width], as speculators publishes it.
             w.insert("mask_hidden".into(), normal(1, aux)?.reshape((1, 1, aux))?);
         }
-        let ones = || Tensor::ones(h, DType::F32, &Device::Cpu);
+        let ones = || Tensor::ones(h, DType::F32, target.device());
         for i in 0..self.num_layers {
             w.insert(format!("layers.{i}.input_layernorm.weight"), ones()?);
             w.insert(format!("layers.{i}.post_attention_layernorm.weight"), ones()?);

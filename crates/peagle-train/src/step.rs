@@ -31,7 +31,7 @@ pub struct Prepared {
 impl Prepared {
     pub fn new(sample: &Sample, target: &CausalLm, vocab: &DraftVocab, seq_len: usize) -> Result<Self> {
         let m = sample.len().min(seq_len);
-        let states = sample.hidden_states.narrow(0, 0, m)?;
+        let states = sample.hidden_states.narrow(0, 0, m)?.to_device(target.device())?;
         let layers = states.dim(1)? - 1;
         let n = m - 1;
         let aux = states.narrow(0, 0, n)?.narrow(1, 0, layers)?.flatten_from(1)?;

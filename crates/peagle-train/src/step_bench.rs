@@ -1,6 +1,7 @@
 //! `peagle-train bench`: time and peak memory of one P-EAGLE training step on a synthetic
 //! sample, to compare layouts (COD against every depth at every position) and partitioning.
-//! Peak memory is the process's high-water RSS, so run one configuration per process.
+//! Peak memory is the process's high-water RSS (host memory only), so run one configuration
+//! per process.
 
 use crate::cod::CodConfig;
 use crate::error::TrainError;
@@ -9,7 +10,7 @@ use crate::params::Params;
 use crate::spec::{Algo, DrafterSpec};
 use crate::step::{peagle_sample, Gradients, PeagleSetup, Prepared};
 use crate::vocab::DraftVocab;
-use candle_core::{Device, Tensor};
+use candle_core::Tensor;
 use peagle_models::CausalLm;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -60,17 +61,18 @@ pub fn bench_step(
     let params = Params::new(spec.init_weights(target, 0)?)?;
     let drafter = params.drafter(&config, target)?;
     let mut rng = StdRng::seed_from_u64(1);
+    let device = target.device();
     let m = opts.seq_len + 1;
     let width = spec.aux_layer_ids.len() * dims.hidden_size;
     let data = Prepared {
         next_tokens: (1..m)
             .map(|_| rng.random_range(0..dims.vocab_size as u32 - 1))
             .collect(),
-        aux: Tensor::randn(0f32, 1.0, (m - 1, width), &Device::Cpu)?,
+        aux: Tensor::randn(0f32, 1.0, (m - 1, width), device)?,
         valid: vec![true; m - 1],
         targets: Targets::new(
             target,
-            &Tensor::randn(0f32, 1.0, (m, dims.hidden_size), &Device::Cpu)?,
+            &Tensor::randn(0f32, 1.0, (m, dims.hidden_size), device)?,
             &spec.vocab,
         )?,
     };
@@ -81,9 +83,17 @@ pub fn bench_step(
         partitions: opts.partitions,
     };
     let rss_before_mib = peak_rss_mib();
-    let mut grads = Gradients::new(&params);
+    // The first step also pays one-time costs (allocations, GPU kernel loading): time the second.
+    let mut step = || -> Result<_, TrainError> {
+        let mut grads = Gradients::new(&params);
+        let stats = peagle_sample(&setup, &data, &mut rng, 1.0, Some((&mut grads, &params)))?;
+        // GPU work is asynchronous: wait for the backward before reading the clock.
+        device.synchronize()?;
+        Ok(stats)
+    };
+    step()?;
     let start = Instant::now();
-    let stats = peagle_sample(&setup, &data, &mut rng, 1.0, Some((&mut grads, &params)))?;
+    let stats = step()?;
     Ok(StepBenchResult {
         seq_len: opts.seq_len,
         depths: opts.cod.depths,

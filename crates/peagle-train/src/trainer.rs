@@ -1,7 +1,7 @@
 //! `peagle-train fit`: the training loop over captured samples, with validation, checkpoints
 //! and `--resume`, a final report, and export in the speculators format.
 
-use crate::capture::{sample_path, DataConfig, DATA_CONFIG, TOKEN_FREQ};
+use crate::captures::Captures;
 use crate::cod::CodConfig;
 use crate::error::TrainError;
 use crate::export::export;
@@ -28,7 +28,8 @@ use std::time::Instant;
 pub struct FitOptions {
     pub algo: Algo,
     pub target: Option<PathBuf>,
-    pub data: PathBuf,
+    /// Directories written by `capture`, trained on as one dataset.
+    pub data: Vec<PathBuf>,
     pub out: PathBuf,
     pub num_layers: usize,
     /// P-EAGLE: depths trained (depth 0 plus K-1 mask depths). EAGLE-3: unrolled steps.
@@ -51,6 +52,8 @@ pub struct FitOptions {
     pub eval_every: usize,
     pub resume: bool,
     pub export_dtype: DType,
+    /// Where the target and the drafter live; samples are read on the CPU and moved.
+    pub device: Device,
 }
 
 /// One validation point.
@@ -90,6 +93,7 @@ pub const PLOT: &str = "accuracy.png";
 /// Everything a run holds in memory.
 struct Run {
     opts: FitOptions,
+    data: Captures,
     target: CausalLm,
     spec: DrafterSpec,
     config: DrafterConfig,
@@ -153,9 +157,14 @@ pub fn fit(opts: FitOptions, mut progress: impl FnMut(usize, usize, &str)) -> Re
 
 impl Run {
     fn start(opts: FitOptions) -> Result<Self, TrainError> {
-        let data_config: DataConfig = read_json(&opts.data.join(DATA_CONFIG))?;
+        let data = Captures::open(&opts.data)?;
+        let data_config = &data.config;
         let target_dir = opts.target.clone().unwrap_or_else(|| data_config.target.clone());
-        let mut target = load_causal_lm(&target_dir, LoadOptions::default())?.model;
+        let load = LoadOptions {
+            device: opts.device.clone(),
+            ..LoadOptions::default()
+        };
+        let mut target = load_causal_lm(&target_dir, load)?.model;
         target.set_capture_layers(data_config.aux_layer_ids.clone())?;
         if target.dims().hidden_size != data_config.target_hidden_size {
             return Err(TrainError::Invalid(format!(
@@ -165,8 +174,8 @@ impl Run {
                 target.dims().hidden_size
             )));
         }
-        validate(&opts, &data_config)?;
-        let counts = read_counts(&opts.data.join(TOKEN_FREQ))?;
+        validate(&opts, &data)?;
+        let counts = &data.counts;
         let checkpoint = opts.out.join(CHECKPOINT);
         let resumed: Option<(TrainState, VocabChoice)> = match opts.resume {
             true => Some((
@@ -178,8 +187,8 @@ impl Run {
         let choice = match &resumed {
             Some((_, choice)) => choice.clone(),
             None => VocabChoice {
-                draft_vocab: DraftVocab::from_counts(&counts, opts.draft_vocab_size).selected,
-                mask_token_id: (opts.algo == Algo::Peagle).then(|| pick_mask_token(&counts)),
+                draft_vocab: DraftVocab::from_counts(counts, opts.draft_vocab_size).selected,
+                mask_token_id: (opts.algo == Algo::Peagle).then(|| pick_mask_token(counts)),
             },
         };
         let vocab = DraftVocab {
@@ -203,7 +212,7 @@ impl Run {
         };
         let config = spec.drafter_config(&opts.out.join("config.json"))?;
         let (params, optimizer_state) = match &resumed {
-            Some(_) => load_checkpoint(&checkpoint.join("weights.safetensors"))?,
+            Some(_) => load_checkpoint(&checkpoint.join("weights.safetensors"), &opts.device)?,
             None => (spec.init_weights(&target, opts.seed)?, None),
         };
         let params = Params::new(params)?;
@@ -248,6 +257,7 @@ impl Run {
         };
         Ok(Self {
             opts,
+            data,
             target,
             spec,
             config,
@@ -260,7 +270,7 @@ impl Run {
     }
 
     fn prepare(&self, index: usize) -> Result<Prepared, TrainError> {
-        let sample = Sample::load(&sample_path(&self.opts.data, index))?;
+        let sample = Sample::load(&self.data.sample_path(index))?;
         Ok(Prepared::new(
             &sample,
             &self.target,
@@ -367,10 +377,10 @@ impl Run {
     }
 }
 
-fn validate(opts: &FitOptions, data: &DataConfig) -> Result<(), TrainError> {
+fn validate(opts: &FitOptions, data: &Captures) -> Result<(), TrainError> {
     let invalid = |m: String| Err(TrainError::Invalid(m));
-    if data.num_samples == 0 {
-        return invalid(format!("{} holds no samples", opts.data.display()));
+    if data.config.num_samples == 0 {
+        return invalid(format!("{} holds no samples", data.describe()));
     }
     if opts.num_layers == 0 || opts.num_depths == 0 || opts.batch_size == 0 || opts.epochs == 0 {
         return invalid("--num-layers, --num-depths, --batch-size and --epochs must be at least 1".into());
@@ -390,19 +400,11 @@ fn validate(opts: &FitOptions, data: &DataConfig) -> Result<(), TrainError> {
     Ok(())
 }
 
-fn read_counts(path: &Path) -> Result<Vec<i64>, TrainError> {
-    let tensors = candle_core::safetensors::load(path, &Device::Cpu).map_err(|e| TrainError::io(path, e))?;
-    let counts = tensors
-        .get("counts")
-        .ok_or_else(|| TrainError::data(path, "no `counts` tensor"))?;
-    Ok(counts.to_dtype(DType::I64)?.to_vec1()?)
-}
-
 type Moments = (BTreeMap<String, Tensor>, BTreeMap<String, Tensor>);
 
-/// The weights of a checkpoint, and its optimizer moments.
-fn load_checkpoint(path: &Path) -> Result<(BTreeMap<String, Tensor>, Option<Moments>), TrainError> {
-    let tensors = candle_core::safetensors::load(path, &Device::Cpu).map_err(|e| TrainError::io(path, e))?;
+/// The weights of a checkpoint, and its optimizer moments, on `device`.
+fn load_checkpoint(path: &Path, device: &Device) -> Result<(BTreeMap<String, Tensor>, Option<Moments>), TrainError> {
+    let tensors = candle_core::safetensors::load(path, device).map_err(|e| TrainError::io(path, e))?;
     let (mut weights, mut m, mut v) = (BTreeMap::new(), BTreeMap::new(), BTreeMap::new());
     for (name, t) in tensors {
         if let Some(n) = name.strip_prefix("adam.m.") {

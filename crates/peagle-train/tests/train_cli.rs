@@ -84,6 +84,12 @@ fn capture_fit_resume_and_serve() {
         assert_eq!(read(&captured), read(&once), "{file} after resuming");
     }
 
+    // A finished capture is not overwritten by a fresh one.
+    let again = train(&capture);
+    let stderr = String::from_utf8_lossy(&again.stderr);
+    assert!(!again.status.success() && stderr.contains("--resume"), "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+
     // The prompt + response example: loss on the response only.
     let sample = Sample::load(&captured.join("sample_0000002.safetensors")).unwrap();
     assert_eq!(sample.hidden_states.dims()[1..], [4, 64]);
@@ -141,6 +147,22 @@ fn capture_fit_resume_and_serve() {
     for (a, b) in resumed.history.iter().zip(&state.history) {
         assert_eq!((a.step, a.val_loss), (b.step, b.val_loss));
     }
+
+    // Two capture directories train as one dataset of both directories' samples.
+    let both = dir.path().join("both");
+    let mut args = vec![
+        "fit",
+        "--data",
+        captured_s,
+        "--data",
+        single[6],
+        "--out",
+        both.to_str().unwrap(),
+    ];
+    args.extend_from_slice(&["--draft-vocab-size", "200", "--seq-len", "96", "--max-steps", "1"]);
+    ok(&args);
+    let state = report(&both);
+    assert_eq!(state.train_samples + state.val_samples, 16);
 
     let eagle3 = dir.path().join("eagle3");
     let state = fit(
@@ -212,4 +234,15 @@ fn bad_input_is_a_one_line_error() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(stderr.contains("data_config.json"), "{stderr}");
+
+    // Devices: a name that is none, and CUDA in a build without it.
+    let mut devices = vec![("tpu", "expected cpu, cuda or cuda:N")];
+    if cfg!(not(feature = "cuda")) {
+        devices.push(("cuda:0", "--features cuda"));
+    }
+    for (device, message) in devices {
+        let out = train(&["fit", "--data", "d", "--out", "o", "--device", device]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && stderr.contains(message), "{stderr}");
+    }
 }

@@ -57,8 +57,9 @@ impl Linear {
 
     /// `x` [rows, in] to [rows, out].
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        // The kernel has no backward: passes that track gradients (training) use candle's matmul.
-        let y = if x.track_op() || self.weight.track_op() {
+        // The kernel is CPU code without a backward: other devices, and passes that track
+        // gradients (training), use candle's matmul.
+        let y = if x.track_op() || self.weight.track_op() || !x.device().is_cpu() {
             x.matmul(&self.weight.t()?)?
         } else {
             peagle_kernels::linear(x, &self.weight)?
