@@ -177,18 +177,22 @@ impl SpeculationPolicy {
                 _ => EXPLORE_EVERY,
             };
             stats.next_explore = stats.decisions + stats.explore_gap;
-            if stats.best_k != Some(best_k) {
-                let scores: Vec<(usize, f64)> = allowed
-                    .iter()
-                    .map(|i| {
-                        (
-                            stats.candidates[*i].k,
-                            (batch as f64 * goodput(&stats.candidates[*i])).round(),
-                        )
-                    })
-                    .collect();
-                tracing::debug!(batch, k = best_k, ?scores, "speculation policy: new best k");
-            }
+            // (k, tokens per verification, step ms, goodput in tokens/s after the margin)
+            let scores: Vec<(usize, f64, f64, f64)> = pool
+                .iter()
+                .map(|i| {
+                    let c = &stats.candidates[*i];
+                    let round2 = |x: f64| (x * 100.0).round() / 100.0;
+                    (
+                        c.k,
+                        round2(acceptance.expected_tokens(c.k)),
+                        round2(c.seconds * 1e3),
+                        (batch as f64 * goodput(c)).round(),
+                    )
+                })
+                .collect();
+            let changed = stats.best_k != Some(best_k);
+            tracing::debug!(batch, k = best_k, changed, ?scores, "speculation policy review");
             stats.best_k = Some(best_k);
             stats.reviewed_goodput = goodput(&stats.candidates[best]);
         }
