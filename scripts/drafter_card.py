@@ -6,7 +6,7 @@ and, for the speedup column, the stats of plain runs given with --plain (their m
 runs before and after the drafter runs bracket the drift of a shared machine).
 
     python3 scripts/drafter_card.py models/pystdlib-12l-peagle --plain /tmp/peagle_drafters/plain_{before,after}.json \
-        --capture /tmp/peagle_drafters/capture/data_config.json --command "..."
+        --capture /tmp/peagle_drafters/capture/shard_*/data_config.json --generate 200 --command "..."
 """
 
 import argparse
@@ -23,7 +23,9 @@ def main():
     ap.add_argument("drafter", type=Path)
     ap.add_argument("--plain", type=Path, nargs="+", required=True,
                     help="stats JSONs of the same prompts without a drafter")
-    ap.add_argument("--capture", type=Path, required=True, help="data_config.json of the capture")
+    ap.add_argument("--capture", type=Path, nargs="+", required=True,
+                    help="data_config.json of each capture directory the drafter trained on")
+    ap.add_argument("--generate", type=int, required=True, help="the capture's --generate")
     ap.add_argument("--command", required=True, help="the fit command line, for the card")
     ap.add_argument("--hardware", default="2 CPU cores (shared with other work)",
                     help="where the fit ran, for the card")
@@ -31,13 +33,15 @@ def main():
 
     d = args.drafter
     config, report = load(d / "config.json"), load(d / "train_report.json")
-    capture = load(args.capture)
+    shards = [load(p) for p in args.capture]
+    capture = dict(shards[0])
+    for key in ("num_samples", "num_tokens", "num_loss_tokens"):
+        capture[key] = sum(c[key] for c in shards)
     plain_runs = [load(p)["tokens_per_second"] for p in args.plain]
     plain_speed = sum(plain_runs) / len(plain_runs)
-    plain_note = (
-        "one run" if len(plain_runs) == 1
-        else "the mean of " + ", ".join(f"{x:.0f}" for x in plain_runs) + " before and after the drafter runs"
-    )
+    plain_note = "one run" if len(plain_runs) == 1 else "the mean of " + ", ".join(f"{x:.0f}" for x in plain_runs)
+    if len(plain_runs) == 2:
+        plain_note += " before and after the drafter runs"
     layers = config["transformer_layer_config"]["num_hidden_layers"]
     algo = config["speculators_model_type"]
     last = report["history"][-1]
@@ -67,7 +71,7 @@ def main():
     card = f"""# {d.name}: {name} drafter for pystdlib-12l
 
 A {layers}-layer {name} drafter for the demo model `models/pystdlib-12l`, trained with
-`peagle-train` on this repository's CPU and exported in the speculators format
+`peagle-train` and exported in the speculators format
 (`speculators_model_type: {algo}`), so both peagle and vLLM load it.
 
 ```sh
@@ -79,8 +83,8 @@ cargo run --release --bin peagle-generate -- --draft-model models/{d.name} {mode
 
 On-policy: the demo model itself answered {capture['num_samples']} prompts cut from the
 **train split** of its corpus (`models/pystdlib-12l/drafter_prompts.jsonl`, made by
-`scripts/make_drafter_prompts.py`; no held-out file, no eval prompt) with up to 160 greedy
-tokens each. {capture['num_tokens']} tokens in all, {capture['num_loss_tokens']} of them
+`scripts/make_drafter_prompts.py`; no held-out file, no eval prompt) with up to {args.generate}
+greedy tokens each. {capture['num_tokens']} tokens in all, {capture['num_loss_tokens']} of them
 learned (the responses). Captured target layers: {capture['aux_layer_ids']} and the final
 pre-norm state.
 

@@ -16,7 +16,7 @@ prompts identical to an eval prompt, are dropped.
 
 Usage::
 
-    python scripts/make_drafter_prompts.py                   # 2000 prompts
+    python scripts/make_drafter_prompts.py                   # 20000 prompts
     python scripts/make_drafter_prompts.py --num-prompts 500 --out /tmp/p.jsonl
 
 Output: one ``{"prompt": "..."}`` object per line. The output is deterministic:
@@ -42,7 +42,7 @@ MODEL = tdm.REPO / "models" / "pystdlib-12l"
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--num-prompts", type=int, default=2000)
+    ap.add_argument("--num-prompts", type=int, default=20000)
     ap.add_argument("--max-tokens", type=int, default=400, help="token limit per prompt (BOS included)")
     ap.add_argument("--stdlib", default=sysconfig.get_paths()["stdlib"])
     ap.add_argument("--out", default=str(MODEL / "drafter_prompts.jsonl"))

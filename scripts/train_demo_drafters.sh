@@ -1,32 +1,58 @@
 #!/usr/bin/env bash
 # Trains the demo model's drafters end to end, as committed under models/:
-#   1. capture: the demo model answers prompts cut from its train split (on-policy data);
-#   2. fit: a P-EAGLE drafter (4 layers, 8 depths) and an EAGLE-3 drafter (1 layer);
+#   1. capture: the demo model answers prompts cut from its train split (on-policy data),
+#      in $SHARDS parallel processes over interleaved shards of the prompts, $LIMIT each;
+#   2. fit: a P-EAGLE drafter (4 layers, 8 depths) and an EAGLE-3 drafter (1 layer), on
+#      $DEVICE (cpu, or cuda with FEATURES=cuda and the CUDA toolkit);
 #   3. measure: acceptance and tokens/s with peagle-generate on the held-out eval prompts
 #      at K = 3, 5, 7, written next to each drafter as acceptance_k{K}.json.
 # Stages can run alone: scripts/train_demo_drafters.sh [capture|peagle|eagle3|measure]...
 # The capture and checkpoints live in $WORK (default /tmp/peagle_drafters) and resume.
+#
+# The committed drafters: SHARDS=16 on the 16-core host of a lent H100 machine, each shard
+# stopped after 250 s (252 to 299 examples, 4470 in all; LIMIT=280 comes close), then
+# DEVICE=cuda. See each drafter's README.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 target=models/pystdlib-12l
 work=${WORK:-/tmp/peagle_drafters}
-examples=${EXAMPLES:-1100}
-bin=target/release
+shards=${SHARDS:-16}
+limit=${LIMIT:-280}
+generate=200
+device=${DEVICE:-cpu}
+bin=${CARGO_TARGET_DIR:-target}/release
 stages=("${@:-capture peagle eagle3 measure}")
 
-common=(--draft-vocab-size 4096 --seq-len 512 --batch-size 4 --val-fraction 0.03 --eval-every 25 --seed 0)
-peagle_args=(--num-layers 4 --num-depths 8 --down-sample-ratio 0.7 --down-sample-ratio-min 0.2 --lr 6e-4
-    --warmup-steps 20 --epochs "${PEAGLE_EPOCHS:-2}")
-eagle3_args=(--num-layers 1 --num-depths 5 --lr 6e-4 --warmup-steps 20 --epochs 1)
+common=(--draft-vocab-size 4096 --seq-len 512 --batch-size 4 --val-fraction 0.03 --eval-every 100 --seed 0
+    --lr 6e-4 --warmup-steps 50 --epochs 20 --device "$device")
+peagle_args=(--num-layers 4 --num-depths 8 --down-sample-ratio 0.7 --down-sample-ratio-min 0.2
+    --max-steps "${PEAGLE_STEPS:-1900}")
+eagle3_args=(--num-layers 1 --num-depths 5 --max-steps "${EAGLE3_STEPS:-1000}")
 
-cargo build --release --locked --bin peagle-train --bin peagle-generate
+features=()
+[[ -n ${FEATURES:-} ]] && features=(--features "$FEATURES")
+cargo build --release --locked -p peagle-train "${features[@]}"
+cargo build --release --locked --bin peagle-generate
+
+shard_dirs() {
+    for i in $(seq 0 $((shards - 1))); do echo "$work/capture/shard_$i"; done
+}
 
 capture() {
-    local resume=()
-    [[ -f $work/capture/capture_progress.json ]] && resume=(--resume)
-    "$bin/peagle-train" capture --model "$target" --data "$target/drafter_prompts.jsonl" \
-        --out "$work/capture" --generate 160 --max-len 512 --limit "$examples" "${resume[@]}"
+    mkdir -p "$work/capture"
+    local threads=$(($(nproc) / shards)) pids=() i=0
+    ((threads >= 1)) || threads=1
+    for dir in $(shard_dirs); do
+        awk -v n="$shards" -v i="$i" 'NR % n == i' "$target/drafter_prompts.jsonl" >"$dir.jsonl"
+        local resume=()
+        [[ -f $dir/capture_progress.json ]] && resume=(--resume)
+        RAYON_NUM_THREADS=$threads "$bin/peagle-train" capture --model "$target" --data "$dir.jsonl" \
+            --out "$dir" --generate "$generate" --max-len 512 --limit "$limit" "${resume[@]}" &
+        pids+=($!)
+        i=$((i + 1))
+    done
+    for pid in "${pids[@]}"; do wait "$pid"; done
 }
 
 # fit ALGO OUT ARGS...: trains in $work/OUT (resuming), then copies the export to models/.
@@ -35,13 +61,16 @@ fit() {
     shift 2
     local resume=()
     [[ -f $work/$out/checkpoint/state.json ]] && resume=(--resume)
-    "$bin/peagle-train" fit --algo "$algo" --data "$work/capture" --out "$work/$out" "${common[@]}" "$@" \
+    local data=()
+    for dir in $(shard_dirs); do data+=(--data "$dir"); done
+    "$bin/peagle-train" fit --algo "$algo" "${data[@]}" --out "$work/$out" "${common[@]}" "$@" \
         "${resume[@]}"
     mkdir -p "models/$out"
     cp "$work/$out"/{config.json,model.safetensors,train_report.json,accuracy.png} "models/$out/"
 }
 
 measure() {
+    mkdir -p "$work"
     local prompts=$target/eval_prompts.jsonl
     local plain=("$bin/peagle-generate" --prompts-file "$prompts" --max-tokens 256)
     "${plain[@]}" --stats-json "$work/plain_before.json" >/dev/null
@@ -54,7 +83,8 @@ measure() {
         done
     done
     "${plain[@]}" --stats-json "$work/plain_after.json" >/dev/null
-    local card=(--plain "$work/plain_before.json" "$work/plain_after.json" --capture "$work/capture/data_config.json")
+    local card=(--plain "$work/plain_before.json" "$work/plain_after.json" --generate "$generate"
+        --capture $(for dir in $(shard_dirs); do echo "$dir/data_config.json"; done))
     python3 scripts/drafter_card.py models/pystdlib-12l-peagle "${card[@]}" \
         --command "peagle-train fit --algo peagle ${common[*]} ${peagle_args[*]}"
     python3 scripts/drafter_card.py models/pystdlib-12l-eagle3 "${card[@]}" \
