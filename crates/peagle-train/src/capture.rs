@@ -128,6 +128,15 @@ pub fn tokenize_example(
     let prompt = encode(example.prompt.as_deref().unwrap_or_default(), true)?;
     let response = match (&example.response, opts.generate) {
         (Some(r), _) => encode(r, false)?,
+        (None, Some(_)) if prompt.len() >= opts.max_len => {
+            // The cut at --max-len would drop any response: the example teaches nothing.
+            tracing::warn!(
+                prompt_tokens = prompt.len(),
+                max_len = opts.max_len,
+                "skipping a prompt that fills --max-len"
+            );
+            Vec::new()
+        }
         (None, Some(n)) => {
             let params = GenerateParams {
                 max_tokens: n.min(opts.max_len.saturating_sub(prompt.len())).max(1),

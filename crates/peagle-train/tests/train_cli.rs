@@ -205,6 +205,35 @@ fn capture_fit_resume_and_serve() {
 }
 
 #[test]
+fn prompts_that_fill_max_len_are_skipped_not_fatal() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data.jsonl");
+    let long = "x = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16]";
+    std::fs::write(
+        &data,
+        format!("{{\"prompt\": \"{long}\"}}\n{{\"prompt\": \"def f():\"}}\n"),
+    )
+    .unwrap();
+    let out = dir.path().join("captured");
+    let model = fixture("tiny-llama");
+    let args = [
+        "capture",
+        "--model",
+        model.to_str().unwrap(),
+        "--data",
+        data.to_str().unwrap(),
+    ];
+    ok(&[
+        &args[..],
+        &["--out", out.to_str().unwrap(), "--generate", "8", "--max-len", "16"],
+    ]
+    .concat());
+    let config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("data_config.json")).unwrap()).unwrap();
+    assert_eq!(config["num_samples"], 1);
+}
+
+#[test]
 fn bad_input_is_a_one_line_error() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data.jsonl");
