@@ -178,11 +178,11 @@ impl SpeculationPolicy {
             };
             stats.next_explore = stats.decisions + stats.explore_gap;
             // (k, tokens per verification, step ms, goodput in tokens/s after the margin)
+            let round2 = |x: f64| (x * 100.0).round() / 100.0;
             let scores: Vec<(usize, f64, f64, f64)> = pool
                 .iter()
                 .map(|i| {
                     let c = &stats.candidates[*i];
-                    let round2 = |x: f64| (x * 100.0).round() / 100.0;
                     (
                         c.k,
                         round2(acceptance.expected_tokens(c.k)),

@@ -112,9 +112,9 @@ impl DrafterSpec {
         Ok(DrafterConfig::from_value(&self.config_json()?, path)?)
     }
 
-    /// Initial weights, f32 on the target's device: random layers (normal, std `initializer_range`), unit norms, the
-    /// target's embedding table and its lm_head rows of the draft vocabulary, so training
-    /// starts from the target's own output layer.
+    /// Initial weights, f32 on the target's device: random layers (normal, std
+    /// `initializer_range`), unit norms, the target's embedding table and its lm_head rows of
+    /// the draft vocabulary, so training starts from the target's own output layer.
     pub fn init_weights(&self, target: &CausalLm, seed: u64) -> Result<BTreeMap<String, Tensor>, TrainError> {
         let h = self.target_usize("hidden_size")?;
         let inter = self.target_usize("intermediate_size")?;
