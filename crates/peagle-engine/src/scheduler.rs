@@ -116,14 +116,24 @@ impl Scheduler {
             }
         }
         let started = Instant::now();
+        let drafter_before = runner.times().drafter_seconds;
         let result = runner.step(&mut work, k);
-        let decode_only = work.iter().all(|(_, w)| *w == Work::Decode);
-        policy.observe(StepSample {
+        let seconds = started.elapsed().as_secs_f64();
+        let prefill = work.iter().any(|(_, w)| matches!(w, Work::Prefill(_)));
+        let sample = StepSample {
             batch: work.len(),
             k,
-            seconds: started.elapsed().as_secs_f64(),
-            decode_only: decode_only && work.len() == batch,
-        });
+            seconds,
+            decode_only: !prefill && work.len() == batch,
+            prefill_drafter_seconds: if prefill {
+                runner.times().drafter_seconds - drafter_before
+            } else {
+                0.0
+            },
+            tokens: work.iter().map(|(seq, _)| seq.outputs.len()).sum(),
+        };
+        tracing::trace!(?sample, "engine step");
+        policy.observe(sample);
         if let Err(e) = result {
             tracing::error!(error = %e, "engine step failed");
             let message = format!("engine step failed: {e}");
