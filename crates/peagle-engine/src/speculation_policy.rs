@@ -26,22 +26,31 @@
 //!   step: under steady load at batch 4 such catch-ups took 8% of the engine's time, and made
 //!   speculation lose to plain decoding although plain decoding was the choice at batch 4.
 //!
-//! A k > 0 must still beat plain decoding by `HYSTERESIS`: two nearly equal candidates would
-//! otherwise swap on noise, and each swap to drafting costs a catch-up. (Counting every step,
-//! prefill included, was tried instead of this accounting: prefill steps made the averages too
-//! noisy to choose by.)
+//! A k > 0 must still beat plain decoding by `HYSTERESIS`. On a shared host the estimates are
+//! noisy: at batch 16 one k = 1 window timed 16 ms in its lower third and 20 ms on average a
+//! minute later, enough to pick drafting where it lost 15%. The hysteresis also keeps two nearly
+//! equal candidates from swapping, each swap to drafting costing a catch-up. (Counting every
+//! step, prefill included, was tried instead of this accounting: prefill steps made the
+//! averages too noisy to choose by.)
 //!
 //! Each candidate is timed a few steps in a row, then the best runs, and now and then the
 //! longest-unmeasured other candidate is timed again, so the choice follows changes in context
-//! length and load. Re-timing is not free (turning drafting back on first catches the drafter
-//! up), so each time it confirms the incumbent the wait before the next one doubles, from
-//! `EXPLORE_EVERY` up to `MAX_EXPLORE_EVERY` steps at that batch size. A re-measurement times
+//! length and load. Re-timing is not free: its steps run a losing k, and turning drafting back
+//! on first catches the drafter up on every running sequence, which for a 4-layer drafter at
+//! batch 16 took as long as 60 plain steps. So each time it confirms the incumbent the wait
+//! before the next one doubles, from `EXPLORE_EVERY` up to `MAX_EXPLORE_EVERY` steps at that
+//! batch size, and is at least long enough that what the re-measurement cost (its steps' time
+//! beyond what the incumbent would have taken for their tokens) is `EXPLORE_BUDGET` of the
+//! time in between. A re-measurement times
 //! the challenger and then the incumbent afresh, one right after the other, and the review
 //! weighs only those two: step times follow the context length, so numbers from another
 //! request say little. When the incumbent's own goodput falls to half of what it was, the
 //! others are re-timed at once. Drafting only gets less worthwhile as the batch grows, so a
 //! batch size does not try a k above the best one of the nearest smaller batch size: a
-//! ramp-up does not time long windows at every size again.
+//! ramp-up does not time long windows at every size again. And a batch size new to the policy
+//! starts from the choice of a known one within an eighth of it, waiting for its first
+//! re-measurement like any other: as a wave of 16 requests drains, batch 15, 14, ... each hold
+//! for a few dozen steps, and warming each up would catch the drafter up for nothing.
 
 use std::collections::VecDeque;
 
@@ -55,12 +64,16 @@ const WINDOW: usize = 9;
 const EXPLORE_EVERY: u64 = 64;
 /// The longest wait between re-measurements.
 const MAX_EXPLORE_EVERY: u64 = 64 * EXPLORE_EVERY;
+/// The most of the engine's time re-measurements may cost: a re-measurement that took its
+/// steps this share of the time since the last one waits longer for the next.
+const EXPLORE_BUDGET: f64 = 0.02;
 /// Below this share of its goodput at the last review, the best k has the others re-timed at
 /// once. Low, because every k slows down alike as contexts grow (a step at 500 tokens of
 /// context costs 1.5x one at 20 here), and that alone is no reason to re-time.
 const DEGRADED: f64 = 0.5;
-/// How much more goodput than plain decoding a k > 0 must show.
-const HYSTERESIS: f64 = 0.05;
+/// How much more goodput than plain decoding a k > 0 must show: estimates of one candidate
+/// taken a minute apart differ by 10 to 20% on a shared host.
+const HYSTERESIS: f64 = 0.15;
 /// Decisions at one batch size in a row before drafting may resume there.
 const RESUME_AFTER: usize = 8;
 
@@ -104,21 +117,31 @@ impl Candidate {
     }
 }
 
+/// A running re-measurement: a challenger timed against the incumbent.
+#[derive(Debug, Clone)]
+struct Exploration {
+    /// The best k when it started.
+    incumbent_k: usize,
+    /// Index of the candidate timed against it.
+    challenger: usize,
+    /// Seconds its steps took beyond what the incumbent would have needed for their tokens,
+    /// the catch-up that resuming drafting costs included.
+    regret: f64,
+}
+
 #[derive(Debug, Clone)]
 struct BatchStats {
     candidates: Vec<Candidate>,
     decisions: u64,
-    /// The best k once every candidate this batch size tries is timed.
+    /// The best k once every candidate this batch size tries is timed, or as inherited from
+    /// the nearest batch size with one.
     best_k: Option<usize>,
     /// Decision count at which the next re-measurement starts, and the wait after it.
     next_explore: u64,
     explore_gap: u64,
-    /// The best k when the running re-measurement started.
-    explored_from: Option<usize>,
-    /// Decision count at which the running (or last) re-measurement started.
-    explore_started: u64,
-    /// The best k's goodput at the last review.
-    reviewed_goodput: f64,
+    exploring: Option<Exploration>,
+    /// The best k's goodput at the last review, in tokens per second (0 before one).
+    reviewed_rate: f64,
 }
 
 #[derive(Debug, Clone)]
@@ -175,25 +198,51 @@ impl SpeculationPolicy {
     fn choose_at(&mut self, batch: usize, acceptance: &SpecStats) -> usize {
         let prompt_pass = self.prompt_pass_per_token();
         let ceiling = self.ceiling(batch);
+        let inherited = self.nearest_choice(batch);
         let stats = self.stats(batch);
+        if stats.decisions == 0 {
+            stats.best_k = inherited.map(|k| k.min(ceiling));
+        }
         stats.decisions += 1;
+        if stats.best_k.is_some_and(|k| k > ceiling) {
+            // A smaller batch size now drafts less: start over below its choice.
+            stats.best_k = None;
+            stats.exploring = None;
+        }
         let allowed: Vec<usize> = (0..stats.candidates.len())
             .filter(|i| stats.candidates[*i].k <= ceiling)
             .collect();
-        if let Some(&untimed) = allowed
+        // Candidates to time now: all at first, the two of a re-measurement later.
+        let timing: Vec<usize> = match (&stats.exploring, stats.best_k) {
+            (Some(e), _) => allowed
+                .iter()
+                .copied()
+                .filter(|i| *i == e.challenger || stats.candidates[*i].k == e.incumbent_k)
+                .collect(),
+            (None, None) => allowed.clone(),
+            (None, Some(_)) => Vec::new(),
+        };
+        if let Some(&untimed) = timing
             .iter()
             .find(|i| stats.candidates[**i].recent.len() < WARMUP_STEPS)
         {
             return stats.candidates[untimed].k;
         }
-        // Tokens per second over the whole batch.
-        let goodput = |c: &Candidate| {
+        // Tokens per second over the whole batch, and the score that picks the best.
+        let rate = |c: &Candidate| {
             let tokens = batch as f64 * acceptance.expected_tokens(c.k);
             let seconds = c.seconds.max(f64::MIN_POSITIVE);
             if c.k == 0 {
                 tokens / seconds
             } else {
-                tokens / (seconds + tokens * prompt_pass) / (1.0 + HYSTERESIS)
+                tokens / (seconds + tokens * prompt_pass)
+            }
+        };
+        let score = |c: &Candidate| {
+            if c.k == 0 {
+                rate(c)
+            } else {
+                rate(c) / (1.0 + HYSTERESIS)
             }
         };
         // The choice is reviewed on fresh numbers only: after warm-up, or once a re-measurement
@@ -201,32 +250,27 @@ impl SpeculationPolicy {
         // (a long prompt makes every step slower), so after a re-measurement only those two,
         // timed side by side, compete: a candidate timed during another request would win or
         // lose for nothing it does.
-        let review = stats.explored_from.is_some() || stats.best_k.is_none_or(|k| k > ceiling);
-        if review {
-            let side_by_side: Vec<usize> = allowed
+        if !timing.is_empty() {
+            let best = timing
                 .iter()
                 .copied()
-                .filter(|i| stats.candidates[*i].measured_at >= stats.explore_started)
-                .collect();
-            let pool = if stats.explored_from.is_some() && !side_by_side.is_empty() {
-                &side_by_side
-            } else {
-                &allowed
-            };
-            let best = pool
-                .iter()
-                .copied()
-                .max_by(|a, b| goodput(&stats.candidates[*a]).total_cmp(&goodput(&stats.candidates[*b])))
-                .expect("k = 0 is always allowed");
+                .max_by(|a, b| score(&stats.candidates[*a]).total_cmp(&score(&stats.candidates[*b])))
+                .expect("not empty");
             let best_k = stats.candidates[best].k;
-            stats.explore_gap = match stats.explored_from.take() {
-                Some(before) if before == best_k => (2 * stats.explore_gap).min(MAX_EXPLORE_EVERY),
+            stats.explore_gap = match stats.exploring.take() {
+                Some(e) if e.incumbent_k == best_k => {
+                    // Re-measuring pays off less the more it costs: wait until what this one
+                    // cost is at most `EXPLORE_BUDGET` of the time in between.
+                    let step = stats.candidates[best].seconds.max(f64::MIN_POSITIVE);
+                    let paid_off = (e.regret.max(0.0) / (EXPLORE_BUDGET * step)).ceil() as u64;
+                    (2 * stats.explore_gap).min(MAX_EXPLORE_EVERY).max(paid_off)
+                }
                 _ => EXPLORE_EVERY,
             };
             stats.next_explore = stats.decisions + stats.explore_gap;
-            // (k, tokens per verification, step ms, goodput in tokens/s after the hysteresis)
+            // (k, tokens per verification, step ms, score in tokens/s)
             let round2 = |x: f64| (x * 100.0).round() / 100.0;
-            let scores: Vec<(usize, f64, f64, f64)> = pool
+            let scores: Vec<(usize, f64, f64, f64)> = timing
                 .iter()
                 .map(|i| {
                     let c = &stats.candidates[*i];
@@ -234,7 +278,7 @@ impl SpeculationPolicy {
                         c.k,
                         round2(acceptance.expected_tokens(c.k)),
                         round2(c.seconds * 1e3),
-                        goodput(c).round(),
+                        score(c).round(),
                     )
                 })
                 .collect();
@@ -243,16 +287,18 @@ impl SpeculationPolicy {
                 batch,
                 k = best_k,
                 changed,
+                next_in = stats.explore_gap,
                 prompt_pass_us_per_token = (prompt_pass * 1e6).round(),
                 ?scores,
                 "speculation policy review"
             );
             stats.best_k = Some(best_k);
-            stats.reviewed_goodput = goodput(&stats.candidates[best]);
+            stats.reviewed_rate = rate(&stats.candidates[best]);
         }
         let best_k = stats.best_k.expect("reviewed above");
         let incumbent = stats.candidates.iter().find(|c| c.k == best_k).expect("a candidate");
-        if goodput(incumbent) < DEGRADED * stats.reviewed_goodput {
+        let timed = incumbent.recent.len() >= WARMUP_STEPS;
+        if timed && rate(incumbent) < DEGRADED * stats.reviewed_rate {
             // The choice got much worse since it was made: re-time the others now.
             stats.explore_gap = EXPLORE_EVERY;
             stats.next_explore = stats.decisions;
@@ -263,15 +309,22 @@ impl SpeculationPolicy {
                 .copied()
                 .filter(|i| stats.candidates[*i].k != best_k)
                 .min_by_key(|i| stats.candidates[*i].measured_at);
-            if let Some(i) = stale {
+            if let Some(challenger) = stale {
                 // The challenger and the incumbent are timed afresh, one right after the
                 // other, like a warm-up; the review follows.
-                if let Some(incumbent) = stats.candidates.iter_mut().find(|c| c.k == best_k) {
-                    incumbent.recent.clear();
+                let challenger_k = stats.candidates[challenger].k;
+                for c in stats
+                    .candidates
+                    .iter_mut()
+                    .filter(|c| c.k == best_k || c.k == challenger_k)
+                {
+                    c.recent.clear();
                 }
-                stats.candidates[i].recent.clear();
-                stats.explored_from = Some(best_k);
-                stats.explore_started = stats.decisions;
+                stats.exploring = Some(Exploration {
+                    incumbent_k: best_k,
+                    challenger,
+                    regret: 0.0,
+                });
                 let first = allowed
                     .iter()
                     .find(|i| stats.candidates[**i].recent.is_empty())
@@ -294,10 +347,16 @@ impl SpeculationPolicy {
                 self.prompt_pass_seconds += step.prefill_drafter_seconds;
             }
         }
-        if !self.adaptive || !steady || !step.decode_only {
+        if !self.adaptive || !step.decode_only {
             return;
         }
         let stats = self.stats(step.batch);
+        if let Some(e) = stats.exploring.as_mut().filter(|_| stats.reviewed_rate > 0.0) {
+            e.regret += step.seconds - step.tokens as f64 / stats.reviewed_rate;
+        }
+        if !steady {
+            return;
+        }
         let decisions = stats.decisions;
         let Some(i) = stats.candidates.iter().position(|c| c.k == step.k) else {
             return;
@@ -314,6 +373,18 @@ impl SpeculationPolicy {
         } else {
             self.prompt_pass_seconds / self.drafted_tokens
         }
+    }
+
+    /// The best k of the nearest batch size within an eighth of `batch` that has one, the
+    /// smaller on a tie. Small batches differ too much from their neighbours to inherit.
+    fn nearest_choice(&self, batch: usize) -> Option<usize> {
+        let index = batch.max(1) - 1;
+        let distance = |i: usize| (i.abs_diff(index), i > index);
+        (0..self.by_batch.len())
+            .filter(|i| *i != index && i.abs_diff(index) <= batch / 8)
+            .filter_map(|i| self.by_batch[i].best_k.map(|k| (distance(i), k)))
+            .min_by_key(|(d, _)| *d)
+            .map(|(_, k)| k)
     }
 
     /// The best k of the nearest smaller batch size that has one.
@@ -342,9 +413,8 @@ impl SpeculationPolicy {
                 best_k: None,
                 next_explore: EXPLORE_EVERY,
                 explore_gap: EXPLORE_EVERY,
-                explored_from: None,
-                explore_started: 0,
-                reviewed_goodput: 0.0,
+                exploring: None,
+                reviewed_rate: 0.0,
             };
             self.by_batch.resize(index + 1, template);
         }
@@ -455,15 +525,21 @@ mod tests {
 
     #[test]
     fn speculation_must_win_by_the_hysteresis() {
-        // Three drafts give 3.7 tokens a step for 3.6x the step time: 3% ahead, not 5%.
+        // Three drafts give 3.7 tokens a step for 3.36x the step time: 10% ahead, not 15%.
         let mut p = SpeculationPolicy::new(3, true);
-        let ks = drive(&mut p, 1, 300, &acceptance(0.95, 3), |k| if k == 0 { 1.0 } else { 3.6 });
+        let ks = drive(
+            &mut p,
+            1,
+            300,
+            &acceptance(0.95, 3),
+            |k| if k == 0 { 1.0 } else { 3.36 },
+        );
         assert!(share(&ks[50..], 0) > 0.9, "{ks:?}");
     }
 
     #[test]
     fn the_drafters_prompt_passes_count_against_drafting() {
-        // Three drafts give 2.95 tokens a step for 2.5x the step time: 18% ahead in decode-only
+        // Three drafts give 2.95 tokens a step for 2.2x the step time: 34% ahead in decode-only
         // steps. A new prompt arrives every 20 steps; a costly drafter pass over it (12 steps'
         // worth, about 0.2 per token drafted) turns that into a loss.
         let good = acceptance(0.8, 3);
@@ -476,7 +552,7 @@ mod tests {
                     p.observe(StepSample {
                         batch: 1,
                         k,
-                        seconds: if k == 0 { 1.0 } else { 1.0 + 0.5 * k as f64 },
+                        seconds: if k == 0 { 1.0 } else { 1.0 + 0.4 * k as f64 },
                         decode_only: !new_prompt,
                         prefill_drafter_seconds: if new_prompt && k > 0 { pass_seconds } else { 0.0 },
                         tokens: good.expected_tokens(k).round() as usize,
@@ -511,7 +587,7 @@ mod tests {
         let mut p = SpeculationPolicy::new(3, true);
         drive(&mut p, 3, 200, &good, cost(3));
         drive(&mut p, 4, 200, &good, cost(4));
-        let mut previous = 0;
+        let mut previous = *drive(&mut p, 4, 1, &good, cost(4)).last().expect("a step");
         for _ in 0..30 {
             let dip = drive(&mut p, 3, 1, &good, cost(3))[0];
             assert!(previous > 0 || dip == 0, "drafting resumed for a one-step dip");
@@ -552,6 +628,47 @@ mod tests {
         drive(&mut p, 1, 300, &weak, cost);
         let long = drive(&mut p, 1, 300, &weak, |k| 2.0 * cost(k));
         assert!(share(&long, 0) > 0.9, "{long:?}");
+    }
+
+    #[test]
+    fn a_batch_size_near_a_known_one_starts_from_its_choice() {
+        // Plain decoding wins at batch 16. When a wave of requests drains, each smaller batch
+        // size holds for a while: warming it up from the longest window would make the drafter
+        // catch up on every sequence for nothing.
+        let good = acceptance(0.8, 3);
+        let loaded = |k: usize| 16.0 * (k + 1) as f64;
+        let mut p = SpeculationPolicy::new(3, true);
+        drive(&mut p, 16, 300, &good, loaded);
+        let draining = drive(&mut p, 15, EXPLORE_EVERY as usize - 1, &good, loaded);
+        assert!(draining.iter().all(|k| *k == 0), "{draining:?}");
+    }
+
+    #[test]
+    fn costly_re_measurements_come_less_often() {
+        // Plain decoding wins. Resuming drafting costs a catch-up pass: next to nothing in one
+        // run, 300 steps' worth in the other (a long backlog through a deep drafter).
+        let weak = acceptance(0.3, 3);
+        let resumes = |catch_up: f64| {
+            let mut p = SpeculationPolicy::new(3, true);
+            let (mut previous, mut resumes) = (0, 0);
+            for _ in 0..20_000 {
+                let k = p.choose(1, &weak);
+                let resumed = previous == 0 && k > 0;
+                resumes += resumed as usize;
+                p.observe(StepSample {
+                    batch: 1,
+                    k,
+                    seconds: 1.0 + 0.5 * k as f64 + if resumed { catch_up } else { 0.0 },
+                    decode_only: true,
+                    prefill_drafter_seconds: 0.0,
+                    tokens: weak.expected_tokens(k).round() as usize,
+                });
+                previous = k;
+            }
+            resumes
+        };
+        let (cheap, costly) = (resumes(0.0), resumes(300.0));
+        assert!(costly * 3 <= cheap, "{cheap} cheap and {costly} costly resumes");
     }
 
     #[test]
