@@ -87,6 +87,11 @@ impl Checkpoint {
         &self.options.device
     }
 
+    /// Every tensor's name, in no particular order.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.index.keys().chain(self.memory.keys()).map(String::as_str)
+    }
+
     pub fn contains(&self, name: &str) -> bool {
         self.index.contains_key(name) || self.memory.contains_key(name)
     }

@@ -20,6 +20,7 @@ pub mod step;
 pub mod step_bench;
 pub mod trainer;
 pub mod vocab;
+pub mod warm_start;
 
 pub use cod::{CodConfig, CodLayout, Element};
 pub use error::TrainError;

@@ -155,6 +155,10 @@ struct FitArgs {
     /// Continue from the checkpoint in --out.
     #[arg(long)]
     resume: bool,
+    /// Start from a drafter `fit` exported: its weights, draft vocabulary (--draft-vocab-size
+    /// is then ignored) and mask token, with a fresh optimizer and schedule.
+    #[arg(long)]
+    init_from: Option<PathBuf>,
     /// Storage dtype of the exported weights.
     #[arg(long, value_enum, default_value = "bf16")]
     export_dtype: StoreDtype,
@@ -301,6 +305,7 @@ fn run(cli: Cli) -> Result<()> {
                 val_fraction: a.val_fraction,
                 eval_every: a.eval_every,
                 resume: a.resume,
+                init_from: a.init_from,
                 export_dtype: a.export_dtype.into(),
                 device: a.device,
             };

@@ -20,7 +20,7 @@ pub enum Algo {
 }
 
 impl Algo {
-    fn name(&self) -> &'static str {
+    pub(crate) fn name(&self) -> &'static str {
         match self {
             Algo::Peagle => "peagle",
             Algo::Eagle3 => "eagle3",

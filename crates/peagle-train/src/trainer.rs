@@ -14,6 +14,7 @@ use crate::sample::Sample;
 use crate::spec::{Algo, DrafterSpec};
 use crate::step::{eagle3_sample, peagle_sample, Gradients, PeagleSetup, Prepared};
 use crate::vocab::{pick_mask_token, DraftVocab};
+use crate::warm_start::Exported;
 use candle_core::{DType, Device, Tensor};
 use peagle_models::{load_causal_lm, CausalLm, Drafter, DrafterConfig, LoadOptions};
 use rand::rngs::StdRng;
@@ -51,6 +52,8 @@ pub struct FitOptions {
     pub val_fraction: f64,
     pub eval_every: usize,
     pub resume: bool,
+    /// Start from the weights, draft vocabulary and mask token of an exported drafter.
+    pub init_from: Option<PathBuf>,
     pub export_dtype: DType,
     /// Where the target and the drafter live; samples are read on the CPU and moved.
     pub device: Device,
@@ -184,9 +187,17 @@ impl Run {
             )),
             false => None,
         };
-        let choice = match &resumed {
-            Some((_, choice)) => choice.clone(),
-            None => VocabChoice {
+        let exported = match &opts.init_from {
+            Some(dir) => Some(Exported::open(dir, opts.algo, counts.len(), &opts.device)?),
+            None => None,
+        };
+        let choice = match (&resumed, &exported) {
+            (Some((_, choice)), _) => choice.clone(),
+            (None, Some(e)) => VocabChoice {
+                draft_vocab: e.draft_vocab.clone(),
+                mask_token_id: e.mask_token_id,
+            },
+            (None, None) => VocabChoice {
                 draft_vocab: DraftVocab::from_counts(counts, opts.draft_vocab_size).selected,
                 mask_token_id: (opts.algo == Algo::Peagle).then(|| pick_mask_token(counts)),
             },
@@ -211,9 +222,10 @@ impl Run {
             target_config,
         };
         let config = spec.drafter_config(&opts.out.join("config.json"))?;
-        let (params, optimizer_state) = match &resumed {
-            Some(_) => load_checkpoint(&checkpoint.join("weights.safetensors"), &opts.device)?,
-            None => (spec.init_weights(&target, opts.seed)?, None),
+        let (params, optimizer_state) = match (&resumed, exported) {
+            (Some(_), _) => load_checkpoint(&checkpoint.join("weights.safetensors"), &opts.device)?,
+            (None, Some(e)) => (e.weights(&spec.init_weights(&target, opts.seed)?)?, None),
+            (None, None) => (spec.init_weights(&target, opts.seed)?, None),
         };
         let params = Params::new(params)?;
         let mut optimizer = AdamW::new(
@@ -396,6 +408,9 @@ fn validate(opts: &FitOptions, data: &Captures) -> Result<(), TrainError> {
     }
     if opts.lr <= 0.0 || !opts.lr.is_finite() {
         return invalid("--lr must be positive".into());
+    }
+    if opts.resume && opts.init_from.is_some() {
+        return invalid("--resume continues the run in --out, --init-from starts a new one: pass one of them".into());
     }
     Ok(())
 }

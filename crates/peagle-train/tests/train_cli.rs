@@ -141,12 +141,60 @@ fn capture_fit_resume_and_serve() {
     );
 
     // Resuming continues from the checkpoint: the history keeps its earlier points.
-    let resumed = fit(&peagle, &[&shape[..], &["--max-steps", "25", "--resume"]].concat());
+    let export_f32 = ["--export-dtype", "f32"];
+    let resumed = fit(
+        &peagle,
+        &[&shape[..], &["--max-steps", "25", "--resume"], &export_f32].concat(),
+    );
     assert_eq!(resumed.step, 25);
     assert_eq!(resumed.history.len(), state.history.len() + 1);
     for (a, b) in resumed.history.iter().zip(&state.history) {
         assert_eq!((a.step, a.val_loss), (b.step, b.val_loss));
     }
+
+    // A new run from the exported drafter starts where it ended: with a learning rate too small
+    // to move the weights, its first validation loss is the exported drafter's.
+    let warm = dir.path().join("warm");
+    let peagle_s = peagle.to_str().unwrap();
+    let from = [
+        "fit",
+        "--data",
+        captured_s,
+        "--out",
+        warm.to_str().unwrap(),
+        "--init-from",
+        peagle_s,
+        "--seq-len",
+        "96",
+        "--val-fraction",
+        "0.25",
+        "--max-steps",
+        "1",
+        "--lr",
+        "1e-12",
+    ];
+    ok(&[&from[..], &shape].concat());
+    let warm_state = report(&warm);
+    let (exported_loss, warm_loss) = (resumed.history.last().unwrap().val_loss, warm_state.history[0].val_loss);
+    assert!(
+        (warm_loss - exported_loss).abs() < 1e-4 * exported_loss,
+        "exported at {exported_loss}, started from it at {warm_loss}"
+    );
+    let again = train(&[
+        "fit",
+        "--data",
+        captured_s,
+        "--out",
+        warm.to_str().unwrap(),
+        "--init-from",
+        peagle_s,
+        "--resume",
+    ]);
+    let stderr = String::from_utf8_lossy(&again.stderr);
+    assert!(
+        !again.status.success() && stderr.contains("pass one of them"),
+        "{stderr}"
+    );
 
     // Two capture directories train as one dataset of both directories' samples.
     let both = dir.path().join("both");
@@ -180,6 +228,25 @@ fn capture_fit_resume_and_serve() {
     );
     let (first, last) = first_and_last_val_loss(&state);
     assert!(last < 0.8 * first, "EAGLE-3 validation loss {first} -> {last}");
+    // A drafter of another kind, or shape, cannot be continued as this one.
+    for (algo, layers, message) in [("peagle", "2", "of kind eagle3"), ("eagle3", "2", "layers.1")] {
+        let out = train(&[
+            "fit",
+            "--data",
+            captured_s,
+            "--out",
+            dir.path().join("mismatch").to_str().unwrap(),
+            "--algo",
+            algo,
+            "--num-layers",
+            layers,
+            "--init-from",
+            eagle3.to_str().unwrap(),
+        ]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && stderr.contains(message), "{stderr}");
+        assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    }
 
     // The trained drafters serve: greedy output equals the target's alone.
     let opts = GeneratorOptions::default();

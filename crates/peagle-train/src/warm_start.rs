@@ -1,0 +1,103 @@
+//! `fit --init-from DIR`: a new run that starts from a drafter `fit` exported, so training can
+//! go on where an earlier run stopped without its checkpoint (weights and optimizer moments in
+//! f32: six times a bf16 export to carry between machines). The run keeps the drafter's draft
+//! vocabulary and mask token; its optimizer and learning-rate schedule start afresh.
+
+use crate::error::TrainError;
+use crate::files::read_json;
+use crate::spec::Algo;
+use candle_core::{DType, Device, Tensor};
+use peagle_models::{Checkpoint, LoadOptions};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// The index maps `export` adds to the weights.
+const VOCAB_MAPS: [&str; 2] = ["d2t", "t2d"];
+
+/// An exported drafter, opened for training.
+pub struct Exported {
+    dir: PathBuf,
+    checkpoint: Checkpoint,
+    /// Target ids of the draft vocabulary, in draft id order.
+    pub draft_vocab: Vec<u32>,
+    pub mask_token_id: Option<u32>,
+}
+
+impl Exported {
+    /// Opens `dir`'s config.json and model.safetensors, checking the drafter is an `algo` one
+    /// for a target of `target_vocab_size` tokens.
+    pub fn open(dir: &Path, algo: Algo, target_vocab_size: usize, device: &Device) -> Result<Self, TrainError> {
+        let config: serde_json::Value = read_json(&dir.join("config.json"))?;
+        let kind = config["speculators_model_type"].as_str().unwrap_or("unknown");
+        if kind != algo.name() {
+            return Err(TrainError::Invalid(format!(
+                "{} holds a drafter of kind {kind}, but --algo is {}",
+                dir.display(),
+                algo.name()
+            )));
+        }
+        let options = LoadOptions {
+            device: device.clone(),
+            dtype: DType::F32,
+        };
+        let checkpoint = Checkpoint::open(dir, options)?;
+        let t2d = checkpoint.shape_of("t2d")?;
+        if t2d != [target_vocab_size] {
+            return Err(TrainError::Invalid(format!(
+                "{} drafts for a target of {t2d:?} tokens, the data's target has {target_vocab_size}",
+                dir.display(),
+            )));
+        }
+        let path = dir.join("model.safetensors");
+        let d2t = checkpoint.int64("d2t", &checkpoint.shape_of("d2t")?)?;
+        let draft_vocab = d2t
+            .flatten_all()?
+            .to_vec1::<i64>()?
+            .iter()
+            .enumerate()
+            .map(|(i, offset)| u32::try_from(i as i64 + offset).ok())
+            .map(|id| id.filter(|id| (*id as usize) < target_vocab_size))
+            .collect::<Option<Vec<u32>>>()
+            .ok_or_else(|| TrainError::data(&path, "d2t maps outside the target vocabulary"))?;
+        let mask_token_id = config["mask_token_id"].as_u64().map(|id| id as u32);
+        if algo == Algo::Peagle && mask_token_id.is_none() {
+            return Err(TrainError::data(
+                &dir.join("config.json"),
+                "a P-EAGLE drafter without mask_token_id",
+            ));
+        }
+        Ok(Self {
+            dir: dir.to_owned(),
+            checkpoint,
+            draft_vocab,
+            mask_token_id,
+        })
+    }
+
+    /// The weights, f32, once the file holds exactly the names and shapes of `fresh` (the
+    /// run's own initialisation): a drafter of another shape cannot continue as this one.
+    pub fn weights(&self, fresh: &BTreeMap<String, Tensor>) -> Result<BTreeMap<String, Tensor>, TrainError> {
+        let mismatch = |m: String| Err(TrainError::Invalid(format!("{}: {m}", self.dir.display())));
+        let stored = self.checkpoint.names().filter(|n| !VOCAB_MAPS.contains(n));
+        if let Some(extra) = stored.into_iter().find(|n| !fresh.contains_key(*n)) {
+            return mismatch(format!(
+                "{extra} is not a weight of this run's drafter (check --num-layers)"
+            ));
+        }
+        let mut weights = BTreeMap::new();
+        for (name, want) in fresh {
+            if !self.checkpoint.contains(name) {
+                return mismatch(format!("no {name} (check --num-layers)"));
+            }
+            let shape = self.checkpoint.shape_of(name)?;
+            if shape != want.dims() {
+                return mismatch(format!(
+                    "{name} is {shape:?}, this run's drafter needs {:?}",
+                    want.dims()
+                ));
+            }
+            weights.insert(name.clone(), self.checkpoint.vector(name, &shape)?);
+        }
+        Ok(weights)
+    }
+}
