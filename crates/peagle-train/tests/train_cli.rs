@@ -28,6 +28,13 @@ fn ok(args: &[&str]) {
     );
 }
 
+/// Asserts the command failed with a one-line message containing `message`.
+fn refused(out: Output, message: &str) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains(message), "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+}
+
 fn report(dir: &Path) -> TrainState {
     serde_json::from_str(&std::fs::read_to_string(dir.join("train_report.json")).unwrap()).unwrap()
 }
@@ -85,10 +92,7 @@ fn capture_fit_resume_and_serve() {
     }
 
     // A finished capture is not overwritten by a fresh one.
-    let again = train(&capture);
-    let stderr = String::from_utf8_lossy(&again.stderr);
-    assert!(!again.status.success() && stderr.contains("--resume"), "{stderr}");
-    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    refused(train(&capture), "--resume");
 
     // The prompt + response example: loss on the response only.
     let sample = Sample::load(&captured.join("sample_0000002.safetensors")).unwrap();
@@ -154,16 +158,21 @@ fn capture_fit_resume_and_serve() {
 
     // A new run from the exported drafter starts where it ended: with a learning rate too small
     // to move the weights, its first validation loss is the exported drafter's.
+    let init_from = |out: &str, drafter: &Path, extra: &[&str]| {
+        let args = [
+            "fit",
+            "--data",
+            captured_s,
+            "--out",
+            out,
+            "--init-from",
+            drafter.to_str().unwrap(),
+        ];
+        train(&[&args[..], extra].concat())
+    };
     let warm = dir.path().join("warm");
-    let peagle_s = peagle.to_str().unwrap();
-    let from = [
-        "fit",
-        "--data",
-        captured_s,
-        "--out",
-        warm.to_str().unwrap(),
-        "--init-from",
-        peagle_s,
+    let warm_s = warm.to_str().unwrap();
+    let tiny_lr = [
         "--seq-len",
         "96",
         "--val-fraction",
@@ -173,28 +182,17 @@ fn capture_fit_resume_and_serve() {
         "--lr",
         "1e-12",
     ];
-    ok(&[&from[..], &shape].concat());
-    let warm_state = report(&warm);
-    let (exported_loss, warm_loss) = (resumed.history.last().unwrap().val_loss, warm_state.history[0].val_loss);
+    let out = init_from(warm_s, &peagle, &[&tiny_lr[..], &shape].concat());
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let (exported_loss, warm_loss) = (
+        resumed.history.last().unwrap().val_loss,
+        report(&warm).history[0].val_loss,
+    );
     assert!(
         (warm_loss - exported_loss).abs() < 1e-4 * exported_loss,
         "exported at {exported_loss}, started from it at {warm_loss}"
     );
-    let again = train(&[
-        "fit",
-        "--data",
-        captured_s,
-        "--out",
-        warm.to_str().unwrap(),
-        "--init-from",
-        peagle_s,
-        "--resume",
-    ]);
-    let stderr = String::from_utf8_lossy(&again.stderr);
-    assert!(
-        !again.status.success() && stderr.contains("pass one of them"),
-        "{stderr}"
-    );
+    refused(init_from(warm_s, &peagle, &["--resume"]), "pass one of them");
 
     // Two capture directories train as one dataset of both directories' samples.
     let both = dir.path().join("both");
@@ -228,26 +226,12 @@ fn capture_fit_resume_and_serve() {
     );
     let (first, last) = first_and_last_val_loss(&state);
     assert!(last < 0.8 * first, "EAGLE-3 validation loss {first} -> {last}");
-    // A drafter of another kind, or shape, cannot be continued as this one.
-    for (algo, layers, message) in [("peagle", "2", "of kind eagle3"), ("eagle3", "2", "layers.1")] {
-        let out = train(&[
-            "fit",
-            "--data",
-            captured_s,
-            "--out",
-            dir.path().join("mismatch").to_str().unwrap(),
-            "--algo",
-            algo,
-            "--num-layers",
-            layers,
-            "--init-from",
-            eagle3.to_str().unwrap(),
-        ]);
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success() && stderr.contains(message), "{stderr}");
-        assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
-    }
-
+    // A drafter of another kind or shape cannot be continued as this one.
+    let mismatch = dir.path().join("mismatch");
+    let mismatch_s = mismatch.to_str().unwrap();
+    refused(init_from(mismatch_s, &eagle3, &["--num-layers", "2"]), "of kind eagle3");
+    let two_layers = ["--algo", "eagle3", "--num-layers", "2"];
+    refused(init_from(mismatch_s, &eagle3, &two_layers), "layers.1");
     // The trained drafters serve: greedy output equals the target's alone.
     let opts = GeneratorOptions::default();
     let params = GenerateParams {
