@@ -41,11 +41,12 @@
 //! before the next one doubles, from `EXPLORE_EVERY` up to `MAX_EXPLORE_EVERY` steps at that
 //! batch size, and is at least long enough that what the re-measurement cost (its steps' time
 //! beyond what the incumbent would have taken for their tokens) is `EXPLORE_BUDGET` of the
-//! time in between. The wait does not grow while the longest window tried has fewer than
-//! `MIN_EVIDENCE` verifications behind its acceptance: with EAGLE-3 at batch 1 the first
-//! review saw 1.89 tokens per verification of k = 3 where the steady state gives 3.1 (a first
-//! request's opening tokens are harder to draft), and doubling waits on that estimate kept
-//! drafting off for 8,000 steps of a 1.3x gain. A re-measurement times
+//! time in between. The wait does not grow while the challenger has fewer than `MIN_EVIDENCE`
+//! verifications behind its acceptance, unless it would lose even with every draft accepted:
+//! with EAGLE-3 at batch 1 the first review saw 1.89 tokens per verification of k = 3 where
+//! the steady state gives 3.1 (a first request's opening tokens are harder to draft), and
+//! doubling waits on that estimate kept drafting off for 8,000 steps of a 1.3x gain. A
+//! re-measurement times
 //! the challenger and then the incumbent afresh, one right after the other, and the review
 //! weighs only those two: step times follow the context length, so numbers from another
 //! request say little. When the incumbent's own goodput falls to half of what it was, the
@@ -71,8 +72,8 @@ const MAX_EXPLORE_EVERY: u64 = 64 * EXPLORE_EVERY;
 /// The most of the engine's time re-measurements may cost: a re-measurement that took its
 /// steps this share of the time since the last one waits longer for the next.
 const EXPLORE_BUDGET: f64 = 0.02;
-/// Verifications that offered the longest window tried before its acceptance estimate is
-/// trusted enough to let the wait between re-measurements grow.
+/// Verifications that offered a window before its acceptance estimate is trusted enough to
+/// let the wait between re-measurements grow.
 const MIN_EVIDENCE: u64 = 64;
 /// Below this share of its goodput at the last review, the best k has the others re-timed at
 /// once. Low, because every k slows down alike as contexts grow (a step at 500 tokens of
@@ -235,9 +236,10 @@ impl SpeculationPolicy {
         {
             return stats.candidates[untimed].k;
         }
-        // Tokens per second over the whole batch, and the score that picks the best.
-        let rate = |c: &Candidate| {
-            let tokens = batch as f64 * acceptance.expected_tokens(c.k);
+        // Tokens per second over the whole batch at a given number of tokens per verification,
+        // and the score that picks the best.
+        let rate_at = |c: &Candidate, per_verification: f64| {
+            let tokens = batch as f64 * per_verification;
             let seconds = c.seconds.max(f64::MIN_POSITIVE);
             if c.k == 0 {
                 tokens / seconds
@@ -245,13 +247,12 @@ impl SpeculationPolicy {
                 tokens / (seconds + tokens * prompt_pass)
             }
         };
-        let score = |c: &Candidate| {
-            if c.k == 0 {
-                rate(c)
-            } else {
-                rate(c) / (1.0 + HYSTERESIS)
-            }
+        let score_at = |c: &Candidate, per_verification: f64| match c.k {
+            0 => rate_at(c, per_verification),
+            _ => rate_at(c, per_verification) / (1.0 + HYSTERESIS),
         };
+        let rate = |c: &Candidate| rate_at(c, acceptance.expected_tokens(c.k));
+        let score = |c: &Candidate| score_at(c, acceptance.expected_tokens(c.k));
         // The choice is reviewed on fresh numbers only: after warm-up, or once a re-measurement
         // has timed a challenger and the incumbent again. Step times follow the context length
         // (a long prompt makes every step slower), so after a re-measurement only those two,
@@ -264,18 +265,23 @@ impl SpeculationPolicy {
                 .max_by(|a, b| score(&stats.candidates[*a]).total_cmp(&score(&stats.candidates[*b])))
                 .expect("not empty");
             let best_k = stats.candidates[best].k;
-            // The acceptance of the longest window tried rests on its few verifications at
-            // first, and an early low estimate must not keep drafting off for good.
-            let longest = allowed.iter().map(|i| stats.candidates[*i].k).max().unwrap_or(0);
-            let evidence = |k: usize| acceptance.offered_per_position.get(k - 1).copied().unwrap_or(0);
-            let thin = longest > 0 && evidence(longest) < MIN_EVIDENCE;
             stats.explore_gap = match stats.exploring.take() {
                 Some(e) if e.incumbent_k == best_k => {
                     // Re-measuring pays off less the more it costs: wait until what this one
                     // cost is at most `EXPLORE_BUDGET` of the time in between.
                     let step = stats.candidates[best].seconds.max(f64::MIN_POSITIVE);
                     let paid_off = (e.regret.max(0.0) / (EXPLORE_BUDGET * step)).ceil() as u64;
-                    let grown = if thin { EXPLORE_EVERY } else { 2 * stats.explore_gap };
+                    // A challenger's acceptance rests on few verifications at first, and an
+                    // early low estimate must not keep drafting off for good; unless it would
+                    // lose even with every draft accepted.
+                    let challenger = &stats.candidates[e.challenger];
+                    let evidence = match challenger.k {
+                        0 => u64::MAX,
+                        k => acceptance.offered_per_position.get(k - 1).copied().unwrap_or(0),
+                    };
+                    let could_win = score_at(challenger, (challenger.k + 1) as f64) > score(&stats.candidates[best]);
+                    let unsure = evidence < MIN_EVIDENCE && could_win;
+                    let grown = if unsure { EXPLORE_EVERY } else { 2 * stats.explore_gap };
                     grown.min(MAX_EXPLORE_EVERY).max(paid_off)
                 }
                 _ => EXPLORE_EVERY,
@@ -689,20 +695,26 @@ mod tests {
     }
 
     #[test]
-    fn re_measures_often_while_the_longest_window_has_little_evidence() {
+    fn re_measures_often_while_a_window_that_could_win_has_little_evidence() {
         // One draft gives 1.5 tokens for 1.35x the step time: ahead, but not by the hysteresis.
         // Behind a dozen verifications the estimate may be far off (a first request's opening
         // tokens are harder to draft than the rest), so the wait must not grow yet.
-        let cost = |k: usize| 1.0 + 0.35 * k as f64;
-        let drafted = |acceptance: &SpecStats| {
+        let drafted = |acceptance: &SpecStats, cost_per_draft: f64| {
             let mut policy = SpeculationPolicy::new(3, true);
-            let ks = drive(&mut policy, 1, 20_000, acceptance, cost);
+            let ks = drive(&mut policy, 1, 20_000, acceptance, |k| 1.0 + cost_per_draft * k as f64);
             ks.iter().filter(|k| **k > 0).count()
         };
-        let (thin, rich) = (drafted(&acceptance_over(0.5, 3, 12)), drafted(&acceptance(0.5, 3)));
+        let (thin, rich) = (acceptance_over(0.5, 3, 12), acceptance(0.5, 3));
+        let (unsure, sure) = (drafted(&thin, 0.35), drafted(&rich, 0.35));
         assert!(
-            thin > 3 * rich,
-            "{thin} steps drafted on thin evidence, {rich} on plenty"
+            unsure > 3 * sure,
+            "{unsure} steps drafted on thin evidence, {sure} on plenty"
+        );
+        // Windows that would lose with every draft accepted need no more evidence.
+        let (unsure, sure) = (drafted(&thin, 2.0), drafted(&rich, 2.0));
+        assert!(
+            unsure < 2 * sure,
+            "{unsure} steps drafted on thin evidence, {sure} on plenty"
         );
     }
 
