@@ -180,11 +180,16 @@ impl Run {
         validate(&opts, &data)?;
         let counts = &data.counts;
         let checkpoint = opts.out.join(CHECKPOINT);
+        let state_path = checkpoint.join("state.json");
         let resumed: Option<(TrainState, VocabChoice)> = match opts.resume {
-            true => Some((
-                read_json(&checkpoint.join("state.json"))?,
-                read_json(&checkpoint.join("vocab.json"))?,
-            )),
+            true => Some((read_json(&state_path)?, read_json(&checkpoint.join("vocab.json"))?)),
+            // A fresh run would overwrite the checkpoint: the earlier run's work.
+            false if state_path.exists() => {
+                return Err(TrainError::Invalid(format!(
+                    "{} already holds a training run: pass --resume to continue it, or choose another --out",
+                    opts.out.display()
+                )))
+            }
             false => None,
         };
         let exported = match &opts.init_from {

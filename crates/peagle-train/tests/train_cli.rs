@@ -144,7 +144,12 @@ fn capture_fit_resume_and_serve() {
         "accuracy per depth"
     );
 
-    // Resuming continues from the checkpoint: the history keeps its earlier points.
+    // A fresh run does not overwrite one in progress; resuming continues from its checkpoint,
+    // and the history keeps its earlier points.
+    refused(
+        train(&["fit", "--data", captured_s, "--out", peagle.to_str().unwrap()]),
+        "pass --resume",
+    );
     let export_f32 = ["--export-dtype", "f32"];
     let resumed = fit(
         &peagle,
