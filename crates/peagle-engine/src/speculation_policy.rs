@@ -480,20 +480,40 @@ mod tests {
         acceptance: &SpecStats,
         mut seconds: impl FnMut(usize) -> f64,
     ) -> Vec<usize> {
+        drive_steps(p, batch, steps, acceptance, |_, k| {
+            decode_step(batch, k, seconds(k), acceptance)
+        })
+    }
+
+    /// Runs `steps` steps at `batch`; `sample(step, k)` says what step number `step` with k
+    /// drafts cost.
+    fn drive_steps(
+        p: &mut SpeculationPolicy,
+        batch: usize,
+        steps: usize,
+        acceptance: &SpecStats,
+        mut sample: impl FnMut(usize, usize) -> StepSample,
+    ) -> Vec<usize> {
         (0..steps)
-            .map(|_| {
+            .map(|step| {
                 let k = p.choose(batch, acceptance);
-                p.observe(StepSample {
-                    batch,
-                    k,
-                    seconds: seconds(k),
-                    decode_only: true,
-                    prefill_drafter_seconds: 0.0,
-                    tokens: batch * acceptance.expected_tokens(k).round() as usize,
-                });
+                p.observe(sample(step, k));
                 k
             })
             .collect()
+    }
+
+    /// A decode-only step with k drafts that took `seconds` and committed what `acceptance`
+    /// expects.
+    fn decode_step(batch: usize, k: usize, seconds: f64, acceptance: &SpecStats) -> StepSample {
+        StepSample {
+            batch,
+            k,
+            seconds,
+            decode_only: true,
+            prefill_drafter_seconds: 0.0,
+            tokens: batch * acceptance.expected_tokens(k).round() as usize,
+        }
     }
 
     /// How many of `ks` are `k`.
@@ -568,21 +588,14 @@ mod tests {
         let good = acceptance(0.8, 3);
         for (pass_seconds, drafting_wins) in [(0.0, true), (12.0, false)] {
             let mut p = SpeculationPolicy::new(3, true);
-            let ks: Vec<usize> = (0..1000)
-                .map(|step| {
-                    let k = p.choose(1, &good);
-                    let new_prompt = step % 20 == 0;
-                    p.observe(StepSample {
-                        batch: 1,
-                        k,
-                        seconds: if k == 0 { 1.0 } else { 1.0 + 0.4 * k as f64 },
-                        decode_only: !new_prompt,
-                        prefill_drafter_seconds: if new_prompt && k > 0 { pass_seconds } else { 0.0 },
-                        tokens: good.expected_tokens(k).round() as usize,
-                    });
-                    k
-                })
-                .collect();
+            let ks = drive_steps(&mut p, 1, 1000, &good, |step, k| {
+                let new_prompt = step % 20 == 0;
+                StepSample {
+                    decode_only: !new_prompt,
+                    prefill_drafter_seconds: if new_prompt && k > 0 { pass_seconds } else { 0.0 },
+                    ..decode_step(1, k, 1.0 + 0.4 * k as f64, &good)
+                }
+            });
             let drafted = 1.0 - share(&ks[200..], 0);
             assert_eq!(
                 drafted > 0.9,
@@ -674,20 +687,12 @@ mod tests {
         let resumes = |catch_up: f64| {
             let mut p = SpeculationPolicy::new(3, true);
             let (mut previous, mut resumes) = (0, 0);
-            for _ in 0..20_000 {
-                let k = p.choose(1, &weak);
+            drive_steps(&mut p, 1, 20_000, &weak, |_, k| {
                 let resumed = previous == 0 && k > 0;
-                resumes += resumed as usize;
-                p.observe(StepSample {
-                    batch: 1,
-                    k,
-                    seconds: 1.0 + 0.5 * k as f64 + if resumed { catch_up } else { 0.0 },
-                    decode_only: true,
-                    prefill_drafter_seconds: 0.0,
-                    tokens: weak.expected_tokens(k).round() as usize,
-                });
+                resumes += usize::from(resumed);
                 previous = k;
-            }
+                decode_step(1, k, 1.0 + 0.5 * k as f64 + if resumed { catch_up } else { 0.0 }, &weak)
+            });
             resumes
         };
         let (cheap, costly) = (resumes(0.0), resumes(300.0));
@@ -737,12 +742,8 @@ mod tests {
         for decode_only in [true, false] {
             // The first step has no previous k, the second runs prefill: neither counts.
             p.observe(StepSample {
-                batch: 1,
-                k,
-                seconds: 1e9,
                 decode_only,
-                prefill_drafter_seconds: 0.0,
-                tokens: 1,
+                ..decode_step(1, k, 1e9, &SpecStats::default())
             });
         }
         assert!(p.by_batch[0].candidates[0].recent.is_empty());
