@@ -11,6 +11,10 @@ use safetensors::Dtype;
 use std::collections::BTreeMap;
 use std::path::Path;
 
+/// The draft-to-target id offsets (int64) and the target-to-draft mask (bool) beside the weights.
+pub const D2T: &str = "d2t";
+pub const T2D: &str = "t2d";
+
 /// Floating weights are stored as `dtype`: f32, or bf16 to halve the file.
 pub fn export(
     spec: &DrafterSpec,
@@ -25,9 +29,9 @@ pub fn export(
         buffers.push((name.clone(), stored, t.dims().to_vec(), bytes));
     }
     let d2t: Vec<u8> = spec.vocab.d2t().iter().flat_map(|o| o.to_le_bytes()).collect();
-    buffers.push(("d2t".into(), Dtype::I64, vec![spec.vocab.len()], d2t));
+    buffers.push((D2T.into(), Dtype::I64, vec![spec.vocab.len()], d2t));
     let t2d: Vec<u8> = spec.vocab.t2d().into_iter().map(u8::from).collect();
-    buffers.push(("t2d".into(), Dtype::BOOL, vec![spec.vocab.target_vocab_size], t2d));
+    buffers.push((T2D.into(), Dtype::BOOL, vec![spec.vocab.target_vocab_size], t2d));
     let path = dir.join("model.safetensors");
     let views = buffers
         .iter()

@@ -4,15 +4,13 @@
 //! vocabulary and mask token; its optimizer and learning-rate schedule start afresh.
 
 use crate::error::TrainError;
+use crate::export::{D2T, T2D};
 use crate::files::read_json;
 use crate::spec::Algo;
 use candle_core::{DType, Device, Tensor};
 use peagle_models::{Checkpoint, LoadOptions};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-
-/// The index maps `export` adds to the weights.
-const VOCAB_MAPS: [&str; 2] = ["d2t", "t2d"];
 
 /// An exported drafter, opened for training.
 pub struct Exported {
@@ -41,7 +39,7 @@ impl Exported {
             dtype: DType::F32,
         };
         let checkpoint = Checkpoint::open(dir, options)?;
-        let t2d = checkpoint.shape_of("t2d")?;
+        let t2d = checkpoint.shape_of(T2D)?;
         if t2d != [target_vocab_size] {
             return Err(TrainError::Invalid(format!(
                 "{} drafts for a target of {t2d:?} tokens, the data's target has {target_vocab_size}",
@@ -49,7 +47,7 @@ impl Exported {
             )));
         }
         let path = dir.join("model.safetensors");
-        let d2t = checkpoint.int64("d2t", &checkpoint.shape_of("d2t")?)?;
+        let d2t = checkpoint.int64(D2T, &checkpoint.shape_of(D2T)?)?;
         let draft_vocab = d2t
             .flatten_all()?
             .to_vec1::<i64>()?
@@ -78,7 +76,7 @@ impl Exported {
     /// run's own initialisation): a drafter of another shape cannot continue as this one.
     pub fn weights(&self, fresh: &BTreeMap<String, Tensor>) -> Result<BTreeMap<String, Tensor>, TrainError> {
         let mismatch = |m: String| Err(TrainError::Invalid(format!("{}: {m}", self.dir.display())));
-        let stored = self.checkpoint.names().filter(|n| !VOCAB_MAPS.contains(n));
+        let stored = self.checkpoint.names().filter(|n| ![D2T, T2D].contains(n));
         if let Some(extra) = stored.into_iter().find(|n| !fresh.contains_key(*n)) {
             return mismatch(format!(
                 "{extra} is not a weight of this run's drafter (check --num-layers)"
