@@ -4,21 +4,27 @@
 
 use candle_core::{DType, Device, Tensor};
 use criterion::{criterion_group, BenchmarkId, Criterion};
-use peagle_kernels::{linear, paged_attention, AttentionMetadata, AttentionParams};
+use peagle_kernels::{linear, paged_attention, AttentionMetadata, AttentionParams, PackedWeight};
 use std::hint::black_box;
 
 fn matmul(c: &mut Criterion) {
     let dev = Device::Cpu;
-    for (name, n, k) in [("mlp gate_up 1536x256", 1536, 256), ("lm_head 8192x256", 8192, 256)] {
+    for (name, n, k) in [
+        ("qkv 512x256", 512, 256),
+        ("mlp down 256x768", 256, 768),
+        ("mlp gate_up 1536x256", 1536, 256),
+        ("lm_head 8192x256", 8192, 256),
+    ] {
         let w = Tensor::randn(0f32, 0.05, (n, k), &dev)
             .unwrap()
             .to_dtype(DType::BF16)
             .unwrap();
+        let packed = PackedWeight::new(&w).unwrap();
         let mut g = c.benchmark_group(format!("linear {name} bf16"));
         for rows in [1, 4, 8, 16] {
             let x = Tensor::randn(0f32, 1.0, (rows, k), &dev).unwrap();
             g.bench_with_input(BenchmarkId::from_parameter(rows), &x, |b, x| {
-                b.iter(|| black_box(linear(x, &w).unwrap()))
+                b.iter(|| black_box(linear(x, &packed).unwrap()))
             });
         }
         g.finish();

@@ -8,12 +8,13 @@ mod kv_write;
 mod linear;
 mod masked_softmax;
 mod paged_attention;
+mod panel_tile;
 mod pool;
 
-pub use dot::{dot_bf16, dot_bf16_x4, dot_bf16_x4x2, dot_f32, dot_f32_x1x8, dot_f32_x4, dot_f32_x4x2};
+pub use dot::{dot_f32, dot_f32_x1x8};
 pub use error::KernelError;
 pub use kv_write::write_kv;
-pub use linear::linear;
+pub use linear::{linear, PackedWeight};
 pub use masked_softmax::masked_softmax;
 pub use paged_attention::{paged_attention, AttentionMetadata, AttentionParams};
 pub use pool::on_pool;

@@ -1,53 +1,105 @@
-//! `y = x · wᵀ` with one fixed-order dot product per output element.
+//! `y = x · wᵀ` over a weight packed once into panels of 32 output columns.
 //!
-//! Decoding multiplies a handful of rows by every weight matrix, so this is the hot path and it
-//! is memory-bound: each weight row is read once per call and reused for all input rows while it
-//! is in cache. Work is split across threads by weight rows, which never changes a reduction.
+//! Decoding multiplies a handful of rows by every weight matrix, so this is the hot path. A
+//! panel holds, for each k, its 32 weights in one cache line, so a tile of up to 8 rows streams
+//! its panels linearly, broadcasts one input per row and k, and keeps every output in a
+//! register: each output is a fused multiply-add chain over k whatever the batch (see
+//! `panel_tile`). Work is split across threads by panels, which never changes a chain.
 
-use crate::dot::{dot_bf16, dot_bf16_x4, dot_bf16_x4x2, dot_f32, dot_f32_x4, dot_f32_x4x2};
 use crate::error::bad_input;
-use candle_core::backend::BackendStorage;
-use candle_core::{CpuStorage, CustomOp2, Layout, Result, Shape, Tensor};
+use crate::panel_tile::{self, Bf16Line, F32Line, Tile, PANEL};
+use candle_core::{CpuStorage, CustomOp1, DType, Layout, Result, Shape, Tensor};
 use half::bf16;
 use rayon::prelude::*;
 
 /// Tasks per thread: a few, so uneven progress balances out, but not so many that rayon's
-/// per-task cost rivals a task's work (a 16-row task of a small matmul is about a microsecond).
+/// per-task cost rivals a task's work.
 const TASKS_PER_THREAD: usize = 4;
-/// The fewest weight rows worth a task of their own.
-const MIN_WEIGHT_ROWS_PER_TASK: usize = 16;
+/// Panels a task works through together, each read once per tile of rows while in cache.
+const GROUP: usize = 4;
 
-/// `x` [rows, k] f32 times `w` [n, k] (f32 or bf16) transposed, giving [rows, n] f32.
-pub fn linear(x: &Tensor, w: &Tensor) -> Result<Tensor> {
-    x.apply_op2_no_bwd(w, &Linear)
+/// A weight [n, k] in panels, for `linear`. Packing reads the whole matrix, so it is done
+/// once, when a model is loaded.
+pub struct PackedWeight {
+    n: usize,
+    k: usize,
+    lines: Lines,
 }
 
-struct Linear;
+enum Lines {
+    Bf16(Vec<Bf16Line>),
+    F32(Vec<F32Line>),
+}
 
-impl CustomOp2 for Linear {
+impl PackedWeight {
+    /// Packs a CPU weight [n, k] of f32 or bf16, keeping its dtype.
+    pub fn new(w: &Tensor) -> Result<Self> {
+        let (n, k) = w.dims2()?;
+        if !w.device().is_cpu() {
+            return Err(bad_input("PackedWeight", "the weight must be on the CPU"));
+        }
+        let w = w.contiguous()?;
+        let lines = match w.dtype() {
+            DType::BF16 => {
+                let data = w.flatten_all()?.to_vec1::<bf16>()?;
+                Lines::Bf16(pack(&data, n, k, Bf16Line([bf16::ZERO; PANEL]), |line, c, v| {
+                    line.0[Bf16Line::slot(c)] = v
+                }))
+            }
+            DType::F32 => {
+                let data = w.flatten_all()?.to_vec1::<f32>()?;
+                Lines::F32(pack(&data, n, k, F32Line([0.0; PANEL]), |line, c, v| line.0[c] = v))
+            }
+            other => return Err(bad_input("PackedWeight", format!("unsupported weight dtype {other:?}"))),
+        };
+        Ok(Self { n, k, lines })
+    }
+
+    /// (n, k): output and input features.
+    pub fn dims(&self) -> (usize, usize) {
+        (self.n, self.k)
+    }
+}
+
+/// Line `p * k + kk` holds row `kk` of panel `p`: weights `w[32p + c][kk]`, zero past `n`.
+fn pack<T: Copy, L: Copy>(w: &[T], n: usize, k: usize, empty: L, put: impl Fn(&mut L, usize, T)) -> Vec<L> {
+    let mut lines = vec![empty; n.div_ceil(PANEL) * k];
+    for (j, row) in w.chunks_exact(k).enumerate() {
+        let (p, c) = (j / PANEL, j % PANEL);
+        for (kk, v) in row.iter().enumerate() {
+            put(&mut lines[p * k + kk], c, *v);
+        }
+    }
+    lines
+}
+
+/// `x` [rows, k] f32 times the packed `w` [n, k] transposed, giving [rows, n] f32.
+pub fn linear(x: &Tensor, w: &PackedWeight) -> Result<Tensor> {
+    x.apply_op1_no_bwd(&Linear(w))
+}
+
+struct Linear<'a>(&'a PackedWeight);
+
+impl CustomOp1 for Linear<'_> {
     fn name(&self) -> &'static str {
         "peagle-linear"
     }
 
-    fn cpu_fwd(&self, xs: &CpuStorage, xl: &Layout, ws: &CpuStorage, wl: &Layout) -> Result<(CpuStorage, Shape)> {
+    fn cpu_fwd(&self, xs: &CpuStorage, xl: &Layout) -> Result<(CpuStorage, Shape)> {
+        let w = self.0;
         let (rows, k) = xl.shape().dims2()?;
-        let (n, wk) = wl.shape().dims2()?;
-        if k != wk {
+        if k != w.k {
             return Err(bad_input(
                 "linear",
-                format!("input has {k} columns but the weight has {wk}"),
+                format!("input has {k} columns but the weight has {}", w.k),
             ));
         }
         let x = contiguous(xs.as_slice::<f32>()?, xl, "input")?;
-        let y = match ws {
-            CpuStorage::F32(w) => matmul(x, contiguous(w, wl, "weight")?, rows, n, k, &F32_DOTS),
-            CpuStorage::BF16(w) => matmul(x, contiguous(w, wl, "weight")?, rows, n, k, &BF16_DOTS),
-            other => {
-                let dtype = other.dtype();
-                return Err(bad_input("linear", format!("unsupported weight dtype {dtype:?}")));
-            }
+        let y = match &w.lines {
+            Lines::Bf16(lines) => matmul(x, lines, rows, w.n, k),
+            Lines::F32(lines) => matmul(x, lines, rows, w.n, k),
         };
-        Ok((CpuStorage::F32(y), Shape::from((rows, n))))
+        Ok((CpuStorage::F32(y), Shape::from((rows, w.n))))
     }
 }
 
@@ -58,94 +110,186 @@ pub(crate) fn contiguous<'a, T>(data: &'a [T], layout: &Layout, what: &str) -> R
     }
 }
 
-/// Four input rows against two weight rows: `[row][weight]`.
-type Tile<W> = fn([&[f32]; 4], [&[W]; 2]) -> [[f32; 2]; 4];
-
-/// Dot products for one row, for four rows, and for four rows against two weight rows, all
-/// bit-identical per (row, weight) pair.
-struct Dots<W> {
-    one: fn(&[f32], &[W]) -> f32,
-    four: fn([&[f32]; 4], &[W]) -> [f32; 4],
-    four_by_two: Tile<W>,
-}
-
-const F32_DOTS: Dots<f32> = Dots {
-    one: dot_f32,
-    four: dot_f32_x4,
-    four_by_two: dot_f32_x4x2,
-};
-
-const BF16_DOTS: Dots<bf16> = Dots {
-    one: dot_bf16,
-    four: dot_bf16_x4,
-    four_by_two: dot_bf16_x4x2,
-};
-
-fn matmul<W: Sync>(x: &[f32], w: &[W], rows: usize, n: usize, k: usize, dots: &Dots<W>) -> Vec<f32> {
+fn matmul<L: Line>(x: &[f32], lines: &[L], rows: usize, n: usize, k: usize) -> Vec<f32> {
+    let panels = n.div_ceil(PANEL);
+    let width = panels * PANEL;
+    let mut y = vec![0f32; rows * width];
     if rows == 0 || n == 0 {
-        return vec![0.0; rows * n];
+        y.truncate(rows * n);
+        return y;
     }
-    let per_task = n
+    let per_task = panels
         .div_ceil(TASKS_PER_THREAD * rayon::current_num_threads())
-        .max(MIN_WEIGHT_ROWS_PER_TASK);
-    let blocks: Vec<Vec<f32>> = (0..n.div_ceil(per_task))
-        .into_par_iter()
-        .map(|task| {
-            let first = task * per_task;
-            block(x, &w[first * k..], rows, per_task.min(n - first), k, dots)
-        })
-        .collect();
-    if rows == 1 {
-        return blocks.concat();
-    }
-    // Row by row, so every copy is contiguous. (Writing the output column by column strided by
-    // n, a power of two for most weights, mapped every row to one L1 set; at 16 rows that took
-    // as long as the matmul itself.)
-    let mut y = vec![0f32; rows * n];
-    y.par_chunks_mut(n).enumerate().for_each(|(t, y_row)| {
-        for (y_part, block) in y_row.chunks_mut(per_task).zip(&blocks) {
-            y_part.copy_from_slice(&block[t * y_part.len()..][..y_part.len()]);
-        }
+        .next_multiple_of(GROUP);
+    let out = Output(y.as_mut_ptr());
+    (0..panels.div_ceil(per_task)).into_par_iter().for_each(|task| {
+        let first = task * per_task;
+        let count = per_task.min(panels - first);
+        let out = &out;
+        // SAFETY: x holds rows * k floats, lines panels * k lines, y rows * width floats, and
+        // tasks write disjoint panels' columns.
+        unsafe { panel_range(x, &lines[first * k..], rows, k, count, out.0.add(first * PANEL), width) }
     });
-    y
+    if width == n {
+        return y;
+    }
+    y.chunks_exact(width).flat_map(|row| &row[..n]).copied().collect()
 }
 
-/// `x` [rows, k] times the first `cols` rows of `w` transposed, as [rows, cols].
-fn block<W>(x: &[f32], w: &[W], rows: usize, cols: usize, k: usize, dots: &Dots<W>) -> Vec<f32> {
-    let x_row = |t: usize| &x[t * k..][..k];
-    let w_row = |j: usize| &w[j * k..][..k];
-    let mut out = vec![0f32; rows * cols];
-    let quads = rows / 4;
-    // Weight rows in pairs, input rows in fours: each loaded block serves a 4x2 tile.
-    for j in (0..cols).step_by(2) {
-        let pair = j + 1 < cols;
-        for q in 0..quads {
-            let t = 4 * q;
-            let xs = [x_row(t), x_row(t + 1), x_row(t + 2), x_row(t + 3)];
-            if pair {
-                let tile = (dots.four_by_two)(xs, [w_row(j), w_row(j + 1)]);
-                for (r, v) in tile.iter().enumerate() {
-                    out[(t + r) * cols + j..][..2].copy_from_slice(v);
-                }
-            } else {
-                for (r, v) in (dots.four)(xs, w_row(j)).iter().enumerate() {
-                    out[(t + r) * cols + j] = *v;
-                }
+/// Where every task writes its panels' columns of `y`.
+struct Output(*mut f32);
+// SAFETY: tasks write disjoint columns of the buffer, which outlives them.
+unsafe impl Sync for Output {}
+
+/// All rows times `count` panels from `lines`, into `out` (row stride `stride`).
+///
+/// # Safety
+/// As `matmul` sets them up: `lines` holds `count * k` lines and `out` `rows` rows of
+/// `32 * count` writable floats.
+unsafe fn panel_range<L: Line>(
+    x: &[f32],
+    lines: &[L],
+    rows: usize,
+    k: usize,
+    count: usize,
+    out: *mut f32,
+    stride: usize,
+) {
+    for group in (0..count).step_by(GROUP) {
+        let in_group = GROUP.min(count - group);
+        let mut r0 = 0;
+        while r0 < rows {
+            let (r, p) = L::shape(rows - r0);
+            let mut g = 0;
+            while g < in_group {
+                // P always divides a whole group; a short last group goes one panel at a time.
+                let p = if in_group - g >= p { p } else { 1 };
+                let tile = Tile {
+                    x: x.as_ptr().add(r0 * k),
+                    k,
+                    panel: lines.as_ptr().add((group + g) * k),
+                    out: out.add(r0 * stride + (group + g) * PANEL),
+                    out_stride: stride,
+                };
+                L::tile(r, p, &tile);
+                g += p;
             }
-        }
-        for c in j..(j + 1 + pair as usize) {
-            for t in 4 * quads..rows {
-                out[t * cols + c] = (dots.one)(x_row(t), w_row(c));
-            }
+            r0 += r;
         }
     }
-    out
 }
+
+/// A line type and the tiles that multiply its panels on this CPU.
+trait Line: Sync + Sized {
+    /// (rows, panels) of the next tile when `rows_left` rows remain.
+    fn shape(rows_left: usize) -> (usize, usize);
+
+    /// # Safety
+    /// `(rows, panels)` comes from `shape` (or has one panel); `t` is as `Tile` describes.
+    unsafe fn tile(rows: usize, panels: usize, t: &Tile<Self>);
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Isa {
+    Avx512,
+    Avx2,
+    Portable,
+}
+
+fn isa() -> Isa {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if panel_tile::avx512::available() {
+            return Isa::Avx512;
+        }
+        if panel_tile::avx2::available() {
+            return Isa::Avx2;
+        }
+    }
+    Isa::Portable
+}
+
+/// Tiles keep their accumulators in registers: AVX-512's 32 registers hold 8 rows of a panel
+/// (16 vectors), AVX2's 16 hold 2 rows (8). With fewer rows a tile takes more panels, so that
+/// enough independent chains are in flight to hide the multiply-add latency.
+fn tile_shape(isa: Isa, rows_left: usize) -> (usize, usize) {
+    match isa {
+        Isa::Avx512 => match rows_left {
+            1..=2 => (rows_left, 4),
+            3..=6 => (rows_left, 2),
+            7 => (7, 1),
+            _ => (8, 1),
+        },
+        Isa::Avx2 => (rows_left.min(2), 1),
+        Isa::Portable => (1, 1),
+    }
+}
+
+/// Calls `$tile::<R, P>` for the runtime pair `($r, $p)`, one arm per shape `tile_shape` gives
+/// and per one-panel tile.
+macro_rules! dispatch {
+    ($tile:ident, $r:expr, $p:expr, $t:expr, [$(($rr:literal, $pp:literal)),*]) => {
+        match ($r, $p) {
+            $(($rr, $pp) => $tile::<$rr, $pp>($t),)*
+            other => unreachable!("no tile of shape {other:?}"),
+        }
+    };
+}
+
+macro_rules! line_tiles {
+    ($line:ty, $name:ident) => {
+        impl Line for $line {
+            fn shape(rows_left: usize) -> (usize, usize) {
+                tile_shape(isa(), rows_left)
+            }
+
+            unsafe fn tile(rows: usize, panels: usize, t: &Tile<Self>) {
+                match isa() {
+                    #[cfg(target_arch = "x86_64")]
+                    Isa::Avx512 => {
+                        use panel_tile::avx512::$name;
+                        dispatch!(
+                            $name,
+                            rows,
+                            panels,
+                            t,
+                            [
+                                (1, 1),
+                                (2, 1),
+                                (3, 1),
+                                (4, 1),
+                                (5, 1),
+                                (6, 1),
+                                (7, 1),
+                                (8, 1),
+                                (1, 4),
+                                (2, 4),
+                                (3, 2),
+                                (4, 2),
+                                (5, 2),
+                                (6, 2)
+                            ]
+                        )
+                    }
+                    #[cfg(target_arch = "x86_64")]
+                    Isa::Avx2 => {
+                        use panel_tile::avx2::$name;
+                        dispatch!($name, rows, panels, t, [(1, 1), (2, 1)])
+                    }
+                    _ => panel_tile::portable(rows, panels, t, <$line>::column),
+                }
+            }
+        }
+    };
+}
+
+line_tiles!(Bf16Line, bf16);
+line_tiles!(F32Line, f32);
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use candle_core::{DType, Device};
+    use candle_core::Device;
 
     fn random(rows: usize, cols: usize, seed: u64) -> Tensor {
         let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
@@ -158,41 +302,155 @@ mod tests {
         Tensor::from_vec(data, (rows, cols), &Device::Cpu).unwrap()
     }
 
+    fn packed(w: &Tensor) -> PackedWeight {
+        PackedWeight::new(w).unwrap()
+    }
+
+    fn bits(t: &Tensor) -> Vec<Vec<u32>> {
+        let rows: Vec<Vec<f32>> = t.to_vec2().unwrap();
+        rows.iter().map(|r| r.iter().map(|v| v.to_bits()).collect()).collect()
+    }
+
     #[test]
     fn matches_candle_matmul() {
-        let x = random(5, 70, 1);
-        let w = random(33, 70, 2);
-        let ours = linear(&x, &w).unwrap();
-        let reference = x.matmul(&w.t().unwrap()).unwrap();
-        let diff = (ours - reference).unwrap().abs().unwrap().max_all().unwrap();
-        assert!(diff.to_scalar::<f32>().unwrap() < 1e-5);
+        // 70 columns: two full panels and a partial one.
+        for rows in [1, 5, 16] {
+            let x = random(rows, 96, 1);
+            let w = random(96, 70, 2).t().unwrap();
+            let ours = linear(&x, &packed(&w)).unwrap();
+            let reference = x.matmul(&w.t().unwrap()).unwrap();
+            let diff = (ours - reference).unwrap().abs().unwrap().max_all().unwrap();
+            assert!(diff.to_scalar::<f32>().unwrap() < 1e-5, "rows {rows}");
+        }
+    }
+
+    #[test]
+    fn every_output_is_one_fused_chain_over_k() {
+        let (x, w) = (random(3, 37, 7), random(40, 37, 8));
+        let ours: Vec<Vec<f32>> = linear(&x, &packed(&w)).unwrap().to_vec2().unwrap();
+        let (xv, wv): (Vec<Vec<f32>>, Vec<Vec<f32>>) = (x.to_vec2().unwrap(), w.to_vec2().unwrap());
+        for (t, row) in ours.iter().enumerate() {
+            for (j, got) in row.iter().enumerate() {
+                let chain = xv[t].iter().zip(&wv[j]).fold(0f32, |acc, (a, b)| a.mul_add(*b, acc));
+                assert_eq!(got.to_bits(), chain.to_bits(), "row {t} column {j}");
+            }
+        }
     }
 
     #[test]
     fn rows_are_bitwise_independent_of_batch_size() {
-        let w = random(67, 96, 3);
-        let x = random(9, 96, 4);
-        let all: Vec<Vec<f32>> = linear(&x, &w).unwrap().to_vec2().unwrap();
+        // Every tile shape (1 to 8 rows, one to four panels) and a partial last panel group.
+        let w = packed(&random(7 * PANEL + 5, 96, 3));
+        let x = random(19, 96, 4);
+        let all = bits(&linear(&x, &w).unwrap());
         for (t, row) in all.iter().enumerate() {
-            let alone: Vec<Vec<f32>> = linear(&x.narrow(0, t, 1).unwrap(), &w).unwrap().to_vec2().unwrap();
-            let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
-            assert_eq!(bits(&alone[0]), bits(row), "row {t}");
+            let alone = bits(&linear(&x.narrow(0, t, 1).unwrap(), &w).unwrap());
+            assert_eq!(&alone[0], row, "row {t}");
+        }
+        for start in 0..8 {
+            let some = bits(&linear(&x.narrow(0, start, 11).unwrap(), &w).unwrap());
+            assert_eq!(some[..], all[start..start + 11], "rows {start}..");
         }
     }
 
     #[test]
     fn bf16_weights_equal_their_f32_upcast() {
-        let x = random(3, 40, 5);
-        let w16 = random(20, 40, 6).to_dtype(DType::BF16).unwrap();
+        let x = random(9, 40, 5);
+        let w16 = random(100, 40, 6).to_dtype(DType::BF16).unwrap();
         let w32 = w16.to_dtype(DType::F32).unwrap();
-        let a: Vec<Vec<f32>> = linear(&x, &w16).unwrap().to_vec2().unwrap();
-        let b: Vec<Vec<f32>> = linear(&x, &w32).unwrap().to_vec2().unwrap();
-        assert_eq!(a, b);
+        assert_eq!(
+            bits(&linear(&x, &packed(&w16)).unwrap()),
+            bits(&linear(&x, &packed(&w32)).unwrap())
+        );
+    }
+
+    #[test]
+    fn every_instruction_set_computes_the_same_bits() {
+        let (x, w) = (random(11, 48, 9), random(3 * PANEL, 48, 10));
+        let (xv, lines16, lines32) = match (packed(&w.to_dtype(DType::BF16).unwrap()).lines, packed(&w).lines) {
+            (Lines::Bf16(a), Lines::F32(b)) => (x.flatten_all().unwrap().to_vec1::<f32>().unwrap(), a, b),
+            _ => unreachable!(),
+        };
+        let run = |isa: Isa| -> (Vec<f32>, Vec<f32>) {
+            let mut out = (vec![0f32; 11 * 3 * PANEL], vec![0f32; 11 * 3 * PANEL]);
+            let mut r0 = 0;
+            while r0 < 11 {
+                let (r, _) = tile_shape(isa, 11 - r0);
+                for p in 0..3 {
+                    let tile16 = Tile {
+                        x: xv[r0 * 48..].as_ptr(),
+                        k: 48,
+                        panel: lines16[p * 48..].as_ptr(),
+                        out: out.0[r0 * 3 * PANEL + p * PANEL..].as_mut_ptr(),
+                        out_stride: 3 * PANEL,
+                    };
+                    let tile32 = Tile {
+                        x: tile16.x,
+                        k: 48,
+                        panel: lines32[p * 48..].as_ptr(),
+                        out: out.1[r0 * 3 * PANEL + p * PANEL..].as_mut_ptr(),
+                        out_stride: 3 * PANEL,
+                    };
+                    // SAFETY: the buffers are sized for 11 rows of 3 panels; each path runs
+                    // only where the CPU has it.
+                    unsafe { run_tile(isa, r, &tile16, &tile32) };
+                }
+                r0 += r;
+            }
+            out
+        };
+        let reference = run(Isa::Portable);
+        #[cfg(target_arch = "x86_64")]
+        for (isa, present) in [
+            (Isa::Avx512, panel_tile::avx512::available()),
+            (Isa::Avx2, panel_tile::avx2::available()),
+        ] {
+            if present {
+                let got = run(isa);
+                let b = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                assert_eq!(b(&got.0), b(&reference.0), "bf16");
+                assert_eq!(b(&got.1), b(&reference.1), "f32");
+            }
+        }
+    }
+
+    /// One-panel tiles of `rows` rows on the given instruction set.
+    unsafe fn run_tile(isa: Isa, rows: usize, t16: &Tile<Bf16Line>, t32: &Tile<F32Line>) {
+        match isa {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => {
+                use panel_tile::avx512::{bf16, f32};
+                dispatch!(
+                    bf16,
+                    rows,
+                    1,
+                    t16,
+                    [(1, 1), (2, 1), (3, 1), (4, 1), (5, 1), (6, 1), (7, 1), (8, 1)]
+                );
+                dispatch!(
+                    f32,
+                    rows,
+                    1,
+                    t32,
+                    [(1, 1), (2, 1), (3, 1), (4, 1), (5, 1), (6, 1), (7, 1), (8, 1)]
+                );
+            }
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => {
+                use panel_tile::avx2::{bf16, f32};
+                dispatch!(bf16, rows, 1, t16, [(1, 1), (2, 1)]);
+                dispatch!(f32, rows, 1, t32, [(1, 1), (2, 1)]);
+            }
+            _ => {
+                panel_tile::portable(rows, 1, t16, Bf16Line::column);
+                panel_tile::portable(rows, 1, t32, F32Line::column);
+            }
+        }
     }
 
     #[test]
     fn mismatched_inner_dimension_is_an_error() {
-        let err = linear(&random(2, 8, 1), &random(4, 9, 2)).unwrap_err();
+        let err = linear(&random(2, 8, 1), &packed(&random(4, 9, 2))).unwrap_err();
         assert!(err.to_string().contains("8 columns"), "{err}");
     }
 }

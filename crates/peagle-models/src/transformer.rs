@@ -58,7 +58,10 @@ impl CausalLm {
         };
         let table = ckpt.matrix("model.embed_tokens.weight", &[dims.vocab_size, dims.hidden_size])?;
         let lm_head = if cfg.tie_word_embeddings {
-            Linear::new(table.clone(), None)
+            Linear::new(table.clone(), None).map_err(|source| LoadError::Candle {
+                context: "packing the tied lm_head".into(),
+                source,
+            })?
         } else {
             Linear::load(ckpt, "lm_head", dims.vocab_size, dims.hidden_size, false)?
         };

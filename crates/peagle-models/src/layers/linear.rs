@@ -1,17 +1,25 @@
 use crate::checkpoint::Checkpoint;
 use crate::error::LoadError;
 use candle_core::{Result, Tensor};
+use peagle_kernels::PackedWeight;
 
 /// A linear layer on the batch-invariant matmul kernel. Several HF projections that read the
 /// same input (q/k/v, gate/up) are fused into one weight so the input is read once.
 pub struct Linear {
     weight: Tensor,
+    /// The weight in the kernel's layout, for CPU weights that training does not update.
+    packed: Option<PackedWeight>,
     bias: Option<Tensor>,
 }
 
 impl Linear {
-    pub fn new(weight: Tensor, bias: Option<Tensor>) -> Self {
-        Self { weight, bias }
+    pub fn new(weight: Tensor, bias: Option<Tensor>) -> Result<Self> {
+        let packed = if weight.device().is_cpu() && !weight.is_variable() {
+            Some(PackedWeight::new(&weight)?)
+        } else {
+            None
+        };
+        Ok(Self { weight, packed, bias })
     }
 
     /// Loads `{prefix}.weight` [out, in] (and `{prefix}.bias`) for each prefix and stacks them.
@@ -35,9 +43,10 @@ impl Linear {
                 source,
             })
         };
-        Ok(Self {
-            weight: cat(&weights)?,
-            bias: if bias { Some(cat(&biases)?) } else { None },
+        let bias = if bias { Some(cat(&biases)?) } else { None };
+        Self::new(cat(&weights)?, bias).map_err(|source| LoadError::Candle {
+            context: format!("packing {}", parts[0].0),
+            source,
         })
     }
 
@@ -59,10 +68,9 @@ impl Linear {
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         // The kernel is CPU code without a backward: other devices, and passes that track
         // gradients (training), use candle's matmul.
-        let y = if x.track_op() || self.weight.track_op() || !x.device().is_cpu() {
-            x.matmul(&self.weight.t()?)?
-        } else {
-            peagle_kernels::linear(x, &self.weight)?
+        let y = match &self.packed {
+            Some(packed) if !x.track_op() => peagle_kernels::linear(x, packed)?,
+            _ => x.matmul(&self.weight.t()?)?,
         };
         match &self.bias {
             Some(b) => y.broadcast_add(b),
