@@ -10,6 +10,8 @@ mod masked_softmax;
 mod paged_attention;
 mod panel_tile;
 mod pool;
+mod rope;
+mod swiglu;
 
 pub use dot::{dot_f32, dot_f32_x1x8};
 pub use error::KernelError;
@@ -18,3 +20,5 @@ pub use linear::{linear, PackedWeight};
 pub use masked_softmax::masked_softmax;
 pub use paged_attention::{paged_attention, AttentionMetadata, AttentionParams};
 pub use pool::on_pool;
+pub use rope::rope;
+pub use swiglu::swiglu;

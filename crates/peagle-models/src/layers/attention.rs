@@ -126,7 +126,8 @@ fn masked_attention(q: &Tensor, k: &Tensor, v: &Tensor, bias: &Tensor, p: &Atten
 
 fn head_norm(norm: Option<&RmsNorm>, x: &Tensor, rows: usize, head_dim: usize) -> Result<Tensor> {
     match norm {
-        None => x.contiguous(),
+        // Rotation reads the projection's columns in place.
+        None => Ok(x.clone()),
         Some(n) => {
             let width = x.dim(1)?;
             n.forward(&x.contiguous()?.reshape((rows * width / head_dim, head_dim))?)?

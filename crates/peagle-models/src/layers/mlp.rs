@@ -28,9 +28,14 @@ impl Mlp {
 
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let gate_up = self.gate_up.forward(x)?;
-        let gate = gate_up.narrow(1, 0, self.intermediate)?;
-        let up = gate_up.narrow(1, self.intermediate, self.intermediate)?;
-        let act = (candle_nn::ops::silu(&gate)? * up)?.contiguous()?;
+        // The fused kernel is CPU code without a backward.
+        let act = if gate_up.device().is_cpu() && !gate_up.track_op() {
+            peagle_kernels::swiglu(&gate_up)?
+        } else {
+            let gate = gate_up.narrow(1, 0, self.intermediate)?;
+            let up = gate_up.narrow(1, self.intermediate, self.intermediate)?;
+            (candle_nn::ops::silu(&gate)? * up)?.contiguous()?
+        };
         self.down.forward(&act)
     }
 }

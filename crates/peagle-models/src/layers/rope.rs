@@ -80,6 +80,9 @@ impl RopeTables {
                 .transpose(1, 2)?
                 .reshape((rows, heads * head_dim));
         }
+        if x.device().is_cpu() {
+            return peagle_kernels::rope(x, &self.cos, &self.sin, head_dim);
+        }
         let x = x.reshape((1, rows, heads, head_dim))?.contiguous()?;
         candle_nn::rotary_emb::rope_thd(&x, &self.cos, &self.sin)?.reshape((rows, heads * head_dim))
     }

@@ -1,0 +1,123 @@
+//! Rotary position embedding in the rotate-halves layout, one row at a time.
+//!
+//! The same arithmetic as candle's `rope_thd` (two products and a difference or sum per
+//! element, no fused multiply-add), so results are identical, but each head's halves are
+//! walked contiguously so the loop vectorises: candle's CPU loop strides over heads innermost.
+
+use crate::error::bad_input;
+use crate::linear::contiguous;
+use candle_core::{CpuStorage, CustomOp3, Layout, Result, Shape, Tensor};
+
+/// Rotates `x` [rows, heads * head_dim] by `cos` and `sin` [rows, head_dim / 2]; `x` may be a
+/// column range of a wider tensor.
+pub fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor, head_dim: usize) -> Result<Tensor> {
+    x.apply_op3_no_bwd(cos, sin, &Rope { head_dim })
+}
+
+struct Rope {
+    head_dim: usize,
+}
+
+impl CustomOp3 for Rope {
+    fn name(&self) -> &'static str {
+        "peagle-rope"
+    }
+
+    fn cpu_fwd(
+        &self,
+        xs: &CpuStorage,
+        xl: &Layout,
+        cs: &CpuStorage,
+        cl: &Layout,
+        ss: &CpuStorage,
+        sl: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let (rows, width) = xl.shape().dims2()?;
+        let d = self.head_dim;
+        let half = d / 2;
+        if d == 0 || !d.is_multiple_of(2) || !width.is_multiple_of(d) {
+            return Err(bad_input(
+                "rope",
+                format!("width {width} is not whole heads of even size {d}"),
+            ));
+        }
+        for (what, layout) in [("cos", cl), ("sin", sl)] {
+            if layout.shape().dims() != [rows, half] {
+                return Err(bad_input(
+                    "rope",
+                    format!("{what} is {:?}, expected [{rows}, {half}]", layout.shape().dims()),
+                ));
+            }
+        }
+        // Rows may be strided (columns of a fused q/k/v projection); elements must not be.
+        if xl.stride()[1] != 1 && width > 1 {
+            return Err(bad_input("rope", "the input's rows must be contiguous"));
+        }
+        let (x, row_stride) = (&xs.as_slice::<f32>()?[xl.start_offset()..], xl.stride()[0]);
+        let cos = contiguous(cs.as_slice::<f32>()?, cl, "cos")?;
+        let sin = contiguous(ss.as_slice::<f32>()?, sl, "sin")?;
+        let mut out = vec![0f32; rows * width];
+        for (t, out_row) in out.chunks_exact_mut(width).enumerate() {
+            let x_row = &x[t * row_stride..][..width];
+            let (c, s) = (&cos[t * half..][..half], &sin[t * half..][..half]);
+            for (head, out_head) in x_row.chunks_exact(d).zip(out_row.chunks_exact_mut(d)) {
+                let (a, b) = head.split_at(half);
+                let (out_a, out_b) = out_head.split_at_mut(half);
+                for i in 0..half {
+                    out_a[i] = a[i] * c[i] - b[i] * s[i];
+                    out_b[i] = a[i] * s[i] + b[i] * c[i];
+                }
+            }
+        }
+        Ok((CpuStorage::F32(out), xl.shape().clone()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::Device;
+
+    #[test]
+    fn equals_candles_rope_bitwise() {
+        let dev = Device::Cpu;
+        let (rows, heads, d) = (5, 3, 8);
+        let x = Tensor::randn(0f32, 1.0, (rows, heads * d), &dev).unwrap();
+        let angles = Tensor::randn(0f32, 3.0, (rows, d / 2), &dev).unwrap();
+        let (cos, sin) = (angles.cos().unwrap(), angles.sin().unwrap());
+        let ours: Vec<f32> = rope(&x, &cos, &sin, d)
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1()
+            .unwrap();
+        let x4 = x.reshape((1, rows, heads, d)).unwrap();
+        let wide = Tensor::cat(&[&x, &x], 1).unwrap();
+        let strided: Vec<f32> = rope(&wide.narrow(1, heads * d, heads * d).unwrap(), &cos, &sin, d)
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1()
+            .unwrap();
+        assert_eq!(strided, ours);
+        let theirs: Vec<f32> = candle_nn::rotary_emb::rope_thd(&x4, &cos, &sin)
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1()
+            .unwrap();
+        assert_eq!(
+            ours.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            theirs.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+        );
+    }
+
+    #[test]
+    fn mismatched_tables_are_an_error() {
+        let dev = Device::Cpu;
+        let x = Tensor::zeros((2, 16), candle_core::DType::F32, &dev).unwrap();
+        let cos = Tensor::zeros((2, 3), candle_core::DType::F32, &dev).unwrap();
+        let err = rope(&x, &cos, &cos, 8).unwrap_err();
+        assert!(err.to_string().contains("expected [2, 4]"), "{err}");
+    }
+}
