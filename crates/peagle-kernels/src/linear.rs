@@ -59,6 +59,25 @@ impl PackedWeight {
     pub fn dims(&self) -> (usize, usize) {
         (self.n, self.k)
     }
+
+    /// The weight [n, k] as it was packed, on the CPU.
+    pub fn unpack(&self) -> Result<Tensor> {
+        let (n, k) = (self.n, self.k);
+        let device = &candle_core::Device::Cpu;
+        match &self.lines {
+            Lines::Bf16(lines) => Tensor::from_vec(unpack(lines, n, k, Bf16Line::get), (n, k), device),
+            Lines::F32(lines) => Tensor::from_vec(unpack(lines, n, k, |l, c| l.0[c]), (n, k), device),
+        }
+    }
+}
+
+fn unpack<T, L>(lines: &[L], n: usize, k: usize, get: impl Fn(&L, usize) -> T) -> Vec<T> {
+    let mut w = Vec::with_capacity(n * k);
+    for j in 0..n {
+        let (p, c) = (j / PANEL, j % PANEL);
+        w.extend(lines[p * k..][..k].iter().map(|line| get(line, c)));
+    }
+    w
 }
 
 /// Line `p * k + kk` holds row `kk` of panel `p`: weights `w[32p + c][kk]`, zero past `n`.
@@ -445,6 +464,17 @@ mod tests {
                 panel_tile::portable(rows, 1, t16, Bf16Line::column);
                 panel_tile::portable(rows, 1, t32, F32Line::column);
             }
+        }
+    }
+
+    #[test]
+    fn unpacking_gives_back_the_weight() {
+        let w = random(70, 40, 11);
+        for w in [w.clone(), w.to_dtype(DType::BF16).unwrap()] {
+            let back = packed(&w).unpack().unwrap();
+            assert_eq!(back.dtype(), w.dtype());
+            let diff = (back.to_dtype(DType::F32).unwrap() - w.to_dtype(DType::F32).unwrap()).unwrap();
+            assert_eq!(diff.abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap(), 0.0);
         }
     }
 

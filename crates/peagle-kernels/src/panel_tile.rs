@@ -34,8 +34,12 @@ impl Bf16Line {
         (c / 4) * 8 + half * 4 + c % 4
     }
 
+    pub fn get(&self, c: usize) -> bf16 {
+        self.0[Self::slot(c)]
+    }
+
     pub fn column(&self, c: usize) -> f32 {
-        self.0[Self::slot(c)].to_f32()
+        self.get(c).to_f32()
     }
 }
 

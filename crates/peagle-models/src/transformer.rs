@@ -92,8 +92,8 @@ impl CausalLm {
         &self.embed
     }
 
-    /// The LM head's weight, [vocab, hidden] (the embedding table when tied).
-    pub fn lm_head_weight(&self) -> &Tensor {
+    /// The LM head's weight, [vocab, hidden] (the embedding table's values when tied).
+    pub fn lm_head_weight(&self) -> Result<Tensor> {
         self.lm_head.weight()
     }
 

@@ -168,7 +168,7 @@ impl DrafterSpec {
         let rows = Tensor::from_slice(&self.vocab.selected, self.vocab.len(), target.device())?;
         w.insert(
             "lm_head.weight".into(),
-            target.lm_head_weight().index_select(&rows, 0)?.to_dtype(DType::F32)?,
+            target.lm_head_weight()?.index_select(&rows, 0)?.to_dtype(DType::F32)?,
         );
         Ok(w)
     }

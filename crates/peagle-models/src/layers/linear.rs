@@ -6,20 +6,26 @@ use peagle_kernels::PackedWeight;
 /// A linear layer on the batch-invariant matmul kernel. Several HF projections that read the
 /// same input (q/k/v, gate/up) are fused into one weight so the input is read once.
 pub struct Linear {
-    weight: Tensor,
-    /// The weight in the kernel's layout, for CPU weights that training does not update.
-    packed: Option<PackedWeight>,
+    weight: Weight,
     bias: Option<Tensor>,
+}
+
+enum Weight {
+    /// Weights that training updates (variables, or fused from them), and weights on other
+    /// devices: candle's matmul.
+    Plain(Tensor),
+    /// Every other CPU weight, held only in the kernel's layout.
+    Packed(PackedWeight),
 }
 
 impl Linear {
     pub fn new(weight: Tensor, bias: Option<Tensor>) -> Result<Self> {
-        let packed = if weight.device().is_cpu() && !weight.is_variable() {
-            Some(PackedWeight::new(&weight)?)
+        let weight = if weight.device().is_cpu() && !weight.track_op() {
+            Weight::Packed(PackedWeight::new(&weight)?)
         } else {
-            None
+            Weight::Plain(weight)
         };
-        Ok(Self { weight, packed, bias })
+        Ok(Self { weight, bias })
     }
 
     /// Loads `{prefix}.weight` [out, in] (and `{prefix}.bias`) for each prefix and stacks them.
@@ -60,17 +66,22 @@ impl Linear {
         Self::load_fused(ckpt, &[(prefix, out_dim)], in_dim, bias)
     }
 
-    pub fn weight(&self) -> &Tensor {
-        &self.weight
+    /// The weight [out, in] (unpacked from the kernel's layout on the CPU).
+    pub fn weight(&self) -> Result<Tensor> {
+        match &self.weight {
+            Weight::Plain(w) => Ok(w.clone()),
+            Weight::Packed(p) => p.unpack(),
+        }
     }
 
     /// `x` [rows, in] to [rows, out].
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        // The kernel is CPU code without a backward: other devices, and passes that track
-        // gradients (training), use candle's matmul.
-        let y = match &self.packed {
-            Some(packed) if !x.track_op() => peagle_kernels::linear(x, packed)?,
-            _ => x.matmul(&self.weight.t()?)?,
+        // The kernel has no backward: a pass that tracks gradients through a frozen weight
+        // multiplies by its unpacked copy.
+        let y = match &self.weight {
+            Weight::Packed(p) if !x.track_op() => peagle_kernels::linear(x, p)?,
+            Weight::Packed(p) => x.matmul(&p.unpack()?.to_dtype(x.dtype())?.t()?)?,
+            Weight::Plain(w) => x.matmul(&w.t()?)?,
         };
         match &self.bias {
             Some(b) => y.broadcast_add(b),
