@@ -41,19 +41,30 @@ fn attention(c: &mut Criterion) {
         scale: 0.125,
         sliding_window: None,
     };
-    let k = Tensor::randn(0f32, 1.0, (ctx + 16, kv_heads * d), &dev).unwrap();
-    let v = Tensor::randn(0f32, 1.0, (ctx + 16, kv_heads * d), &dev).unwrap();
+    // Room for 16 sequences' contexts, each in its own blocks.
+    let slots = 16 * ctx;
+    let k = Tensor::randn(0f32, 1.0, (slots, kv_heads * d), &dev).unwrap();
+    let v = Tensor::randn(0f32, 1.0, (slots, kv_heads * d), &dev).unwrap();
+    let blocks = |s: usize| -> Vec<u32> {
+        (0..(ctx / block) as u32)
+            .rev()
+            .map(|b| b + (s * ctx / block) as u32)
+            .collect()
+    };
     let mut g = c.benchmark_group("paged attention, 512-token context");
-    for rows in [1, 8] {
-        let q = Tensor::randn(0f32, 1.0, (rows, heads * d), &dev).unwrap();
+    // One decode row, an 8-row verification window, and a decode row of each of 16 sequences.
+    for (name, seqs, rows) in [("1 row", 1, 1), ("8-row window", 1, 8), ("16 sequences", 16, 1)] {
+        let q = Tensor::randn(0f32, 1.0, (seqs * rows, heads * d), &dev).unwrap();
         let meta = AttentionMetadata {
             block_size: block,
-            query_start: vec![0, rows],
-            context_lens: vec![ctx],
-            block_tables: vec![(0..(ctx / block) as u32).rev().collect()],
-            slot_mapping: (ctx - rows..ctx).map(|p| p as u32).collect(),
+            query_start: (0..=seqs).map(|s| s * rows).collect(),
+            context_lens: vec![ctx; seqs],
+            block_tables: (0..seqs).map(blocks).collect(),
+            slot_mapping: (0..seqs)
+                .flat_map(|s| (ctx - rows..ctx).map(move |p| (s * ctx + p) as u32))
+                .collect(),
         };
-        g.bench_with_input(BenchmarkId::from_parameter(rows), &q, |b, q| {
+        g.bench_with_input(BenchmarkId::from_parameter(name), &q, |b, q| {
             b.iter(|| black_box(paged_attention(q, &k, &v, &meta, &params).unwrap()))
         });
     }
