@@ -1,5 +1,6 @@
-//! One decode step (1 row) against one 8-row verification window, at the demo model's size,
-//! after a 128-token context; plus the machine's memory read bandwidth for the roofline.
+//! One decode step (1 row) against one 8-row verification window and a decode step of 16
+//! sequences, at the demo model's size, after a 128-token context; plus the machine's memory
+//! read bandwidth for the roofline.
 
 use criterion::{criterion_group, Criterion, Throughput};
 use peagle_benches::{random_model, weight_bytes, DEMO_CONFIG};
@@ -22,11 +23,27 @@ fn decode(c: &mut Criterion) {
     };
     forward(0, CONTEXT);
 
+    // A decode step of a batch: one row for each of 16 sequences, each with its own context.
+    let kv16 = KvCache::new(model.dims(), 16 * 16, BLOCK, model.device()).unwrap();
+    let tables: Vec<Vec<u32>> = (0..16u32).map(|s| (16 * s..16 * s + 16).collect()).collect();
+    let batch = |start: usize, rows: usize| {
+        let mut b = BatchBuilder::new(BLOCK);
+        for table in &tables {
+            b.add(&tokens[start..start + rows], start, table, Rows::All, Rows::All)
+                .unwrap();
+        }
+        model.forward(&b.build(), &kv16).unwrap()
+    };
+    batch(0, CONTEXT);
+
     let mut g = c.benchmark_group("demo-size target forward");
     g.throughput(Throughput::Bytes(weight_bytes(DEMO_CONFIG) as u64));
     g.bench_function("decode step (1 row)", |b| b.iter(|| black_box(forward(CONTEXT, 1))));
     g.bench_function("verification window (8 rows)", |b| {
         b.iter(|| black_box(forward(CONTEXT, 8)))
+    });
+    g.bench_function("decode step of 16 sequences", |b| {
+        b.iter(|| black_box(batch(CONTEXT, 1)))
     });
     g.finish();
 
