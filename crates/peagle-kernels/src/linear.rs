@@ -55,18 +55,13 @@ impl PackedWeight {
         Ok(Self { n, k, lines })
     }
 
-    /// (n, k): output and input features.
-    pub fn dims(&self) -> (usize, usize) {
-        (self.n, self.k)
-    }
-
     /// The weight [n, k] as it was packed, on the CPU.
     pub fn unpack(&self) -> Result<Tensor> {
         let (n, k) = (self.n, self.k);
         let device = &candle_core::Device::Cpu;
         match &self.lines {
             Lines::Bf16(lines) => Tensor::from_vec(unpack(lines, n, k, Bf16Line::get), (n, k), device),
-            Lines::F32(lines) => Tensor::from_vec(unpack(lines, n, k, |l, c| l.0[c]), (n, k), device),
+            Lines::F32(lines) => Tensor::from_vec(unpack(lines, n, k, F32Line::column), (n, k), device),
         }
     }
 }
@@ -130,6 +125,11 @@ pub(crate) fn contiguous<'a, T>(data: &'a [T], layout: &Layout, what: &str) -> R
 }
 
 fn matmul<L: Line>(x: &[f32], lines: &[L], rows: usize, n: usize, k: usize) -> Vec<f32> {
+    matmul_on(isa(), x, lines, rows, n, k)
+}
+
+/// `matmul` with the tiles of instruction set `isa`, which the CPU must have.
+fn matmul_on<L: Line>(isa: Isa, x: &[f32], lines: &[L], rows: usize, n: usize, k: usize) -> Vec<f32> {
     let panels = n.div_ceil(PANEL);
     let width = panels * PANEL;
     let mut y = vec![0f32; rows * width];
@@ -147,7 +147,18 @@ fn matmul<L: Line>(x: &[f32], lines: &[L], rows: usize, n: usize, k: usize) -> V
         let out = &out;
         // SAFETY: x holds rows * k floats, lines panels * k lines, y rows * width floats, and
         // tasks write disjoint panels' columns.
-        unsafe { panel_range(x, &lines[first * k..], rows, k, count, out.0.add(first * PANEL), width) }
+        unsafe {
+            panel_range(
+                isa,
+                x,
+                &lines[first * k..],
+                rows,
+                k,
+                count,
+                out.0.add(first * PANEL),
+                width,
+            )
+        }
     });
     if width == n {
         return y;
@@ -163,9 +174,11 @@ unsafe impl Sync for Output {}
 /// All rows times `count` panels from `lines`, into `out` (row stride `stride`).
 ///
 /// # Safety
-/// As `matmul` sets them up: `lines` holds `count * k` lines and `out` `rows` rows of
-/// `32 * count` writable floats.
+/// As `matmul_on` sets them up: the CPU has `isa`, `lines` holds `count * k` lines and `out`
+/// `rows` rows of `32 * count` writable floats.
+#[allow(clippy::too_many_arguments)]
 unsafe fn panel_range<L: Line>(
+    isa: Isa,
     x: &[f32],
     lines: &[L],
     rows: usize,
@@ -178,7 +191,7 @@ unsafe fn panel_range<L: Line>(
         let in_group = GROUP.min(count - group);
         let mut r0 = 0;
         while r0 < rows {
-            let (r, p) = L::shape(rows - r0);
+            let (r, p) = tile_shape(isa, rows - r0);
             let mut g = 0;
             while g < in_group {
                 // P always divides a whole group; a short last group goes one panel at a time.
@@ -190,7 +203,7 @@ unsafe fn panel_range<L: Line>(
                     out: out.add(r0 * stride + (group + g) * PANEL),
                     out_stride: stride,
                 };
-                L::tile(r, p, &tile);
+                L::tile(isa, r, p, &tile);
                 g += p;
             }
             r0 += r;
@@ -198,14 +211,12 @@ unsafe fn panel_range<L: Line>(
     }
 }
 
-/// A line type and the tiles that multiply its panels on this CPU.
+/// A line type and the tiles that multiply its panels.
 trait Line: Sync + Sized {
-    /// (rows, panels) of the next tile when `rows_left` rows remain.
-    fn shape(rows_left: usize) -> (usize, usize);
-
     /// # Safety
-    /// `(rows, panels)` comes from `shape` (or has one panel); `t` is as `Tile` describes.
-    unsafe fn tile(rows: usize, panels: usize, t: &Tile<Self>);
+    /// The CPU has `isa`; `(rows, panels)` comes from `tile_shape` (or has one panel); `t` is
+    /// as `Tile` describes.
+    unsafe fn tile(isa: Isa, rows: usize, panels: usize, t: &Tile<Self>);
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -258,12 +269,8 @@ macro_rules! dispatch {
 macro_rules! line_tiles {
     ($line:ty, $name:ident) => {
         impl Line for $line {
-            fn shape(rows_left: usize) -> (usize, usize) {
-                tile_shape(isa(), rows_left)
-            }
-
-            unsafe fn tile(rows: usize, panels: usize, t: &Tile<Self>) {
-                match isa() {
+            unsafe fn tile(isa: Isa, rows: usize, panels: usize, t: &Tile<Self>) {
+                match isa {
                     #[cfg(target_arch = "x86_64")]
                     Isa::Avx512 => {
                         use panel_tile::avx512::$name;
@@ -385,38 +392,21 @@ mod tests {
 
     #[test]
     fn every_instruction_set_computes_the_same_bits() {
+        // 11 rows: 8- and 3-row tiles on AVX-512, 2-row tiles and a single row on AVX2. 3
+        // panels: a short group, so two-panel tiles and one-panel ones.
         let (x, w) = (random(11, 48, 9), random(3 * PANEL, 48, 10));
-        let (xv, lines16, lines32) = match (packed(&w.to_dtype(DType::BF16).unwrap()).lines, packed(&w).lines) {
-            (Lines::Bf16(a), Lines::F32(b)) => (x.flatten_all().unwrap().to_vec1::<f32>().unwrap(), a, b),
-            _ => unreachable!(),
+        let x = x.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        let (Lines::Bf16(lines16), Lines::F32(lines32)) =
+            (packed(&w.to_dtype(DType::BF16).unwrap()).lines, packed(&w).lines)
+        else {
+            unreachable!("packing keeps the dtype")
         };
-        let run = |isa: Isa| -> (Vec<f32>, Vec<f32>) {
-            let mut out = (vec![0f32; 11 * 3 * PANEL], vec![0f32; 11 * 3 * PANEL]);
-            let mut r0 = 0;
-            while r0 < 11 {
-                let (r, _) = tile_shape(isa, 11 - r0);
-                for p in 0..3 {
-                    let tile16 = Tile {
-                        x: xv[r0 * 48..].as_ptr(),
-                        k: 48,
-                        panel: lines16[p * 48..].as_ptr(),
-                        out: out.0[r0 * 3 * PANEL + p * PANEL..].as_mut_ptr(),
-                        out_stride: 3 * PANEL,
-                    };
-                    let tile32 = Tile {
-                        x: tile16.x,
-                        k: 48,
-                        panel: lines32[p * 48..].as_ptr(),
-                        out: out.1[r0 * 3 * PANEL + p * PANEL..].as_mut_ptr(),
-                        out_stride: 3 * PANEL,
-                    };
-                    // SAFETY: the buffers are sized for 11 rows of 3 panels; each path runs
-                    // only where the CPU has it.
-                    unsafe { run_tile(isa, r, &tile16, &tile32) };
-                }
-                r0 += r;
-            }
-            out
+        let run = |isa: Isa| {
+            let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<_>>();
+            (
+                bits(matmul_on(isa, &x, &lines16, 11, 3 * PANEL, 48)),
+                bits(matmul_on(isa, &x, &lines32, 11, 3 * PANEL, 48)),
+            )
         };
         let reference = run(Isa::Portable);
         #[cfg(target_arch = "x86_64")]
@@ -426,43 +416,8 @@ mod tests {
         ] {
             if present {
                 let got = run(isa);
-                let b = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
-                assert_eq!(b(&got.0), b(&reference.0), "bf16");
-                assert_eq!(b(&got.1), b(&reference.1), "f32");
-            }
-        }
-    }
-
-    /// One-panel tiles of `rows` rows on the given instruction set.
-    unsafe fn run_tile(isa: Isa, rows: usize, t16: &Tile<Bf16Line>, t32: &Tile<F32Line>) {
-        match isa {
-            #[cfg(target_arch = "x86_64")]
-            Isa::Avx512 => {
-                use panel_tile::avx512::{bf16, f32};
-                dispatch!(
-                    bf16,
-                    rows,
-                    1,
-                    t16,
-                    [(1, 1), (2, 1), (3, 1), (4, 1), (5, 1), (6, 1), (7, 1), (8, 1)]
-                );
-                dispatch!(
-                    f32,
-                    rows,
-                    1,
-                    t32,
-                    [(1, 1), (2, 1), (3, 1), (4, 1), (5, 1), (6, 1), (7, 1), (8, 1)]
-                );
-            }
-            #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => {
-                use panel_tile::avx2::{bf16, f32};
-                dispatch!(bf16, rows, 1, t16, [(1, 1), (2, 1)]);
-                dispatch!(f32, rows, 1, t32, [(1, 1), (2, 1)]);
-            }
-            _ => {
-                panel_tile::portable(rows, 1, t16, Bf16Line::column);
-                panel_tile::portable(rows, 1, t32, F32Line::column);
+                assert_eq!(got.0, reference.0, "bf16");
+                assert_eq!(got.1, reference.1, "f32");
             }
         }
     }
