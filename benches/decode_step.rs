@@ -1,7 +1,9 @@
 //! One decode step (1 row) against one 8-row verification window and a decode step of 16
-//! sequences, at the demo model's size, after a 128-token context; plus the machine's memory
-//! read bandwidth for the roofline.
+//! sequences, at the demo model's size, after a 128-token context, over the bf16 KV cache the
+//! demo model is served with (and the 16 sequences over an f32 one too); plus the machine's
+//! memory read bandwidth for the roofline.
 
+use candle_core::DType;
 use criterion::{criterion_group, Criterion, Throughput};
 use peagle_benches::{random_model, weight_bytes, DEMO_CONFIG};
 use peagle_models::{BatchBuilder, KvCache, Rows};
@@ -12,7 +14,7 @@ const CONTEXT: usize = 128;
 
 fn decode(c: &mut Criterion) {
     let model = random_model(DEMO_CONFIG);
-    let kv = KvCache::new(model.dims(), 16, BLOCK, model.device()).unwrap();
+    let kv = KvCache::new(model.dims(), 16, BLOCK, DType::BF16, model.device()).unwrap();
     let table: Vec<u32> = (0..16).collect();
     let tokens: Vec<u32> = (0..CONTEXT as u32 + 8).map(|t| (t * 37) % 8192).collect();
     let forward = |start: usize, rows: usize| {
@@ -24,17 +26,19 @@ fn decode(c: &mut Criterion) {
     forward(0, CONTEXT);
 
     // A decode step of a batch: one row for each of 16 sequences, each with its own context.
-    let kv16 = KvCache::new(model.dims(), 16 * 16, BLOCK, model.device()).unwrap();
+    let cache16 = |dtype| KvCache::new(model.dims(), 16 * 16, BLOCK, dtype, model.device()).unwrap();
+    let (kv16, kv16_f32) = (cache16(DType::BF16), cache16(DType::F32));
     let tables: Vec<Vec<u32>> = (0..16u32).map(|s| (16 * s..16 * s + 16).collect()).collect();
-    let batch = |start: usize, rows: usize| {
+    let batch = |kv: &KvCache, start: usize, rows: usize| {
         let mut b = BatchBuilder::new(BLOCK);
         for table in &tables {
             b.add(&tokens[start..start + rows], start, table, Rows::All, Rows::All)
                 .unwrap();
         }
-        model.forward(&b.build(), &kv16).unwrap()
+        model.forward(&b.build(), kv).unwrap()
     };
-    batch(0, CONTEXT);
+    batch(&kv16, 0, CONTEXT);
+    batch(&kv16_f32, 0, CONTEXT);
 
     let mut g = c.benchmark_group("demo-size target forward");
     g.throughput(Throughput::Bytes(weight_bytes(DEMO_CONFIG) as u64));
@@ -43,7 +47,10 @@ fn decode(c: &mut Criterion) {
         b.iter(|| black_box(forward(CONTEXT, 8)))
     });
     g.bench_function("decode step of 16 sequences", |b| {
-        b.iter(|| black_box(batch(CONTEXT, 1)))
+        b.iter(|| black_box(batch(&kv16, CONTEXT, 1)))
+    });
+    g.bench_function("decode step of 16 sequences, f32 cache", |b| {
+        b.iter(|| black_box(batch(&kv16_f32, CONTEXT, 1)))
     });
     g.finish();
 

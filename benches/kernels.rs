@@ -1,6 +1,6 @@
 //! The hot ops alone, at the demo model's sizes: the small-row matmul at 1, 4, 8 and 16 rows
-//! (decode, verification windows, batches) and paged attention for a decode row and an 8-row
-//! window over a 512-token context.
+//! (decode, verification windows, batches) and paged attention for a decode row, an 8-row
+//! window and 16 sequences' decode rows over 512-token contexts, with f32 and bf16 caches.
 
 use candle_core::{DType, Device, Tensor};
 use criterion::{criterion_group, BenchmarkId, Criterion};
@@ -43,32 +43,34 @@ fn attention(c: &mut Criterion) {
     };
     // Room for 16 sequences' contexts, each in its own blocks.
     let slots = 16 * ctx;
-    let k = Tensor::randn(0f32, 1.0, (slots, kv_heads * d), &dev).unwrap();
-    let v = Tensor::randn(0f32, 1.0, (slots, kv_heads * d), &dev).unwrap();
     let blocks = |s: usize| -> Vec<u32> {
         (0..(ctx / block) as u32)
             .rev()
             .map(|b| b + (s * ctx / block) as u32)
             .collect()
     };
-    let mut g = c.benchmark_group("paged attention, 512-token context");
-    // One decode row, an 8-row verification window, and a decode row of each of 16 sequences.
-    for (name, seqs, rows) in [("1 row", 1, 1), ("8-row window", 1, 8), ("16 sequences", 16, 1)] {
-        let q = Tensor::randn(0f32, 1.0, (seqs * rows, heads * d), &dev).unwrap();
-        let meta = AttentionMetadata {
-            block_size: block,
-            query_start: (0..=seqs).map(|s| s * rows).collect(),
-            context_lens: vec![ctx; seqs],
-            block_tables: (0..seqs).map(blocks).collect(),
-            slot_mapping: (0..seqs)
-                .flat_map(|s| (ctx - rows..ctx).map(move |p| (s * ctx + p) as u32))
-                .collect(),
-        };
-        g.bench_with_input(BenchmarkId::from_parameter(name), &q, |b, q| {
-            b.iter(|| black_box(paged_attention(q, &k, &v, &meta, &params).unwrap()))
-        });
+    for dtype in [DType::F32, DType::BF16] {
+        let cache = || Tensor::randn(0f32, 1.0, (slots, kv_heads * d), &dev)?.to_dtype(dtype);
+        let (k, v) = (cache().unwrap(), cache().unwrap());
+        let mut g = c.benchmark_group(format!("paged attention, 512-token context, {dtype:?} cache"));
+        // One decode row, an 8-row verification window, and a decode row of each of 16 sequences.
+        for (name, seqs, rows) in [("1 row", 1, 1), ("8-row window", 1, 8), ("16 sequences", 16, 1)] {
+            let q = Tensor::randn(0f32, 1.0, (seqs * rows, heads * d), &dev).unwrap();
+            let meta = AttentionMetadata {
+                block_size: block,
+                query_start: (0..=seqs).map(|s| s * rows).collect(),
+                context_lens: vec![ctx; seqs],
+                block_tables: (0..seqs).map(blocks).collect(),
+                slot_mapping: (0..seqs)
+                    .flat_map(|s| (ctx - rows..ctx).map(move |p| (s * ctx + p) as u32))
+                    .collect(),
+            };
+            g.bench_with_input(BenchmarkId::from_parameter(name), &q, |b, q| {
+                b.iter(|| black_box(paged_attention(q, &k, &v, &meta, &params).unwrap()))
+            });
+        }
+        g.finish();
     }
-    g.finish();
 }
 
 criterion_group!(benches, matmul, attention);

@@ -2,7 +2,7 @@
 //! a 128-token context: the target's decode step (what one plain token costs), its K+1-row
 //! verification, one P-EAGLE drafter pass for K = 7 drafts, and the K = 7 passes EAGLE-3 needs.
 
-use candle_core::Tensor;
+use candle_core::{DType, Tensor};
 use criterion::{criterion_group, Criterion};
 use peagle_models::{load_causal_lm, BatchBuilder, CausalLm, DraftHidden, Drafter, KvCache, LoadOptions, Rows};
 use std::hint::black_box;
@@ -39,7 +39,8 @@ fn setup() -> Setup {
     let target = load_causal_lm(&repo("models/pystdlib-12l"), LoadOptions::default())
         .unwrap()
         .model;
-    let target_kv = KvCache::new(target.dims(), 16, BLOCK, target.device()).unwrap();
+    // The cache the demo model is served with (auto: bf16, as its weights).
+    let target_kv = KvCache::new(target.dims(), 16, BLOCK, DType::BF16, target.device()).unwrap();
     let tokens: Vec<u32> = (0..(CONTEXT + K + 1) as u32).map(|t| (t * 37) % 8000 + 1).collect();
     let out = target.forward(&batch(&tokens, 0, 1), &target_kv).unwrap();
     Setup {
@@ -52,7 +53,7 @@ fn setup() -> Setup {
 
 fn drafter(setup: &Setup, name: &str) -> (Drafter, KvCache) {
     let drafter = Drafter::load(&repo(&format!("models/{name}")), &setup.target, LoadOptions::default()).unwrap();
-    let kv = KvCache::new(drafter.dims(), 16, BLOCK, drafter.device()).unwrap();
+    let kv = KvCache::new(drafter.dims(), 16, BLOCK, DType::BF16, drafter.device()).unwrap();
     // The drafter's cache holds the context, as after prefill.
     let context = batch(&setup.tokens[1..=CONTEXT], 0, 1);
     let hidden = DraftHidden::Target(setup.aux.narrow(0, 0, CONTEXT).unwrap());

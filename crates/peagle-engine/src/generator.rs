@@ -4,11 +4,11 @@
 
 use crate::block_manager::OutOfBlocks;
 use crate::detokenizer::IncrementalDecoder;
-use crate::model_runner::{ModelRunner, SpeculativeConfig, Work};
+use crate::model_runner::{CacheConfig, ModelRunner, SpeculativeConfig, Work};
 use crate::sampler::InvalidSampling;
 use crate::sequence::{FinishReason, GenerateParams, Sequence};
 use crate::spec_stats::SpecStats;
-use peagle_models::{Drafter, LoadError, LoadOptions, LoadedModel};
+use peagle_models::{Drafter, KvCacheDtype, LoadError, LoadOptions, LoadedModel};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 use thiserror::Error;
@@ -45,6 +45,7 @@ pub struct GeneratorOptions {
     pub max_model_len: Option<usize>,
     /// Prefill is split into chunks of at most this many tokens.
     pub max_batched_tokens: usize,
+    pub kv_cache_dtype: KvCacheDtype,
 }
 
 impl Default for GeneratorOptions {
@@ -53,6 +54,7 @@ impl Default for GeneratorOptions {
             block_size: 16,
             max_model_len: None,
             max_batched_tokens: 512,
+            kv_cache_dtype: KvCacheDtype::Auto,
         }
     }
 }
@@ -96,10 +98,14 @@ impl Generator {
             .unwrap_or(4096);
         // Room for one sequence at full length plus a verification window and mask slots.
         let k = drafter.as_ref().map_or(0, |(_, s)| s.k);
-        let num_blocks = (max_model_len + 2 * k).div_ceil(opts.block_size);
+        let cache = CacheConfig {
+            num_blocks: (max_model_len + 2 * k).div_ceil(opts.block_size),
+            block_size: opts.block_size,
+            dtype: opts.kv_cache_dtype.resolve(&loaded.config),
+        };
         let eos = loaded.generation.eos_token_ids.clone();
         Ok(Self {
-            runner: ModelRunner::new(loaded.model, drafter, eos, max_model_len, num_blocks, opts.block_size)?,
+            runner: ModelRunner::new(loaded.model, drafter, eos, max_model_len, cache)?,
             tokenizer,
             max_batched_tokens: opts.max_batched_tokens.max(1),
         })

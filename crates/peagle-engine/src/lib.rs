@@ -19,7 +19,7 @@ pub use block_manager::{BlockManager, OutOfBlocks};
 pub use detokenizer::IncrementalDecoder;
 pub use engine::{EngineConfig, EngineHandle, EngineMetrics, Event, Request, SubmitError};
 pub use generator::{DraftOptions, GenerateError, GenerateOutput, Generator, GeneratorOptions};
-pub use model_runner::{ModelRunner, SpeculativeConfig, Work};
+pub use model_runner::{CacheConfig, ModelRunner, SpeculativeConfig, Work};
 pub use sampler::{Sampler, SamplingParams};
 pub use scheduler::SchedulerConfig;
 pub use sequence::{FinishReason, GenerateParams, Sequence, TokenOutput};

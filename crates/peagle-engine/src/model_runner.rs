@@ -9,7 +9,7 @@ use crate::sequence::{DrafterBacklog, Sequence, TokenOutput};
 use crate::spec_stats::SpecStats;
 use crate::step_times::StepTimes;
 use crate::verifier::verify;
-use candle_core::Tensor;
+use candle_core::{DType, Tensor};
 use peagle_kernels::on_pool;
 use peagle_models::{BatchBuilder, CausalLm, Drafter, KvCache, Rows};
 use std::time::Instant;
@@ -29,6 +29,15 @@ pub struct SpeculativeConfig {
     pub k: usize,
     /// One P-EAGLE pass for all K drafts instead of K EAGLE-3 passes.
     pub parallel: bool,
+}
+
+/// The paged KV caches, the target's and the drafter's alike.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CacheConfig {
+    pub num_blocks: usize,
+    pub block_size: usize,
+    /// f32 or bf16.
+    pub dtype: DType,
 }
 
 pub struct ModelRunner {
@@ -57,8 +66,7 @@ impl ModelRunner {
         drafter: Option<(Drafter, SpeculativeConfig)>,
         eos_token_ids: Vec<u32>,
         max_model_len: usize,
-        num_blocks: usize,
-        block_size: usize,
+        cache: CacheConfig,
     ) -> Result<Self, GenerateError> {
         let device = target.device().clone();
         let proposer: Box<dyn Proposer> = match drafter {
@@ -69,7 +77,7 @@ impl ModelRunner {
                 ))
             }
             Some((d, spec)) => {
-                let kv = KvCache::new(d.dims(), num_blocks, block_size, &device)?;
+                let kv = KvCache::new(d.dims(), cache.num_blocks, cache.block_size, cache.dtype, &device)?;
                 if spec.parallel {
                     Box::new(PEagleProposer::new(d, spec.k, kv)?)
                 } else {
@@ -81,10 +89,10 @@ impl ModelRunner {
             target.set_capture_layers(proposer.aux_layer_ids().to_vec())?;
         }
         Ok(Self {
-            kv: KvCache::new(target.dims(), num_blocks, block_size, &device)?,
+            kv: KvCache::new(target.dims(), cache.num_blocks, cache.block_size, cache.dtype, &device)?,
             target,
             proposer,
-            blocks: BlockManager::new(num_blocks, block_size),
+            blocks: BlockManager::new(cache.num_blocks, cache.block_size),
             eos_token_ids,
             max_model_len,
             stats: SpecStats::default(),

@@ -2,9 +2,10 @@
 //! transformers does (64 greedy tokens each, references made by scripts/train_demo_model.py),
 //! and its trained drafters leave that output unchanged.
 
+use candle_core::DType;
 use peagle_engine::{
-    DraftOptions, GenerateParams, Generator, GeneratorOptions, ModelRunner, SamplingParams, Sequence, SpecStats,
-    SpeculativeConfig, Work,
+    CacheConfig, DraftOptions, GenerateParams, Generator, GeneratorOptions, ModelRunner, SamplingParams, Sequence,
+    SpecStats, SpeculativeConfig, Work,
 };
 use peagle_models::{Drafter, LoadOptions};
 use std::path::PathBuf;
@@ -171,7 +172,13 @@ fn drafting_after_a_suspension_matches_a_drafter_that_never_paused() {
         )
         .unwrap();
         let spec = SpeculativeConfig { k: 5, parallel };
-        let mut runner = ModelRunner::new(loaded.model, Some((d, spec)), vec![], 1024, 64, 16).unwrap();
+        // The cache the demo model is served with (auto: bf16, as its weights).
+        let cache = CacheConfig {
+            num_blocks: 64,
+            block_size: 16,
+            dtype: DType::BF16,
+        };
+        let mut runner = ModelRunner::new(loaded.model, Some((d, spec)), vec![], 1024, cache).unwrap();
 
         let mut paused = Sequence::new(prompt.clone(), params.clone());
         runner

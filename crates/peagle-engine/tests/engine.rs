@@ -1,9 +1,10 @@
 //! The serving engine under concurrency: every request gets exactly what it gets alone,
 //! through preemption, speculation on, off and suspended, and cancellation frees its blocks.
 
+use candle_core::DType;
 use peagle_engine::{
-    EngineConfig, EngineHandle, Event, FinishReason, GenerateParams, Generator, GeneratorOptions, ModelRunner, Request,
-    SamplingParams, SchedulerConfig, SpeculativeConfig, SubmitError,
+    CacheConfig, EngineConfig, EngineHandle, Event, FinishReason, GenerateParams, Generator, GeneratorOptions,
+    ModelRunner, Request, SamplingParams, SchedulerConfig, SpeculativeConfig, SubmitError,
 };
 use peagle_models::{load_causal_lm, Drafter, LoadOptions};
 use std::path::PathBuf;
@@ -27,7 +28,12 @@ fn engine(
         (d, SpeculativeConfig { k, parallel })
     });
     let eos = loaded.generation.eos_token_ids.clone();
-    let runner = ModelRunner::new(loaded.model, drafter, eos, 256, num_blocks, 16).unwrap();
+    let cache = CacheConfig {
+        num_blocks,
+        block_size: 16,
+        dtype: DType::F32,
+    };
+    let runner = ModelRunner::new(loaded.model, drafter, eos, 256, cache).unwrap();
     EngineHandle::start(runner, EngineConfig { scheduler, max_waiting })
 }
 

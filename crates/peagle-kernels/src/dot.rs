@@ -1,51 +1,57 @@
-//! Dot products with a reduction order fixed by the vector length alone.
+//! Dot products of an f32 row with cached keys, with a reduction order fixed by the vector
+//! length alone.
 //!
 //! Every attention score in the CPU path goes through these functions, so a value never
 //! depends on how many keys were scored alongside it. The instruction set (AVX-512,
 //! AVX2/FMA or portable) is chosen by CPU feature detection, the same for every call in a
-//! process, so all calls in a process agree.
+//! process, so all calls in a process agree. Keys of either cache element type are widened to
+//! f32 as they are loaded, so a bf16 key scores exactly as its f32 value does.
 
-pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len(), "dot_f32 length mismatch");
+use crate::cache_element::CacheElement;
+
+pub fn dot<T: CacheElement>(a: &[f32], b: &[T]) -> f32 {
+    assert_eq!(a.len(), b.len(), "dot length mismatch");
     #[cfg(target_arch = "x86_64")]
     if x86::avx512() {
         // SAFETY: the CPU supports AVX-512F (checked above); lengths are equal.
-        return unsafe { x86::avx512::dot_f32(a, b) };
+        return unsafe { x86::avx512::dot(a, b) };
     }
     #[cfg(target_arch = "x86_64")]
     if x86::available() {
         // SAFETY: the CPU supports AVX2 and FMA (checked above); lengths are equal.
-        return unsafe { x86::avx2::dot_f32(a, b) };
+        return unsafe { x86::avx2::dot(a, b) };
     }
     portable::dot(a, b)
 }
 
 /// One row against eight vectors (attention scores of eight keys), each result bit-identical
-/// to `dot_f32(x, ws[c])`: the eight sums share one horizontal reduction.
-pub fn dot_f32_x1x8(x: &[f32], ws: [&[f32]; 8]) -> [f32; 8] {
-    assert!(ws.iter().all(|w| w.len() == x.len()), "dot_f32_x1x8 length mismatch");
+/// to `dot(x, ws[c])`: the eight sums share one horizontal reduction.
+pub fn dot_x1x8<T: CacheElement>(x: &[f32], ws: [&[T]; 8]) -> [f32; 8] {
+    assert!(ws.iter().all(|w| w.len() == x.len()), "dot_x1x8 length mismatch");
     #[cfg(target_arch = "x86_64")]
     if x86::avx512() {
         // SAFETY: the CPU supports AVX-512F (checked above); lengths are equal.
-        return unsafe { x86::avx512::dot_f32_x1x8(x, ws) };
+        return unsafe { x86::avx512::dot_x1x8(x, ws) };
     }
-    ws.map(|w| dot_f32(x, w))
+    ws.map(|w| dot(x, w))
 }
 
 mod portable {
+    use crate::cache_element::CacheElement;
+
     const LANES: usize = 8;
 
-    pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    pub fn dot<T: CacheElement>(a: &[f32], b: &[T]) -> f32 {
         let mut acc = [0f32; LANES];
         let body = a.len() / LANES * LANES;
         for (ca, cb) in a[..body].chunks_exact(LANES).zip(b[..body].chunks_exact(LANES)) {
             for l in 0..LANES {
-                acc[l] += ca[l] * cb[l];
+                acc[l] += ca[l] * cb[l].into();
             }
         }
         let mut sum = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
         for i in body..a.len() {
-            sum += a[i] * b[i];
+            sum += a[i] * b[i].into();
         }
         sum
     }
@@ -65,12 +71,13 @@ mod x86 {
     /// one row and either register width L: per vector, two accumulators over 2L-element
     /// blocks, one L-wide step into the first, their sum, a fixed horizontal sum (`$hsums`
     /// reduces every vector's sum at once, each by the same tree of lane pairs), then the scalar
-    /// tail. Each input block is loaded once and used by all vectors.
+    /// tail. Each input block is loaded once and used by all vectors. `$loadw` widens the
+    /// vectors' elements to f32.
     macro_rules! dot_row {
         ($x:expr, $ws:expr, $cols:literal,
-         lanes: $l:literal, $zero:path, $loadu:path, $fma:path, $add:path, $hsums:path) => {{
+         lanes: $l:literal, $zero:path, $loadu:path, $loadw:path, $fma:path, $add:path, $hsums:path) => {{
             let x: &[f32] = $x;
-            let ws: [&[f32]; $cols] = $ws;
+            let ws = $ws;
             let n = x.len();
             let mut acc = [[$zero(); 2]; $cols];
             let mut i = 0;
@@ -79,15 +86,15 @@ mod x86 {
                 let (xa, xb) = ($loadu(px), $loadu(px.add($l)));
                 for c in 0..$cols {
                     let pw = ws[c].as_ptr().add(i);
-                    acc[c][0] = $fma(xa, $loadu(pw), acc[c][0]);
-                    acc[c][1] = $fma(xb, $loadu(pw.add($l)), acc[c][1]);
+                    acc[c][0] = $fma(xa, $loadw(pw), acc[c][0]);
+                    acc[c][1] = $fma(xb, $loadw(pw.add($l)), acc[c][1]);
                 }
                 i += 2 * $l;
             }
             if i + $l <= n {
                 let xa = $loadu(x.as_ptr().add(i));
                 for c in 0..$cols {
-                    acc[c][0] = $fma(xa, $loadu(ws[c].as_ptr().add(i)), acc[c][0]);
+                    acc[c][0] = $fma(xa, $loadw(ws[c].as_ptr().add(i)), acc[c][0]);
                 }
                 i += $l;
             }
@@ -98,7 +105,8 @@ mod x86 {
             let mut out: [f32; $cols] = $hsums(sums);
             for c in 0..$cols {
                 for j in i..n {
-                    out[c] += x[j] * ws[c][j];
+                    let w: f32 = ws[c][j].into();
+                    out[c] += x[j] * w;
                 }
             }
             out
@@ -107,6 +115,7 @@ mod x86 {
 
     /// Eight lanes (AVX2 with FMA).
     pub mod avx2 {
+        use crate::cache_element::CacheElement;
         use std::arch::x86_64::*;
 
         #[inline]
@@ -131,14 +140,15 @@ mod x86 {
         }
 
         #[target_feature(enable = "avx2,fma")]
-        pub unsafe fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
+        pub unsafe fn dot<T: CacheElement>(a: &[f32], b: &[T]) -> f32 {
             dot_row!(a, [b], 1, lanes: 8,
-                _mm256_setzero_ps, _mm256_loadu_ps, _mm256_fmadd_ps, _mm256_add_ps, hsums)[0]
+                _mm256_setzero_ps, _mm256_loadu_ps, T::load8, _mm256_fmadd_ps, _mm256_add_ps, hsums)[0]
         }
     }
 
     /// Sixteen lanes (AVX-512F).
     pub mod avx512 {
+        use crate::cache_element::CacheElement;
         use std::arch::x86_64::*;
 
         /// Lane i plus lane i + 8, then i + 4, i + 2 and i + 1: the one tree every AVX-512 dot
@@ -205,20 +215,20 @@ mod x86 {
         }
 
         macro_rules! dot16 {
-            ($x:expr, $ws:expr, $cols:literal) => {
+            ($x:expr, $ws:expr, $cols:literal, $t:ident) => {
                 dot_row!($x, $ws, $cols, lanes: 16,
-                    _mm512_setzero_ps, _mm512_loadu_ps, _mm512_fmadd_ps, _mm512_add_ps, hsums)
+                    _mm512_setzero_ps, _mm512_loadu_ps, $t::load16, _mm512_fmadd_ps, _mm512_add_ps, hsums)
             };
         }
 
         #[target_feature(enable = "avx512f")]
-        pub unsafe fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
-            dot16!(a, [b], 1)[0]
+        pub unsafe fn dot<T: CacheElement>(a: &[f32], b: &[T]) -> f32 {
+            dot16!(a, [b], 1, T)[0]
         }
 
         #[target_feature(enable = "avx512f")]
-        pub unsafe fn dot_f32_x1x8(x: &[f32], ws: [&[f32]; 8]) -> [f32; 8] {
-            dot16!(x, ws, 8)
+        pub unsafe fn dot_x1x8<T: CacheElement>(x: &[f32], ws: [&[T]; 8]) -> [f32; 8] {
+            dot16!(x, ws, 8, T)
         }
     }
 }
@@ -226,6 +236,7 @@ mod x86 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use half::bf16;
 
     fn naive(a: &[f32], b: &[f32]) -> f64 {
         a.iter().zip(b).map(|(x, y)| *x as f64 * *y as f64).sum()
@@ -235,11 +246,19 @@ mod tests {
         (0..n).map(|i| (i as f32 * 0.37 + seed).sin()).collect()
     }
 
+    fn to_bf16(xs: &[f32]) -> Vec<bf16> {
+        xs.iter().map(|x| bf16::from_f32(*x)).collect()
+    }
+
+    fn widen(xs: &[bf16]) -> Vec<f32> {
+        xs.iter().map(|x| f32::from(*x)).collect()
+    }
+
     #[test]
     fn matches_f64_reference_for_all_tail_lengths() {
         for n in [0, 1, 7, 8, 9, 31, 32, 33, 64, 100, 257] {
             let (a, b) = (ramp(n, 0.1), ramp(n, 2.0));
-            let got = dot_f32(&a, &b) as f64;
+            let got = dot(&a, &b) as f64;
             assert!((got - naive(&a, &b)).abs() < 1e-4, "n={n}");
         }
     }
@@ -250,9 +269,28 @@ mod tests {
             let x = ramp(n, 0.5);
             let keys: Vec<Vec<f32>> = (0..8).map(|c| ramp(n, 3.0 + c as f32)).collect();
             let ws: [&[f32]; 8] = std::array::from_fn(|c| &keys[c][..]);
-            let scores = dot_f32_x1x8(&x, ws);
+            let scores = dot_x1x8(&x, ws);
             for c in 0..8 {
-                assert_eq!(scores[c].to_bits(), dot_f32(&x, ws[c]).to_bits(), "n={n} key {c}");
+                assert_eq!(scores[c].to_bits(), dot(&x, ws[c]).to_bits(), "n={n} key {c}");
+            }
+        }
+    }
+
+    #[test]
+    fn bf16_keys_score_exactly_as_their_f32_values() {
+        for n in [1, 7, 16, 33, 64, 100, 128] {
+            let x = ramp(n, 0.5);
+            let keys: Vec<Vec<bf16>> = (0..8).map(|c| to_bf16(&ramp(n, 3.0 + c as f32))).collect();
+            let wide: Vec<Vec<f32>> = keys.iter().map(|k| widen(k)).collect();
+            let eight = dot_x1x8(&x, std::array::from_fn(|c| &keys[c][..]));
+            let eight_wide = dot_x1x8(&x, std::array::from_fn(|c| &wide[c][..]));
+            assert_eq!(eight.map(f32::to_bits), eight_wide.map(f32::to_bits), "n={n}");
+            for c in 0..8 {
+                assert_eq!(
+                    dot(&x, &keys[c]).to_bits(),
+                    dot(&x, &wide[c]).to_bits(),
+                    "n={n} key {c}"
+                );
             }
         }
     }
@@ -260,22 +298,25 @@ mod tests {
     /// The dispatch picks one instruction set per machine; check the others it could pick.
     #[cfg(target_arch = "x86_64")]
     #[test]
-    fn every_x86_path_is_accurate() {
+    fn every_x86_path_is_accurate_and_widens_bf16_exactly() {
         for n in [7, 16, 33, 100, 256] {
-            let (a, b) = (ramp(n, 0.4), ramp(n, 5.0));
+            let a = ramp(n, 0.4);
+            let b16 = to_bf16(&ramp(n, 5.0));
+            let b = widen(&b16);
             // SAFETY: each path runs only where the CPU supports it.
-            let paths: Vec<(&str, f32)> = unsafe {
+            let paths: Vec<(&str, f32, f32)> = unsafe {
                 let mut p = Vec::new();
                 if x86::available() {
-                    p.push(("avx2", x86::avx2::dot_f32(&a, &b)));
+                    p.push(("avx2", x86::avx2::dot(&a, &b), x86::avx2::dot(&a, &b16)));
                 }
                 if x86::avx512() {
-                    p.push(("avx512", x86::avx512::dot_f32(&a, &b)));
+                    p.push(("avx512", x86::avx512::dot(&a, &b), x86::avx512::dot(&a, &b16)));
                 }
                 p
             };
-            for (name, got) in paths {
+            for (name, got, got16) in paths {
                 assert!((got as f64 - naive(&a, &b)).abs() < 1e-4, "{name} n={n}");
+                assert_eq!(got.to_bits(), got16.to_bits(), "{name} n={n}");
             }
         }
     }

@@ -1,11 +1,13 @@
 //! Scatter of new key or value rows into a paged cache.
 
+use crate::cache_element::CacheElement;
 use crate::error::bad_input;
 use crate::linear::contiguous;
 use candle_core::{CpuStorage, InplaceOp2, Layout, Result, Tensor};
 
-/// Writes row `t` of `new` [tokens, width] into row `slots[t]` of `cache` [num_slots, width].
-/// Rows of rejected speculative tokens are simply overwritten by a later call.
+/// Writes row `t` of `new` [tokens, width] (f32) into row `slots[t]` of `cache`
+/// [num_slots, width] (f32 or bf16, rounded to nearest even). Rows of rejected speculative
+/// tokens are simply overwritten by a later call.
 pub fn write_kv(cache: &Tensor, new: &Tensor, slots: &[u32]) -> Result<()> {
     cache.inplace_op2(new, &WriteKv { slots })
 }
@@ -41,13 +43,21 @@ impl InplaceOp2 for WriteKv<'_> {
         let (start, _) = dst_l
             .contiguous_offsets()
             .ok_or_else(|| bad_input("write_kv", "cache must be contiguous"))?;
-        let dst = match dst {
-            CpuStorage::F32(d) => &mut d[start..],
-            _ => return Err(bad_input("write_kv", "cache must be f32 on the CPU")),
-        };
-        for (row, slot) in src.chunks_exact(width).zip(self.slots) {
-            dst[*slot as usize * width..][..width].copy_from_slice(row);
+        match dst {
+            CpuStorage::F32(d) => self.scatter(&mut d[start..], src, width),
+            CpuStorage::BF16(d) => self.scatter(&mut d[start..], src, width),
+            _ => return Err(bad_input("write_kv", "cache must be f32 or bf16 on the CPU")),
         }
         Ok(())
+    }
+}
+
+impl WriteKv<'_> {
+    fn scatter<T: CacheElement>(&self, dst: &mut [T], src: &[f32], width: usize) {
+        for (row, slot) in src.chunks_exact(width).zip(self.slots) {
+            for (d, s) in dst[*slot as usize * width..][..width].iter_mut().zip(row) {
+                *d = T::from_f32(*s);
+            }
+        }
     }
 }

@@ -2,6 +2,7 @@
 //! the same sequence of floating-point operations whatever else is in the batch. Speculative
 //! verification of K+1 rows therefore reproduces K+1 single-token decode steps bit for bit.
 
+mod cache_element;
 mod dot;
 mod error;
 mod kv_write;
@@ -13,7 +14,7 @@ mod pool;
 mod rope;
 mod swiglu;
 
-pub use dot::{dot_f32, dot_f32_x1x8};
+pub use cache_element::CacheElement;
 pub use error::KernelError;
 pub use kv_write::write_kv;
 pub use linear::{linear, PackedWeight};

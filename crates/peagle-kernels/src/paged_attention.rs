@@ -4,11 +4,14 @@
 //! verification windows: each sequence contributes its query rows, and row `i` of a sequence
 //! with `q` query rows and `ctx` cached tokens sits at position `ctx - q + i` and attends to
 //! positions `0..=pos` (or the last `window` of them). Each (row, head) is computed alone, in
-//! key order, so results do not depend on the batch.
+//! key order, so results do not depend on the batch. The cache holds f32 or bf16 (see
+//! `CacheElement`); queries and outputs are f32.
 
-use crate::dot::{dot_f32, dot_f32_x1x8};
+use crate::cache_element::CacheElement;
+use crate::dot::{dot, dot_x1x8};
 use crate::error::bad_input;
 use crate::linear::contiguous;
+use candle_core::backend::BackendStorage;
 use candle_core::{CpuStorage, CustomOp3, Layout, Result, Shape, Tensor};
 use rayon::prelude::*;
 
@@ -97,8 +100,8 @@ pub struct AttentionParams {
     pub sliding_window: Option<usize>,
 }
 
-/// `q` [rows, heads * head_dim] against `k_cache` and `v_cache` [slots, kv_heads * head_dim]
-/// (rows of this batch already written), giving [rows, heads * head_dim].
+/// `q` [rows, heads * head_dim] against `k_cache` and `v_cache` [slots, kv_heads * head_dim],
+/// both f32 or both bf16 (rows of this batch already written), giving [rows, heads * head_dim].
 pub fn paged_attention(
     q: &Tensor,
     k_cache: &Tensor,
@@ -155,9 +158,36 @@ impl CustomOp3 for PagedAttention<'_> {
         }
         self.meta.validate(num_slots)?;
         let q = contiguous(qs.as_slice::<f32>()?, ql, "queries")?;
-        let k = contiguous(ks.as_slice::<f32>()?, kl, "key cache")?;
-        let v = contiguous(vs.as_slice::<f32>()?, vl, "value cache")?;
+        let out = match (ks, vs) {
+            (CpuStorage::F32(k), CpuStorage::F32(v)) => self.attend(q, rows, (k, kl), (v, vl))?,
+            (CpuStorage::BF16(k), CpuStorage::BF16(v)) => self.attend(q, rows, (k, kl), (v, vl))?,
+            _ => {
+                return Err(bad_input(
+                    "paged_attention",
+                    format!(
+                        "key and value caches must be both f32 or both bf16, not {:?} and {:?}",
+                        ks.dtype(),
+                        vs.dtype()
+                    ),
+                ))
+            }
+        };
+        Ok((CpuStorage::F32(out), Shape::from((rows, q_width))))
+    }
+}
 
+impl PagedAttention<'_> {
+    fn attend<T: CacheElement>(
+        &self,
+        q: &[f32],
+        rows: usize,
+        (k, kl): (&[T], &Layout),
+        (v, vl): (&[T], &Layout),
+    ) -> Result<Vec<f32>> {
+        let p = self.params;
+        let q_width = p.num_heads * p.head_dim;
+        let k = contiguous(k, kl, "key cache")?;
+        let v = contiguous(v, vl, "value cache")?;
         let row_info = self.meta.rows();
         let mut out = vec![0f32; rows * q_width];
         out.par_chunks_mut(q_width)
@@ -172,11 +202,9 @@ impl CustomOp3 for PagedAttention<'_> {
                     .enumerate()
                     .for_each(|(h, out_head)| attend_head(q_row, h, k, v, &slots, p, out_head));
             });
-        Ok((CpuStorage::F32(out), Shape::from((rows, q_width))))
+        Ok(out)
     }
-}
 
-impl PagedAttention<'_> {
     /// Cache slots of the keys visible from `pos`, in position order.
     fn key_slots(&self, seq: usize, pos: usize) -> Vec<usize> {
         let bs = self.meta.block_size;
@@ -187,7 +215,15 @@ impl PagedAttention<'_> {
 }
 
 /// Query head `h` of one row against the keys and values in `slots`, into `out` [head_dim].
-fn attend_head(q: &[f32], h: usize, k: &[f32], v: &[f32], slots: &[usize], p: &AttentionParams, out: &mut [f32]) {
+fn attend_head<T: CacheElement>(
+    q: &[f32],
+    h: usize,
+    k: &[T],
+    v: &[T],
+    slots: &[usize],
+    p: &AttentionParams,
+    out: &mut [f32],
+) {
     let (d, kv_width) = (p.head_dim, p.num_kv_heads * p.head_dim);
     let kv_off = (h / (p.num_heads / p.num_kv_heads)) * d;
     let qh = &q[h * d..][..d];
@@ -196,13 +232,13 @@ fn attend_head(q: &[f32], h: usize, k: &[f32], v: &[f32], slots: &[usize], p: &A
     let mut eights = slots.chunks_exact(8);
     let mut scored = weights.chunks_exact_mut(8);
     for (ws, eight) in (&mut scored).zip(&mut eights) {
-        let scores = dot_f32_x1x8(qh, std::array::from_fn(|i| key(eight[i])));
+        let scores = dot_x1x8(qh, std::array::from_fn(|i| key(eight[i])));
         for (w, s) in ws.iter_mut().zip(scores) {
             *w = s * p.scale;
         }
     }
     for (w, slot) in scored.into_remainder().iter_mut().zip(eights.remainder()) {
-        *w = dot_f32(qh, key(*slot)) * p.scale;
+        *w = dot(qh, key(*slot)) * p.scale;
     }
     let max = weights.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let mut sum = 0f32;
@@ -229,7 +265,7 @@ const VALUE_CHUNK: usize = 64;
 /// it is added (no fused multiply-add), so every path gives the same bits. The sums stay in
 /// registers across the keys (writing them back after every key cost more than the
 /// multiplies).
-fn weighted_sum<'a>(out: &mut [f32], weights: &[f32], values: impl Iterator<Item = &'a [f32]>) {
+fn weighted_sum<'a, T: CacheElement>(out: &mut [f32], weights: &[f32], values: impl Iterator<Item = &'a [T]>) {
     #[cfg(target_arch = "x86_64")]
     if is_x86_feature_detected!("avx512f") {
         if let Ok(out) = <&mut [f32; VALUE_CHUNK]>::try_from(&mut *out) {
@@ -241,13 +277,13 @@ fn weighted_sum<'a>(out: &mut [f32], weights: &[f32], values: impl Iterator<Item
     portable_weighted_sum(out, weights, values);
 }
 
-fn portable_weighted_sum<'a>(out: &mut [f32], weights: &[f32], values: impl Iterator<Item = &'a [f32]>) {
+fn portable_weighted_sum<'a, T: CacheElement>(out: &mut [f32], weights: &[f32], values: impl Iterator<Item = &'a [T]>) {
     if let Ok(out) = <&mut [f32; VALUE_CHUNK]>::try_from(&mut *out) {
         let mut acc = [0f32; VALUE_CHUNK];
         for (w, value) in weights.iter().zip(values) {
-            let value: &[f32; VALUE_CHUNK] = value.try_into().expect("a full chunk");
+            let value: &[T; VALUE_CHUNK] = value.try_into().expect("a full chunk");
             for (a, x) in acc.iter_mut().zip(value) {
-                *a += w * x;
+                *a += w * (*x).into();
             }
         }
         *out = acc;
@@ -256,7 +292,7 @@ fn portable_weighted_sum<'a>(out: &mut [f32], weights: &[f32], values: impl Iter
     out.fill(0.0);
     for (w, value) in weights.iter().zip(values) {
         for (o, x) in out.iter_mut().zip(value) {
-            *o += w * x;
+            *o += w * (*x).into();
         }
     }
 }
@@ -265,18 +301,18 @@ fn portable_weighted_sum<'a>(out: &mut [f32], weights: &[f32], values: impl Iter
 /// portable loop compiles to SSE, sixteen 4-wide registers, at a quarter of the width.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn weighted_sum_avx512<'a>(
+unsafe fn weighted_sum_avx512<'a, T: CacheElement>(
     out: &mut [f32; VALUE_CHUNK],
     weights: &[f32],
-    values: impl Iterator<Item = &'a [f32]>,
+    values: impl Iterator<Item = &'a [T]>,
 ) {
     use std::arch::x86_64::*;
     let mut acc = [_mm512_setzero_ps(); VALUE_CHUNK / 16];
     for (w, value) in weights.iter().zip(values) {
-        let value: &[f32; VALUE_CHUNK] = value.try_into().expect("a full chunk");
+        let value: &[T; VALUE_CHUNK] = value.try_into().expect("a full chunk");
         let w = _mm512_set1_ps(*w);
         for (i, a) in acc.iter_mut().enumerate() {
-            *a = _mm512_add_ps(*a, _mm512_mul_ps(w, _mm512_loadu_ps(value[16 * i..].as_ptr())));
+            *a = _mm512_add_ps(*a, _mm512_mul_ps(w, T::load16(value[16 * i..].as_ptr())));
         }
     }
     for (i, a) in acc.iter().enumerate() {
@@ -287,6 +323,19 @@ unsafe fn weighted_sum_avx512<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use half::bf16;
+
+    fn values() -> (Vec<Vec<f32>>, Vec<f32>) {
+        let values = (0..37)
+            .map(|j| {
+                (0..VALUE_CHUNK)
+                    .map(|i| ((i * 7 + j * 13) as f32 * 0.37).sin())
+                    .collect()
+            })
+            .collect();
+        let weights = (0..37).map(|j| (j as f32 * 0.11).cos().abs()).collect();
+        (values, weights)
+    }
 
     #[cfg(target_arch = "x86_64")]
     #[test]
@@ -294,18 +343,39 @@ mod tests {
         if !is_x86_feature_detected!("avx512f") {
             return;
         }
-        let values: Vec<Vec<f32>> = (0..37)
-            .map(|j| {
-                (0..VALUE_CHUNK)
-                    .map(|i| ((i * 7 + j * 13) as f32 * 0.37).sin())
-                    .collect()
-            })
+        let (values, weights) = values();
+        let halves: Vec<Vec<bf16>> = values
+            .iter()
+            .map(|v| v.iter().map(|x| bf16::from_f32(*x)).collect())
             .collect();
-        let weights: Vec<f32> = (0..37).map(|j| (j as f32 * 0.11).cos().abs()).collect();
         let (mut fast, mut portable) = ([0f32; VALUE_CHUNK], [0f32; VALUE_CHUNK]);
         // SAFETY: the CPU has AVX-512F (checked above).
         unsafe { weighted_sum_avx512(&mut fast, &weights, values.iter().map(|v| &v[..])) };
         portable_weighted_sum(&mut portable, &weights, values.iter().map(|v| &v[..]));
         assert_eq!(fast.map(f32::to_bits), portable.map(f32::to_bits));
+        // SAFETY: as above.
+        unsafe { weighted_sum_avx512(&mut fast, &weights, halves.iter().map(|v| &v[..])) };
+        portable_weighted_sum(&mut portable, &weights, halves.iter().map(|v| &v[..]));
+        assert_eq!(fast.map(f32::to_bits), portable.map(f32::to_bits));
+    }
+
+    #[test]
+    fn bf16_values_sum_exactly_as_their_f32_values() {
+        let (values, weights) = values();
+        let halves: Vec<Vec<bf16>> = values
+            .iter()
+            .map(|v| v.iter().map(|x| bf16::from_f32(*x)).collect())
+            .collect();
+        let wide: Vec<Vec<f32>> = halves
+            .iter()
+            .map(|v| v.iter().map(|x| f32::from(*x)).collect())
+            .collect();
+        for width in [VALUE_CHUNK, 24] {
+            let (mut from_half, mut from_wide) = (vec![0f32; width], vec![0f32; width]);
+            weighted_sum(&mut from_half, &weights, halves.iter().map(|v| &v[..width]));
+            weighted_sum(&mut from_wide, &weights, wide.iter().map(|v| &v[..width]));
+            let bits = |xs: &[f32]| xs.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&from_half), bits(&from_wide), "width {width}");
+        }
     }
 }

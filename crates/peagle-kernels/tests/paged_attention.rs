@@ -1,14 +1,17 @@
-//! Paged attention against a dense causal reference, on scattered blocks and mixed batches.
+//! Paged attention against a dense causal reference, on scattered blocks and mixed batches,
+//! over f32 and bf16 caches.
 
-use candle_core::{Device, Tensor};
+use candle_core::{DType, Device, Tensor};
+use half::bf16;
 use peagle_kernels::{paged_attention, write_kv, AttentionMetadata, AttentionParams};
 
 const BLOCK: usize = 4;
 const PARAMS: AttentionParams = AttentionParams {
     num_heads: 4,
     num_kv_heads: 2,
-    head_dim: 8,
-    scale: 0.35,
+    // A full AVX-512 value chunk, so the vector paths run.
+    head_dim: 64,
+    scale: 0.125,
     sliding_window: None,
 };
 
@@ -83,11 +86,15 @@ struct Cache {
 }
 
 fn cache_with(seqs: &[&Seq], num_blocks: usize) -> Cache {
+    cache_of(DType::F32, seqs, num_blocks)
+}
+
+fn cache_of(dtype: DType, seqs: &[&Seq], num_blocks: usize) -> Cache {
     let kw = PARAMS.num_kv_heads * PARAMS.head_dim;
     let dev = Device::Cpu;
     let cache = Cache {
-        k: Tensor::zeros((num_blocks * BLOCK, kw), candle_core::DType::F32, &dev).unwrap(),
-        v: Tensor::zeros((num_blocks * BLOCK, kw), candle_core::DType::F32, &dev).unwrap(),
+        k: Tensor::zeros((num_blocks * BLOCK, kw), dtype, &dev).unwrap(),
+        v: Tensor::zeros((num_blocks * BLOCK, kw), dtype, &dev).unwrap(),
     };
     for s in seqs {
         let slots: Vec<u32> = (0..s.len).map(|p| slot(s, p)).collect();
@@ -179,7 +186,7 @@ fn inconsistent_metadata_is_an_error_not_a_panic() {
     let a = seq(6, 60, vec![0, 1]);
     let cache = cache_with(&[&a], 2);
     let qw = PARAMS.num_heads * PARAMS.head_dim;
-    let q = Tensor::zeros((2, qw), candle_core::DType::F32, &Device::Cpu).unwrap();
+    let q = Tensor::zeros((2, qw), DType::F32, &Device::Cpu).unwrap();
     let too_long = AttentionMetadata {
         block_size: BLOCK,
         query_start: vec![0, 2],
@@ -189,4 +196,59 @@ fn inconsistent_metadata_is_an_error_not_a_panic() {
     };
     let err = paged_attention(&q, &cache.k, &cache.v, &too_long, &PARAMS).unwrap_err();
     assert!(err.to_string().contains("cannot hold 9 tokens"), "{err}");
+}
+
+/// `s` with its keys and values rounded to bf16 and widened back.
+fn rounded(s: &Seq) -> Seq {
+    let round = |xs: &[f32]| xs.iter().map(|x| f32::from(bf16::from_f32(*x))).collect();
+    Seq {
+        len: s.len,
+        q: s.q.clone(),
+        k: round(&s.k),
+        v: round(&s.v),
+        blocks: s.blocks.clone(),
+    }
+}
+
+#[test]
+fn a_bf16_cache_attends_exactly_as_an_f32_cache_of_the_rounded_values() {
+    let a = seq(19, 70, vec![5, 1, 3, 8, 0]);
+    let b = seq(7, 80, vec![2, 6]);
+    let half = cache_of(DType::BF16, &[&a, &b], 10);
+    let (ra, rb) = (rounded(&a), rounded(&b));
+    let wide = cache_with(&[&ra, &rb], 10);
+    let stored: Vec<Vec<f32>> = half.k.to_dtype(DType::F32).unwrap().to_vec2().unwrap();
+    let want: Vec<Vec<f32>> = wide.k.to_vec2().unwrap();
+    assert_eq!(stored, want, "write_kv rounds keys to nearest bf16");
+    for window in [None, Some(5)] {
+        let got = run(&half, &[&a, &b], &[9, 1], window);
+        assert_eq!(got, run(&wide, &[&ra, &rb], &[9, 1], window), "window {window:?}");
+        // And it is still attention: within bf16's rounding of the exact values.
+        let mut row = 0;
+        for (s, r) in [(&a, 9), (&b, 1)] {
+            for pos in s.len - r..s.len {
+                for (g, w) in got[row].iter().zip(reference_row(s, pos, window)) {
+                    assert!((g - w).abs() < 2e-2, "row {row}: {g} vs {w}");
+                }
+                row += 1;
+            }
+        }
+    }
+}
+
+#[test]
+fn mixed_cache_dtypes_are_an_error() {
+    let a = seq(3, 90, vec![0]);
+    let (f32s, halves) = (cache_with(&[&a], 1), cache_of(DType::BF16, &[&a], 1));
+    let qw = PARAMS.num_heads * PARAMS.head_dim;
+    let q = Tensor::zeros((1, qw), DType::F32, &Device::Cpu).unwrap();
+    let meta = AttentionMetadata {
+        block_size: BLOCK,
+        query_start: vec![0, 1],
+        context_lens: vec![3],
+        block_tables: vec![vec![0]],
+        slot_mapping: vec![2],
+    };
+    let err = paged_attention(&q, &f32s.k, &halves.v, &meta, &PARAMS).unwrap_err();
+    assert!(err.to_string().contains("both f32 or both bf16"), "{err}");
 }

@@ -44,6 +44,11 @@ pub struct TextConfig {
     pub attention_bias: bool,
     #[serde(default)]
     pub max_position_embeddings: Option<usize>,
+    // transformers 5 writes `dtype`, transformers 4 `torch_dtype`; some files carry both.
+    #[serde(default)]
+    dtype: Option<String>,
+    #[serde(default)]
+    torch_dtype: Option<String>,
     // transformers 4 writes `rope_theta` and `rope_scaling`; transformers 5 folds both into
     // `rope_parameters`. Checkpoints of both eras are in the wild.
     #[serde(default)]
@@ -96,6 +101,11 @@ pub enum RopeScaling {
 impl TextConfig {
     pub fn from_file(path: &Path) -> Result<Self, LoadError> {
         Self::from_value(read_json(path, "model config")?, path)
+    }
+
+    /// The dtype the checkpoint says its weights are stored in ("bfloat16", "float32", ...).
+    pub fn stored_dtype(&self) -> Option<&str> {
+        self.dtype.as_deref().or(self.torch_dtype.as_deref())
     }
 
     /// Parses a config already read as JSON; `path` is named in errors.

@@ -2,7 +2,7 @@
 
 #![allow(dead_code)]
 
-use candle_core::{Device, Tensor};
+use candle_core::{DType, Device, Tensor};
 use peagle_models::{load_causal_lm, BatchBuilder, CausalLm, KvCache, LoadOptions, Rows};
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -55,7 +55,7 @@ impl Fixture {
     }
 
     pub fn cache(&self) -> KvCache {
-        KvCache::new(self.model.dims(), 64, BLOCK, &Device::Cpu).unwrap()
+        KvCache::new(self.model.dims(), 64, BLOCK, DType::F32, &Device::Cpu).unwrap()
     }
 }
 

@@ -2,7 +2,7 @@
 //! (scripts/make_drafter_fixtures.py), and the loader's handling of their config variants.
 
 mod common;
-use candle_core::{Device, Tensor};
+use candle_core::{DType, Device, Tensor};
 use common::*;
 use peagle_models::{
     load_causal_lm, BatchBuilder, CausalLm, DraftAlgorithm, DraftHidden, Drafter, KvCache, LoadOptions, Rows,
@@ -36,7 +36,7 @@ fn ids(t: &Tensor) -> Vec<u32> {
 /// Runs `tokens` with hidden inputs `aux` through the drafter in two chunks (positions
 /// 0..5, then 5..n), so the second chunk attends to cached rows at an offset.
 fn run_in_two_chunks(d: &Drafter, tokens: &[u32], aux: &Tensor) -> (Tensor, Tensor) {
-    let kv = KvCache::new(d.dims(), 4, BLOCK, &Device::Cpu).unwrap();
+    let kv = KvCache::new(d.dims(), 4, BLOCK, DType::F32, &Device::Cpu).unwrap();
     let table = [2u32, 0];
     let mut logits = Vec::new();
     let mut hidden = Vec::new();

@@ -138,7 +138,7 @@ fn f16_weights_load_and_equal_their_f32_upcast() {
     });
     let logits = |dir: &Path| {
         let model = load_causal_lm(dir, LoadOptions::default()).unwrap().model;
-        let kv = peagle_models::KvCache::new(model.dims(), 8, BLOCK, &Device::Cpu).unwrap();
+        let kv = peagle_models::KvCache::new(model.dims(), 8, BLOCK, candle_core::DType::F32, &Device::Cpu).unwrap();
         let mut b = peagle_models::BatchBuilder::new(BLOCK);
         b.add(
             &[5, 9, 200, 3],

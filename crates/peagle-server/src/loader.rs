@@ -2,8 +2,9 @@
 //! cache, start the engine thread, and read the tokenizer and chat template for the HTTP side.
 
 use crate::served_model::{ModelFilesError, ServedModel};
-use peagle_engine::{EngineConfig, EngineHandle, GenerateError, ModelRunner, SpeculativeConfig};
-use peagle_models::{Drafter, LoadOptions, ModelDims};
+use candle_core::DType;
+use peagle_engine::{CacheConfig, EngineConfig, EngineHandle, GenerateError, ModelRunner, SpeculativeConfig};
+use peagle_models::{Drafter, KvCache, KvCacheDtype, LoadOptions, ModelDims};
 use std::path::PathBuf;
 use thiserror::Error;
 
@@ -43,6 +44,7 @@ pub struct EngineOptions {
     /// Default: see DEFAULT_KV_BUDGET_BYTES.
     pub kv_cache_blocks: Option<usize>,
     pub block_size: usize,
+    pub kv_cache_dtype: KvCacheDtype,
     pub engine: EngineConfig,
 }
 
@@ -55,6 +57,7 @@ impl EngineOptions {
             max_model_len: None,
             kv_cache_blocks: None,
             block_size: 16,
+            kv_cache_dtype: KvCacheDtype::Auto,
             engine: EngineConfig::default(),
         }
     }
@@ -88,9 +91,10 @@ pub fn start_engine(name: String, opts: &EngineOptions) -> Result<(EngineHandle,
             Some((drafter, SpeculativeConfig { k, parallel }))
         }
     };
+    let dtype = opts.kv_cache_dtype.resolve(&loaded.config);
     let num_blocks = match opts.kv_cache_blocks {
         Some(n) => n,
-        None => default_num_blocks(loaded.model.dims(), drafter.as_ref(), max_model_len, opts),
+        None => default_num_blocks(loaded.model.dims(), drafter.as_ref(), max_model_len, dtype, opts),
     };
     tracing::info!(
         model = %opts.model_dir.display(),
@@ -98,10 +102,16 @@ pub fn start_engine(name: String, opts: &EngineOptions) -> Result<(EngineHandle,
         speculative = ?drafter.as_ref().map(|(_, s)| s),
         max_model_len,
         num_blocks,
+        kv_cache_dtype = ?dtype,
         "starting the engine"
     );
     let eos = loaded.generation.eos_token_ids.clone();
-    let runner = ModelRunner::new(loaded.model, drafter, eos, max_model_len, num_blocks, opts.block_size)?;
+    let cache = CacheConfig {
+        num_blocks,
+        block_size: opts.block_size,
+        dtype,
+    };
+    let runner = ModelRunner::new(loaded.model, drafter, eos, max_model_len, cache)?;
     Ok((EngineHandle::start(runner, opts.engine.clone()), served))
 }
 
@@ -109,14 +119,14 @@ fn default_num_blocks(
     target: &ModelDims,
     drafter: Option<&(Drafter, SpeculativeConfig)>,
     max_model_len: usize,
+    dtype: DType,
     opts: &EngineOptions,
 ) -> usize {
     let k = drafter.map_or(0, |(_, s)| s.k);
     // A sequence at full length plus its verification window and drafter look-ahead.
     let per_sequence = (max_model_len + 2 * k).div_ceil(opts.block_size);
-    let per_token = |d: &ModelDims| 2 * d.num_layers * d.num_kv_heads * d.head_dim;
-    let values_per_token = per_token(target) + drafter.map_or(0, |(d, _)| per_token(d.dims()));
-    let bytes_per_block = (values_per_token * opts.block_size * opts.load.dtype.size_in_bytes()).max(1);
+    let block_bytes = |d: &ModelDims| KvCache::bytes_per_block(d, opts.block_size, dtype);
+    let bytes_per_block = (block_bytes(target) + drafter.map_or(0, |(d, _)| block_bytes(d.dims()))).max(1);
     let wanted = per_sequence * opts.engine.scheduler.max_num_seqs;
     wanted.min(DEFAULT_KV_BUDGET_BYTES / bytes_per_block).max(per_sequence)
 }

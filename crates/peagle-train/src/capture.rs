@@ -166,7 +166,8 @@ pub fn capture_states(target: &CausalLm, tokens: &[u32]) -> Result<Tensor, Train
     const BLOCK: usize = 16;
     let n = tokens.len();
     let blocks = n.div_ceil(BLOCK);
-    let kv = KvCache::new(target.dims(), blocks, BLOCK, target.device())?;
+    // Drafters learn from the model's exact states: an f32 cache, whatever serving uses.
+    let kv = KvCache::new(target.dims(), blocks, BLOCK, DType::F32, target.device())?;
     let table: Vec<u32> = (0..blocks as u32).collect();
     let mut batch = BatchBuilder::new(BLOCK);
     batch.add(tokens, 0, &table, Rows::None, Rows::All)?;

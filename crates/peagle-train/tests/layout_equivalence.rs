@@ -2,7 +2,7 @@
 //! the multi-depth training layout (masked attention) or in the inference layout (the anchor's
 //! prefix, then mask slots, over the paged cache). Training and serving agree on the drafter.
 
-use candle_core::{Device, Tensor};
+use candle_core::{DType, Device, Tensor};
 use peagle_models::{load_causal_lm, BatchBuilder, DraftHidden, Drafter, KvCache, LoadOptions, Rows};
 use peagle_train::{CodConfig, CodLayout};
 use rand::rngs::StdRng;
@@ -66,7 +66,7 @@ fn training_layout_logits_equal_inference_logits() {
             0,
         )
         .unwrap();
-        let kv = KvCache::new(drafter.dims(), 4, 16, &Device::Cpu).unwrap();
+        let kv = KvCache::new(drafter.dims(), 4, 16, DType::F32, &Device::Cpu).unwrap();
         let mut batch = BatchBuilder::new(16);
         batch
             .add(&slots, 0, &[0, 1, 2, 3], Rows::Tail(masks + 1), Rows::None)

@@ -6,7 +6,7 @@ use clap::Parser;
 use peagle_cli::report::{read_prompts, Report};
 use peagle_cli::{demo_model_dir, init_tracing};
 use peagle_engine::{DraftOptions, GenerateParams, Generator, GeneratorOptions, SamplingParams, SpeculativeConfig};
-use peagle_models::{DrafterConfig, LoadOptions};
+use peagle_models::{DrafterConfig, KvCacheDtype, LoadOptions};
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -39,6 +39,10 @@ struct Args {
     /// Longest prefill chunk, in tokens.
     #[arg(long, default_value_t = 512)]
     max_batched_tokens: usize,
+    /// What the KV cache stores: auto (the model's dtype: bf16 for a bf16 checkpoint such as
+    /// the demo model, else f32), f32 or bf16.
+    #[arg(long, default_value_t = KvCacheDtype::Auto)]
+    kv_cache_dtype: KvCacheDtype,
     /// EAGLE-3 or P-EAGLE drafter directory: enables speculative decoding.
     #[arg(long)]
     draft_model: Option<PathBuf>,
@@ -85,6 +89,7 @@ fn run(args: Args) -> Result<()> {
     };
     let opts = GeneratorOptions {
         max_batched_tokens: args.max_batched_tokens,
+        kv_cache_dtype: args.kv_cache_dtype,
         ..Default::default()
     };
     let mut generator = Generator::from_dir(&dir, draft.as_ref(), LoadOptions::default(), &opts)

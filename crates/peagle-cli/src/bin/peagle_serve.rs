@@ -8,7 +8,7 @@ use peagle_cli::model_source::{resolve_dir, resolve_model, ModelSource};
 use peagle_cli::speculative_config::SpeculativeSpec;
 use peagle_cli::{demo_model_dir, init_tracing_at};
 use peagle_engine::{EngineConfig, SchedulerConfig};
-use peagle_models::LoadOptions;
+use peagle_models::{KvCacheDtype, LoadOptions};
 use peagle_server::{start_engine, DraftModel, EngineOptions, Server, ServerConfig};
 use std::time::Duration;
 use tokio::signal::unix::{signal, SignalKind};
@@ -78,6 +78,10 @@ struct Args {
     /// Activation dtype. auto: f32 on the CPU.
     #[arg(long, value_enum, default_value_t = Dtype::Auto)]
     dtype: Dtype,
+    /// What the KV cache stores: auto (the model's dtype: bf16 for a bf16 checkpoint such as
+    /// the demo model, else f32), f32, or bf16 (half the memory and attention reads).
+    #[arg(long, default_value_t = KvCacheDtype::Auto)]
+    kv_cache_dtype: KvCacheDtype,
     /// Larger request bodies get 413.
     #[arg(long, default_value_t = 4 << 20)]
     max_body_bytes: usize,
@@ -144,6 +148,7 @@ fn run(args: Args) -> Result<()> {
         max_model_len: args.max_model_len,
         kv_cache_blocks: args.kv_cache_blocks,
         block_size: args.block_size,
+        kv_cache_dtype: args.kv_cache_dtype,
         engine: EngineConfig {
             scheduler: SchedulerConfig {
                 max_num_seqs: args.max_num_seqs.unwrap_or(defaults.scheduler.max_num_seqs),
