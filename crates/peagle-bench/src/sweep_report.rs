@@ -1,12 +1,13 @@
 //! The sweep's comparison: per mode and concurrency, output tokens/s over the repeats, speedup
-//! over no speculation and over the best EAGLE-3 mode, acceptance length and mean k. Written
-//! as `sweep.json`, `sweep.md` and `sweep.png`.
+//! over no speculation (of the means, and within each repeat) and over the best EAGLE-3 mode,
+//! acceptance length and mean k. Written as `sweep.json`, `sweep.md` and `sweep.png`.
 
 use crate::report::{create_dir, step_table, two_places, write_json, write_text, StepRow};
 use crate::sweep::{modes, Method, Mode, SweepConfig, SweepRun};
 use crate::{BenchError, StepBreakdown};
 use peagle_plot::{line_chart, Chart, Series};
 use serde::Serialize;
+use std::collections::BTreeSet;
 use std::path::Path;
 
 #[derive(Debug, Clone, Serialize)]
@@ -18,6 +19,10 @@ pub struct SweepRow {
     pub mean_output_throughput: f64,
     /// Mean tokens/s over the no-speculation mode's at the same concurrency.
     pub vs_no_speculation: Option<f64>,
+    /// Per repeat, tokens/s over the no-speculation mode's in the same repeat. The two ran
+    /// minutes apart rather than a whole sweep, so these show whether a mode is slower than
+    /// plain decoding in every repeat or only on average over a noisy host.
+    pub vs_no_speculation_per_repeat: Vec<f64>,
     /// Mean tokens/s over the fastest EAGLE-3 mode's at the same concurrency.
     pub vs_best_eagle3: Option<f64>,
     pub acceptance_length: Option<f64>,
@@ -52,8 +57,15 @@ pub fn compare(config: &SweepConfig, runs: Vec<SweepRun>) -> SweepReport {
                 .filter(|t| *t > 0.0)
         };
         let (plain, eagle3) = (fastest(Method::Plain), fastest(Method::Eagle3));
+        let plain_mode = group
+            .iter()
+            .find(|r| r.mode.method == Method::Plain)
+            .map(|r| r.mode.clone());
         for mut row in group {
             row.vs_no_speculation = plain.map(|p| row.mean_output_throughput / p);
+            if let Some(plain_mode) = &plain_mode {
+                row.vs_no_speculation_per_repeat = paired_ratios(&row.mode, plain_mode, concurrency, &runs);
+            }
             row.vs_best_eagle3 = eagle3.map(|e| row.mean_output_throughput / e);
             rows.push(row);
         }
@@ -63,6 +75,22 @@ pub fn compare(config: &SweepConfig, runs: Vec<SweepRun>) -> SweepReport {
         rows,
         runs,
     }
+}
+
+/// For each repeat that ran both, `mode`'s tokens/s at `concurrency` over `base`'s.
+fn paired_ratios(mode: &Mode, base: &Mode, concurrency: usize, runs: &[SweepRun]) -> Vec<f64> {
+    let throughput = |m: &Mode, repeat: usize| {
+        runs.iter()
+            .find(|r| r.mode.name == m.name && r.repeat == repeat)
+            .and_then(|r| r.result.levels.iter().find(|l| l.concurrency == concurrency))
+            .map(|l| l.output_throughput)
+            .filter(|t| *t > 0.0)
+    };
+    let repeats: BTreeSet<usize> = runs.iter().map(|r| r.repeat).collect();
+    repeats
+        .into_iter()
+        .filter_map(|r| Some(throughput(mode, r)? / throughput(base, r)?))
+        .collect()
 }
 
 /// One mode at one concurrency, over its repeats; the speedups are filled in by `compare`.
@@ -83,6 +111,7 @@ fn aggregate(mode: Mode, concurrency: usize, runs: &[SweepRun]) -> SweepRow {
         mean_output_throughput: mean_of(&throughput).unwrap_or(0.0),
         output_throughput: throughput,
         vs_no_speculation: None,
+        vs_no_speculation_per_repeat: Vec::new(),
         vs_best_eagle3: None,
         acceptance_length: mean_of(&acceptance),
         mean_draft_length: mean_of(&draft_length),
@@ -163,27 +192,18 @@ fn mean_breakdown(all: Vec<StepBreakdown>) -> Option<StepBreakdown> {
 /// One line per row, in the rows' order (`compare` groups them by concurrency).
 pub fn sweep_table(rows: &[SweepRow]) -> String {
     let mut table = String::from(
-        "| concurrency | mode | output tok/s | range over repeats | vs no speculation | vs best EAGLE-3 \
-         | acceptance length | mean k |\n|---:|---|---:|---:|---:|---:|---:|---:|\n",
+        "| concurrency | mode | output tok/s | range over repeats | vs no speculation | same, per repeat \
+         | vs best EAGLE-3 | acceptance length | mean k |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for row in rows {
-        let (lo, hi) = row
-            .output_throughput
-            .iter()
-            .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), t| {
-                (lo.min(*t), hi.max(*t))
-            });
         let ratio = |r: Option<f64>| r.map_or("-".into(), |r| format!("{r:.2}x"));
         let cells = [
             row.concurrency.to_string(),
             row.mode.name.clone(),
             format!("{:.1}", row.mean_output_throughput),
-            if row.output_throughput.len() > 1 {
-                format!("{lo:.1} - {hi:.1}")
-            } else {
-                "-".into()
-            },
+            range(&row.output_throughput).map_or("-".into(), |(lo, hi)| format!("{lo:.1} - {hi:.1}")),
             ratio(row.vs_no_speculation),
+            range(&row.vs_no_speculation_per_repeat).map_or("-".into(), |(lo, hi)| format!("{lo:.2}x - {hi:.2}x")),
             ratio(row.vs_best_eagle3),
             two_places(row.acceptance_length),
             two_places(row.mean_draft_length),
@@ -191,4 +211,11 @@ pub fn sweep_table(rows: &[SweepRow]) -> String {
         table.push_str(&format!("| {} |\n", cells.join(" | ")));
     }
     table
+}
+
+/// Lowest and highest of two or more values.
+fn range(values: &[f64]) -> Option<(f64, f64)> {
+    let lo = values.iter().copied().reduce(f64::min)?;
+    let hi = values.iter().copied().reduce(f64::max)?;
+    (values.len() > 1).then_some((lo, hi))
 }

@@ -53,8 +53,23 @@ async fn sweeps_every_mode_and_compares_them() {
         }
     }
 
-    let report = compare(&config, runs);
+    let throughput = |mode: &str, repeat: usize, concurrency: usize| {
+        let run = runs.iter().find(|r| r.mode.name == mode && r.repeat == repeat).unwrap();
+        let level = run.result.levels.iter().find(|l| l.concurrency == concurrency).unwrap();
+        level.output_throughput
+    };
+    let report = compare(&config, runs.clone());
     assert_eq!(report.rows.len(), 3 * 2);
+    for row in &report.rows {
+        let paired: Vec<f64> = (0..2)
+            .map(|r| throughput(&row.mode.name, r, row.concurrency) / throughput("no speculation", r, row.concurrency))
+            .collect();
+        assert_eq!(
+            row.vs_no_speculation_per_repeat, paired,
+            "{} at {}",
+            row.mode.name, row.concurrency
+        );
+    }
     for concurrency in [1, 2] {
         let rows: Vec<_> = report.rows.iter().filter(|r| r.concurrency == concurrency).collect();
         assert_eq!(rows[0].mode.method, Method::Plain);
@@ -78,6 +93,11 @@ async fn sweeps_every_mode_and_compares_them() {
     assert_eq!(json["runs"].as_array().unwrap().len(), 6);
     let table = std::fs::read_to_string(out.join("sweep.md")).unwrap();
     assert!(table.contains("| concurrency | mode | output tok/s |"), "{table}");
+    assert_eq!(
+        table.matches("| 1.00x | 1.00x - 1.00x |").count(),
+        2,
+        "plain against itself: {table}"
+    );
     assert_eq!(table.matches("| EAGLE-3 K=2 |").count(), 2, "{table}");
     assert_eq!(&std::fs::read(out.join("sweep.png")).unwrap()[..4], b"\x89PNG");
     assert!(out.join("runs/eagle3-k2-r2/result.json").exists());
