@@ -140,25 +140,19 @@ fn matmul_on<L: Line>(isa: Isa, x: &[f32], lines: &[L], rows: usize, n: usize, k
     let per_task = panels
         .div_ceil(TASKS_PER_THREAD * rayon::current_num_threads())
         .next_multiple_of(GROUP);
-    let out = Output(y.as_mut_ptr());
+    let job = Job {
+        isa,
+        x,
+        lines,
+        rows,
+        k,
+        out: y.as_mut_ptr(),
+        width,
+    };
     (0..panels.div_ceil(per_task)).into_par_iter().for_each(|task| {
         let first = task * per_task;
-        let count = per_task.min(panels - first);
-        let out = &out;
-        // SAFETY: x holds rows * k floats, lines panels * k lines, y rows * width floats, and
-        // tasks write disjoint panels' columns.
-        unsafe {
-            panel_range(
-                isa,
-                x,
-                &lines[first * k..],
-                rows,
-                k,
-                count,
-                out.0.add(first * PANEL),
-                width,
-            )
-        }
+        // SAFETY: `job` is set up as `Job::panels` requires, and tasks take disjoint panels.
+        unsafe { job.panels(first, per_task.min(panels - first)) }
     });
     if width == n {
         return y;
@@ -166,47 +160,53 @@ fn matmul_on<L: Line>(isa: Isa, x: &[f32], lines: &[L], rows: usize, n: usize, k
     y.chunks_exact(width).flat_map(|row| &row[..n]).copied().collect()
 }
 
-/// Where every task writes its panels' columns of `y`.
-struct Output(*mut f32);
-// SAFETY: tasks write disjoint columns of the buffer, which outlives them.
-unsafe impl Sync for Output {}
-
-/// All rows times `count` panels from `lines`, into `out` (row stride `stride`).
-///
-/// # Safety
-/// As `matmul_on` sets them up: the CPU has `isa`, `lines` holds `count * k` lines and `out`
-/// `rows` rows of `32 * count` writable floats.
-#[allow(clippy::too_many_arguments)]
-unsafe fn panel_range<L: Line>(
+/// One matmul as its tasks share it: all `rows` of `x` times the panels of `lines`, into `out`
+/// (`rows` rows of `width` floats, the panels' columns side by side).
+struct Job<'a, L> {
     isa: Isa,
-    x: &[f32],
-    lines: &[L],
+    x: &'a [f32],
+    lines: &'a [L],
     rows: usize,
     k: usize,
-    count: usize,
     out: *mut f32,
-    stride: usize,
-) {
-    for group in (0..count).step_by(GROUP) {
-        let in_group = GROUP.min(count - group);
-        let mut r0 = 0;
-        while r0 < rows {
-            let (r, p) = tile_shape(isa, rows - r0);
-            let mut g = 0;
-            while g < in_group {
-                // P always divides a whole group; a short last group goes one panel at a time.
-                let p = if in_group - g >= p { p } else { 1 };
-                let tile = Tile {
-                    x: x.as_ptr().add(r0 * k),
-                    k,
-                    panel: lines.as_ptr().add((group + g) * k),
-                    out: out.add(r0 * stride + (group + g) * PANEL),
-                    out_stride: stride,
-                };
-                L::tile(isa, r, p, &tile);
-                g += p;
+    width: usize,
+}
+
+// SAFETY: tasks write disjoint panels' columns of `out`, which outlives them.
+unsafe impl<L: Sync> Sync for Job<'_, L> {}
+
+impl<L: Line> Job<'_, L> {
+    /// All rows times panels `first .. first + count`.
+    ///
+    /// # Safety
+    /// The CPU has `isa`; `x` holds `rows * k` floats, `lines` `k` lines per panel up to
+    /// `first + count`, and `out` `rows * width` writable floats; no other thread writes these
+    /// panels' columns meanwhile.
+    unsafe fn panels(&self, first: usize, count: usize) {
+        let (x, k, stride) = (self.x, self.k, self.width);
+        let out = self.out.add(first * PANEL);
+        let lines = &self.lines[first * k..];
+        for group in (0..count).step_by(GROUP) {
+            let in_group = GROUP.min(count - group);
+            let mut r0 = 0;
+            while r0 < self.rows {
+                let (r, p) = tile_shape(self.isa, self.rows - r0);
+                let mut g = 0;
+                while g < in_group {
+                    // P always divides a whole group; a short last group goes one panel at a time.
+                    let p = if in_group - g >= p { p } else { 1 };
+                    let tile = Tile {
+                        x: x.as_ptr().add(r0 * k),
+                        k,
+                        panel: lines.as_ptr().add((group + g) * k),
+                        out: out.add(r0 * stride + (group + g) * PANEL),
+                        out_stride: stride,
+                    };
+                    L::tile(self.isa, r, p, &tile);
+                    g += p;
+                }
+                r0 += r;
             }
-            r0 += r;
         }
     }
 }

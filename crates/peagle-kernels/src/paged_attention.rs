@@ -139,6 +139,7 @@ impl CustomOp3 for PagedAttention<'_> {
             || vl.shape().dims() != kl.shape().dims()
             || p.num_kv_heads == 0
             || !p.num_heads.is_multiple_of(p.num_kv_heads)
+            || p.sliding_window == Some(0)
         {
             return Err(bad_input(
                 "paged_attention",
@@ -195,12 +196,14 @@ impl PagedAttention<'_> {
             .zip(row_info.par_iter())
             .for_each(|((out_row, q_row), &(seq, pos))| {
                 let slots = self.key_slots(seq, pos);
+                let mut weights = vec![0f32; p.num_heads * slots.len()];
                 // Heads are tasks too: a decode step has a single row, and its heads keep every
                 // core busy.
                 out_row
                     .par_chunks_mut(p.head_dim)
+                    .zip(weights.par_chunks_mut(slots.len()))
                     .enumerate()
-                    .for_each(|(h, out_head)| attend_head(q_row, h, k, v, &slots, p, out_head));
+                    .for_each(|(h, (out_head, weights))| attend_head(q_row, h, (k, v), &slots, p, weights, out_head));
             });
         Ok(out)
     }
@@ -214,21 +217,21 @@ impl PagedAttention<'_> {
     }
 }
 
-/// Query head `h` of one row against the keys and values in `slots`, into `out` [head_dim].
+/// Query head `h` of one row against the keys and values in `slots`, into `out` [head_dim];
+/// `weights` [slots] is room for the softmax weights.
 fn attend_head<T: CacheElement>(
     q: &[f32],
     h: usize,
-    k: &[T],
-    v: &[T],
+    (k, v): (&[T], &[T]),
     slots: &[usize],
     p: &AttentionParams,
+    weights: &mut [f32],
     out: &mut [f32],
 ) {
     let (d, kv_width) = (p.head_dim, p.num_kv_heads * p.head_dim);
     let kv_off = (h / (p.num_heads / p.num_kv_heads)) * d;
     let qh = &q[h * d..][..d];
     let key = |slot: usize| &k[slot * kv_width + kv_off..][..d];
-    let mut weights = vec![0f32; slots.len()];
     let mut eights = slots.chunks_exact(8);
     let mut scored = weights.chunks_exact_mut(8);
     for (ws, eight) in (&mut scored).zip(&mut eights) {
@@ -250,7 +253,7 @@ fn attend_head<T: CacheElement>(
         let (first, width) = (kv_off + c * VALUE_CHUNK, o.len());
         weighted_sum(
             o,
-            &weights,
+            weights,
             slots.iter().map(|slot| &v[slot * kv_width + first..][..width]),
         );
     }

@@ -196,6 +196,17 @@ fn inconsistent_metadata_is_an_error_not_a_panic() {
     };
     let err = paged_attention(&q, &cache.k, &cache.v, &too_long, &PARAMS).unwrap_err();
     assert!(err.to_string().contains("cannot hold 9 tokens"), "{err}");
+    let no_window = AttentionParams {
+        sliding_window: Some(0),
+        ..PARAMS
+    };
+    let fits = AttentionMetadata {
+        context_lens: vec![6],
+        slot_mapping: vec![4, 5],
+        ..too_long
+    };
+    let err = paged_attention(&q, &cache.k, &cache.v, &fits, &no_window).unwrap_err();
+    assert!(err.to_string().contains("sliding_window: Some(0)"), "{err}");
 }
 
 /// `s` with its keys and values rounded to bf16 and widened back.
