@@ -1,7 +1,8 @@
 //! One decode step (1 row) against one 8-row verification window and a decode step of 16
 //! sequences, at the demo model's size, after a 128-token context, over the bf16 KV cache the
-//! demo model is served with (and the 16 sequences over an f32 one too); plus the machine's
-//! memory read bandwidth for the roofline.
+//! demo model is served with; the 16 sequences also over an f32 cache, and capturing the
+//! hidden states a drafter reads (as every step of a server with a drafter does, drafting or
+//! not). Plus the machine's memory read bandwidth for the roofline.
 
 use candle_core::DType;
 use criterion::{criterion_group, Criterion, Throughput};
@@ -19,7 +20,7 @@ fn decode(c: &mut Criterion) {
     let tokens: Vec<u32> = (0..CONTEXT as u32 + 8).map(|t| (t * 37) % 8192).collect();
     let forward = |start: usize, rows: usize| {
         let mut b = BatchBuilder::new(BLOCK);
-        b.add(&tokens[start..start + rows], start, &table, Rows::All, Rows::All)
+        b.add(&tokens[start..start + rows], start, &table, Rows::All, Rows::None)
             .unwrap();
         model.forward(&b.build(), &kv).unwrap()
     };
@@ -29,16 +30,16 @@ fn decode(c: &mut Criterion) {
     let cache16 = |dtype| KvCache::new(model.dims(), 16 * 16, BLOCK, dtype, model.device()).unwrap();
     let (kv16, kv16_f32) = (cache16(DType::BF16), cache16(DType::F32));
     let tables: Vec<Vec<u32>> = (0..16u32).map(|s| (16 * s..16 * s + 16).collect()).collect();
-    let batch = |kv: &KvCache, start: usize, rows: usize| {
+    let batch = |kv: &KvCache, start: usize, rows: usize, capture: Rows| {
         let mut b = BatchBuilder::new(BLOCK);
         for table in &tables {
-            b.add(&tokens[start..start + rows], start, table, Rows::All, Rows::All)
+            b.add(&tokens[start..start + rows], start, table, Rows::All, capture)
                 .unwrap();
         }
         model.forward(&b.build(), kv).unwrap()
     };
-    batch(&kv16, 0, CONTEXT);
-    batch(&kv16_f32, 0, CONTEXT);
+    batch(&kv16, 0, CONTEXT, Rows::None);
+    batch(&kv16_f32, 0, CONTEXT, Rows::None);
 
     let mut g = c.benchmark_group("demo-size target forward");
     g.throughput(Throughput::Bytes(weight_bytes(DEMO_CONFIG) as u64));
@@ -47,10 +48,13 @@ fn decode(c: &mut Criterion) {
         b.iter(|| black_box(forward(CONTEXT, 8)))
     });
     g.bench_function("decode step of 16 sequences", |b| {
-        b.iter(|| black_box(batch(&kv16, CONTEXT, 1)))
+        b.iter(|| black_box(batch(&kv16, CONTEXT, 1, Rows::None)))
     });
     g.bench_function("decode step of 16 sequences, f32 cache", |b| {
-        b.iter(|| black_box(batch(&kv16_f32, CONTEXT, 1)))
+        b.iter(|| black_box(batch(&kv16_f32, CONTEXT, 1, Rows::None)))
+    });
+    g.bench_function("decode step of 16 sequences, capturing drafter states", |b| {
+        b.iter(|| black_box(batch(&kv16, CONTEXT, 1, Rows::All)))
     });
     g.finish();
 
