@@ -33,9 +33,12 @@
 //! step, prefill included, was tried instead of this accounting: prefill steps made the
 //! averages too noisy to choose by.)
 //!
-//! Each candidate is timed a few steps in a row, then the best runs, and now and then the
-//! longest-unmeasured other candidate is timed again, so the choice follows changes in context
-//! length and load. Re-timing is not free: its steps run a losing k, and turning drafting back
+//! Each candidate is timed a few steps in a row, plain decoding first, then the best runs, and
+//! now and then the longest-unmeasured other candidate is timed again, so the choice follows
+//! changes in context length and load. A window whose first two steps show it would lose to
+//! plain decoding even with every draft accepted is not timed further: a server started under
+//! load (batch 16) spent a tenth of its first 64 requests timing P-EAGLE windows of 7 drafts,
+//! each step 9 times a plain one. Re-timing is not free: its steps run a losing k, and turning drafting back
 //! on first catches the drafter up on every running sequence, which for a 4-layer drafter at
 //! batch 16 took as long as 60 plain steps. So each time it confirms the incumbent the wait
 //! before the next one doubles, from `EXPLORE_EVERY` up to `MAX_EXPLORE_EVERY` steps at that
@@ -50,7 +53,7 @@
 //! the challenger and then the incumbent afresh, one right after the other, and the review
 //! weighs only those two: step times follow the context length, so numbers from another
 //! request say little. When the incumbent's own goodput falls to half of what it was, the
-//! others are re-timed at once. Drafting only gets less worthwhile as the batch grows, so a
+//! others are re-timed at once, plain decoding first. Drafting only gets less worthwhile as the batch grows, so a
 //! batch size does not try a k above the best one of the nearest smaller batch size: a
 //! ramp-up does not time long windows at every size again. And a batch size new to the policy
 //! starts from the choice of a known one within an eighth of it, waiting for its first
@@ -63,6 +66,11 @@ use crate::spec_stats::SpecStats;
 
 /// Timed steps a candidate needs before the policy trusts its estimate.
 const WARMUP_STEPS: usize = 5;
+/// Timed steps after which a window that loses to plain decoding even with every draft
+/// accepted stops being timed. Two, because a stray slow step now and then would otherwise
+/// end a candidate that could win; at batch 16 a P-EAGLE window of 7 took 9 times a plain step,
+/// and its warm-up cost a tenth of a 64-request run.
+const HOPELESS_STEPS: usize = 2;
 /// Steps a candidate's estimate looks back on: recent enough to follow context growth.
 const WINDOW: usize = 9;
 /// Steps before the first re-measurement of the candidates that are not the best.
@@ -230,12 +238,6 @@ impl SpeculationPolicy {
             (None, None) => allowed.clone(),
             (None, Some(_)) => Vec::new(),
         };
-        if let Some(&untimed) = timing
-            .iter()
-            .find(|i| stats.candidates[**i].recent.len() < WARMUP_STEPS)
-        {
-            return stats.candidates[untimed].k;
-        }
         // Tokens per second over the whole batch at a given number of tokens per verification,
         // and the score that picks the best.
         let rate_at = |c: &Candidate, per_verification: f64| {
@@ -253,6 +255,23 @@ impl SpeculationPolicy {
         };
         let rate = |c: &Candidate| rate_at(c, acceptance.expected_tokens(c.k));
         let score = |c: &Candidate| score_at(c, acceptance.expected_tokens(c.k));
+        // Plain decoding, once timed alongside (it is timed first): a window whose steps make it
+        // lose to that even with every draft accepted needs no more of them.
+        let plain = timing
+            .iter()
+            .map(|i| &stats.candidates[*i])
+            .find(|c| c.k == 0 && c.recent.len() >= WARMUP_STEPS);
+        let hopeless = |c: &Candidate| {
+            plain.is_some_and(|p| {
+                c.k > 0 && c.recent.len() >= HOPELESS_STEPS && score_at(c, (c.k + 1) as f64) < score(p)
+            })
+        };
+        if let Some(&untimed) = timing.iter().find(|i| {
+            let c = &stats.candidates[**i];
+            c.recent.len() < WARMUP_STEPS && !hopeless(c)
+        }) {
+            return stats.candidates[untimed].k;
+        }
         // The choice is reviewed on fresh numbers only: after warm-up, or once a re-measurement
         // has timed a challenger and the incumbent again. Step times follow the context length
         // (a long prompt makes every step slower), so after a re-measurement only those two,
@@ -316,18 +335,19 @@ impl SpeculationPolicy {
         }
         let best_k = stats.best_k.expect("reviewed above");
         let incumbent = stats.candidates.iter().find(|c| c.k == best_k).expect("a candidate");
-        let timed = incumbent.recent.len() >= WARMUP_STEPS;
-        if timed && rate(incumbent) < DEGRADED * stats.reviewed_rate {
+        let degraded = incumbent.recent.len() >= WARMUP_STEPS && rate(incumbent) < DEGRADED * stats.reviewed_rate;
+        if degraded {
             // The choice got much worse since it was made: re-time the others now.
             stats.explore_gap = EXPLORE_EVERY;
             stats.next_explore = stats.decisions;
         }
         if stats.decisions >= stats.next_explore {
-            let stale = allowed
-                .iter()
-                .copied()
-                .filter(|i| stats.candidates[*i].k != best_k)
-                .min_by_key(|i| stats.candidates[*i].measured_at);
+            let others = || allowed.iter().copied().filter(|i| stats.candidates[*i].k != best_k);
+            // A window that got much worse is held against plain decoding first, which cannot
+            // lose to itself; otherwise the candidate timed longest ago is next.
+            let stale = others()
+                .find(|i| degraded && stats.candidates[*i].k == 0)
+                .or_else(|| others().min_by_key(|i| stats.candidates[*i].measured_at));
             if let Some(challenger) = stale {
                 // The challenger and the incumbent are timed afresh, one right after the
                 // other, like a warm-up; the review follows.
@@ -441,10 +461,10 @@ impl SpeculationPolicy {
     }
 }
 
-/// K, about K/2, 1 and 0, largest first: a few points spanning the cost curve keep the
-/// measuring cheap.
+/// 0, 1, about K/2 and K, timed in that order: a few points spanning the cost curve keep the
+/// measuring cheap, and plain decoding timed first lets a hopeless window stop early.
 fn candidate_ks(max_k: usize) -> Vec<usize> {
-    let mut ks = vec![max_k, max_k.div_ceil(2), 1, 0];
+    let mut ks = vec![0, 1, max_k.div_ceil(2), max_k];
     ks.dedup();
     ks
 }
@@ -735,10 +755,28 @@ mod tests {
     }
 
     #[test]
+    fn windows_that_cannot_win_even_fully_accepted_are_timed_twice() {
+        let perfect = acceptance(1.0, 7);
+        let mut p = SpeculationPolicy::new(7, true);
+        // Compute-bound: every row of a window costs more than a plain step's row.
+        let ks = drive(&mut p, 16, 300, &perfect, |k| 7.0 * (k + 1) as f64 * 1.5);
+        for k in [1, 4, 7] {
+            let steps = ks[..40].iter().filter(|x| **x == k).count();
+            // The step that switches to k (it times nothing), then two timed steps.
+            assert_eq!(steps, 1 + HOPELESS_STEPS, "k = {k}: {ks:?}");
+        }
+        assert!(share(&ks[40..], 0) > 0.95, "{ks:?}");
+        // A window that could still win with enough accepted drafts gets its full warm-up.
+        let mut p = SpeculationPolicy::new(7, true);
+        let ks = drive(&mut p, 16, 40, &acceptance(0.3, 7), |k| 7.0 * (1.0 + 0.5 * k as f64));
+        assert_eq!(ks.iter().filter(|x| **x == 1).count(), 1 + WARMUP_STEPS, "{ks:?}");
+    }
+
+    #[test]
     fn ignores_prefill_steps_and_the_step_after_a_change() {
         let mut p = SpeculationPolicy::new(3, true);
         let k = p.choose(1, &SpecStats::default());
-        assert_eq!(k, 3);
+        assert_eq!(k, 0, "plain decoding is timed first");
         for decode_only in [true, false] {
             // The first step has no previous k, the second runs prefill: neither counts.
             p.observe(StepSample {
