@@ -127,8 +127,8 @@ pub fn write_sweep_report(report: &SweepReport, dir: &Path) -> Result<(), BenchE
     let c = &report.config;
     let markdown = format!(
         "# peagle-bench sweep\n\nTarget `{}`; P-EAGLE drafter `{}`; EAGLE-3 drafter `{}`. {} prompts from `{}` \
-         ({} endpoint), {} new tokens each, temperature {}; {} repeat(s), modes interleaved within each. \
-         Server arguments added to every mode: `{}`.\n\n{}",
+         ({} endpoint), {} new tokens each, temperature {}; {} repeat(s), modes interleaved within each, \
+         each repeat starting at another mode. Server arguments added to every mode: `{}`.\n\n{}",
         c.model,
         c.peagle_draft_model.as_deref().unwrap_or("-"),
         c.eagle3_draft_model.as_deref().unwrap_or("-"),
