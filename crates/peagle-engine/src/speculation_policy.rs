@@ -38,27 +38,27 @@
 //! changes in context length and load. A window whose first two steps show it would lose to
 //! plain decoding even with every draft accepted is not timed further: a server started under
 //! load (batch 16) spent a tenth of its first 64 requests timing P-EAGLE windows of 7 drafts,
-//! each step 9 times a plain one. Re-timing is not free: its steps run a losing k, and turning drafting back
-//! on first catches the drafter up on every running sequence, which for a 4-layer drafter at
-//! batch 16 took as long as 60 plain steps. So each time it confirms the incumbent the wait
-//! before the next one doubles, from `EXPLORE_EVERY` up to `MAX_EXPLORE_EVERY` steps at that
-//! batch size, and is at least long enough that what the re-measurement cost (its steps' time
-//! beyond what the incumbent would have taken for their tokens) is `EXPLORE_BUDGET` of the
-//! time in between. The wait does not grow while the challenger has fewer than `MIN_EVIDENCE`
-//! verifications behind its acceptance, unless it would lose even with every draft accepted:
-//! with EAGLE-3 at batch 1 the first review saw 1.89 tokens per verification of k = 3 where
-//! the steady state gives 3.1 (a first request's opening tokens are harder to draft), and
-//! doubling waits on that estimate kept drafting off for 8,000 steps of a 1.3x gain. A
-//! re-measurement times
-//! the challenger and then the incumbent afresh, one right after the other, and the review
-//! weighs only those two: step times follow the context length, so numbers from another
-//! request say little. When the incumbent's own goodput falls to half of what it was, the
-//! others are re-timed at once, plain decoding first. Drafting only gets less worthwhile as the batch grows, so a
-//! batch size does not try a k above the best one of the nearest smaller batch size: a
-//! ramp-up does not time long windows at every size again. And a batch size new to the policy
-//! starts from the choice of a known one within an eighth of it, waiting for its first
-//! re-measurement like any other: as a wave of 16 requests drains, batch 15, 14, ... each hold
-//! for a few dozen steps, and warming each up would catch the drafter up for nothing.
+//! each step 9 times a plain one. Re-timing is not free: its steps run a losing k, and turning
+//! drafting back on first catches the drafter up on every running sequence, which for a 4-layer
+//! drafter at batch 16 took as long as 60 plain steps. So each time it confirms the incumbent
+//! the wait before the next one doubles, from `EXPLORE_EVERY` up to `MAX_EXPLORE_EVERY` steps
+//! at that batch size, and is at least long enough that what the re-measurement cost (its
+//! steps' time beyond what the incumbent would have taken for their tokens) is `EXPLORE_BUDGET`
+//! of the time in between. The wait does not grow while the challenger has fewer than
+//! `MIN_EVIDENCE` verifications behind its acceptance, unless it would lose even with every
+//! draft accepted: with EAGLE-3 at batch 1 the first review saw 1.89 tokens per verification of
+//! k = 3 where the steady state gives 3.1 (a first request's opening tokens are harder to
+//! draft), and doubling waits on that estimate kept drafting off for 8,000 steps of a 1.3x
+//! gain. A re-measurement times the challenger and then the incumbent afresh, one right after
+//! the other, and the review weighs only those two: step times follow the context length, so
+//! numbers from another request say little. When the incumbent's own goodput falls to half of
+//! what it was, the others are re-timed at once, plain decoding first. Drafting only gets less
+//! worthwhile as the batch grows, so a batch size does not try a k above the best one of the
+//! nearest smaller batch size: a ramp-up does not time long windows at every size again. And a
+//! batch size new to the policy starts from the choice of a known one within an eighth of it,
+//! waiting for its first re-measurement like any other: as a wave of 16 requests drains, batch
+//! 15, 14, ... each hold for a few dozen steps, and warming each up would catch the drafter up
+//! for nothing.
 
 use std::collections::VecDeque;
 
@@ -255,6 +255,8 @@ impl SpeculationPolicy {
         };
         let rate = |c: &Candidate| rate_at(c, acceptance.expected_tokens(c.k));
         let score = |c: &Candidate| score_at(c, acceptance.expected_tokens(c.k));
+        // The score if every draft were accepted: what a window could at best do.
+        let best_case = |c: &Candidate| score_at(c, (c.k + 1) as f64);
         // Plain decoding, once timed alongside (it is timed first): a window whose steps make it
         // lose to that even with every draft accepted needs no more of them.
         let plain = timing
@@ -262,9 +264,7 @@ impl SpeculationPolicy {
             .map(|i| &stats.candidates[*i])
             .find(|c| c.k == 0 && c.recent.len() >= WARMUP_STEPS);
         let hopeless = |c: &Candidate| {
-            plain.is_some_and(|p| {
-                c.k > 0 && c.recent.len() >= HOPELESS_STEPS && score_at(c, (c.k + 1) as f64) < score(p)
-            })
+            plain.is_some_and(|p| c.k > 0 && c.recent.len() >= HOPELESS_STEPS && best_case(c) < score(p))
         };
         if let Some(&untimed) = timing.iter().find(|i| {
             let c = &stats.candidates[**i];
@@ -298,7 +298,7 @@ impl SpeculationPolicy {
                         0 => u64::MAX,
                         k => acceptance.offered_per_position.get(k - 1).copied().unwrap_or(0),
                     };
-                    let could_win = score_at(challenger, (challenger.k + 1) as f64) > score(&stats.candidates[best]);
+                    let could_win = best_case(challenger) > score(&stats.candidates[best]);
                     let unsure = evidence < MIN_EVIDENCE && could_win;
                     let grown = if unsure { EXPLORE_EVERY } else { 2 * stats.explore_gap };
                     grown.min(MAX_EXPLORE_EVERY).max(paid_off)
