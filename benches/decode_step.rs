@@ -1,4 +1,4 @@
-//! One decode step (1 row) against one 8-row verification window and a decode step of 16
+//! One decode step (1 row, also capturing the hidden states a drafter reads) against one 8-row verification window and a decode step of 16
 //! sequences, at the demo model's size, after a 128-token context, over the bf16 KV cache the
 //! demo model is served with; the 16 sequences also over an f32 cache, and capturing the
 //! hidden states a drafter reads (as every step of a server with a drafter does, drafting or
@@ -18,12 +18,13 @@ fn decode(c: &mut Criterion) {
     let kv = KvCache::new(model.dims(), 16, BLOCK, DType::BF16, model.device()).unwrap();
     let table: Vec<u32> = (0..16).collect();
     let tokens: Vec<u32> = (0..CONTEXT as u32 + 8).map(|t| (t * 37) % 8192).collect();
-    let forward = |start: usize, rows: usize| {
+    let forward_capturing = |start: usize, rows: usize, capture: Rows| {
         let mut b = BatchBuilder::new(BLOCK);
-        b.add(&tokens[start..start + rows], start, &table, Rows::All, Rows::None)
+        b.add(&tokens[start..start + rows], start, &table, Rows::All, capture)
             .unwrap();
         model.forward(&b.build(), &kv).unwrap()
     };
+    let forward = |start: usize, rows: usize| forward_capturing(start, rows, Rows::None);
     forward(0, CONTEXT);
 
     // A decode step of a batch: one row for each of 16 sequences, each with its own context.
@@ -44,6 +45,9 @@ fn decode(c: &mut Criterion) {
     let mut g = c.benchmark_group("demo-size target forward");
     g.throughput(Throughput::Bytes(weight_bytes(DEMO_CONFIG) as u64));
     g.bench_function("decode step (1 row)", |b| b.iter(|| black_box(forward(CONTEXT, 1))));
+    g.bench_function("decode step (1 row), capturing drafter states", |b| {
+        b.iter(|| black_box(forward_capturing(CONTEXT, 1, Rows::All)))
+    });
     g.bench_function("verification window (8 rows)", |b| {
         b.iter(|| black_box(forward(CONTEXT, 8)))
     });

@@ -131,14 +131,12 @@ impl CausalLm {
         }
         let ids = Tensor::from_slice(&batch.token_ids, rows, &self.device)?;
         let rope = self.rope.tables(&batch.positions, &self.device)?;
-        let capture = select_index(&batch.capture_rows, &self.device)?;
+        let capture = RowSelection::new(&batch.capture_rows, rows, &self.device)?;
         let mut captured: Vec<Option<Tensor>> = vec![None; self.layers.len()];
         let mut x = self.embed.forward(&ids)?;
         for (i, layer) in self.layers.iter().enumerate() {
-            if let Some(idx) = &capture {
-                if self.capture_layers.contains(&i) {
-                    captured[i] = Some(x.index_select(idx, 0)?);
-                }
+            if self.capture_layers.contains(&i) {
+                captured[i] = capture.apply(&x)?;
             }
             let ctx = AttentionContext::Paged {
                 kv: kv.layer(i),
@@ -146,20 +144,20 @@ impl CausalLm {
             };
             x = layer.forward(&x, &rope, &ctx)?;
         }
-        let (aux_hidden, final_hidden) = match &capture {
+        let (aux_hidden, final_hidden) = match capture.apply(&x)? {
             None => (None, None),
-            Some(idx) => {
+            Some(last) => {
                 let aux: Vec<Tensor> = self
                     .capture_layers
                     .iter()
                     .map(|l| captured[*l].clone().expect("captured above"))
                     .collect();
-                (Some(Tensor::cat(&aux, 1)?), Some(x.index_select(idx, 0)?))
+                (Some(Tensor::cat(&aux, 1)?), Some(last))
             }
         };
-        let logits = match select_index(&batch.logit_rows, &self.device)? {
+        let logits = match RowSelection::new(&batch.logit_rows, rows, &self.device)?.apply(&x)? {
             None => Tensor::zeros((0, self.dims.vocab_size), DType::F32, &self.device)?,
-            Some(idx) => self.logits_from_final(&x.index_select(&idx, 0)?)?,
+            Some(selected) => self.logits_from_final(&selected)?,
         };
         Ok(ForwardOutput {
             logits,
@@ -175,9 +173,29 @@ pub fn default_capture_layers(num_layers: usize) -> Vec<usize> {
     vec![2.min(last), num_layers / 2, last]
 }
 
-fn select_index(rows: &[u32], device: &Device) -> Result<Option<Tensor>> {
-    if rows.is_empty() {
-        return Ok(None);
+/// The rows of a batch's activations that an output keeps (their indices ascend).
+enum RowSelection {
+    Nothing,
+    /// Every row: the activation itself serves, with no copy (every decode step's logits, and
+    /// the captured states of a batch whose sequences all feed a drafter).
+    Everything,
+    Rows(Tensor),
+}
+
+impl RowSelection {
+    fn new(rows: &[u32], total: usize, device: &Device) -> Result<Self> {
+        Ok(match rows.len() {
+            0 => Self::Nothing,
+            n if n == total => Self::Everything,
+            n => Self::Rows(Tensor::from_slice(rows, n, device)?),
+        })
     }
-    Tensor::from_slice(rows, rows.len(), device).map(Some)
+
+    fn apply(&self, x: &Tensor) -> Result<Option<Tensor>> {
+        match self {
+            Self::Nothing => Ok(None),
+            Self::Everything => Ok(Some(x.clone())),
+            Self::Rows(idx) => x.index_select(idx, 0).map(Some),
+        }
+    }
 }
