@@ -1,8 +1,9 @@
-//! One decode step (1 row, also capturing the hidden states a drafter reads) against one 8-row verification window and a decode step of 16
+//! One decode step (1 row) against one 8-row verification window and a decode step of 16
 //! sequences, at the demo model's size, after a 128-token context, over the bf16 KV cache the
-//! demo model is served with; the 16 sequences also over an f32 cache, and capturing the
-//! hidden states a drafter reads (as every step of a server with a drafter does, drafting or
-//! not). Plus the machine's memory read bandwidth for the roofline.
+//! demo model is served with; the 16 sequences also over an f32 cache. The 1-row step and the
+//! 16 sequences also run capturing the hidden states a drafter reads, as every step of a
+//! server with a drafter does, drafting or not. Plus the machine's memory read bandwidth for
+//! the roofline.
 
 use candle_core::DType;
 use criterion::{criterion_group, Criterion, Throughput};
