@@ -5,6 +5,7 @@
 mod cache_element;
 mod dot;
 mod error;
+mod exp;
 mod kv_write;
 mod linear;
 mod masked_softmax;

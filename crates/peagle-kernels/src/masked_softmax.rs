@@ -4,6 +4,7 @@
 //! the five that composed ops allocate.
 
 use crate::error::bad_input;
+use crate::exp::exp_in_place;
 use crate::linear::contiguous;
 use candle_core::{CpuStorage, CustomOp2, Layout, Result, Shape, Tensor, D};
 use rayon::prelude::*;
@@ -59,11 +60,11 @@ impl CustomOp2 for MaskedSoftmax {
                 if max == f32::NEG_INFINITY {
                     return;
                 }
-                let mut sum = 0f32;
                 for ((o, v), m) in y.iter_mut().zip(x).zip(mask) {
-                    *o = (v + m - max).exp();
-                    sum += *o;
+                    *o = v + m - max;
                 }
+                exp_in_place(y);
+                let sum: f32 = y.iter().sum();
                 y.iter_mut().for_each(|o| *o /= sum);
             });
         Ok((CpuStorage::F32(out), s_l.shape().clone()))

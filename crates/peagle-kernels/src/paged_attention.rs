@@ -10,6 +10,7 @@
 use crate::cache_element::CacheElement;
 use crate::dot::{dot, dot_x1x8};
 use crate::error::bad_input;
+use crate::exp::exp_in_place;
 use crate::linear::contiguous;
 use candle_core::backend::BackendStorage;
 use candle_core::{CpuStorage, CustomOp3, Layout, Result, Shape, Tensor};
@@ -244,11 +245,9 @@ fn attend_head<T: CacheElement>(
         *w = dot(qh, key(*slot)) * p.scale;
     }
     let max = weights.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let mut sum = 0f32;
-    for w in weights.iter_mut() {
-        *w = (*w - max).exp();
-        sum += *w;
-    }
+    weights.iter_mut().for_each(|w| *w -= max);
+    exp_in_place(weights);
+    let sum: f32 = weights.iter().sum();
     for (c, o) in out.chunks_mut(VALUE_CHUNK).enumerate() {
         let (first, width) = (kv_off + c * VALUE_CHUNK, o.len());
         weighted_sum(
