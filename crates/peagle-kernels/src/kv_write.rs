@@ -1,8 +1,8 @@
 //! Scatter of new key or value rows into a paged cache.
 
 use crate::cache_element::CacheElement;
+use crate::contiguous::contiguous;
 use crate::error::bad_input;
-use crate::linear::contiguous;
 use candle_core::{CpuStorage, InplaceOp2, Layout, Result, Tensor};
 
 /// Writes row `t` of `new` [tokens, width] (f32) into row `slots[t]` of `cache`

@@ -3,6 +3,7 @@
 //! verification of K+1 rows therefore reproduces K+1 single-token decode steps bit for bit.
 
 mod cache_element;
+mod contiguous;
 mod dot;
 mod error;
 mod exp;

@@ -6,6 +6,7 @@
 //! register: each output is a fused multiply-add chain over k whatever the batch (see
 //! `panel_tile`). Work is split across threads by panels, which never changes a chain.
 
+use crate::contiguous::contiguous;
 use crate::error::bad_input;
 use crate::panel_tile::{self, Bf16Line, F32Line, Tile, PANEL};
 use candle_core::{CpuStorage, CustomOp1, DType, Layout, Result, Shape, Tensor};
@@ -114,13 +115,6 @@ impl CustomOp1 for Linear<'_> {
             Lines::F32(lines) => matmul(x, lines, rows, w.n, k),
         };
         Ok((CpuStorage::F32(y), Shape::from((rows, w.n))))
-    }
-}
-
-pub(crate) fn contiguous<'a, T>(data: &'a [T], layout: &Layout, what: &str) -> Result<&'a [T]> {
-    match layout.contiguous_offsets() {
-        Some((start, end)) => Ok(&data[start..end]),
-        None => Err(bad_input("peagle kernel", format!("{what} must be contiguous"))),
     }
 }
 

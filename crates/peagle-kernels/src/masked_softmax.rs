@@ -3,9 +3,9 @@
 //! memory. Fusing the mask and the normalisation keeps one such tensor per step instead of
 //! the five that composed ops allocate.
 
+use crate::contiguous::contiguous;
 use crate::error::bad_input;
 use crate::exp::exp_in_place;
-use crate::linear::contiguous;
 use candle_core::{CpuStorage, CustomOp2, Layout, Result, Shape, Tensor, D};
 use rayon::prelude::*;
 

@@ -8,10 +8,10 @@
 //! `CacheElement`); queries and outputs are f32.
 
 use crate::cache_element::CacheElement;
+use crate::contiguous::contiguous;
 use crate::dot::{dot, dot_x1x8};
 use crate::error::bad_input;
 use crate::exp::exp_in_place;
-use crate::linear::contiguous;
 use candle_core::backend::BackendStorage;
 use candle_core::{CpuStorage, CustomOp3, Layout, Result, Shape, Tensor};
 use rayon::prelude::*;

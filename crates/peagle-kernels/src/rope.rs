@@ -4,8 +4,8 @@
 //! element, no fused multiply-add), so results are identical, but each head's halves are
 //! walked contiguously so the loop vectorises: candle's CPU loop strides over heads innermost.
 
+use crate::contiguous::contiguous;
 use crate::error::bad_input;
-use crate::linear::contiguous;
 use candle_core::{CpuStorage, CustomOp3, Layout, Result, Shape, Tensor};
 
 /// Rotates `x` [rows, heads * head_dim] by `cos` and `sin` [rows, head_dim / 2]; `x` may be a

@@ -5,9 +5,9 @@
 //! product), with the crate's vectorised `exp` in place of libm's: within a few ulp of
 //! candle's.
 
+use crate::contiguous::contiguous;
 use crate::error::bad_input;
 use crate::exp::exp_in_place;
-use crate::linear::contiguous;
 use candle_core::{CpuStorage, CustomOp1, Layout, Result, Shape, Tensor};
 use rayon::prelude::*;
 
