@@ -5,7 +5,7 @@
 
 use crate::contiguous::contiguous;
 use crate::error::bad_input;
-use crate::exp::exp_in_place;
+use crate::exp::{exp_sum, row_max};
 use candle_core::{CpuStorage, CustomOp2, Layout, Result, Shape, Tensor, D};
 use rayon::prelude::*;
 
@@ -56,15 +56,15 @@ impl CustomOp2 for MaskedSoftmax {
             .enumerate()
             .for_each(|(i, (y, x))| {
                 let mask = &bias[(i % rows) * cols..][..cols];
-                let max = x.iter().zip(mask).map(|(v, m)| v + m).fold(f32::NEG_INFINITY, f32::max);
+                for ((o, v), m) in y.iter_mut().zip(x).zip(mask) {
+                    *o = v + m;
+                }
+                let max = row_max(y);
                 if max == f32::NEG_INFINITY {
+                    y.fill(0.0);
                     return;
                 }
-                for ((o, v), m) in y.iter_mut().zip(x).zip(mask) {
-                    *o = v + m - max;
-                }
-                exp_in_place(y);
-                let sum: f32 = y.iter().sum();
+                let sum = exp_sum(y, max);
                 y.iter_mut().for_each(|o| *o /= sum);
             });
         Ok((CpuStorage::F32(out), s_l.shape().clone()))

@@ -11,7 +11,7 @@ use crate::cache_element::CacheElement;
 use crate::contiguous::contiguous;
 use crate::dot::{dot, dot_x1x8};
 use crate::error::bad_input;
-use crate::exp::exp_in_place;
+use crate::exp::{exp_sum, row_max};
 use candle_core::backend::BackendStorage;
 use candle_core::{CpuStorage, CustomOp3, Layout, Result, Shape, Tensor};
 use rayon::prelude::*;
@@ -244,10 +244,7 @@ fn attend_head<T: CacheElement>(
     for (w, slot) in scored.into_remainder().iter_mut().zip(eights.remainder()) {
         *w = dot(qh, key(*slot)) * p.scale;
     }
-    let max = weights.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    weights.iter_mut().for_each(|w| *w -= max);
-    exp_in_place(weights);
-    let sum: f32 = weights.iter().sum();
+    let sum = exp_sum(weights, row_max(weights));
     for (c, o) in out.chunks_mut(VALUE_CHUNK).enumerate() {
         let (first, width) = (kv_off + c * VALUE_CHUNK, o.len());
         weighted_sum(
