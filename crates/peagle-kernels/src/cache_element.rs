@@ -89,16 +89,17 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn simd_loads_widen_bf16_exactly() {
+        let isas = crate::isa::Isa::runnable();
         let xs = samples();
         for chunk in xs.chunks_exact(16) {
             let want: Vec<u32> = chunk.iter().map(|x| f32::from(*x).to_bits()).collect();
-            if is_x86_feature_detected!("avx512f") {
+            if isas.contains(&crate::isa::Isa::Avx512) {
                 let mut got = [0f32; 16];
                 // SAFETY: AVX-512F is present; the chunk has 16 elements.
                 unsafe { std::arch::x86_64::_mm512_storeu_ps(got.as_mut_ptr(), bf16::load16(chunk.as_ptr())) };
                 assert_eq!(got.map(f32::to_bits).to_vec(), want);
             }
-            if is_x86_feature_detected!("avx2") {
+            if isas.contains(&crate::isa::Isa::Avx2) {
                 let mut got = [0f32; 8];
                 // SAFETY: AVX2 is present; the chunk has at least 8 elements.
                 unsafe { std::arch::x86_64::_mm256_storeu_ps(got.as_mut_ptr(), bf16::load8(chunk.as_ptr())) };

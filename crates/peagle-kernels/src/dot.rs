@@ -8,32 +8,44 @@
 //! f32 as they are loaded, so a bf16 key scores exactly as its f32 value does.
 
 use crate::cache_element::CacheElement;
+use crate::isa::Isa;
 
 pub fn dot<T: CacheElement>(a: &[f32], b: &[T]) -> f32 {
     assert_eq!(a.len(), b.len(), "dot length mismatch");
-    #[cfg(target_arch = "x86_64")]
-    if x86::avx512() {
-        // SAFETY: the CPU supports AVX-512F (checked above); lengths are equal.
-        return unsafe { x86::avx512::dot(a, b) };
-    }
-    #[cfg(target_arch = "x86_64")]
-    if x86::available() {
-        // SAFETY: the CPU supports AVX2 and FMA (checked above); lengths are equal.
-        return unsafe { x86::avx2::dot(a, b) };
-    }
-    portable::dot(a, b)
+    dot_on(Isa::detected(), a, b)
 }
 
 /// One row against eight vectors (attention scores of eight keys), each result bit-identical
 /// to `dot(x, ws[c])`: the eight sums share one horizontal reduction.
 pub fn dot_x1x8<T: CacheElement>(x: &[f32], ws: [&[T]; 8]) -> [f32; 8] {
     assert!(ws.iter().all(|w| w.len() == x.len()), "dot_x1x8 length mismatch");
-    #[cfg(target_arch = "x86_64")]
-    if x86::avx512() {
-        // SAFETY: the CPU supports AVX-512F (checked above); lengths are equal.
-        return unsafe { x86::avx512::dot_x1x8(x, ws) };
+    dot_x1x8_on(Isa::detected(), x, ws)
+}
+
+/// `dot` on `isa`, which this CPU runs (`Isa::runnable`); the lengths are equal.
+fn dot_on<T: CacheElement>(isa: Isa, a: &[f32], b: &[T]) -> f32 {
+    match isa {
+        // SAFETY: the CPU runs `isa` and the lengths are equal (the callers' contract).
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => unsafe { x86::avx512::dot(a, b) },
+        // SAFETY: as above.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => unsafe { x86::avx2::dot(a, b) },
+        _ => portable::dot(a, b),
     }
-    ws.map(|w| dot(x, w))
+}
+
+/// `dot_x1x8` on `isa`, as `dot_on`.
+fn dot_x1x8_on<T: CacheElement>(isa: Isa, x: &[f32], ws: [&[T]; 8]) -> [f32; 8] {
+    match isa {
+        // SAFETY: the CPU runs `isa` and the lengths are equal (the callers' contract).
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => unsafe { x86::avx512::dot_x1x8(x, ws) },
+        // SAFETY: as above.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => unsafe { x86::avx2::dot_x1x8(x, ws) },
+        _ => ws.map(|w| portable::dot(x, w)),
+    }
 }
 
 mod portable {
@@ -59,14 +71,6 @@ mod portable {
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    pub fn available() -> bool {
-        is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")
-    }
-
-    pub fn avx512() -> bool {
-        is_x86_feature_detected!("avx512f")
-    }
-
     /// The reduction order every x86 dot product follows, for any number of vectors against
     /// one row and either register width L: per vector, two accumulators over 2L-element
     /// blocks, one L-wide step into the first, their sum, a fixed horizontal sum (`$hsums`
@@ -129,20 +133,65 @@ mod x86 {
             _mm_cvtss_f32(s)
         }
 
+        /// `hsum` of eight vectors at once, adding the same lane pairs as `hsum` (float addition
+        /// commutes, so the results are identical) with each instruction serving two to eight
+        /// vectors.
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        unsafe fn hsum8(v: [__m256; 8]) -> [f32; 8] {
+            // Halves: [a.lo + a.hi, b.lo + b.hi], a's 4 partial lanes and then b's.
+            let halves = |a, b| {
+                _mm256_add_ps(
+                    _mm256_permute2f128_ps::<0x20>(a, b),
+                    _mm256_permute2f128_ps::<0x31>(a, b),
+                )
+            };
+            let h = [
+                halves(v[0], v[1]),
+                halves(v[2], v[3]),
+                halves(v[4], v[5]),
+                halves(v[6], v[7]),
+            ];
+            // Pairs: in 128-bit lane q, [v(q) 0+2, v(q) 1+3, v(q+2) 0+2, v(q+2) 1+3] (v4 on).
+            let pairs = |a, b| _mm256_add_ps(_mm256_shuffle_ps::<0x44>(a, b), _mm256_shuffle_ps::<0xEE>(a, b));
+            let (lo, hi) = (pairs(h[0], h[1]), pairs(h[2], h[3]));
+            // Totals: [v0, v2, v4, v6 | v1, v3, v5, v7].
+            let total = _mm256_add_ps(_mm256_shuffle_ps::<0x88>(lo, hi), _mm256_shuffle_ps::<0xDD>(lo, hi));
+            let mut lanes = [0f32; 8];
+            _mm256_storeu_ps(lanes.as_mut_ptr(), total);
+            [0, 4, 1, 5, 2, 6, 3, 7].map(|i| lanes[i])
+        }
+
         #[inline]
         #[target_feature(enable = "avx2,fma")]
         unsafe fn hsums<const C: usize>(v: [__m256; C]) -> [f32; C] {
             let mut out = [0f32; C];
+            if C == 8 {
+                let sums = hsum8(std::array::from_fn(|c| v[c]));
+                out.copy_from_slice(&sums);
+                return out;
+            }
             for c in 0..C {
                 out[c] = hsum(v[c]);
             }
             out
         }
 
+        macro_rules! dot8 {
+            ($x:expr, $ws:expr, $cols:literal, $t:ident) => {
+                dot_row!($x, $ws, $cols, lanes: 8,
+                    _mm256_setzero_ps, _mm256_loadu_ps, $t::load8, _mm256_fmadd_ps, _mm256_add_ps, hsums)
+            };
+        }
+
         #[target_feature(enable = "avx2,fma")]
         pub unsafe fn dot<T: CacheElement>(a: &[f32], b: &[T]) -> f32 {
-            dot_row!(a, [b], 1, lanes: 8,
-                _mm256_setzero_ps, _mm256_loadu_ps, T::load8, _mm256_fmadd_ps, _mm256_add_ps, hsums)[0]
+            dot8!(a, [b], 1, T)[0]
+        }
+
+        #[target_feature(enable = "avx2,fma")]
+        pub unsafe fn dot_x1x8<T: CacheElement>(x: &[f32], ws: [&[T]; 8]) -> [f32; 8] {
+            dot8!(x, ws, 8, T)
         }
     }
 
@@ -295,28 +344,22 @@ mod tests {
         }
     }
 
-    /// The dispatch picks one instruction set per machine; check the others it could pick.
-    #[cfg(target_arch = "x86_64")]
+    /// The dispatch picks one instruction set per machine; check every one this CPU runs.
     #[test]
-    fn every_x86_path_is_accurate_and_widens_bf16_exactly() {
+    fn every_path_is_accurate_widens_bf16_exactly_and_scores_eight_keys_as_one() {
         for n in [7, 16, 33, 100, 256] {
             let a = ramp(n, 0.4);
-            let b16 = to_bf16(&ramp(n, 5.0));
-            let b = widen(&b16);
-            // SAFETY: each path runs only where the CPU supports it.
-            let paths: Vec<(&str, f32, f32)> = unsafe {
-                let mut p = Vec::new();
-                if x86::available() {
-                    p.push(("avx2", x86::avx2::dot(&a, &b), x86::avx2::dot(&a, &b16)));
+            let keys16: Vec<Vec<bf16>> = (0..8).map(|c| to_bf16(&ramp(n, 5.0 + c as f32))).collect();
+            let keys: Vec<Vec<f32>> = keys16.iter().map(|k| widen(k)).collect();
+            for isa in Isa::runnable() {
+                let got = dot_on(isa, &a, &keys[0]);
+                assert!((got as f64 - naive(&a, &keys[0])).abs() < 1e-4, "{isa:?} n={n}");
+                assert_eq!(got.to_bits(), dot_on(isa, &a, &keys16[0]).to_bits(), "{isa:?} n={n}");
+                let eight = dot_x1x8_on(isa, &a, std::array::from_fn(|c| &keys16[c][..]));
+                for c in 0..8 {
+                    let one = dot_on(isa, &a, &keys[c]);
+                    assert_eq!(eight[c].to_bits(), one.to_bits(), "{isa:?} n={n} key {c}");
                 }
-                if x86::avx512() {
-                    p.push(("avx512", x86::avx512::dot(&a, &b), x86::avx512::dot(&a, &b16)));
-                }
-                p
-            };
-            for (name, got, got16) in paths {
-                assert!((got as f64 - naive(&a, &b)).abs() < 1e-4, "{name} n={n}");
-                assert_eq!(got.to_bits(), got16.to_bits(), "{name} n={n}");
             }
         }
     }

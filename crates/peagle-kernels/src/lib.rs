@@ -7,6 +7,7 @@ mod contiguous;
 mod dot;
 mod error;
 mod exp;
+mod isa;
 mod kv_write;
 mod linear;
 mod masked_softmax;

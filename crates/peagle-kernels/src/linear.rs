@@ -8,6 +8,7 @@
 
 use crate::contiguous::contiguous;
 use crate::error::bad_input;
+use crate::isa::Isa;
 use crate::panel_tile::{self, Bf16Line, F32Line, Tile, PANEL};
 use candle_core::{CpuStorage, CustomOp1, DType, Layout, Result, Shape, Tensor};
 use half::bf16;
@@ -119,7 +120,7 @@ impl CustomOp1 for Linear<'_> {
 }
 
 fn matmul<L: Line>(x: &[f32], lines: &[L], rows: usize, n: usize, k: usize) -> Vec<f32> {
-    matmul_on(isa(), x, lines, rows, n, k)
+    matmul_on(Isa::detected(), x, lines, rows, n, k)
 }
 
 /// `matmul` with the tiles of instruction set `isa`, which the CPU must have.
@@ -213,26 +214,6 @@ trait Line: Sync + Sized {
     unsafe fn tile(isa: Isa, rows: usize, panels: usize, t: &Tile<Self>);
 }
 
-#[derive(Clone, Copy, PartialEq)]
-enum Isa {
-    Avx512,
-    Avx2,
-    Portable,
-}
-
-fn isa() -> Isa {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if panel_tile::avx512::available() {
-            return Isa::Avx512;
-        }
-        if panel_tile::avx2::available() {
-            return Isa::Avx2;
-        }
-    }
-    Isa::Portable
-}
-
 /// Tiles keep their accumulators in registers: AVX-512's 32 registers hold 8 rows of a panel
 /// (16 vectors), AVX2's 16 hold 2 rows (8). With fewer rows a tile takes more panels, so that
 /// enough independent chains are in flight to hide the multiply-add latency.
@@ -244,7 +225,10 @@ fn tile_shape(isa: Isa, rows_left: usize) -> (usize, usize) {
             7 => (7, 1),
             _ => (8, 1),
         },
-        Isa::Avx2 => (rows_left.min(2), 1),
+        Isa::Avx2 => match rows_left {
+            1 => (1, 2),
+            _ => (2, 1),
+        },
         Isa::Portable => (1, 1),
     }
 }
@@ -294,7 +278,7 @@ macro_rules! line_tiles {
                     #[cfg(target_arch = "x86_64")]
                     Isa::Avx2 => {
                         use panel_tile::avx2::$name;
-                        dispatch!($name, rows, panels, t, [(1, 1), (2, 1)])
+                        dispatch!($name, rows, panels, t, [(1, 1), (2, 1), (1, 2)])
                     }
                     _ => panel_tile::portable(rows, panels, t, <$line>::column),
                 }
@@ -403,16 +387,10 @@ mod tests {
             )
         };
         let reference = run(Isa::Portable);
-        #[cfg(target_arch = "x86_64")]
-        for (isa, present) in [
-            (Isa::Avx512, panel_tile::avx512::available()),
-            (Isa::Avx2, panel_tile::avx2::available()),
-        ] {
-            if present {
-                let got = run(isa);
-                assert_eq!(got.0, reference.0, "bf16");
-                assert_eq!(got.1, reference.1, "f32");
-            }
+        for isa in Isa::runnable() {
+            let got = run(isa);
+            assert_eq!(got.0, reference.0, "{isa:?} bf16");
+            assert_eq!(got.1, reference.1, "{isa:?} f32");
         }
     }
 

@@ -12,6 +12,7 @@ use crate::contiguous::contiguous;
 use crate::dot::{dot, dot_x1x8};
 use crate::error::bad_input;
 use crate::exp::{exp_sum, row_max};
+use crate::isa::Isa;
 use candle_core::backend::BackendStorage;
 use candle_core::{CpuStorage, CustomOp3, Layout, Result, Shape, Tensor};
 use rayon::prelude::*;
@@ -257,7 +258,8 @@ fn attend_head<T: CacheElement>(
     out.iter_mut().for_each(|o| *o *= inv);
 }
 
-/// Value columns summed per pass over the keys: 4 AVX-512 registers of accumulators.
+/// Value columns summed per pass over the keys: 4 AVX-512 registers of accumulators, or 8 AVX2
+/// ones.
 const VALUE_CHUNK: usize = 64;
 
 /// `out = Σ weights[j] * values[j]`, in key order for every column, each term rounded before
@@ -265,58 +267,89 @@ const VALUE_CHUNK: usize = 64;
 /// registers across the keys (writing them back after every key cost more than the
 /// multiplies).
 fn weighted_sum<'a, T: CacheElement>(out: &mut [f32], weights: &[f32], values: impl Iterator<Item = &'a [T]>) {
-    #[cfg(target_arch = "x86_64")]
-    if is_x86_feature_detected!("avx512f") {
-        if let Ok(out) = <&mut [f32; VALUE_CHUNK]>::try_from(&mut *out) {
-            // SAFETY: the CPU has AVX-512F (checked above).
-            unsafe { weighted_sum_avx512(out, weights, values) };
-            return;
-        }
-    }
-    portable_weighted_sum(out, weights, values);
-}
-
-fn portable_weighted_sum<'a, T: CacheElement>(out: &mut [f32], weights: &[f32], values: impl Iterator<Item = &'a [T]>) {
-    if let Ok(out) = <&mut [f32; VALUE_CHUNK]>::try_from(&mut *out) {
-        let mut acc = [0f32; VALUE_CHUNK];
-        for (w, value) in weights.iter().zip(values) {
-            let value: &[T; VALUE_CHUNK] = value.try_into().expect("a full chunk");
-            for (a, x) in acc.iter_mut().zip(value) {
-                *a += w * (*x).into();
+    match <&mut [f32; VALUE_CHUNK]>::try_from(&mut *out) {
+        Ok(chunk) => weighted_chunk_on(Isa::detected(), chunk, weights, values),
+        Err(_) => {
+            out.fill(0.0);
+            for (w, value) in weights.iter().zip(values) {
+                for (o, x) in out.iter_mut().zip(value) {
+                    *o += w * (*x).into();
+                }
             }
         }
-        *out = acc;
-        return;
     }
-    out.fill(0.0);
-    for (w, value) in weights.iter().zip(values) {
-        for (o, x) in out.iter_mut().zip(value) {
-            *o += w * (*x).into();
+}
+
+/// `weighted_sum` of a full chunk on `isa`, which this CPU runs (`Isa::runnable`). Without a
+/// target feature the portable loop compiles to SSE, 4 lanes wide.
+fn weighted_chunk_on<'a, T: CacheElement>(
+    isa: Isa,
+    out: &mut [f32; VALUE_CHUNK],
+    weights: &[f32],
+    values: impl Iterator<Item = &'a [T]>,
+) {
+    match isa {
+        // SAFETY: the CPU runs `isa` (the callers' contract).
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => unsafe { weighted_chunk_avx512(out, weights, values) },
+        // SAFETY: as above.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => unsafe { weighted_chunk_avx2(out, weights, values) },
+        _ => {
+            let mut acc = [0f32; VALUE_CHUNK];
+            for (w, value) in weights.iter().zip(values) {
+                let value: &[T; VALUE_CHUNK] = value.try_into().expect("a full chunk");
+                for (a, x) in acc.iter_mut().zip(value) {
+                    *a += w * (*x).into();
+                }
+            }
+            *out = acc;
         }
     }
 }
 
-/// `weighted_sum` of a full chunk in four AVX-512 registers. Without the target feature the
-/// portable loop compiles to SSE, sixteen 4-wide registers, at a quarter of the width.
+/// Accumulates `VALUE_CHUNK` columns in `VALUE_CHUNK / $lanes` registers, each term multiplied
+/// and then added, as the portable loop does.
+#[cfg(target_arch = "x86_64")]
+macro_rules! weighted_chunk {
+    ($out:expr, $weights:expr, $values:expr, $t:ty,
+     lanes: $lanes:literal, $zero:path, $set1:path, $load:path, $mul:path, $add:path, $store:path) => {{
+        let mut acc = [$zero(); VALUE_CHUNK / $lanes];
+        for (w, value) in $weights.iter().zip($values) {
+            let value: &[$t; VALUE_CHUNK] = value.try_into().expect("a full chunk");
+            let w = $set1(*w);
+            for (i, a) in acc.iter_mut().enumerate() {
+                *a = $add(*a, $mul(w, $load(value[$lanes * i..].as_ptr())));
+            }
+        }
+        for (i, a) in acc.iter().enumerate() {
+            $store($out[$lanes * i..].as_mut_ptr(), *a);
+        }
+    }};
+}
+
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn weighted_sum_avx512<'a, T: CacheElement>(
+unsafe fn weighted_chunk_avx512<'a, T: CacheElement>(
     out: &mut [f32; VALUE_CHUNK],
     weights: &[f32],
     values: impl Iterator<Item = &'a [T]>,
 ) {
     use std::arch::x86_64::*;
-    let mut acc = [_mm512_setzero_ps(); VALUE_CHUNK / 16];
-    for (w, value) in weights.iter().zip(values) {
-        let value: &[T; VALUE_CHUNK] = value.try_into().expect("a full chunk");
-        let w = _mm512_set1_ps(*w);
-        for (i, a) in acc.iter_mut().enumerate() {
-            *a = _mm512_add_ps(*a, _mm512_mul_ps(w, T::load16(value[16 * i..].as_ptr())));
-        }
-    }
-    for (i, a) in acc.iter().enumerate() {
-        _mm512_storeu_ps(out[16 * i..].as_mut_ptr(), *a);
-    }
+    weighted_chunk!(out, weights, values, T, lanes: 16,
+        _mm512_setzero_ps, _mm512_set1_ps, T::load16, _mm512_mul_ps, _mm512_add_ps, _mm512_storeu_ps)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn weighted_chunk_avx2<'a, T: CacheElement>(
+    out: &mut [f32; VALUE_CHUNK],
+    weights: &[f32],
+    values: impl Iterator<Item = &'a [T]>,
+) {
+    use std::arch::x86_64::*;
+    weighted_chunk!(out, weights, values, T, lanes: 8,
+        _mm256_setzero_ps, _mm256_set1_ps, T::load8, _mm256_mul_ps, _mm256_add_ps, _mm256_storeu_ps)
 }
 
 #[cfg(test)]
@@ -336,35 +369,35 @@ mod tests {
         (values, weights)
     }
 
-    #[cfg(target_arch = "x86_64")]
-    #[test]
-    fn the_avx512_weighted_sum_equals_the_portable_one_bitwise() {
-        if !is_x86_feature_detected!("avx512f") {
-            return;
-        }
-        let (values, weights) = values();
-        let halves: Vec<Vec<bf16>> = values
+    fn to_bf16(values: &[Vec<f32>]) -> Vec<Vec<bf16>> {
+        values
             .iter()
             .map(|v| v.iter().map(|x| bf16::from_f32(*x)).collect())
-            .collect();
-        let (mut fast, mut portable) = ([0f32; VALUE_CHUNK], [0f32; VALUE_CHUNK]);
-        // SAFETY: the CPU has AVX-512F (checked above).
-        unsafe { weighted_sum_avx512(&mut fast, &weights, values.iter().map(|v| &v[..])) };
-        portable_weighted_sum(&mut portable, &weights, values.iter().map(|v| &v[..]));
-        assert_eq!(fast.map(f32::to_bits), portable.map(f32::to_bits));
-        // SAFETY: as above.
-        unsafe { weighted_sum_avx512(&mut fast, &weights, halves.iter().map(|v| &v[..])) };
-        portable_weighted_sum(&mut portable, &weights, halves.iter().map(|v| &v[..]));
-        assert_eq!(fast.map(f32::to_bits), portable.map(f32::to_bits));
+            .collect()
+    }
+
+    fn chunk_bits<T: CacheElement>(isa: Isa, weights: &[f32], values: &[Vec<T>]) -> [u32; VALUE_CHUNK] {
+        let mut out = [0f32; VALUE_CHUNK];
+        weighted_chunk_on(isa, &mut out, weights, values.iter().map(|v| &v[..]));
+        out.map(f32::to_bits)
+    }
+
+    #[test]
+    fn every_path_sums_a_chunk_as_the_portable_one_bitwise() {
+        let (values, weights) = values();
+        let halves = to_bf16(&values);
+        for isa in Isa::runnable() {
+            let portable = chunk_bits(Isa::Portable, &weights, &values);
+            assert_eq!(chunk_bits(isa, &weights, &values), portable, "{isa:?}");
+            let portable = chunk_bits(Isa::Portable, &weights, &halves);
+            assert_eq!(chunk_bits(isa, &weights, &halves), portable, "{isa:?} bf16");
+        }
     }
 
     #[test]
     fn bf16_values_sum_exactly_as_their_f32_values() {
         let (values, weights) = values();
-        let halves: Vec<Vec<bf16>> = values
-            .iter()
-            .map(|v| v.iter().map(|x| bf16::from_f32(*x)).collect())
-            .collect();
+        let halves = to_bf16(&values);
         let wide: Vec<Vec<f32>> = halves
             .iter()
             .map(|v| v.iter().map(|x| f32::from(*x)).collect())

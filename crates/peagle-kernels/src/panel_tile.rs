@@ -115,10 +115,6 @@ pub mod avx512 {
     use super::{Bf16Line, F32Line, Tile, PANEL};
     use std::arch::x86_64::*;
 
-    pub fn available() -> bool {
-        is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw")
-    }
-
     #[inline]
     #[target_feature(enable = "avx512f,avx512bw")]
     unsafe fn load_bf16(line: *const Bf16Line) -> [__m512; 2] {
@@ -178,10 +174,6 @@ pub mod avx512 {
 pub mod avx2 {
     use super::{Bf16Line, F32Line, Tile, PANEL};
     use std::arch::x86_64::*;
-
-    pub fn available() -> bool {
-        is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")
-    }
 
     #[inline]
     #[target_feature(enable = "avx2,fma")]
