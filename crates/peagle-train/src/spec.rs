@@ -116,62 +116,98 @@ impl DrafterSpec {
     /// `initializer_range`), unit norms, the target's embedding table and its lm_head rows of
     /// the draft vocabulary, so training starts from the target's own output layer.
     pub fn init_weights(&self, target: &CausalLm, seed: u64) -> Result<BTreeMap<String, Tensor>, TrainError> {
+        let std = self.target_config["initializer_range"].as_f64().unwrap_or(0.02) as f32;
+        let mut rng = StdRng::seed_from_u64(seed);
+        let device = target.device();
+        let mut w = BTreeMap::new();
+        for (name, shape, init) in self.weight_plan()? {
+            let weight = match init {
+                Init::Normal => {
+                    let values = (0..shape.iter().product()).map(|_| gaussian(&mut rng) * std).collect();
+                    Tensor::from_vec(values, shape, device)?
+                }
+                Init::Ones => Tensor::ones(shape, DType::F32, device)?,
+                Init::TargetEmbedding => target.embedding().table().to_dtype(DType::F32)?.copy()?,
+                Init::TargetLmHead => {
+                    let rows = Tensor::from_slice(&self.vocab.selected, self.vocab.len(), device)?;
+                    target.lm_head_weight()?.index_select(&rows, 0)?.to_dtype(DType::F32)?
+                }
+            };
+            w.insert(name, weight);
+        }
+        Ok(w)
+    }
+
+    /// The name and shape of every weight, without making any: what a drafter this run
+    /// continues from must hold.
+    pub fn weight_shapes(&self) -> Result<BTreeMap<String, Vec<usize>>, TrainError> {
+        Ok(self
+            .weight_plan()?
+            .into_iter()
+            .map(|(name, shape, _)| (name, shape))
+            .collect())
+    }
+
+    /// Every weight with its shape and how a fresh run fills it, in the order of the random
+    /// draws (a seed gives the same weights it always gave).
+    fn weight_plan(&self) -> Result<Vec<(String, Vec<usize>, Init)>, TrainError> {
         let h = self.target_usize("hidden_size")?;
         let inter = self.target_usize("intermediate_size")?;
         let heads = self.target_usize("num_attention_heads")?;
         let kv_heads = self.target_usize("num_key_value_heads").unwrap_or(heads);
         let head_dim = self.target_usize("head_dim").unwrap_or(h / heads);
-        let std = self.target_config["initializer_range"].as_f64().unwrap_or(0.02);
         let aux = self.aux_layer_ids.len() * h;
-        let mut rng = StdRng::seed_from_u64(seed);
-        let mut normal = |rows: usize, cols: usize| -> Result<Tensor, TrainError> {
-            let values: Vec<f32> = (0..rows * cols).map(|_| gaussian(&mut rng) * std as f32).collect();
-            Ok(Tensor::from_vec(values, (rows, cols), target.device())?)
-        };
-        let mut w = BTreeMap::new();
-        w.insert("fc.weight".to_owned(), normal(h, aux)?);
+        let mut plan = vec![("fc.weight".to_owned(), vec![h, aux], Init::Normal)];
         for i in 0..self.num_layers {
             let p = format!("layers.{i}");
             let in_dim = if i == 0 { 2 * h } else { h };
-            w.insert(
-                format!("{p}.self_attn.q_proj.weight"),
-                normal(heads * head_dim, in_dim)?,
-            );
-            w.insert(
-                format!("{p}.self_attn.k_proj.weight"),
-                normal(kv_heads * head_dim, in_dim)?,
-            );
-            w.insert(
-                format!("{p}.self_attn.v_proj.weight"),
-                normal(kv_heads * head_dim, in_dim)?,
-            );
-            w.insert(format!("{p}.self_attn.o_proj.weight"), normal(h, heads * head_dim)?);
-            w.insert(format!("{p}.mlp.gate_proj.weight"), normal(inter, h)?);
-            w.insert(format!("{p}.mlp.up_proj.weight"), normal(inter, h)?);
-            w.insert(format!("{p}.mlp.down_proj.weight"), normal(h, inter)?);
+            for (name, shape) in [
+                ("self_attn.q_proj", [heads * head_dim, in_dim]),
+                ("self_attn.k_proj", [kv_heads * head_dim, in_dim]),
+                ("self_attn.v_proj", [kv_heads * head_dim, in_dim]),
+                ("self_attn.o_proj", [h, heads * head_dim]),
+                ("mlp.gate_proj", [inter, h]),
+                ("mlp.up_proj", [inter, h]),
+                ("mlp.down_proj", [h, inter]),
+            ] {
+                plan.push((format!("{p}.{name}.weight"), shape.to_vec(), Init::Normal));
+            }
         }
         if self.algo == Algo::Peagle {
             // Stored [1, 1, width], as speculators publishes it.
-            w.insert("mask_hidden".into(), normal(1, aux)?.reshape((1, 1, aux))?);
+            plan.push(("mask_hidden".into(), vec![1, 1, aux], Init::Normal));
         }
-        let ones = || Tensor::ones(h, DType::F32, target.device());
         for i in 0..self.num_layers {
-            w.insert(format!("layers.{i}.input_layernorm.weight"), ones()?);
-            w.insert(format!("layers.{i}.post_attention_layernorm.weight"), ones()?);
+            plan.push((format!("layers.{i}.input_layernorm.weight"), vec![h], Init::Ones));
+            plan.push((
+                format!("layers.{i}.post_attention_layernorm.weight"),
+                vec![h],
+                Init::Ones,
+            ));
         }
-        w.insert("layers.0.hidden_norm.weight".into(), ones()?);
-        w.insert("norm.weight".into(), ones()?);
-        w.insert(
+        plan.push(("layers.0.hidden_norm.weight".into(), vec![h], Init::Ones));
+        plan.push(("norm.weight".into(), vec![h], Init::Ones));
+        let target_vocab = self.target_usize("vocab_size")?;
+        plan.push((
             "embed_tokens.weight".into(),
-            target.embedding().table().to_dtype(DType::F32)?.copy()?,
-        );
-        let rows = Tensor::from_slice(&self.vocab.selected, self.vocab.len(), target.device())?;
-        w.insert(
-            "lm_head.weight".into(),
-            target.lm_head_weight()?.index_select(&rows, 0)?.to_dtype(DType::F32)?,
-        );
-        Ok(w)
+            vec![target_vocab, h],
+            Init::TargetEmbedding,
+        ));
+        plan.push(("lm_head.weight".into(), vec![self.vocab.len(), h], Init::TargetLmHead));
+        Ok(plan)
     }
+}
+
+/// How a fresh run fills one weight.
+enum Init {
+    /// Normal draws, std `initializer_range`.
+    Normal,
+    /// Ones: a norm's scale.
+    Ones,
+    /// The target's embedding table.
+    TargetEmbedding,
+    /// The target's lm_head rows of the draft vocabulary.
+    TargetLmHead,
 }
 
 /// A standard normal draw (Box-Muller), so initialisation depends on the seed alone.

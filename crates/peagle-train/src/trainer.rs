@@ -229,7 +229,7 @@ impl Run {
         let config = spec.drafter_config(&opts.out.join("config.json"))?;
         let (params, optimizer_state) = match (&resumed, exported) {
             (Some(_), _) => load_checkpoint(&checkpoint.join("weights.safetensors"), &opts.device)?,
-            (None, Some(e)) => (e.weights(&spec.init_weights(&target, opts.seed)?)?, None),
+            (None, Some(e)) => (e.weights(&spec.weight_shapes()?)?, None),
             (None, None) => (spec.init_weights(&target, opts.seed)?, None),
         };
         let params = Params::new(params)?;

@@ -72,27 +72,24 @@ impl Exported {
         })
     }
 
-    /// The weights, f32, once the file holds exactly the names and shapes of `fresh` (the
-    /// run's own initialisation): a drafter of another shape cannot continue as this one.
-    pub fn weights(&self, fresh: &BTreeMap<String, Tensor>) -> Result<BTreeMap<String, Tensor>, TrainError> {
+    /// The weights, f32, once the file holds exactly the names and shapes of `shapes` (the
+    /// run's own drafter): a drafter of another shape cannot continue as this one.
+    pub fn weights(&self, shapes: &BTreeMap<String, Vec<usize>>) -> Result<BTreeMap<String, Tensor>, TrainError> {
         let mismatch = |m: String| Err(TrainError::Invalid(format!("{}: {m}", self.dir.display())));
         let stored = self.checkpoint.names().filter(|n| ![D2T, T2D].contains(n));
-        if let Some(extra) = stored.into_iter().find(|n| !fresh.contains_key(*n)) {
+        if let Some(extra) = stored.into_iter().find(|n| !shapes.contains_key(*n)) {
             return mismatch(format!(
                 "{extra} is not a weight of this run's drafter (check --num-layers)"
             ));
         }
         let mut weights = BTreeMap::new();
-        for (name, want) in fresh {
+        for (name, want) in shapes {
             if !self.checkpoint.contains(name) {
                 return mismatch(format!("no {name} (check --num-layers)"));
             }
             let shape = self.checkpoint.shape_of(name)?;
-            if shape != want.dims() {
-                return mismatch(format!(
-                    "{name} is {shape:?}, this run's drafter needs {:?}",
-                    want.dims()
-                ));
+            if shape != *want {
+                return mismatch(format!("{name} is {shape:?}, this run's drafter needs {want:?}"));
             }
             weights.insert(name.clone(), self.checkpoint.vector(name, &shape)?);
         }

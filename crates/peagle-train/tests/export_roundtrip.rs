@@ -77,3 +77,19 @@ fn exported_drafter_loads_with_equal_logits() {
         );
     }
 }
+
+/// `fit --init-from` checks a stored drafter against these shapes instead of making a random
+/// drafter to compare with.
+#[test]
+fn weight_shapes_are_those_of_the_initial_weights() {
+    let target = tiny_target();
+    for algo in [Algo::Peagle, Algo::Eagle3] {
+        let spec = spec(algo);
+        let weights = spec.init_weights(&target, 4).unwrap();
+        let shapes: std::collections::BTreeMap<String, Vec<usize>> = weights
+            .iter()
+            .map(|(name, w)| (name.clone(), w.dims().to_vec()))
+            .collect();
+        assert_eq!(spec.weight_shapes().unwrap(), shapes, "{algo:?}");
+    }
+}
