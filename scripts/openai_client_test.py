@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Drives a running peagle-serve with the official `openai` package: models, completions and
-chat, plain and streamed, n, seeds, stop strings, logprobs, the per-request speculation switch
-and error statuses. Prints one line per check and exits non-zero if any check fails.
+chat, plain and streamed, n, seeds, stop strings, logprobs, penalties and logit_bias, the
+per-request speculation switch and error statuses. Prints one line per check and exits non-zero if any check fails.
 
     python3 scripts/openai_client_test.py --base-url http://127.0.0.1:8000/v1 [--api-key KEY]
 """
@@ -144,6 +144,23 @@ def check_speculation_switch(client, model):
     assert on == off, (on, off)
 
 
+def check_penalties(client, model):
+    plain = chat(client, model, max_tokens=24).choices[0].message.content
+    kwargs = dict(max_tokens=24, frequency_penalty=1.0, presence_penalty=0.5)
+    penalised = chat(client, model, **kwargs).choices[0].message.content
+    assert penalised != plain, (penalised, plain)
+    assert chat(client, model, **kwargs).choices[0].message.content == penalised
+    # A bias of 100 makes greedy decoding repeat its token; echoing the token as a prompt of
+    # ids shows its text.
+    token = 300
+    echoed = client.completions.create(model=model, prompt=[token], max_tokens=1, temperature=0, echo=True,
+                                       logprobs=0, extra_body=RUN_TO_LENGTH)
+    text = echoed.choices[0].logprobs.tokens[0]
+    r = client.completions.create(model=model, prompt="def g(", max_tokens=3, temperature=0, logprobs=0,
+                                  logit_bias={str(token): 100}, extra_body=RUN_TO_LENGTH)
+    assert r.choices[0].logprobs.tokens == [text] * 3, (r.choices[0].logprobs.tokens, text)
+
+
 def check_errors(client, model):
     cases = [
         (openai.BadRequestError, dict(model=model, prompt="x", max_tokens=0)),
@@ -169,6 +186,7 @@ CHECKS = [
     check_n_and_seed,
     check_stop,
     check_logprobs,
+    check_penalties,
     check_speculation_switch,
     check_errors,
 ]

@@ -4,6 +4,7 @@
 
 use crate::block_manager::BlockManager;
 use crate::generator::GenerateError;
+use crate::penalties::adjusted_rows;
 use crate::proposer::{DraftRequest, Eagle3Proposer, NoProposer, PEagleProposer, Proposer};
 use crate::sequence::{DrafterBacklog, Sequence, TokenOutput};
 use crate::spec_stats::SpecStats;
@@ -204,7 +205,8 @@ impl ModelRunner {
                 }
                 Work::Prefill(_) => {
                     let row = std::slice::from_ref(&logits[rows.logits.end - 1]);
-                    let token = verify(&[], row, None, &seq.params.sampling, &seq.sampler, seq.len());
+                    let adjusted = adjusted_rows(seq, &[], row, &self.eos_token_ids);
+                    let token = verify(&[], &adjusted, None, &seq.params.sampling, &seq.sampler, seq.len());
                     seq.num_cached = seq.len();
                     let outputs = token_outputs(&token.tokens, row, seq.logprobs);
                     seq.commit(&outputs, &self.eos_token_ids, self.max_model_len);
@@ -213,7 +215,8 @@ impl ModelRunner {
                 Work::Decode => {
                     let drafts = std::mem::take(&mut seq.drafts);
                     let window = &logits[rows.logits.clone()];
-                    let verdict = verify(&drafts, window, None, &seq.params.sampling, &seq.sampler, start + 1);
+                    let adjusted = adjusted_rows(seq, &drafts, window, &self.eos_token_ids);
+                    let verdict = verify(&drafts, &adjusted, None, &seq.params.sampling, &seq.sampler, start + 1);
                     seq.spec_stats.record(drafts.len(), verdict.accepted);
                     self.stats.record(drafts.len(), verdict.accepted);
                     seq.num_cached = start + verdict.accepted + 1;

@@ -1,6 +1,7 @@
-//! Next-token choice from a row of logits: greedy, or temperature / top-k / top-p sampling
-//! with a per-request seeded generator.
+//! Next-token choice from a row of logits: greedy, or temperature / min-p / top-k / top-p
+//! sampling with a per-request seeded generator.
 
+use crate::penalties::Penalties;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use thiserror::Error;
@@ -12,7 +13,11 @@ pub struct SamplingParams {
     /// 0 means no top-k cut.
     pub top_k: usize,
     pub top_p: f32,
+    /// Drops tokens less likely than this share of the most likely one (vLLM; 0 is off).
+    pub min_p: f32,
     pub seed: Option<u64>,
+    /// Applied to the logits before the choice, greedy or not.
+    pub penalties: Penalties,
 }
 
 impl Default for SamplingParams {
@@ -21,7 +26,9 @@ impl Default for SamplingParams {
             temperature: 0.0,
             top_k: 0,
             top_p: 1.0,
+            min_p: 0.0,
             seed: None,
+            penalties: Penalties::default(),
         }
     }
 }
@@ -32,6 +39,12 @@ pub enum InvalidSampling {
     Temperature(f32),
     #[error("top_p must be in (0, 1], got {0}")]
     TopP(f32),
+    #[error("min_p must be in [0, 1], got {0}")]
+    MinP(f32),
+    #[error("the repetition penalty must be a finite number > 0, got {0}")]
+    RepetitionPenalty(f32),
+    #[error("presence and frequency penalties and logit biases must be finite numbers")]
+    NotFinite,
 }
 
 impl SamplingParams {
@@ -42,6 +55,19 @@ impl SamplingParams {
         if !(self.top_p > 0.0 && self.top_p <= 1.0) {
             return Err(InvalidSampling::TopP(self.top_p));
         }
+        if !(0.0..=1.0).contains(&self.min_p) {
+            return Err(InvalidSampling::MinP(self.min_p));
+        }
+        let p = &self.penalties;
+        if !(p.repetition.is_finite() && p.repetition > 0.0) {
+            return Err(InvalidSampling::RepetitionPenalty(p.repetition));
+        }
+        let mut added = [p.presence, p.frequency]
+            .into_iter()
+            .chain(p.logit_bias.iter().map(|b| b.1));
+        if !added.all(f32::is_finite) {
+            return Err(InvalidSampling::NotFinite);
+        }
         Ok(())
     }
 
@@ -49,8 +75,9 @@ impl SamplingParams {
         self.temperature == 0.0
     }
 
-    /// The distribution sampling draws from: softmax(logits / T) restricted to the top-k and
-    /// the top-p nucleus, renormalised. Greedy puts all mass on the argmax.
+    /// The distribution sampling draws from: softmax(logits / T) restricted to the tokens at
+    /// least min_p times as likely as the most likely one, the top-k and the top-p nucleus,
+    /// renormalised. Greedy puts all mass on the argmax.
     pub fn probabilities(&self, logits: &[f32]) -> Vec<f32> {
         let mut probs = vec![0f32; logits.len()];
         if self.is_greedy() {
@@ -63,10 +90,12 @@ impl SamplingParams {
         if self.top_k > 0 {
             order.truncate(self.top_k);
         }
-        let weights: Vec<f64> = order
+        let mut weights: Vec<f64> = order
             .iter()
             .map(|i| (((logits[*i] - max) / self.temperature) as f64).exp())
             .collect();
+        // The most likely token has weight 1.
+        weights.retain(|w| *w >= self.min_p as f64);
         let total: f64 = weights.iter().sum();
         let mut kept = 0.0;
         let mut keep = 0;
@@ -158,7 +187,7 @@ mod tests {
             temperature,
             top_k,
             top_p,
-            seed: None,
+            ..SamplingParams::default()
         }
     }
 
@@ -178,6 +207,15 @@ mod tests {
         // softmax([2,1,0,-1]) = [.644, .237, .087, .032]: the nucleus of 0.85 is the first two.
         let p = params(1.0, 0, 0.85).probabilities(&logits);
         assert!(p[0] > 0.0 && p[1] > 0.0 && p[2] == 0.0 && p[3] == 0.0, "{p:?}");
+        // min_p 0.3 keeps tokens at least 0.3 times as likely as the first: e^-1 = .37 is in,
+        // e^-2 = .14 is out.
+        let p = SamplingParams {
+            min_p: 0.3,
+            ..params(1.0, 0, 1.0)
+        }
+        .probabilities(&logits);
+        assert!(p[1] > 0.0 && p[2] == 0.0 && p[3] == 0.0, "{p:?}");
+        assert!((p[0] + p[1] - 1.0).abs() < 1e-6);
     }
 
     #[test]
@@ -211,5 +249,24 @@ mod tests {
         assert_eq!(params(-0.5, 0, 1.0).validate(), Err(InvalidSampling::Temperature(-0.5)));
         assert_eq!(params(1.0, 0, 0.0).validate(), Err(InvalidSampling::TopP(0.0)));
         assert_eq!(params(1.0, 0, 1.5).validate(), Err(InvalidSampling::TopP(1.5)));
+        let with = |penalties: Penalties| SamplingParams {
+            penalties,
+            ..SamplingParams::default()
+        };
+        let repetition = with(Penalties {
+            repetition: 0.0,
+            ..Penalties::default()
+        });
+        assert_eq!(repetition.validate(), Err(InvalidSampling::RepetitionPenalty(0.0)));
+        let bias = with(Penalties {
+            logit_bias: vec![(1, f32::INFINITY)],
+            ..Penalties::default()
+        });
+        assert_eq!(bias.validate(), Err(InvalidSampling::NotFinite));
+        let min_p = SamplingParams {
+            min_p: -0.1,
+            ..SamplingParams::default()
+        };
+        assert_eq!(min_p.validate(), Err(InvalidSampling::MinP(-0.1)));
     }
 }

@@ -232,7 +232,7 @@ impl Scheduler {
             alive &= outputs.is_empty() || entry.events.send(Event::Tokens(outputs)).is_ok();
             if let Some(reason) = entry.seq.finish {
                 match reason {
-                    FinishReason::Stop => self.counters.finished_stop += 1,
+                    FinishReason::Stop | FinishReason::StopToken(_) => self.counters.finished_stop += 1,
                     FinishReason::Length => self.counters.finished_length += 1,
                 }
                 let _ = entry.events.send(Event::Finished {

@@ -10,12 +10,19 @@ pub struct GenerateParams {
     pub sampling: SamplingParams,
     /// Keep going past end-of-sequence tokens (benchmarks, reference comparisons).
     pub ignore_eos: bool,
+    /// End-of-sequence and `stop_token_ids` cannot be chosen before this many tokens.
+    pub min_tokens: usize,
+    /// More tokens that end the sequence (vLLM); unlike end-of-sequence, each is kept in the
+    /// output, and `ignore_eos` does not apply to them.
+    pub stop_token_ids: Vec<u32>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FinishReason {
     /// An end-of-sequence token was sampled.
     Stop,
+    /// One of the request's `stop_token_ids` was sampled.
+    StopToken(u32),
     /// max_tokens or the model's length limit was reached.
     Length,
 }
@@ -124,8 +131,8 @@ impl Sequence {
         self.drafter_backlog = None;
     }
 
-    /// Appends committed tokens in order, stopping at an end-of-sequence token (not kept),
-    /// at max_tokens or at `max_len`.
+    /// Appends committed tokens in order, stopping at an end-of-sequence token (not kept), a
+    /// stop token id (kept), max_tokens or `max_len`.
     pub fn commit(&mut self, tokens: &[TokenOutput], eos: &[u32], max_len: usize) {
         for t in tokens {
             if !self.params.ignore_eos && eos.contains(&t.id) {
@@ -134,10 +141,20 @@ impl Sequence {
             }
             self.token_ids.push(t.id);
             self.outputs.push(t.clone());
+            if self.params.stop_token_ids.contains(&t.id) {
+                self.finish = Some(FinishReason::StopToken(t.id));
+                return;
+            }
             if self.generated().len() >= self.params.max_tokens || self.len() >= max_len {
                 self.finish = Some(FinishReason::Length);
                 return;
             }
         }
+    }
+
+    /// The tokens held back until `min_tokens` are generated.
+    pub fn stop_ids(&self, eos: &[u32]) -> Vec<u32> {
+        let eos = if self.params.ignore_eos { &[][..] } else { eos };
+        [eos, &self.params.stop_token_ids].concat()
     }
 }

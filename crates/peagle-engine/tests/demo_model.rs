@@ -42,6 +42,7 @@ fn greedy_continuations_equal_transformers() {
         max_tokens: 64,
         sampling: SamplingParams::default(),
         ignore_eos: true,
+        ..GenerateParams::default()
     };
     for r in &refs {
         let ids = g
@@ -119,6 +120,7 @@ fn trained_drafters_keep_greedy_output_exact() {
         max_tokens: 32,
         sampling: SamplingParams::default(),
         ignore_eos: true,
+        ..GenerateParams::default()
     };
     let (prompts, want) = plain_outputs(20, &params);
     for (drafter, parallel) in DRAFTERS {
@@ -143,6 +145,7 @@ fn seeded_sampling_is_the_same_with_either_drafter() {
             ..SamplingParams::default()
         },
         ignore_eos: true,
+        ..GenerateParams::default()
     };
     let (prompts, want) = plain_outputs(4, &params);
     for (drafter, parallel) in DRAFTERS {
@@ -161,6 +164,7 @@ fn drafting_after_a_suspension_matches_a_drafter_that_never_paused() {
         max_tokens: 64,
         sampling: SamplingParams::default(),
         ignore_eos: true,
+        ..GenerateParams::default()
     };
     let prompt = eval_prompts(&demo(None), 1).remove(0);
     for (drafter, parallel) in DRAFTERS {

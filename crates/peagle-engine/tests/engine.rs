@@ -44,6 +44,7 @@ fn request(prompt: Vec<u32>, max_tokens: usize) -> Request {
             max_tokens,
             sampling: SamplingParams::default(),
             ignore_eos: true,
+            ..GenerateParams::default()
         },
         speculate: true,
         logprobs: None,
@@ -94,6 +95,7 @@ fn alone(prompts: &[Vec<u32>], max_tokens: usize) -> Vec<Vec<u32>> {
         max_tokens,
         sampling: SamplingParams::default(),
         ignore_eos: true,
+        ..GenerateParams::default()
     };
     prompts
         .iter()

@@ -28,6 +28,7 @@ fn greedy(max_tokens: usize) -> GenerateParams {
         max_tokens,
         sampling: SamplingParams::default(),
         ignore_eos: true,
+        ..GenerateParams::default()
     }
 }
 
@@ -79,8 +80,10 @@ fn seeded_sampling_is_reproducible() {
             top_k: 50,
             top_p: 0.95,
             seed: Some(42),
+            ..SamplingParams::default()
         },
         ignore_eos: true,
+        ..GenerateParams::default()
     };
     let prompt = reference("tiny-qwen3", 1, "input_ids");
     let mut run = |seed| {
@@ -176,4 +179,34 @@ fn bad_requests_are_errors() {
         g.generate(&long[..15], &greedy(100), |_| {}).unwrap().token_ids,
         out.token_ids
     );
+}
+
+#[test]
+fn stop_token_ids_end_the_output_and_min_tokens_holds_them_back() {
+    let prompt = reference("tiny-llama", 0, "input_ids");
+    let free = reference("tiny-llama", 0, "greedy");
+    let stop = free[3];
+    assert!(
+        !free[..3].contains(&stop),
+        "fixture's greedy tokens must not repeat early"
+    );
+    let mut g = generator("tiny-llama", GeneratorOptions::default());
+    let stopped = GenerateParams {
+        stop_token_ids: vec![stop, 99_999],
+        ..greedy(16)
+    };
+    let out = g.generate(&prompt, &stopped, |_| {}).unwrap();
+    assert_eq!(out.finish_reason, FinishReason::StopToken(stop));
+    assert_eq!(out.token_ids, free[..4].to_vec(), "the stop token is kept");
+
+    // Held back until 6 tokens are out, the stop token cannot be the 4th.
+    let held = GenerateParams {
+        min_tokens: 6,
+        ..stopped
+    };
+    let out = g.generate(&prompt, &held, |_| {}).unwrap();
+    assert_eq!(out.token_ids[..3], free[..3]);
+    assert_ne!(out.token_ids[3], stop);
+    assert!(out.token_ids.len() >= 6, "{:?}", out.token_ids);
+    assert!(!out.token_ids[..5].contains(&stop));
 }

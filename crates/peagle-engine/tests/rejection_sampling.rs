@@ -16,7 +16,7 @@ fn params(temperature: f32, top_k: usize) -> SamplingParams {
         temperature,
         top_k,
         top_p: 1.0,
-        seed: None,
+        ..SamplingParams::default()
     }
 }
 

@@ -3,7 +3,9 @@
 //! mostly accepted (a drafter that always proposes the token the target repeats).
 
 use candle_core::Device;
-use peagle_engine::{DraftOptions, GenerateParams, Generator, GeneratorOptions, SamplingParams, SpeculativeConfig};
+use peagle_engine::{
+    DraftOptions, GenerateParams, Generator, GeneratorOptions, Penalties, SamplingParams, SpeculativeConfig,
+};
 use peagle_models::LoadOptions;
 use std::path::{Path, PathBuf};
 
@@ -30,6 +32,7 @@ fn greedy(max_tokens: usize) -> GenerateParams {
         max_tokens,
         sampling: SamplingParams::default(),
         ignore_eos: true,
+        ..GenerateParams::default()
     }
 }
 
@@ -108,17 +111,21 @@ fn constant_drafter(token: i64) -> tempfile::TempDir {
     dir
 }
 
-#[test]
-fn accepted_drafts_keep_greedy_output_exact() {
+/// A tiny-qwen3 prompt whose greedy continuation repeats token 203.
+fn repeating_prompt() -> Vec<u32> {
     let refs =
         candle_core::safetensors::load(fixture("tiny-qwen3").join("reference.safetensors"), &Device::Cpu).unwrap();
-    let prompt: Vec<u32> = refs["p1.input_ids"]
+    refs["p1.input_ids"]
         .to_vec1::<i64>()
         .unwrap()
         .into_iter()
         .map(|t| t as u32)
-        .collect();
-    // The target's greedy continuation of this prompt repeats token 203.
+        .collect()
+}
+
+#[test]
+fn accepted_drafts_keep_greedy_output_exact() {
+    let prompt = repeating_prompt();
     let plain = generator("tiny-qwen3", None, 512)
         .generate(&prompt, &greedy(40), |_| {})
         .unwrap();
@@ -146,8 +153,10 @@ fn seeded_sampling_with_speculation_is_reproducible() {
             top_k: 40,
             top_p: 0.9,
             seed: Some(9),
+            ..SamplingParams::default()
         },
         ignore_eos: true,
+        ..GenerateParams::default()
     };
     let drafter = fixture("tiny-llama-peagle");
     let mut g = generator("tiny-llama", Some((&drafter, 3, true)), 512);
@@ -173,4 +182,77 @@ fn parallel_drafting_with_an_eagle3_head_is_refused() {
     .unwrap()
     .to_string();
     assert!(err.contains("parallel drafting needs a mask_token_id"), "{err}");
+}
+
+fn outputs_with(g: &mut Generator, prompts: &[Vec<u32>], params: &GenerateParams) -> Vec<Vec<u32>> {
+    prompts
+        .iter()
+        .map(|p| g.generate(p, params, |_| {}).unwrap().token_ids)
+        .collect()
+}
+
+/// A window row counts the drafts before it as generated, so greedy speculative output under
+/// penalties equals plain output under them, when drafts are mostly rejected (random
+/// drafters) and when they are mostly accepted until the penalty turns the target away.
+#[test]
+fn penalties_keep_greedy_speculative_output_exact() {
+    let penalised = GenerateParams {
+        sampling: SamplingParams {
+            penalties: Penalties {
+                presence: 0.4,
+                frequency: 0.3,
+                repetition: 1.3,
+                logit_bias: vec![(7, 2.0)],
+            },
+            ..SamplingParams::default()
+        },
+        ..greedy(24)
+    };
+    let prompts = prompts();
+    let plain = outputs_with(&mut generator("tiny-llama", None, 512), &prompts, &penalised);
+    assert_ne!(
+        plain,
+        outputs(&mut generator("tiny-llama", None, 512), &prompts, 24),
+        "the penalties change the output"
+    );
+    for parallel in [true, false] {
+        for k in [3, 7] {
+            let drafter = fixture("tiny-llama-peagle");
+            let mut g = generator("tiny-llama", Some((&drafter, k, parallel)), 512);
+            assert_eq!(
+                outputs_with(&mut g, &prompts, &penalised),
+                plain,
+                "parallel={parallel} k={k}"
+            );
+        }
+    }
+
+    // A frequency penalty ends the run of 203s part way through a window of accepted drafts.
+    let prompt = repeating_prompt();
+    let frequency = GenerateParams {
+        sampling: SamplingParams {
+            penalties: Penalties {
+                frequency: 0.5,
+                ..Penalties::default()
+            },
+            ..SamplingParams::default()
+        },
+        ..greedy(40)
+    };
+    let plain = generator("tiny-qwen3", None, 512)
+        .generate(&prompt, &frequency, |_| {})
+        .unwrap()
+        .token_ids;
+    let repeats = plain.iter().filter(|t| **t == 203).count();
+    assert!((2..30).contains(&repeats), "203 repeats {repeats} times: {plain:?}");
+    let dir = constant_drafter(203);
+    for k in [3, 7] {
+        let mut g = generator("tiny-qwen3", Some((dir.path(), k, false)), 512);
+        let out = g.generate(&prompt, &frequency, |_| {}).unwrap();
+        assert_eq!(out.token_ids, plain, "k={k}");
+        assert!(
+            out.spec_stats.per_position_acceptance()[0] > 0.0,
+            "drafts were accepted"
+        );
+    }
 }

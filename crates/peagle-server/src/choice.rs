@@ -4,6 +4,7 @@
 //! recorded for /metrics. Dropping a `Choice` (client gone) cancels its request the same way.
 
 use crate::error::ApiError;
+use crate::protocol::StopReason;
 use crate::state::AppState;
 use crate::stop::StopChecker;
 use peagle_engine::{Event, IncrementalDecoder, Request, TokenOutput};
@@ -36,17 +37,25 @@ impl FinishReason {
 impl From<peagle_engine::FinishReason> for FinishReason {
     fn from(r: peagle_engine::FinishReason) -> Self {
         match r {
-            peagle_engine::FinishReason::Stop => FinishReason::Stop,
+            peagle_engine::FinishReason::Stop | peagle_engine::FinishReason::StopToken(_) => FinishReason::Stop,
             peagle_engine::FinishReason::Length => FinishReason::Length,
         }
+    }
+}
+
+/// The stop token id an engine finish reports, if any.
+fn stop_token(reason: peagle_engine::FinishReason) -> Option<StopReason> {
+    match reason {
+        peagle_engine::FinishReason::StopToken(id) => Some(StopReason::Token(id)),
+        _ => None,
     }
 }
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Finish {
     pub reason: FinishReason,
-    /// The stop string that ended the choice.
-    pub stop_reason: Option<String>,
+    /// The stop string or stop token id that ended the choice.
+    pub stop_reason: Option<StopReason>,
     pub completion_tokens: usize,
 }
 
@@ -83,6 +92,8 @@ pub struct Choice {
     events: Option<UnboundedReceiver<Event>>,
     decoder: IncrementalDecoder,
     stop: StopChecker,
+    /// Stop strings are looked for only in the text after this many tokens (vLLM's rule).
+    min_tokens: usize,
     logprobs: bool,
     arrived: Instant,
     last_event: Option<Instant>,
@@ -105,12 +116,14 @@ impl Choice {
         arrived: Instant,
     ) -> Result<Self, ApiError> {
         let logprobs = request.logprobs.is_some();
+        let min_tokens = request.params.min_tokens;
         let events = state.engine.submit(request)?;
         Ok(Self {
             state: state.clone(),
             events: Some(events),
             decoder: IncrementalDecoder::new(),
             stop: StopChecker::new(stop),
+            min_tokens,
             logprobs,
             arrived,
             last_event: None,
@@ -132,8 +145,8 @@ impl Choice {
         let result = match next {
             Next::Event(Some(Event::PromptLogprobs(tokens))) => self.prompt(tokens),
             Next::Event(Some(Event::Tokens(tokens))) => self.tokens(tokens),
-            Next::Event(Some(Event::Finished { reason, .. })) => self.end(reason.into()),
-            Next::Abort => self.end(FinishReason::Abort),
+            Next::Event(Some(Event::Finished { reason, .. })) => self.end(reason.into(), stop_token(reason)),
+            Next::Abort => self.end(FinishReason::Abort, None),
             Next::Event(Some(Event::Failed(message))) => Err(ApiError::internal(message)),
             Next::Event(None) => Err(ApiError::internal("the engine stopped before the request finished")),
         };
@@ -187,11 +200,14 @@ impl Choice {
                     .push(self.state.model.tokenizer(), token.id)
                     .map_err(|e| ApiError::internal(format!("detokenizing: {e}")))?,
             };
-            let (text, stop) = self.stop.push(&piece);
+            let (text, stop) = match self.completion_tokens <= self.min_tokens {
+                true => (piece, None),
+                false => self.stop.push(&piece),
+            };
             update.text.push_str(&text);
             if let Some(stop) = stop {
                 // Tokens after the stop string (same event) are not part of the answer.
-                update.finish = Some(self.finish(FinishReason::Stop, Some(stop)));
+                update.finish = Some(self.finish(FinishReason::Stop, Some(StopReason::Text(stop))));
                 return Ok(update);
             }
         }
@@ -199,17 +215,17 @@ impl Choice {
     }
 
     /// The engine is done (or the server gives up): release held-back text.
-    fn end(&mut self, reason: FinishReason) -> Result<Update, ApiError> {
+    fn end(&mut self, reason: FinishReason, stop_reason: Option<StopReason>) -> Result<Update, ApiError> {
         let piece = self
             .decoder
             .flush(self.state.model.tokenizer())
             .map_err(|e| ApiError::internal(format!("detokenizing: {e}")))?;
         let (mut text, stop) = self.stop.push(&piece);
         let finish = match stop {
-            Some(stop) => self.finish(FinishReason::Stop, Some(stop)),
+            Some(stop) => self.finish(FinishReason::Stop, Some(StopReason::Text(stop))),
             None => {
                 text.push_str(&self.stop.flush());
-                self.finish(reason, None)
+                self.finish(reason, stop_reason)
             }
         };
         Ok(Update {
@@ -219,7 +235,7 @@ impl Choice {
         })
     }
 
-    fn finish(&mut self, reason: FinishReason, stop_reason: Option<String>) -> Finish {
+    fn finish(&mut self, reason: FinishReason, stop_reason: Option<StopReason>) -> Finish {
         self.finished = true;
         // Cancels the engine request if it is still running (stop string, abort).
         self.events = None;

@@ -9,25 +9,37 @@ use axum::http::StatusCode;
 use axum::Json;
 use serde::de::DeserializeOwned;
 
-pub struct ApiJson<T>(pub T);
+/// One body read as two types, each from the whole object: fields shared by several routes
+/// live in their own type, and a wrongly typed one is still reported by its path (serde's
+/// `flatten` would lose it).
+pub struct ApiJsonViews<A, B>(pub A, pub B);
 
-impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
+impl<A: DeserializeOwned, B: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJsonViews<A, B> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
-        // Parse to a Value first: syntax errors and body limits come from axum, then the
-        // typed pass reports the path of a wrongly typed field.
-        let Json(value) = Json::<serde_json::Value>::from_request(req, state)
-            .await
-            .map_err(rejection)?;
-        serde_path_to_error::deserialize(value).map(ApiJson).map_err(|e| {
-            let path = e.path().to_string();
-            match path.as_str() {
-                "." => ApiError::invalid(None, e.inner().to_string()),
-                _ => ApiError::invalid(Some(&path), format!("{path}: {}", e.inner())),
-            }
-        })
+        let value = body(req, state).await?;
+        Ok(ApiJsonViews(typed(value.clone())?, typed(value)?))
     }
+}
+
+/// Syntax errors and body limits come from axum's parse to a Value.
+async fn body<S: Send + Sync>(req: Request, state: &S) -> Result<serde_json::Value, ApiError> {
+    let Json(value) = Json::<serde_json::Value>::from_request(req, state)
+        .await
+        .map_err(rejection)?;
+    Ok(value)
+}
+
+/// The typed pass, which reports the path of a wrongly typed field.
+fn typed<T: DeserializeOwned>(value: serde_json::Value) -> Result<T, ApiError> {
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        match path.as_str() {
+            "." => ApiError::invalid(None, e.inner().to_string()),
+            _ => ApiError::invalid(Some(&path), format!("{path}: {}", e.inner())),
+        }
+    })
 }
 
 fn rejection(r: JsonRejection) -> ApiError {

@@ -2,24 +2,17 @@
 //! into one engine request per choice.
 
 use crate::error::ApiError;
-use crate::protocol::Stop;
-use peagle_engine::{GenerateParams, Request, SamplingParams};
+use crate::protocol::sampling::SamplingRequest;
+use peagle_engine::{GenerateParams, Penalties, Request, SamplingParams};
 
 /// Most choices per request.
 pub const MAX_N: i64 = 16;
 /// Most alternatives per token in logprobs (vLLM's default limit).
 pub const MAX_LOGPROBS: i64 = 20;
-
-pub struct SamplingFields<'a> {
-    pub temperature: Option<f32>,
-    pub top_p: Option<f32>,
-    pub top_k: Option<i64>,
-    pub seed: Option<u64>,
-    pub stop: Option<&'a Stop>,
-    pub n: Option<i64>,
-    pub ignore_eos: Option<bool>,
-    pub speculative: Option<bool>,
-}
+/// OpenAI's bound on presence and frequency penalties.
+const MAX_PENALTY: f32 = 2.0;
+/// OpenAI's bound on a logit bias.
+const MAX_BIAS: f32 = 100.0;
 
 /// Checked sampling settings, shared by a request's choices.
 #[derive(Debug, Clone)]
@@ -28,11 +21,14 @@ pub struct Plan {
     pub stop: Vec<String>,
     sampling: SamplingParams,
     ignore_eos: bool,
+    min_tokens: usize,
+    stop_token_ids: Vec<u32>,
     speculate: bool,
 }
 
-impl SamplingFields<'_> {
-    pub fn check(&self) -> Result<Plan, ApiError> {
+impl SamplingRequest {
+    /// Checks every field (400 naming it); token ids must be below `vocab_size`.
+    pub fn check(&self, vocab_size: usize) -> Result<Plan, ApiError> {
         let n = self.n.unwrap_or(1);
         if !(1..=MAX_N).contains(&n) {
             return Err(ApiError::invalid(
@@ -65,18 +61,98 @@ impl SamplingFields<'_> {
                 ))
             }
         };
+        let min_p = in_range(self.min_p, 0.0, 0.0, 1.0, "min_p")?;
+        let min_tokens = match self.min_tokens.unwrap_or(0) {
+            m if m >= 0 => m as usize,
+            m => {
+                return Err(ApiError::invalid(
+                    Some("min_tokens"),
+                    format!("min_tokens must be at least 0, got {m}"),
+                ))
+            }
+        };
+        let stop_token_ids = self.stop_token_ids.clone().unwrap_or_default();
+        if let Some(bad) = stop_token_ids.iter().find(|t| **t as usize >= vocab_size) {
+            return Err(ApiError::invalid(
+                Some("stop_token_ids"),
+                format!("token id {bad} is outside the vocabulary (size {vocab_size})"),
+            ));
+        }
         Ok(Plan {
             n: n as usize,
-            stop: self.stop.map(Stop::strings).unwrap_or_default(),
+            stop: self.stop.as_ref().map(|s| s.strings()).unwrap_or_default(),
             sampling: SamplingParams {
                 temperature,
                 top_k,
                 top_p,
+                min_p,
                 seed: self.seed,
+                penalties: self.penalties(vocab_size)?,
             },
             ignore_eos: self.ignore_eos.unwrap_or(false),
+            min_tokens,
+            stop_token_ids,
             speculate: self.speculative.unwrap_or(true),
         })
+    }
+
+    fn penalties(&self, vocab_size: usize) -> Result<Penalties, ApiError> {
+        let repetition = self.repetition_penalty.unwrap_or(1.0);
+        if !(repetition.is_finite() && repetition > 0.0) {
+            return Err(ApiError::invalid(
+                Some("repetition_penalty"),
+                format!("repetition_penalty must be a number > 0, got {repetition}"),
+            ));
+        }
+        let logit_bias = self
+            .logit_bias
+            .iter()
+            .flatten()
+            .map(|(key, bias)| {
+                let token = key
+                    .parse::<u32>()
+                    .ok()
+                    .filter(|t| (*t as usize) < vocab_size)
+                    .ok_or_else(|| {
+                        ApiError::invalid(
+                            Some("logit_bias"),
+                            format!("logit_bias key {key:?} is not a token id of the vocabulary (size {vocab_size})"),
+                        )
+                    })?;
+                Ok((token, in_range(Some(*bias), 0.0, -MAX_BIAS, MAX_BIAS, "logit_bias")?))
+            })
+            .collect::<Result<_, ApiError>>()?;
+        Ok(Penalties {
+            presence: in_range(
+                self.presence_penalty,
+                0.0,
+                -MAX_PENALTY,
+                MAX_PENALTY,
+                "presence_penalty",
+            )?,
+            frequency: in_range(
+                self.frequency_penalty,
+                0.0,
+                -MAX_PENALTY,
+                MAX_PENALTY,
+                "frequency_penalty",
+            )?,
+            repetition,
+            logit_bias,
+        })
+    }
+}
+
+/// `value` (or `default`) when it lies in [lo, hi], else a 400 naming `param`.
+fn in_range(value: Option<f32>, default: f32, lo: f32, hi: f32, param: &str) -> Result<f32, ApiError> {
+    let v = value.unwrap_or(default);
+    if (lo..=hi).contains(&v) {
+        Ok(v)
+    } else {
+        Err(ApiError::invalid(
+            Some(param),
+            format!("{param} must be between {lo} and {hi}, got {v}"),
+        ))
     }
 }
 
@@ -92,11 +168,27 @@ impl Plan {
                 max_tokens,
                 sampling,
                 ignore_eos: self.ignore_eos,
+                min_tokens: self.min_tokens,
+                stop_token_ids: self.stop_token_ids.clone(),
             },
             speculate: self.speculate,
             logprobs,
             prompt_logprobs: None,
         }
+    }
+
+    /// A budget of `max_tokens` (named `param`) must leave room for `min_tokens`.
+    pub fn check_budget(&self, max_tokens: usize, param: &str) -> Result<(), ApiError> {
+        if self.min_tokens > max_tokens {
+            return Err(ApiError::invalid(
+                Some("min_tokens"),
+                format!(
+                    "min_tokens ({}) must be at most {param} ({max_tokens})",
+                    self.min_tokens
+                ),
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -160,64 +252,162 @@ pub fn logprobs_count(value: i64, param: &str) -> Result<usize, ApiError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeMap;
 
-    fn fields() -> SamplingFields<'static> {
-        SamplingFields {
-            temperature: None,
-            top_p: None,
-            top_k: None,
+    const VOCAB: usize = 100;
+
+    fn fields() -> SamplingRequest {
+        SamplingRequest {
             seed: Some(7),
-            stop: None,
             n: Some(3),
-            ignore_eos: None,
-            speculative: None,
+            ..SamplingRequest::default()
         }
     }
 
     #[test]
     fn choices_get_consecutive_seeds() {
-        let plan = fields().check().unwrap();
+        let plan = fields().check(VOCAB).unwrap();
         let seeds: Vec<_> = (0..plan.n)
             .map(|i| plan.request(&[1], 4, None, i).params.sampling.seed)
             .collect();
         assert_eq!(seeds, vec![Some(7), Some(8), Some(9)]);
         let r = plan.request(&[1], 4, None, 0);
         assert_eq!((r.params.sampling.temperature, r.speculate), (1.0, true));
+        assert!(r.params.sampling.penalties.is_off());
+    }
+
+    #[test]
+    fn penalties_and_stop_tokens_reach_the_engine_request() {
+        let plan = SamplingRequest {
+            presence_penalty: Some(0.5),
+            frequency_penalty: Some(-1.0),
+            repetition_penalty: Some(1.3),
+            logit_bias: Some(BTreeMap::from([("5".into(), -100.0), ("42".into(), 2.5)])),
+            min_p: Some(0.1),
+            min_tokens: Some(3),
+            stop_token_ids: Some(vec![9, 11]),
+            ..fields()
+        }
+        .check(VOCAB)
+        .unwrap();
+        let params = plan.request(&[1], 4, None, 0).params;
+        assert_eq!(
+            params.sampling.penalties,
+            Penalties {
+                presence: 0.5,
+                frequency: -1.0,
+                repetition: 1.3,
+                logit_bias: vec![(42, 2.5), (5, -100.0)],
+            }
+        );
+        assert_eq!(params.sampling.min_p, 0.1);
+        assert_eq!((params.min_tokens, params.stop_token_ids), (3, vec![9, 11]));
+        assert!(plan.check_budget(3, "max_tokens").is_ok());
+        let err = plan.check_budget(2, "max_tokens").unwrap_err();
+        assert_eq!(err.param.as_deref(), Some("min_tokens"));
     }
 
     #[test]
     fn out_of_range_fields_name_the_param() {
-        let bad = |f: SamplingFields| f.check().unwrap_err().param;
-        assert_eq!(
-            bad(SamplingFields {
-                n: Some(17),
-                ..fields()
-            })
-            .as_deref(),
-            Some("n")
-        );
-        assert_eq!(bad(SamplingFields { n: Some(0), ..fields() }).as_deref(), Some("n"));
-        let cold = SamplingFields {
-            temperature: Some(-0.5),
-            ..fields()
-        };
-        assert_eq!(bad(cold).as_deref(), Some("temperature"));
-        assert_eq!(
-            bad(SamplingFields {
-                top_p: Some(0.0),
-                ..fields()
-            })
-            .as_deref(),
-            Some("top_p")
-        );
-        assert_eq!(
-            bad(SamplingFields {
-                top_k: Some(-2),
-                ..fields()
-            })
-            .as_deref(),
-            Some("top_k")
-        );
+        let bad = |f: SamplingRequest| f.check(VOCAB).unwrap_err().param.unwrap();
+        let bias = |key: &str, v: f32| Some(BTreeMap::from([(key.to_string(), v)]));
+        let cases = [
+            (
+                "n",
+                SamplingRequest {
+                    n: Some(17),
+                    ..fields()
+                },
+            ),
+            ("n", SamplingRequest { n: Some(0), ..fields() }),
+            (
+                "temperature",
+                SamplingRequest {
+                    temperature: Some(-0.5),
+                    ..fields()
+                },
+            ),
+            (
+                "top_p",
+                SamplingRequest {
+                    top_p: Some(0.0),
+                    ..fields()
+                },
+            ),
+            (
+                "top_k",
+                SamplingRequest {
+                    top_k: Some(-2),
+                    ..fields()
+                },
+            ),
+            (
+                "min_p",
+                SamplingRequest {
+                    min_p: Some(1.5),
+                    ..fields()
+                },
+            ),
+            (
+                "presence_penalty",
+                SamplingRequest {
+                    presence_penalty: Some(2.5),
+                    ..fields()
+                },
+            ),
+            (
+                "frequency_penalty",
+                SamplingRequest {
+                    frequency_penalty: Some(-3.0),
+                    ..fields()
+                },
+            ),
+            (
+                "repetition_penalty",
+                SamplingRequest {
+                    repetition_penalty: Some(0.0),
+                    ..fields()
+                },
+            ),
+            (
+                "logit_bias",
+                SamplingRequest {
+                    logit_bias: bias("abc", 1.0),
+                    ..fields()
+                },
+            ),
+            (
+                "logit_bias",
+                SamplingRequest {
+                    logit_bias: bias("100", 1.0),
+                    ..fields()
+                },
+            ),
+            (
+                "logit_bias",
+                SamplingRequest {
+                    logit_bias: bias("3", 101.0),
+                    ..fields()
+                },
+            ),
+            (
+                "min_tokens",
+                SamplingRequest {
+                    min_tokens: Some(-1),
+                    ..fields()
+                },
+            ),
+            (
+                "stop_token_ids",
+                SamplingRequest {
+                    stop_token_ids: Some(vec![100]),
+                    ..fields()
+                },
+            ),
+        ];
+        for (param, request) in cases {
+            assert_eq!(bad(request), param);
+        }
     }
 
     #[test]

@@ -141,7 +141,7 @@ pub fn tokenize_example(
             let params = GenerateParams {
                 max_tokens: n.min(opts.max_len.saturating_sub(prompt.len())).max(1),
                 sampling: opts.sampling.clone(),
-                ignore_eos: false,
+                ..GenerateParams::default()
             };
             let mut out = Vec::new();
             generator

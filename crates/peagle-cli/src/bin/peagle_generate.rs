@@ -5,7 +5,9 @@ use anyhow::{bail, Context, Result};
 use clap::Parser;
 use peagle_cli::report::{read_prompts, Report};
 use peagle_cli::{demo_model_dir, init_tracing};
-use peagle_engine::{DraftOptions, GenerateParams, Generator, GeneratorOptions, SamplingParams, SpeculativeConfig};
+use peagle_engine::{
+    DraftOptions, GenerateParams, Generator, GeneratorOptions, Penalties, SamplingParams, SpeculativeConfig,
+};
 use peagle_models::{DrafterConfig, KvCacheDtype, LoadOptions};
 use std::io::Write;
 use std::path::PathBuf;
@@ -31,6 +33,18 @@ struct Args {
     /// 0 disables the top-k cut.
     #[arg(long, default_value_t = 0)]
     top_k: usize,
+    /// Drops tokens less likely than this share of the most likely one; 0 is off.
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
+    min_p: f32,
+    /// Above 1 discourages tokens of the prompt and output (vLLM's repetition_penalty).
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
+    repetition_penalty: f32,
+    /// Subtracted from the logit of every token already generated.
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
+    presence_penalty: f32,
+    /// Subtracted from a token's logit once per time it was generated.
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
+    frequency_penalty: f32,
     #[arg(long)]
     seed: Option<u64>,
     /// Continue past end-of-sequence tokens.
@@ -100,9 +114,17 @@ fn run(args: Args) -> Result<()> {
             temperature: args.temperature,
             top_k: args.top_k,
             top_p: args.top_p,
+            min_p: args.min_p,
             seed: args.seed,
+            penalties: Penalties {
+                presence: args.presence_penalty,
+                frequency: args.frequency_penalty,
+                repetition: args.repetition_penalty,
+                logit_bias: Vec::new(),
+            },
         },
         ignore_eos: args.ignore_eos,
+        ..GenerateParams::default()
     };
     let mut report = Report::default();
     let mut stdout = std::io::stdout().lock();

@@ -1,7 +1,7 @@
 //! `POST /v1/chat/completions`: the request with its messages, the `chat.completion` response
 //! and the `chat.completion.chunk` stream chunks.
 
-use super::{Stop, StreamOptions, Usage};
+use super::{StopReason, StreamOptions, Usage};
 use crate::choice::TokenLogprob;
 use serde::{Deserialize, Serialize};
 
@@ -12,21 +12,10 @@ pub struct ChatRequest {
     pub max_tokens: Option<i64>,
     /// The newer spelling of `max_tokens`; wins when both are given.
     pub max_completion_tokens: Option<i64>,
-    pub temperature: Option<f32>,
-    pub top_p: Option<f32>,
-    /// vLLM extension; -1 or 0 disables the cut.
-    pub top_k: Option<i64>,
-    pub seed: Option<u64>,
-    pub stop: Option<Stop>,
-    pub n: Option<i64>,
     pub logprobs: Option<bool>,
     pub top_logprobs: Option<i64>,
     pub stream: Option<bool>,
     pub stream_options: Option<StreamOptions>,
-    /// vLLM extension: keep generating past end-of-sequence tokens.
-    pub ignore_eos: Option<bool>,
-    /// peagle extension: `false` turns speculative decoding off for this request.
-    pub speculative: Option<bool>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -73,8 +62,8 @@ pub struct ChatChoice {
     pub delta: Option<Delta>,
     pub logprobs: Option<ChatLogprobs>,
     pub finish_reason: Option<&'static str>,
-    /// vLLM extension: the stop string that ended the choice.
-    pub stop_reason: Option<String>,
+    /// vLLM extension: the stop string or stop token id that ended the choice.
+    pub stop_reason: Option<StopReason>,
 }
 
 #[derive(Debug, Serialize)]

@@ -1,6 +1,6 @@
 //! `POST /v1/completions`: the request and the `text_completion` response and stream chunks.
 
-use super::{Stop, StreamOptions, Usage};
+use super::{StopReason, StreamOptions, Usage};
 use crate::choice::TokenLogprob;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -10,22 +10,15 @@ pub struct CompletionRequest {
     pub model: Option<String>,
     pub prompt: PromptInput,
     pub max_tokens: Option<i64>,
-    pub temperature: Option<f32>,
-    pub top_p: Option<f32>,
-    /// vLLM extension; -1 or 0 disables the cut.
-    pub top_k: Option<i64>,
-    pub seed: Option<u64>,
-    pub stop: Option<Stop>,
-    pub n: Option<i64>,
     /// Number of most likely alternatives to report with each token's log-probability.
     pub logprobs: Option<i64>,
     pub echo: Option<bool>,
     pub stream: Option<bool>,
     pub stream_options: Option<StreamOptions>,
-    /// vLLM extension: keep generating past end-of-sequence tokens.
-    pub ignore_eos: Option<bool>,
-    /// peagle extension: `false` turns speculative decoding off for this request.
-    pub speculative: Option<bool>,
+    /// Accepted only when it equals `n`: no other choices are generated to pick from.
+    pub best_of: Option<i64>,
+    /// Not supported: the model has no fill-in-the-middle mode.
+    pub suffix: Option<String>,
 }
 
 /// `prompt`: text or token ids, one prompt or a list of them.
@@ -59,8 +52,8 @@ pub struct CompletionChoice {
     pub text: String,
     pub logprobs: Option<CompletionLogprobs>,
     pub finish_reason: Option<&'static str>,
-    /// vLLM extension: the stop string that ended the choice.
-    pub stop_reason: Option<String>,
+    /// vLLM extension: the stop string or stop token id that ended the choice.
+    pub stop_reason: Option<StopReason>,
 }
 
 /// The legacy completions logprobs layout: parallel lists, one entry per token.

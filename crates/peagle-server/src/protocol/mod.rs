@@ -3,6 +3,7 @@
 
 pub mod chat;
 pub mod completion;
+pub mod sampling;
 
 use serde::{Deserialize, Serialize};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -24,6 +25,14 @@ impl Stop {
         };
         all.into_iter().filter(|s| !s.is_empty()).collect()
     }
+}
+
+/// vLLM's `stop_reason`: the stop string or stop token id that ended a choice.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(untagged)]
+pub enum StopReason {
+    Text(String),
+    Token(u32),
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]

@@ -4,12 +4,13 @@
 use super::check_model;
 use crate::choice::{Choice, TokenLogprob};
 use crate::error::ApiError;
-use crate::json_body::ApiJson;
-use crate::params::{check_prompt, logprobs_count, max_tokens, SamplingFields};
+use crate::json_body::ApiJsonViews;
+use crate::params::{check_prompt, logprobs_count, max_tokens};
 use crate::protocol::chat::{
     ChatChoice, ChatLogprobs, ChatMessage, ChatRequest, ChatResponse, Delta, Message, MessageContent,
 };
-use crate::protocol::{new_id, unix_time, Usage};
+use crate::protocol::sampling::SamplingRequest;
+use crate::protocol::{new_id, unix_time, StopReason, Usage};
 use crate::sse::{done_event, error_event, json_event, merged};
 use crate::state::AppState;
 use axum::extract::State;
@@ -55,26 +56,16 @@ impl Meta {
     }
 }
 
-/// A choice's finish reason and stop string, when it has ended.
-type Finished = (Option<&'static str>, Option<String>);
+/// A choice's finish reason and stop string or token, when it has ended.
+type Finished = (Option<&'static str>, Option<StopReason>);
 
 pub async fn chat_completions(
     State(state): State<Arc<AppState>>,
-    ApiJson(req): ApiJson<ChatRequest>,
+    ApiJsonViews(req, sampling): ApiJsonViews<ChatRequest, SamplingRequest>,
 ) -> Result<Response, ApiError> {
     let arrived = Instant::now();
     check_model(&state, req.model.as_deref())?;
-    let plan = SamplingFields {
-        temperature: req.temperature,
-        top_p: req.top_p,
-        top_k: req.top_k,
-        seed: req.seed,
-        stop: req.stop.as_ref(),
-        n: req.n,
-        ignore_eos: req.ignore_eos,
-        speculative: req.speculative,
-    }
-    .check()?;
+    let plan = sampling.check(state.model.vocab_size())?;
     let top = req
         .top_logprobs
         .map(|v| logprobs_count(v, "top_logprobs"))
@@ -99,6 +90,7 @@ pub async fn chat_completions(
     };
     // Without a limit, a chat answer may use the rest of the context.
     let budget = max_tokens(requested, param, usize::MAX, prompt.len(), max_len)?;
+    plan.check_budget(budget, param)?;
     let choices = (0..plan.n)
         .map(|i| {
             let request = plan.request(&prompt, budget, logprobs, i);

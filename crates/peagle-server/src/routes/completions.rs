@@ -4,12 +4,13 @@
 use super::check_model;
 use crate::choice::{Choice, TokenLogprob};
 use crate::error::ApiError;
-use crate::json_body::ApiJson;
-use crate::params::{check_prompt, logprobs_count, max_tokens, SamplingFields};
+use crate::json_body::ApiJsonViews;
+use crate::params::{check_prompt, logprobs_count, max_tokens};
 use crate::protocol::completion::{
     CompletionChoice, CompletionLogprobs, CompletionRequest, CompletionResponse, PromptInput,
 };
-use crate::protocol::{new_id, unix_time, Usage};
+use crate::protocol::sampling::SamplingRequest;
+use crate::protocol::{new_id, unix_time, StopReason, Usage};
 use crate::sse::{done_event, error_event, json_event, merged};
 use crate::state::AppState;
 use axum::extract::State;
@@ -68,26 +69,17 @@ impl Meta {
     }
 }
 
-/// A choice's finish reason and stop string, when it has ended.
-type Finished = (Option<&'static str>, Option<String>);
+/// A choice's finish reason and stop string or token, when it has ended.
+type Finished = (Option<&'static str>, Option<StopReason>);
 
 pub async fn completions(
     State(state): State<Arc<AppState>>,
-    ApiJson(req): ApiJson<CompletionRequest>,
+    ApiJsonViews(req, sampling): ApiJsonViews<CompletionRequest, SamplingRequest>,
 ) -> Result<Response, ApiError> {
     let arrived = Instant::now();
     check_model(&state, req.model.as_deref())?;
-    let plan = SamplingFields {
-        temperature: req.temperature,
-        top_p: req.top_p,
-        top_k: req.top_k,
-        seed: req.seed,
-        stop: req.stop.as_ref(),
-        n: req.n,
-        ignore_eos: req.ignore_eos,
-        speculative: req.speculative,
-    }
-    .check()?;
+    let plan = sampling.check(state.model.vocab_size())?;
+    check_unsupported(&req, plan.n)?;
     let logprobs = req.logprobs.map(|v| logprobs_count(v, "logprobs")).transpose()?;
     let echo = req.echo.unwrap_or(false);
     let prompts = prompts(&state, &req.prompt)?;
@@ -97,9 +89,11 @@ pub async fn completions(
         .iter()
         .map(|p| {
             check_prompt(p.ids.len(), max_len, "prompt")?;
-            max_tokens(req.max_tokens, "max_tokens", DEFAULT_MAX_TOKENS, p.ids.len(), max_len)
+            let budget = max_tokens(req.max_tokens, "max_tokens", DEFAULT_MAX_TOKENS, p.ids.len(), max_len)?;
+            plan.check_budget(budget, "max_tokens")?;
+            Ok(budget)
         })
-        .collect::<Result<Vec<_>, _>>()?;
+        .collect::<Result<Vec<_>, ApiError>>()?;
     let mut choices = Vec::new();
     let mut echoes = Vec::new();
     for (prompt, budget) in prompts.iter().zip(budgets) {
@@ -137,6 +131,20 @@ pub async fn completions(
         .collect();
     let usage = Usage::new(prompt_tokens, completion_tokens);
     Ok(Json(meta.response(choices, Some(usage))).into_response())
+}
+
+/// Legacy fields vLLM refuses too, rather than ignoring what the client asked for.
+fn check_unsupported(req: &CompletionRequest, n: usize) -> Result<(), ApiError> {
+    if req.best_of.is_some_and(|b| b != n as i64) {
+        return Err(ApiError::invalid(
+            Some("best_of"),
+            "best_of is not supported; ask for n choices and pick among them",
+        ));
+    }
+    if req.suffix.as_ref().is_some_and(|s| !s.is_empty()) {
+        return Err(ApiError::invalid(Some("suffix"), "suffix is not supported"));
+    }
+    Ok(())
 }
 
 fn prompts(state: &AppState, input: &PromptInput) -> Result<Vec<Prompt>, ApiError> {

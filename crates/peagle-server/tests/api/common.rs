@@ -21,6 +21,14 @@ pub fn model_dir(name: &str) -> PathBuf {
         .join(name)
 }
 
+/// The demo tokenizer's id of `token`, a whole token's text.
+pub fn token_id(token: &str) -> u32 {
+    let tokenizer = tokenizers::Tokenizer::from_file(model_dir(MODEL).join("tokenizer.json")).unwrap();
+    let ids = tokenizer.encode(token, false).unwrap().get_ids().to_vec();
+    assert_eq!(ids.len(), 1, "{token:?} is not one token: {ids:?}");
+    ids[0]
+}
+
 pub struct Options {
     pub speculative: bool,
     pub config: ServerConfig,

@@ -1,6 +1,6 @@
 //! /v1/completions: plain and streamed, n, stop strings, logprobs, seeds, echo, token prompts.
 
-use crate::common::{greedy, streamed, texts, TestServer, MODEL};
+use crate::common::{greedy, streamed, texts, token_id, TestServer, MODEL};
 use serde_json::{json, Value};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -115,11 +115,18 @@ async fn a_stop_string_cuts_the_text_and_ends_the_choice() {
     assert!(body["usage"]["completion_tokens"].as_u64().unwrap() < 40, "{body}");
 
     request["stream"] = json!(true);
-    let chunks = server.stream("/v1/completions", request).await;
+    let chunks = server.stream("/v1/completions", request.clone()).await;
     assert_eq!(
         streamed(&chunks, 0, "text"),
         (expected.to_string(), Some("stop".into()))
     );
+
+    // Stop strings are looked for only after min_tokens tokens, as in vLLM.
+    request["min_tokens"] = json!(40);
+    request["stream"] = json!(false);
+    let body = server.ok("/v1/completions", request).await;
+    assert_eq!(body["choices"][0]["text"], full);
+    assert_eq!(body["choices"][0]["finish_reason"], "length");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -255,4 +262,56 @@ async fn speculation_can_be_turned_off_per_request_with_the_same_greedy_text() {
     let speculative = texts(&server.ok("/v1/completions", greedy("def main():", 24)).await);
     assert_eq!(plain, speculative);
     assert!(server.metric("peagle:spec_decode_num_drafts_total").await > drafts_before);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn penalties_and_logit_bias_steer_greedy_text_alike_with_and_without_speculation() {
+    let server = TestServer::start().await;
+    let prompt = "import os\nimport sys\n";
+    let plain = texts(&server.ok("/v1/completions", greedy(prompt, 32)).await);
+    let mut penalised = greedy(prompt, 32);
+    penalised["repetition_penalty"] = json!(1.5);
+    penalised["frequency_penalty"] = json!(0.5);
+    penalised["presence_penalty"] = json!(0.5);
+    let speculative = texts(&server.ok("/v1/completions", penalised.clone()).await);
+    assert_ne!(speculative, plain, "the penalties change the text");
+    penalised["speculative"] = json!(false);
+    assert_eq!(texts(&server.ok("/v1/completions", penalised).await), speculative);
+
+    // A bias of 100 on one token makes greedy decoding repeat it.
+    let forced = token_id(" pass");
+    let mut biased = greedy(prompt, 6);
+    biased["logit_bias"] = json!({ forced.to_string(): 100 });
+    assert_eq!(
+        texts(&server.ok("/v1/completions", biased).await),
+        vec![" pass".repeat(6)]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_token_id_ends_the_choice_and_is_reported() {
+    let server = TestServer::start().await;
+    let mut request = greedy("def main():", 32);
+    request["logprobs"] = json!(0);
+    let free = server.ok("/v1/completions", request.clone()).await;
+    let tokens = free["choices"][0]["logprobs"]["tokens"].as_array().unwrap().clone();
+    let stop = token_id(tokens[4].as_str().unwrap());
+    assert!(
+        !tokens[..4].contains(&tokens[4]),
+        "the stop token must not come earlier: {tokens:?}"
+    );
+    request["stop_token_ids"] = json!([stop]);
+    let stopped = server.ok("/v1/completions", request.clone()).await;
+    let choice = &stopped["choices"][0];
+    assert_eq!(choice["finish_reason"], "stop");
+    assert_eq!(choice["stop_reason"], json!(stop));
+    assert_eq!(choice["logprobs"]["tokens"].as_array().unwrap()[..], tokens[..5]);
+    assert_eq!(stopped["usage"]["completion_tokens"], 5);
+
+    // Held back until 8 tokens are out, it cannot end the choice at the 5th.
+    request["min_tokens"] = json!(8);
+    let held = server.ok("/v1/completions", request).await;
+    let held_tokens = held["choices"][0]["logprobs"]["tokens"].as_array().unwrap();
+    assert!(held_tokens.len() >= 8, "{held}");
+    assert_ne!(held_tokens[4], tokens[4]);
 }

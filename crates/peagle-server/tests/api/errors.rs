@@ -79,6 +79,56 @@ async fn invalid_requests_get_400_naming_the_field() {
     bad_request(&server, cmpl, with("n", json!(17)), Some("n")).await;
     bad_request(&server, cmpl, with("logprobs", json!(21)), Some("logprobs")).await;
     bad_request(&server, cmpl, with("stop", json!(3)), Some("stop")).await;
+    bad_request(&server, cmpl, with("min_p", json!(1.5)), Some("min_p")).await;
+    bad_request(
+        &server,
+        cmpl,
+        with("presence_penalty", json!(2.5)),
+        Some("presence_penalty"),
+    )
+    .await;
+    bad_request(
+        &server,
+        cmpl,
+        with("frequency_penalty", json!(-2.5)),
+        Some("frequency_penalty"),
+    )
+    .await;
+    bad_request(
+        &server,
+        cmpl,
+        with("repetition_penalty", json!(0)),
+        Some("repetition_penalty"),
+    )
+    .await;
+    bad_request(&server, cmpl, with("logit_bias", json!({"x": 1})), Some("logit_bias")).await;
+    bad_request(
+        &server,
+        cmpl,
+        with("logit_bias", json!({"100000": 1})),
+        Some("logit_bias"),
+    )
+    .await;
+    bad_request(&server, cmpl, with("logit_bias", json!({"5": 101})), Some("logit_bias")).await;
+    bad_request(
+        &server,
+        cmpl,
+        with("logit_bias", json!({"5": "up"})),
+        Some("logit_bias.5"),
+    )
+    .await;
+    bad_request(
+        &server,
+        cmpl,
+        with("stop_token_ids", json!([100000])),
+        Some("stop_token_ids"),
+    )
+    .await;
+    bad_request(&server, cmpl, with("min_tokens", json!(-1)), Some("min_tokens")).await;
+    // More than max_tokens (4) can give.
+    bad_request(&server, cmpl, with("min_tokens", json!(5)), Some("min_tokens")).await;
+    bad_request(&server, cmpl, with("best_of", json!(3)), Some("best_of")).await;
+    bad_request(&server, cmpl, with("suffix", json!("}")), Some("suffix")).await;
 
     let chat = "/v1/chat/completions";
     let message = |content: Value| json!({"messages": [{"role": "user", "content": content}]});

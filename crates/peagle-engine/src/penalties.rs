@@ -1,0 +1,174 @@
+//! Logit adjustments a request asks for before its token is chosen: OpenAI's `logit_bias`,
+//! presence and frequency penalties, vLLM's repetition penalty, and `min_tokens`, which holds
+//! back the stop tokens until that many tokens are out. They apply to greedy and sampled
+//! requests alike, in vLLM's order: bias, stop tokens held back, then the penalties.
+//!
+//! Each depends on the tokens before the one being chosen. Row i of a verification window
+//! follows the sequence and drafts `d1..di`, and it only decides a token when those drafts
+//! were accepted, so it counts them as generated: speculation then chooses exactly the tokens
+//! plain decoding would.
+
+use crate::sequence::Sequence;
+use std::borrow::Cow;
+use std::collections::{HashMap, HashSet};
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Penalties {
+    /// Subtracted once from every token already generated (OpenAI, -2 to 2; 0 is off).
+    pub presence: f32,
+    /// Subtracted per occurrence in the generated tokens (OpenAI, -2 to 2; 0 is off).
+    pub frequency: f32,
+    /// Divides positive and multiplies negative logits of tokens in the prompt or output
+    /// (vLLM; 1 is off, above 1 discourages repeats).
+    pub repetition: f32,
+    /// Added to the logits of these tokens (OpenAI `logit_bias`).
+    pub logit_bias: Vec<(u32, f32)>,
+}
+
+impl Default for Penalties {
+    fn default() -> Self {
+        Self {
+            presence: 0.0,
+            frequency: 0.0,
+            repetition: 1.0,
+            logit_bias: Vec::new(),
+        }
+    }
+}
+
+impl Penalties {
+    pub fn is_off(&self) -> bool {
+        *self == Self::default()
+    }
+
+    /// Adjusts `logits` for the token after `history`.
+    pub fn apply(&self, logits: &mut [f32], history: &History) {
+        for &(token, bias) in &self.logit_bias {
+            if let Some(l) = logits.get_mut(token as usize) {
+                *l += bias;
+            }
+        }
+        if self.repetition != 1.0 {
+            for &token in history.output.keys().chain(&history.prompt) {
+                if let Some(l) = logits.get_mut(token as usize) {
+                    *l = if *l > 0.0 {
+                        *l / self.repetition
+                    } else {
+                        *l * self.repetition
+                    };
+                }
+            }
+        }
+        for (&token, &count) in &history.output {
+            if let Some(l) = logits.get_mut(token as usize) {
+                *l -= self.frequency * count as f32 + self.presence;
+            }
+        }
+    }
+}
+
+/// The tokens before the one being chosen, as the penalties read them.
+pub struct History {
+    /// Occurrences of each generated token.
+    output: HashMap<u32, u32>,
+    /// Prompt tokens that were not generated (the repetition penalty applies once per token).
+    prompt: HashSet<u32>,
+    generated: usize,
+}
+
+impl History {
+    pub fn new(prompt: &[u32], generated: &[u32]) -> Self {
+        let mut history = Self {
+            output: HashMap::new(),
+            prompt: HashSet::new(),
+            generated: 0,
+        };
+        for &token in generated {
+            history.push(token);
+        }
+        history.prompt = prompt
+            .iter()
+            .copied()
+            .filter(|t| !history.output.contains_key(t))
+            .collect();
+        history
+    }
+
+    pub fn push(&mut self, token: u32) {
+        self.prompt.remove(&token);
+        *self.output.entry(token).or_default() += 1;
+        self.generated += 1;
+    }
+}
+
+/// The rows of a window as the sequence's next tokens are chosen from: row i follows the
+/// sequence's tokens and `drafts[..i]`. Its stop tokens (`eos` among them) are held back
+/// while fewer than `min_tokens` tokens are generated. Borrows the rows when nothing applies.
+pub fn adjusted_rows<'a>(seq: &Sequence, drafts: &[u32], rows: &'a [Vec<f32>], eos: &[u32]) -> Cow<'a, [Vec<f32>]> {
+    let penalties = &seq.params.sampling.penalties;
+    let generated = seq.generated().len();
+    if penalties.is_off() && generated >= seq.params.min_tokens {
+        return Cow::Borrowed(rows);
+    }
+    let stop_ids = seq.stop_ids(eos);
+    let mut history = History::new(&seq.token_ids[..seq.num_prompt_tokens], seq.generated());
+    let mut adjusted = rows.to_vec();
+    for (i, row) in adjusted.iter_mut().enumerate() {
+        if i > 0 {
+            history.push(drafts[i - 1]);
+        }
+        penalties.apply(row, &history);
+        if history.generated < seq.params.min_tokens {
+            for &token in &stop_ids {
+                if let Some(l) = row.get_mut(token as usize) {
+                    *l = f32::NEG_INFINITY;
+                }
+            }
+        }
+    }
+    Cow::Owned(adjusted)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn penalties_follow_the_openai_and_vllm_formulas() {
+        let history = History::new(&[0, 1], &[2, 2, 3, 1]);
+        let penalties = Penalties {
+            presence: 0.5,
+            frequency: 0.25,
+            repetition: 2.0,
+            logit_bias: vec![(4, 3.0), (0, -1.0)],
+        };
+        let mut logits = vec![1.0, -1.0, 4.0, 2.0, 0.5, 1.0];
+        penalties.apply(&mut logits, &history);
+        // 0: bias then prompt repeat: (1 - 1) = 0, not positive, so * 2 = 0.
+        // 1: prompt and output once: -1 * 2 - 0.25 - 0.5.
+        // 2: output twice: 4 / 2 - 0.5 - 0.5. 3: output once: 2 / 2 - 0.25 - 0.5.
+        // 4: bias only. 5: untouched.
+        assert_eq!(logits, vec![0.0, -2.75, 1.0, 0.25, 3.5, 1.0]);
+    }
+
+    #[test]
+    fn defaults_are_off_and_leave_logits_alone() {
+        let penalties = Penalties::default();
+        assert!(penalties.is_off());
+        let mut logits = vec![1.0, -2.0, 3.0];
+        penalties.apply(&mut logits, &History::new(&[0, 1], &[2, 2]));
+        assert_eq!(logits, vec![1.0, -2.0, 3.0]);
+    }
+
+    #[test]
+    fn a_token_out_of_the_vocabulary_is_ignored() {
+        let penalties = Penalties {
+            logit_bias: vec![(7, 5.0)],
+            frequency: 1.0,
+            ..Penalties::default()
+        };
+        let mut logits = vec![0.0, 0.0];
+        penalties.apply(&mut logits, &History::new(&[], &[9]));
+        assert_eq!(logits, vec![0.0, 0.0]);
+    }
+}

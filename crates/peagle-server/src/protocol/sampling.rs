@@ -1,0 +1,33 @@
+//! The request fields completions and chat share: how tokens are chosen and when a choice
+//! stops. Read from the same body as the route's own fields.
+
+use super::Stop;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct SamplingRequest {
+    pub temperature: Option<f32>,
+    pub top_p: Option<f32>,
+    /// vLLM extension; -1 or 0 disables the cut.
+    pub top_k: Option<i64>,
+    /// vLLM extension; 0 disables the cut.
+    pub min_p: Option<f32>,
+    pub seed: Option<u64>,
+    pub stop: Option<Stop>,
+    pub n: Option<i64>,
+    pub presence_penalty: Option<f32>,
+    pub frequency_penalty: Option<f32>,
+    /// vLLM extension; 1 is off.
+    pub repetition_penalty: Option<f32>,
+    /// Token id (as a string, OpenAI's spelling) to a bias added to its logit.
+    pub logit_bias: Option<BTreeMap<String, f32>>,
+    /// vLLM extension: no end-of-sequence or stop token before this many tokens.
+    pub min_tokens: Option<i64>,
+    /// vLLM extension: token ids that end the choice; the token is kept in the output.
+    pub stop_token_ids: Option<Vec<u32>>,
+    /// vLLM extension: keep generating past end-of-sequence tokens.
+    pub ignore_eos: Option<bool>,
+    /// peagle extension: `false` turns speculative decoding off for this request.
+    pub speculative: Option<bool>,
+}
