@@ -1,10 +1,11 @@
-//! The router: OpenAI routes behind the API key, open /health and /metrics, and OpenAI-style
-//! errors for everything axum would otherwise answer in plain text (unknown routes, wrong
-//! methods, oversized bodies) or not at all (a panicking handler).
+//! The router: OpenAI routes and vLLM's /tokenize and /detokenize behind the API key, open
+//! /health and /metrics, and OpenAI-style errors for everything axum would otherwise answer in
+//! plain text (unknown routes, wrong methods, oversized bodies) or not at all (a panicking
+//! handler).
 
 use crate::auth::require_api_key;
 use crate::error::ApiError;
-use crate::routes::{chat, completions, info};
+use crate::routes::{chat, completions, info, tokenize};
 use crate::state::AppState;
 use axum::extract::DefaultBodyLimit;
 use axum::http::StatusCode;
@@ -16,13 +17,15 @@ use std::sync::Arc;
 use tower_http::catch_panic::CatchPanicLayer;
 
 pub fn routes(state: Arc<AppState>) -> Router {
-    let v1 = Router::new()
+    let guarded = Router::new()
         .route("/v1/completions", post(completions::completions))
         .route("/v1/chat/completions", post(chat::chat_completions))
         .route("/v1/models", get(info::models))
+        .route("/tokenize", post(tokenize::tokenize))
+        .route("/detokenize", post(tokenize::detokenize))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_api_key));
     Router::new()
-        .merge(v1)
+        .merge(guarded)
         .route("/health", get(info::health))
         .route("/metrics", get(info::metrics))
         .with_state(state)

@@ -9,6 +9,16 @@ use axum::http::StatusCode;
 use axum::Json;
 use serde::de::DeserializeOwned;
 
+pub struct ApiJson<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        typed(body(req, state).await?).map(ApiJson)
+    }
+}
+
 /// One body read as two types, each from the whole object: fields shared by several routes
 /// live in their own type, and a wrongly typed one is still reported by its path (serde's
 /// `flatten` would lose it).

@@ -72,12 +72,7 @@ impl SamplingRequest {
             }
         };
         let stop_token_ids = self.stop_token_ids.clone().unwrap_or_default();
-        if let Some(bad) = stop_token_ids.iter().find(|t| **t as usize >= vocab_size) {
-            return Err(ApiError::invalid(
-                Some("stop_token_ids"),
-                format!("token id {bad} is outside the vocabulary (size {vocab_size})"),
-            ));
-        }
+        check_token_ids(&stop_token_ids, vocab_size, "stop_token_ids")?;
         Ok(Plan {
             n: n as usize,
             stop: self.stop.as_ref().map(|s| s.strings()).unwrap_or_default(),
@@ -189,6 +184,17 @@ impl Plan {
             ));
         }
         Ok(())
+    }
+}
+
+/// Every id in `ids` (the field `param`) must be below `vocab_size`.
+pub fn check_token_ids(ids: &[u32], vocab_size: usize, param: &str) -> Result<(), ApiError> {
+    match ids.iter().find(|id| **id as usize >= vocab_size) {
+        Some(bad) => Err(ApiError::invalid(
+            Some(param),
+            format!("token id {bad} is outside the vocabulary (size {vocab_size})"),
+        )),
+        None => Ok(()),
     }
 }
 

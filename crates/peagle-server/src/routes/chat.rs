@@ -128,7 +128,7 @@ pub async fn chat_completions(
 }
 
 /// The conversation as prompt text, through the model's chat template.
-fn prompt_text(state: &AppState, messages: &[ChatMessage]) -> Result<String, ApiError> {
+pub(crate) fn prompt_text(state: &AppState, messages: &[ChatMessage]) -> Result<String, ApiError> {
     if messages.is_empty() {
         return Err(ApiError::invalid(Some("messages"), "messages is empty"));
     }

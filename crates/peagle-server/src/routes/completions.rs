@@ -5,7 +5,7 @@ use super::check_model;
 use crate::choice::{Choice, TokenLogprob};
 use crate::error::ApiError;
 use crate::json_body::ApiJsonViews;
-use crate::params::{check_prompt, logprobs_count, max_tokens};
+use crate::params::{check_prompt, check_token_ids, logprobs_count, max_tokens};
 use crate::protocol::completion::{
     CompletionChoice, CompletionLogprobs, CompletionRequest, CompletionResponse, PromptInput,
 };
@@ -160,12 +160,7 @@ fn prompts(state: &AppState, input: &PromptInput) -> Result<Vec<Prompt>, ApiErro
         })
     };
     let from_ids = |ids: &Vec<u32>| -> Result<Prompt, ApiError> {
-        if let Some(bad) = ids.iter().find(|id| **id as usize >= model.vocab_size()) {
-            return Err(ApiError::invalid(
-                Some("prompt"),
-                format!("token id {bad} is outside the vocabulary (size {})", model.vocab_size()),
-            ));
-        }
+        check_token_ids(ids, model.vocab_size(), "prompt")?;
         Ok(Prompt {
             ids: ids.clone(),
             text: model.decode(ids)?,

@@ -3,6 +3,7 @@
 pub mod chat;
 pub mod completions;
 pub mod info;
+pub mod tokenize;
 
 use crate::error::ApiError;
 use crate::state::AppState;

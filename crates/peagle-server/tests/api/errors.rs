@@ -228,6 +228,13 @@ async fn an_api_key_guards_the_v1_routes() {
         .unwrap();
     error(wrong, StatusCode::UNAUTHORIZED).await;
     error(server.get("/v1/models").await, StatusCode::UNAUTHORIZED).await;
+    let tokenize = server
+        .post("/tokenize")
+        .json(&json!({"prompt": "hi"}))
+        .send()
+        .await
+        .unwrap();
+    error(tokenize, StatusCode::UNAUTHORIZED).await;
     let right = server
         .post("/v1/completions")
         .bearer_auth("sk-test")

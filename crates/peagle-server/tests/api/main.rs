@@ -9,3 +9,4 @@ mod concurrency;
 mod engine_metrics;
 mod errors;
 mod shutdown;
+mod tokenize;

@@ -1,0 +1,72 @@
+//! `POST /tokenize` and `POST /detokenize` (vLLM's): the served model's token ids of a prompt
+//! or of chat messages as the chat route renders them, and the text of token ids. Clients use
+//! them to count tokens and to find the ids `logit_bias` and `stop_token_ids` take.
+
+use super::chat::prompt_text;
+use super::check_model;
+use crate::error::ApiError;
+use crate::json_body::ApiJson;
+use crate::params::check_token_ids;
+use crate::protocol::chat::ChatMessage;
+use crate::state::AppState;
+use axum::extract::State;
+use axum::Json;
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+
+#[derive(Debug, Deserialize)]
+pub struct TokenizeRequest {
+    pub model: Option<String>,
+    pub prompt: Option<String>,
+    pub messages: Option<Vec<ChatMessage>>,
+    /// Default: true for a prompt, false for messages (the template holds its own).
+    pub add_special_tokens: Option<bool>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct TokenizeResponse {
+    pub count: usize,
+    pub max_model_len: usize,
+    pub tokens: Vec<u32>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct DetokenizeRequest {
+    pub model: Option<String>,
+    pub tokens: Vec<u32>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct DetokenizeResponse {
+    pub prompt: String,
+}
+
+pub async fn tokenize(
+    State(state): State<Arc<AppState>>,
+    ApiJson(req): ApiJson<TokenizeRequest>,
+) -> Result<Json<TokenizeResponse>, ApiError> {
+    check_model(&state, req.model.as_deref())?;
+    let tokens = match (&req.prompt, &req.messages) {
+        (Some(prompt), None) => state.model.encode(prompt, req.add_special_tokens.unwrap_or(true))?,
+        (None, Some(messages)) => state
+            .model
+            .encode(&prompt_text(&state, messages)?, req.add_special_tokens.unwrap_or(false))?,
+        _ => return Err(ApiError::invalid(None, "give either prompt or messages")),
+    };
+    Ok(Json(TokenizeResponse {
+        count: tokens.len(),
+        max_model_len: state.engine.max_model_len(),
+        tokens,
+    }))
+}
+
+pub async fn detokenize(
+    State(state): State<Arc<AppState>>,
+    ApiJson(req): ApiJson<DetokenizeRequest>,
+) -> Result<Json<DetokenizeResponse>, ApiError> {
+    check_model(&state, req.model.as_deref())?;
+    check_token_ids(&req.tokens, state.model.vocab_size(), "tokens")?;
+    Ok(Json(DetokenizeResponse {
+        prompt: state.model.decode(&req.tokens)?,
+    }))
+}
