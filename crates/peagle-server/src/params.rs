@@ -29,6 +29,7 @@ pub struct Plan {
 impl SamplingRequest {
     /// Checks every field (400 naming it); token ids must be below `vocab_size`.
     pub fn check(&self, vocab_size: usize) -> Result<Plan, ApiError> {
+        self.refused.check()?;
         let n = self.n.unwrap_or(1);
         if !(1..=MAX_N).contains(&n) {
             return Err(ApiError::invalid(

@@ -3,6 +3,7 @@
 
 pub mod chat;
 pub mod completion;
+pub mod refused;
 pub mod sampling;
 
 use serde::{Deserialize, Serialize};

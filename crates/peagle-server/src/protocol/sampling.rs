@@ -1,6 +1,7 @@
 //! The request fields completions and chat share: how tokens are chosen and when a choice
 //! stops. Read from the same body as the route's own fields.
 
+use super::refused::Refused;
 use super::Stop;
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -30,4 +31,7 @@ pub struct SamplingRequest {
     pub ignore_eos: Option<bool>,
     /// peagle extension: `false` turns speculative decoding off for this request.
     pub speculative: Option<bool>,
+    /// Raw JSON only, so flattening it costs no field its error path.
+    #[serde(flatten)]
+    pub refused: Refused,
 }

@@ -143,6 +143,19 @@ async fn invalid_requests_get_400_naming_the_field() {
     let mut r = message(json!("hi"));
     r["max_completion_tokens"] = json!(0);
     bad_request(&server, chat, r, Some("max_completion_tokens")).await;
+    let mut r = message(json!("hi"));
+    r["tools"] = json!([{"type": "function", "function": {"name": "now", "parameters": {}}}]);
+    bad_request(&server, chat, r, Some("tools")).await;
+    let mut r = message(json!("hi"));
+    r["response_format"] = json!({"type": "json_object"});
+    bad_request(&server, chat, r, Some("response_format")).await;
+    bad_request(
+        &server,
+        cmpl,
+        with("guided_regex", json!("[0-9]+")),
+        Some("guided_regex"),
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,0 +1,101 @@
+//! Fields of OpenAI's and vLLM's APIs that peagle does not implement: structured output and
+//! tool calling. Each is refused with a 400 naming it, since ignoring it would hand the client
+//! text that does not honour what it asked for. Held as raw JSON, so no value is a type error.
+
+use crate::error::ApiError;
+use serde::Deserialize;
+use serde_json::Value;
+
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct Refused {
+    response_format: Option<Value>,
+    structured_outputs: Option<Value>,
+    guided_json: Option<Value>,
+    guided_regex: Option<Value>,
+    guided_choice: Option<Value>,
+    guided_grammar: Option<Value>,
+    tools: Option<Value>,
+    functions: Option<Value>,
+}
+
+impl Refused {
+    pub fn check(&self) -> Result<(), ApiError> {
+        if self
+            .response_format
+            .as_ref()
+            .is_some_and(|f| !is_null_or(f, |f| f["type"] == "text"))
+        {
+            return Err(refuse("response_format", "only {\"type\": \"text\"} is supported"));
+        }
+        let constraints = [
+            ("structured_outputs", &self.structured_outputs),
+            ("guided_json", &self.guided_json),
+            ("guided_regex", &self.guided_regex),
+            ("guided_choice", &self.guided_choice),
+            ("guided_grammar", &self.guided_grammar),
+        ];
+        if let Some((name, _)) = constraints.iter().find(|(_, v)| !is_none(v)) {
+            return Err(refuse(name, "structured output is not supported"));
+        }
+        let calls = [("tools", &self.tools), ("functions", &self.functions)];
+        let empty = |v: &Value| v.as_array().is_some_and(Vec::is_empty);
+        if let Some((name, _)) = calls
+            .iter()
+            .find(|(_, v)| v.as_ref().is_some_and(|v| !is_null_or(v, empty)))
+        {
+            return Err(refuse(name, "tool calling is not supported"));
+        }
+        Ok(())
+    }
+}
+
+fn is_none(value: &Option<Value>) -> bool {
+    value.as_ref().is_none_or(Value::is_null)
+}
+
+fn is_null_or(value: &Value, accepted: impl Fn(&Value) -> bool) -> bool {
+    value.is_null() || accepted(value)
+}
+
+fn refuse(param: &str, why: &str) -> ApiError {
+    ApiError::invalid(Some(param), format!("{param}: {why} by this server"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn param(body: Value) -> Option<String> {
+        serde_json::from_value::<Refused>(body)
+            .unwrap()
+            .check()
+            .err()
+            .and_then(|e| e.param)
+    }
+
+    #[test]
+    fn accepts_what_asks_for_nothing_and_refuses_the_rest() {
+        for fine in [
+            json!({}),
+            json!({"response_format": {"type": "text"}}),
+            json!({"response_format": null, "guided_json": null}),
+            json!({"tools": [], "functions": null}),
+        ] {
+            assert_eq!(param(fine.clone()), None, "{fine}");
+        }
+        let refused = [
+            ("response_format", json!({"response_format": {"type": "json_object"}})),
+            ("guided_choice", json!({"guided_choice": ["a", "b"]})),
+            ("structured_outputs", json!({"structured_outputs": {"regex": "a+"}})),
+            (
+                "tools",
+                json!({"tools": [{"type": "function", "function": {"name": "f"}}]}),
+            ),
+            ("functions", json!({"functions": [{"name": "f"}]})),
+        ];
+        for (name, body) in refused {
+            assert_eq!(param(body).as_deref(), Some(name));
+        }
+    }
+}
