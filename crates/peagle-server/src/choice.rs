@@ -59,6 +59,19 @@ pub struct Finish {
     pub completion_tokens: usize,
 }
 
+/// A choice's finish reason and stop string or token as a response carries them: both None
+/// until the choice has ended.
+pub type Finished = (Option<&'static str>, Option<StopReason>);
+
+impl Finish {
+    pub fn wire(finish: Option<Finish>) -> Finished {
+        match finish {
+            Some(f) => (Some(f.reason.as_str()), f.stop_reason),
+            None => (None, None),
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct TokenLogprob {
     pub token: String,

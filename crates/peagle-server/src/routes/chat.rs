@@ -2,7 +2,7 @@
 //! streamed as `chat.completion.chunk` deltas or answered as one `chat.completion`.
 
 use super::check_model;
-use crate::choice::{Choice, TokenLogprob};
+use crate::choice::{Choice, Finish, Finished, TokenLogprob};
 use crate::error::ApiError;
 use crate::json_body::ApiJsonViews;
 use crate::params::{check_prompt, logprobs_count, max_tokens};
@@ -10,7 +10,7 @@ use crate::protocol::chat::{
     ChatChoice, ChatLogprobs, ChatMessage, ChatRequest, ChatResponse, Delta, Message, MessageContent,
 };
 use crate::protocol::sampling::SamplingRequest;
-use crate::protocol::{new_id, unix_time, StopReason, Usage};
+use crate::protocol::{new_id, unix_time, Usage};
 use crate::sse::{done_event, error_event, json_event, merged};
 use crate::state::AppState;
 use axum::extract::State;
@@ -55,9 +55,6 @@ impl Meta {
         self.response("chat.completion.chunk", vec![choice], None)
     }
 }
-
-/// A choice's finish reason and stop string or token, when it has ended.
-type Finished = (Option<&'static str>, Option<StopReason>);
 
 pub async fn chat_completions(
     State(state): State<Arc<AppState>>,
@@ -200,7 +197,7 @@ fn stream(
             }
             completion_tokens += finish.as_ref().map_or(0, |f| f.completion_tokens);
             let delta = Delta { role: None, content: (!update.text.is_empty()).then_some(update.text) };
-            let finished = (finish.as_ref().map(|f| f.reason.as_str()), finish.and_then(|f| f.stop_reason));
+            let finished = Finish::wire(finish);
             yield json_event(&meta.chunk(index, delta, with_logprobs(&update.logprobs), finished));
         }
         if include_usage {

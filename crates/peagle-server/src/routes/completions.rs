@@ -2,7 +2,7 @@
 //! or not. Choice indices run prompt by prompt: prompt p's choice i is p * n + i.
 
 use super::check_model;
-use crate::choice::{Choice, TokenLogprob};
+use crate::choice::{Choice, Finish, Finished, TokenLogprob};
 use crate::error::ApiError;
 use crate::json_body::ApiJsonViews;
 use crate::params::{check_prompt, check_token_ids, logprobs_count, max_tokens};
@@ -10,7 +10,7 @@ use crate::protocol::completion::{
     CompletionChoice, CompletionLogprobs, CompletionRequest, CompletionResponse, PromptInput,
 };
 use crate::protocol::sampling::SamplingRequest;
-use crate::protocol::{new_id, unix_time, StopReason, Usage};
+use crate::protocol::{new_id, unix_time, Usage};
 use crate::sse::{done_event, error_event, json_event, merged};
 use crate::state::AppState;
 use axum::extract::State;
@@ -68,9 +68,6 @@ impl Meta {
         self.response(vec![choice], None)
     }
 }
-
-/// A choice's finish reason and stop string or token, when it has ended.
-type Finished = (Option<&'static str>, Option<StopReason>);
 
 pub async fn completions(
     State(state): State<Arc<AppState>>,
@@ -205,7 +202,7 @@ fn stream(
                 continue;
             }
             completion_tokens += finish.as_ref().map_or(0, |f| f.completion_tokens);
-            let finished = (finish.as_ref().map(|f| f.reason.as_str()), finish.and_then(|f| f.stop_reason));
+            let finished = Finish::wire(finish);
             yield json_event(&meta.chunk(index, update.text, with_logprobs(&update.logprobs), finished));
         }
         if include_usage {
