@@ -215,8 +215,10 @@ trait Line: Sync + Sized {
 }
 
 /// Tiles keep their accumulators in registers: AVX-512's 32 registers hold 8 rows of a panel
-/// (16 vectors), AVX2's 16 hold 2 rows (8). With fewer rows a tile takes more panels, so that
-/// enough independent chains are in flight to hide the multiply-add latency.
+/// (16 vectors), AVX2's 16 hold 2 rows (8), or 6 rows of half a panel (12) taking the halves
+/// in turn, which loads each weight once per 6 rows instead of per 2. With fewer rows a tile
+/// takes more panels, so that enough independent chains are in flight to hide the
+/// multiply-add latency.
 fn tile_shape(isa: Isa, rows_left: usize) -> (usize, usize) {
     match isa {
         Isa::Avx512 => match rows_left {
@@ -227,7 +229,8 @@ fn tile_shape(isa: Isa, rows_left: usize) -> (usize, usize) {
         },
         Isa::Avx2 => match rows_left {
             1 => (1, 2),
-            _ => (2, 1),
+            2 | 3 => (2, 1),
+            _ => (rows_left.min(6), 1),
         },
         Isa::Portable => (1, 1),
     }
@@ -245,7 +248,7 @@ macro_rules! dispatch {
 }
 
 macro_rules! line_tiles {
-    ($line:ty, $name:ident) => {
+    ($line:ty, $name:ident, $halves:ident) => {
         impl Line for $line {
             unsafe fn tile(isa: Isa, rows: usize, panels: usize, t: &Tile<Self>) {
                 match isa {
@@ -277,8 +280,13 @@ macro_rules! line_tiles {
                     }
                     #[cfg(target_arch = "x86_64")]
                     Isa::Avx2 => {
-                        use panel_tile::avx2::$name;
-                        dispatch!($name, rows, panels, t, [(1, 1), (2, 1), (1, 2)])
+                        use panel_tile::avx2::{$halves, $name};
+                        match rows {
+                            4 => $halves::<4>(t),
+                            5 => $halves::<5>(t),
+                            6 => $halves::<6>(t),
+                            _ => dispatch!($name, rows, panels, t, [(1, 1), (2, 1), (1, 2)]),
+                        }
                     }
                     _ => panel_tile::portable(rows, panels, t, <$line>::column),
                 }
@@ -287,8 +295,8 @@ macro_rules! line_tiles {
     };
 }
 
-line_tiles!(Bf16Line, bf16);
-line_tiles!(F32Line, f32);
+line_tiles!(Bf16Line, bf16, bf16_halves);
+line_tiles!(F32Line, f32, f32_halves);
 
 #[cfg(test)]
 mod tests {
@@ -370,7 +378,7 @@ mod tests {
 
     #[test]
     fn every_instruction_set_computes_the_same_bits() {
-        // 11 rows: 8- and 3-row tiles on AVX-512, 2-row tiles and a single row on AVX2. 3
+        // 11 rows: 8- and 3-row tiles on AVX-512, 6- and 5-row half-panel tiles on AVX2. 3
         // panels: a short group, so two-panel tiles and one-panel ones.
         let (x, w) = (random(11, 48, 9), random(3 * PANEL, 48, 10));
         let x = x.flatten_all().unwrap().to_vec1::<f32>().unwrap();

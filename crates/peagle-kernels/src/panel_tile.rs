@@ -78,12 +78,14 @@ pub unsafe fn portable<L>(rows: usize, panels: usize, t: &Tile<L>, column: fn(&L
     }
 }
 
-/// The tile loop for one vector width: `$h` vectors of `$lanes` per line, loaded by `$load`.
-/// Loads are function paths, not closures, so they inline with the caller's target features.
+/// The tile loop for one vector width: `$load` gives `$h` vectors of a line, holding the
+/// panel's columns from `$columns[h]` on. Loads are function paths, not closures, so they
+/// inline with the caller's target features.
 #[cfg(target_arch = "x86_64")]
 macro_rules! tile_loop {
-    ($t:expr, $r:ident, $p:ident, $h:literal, $lanes:literal, $load:path,
+    ($t:expr, $r:tt, $p:tt, $h:literal, $columns:expr, $load:path,
      $zero:path, $set1:path, $fma:path, $store:path) => {{
+        let columns: [usize; $h] = $columns;
         let t = $t;
         let mut acc = [[[$zero(); $h]; $p]; $r];
         for kk in 0..t.k {
@@ -103,7 +105,7 @@ macro_rules! tile_loop {
         for r in 0..$r {
             for p in 0..$p {
                 for h in 0..$h {
-                    $store(t.out.add(r * t.out_stride + p * PANEL + h * $lanes), acc[r][p][h]);
+                    $store(t.out.add(r * t.out_stride + p * PANEL + columns[h]), acc[r][p][h]);
                 }
             }
         }
@@ -142,7 +144,7 @@ pub mod avx512 {
             R,
             P,
             2,
-            16,
+            [0, 16],
             load_bf16,
             _mm512_setzero_ps,
             _mm512_set1_ps,
@@ -160,7 +162,7 @@ pub mod avx512 {
             R,
             P,
             2,
-            16,
+            [0, 16],
             load_f32,
             _mm512_setzero_ps,
             _mm512_set1_ps,
@@ -196,6 +198,26 @@ pub mod avx2 {
         [0, 8, 16, 24].map(|o| _mm256_load_ps(p.add(o)))
     }
 
+    /// The 256-bit half `H` of a bf16 line: columns 8H.. and 16 + 8H.. (see the module doc).
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn load_bf16_half<const H: usize>(line: *const Bf16Line) -> [__m256; 2] {
+        let raw = _mm256_load_si256((line as *const __m256i).add(H));
+        let zero = _mm256_setzero_si256();
+        [
+            _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, raw)),
+            _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, raw)),
+        ]
+    }
+
+    /// The half `H` of an f32 line: columns 16H.. and 16H + 8...
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn load_f32_half<const H: usize>(line: *const F32Line) -> [__m256; 2] {
+        let p = (line as *const f32).add(16 * H);
+        [_mm256_load_ps(p), _mm256_load_ps(p.add(8))]
+    }
+
     /// # Safety
     /// The CPU has AVX2 and FMA; the operands are as `Tile` describes.
     #[target_feature(enable = "avx2,fma")]
@@ -205,7 +227,7 @@ pub mod avx2 {
             R,
             P,
             4,
-            8,
+            [0, 8, 16, 24],
             load_bf16,
             _mm256_setzero_ps,
             _mm256_set1_ps,
@@ -223,8 +245,60 @@ pub mod avx2 {
             R,
             P,
             4,
-            8,
+            [0, 8, 16, 24],
             load_f32,
+            _mm256_setzero_ps,
+            _mm256_set1_ps,
+            _mm256_fmadd_ps,
+            _mm256_storeu_ps
+        )
+    }
+
+    /// `R` rows times one panel, half a line at a time. Two accumulators per row instead of
+    /// four leave the registers for up to 6 rows, so more rows share each weight load; the
+    /// second half's lines come back from cache.
+    ///
+    /// # Safety
+    /// As `bf16`.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn bf16_halves<const R: usize>(t: &Tile<Bf16Line>) {
+        bf16_half::<R, 0>(t);
+        bf16_half::<R, 1>(t);
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn bf16_half<const R: usize, const H: usize>(t: &Tile<Bf16Line>) {
+        tile_loop!(
+            t,
+            R,
+            1,
+            2,
+            [8 * H, 16 + 8 * H],
+            load_bf16_half::<H>,
+            _mm256_setzero_ps,
+            _mm256_set1_ps,
+            _mm256_fmadd_ps,
+            _mm256_storeu_ps
+        )
+    }
+
+    /// # Safety
+    /// As `bf16`.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn f32_halves<const R: usize>(t: &Tile<F32Line>) {
+        f32_half::<R, 0>(t);
+        f32_half::<R, 1>(t);
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn f32_half<const R: usize, const H: usize>(t: &Tile<F32Line>) {
+        tile_loop!(
+            t,
+            R,
+            1,
+            2,
+            [16 * H, 16 * H + 8],
+            load_f32_half::<H>,
             _mm256_setzero_ps,
             _mm256_set1_ps,
             _mm256_fmadd_ps,
