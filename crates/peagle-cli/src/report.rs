@@ -1,7 +1,7 @@
 //! Aggregate generation statistics, printed by the binaries and written as JSON.
 
 use anyhow::{bail, Context, Result};
-use peagle_engine::{GenerateOutput, SpecStats};
+use peagle_engine::{GenerateOutput, SpecStats, StepTimes};
 use serde_json::{json, Value};
 use std::path::Path;
 
@@ -12,6 +12,7 @@ pub struct Report {
     generated_tokens: usize,
     seconds: f64,
     spec: SpecStats,
+    times: StepTimes,
 }
 
 impl Report {
@@ -21,6 +22,11 @@ impl Report {
         self.generated_tokens += out.token_ids.len();
         self.seconds += out.prefill_seconds + out.decode_seconds;
         self.spec.merge(&out.spec_stats);
+    }
+
+    /// The engine's time by phase, cumulative over every prompt so far.
+    pub fn set_step_times(&mut self, times: &StepTimes) {
+        self.times = times.clone();
     }
 
     pub fn tokens_per_second(&self) -> f64 {
@@ -56,6 +62,7 @@ impl Report {
             "num_drafts": self.spec.num_drafts,
             "num_draft_tokens": self.spec.num_draft_tokens,
             "num_accepted_tokens": self.spec.num_accepted_tokens,
+            "step_times": self.times,
         })
     }
 
@@ -73,6 +80,18 @@ impl Report {
                 "; mean acceptance length {:.2}, draft acceptance rate {:.3}",
                 self.spec.mean_acceptance_length(),
                 self.spec.draft_acceptance_rate()
+            );
+        }
+        let t = &self.times;
+        if t.steps > 0 {
+            let ms = |seconds: f64| 1e3 * seconds / t.steps as f64;
+            s += &format!(
+                "; per step ({}): target {:.2} ms, drafter {:.2} ms, verify {:.2} ms, other {:.2} ms",
+                t.steps,
+                ms(t.target_seconds),
+                ms(t.drafter_seconds),
+                ms(t.verify_seconds),
+                ms(t.other_seconds)
             );
         }
         s

@@ -131,6 +131,18 @@ fn prompts_file_with_a_drafter_writes_jsonl_and_stats() {
     ] {
         assert!(!s[key].is_null(), "{key} missing from {s}");
     }
+    // One prefill step per prompt, then one verification per step.
+    let times = &s["step_times"];
+    assert_eq!(
+        times["steps"].as_u64().unwrap(),
+        s["num_drafts"].as_u64().unwrap() + 2,
+        "{s}"
+    );
+    for phase in ["target_seconds", "drafter_seconds", "verify_seconds"] {
+        assert!(times[phase].as_f64().unwrap() > 0.0, "{phase} in {s}");
+    }
+    let summary = String::from_utf8_lossy(&out.stderr);
+    assert!(summary.contains("per step ("), "{summary}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -212,7 +212,10 @@ impl Generator {
                 Work::Decode
             };
             let k = self.runner.k();
+            let (step_started, phases_before) = (Instant::now(), self.runner.times().phases());
             self.runner.step(&mut [(&mut *seq, work)], k)?;
+            self.runner
+                .record_step(step_started.elapsed().as_secs_f64(), phases_before);
             seq.outputs.clear();
             if work != Work::Decode && prefill_seconds.is_none() && !seq.in_prefill() {
                 prefill_seconds = Some(start.elapsed().as_secs_f64());

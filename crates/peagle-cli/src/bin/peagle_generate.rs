@@ -157,6 +157,7 @@ fn run(args: Args) -> Result<()> {
         }
         (None, None) => bail!("give --prompt or --prompts-file"),
     }
+    report.set_step_times(generator.runner().times());
     eprintln!("{}", report.summary());
     if let Some(path) = &args.stats_json {
         std::fs::write(path, report.json().to_string()).with_context(|| format!("writing {}", path.display()))?;
