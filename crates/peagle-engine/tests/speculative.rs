@@ -49,10 +49,7 @@ fn prompts() -> Vec<Vec<u32>> {
 }
 
 fn outputs(g: &mut Generator, prompts: &[Vec<u32>], max_tokens: usize) -> Vec<Vec<u32>> {
-    prompts
-        .iter()
-        .map(|p| g.generate(p, &greedy(max_tokens), |_| {}).unwrap().token_ids)
-        .collect()
+    outputs_with(g, prompts, &greedy(max_tokens))
 }
 
 #[test]

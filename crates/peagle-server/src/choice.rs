@@ -213,9 +213,10 @@ impl Choice {
                     .push(self.state.model.tokenizer(), token.id)
                     .map_err(|e| ApiError::internal(format!("detokenizing: {e}")))?,
             };
-            let (text, stop) = match self.completion_tokens <= self.min_tokens {
-                true => (piece, None),
-                false => self.stop.push(&piece),
+            let (text, stop) = if self.completion_tokens <= self.min_tokens {
+                (piece, None)
+            } else {
+                self.stop.push(&piece)
             };
             update.text.push_str(&text);
             if let Some(stop) = stop {
