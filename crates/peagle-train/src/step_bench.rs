@@ -7,7 +7,7 @@ use crate::cod::CodConfig;
 use crate::error::TrainError;
 use crate::objective::Targets;
 use crate::params::Params;
-use crate::spec::{Algo, DrafterSpec};
+use crate::spec::{Algo, DrafterSpec, NEW_DRAFTER_NORM_BEFORE_RESIDUAL};
 use crate::step::{peagle_sample, Gradients, PeagleSetup, Prepared};
 use crate::vocab::DraftVocab;
 use candle_core::Tensor;
@@ -54,6 +54,7 @@ pub fn bench_step(
         mask_token_id: Some(dims.vocab_size as u32 - 1),
         aux_layer_ids: target.capture_layers().to_vec(),
         num_speculative_tokens: opts.cod.depths,
+        norm_before_residual: NEW_DRAFTER_NORM_BEFORE_RESIDUAL,
         target_dir: target_dir.to_owned(),
         target_config,
     };

@@ -11,7 +11,7 @@ use crate::optimizer::{lr_at, AdamW, AdamWConfig};
 use crate::params::Params;
 use crate::plot::accuracy_plot;
 use crate::sample::Sample;
-use crate::spec::{Algo, DrafterSpec};
+use crate::spec::{Algo, DrafterSpec, NEW_DRAFTER_NORM_BEFORE_RESIDUAL};
 use crate::step::{eagle3_sample, peagle_sample, Gradients, PeagleSetup, Prepared};
 use crate::vocab::{pick_mask_token, DraftVocab};
 use crate::warm_start::Exported;
@@ -82,11 +82,16 @@ pub struct TrainState {
     pub history: Vec<EvalPoint>,
 }
 
-/// The data-derived choices a resumed run must keep.
+/// The choices a resumed run must keep: the draft vocabulary and mask token drawn from the
+/// data, and the residual layout (in `vocab.json`, named when it held the vocabulary alone).
 #[derive(Debug, Clone, Serialize, Deserialize)]
-struct VocabChoice {
+struct RunChoices {
     draft_vocab: Vec<u32>,
     mask_token_id: Option<u32>,
+    /// Absent in checkpoints written before new drafters normed their residual, whose rule was
+    /// "EAGLE-3 only".
+    #[serde(default)]
+    norm_before_residual: Option<bool>,
 }
 
 const CHECKPOINT: &str = "checkpoint";
@@ -181,7 +186,7 @@ impl Run {
         let counts = &data.counts;
         let checkpoint = opts.out.join(CHECKPOINT);
         let state_path = checkpoint.join("state.json");
-        let resumed: Option<(TrainState, VocabChoice)> = match opts.resume {
+        let resumed: Option<(TrainState, RunChoices)> = match opts.resume {
             true => Some((read_json(&state_path)?, read_json(&checkpoint.join("vocab.json"))?)),
             // A fresh run would overwrite the checkpoint: the earlier run's work.
             false if state_path.exists() => {
@@ -198,13 +203,15 @@ impl Run {
         };
         let choice = match (&resumed, &exported) {
             (Some((_, choice)), _) => choice.clone(),
-            (None, Some(e)) => VocabChoice {
+            (None, Some(e)) => RunChoices {
                 draft_vocab: e.draft_vocab.clone(),
                 mask_token_id: e.mask_token_id,
+                norm_before_residual: Some(e.norm_before_residual),
             },
-            (None, None) => VocabChoice {
+            (None, None) => RunChoices {
                 draft_vocab: DraftVocab::from_counts(counts, opts.draft_vocab_size).selected,
                 mask_token_id: (opts.algo == Algo::Peagle).then(|| pick_mask_token(counts)),
+                norm_before_residual: Some(NEW_DRAFTER_NORM_BEFORE_RESIDUAL),
             },
         };
         let vocab = DraftVocab {
@@ -212,6 +219,7 @@ impl Run {
             target_vocab_size: counts.len(),
         };
         let mask_token_id = choice.mask_token_id;
+        let norm_before_residual = choice.norm_before_residual.unwrap_or(opts.algo == Algo::Eagle3);
         let target_config: serde_json::Value = read_json(&target_dir.join("config.json"))?;
         let spec = DrafterSpec {
             algo: opts.algo,
@@ -223,6 +231,7 @@ impl Run {
                 Algo::Peagle => opts.num_depths.min(7),
                 Algo::Eagle3 => 3,
             },
+            norm_before_residual,
             target_dir: target_dir.clone(),
             target_config,
         };
@@ -365,9 +374,10 @@ impl Run {
         write_atomically(&weights, |partial| {
             candle_core::safetensors::save(&tensors, partial).map_err(|e| TrainError::io(&weights, e))
         })?;
-        let choice = VocabChoice {
+        let choice = RunChoices {
             draft_vocab: self.spec.vocab.selected.clone(),
             mask_token_id: self.spec.mask_token_id,
+            norm_before_residual: Some(self.spec.norm_before_residual),
         };
         // Compact: four thousand ids one per line would bury the file.
         let vocab = dir.join("vocab.json");

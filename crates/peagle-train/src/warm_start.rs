@@ -1,7 +1,7 @@
 //! `fit --init-from DIR`: a new run that starts from a drafter `fit` exported, so training can
 //! go on where an earlier run stopped without its checkpoint (weights and optimizer moments in
 //! f32: six times a bf16 export to carry between machines). The run keeps the drafter's draft
-//! vocabulary and mask token; its optimizer and learning-rate schedule start afresh.
+//! vocabulary, mask token and residual layout; its optimizer and learning-rate schedule start afresh.
 
 use crate::error::TrainError;
 use crate::export::{D2T, T2D};
@@ -19,6 +19,8 @@ pub struct Exported {
     /// Target ids of the draft vocabulary, in draft id order.
     pub draft_vocab: Vec<u32>,
     pub mask_token_id: Option<u32>,
+    /// The residual layout the weights were trained with.
+    pub norm_before_residual: bool,
 }
 
 impl Exported {
@@ -69,6 +71,8 @@ impl Exported {
             checkpoint,
             draft_vocab,
             mask_token_id,
+            // Absent means false, as speculators and vLLM read it.
+            norm_before_residual: config["norm_before_residual"].as_bool().unwrap_or(false),
         })
     }
 

@@ -11,7 +11,7 @@ use peagle_train::params::Params;
 use peagle_train::{Algo, DraftVocab, DrafterSpec};
 use serde_json::Value;
 
-fn spec(algo: Algo) -> DrafterSpec {
+fn spec(algo: Algo, norm_before_residual: bool) -> DrafterSpec {
     let counts: Vec<i64> = (0..384).map(|t| (t * 7919 % 101) as i64).collect();
     let target_config: Value =
         serde_json::from_str(&std::fs::read_to_string(fixture("tiny-llama/config.json")).unwrap()).unwrap();
@@ -22,6 +22,7 @@ fn spec(algo: Algo) -> DrafterSpec {
         mask_token_id: (algo == Algo::Peagle).then_some(383),
         aux_layer_ids: vec![1, 2, 3],
         num_speculative_tokens: 5,
+        norm_before_residual,
         target_dir: fixture("tiny-llama"),
         target_config,
     }
@@ -30,8 +31,8 @@ fn spec(algo: Algo) -> DrafterSpec {
 #[test]
 fn exported_drafter_loads_with_equal_logits() {
     let target = tiny_target();
-    for algo in [Algo::Peagle, Algo::Eagle3] {
-        let spec = spec(algo);
+    for (algo, norm_before_residual) in [(Algo::Peagle, true), (Algo::Peagle, false), (Algo::Eagle3, true)] {
+        let spec = spec(algo, norm_before_residual);
         let dir = tempfile::tempdir().unwrap();
         let config = spec.drafter_config(&dir.path().join("config.json")).unwrap();
         let params = Params::new(spec.init_weights(&target, 4).unwrap()).unwrap();
@@ -69,6 +70,7 @@ fn exported_drafter_loads_with_equal_logits() {
         assert_eq!(config["speculators_model_type"], name);
         assert_eq!(config["speculators_config"]["algorithm"], name);
         assert_eq!(config["draft_vocab_size"], 100);
+        assert_eq!(config["norm_before_residual"], norm_before_residual);
         assert_eq!(config["transformer_layer_config"]["num_hidden_layers"], 2);
         assert_eq!(config["eagle_aux_hidden_state_layer_ids"], serde_json::json!([1, 2, 3]));
         assert_eq!(
@@ -84,7 +86,7 @@ fn exported_drafter_loads_with_equal_logits() {
 fn weight_shapes_are_those_of_the_initial_weights() {
     let target = tiny_target();
     for algo in [Algo::Peagle, Algo::Eagle3] {
-        let spec = spec(algo);
+        let spec = spec(algo, true);
         let weights = spec.init_weights(&target, 4).unwrap();
         let shapes: std::collections::BTreeMap<String, Vec<usize>> = weights
             .iter()

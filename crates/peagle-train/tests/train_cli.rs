@@ -9,6 +9,7 @@ use peagle_engine::{DraftOptions, GenerateParams, Generator, GeneratorOptions, S
 use peagle_models::LoadOptions;
 use peagle_train::sample::Sample;
 use peagle_train::TrainState;
+use serde_json::Value;
 use std::path::Path;
 use std::process::{Command, Output};
 
@@ -37,6 +38,10 @@ fn refused(out: Output, message: &str) {
 
 fn report(dir: &Path) -> TrainState {
     serde_json::from_str(&std::fs::read_to_string(dir.join("train_report.json")).unwrap()).unwrap()
+}
+
+fn config(dir: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap()
 }
 
 fn first_and_last_val_loss(state: &TrainState) -> (f64, f64) {
@@ -143,6 +148,11 @@ fn capture_fit_resume_and_serve() {
         4,
         "accuracy per depth"
     );
+    assert_eq!(
+        config(&peagle)["norm_before_residual"],
+        true,
+        "new drafters norm their residual"
+    );
 
     // A fresh run does not overwrite one in progress; resuming continues from its checkpoint,
     // and the history keeps its earlier points.
@@ -150,19 +160,27 @@ fn capture_fit_resume_and_serve() {
         train(&["fit", "--data", captured_s, "--out", peagle.to_str().unwrap()]),
         "pass --resume",
     );
+    // A checkpoint from before new drafters normed their residual resumes with the raw one it
+    // was trained with.
+    let choices = peagle.join("checkpoint/vocab.json");
+    let mut legacy: Value = serde_json::from_str(&std::fs::read_to_string(&choices).unwrap()).unwrap();
+    legacy.as_object_mut().unwrap().remove("norm_before_residual").unwrap();
+    std::fs::write(&choices, legacy.to_string()).unwrap();
     let export_f32 = ["--export-dtype", "f32"];
     let resumed = fit(
         &peagle,
         &[&shape[..], &["--max-steps", "25", "--resume"], &export_f32].concat(),
     );
     assert_eq!(resumed.step, 25);
+    assert_eq!(config(&peagle)["norm_before_residual"], false);
     assert_eq!(resumed.history.len(), state.history.len() + 1);
     for (a, b) in resumed.history.iter().zip(&state.history) {
         assert_eq!((a.step, a.val_loss), (b.step, b.val_loss));
     }
 
     // A new run from the exported drafter starts where it ended: with a learning rate too small
-    // to move the weights, its first validation loss is the exported drafter's.
+    // to move the weights, its first validation loss is the exported drafter's. That holds
+    // only with the drafter's own residual layout, the raw one here.
     let init_from = |out: &str, drafter: &Path, extra: &[&str]| {
         let args = [
             "fit",
@@ -197,6 +215,7 @@ fn capture_fit_resume_and_serve() {
         (warm_loss - exported_loss).abs() < 1e-4 * exported_loss,
         "exported at {exported_loss}, started from it at {warm_loss}"
     );
+    assert_eq!(config(&warm)["norm_before_residual"], false);
     refused(init_from(warm_s, &peagle, &["--resume"]), "pass one of them");
 
     // Two capture directories train as one dataset of both directories' samples.
