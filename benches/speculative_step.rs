@@ -1,9 +1,11 @@
 //! The parts of one speculative step on the bundled demo model and its trained drafters, after
 //! a 128-token context: the target's decode step (what one plain token costs), its K+1-row
-//! verification, one P-EAGLE drafter pass for K = 7 drafts, and the K = 7 passes EAGLE-3 needs.
+//! verification, one P-EAGLE drafter pass for K = 7 drafts, and the K = 7 passes EAGLE-3 needs
+//! (each through its proposer, greedy draft ids included).
 
 use candle_core::{DType, Tensor};
 use criterion::{criterion_group, Criterion};
+use peagle_engine::proposer::{DraftRequest, Eagle3Proposer, PEagleProposer, Proposer};
 use peagle_models::{load_causal_lm, BatchBuilder, CausalLm, DraftHidden, Drafter, KvCache, LoadOptions, Rows};
 use std::hint::black_box;
 use std::path::PathBuf;
@@ -77,41 +79,26 @@ fn speculative_step(c: &mut Criterion) {
         b.iter(|| black_box(s.target.forward(&batch(window, CONTEXT, K + 1), &s.target_kv)))
     });
 
-    let (peagle, peagle_kv) = drafter(&s, "pystdlib-12l-peagle");
-    let (mask_token, mask_hidden) = peagle.parallel_inputs().unwrap();
+    // The proposers as the engine runs them: the previous step accepted ACCEPTED drafts, so
+    // the request's slots are those and the bonus token, with the target states before them.
     let start = CONTEXT - ACCEPTED;
-    let mut query = s.tokens[start + 1..=CONTEXT + 1].to_vec();
-    query.extend(std::iter::repeat_n(mask_token, K - 1));
-    let hidden = Tensor::cat(
-        &[
-            s.aux.narrow(0, start, ACCEPTED + 1).unwrap(),
-            mask_hidden.repeat((K - 1, 1)).unwrap(),
-        ],
-        0,
-    )
-    .unwrap();
-    let hidden = DraftHidden::Target(hidden);
+    let table: Vec<u32> = (0..16).collect();
+    let request = DraftRequest {
+        tokens: &s.tokens[start + 1..=CONTEXT + 1],
+        start,
+        hidden: s.aux.narrow(0, start, ACCEPTED + 1).unwrap(),
+        block_table: &table,
+        draft: true,
+    };
+    let (peagle, peagle_kv) = drafter(&s, "pystdlib-12l-peagle");
+    let mut peagle = PEagleProposer::new(peagle, K, peagle_kv).unwrap();
     g.bench_function("P-EAGLE drafter, K = 7 in one pass", |b| {
-        b.iter(|| black_box(peagle.forward(&batch(&query, start, K), &hidden, &peagle_kv)))
+        b.iter(|| black_box(peagle.propose(std::slice::from_ref(&request), K).unwrap()))
     });
-
     let (eagle3, eagle3_kv) = drafter(&s, "pystdlib-12l-eagle3");
-    let first = DraftHidden::Target(s.aux.narrow(0, start, ACCEPTED + 1).unwrap());
+    let mut eagle3 = Eagle3Proposer::new(eagle3, K, eagle3_kv);
     g.bench_function("EAGLE-3 drafter, K = 7 in seven passes", |b| {
-        b.iter(|| {
-            let out = eagle3
-                .forward(&batch(&s.tokens[start + 1..=CONTEXT + 1], start, 1), &first, &eagle3_kv)
-                .unwrap();
-            let mut own = out.hidden;
-            for step in 1..K {
-                let pos = CONTEXT + step;
-                let out = eagle3
-                    .forward(&batch(&s.tokens[pos..=pos], pos, 1), &DraftHidden::Own(own), &eagle3_kv)
-                    .unwrap();
-                own = out.hidden;
-            }
-            black_box(own)
-        })
+        b.iter(|| black_box(eagle3.propose(std::slice::from_ref(&request), K).unwrap()))
     });
     g.finish();
 }

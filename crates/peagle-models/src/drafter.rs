@@ -21,8 +21,9 @@ use std::path::Path;
 pub enum DraftHidden {
     /// Captured target states, [rows, aux layers * target hidden]; goes through `fc`.
     Target(Tensor),
-    /// The drafter's own previous output, [rows, drafter hidden] (EAGLE-3 steps 2..K).
-    Own(Tensor),
+    /// Already at the drafter's width, [rows, drafter hidden]: `fc`'s output, or the drafter's
+    /// own previous output (EAGLE-3 steps 2..K).
+    Projected(Tensor),
 }
 
 pub struct DraftOutput {
@@ -253,7 +254,7 @@ impl Drafter {
         let ids = Tensor::from_slice(tokens, rows, &self.device)?;
         let h = match hidden {
             DraftHidden::Target(t) => self.fc.forward(t)?,
-            DraftHidden::Own(t) => t.clone(),
+            DraftHidden::Projected(t) => t.clone(),
         };
         if h.dims() != [rows, self.dims.hidden_size] {
             bail!(

@@ -183,7 +183,7 @@ pub fn eagle3_sample(
         let tokens: Vec<u32> = layout.elements.iter().map(|e| data.next_tokens[e.position()]).collect();
         let positions: Vec<u32> = layout.elements.iter().map(|e| e.position() as u32).collect();
         let bias = layout.bias(table.device())?;
-        let out = drafter.forward_masked(&tokens, &positions, &DraftHidden::Own(hidden), &bias)?;
+        let out = drafter.forward_masked(&tokens, &positions, &DraftHidden::Projected(hidden), &bias)?;
         let supervised: Vec<bool> = layout
             .elements
             .iter()

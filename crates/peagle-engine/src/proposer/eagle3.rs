@@ -46,7 +46,7 @@ impl Proposer for Eagle3Proposer {
             }
             let out = self
                 .drafter
-                .forward(&batch.build(), &DraftHidden::Own(hidden), &self.kv)?;
+                .forward(&batch.build(), &DraftHidden::Projected(hidden), &self.kv)?;
             last = greedy_drafts(&self.drafter, &out.logits)?;
             hidden = out.hidden;
             for (i, d) in drafting.iter().zip(&last) {

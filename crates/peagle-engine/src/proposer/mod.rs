@@ -45,9 +45,9 @@ pub trait Proposer: Send {
     fn propose(&mut self, requests: &[DraftRequest], k: usize) -> Result<Vec<Vec<u32>>>;
 }
 
-/// The first drafter pass over every request, with `mask_slots` mask tokens (and the shared
-/// hidden state `mask_hidden`) after each drafting request's slots. Returns the output and
-/// where each request's logits rows landed.
+/// The first drafter pass over every request, with `mask_slots` mask tokens after each
+/// drafting request's slots; `mask` is the mask token and its hidden input, already through
+/// `fc`. Returns the output and where each request's logits rows landed.
 fn first_pass(
     drafter: &Drafter,
     kv: &KvCache,
@@ -56,20 +56,31 @@ fn first_pass(
     mask_slots: usize,
 ) -> Result<(DraftOutput, Vec<SequenceRows>)> {
     let mut batch = BatchBuilder::new(kv.block_size());
-    let mut hidden = Vec::with_capacity(requests.len());
     let mut placed = Vec::with_capacity(requests.len());
+    let target_rows: usize = requests.iter().map(|r| r.tokens.len()).sum();
+    // Row of [fc(target states); mask state] that each slot reads; the mask state is last.
+    let mut sources: Vec<u32> = Vec::with_capacity(target_rows + requests.len() * mask_slots);
+    let mut next_target_row = 0;
     for r in requests {
-        let extra = if r.draft { mask_slots } else { 0 };
+        let extra = if r.draft && mask.is_some() { mask_slots } else { 0 };
         let mut tokens = r.tokens.to_vec();
-        hidden.push(r.hidden.clone());
-        if let Some((token, state)) = mask.filter(|_| extra > 0) {
+        sources.extend(next_target_row as u32..(next_target_row + r.tokens.len()) as u32);
+        next_target_row += r.tokens.len();
+        if let Some((token, _)) = mask.filter(|_| extra > 0) {
             tokens.extend(std::iter::repeat_n(token, extra));
-            hidden.push(state.repeat((extra, 1))?);
+            sources.extend(std::iter::repeat_n(target_rows as u32, extra));
         }
         let logits = if r.draft { Rows::Tail(1 + extra) } else { Rows::None };
         placed.push(batch.add(&tokens, r.start, r.block_table, logits, Rows::None)?);
     }
-    let out = drafter.forward(&batch.build(), &DraftHidden::Target(Tensor::cat(&hidden, 0)?), kv)?;
+    let aux: Vec<&Tensor> = requests.iter().map(|r| &r.hidden).collect();
+    let mut hidden = drafter.project_target(&Tensor::cat(&aux, 0)?)?;
+    if let Some((_, state)) = mask.filter(|_| sources.len() > target_rows) {
+        let n = sources.len();
+        let table = Tensor::cat(&[&hidden, state], 0)?;
+        hidden = table.index_select(&Tensor::from_vec(sources, n, table.device())?, 0)?;
+    }
+    let out = drafter.forward(&batch.build(), &DraftHidden::Projected(hidden), kv)?;
     Ok((out, placed))
 }
 

@@ -10,19 +10,25 @@ pub struct PEagleProposer {
     kv: KvCache,
     k: usize,
     mask_token: u32,
-    mask_hidden: Tensor,
+    /// `fc(mask_hidden)`, [1, drafter hidden]: the same for every mask slot, so computed once.
+    mask_state: Tensor,
 }
 
 impl PEagleProposer {
     pub fn new(drafter: Drafter, k: usize, kv: KvCache) -> std::result::Result<Self, LoadError> {
         let (mask_token, mask_hidden) = drafter.parallel_inputs()?;
-        let mask_hidden = mask_hidden.clone();
+        let mask_state = drafter
+            .project_target(mask_hidden)
+            .map_err(|source| LoadError::Candle {
+                context: "projecting mask_hidden through fc".into(),
+                source,
+            })?;
         Ok(Self {
             drafter,
             kv,
             k,
             mask_token,
-            mask_hidden,
+            mask_state,
         })
     }
 }
@@ -37,7 +43,7 @@ impl Proposer for PEagleProposer {
     }
 
     fn propose(&mut self, requests: &[DraftRequest], k: usize) -> Result<Vec<Vec<u32>>> {
-        let mask = Some((self.mask_token, &self.mask_hidden));
+        let mask = Some((self.mask_token, &self.mask_state));
         let (out, placed) = first_pass(&self.drafter, &self.kv, requests, mask, k.min(self.k).saturating_sub(1))?;
         let drafts = greedy_drafts(&self.drafter, &out.logits)?;
         Ok(placed.iter().map(|p| drafts[p.logits.clone()].to_vec()).collect())

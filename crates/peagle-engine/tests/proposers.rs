@@ -1,0 +1,100 @@
+//! The P-EAGLE proposer against the PyTorch reference of the drafter fixtures
+//! (scripts/make_drafter_fixtures.py): the K drafts of its one pass are the reference's greedy
+//! tokens at the last real slot and the mask slots after it, for every request of a batch.
+
+use candle_core::{DType, Device, Tensor};
+use peagle_engine::proposer::{DraftRequest, PEagleProposer, Proposer};
+use peagle_models::{load_causal_lm, Drafter, KvCache, LoadOptions};
+use std::path::PathBuf;
+
+const BLOCK: usize = 16;
+/// The reference replaced the last MASKS tokens of its sequence with mask slots.
+const MASKS: usize = 4;
+/// Tokens of the first pass, which only fills the drafter cache.
+const PREFILL: usize = 5;
+
+fn fixture_dir(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures")
+        .join(name)
+}
+
+fn argmax(row: &[f32]) -> usize {
+    (0..row.len()).max_by(|a, b| row[*a].total_cmp(&row[*b])).unwrap()
+}
+
+/// The reference's greedy draft of each of the last `MASKS + 1` rows, as target ids.
+fn expected_drafts(drafter: &Drafter, mask_logits: &Tensor) -> Vec<u32> {
+    let rows: Vec<Vec<f32>> = mask_logits.to_vec2().unwrap();
+    rows[rows.len() - MASKS - 1..]
+        .iter()
+        .map(|row| {
+            let mut sorted = row.clone();
+            sorted.sort_by(|a, b| b.total_cmp(a));
+            // A near tie would make the comparison depend on rounding, not on the proposer.
+            assert!(
+                sorted[0] - sorted[1] > 1e-3,
+                "reference top-2 margin {}",
+                sorted[0] - sorted[1]
+            );
+            drafter.to_target_id(argmax(row))
+        })
+        .collect()
+}
+
+#[test]
+fn peagle_drafts_match_the_reference_mask_slots_in_a_mixed_batch() {
+    for name in ["tiny-llama-peagle", "tiny-llama-peagle-aws"] {
+        let target = load_causal_lm(&fixture_dir("tiny-llama"), LoadOptions::default())
+            .unwrap()
+            .model;
+        let drafter = Drafter::load(&fixture_dir(name), &target, LoadOptions::default()).unwrap();
+        let r = candle_core::safetensors::load(fixture_dir(name).join("reference.safetensors"), &Device::Cpu).unwrap();
+        let tokens: Vec<u32> = r["tokens"]
+            .to_vec1::<i64>()
+            .unwrap()
+            .iter()
+            .map(|t| *t as u32)
+            .collect();
+        let aux = &r["aux"];
+        let real = tokens.len() - MASKS;
+        let want = expected_drafts(&drafter, &r["mask_logits"]);
+        let kv = KvCache::new(drafter.dims(), 8, BLOCK, DType::F32, &Device::Cpu).unwrap();
+        let mut proposer = PEagleProposer::new(drafter, MASKS + 1, kv).unwrap();
+
+        // Two copies of the reference sequence on their own blocks, and in the drafting pass a
+        // prefill chunk of other tokens ahead of them, so every request's rows sit at an offset.
+        let tables: [&[u32]; 3] = [&[2, 0], &[5, 1], &[3, 7]];
+        let request = |table, span: std::ops::Range<usize>, draft| DraftRequest {
+            tokens: &tokens[span.clone()],
+            start: span.start,
+            hidden: aux.narrow(0, span.start, span.len()).unwrap(),
+            block_table: table,
+            draft,
+        };
+        let fill = [
+            request(tables[0], 0..PREFILL, false),
+            request(tables[1], 0..PREFILL, false),
+        ];
+        assert_eq!(proposer.propose(&fill, MASKS + 1).unwrap(), vec![Vec::<u32>::new(); 2]);
+
+        let other = DraftRequest {
+            tokens: &tokens[PREFILL..real],
+            start: 0,
+            hidden: aux.narrow(0, 0, real - PREFILL).unwrap(),
+            block_table: tables[2],
+            draft: false,
+        };
+        let batch = [
+            other,
+            request(tables[0], PREFILL..real, true),
+            request(tables[1], PREFILL..real, true),
+        ];
+        let drafts = proposer.propose(&batch, MASKS + 1).unwrap();
+        assert_eq!(drafts, vec![Vec::new(), want.clone(), want.clone()], "{name}");
+
+        // Fewer drafts than the proposer's K: the first ones, from fewer mask slots.
+        let again = [request(tables[0], PREFILL..real, true)];
+        assert_eq!(proposer.propose(&again, 2).unwrap(), vec![want[..2].to_vec()], "{name}");
+    }
+}
