@@ -7,6 +7,10 @@ runs before and after the drafter runs bracket the drift of a shared machine).
 
     python3 scripts/drafter_card.py models/pystdlib-12l-peagle --plain /tmp/peagle_drafters/plain_{before,after}.json \
         --capture /tmp/peagle_drafters/capture/shard_*/data_config.json --generate 200 --command "..."
+
+A drafter fitted in stages (each `--init-from` the export of the one before) names the reports
+of the earlier stages with --earlier-report and gives one --command per stage, in order; its
+own train_report.json is the last stage's.
 """
 
 import argparse
@@ -26,13 +30,19 @@ def main():
     ap.add_argument("--capture", type=Path, nargs="+", required=True,
                     help="data_config.json of each capture directory the drafter trained on")
     ap.add_argument("--generate", type=int, required=True, help="the capture's --generate")
-    ap.add_argument("--command", required=True, help="the fit command line, for the card")
+    ap.add_argument("--command", required=True, action="append",
+                    help="the fit command line, for the card; once per stage, in order")
+    ap.add_argument("--earlier-report", type=Path, action="append", default=[],
+                    help="train_report.json of each stage before the last, in order")
     ap.add_argument("--hardware", default="2 CPU cores (shared with other work)",
                     help="where the fit ran, for the card")
     args = ap.parse_args()
 
     d = args.drafter
     config, report = load(d / "config.json"), load(d / "train_report.json")
+    reports = [load(p) for p in args.earlier_report] + [report]
+    if len(reports) != len(args.command):
+        ap.error(f"{len(args.command)} --command for {len(reports)} stage(s)")
     shards = [load(p) for p in args.capture]
     capture = dict(shards[0])
     for key in ("num_samples", "num_tokens", "num_loss_tokens"):
@@ -67,6 +77,23 @@ def main():
         "right (the only case in which the draft counts).",
     }[algo]
     depth_head = " | ".join(str(i) for i in range(len(last["val_accuracy"])))
+    if len(reports) == 1:
+        commands = f"`{args.command[0]}`"
+    else:
+        stages = [
+            f"{i + 1}. `{cmd}`: {r['step']} steps, {r['seconds'] / 60:.1f} minutes, validation loss "
+            f"{r['history'][-1]['val_loss']:.3f} at the end"
+            for i, (r, cmd) in enumerate(zip(reports, args.command))
+        ]
+        commands = (f"In {len(reports)} stages, each from the export of the one before (`--init-from`, "
+                    "with a fresh optimizer and schedule):\n\n" + "\n".join(stages))
+    plots = "`accuracy.png` plots it over training; `train_report.json` has every evaluation."
+    if len(reports) > 1:
+        earlier = ", ".join(f"`{p.name}`" for p in args.earlier_report)
+        plots = ("`accuracy.png` plots it over the last stage; `train_report.json` has every evaluation "
+                 f"of that stage, {earlier} those of the stages before.")
+    steps = sum(r["step"] for r in reports)
+    minutes = sum(r["seconds"] for r in reports) / 60
 
     card = f"""# {d.name}: {name} drafter for pystdlib-12l
 
@@ -90,16 +117,16 @@ pre-norm state.
 
 ## Training
 
-`{args.command}`
+{commands}
 
 - {report['num_parameters'] / 1e6:.2f}M trainable parameters (embeddings, fc, layers, norm,
   lm_head{', mask_hidden' if algo == 'peagle' else ''}); draft vocabulary
   {config['draft_vocab_size']} of {config['transformer_layer_config']['vocab_size']} tokens
   (the most frequent learned ones); lm_head initialised from the target's rows.
-- {report['step']} AdamW steps of 4 samples ({report['train_samples']} training samples,
+- {steps} AdamW steps of 4 samples ({report['train_samples']} training samples,
   {report['val_samples']} held out for validation), warmup then cosine decay, gradient clipping
   at 1.0, KL loss against the target's distribution in f32.
-- {report['seconds'] / 60:.1f} minutes on {args.hardware}.
+- {minutes:.1f} minutes on {args.hardware}.
 - Weights stored as bf16: {size_mb:.1f} MB.
 
 Validation at the end (loss {last['val_loss']:.3f}), accuracy of the drafter's greedy token
@@ -111,7 +138,7 @@ against the target's, per depth:
 
 {depth_meaning}
 
-`accuracy.png` plots it over training; `train_report.json` has every evaluation.
+{plots}
 
 ## Acceptance on the eval prompts
 
