@@ -7,14 +7,9 @@ use peagle_engine::{
     ModelRunner, Request, SamplingParams, SchedulerConfig, SpeculativeConfig, SubmitError,
 };
 use peagle_models::{load_causal_lm, Drafter, LoadOptions};
-use std::path::PathBuf;
+mod common;
+use common::fixture;
 use std::time::{Duration, Instant};
-
-fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/fixtures")
-        .join(name)
-}
 
 fn engine(
     draft: Option<(&str, usize, bool)>,

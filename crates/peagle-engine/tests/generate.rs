@@ -5,13 +5,8 @@ use candle_core::Device;
 use peagle_engine::generator::GenerateError;
 use peagle_engine::{FinishReason, GenerateParams, Generator, GeneratorOptions, SamplingParams};
 use peagle_models::LoadOptions;
-use std::path::PathBuf;
-
-fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/fixtures")
-        .join(name)
-}
+mod common;
+use common::fixture;
 
 fn generator(name: &str, opts: GeneratorOptions) -> Generator {
     Generator::from_dir(&fixture(name), None, LoadOptions::default(), &opts).unwrap()

@@ -4,24 +4,17 @@
 
 use candle_core::{DType, Device, Tensor};
 use peagle_engine::proposer::{DraftRequest, PEagleProposer, Proposer};
+use peagle_engine::sampler::argmax;
 use peagle_models::{load_causal_lm, Drafter, KvCache, LoadOptions};
-use std::path::PathBuf;
+
+mod common;
+use common::fixture;
 
 const BLOCK: usize = 16;
 /// The reference replaced the last MASKS tokens of its sequence with mask slots.
 const MASKS: usize = 4;
 /// Tokens of the first pass, which only fills the drafter cache.
 const PREFILL: usize = 5;
-
-fn fixture_dir(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/fixtures")
-        .join(name)
-}
-
-fn argmax(row: &[f32]) -> usize {
-    (0..row.len()).max_by(|a, b| row[*a].total_cmp(&row[*b])).unwrap()
-}
 
 /// The reference's greedy draft of each of the last `MASKS + 1` rows, as target ids.
 fn expected_drafts(drafter: &Drafter, mask_logits: &Tensor) -> Vec<u32> {
@@ -45,11 +38,11 @@ fn expected_drafts(drafter: &Drafter, mask_logits: &Tensor) -> Vec<u32> {
 #[test]
 fn peagle_drafts_match_the_reference_mask_slots_in_a_mixed_batch() {
     for name in ["tiny-llama-peagle", "tiny-llama-peagle-aws"] {
-        let target = load_causal_lm(&fixture_dir("tiny-llama"), LoadOptions::default())
+        let target = load_causal_lm(&fixture("tiny-llama"), LoadOptions::default())
             .unwrap()
             .model;
-        let drafter = Drafter::load(&fixture_dir(name), &target, LoadOptions::default()).unwrap();
-        let r = candle_core::safetensors::load(fixture_dir(name).join("reference.safetensors"), &Device::Cpu).unwrap();
+        let drafter = Drafter::load(&fixture(name), &target, LoadOptions::default()).unwrap();
+        let r = candle_core::safetensors::load(fixture(name).join("reference.safetensors"), &Device::Cpu).unwrap();
         let tokens: Vec<u32> = r["tokens"]
             .to_vec1::<i64>()
             .unwrap()

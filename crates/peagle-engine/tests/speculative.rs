@@ -7,13 +7,9 @@ use peagle_engine::{
     DraftOptions, GenerateParams, Generator, GeneratorOptions, Penalties, SamplingParams, SpeculativeConfig,
 };
 use peagle_models::LoadOptions;
-use std::path::{Path, PathBuf};
-
-fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/fixtures")
-        .join(name)
-}
+mod common;
+use common::fixture;
+use std::path::Path;
 
 fn generator(target: &str, draft: Option<(&Path, usize, bool)>, chunk: usize) -> Generator {
     let draft = draft.map(|(dir, k, parallel)| DraftOptions {
