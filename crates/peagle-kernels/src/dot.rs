@@ -1,50 +1,37 @@
-//! Dot products of an f32 row with cached keys, with a reduction order fixed by the vector
+//! Dot products of f32 query rows with cached keys, with a reduction order fixed by the vector
 //! length alone.
 //!
-//! Every attention score in the CPU path goes through these functions, so a value never
-//! depends on how many keys were scored alongside it. The instruction set (AVX-512,
-//! AVX2/FMA or portable) is chosen by CPU feature detection, the same for every call in a
-//! process, so all calls in a process agree. Keys of either cache element type are widened to
-//! f32 as they are loaded, so a bf16 key scores exactly as its f32 value does.
+//! Every attention score in the CPU path goes through `dots`, so a value never depends on how
+//! many keys or queries were scored alongside it. The instruction set (AVX-512, AVX2/FMA or
+//! portable) is chosen by CPU feature detection, the same for every call in a process, so all
+//! calls in a process agree. Keys of either cache element type are widened to f32 as they are
+//! loaded, so a bf16 key scores exactly as its f32 value does.
 
 use crate::cache_element::CacheElement;
 use crate::isa::Isa;
 
-pub fn dot<T: CacheElement>(a: &[f32], b: &[T]) -> f32 {
-    assert_eq!(a.len(), b.len(), "dot length mismatch");
-    dot_on(Isa::detected(), a, b)
+/// `Q` rows against `C` vectors: `out[q][c]` is the dot product of `xs[q]` and `ws[c]`, whose
+/// bits depend on those two alone. Scoring the query heads that share a key head together
+/// loads and widens each key once for all of them.
+pub fn dots<T: CacheElement, const Q: usize, const C: usize>(xs: [&[f32]; Q], ws: [&[T]; C]) -> [[f32; C]; Q] {
+    let n = xs.first().map_or(0, |x| x.len());
+    assert!(
+        xs.iter().all(|x| x.len() == n) && ws.iter().all(|w| w.len() == n),
+        "dots length mismatch"
+    );
+    dots_on(Isa::detected(), xs, ws)
 }
 
-/// One row against eight vectors (attention scores of eight keys), each result bit-identical
-/// to `dot(x, ws[c])`: the eight sums share one horizontal reduction.
-pub fn dot_x1x8<T: CacheElement>(x: &[f32], ws: [&[T]; 8]) -> [f32; 8] {
-    assert!(ws.iter().all(|w| w.len() == x.len()), "dot_x1x8 length mismatch");
-    dot_x1x8_on(Isa::detected(), x, ws)
-}
-
-/// `dot` on `isa`, which this CPU runs (`Isa::runnable`); the lengths are equal.
-fn dot_on<T: CacheElement>(isa: Isa, a: &[f32], b: &[T]) -> f32 {
+/// `dots` on `isa`, which this CPU runs (`Isa::runnable`); the lengths are equal.
+fn dots_on<T: CacheElement, const Q: usize, const C: usize>(isa: Isa, xs: [&[f32]; Q], ws: [&[T]; C]) -> [[f32; C]; Q] {
     match isa {
         // SAFETY: the CPU runs `isa` and the lengths are equal (the callers' contract).
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => unsafe { x86::avx512::dot(a, b) },
+        Isa::Avx512 => unsafe { x86::avx512::dots(xs, ws) },
         // SAFETY: as above.
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => unsafe { x86::avx2::dot(a, b) },
-        _ => portable::dot(a, b),
-    }
-}
-
-/// `dot_x1x8` on `isa`, as `dot_on`.
-fn dot_x1x8_on<T: CacheElement>(isa: Isa, x: &[f32], ws: [&[T]; 8]) -> [f32; 8] {
-    match isa {
-        // SAFETY: the CPU runs `isa` and the lengths are equal (the callers' contract).
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => unsafe { x86::avx512::dot_x1x8(x, ws) },
-        // SAFETY: as above.
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => unsafe { x86::avx2::dot_x1x8(x, ws) },
-        _ => ws.map(|w| portable::dot(x, w)),
+        Isa::Avx2 => unsafe { x86::avx2::dots(xs, ws) },
+        _ => xs.map(|x| ws.map(|w| portable::dot(x, w))),
     }
 }
 
@@ -71,46 +58,61 @@ mod portable {
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    /// The reduction order every x86 dot product follows, for any number of vectors against
-    /// one row and either register width L: per vector, two accumulators over 2L-element
-    /// blocks, one L-wide step into the first, their sum, a fixed horizontal sum (`$hsums`
-    /// reduces every vector's sum at once, each by the same tree of lane pairs), then the scalar
-    /// tail. Each input block is loaded once and used by all vectors. `$loadw` widens the
-    /// vectors' elements to f32.
-    macro_rules! dot_row {
-        ($x:expr, $ws:expr, $cols:literal,
-         lanes: $l:literal, $zero:path, $loadu:path, $loadw:path, $fma:path, $add:path, $hsums:path) => {{
-            let x: &[f32] = $x;
-            let ws = $ws;
-            let n = x.len();
-            let mut acc = [[$zero(); 2]; $cols];
+    /// The reduction order every x86 dot product follows, for any number of rows and vectors
+    /// and either register width L: per (row, vector) pair one accumulator over L-element
+    /// blocks, a fixed horizontal sum (`$hsums` reduces every pair's sum at once, each by the
+    /// same tree of lane pairs), then the scalar tail. Each block of a vector is loaded, and
+    /// widened to f32 by `$loadw`, once for all rows. One accumulator per pair, not two, so
+    /// that 8 pairs and their row blocks fit AVX2's 16 registers.
+    macro_rules! dot_block {
+        ($xs:expr, $ws:expr, $q:ident, $c:ident,
+         lanes: $l:literal, $zero:path, $loadu:path, $loadw:path, $fma:path, $hsums:path) => {{
+            let (xs, ws) = ($xs, $ws);
+            let n = xs.first().map_or(0, |x: &&[f32]| x.len());
+            let mut acc = [[$zero(); $c]; $q];
             let mut i = 0;
-            while i + 2 * $l <= n {
-                let px = x.as_ptr().add(i);
-                let (xa, xb) = ($loadu(px), $loadu(px.add($l)));
-                for c in 0..$cols {
-                    let pw = ws[c].as_ptr().add(i);
-                    acc[c][0] = $fma(xa, $loadw(pw), acc[c][0]);
-                    acc[c][1] = $fma(xb, $loadw(pw.add($l)), acc[c][1]);
+            while i + $l <= n {
+                let mut x = [$zero(); $q];
+                for q in 0..$q {
+                    x[q] = $loadu(xs[q].as_ptr().add(i));
                 }
-                i += 2 * $l;
-            }
-            if i + $l <= n {
-                let xa = $loadu(x.as_ptr().add(i));
-                for c in 0..$cols {
-                    acc[c][0] = $fma(xa, $loadw(ws[c].as_ptr().add(i)), acc[c][0]);
+                for c in 0..$c {
+                    let w = $loadw(ws[c].as_ptr().add(i));
+                    for q in 0..$q {
+                        acc[q][c] = $fma(x[q], w, acc[q][c]);
+                    }
                 }
                 i += $l;
             }
-            let mut sums = [$zero(); $cols];
-            for c in 0..$cols {
-                sums[c] = $add(acc[c][0], acc[c][1]);
+            let mut out: [[f32; $c]; $q] = $hsums(acc);
+            for q in 0..$q {
+                for c in 0..$c {
+                    for j in i..n {
+                        let w: f32 = ws[c][j].into();
+                        out[q][c] += xs[q][j] * w;
+                    }
+                }
             }
-            let mut out: [f32; $cols] = $hsums(sums);
-            for c in 0..$cols {
-                for j in i..n {
-                    let w: f32 = ws[c][j].into();
-                    out[c] += x[j] * w;
+            out
+        }};
+    }
+
+    /// Reduces every pair's accumulator with `$hsum`, or eight at once with `$hsum8`, which adds
+    /// the same lane pairs.
+    macro_rules! hsums {
+        ($v:expr, $hsum:path, $hsum8:path) => {{
+            let v = $v;
+            let mut out = [[0f32; C]; Q];
+            if Q * C == 8 {
+                let sums = $hsum8(std::array::from_fn(|i| v[i / C][i % C]));
+                for (i, s) in sums.into_iter().enumerate() {
+                    out[i / C][i % C] = s;
+                }
+                return out;
+            }
+            for q in 0..Q {
+                for c in 0..C {
+                    out[q][c] = $hsum(v[q][c]);
                 }
             }
             out
@@ -164,34 +166,17 @@ mod x86 {
 
         #[inline]
         #[target_feature(enable = "avx2,fma")]
-        unsafe fn hsums<const C: usize>(v: [__m256; C]) -> [f32; C] {
-            let mut out = [0f32; C];
-            if C == 8 {
-                let sums = hsum8(std::array::from_fn(|c| v[c]));
-                out.copy_from_slice(&sums);
-                return out;
-            }
-            for c in 0..C {
-                out[c] = hsum(v[c]);
-            }
-            out
-        }
-
-        macro_rules! dot8 {
-            ($x:expr, $ws:expr, $cols:literal, $t:ident) => {
-                dot_row!($x, $ws, $cols, lanes: 8,
-                    _mm256_setzero_ps, _mm256_loadu_ps, $t::load8, _mm256_fmadd_ps, _mm256_add_ps, hsums)
-            };
+        unsafe fn hsums<const Q: usize, const C: usize>(v: [[__m256; C]; Q]) -> [[f32; C]; Q] {
+            hsums!(v, hsum, hsum8)
         }
 
         #[target_feature(enable = "avx2,fma")]
-        pub unsafe fn dot<T: CacheElement>(a: &[f32], b: &[T]) -> f32 {
-            dot8!(a, [b], 1, T)[0]
-        }
-
-        #[target_feature(enable = "avx2,fma")]
-        pub unsafe fn dot_x1x8<T: CacheElement>(x: &[f32], ws: [&[T]; 8]) -> [f32; 8] {
-            dot8!(x, ws, 8, T)
+        pub unsafe fn dots<T: CacheElement, const Q: usize, const C: usize>(
+            xs: [&[f32]; Q],
+            ws: [&[T]; C],
+        ) -> [[f32; C]; Q] {
+            dot_block!(xs, ws, Q, C, lanes: 8,
+                _mm256_setzero_ps, _mm256_loadu_ps, T::load8, _mm256_fmadd_ps, hsums)
         }
     }
 
@@ -250,34 +235,17 @@ mod x86 {
 
         #[inline]
         #[target_feature(enable = "avx512f")]
-        unsafe fn hsums<const C: usize>(v: [__m512; C]) -> [f32; C] {
-            let mut out = [0f32; C];
-            if C == 8 {
-                let sums = hsum8(std::array::from_fn(|c| v[c]));
-                out.copy_from_slice(&sums);
-                return out;
-            }
-            for c in 0..C {
-                out[c] = hsum(v[c]);
-            }
-            out
-        }
-
-        macro_rules! dot16 {
-            ($x:expr, $ws:expr, $cols:literal, $t:ident) => {
-                dot_row!($x, $ws, $cols, lanes: 16,
-                    _mm512_setzero_ps, _mm512_loadu_ps, $t::load16, _mm512_fmadd_ps, _mm512_add_ps, hsums)
-            };
+        unsafe fn hsums<const Q: usize, const C: usize>(v: [[__m512; C]; Q]) -> [[f32; C]; Q] {
+            hsums!(v, hsum, hsum8)
         }
 
         #[target_feature(enable = "avx512f")]
-        pub unsafe fn dot<T: CacheElement>(a: &[f32], b: &[T]) -> f32 {
-            dot16!(a, [b], 1, T)[0]
-        }
-
-        #[target_feature(enable = "avx512f")]
-        pub unsafe fn dot_x1x8<T: CacheElement>(x: &[f32], ws: [&[T]; 8]) -> [f32; 8] {
-            dot16!(x, ws, 8, T)
+        pub unsafe fn dots<T: CacheElement, const Q: usize, const C: usize>(
+            xs: [&[f32]; Q],
+            ws: [&[T]; C],
+        ) -> [[f32; C]; Q] {
+            dot_block!(xs, ws, Q, C, lanes: 16,
+                _mm512_setzero_ps, _mm512_loadu_ps, T::load16, _mm512_fmadd_ps, hsums)
         }
     }
 }
@@ -295,32 +263,67 @@ mod tests {
         (0..n).map(|i| (i as f32 * 0.37 + seed).sin()).collect()
     }
 
-    fn to_bf16(xs: &[f32]) -> Vec<bf16> {
-        xs.iter().map(|x| bf16::from_f32(*x)).collect()
+    fn rows(count: usize, n: usize, seed: f32) -> Vec<Vec<f32>> {
+        (0..count).map(|c| ramp(n, seed + c as f32)).collect()
     }
 
-    fn widen(xs: &[bf16]) -> Vec<f32> {
-        xs.iter().map(|x| f32::from(*x)).collect()
+    fn to_bf16(rows: &[Vec<f32>]) -> Vec<Vec<bf16>> {
+        rows.iter()
+            .map(|r| r.iter().map(|x| bf16::from_f32(*x)).collect())
+            .collect()
     }
 
-    #[test]
-    fn matches_f64_reference_for_all_tail_lengths() {
-        for n in [0, 1, 7, 8, 9, 31, 32, 33, 64, 100, 257] {
-            let (a, b) = (ramp(n, 0.1), ramp(n, 2.0));
-            let got = dot(&a, &b) as f64;
-            assert!((got - naive(&a, &b)).abs() < 1e-4, "n={n}");
+    fn widen(rows: &[Vec<bf16>]) -> Vec<Vec<f32>> {
+        rows.iter().map(|r| r.iter().map(|x| f32::from(*x)).collect()).collect()
+    }
+
+    /// Every pair of `xs[..Q]` and `ws[..C]` scored together, as bits.
+    fn block<T: CacheElement, const Q: usize, const C: usize>(
+        isa: Isa,
+        xs: &[Vec<f32>],
+        ws: &[Vec<T>],
+    ) -> [[u32; C]; Q] {
+        dots_on::<T, Q, C>(
+            isa,
+            std::array::from_fn(|q| &xs[q][..]),
+            std::array::from_fn(|c| &ws[c][..]),
+        )
+        .map(|row| row.map(f32::to_bits))
+    }
+
+    /// Checks every shape attention uses on `isa` against pairs scored one by one.
+    fn assert_shapes_agree<T: CacheElement>(isa: Isa, xs: &[Vec<f32>], ws: &[Vec<T>], what: &str) {
+        let one = |q: usize, c: usize| block::<T, 1, 1>(isa, &xs[q..], &ws[c..])[0][0];
+        fn check<const Q: usize, const C: usize>(got: [[u32; C]; Q], one: &dyn Fn(usize, usize) -> u32, what: &str) {
+            for (q, row) in got.iter().enumerate() {
+                for (c, bits) in row.iter().enumerate() {
+                    assert_eq!(*bits, one(q, c), "{what}: {Q}x{C} block, row {q} vector {c}");
+                }
+            }
         }
+        check(block::<T, 1, 8>(isa, xs, ws), &one, what);
+        check(block::<T, 2, 4>(isa, xs, ws), &one, what);
+        check(block::<T, 4, 2>(isa, xs, ws), &one, what);
+        check(block::<T, 8, 1>(isa, xs, ws), &one, what);
+        check(block::<T, 2, 1>(isa, xs, ws), &one, what);
+        check(block::<T, 4, 1>(isa, xs, ws), &one, what);
     }
 
+    /// The dispatch picks one instruction set per machine; check every one this CPU runs.
     #[test]
-    fn eight_key_scores_equal_single_dots_bitwise() {
-        for n in [5, 16, 33, 64, 128] {
-            let x = ramp(n, 0.5);
-            let keys: Vec<Vec<f32>> = (0..8).map(|c| ramp(n, 3.0 + c as f32)).collect();
-            let ws: [&[f32]; 8] = std::array::from_fn(|c| &keys[c][..]);
-            let scores = dot_x1x8(&x, ws);
-            for c in 0..8 {
-                assert_eq!(scores[c].to_bits(), dot(&x, ws[c]).to_bits(), "n={n} key {c}");
+    fn every_path_is_accurate_and_scores_alike_in_every_block_shape() {
+        for n in [0, 1, 7, 8, 9, 16, 31, 33, 64, 100, 128, 257] {
+            let xs = rows(8, n, 0.4);
+            let keys = rows(8, n, 5.0);
+            for isa in Isa::runnable() {
+                for q in 0..8 {
+                    for c in 0..8 {
+                        let got = block::<f32, 1, 1>(isa, &xs[q..], &keys[c..])[0][0];
+                        let want = naive(&xs[q], &keys[c]);
+                        assert!((f32::from_bits(got) as f64 - want).abs() < 1e-4, "{isa:?} n={n}");
+                    }
+                }
+                assert_shapes_agree(isa, &xs, &keys, &format!("{isa:?} n={n}"));
             }
         }
     }
@@ -328,39 +331,25 @@ mod tests {
     #[test]
     fn bf16_keys_score_exactly_as_their_f32_values() {
         for n in [1, 7, 16, 33, 64, 100, 128] {
-            let x = ramp(n, 0.5);
-            let keys: Vec<Vec<bf16>> = (0..8).map(|c| to_bf16(&ramp(n, 3.0 + c as f32))).collect();
-            let wide: Vec<Vec<f32>> = keys.iter().map(|k| widen(k)).collect();
-            let eight = dot_x1x8(&x, std::array::from_fn(|c| &keys[c][..]));
-            let eight_wide = dot_x1x8(&x, std::array::from_fn(|c| &wide[c][..]));
-            assert_eq!(eight.map(f32::to_bits), eight_wide.map(f32::to_bits), "n={n}");
-            for c in 0..8 {
+            let xs = rows(8, n, 0.5);
+            let keys = to_bf16(&rows(8, n, 3.0));
+            let wide = widen(&keys);
+            for isa in Isa::runnable() {
                 assert_eq!(
-                    dot(&x, &keys[c]).to_bits(),
-                    dot(&x, &wide[c]).to_bits(),
-                    "n={n} key {c}"
+                    block::<bf16, 2, 4>(isa, &xs, &keys),
+                    block::<f32, 2, 4>(isa, &xs, &wide),
+                    "{isa:?} n={n}"
                 );
+                assert_shapes_agree(isa, &xs, &keys, &format!("{isa:?} bf16 n={n}"));
             }
         }
     }
 
-    /// The dispatch picks one instruction set per machine; check every one this CPU runs.
     #[test]
-    fn every_path_is_accurate_widens_bf16_exactly_and_scores_eight_keys_as_one() {
-        for n in [7, 16, 33, 100, 256] {
-            let a = ramp(n, 0.4);
-            let keys16: Vec<Vec<bf16>> = (0..8).map(|c| to_bf16(&ramp(n, 5.0 + c as f32))).collect();
-            let keys: Vec<Vec<f32>> = keys16.iter().map(|k| widen(k)).collect();
-            for isa in Isa::runnable() {
-                let got = dot_on(isa, &a, &keys[0]);
-                assert!((got as f64 - naive(&a, &keys[0])).abs() < 1e-4, "{isa:?} n={n}");
-                assert_eq!(got.to_bits(), dot_on(isa, &a, &keys16[0]).to_bits(), "{isa:?} n={n}");
-                let eight = dot_x1x8_on(isa, &a, std::array::from_fn(|c| &keys16[c][..]));
-                for c in 0..8 {
-                    let one = dot_on(isa, &a, &keys[c]);
-                    assert_eq!(eight[c].to_bits(), one.to_bits(), "{isa:?} n={n} key {c}");
-                }
-            }
-        }
+    fn the_public_entry_takes_the_detected_path() {
+        let (xs, keys) = (rows(2, 64, 0.1), rows(4, 64, 2.0));
+        let got = dots::<f32, 2, 4>([&xs[0], &xs[1]], std::array::from_fn(|c| &keys[c][..]));
+        let want = block::<f32, 2, 4>(Isa::detected(), &xs, &keys);
+        assert_eq!(got.map(|row| row.map(f32::to_bits)), want);
     }
 }

@@ -7,6 +7,7 @@ mod contiguous;
 mod dot;
 mod error;
 mod exp;
+mod head_rows;
 mod isa;
 mod kv_write;
 mod linear;
@@ -16,6 +17,7 @@ mod panel_tile;
 mod pool;
 mod rope;
 mod swiglu;
+mod value_sum;
 
 pub use cache_element::CacheElement;
 pub use error::KernelError;

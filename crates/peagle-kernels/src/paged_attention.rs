@@ -3,16 +3,19 @@
 //! One call serves any mix of prefill chunks, single decode tokens and multi-token
 //! verification windows: each sequence contributes its query rows, and row `i` of a sequence
 //! with `q` query rows and `ctx` cached tokens sits at position `ctx - q + i` and attends to
-//! positions `0..=pos` (or the last `window` of them). Each (row, head) is computed alone, in
-//! key order, so results do not depend on the batch. The cache holds f32 or bf16 (see
-//! `CacheElement`); queries and outputs are f32.
+//! positions `0..=pos` (or the last `window` of them). The query heads that share a key head
+//! are scored and summed together, so each key and value is read once for all of them, but
+//! every (row, head) output is the same chain of operations in key order whatever shares its
+//! call (see `dot` and `value_sum`), so results do not depend on the batch. The cache holds
+//! f32 or bf16 (see `CacheElement`); queries and outputs are f32.
 
 use crate::cache_element::CacheElement;
 use crate::contiguous::contiguous;
-use crate::dot::{dot, dot_x1x8};
+use crate::dot::dots;
 use crate::error::bad_input;
 use crate::exp::{exp_sum, row_max};
-use crate::isa::Isa;
+use crate::head_rows::HeadRows;
+use crate::value_sum::value_sums;
 use candle_core::backend::BackendStorage;
 use candle_core::{CpuStorage, CustomOp3, Layout, Result, Shape, Tensor};
 use rayon::prelude::*;
@@ -192,6 +195,8 @@ impl PagedAttention<'_> {
         let k = contiguous(k, kl, "key cache")?;
         let v = contiguous(v, vl, "value cache")?;
         let row_info = self.meta.rows();
+        let (group, d) = (p.num_heads / p.num_kv_heads, p.head_dim);
+        let kv_width = p.num_kv_heads * d;
         let mut out = vec![0f32; rows * q_width];
         out.par_chunks_mut(q_width)
             .zip(q.par_chunks(q_width))
@@ -199,13 +204,23 @@ impl PagedAttention<'_> {
             .for_each(|((out_row, q_row), &(seq, pos))| {
                 let slots = self.key_slots(seq, pos);
                 let mut weights = vec![0f32; p.num_heads * slots.len()];
-                // Heads are tasks too: a decode step has a single row, and its heads keep every
-                // core busy.
+                // Key heads are tasks too: a decode step has a single row, and its key heads
+                // keep every core busy.
                 out_row
-                    .par_chunks_mut(p.head_dim)
-                    .zip(weights.par_chunks_mut(slots.len()))
+                    .par_chunks_mut(group * d)
+                    .zip(q_row.par_chunks(group * d))
+                    .zip(weights.par_chunks_mut(group * slots.len()))
                     .enumerate()
-                    .for_each(|(h, (out_head, weights))| attend_head(q_row, h, (k, v), &slots, p, weights, out_head));
+                    .for_each(|(g, ((out, q), weights))| {
+                        let rows = |data| HeadRows {
+                            data,
+                            slots: &slots,
+                            width: kv_width,
+                            offset: g * d,
+                            head_dim: d,
+                        };
+                        attend_key_head(q, (rows(k), rows(v)), p, weights, out)
+                    });
             });
         Ok(out)
     }
@@ -219,195 +234,78 @@ impl PagedAttention<'_> {
     }
 }
 
-/// Query head `h` of one row against the keys and values in `slots`, into `out` [head_dim];
-/// `weights` [slots] is room for the softmax weights.
-fn attend_head<T: CacheElement>(
+/// The query heads of one row that read one key head's `keys` and `values` (`q` and `out`
+/// hold them side by side, `weights` their softmax weights, one row of keys each), in groups
+/// of up to 8 that score and sum together.
+fn attend_key_head<T: CacheElement>(
     q: &[f32],
-    h: usize,
-    (k, v): (&[T], &[T]),
-    slots: &[usize],
+    kv: (HeadRows<T>, HeadRows<T>),
     p: &AttentionParams,
     weights: &mut [f32],
     out: &mut [f32],
 ) {
-    let (d, kv_width) = (p.head_dim, p.num_kv_heads * p.head_dim);
-    let kv_off = (h / (p.num_heads / p.num_kv_heads)) * d;
-    let qh = &q[h * d..][..d];
-    let key = |slot: usize| &k[slot * kv_width + kv_off..][..d];
-    let mut eights = slots.chunks_exact(8);
-    let mut scored = weights.chunks_exact_mut(8);
-    for (ws, eight) in (&mut scored).zip(&mut eights) {
-        let scores = dot_x1x8(qh, std::array::from_fn(|i| key(eight[i])));
-        for (w, s) in ws.iter_mut().zip(scores) {
-            *w = s * p.scale;
+    let (d, n) = (p.head_dim, kv.0.len());
+    let heads = q.len() / d;
+    let mut done = 0;
+    while done < heads {
+        let h = [8, 4, 2, 1].into_iter().find(|h| *h <= heads - done).unwrap_or(1);
+        let (q, out) = (&q[done * d..][..h * d], &mut out[done * d..][..h * d]);
+        let weights = &mut weights[done * n..][..h * n];
+        match h {
+            8 => attend::<T, 8, 1>(q, kv, p, weights, out),
+            4 => attend::<T, 4, 2>(q, kv, p, weights, out),
+            2 => attend::<T, 2, 4>(q, kv, p, weights, out),
+            _ => attend::<T, 1, 8>(q, kv, p, weights, out),
         }
-    }
-    for (w, slot) in scored.into_remainder().iter_mut().zip(eights.remainder()) {
-        *w = dot(qh, key(*slot)) * p.scale;
-    }
-    let sum = exp_sum(weights, row_max(weights));
-    for (c, o) in out.chunks_mut(VALUE_CHUNK).enumerate() {
-        let (first, width) = (kv_off + c * VALUE_CHUNK, o.len());
-        weighted_sum(
-            o,
-            weights,
-            slots.iter().map(|slot| &v[slot * kv_width + first..][..width]),
-        );
-    }
-    let inv = 1.0 / sum;
-    out.iter_mut().for_each(|o| *o *= inv);
-}
-
-/// Value columns summed per pass over the keys: 4 AVX-512 registers of accumulators, or 8 AVX2
-/// ones.
-const VALUE_CHUNK: usize = 64;
-
-/// `out = Σ weights[j] * values[j]`, in key order for every column, each term rounded before
-/// it is added (no fused multiply-add), so every path gives the same bits. The sums stay in
-/// registers across the keys (writing them back after every key cost more than the
-/// multiplies).
-fn weighted_sum<'a, T: CacheElement>(out: &mut [f32], weights: &[f32], values: impl Iterator<Item = &'a [T]>) {
-    match <&mut [f32; VALUE_CHUNK]>::try_from(&mut *out) {
-        Ok(chunk) => weighted_chunk_on(Isa::detected(), chunk, weights, values),
-        Err(_) => {
-            out.fill(0.0);
-            for (w, value) in weights.iter().zip(values) {
-                for (o, x) in out.iter_mut().zip(value) {
-                    *o += w * (*x).into();
-                }
-            }
-        }
+        done += h;
     }
 }
 
-/// `weighted_sum` of a full chunk on `isa`, which this CPU runs (`Isa::runnable`). Without a
-/// target feature the portable loop compiles to SSE, 4 lanes wide.
-fn weighted_chunk_on<'a, T: CacheElement>(
-    isa: Isa,
-    out: &mut [f32; VALUE_CHUNK],
-    weights: &[f32],
-    values: impl Iterator<Item = &'a [T]>,
+/// `H` query heads against one key head, scoring `C` keys at a time (`H * C` = 8 sums in
+/// flight), each head's softmax alone, then the value sums of all `H` together.
+fn attend<T: CacheElement, const H: usize, const C: usize>(
+    q: &[f32],
+    (keys, values): (HeadRows<T>, HeadRows<T>),
+    p: &AttentionParams,
+    weights: &mut [f32],
+    out: &mut [f32],
 ) {
-    match isa {
-        // SAFETY: the CPU runs `isa` (the callers' contract).
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => unsafe { weighted_chunk_avx512(out, weights, values) },
-        // SAFETY: as above.
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => unsafe { weighted_chunk_avx2(out, weights, values) },
-        _ => {
-            let mut acc = [0f32; VALUE_CHUNK];
-            for (w, value) in weights.iter().zip(values) {
-                let value: &[T; VALUE_CHUNK] = value.try_into().expect("a full chunk");
-                for (a, x) in acc.iter_mut().zip(value) {
-                    *a += w * (*x).into();
-                }
-            }
-            *out = acc;
-        }
+    let (d, n) = (p.head_dim, keys.len());
+    let queries: [&[f32]; H] = std::array::from_fn(|h| &q[h * d..][..d]);
+    let whole = n / C * C;
+    for j in (0..whole).step_by(C) {
+        let block = dots(queries, std::array::from_fn::<_, C, _>(|c| keys.row(j + c)));
+        put_scores(weights, n, j, block, p.scale);
+    }
+    for j in whole..n {
+        put_scores(weights, n, j, dots(queries, [keys.row(j)]), p.scale);
+    }
+    let mut sums = [0f32; H];
+    for (h, w) in weights.chunks_exact_mut(n).enumerate() {
+        sums[h] = exp_sum(w, row_max(w));
+    }
+    let mut heads = out.chunks_exact_mut(d);
+    let outs: [&mut [f32]; H] = std::array::from_fn(|_| heads.next().expect("H heads"));
+    let mut rows = weights.chunks_exact(n);
+    let weight_rows: [&[f32]; H] = std::array::from_fn(|_| rows.next().expect("H heads"));
+    value_sums(outs, weight_rows, values);
+    for (o, sum) in out.chunks_exact_mut(d).zip(sums) {
+        let inv = 1.0 / sum;
+        o.iter_mut().for_each(|x| *x *= inv);
     }
 }
 
-/// Accumulates `VALUE_CHUNK` columns in `VALUE_CHUNK / $lanes` registers, each term multiplied
-/// and then added, as the portable loop does.
-#[cfg(target_arch = "x86_64")]
-macro_rules! weighted_chunk {
-    ($out:expr, $weights:expr, $values:expr, $t:ty,
-     lanes: $lanes:literal, $zero:path, $set1:path, $load:path, $mul:path, $add:path, $store:path) => {{
-        let mut acc = [$zero(); VALUE_CHUNK / $lanes];
-        for (w, value) in $weights.iter().zip($values) {
-            let value: &[$t; VALUE_CHUNK] = value.try_into().expect("a full chunk");
-            let w = $set1(*w);
-            for (i, a) in acc.iter_mut().enumerate() {
-                *a = $add(*a, $mul(w, $load(value[$lanes * i..].as_ptr())));
-            }
-        }
-        for (i, a) in acc.iter().enumerate() {
-            $store($out[$lanes * i..].as_mut_ptr(), *a);
-        }
-    }};
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn weighted_chunk_avx512<'a, T: CacheElement>(
-    out: &mut [f32; VALUE_CHUNK],
-    weights: &[f32],
-    values: impl Iterator<Item = &'a [T]>,
+/// Scaled scores of keys `j..j + C` into each head's row of `weights` (`n` keys a row).
+fn put_scores<const H: usize, const C: usize>(
+    weights: &mut [f32],
+    n: usize,
+    j: usize,
+    block: [[f32; C]; H],
+    scale: f32,
 ) {
-    use std::arch::x86_64::*;
-    weighted_chunk!(out, weights, values, T, lanes: 16,
-        _mm512_setzero_ps, _mm512_set1_ps, T::load16, _mm512_mul_ps, _mm512_add_ps, _mm512_storeu_ps)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn weighted_chunk_avx2<'a, T: CacheElement>(
-    out: &mut [f32; VALUE_CHUNK],
-    weights: &[f32],
-    values: impl Iterator<Item = &'a [T]>,
-) {
-    use std::arch::x86_64::*;
-    weighted_chunk!(out, weights, values, T, lanes: 8,
-        _mm256_setzero_ps, _mm256_set1_ps, T::load8, _mm256_mul_ps, _mm256_add_ps, _mm256_storeu_ps)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use half::bf16;
-
-    fn values() -> (Vec<Vec<f32>>, Vec<f32>) {
-        let values = (0..37)
-            .map(|j| {
-                (0..VALUE_CHUNK)
-                    .map(|i| ((i * 7 + j * 13) as f32 * 0.37).sin())
-                    .collect()
-            })
-            .collect();
-        let weights = (0..37).map(|j| (j as f32 * 0.11).cos().abs()).collect();
-        (values, weights)
-    }
-
-    fn to_bf16(values: &[Vec<f32>]) -> Vec<Vec<bf16>> {
-        values
-            .iter()
-            .map(|v| v.iter().map(|x| bf16::from_f32(*x)).collect())
-            .collect()
-    }
-
-    fn chunk_bits<T: CacheElement>(isa: Isa, weights: &[f32], values: &[Vec<T>]) -> [u32; VALUE_CHUNK] {
-        let mut out = [0f32; VALUE_CHUNK];
-        weighted_chunk_on(isa, &mut out, weights, values.iter().map(|v| &v[..]));
-        out.map(f32::to_bits)
-    }
-
-    #[test]
-    fn every_path_sums_a_chunk_as_the_portable_one_bitwise() {
-        let (values, weights) = values();
-        let halves = to_bf16(&values);
-        for isa in Isa::runnable() {
-            let portable = chunk_bits(Isa::Portable, &weights, &values);
-            assert_eq!(chunk_bits(isa, &weights, &values), portable, "{isa:?}");
-            let portable = chunk_bits(Isa::Portable, &weights, &halves);
-            assert_eq!(chunk_bits(isa, &weights, &halves), portable, "{isa:?} bf16");
-        }
-    }
-
-    #[test]
-    fn bf16_values_sum_exactly_as_their_f32_values() {
-        let (values, weights) = values();
-        let halves = to_bf16(&values);
-        let wide: Vec<Vec<f32>> = halves
-            .iter()
-            .map(|v| v.iter().map(|x| f32::from(*x)).collect())
-            .collect();
-        for width in [VALUE_CHUNK, 24] {
-            let (mut from_half, mut from_wide) = (vec![0f32; width], vec![0f32; width]);
-            weighted_sum(&mut from_half, &weights, halves.iter().map(|v| &v[..width]));
-            weighted_sum(&mut from_wide, &weights, wide.iter().map(|v| &v[..width]));
-            let bits = |xs: &[f32]| xs.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-            assert_eq!(bits(&from_half), bits(&from_wide), "width {width}");
+    for (h, scores) in block.iter().enumerate() {
+        for (w, s) in weights[h * n + j..][..C].iter_mut().zip(scores) {
+            *w = s * scale;
         }
     }
 }

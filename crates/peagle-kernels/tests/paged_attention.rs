@@ -29,6 +29,7 @@ fn values(n: usize, seed: u64) -> Vec<f32> {
 
 /// One sequence's full K, V and Q in position order, plus its (scattered) block table.
 struct Seq {
+    params: AttentionParams,
     len: usize,
     q: Vec<f32>,
     k: Vec<f32>,
@@ -37,14 +38,31 @@ struct Seq {
 }
 
 fn seq(len: usize, seed: u64, blocks: Vec<u32>) -> Seq {
-    let qw = PARAMS.num_heads * PARAMS.head_dim;
-    let kw = PARAMS.num_kv_heads * PARAMS.head_dim;
+    seq_of(PARAMS, len, seed, blocks)
+}
+
+fn seq_of(params: AttentionParams, len: usize, seed: u64, blocks: Vec<u32>) -> Seq {
+    let qw = params.num_heads * params.head_dim;
+    let kw = params.num_kv_heads * params.head_dim;
     Seq {
+        params,
         len,
         q: values(len * qw, seed),
         k: values(len * kw, seed + 1),
         v: values(len * kw, seed + 2),
         blocks,
+    }
+}
+
+/// The first `len` positions of `s`, on the same blocks.
+fn prefix(s: &Seq, len: usize) -> Seq {
+    Seq {
+        params: s.params,
+        len,
+        q: s.q.clone(),
+        k: s.k.clone(),
+        v: s.v.clone(),
+        blocks: s.blocks.clone(),
     }
 }
 
@@ -54,17 +72,18 @@ fn slot(s: &Seq, pos: usize) -> u32 {
 
 /// Dense causal attention of row `pos` of `s`, in f64.
 fn reference_row(s: &Seq, pos: usize, window: Option<usize>) -> Vec<f32> {
-    let (d, group) = (PARAMS.head_dim, PARAMS.num_heads / PARAMS.num_kv_heads);
-    let kw = PARAMS.num_kv_heads * d;
+    let p = s.params;
+    let (d, group) = (p.head_dim, p.num_heads / p.num_kv_heads);
+    let kw = p.num_kv_heads * d;
     let first = window.map_or(0, |w| (pos + 1).saturating_sub(w));
-    let mut out = vec![0f32; PARAMS.num_heads * d];
-    for h in 0..PARAMS.num_heads {
+    let mut out = vec![0f32; p.num_heads * d];
+    for h in 0..p.num_heads {
         let g = h / group;
-        let q = &s.q[(pos * PARAMS.num_heads + h) * d..][..d];
+        let q = &s.q[(pos * p.num_heads + h) * d..][..d];
         let scores: Vec<f64> = (first..=pos)
             .map(|j| {
                 let k = &s.k[j * kw + g * d..][..d];
-                q.iter().zip(k).map(|(a, b)| *a as f64 * *b as f64).sum::<f64>() * PARAMS.scale as f64
+                q.iter().zip(k).map(|(a, b)| *a as f64 * *b as f64).sum::<f64>() * p.scale as f64
             })
             .collect();
         let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
@@ -90,7 +109,7 @@ fn cache_with(seqs: &[&Seq], num_blocks: usize) -> Cache {
 }
 
 fn cache_of(dtype: DType, seqs: &[&Seq], num_blocks: usize) -> Cache {
-    let kw = PARAMS.num_kv_heads * PARAMS.head_dim;
+    let kw = seqs[0].params.num_kv_heads * seqs[0].params.head_dim;
     let dev = Device::Cpu;
     let cache = Cache {
         k: Tensor::zeros((num_blocks * BLOCK, kw), dtype, &dev).unwrap(),
@@ -108,7 +127,8 @@ fn cache_of(dtype: DType, seqs: &[&Seq], num_blocks: usize) -> Cache {
 
 /// Runs the last `rows[i]` positions of each sequence as one flattened batch.
 fn run(cache: &Cache, seqs: &[&Seq], rows: &[usize], window: Option<usize>) -> Vec<Vec<f32>> {
-    let qw = PARAMS.num_heads * PARAMS.head_dim;
+    let params = seqs[0].params;
+    let qw = params.num_heads * params.head_dim;
     let mut meta = AttentionMetadata {
         block_size: BLOCK,
         query_start: vec![0],
@@ -127,7 +147,7 @@ fn run(cache: &Cache, seqs: &[&Seq], rows: &[usize], window: Option<usize>) -> V
     let q = Tensor::from_vec(q, (meta.num_rows(), qw), &Device::Cpu).unwrap();
     let params = AttentionParams {
         sliding_window: window,
-        ..PARAMS
+        ..params
     };
     paged_attention(&q, &cache.k, &cache.v, &meta, &params)
         .unwrap()
@@ -169,15 +189,48 @@ fn rows_are_bitwise_independent_of_the_batch() {
     let batch = run(&cache, &[&a, &b], &[8, 2], None);
     for (r, row) in batch.iter().take(8).enumerate() {
         let pos = a.len - 8 + r;
-        let truncated = Seq {
-            len: pos + 1,
-            q: a.q.clone(),
-            k: a.k.clone(),
-            v: a.v.clone(),
-            blocks: a.blocks.clone(),
-        };
-        let alone = run(&cache, &[&truncated], &[1], None);
+        let alone = run(&cache, &[&prefix(&a, pos + 1)], &[1], None);
         assert_eq!(&alone[0], row, "row {r}");
+    }
+}
+
+/// Query heads that share a key head are scored and summed together, in groups of 8, 4, 2 and
+/// 1; value columns go in passes of a few vectors and a scalar tail. Every head layout must
+/// match the reference, and each row alone must give the bits it gives in a batch.
+#[test]
+fn every_head_layout_matches_the_reference_and_is_batch_invariant() {
+    // (query heads, key heads, head_dim): multi-head, groups of 3, 8 (one key head), 12 (8 + 4)
+    // and 7 (4 + 2 + 1), and head sizes with a tail past the vector passes.
+    for (heads, kv_heads, head_dim) in [
+        (4, 4, 64),
+        (6, 2, 64),
+        (8, 1, 64),
+        (12, 1, 32),
+        (14, 2, 80),
+        (16, 2, 128),
+    ] {
+        let params = AttentionParams {
+            num_heads: heads,
+            num_kv_heads: kv_heads,
+            head_dim,
+            scale: 1.0 / (head_dim as f32).sqrt(),
+            sliding_window: None,
+        };
+        let what = format!("{heads} heads over {kv_heads}, head_dim {head_dim}");
+        let a = seq_of(params, 13, 60, vec![4, 0, 6, 2]);
+        let b = seq_of(params, 6, 70, vec![1, 3]);
+        for dtype in [DType::F32, DType::BF16] {
+            let cache = cache_of(dtype, &[&a, &b], 8);
+            let batch = run(&cache, &[&a, &b], &[5, 1], None);
+            let rows = (a.len - 5..a.len).map(|pos| (&a, pos)).chain([(&b, b.len - 1)]);
+            for ((s, pos), got) in rows.zip(&batch) {
+                if dtype == DType::F32 {
+                    assert_close(got, &reference_row(s, pos, None), &format!("{what}, position {pos}"));
+                }
+                let alone = run(&cache, &[&prefix(s, pos + 1)], &[1], None);
+                assert_eq!(&alone[0], got, "{what}, {dtype:?}, position {pos} alone");
+            }
+        }
     }
 }
 
@@ -213,6 +266,7 @@ fn inconsistent_metadata_is_an_error_not_a_panic() {
 fn rounded(s: &Seq) -> Seq {
     let round = |xs: &[f32]| xs.iter().map(|x| f32::from(bf16::from_f32(*x))).collect();
     Seq {
+        params: s.params,
         len: s.len,
         q: s.q.clone(),
         k: round(&s.k),
