@@ -30,19 +30,17 @@ common=(--draft-vocab-size 4096 --seq-len 512 --batch-size 4 --val-fraction 0.03
     --warmup-steps 50 --epochs 20 --device "$device")
 # COD keeps half the chains at each deeper depth (down to 5% of the positions) instead of the
 # paper's 0.7 (down to 20%): at 300 steps on the same data depth 0 reached 0.54 accuracy
-# against 0.49, depths 1 to 4 gained too, and a step costs a third less.
-peagle_args=(--num-layers 4 --num-depths 8 --down-sample-ratio 0.5 --down-sample-ratio-min 0.05 --lr 6e-4
-    --max-steps "${PEAGLE_STEPS:-2400}")
+# against 0.49, depths 1 to 4 gained too, and a step costs a third less. Every stage shares it.
+peagle_shape=(--num-layers 4 --num-depths 8 --down-sample-ratio 0.5 --down-sample-ratio-min 0.05)
+peagle_args=("${peagle_shape[@]}" --lr 6e-4 --max-steps "${PEAGLE_STEPS:-2400}")
 # Then a second cosine schedule from that export at half the peak rate: the first ended with
 # validation accuracy still rising by about 0.01 per 100 steps at depths 2 and 3, and the
 # second took validation loss from 1.148 to 0.828 (depth 3 from 0.495 to 0.662).
-peagle_more_args=(--num-layers 4 --num-depths 8 --down-sample-ratio 0.5 --down-sample-ratio-min 0.05 --lr 3e-4
-    --max-steps "${PEAGLE_MORE_STEPS:-2000}")
+peagle_more_args=("${peagle_shape[@]}" --lr 3e-4 --max-steps "${PEAGLE_MORE_STEPS:-2000}")
 # And a third at a third of the first's peak rate: the second ended with depths 5 to 7 still
 # gaining 0.01 to 0.02 over its last 300 steps; the third took validation loss from 0.828 to
 # 0.721 (depth 7 from 0.345 to 0.422).
-peagle_third_args=(--num-layers 4 --num-depths 8 --down-sample-ratio 0.5 --down-sample-ratio-min 0.05 --lr 2e-4
-    --max-steps "${PEAGLE_THIRD_STEPS:-1800}")
+peagle_third_args=("${peagle_shape[@]}" --lr 2e-4 --max-steps "${PEAGLE_THIRD_STEPS:-1800}")
 eagle3_args=(--num-layers 1 --num-depths 5 --lr 6e-4 --max-steps "${EAGLE3_STEPS:-1000}")
 
 features=()
