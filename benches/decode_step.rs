@@ -2,8 +2,8 @@
 //! sequences, at the demo model's size, after a 128-token context, over the bf16 KV cache the
 //! demo model is served with; the 16 sequences also over an f32 cache. The 1-row step and the
 //! 16 sequences also run capturing the hidden states a drafter reads, as every step of a
-//! server with a drafter does, drafting or not. Plus the machine's memory read bandwidth for
-//! the roofline.
+//! server with a drafter does, drafting or not. A prefill of 16 prompts of 32 tokens, and the
+//! machine's memory read bandwidth for the roofline.
 
 use candle_core::DType;
 use criterion::{criterion_group, Criterion, Throughput};
@@ -60,6 +60,9 @@ fn decode(c: &mut Criterion) {
     });
     g.bench_function("decode step of 16 sequences, capturing drafter states", |b| {
         b.iter(|| black_box(batch(&kv16, CONTEXT, 1, Rows::All)))
+    });
+    g.bench_function("prefill of 16 prompts of 32 tokens", |b| {
+        b.iter(|| black_box(batch(&kv16, 0, 32, Rows::None)))
     });
     g.finish();
 

@@ -10,13 +10,10 @@ use crate::contiguous::contiguous;
 use crate::error::bad_input;
 use crate::isa::Isa;
 use crate::panel_tile::{self, Bf16Line, F32Line, Tile, PANEL};
+use crate::pool::{enough_tasks, for_each_task};
 use candle_core::{CpuStorage, CustomOp1, DType, Layout, Result, Shape, Tensor};
 use half::bf16;
-use rayon::prelude::*;
 
-/// Tasks per thread: a few, so uneven progress balances out, but not so many that rayon's
-/// per-task cost rivals a task's work.
-const TASKS_PER_THREAD: usize = 4;
 /// Panels a task works through together, each read once per tile of rows while in cache.
 const GROUP: usize = 4;
 
@@ -132,9 +129,7 @@ fn matmul_on<L: Line>(isa: Isa, x: &[f32], lines: &[L], rows: usize, n: usize, k
         y.truncate(rows * n);
         return y;
     }
-    let per_task = panels
-        .div_ceil(TASKS_PER_THREAD * rayon::current_num_threads())
-        .next_multiple_of(GROUP);
+    let per_task = panels.div_ceil(enough_tasks()).next_multiple_of(GROUP);
     let job = Job {
         isa,
         x,
@@ -144,7 +139,7 @@ fn matmul_on<L: Line>(isa: Isa, x: &[f32], lines: &[L], rows: usize, n: usize, k
         out: y.as_mut_ptr(),
         width,
     };
-    (0..panels.div_ceil(per_task)).into_par_iter().for_each(|task| {
+    for_each_task(panels.div_ceil(per_task), |task| {
         let first = task * per_task;
         // SAFETY: `job` is set up as `Job::panels` requires, and tasks take disjoint panels.
         unsafe { job.panels(first, per_task.min(panels - first)) }

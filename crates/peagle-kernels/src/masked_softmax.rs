@@ -6,8 +6,8 @@
 use crate::contiguous::contiguous;
 use crate::error::bad_input;
 use crate::exp::{exp_sum, row_max};
+use crate::pool::for_each_chunk;
 use candle_core::{CpuStorage, CustomOp2, Layout, Result, Shape, Tensor, D};
-use rayon::prelude::*;
 
 /// `softmax(scores + bias)` over the last dimension; `scores` [.., rows, cols] f32, `bias`
 /// [rows, cols] (0 where visible, -inf elsewhere) shared by every leading index. A row with
@@ -51,22 +51,20 @@ impl CustomOp2 for MaskedSoftmax {
         let scores = contiguous(s.as_slice::<f32>()?, s_l, "scores")?;
         let bias = contiguous(b.as_slice::<f32>()?, b_l, "mask")?;
         let mut out = vec![0f32; scores.len()];
-        out.par_chunks_mut(cols)
-            .zip(scores.par_chunks(cols))
-            .enumerate()
-            .for_each(|(i, (y, x))| {
-                let mask = &bias[(i % rows) * cols..][..cols];
-                for ((o, v), m) in y.iter_mut().zip(x).zip(mask) {
-                    *o = v + m;
-                }
-                let max = row_max(y);
-                if max == f32::NEG_INFINITY {
-                    y.fill(0.0);
-                    return;
-                }
-                let sum = exp_sum(y, max);
-                y.iter_mut().for_each(|o| *o /= sum);
-            });
+        for_each_chunk(&mut out, cols, |i, y| {
+            let x = &scores[i * cols..][..cols];
+            let mask = &bias[(i % rows) * cols..][..cols];
+            for ((o, v), m) in y.iter_mut().zip(x).zip(mask) {
+                *o = v + m;
+            }
+            let max = row_max(y);
+            if max == f32::NEG_INFINITY {
+                y.fill(0.0);
+                return;
+            }
+            let sum = exp_sum(y, max);
+            y.iter_mut().for_each(|o| *o /= sum);
+        });
         Ok((CpuStorage::F32(out), s_l.shape().clone()))
     }
 

@@ -8,8 +8,8 @@
 use crate::contiguous::contiguous;
 use crate::error::bad_input;
 use crate::exp::exp_in_place;
+use crate::pool::for_each_chunk;
 use candle_core::{CpuStorage, CustomOp1, Layout, Result, Shape, Tensor};
-use rayon::prelude::*;
 
 /// `gate_up` [rows, 2 * width] (gate columns first) to [rows, width].
 pub fn swiglu(gate_up: &Tensor) -> Result<Tensor> {
@@ -36,18 +36,16 @@ impl CustomOp1 for SwiGlu {
         // Rows are tasks: a batch's rows take one exp per column each, and left to one thread
         // the other core idles long enough to fall asleep before the next matmul.
         let mut out = vec![0f32; rows * width];
-        out.par_chunks_mut(width)
-            .zip(x.par_chunks(both))
-            .for_each(|(out, row)| {
-                let (gate, up) = row.split_at(width);
-                for (o, g) in out.iter_mut().zip(gate) {
-                    *o = -g;
-                }
-                exp_in_place(out);
-                for ((o, g), u) in out.iter_mut().zip(gate).zip(up) {
-                    *o = g / (1.0 + *o) * u;
-                }
-            });
+        for_each_chunk(&mut out, width, |i, out| {
+            let (gate, up) = x[i * both..][..both].split_at(width);
+            for (o, g) in out.iter_mut().zip(gate) {
+                *o = -g;
+            }
+            exp_in_place(out);
+            for ((o, g), u) in out.iter_mut().zip(gate).zip(up) {
+                *o = g / (1.0 + *o) * u;
+            }
+        });
         Ok((CpuStorage::F32(out), Shape::from((rows, width))))
     }
 }

@@ -1,9 +1,9 @@
 //! Paged attention against a dense causal reference, on scattered blocks and mixed batches,
-//! over f32 and bf16 caches.
+//! over f32 and bf16 caches, on rayon's pool and on a step's crew.
 
 use candle_core::{DType, Device, Tensor};
 use half::bf16;
-use peagle_kernels::{paged_attention, write_kv, AttentionMetadata, AttentionParams};
+use peagle_kernels::{on_pool, paged_attention, write_kv, AttentionMetadata, AttentionParams};
 
 const BLOCK: usize = 4;
 const PARAMS: AttentionParams = AttentionParams {
@@ -149,10 +149,16 @@ fn run(cache: &Cache, seqs: &[&Seq], rows: &[usize], window: Option<usize>) -> V
         sliding_window: window,
         ..params
     };
-    paged_attention(&q, &cache.k, &cache.v, &meta, &params)
-        .unwrap()
-        .to_vec2()
-        .unwrap()
+    let attend = || {
+        paged_attention(&q, &cache.k, &cache.v, &meta, &params)
+            .unwrap()
+            .to_vec2()
+            .unwrap()
+    };
+    let out = attend();
+    // Inside a step the kernels split their tasks over `on_pool`'s crew: the same bits.
+    assert_eq!(on_pool(attend), out, "on the pool's crew");
+    out
 }
 
 fn assert_close(got: &[f32], want: &[f32], what: &str) {
