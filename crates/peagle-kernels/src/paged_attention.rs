@@ -206,12 +206,12 @@ impl PagedAttention<'_> {
         let heads_per_task = heads_per_task(rows, p.num_kv_heads);
         let pieces = p.num_kv_heads / heads_per_task;
         for_each_chunk(&mut out, heads_per_task * group * d, |task, out| {
-            let row = task / pieces;
+            let (row, first) = (task / pieces, task % pieces * heads_per_task);
             let (seq, pos) = row_info[row];
             let slots = self.key_slots(seq, pos);
             let mut weights = vec![0f32; group * slots.len()];
             for (i, out) in out.chunks_exact_mut(group * d).enumerate() {
-                let g = task % pieces * heads_per_task + i;
+                let g = first + i;
                 let rows = |data| HeadRows {
                     data,
                     slots: &slots,

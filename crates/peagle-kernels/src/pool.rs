@@ -58,15 +58,11 @@ pub(crate) fn enough_tasks() -> usize {
 /// Runs `task(i)` for every `i` in `0..count`, split over the crew of this thread's `on_pool`,
 /// or over rayon's pool outside one. A task that starts more tasks runs them itself.
 pub(crate) fn for_each_task(count: usize, task: impl Fn(usize) + Sync) {
-    let crew = ROLE.with_borrow(|role| match role {
-        Role::Leader(crew) => Some(Some(crew.clone())),
-        Role::Working => Some(None),
-        Role::Outside => None,
-    });
-    match crew {
-        Some(Some(crew)) if count > 1 && crew.size > 0 => crew.run(count, &task),
-        Some(_) => (0..count).for_each(task),
-        None => (0..count).into_par_iter().for_each(&task),
+    // A copy, so no borrow of `ROLE` is held while the tasks set it.
+    match ROLE.with_borrow(Role::clone) {
+        Role::Leader(crew) if count > 1 && crew.size > 0 => crew.run(count, &task),
+        Role::Outside => (0..count).into_par_iter().for_each(&task),
+        Role::Leader(_) | Role::Working => (0..count).for_each(task),
     }
 }
 
@@ -101,6 +97,7 @@ impl<T> SendPtr<T> {
 // SAFETY: the tasks that share it touch disjoint elements.
 unsafe impl<T: Send> Sync for SendPtr<T> {}
 
+#[derive(Clone)]
 enum Role {
     /// Not inside `on_pool`.
     Outside,
