@@ -209,4 +209,8 @@ fn startup_errors_are_one_line_with_non_zero_exit() {
         &["--model", &model, "--max-model-len", "100000"],
         "max_position_embeddings",
     );
+    fails(
+        &["--model", &model, "--kv-cache-blocks", "8"],
+        "cannot hold one sequence of the maximum length",
+    );
 }

@@ -96,10 +96,10 @@ impl Generator {
             .max_model_len
             .or(loaded.config.max_position_embeddings)
             .unwrap_or(4096);
-        // Room for one sequence at full length plus a verification window and mask slots.
+        // Room for one sequence at full length: the generator runs one at a time.
         let k = drafter.as_ref().map_or(0, |(_, s)| s.k);
         let cache = CacheConfig {
-            num_blocks: (max_model_len + 2 * k).div_ceil(opts.block_size),
+            num_blocks: CacheConfig::blocks_per_sequence(max_model_len, k, opts.block_size),
             block_size: opts.block_size,
             dtype: opts.kv_cache_dtype.resolve(&loaded.config),
         };

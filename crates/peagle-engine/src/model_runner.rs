@@ -41,6 +41,14 @@ pub struct CacheConfig {
     pub dtype: DType,
 }
 
+impl CacheConfig {
+    /// Blocks one sequence can come to need: `max_model_len` tokens, then a verification
+    /// window of `k` drafts and the drafter's look-ahead past it.
+    pub fn blocks_per_sequence(max_model_len: usize, k: usize, block_size: usize) -> usize {
+        (max_model_len + 2 * k).div_ceil(block_size)
+    }
+}
+
 pub struct ModelRunner {
     target: CausalLm,
     kv: KvCache,
@@ -86,6 +94,19 @@ impl ModelRunner {
                 }
             }
         };
+        let needed = CacheConfig::blocks_per_sequence(max_model_len, proposer.k(), cache.block_size);
+        if cache.num_blocks < needed {
+            // vLLM refuses to start here too: a sequence that outgrows the whole cache could
+            // only preempt itself and start over, forever.
+            return Err(GenerateError::Config(format!(
+                "a KV cache of {} blocks of {} tokens cannot hold one sequence of the maximum \
+                 length ({max_model_len} tokens, {} drafts): that takes {needed} blocks; raise \
+                 the block count (--kv-cache-blocks) or lower the maximum length (--max-model-len)",
+                cache.num_blocks,
+                cache.block_size,
+                proposer.k()
+            )));
+        }
         if proposer.k() > 0 {
             target.set_capture_layers(proposer.aux_layer_ids().to_vec())?;
         }

@@ -170,6 +170,7 @@ impl Scheduler {
             let need = blocks_needed(runner, seq, work);
             if need > free {
                 // Free blocks by preempting the newest sequence; if that is this one, it waits.
+                // Alone, a sequence always fits: the runner's cache holds one of full length.
                 let victim = self.running.len() - 1;
                 let victim_free = self.running[victim].seq.block_table.len();
                 self.preempt(runner, victim);

@@ -178,7 +178,7 @@ fn drafting_after_a_suspension_matches_a_drafter_that_never_paused() {
         let spec = SpeculativeConfig { k: 5, parallel };
         // The cache the demo model is served with (auto: bf16, as its weights).
         let cache = CacheConfig {
-            num_blocks: 64,
+            num_blocks: CacheConfig::blocks_per_sequence(1024, spec.k, 16),
             block_size: 16,
             dtype: DType::BF16,
         };

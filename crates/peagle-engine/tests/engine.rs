@@ -3,13 +3,16 @@
 
 use candle_core::DType;
 use peagle_engine::{
-    CacheConfig, EngineConfig, EngineHandle, Event, FinishReason, GenerateParams, Generator, GeneratorOptions,
-    ModelRunner, Request, SamplingParams, SchedulerConfig, SpeculativeConfig, SubmitError,
+    CacheConfig, EngineConfig, EngineHandle, Event, FinishReason, GenerateError, GenerateParams, Generator,
+    GeneratorOptions, ModelRunner, Request, SamplingParams, SchedulerConfig, SpeculativeConfig, SubmitError,
 };
 use peagle_models::{load_causal_lm, Drafter, LoadOptions};
 mod common;
 use common::fixture;
 use std::time::{Duration, Instant};
+
+/// The context length of `engine`'s model.
+const MAX_MODEL_LEN: usize = 256;
 
 fn engine(
     draft: Option<(&str, usize, bool)>,
@@ -17,6 +20,15 @@ fn engine(
     scheduler: SchedulerConfig,
     max_waiting: usize,
 ) -> EngineHandle {
+    let runner = runner(draft, num_blocks, MAX_MODEL_LEN).unwrap();
+    EngineHandle::start(runner, EngineConfig { scheduler, max_waiting })
+}
+
+fn runner(
+    draft: Option<(&str, usize, bool)>,
+    num_blocks: usize,
+    max_model_len: usize,
+) -> Result<ModelRunner, GenerateError> {
     let loaded = load_causal_lm(&fixture("tiny-llama"), LoadOptions::default()).unwrap();
     let drafter = draft.map(|(dir, k, parallel)| {
         let d = Drafter::load(&fixture(dir), &loaded.model, LoadOptions::default()).unwrap();
@@ -28,8 +40,7 @@ fn engine(
         block_size: 16,
         dtype: DType::F32,
     };
-    let runner = ModelRunner::new(loaded.model, drafter, eos, 256, cache).unwrap();
-    EngineHandle::start(runner, EngineConfig { scheduler, max_waiting })
+    ModelRunner::new(loaded.model, drafter, eos, max_model_len, cache)
 }
 
 fn request(prompt: Vec<u32>, max_tokens: usize) -> Request {
@@ -113,14 +124,15 @@ fn wait_until(what: &str, f: impl Fn() -> bool) {
 fn concurrent_requests_equal_their_solo_runs() {
     let prompts = prompts(20);
     let expected = alone(&prompts, 20);
-    // (drafter, K, parallel) and the number of KV blocks.
-    type Setup<'a> = (Option<(&'a str, usize, bool)>, usize);
+    // (drafter, K, parallel), the number of KV blocks and the context length.
+    type Setup<'a> = (Option<(&'a str, usize, bool)>, usize, usize);
     let setups: [Setup; 4] = [
-        (None, 64),
-        (Some(("tiny-llama-peagle", 3, true)), 64),
-        (Some(("tiny-llama-peagle", 3, false)), 64),
-        // Too few blocks for all 20 at once: the scheduler must preempt and recompute.
-        (Some(("tiny-llama-peagle", 3, true)), 12),
+        (None, 64, MAX_MODEL_LEN),
+        (Some(("tiny-llama-peagle", 3, true)), 64, MAX_MODEL_LEN),
+        (Some(("tiny-llama-peagle", 3, false)), 64, MAX_MODEL_LEN),
+        // Too few blocks for all 20 at once (each needs up to 4): the scheduler must preempt
+        // and recompute.
+        (Some(("tiny-llama-peagle", 3, true)), 12, 64),
     ];
     // Every step drafts: the random fixture drafters would rightly lose the adaptive k's
     // warm-up, and exactness is what is tested here.
@@ -128,8 +140,15 @@ fn concurrent_requests_equal_their_solo_runs() {
         adaptive_k: false,
         ..Default::default()
     };
-    for (draft, blocks) in setups {
-        let e = engine(draft, blocks, scheduler.clone(), 256);
+    for (draft, blocks, max_model_len) in setups {
+        let runner = runner(draft, blocks, max_model_len).unwrap();
+        let e = EngineHandle::start(
+            runner,
+            EngineConfig {
+                scheduler: scheduler.clone(),
+                max_waiting: 256,
+            },
+        );
         let receivers: Vec<_> = prompts
             .iter()
             .map(|p| e.submit(request(p.clone(), 20)).unwrap())
@@ -148,6 +167,23 @@ fn concurrent_requests_equal_their_solo_runs() {
             assert!(m.spec.num_drafts > 0);
         }
     }
+}
+
+/// A cache that cannot hold one sequence of the full context length is refused up front: that
+/// sequence could only preempt itself and start over, forever.
+#[test]
+fn a_cache_too_small_for_one_full_sequence_is_refused() {
+    // 256 tokens, then a window of 3 drafts and 2 mask slots: 17 blocks of 16.
+    let err = runner(Some(("tiny-llama-peagle", 3, true)), 16, MAX_MODEL_LEN)
+        .err()
+        .expect("16 blocks are too few");
+    assert!(
+        err.to_string()
+            .contains("16 blocks of 16 tokens cannot hold one sequence of the maximum length (256 tokens, 3 drafts): that takes 17 blocks"),
+        "{err}"
+    );
+    assert!(runner(Some(("tiny-llama-peagle", 3, true)), 17, MAX_MODEL_LEN).is_ok());
+    assert!(runner(None, 16, MAX_MODEL_LEN).is_ok());
 }
 
 #[test]

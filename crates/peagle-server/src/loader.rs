@@ -123,8 +123,7 @@ fn default_num_blocks(
     opts: &EngineOptions,
 ) -> usize {
     let k = drafter.map_or(0, |(_, s)| s.k);
-    // A sequence at full length plus its verification window and drafter look-ahead.
-    let per_sequence = (max_model_len + 2 * k).div_ceil(opts.block_size);
+    let per_sequence = CacheConfig::blocks_per_sequence(max_model_len, k, opts.block_size);
     let block_bytes = |d: &ModelDims| KvCache::bytes_per_block(d, opts.block_size, dtype);
     let bytes_per_block = (block_bytes(target) + drafter.map_or(0, |(d, _)| block_bytes(d.dims()))).max(1);
     let wanted = per_sequence * opts.engine.scheduler.max_num_seqs;
