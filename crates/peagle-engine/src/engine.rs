@@ -141,7 +141,16 @@ impl EngineHandle {
 
     /// Queues a request; its events arrive on the returned receiver.
     pub fn submit(&self, request: Request) -> Result<UnboundedReceiver<Event>, SubmitError> {
-        validate(&request, self.max_model_len)?;
+        Ok(self.submit_all(vec![request])?.remove(0))
+    }
+
+    /// Queues requests that belong together (the choices of one response), all or none. The
+    /// queue limit is checked once: a response with more choices than the limit still gets in
+    /// while the queue is below it, where a check per choice would refuse it forever.
+    pub fn submit_all(&self, requests: Vec<Request>) -> Result<Vec<UnboundedReceiver<Event>>, SubmitError> {
+        for r in &requests {
+            validate(r, self.max_model_len)?;
+        }
         let waiting = self.metrics().waiting;
         if waiting >= self.max_waiting {
             return Err(SubmitError::QueueFull {
@@ -149,21 +158,25 @@ impl EngineHandle {
                 limit: self.max_waiting,
             });
         }
-        let (tx, rx) = unbounded_channel();
-        let mut seq = Sequence::new(request.prompt, request.params);
-        seq.speculate = request.speculate;
-        seq.logprobs = request.logprobs;
-        seq.prompt_logprobs = request.prompt_logprobs;
-        let entry = Entry {
-            seq,
-            events: tx,
-            arrived: Instant::now(),
-        };
-        self.commands
-            .send(Command::Submit(Box::new(entry)))
-            .map_err(|_| SubmitError::ShuttingDown)?;
-        self.metrics.lock().expect("metrics lock").waiting += 1;
-        Ok(rx)
+        let mut receivers = Vec::with_capacity(requests.len());
+        for request in requests {
+            let (tx, rx) = unbounded_channel();
+            let mut seq = Sequence::new(request.prompt, request.params);
+            seq.speculate = request.speculate;
+            seq.logprobs = request.logprobs;
+            seq.prompt_logprobs = request.prompt_logprobs;
+            let entry = Entry {
+                seq,
+                events: tx,
+                arrived: Instant::now(),
+            };
+            self.commands
+                .send(Command::Submit(Box::new(entry)))
+                .map_err(|_| SubmitError::ShuttingDown)?;
+            self.metrics.lock().expect("metrics lock").waiting += 1;
+            receivers.push(rx);
+        }
+        Ok(receivers)
     }
 
     pub fn metrics(&self) -> EngineMetrics {

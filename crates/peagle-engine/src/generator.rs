@@ -174,7 +174,8 @@ impl Generator {
         }
     }
 
-    /// Generates from prompt token ids, calling `on_token` for each committed token.
+    /// Generates from prompt token ids, calling `on_token` for each committed token but an
+    /// end-of-sequence or stop token that ends the output (counted, not shown).
     pub fn generate(
         &mut self,
         prompt: &[u32],
@@ -205,7 +206,6 @@ impl Generator {
         let start = Instant::now();
         let mut prefill_seconds = None;
         while seq.finish.is_none() {
-            let before = seq.len();
             let work = if seq.in_prefill() {
                 Work::Prefill(self.max_batched_tokens)
             } else {
@@ -216,11 +216,10 @@ impl Generator {
             self.runner.step(&mut [(&mut *seq, work)], k)?;
             self.runner
                 .record_step(step_started.elapsed().as_secs_f64(), phases_before);
-            seq.outputs.clear();
             if work != Work::Decode && prefill_seconds.is_none() && !seq.in_prefill() {
                 prefill_seconds = Some(start.elapsed().as_secs_f64());
             }
-            seq.token_ids[before..].iter().for_each(|t| on_token(*t));
+            seq.outputs.drain(..).filter(|t| !t.stops).for_each(|t| on_token(t.id));
         }
         let prefill_seconds = prefill_seconds.unwrap_or_else(|| start.elapsed().as_secs_f64());
         Ok(GenerateOutput {

@@ -345,6 +345,7 @@ fn score_prompt(seq: &mut Sequence, start: usize, rows: &[Vec<f32>]) {
             id: seq.token_ids[0],
             logprob: None,
             top_logprobs: Vec::new(),
+            stops: false,
         });
         seq.prompt_scored = 1;
     }
@@ -367,6 +368,7 @@ fn token_outputs(tokens: &[u32], rows: &[Vec<f32>], logprobs: Option<usize>) -> 
                 id,
                 logprob: None,
                 top_logprobs: Vec::new(),
+                stops: false,
             },
             Some(top) => {
                 let lp = log_softmax(row);
@@ -381,6 +383,7 @@ fn token_outputs(tokens: &[u32], rows: &[Vec<f32>], logprobs: Option<usize>) -> 
                     id,
                     logprob: Some(lp[id as usize]),
                     top_logprobs: order.into_iter().map(|i| (i as u32, lp[i])).collect(),
+                    stops: false,
                 }
             }
         })

@@ -12,8 +12,7 @@ pub struct GenerateParams {
     pub ignore_eos: bool,
     /// End-of-sequence and `stop_token_ids` cannot be chosen before this many tokens.
     pub min_tokens: usize,
-    /// More tokens that end the sequence (vLLM); unlike end-of-sequence, each is kept in the
-    /// output, and `ignore_eos` does not apply to them.
+    /// More tokens that end the sequence (vLLM); `ignore_eos` does not apply to them.
     pub stop_token_ids: Vec<u32>,
 }
 
@@ -34,6 +33,10 @@ pub struct TokenOutput {
     pub logprob: Option<f32>,
     /// The most likely tokens at this position, most likely first.
     pub top_logprobs: Vec<(u32, f32)>,
+    /// This token ended the sequence: an end-of-sequence or stop token. It counts as
+    /// generated, with its log-probability, but its text is not part of the output unless the
+    /// request asks for it (vLLM's rule).
+    pub stops: bool,
 }
 
 pub struct Sequence {
@@ -131,18 +134,25 @@ impl Sequence {
         self.drafter_backlog = None;
     }
 
-    /// Appends committed tokens in order, stopping at an end-of-sequence token (not kept), a
-    /// stop token id (kept), max_tokens or `max_len`.
+    /// Appends committed tokens in order, up to and including one that ends the sequence: an
+    /// end-of-sequence or stop token (marked `stops`), or the one that reaches max_tokens or
+    /// `max_len`.
     pub fn commit(&mut self, tokens: &[TokenOutput], eos: &[u32], max_len: usize) {
         for t in tokens {
-            if !self.params.ignore_eos && eos.contains(&t.id) {
-                self.finish = Some(FinishReason::Stop);
-                return;
-            }
+            let finish = if !self.params.ignore_eos && eos.contains(&t.id) {
+                Some(FinishReason::Stop)
+            } else if self.params.stop_token_ids.contains(&t.id) {
+                Some(FinishReason::StopToken(t.id))
+            } else {
+                None
+            };
             self.token_ids.push(t.id);
-            self.outputs.push(t.clone());
-            if self.params.stop_token_ids.contains(&t.id) {
-                self.finish = Some(FinishReason::StopToken(t.id));
+            self.outputs.push(TokenOutput {
+                stops: finish.is_some(),
+                ..t.clone()
+            });
+            if finish.is_some() {
+                self.finish = finish;
                 return;
             }
             if self.generated().len() >= self.params.max_tokens || self.len() >= max_len {

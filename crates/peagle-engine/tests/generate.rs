@@ -133,7 +133,8 @@ fn generation_stops_at_end_of_sequence() {
         )
         .unwrap();
     assert_eq!(out.finish_reason, FinishReason::Stop);
-    assert_eq!(out.token_ids, free[..3].to_vec());
+    // The end-of-sequence token counts as generated, as in vLLM.
+    assert_eq!(out.token_ids, free[..4].to_vec());
 }
 
 #[test]

@@ -4,6 +4,7 @@
 //! recorded for /metrics. Dropping a `Choice` (client gone) cancels its request the same way.
 
 use crate::error::ApiError;
+use crate::params::TextOptions;
 use crate::protocol::StopReason;
 use crate::state::AppState;
 use crate::stop::StopChecker;
@@ -105,6 +106,9 @@ pub struct Choice {
     events: Option<UnboundedReceiver<Event>>,
     decoder: IncrementalDecoder,
     stop: StopChecker,
+    /// The stop token that ends the choice stays in its text.
+    include_stop: bool,
+    skip_special: bool,
     /// Stop strings are looked for only in the text after this many tokens (vLLM's rule).
     min_tokens: usize,
     logprobs: bool,
@@ -121,29 +125,38 @@ enum Next {
 }
 
 impl Choice {
-    /// Submits `request` to the engine; `arrived` is when the HTTP request came in (TTFT).
-    pub fn start(
+    /// Submits a response's choices to the engine, all or none; `arrived` is when the HTTP
+    /// request came in (TTFT).
+    pub fn start_all(
         state: &Arc<AppState>,
-        request: Request,
-        stop: Vec<String>,
+        requests: Vec<Request>,
+        text: &TextOptions,
         arrived: Instant,
-    ) -> Result<Self, ApiError> {
-        let logprobs = request.logprobs.is_some();
-        let min_tokens = request.params.min_tokens;
-        let events = state.engine.submit(request)?;
-        Ok(Self {
-            state: state.clone(),
-            events: Some(events),
-            decoder: IncrementalDecoder::new(),
-            stop: StopChecker::new(stop),
-            min_tokens,
-            logprobs,
-            arrived,
-            last_event: None,
-            completion_tokens: 0,
-            text_offset: 0,
-            finished: false,
-        })
+    ) -> Result<Vec<Self>, ApiError> {
+        let settings: Vec<(bool, usize)> = requests
+            .iter()
+            .map(|r| (r.logprobs.is_some(), r.params.min_tokens))
+            .collect();
+        let receivers = state.engine.submit_all(requests)?;
+        let choices = receivers
+            .into_iter()
+            .zip(settings)
+            .map(|(events, (logprobs, min_tokens))| Self {
+                state: state.clone(),
+                events: Some(events),
+                decoder: IncrementalDecoder::new(),
+                stop: StopChecker::new(text.stop.clone(), text.include_stop),
+                include_stop: text.include_stop,
+                skip_special: text.skip_special,
+                min_tokens,
+                logprobs,
+                arrived,
+                last_event: None,
+                completion_tokens: 0,
+                text_offset: 0,
+                finished: false,
+            });
+        Ok(choices.collect())
     }
 
     /// The next update, or None after the last one. An engine failure is an error and ends
@@ -206,7 +219,9 @@ impl Choice {
             if self.logprobs {
                 update.logprobs.push(self.logprob(&token)?);
             }
-            let piece = match self.state.model.is_special(token.id) {
+            let silent =
+                (token.stops && !self.include_stop) || self.skip_special && self.state.model.is_special(token.id);
+            let piece = match silent {
                 true => String::new(),
                 false => self
                     .decoder
@@ -278,7 +293,7 @@ impl Choice {
             token,
         };
         // Special tokens keep their name in the entry but add no text (BOS, an ignored EOS).
-        if !model.is_special(t.id) {
+        if !(self.skip_special && model.is_special(t.id)) {
             self.text_offset += entry.token.chars().count();
         }
         Ok(entry)

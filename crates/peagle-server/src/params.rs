@@ -18,12 +18,23 @@ const MAX_BIAS: f32 = 100.0;
 #[derive(Debug, Clone)]
 pub struct Plan {
     pub n: usize,
-    pub stop: Vec<String>,
+    pub text: TextOptions,
     sampling: SamplingParams,
     ignore_eos: bool,
     min_tokens: usize,
     stop_token_ids: Vec<u32>,
     speculate: bool,
+}
+
+/// How a choice's tokens become its text.
+#[derive(Debug, Clone, Default)]
+pub struct TextOptions {
+    pub stop: Vec<String>,
+    /// Keep the stop string or the stop token that ended the choice (vLLM's
+    /// `include_stop_str_in_output`); by default neither is part of the text.
+    pub include_stop: bool,
+    /// Leave special tokens out of the text (vLLM's `skip_special_tokens`, default true).
+    pub skip_special: bool,
 }
 
 impl SamplingRequest {
@@ -76,13 +87,17 @@ impl SamplingRequest {
         check_token_ids(&stop_token_ids, vocab_size, "stop_token_ids")?;
         Ok(Plan {
             n: n as usize,
-            stop: self.stop.as_ref().map(|s| s.strings()).unwrap_or_default(),
+            text: TextOptions {
+                stop: self.stop.as_ref().map(|s| s.strings()).unwrap_or_default(),
+                include_stop: self.include_stop_str_in_output.unwrap_or(false),
+                skip_special: self.skip_special_tokens.unwrap_or(true),
+            },
             sampling: SamplingParams {
                 temperature,
                 top_k,
                 top_p,
                 min_p,
-                seed: self.seed,
+                seed: self.seed()?,
                 penalties: self.penalties(vocab_size)?,
             },
             ignore_eos: self.ignore_eos.unwrap_or(false),
@@ -90,6 +105,19 @@ impl SamplingRequest {
             stop_token_ids,
             speculate: self.speculative.unwrap_or(true),
         })
+    }
+
+    /// Any 64-bit integer, signed (vLLM's range) or not; a negative seed is its two's
+    /// complement bits.
+    fn seed(&self) -> Result<Option<u64>, ApiError> {
+        let Some(seed) = self.seed else { return Ok(None) };
+        if !(i128::from(i64::MIN)..=i128::from(u64::MAX)).contains(&seed) {
+            return Err(ApiError::invalid(
+                Some("seed"),
+                format!("seed must be a 64-bit integer, got {seed}"),
+            ));
+        }
+        Ok(Some(seed as u64))
     }
 
     fn penalties(&self, vocab_size: usize) -> Result<Penalties, ApiError> {

@@ -1,22 +1,31 @@
 //! Stop strings over streamed text. Text that could be the beginning of a stop string is held
 //! back until the next text settles it, so nothing a client has been sent is ever taken back,
-//! and a stop string split across tokens is still found.
+//! and a stop string split across tokens is still found. When the stop string stays in the
+//! text (vLLM's `include_stop_str_in_output`), nothing needs holding back: text goes out at
+//! once, and its tail is kept only to find a stop string that it begins.
 
 pub struct StopChecker {
     stops: Vec<String>,
+    /// Cut the text after the stop string instead of before it.
+    keep_stop: bool,
+    /// Text not yet known to be free of stop strings; its first `sent` bytes went out already.
     held: String,
+    sent: usize,
 }
 
 impl StopChecker {
-    pub fn new(stops: Vec<String>) -> Self {
+    pub fn new(stops: Vec<String>, keep_stop: bool) -> Self {
         Self {
             stops,
+            keep_stop,
             held: String::new(),
+            sent: 0,
         }
     }
 
     /// Adds newly decoded text. Returns the text that is now safe to send and, when a stop
-    /// string appeared, that string (the text is cut just before it; nothing more follows).
+    /// string appeared, that string (the text is cut just before it, or just after it with
+    /// `keep_stop`; nothing more follows).
     pub fn push(&mut self, text: &str) -> (String, Option<String>) {
         self.held.push_str(text);
         let first = self
@@ -26,18 +35,29 @@ impl StopChecker {
             .min_by_key(|(at, _)| *at);
         if let Some((at, stop)) = first {
             let stop = stop.clone();
-            self.held.truncate(at);
-            return (std::mem::take(&mut self.held), Some(stop));
+            // A stop string ends in new text: the sent tail held none.
+            let end = if self.keep_stop { at + stop.len() } else { at };
+            let out = self.held[self.sent.min(end)..end].to_string();
+            self.held.clear();
+            self.sent = 0;
+            return (out, Some(stop));
         }
-        let keep = self.partial_stop_len();
-        let out = self.held[..self.held.len() - keep].to_string();
-        self.held.drain(..self.held.len() - keep);
+        let tail = self.held.len() - self.partial_stop_len();
+        let out = match self.keep_stop {
+            true => self.held[self.sent..].to_string(),
+            false => self.held[..tail].to_string(),
+        };
+        self.held.drain(..tail);
+        self.sent = if self.keep_stop { self.held.len() } else { 0 };
         (out, None)
     }
 
     /// Whatever is still held back, once generation ended without a stop string.
     pub fn flush(&mut self) -> String {
-        std::mem::take(&mut self.held)
+        let out = self.held[self.sent..].to_string();
+        self.held.clear();
+        self.sent = 0;
+        out
     }
 
     /// Length of the longest tail of the held text that is a proper prefix of a stop string.
@@ -57,7 +77,11 @@ mod tests {
     use super::*;
 
     fn run(stops: &[&str], pieces: &[&str]) -> (Vec<String>, Option<String>) {
-        let mut checker = StopChecker::new(stops.iter().map(|s| s.to_string()).collect());
+        run_keeping(false, stops, pieces)
+    }
+
+    fn run_keeping(keep_stop: bool, stops: &[&str], pieces: &[&str]) -> (Vec<String>, Option<String>) {
+        let mut checker = StopChecker::new(stops.iter().map(|s| s.to_string()).collect(), keep_stop);
         let mut sent = Vec::new();
         for piece in pieces {
             let (out, stop) = checker.push(piece);
@@ -95,6 +119,22 @@ mod tests {
     fn the_earliest_stop_wins() {
         let (sent, stop) = run(&["c", "ab"], &["xxabc"]);
         assert_eq!(sent, vec!["xx"]);
+        assert_eq!(stop.as_deref(), Some("ab"));
+    }
+
+    #[test]
+    fn keeping_the_stop_cuts_after_it_and_holds_nothing_back() {
+        let (sent, stop) = run_keeping(true, &["END"], &["abc E", "N", "D more"]);
+        assert_eq!(sent, vec!["abc E", "N", "D"]);
+        assert_eq!(stop.as_deref(), Some("END"));
+        let (sent, stop) = run_keeping(true, &["END"], &["abc E", "X", "END"]);
+        assert_eq!(sent, vec!["abc E", "X", "END"]);
+        assert_eq!(stop.as_deref(), Some("END"));
+        let (sent, stop) = run_keeping(true, &["END"], &["E", "N"]);
+        assert_eq!(sent, vec!["E", "N", ""]);
+        assert_eq!(stop, None);
+        let (sent, stop) = run_keeping(true, &["c", "ab"], &["xxabc"]);
+        assert_eq!(sent, vec!["xxab"]);
         assert_eq!(stop.as_deref(), Some("ab"));
     }
 

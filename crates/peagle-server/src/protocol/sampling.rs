@@ -14,7 +14,8 @@ pub struct SamplingRequest {
     pub top_k: Option<i64>,
     /// vLLM extension; 0 disables the cut.
     pub min_p: Option<f32>,
-    pub seed: Option<u64>,
+    /// Any 64-bit integer, signed or not.
+    pub seed: Option<i128>,
     pub stop: Option<Stop>,
     pub n: Option<i64>,
     pub presence_penalty: Option<f32>,
@@ -25,8 +26,12 @@ pub struct SamplingRequest {
     pub logit_bias: Option<BTreeMap<String, f32>>,
     /// vLLM extension: no end-of-sequence or stop token before this many tokens.
     pub min_tokens: Option<i64>,
-    /// vLLM extension: token ids that end the choice; the token is kept in the output.
+    /// vLLM extension: token ids that end the choice.
     pub stop_token_ids: Option<Vec<u32>>,
+    /// vLLM extension: keep the stop string or stop token that ended the choice in its text.
+    pub include_stop_str_in_output: Option<bool>,
+    /// vLLM extension: false puts special tokens' text in the output.
+    pub skip_special_tokens: Option<bool>,
     /// vLLM extension: keep generating past end-of-sequence tokens.
     pub ignore_eos: Option<bool>,
     /// peagle extension: `false` turns speculative decoding off for this request.

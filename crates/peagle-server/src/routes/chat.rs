@@ -88,12 +88,10 @@ pub async fn chat_completions(
     // Without a limit, a chat answer may use the rest of the context.
     let budget = max_tokens(requested, param, usize::MAX, prompt.len(), max_len)?;
     plan.check_budget(budget, param)?;
-    let choices = (0..plan.n)
-        .map(|i| {
-            let request = plan.request(&prompt, budget, logprobs, i);
-            Choice::start(&state, request, plan.stop.clone(), arrived)
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+    let requests = (0..plan.n)
+        .map(|i| plan.request(&prompt, budget, logprobs, i))
+        .collect();
+    let choices = Choice::start_all(&state, requests, &plan.text, arrived)?;
     let meta = Meta {
         id: new_id("chatcmpl"),
         created: unix_time(),

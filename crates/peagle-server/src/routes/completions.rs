@@ -91,17 +91,18 @@ pub async fn completions(
             Ok(budget)
         })
         .collect::<Result<Vec<_>, ApiError>>()?;
-    let mut choices = Vec::new();
+    let mut requests = Vec::new();
     let mut echoes = Vec::new();
     for (prompt, budget) in prompts.iter().zip(budgets) {
         for i in 0..plan.n {
             let mut request = plan.request(&prompt.ids, budget, logprobs, i);
             // Echo with logprobs scores the prompt too (the first token gets null), as in vLLM.
             request.prompt_logprobs = logprobs.filter(|_| echo);
-            choices.push(Choice::start(&state, request, plan.stop.clone(), arrived)?);
+            requests.push(request);
             echoes.push(if echo { prompt.text.clone() } else { String::new() });
         }
     }
+    let choices = Choice::start_all(&state, requests, &plan.text, arrived)?;
     let meta = Meta {
         id: new_id("cmpl"),
         created: unix_time(),

@@ -84,7 +84,7 @@ async fn n_seeded_choices_differ_and_repeat() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn seeded_sampling_repeats_and_seeds_matter() {
     let server = TestServer::start().await;
-    let request = |seed: u64| {
+    let request = |seed: i64| {
         json!({"prompt": "for i in", "max_tokens": 24, "temperature": 0.8, "top_p": 0.9, "top_k": 50,
                "seed": seed, "ignore_eos": true})
     };
@@ -93,6 +93,38 @@ async fn seeded_sampling_repeats_and_seeds_matter() {
     let c = texts(&server.ok("/v1/completions", request(12)).await);
     assert_eq!(a, b);
     assert_ne!(a, c);
+    // Any 64-bit integer is a seed, negative ones too (vLLM's range).
+    let negative = texts(&server.ok("/v1/completions", request(-7)).await);
+    assert_eq!(negative, texts(&server.ok("/v1/completions", request(-7)).await));
+    assert_ne!(negative, a);
+}
+
+/// The end-of-sequence token is generated like any other: counted in usage and given a
+/// log-probability, as vLLM does, though its text is not part of the answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_end_of_sequence_token_counts_but_adds_no_text() {
+    let server = TestServer::start().await;
+    // The demo model ends this prompt at once.
+    let mut request = greedy("if __name__ == '__main__':\n    main()\n", 5);
+    request["ignore_eos"] = json!(false);
+    request["logprobs"] = json!(1);
+    let body = server.ok("/v1/completions", request.clone()).await;
+    let choice = &body["choices"][0];
+    assert_eq!(choice["finish_reason"], "stop", "{body}");
+    assert_eq!(choice["stop_reason"], Value::Null);
+    assert_eq!(choice["text"], "");
+    assert_eq!(choice["logprobs"]["tokens"], json!(["<|endoftext|>"]));
+    assert!(choice["logprobs"]["token_logprobs"][0].as_f64().unwrap() < 0.0);
+    assert_eq!(body["usage"]["completion_tokens"], 1);
+
+    // skip_special_tokens false shows special tokens' text, here an ignored end-of-sequence.
+    request["ignore_eos"] = json!(true);
+    request["skip_special_tokens"] = json!(false);
+    let shown = texts(&server.ok("/v1/completions", request.clone()).await).remove(0);
+    assert!(shown.starts_with("<|endoftext|>") && shown.len() > 13, "{shown:?}");
+    request["skip_special_tokens"] = json!(true);
+    let hidden = texts(&server.ok("/v1/completions", request).await).remove(0);
+    assert_eq!(hidden, shown["<|endoftext|>".len()..]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -120,6 +152,16 @@ async fn a_stop_string_cuts_the_text_and_ends_the_choice() {
         streamed(&chunks, 0, "text"),
         (expected.to_string(), Some("stop".into()))
     );
+
+    // include_stop_str_in_output keeps the stop string, streamed or not.
+    request["include_stop_str_in_output"] = json!(true);
+    request["stream"] = json!(false);
+    let kept = &full[..full.find(&stop).unwrap() + stop.len()];
+    assert_eq!(texts(&server.ok("/v1/completions", request.clone()).await), vec![kept]);
+    request["stream"] = json!(true);
+    let chunks = server.stream("/v1/completions", request.clone()).await;
+    assert_eq!(streamed(&chunks, 0, "text"), (kept.to_string(), Some("stop".into())));
+    request["include_stop_str_in_output"] = json!(false);
 
     // Stop strings are looked for only after min_tokens tokens, as in vLLM.
     request["min_tokens"] = json!(40);
@@ -307,6 +349,15 @@ async fn a_stop_token_id_ends_the_choice_and_is_reported() {
     assert_eq!(choice["stop_reason"], json!(stop));
     assert_eq!(choice["logprobs"]["tokens"].as_array().unwrap()[..], tokens[..5]);
     assert_eq!(stopped["usage"]["completion_tokens"], 5);
+    // The stop token counts, but its text is not part of the answer unless asked for (vLLM).
+    let free_text = texts(&free).remove(0);
+    let offset = |i: usize| free["choices"][0]["logprobs"]["text_offset"][i].as_u64().unwrap() as usize;
+    let prefix = |chars: usize| free_text.chars().take(chars).collect::<String>();
+    assert_eq!(texts(&stopped), vec![prefix(offset(4))]);
+    request["include_stop_str_in_output"] = json!(true);
+    let kept = server.ok("/v1/completions", request.clone()).await;
+    assert_eq!(texts(&kept), vec![prefix(offset(5))]);
+    request["include_stop_str_in_output"] = json!(false);
 
     // Held back until 8 tokens are out, it cannot end the choice at the 5th.
     request["min_tokens"] = json!(8);

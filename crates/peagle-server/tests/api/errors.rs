@@ -1,7 +1,7 @@
 //! Every client error gets its status code and an OpenAI error object; a panic fails only its
 //! own request.
 
-use crate::common::{greedy, Options, TestServer, MAX_MODEL_LEN, MODEL};
+use crate::common::{greedy, texts, Options, TestServer, MAX_MODEL_LEN, MODEL};
 use axum::routing::get;
 use axum::Router;
 use peagle_server::ServerConfig;
@@ -47,6 +47,15 @@ async fn invalid_requests_get_400_naming_the_field() {
         error(response, StatusCode::BAD_REQUEST).await["type"],
         "invalid_request_error"
     );
+    // A seed past 64 bits, which a JSON value here cannot hold.
+    let response = server
+        .post(cmpl)
+        .header("content-type", "application/json")
+        .body(r#"{"prompt": "x", "seed": 18446744073709551616}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(error(response, StatusCode::BAD_REQUEST).await["param"], "seed");
     bad_request(&server, cmpl, with("temperature", json!("hot")), Some("temperature")).await;
     bad_request(&server, cmpl, with("max_tokens", json!(1.5)), Some("max_tokens")).await;
     bad_request(&server, cmpl, with("prompt", json!({"text": "x"})), Some("prompt")).await;
@@ -90,6 +99,7 @@ async fn invalid_requests_get_400_naming_the_field() {
         ("logit_bias", json!({"5": 101}), "logit_bias"),
         ("logit_bias", json!({"5": "up"}), "logit_bias.5"),
         ("stop_token_ids", json!([100000]), "stop_token_ids"),
+        ("seed", json!(1.5), "seed"),
         ("min_tokens", json!(-1), "min_tokens"),
         // More than max_tokens (4) can give.
         ("min_tokens", json!(5), "min_tokens"),
@@ -239,6 +249,21 @@ async fn a_full_queue_gets_503() {
         .unwrap();
     let e = error(response, StatusCode::SERVICE_UNAVAILABLE).await;
     assert_eq!(e["code"], "server_busy");
+}
+
+/// The queue limit counts a response's choices once: a request with more choices than the
+/// limit still gets in while the queue is below it, where a check per choice refused it forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_with_more_choices_than_the_queue_limit_is_served() {
+    let server = TestServer::with(Options {
+        max_waiting: Some(1),
+        ..Default::default()
+    })
+    .await;
+    let mut request = greedy("hi", 2);
+    request["n"] = json!(3);
+    request["prompt"] = json!(["a", "b"]);
+    assert_eq!(texts(&server.ok("/v1/completions", request).await).len(), 6);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
