@@ -75,14 +75,32 @@ impl ChatTemplate {
     }
 
     /// The prompt text for `messages` (each a JSON object with `role` and `content`), ending
-    /// with the assistant's turn header.
-    pub fn render(&self, messages: &[Json]) -> Result<String, Error> {
+    /// with the assistant's turn header when `add_generation_prompt`.
+    pub fn render(&self, messages: &[Json], add_generation_prompt: bool) -> Result<String, Error> {
         self.env.get_template(NAME)?.render(context! {
             messages => Value::from_serialize(messages),
-            add_generation_prompt => true,
+            add_generation_prompt => add_generation_prompt,
             bos_token => &self.bos_token,
             eos_token => &self.eos_token,
         })
+    }
+
+    /// The prompt text with the final message left open for the model to continue: rendered
+    /// without a new turn, then cut after the final message's text, as transformers does.
+    /// Templates that trim messages render the trimmed text, so that is looked for next.
+    pub fn render_continuing(&self, messages: &[Json]) -> Result<String, Error> {
+        let rendered = self.render(messages, false)?;
+        let last = messages.last().and_then(|m| m["content"].as_str()).unwrap_or_default();
+        [last, last.trim()]
+            .into_iter()
+            .filter(|text| !text.is_empty())
+            .find_map(|text| rendered.rfind(text).map(|at| rendered[..at + text.len()].to_string()))
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorKind::InvalidOperation,
+                    "the final message's text does not appear in the rendered conversation, so it cannot be continued",
+                )
+            })
     }
 }
 
@@ -130,13 +148,44 @@ mod tests {
             "{{ bos_token }}{% for m in messages %}\n<|{{ m['role'] }}|>{{ m.content.strip() }}\n  {% endfor %}\
                       {% if add_generation_prompt %}<|assistant|>{% endif %}";
         let t = ChatTemplate::new(source, "<s>".into(), "</s>".into()).unwrap();
-        let out = t
-            .render(&[
-                json!({"role": "user", "content": " hi "}),
-                json!({"role": "assistant", "content": "yo"}),
-            ])
-            .unwrap();
-        assert_eq!(out, "<s><|user|>hi\n<|assistant|>yo\n<|assistant|>");
+        let messages = [
+            json!({"role": "user", "content": " hi "}),
+            json!({"role": "assistant", "content": "yo"}),
+        ];
+        assert_eq!(
+            t.render(&messages, true).unwrap(),
+            "<s><|user|>hi\n<|assistant|>yo\n<|assistant|>"
+        );
+        assert_eq!(t.render(&messages, false).unwrap(), "<s><|user|>hi\n<|assistant|>yo\n");
+    }
+
+    #[test]
+    fn continuing_leaves_the_final_message_open() {
+        let source = "{% for m in messages %}<|{{ m['role'] }}|>{{ m.content.strip() }}<|end|>{% endfor %}\
+                      {% if add_generation_prompt %}<|assistant|>{% endif %}";
+        let t = ChatTemplate::new(source, String::new(), String::new()).unwrap();
+        let mut messages = vec![
+            json!({"role": "user", "content": "say yo"}),
+            json!({"role": "assistant", "content": "yo, "}),
+        ];
+        // The template trims the message, so its trimmed text is what ends the prompt.
+        assert_eq!(
+            t.render_continuing(&messages).unwrap(),
+            "<|user|>say yo<|end|><|assistant|>yo,"
+        );
+        messages[1] = json!({"role": "assistant", "content": "yo"});
+        assert_eq!(
+            t.render_continuing(&messages).unwrap(),
+            "<|user|>say yo<|end|><|assistant|>yo"
+        );
+        let hidden = ChatTemplate::new(
+            "{% for m in messages %}<|{{ m['role'] }}|>{% endfor %}",
+            String::new(),
+            String::new(),
+        )
+        .unwrap();
+        let err = hidden.render_continuing(&messages).unwrap_err();
+        assert!(err.to_string().contains("cannot be continued"), "{err}");
     }
 
     #[test]
@@ -147,7 +196,7 @@ mod tests {
             String::new(),
         )
         .unwrap();
-        let err = t.render(&[]).unwrap_err();
+        let err = t.render(&[], true).unwrap_err();
         assert!(err.to_string().contains("roles must alternate"), "{err}");
     }
 

@@ -3,6 +3,7 @@
 
 use super::{StopReason, StreamOptions, Usage};
 use crate::choice::TokenLogprob;
+use crate::error::ApiError;
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Deserialize)]
@@ -16,6 +17,37 @@ pub struct ChatRequest {
     pub top_logprobs: Option<i64>,
     pub stream: Option<bool>,
     pub stream_options: Option<StreamOptions>,
+    /// vLLM extension: end the prompt with the assistant's turn header (default true).
+    pub add_generation_prompt: Option<bool>,
+    /// vLLM extension: leave the final message open, for the model to continue it.
+    pub continue_final_message: Option<bool>,
+    /// vLLM extension: start the answer with the final message's content when that message
+    /// is the assistant's.
+    pub echo: Option<bool>,
+}
+
+/// How a rendered conversation ends (vLLM's chat options).
+#[derive(Debug, Clone, Copy)]
+pub struct ChatTurn {
+    pub add_generation_prompt: bool,
+    pub continue_final_message: bool,
+}
+
+impl ChatTurn {
+    /// vLLM's defaults, and its refusal to both open a new turn and continue the last one.
+    pub fn new(add_generation_prompt: Option<bool>, continue_final_message: Option<bool>) -> Result<Self, ApiError> {
+        let turn = Self {
+            add_generation_prompt: add_generation_prompt.unwrap_or(true),
+            continue_final_message: continue_final_message.unwrap_or(false),
+        };
+        if turn.add_generation_prompt && turn.continue_final_message {
+            return Err(ApiError::invalid(
+                Some("continue_final_message"),
+                "continue_final_message needs add_generation_prompt set to false",
+            ));
+        }
+        Ok(turn)
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]

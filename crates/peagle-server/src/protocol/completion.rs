@@ -2,8 +2,8 @@
 
 use super::{StopReason, StreamOptions, Usage};
 use crate::choice::TokenLogprob;
-use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use serde::ser::SerializeMap;
+use serde::{Deserialize, Serialize, Serializer};
 
 #[derive(Debug, Deserialize)]
 pub struct CompletionRequest {
@@ -62,7 +62,7 @@ pub struct CompletionLogprobs {
     pub tokens: Vec<String>,
     pub token_logprobs: Vec<Option<f32>>,
     /// The most likely alternatives at each position, plus the chosen token (as vLLM does).
-    pub top_logprobs: Vec<BTreeMap<String, f32>>,
+    pub top_logprobs: Vec<TopLogprobs>,
     pub text_offset: Vec<usize>,
 }
 
@@ -77,10 +77,46 @@ impl CompletionLogprobs {
     }
 }
 
-fn top_map(t: &TokenLogprob) -> BTreeMap<String, f32> {
-    let mut map: BTreeMap<String, f32> = t.top.iter().cloned().collect();
-    if let Some(lp) = t.logprob {
-        map.entry(t.token.clone()).or_insert(lp);
+/// One position's `top_logprobs` map in vLLM's order: the chosen token, then the alternatives
+/// most likely first. Clients read the first key as the chosen token or the most likely one.
+/// A text that several tokens decode to appears once, first come.
+#[derive(Debug)]
+pub struct TopLogprobs(Vec<(String, f32)>);
+
+fn top_map(t: &TokenLogprob) -> TopLogprobs {
+    let chosen = t.logprob.map(|lp| (t.token.clone(), lp));
+    let mut entries: Vec<(String, f32)> = Vec::with_capacity(t.top.len() + 1);
+    for (text, lp) in chosen.into_iter().chain(t.top.iter().cloned()) {
+        if !entries.iter().any(|(seen, _)| *seen == text) {
+            entries.push((text, lp));
+        }
     }
-    map
+    TopLogprobs(entries)
+}
+
+impl Serialize for TopLogprobs {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(self.0.len()))?;
+        for (text, lp) in &self.0 {
+            map.serialize_entry(text, lp)?;
+        }
+        map.end()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn top_logprobs_keep_the_chosen_token_first_then_rank_order() {
+        let t = TokenLogprob {
+            token: "b".into(),
+            logprob: Some(-2.0),
+            top: vec![("z".into(), -0.5), ("a".into(), -1.0), ("b".into(), -2.0)],
+            text_offset: 0,
+        };
+        let json = serde_json::to_string(&top_map(&t)).unwrap();
+        assert_eq!(json, r#"{"b":-2.0,"z":-0.5,"a":-1.0}"#);
+    }
 }

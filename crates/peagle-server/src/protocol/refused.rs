@@ -1,5 +1,5 @@
-//! Fields of OpenAI's and vLLM's APIs that peagle does not implement: structured output and
-//! tool calling. Each is refused with a 400 naming it, since ignoring it would hand the client
+//! Fields of OpenAI's and vLLM's APIs that peagle does not implement: structured output, tool
+//! calling and `prompt_logprobs`. Each is refused with a 400 naming it, since ignoring it would hand the client
 //! text that does not honour what it asked for. Held as raw JSON, so no value is a type error.
 
 use crate::error::ApiError;
@@ -16,6 +16,7 @@ pub struct Refused {
     guided_grammar: Option<Value>,
     tools: Option<Value>,
     functions: Option<Value>,
+    prompt_logprobs: Option<Value>,
 }
 
 impl Refused {
@@ -36,6 +37,10 @@ impl Refused {
         ];
         if let Some((name, _)) = constraints.iter().find(|(_, v)| !is_none(v)) {
             return Err(refuse(name, "structured output is not supported"));
+        }
+        if !is_none(&self.prompt_logprobs) {
+            // Completions score the prompt with echo and logprobs instead.
+            return Err(refuse("prompt_logprobs", "prompt log-probabilities are not supported"));
         }
         let calls = [("tools", &self.tools), ("functions", &self.functions)];
         let empty = |v: &Value| v.as_array().is_some_and(Vec::is_empty);
@@ -93,6 +98,7 @@ mod tests {
                 json!({"tools": [{"type": "function", "function": {"name": "f"}}]}),
             ),
             ("functions", json!({"functions": [{"name": "f"}]})),
+            ("prompt_logprobs", json!({"prompt_logprobs": 1})),
         ];
         for (name, body) in refused {
             assert_eq!(param(body).as_deref(), Some(name));

@@ -7,7 +7,7 @@ use crate::error::ApiError;
 use crate::json_body::ApiJsonViews;
 use crate::params::{check_prompt, logprobs_count, max_tokens};
 use crate::protocol::chat::{
-    ChatChoice, ChatLogprobs, ChatMessage, ChatRequest, ChatResponse, Delta, Message, MessageContent,
+    ChatChoice, ChatLogprobs, ChatMessage, ChatRequest, ChatResponse, ChatTurn, Delta, Message, MessageContent,
 };
 use crate::protocol::sampling::SamplingRequest;
 use crate::protocol::{new_id, unix_time, Usage};
@@ -77,8 +77,13 @@ pub async fn chat_completions(
             ))
         }
     };
+    let turn = ChatTurn::new(req.add_generation_prompt, req.continue_final_message)?;
     // The rendered template holds the special tokens it wants (BOS included).
-    let prompt = state.model.encode(&prompt_text(&state, &req.messages)?, false)?;
+    let prompt = state.model.encode(&prompt_text(&state, &req.messages, turn)?, false)?;
+    let echo = match req.echo.unwrap_or(false) {
+        true => echoed(&req.messages)?,
+        false => String::new(),
+    };
     let max_len = state.engine.max_model_len();
     check_prompt(prompt.len(), max_len, "messages")?;
     let (requested, param) = match req.max_completion_tokens {
@@ -99,7 +104,7 @@ pub async fn chat_completions(
     };
     if req.stream.unwrap_or(false) {
         let include_usage = req.stream_options.and_then(|o| o.include_usage).unwrap_or(false);
-        return Ok(stream(meta, choices, prompt.len(), include_usage).into_response());
+        return Ok(stream(meta, choices, echo, prompt.len(), include_usage).into_response());
     }
     let outcomes = try_join_all(choices.into_iter().map(Choice::collect)).await?;
     let completion_tokens = outcomes.iter().map(|o| o.finish.completion_tokens).sum();
@@ -110,7 +115,7 @@ pub async fn chat_completions(
             index,
             message: Some(Message {
                 role: "assistant",
-                content: o.text,
+                content: echo.clone() + &o.text,
             }),
             delta: None,
             logprobs: logprobs.map(|_| ChatLogprobs::new(&o.logprobs)),
@@ -123,7 +128,7 @@ pub async fn chat_completions(
 }
 
 /// The conversation as prompt text, through the model's chat template.
-pub(crate) fn prompt_text(state: &AppState, messages: &[ChatMessage]) -> Result<String, ApiError> {
+pub(crate) fn prompt_text(state: &AppState, messages: &[ChatMessage], turn: ChatTurn) -> Result<String, ApiError> {
     if messages.is_empty() {
         return Err(ApiError::invalid(Some("messages"), "messages is empty"));
     }
@@ -138,9 +143,11 @@ pub(crate) fn prompt_text(state: &AppState, messages: &[ChatMessage]) -> Result<
         .enumerate()
         .map(|(i, m)| Ok(json!({"role": m.role, "content": content_text(i, m)?})))
         .collect::<Result<Vec<Value>, ApiError>>()?;
-    template
-        .render(&messages)
-        .map_err(|e| ApiError::invalid(Some("messages"), format!("chat template: {e}")))
+    let rendered = match turn.continue_final_message {
+        true => template.render_continuing(&messages),
+        false => template.render(&messages, turn.add_generation_prompt),
+    };
+    rendered.map_err(|e| ApiError::invalid(Some("messages"), format!("chat template: {e}")))
 }
 
 /// Message content as one string (text parts joined by newlines, as vLLM does); null stays null.
@@ -167,16 +174,27 @@ fn content_text(i: usize, m: &ChatMessage) -> Result<Value, ApiError> {
     }
 }
 
+/// What `echo` starts the answer with: the final message's text when it is the assistant's
+/// (vLLM's rule), else nothing.
+fn echoed(messages: &[ChatMessage]) -> Result<String, ApiError> {
+    let Some(last) = messages.last().filter(|m| m.role == "assistant") else {
+        return Ok(String::new());
+    };
+    let text = content_text(messages.len() - 1, last)?;
+    Ok(text.as_str().unwrap_or_default().to_string())
+}
+
 fn stream(
     meta: Meta,
     choices: Vec<Choice>,
+    echo: String,
     prompt_tokens: usize,
     include_usage: bool,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
     let with_logprobs = |tokens: &[TokenLogprob]| (!tokens.is_empty()).then(|| ChatLogprobs::new(tokens));
     let events = async_stream::stream! {
         for index in 0..choices.len() {
-            let delta = Delta { role: Some("assistant"), content: Some(String::new()) };
+            let delta = Delta { role: Some("assistant"), content: Some(echo.clone()) };
             yield json_event(&meta.chunk(index, delta, None, (None, None)));
         }
         let mut updates = merged(choices);

@@ -7,7 +7,7 @@ use super::check_model;
 use crate::error::ApiError;
 use crate::json_body::ApiJson;
 use crate::params::check_token_ids;
-use crate::protocol::chat::ChatMessage;
+use crate::protocol::chat::{ChatMessage, ChatTurn};
 use crate::state::AppState;
 use axum::extract::State;
 use axum::Json;
@@ -21,6 +21,9 @@ pub struct TokenizeRequest {
     pub messages: Option<Vec<ChatMessage>>,
     /// Default: true for a prompt, false for messages (the template holds its own).
     pub add_special_tokens: Option<bool>,
+    /// For messages, as the chat route takes them.
+    pub add_generation_prompt: Option<bool>,
+    pub continue_final_message: Option<bool>,
 }
 
 #[derive(Debug, Serialize)]
@@ -48,9 +51,11 @@ pub async fn tokenize(
     check_model(&state, req.model.as_deref())?;
     let tokens = match (&req.prompt, &req.messages) {
         (Some(prompt), None) => state.model.encode(prompt, req.add_special_tokens.unwrap_or(true))?,
-        (None, Some(messages)) => state
-            .model
-            .encode(&prompt_text(&state, messages)?, req.add_special_tokens.unwrap_or(false))?,
+        (None, Some(messages)) => {
+            let turn = ChatTurn::new(req.add_generation_prompt, req.continue_final_message)?;
+            let text = prompt_text(&state, messages, turn)?;
+            state.model.encode(&text, req.add_special_tokens.unwrap_or(false))?
+        }
         _ => return Err(ApiError::invalid(None, "give either prompt or messages")),
     };
     Ok(Json(TokenizeResponse {

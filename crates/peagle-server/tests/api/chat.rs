@@ -1,6 +1,6 @@
 //! /v1/chat/completions: the chat template, plain and streamed answers, logprobs, budgets.
 
-use crate::common::{model_dir, streamed, TestServer, MAX_MODEL_LEN, MODEL};
+use crate::common::{greedy, model_dir, streamed, texts, TestServer, MAX_MODEL_LEN, MODEL};
 use serde_json::{json, Value};
 
 fn chat(max_tokens: Option<usize>) -> Value {
@@ -22,9 +22,13 @@ fn chat(max_tokens: Option<usize>) -> Value {
 /// The demo model's template applied by hand: `# role: content\n` per message, then the
 /// assistant header.
 fn prompt_tokens() -> u64 {
-    let text = "# system: You write Python.\n# user: Sort a list\n# assistant:";
+    encode("# system: You write Python.\n# user: Sort a list\n# assistant:").len() as u64
+}
+
+/// Token ids of rendered prompt text (which holds its own special tokens).
+fn encode(text: &str) -> Vec<u32> {
     let tokenizer = tokenizers::Tokenizer::from_file(model_dir(MODEL).join("tokenizer.json")).unwrap();
-    tokenizer.encode(text, false).unwrap().get_ids().len() as u64
+    tokenizer.encode(text, false).unwrap().get_ids().to_vec()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -108,4 +112,51 @@ async fn n_choices_and_max_completion_tokens() {
     }
     assert_eq!(body["usage"]["completion_tokens"], 21);
     assert_eq!(body["usage"]["prompt_tokens"].as_u64(), Some(prompt_tokens()));
+}
+
+/// vLLM's chat turn options: a final assistant message left open is continued exactly as the
+/// same text sent to /v1/completions is, and echo starts the answer with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_final_assistant_message_can_be_continued_and_echoed() {
+    let server = TestServer::start().await;
+    let mut request = chat(Some(12));
+    request["messages"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"role": "assistant", "content": "def sort_list("}));
+    request["add_generation_prompt"] = json!(false);
+    request["continue_final_message"] = json!(true);
+    let continued = server.ok("/v1/chat/completions", request.clone()).await;
+    let prompt = "# system: You write Python.\n# user: Sort a list\n# assistant: def sort_list(";
+    let mut completion = greedy(prompt, 12);
+    completion["prompt"] = json!(encode(prompt));
+    let same = server.ok("/v1/completions", completion).await;
+    let answer = continued["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(answer, texts(&same)[0]);
+    assert_eq!(continued["usage"], same["usage"]);
+
+    request["echo"] = json!(true);
+    let echoed = server.ok("/v1/chat/completions", request.clone()).await;
+    assert_eq!(
+        echoed["choices"][0]["message"]["content"],
+        format!("def sort_list({answer}")
+    );
+    request["stream"] = json!(true);
+    let chunks = server.stream("/v1/chat/completions", request.clone()).await;
+    assert_eq!(streamed(&chunks, 0, "delta").0, format!("def sort_list({answer}"));
+
+    // Without the generation prompt the conversation just ends; both at once is refused.
+    request["stream"] = json!(false);
+    request["continue_final_message"] = json!(false);
+    let closed = server.ok("/v1/chat/completions", request.clone()).await;
+    assert_eq!(closed["usage"]["prompt_tokens"], encode(&format!("{prompt}\n")).len());
+    request["add_generation_prompt"] = json!(true);
+    request["continue_final_message"] = json!(true);
+    let response = server.post("/v1/chat/completions").json(&request).send().await.unwrap();
+    assert_eq!(response.status(), reqwest::StatusCode::BAD_REQUEST);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["param"], "continue_final_message");
 }

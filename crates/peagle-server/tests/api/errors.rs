@@ -105,6 +105,7 @@ async fn invalid_requests_get_400_naming_the_field() {
         ("min_tokens", json!(5), "min_tokens"),
         ("best_of", json!(3), "best_of"),
         ("suffix", json!("}"), "suffix"),
+        ("prompt_logprobs", json!(1), "prompt_logprobs"),
         ("guided_regex", json!("[0-9]+"), "guided_regex"),
     ] {
         bad_request(&server, cmpl, with(key, value), Some(param)).await;
