@@ -210,6 +210,10 @@ fn startup_errors_are_one_line_with_non_zero_exit() {
         "max_position_embeddings",
     );
     fails(
+        &["--model", &model, "--allowed-origins", "*"],
+        "expected a JSON list of origins",
+    );
+    fails(
         &["--model", &model, "--kv-cache-blocks", "8"],
         "cannot hold one sequence of the maximum length",
     );

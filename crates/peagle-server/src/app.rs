@@ -1,20 +1,21 @@
 //! The router: OpenAI routes and vLLM's /tokenize and /detokenize behind the API key, open
 //! /health and /metrics, and OpenAI-style errors for everything axum would otherwise answer in
 //! plain text (unknown routes, wrong methods, oversized bodies) or not at all (a panicking
-//! handler).
+//! handler). CORS comes first, so browsers' preflight requests need no key, as in vLLM.
 
 use crate::auth::require_api_key;
 use crate::error::ApiError;
 use crate::routes::{chat, completions, info, tokenize};
-use crate::state::AppState;
+use crate::state::{AppState, ServerConfig};
 use axum::extract::DefaultBodyLimit;
-use axum::http::StatusCode;
+use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{middleware, Router};
 use std::any::Any;
 use std::sync::Arc;
 use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::cors::{self, AllowOrigin, CorsLayer};
 
 pub fn routes(state: Arc<AppState>) -> Router {
     let guarded = Router::new()
@@ -32,12 +33,34 @@ pub fn routes(state: Arc<AppState>) -> Router {
 }
 
 /// Wraps `routes` (ours, plus any an embedder adds) with the error fallbacks and layers.
-pub fn app(routes: Router, max_body_bytes: usize) -> Router {
-    routes
+pub fn app(routes: Router, config: &ServerConfig) -> Result<Router, InvalidOrigin> {
+    Ok(routes
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
-        .layer(DefaultBodyLimit::max(max_body_bytes))
+        .layer(DefaultBodyLimit::max(config.max_body_bytes))
         .layer(CatchPanicLayer::custom(panic_response))
+        .layer(cors_layer(&config.allowed_origins)?))
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("allowed origin {0:?} is not a valid header value")]
+pub struct InvalidOrigin(String);
+
+/// Any method and header from `origins` (`*`: from anywhere), vLLM's defaults.
+fn cors_layer(origins: &[String]) -> Result<CorsLayer, InvalidOrigin> {
+    let allowed = match origins.iter().any(|o| o == "*") {
+        true => AllowOrigin::any(),
+        false => AllowOrigin::list(
+            origins
+                .iter()
+                .map(|o| HeaderValue::from_str(o).map_err(|_| InvalidOrigin(o.clone())))
+                .collect::<Result<Vec<_>, _>>()?,
+        ),
+    };
+    Ok(CorsLayer::new()
+        .allow_origin(allowed)
+        .allow_methods(cors::Any)
+        .allow_headers(cors::Any))
 }
 
 async fn not_found() -> ApiError {

@@ -57,7 +57,7 @@ impl Server {
         listener: TcpListener,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
-        let app = app(routes, self.state.config.max_body_bytes);
+        let app = app(routes, &self.state.config).map_err(std::io::Error::other)?;
         let (stopping, mut stop) = watch::channel(false);
         let engine = self.state.engine.clone();
         let timeout = self.state.config.shutdown_timeout;

@@ -14,6 +14,8 @@ pub struct ServerConfig {
     pub max_body_bytes: usize,
     /// After SIGINT/SIGTERM, in-flight requests get this long to finish before they are ended.
     pub shutdown_timeout: Duration,
+    /// Origins browsers may call the API from (CORS); `*` is any, as vLLM's default.
+    pub allowed_origins: Vec<String>,
 }
 
 impl Default for ServerConfig {
@@ -22,6 +24,7 @@ impl Default for ServerConfig {
             api_key: None,
             max_body_bytes: 4 << 20,
             shutdown_timeout: Duration::from_secs(30),
+            allowed_origins: vec!["*".into()],
         }
     }
 }

@@ -88,6 +88,9 @@ struct Args {
     /// Seconds running requests get to finish after SIGINT/SIGTERM.
     #[arg(long, default_value_t = 30)]
     shutdown_timeout: u64,
+    /// Origins browsers may call the API from (CORS), as a JSON list as vLLM takes it.
+    #[arg(long, default_value = r#"["*"]"#)]
+    allowed_origins: String,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -106,6 +109,12 @@ fn main() {
 }
 
 fn run(args: Args) -> Result<()> {
+    let allowed_origins: Vec<String> = serde_json::from_str(&args.allowed_origins).with_context(|| {
+        format!(
+            "--allowed-origins {}: expected a JSON list of origins such as '[\"https://example.com\"]'",
+            args.allowed_origins
+        )
+    })?;
     let load = match args.dtype {
         Dtype::Auto | Dtype::F32 => LoadOptions::default(),
         Dtype::Bf16 => {
@@ -172,6 +181,7 @@ fn run(args: Args) -> Result<()> {
         api_key: args.api_key,
         max_body_bytes: args.max_body_bytes,
         shutdown_timeout: Duration::from_secs(args.shutdown_timeout),
+        allowed_origins,
     };
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     runtime.block_on(async {

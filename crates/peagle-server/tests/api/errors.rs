@@ -283,3 +283,55 @@ async fn a_panicking_handler_fails_only_its_request() {
     assert_eq!(server.get("/health").await.status(), StatusCode::OK);
     server.ok("/v1/completions", greedy("still here", 3)).await;
 }
+
+/// Browsers may call the API (CORS, vLLM's defaults): a preflight needs no API key, and only
+/// the allowed origins are told they may read the answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn browsers_may_call_from_the_allowed_origins() {
+    let preflight = |server: &TestServer, origin: &str| {
+        server
+            .client
+            .request(reqwest::Method::OPTIONS, format!("{}/v1/chat/completions", server.url))
+            .header("origin", origin)
+            .header("access-control-request-method", "POST")
+            .header("access-control-request-headers", "authorization, content-type")
+            .send()
+    };
+    let allowed = |r: &reqwest::Response| {
+        r.headers()
+            .get("access-control-allow-origin")
+            .map(|v| v.to_str().unwrap().to_string())
+    };
+    let anywhere = TestServer::with(Options {
+        config: ServerConfig {
+            api_key: Some("sk-test".into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    })
+    .await;
+    let response = preflight(&anywhere, "http://ui.example").await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(allowed(&response).as_deref(), Some("*"));
+    let health = anywhere
+        .client
+        .get(format!("{}/health", anywhere.url))
+        .header("origin", "http://ui.example")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(allowed(&health).as_deref(), Some("*"));
+
+    let listed = TestServer::with(Options {
+        config: ServerConfig {
+            allowed_origins: vec!["http://ui.example".into()],
+            ..Default::default()
+        },
+        ..Default::default()
+    })
+    .await;
+    let response = preflight(&listed, "http://ui.example").await.unwrap();
+    assert_eq!(allowed(&response).as_deref(), Some("http://ui.example"));
+    let response = preflight(&listed, "http://elsewhere.example").await.unwrap();
+    assert_eq!(allowed(&response), None);
+}
