@@ -210,6 +210,10 @@ fn startup_errors_are_one_line_with_non_zero_exit() {
         "max_position_embeddings",
     );
     fails(
+        &["--model", &model, "--generation-config", "/no/such/dir"],
+        "--generation-config /no/such/dir: no generation_config.json there",
+    );
+    fails(
         &["--model", &model, "--allowed-origins", "*"],
         "expected a JSON list of origins",
     );

@@ -21,5 +21,5 @@ pub use drafter::{DraftHidden, DraftOutput, Drafter};
 pub use drafter_config::{DraftAlgorithm, DrafterConfig};
 pub use error::LoadError;
 pub use kv_cache::{KvCache, KvCacheDtype};
-pub use model::{load_causal_lm, GenerationConfig, LoadedModel, SUPPORTED_ARCHITECTURES};
+pub use model::{load_causal_lm, GenerationConfig, LoadedModel, SamplingDefaults, SUPPORTED_ARCHITECTURES};
 pub use transformer::{default_capture_layers, CausalLm, ForwardOutput, ModelDims};

@@ -21,7 +21,7 @@ pub mod state;
 mod stop;
 
 pub use error::ApiError;
-pub use loader::{start_engine, DraftModel, EngineOptions, StartError};
+pub use loader::{start_engine, DraftModel, EngineOptions, GenerationDefaults, StartError};
 pub use served_model::ServedModel;
 pub use server::Server;
 pub use state::ServerConfig;

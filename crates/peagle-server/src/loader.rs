@@ -4,7 +4,7 @@
 use crate::served_model::{ModelFilesError, ServedModel};
 use candle_core::DType;
 use peagle_engine::{CacheConfig, EngineConfig, EngineHandle, GenerateError, ModelRunner, SpeculativeConfig};
-use peagle_models::{Drafter, KvCache, KvCacheDtype, LoadOptions, ModelDims};
+use peagle_models::{Drafter, GenerationConfig, KvCache, KvCacheDtype, LoadOptions, ModelDims, SamplingDefaults};
 use std::path::PathBuf;
 use thiserror::Error;
 
@@ -34,6 +34,18 @@ pub struct DraftModel {
     pub parallel: bool,
 }
 
+/// Where requests' sampling defaults come from (vLLM's `--generation-config`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub enum GenerationDefaults {
+    /// The model's generation_config.json, as its authors recommend.
+    #[default]
+    Auto,
+    /// OpenAI's neutral defaults (`vllm`).
+    Neutral,
+    /// The generation_config.json of another directory.
+    Dir(PathBuf),
+}
+
 #[derive(Debug, Clone)]
 pub struct EngineOptions {
     pub model_dir: PathBuf,
@@ -46,6 +58,7 @@ pub struct EngineOptions {
     pub block_size: usize,
     pub kv_cache_dtype: KvCacheDtype,
     pub engine: EngineConfig,
+    pub generation_defaults: GenerationDefaults,
 }
 
 impl EngineOptions {
@@ -59,14 +72,33 @@ impl EngineOptions {
             block_size: 16,
             kv_cache_dtype: KvCacheDtype::Auto,
             engine: EngineConfig::default(),
+            generation_defaults: GenerationDefaults::Auto,
         }
     }
 }
 
 /// Loads everything and starts the engine; the model is served under `name`.
 pub fn start_engine(name: String, opts: &EngineOptions) -> Result<(EngineHandle, ServedModel), StartError> {
-    let served = ServedModel::from_dir(name, &opts.model_dir)?;
+    let mut served = ServedModel::from_dir(name, &opts.model_dir)?;
     let loaded = peagle_models::load_causal_lm(&opts.model_dir, opts.load.clone()).map_err(GenerateError::from)?;
+    served.sampling_defaults = match &opts.generation_defaults {
+        GenerationDefaults::Auto => loaded.generation.sampling.clone(),
+        GenerationDefaults::Neutral => SamplingDefaults::default(),
+        GenerationDefaults::Dir(dir) if !dir.join("generation_config.json").is_file() => {
+            return Err(StartError::Config(format!(
+                "--generation-config {}: no generation_config.json there",
+                dir.display()
+            )))
+        }
+        GenerationDefaults::Dir(dir) => GenerationConfig::load(dir).map_err(GenerateError::from)?.sampling,
+    };
+    if served.sampling_defaults != SamplingDefaults::default() {
+        tracing::info!(
+            defaults = ?served.sampling_defaults,
+            "requests that leave sampling fields out get the generation config's values \
+             (--generation-config vllm for OpenAI's)"
+        );
+    }
     let native_len = loaded.config.max_position_embeddings;
     let max_model_len = match (opts.max_model_len, native_len) {
         (Some(asked), Some(native)) if asked > native => {

@@ -4,6 +4,7 @@
 use crate::error::ApiError;
 use crate::protocol::sampling::SamplingRequest;
 use peagle_engine::{GenerateParams, Penalties, Request, SamplingParams};
+use peagle_models::SamplingDefaults;
 
 /// Most choices per request.
 pub const MAX_N: i64 = 16;
@@ -24,6 +25,8 @@ pub struct Plan {
     min_tokens: usize,
     stop_token_ids: Vec<u32>,
     speculate: bool,
+    /// The model's `max_new_tokens`: no choice generates more (vLLM's rule).
+    max_tokens_cap: Option<usize>,
 }
 
 /// How a choice's tokens become its text.
@@ -38,8 +41,9 @@ pub struct TextOptions {
 }
 
 impl SamplingRequest {
-    /// Checks every field (400 naming it); token ids must be below `vocab_size`.
-    pub fn check(&self, vocab_size: usize) -> Result<Plan, ApiError> {
+    /// Checks every field (400 naming it); token ids must be below `vocab_size`. Fields the
+    /// request leaves out take the model's `defaults`, then OpenAI's.
+    pub fn check(&self, vocab_size: usize, defaults: &SamplingDefaults) -> Result<Plan, ApiError> {
         self.refused.check()?;
         let n = self.n.unwrap_or(1);
         if !(1..=MAX_N).contains(&n) {
@@ -49,21 +53,21 @@ impl SamplingRequest {
             ));
         }
         // OpenAI's default temperature is 1; 0 means greedy.
-        let temperature = self.temperature.unwrap_or(1.0);
+        let temperature = self.temperature.or(defaults.temperature).unwrap_or(1.0);
         if !(temperature.is_finite() && temperature >= 0.0) {
             return Err(ApiError::invalid(
                 Some("temperature"),
                 format!("temperature must be a number >= 0, got {temperature}"),
             ));
         }
-        let top_p = self.top_p.unwrap_or(1.0);
+        let top_p = self.top_p.or(defaults.top_p).unwrap_or(1.0);
         if !(top_p > 0.0 && top_p <= 1.0) {
             return Err(ApiError::invalid(
                 Some("top_p"),
                 format!("top_p must be in (0, 1], got {top_p}"),
             ));
         }
-        let top_k = match self.top_k.unwrap_or(0) {
+        let top_k = match self.top_k.or(defaults.top_k).unwrap_or(0) {
             -1 | 0 => 0,
             k if k > 0 => k as usize,
             k => {
@@ -73,7 +77,7 @@ impl SamplingRequest {
                 ))
             }
         };
-        let min_p = in_range(self.min_p, 0.0, 0.0, 1.0, "min_p")?;
+        let min_p = in_range(self.min_p.or(defaults.min_p), 0.0, 0.0, 1.0, "min_p")?;
         let min_tokens = match self.min_tokens.unwrap_or(0) {
             m if m >= 0 => m as usize,
             m => {
@@ -98,12 +102,13 @@ impl SamplingRequest {
                 top_p,
                 min_p,
                 seed: self.seed()?,
-                penalties: self.penalties(vocab_size)?,
+                penalties: self.penalties(vocab_size, defaults)?,
             },
             ignore_eos: self.ignore_eos.unwrap_or(false),
             min_tokens,
             stop_token_ids,
             speculate: self.speculative.unwrap_or(true),
+            max_tokens_cap: defaults.max_new_tokens,
         })
     }
 
@@ -120,8 +125,8 @@ impl SamplingRequest {
         Ok(Some(seed as u64))
     }
 
-    fn penalties(&self, vocab_size: usize) -> Result<Penalties, ApiError> {
-        let repetition = self.repetition_penalty.unwrap_or(1.0);
+    fn penalties(&self, vocab_size: usize, defaults: &SamplingDefaults) -> Result<Penalties, ApiError> {
+        let repetition = self.repetition_penalty.or(defaults.repetition_penalty).unwrap_or(1.0);
         if !(repetition.is_finite() && repetition > 0.0) {
             return Err(ApiError::invalid(
                 Some("repetition_penalty"),
@@ -201,18 +206,25 @@ impl Plan {
         }
     }
 
-    /// A budget of `max_tokens` (named `param`) must leave room for `min_tokens`.
-    pub fn check_budget(&self, max_tokens: usize, param: &str) -> Result<(), ApiError> {
-        if self.min_tokens > max_tokens {
+    /// A choice's generation budget: as `max_tokens` gives it, cut to the model's
+    /// `max_new_tokens`, and leaving room for `min_tokens`.
+    pub fn budget(
+        &self,
+        requested: Option<i64>,
+        param: &str,
+        default: usize,
+        prompt_len: usize,
+        max_model_len: usize,
+    ) -> Result<usize, ApiError> {
+        let budget = max_tokens(requested, param, default, prompt_len, max_model_len)?;
+        let budget = self.max_tokens_cap.map_or(budget, |cap| budget.min(cap));
+        if self.min_tokens > budget {
             return Err(ApiError::invalid(
                 Some("min_tokens"),
-                format!(
-                    "min_tokens ({}) must be at most {param} ({max_tokens})",
-                    self.min_tokens
-                ),
+                format!("min_tokens ({}) must be at most {param} ({budget})", self.min_tokens),
             ));
         }
-        Ok(())
+        Ok(budget)
     }
 }
 
@@ -246,7 +258,7 @@ pub fn check_prompt(len: usize, max_model_len: usize, param: &str) -> Result<(),
 
 /// The generation budget: `requested` when given (at least 1, and prompt plus budget must fit
 /// the context), else `default` cut to the room left.
-pub fn max_tokens(
+fn max_tokens(
     requested: Option<i64>,
     param: &str,
     default: usize,
@@ -301,7 +313,7 @@ mod tests {
 
     #[test]
     fn choices_get_consecutive_seeds() {
-        let plan = fields().check(VOCAB).unwrap();
+        let plan = fields().check(VOCAB, &SamplingDefaults::default()).unwrap();
         let seeds: Vec<_> = (0..plan.n)
             .map(|i| plan.request(&[1], 4, None, i).params.sampling.seed)
             .collect();
@@ -323,7 +335,7 @@ mod tests {
             stop_token_ids: Some(vec![9, 11]),
             ..fields()
         }
-        .check(VOCAB)
+        .check(VOCAB, &SamplingDefaults::default())
         .unwrap();
         let params = plan.request(&[1], 4, None, 0).params;
         assert_eq!(
@@ -337,14 +349,14 @@ mod tests {
         );
         assert_eq!(params.sampling.min_p, 0.1);
         assert_eq!((params.min_tokens, params.stop_token_ids), (3, vec![9, 11]));
-        assert!(plan.check_budget(3, "max_tokens").is_ok());
-        let err = plan.check_budget(2, "max_tokens").unwrap_err();
+        assert_eq!(plan.budget(Some(3), "max_tokens", 16, 1, 100).unwrap(), 3);
+        let err = plan.budget(Some(2), "max_tokens", 16, 1, 100).unwrap_err();
         assert_eq!(err.param.as_deref(), Some("min_tokens"));
     }
 
     #[test]
     fn out_of_range_fields_name_the_param() {
-        let bad = |f: SamplingRequest| f.check(VOCAB).unwrap_err().param.unwrap();
+        let bad = |f: SamplingRequest| f.check(VOCAB, &SamplingDefaults::default()).unwrap_err().param.unwrap();
         let bias = |key: &str, v: f32| Some(BTreeMap::from([(key.to_string(), v)]));
         let cases = [
             (
@@ -443,6 +455,41 @@ mod tests {
         for (param, request) in cases {
             assert_eq!(bad(request), param);
         }
+    }
+
+    #[test]
+    fn the_models_defaults_fill_what_the_request_leaves_out() {
+        let defaults = SamplingDefaults {
+            temperature: Some(0.6),
+            top_p: Some(0.9),
+            top_k: Some(20),
+            min_p: Some(0.05),
+            repetition_penalty: Some(1.1),
+            max_new_tokens: Some(32),
+        };
+        let plan = fields().check(VOCAB, &defaults).unwrap();
+        let sampling = plan.request(&[1], 4, None, 0).params.sampling;
+        assert_eq!(
+            (sampling.temperature, sampling.top_p, sampling.top_k, sampling.min_p),
+            (0.6, 0.9, 20, 0.05)
+        );
+        assert_eq!(sampling.penalties.repetition, 1.1);
+        // max_new_tokens caps the default and an explicit max_tokens alike (vLLM's rule).
+        assert_eq!(plan.budget(None, "max_tokens", usize::MAX, 10, 100).unwrap(), 32);
+        assert_eq!(plan.budget(Some(50), "max_tokens", 16, 10, 100).unwrap(), 32);
+        assert_eq!(plan.budget(Some(8), "max_tokens", 16, 10, 100).unwrap(), 8);
+        let explicit = SamplingRequest {
+            temperature: Some(0.0),
+            top_k: Some(-1),
+            ..fields()
+        };
+        let sampling = explicit
+            .check(VOCAB, &defaults)
+            .unwrap()
+            .request(&[1], 4, None, 0)
+            .params
+            .sampling;
+        assert_eq!((sampling.temperature, sampling.top_k), (0.0, 0));
     }
 
     #[test]

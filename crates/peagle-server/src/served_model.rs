@@ -4,6 +4,7 @@
 use crate::chat_template::{ChatTemplate, TemplateError};
 use crate::error::ApiError;
 use crate::protocol::unix_time;
+use peagle_models::SamplingDefaults;
 use std::collections::HashSet;
 use std::path::Path;
 use thiserror::Error;
@@ -24,6 +25,8 @@ pub struct ServedModel {
     /// skip_special_tokens does.
     special_ids: HashSet<u32>,
     pub chat_template: Option<ChatTemplate>,
+    /// What requests that leave sampling fields out get (`--generation-config`).
+    pub sampling_defaults: SamplingDefaults,
     /// Unix time the server started, reported as the model's `created`.
     pub created: u64,
 }
@@ -51,6 +54,7 @@ impl ServedModel {
             tokenizer,
             special_ids,
             chat_template,
+            sampling_defaults: SamplingDefaults::default(),
             created: unix_time(),
         }
     }

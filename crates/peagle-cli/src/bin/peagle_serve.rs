@@ -9,7 +9,7 @@ use peagle_cli::speculative_config::SpeculativeSpec;
 use peagle_cli::{demo_model_dir, init_tracing_at};
 use peagle_engine::{EngineConfig, SchedulerConfig};
 use peagle_models::{KvCacheDtype, LoadOptions};
-use peagle_server::{start_engine, DraftModel, EngineOptions, Server, ServerConfig};
+use peagle_server::{start_engine, DraftModel, EngineOptions, GenerationDefaults, Server, ServerConfig};
 use std::time::Duration;
 use tokio::signal::unix::{signal, SignalKind};
 
@@ -88,6 +88,11 @@ struct Args {
     /// Seconds running requests get to finish after SIGINT/SIGTERM.
     #[arg(long, default_value_t = 30)]
     shutdown_timeout: u64,
+    /// Sampling defaults for requests that leave fields out: `auto` (the model's
+    /// generation_config.json), `vllm` (OpenAI's neutral ones) or a directory holding a
+    /// generation_config.json.
+    #[arg(long, default_value = "auto")]
+    generation_config: String,
     /// Origins browsers may call the API from (CORS), as a JSON list as vLLM takes it.
     #[arg(long, default_value = r#"["*"]"#)]
     allowed_origins: String,
@@ -171,6 +176,11 @@ fn run(args: Args) -> Result<()> {
                 adaptive_k: !args.fixed_k,
             },
             max_waiting: args.max_waiting_requests.unwrap_or(defaults.max_waiting),
+        },
+        generation_defaults: match args.generation_config.as_str() {
+            "auto" => GenerationDefaults::Auto,
+            "vllm" => GenerationDefaults::Neutral,
+            dir => GenerationDefaults::Dir(dir.into()),
         },
         ..EngineOptions::new(source.target.clone())
     };

@@ -5,7 +5,7 @@ use super::check_model;
 use crate::choice::{Choice, Finish, Finished, TokenLogprob};
 use crate::error::ApiError;
 use crate::json_body::ApiJsonViews;
-use crate::params::{check_prompt, logprobs_count, max_tokens};
+use crate::params::{check_prompt, logprobs_count};
 use crate::protocol::chat::{
     ChatChoice, ChatLogprobs, ChatMessage, ChatRequest, ChatResponse, ChatTurn, Delta, Message, MessageContent,
 };
@@ -62,7 +62,7 @@ pub async fn chat_completions(
 ) -> Result<Response, ApiError> {
     let arrived = Instant::now();
     check_model(&state, req.model.as_deref())?;
-    let plan = sampling.check(state.model.vocab_size())?;
+    let plan = sampling.check(state.model.vocab_size(), &state.model.sampling_defaults)?;
     let top = req
         .top_logprobs
         .map(|v| logprobs_count(v, "top_logprobs"))
@@ -91,8 +91,7 @@ pub async fn chat_completions(
         None => (req.max_tokens, "max_tokens"),
     };
     // Without a limit, a chat answer may use the rest of the context.
-    let budget = max_tokens(requested, param, usize::MAX, prompt.len(), max_len)?;
-    plan.check_budget(budget, param)?;
+    let budget = plan.budget(requested, param, usize::MAX, prompt.len(), max_len)?;
     let requests = (0..plan.n)
         .map(|i| plan.request(&prompt, budget, logprobs, i))
         .collect();

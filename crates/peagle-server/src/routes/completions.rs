@@ -5,7 +5,7 @@ use super::check_model;
 use crate::choice::{Choice, Finish, Finished, TokenLogprob};
 use crate::error::ApiError;
 use crate::json_body::ApiJsonViews;
-use crate::params::{check_prompt, check_token_ids, logprobs_count, max_tokens};
+use crate::params::{check_prompt, check_token_ids, logprobs_count};
 use crate::protocol::completion::{
     CompletionChoice, CompletionLogprobs, CompletionRequest, CompletionResponse, PromptInput,
 };
@@ -75,7 +75,7 @@ pub async fn completions(
 ) -> Result<Response, ApiError> {
     let arrived = Instant::now();
     check_model(&state, req.model.as_deref())?;
-    let plan = sampling.check(state.model.vocab_size())?;
+    let plan = sampling.check(state.model.vocab_size(), &state.model.sampling_defaults)?;
     check_unsupported(&req, plan.n)?;
     let logprobs = req.logprobs.map(|v| logprobs_count(v, "logprobs")).transpose()?;
     let echo = req.echo.unwrap_or(false);
@@ -86,9 +86,7 @@ pub async fn completions(
         .iter()
         .map(|p| {
             check_prompt(p.ids.len(), max_len, "prompt")?;
-            let budget = max_tokens(req.max_tokens, "max_tokens", DEFAULT_MAX_TOKENS, p.ids.len(), max_len)?;
-            plan.check_budget(budget, "max_tokens")?;
-            Ok(budget)
+            plan.budget(req.max_tokens, "max_tokens", DEFAULT_MAX_TOKENS, p.ids.len(), max_len)
         })
         .collect::<Result<Vec<_>, ApiError>>()?;
     let mut requests = Vec::new();

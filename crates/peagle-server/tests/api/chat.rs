@@ -1,6 +1,7 @@
 //! /v1/chat/completions: the chat template, plain and streamed answers, logprobs, budgets.
 
-use crate::common::{greedy, model_dir, streamed, texts, TestServer, MAX_MODEL_LEN, MODEL};
+use crate::common::{greedy, model_dir, streamed, texts, Options, TestServer, MAX_MODEL_LEN, MODEL};
+use peagle_server::GenerationDefaults;
 use serde_json::{json, Value};
 
 fn chat(max_tokens: Option<usize>) -> Value {
@@ -87,10 +88,19 @@ async fn logprobs_list_each_token_with_its_alternatives() {
     }
 }
 
+/// Without max_tokens an answer gets the model's max_new_tokens (256 for the demo), or with
+/// `--generation-config vllm` the rest of the context, as in vLLM.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_max_tokens_the_answer_may_fill_the_context() {
     let server = TestServer::start().await;
     let body = server.ok("/v1/chat/completions", chat(None)).await;
+    assert_eq!(body["usage"]["completion_tokens"], 256);
+    let neutral = TestServer::with(Options {
+        generation_defaults: GenerationDefaults::Neutral,
+        ..Options::default()
+    })
+    .await;
+    let body = neutral.ok("/v1/chat/completions", chat(None)).await;
     let expected = MAX_MODEL_LEN as u64 - prompt_tokens();
     assert_eq!(body["usage"]["completion_tokens"].as_u64(), Some(expected));
     assert_eq!(body["choices"][0]["finish_reason"], "length");

@@ -2,7 +2,7 @@
 //! drafter.
 
 use axum::Router;
-use peagle_server::{start_engine, DraftModel, EngineOptions, Server, ServerConfig};
+use peagle_server::{start_engine, DraftModel, EngineOptions, GenerationDefaults, Server, ServerConfig};
 use reqwest::{Client, Response, StatusCode};
 use serde_json::Value;
 use std::path::PathBuf;
@@ -31,6 +31,7 @@ pub fn token_id(token: &str) -> u32 {
 
 pub struct Options {
     pub speculative: bool,
+    pub generation_defaults: GenerationDefaults,
     pub config: ServerConfig,
     pub max_waiting: Option<usize>,
     /// Routes added next to the API's (the panic test's).
@@ -41,6 +42,7 @@ impl Default for Options {
     fn default() -> Self {
         Self {
             speculative: true,
+            generation_defaults: GenerationDefaults::Auto,
             config: ServerConfig::default(),
             max_waiting: None,
             extra: None,
@@ -69,6 +71,7 @@ impl TestServer {
                 parallel: true,
             });
         }
+        engine_opts.generation_defaults = opts.generation_defaults;
         if let Some(n) = opts.max_waiting {
             engine_opts.engine.max_waiting = n;
         }

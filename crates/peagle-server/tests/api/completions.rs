@@ -1,6 +1,7 @@
 //! /v1/completions: plain and streamed, n, stop strings, logprobs, seeds, echo, token prompts.
 
-use crate::common::{greedy, streamed, texts, token_id, TestServer, MODEL};
+use crate::common::{greedy, streamed, texts, token_id, Options, TestServer, MODEL};
+use peagle_server::GenerationDefaults;
 use serde_json::{json, Value};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -365,4 +366,28 @@ async fn a_stop_token_id_ends_the_choice_and_is_reported() {
     let held_tokens = held["choices"][0]["logprobs"]["tokens"].as_array().unwrap();
     assert!(held_tokens.len() >= 8, "{held}");
     assert_ne!(held_tokens[4], tokens[4]);
+}
+
+/// A generation config's sampling fields are the defaults of requests that leave them out, and
+/// its max_new_tokens caps every choice (vLLM's `--generation-config`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_generation_config_sets_defaults_and_caps_the_length() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("generation_config.json"),
+        r#"{"temperature": 0.0, "max_new_tokens": 5}"#,
+    )
+    .unwrap();
+    let server = TestServer::with(Options {
+        generation_defaults: GenerationDefaults::Dir(dir.path().to_owned()),
+        ..Options::default()
+    })
+    .await;
+    let greedy_five = server.ok("/v1/completions", greedy("import os", 5)).await;
+    let mut unset = greedy("import os", 12);
+    unset.as_object_mut().unwrap().remove("temperature");
+    let body = server.ok("/v1/completions", unset).await;
+    assert_eq!(texts(&body), texts(&greedy_five));
+    assert_eq!(body["usage"]["completion_tokens"], 5);
+    assert_eq!(body["choices"][0]["finish_reason"], "length");
 }
