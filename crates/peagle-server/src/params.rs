@@ -206,7 +206,8 @@ impl Plan {
         }
     }
 
-    /// A choice's generation budget: as `max_tokens` gives it, cut to the model's
+    /// A choice's generation budget: `requested` when given (at least 1, and prompt plus budget
+    /// must fit the context), else `default` cut to the room left; then cut to the model's
     /// `max_new_tokens`, and leaving room for `min_tokens`.
     pub fn budget(
         &self,
@@ -216,7 +217,24 @@ impl Plan {
         prompt_len: usize,
         max_model_len: usize,
     ) -> Result<usize, ApiError> {
-        let budget = max_tokens(requested, param, default, prompt_len, max_model_len)?;
+        let room = max_model_len.saturating_sub(prompt_len);
+        let budget = match requested {
+            None => Ok(default.min(room)),
+            Some(m) if m < 1 => Err(ApiError::invalid(
+                Some(param),
+                format!("{param} must be at least 1, got {m}"),
+            )),
+            Some(m) if m as usize > room => Err(ApiError::invalid(
+                Some(param),
+                format!(
+                    "This model's maximum context length is {max_model_len} tokens. However, you requested {} tokens \
+                     ({prompt_len} in the input, {m} in the completion). Please reduce the length of the input or \
+                     of the completion.",
+                    prompt_len as i64 + m
+                ),
+            )),
+            Some(m) => Ok(m as usize),
+        }?;
         let budget = self.max_tokens_cap.map_or(budget, |cap| budget.min(cap));
         if self.min_tokens > budget {
             return Err(ApiError::invalid(
@@ -254,35 +272,6 @@ pub fn check_prompt(len: usize, max_model_len: usize, param: &str) -> Result<(),
         ));
     }
     Ok(())
-}
-
-/// The generation budget: `requested` when given (at least 1, and prompt plus budget must fit
-/// the context), else `default` cut to the room left.
-fn max_tokens(
-    requested: Option<i64>,
-    param: &str,
-    default: usize,
-    prompt_len: usize,
-    max_model_len: usize,
-) -> Result<usize, ApiError> {
-    let room = max_model_len.saturating_sub(prompt_len);
-    match requested {
-        None => Ok(default.min(room)),
-        Some(m) if m < 1 => Err(ApiError::invalid(
-            Some(param),
-            format!("{param} must be at least 1, got {m}"),
-        )),
-        Some(m) if m as usize > room => Err(ApiError::invalid(
-            Some(param),
-            format!(
-                "This model's maximum context length is {max_model_len} tokens. However, you requested {} tokens \
-                 ({prompt_len} in the input, {m} in the completion). Please reduce the length of the input or \
-                 of the completion.",
-                prompt_len as i64 + m
-            ),
-        )),
-        Some(m) => Ok(m as usize),
-    }
 }
 
 /// A logprobs count in 0..=MAX_LOGPROBS.
@@ -494,11 +483,13 @@ mod tests {
 
     #[test]
     fn budgets_fit_the_context() {
-        assert_eq!(max_tokens(None, "max_tokens", 16, 10, 100).unwrap(), 16);
-        assert_eq!(max_tokens(None, "max_tokens", 16, 95, 100).unwrap(), 5);
-        assert_eq!(max_tokens(Some(90), "max_tokens", 16, 10, 100).unwrap(), 90);
-        assert!(max_tokens(Some(91), "max_tokens", 16, 10, 100).is_err());
-        assert!(max_tokens(Some(0), "max_tokens", 16, 10, 100).is_err());
+        let plan = fields().check(VOCAB, &SamplingDefaults::default()).unwrap();
+        let max_tokens = |requested, prompt_len| plan.budget(requested, "max_tokens", 16, prompt_len, 100);
+        assert_eq!(max_tokens(None, 10).unwrap(), 16);
+        assert_eq!(max_tokens(None, 95).unwrap(), 5);
+        assert_eq!(max_tokens(Some(90), 10).unwrap(), 90);
+        assert!(max_tokens(Some(91), 10).is_err());
+        assert!(max_tokens(Some(0), 10).is_err());
         assert!(check_prompt(0, 100, "prompt").is_err());
         assert!(check_prompt(100, 100, "prompt").is_err());
         assert!(check_prompt(99, 100, "prompt").is_ok());
