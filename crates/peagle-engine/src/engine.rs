@@ -158,8 +158,11 @@ impl EngineHandle {
                 limit: self.max_waiting,
             });
         }
-        let mut receivers = Vec::with_capacity(requests.len());
-        for request in requests {
+        // Counted before they are sent: the engine may take them and publish its own count first.
+        let count = requests.len();
+        self.metrics.lock().expect("metrics lock").waiting += count;
+        let mut receivers = Vec::with_capacity(count);
+        for (sent, request) in requests.into_iter().enumerate() {
             let (tx, rx) = unbounded_channel();
             let mut seq = Sequence::new(request.prompt, request.params);
             seq.speculate = request.speculate;
@@ -170,10 +173,10 @@ impl EngineHandle {
                 events: tx,
                 arrived: Instant::now(),
             };
-            self.commands
-                .send(Command::Submit(Box::new(entry)))
-                .map_err(|_| SubmitError::ShuttingDown)?;
-            self.metrics.lock().expect("metrics lock").waiting += 1;
+            if self.commands.send(Command::Submit(Box::new(entry))).is_err() {
+                self.metrics.lock().expect("metrics lock").waiting -= count - sent;
+                return Err(SubmitError::ShuttingDown);
+            }
             receivers.push(rx);
         }
         Ok(receivers)

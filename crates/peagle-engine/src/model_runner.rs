@@ -94,6 +94,11 @@ impl ModelRunner {
                 }
             }
         };
+        if cache.block_size == 0 {
+            return Err(GenerateError::Config(
+                "the KV cache block size must be at least 1".into(),
+            ));
+        }
         let needed = CacheConfig::blocks_per_sequence(max_model_len, proposer.k(), cache.block_size);
         if cache.num_blocks < needed {
             // vLLM refuses to start here too: a sequence that outgrows the whole cache could

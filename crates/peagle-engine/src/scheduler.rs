@@ -190,20 +190,10 @@ impl Scheduler {
             let work = Work::Prefill(budget);
             let need = blocks_needed(runner, &entry.seq, work);
             if need > free {
-                if self.running.is_empty() && need > runner.blocks().num_blocks() {
-                    let entry = self.waiting.pop_front().expect("front exists");
-                    let _ = entry.events.send(Event::Failed(format!(
-                        "the request needs {need} KV blocks but the cache has {}",
-                        runner.blocks().num_blocks()
-                    )));
-                    continue;
-                }
+                // With nothing running every block is free, and any prompt fits then.
                 break;
             }
             let entry = self.waiting.pop_front().expect("front exists");
-            if entry.seq.num_cached == 0 && entry.seq.generated().is_empty() {
-                self.counters.prompt_tokens += entry.seq.num_prompt_tokens as u64;
-            }
             free -= need;
             budget -= rows_of(&entry.seq, work);
             self.running.push(entry);
@@ -229,6 +219,10 @@ impl Scheduler {
             let scored = std::mem::take(&mut entry.seq.prompt_outputs);
             let mut alive = scored.is_empty() || entry.events.send(Event::PromptLogprobs(scored)).is_ok();
             let outputs = std::mem::take(&mut entry.seq.outputs);
+            // Counted once its prefill is done: a prompt preempted halfway is not counted twice.
+            if !outputs.is_empty() && entry.seq.generated().len() == outputs.len() {
+                self.counters.prompt_tokens += entry.seq.num_prompt_tokens as u64;
+            }
             self.counters.generation_tokens += outputs.len() as u64;
             alive &= outputs.is_empty() || entry.events.send(Event::Tokens(outputs)).is_ok();
             if let Some(reason) = entry.seq.finish {

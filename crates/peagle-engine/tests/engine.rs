@@ -124,28 +124,30 @@ fn wait_until(what: &str, f: impl Fn() -> bool) {
 fn concurrent_requests_equal_their_solo_runs() {
     let prompts = prompts(20);
     let expected = alone(&prompts, 20);
-    // (drafter, K, parallel), the number of KV blocks and the context length.
-    type Setup<'a> = (Option<(&'a str, usize, bool)>, usize, usize);
+    // (drafter, K, parallel), the number of KV blocks, the context length and the step's
+    // token budget.
+    type Setup<'a> = (Option<(&'a str, usize, bool)>, usize, usize, usize);
     let setups: [Setup; 4] = [
-        (None, 64, MAX_MODEL_LEN),
-        (Some(("tiny-llama-peagle", 3, true)), 64, MAX_MODEL_LEN),
-        (Some(("tiny-llama-peagle", 3, false)), 64, MAX_MODEL_LEN),
-        // Too few blocks for all 20 at once (each needs up to 4): the scheduler must preempt
-        // and recompute.
-        (Some(("tiny-llama-peagle", 3, true)), 12, 64),
+        (None, 64, MAX_MODEL_LEN, 2048),
+        (Some(("tiny-llama-peagle", 3, true)), 64, MAX_MODEL_LEN, 2048),
+        (Some(("tiny-llama-peagle", 3, false)), 64, MAX_MODEL_LEN, 2048),
+        // Too few blocks for all 20 at once (each needs up to 4), and prompts prefilled in
+        // chunks of 16: the scheduler must preempt and recompute, some prompts halfway.
+        (Some(("tiny-llama-peagle", 3, true)), 12, 64, 16),
     ];
-    // Every step drafts: the random fixture drafters would rightly lose the adaptive k's
-    // warm-up, and exactness is what is tested here.
-    let scheduler = SchedulerConfig {
-        adaptive_k: false,
-        ..Default::default()
-    };
-    for (draft, blocks, max_model_len) in setups {
+    for (draft, blocks, max_model_len, max_num_batched_tokens) in setups {
         let runner = runner(draft, blocks, max_model_len).unwrap();
+        // Every step drafts: the random fixture drafters would rightly lose the adaptive k's
+        // warm-up, and exactness is what is tested here.
+        let scheduler = SchedulerConfig {
+            adaptive_k: false,
+            max_num_batched_tokens,
+            ..Default::default()
+        };
         let e = EngineHandle::start(
             runner,
             EngineConfig {
-                scheduler: scheduler.clone(),
+                scheduler,
                 max_waiting: 256,
             },
         );
@@ -160,6 +162,9 @@ fn concurrent_requests_equal_their_solo_runs() {
         });
         let m = e.metrics();
         assert_eq!(m.generation_tokens_total, 20 * 20);
+        // Each prompt counts once, however often it was preempted and recomputed.
+        let prompt_tokens: usize = prompts.iter().map(Vec::len).sum();
+        assert_eq!(m.prompt_tokens_total, prompt_tokens as u64);
         if blocks == 12 {
             assert!(m.preemptions_total > 0, "expected preemptions: {m:?}");
         }

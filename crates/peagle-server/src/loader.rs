@@ -79,6 +79,15 @@ impl EngineOptions {
 
 /// Loads everything and starts the engine; the model is served under `name`.
 pub fn start_engine(name: String, opts: &EngineOptions) -> Result<(EngineHandle, ServedModel), StartError> {
+    let scheduler = &opts.engine.scheduler;
+    let counts = [
+        ("--block-size", opts.block_size),
+        ("--max-num-seqs", scheduler.max_num_seqs),
+        ("--max-num-batched-tokens", scheduler.max_num_batched_tokens),
+    ];
+    if let Some((flag, _)) = counts.iter().find(|(_, n)| *n == 0) {
+        return Err(StartError::Config(format!("{flag} must be at least 1")));
+    }
     let mut served = ServedModel::from_dir(name, &opts.model_dir)?;
     let loaded = peagle_models::load_causal_lm(&opts.model_dir, opts.load.clone()).map_err(GenerateError::from)?;
     served.sampling_defaults = match &opts.generation_defaults {
