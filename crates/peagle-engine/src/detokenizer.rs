@@ -44,12 +44,45 @@ impl IncrementalDecoder {
         Ok(String::new())
     }
 
-    /// Whatever is left, including an incomplete character, once generation ends.
+    /// Whatever is left once generation ends, but an incomplete last character: it never
+    /// became text, and vLLM does not emit it either.
     pub fn flush(&mut self, tokenizer: &Tokenizer) -> tokenizers::Result<String> {
         let prefix = tokenizer.decode(&self.ids[self.prefix_offset..self.read_offset], false)?;
         let full = tokenizer.decode(&self.ids[self.prefix_offset..], false)?;
         self.prefix_offset = self.ids.len();
         self.read_offset = self.ids.len();
-        Ok(full.get(prefix.len()..).unwrap_or_default().to_string())
+        let rest = full.get(prefix.len()..).unwrap_or_default();
+        Ok(rest.trim_end_matches('\u{FFFD}').to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn demo_tokenizer() -> Tokenizer {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../models/pystdlib-12l/tokenizer.json");
+        Tokenizer::from_file(path).unwrap()
+    }
+
+    fn decode_all(tokenizer: &Tokenizer, ids: &[u32]) -> String {
+        let mut decoder = IncrementalDecoder::new();
+        let mut text: String = ids.iter().map(|id| decoder.push(tokenizer, *id).unwrap()).collect();
+        text.push_str(&decoder.flush(tokenizer).unwrap());
+        text
+    }
+
+    #[test]
+    fn streamed_text_is_the_whole_decode_and_drops_an_unfinished_character() {
+        let tokenizer = demo_tokenizer();
+        let ids = tokenizer.encode("x = '日本語' # ok", false).unwrap().get_ids().to_vec();
+        assert_eq!(decode_all(&tokenizer, &ids), "x = '日本語' # ok");
+        // The bytes of "日" come in several tokens: cut before its last one, nothing of it shows.
+        let cut = tokenizer.encode("x = '日", false).unwrap().get_ids().to_vec();
+        assert!(tokenizer
+            .decode(&cut[..cut.len() - 1], false)
+            .unwrap()
+            .ends_with('\u{FFFD}'));
+        assert_eq!(decode_all(&tokenizer, &cut[..cut.len() - 1]), "x = '");
     }
 }

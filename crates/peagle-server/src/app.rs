@@ -15,13 +15,14 @@ use axum::{middleware, Router};
 use std::any::Any;
 use std::sync::Arc;
 use tower_http::catch_panic::CatchPanicLayer;
-use tower_http::cors::{self, AllowOrigin, CorsLayer};
+use tower_http::cors::{AllowHeaders, AllowMethods, AllowOrigin, CorsLayer};
 
 pub fn routes(state: Arc<AppState>) -> Router {
     let guarded = Router::new()
         .route("/v1/completions", post(completions::completions))
         .route("/v1/chat/completions", post(chat::chat_completions))
         .route("/v1/models", get(info::models))
+        .route("/v1/models/{id}", get(info::model))
         .route("/tokenize", post(tokenize::tokenize))
         .route("/detokenize", post(tokenize::detokenize))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_api_key));
@@ -46,7 +47,9 @@ pub fn app(routes: Router, config: &ServerConfig) -> Result<Router, InvalidOrigi
 #[error("allowed origin {0:?} is not a valid header value")]
 pub struct InvalidOrigin(String);
 
-/// Any method and header from `origins` (`*`: from anywhere), vLLM's defaults.
+/// Any method and header from `origins` (`*`: from anywhere), vLLM's defaults. Methods and
+/// headers are echoed rather than answered with `*`, which browsers do not take to cover
+/// `Authorization` (as Starlette's middleware behind vLLM does).
 fn cors_layer(origins: &[String]) -> Result<CorsLayer, InvalidOrigin> {
     let allowed = match origins.iter().any(|o| o == "*") {
         true => AllowOrigin::any(),
@@ -59,8 +62,8 @@ fn cors_layer(origins: &[String]) -> Result<CorsLayer, InvalidOrigin> {
     };
     Ok(CorsLayer::new()
         .allow_origin(allowed)
-        .allow_methods(cors::Any)
-        .allow_headers(cors::Any))
+        .allow_methods(AllowMethods::mirror_request())
+        .allow_headers(AllowHeaders::mirror_request()))
 }
 
 async fn not_found() -> ApiError {

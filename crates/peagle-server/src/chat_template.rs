@@ -3,7 +3,10 @@
 //! lstrip_blocks, loop controls, Python string methods and `raise_exception`.
 
 use minijinja::{context, Environment, Error, ErrorKind, Value};
-use serde_json::Value as Json;
+use serde_json::{Map, Value as Json};
+
+/// Template variables by name.
+pub type JsonMap = Map<String, Json>;
 use std::path::Path;
 use thiserror::Error as ThisError;
 
@@ -75,21 +78,23 @@ impl ChatTemplate {
     }
 
     /// The prompt text for `messages` (each a JSON object with `role` and `content`), ending
-    /// with the assistant's turn header when `add_generation_prompt`.
-    pub fn render(&self, messages: &[Json], add_generation_prompt: bool) -> Result<String, Error> {
+    /// with the assistant's turn header when `add_generation_prompt`. `extra` holds more
+    /// template variables (a request's `chat_template_kwargs`, such as `enable_thinking`).
+    pub fn render(&self, messages: &[Json], add_generation_prompt: bool, extra: &JsonMap) -> Result<String, Error> {
         self.env.get_template(NAME)?.render(context! {
             messages => Value::from_serialize(messages),
             add_generation_prompt => add_generation_prompt,
             bos_token => &self.bos_token,
             eos_token => &self.eos_token,
+            ..Value::from_serialize(extra)
         })
     }
 
     /// The prompt text with the final message left open for the model to continue: rendered
     /// without a new turn, then cut after the final message's text, as transformers does.
     /// Templates that trim messages render the trimmed text, so that is looked for next.
-    pub fn render_continuing(&self, messages: &[Json]) -> Result<String, Error> {
-        let rendered = self.render(messages, false)?;
+    pub fn render_continuing(&self, messages: &[Json], extra: &JsonMap) -> Result<String, Error> {
+        let rendered = self.render(messages, false, extra)?;
         let last = messages.last().and_then(|m| m["content"].as_str()).unwrap_or_default();
         [last, last.trim()]
             .into_iter()
@@ -153,10 +158,23 @@ mod tests {
             json!({"role": "assistant", "content": "yo"}),
         ];
         assert_eq!(
-            t.render(&messages, true).unwrap(),
+            t.render(&messages, true, &JsonMap::new()).unwrap(),
             "<s><|user|>hi\n<|assistant|>yo\n<|assistant|>"
         );
-        assert_eq!(t.render(&messages, false).unwrap(), "<s><|user|>hi\n<|assistant|>yo\n");
+        assert_eq!(
+            t.render(&messages, false, &JsonMap::new()).unwrap(),
+            "<s><|user|>hi\n<|assistant|>yo\n"
+        );
+        // Request variables reach the template.
+        let thinking = ChatTemplate::new(
+            "{% if enable_thinking is false %}no{% else %}yes{% endif %}",
+            String::new(),
+            String::new(),
+        )
+        .unwrap();
+        let off = json!({"enable_thinking": false}).as_object().unwrap().clone();
+        assert_eq!(thinking.render(&messages, true, &JsonMap::new()).unwrap(), "yes");
+        assert_eq!(thinking.render(&messages, true, &off).unwrap(), "no");
     }
 
     #[test]
@@ -170,12 +188,12 @@ mod tests {
         ];
         // The template trims the message, so its trimmed text is what ends the prompt.
         assert_eq!(
-            t.render_continuing(&messages).unwrap(),
+            t.render_continuing(&messages, &JsonMap::new()).unwrap(),
             "<|user|>say yo<|end|><|assistant|>yo,"
         );
         messages[1] = json!({"role": "assistant", "content": "yo"});
         assert_eq!(
-            t.render_continuing(&messages).unwrap(),
+            t.render_continuing(&messages, &JsonMap::new()).unwrap(),
             "<|user|>say yo<|end|><|assistant|>yo"
         );
         let hidden = ChatTemplate::new(
@@ -184,7 +202,7 @@ mod tests {
             String::new(),
         )
         .unwrap();
-        let err = hidden.render_continuing(&messages).unwrap_err();
+        let err = hidden.render_continuing(&messages, &JsonMap::new()).unwrap_err();
         assert!(err.to_string().contains("cannot be continued"), "{err}");
     }
 
@@ -196,7 +214,7 @@ mod tests {
             String::new(),
         )
         .unwrap();
-        let err = t.render(&[], true).unwrap_err();
+        let err = t.render(&[], true, &JsonMap::new()).unwrap_err();
         assert!(err.to_string().contains("roles must alternate"), "{err}");
     }
 

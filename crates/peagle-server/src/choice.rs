@@ -88,6 +88,8 @@ pub struct TokenLogprob {
 pub struct Update {
     pub text: String,
     pub logprobs: Vec<TokenLogprob>,
+    /// Generated tokens this update adds to the choice's count.
+    pub tokens: usize,
     /// Set on the last update.
     pub finish: Option<Finish>,
 }
@@ -216,6 +218,7 @@ impl Choice {
         let mut update = Update::default();
         for token in tokens {
             self.completion_tokens += 1;
+            update.tokens += 1;
             if self.logprobs {
                 update.logprobs.push(self.logprob(&token)?);
             }
@@ -259,8 +262,8 @@ impl Choice {
         };
         Ok(Update {
             text,
-            logprobs: Vec::new(),
             finish: Some(finish),
+            ..Update::default()
         })
     }
 

@@ -3,8 +3,10 @@
 //! (content type, size limit, syntax, types) is turned into an `ApiError` here.
 
 use crate::error::ApiError;
+use axum::body::Bytes;
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{FromRequest, Request};
+use axum::http::header::CONTENT_TYPE;
 use axum::http::StatusCode;
 use axum::Json;
 use serde::de::DeserializeOwned;
@@ -33,11 +35,17 @@ impl<A: DeserializeOwned, B: DeserializeOwned, S: Send + Sync> FromRequest<S> fo
     }
 }
 
-/// Syntax errors and body limits come from axum's parse to a Value.
+/// Syntax errors and body limits come from axum's parse to a Value. A body without a content
+/// type is read as JSON, as FastAPI (and so vLLM) reads it; another content type is 415.
 async fn body<S: Send + Sync>(req: Request, state: &S) -> Result<serde_json::Value, ApiError> {
-    let Json(value) = Json::<serde_json::Value>::from_request(req, state)
-        .await
-        .map_err(rejection)?;
+    let Json(value) = match req.headers().contains_key(CONTENT_TYPE) {
+        true => Json::<serde_json::Value>::from_request(req, state).await,
+        false => {
+            let bytes = Bytes::from_request(req, state).await.map_err(|r| rejection(r.into()))?;
+            Json::from_bytes(&bytes)
+        }
+    }
+    .map_err(rejection)?;
     Ok(value)
 }
 

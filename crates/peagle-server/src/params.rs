@@ -101,7 +101,8 @@ impl SamplingRequest {
                 top_k,
                 top_p,
                 min_p,
-                seed: self.seed()?,
+                // A negative seed is its two's complement bits.
+                seed: self.seed.map(|s| s as u64),
                 penalties: self.penalties(vocab_size, defaults)?,
             },
             ignore_eos: self.ignore_eos.unwrap_or(false),
@@ -110,19 +111,6 @@ impl SamplingRequest {
             speculate: self.speculative.unwrap_or(true),
             max_tokens_cap: defaults.max_new_tokens,
         })
-    }
-
-    /// Any 64-bit integer, signed (vLLM's range) or not; a negative seed is its two's
-    /// complement bits.
-    fn seed(&self) -> Result<Option<u64>, ApiError> {
-        let Some(seed) = self.seed else { return Ok(None) };
-        if !(i128::from(i64::MIN)..=i128::from(u64::MAX)).contains(&seed) {
-            return Err(ApiError::invalid(
-                Some("seed"),
-                format!("seed must be a 64-bit integer, got {seed}"),
-            ));
-        }
-        Ok(Some(seed as u64))
     }
 
     fn penalties(&self, vocab_size: usize, defaults: &SamplingDefaults) -> Result<Penalties, ApiError> {

@@ -2,6 +2,7 @@
 //! and the `chat.completion.chunk` stream chunks.
 
 use super::{StopReason, StreamOptions, Usage};
+use crate::chat_template::JsonMap;
 use crate::choice::TokenLogprob;
 use crate::error::ApiError;
 use serde::{Deserialize, Serialize};
@@ -22,31 +23,44 @@ pub struct ChatRequest {
     /// vLLM extension: leave the final message open, for the model to continue it.
     pub continue_final_message: Option<bool>,
     /// vLLM extension: start the answer with the final message's content when that message
-    /// is the assistant's.
+    /// has the answer's role.
     pub echo: Option<bool>,
+    /// vLLM extension: more variables for the chat template (`enable_thinking`, say).
+    pub chat_template_kwargs: Option<JsonMap>,
+    /// vLLM extension: a template sent with the request; refused, as vLLM refuses it unless
+    /// told to trust requests' templates.
+    pub chat_template: Option<serde_json::Value>,
+    /// vLLM extension: let the tokenizer add its special tokens (a BOS) to the rendered text.
+    pub add_special_tokens: Option<bool>,
 }
 
-/// How a rendered conversation ends (vLLM's chat options).
-#[derive(Debug, Clone, Copy)]
-pub struct ChatTurn {
+/// How a conversation is rendered (vLLM's chat options).
+#[derive(Debug, Clone)]
+pub struct ChatRender {
     pub add_generation_prompt: bool,
     pub continue_final_message: bool,
+    pub template_kwargs: JsonMap,
 }
 
-impl ChatTurn {
+impl ChatRender {
     /// vLLM's defaults, and its refusal to both open a new turn and continue the last one.
-    pub fn new(add_generation_prompt: Option<bool>, continue_final_message: Option<bool>) -> Result<Self, ApiError> {
-        let turn = Self {
+    pub fn new(
+        add_generation_prompt: Option<bool>,
+        continue_final_message: Option<bool>,
+        template_kwargs: Option<&JsonMap>,
+    ) -> Result<Self, ApiError> {
+        let render = Self {
             add_generation_prompt: add_generation_prompt.unwrap_or(true),
             continue_final_message: continue_final_message.unwrap_or(false),
+            template_kwargs: template_kwargs.cloned().unwrap_or_default(),
         };
-        if turn.add_generation_prompt && turn.continue_final_message {
+        if render.add_generation_prompt && render.continue_final_message {
             return Err(ApiError::invalid(
                 Some("continue_final_message"),
                 "continue_final_message needs add_generation_prompt set to false",
             ));
         }
-        Ok(turn)
+        Ok(render)
     }
 }
 
@@ -100,14 +114,14 @@ pub struct ChatChoice {
 
 #[derive(Debug, Serialize)]
 pub struct Message {
-    pub role: &'static str,
+    pub role: String,
     pub content: String,
 }
 
 #[derive(Debug, Default, Serialize)]
 pub struct Delta {
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub role: Option<&'static str>,
+    pub role: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
 }

@@ -6,6 +6,8 @@ pub mod completion;
 pub mod refused;
 pub mod sampling;
 
+use crate::error::ApiError;
+use axum::http::HeaderMap;
 use serde::{Deserialize, Serialize};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -40,6 +42,35 @@ pub enum StopReason {
 pub struct StreamOptions {
     #[serde(default)]
     pub include_usage: Option<bool>,
+    /// vLLM extension: every chunk carries its choice's usage so far too.
+    #[serde(default)]
+    pub continuous_usage_stats: Option<bool>,
+}
+
+/// Where a stream reports usage.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StreamUsage {
+    /// A last chunk with the totals and no choices.
+    pub at_end: bool,
+    /// Each chunk with its choice's counts so far.
+    pub per_chunk: bool,
+}
+
+impl StreamUsage {
+    /// `stream_options` is only for streams, as OpenAI and vLLM hold.
+    pub fn of(stream: bool, options: Option<&StreamOptions>) -> Result<Self, ApiError> {
+        match (stream, options) {
+            (false, Some(_)) => Err(ApiError::invalid(
+                Some("stream_options"),
+                "stream_options can only be given with stream set to true",
+            )),
+            (_, None) => Ok(Self::default()),
+            (true, Some(o)) => Ok(Self {
+                at_end: o.include_usage.unwrap_or(false),
+                per_chunk: o.continuous_usage_stats.unwrap_or(false),
+            }),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
@@ -59,9 +90,17 @@ impl Usage {
     }
 }
 
-/// A response id such as `cmpl-3f2a...`.
-pub fn new_id(prefix: &str) -> String {
-    format!("{prefix}-{:032x}", rand::random::<u128>())
+/// A response id such as `cmpl-3f2a...`, or `cmpl-<id>` for a client's `X-Request-Id` (as
+/// vLLM names it), so logs on both sides can be matched.
+pub fn response_id(prefix: &str, headers: &HeaderMap) -> String {
+    let client_id = headers
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok())
+        .filter(|id| !id.is_empty());
+    match client_id {
+        Some(id) => format!("{prefix}-{id}"),
+        None => format!("{prefix}-{:032x}", rand::random::<u128>()),
+    }
 }
 
 pub fn unix_time() -> u64 {

@@ -14,8 +14,8 @@ pub struct SamplingRequest {
     pub top_k: Option<i64>,
     /// vLLM extension; 0 disables the cut.
     pub min_p: Option<f32>,
-    /// Any 64-bit integer, signed or not.
-    pub seed: Option<i128>,
+    /// vLLM's range: a signed 64-bit integer.
+    pub seed: Option<i64>,
     pub stop: Option<Stop>,
     pub n: Option<i64>,
     pub presence_penalty: Option<f32>,

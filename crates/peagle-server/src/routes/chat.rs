@@ -7,13 +7,14 @@ use crate::error::ApiError;
 use crate::json_body::ApiJsonViews;
 use crate::params::{check_prompt, logprobs_count};
 use crate::protocol::chat::{
-    ChatChoice, ChatLogprobs, ChatMessage, ChatRequest, ChatResponse, ChatTurn, Delta, Message, MessageContent,
+    ChatChoice, ChatLogprobs, ChatMessage, ChatRender, ChatRequest, ChatResponse, Delta, Message, MessageContent,
 };
 use crate::protocol::sampling::SamplingRequest;
-use crate::protocol::{new_id, unix_time, Usage};
+use crate::protocol::{response_id, unix_time, StreamUsage, Usage};
 use crate::sse::{done_event, error_event, json_event, merged};
 use crate::state::AppState;
 use axum::extract::State;
+use axum::http::HeaderMap;
 use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -43,7 +44,14 @@ impl Meta {
         }
     }
 
-    fn chunk(&self, index: usize, delta: Delta, logprobs: Option<ChatLogprobs>, finish: Finished) -> ChatResponse {
+    fn chunk(
+        &self,
+        index: usize,
+        delta: Delta,
+        logprobs: Option<ChatLogprobs>,
+        finish: Finished,
+        usage: Option<Usage>,
+    ) -> ChatResponse {
         let choice = ChatChoice {
             index,
             message: None,
@@ -52,16 +60,25 @@ impl Meta {
             finish_reason: finish.0,
             stop_reason: finish.1,
         };
-        self.response("chat.completion.chunk", vec![choice], None)
+        self.response("chat.completion.chunk", vec![choice], usage)
     }
 }
 
 pub async fn chat_completions(
     State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
     ApiJsonViews(req, sampling): ApiJsonViews<ChatRequest, SamplingRequest>,
 ) -> Result<Response, ApiError> {
     let arrived = Instant::now();
     check_model(&state, req.model.as_deref())?;
+    if req.chat_template.as_ref().is_some_and(|t| !t.is_null()) {
+        return Err(ApiError::invalid(
+            Some("chat_template"),
+            "chat_template: a template sent with the request is not supported; the model's is used",
+        ));
+    }
+    let streaming = req.stream.unwrap_or(false);
+    let usage = StreamUsage::of(streaming, req.stream_options.as_ref())?;
     let plan = sampling.check(state.model.vocab_size(), &state.model.sampling_defaults)?;
     let top = req
         .top_logprobs
@@ -77,11 +94,17 @@ pub async fn chat_completions(
             ))
         }
     };
-    let turn = ChatTurn::new(req.add_generation_prompt, req.continue_final_message)?;
+    let render = ChatRender::new(
+        req.add_generation_prompt,
+        req.continue_final_message,
+        req.chat_template_kwargs.as_ref(),
+    )?;
     // The rendered template holds the special tokens it wants (BOS included).
-    let prompt = state.model.encode(&prompt_text(&state, &req.messages, turn)?, false)?;
+    let text = prompt_text(&state, &req.messages, &render)?;
+    let prompt = state.model.encode(&text, req.add_special_tokens.unwrap_or(false))?;
+    let role = answer_role(&req.messages, &render);
     let echo = match req.echo.unwrap_or(false) {
-        true => echoed(&req.messages)?,
+        true => echoed(&req.messages, &role)?,
         false => String::new(),
     };
     let max_len = state.engine.max_model_len();
@@ -97,13 +120,16 @@ pub async fn chat_completions(
         .collect();
     let choices = Choice::start_all(&state, requests, &plan.text, arrived)?;
     let meta = Meta {
-        id: new_id("chatcmpl"),
+        id: response_id("chatcmpl", &headers),
         created: unix_time(),
         model: state.model.name.clone(),
     };
-    if req.stream.unwrap_or(false) {
-        let include_usage = req.stream_options.and_then(|o| o.include_usage).unwrap_or(false);
-        return Ok(stream(meta, choices, echo, prompt.len(), include_usage).into_response());
+    if streaming {
+        let opening = Delta {
+            role: Some(role),
+            content: Some(echo),
+        };
+        return Ok(stream(meta, choices, opening, prompt.len(), usage).into_response());
     }
     let outcomes = try_join_all(choices.into_iter().map(Choice::collect)).await?;
     let completion_tokens = outcomes.iter().map(|o| o.finish.completion_tokens).sum();
@@ -113,7 +139,7 @@ pub async fn chat_completions(
         .map(|(index, o)| ChatChoice {
             index,
             message: Some(Message {
-                role: "assistant",
+                role: role.clone(),
                 content: echo.clone() + &o.text,
             }),
             delta: None,
@@ -127,7 +153,7 @@ pub async fn chat_completions(
 }
 
 /// The conversation as prompt text, through the model's chat template.
-pub(crate) fn prompt_text(state: &AppState, messages: &[ChatMessage], turn: ChatTurn) -> Result<String, ApiError> {
+pub(crate) fn prompt_text(state: &AppState, messages: &[ChatMessage], render: &ChatRender) -> Result<String, ApiError> {
     if messages.is_empty() {
         return Err(ApiError::invalid(Some("messages"), "messages is empty"));
     }
@@ -142,9 +168,10 @@ pub(crate) fn prompt_text(state: &AppState, messages: &[ChatMessage], turn: Chat
         .enumerate()
         .map(|(i, m)| Ok(json!({"role": m.role, "content": content_text(i, m)?})))
         .collect::<Result<Vec<Value>, ApiError>>()?;
-    let rendered = match turn.continue_final_message {
-        true => template.render_continuing(&messages),
-        false => template.render(&messages, turn.add_generation_prompt),
+    let extra = &render.template_kwargs;
+    let rendered = match render.continue_final_message {
+        true => template.render_continuing(&messages, extra),
+        false => template.render(&messages, render.add_generation_prompt, extra),
     };
     rendered.map_err(|e| ApiError::invalid(Some("messages"), format!("chat template: {e}")))
 }
@@ -173,28 +200,40 @@ fn content_text(i: usize, m: &ChatMessage) -> Result<Value, ApiError> {
     }
 }
 
-/// What `echo` starts the answer with: the final message's text when it is the assistant's
-/// (vLLM's rule), else nothing.
-fn echoed(messages: &[ChatMessage]) -> Result<String, ApiError> {
-    let Some(last) = messages.last().filter(|m| m.role == "assistant") else {
+/// The answer's role: the assistant's for a new turn, else (continuing or not) the final
+/// message's, as vLLM names it.
+fn answer_role(messages: &[ChatMessage], render: &ChatRender) -> String {
+    match (render.add_generation_prompt, messages.last()) {
+        (false, Some(last)) => last.role.clone(),
+        _ => "assistant".into(),
+    }
+}
+
+/// What `echo` starts the answer with: the final message's text when it has the answer's
+/// role (vLLM's rule), else nothing.
+fn echoed(messages: &[ChatMessage], role: &str) -> Result<String, ApiError> {
+    let Some(last) = messages.last().filter(|m| m.role == role) else {
         return Ok(String::new());
     };
     let text = content_text(messages.len() - 1, last)?;
     Ok(text.as_str().unwrap_or_default().to_string())
 }
 
+/// Streams the choices, each opening with `opening` (the role and any echo).
 fn stream(
     meta: Meta,
     choices: Vec<Choice>,
-    echo: String,
+    opening: Delta,
     prompt_tokens: usize,
-    include_usage: bool,
+    usage: StreamUsage,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
     let with_logprobs = |tokens: &[TokenLogprob]| (!tokens.is_empty()).then(|| ChatLogprobs::new(tokens));
+    let mut generated = vec![0; choices.len()];
     let events = async_stream::stream! {
         for index in 0..choices.len() {
-            let delta = Delta { role: Some("assistant"), content: Some(echo.clone()) };
-            yield json_event(&meta.chunk(index, delta, None, (None, None)));
+            let delta = Delta { role: opening.role.clone(), content: opening.content.clone() };
+            let so_far = usage.per_chunk.then(|| Usage::new(prompt_tokens, 0));
+            yield json_event(&meta.chunk(index, delta, None, (None, None), so_far));
         }
         let mut updates = merged(choices);
         let mut completion_tokens = 0;
@@ -211,11 +250,13 @@ fn stream(
                 continue;
             }
             completion_tokens += finish.as_ref().map_or(0, |f| f.completion_tokens);
+            generated[index] += update.tokens;
+            let so_far = usage.per_chunk.then(|| Usage::new(prompt_tokens, generated[index]));
             let delta = Delta { role: None, content: (!update.text.is_empty()).then_some(update.text) };
             let finished = Finish::wire(finish);
-            yield json_event(&meta.chunk(index, delta, with_logprobs(&update.logprobs), finished));
+            yield json_event(&meta.chunk(index, delta, with_logprobs(&update.logprobs), finished, so_far));
         }
-        if include_usage {
+        if usage.at_end {
             let usage = Usage::new(prompt_tokens, completion_tokens);
             yield json_event(&meta.response("chat.completion.chunk", Vec::new(), Some(usage)));
         }

@@ -10,10 +10,11 @@ use crate::protocol::completion::{
     CompletionChoice, CompletionLogprobs, CompletionRequest, CompletionResponse, PromptInput,
 };
 use crate::protocol::sampling::SamplingRequest;
-use crate::protocol::{new_id, unix_time, Usage};
+use crate::protocol::{response_id, unix_time, StreamUsage, Usage};
 use crate::sse::{done_event, error_event, json_event, merged};
 use crate::state::AppState;
 use axum::extract::State;
+use axum::http::HeaderMap;
 use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -57,6 +58,7 @@ impl Meta {
         text: String,
         logprobs: Option<CompletionLogprobs>,
         finish: Finished,
+        usage: Option<Usage>,
     ) -> CompletionResponse {
         let choice = CompletionChoice {
             index,
@@ -65,16 +67,19 @@ impl Meta {
             finish_reason: finish.0,
             stop_reason: finish.1,
         };
-        self.response(vec![choice], None)
+        self.response(vec![choice], usage)
     }
 }
 
 pub async fn completions(
     State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
     ApiJsonViews(req, sampling): ApiJsonViews<CompletionRequest, SamplingRequest>,
 ) -> Result<Response, ApiError> {
     let arrived = Instant::now();
     check_model(&state, req.model.as_deref())?;
+    let streaming = req.stream.unwrap_or(false);
+    let usage = StreamUsage::of(streaming, req.stream_options.as_ref())?;
     let plan = sampling.check(state.model.vocab_size(), &state.model.sampling_defaults)?;
     check_unsupported(&req, plan.n)?;
     let logprobs = req.logprobs.map(|v| logprobs_count(v, "logprobs")).transpose()?;
@@ -102,15 +107,19 @@ pub async fn completions(
     }
     let choices = Choice::start_all(&state, requests, &plan.text, arrived)?;
     let meta = Meta {
-        id: new_id("cmpl"),
+        id: response_id("cmpl", &headers),
         created: unix_time(),
         model: state.model.name.clone(),
     };
-    let prompt_tokens = prompts.iter().map(|p| p.ids.len()).sum();
-    if req.stream.unwrap_or(false) {
-        let include_usage = req.stream_options.and_then(|o| o.include_usage).unwrap_or(false);
-        return Ok(stream(meta, choices, echoes, prompt_tokens, include_usage).into_response());
+    // Each choice's prompt, for usage: prompt p's choices are p * n .. (p + 1) * n.
+    let prompt_lens: Vec<usize> = prompts
+        .iter()
+        .flat_map(|p| std::iter::repeat_n(p.ids.len(), plan.n))
+        .collect();
+    if streaming {
+        return Ok(stream(meta, choices, echoes, prompt_lens, plan.n, usage).into_response());
     }
+    let prompt_tokens = prompts.iter().map(|p| p.ids.len()).sum();
     let outcomes = try_join_all(choices.into_iter().map(Choice::collect)).await?;
     let completion_tokens = outcomes.iter().map(|o| o.finish.completion_tokens).sum();
     let choices = outcomes
@@ -174,17 +183,23 @@ fn prompts(state: &AppState, input: &PromptInput) -> Result<Vec<Prompt>, ApiErro
     Ok(prompts)
 }
 
+/// Streams the choices; `prompt_lens[i]` is choice i's prompt length, and each prompt has `n`
+/// choices (its tokens count once in the total, as vLLM counts them).
 fn stream(
     meta: Meta,
     choices: Vec<Choice>,
     echoes: Vec<String>,
-    prompt_tokens: usize,
-    include_usage: bool,
+    prompt_lens: Vec<usize>,
+    n: usize,
+    usage: StreamUsage,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
     let with_logprobs = |tokens: &[TokenLogprob]| (!tokens.is_empty()).then(|| CompletionLogprobs::new(tokens));
+    let prompt_tokens = prompt_lens.iter().step_by(n.max(1)).sum();
+    let mut generated = vec![0; choices.len()];
     let events = async_stream::stream! {
         for (index, echo) in echoes.into_iter().enumerate().filter(|(_, e)| !e.is_empty()) {
-            yield json_event(&meta.chunk(index, echo, None, (None, None)));
+            let so_far = usage.per_chunk.then(|| Usage::new(prompt_lens[index], 0));
+            yield json_event(&meta.chunk(index, echo, None, (None, None), so_far));
         }
         let mut updates = merged(choices);
         let mut completion_tokens = 0;
@@ -201,10 +216,12 @@ fn stream(
                 continue;
             }
             completion_tokens += finish.as_ref().map_or(0, |f| f.completion_tokens);
+            generated[index] += update.tokens;
+            let so_far = usage.per_chunk.then(|| Usage::new(prompt_lens[index], generated[index]));
             let finished = Finish::wire(finish);
-            yield json_event(&meta.chunk(index, update.text, with_logprobs(&update.logprobs), finished));
+            yield json_event(&meta.chunk(index, update.text, with_logprobs(&update.logprobs), finished, so_far));
         }
-        if include_usage {
+        if usage.at_end {
             yield json_event(&meta.response(Vec::new(), Some(Usage::new(prompt_tokens, completion_tokens))));
         }
         yield done_event();

@@ -1,7 +1,9 @@
-//! `GET /v1/models`, `GET /health` and `GET /metrics`.
+//! `GET /v1/models` (and `/v1/models/{id}`), `GET /health` and `GET /metrics`.
 
+use super::check_model;
+use crate::error::ApiError;
 use crate::state::AppState;
-use axum::extract::State;
+use axum::extract::{Path, State};
 use axum::http::header::CONTENT_TYPE;
 use axum::response::IntoResponse;
 use axum::Json;
@@ -9,16 +11,25 @@ use serde_json::{json, Value};
 use std::sync::Arc;
 
 pub async fn models(State(state): State<Arc<AppState>>) -> Json<Value> {
-    Json(json!({
-        "object": "list",
-        "data": [{
-            "id": state.model.name,
-            "object": "model",
-            "created": state.model.created,
-            "owned_by": "peagle",
-            "max_model_len": state.engine.max_model_len(),
-        }],
-    }))
+    Json(json!({"object": "list", "data": [card(&state)]}))
+}
+
+/// `GET /v1/models/{id}`: the served model's card, or 404 for any other name.
+pub async fn model(State(state): State<Arc<AppState>>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+    check_model(&state, Some(&id))?;
+    Ok(Json(card(&state)))
+}
+
+fn card(state: &AppState) -> Value {
+    json!({
+        "id": state.model.name,
+        "object": "model",
+        "created": state.model.created,
+        "owned_by": "peagle",
+        "root": state.model.name,
+        "parent": null,
+        "max_model_len": state.engine.max_model_len(),
+    })
 }
 
 /// 200 while the server runs; load balancers and the test scripts wait for it.

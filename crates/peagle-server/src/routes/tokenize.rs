@@ -4,10 +4,11 @@
 
 use super::chat::prompt_text;
 use super::check_model;
+use crate::chat_template::JsonMap;
 use crate::error::ApiError;
 use crate::json_body::ApiJson;
 use crate::params::check_token_ids;
-use crate::protocol::chat::{ChatMessage, ChatTurn};
+use crate::protocol::chat::{ChatMessage, ChatRender};
 use crate::state::AppState;
 use axum::extract::State;
 use axum::Json;
@@ -24,6 +25,7 @@ pub struct TokenizeRequest {
     /// For messages, as the chat route takes them.
     pub add_generation_prompt: Option<bool>,
     pub continue_final_message: Option<bool>,
+    pub chat_template_kwargs: Option<JsonMap>,
 }
 
 #[derive(Debug, Serialize)]
@@ -52,8 +54,12 @@ pub async fn tokenize(
     let tokens = match (&req.prompt, &req.messages) {
         (Some(prompt), None) => state.model.encode(prompt, req.add_special_tokens.unwrap_or(true))?,
         (None, Some(messages)) => {
-            let turn = ChatTurn::new(req.add_generation_prompt, req.continue_final_message)?;
-            let text = prompt_text(&state, messages, turn)?;
+            let render = ChatRender::new(
+                req.add_generation_prompt,
+                req.continue_final_message,
+                req.chat_template_kwargs.as_ref(),
+            )?;
+            let text = prompt_text(&state, messages, &render)?;
             state.model.encode(&text, req.add_special_tokens.unwrap_or(false))?
         }
         _ => return Err(ApiError::invalid(None, "give either prompt or messages")),

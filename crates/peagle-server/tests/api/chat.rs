@@ -163,6 +163,26 @@ async fn a_final_assistant_message_can_be_continued_and_echoed() {
     request["continue_final_message"] = json!(false);
     let closed = server.ok("/v1/chat/completions", request.clone()).await;
     assert_eq!(closed["usage"]["prompt_tokens"], encode(&format!("{prompt}\n")).len());
+    // A conversation that ends with the user's turn is answered in the user's role (vLLM's
+    // rule), and echo repeats that turn.
+    let mut users = chat(Some(4));
+    users["add_generation_prompt"] = json!(false);
+    users["echo"] = json!(true);
+    let body = server.ok("/v1/chat/completions", users.clone()).await;
+    let message = &body["choices"][0]["message"];
+    assert_eq!(message["role"], "user");
+    assert!(
+        message["content"].as_str().unwrap().starts_with("Sort a list"),
+        "{body}"
+    );
+    // The tokenizer's own special tokens (a BOS) only when asked for.
+    users["add_special_tokens"] = json!(true);
+    let with_bos = server.ok("/v1/chat/completions", users).await;
+    assert_eq!(
+        with_bos["usage"]["prompt_tokens"].as_u64().unwrap(),
+        body["usage"]["prompt_tokens"].as_u64().unwrap() + 1
+    );
+
     request["add_generation_prompt"] = json!(true);
     request["continue_final_message"] = json!(true);
     let response = server.post("/v1/chat/completions").json(&request).send().await.unwrap();

@@ -391,3 +391,26 @@ async fn the_generation_config_sets_defaults_and_caps_the_length() {
     assert_eq!(body["usage"]["completion_tokens"], 5);
     assert_eq!(body["choices"][0]["finish_reason"], "length");
 }
+
+/// vLLM's continuous_usage_stats: every chunk carries its choice's usage so far.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn continuous_usage_counts_each_choice_as_it_streams() {
+    let server = TestServer::start().await;
+    let mut request = greedy("import os", 6);
+    request["n"] = json!(2);
+    request["stream"] = json!(true);
+    request["stream_options"] = json!({"include_usage": true, "continuous_usage_stats": true});
+    let chunks = server.stream("/v1/completions", request).await;
+    let (last, choices) = chunks.split_last().unwrap();
+    assert_eq!(last["usage"]["completion_tokens"], 12);
+    let mut seen = [0u64; 2];
+    for chunk in choices {
+        let index = chunk["choices"][0]["index"].as_u64().unwrap() as usize;
+        let so_far = chunk["usage"]["completion_tokens"].as_u64().unwrap();
+        assert!(so_far >= seen[index], "{chunk}");
+        seen[index] = so_far;
+        // One prompt: its tokens count once in the total, and in each choice's chunks.
+        assert_eq!(chunk["usage"]["prompt_tokens"], last["usage"]["prompt_tokens"]);
+    }
+    assert_eq!(seen, [6, 6]);
+}

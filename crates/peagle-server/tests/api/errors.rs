@@ -106,6 +106,7 @@ async fn invalid_requests_get_400_naming_the_field() {
         ("best_of", json!(3), "best_of"),
         ("suffix", json!("}"), "suffix"),
         ("prompt_logprobs", json!(1), "prompt_logprobs"),
+        ("stream_options", json!({"include_usage": true}), "stream_options"),
         ("guided_regex", json!("[0-9]+"), "guided_regex"),
     ] {
         bad_request(&server, cmpl, with(key, value), Some(param)).await;
@@ -313,6 +314,9 @@ async fn browsers_may_call_from_the_allowed_origins() {
     let response = preflight(&anywhere, "http://ui.example").await.unwrap();
     assert_eq!(response.status(), StatusCode::OK);
     assert_eq!(allowed(&response).as_deref(), Some("*"));
+    // Named, since a `*` does not cover Authorization in browsers.
+    let headers = response.headers()["access-control-allow-headers"].to_str().unwrap();
+    assert!(headers.contains("authorization"), "{headers}");
     let health = anywhere
         .client
         .get(format!("{}/health", anywhere.url))
@@ -334,4 +338,28 @@ async fn browsers_may_call_from_the_allowed_origins() {
     assert_eq!(allowed(&response).as_deref(), Some("http://ui.example"));
     let response = preflight(&listed, "http://elsewhere.example").await.unwrap();
     assert_eq!(allowed(&response), None);
+}
+
+/// Details of HTTP that clients rely on: a body without a content type is JSON (as FastAPI
+/// reads it), a model's card is at /v1/models/{id}, and X-Request-Id names the response.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_ids_model_cards_and_untyped_bodies() {
+    let server = TestServer::start().await;
+    let untyped = server
+        .post("/v1/completions")
+        .header("x-request-id", "trace-42")
+        .body(greedy("hi", 2).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(untyped.status(), StatusCode::OK);
+    let body: Value = untyped.json().await.unwrap();
+    assert_eq!(body["id"], "cmpl-trace-42");
+    let card: Value = server.get(&format!("/v1/models/{MODEL}")).await.json().await.unwrap();
+    assert_eq!(
+        (card["id"].as_str(), card["object"].as_str()),
+        (Some(MODEL), Some("model"))
+    );
+    let missing = server.get("/v1/models/gpt-4").await;
+    assert_eq!(error(missing, StatusCode::NOT_FOUND).await["code"], "model_not_found");
 }
