@@ -61,8 +61,9 @@ pub struct CompletionChoice {
 pub struct CompletionLogprobs {
     pub tokens: Vec<String>,
     pub token_logprobs: Vec<Option<f32>>,
-    /// The most likely alternatives at each position, plus the chosen token (as vLLM does).
-    pub top_logprobs: Vec<TopLogprobs>,
+    /// The most likely alternatives at each position, plus the chosen token (as vLLM does);
+    /// null where the token has no log-probability (a prompt's first).
+    pub top_logprobs: Vec<Option<TopLogprobs>>,
     pub text_offset: Vec<usize>,
 }
 
@@ -71,7 +72,7 @@ impl CompletionLogprobs {
         Self {
             tokens: tokens.iter().map(|t| t.token.clone()).collect(),
             token_logprobs: tokens.iter().map(|t| t.logprob).collect(),
-            top_logprobs: tokens.iter().map(top_map).collect(),
+            top_logprobs: tokens.iter().map(|t| t.logprob.map(|_| top_map(t))).collect(),
             text_offset: tokens.iter().map(|t| t.text_offset).collect(),
         }
     }

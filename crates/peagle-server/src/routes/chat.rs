@@ -1,7 +1,7 @@
 //! `POST /v1/chat/completions`: messages rendered with the model's chat template, n choices,
 //! streamed as `chat.completion.chunk` deltas or answered as one `chat.completion`.
 
-use super::check_model;
+use super::{check_model, off_runtime};
 use crate::choice::{Choice, Finish, Finished, TokenLogprob};
 use crate::error::ApiError;
 use crate::json_body::ApiJsonViews;
@@ -99,10 +99,17 @@ pub async fn chat_completions(
         req.continue_final_message,
         req.chat_template_kwargs.as_ref(),
     )?;
-    // The rendered template holds the special tokens it wants (BOS included).
-    let text = prompt_text(&state, &req.messages, &render)?;
-    let prompt = state.model.encode(&text, req.add_special_tokens.unwrap_or(false))?;
     let role = answer_role(&req.messages, &render);
+    let prompt = off_runtime({
+        let (state, messages) = (state.clone(), req.messages.clone());
+        // The rendered template holds the special tokens it wants (BOS included).
+        let add_special_tokens = req.add_special_tokens.unwrap_or(false);
+        move || {
+            let text = prompt_text(&state, &messages, &render)?;
+            state.model.encode(&text, add_special_tokens)
+        }
+    })
+    .await?;
     let echo = match req.echo.unwrap_or(false) {
         true => echoed(&req.messages, &role)?,
         false => String::new(),

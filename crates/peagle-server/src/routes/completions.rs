@@ -1,7 +1,7 @@
 //! `POST /v1/completions`: one or more prompts (text or token ids), n choices each, streamed
 //! or not. Choice indices run prompt by prompt: prompt p's choice i is p * n + i.
 
-use super::check_model;
+use super::{check_model, off_runtime};
 use crate::choice::{Choice, Finish, Finished, TokenLogprob};
 use crate::error::ApiError;
 use crate::json_body::ApiJsonViews;
@@ -84,7 +84,12 @@ pub async fn completions(
     check_unsupported(&req, plan.n)?;
     let logprobs = req.logprobs.map(|v| logprobs_count(v, "logprobs")).transpose()?;
     let echo = req.echo.unwrap_or(false);
-    let prompts = prompts(&state, &req.prompt)?;
+    let input = req.prompt;
+    let prompts = off_runtime({
+        let state = state.clone();
+        move || prompts(&state, &input)
+    })
+    .await?;
     // Check every prompt before submitting any, so a bad one leaves nothing running.
     let max_len = state.engine.max_model_len();
     let budgets = prompts
@@ -196,11 +201,10 @@ fn stream(
     let with_logprobs = |tokens: &[TokenLogprob]| (!tokens.is_empty()).then(|| CompletionLogprobs::new(tokens));
     let prompt_tokens = prompt_lens.iter().step_by(n.max(1)).sum();
     let mut generated = vec![0; choices.len()];
+    // Each echo goes out with its choice's first update, which holds the prompt's logprobs
+    // when they were asked for, as vLLM sends them.
+    let mut echoes = echoes;
     let events = async_stream::stream! {
-        for (index, echo) in echoes.into_iter().enumerate().filter(|(_, e)| !e.is_empty()) {
-            let so_far = usage.per_chunk.then(|| Usage::new(prompt_lens[index], 0));
-            yield json_event(&meta.chunk(index, echo, None, (None, None), so_far));
-        }
         let mut updates = merged(choices);
         let mut completion_tokens = 0;
         while let Some((index, update)) = updates.next().await {
@@ -212,14 +216,15 @@ fn stream(
                 }
             };
             let finish = update.finish;
-            if update.text.is_empty() && update.logprobs.is_empty() && finish.is_none() {
+            let text = std::mem::take(&mut echoes[index]) + &update.text;
+            if text.is_empty() && update.logprobs.is_empty() && finish.is_none() {
                 continue;
             }
             completion_tokens += finish.as_ref().map_or(0, |f| f.completion_tokens);
             generated[index] += update.tokens;
             let so_far = usage.per_chunk.then(|| Usage::new(prompt_lens[index], generated[index]));
             let finished = Finish::wire(finish);
-            yield json_event(&meta.chunk(index, update.text, with_logprobs(&update.logprobs), finished, so_far));
+            yield json_event(&meta.chunk(index, text, with_logprobs(&update.logprobs), finished, so_far));
         }
         if usage.at_end {
             yield json_event(&meta.response(Vec::new(), Some(Usage::new(prompt_tokens, completion_tokens))));

@@ -289,6 +289,13 @@ async fn echo_with_logprobs_scores_the_prompt() {
         .map(|t| t.as_str().unwrap().to_string())
         .collect();
     assert_eq!(streamed, tokens);
+    // The prompt's text comes with its logprobs in the first chunk, as vLLM sends it, and the
+    // first token's alternatives are null there too.
+    let first = &chunks[0]["choices"][0];
+    assert_eq!(first["text"], prompt);
+    assert_eq!(first["logprobs"]["tokens"].as_array().unwrap().len(), ids.len());
+    assert_eq!(first["logprobs"]["top_logprobs"][0], Value::Null);
+    assert_eq!(logprobs["top_logprobs"][0], Value::Null);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
