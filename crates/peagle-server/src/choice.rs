@@ -4,6 +4,7 @@
 //! recorded for /metrics. Dropping a `Choice` (client gone) cancels its request the same way.
 
 use crate::error::ApiError;
+use crate::metrics::ChoiceEnd;
 use crate::params::TextOptions;
 use crate::protocol::StopReason;
 use crate::state::AppState;
@@ -115,7 +116,9 @@ pub struct Choice {
     min_tokens: usize,
     logprobs: bool,
     arrived: Instant,
+    first_token: Option<Instant>,
     last_event: Option<Instant>,
+    prompt_tokens: usize,
     completion_tokens: usize,
     text_offset: usize,
     finished: bool,
@@ -135,15 +138,15 @@ impl Choice {
         text: &TextOptions,
         arrived: Instant,
     ) -> Result<Vec<Self>, ApiError> {
-        let settings: Vec<(bool, usize)> = requests
+        let settings: Vec<(bool, usize, usize)> = requests
             .iter()
-            .map(|r| (r.logprobs.is_some(), r.params.min_tokens))
+            .map(|r| (r.logprobs.is_some(), r.params.min_tokens, r.prompt.len()))
             .collect();
         let receivers = state.engine.submit_all(requests)?;
         let choices = receivers
             .into_iter()
             .zip(settings)
-            .map(|(events, (logprobs, min_tokens))| Self {
+            .map(|(events, (logprobs, min_tokens, prompt_tokens))| Self {
                 state: state.clone(),
                 events: Some(events),
                 decoder: IncrementalDecoder::new(),
@@ -153,7 +156,9 @@ impl Choice {
                 min_tokens,
                 logprobs,
                 arrived,
+                first_token: None,
                 last_event: None,
+                prompt_tokens,
                 completion_tokens: 0,
                 text_offset: 0,
                 finished: false,
@@ -211,7 +216,10 @@ impl Choice {
     fn tokens(&mut self, tokens: Vec<TokenOutput>) -> Result<Update, ApiError> {
         let now = Instant::now();
         match self.last_event {
-            None => self.state.metrics.first_token((now - self.arrived).as_secs_f64()),
+            None => {
+                self.first_token = Some(now);
+                self.state.metrics.first_token((now - self.arrived).as_secs_f64());
+            }
             Some(last) => self.state.metrics.next_token((now - last).as_secs_f64()),
         }
         self.last_event = Some(now);
@@ -271,14 +279,22 @@ impl Choice {
         self.finished = true;
         // Cancels the engine request if it is still running (stop string, abort).
         self.events = None;
-        self.state
-            .metrics
-            .finished(reason, self.arrived.elapsed().as_secs_f64());
+        self.record_end(reason);
         Finish {
             reason,
             stop_reason,
             completion_tokens: self.completion_tokens,
         }
+    }
+
+    fn record_end(&self, reason: FinishReason) {
+        self.state.metrics.finished(ChoiceEnd {
+            reason,
+            seconds: self.arrived.elapsed().as_secs_f64(),
+            decode_seconds: self.first_token.map(|t| t.elapsed().as_secs_f64()),
+            prompt_tokens: self.prompt_tokens,
+            completion_tokens: self.completion_tokens,
+        });
     }
 
     fn logprob(&mut self, t: &TokenOutput) -> Result<TokenLogprob, ApiError> {
@@ -307,9 +323,7 @@ impl Drop for Choice {
     /// A choice dropped before its end was abandoned by its client.
     fn drop(&mut self) {
         if !self.finished {
-            self.state
-                .metrics
-                .finished(FinishReason::Abort, self.arrived.elapsed().as_secs_f64());
+            self.record_end(FinishReason::Abort);
         }
     }
 }

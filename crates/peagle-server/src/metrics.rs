@@ -25,28 +25,47 @@ pub struct ServerMetrics {
     recorded: Mutex<Recorded>,
 }
 
+#[derive(Clone)]
 struct Recorded {
     ttft: Histogram,
     itl: Histogram,
     e2e: Histogram,
+    /// Per choice: time per output token after the first.
+    tpot: Histogram,
+    prompt_tokens: Histogram,
+    generation_tokens: Histogram,
     /// Choices finished, by reason (indexed as `FinishReason::ALL`).
     finished: [u64; 3],
 }
 
-impl Default for ServerMetrics {
-    fn default() -> Self {
+/// A choice at its end, as the latency and length histograms see it.
+#[derive(Debug, Clone, Copy)]
+pub struct ChoiceEnd {
+    pub reason: FinishReason,
+    /// Arrival to end.
+    pub seconds: f64,
+    /// First token to end; None before a first token.
+    pub decode_seconds: Option<f64>,
+    pub prompt_tokens: usize,
+    pub completion_tokens: usize,
+}
+
+impl ServerMetrics {
+    /// Token-count histograms reach `max_model_len`.
+    pub fn new(max_model_len: usize) -> Self {
         Self {
             recorded: Mutex::new(Recorded {
                 ttft: Histogram::new(TTFT_BUCKETS),
                 itl: Histogram::new(ITL_BUCKETS),
                 e2e: Histogram::new(E2E_BUCKETS),
+                tpot: Histogram::new(ITL_BUCKETS),
+                prompt_tokens: Histogram::one_two_five(max_model_len),
+                generation_tokens: Histogram::one_two_five(max_model_len),
                 finished: [0; 3],
             }),
         }
     }
-}
 
-impl ServerMetrics {
     fn with<R>(&self, f: impl FnOnce(&mut Recorded) -> R) -> R {
         // A panic elsewhere cannot leave a histogram half-updated; keep serving metrics.
         let mut guard = self.recorded.lock().unwrap_or_else(|e| e.into_inner());
@@ -64,10 +83,15 @@ impl ServerMetrics {
         self.with(|r| r.itl.observe(seconds));
     }
 
-    pub fn finished(&self, reason: FinishReason, seconds: f64) {
+    pub fn finished(&self, end: ChoiceEnd) {
         self.with(|r| {
-            r.e2e.observe(seconds);
-            r.finished[reason as usize] += 1;
+            r.e2e.observe(end.seconds);
+            r.prompt_tokens.observe(end.prompt_tokens as f64);
+            r.generation_tokens.observe(end.completion_tokens as f64);
+            if let Some(decode) = end.decode_seconds.filter(|_| end.completion_tokens > 1) {
+                r.tpot.observe(decode / (end.completion_tokens - 1) as f64);
+            }
+            r.finished[end.reason as usize] += 1;
         });
     }
 
@@ -102,7 +126,7 @@ impl ServerMetrics {
             "Sequences preempted (to be recomputed).",
             engine.preemptions_total,
         );
-        let (finished, ttft, itl, e2e) = self.with(|r| (r.finished, r.ttft.clone(), r.itl.clone(), r.e2e.clone()));
+        let r = self.with(|r| r.clone());
         x.header(
             "request_success_total",
             "counter",
@@ -112,12 +136,27 @@ impl ServerMetrics {
             x.sample(
                 "request_success_total",
                 &format!("finished_reason=\"{}\"", reason.as_str()),
-                finished[reason as usize],
+                r.finished[reason as usize],
             );
         }
-        x.histogram("time_to_first_token_seconds", "Time to first token.", &ttft);
-        x.histogram("inter_token_latency_seconds", "Time between token events.", &itl);
-        x.histogram("e2e_request_latency_seconds", "Request latency, arrival to end.", &e2e);
+        x.histogram("time_to_first_token_seconds", "Time to first token.", &r.ttft);
+        x.histogram("inter_token_latency_seconds", "Time between token events.", &r.itl);
+        x.histogram(
+            "time_per_output_token_seconds",
+            "Per choice: time per output token after the first.",
+            &r.tpot,
+        );
+        x.histogram(
+            "e2e_request_latency_seconds",
+            "Request latency, arrival to end.",
+            &r.e2e,
+        );
+        x.histogram("request_prompt_tokens", "Prompt tokens per choice.", &r.prompt_tokens);
+        x.histogram(
+            "request_generation_tokens",
+            "Generated tokens per choice.",
+            &r.generation_tokens,
+        );
         let times = &engine.step_times;
         x.counter("engine_steps_total", "Engine steps run.", times.steps);
         x.header(

@@ -27,9 +27,9 @@ impl Server {
     pub fn new(engine: EngineHandle, model: ServedModel, config: ServerConfig) -> Self {
         let (abort, abort_rx) = watch::channel(false);
         let state = Arc::new(AppState {
+            metrics: ServerMetrics::new(engine.max_model_len()),
             engine,
             model,
-            metrics: ServerMetrics::default(),
             config,
             abort: abort_rx,
         });

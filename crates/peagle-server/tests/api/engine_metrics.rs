@@ -1,6 +1,8 @@
-//! /metrics exports where the engine's time goes, by phase, and the counters move with work.
+//! /metrics exports where the engine's time goes, by phase, per-choice lengths and latencies, and the
+//! counters move with work.
 
 use crate::common::{greedy, TestServer};
+use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn step_time_by_phase_moves_with_work() {
@@ -18,4 +20,33 @@ async fn step_time_by_phase_moves_with_work() {
     for p in ["verify", "other"] {
         assert!(server.metric(&phase(p)).await >= 0.0);
     }
+}
+
+/// vLLM's per-request histograms: prompt and generated tokens per choice, and time per
+/// output token after the first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_choice_lengths_and_time_per_output_token() {
+    let server = TestServer::start().await;
+    let mut request = greedy("def f(x):", 6);
+    request["n"] = json!(2);
+    let body = server.ok("/v1/completions", request).await;
+    let prompt_tokens = body["usage"]["prompt_tokens"].as_f64().unwrap();
+    assert_eq!(server.metric("peagle:request_generation_tokens_count").await, 2.0);
+    assert_eq!(server.metric("peagle:request_generation_tokens_sum").await, 12.0);
+    assert_eq!(
+        server.metric("peagle:request_prompt_tokens_sum").await,
+        2.0 * prompt_tokens
+    );
+    assert_eq!(
+        server.metric("peagle:request_generation_tokens_bucket{le=\"5\"}").await,
+        0.0
+    );
+    assert_eq!(
+        server
+            .metric("peagle:request_generation_tokens_bucket{le=\"10\"}")
+            .await,
+        2.0
+    );
+    assert_eq!(server.metric("peagle:time_per_output_token_seconds_count").await, 2.0);
+    assert!(server.metric("peagle:time_per_output_token_seconds_sum").await > 0.0);
 }
