@@ -6,6 +6,7 @@ use crate::app::{app, routes};
 use crate::metrics::ServerMetrics;
 use crate::served_model::ServedModel;
 use crate::state::{AppState, ServerConfig};
+use axum::serve::ListenerExt;
 use axum::Router;
 use peagle_engine::EngineHandle;
 use std::future::Future;
@@ -70,6 +71,13 @@ impl Server {
             tokio::time::sleep(timeout).await;
             tracing::warn!("shutdown timeout: ending the requests still running");
             let _ = abort.send(true);
+        });
+        // Streams write a small chunk per token: with Nagle's algorithm on, each waited for
+        // the client's delayed ACK (about 40 ms) on a reused connection and tokens came in bursts.
+        let listener = listener.tap_io(|tcp| {
+            if let Err(e) = tcp.set_nodelay(true) {
+                tracing::warn!(error = %e, "cannot set TCP_NODELAY on a connection");
+            }
         });
         let graceful = axum::serve(listener, app).with_graceful_shutdown(async move {
             let _ = stop.wait_for(|s| *s).await;
