@@ -19,13 +19,13 @@ pub struct Workload {
     #[arg(long)]
     pub dataset: PathBuf,
     /// Prompts per level: the dataset's first N, cycled if it has fewer.
-    #[arg(long, default_value_t = 100)]
+    #[arg(long, default_value_t = 100, value_parser = positive)]
     pub num_prompts: usize,
     /// Comma-separated maximum requests in flight, one level each.
     #[arg(long, value_delimiter = ',', default_value = "1", value_parser = positive)]
     pub concurrency: Vec<usize>,
     /// New tokens per request (EOS is ignored so every request makes exactly this many).
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = 256, value_parser = positive)]
     pub max_tokens: usize,
     #[arg(long, default_value_t = 0.0)]
     pub temperature: f64,

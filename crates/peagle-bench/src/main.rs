@@ -85,6 +85,8 @@ async fn serve(args: ServeArgs) -> Result<()> {
         model: args.model,
         workload: args.workload,
     };
+    // Before the run, so an --out that cannot be written fails at once, not after it.
+    std::fs::create_dir_all(&args.out).with_context(|| format!("cannot create --out {}", args.out.display()))?;
     let result = peagle_bench::run(&config).await?;
     write_report(&result, &args.out)?;
     print!("{}", summary_table(&result.levels));

@@ -98,8 +98,11 @@ pub async fn run_request(
                 Endpoint::Completions => &choice["text"],
                 Endpoint::Chat => &choice["delta"]["content"],
             };
+            // Tokens may add no text (special tokens, the bytes of an unfinished character):
+            // then the chunk that ends the choice marks their arrival.
             let has_text = text.as_str().is_some_and(|t| !t.is_empty());
-            if has_text {
+            let silent_end = chunk_times.is_empty() && choice["finish_reason"].is_string();
+            if has_text || silent_end {
                 chunk_times.push(now.duration_since(start).as_secs_f64() * 1e3);
             }
             if let Some(n) = event["usage"]["completion_tokens"].as_u64() {
@@ -109,7 +112,7 @@ pub async fn run_request(
     }
     let e2e_ms = start.elapsed().as_secs_f64() * 1e3;
     let Some(&ttft_ms) = chunk_times.first() else {
-        return Err(bad("the stream carried no text".into()));
+        return Err(bad("the stream carried no tokens".into()));
     };
     // A server without include_usage support: each text chunk counts as one token.
     let completion_tokens = usage_tokens.unwrap_or(chunk_times.len());

@@ -9,6 +9,7 @@ use crate::sampler::InvalidSampling;
 use crate::sequence::{FinishReason, GenerateParams, Sequence};
 use crate::spec_stats::SpecStats;
 use peagle_models::{Drafter, KvCacheDtype, LoadError, LoadOptions, LoadedModel};
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 use thiserror::Error;
@@ -140,27 +141,45 @@ impl Generator {
         self.tokenizer.as_ref()
     }
 
-    /// Tokenizes `prompt`, generates, and streams stable text to `on_text` as it appears.
+    /// The token ids of `prompt`, or the error generating from it would give (empty, longer
+    /// than the context), so a batch of prompts can be checked before any runs.
+    pub fn prompt_ids(&self, prompt: &str) -> Result<Vec<u32>, GenerateError> {
+        let tokenizer = self.required_tokenizer()?;
+        let ids = tokenizer
+            .encode(prompt, true)
+            .map_err(|e| GenerateError::Tokenizer(e.to_string()))?
+            .get_ids()
+            .to_vec();
+        self.check_prompt(&ids)?;
+        Ok(ids)
+    }
+
+    /// Tokenizes `prompt`, generates, and streams stable text to `on_text` as it appears;
+    /// special tokens add no text, as vLLM's default `skip_special_tokens` has it.
     pub fn generate_text(
         &mut self,
         prompt: &str,
         params: &GenerateParams,
         mut on_text: impl FnMut(&str),
     ) -> Result<GenerateOutput, GenerateError> {
-        let tokenizer = self
-            .tokenizer
-            .clone()
-            .ok_or_else(|| GenerateError::Tokenizer("no tokenizer loaded".into()))?;
-        let ids = tokenizer
-            .encode(prompt, true)
-            .map_err(|e| GenerateError::Tokenizer(e.to_string()))?
-            .get_ids()
-            .to_vec();
+        let ids = self.prompt_ids(prompt)?;
+        let tokenizer = self.required_tokenizer()?.clone();
+        let special: HashSet<u32> = tokenizer
+            .get_added_tokens_decoder()
+            .into_iter()
+            .filter(|(_, token)| token.special)
+            .map(|(id, _)| id)
+            .collect();
         let mut decoder = IncrementalDecoder::new();
         let mut failure = None;
-        let out = self.generate(&ids, params, |id| match decoder.push(&tokenizer, id) {
-            Ok(text) => on_text(&text),
-            Err(e) => failure = Some(e.to_string()),
+        let out = self.generate(&ids, params, |id| {
+            if special.contains(&id) {
+                return;
+            }
+            match decoder.push(&tokenizer, id) {
+                Ok(text) => on_text(&text),
+                Err(e) => failure = Some(e.to_string()),
+            }
         })?;
         match failure {
             Some(e) => Err(GenerateError::Tokenizer(e)),
@@ -183,11 +202,19 @@ impl Generator {
         on_token: impl FnMut(u32),
     ) -> Result<GenerateOutput, GenerateError> {
         params.sampling.validate()?;
-        if prompt.is_empty() {
-            return Err(GenerateError::EmptyPrompt);
-        }
+        self.check_prompt(prompt)?;
         if params.max_tokens == 0 {
             return Err(GenerateError::NoTokensRequested);
+        }
+        let mut seq = Sequence::new(prompt.to_vec(), params.clone());
+        let result = self.run(&mut seq, on_token);
+        self.runner.release(&mut seq);
+        result
+    }
+
+    fn check_prompt(&self, prompt: &[u32]) -> Result<(), GenerateError> {
+        if prompt.is_empty() {
+            return Err(GenerateError::EmptyPrompt);
         }
         let max_len = self.runner.max_model_len();
         if prompt.len() >= max_len {
@@ -196,10 +223,12 @@ impl Generator {
                 max: max_len - 1,
             });
         }
-        let mut seq = Sequence::new(prompt.to_vec(), params.clone());
-        let result = self.run(&mut seq, on_token);
-        self.runner.release(&mut seq);
-        result
+        Ok(())
+    }
+
+    fn required_tokenizer(&self) -> Result<&Tokenizer, GenerateError> {
+        self.tokenizer()
+            .ok_or_else(|| GenerateError::Tokenizer("no tokenizer loaded".into()))
     }
 
     fn run(&mut self, seq: &mut Sequence, mut on_token: impl FnMut(u32)) -> Result<GenerateOutput, GenerateError> {

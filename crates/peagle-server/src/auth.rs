@@ -14,7 +14,9 @@ pub async fn require_api_key(
     req: Request,
     next: Next,
 ) -> Result<Response, ApiError> {
-    let Some(key) = &state.config.api_key else {
+    // An empty key (`--api-key ''`, an unset variable) is no key, as vLLM takes it: no client
+    // could ever send it.
+    let Some(key) = state.config.api_key.as_ref().filter(|k| !k.is_empty()) else {
         return Ok(next.run(req).await);
     };
     let given = req

@@ -26,22 +26,54 @@ pub struct Example {
 /// Written next to the samples; `fit` reads it back.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct DataConfig {
+    #[serde(flatten)]
+    pub source: CaptureSource,
+    pub num_samples: usize,
+    pub num_tokens: usize,
+    pub num_loss_tokens: usize,
+}
+
+/// Where captured states come from: samples of two sources cannot train one drafter.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CaptureSource {
     pub target: PathBuf,
     pub aux_layer_ids: Vec<usize>,
     pub target_hidden_size: usize,
     pub vocab_size: usize,
-    pub num_samples: usize,
-    pub num_tokens: usize,
-    pub num_loss_tokens: usize,
+}
+
+impl CaptureSource {
+    /// A 400-style refusal to combine `other`'s samples (at `path`) with these.
+    pub fn check_same(&self, other: &Self, path: &Path) -> Result<(), TrainError> {
+        if self == other {
+            return Ok(());
+        }
+        Err(TrainError::data(
+            path,
+            format!(
+                "holds states of {} layers {:?} (hidden {}, vocab {}), not of {} layers {:?} (hidden {}, vocab {})",
+                other.target.display(),
+                other.aux_layer_ids,
+                other.target_hidden_size,
+                other.vocab_size,
+                self.target.display(),
+                self.aux_layer_ids,
+                self.target_hidden_size,
+                self.vocab_size
+            ),
+        ))
+    }
 }
 
 pub const DATA_CONFIG: &str = "data_config.json";
 pub const TOKEN_FREQ: &str = "token_freq.safetensors";
 const PROGRESS: &str = "capture_progress.json";
 
-/// How far an interrupted capture got: `--resume` continues from here.
-#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
+/// How far an interrupted capture got: `--resume` continues from here, from the same source.
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CaptureProgress {
+    #[serde(flatten)]
+    pub source: CaptureSource,
     pub examples_done: usize,
     pub num_samples: usize,
 }
@@ -200,15 +232,28 @@ pub fn capture(
         .tokenizer()
         .cloned()
         .ok_or_else(|| TrainError::Invalid("the target has no tokenizer.json".into()))?;
-    let dims = generator.runner().target().dims().clone();
+    let target = generator.runner().target();
+    let dims = target.dims().clone();
+    let source = CaptureSource {
+        target: target_dir.to_owned(),
+        aux_layer_ids: target.capture_layers().to_vec(),
+        target_hidden_size: dims.hidden_size,
+        vocab_size: dims.vocab_size,
+    };
     let mut totals = Totals {
         counts: vec![0; dims.vocab_size],
         tokens: 0,
         loss_tokens: 0,
     };
-    let mut progress_state = CaptureProgress::default();
+    let mut progress_state = CaptureProgress {
+        source: source.clone(),
+        examples_done: 0,
+        num_samples: 0,
+    };
     if opts.resume {
-        progress_state = read_json(&out.join(PROGRESS))?;
+        let progress_path = out.join(PROGRESS);
+        progress_state = read_json(&progress_path)?;
+        source.check_same(&progress_state.source, &progress_path)?;
         for i in 0..progress_state.num_samples {
             totals.add(&Sample::load(&sample_path(out, i))?);
         }
@@ -236,10 +281,7 @@ pub fn capture(
     }
     let target = generator.runner().target();
     let config = DataConfig {
-        target: target_dir.to_owned(),
-        aux_layer_ids: target.capture_layers().to_vec(),
-        target_hidden_size: dims.hidden_size,
-        vocab_size: dims.vocab_size,
+        source,
         num_samples: progress_state.num_samples,
         num_tokens: totals.tokens,
         num_loss_tokens: totals.loss_tokens,

@@ -28,23 +28,7 @@ impl Captures {
         let mut starts = vec![0, config.num_samples];
         for dir in &dirs[1..] {
             let other: DataConfig = read_json(&dir.join(DATA_CONFIG))?;
-            let same_source = other.target == config.target
-                && other.aux_layer_ids == config.aux_layer_ids
-                && other.target_hidden_size == config.target_hidden_size
-                && other.vocab_size == config.vocab_size;
-            if !same_source {
-                return Err(TrainError::data(
-                    dir,
-                    format!(
-                        "captured from {} layers {:?}, but {} from {} layers {:?}",
-                        other.target.display(),
-                        other.aux_layer_ids,
-                        first.display(),
-                        config.target.display(),
-                        config.aux_layer_ids
-                    ),
-                ));
-            }
+            config.source.check_same(&other.source, dir)?;
             let freq_path = dir.join(TOKEN_FREQ);
             let more = read_counts(&freq_path)?;
             if more.len() != counts.len() {
@@ -88,6 +72,7 @@ fn read_counts(path: &Path) -> Result<Vec<i64>, TrainError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::capture::CaptureSource;
     use crate::files::write_json;
     use candle_core::Tensor;
     use std::collections::HashMap;
@@ -96,10 +81,12 @@ mod tests {
         let dir = root.join(name);
         std::fs::create_dir_all(&dir).unwrap();
         let config = DataConfig {
-            target: "models/t".into(),
-            aux_layer_ids: layers,
-            target_hidden_size: 8,
-            vocab_size: counts.len(),
+            source: CaptureSource {
+                target: "models/t".into(),
+                aux_layer_ids: layers,
+                target_hidden_size: 8,
+                vocab_size: counts.len(),
+            },
             num_samples: samples,
             num_tokens: 10 * samples,
             num_loss_tokens: 5 * samples,

@@ -213,6 +213,9 @@ fn run(cli: Cli) -> Result<()> {
             limit,
             resume,
         } => {
+            if max_len < 3 || limit == Some(0) {
+                anyhow::bail!("--max-len must be at least 3 (a drafter learns from pairs of following tokens) and --limit at least 1");
+            }
             let mut examples = read_examples(&data)?;
             examples.truncate(limit.unwrap_or(usize::MAX));
             let gen_opts = GeneratorOptions {
@@ -246,7 +249,7 @@ fn run(cli: Cli) -> Result<()> {
                 config.num_samples,
                 config.num_tokens,
                 config.num_loss_tokens,
-                config.aux_layer_ids,
+                config.source.aux_layer_ids,
                 out.display()
             );
         }
@@ -261,9 +264,16 @@ fn run(cli: Cli) -> Result<()> {
                 device,
                 ..LoadOptions::default()
             };
-            let target = load_causal_lm(&model, load)
-                .with_context(|| format!("loading the target {}", model.display()))?
-                .model;
+            if shape.num_layers == 0 || shape.num_depths == 0 || shape.partitions == 0 || draft_vocab_size == 0 {
+                anyhow::bail!("--num-layers, --num-depths, --partitions and --draft-vocab-size must be at least 1");
+            }
+            let loaded =
+                load_causal_lm(&model, load).with_context(|| format!("loading the target {}", model.display()))?;
+            let context = loaded.config.max_position_embeddings.unwrap_or(usize::MAX);
+            if !(3..=context).contains(&seq_len) {
+                anyhow::bail!("--seq-len must lie between 3 and the target's context ({context}), got {seq_len}");
+            }
+            let target = loaded.model;
             let target_config = read_json(&model.join("config.json"))?;
             let opts = StepBenchOptions {
                 seq_len,

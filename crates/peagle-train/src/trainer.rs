@@ -167,17 +167,17 @@ impl Run {
     fn start(opts: FitOptions) -> Result<Self, TrainError> {
         let data = Captures::open(&opts.data)?;
         let data_config = &data.config;
-        let target_dir = opts.target.clone().unwrap_or_else(|| data_config.target.clone());
+        let target_dir = opts.target.clone().unwrap_or_else(|| data_config.source.target.clone());
         let load = LoadOptions {
             device: opts.device.clone(),
             ..LoadOptions::default()
         };
         let mut target = load_causal_lm(&target_dir, load)?.model;
-        target.set_capture_layers(data_config.aux_layer_ids.clone())?;
-        if target.dims().hidden_size != data_config.target_hidden_size {
+        target.set_capture_layers(data_config.source.aux_layer_ids.clone())?;
+        if target.dims().hidden_size != data_config.source.target_hidden_size {
             return Err(TrainError::Invalid(format!(
                 "the data was captured from a target of hidden size {}, {} has {}",
-                data_config.target_hidden_size,
+                data_config.source.target_hidden_size,
                 target_dir.display(),
                 target.dims().hidden_size
             )));
@@ -186,6 +186,12 @@ impl Run {
         let counts = &data.counts;
         let checkpoint = opts.out.join(CHECKPOINT);
         let state_path = checkpoint.join("state.json");
+        if opts.out.exists() && !opts.out.is_dir() {
+            return Err(TrainError::Invalid(format!(
+                "--out {} is a file, not a directory",
+                opts.out.display()
+            )));
+        }
         let resumed: Option<(TrainState, RunChoices)> = match opts.resume {
             true => Some((read_json(&state_path)?, read_json(&checkpoint.join("vocab.json"))?)),
             // A fresh run would overwrite the checkpoint: the earlier run's work.
@@ -197,6 +203,14 @@ impl Run {
             }
             false => None,
         };
+        if let Some((state, _)) = resumed.as_ref().filter(|(state, _)| state.algo != opts.algo.name()) {
+            return Err(TrainError::Invalid(format!(
+                "{} holds a {} run: resume it with --algo {}",
+                opts.out.display(),
+                state.algo,
+                state.algo
+            )));
+        }
         let exported = match &opts.init_from {
             Some(dir) => Some(Exported::open(dir, opts.algo, counts.len(), &opts.device)?),
             None => None,
@@ -226,7 +240,7 @@ impl Run {
             num_layers: opts.num_layers,
             vocab,
             mask_token_id,
-            aux_layer_ids: data_config.aux_layer_ids.clone(),
+            aux_layer_ids: data_config.source.aux_layer_ids.clone(),
             num_speculative_tokens: match opts.algo {
                 Algo::Peagle => opts.num_depths.min(7),
                 Algo::Eagle3 => 3,
@@ -237,7 +251,12 @@ impl Run {
         };
         let config = spec.drafter_config(&opts.out.join("config.json"))?;
         let (params, optimizer_state) = match (&resumed, exported) {
-            (Some(_), _) => load_checkpoint(&checkpoint.join("weights.safetensors"), &opts.device)?,
+            (Some((state, _)), _) => {
+                let path = checkpoint.join(weights_file(state.step));
+                let (params, moments) = load_checkpoint(&path, &opts.device)?;
+                check_shapes(&params, &spec.weight_shapes()?, &path)?;
+                (params, moments)
+            }
             (None, Some(e)) => (e.weights(&spec.weight_shapes()?)?, None),
             (None, None) => (spec.init_weights(&target, opts.seed)?, None),
         };
@@ -271,7 +290,7 @@ impl Run {
         let state = match resumed {
             Some((s, _)) => TrainState { total_steps, ..s },
             None => TrainState {
-                algo: format!("{:?}", opts.algo).to_lowercase(),
+                algo: opts.algo.name().into(),
                 step: 0,
                 total_steps,
                 seconds: 0.0,
@@ -370,7 +389,9 @@ impl Run {
             tensors.insert(format!("adam.m.{name}"), self.optimizer.m[i].clone());
             tensors.insert(format!("adam.v.{name}"), self.optimizer.v[i].clone());
         }
-        let weights = dir.join("weights.safetensors");
+        // Named by step, and the state that names them written last: an interrupt between the
+        // files leaves the previous checkpoint whole, never newer weights under an older state.
+        let weights = dir.join(weights_file(self.state.step));
         write_atomically(&weights, |partial| {
             candle_core::safetensors::save(&tensors, partial).map_err(|e| TrainError::io(&weights, e))
         })?;
@@ -385,7 +406,8 @@ impl Run {
         write_atomically(&vocab, |partial| {
             std::fs::write(partial, text).map_err(|e| TrainError::io(&vocab, e))
         })?;
-        write_json(&dir.join("state.json"), &self.state)
+        write_json(&dir.join("state.json"), &self.state)?;
+        remove_older_weights(&dir, self.state.step)
     }
 
     fn finish(&self) -> Result<(), TrainError> {
@@ -424,10 +446,52 @@ fn validate(opts: &FitOptions, data: &Captures) -> Result<(), TrainError> {
     if opts.lr <= 0.0 || !opts.lr.is_finite() {
         return invalid("--lr must be positive".into());
     }
+    let fractions_ok = opts.val_fraction > 0.0 && opts.val_fraction < 1.0 && (0.0..=1.0).contains(&opts.min_lr_ratio);
+    if !fractions_ok {
+        return invalid("--val-fraction must lie in (0, 1) and --min-lr-ratio in [0, 1]".into());
+    }
     if opts.resume && opts.init_from.is_some() {
         return invalid("--resume continues the run in --out, --init-from starts a new one: pass one of them".into());
     }
     Ok(())
+}
+
+/// The checkpoint weights of `step`.
+fn weights_file(step: usize) -> String {
+    format!("weights-{step:08}.safetensors")
+}
+
+/// Deletes the weights of checkpoints before `step`, once a newer state names newer weights.
+fn remove_older_weights(dir: &Path, step: usize) -> Result<(), TrainError> {
+    let keep = weights_file(step);
+    for entry in std::fs::read_dir(dir).map_err(|e| TrainError::io(dir, e))? {
+        let path = entry.map_err(|e| TrainError::io(dir, e))?.path();
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        if name.starts_with("weights-") && name.ends_with(".safetensors") && name != keep {
+            std::fs::remove_file(&path).map_err(|e| TrainError::io(&path, e))?;
+        }
+    }
+    Ok(())
+}
+
+/// A resumed checkpoint must hold the drafter these flags describe.
+fn check_shapes(
+    params: &BTreeMap<String, Tensor>,
+    wanted: &BTreeMap<String, Vec<usize>>,
+    path: &Path,
+) -> Result<(), TrainError> {
+    let differs = params.len() != wanted.len()
+        || wanted
+            .iter()
+            .any(|(name, shape)| params.get(name).is_none_or(|t| t.dims() != shape.as_slice()));
+    match differs {
+        true => Err(TrainError::data(
+            path,
+            "holds a drafter of another shape than these flags give (--num-layers, --draft-vocab-size): \
+             resume with the run's own flags",
+        )),
+        false => Ok(()),
+    }
 }
 
 type Moments = (BTreeMap<String, Tensor>, BTreeMap<String, Tensor>);

@@ -66,6 +66,7 @@ fn capture_fit_resume_and_serve() {
     let captured = dir.path().join("captured");
     let model = fixture("tiny-llama");
     let model = model.to_str().unwrap();
+    let fixture_qwen = fixture("tiny-qwen3").to_str().unwrap().to_string();
     let (data_s, captured_s) = (data.to_str().unwrap(), captured.to_str().unwrap());
     let capture = [
         "capture",
@@ -98,6 +99,20 @@ fn capture_fit_resume_and_serve() {
 
     // A finished capture is not overwritten by a fresh one.
     refused(train(&capture), "--resume");
+    // An interrupted capture resumes only from the target it was captured from: another's
+    // states would be mixed in.
+    let partial = dir.path().join("partial");
+    let mut partial_capture = capture.to_vec();
+    partial_capture[6] = partial.to_str().unwrap();
+    ok(&[&partial_capture[..], &["--limit", "2"]].concat());
+    partial_capture[2] = fixture_qwen.as_str();
+    refused(
+        train(&[&partial_capture[..], &["--resume"]].concat()),
+        "holds states of",
+    );
+    let mut too_short = partial_capture.clone();
+    too_short[10] = "2";
+    refused(train(&too_short), "--max-len must be at least 3");
 
     // The prompt + response example: loss on the response only.
     let sample = Sample::load(&captured.join("sample_0000002.safetensors")).unwrap();
@@ -160,6 +175,32 @@ fn capture_fit_resume_and_serve() {
         train(&["fit", "--data", captured_s, "--out", peagle.to_str().unwrap()]),
         "pass --resume",
     );
+    // A resumed run keeps its algorithm and shape.
+    let out = peagle.to_str().unwrap();
+    let resume = [
+        "fit",
+        "--data",
+        captured_s,
+        "--out",
+        out,
+        "--resume",
+        "--draft-vocab-size",
+        "200",
+    ];
+    refused(
+        train(&[&resume[..], &["--algo", "eagle3", "--num-layers", "2"]].concat()),
+        "holds a peagle run: resume it with --algo peagle",
+    );
+    refused(
+        train(&[&resume[..], &["--num-layers", "3", "--num-depths", "4"]].concat()),
+        "another shape than these flags give",
+    );
+    let only_weights: Vec<_> = std::fs::read_dir(peagle.join("checkpoint"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.starts_with("weights"))
+        .collect();
+    assert_eq!(only_weights, ["weights-00000020.safetensors"]);
     // A checkpoint from before new drafters normed their residual resumes with the raw one it
     // was trained with.
     let choices = peagle.join("checkpoint/vocab.json");

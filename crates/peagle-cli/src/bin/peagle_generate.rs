@@ -146,7 +146,14 @@ fn run(args: Args) -> Result<()> {
             report.add(&out);
         }
         (None, Some(file)) => {
-            for (line, prompt) in read_prompts(file)?.iter().enumerate() {
+            let prompts = read_prompts(file)?;
+            // Every prompt is checked before any runs, so a bad one late in the file costs no work.
+            for (line, prompt) in prompts.iter().enumerate() {
+                generator
+                    .prompt_ids(prompt)
+                    .with_context(|| format!("{}:{}", file.display(), line + 1))?;
+            }
+            for (line, prompt) in prompts.iter().enumerate() {
                 let mut text = String::new();
                 let out = generator
                     .generate_text(prompt, &params, |t| text.push_str(t))

@@ -234,6 +234,20 @@ async fn an_api_key_guards_the_v1_routes() {
     // Probes and scrapers need no key.
     assert_eq!(server.get("/health").await.status(), StatusCode::OK);
     assert_eq!(server.get("/metrics").await.status(), StatusCode::OK);
+
+    // An empty key is no key.
+    let open = TestServer::with(Options {
+        config: ServerConfig {
+            api_key: Some(String::new()),
+            ..Default::default()
+        },
+        ..Default::default()
+    })
+    .await;
+    assert_eq!(
+        open.post("/v1/completions").json(&body).send().await.unwrap().status(),
+        StatusCode::OK
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
