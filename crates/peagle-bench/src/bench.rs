@@ -11,9 +11,14 @@ pub struct BenchResult {
     /// The model the requests named (the configured one or the server's first).
     pub model: String,
     pub levels: Vec<LevelResult>,
+    /// The level that failed and why, when one did after others finished: those are kept.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failed: Option<String>,
 }
 
-/// Runs every concurrency level of `config`, in order, over the same prompts.
+/// Runs every concurrency level of `config`, in order, over the same prompts. A level that
+/// fails after others finished ends the run with `failed` set; a first level that fails is
+/// the error.
 pub async fn run(config: &BenchConfig) -> Result<BenchResult, BenchError> {
     let w = &config.workload;
     let prompts = load_prompts(&w.dataset, w.num_prompts)?;
@@ -31,13 +36,22 @@ pub async fn run(config: &BenchConfig) -> Result<BenchResult, BenchError> {
         endpoint: w.endpoint,
     };
     let mut levels = Vec::with_capacity(w.concurrency.len());
+    let mut failed = None;
     for &concurrency in &w.concurrency {
-        levels.push(run_level(&client, &params, &prompts, concurrency).await?);
+        match run_level(&client, &params, &prompts, concurrency).await {
+            Ok(level) => levels.push(level),
+            Err(e) if levels.is_empty() => return Err(e),
+            Err(e) => {
+                failed = Some(format!("concurrency {concurrency}: {e}"));
+                break;
+            }
+        }
     }
     Ok(BenchResult {
         config: config.clone(),
         model,
         levels,
+        failed,
     })
 }
 

@@ -91,7 +91,10 @@ async fn serve(args: ServeArgs) -> Result<()> {
     write_report(&result, &args.out)?;
     print!("{}", summary_table(&result.levels));
     eprintln!("wrote {}", args.out.display());
-    Ok(())
+    match &result.failed {
+        Some(failed) => anyhow::bail!("{failed} (the levels before it are written)"),
+        None => Ok(()),
+    }
 }
 
 async fn sweep(args: SweepArgs) -> Result<()> {

@@ -28,7 +28,10 @@ pub fn write_report(result: &BenchResult, dir: &Path) -> Result<(), BenchError> 
             engine: l.engine,
         })
         .collect();
-    let summary = format!("{summary}\n{}", step_table("concurrency", &steps));
+    let mut summary = format!("{summary}\n{}", step_table("concurrency", &steps));
+    if let Some(failed) = &result.failed {
+        summary.push_str(&format!("\nThe run stopped at a failed level: {failed}\n"));
+    }
     write_text(dir, "summary.md", summary)?;
     write_plots(&result.levels, dir)
 }

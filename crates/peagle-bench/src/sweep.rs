@@ -131,6 +131,13 @@ pub async fn run_sweep(config: &SweepConfig, out: &Path) -> Result<Vec<SweepRun>
             drop(server);
             let dir = out.join("runs").join(format!("{}-r{}", mode.slug(), repeat + 1));
             write_report(&result, &dir)?;
+            // A mode short of a level cannot be compared level by level.
+            if let Some(failed) = &result.failed {
+                return Err(BenchError::Server {
+                    what: mode.name.clone(),
+                    reason: format!("{failed} (its finished levels are in {})", dir.display()),
+                });
+            }
             runs.push(SweepRun {
                 mode: mode.clone(),
                 repeat,

@@ -145,3 +145,81 @@ async fn unreachable_server_is_an_error() {
     let error = run(&config(url, dataset)).await.unwrap_err();
     assert!(matches!(error, BenchError::Unreachable { .. }), "{error}");
 }
+
+/// An OpenAI-style server on a loopback port that streams a one-token completion for its first
+/// `good` requests and answers 500 after: a level that fails after another finished.
+fn failing_after(good: usize) -> String {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        let mut completions = 0;
+        for socket in listener.incoming() {
+            let mut socket = socket.unwrap();
+            let mut reader = BufReader::new(socket.try_clone().unwrap());
+            let mut head = String::new();
+            let mut body_len = 0;
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap() == 0 || line == "\r\n" {
+                    break;
+                }
+                if let Some(n) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                    body_len = n.trim().parse().unwrap();
+                }
+                head.push_str(&line);
+            }
+            reader.read_exact(&mut vec![0; body_len]).unwrap();
+            let (status, kind, body) = if head.starts_with("GET /v1/models") {
+                ("200 OK", "application/json", r#"{"data":[{"id":"m"}]}"#.to_string())
+            } else if head.starts_with("POST /v1/completions") && completions < good {
+                completions += 1;
+                let chunk = r#"{"choices":[{"index":0,"text":"x","finish_reason":"length"}]}"#;
+                (
+                    "200 OK",
+                    "text/event-stream",
+                    format!("data: {chunk}\n\ndata: [DONE]\n\n"),
+                )
+            } else if head.starts_with("POST") {
+                ("500 Internal Server Error", "application/json", "{}".to_string())
+            } else {
+                ("404 Not Found", "application/json", "{}".to_string())
+            };
+            let response = format!(
+                "HTTP/1.1 {status}\r\ncontent-type: {kind}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = socket.write_all(response.as_bytes());
+        }
+    });
+    url
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_level_keeps_the_levels_before_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let dataset = dir.path().join("prompts.jsonl");
+    std::fs::write(&dataset, "{\"prompt\": \"x\"}\n").unwrap();
+    let mut config = config(failing_after(6), dataset.clone());
+    config.workload.max_tokens = 1;
+    let result = run(&config).await.unwrap();
+    assert_eq!(result.levels.len(), 1);
+    assert_eq!(result.levels[0].concurrency, 1);
+    let failed = result.failed.as_deref().unwrap();
+    assert!(
+        failed.starts_with("concurrency 3: ") && failed.contains("500"),
+        "{failed}"
+    );
+    let out = dir.path().join("report");
+    write_report(&result, &out).unwrap();
+    let summary = std::fs::read_to_string(out.join("summary.md")).unwrap();
+    assert!(
+        summary.contains("stopped at a failed level: concurrency 3"),
+        "{summary}"
+    );
+    // A first level that fails is the error itself.
+    let error = run(&config_for(failing_after(0), dataset, Endpoint::Completions))
+        .await
+        .unwrap_err();
+    assert!(matches!(error, BenchError::Status { status: 500, .. }), "{error}");
+}
