@@ -5,7 +5,19 @@
 //! decode a short window of recent tokens and emit only what extends the previously emitted
 //! text and does not end in a partial character.
 
+use std::collections::HashSet;
 use tokenizers::Tokenizer;
+
+/// The tokenizer's special tokens (end of text, turn markers), which add no text to an output
+/// under vLLM's default `skip_special_tokens`.
+pub fn special_token_ids(tokenizer: &Tokenizer) -> HashSet<u32> {
+    tokenizer
+        .get_added_tokens_decoder()
+        .into_iter()
+        .filter(|(_, token)| token.special)
+        .map(|(id, _)| id)
+        .collect()
+}
 
 pub struct IncrementalDecoder {
     ids: Vec<u32>,

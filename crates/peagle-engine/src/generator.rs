@@ -3,13 +3,12 @@
 //! runner.
 
 use crate::block_manager::OutOfBlocks;
-use crate::detokenizer::IncrementalDecoder;
+use crate::detokenizer::{special_token_ids, IncrementalDecoder};
 use crate::model_runner::{CacheConfig, ModelRunner, SpeculativeConfig, Work};
 use crate::sampler::InvalidSampling;
 use crate::sequence::{FinishReason, GenerateParams, Sequence};
 use crate::spec_stats::SpecStats;
 use peagle_models::{Drafter, KvCacheDtype, LoadError, LoadOptions, LoadedModel};
-use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 use thiserror::Error;
@@ -164,12 +163,7 @@ impl Generator {
     ) -> Result<GenerateOutput, GenerateError> {
         let ids = self.prompt_ids(prompt)?;
         let tokenizer = self.required_tokenizer()?.clone();
-        let special: HashSet<u32> = tokenizer
-            .get_added_tokens_decoder()
-            .into_iter()
-            .filter(|(_, token)| token.special)
-            .map(|(id, _)| id)
-            .collect();
+        let special = special_token_ids(&tokenizer);
         let mut decoder = IncrementalDecoder::new();
         let mut failure = None;
         let out = self.generate(&ids, params, |id| {

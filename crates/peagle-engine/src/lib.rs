@@ -17,7 +17,7 @@ pub mod step_times;
 pub mod verifier;
 
 pub use block_manager::{BlockManager, OutOfBlocks};
-pub use detokenizer::IncrementalDecoder;
+pub use detokenizer::{special_token_ids, IncrementalDecoder};
 pub use engine::{EngineConfig, EngineHandle, EngineMetrics, Event, Request, SubmitError};
 pub use generator::{DraftOptions, GenerateError, GenerateOutput, Generator, GeneratorOptions};
 pub use model_runner::{CacheConfig, ModelRunner, SpeculativeConfig, Work};

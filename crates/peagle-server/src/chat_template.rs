@@ -4,11 +4,11 @@
 
 use minijinja::{context, Environment, Error, ErrorKind, Value};
 use serde_json::{Map, Value as Json};
+use std::path::Path;
+use thiserror::Error as ThisError;
 
 /// Template variables by name.
 pub type JsonMap = Map<String, Json>;
-use std::path::Path;
-use thiserror::Error as ThisError;
 
 #[derive(Debug, ThisError)]
 pub enum TemplateError {

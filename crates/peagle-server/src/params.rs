@@ -30,7 +30,7 @@ pub struct Plan {
 }
 
 /// How a choice's tokens become its text.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct TextOptions {
     pub stop: Vec<String>,
     /// Keep the stop string or the stop token that ended the choice (vLLM's

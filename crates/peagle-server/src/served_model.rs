@@ -4,6 +4,7 @@
 use crate::chat_template::{ChatTemplate, TemplateError};
 use crate::error::ApiError;
 use crate::protocol::unix_time;
+use peagle_engine::special_token_ids;
 use peagle_models::SamplingDefaults;
 use std::collections::HashSet;
 use std::path::Path;
@@ -43,12 +44,7 @@ impl ServedModel {
     }
 
     pub fn new(name: String, tokenizer: Tokenizer, chat_template: Option<ChatTemplate>) -> Self {
-        let special_ids = tokenizer
-            .get_added_tokens_decoder()
-            .into_iter()
-            .filter(|(_, token)| token.special)
-            .map(|(id, _)| id)
-            .collect();
+        let special_ids = special_token_ids(&tokenizer);
         Self {
             name,
             tokenizer,

@@ -100,16 +100,7 @@ pub async fn chat_completions(
         req.chat_template_kwargs.as_ref(),
     )?;
     let role = answer_role(&req.messages, &render);
-    let prompt = off_runtime({
-        let (state, messages) = (state.clone(), req.messages.clone());
-        // The rendered template holds the special tokens it wants (BOS included).
-        let add_special_tokens = req.add_special_tokens.unwrap_or(false);
-        move || {
-            let text = prompt_text(&state, &messages, &render)?;
-            state.model.encode(&text, add_special_tokens)
-        }
-    })
-    .await?;
+    let prompt = prompt_ids(&state, req.messages.clone(), render, req.add_special_tokens).await?;
     let echo = match req.echo.unwrap_or(false) {
         true => echoed(&req.messages, &role)?,
         false => String::new(),
@@ -159,8 +150,25 @@ pub async fn chat_completions(
     Ok(Json(meta.response("chat.completion", choices, Some(usage))).into_response())
 }
 
+/// The conversation's token ids through the model's chat template, rendered and tokenized
+/// off the async workers. The rendered template holds the special tokens it wants (BOS
+/// included), so the tokenizer adds its own only when `add_special_tokens` asks.
+pub(crate) async fn prompt_ids(
+    state: &Arc<AppState>,
+    messages: Vec<ChatMessage>,
+    render: ChatRender,
+    add_special_tokens: Option<bool>,
+) -> Result<Vec<u32>, ApiError> {
+    let state = state.clone();
+    off_runtime(move || {
+        let text = prompt_text(&state, &messages, &render)?;
+        state.model.encode(&text, add_special_tokens.unwrap_or(false))
+    })
+    .await
+}
+
 /// The conversation as prompt text, through the model's chat template.
-pub(crate) fn prompt_text(state: &AppState, messages: &[ChatMessage], render: &ChatRender) -> Result<String, ApiError> {
+fn prompt_text(state: &AppState, messages: &[ChatMessage], render: &ChatRender) -> Result<String, ApiError> {
     if messages.is_empty() {
         return Err(ApiError::invalid(Some("messages"), "messages is empty"));
     }
@@ -238,7 +246,7 @@ fn stream(
     let mut generated = vec![0; choices.len()];
     let events = async_stream::stream! {
         for index in 0..choices.len() {
-            let delta = Delta { role: opening.role.clone(), content: opening.content.clone() };
+            let delta = opening.clone();
             let so_far = usage.per_chunk.then(|| Usage::new(prompt_tokens, 0));
             yield json_event(&meta.chunk(index, delta, None, (None, None), so_far));
         }

@@ -2,7 +2,7 @@
 //! or of chat messages as the chat route renders them, and the text of token ids. Clients use
 //! them to count tokens and to find the ids `logit_bias` and `stop_token_ids` take.
 
-use super::chat::prompt_text;
+use super::chat::prompt_ids;
 use super::check_model;
 use crate::chat_template::JsonMap;
 use crate::error::ApiError;
@@ -59,8 +59,7 @@ pub async fn tokenize(
                 req.continue_final_message,
                 req.chat_template_kwargs.as_ref(),
             )?;
-            let text = prompt_text(&state, messages, &render)?;
-            state.model.encode(&text, req.add_special_tokens.unwrap_or(false))?
+            prompt_ids(&state, messages.clone(), render, req.add_special_tokens).await?
         }
         _ => return Err(ApiError::invalid(None, "give either prompt or messages")),
     };
