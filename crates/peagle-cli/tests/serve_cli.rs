@@ -217,7 +217,12 @@ fn startup_errors_are_one_line_with_non_zero_exit() {
         &["--model", &model, "--allowed-origins", "*"],
         "expected a JSON list of origins",
     );
-    for flag in ["--block-size", "--max-num-seqs", "--max-num-batched-tokens"] {
+    for flag in [
+        "--block-size",
+        "--max-num-seqs",
+        "--max-num-batched-tokens",
+        "--max-waiting-requests",
+    ] {
         fails(&["--model", &model, flag, "0"], &format!("{flag} must be at least 1"));
     }
     fails(

@@ -30,6 +30,9 @@ pub struct Request {
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Event {
+    /// The request left the queue for its first engine step, at this instant (once, even if
+    /// it is preempted and admitted again later).
+    Scheduled(Instant),
     /// The prompt's tokens with their log-probabilities, in order, when asked for; they come
     /// before the first `Tokens`, possibly over several events (chunked prefill).
     PromptLogprobs(Vec<TokenOutput>),
@@ -95,11 +98,21 @@ enum Command {
     Shutdown,
 }
 
+/// What the engine thread publishes and the handles read, under one lock.
+#[derive(Default)]
+struct Shared {
+    metrics: EngineMetrics,
+    /// Requests submitted that the engine has not published as taken from its inbox. They
+    /// count in `metrics.waiting`: the engine's own count would leave them out until then,
+    /// and let a full queue take more.
+    in_transit: usize,
+}
+
 /// The way in: cheap to clone, usable from any thread or task.
 #[derive(Clone)]
 pub struct EngineHandle {
     commands: mpsc::Sender<Command>,
-    metrics: Arc<Mutex<EngineMetrics>>,
+    shared: Arc<Mutex<Shared>>,
     max_model_len: usize,
     max_waiting: usize,
 }
@@ -108,13 +121,16 @@ impl EngineHandle {
     /// Starts the engine thread.
     pub fn start(runner: ModelRunner, config: EngineConfig) -> Self {
         let (commands, inbox) = mpsc::channel();
-        let metrics = Arc::new(Mutex::new(EngineMetrics {
-            kv_blocks_total: runner.blocks().num_blocks(),
-            ..Default::default()
+        let shared = Arc::new(Mutex::new(Shared {
+            metrics: EngineMetrics {
+                kv_blocks_total: runner.blocks().num_blocks(),
+                ..Default::default()
+            },
+            in_transit: 0,
         }));
         let handle = Self {
             commands,
-            metrics: metrics.clone(),
+            shared: shared.clone(),
             max_model_len: runner.max_model_len(),
             max_waiting: config.max_waiting,
         };
@@ -126,7 +142,8 @@ impl EngineHandle {
                     runner,
                     scheduler,
                     inbox,
-                    metrics,
+                    shared,
+                    taken: 0,
                     accepting: true,
                 }
                 .run()
@@ -151,16 +168,19 @@ impl EngineHandle {
         for r in &requests {
             validate(r, self.max_model_len)?;
         }
-        let waiting = self.metrics().waiting;
-        if waiting >= self.max_waiting {
-            return Err(SubmitError::QueueFull {
-                waiting,
-                limit: self.max_waiting,
-            });
-        }
-        // Counted before they are sent: the engine may take them and publish its own count first.
         let count = requests.len();
-        self.metrics.lock().expect("metrics lock").waiting += count;
+        {
+            let mut shared = self.shared.lock().expect("metrics lock");
+            let waiting = shared.metrics.waiting;
+            if waiting >= self.max_waiting {
+                return Err(SubmitError::QueueFull {
+                    waiting,
+                    limit: self.max_waiting,
+                });
+            }
+            shared.metrics.waiting += count;
+            shared.in_transit += count;
+        }
         let mut receivers = Vec::with_capacity(count);
         for (sent, request) in requests.into_iter().enumerate() {
             let (tx, rx) = unbounded_channel();
@@ -171,10 +191,12 @@ impl EngineHandle {
             let entry = Entry {
                 seq,
                 events: tx,
-                arrived: Instant::now(),
+                scheduled: false,
             };
             if self.commands.send(Command::Submit(Box::new(entry))).is_err() {
-                self.metrics.lock().expect("metrics lock").waiting -= count - sent;
+                let mut shared = self.shared.lock().expect("metrics lock");
+                shared.metrics.waiting -= count - sent;
+                shared.in_transit -= count - sent;
                 return Err(SubmitError::ShuttingDown);
             }
             receivers.push(rx);
@@ -183,7 +205,7 @@ impl EngineHandle {
     }
 
     pub fn metrics(&self) -> EngineMetrics {
-        self.metrics.lock().expect("metrics lock").clone()
+        self.shared.lock().expect("metrics lock").metrics.clone()
     }
 
     /// Refuses new requests from now on; those already queued or running still finish.
@@ -216,7 +238,9 @@ struct EngineLoop {
     runner: ModelRunner,
     scheduler: Scheduler,
     inbox: mpsc::Receiver<Command>,
-    metrics: Arc<Mutex<EngineMetrics>>,
+    shared: Arc<Mutex<Shared>>,
+    /// Submissions taken from the inbox since the last publish.
+    taken: usize,
     accepting: bool,
 }
 
@@ -242,6 +266,9 @@ impl EngineLoop {
     }
 
     fn handle(&mut self, cmd: Command) {
+        if let Command::Submit(_) = cmd {
+            self.taken += 1;
+        }
         match cmd {
             Command::Submit(entry) if self.accepting => self.scheduler.add(*entry),
             Command::Submit(entry) => {
@@ -251,8 +278,10 @@ impl EngineLoop {
         }
     }
 
-    fn publish(&self) {
-        let mut m = self.metrics.lock().expect("metrics lock");
-        self.scheduler.fill_metrics(&self.runner, &mut m);
+    fn publish(&mut self) {
+        let mut shared = self.shared.lock().expect("metrics lock");
+        shared.in_transit -= std::mem::take(&mut self.taken);
+        self.scheduler.fill_metrics(&self.runner, &mut shared.metrics);
+        shared.metrics.waiting += shared.in_transit;
     }
 }

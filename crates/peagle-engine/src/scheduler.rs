@@ -45,7 +45,8 @@ impl Default for SchedulerConfig {
 pub struct Entry {
     pub seq: Sequence,
     pub events: UnboundedSender<Event>,
-    pub arrived: Instant,
+    /// Whether `Event::Scheduled` was sent.
+    pub scheduled: bool,
 }
 
 #[derive(Default)]
@@ -193,7 +194,11 @@ impl Scheduler {
                 // With nothing running every block is free, and any prompt fits then.
                 break;
             }
-            let entry = self.waiting.pop_front().expect("front exists");
+            let mut entry = self.waiting.pop_front().expect("front exists");
+            if !entry.scheduled {
+                entry.scheduled = true;
+                let _ = entry.events.send(Event::Scheduled(Instant::now()));
+            }
             free -= need;
             budget -= rows_of(&entry.seq, work);
             self.running.push(entry);

@@ -58,11 +58,21 @@ fn request(prompt: Vec<u32>, max_tokens: usize) -> Request {
     }
 }
 
-/// Collects a request's tokens until it finishes.
+/// Collects a request's tokens until it finishes, checking that it was scheduled once, first
+/// (preempted and readmitted or not).
 fn collect(mut rx: tokio::sync::mpsc::UnboundedReceiver<Event>) -> (Vec<u32>, FinishReason) {
     let mut tokens = Vec::new();
+    let mut scheduled = false;
     while let Some(event) = rx.blocking_recv() {
+        assert!(
+            scheduled || matches!(event, Event::Scheduled(_)),
+            "an event before Scheduled"
+        );
         match event {
+            Event::Scheduled(_) => {
+                assert!(!scheduled, "scheduled twice");
+                scheduled = true;
+            }
             Event::Tokens(t) => tokens.extend(t.iter().map(|o| o.id)),
             Event::PromptLogprobs(_) => panic!("prompt log-probabilities were not asked for"),
             Event::Finished {
@@ -233,6 +243,7 @@ fn a_request_can_opt_out_of_speculation() {
 fn cancelling_frees_the_blocks() {
     let e = engine(None, 64, SchedulerConfig::default(), 256);
     let mut rx = e.submit(request(prompts(1)[0].clone(), 200)).unwrap();
+    assert!(matches!(rx.blocking_recv(), Some(Event::Scheduled(_))));
     assert!(matches!(rx.blocking_recv(), Some(Event::Tokens(_))));
     wait_until("blocks in use", || e.metrics().kv_blocks_used > 0);
     drop(rx);
@@ -253,6 +264,7 @@ fn logprobs_describe_the_target_distribution() {
     let mut r = request(prompts(2)[1].clone(), 8);
     r.logprobs = Some(3);
     let mut rx = e.submit(r).unwrap();
+    assert!(matches!(rx.blocking_recv(), Some(Event::Scheduled(_))));
     let mut seen = 0;
     while let Some(Event::Tokens(outs)) = rx.blocking_recv() {
         for o in outs {
@@ -285,6 +297,7 @@ fn prompt_logprobs_are_the_same_whatever_the_chunking() {
         let mut entries = Vec::new();
         while let Some(event) = rx.blocking_recv() {
             match event {
+                Event::Scheduled(_) => assert!(entries.is_empty(), "scheduled after scoring"),
                 Event::PromptLogprobs(outs) => entries.extend(outs),
                 Event::Tokens(_) => assert_eq!(entries.len(), prompt.len(), "the prompt comes first"),
                 Event::Finished { .. } => break,
@@ -326,4 +339,35 @@ fn bad_requests_and_a_full_queue_are_refused() {
         err(request(vec![5], 4)),
         SubmitError::QueueFull { limit: 0, .. }
     ));
+}
+
+/// The queue limit holds while the engine steps: a request it has not taken from its inbox yet
+/// still counts as waiting. The engine used to publish only its own queue after each step, so
+/// for a moment the latest requests did not count, and more got in.
+#[test]
+fn the_queue_limit_holds_against_a_stream_of_submissions() {
+    let scheduler = SchedulerConfig {
+        max_num_seqs: 1,
+        ..Default::default()
+    };
+    let e = engine(None, 64, scheduler, 3);
+    let mut running = e.submit(request(prompts(1)[0].clone(), MAX_MODEL_LEN - 16)).unwrap();
+    wait_until("the long request to run", || e.metrics().running == 1);
+    let started = Instant::now();
+    let mut accepted = Vec::new();
+    for _ in 0..2000 {
+        match e.submit(request(prompts(1)[0].clone(), 1)) {
+            Ok(rx) => accepted.push(rx),
+            Err(SubmitError::QueueFull { .. }) => {}
+            Err(other) => panic!("{other}"),
+        }
+    }
+    let submitting = started.elapsed();
+    let still_running = std::iter::from_fn(|| running.try_recv().ok()).all(|e| !matches!(e, Event::Finished { .. }));
+    assert!(
+        still_running,
+        "the long request ended within the {submitting:?} of submissions"
+    );
+    // Only the long request ran while the submissions came: the queue held exactly 3.
+    assert_eq!(accepted.len(), 3);
 }

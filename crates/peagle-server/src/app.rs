@@ -5,6 +5,7 @@
 
 use crate::auth::require_api_key;
 use crate::error::ApiError;
+use crate::request_id::request_id_header;
 use crate::routes::{chat, completions, info, tokenize};
 use crate::state::{AppState, ServerConfig};
 use axum::extract::DefaultBodyLimit;
@@ -35,12 +36,15 @@ pub fn routes(state: Arc<AppState>) -> Router {
 
 /// Wraps `routes` (ours, plus any an embedder adds) with the error fallbacks and layers.
 pub fn app(routes: Router, config: &ServerConfig) -> Result<Router, InvalidOrigin> {
-    Ok(routes
+    let mut app = routes
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(config.max_body_bytes))
-        .layer(CatchPanicLayer::custom(panic_response))
-        .layer(cors_layer(&config.allowed_origins)?))
+        .layer(CatchPanicLayer::custom(panic_response));
+    if config.request_id_headers {
+        app = app.layer(middleware::from_fn(request_id_header));
+    }
+    Ok(app.layer(cors_layer(&config.allowed_origins)?))
 }
 
 #[derive(Debug, thiserror::Error)]

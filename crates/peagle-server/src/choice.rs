@@ -116,6 +116,8 @@ pub struct Choice {
     min_tokens: usize,
     logprobs: bool,
     arrived: Instant,
+    /// When the engine first scheduled it.
+    scheduled: Option<Instant>,
     first_token: Option<Instant>,
     last_event: Option<Instant>,
     prompt_tokens: usize,
@@ -156,6 +158,7 @@ impl Choice {
                 min_tokens,
                 logprobs,
                 arrived,
+                scheduled: None,
                 first_token: None,
                 last_event: None,
                 prompt_tokens,
@@ -169,19 +172,25 @@ impl Choice {
     /// The next update, or None after the last one. An engine failure is an error and ends
     /// the choice.
     pub async fn next(&mut self) -> Option<Result<Update, ApiError>> {
-        let events = self.events.as_mut().filter(|_| !self.finished)?;
-        let mut abort = self.state.abort.clone();
-        let next = tokio::select! {
-            event = events.recv() => Next::Event(event),
-            Ok(_) = abort.wait_for(|abort| *abort) => Next::Abort,
-        };
-        let result = match next {
-            Next::Event(Some(Event::PromptLogprobs(tokens))) => self.prompt(tokens),
-            Next::Event(Some(Event::Tokens(tokens))) => self.tokens(tokens),
-            Next::Event(Some(Event::Finished { reason, .. })) => self.end(reason.into(), stop_token(reason)),
-            Next::Abort => self.end(FinishReason::Abort, None),
-            Next::Event(Some(Event::Failed(message))) => Err(ApiError::internal(message)),
-            Next::Event(None) => Err(ApiError::internal("the engine stopped before the request finished")),
+        let result = loop {
+            let events = self.events.as_mut().filter(|_| !self.finished)?;
+            let mut abort = self.state.abort.clone();
+            let next = tokio::select! {
+                event = events.recv() => Next::Event(event),
+                Ok(_) = abort.wait_for(|abort| *abort) => Next::Abort,
+            };
+            break match next {
+                Next::Event(Some(Event::Scheduled(at))) => {
+                    self.scheduled(at);
+                    continue;
+                }
+                Next::Event(Some(Event::PromptLogprobs(tokens))) => self.prompt(tokens),
+                Next::Event(Some(Event::Tokens(tokens))) => self.tokens(tokens),
+                Next::Event(Some(Event::Finished { reason, .. })) => self.end(reason.into(), stop_token(reason)),
+                Next::Abort => self.end(FinishReason::Abort, None),
+                Next::Event(Some(Event::Failed(message))) => Err(ApiError::internal(message)),
+                Next::Event(None) => Err(ApiError::internal("the engine stopped before the request finished")),
+            };
         };
         if result.is_err() {
             self.finish(FinishReason::Abort, None);
@@ -211,6 +220,13 @@ impl Choice {
             logprobs: tokens.iter().map(|t| self.logprob(t)).collect::<Result<_, _>>()?,
             ..Update::default()
         })
+    }
+
+    fn scheduled(&mut self, at: Instant) {
+        self.scheduled = Some(at);
+        self.state
+            .metrics
+            .queued(at.saturating_duration_since(self.arrived).as_secs_f64());
     }
 
     fn tokens(&mut self, tokens: Vec<TokenOutput>) -> Result<Update, ApiError> {
@@ -291,6 +307,11 @@ impl Choice {
         self.state.metrics.finished(ChoiceEnd {
             reason,
             seconds: self.arrived.elapsed().as_secs_f64(),
+            inference_seconds: self.scheduled.map(|t| t.elapsed().as_secs_f64()),
+            prefill_seconds: self
+                .scheduled
+                .zip(self.first_token)
+                .map(|(s, f)| f.saturating_duration_since(s).as_secs_f64()),
             decode_seconds: self.first_token.map(|t| t.elapsed().as_secs_f64()),
             prompt_tokens: self.prompt_tokens,
             completion_tokens: self.completion_tokens,

@@ -13,6 +13,7 @@ pub mod loader;
 pub mod metrics;
 mod params;
 pub mod protocol;
+mod request_id;
 mod routes;
 pub mod served_model;
 mod server;

@@ -84,6 +84,8 @@ pub fn start_engine(name: String, opts: &EngineOptions) -> Result<(EngineHandle,
         ("--block-size", opts.block_size),
         ("--max-num-seqs", scheduler.max_num_seqs),
         ("--max-num-batched-tokens", scheduler.max_num_batched_tokens),
+        // Every request waits for admission, if only for a step: a limit of 0 refuses them all.
+        ("--max-waiting-requests", opts.engine.max_waiting),
     ];
     if let Some((flag, _)) = counts.iter().find(|(_, n)| *n == 0) {
         return Err(StartError::Config(format!("{flag} must be at least 1")));

@@ -16,7 +16,7 @@ const TTFT_BUCKETS: &[f64] = &[
 const ITL_BUCKETS: &[f64] = &[
     0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0,
 ];
-const E2E_BUCKETS: &[f64] = &[
+const REQUEST_LATENCY_BUCKETS: &[f64] = &[
     0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0,
     1920.0, 7680.0,
 ];
@@ -30,6 +30,12 @@ struct Recorded {
     ttft: Histogram,
     itl: Histogram,
     e2e: Histogram,
+    /// Arrival to first scheduled, first scheduled to first token, first token to end, first
+    /// scheduled to end.
+    queue: Histogram,
+    prefill: Histogram,
+    decode: Histogram,
+    inference: Histogram,
     /// Per choice: time per output token after the first.
     tpot: Histogram,
     prompt_tokens: Histogram,
@@ -44,6 +50,9 @@ pub struct ChoiceEnd {
     pub reason: FinishReason,
     /// Arrival to end.
     pub seconds: f64,
+    /// First scheduled to end, and to the first token; None before those.
+    pub inference_seconds: Option<f64>,
+    pub prefill_seconds: Option<f64>,
     /// First token to end; None before a first token.
     pub decode_seconds: Option<f64>,
     pub prompt_tokens: usize,
@@ -57,7 +66,11 @@ impl ServerMetrics {
             recorded: Mutex::new(Recorded {
                 ttft: Histogram::new(TTFT_BUCKETS),
                 itl: Histogram::new(ITL_BUCKETS),
-                e2e: Histogram::new(E2E_BUCKETS),
+                e2e: Histogram::new(REQUEST_LATENCY_BUCKETS),
+                queue: Histogram::new(REQUEST_LATENCY_BUCKETS),
+                prefill: Histogram::new(REQUEST_LATENCY_BUCKETS),
+                decode: Histogram::new(REQUEST_LATENCY_BUCKETS),
+                inference: Histogram::new(REQUEST_LATENCY_BUCKETS),
                 tpot: Histogram::new(ITL_BUCKETS),
                 prompt_tokens: Histogram::one_two_five(max_model_len),
                 generation_tokens: Histogram::one_two_five(max_model_len),
@@ -77,6 +90,11 @@ impl ServerMetrics {
         self.with(|r| r.ttft.observe(seconds));
     }
 
+    /// Time from the request's arrival to its first engine step.
+    pub fn queued(&self, seconds: f64) {
+        self.with(|r| r.queue.observe(seconds));
+    }
+
     /// Time between two token events of a request (one engine step, which may commit several
     /// tokens with speculation, as vLLM counts it).
     pub fn next_token(&self, seconds: f64) {
@@ -86,6 +104,16 @@ impl ServerMetrics {
     pub fn finished(&self, end: ChoiceEnd) {
         self.with(|r| {
             r.e2e.observe(end.seconds);
+            let phases = [
+                (&mut r.inference, end.inference_seconds),
+                (&mut r.prefill, end.prefill_seconds),
+                (&mut r.decode, end.decode_seconds),
+            ];
+            for (histogram, seconds) in phases {
+                if let Some(seconds) = seconds {
+                    histogram.observe(seconds);
+                }
+            }
             r.prompt_tokens.observe(end.prompt_tokens as f64);
             r.generation_tokens.observe(end.completion_tokens as f64);
             if let Some(decode) = end.decode_seconds.filter(|_| end.completion_tokens > 1) {
@@ -150,6 +178,22 @@ impl ServerMetrics {
             "e2e_request_latency_seconds",
             "Request latency, arrival to end.",
             &r.e2e,
+        );
+        x.histogram(
+            "request_queue_time_seconds",
+            "Time waiting for the first engine step.",
+            &r.queue,
+        );
+        x.histogram(
+            "request_prefill_time_seconds",
+            "First engine step to first token.",
+            &r.prefill,
+        );
+        x.histogram("request_decode_time_seconds", "First token to the end.", &r.decode);
+        x.histogram(
+            "request_inference_time_seconds",
+            "First engine step to the end.",
+            &r.inference,
         );
         x.histogram("request_prompt_tokens", "Prompt tokens per choice.", &r.prompt_tokens);
         x.histogram(

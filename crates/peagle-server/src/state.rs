@@ -16,6 +16,8 @@ pub struct ServerConfig {
     pub shutdown_timeout: Duration,
     /// Origins browsers may call the API from (CORS); `*` is any, as vLLM's default.
     pub allowed_origins: Vec<String>,
+    /// Every response carries an `X-Request-Id` header (vLLM's `--enable-request-id-headers`).
+    pub request_id_headers: bool,
 }
 
 impl Default for ServerConfig {
@@ -25,6 +27,7 @@ impl Default for ServerConfig {
             max_body_bytes: 4 << 20,
             shutdown_timeout: Duration::from_secs(30),
             allowed_origins: vec!["*".into()],
+            request_id_headers: false,
         }
     }
 }

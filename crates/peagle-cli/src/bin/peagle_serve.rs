@@ -96,6 +96,10 @@ struct Args {
     /// Origins browsers may call the API from (CORS), as a JSON list as vLLM takes it.
     #[arg(long, default_value = r#"["*"]"#)]
     allowed_origins: String,
+    /// Put an X-Request-Id header on every response: the client's own, or a new one that also
+    /// names the completion.
+    #[arg(long)]
+    enable_request_id_headers: bool,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -192,6 +196,7 @@ fn run(args: Args) -> Result<()> {
         max_body_bytes: args.max_body_bytes,
         shutdown_timeout: Duration::from_secs(args.shutdown_timeout),
         allowed_origins,
+        request_id_headers: args.enable_request_id_headers,
     };
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     runtime.block_on(async {

@@ -29,6 +29,21 @@ fn card(state: &AppState) -> Value {
         "root": state.model.name,
         "parent": null,
         "max_model_len": state.engine.max_model_len(),
+        // What OpenAI's legacy model objects carried, and vLLM still sends.
+        "permission": [{
+            "id": format!("modelperm-{:032x}", rand::random::<u128>()),
+            "object": "model_permission",
+            "created": state.model.created,
+            "allow_create_engine": false,
+            "allow_sampling": true,
+            "allow_logprobs": true,
+            "allow_search_indices": false,
+            "allow_view": true,
+            "allow_fine_tuning": false,
+            "organization": "*",
+            "group": null,
+            "is_blocking": false,
+        }],
     })
 }
 

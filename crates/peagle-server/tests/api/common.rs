@@ -34,6 +34,7 @@ pub struct Options {
     pub generation_defaults: GenerationDefaults,
     pub config: ServerConfig,
     pub max_waiting: Option<usize>,
+    pub max_num_seqs: Option<usize>,
     /// Routes added next to the API's (the panic test's).
     pub extra: Option<Router>,
 }
@@ -45,6 +46,7 @@ impl Default for Options {
             generation_defaults: GenerationDefaults::Auto,
             config: ServerConfig::default(),
             max_waiting: None,
+            max_num_seqs: None,
             extra: None,
         }
     }
@@ -74,6 +76,9 @@ impl TestServer {
         engine_opts.generation_defaults = opts.generation_defaults;
         if let Some(n) = opts.max_waiting {
             engine_opts.engine.max_waiting = n;
+        }
+        if let Some(n) = opts.max_num_seqs {
+            engine_opts.engine.scheduler.max_num_seqs = n;
         }
         let (engine, model) = start_engine(MODEL.into(), &engine_opts).unwrap();
         let server = Server::new(engine, model, opts.config);
@@ -165,6 +170,22 @@ impl TestServer {
             .find(|l| l.starts_with(&prefix))
             .unwrap_or_else(|| panic!("no {prefix} in\n{text}"));
         line[prefix.len()..].parse().unwrap()
+    }
+
+    /// On a server of one sequence at a time: a streamed request that runs (its first chunk
+    /// read) and a short one queued behind it. The running one asks for 1000 tokens, so that
+    /// it is still running a while later: its server must not cap max_tokens
+    /// (`GenerationDefaults::Neutral`; the demo's generation config caps it at 256).
+    pub async fn one_running_one_waiting(&self) -> (Response, JoinHandle<reqwest::Result<Response>>) {
+        let mut long = greedy("import sys", 1000);
+        long["stream"] = serde_json::json!(true);
+        let mut running = self.post("/v1/completions").json(&long).send().await.unwrap();
+        running.chunk().await.unwrap().expect("a first chunk");
+        // The engine publishes its counts after the step that sent the first chunk.
+        self.wait_for_metric("peagle:num_requests_waiting", 0.0).await;
+        let waiting = tokio::spawn(self.post("/v1/completions").json(&greedy("hi", 4)).send());
+        self.wait_for_metric("peagle:num_requests_waiting", 1.0).await;
+        (running, waiting)
     }
 
     /// Polls /metrics until `sample` equals `value` (engine metrics update after each step).

@@ -1,8 +1,11 @@
 //! /metrics exports where the engine's time goes, by phase, per-choice lengths and latencies, and the
 //! counters move with work.
 
-use crate::common::{greedy, TestServer};
+use crate::common::{greedy, Options, TestServer};
+use peagle_server::GenerationDefaults;
+use reqwest::StatusCode;
 use serde_json::json;
+use std::time::Instant;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn step_time_by_phase_moves_with_work() {
@@ -49,4 +52,44 @@ async fn per_choice_lengths_and_time_per_output_token() {
     );
     assert_eq!(server.metric("peagle:time_per_output_token_seconds_count").await, 2.0);
     assert!(server.metric("peagle:time_per_output_token_seconds_sum").await > 0.0);
+}
+
+/// vLLM's request phases: a request that waits behind another shows it as queue time, and
+/// each request's phases add up to its latency.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queue_prefill_decode_and_inference_times() {
+    let server = TestServer::with(Options {
+        max_num_seqs: Some(1),
+        generation_defaults: GenerationDefaults::Neutral,
+        ..Default::default()
+    })
+    .await;
+    let (mut running, queued) = server.one_running_one_waiting().await;
+    let waiting_since = Instant::now();
+    while running.chunk().await.unwrap().is_some() {}
+    let waited = waiting_since.elapsed().as_secs_f64();
+    assert_eq!(queued.await.unwrap().unwrap().status(), StatusCode::OK);
+
+    let mut sums = Vec::new();
+    for phase in ["queue", "prefill", "decode", "inference"] {
+        let count = format!("peagle:request_{phase}_time_seconds_count");
+        server.wait_for_metric(&count, 2.0).await;
+        sums.push(server.metric(&format!("peagle:request_{phase}_time_seconds_sum")).await);
+    }
+    let [queue, prefill, decode, inference] = sums[..] else {
+        unreachable!()
+    };
+    // The second request waited at least until the first ended, less the time its end took to
+    // reach this client.
+    assert!(queue >= waited / 2.0, "queue time {queue} s, waited {waited} s");
+    let e2e = server.metric("peagle:e2e_request_latency_seconds_sum").await;
+    let tolerance = 1e-3;
+    assert!(
+        (queue + inference - e2e).abs() < tolerance,
+        "{queue} + {inference} against {e2e}"
+    );
+    assert!(
+        (prefill + decode - inference).abs() < tolerance,
+        "{prefill} + {decode} against {inference}"
+    );
 }

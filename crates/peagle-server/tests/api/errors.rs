@@ -4,7 +4,7 @@
 use crate::common::{greedy, texts, Options, TestServer, MAX_MODEL_LEN, MODEL};
 use axum::routing::get;
 use axum::Router;
-use peagle_server::ServerConfig;
+use peagle_server::{GenerationDefaults, ServerConfig};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
@@ -250,13 +250,18 @@ async fn an_api_key_guards_the_v1_routes() {
     );
 }
 
+/// One sequence runs and one waits; a third request finds the queue full. The waiting one is
+/// served once the running one goes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_queue_gets_503() {
     let server = TestServer::with(Options {
-        max_waiting: Some(0),
+        max_waiting: Some(1),
+        max_num_seqs: Some(1),
+        generation_defaults: GenerationDefaults::Neutral,
         ..Default::default()
     })
     .await;
+    let (running, waiting) = server.one_running_one_waiting().await;
     let response = server
         .post("/v1/completions")
         .json(&greedy("hi", 2))
@@ -265,6 +270,10 @@ async fn a_full_queue_gets_503() {
         .unwrap();
     let e = error(response, StatusCode::SERVICE_UNAVAILABLE).await;
     assert_eq!(e["code"], "server_busy");
+
+    drop(running);
+    let served = waiting.await.unwrap().unwrap();
+    assert_eq!(served.status(), StatusCode::OK);
 }
 
 /// The queue limit counts a response's choices once: a request with more choices than the
@@ -367,6 +376,8 @@ async fn request_ids_model_cards_and_untyped_bodies() {
         .await
         .unwrap();
     assert_eq!(untyped.status(), StatusCode::OK);
+    // Only --enable-request-id-headers puts the id on responses.
+    assert!(untyped.headers().get("x-request-id").is_none());
     let body: Value = untyped.json().await.unwrap();
     assert_eq!(body["id"], "cmpl-trace-42");
     let card: Value = server.get(&format!("/v1/models/{MODEL}")).await.json().await.unwrap();
@@ -374,6 +385,49 @@ async fn request_ids_model_cards_and_untyped_bodies() {
         (card["id"].as_str(), card["object"].as_str()),
         (Some(MODEL), Some("model"))
     );
+    let permission = &card["permission"][0];
+    assert_eq!(permission["object"], "model_permission");
+    assert!(permission["id"].as_str().unwrap().starts_with("modelperm-"));
     let missing = server.get("/v1/models/gpt-4").await;
     assert_eq!(error(missing, StatusCode::NOT_FOUND).await["code"], "model_not_found");
+}
+
+/// `--enable-request-id-headers`: each response carries the client's X-Request-Id or a new
+/// one, which then also names the completion; errors carry it too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_id_headers_name_every_response() {
+    let server = TestServer::with(Options {
+        config: ServerConfig {
+            request_id_headers: true,
+            ..Default::default()
+        },
+        ..Default::default()
+    })
+    .await;
+    let header = |r: &reqwest::Response| r.headers()["x-request-id"].to_str().unwrap().to_string();
+    let given = server
+        .post("/v1/completions")
+        .header("x-request-id", "trace-7")
+        .json(&greedy("hi", 2))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(header(&given), "trace-7");
+
+    let fresh = server
+        .post("/v1/completions")
+        .json(&greedy("hi", 2))
+        .send()
+        .await
+        .unwrap();
+    let id = header(&fresh);
+    assert!(id.len() == 32 && id.chars().all(|c| c.is_ascii_hexdigit()), "{id}");
+    let body: Value = fresh.json().await.unwrap();
+    assert_eq!(body["id"], format!("cmpl-{id}"));
+
+    let mut wrong = greedy("hi", 2);
+    wrong["model"] = json!("gpt-4");
+    let refused = server.post("/v1/completions").json(&wrong).send().await.unwrap();
+    assert_eq!(header(&refused).len(), 32);
+    error(refused, StatusCode::NOT_FOUND).await;
 }
