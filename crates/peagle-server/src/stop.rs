@@ -28,10 +28,14 @@ impl StopChecker {
     /// `keep_stop`; nothing more follows).
     pub fn push(&mut self, text: &str) -> (String, Option<String>) {
         self.held.push_str(text);
+        // A stop string longer than the held text cannot be in it; skipping those first keeps
+        // thousands of long stop strings from costing a search each per token.
+        let held = &self.held;
         let first = self
             .stops
             .iter()
-            .filter_map(|s| self.held.find(s.as_str()).map(|at| (at, s)))
+            .filter(|s| s.len() <= held.len())
+            .filter_map(|s| held.find(s.as_str()).map(|at| (at, s)))
             .min_by_key(|(at, _)| *at);
         if let Some((at, stop)) = first {
             let stop = stop.clone();
@@ -61,12 +65,18 @@ impl StopChecker {
     }
 
     /// Length of the longest tail of the held text that is a proper prefix of a stop string.
+    /// Only prefixes up to the held text's length can be one, so the work per stop string
+    /// follows the held text (a token or two), not the stop string's length.
     fn partial_stop_len(&self) -> usize {
+        let held = self.held.as_bytes();
         self.stops
             .iter()
-            .flat_map(|s| (1..s.len()).filter(|k| s.is_char_boundary(*k)).map(move |k| &s[..k]))
-            .filter(|prefix| self.held.ends_with(prefix))
-            .map(str::len)
+            .filter_map(|s| {
+                let longest = s.len().saturating_sub(1).min(held.len());
+                (1..=longest)
+                    .rev()
+                    .find(|k| s.is_char_boundary(*k) && held.ends_with(&s.as_bytes()[..*k]))
+            })
             .max()
             .unwrap_or(0)
     }
@@ -143,5 +153,24 @@ mod tests {
         let (sent, stop) = run(&["é!"], &["caf", "é", "?"]);
         assert_eq!(sent, vec!["caf", "", "é?", ""]);
         assert_eq!(stop, None);
+    }
+
+    /// A long stop string is found piece by piece, and held text is released as soon as it
+    /// stops being a prefix of one, whatever the other stop strings' lengths.
+    #[test]
+    fn long_stop_strings_are_matched_across_many_pieces() {
+        let long = "a".repeat(1000) + "b";
+        let mut stops = vec![long.clone(), "END".to_string()];
+        stops.extend((0..100).map(|i| format!("{i}").repeat(300)));
+        let stops: Vec<&str> = stops.iter().map(String::as_str).collect();
+        let mut pieces = vec!["x"];
+        pieces.extend(std::iter::repeat_n("aa", 500));
+        pieces.push("b tail");
+        let (sent, stop) = run(&stops, &pieces);
+        assert_eq!(sent.concat(), "x");
+        assert_eq!(stop.as_deref(), Some(long.as_str()));
+        let (sent, stop) = run(&stops, &["aaaa", "aE", "N", "D"]);
+        assert_eq!(sent, vec!["", "aaaaa", "", ""]);
+        assert_eq!(stop.as_deref(), Some("END"));
     }
 }
