@@ -25,5 +25,5 @@ pub use metrics::{counter, StepBreakdown};
 pub use report::{summary_table, write_report};
 pub use request::{per_token_gaps, RequestRecord};
 pub use stats::{percentile, Summary};
-pub use sweep::{modes, run_sweep, Method, Mode, SweepConfig, SweepRun};
+pub use sweep::{modes, run_sweep, Method, Mode, SweepConfig, SweepFailure, SweepOutcome, SweepRun};
 pub use sweep_report::{compare, sweep_table, write_sweep_report, SweepReport, SweepRow};

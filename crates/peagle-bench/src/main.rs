@@ -1,6 +1,6 @@
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
-use peagle_bench::{compare, run_sweep, summary_table, sweep_table, write_report, write_sweep_report};
+use peagle_bench::{compare, modes, run_sweep, summary_table, sweep_table, write_report, write_sweep_report};
 use peagle_bench::{positive, BenchConfig, SweepConfig, Workload};
 use std::path::PathBuf;
 
@@ -117,10 +117,17 @@ async fn sweep(args: SweepArgs) -> Result<()> {
     };
     // Read the dataset before starting any server, so a bad file fails at once.
     peagle_bench::load_prompts(&config.workload.dataset, config.workload.num_prompts)?;
-    let runs = run_sweep(&config, &args.out).await?;
-    let report = compare(&config, runs);
+    let outcome = run_sweep(&config, &args.out).await?;
+    let report = compare(&config, outcome);
     write_sweep_report(&report, &args.out)?;
     print!("{}", sweep_table(&report.rows));
     eprintln!("wrote {}", args.out.display());
-    Ok(())
+    match report.failures.len() {
+        0 => Ok(()),
+        n => anyhow::bail!(
+            "{n} of {} runs failed (listed in {})",
+            modes(&config).len() * config.repeats,
+            args.out.join("sweep.md").display()
+        ),
+    }
 }

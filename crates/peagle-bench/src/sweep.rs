@@ -103,11 +103,28 @@ pub struct SweepRun {
     pub result: BenchResult,
 }
 
+/// A mode that failed in one repeat: its server did not start, or a level did not finish
+/// (the levels before it are in the runs).
+#[derive(Debug, Clone, Serialize)]
+pub struct SweepFailure {
+    pub mode: Mode,
+    pub repeat: usize,
+    pub reason: String,
+}
+
+/// What a sweep ran: every run that finished a level, and every mode that failed.
+#[derive(Debug, Clone, Default)]
+pub struct SweepOutcome {
+    pub runs: Vec<SweepRun>,
+    pub failures: Vec<SweepFailure>,
+}
+
 /// Starts each mode's server in turn, benchmarks it, and writes each run's report under
-/// `out/runs/MODE-rREPEAT`. Each repeat starts at another mode (see `repeat_order`).
-pub async fn run_sweep(config: &SweepConfig, out: &Path) -> Result<Vec<SweepRun>, BenchError> {
+/// `out/runs/MODE-rREPEAT`. Each repeat starts at another mode (see `repeat_order`). A mode
+/// that fails is recorded and the sweep goes on: an hour of other modes is not lost to one.
+pub async fn run_sweep(config: &SweepConfig, out: &Path) -> Result<SweepOutcome, BenchError> {
     let modes = modes(config);
-    let mut runs = Vec::with_capacity(modes.len() * config.repeats);
+    let mut outcome = SweepOutcome::default();
     for repeat in 0..config.repeats {
         for (i, mode) in repeat_order(&modes, repeat, config.repeats).enumerate() {
             eprintln!(
@@ -118,34 +135,66 @@ pub async fn run_sweep(config: &SweepConfig, out: &Path) -> Result<Vec<SweepRun>
                 repeat + 1,
                 config.repeats
             );
-            let (bin, args, what) = (config.serve_bin.clone(), mode.server_args(config), mode.name.clone());
-            let server = tokio::task::spawn_blocking(move || ServerProcess::start(&bin, &args, &what, START_TIMEOUT))
-                .await
-                .expect("the start thread does not panic")?;
-            let bench = BenchConfig {
-                url: server.url.clone(),
-                model: None,
-                workload: config.workload.clone(),
-            };
-            let result = run(&bench).await?;
-            drop(server);
             let dir = out.join("runs").join(format!("{}-r{}", mode.slug(), repeat + 1));
+            let failure = |reason: String| SweepFailure {
+                mode: mode.clone(),
+                repeat,
+                reason,
+            };
+            let result = match run_mode(config, mode).await {
+                Ok(result) => result,
+                Err(e) => {
+                    // The report names the mode already.
+                    let reason = match e {
+                        BenchError::Server { reason, .. } => reason,
+                        other => error_chain(&other),
+                    };
+                    eprintln!("peagle-bench sweep: {} failed: {reason}", mode.name);
+                    outcome.failures.push(failure(reason));
+                    continue;
+                }
+            };
             write_report(&result, &dir)?;
-            // A mode short of a level cannot be compared level by level.
             if let Some(failed) = &result.failed {
-                return Err(BenchError::Server {
-                    what: mode.name.clone(),
-                    reason: format!("{failed} (its finished levels are in {})", dir.display()),
-                });
+                eprintln!("peagle-bench sweep: {} failed: {failed}", mode.name);
+                outcome.failures.push(failure(format!(
+                    "{failed} (its finished levels are in {})",
+                    dir.display()
+                )));
             }
-            runs.push(SweepRun {
+            outcome.runs.push(SweepRun {
                 mode: mode.clone(),
                 repeat,
                 result,
             });
         }
     }
-    Ok(runs)
+    Ok(outcome)
+}
+
+/// Starts `mode`'s server and benchmarks it.
+async fn run_mode(config: &SweepConfig, mode: &Mode) -> Result<BenchResult, BenchError> {
+    let (bin, args, what) = (config.serve_bin.clone(), mode.server_args(config), mode.name.clone());
+    let server = tokio::task::spawn_blocking(move || ServerProcess::start(&bin, &args, &what, START_TIMEOUT))
+        .await
+        .expect("the start thread does not panic")?;
+    let bench = BenchConfig {
+        url: server.url.clone(),
+        model: None,
+        workload: config.workload.clone(),
+    };
+    run(&bench).await
+}
+
+/// An error and its sources, one after the other, as anyhow's `{:#}` prints them.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(&format!(": {s}"));
+        source = s.source();
+    }
+    text
 }
 
 /// The modes of repeat `repeat` of `repeats`: rotated so that each repeat starts a fraction

@@ -3,7 +3,7 @@
 //! acceptance length and mean k. Written as `sweep.json`, `sweep.md` and `sweep.png`.
 
 use crate::report::{create_dir, step_table, two_places, write_json, write_text, StepRow};
-use crate::sweep::{modes, Method, Mode, SweepConfig, SweepRun};
+use crate::sweep::{modes, Method, Mode, SweepConfig, SweepFailure, SweepOutcome, SweepRun};
 use crate::{BenchError, StepBreakdown};
 use peagle_plot::{line_chart, Chart, Series};
 use serde::Serialize;
@@ -37,11 +37,15 @@ pub struct SweepReport {
     pub config: SweepConfig,
     pub rows: Vec<SweepRow>,
     pub runs: Vec<SweepRun>,
+    /// Modes that failed in a repeat; the rows hold what they finished.
+    pub failures: Vec<SweepFailure>,
 }
 
 /// Aggregates the runs of every mode at every concurrency; the rows come grouped by
-/// concurrency, modes in sweep order.
-pub fn compare(config: &SweepConfig, runs: Vec<SweepRun>) -> SweepReport {
+/// concurrency, modes in sweep order. A mode that failed in a repeat is averaged over the
+/// repeats that finished its level.
+pub fn compare(config: &SweepConfig, outcome: SweepOutcome) -> SweepReport {
+    let SweepOutcome { runs, failures } = outcome;
     let mut rows = Vec::new();
     for &concurrency in &config.workload.concurrency {
         let group: Vec<SweepRow> = modes(config)
@@ -62,6 +66,11 @@ pub fn compare(config: &SweepConfig, runs: Vec<SweepRun>) -> SweepReport {
             .find(|r| r.mode.method == Method::Plain)
             .map(|r| r.mode.clone());
         for mut row in group {
+            if row.output_throughput.is_empty() {
+                // Failed in every repeat: nothing to compare.
+                rows.push(row);
+                continue;
+            }
             row.vs_no_speculation = plain.map(|p| row.mean_output_throughput / p);
             if let Some(plain_mode) = &plain_mode {
                 row.vs_no_speculation_per_repeat = paired_ratios(&row.mode, plain_mode, concurrency, &runs);
@@ -74,6 +83,7 @@ pub fn compare(config: &SweepConfig, runs: Vec<SweepRun>) -> SweepReport {
         config: config.clone(),
         rows,
         runs,
+        failures,
     }
 }
 
@@ -150,7 +160,13 @@ pub fn write_sweep_report(report: &SweepReport, dir: &Path) -> Result<(), BenchE
             engine: r.engine,
         })
         .collect();
-    let markdown = format!("{markdown}\n{}", step_table("mode", &steps));
+    let mut markdown = format!("{markdown}\n{}", step_table("mode", &steps));
+    if !report.failures.is_empty() {
+        markdown.push_str("\n## Failed runs\n\nThe rows above average the repeats that finished each level.\n\n");
+        for f in &report.failures {
+            markdown.push_str(&format!("- {}, repeat {}: {}\n", f.mode.name, f.repeat + 1, f.reason));
+        }
+    }
     write_text(dir, "sweep.md", markdown)?;
     let series: Vec<Series> = modes(c)
         .into_iter()
@@ -158,7 +174,7 @@ pub fn write_sweep_report(report: &SweepReport, dir: &Path) -> Result<(), BenchE
             points: report
                 .rows
                 .iter()
-                .filter(|r| r.mode.name == mode.name)
+                .filter(|r| r.mode.name == mode.name && !r.output_throughput.is_empty())
                 .map(|r| (r.concurrency as f64, r.mean_output_throughput))
                 .collect(),
             name: mode.name,
@@ -171,7 +187,10 @@ pub fn write_sweep_report(report: &SweepReport, dir: &Path) -> Result<(), BenchE
         x_log: true,
         y_range: None,
     };
-    line_chart(&dir.join("sweep.png"), &chart, &series)?;
+    // Every mode failed in every repeat: the Markdown says so, and there is nothing to plot.
+    if series.iter().any(|s| !s.points.is_empty()) {
+        line_chart(&dir.join("sweep.png"), &chart, &series)?;
+    }
     Ok(())
 }
 
@@ -200,7 +219,10 @@ pub fn sweep_table(rows: &[SweepRow]) -> String {
         let cells = [
             row.concurrency.to_string(),
             row.mode.name.clone(),
-            format!("{:.1}", row.mean_output_throughput),
+            match row.output_throughput.is_empty() {
+                true => "-".into(),
+                false => format!("{:.1}", row.mean_output_throughput),
+            },
             range(&row.output_throughput).map_or("-".into(), |(lo, hi)| format!("{lo:.1} - {hi:.1}")),
             ratio(row.vs_no_speculation),
             range(&row.vs_no_speculation_per_repeat).map_or("-".into(), |(lo, hi)| format!("{lo:.2}x - {hi:.2}x")),

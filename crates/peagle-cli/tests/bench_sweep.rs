@@ -1,7 +1,7 @@
 //! `peagle-bench sweep` driving the real peagle-serve binary: one server per mode, the
-//! comparison (table, JSON, plot), and a mode whose server cannot start.
+//! comparison (table, JSON, plot), and modes whose server cannot start.
 
-use peagle_bench::{compare, run_sweep, write_sweep_report, BenchError, Endpoint, Method, SweepConfig, Workload};
+use peagle_bench::{compare, run_sweep, write_sweep_report, Endpoint, Method, SweepConfig, SweepOutcome, Workload};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
@@ -42,7 +42,9 @@ async fn sweeps_every_mode_and_compares_them() {
     let dir = tempfile::tempdir().unwrap();
     let config = config(dir.path(), fixture("tiny-qwen3"), Some(fixture("tiny-qwen3-eagle3")));
     let out = dir.path().join("sweep");
-    let runs = run_sweep(&config, &out).await.unwrap();
+    let outcome = run_sweep(&config, &out).await.unwrap();
+    assert!(outcome.failures.is_empty(), "{:?}", outcome.failures);
+    let runs = outcome.runs;
     let order: Vec<(String, usize)> = runs.iter().map(|r| (r.mode.name.clone(), r.repeat)).collect();
     let want: Vec<(String, usize)> = [
         ("no speculation", 0),
@@ -69,7 +71,13 @@ async fn sweeps_every_mode_and_compares_them() {
         let level = run.result.levels.iter().find(|l| l.concurrency == concurrency).unwrap();
         level.output_throughput
     };
-    let report = compare(&config, runs.clone());
+    let report = compare(
+        &config,
+        SweepOutcome {
+            runs: runs.clone(),
+            failures: Vec::new(),
+        },
+    );
     assert_eq!(report.rows.len(), 3 * 2);
     for row in &report.rows {
         let paired: Vec<f64> = (0..2)
@@ -117,14 +125,45 @@ async fn sweeps_every_mode_and_compares_them() {
     assert!(out.join("runs/eagle3-k2-r2/result.json").exists());
 }
 
-#[tokio::test]
-async fn a_server_that_cannot_start_is_a_clear_error() {
+/// A mode whose server cannot start fails in each repeat; the sweep goes on with the others and
+/// its report compares what finished and lists the failures.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mode_that_cannot_start_is_reported_and_the_others_run() {
     let dir = tempfile::tempdir().unwrap();
-    let config = config(dir.path(), "/no/such/model".into(), None);
-    let error = run_sweep(&config, &dir.path().join("out")).await.unwrap_err();
-    let BenchError::Server { what, reason } = &error else {
-        panic!("{error}");
-    };
-    assert_eq!(what, "no speculation");
-    assert!(reason.contains("/no/such/model"), "{reason}");
+    let mut config = config(dir.path(), fixture("tiny-qwen3"), Some("/no/such/drafter".into()));
+    config.eagle3_k = vec![1];
+    let out = dir.path().join("sweep");
+    let outcome = run_sweep(&config, &out).await.unwrap();
+    let ran: Vec<(&str, usize)> = outcome.runs.iter().map(|r| (r.mode.name.as_str(), r.repeat)).collect();
+    assert_eq!(ran, [("no speculation", 0), ("no speculation", 1)]);
+    let failed: Vec<(&str, usize)> = outcome
+        .failures
+        .iter()
+        .map(|f| (f.mode.name.as_str(), f.repeat))
+        .collect();
+    assert_eq!(failed, [("EAGLE-3 K=1", 0), ("EAGLE-3 K=1", 1)]);
+    assert!(
+        outcome.failures[0].reason.contains("/no/such/drafter"),
+        "{}",
+        outcome.failures[0].reason
+    );
+
+    let report = compare(&config, outcome);
+    write_sweep_report(&report, &out).unwrap();
+    let table = std::fs::read_to_string(out.join("sweep.md")).unwrap();
+    let eagle3: Vec<&str> = table.lines().filter(|l| l.contains("| EAGLE-3 K=1 |")).collect();
+    assert_eq!(eagle3.len(), 2, "{table}");
+    assert!(
+        eagle3.iter().all(|l| l.contains("| EAGLE-3 K=1 | - | - | - |")),
+        "{table}"
+    );
+    assert!(table.contains("## Failed runs"), "{table}");
+    assert!(table.contains("- EAGLE-3 K=1, repeat 2: "), "{table}");
+    assert!(
+        table
+            .lines()
+            .any(|l| l.contains("| no speculation |") && l.contains("| 1.00x |")),
+        "{table}"
+    );
+    assert_eq!(&std::fs::read(out.join("sweep.png")).unwrap()[..4], b"\x89PNG");
 }
