@@ -51,7 +51,10 @@
 //! draft), and doubling waits on that estimate kept drafting off for 8,000 steps of a 1.3x
 //! gain. A re-measurement times the challenger and then the incumbent afresh, one right after
 //! the other, and the review weighs only those two: step times follow the context length, so
-//! numbers from another request say little. When the incumbent's own goodput falls to half of
+//! numbers from another request say little. A newly chosen k > 0 meets plain decoding at its
+//! first re-measurement, before any other k: the review that chose it may have timed plain
+//! decoding in a burst of slow steps, and held only against other windows it kept drafting on
+//! where it lost. When the incumbent's own goodput falls to half of
 //! what it was, the others are re-timed at once, plain decoding first. Drafting only gets less
 //! worthwhile as the batch grows, so a batch size does not try a k above the best one of the
 //! nearest smaller batch size: a ramp-up does not time long windows at every size again. And a
@@ -158,6 +161,8 @@ struct BatchStats {
     exploring: Option<Exploration>,
     /// The best k's goodput at the last review, in tokens per second (0 before one).
     reviewed_rate: f64,
+    /// Whether the best k held against plain decoding in a re-measurement since it was chosen.
+    held_against_plain: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -321,6 +326,8 @@ impl SpeculationPolicy {
                 })
                 .collect();
             let changed = stats.best_k != Some(best_k);
+            let plain_timed = timing.iter().any(|i| stats.candidates[*i].k == 0);
+            stats.held_against_plain = !changed && (stats.held_against_plain || plain_timed);
             tracing::debug!(
                 batch,
                 k = best_k,
@@ -344,9 +351,13 @@ impl SpeculationPolicy {
         if stats.decisions >= stats.next_explore {
             let others = || allowed.iter().copied().filter(|i| stats.candidates[*i].k != best_k);
             // A window that got much worse is held against plain decoding first, which cannot
-            // lose to itself; otherwise the candidate timed longest ago is next.
+            // lose to itself, and so is a window newly chosen: the review that chose it may have
+            // timed plain decoding in a burst of slow steps, and a window re-timed against other
+            // windows only would keep drafting on where it loses. Otherwise the candidate timed
+            // longest ago is next.
+            let against_plain = degraded || !stats.held_against_plain;
             let stale = others()
-                .find(|i| degraded && stats.candidates[*i].k == 0)
+                .find(|i| against_plain && stats.candidates[*i].k == 0)
                 .or_else(|| others().min_by_key(|i| stats.candidates[*i].measured_at));
             if let Some(challenger) = stale {
                 // The challenger and the incumbent are timed afresh, one right after the
@@ -454,6 +465,7 @@ impl SpeculationPolicy {
                 explore_gap: EXPLORE_EVERY,
                 exploring: None,
                 reviewed_rate: 0.0,
+                held_against_plain: false,
             };
             self.by_batch.resize(index + 1, template);
         }
@@ -670,6 +682,29 @@ mod tests {
             share(&ks[100..], 0) > 0.95,
             "drafted {:.3} of the steps",
             1.0 - share(&ks[100..], 0)
+        );
+    }
+
+    #[test]
+    fn a_switch_that_a_burst_of_slow_steps_caused_is_undone_against_plain_decoding() {
+        // Drafting loses at batch 4 (3 drafts: 2.95 tokens for 3.4x the step time). Fifteen
+        // steps run three times slower (the host busy elsewhere): plain decoding degrades, is
+        // re-timed inside the burst and loses its review to a window timed after it.
+        let good = acceptance(0.8, 5);
+        let mut p = SpeculationPolicy::new(5, true);
+        let burst = 500..515;
+        let ks = drive_steps(&mut p, 4, 3000, &good, |step, k| {
+            let slow = if burst.contains(&step) { 3.0 } else { 1.0 };
+            decode_step(4, k, slow * (1.0 + 0.8 * k as f64), &good)
+        });
+        let drafted = |range: std::ops::Range<usize>| 1.0 - share(&ks[range], 0);
+        assert!(drafted(100..500) < 0.05, "{:?}", &ks[100..500]);
+        // The window that won is held against plain decoding at its first re-measurement.
+        assert!(drafted(515..700) < 0.5, "{:?}", &ks[515..700]);
+        assert!(
+            drafted(700..3000) < 0.05,
+            "drafted {:.3} of the steps",
+            drafted(700..3000)
         );
     }
 
