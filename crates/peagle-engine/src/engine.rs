@@ -99,7 +99,6 @@ enum Command {
 }
 
 /// What the engine thread publishes and the handles read, under one lock.
-#[derive(Default)]
 struct Shared {
     metrics: EngineMetrics,
     /// Requests submitted that the engine has not published as taken from its inbox. They

@@ -153,20 +153,19 @@ impl Generator {
         Ok(ids)
     }
 
-    /// Tokenizes `prompt`, generates, and streams stable text to `on_text` as it appears;
-    /// special tokens add no text, as vLLM's default `skip_special_tokens` has it.
+    /// Generates from prompt token ids (see `prompt_ids`) and streams stable text to `on_text`
+    /// as it appears; special tokens add no text, as vLLM's default `skip_special_tokens` has it.
     pub fn generate_text(
         &mut self,
-        prompt: &str,
+        prompt: &[u32],
         params: &GenerateParams,
         mut on_text: impl FnMut(&str),
     ) -> Result<GenerateOutput, GenerateError> {
-        let ids = self.prompt_ids(prompt)?;
         let tokenizer = self.required_tokenizer()?.clone();
         let special = special_token_ids(&tokenizer);
         let mut decoder = IncrementalDecoder::new();
         let mut failure = None;
-        let out = self.generate(&ids, params, |id| {
+        let out = self.generate(prompt, params, |id| {
             if special.contains(&id) {
                 return;
             }

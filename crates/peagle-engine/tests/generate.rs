@@ -57,9 +57,8 @@ fn greedy_generation_equals_transformers() {
 fn streamed_text_is_the_decoded_output() {
     let mut g = generator("tiny-llama", GeneratorOptions::default());
     let mut streamed = String::new();
-    let out = g
-        .generate_text("def add(a, b):", &greedy(24), |t| streamed.push_str(t))
-        .unwrap();
+    let prompt = g.prompt_ids("def add(a, b):").unwrap();
+    let out = g.generate_text(&prompt, &greedy(24), |t| streamed.push_str(t)).unwrap();
     let decoded = g.tokenizer().unwrap().decode(&out.token_ids, false).unwrap();
     assert_eq!(out.token_ids.len(), 24);
     assert_eq!(streamed, decoded);

@@ -133,8 +133,9 @@ fn run(args: Args) -> Result<()> {
             if prompt.is_empty() {
                 bail!("--prompt is empty");
             }
+            let ids = generator.prompt_ids(prompt)?;
             let mut write_error = None;
-            let out = generator.generate_text(prompt, &params, |text| {
+            let out = generator.generate_text(&ids, &params, |text| {
                 if write_error.is_none() {
                     write_error = stdout.write_all(text.as_bytes()).and_then(|_| stdout.flush()).err();
                 }
@@ -147,17 +148,19 @@ fn run(args: Args) -> Result<()> {
         }
         (None, Some(file)) => {
             let prompts = read_prompts(file)?;
-            // Every prompt is checked before any runs, so a bad one late in the file costs no work.
-            for (line, prompt) in prompts.iter().enumerate() {
-                generator
-                    .prompt_ids(prompt)
-                    .with_context(|| format!("{}:{}", file.display(), line + 1))?;
-            }
-            for (line, prompt) in prompts.iter().enumerate() {
+            let at = |line: usize| format!("{}:{}", file.display(), line + 1);
+            // Every prompt is tokenized and checked before any runs, so a bad one late in the
+            // file costs no work.
+            let ids = prompts
+                .iter()
+                .enumerate()
+                .map(|(line, prompt)| generator.prompt_ids(prompt).with_context(|| at(line)))
+                .collect::<Result<Vec<_>>>()?;
+            for (line, (prompt, ids)) in prompts.iter().zip(&ids).enumerate() {
                 let mut text = String::new();
                 let out = generator
-                    .generate_text(prompt, &params, |t| text.push_str(t))
-                    .with_context(|| format!("{}:{}", file.display(), line + 1))?;
+                    .generate_text(ids, &params, |t| text.push_str(t))
+                    .with_context(|| at(line))?;
                 writeln!(stdout, "{}", report.line(prompt, &text, &out))?;
                 report.add(&out);
             }

@@ -93,14 +93,23 @@ impl Usage {
 /// A response id such as `cmpl-3f2a...`, or `cmpl-<id>` for a client's `X-Request-Id` (as
 /// vLLM names it), so logs on both sides can be matched.
 pub fn response_id(prefix: &str, headers: &HeaderMap) -> String {
-    let client_id = headers
+    match client_request_id(headers) {
+        Some(id) => format!("{prefix}-{id}"),
+        None => format!("{prefix}-{}", random_id()),
+    }
+}
+
+/// The client's `X-Request-Id`, when it sent a non-empty one.
+pub fn client_request_id(headers: &HeaderMap) -> Option<&str> {
+    headers
         .get("x-request-id")
         .and_then(|v| v.to_str().ok())
-        .filter(|id| !id.is_empty());
-    match client_id {
-        Some(id) => format!("{prefix}-{id}"),
-        None => format!("{prefix}-{:032x}", rand::random::<u128>()),
-    }
+        .filter(|id| !id.is_empty())
+}
+
+/// 32 random hex digits.
+pub fn random_id() -> String {
+    format!("{:032x}", rand::random::<u128>())
 }
 
 pub fn unix_time() -> u64 {

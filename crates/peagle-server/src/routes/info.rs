@@ -2,6 +2,7 @@
 
 use super::check_model;
 use crate::error::ApiError;
+use crate::protocol::random_id;
 use crate::state::AppState;
 use axum::extract::{Path, State};
 use axum::http::header::CONTENT_TYPE;
@@ -31,7 +32,7 @@ fn card(state: &AppState) -> Value {
         "max_model_len": state.engine.max_model_len(),
         // What OpenAI's legacy model objects carried, and vLLM still sends.
         "permission": [{
-            "id": format!("modelperm-{:032x}", rand::random::<u128>()),
+            "id": format!("modelperm-{}", random_id()),
             "object": "model_permission",
             "created": state.model.created,
             "allow_create_engine": false,
