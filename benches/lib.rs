@@ -26,25 +26,41 @@ pub const DEMO_CONFIG: &str = r#"{
   "max_position_embeddings": 1024, "tie_word_embeddings": true
 }"#;
 
+/// The sizes of a Llama config that fix its weights' shapes.
+struct Shape {
+    vocab: usize,
+    hidden: usize,
+    intermediate: usize,
+    layers: usize,
+    /// Width of the query heads together, and of the key (or value) heads together.
+    q: usize,
+    kv: usize,
+}
+
+impl Shape {
+    fn of(config: &str) -> Self {
+        let cfg: serde_json::Value = serde_json::from_str(config).unwrap();
+        let get = |k: &str| cfg[k].as_u64().unwrap() as usize;
+        Self {
+            vocab: get("vocab_size"),
+            hidden: get("hidden_size"),
+            intermediate: get("intermediate_size"),
+            layers: get("num_hidden_layers"),
+            q: get("num_attention_heads") * get("head_dim"),
+            kv: get("num_key_value_heads") * get("head_dim"),
+        }
+    }
+}
+
 /// Writes random bf16 weights for `config` and loads them through the real loader.
 pub fn random_model(config: &str) -> CausalLm {
-    let cfg: serde_json::Value = serde_json::from_str(config).unwrap();
-    let get = |k: &str| cfg[k].as_u64().unwrap() as usize;
-    let (v, h, i, l) = (
-        get("vocab_size"),
-        get("hidden_size"),
-        get("intermediate_size"),
-        get("num_hidden_layers"),
-    );
-    let (q, kv) = (
-        get("num_attention_heads") * get("head_dim"),
-        get("num_key_value_heads") * get("head_dim"),
-    );
+    let s = Shape::of(config);
+    let (v, h, i, q, kv) = (s.vocab, s.hidden, s.intermediate, s.q, s.kv);
     let mut shapes: Vec<(String, Vec<usize>)> = vec![
         ("model.embed_tokens.weight".into(), vec![v, h]),
         ("model.norm.weight".into(), vec![h]),
     ];
-    for n in 0..l {
+    for n in 0..s.layers {
         let p = format!("model.layers.{n}");
         for (name, shape) in [
             ("self_attn.q_proj.weight", vec![q, h]),
@@ -77,17 +93,7 @@ pub fn random_model(config: &str) -> CausalLm {
 
 /// Bytes of weights a decode step reads (every matrix once, bf16).
 pub fn weight_bytes(config: &str) -> usize {
-    let cfg: serde_json::Value = serde_json::from_str(config).unwrap();
-    let get = |k: &str| cfg[k].as_u64().unwrap() as usize;
-    let (v, h, i, l) = (
-        get("vocab_size"),
-        get("hidden_size"),
-        get("intermediate_size"),
-        get("num_hidden_layers"),
-    );
-    let (q, kv) = (
-        get("num_attention_heads") * get("head_dim"),
-        get("num_key_value_heads") * get("head_dim"),
-    );
-    2 * (v * h + l * (h * (q + 2 * kv) + q * h + 3 * h * i))
+    let s = Shape::of(config);
+    let layer = s.hidden * (s.q + 2 * s.kv) + s.q * s.hidden + 3 * s.hidden * s.intermediate;
+    2 * (s.vocab * s.hidden + s.layers * layer)
 }
