@@ -1,14 +1,20 @@
 //! The parts of one speculative step on the bundled demo model and its trained drafters, after
-//! a 128-token context: the target's decode step (what one plain token costs), its K+1-row
-//! verification, one P-EAGLE drafter pass for K = 7 drafts, and the K = 7 passes EAGLE-3 needs
-//! (each through its proposer, greedy draft ids included).
+//! a 128-token context: the target's decode step (what one plain token costs), and at K = 3
+//! and 7 its K+1-row verification, one P-EAGLE drafter pass for K drafts and the K passes
+//! EAGLE-3 needs (each through its proposer, greedy draft ids included).
+//!
+//! The same parts again for copies of the three models widened to hidden size 1024 with
+//! random weights (`widened_copy`): a 320 MB target, far larger than this CPU's caches, so
+//! that a step is bound by reading the weights as on a GPU, which the demo model (23 MB) is
+//! not. Their drafts are noise; the parts' costs are what they measure.
 
 use candle_core::{DType, Tensor};
 use criterion::{criterion_group, Criterion};
+use peagle_benches::widened_copy;
 use peagle_engine::proposer::{DraftRequest, Eagle3Proposer, PEagleProposer, Proposer};
 use peagle_models::{load_causal_lm, BatchBuilder, CausalLm, DraftHidden, Drafter, KvCache, LoadOptions, Rows};
 use std::hint::black_box;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 const BLOCK: usize = 16;
 const CONTEXT: usize = 128;
@@ -16,6 +22,10 @@ const K: usize = 7;
 /// Drafts accepted in the previous step: the P-EAGLE query is these, the bonus token and K-1
 /// mask slots.
 const ACCEPTED: usize = 3;
+/// Hidden size of the widened copies.
+const WIDE_HIDDEN: usize = 1024;
+/// The demo target and its drafters, by directory name under `models/`.
+const MODELS: [&str; 3] = ["pystdlib-12l", "pystdlib-12l-peagle", "pystdlib-12l-eagle3"];
 
 fn repo(path: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..").join(path)
@@ -37,8 +47,8 @@ fn batch(tokens: &[u32], start: usize, logits: usize) -> peagle_models::ForwardB
     b.build()
 }
 
-fn setup() -> Setup {
-    let target = load_causal_lm(&repo("models/pystdlib-12l"), LoadOptions::default())
+fn setup(models: &Path) -> Setup {
+    let target = load_causal_lm(&models.join(MODELS[0]), LoadOptions::default())
         .unwrap()
         .model;
     // The cache the demo model is served with (auto: bf16, as its weights).
@@ -53,8 +63,8 @@ fn setup() -> Setup {
     }
 }
 
-fn drafter(setup: &Setup, name: &str) -> (Drafter, KvCache) {
-    let drafter = Drafter::load(&repo(&format!("models/{name}")), &setup.target, LoadOptions::default()).unwrap();
+fn drafter(setup: &Setup, dir: &Path) -> (Drafter, KvCache) {
+    let drafter = Drafter::load(dir, &setup.target, LoadOptions::default()).unwrap();
     let kv = KvCache::new(drafter.dims(), 16, BLOCK, DType::BF16, drafter.device()).unwrap();
     // The drafter's cache holds the context, as after prefill.
     let context = batch(&setup.tokens[1..=CONTEXT], 0, 1);
@@ -64,8 +74,18 @@ fn drafter(setup: &Setup, name: &str) -> (Drafter, KvCache) {
 }
 
 fn speculative_step(c: &mut Criterion) {
-    let s = setup();
-    let mut g = c.benchmark_group("demo model, speculative step parts");
+    step_parts(c, "demo model", &repo("models"));
+    let wide = tempfile::tempdir().unwrap();
+    for name in MODELS {
+        widened_copy(&repo("models").join(name), &wide.path().join(name), WIDE_HIDDEN);
+    }
+    step_parts(c, "hidden 1024, random weights", wide.path());
+}
+
+/// The parts of a step for the target and drafters named `MODELS` in `models`.
+fn step_parts(c: &mut Criterion, label: &str, models: &Path) {
+    let s = setup(models);
+    let mut g = c.benchmark_group(format!("{label}, speculative step parts"));
     g.bench_function("target decode step (1 row)", |b| {
         b.iter(|| {
             black_box(
@@ -73,10 +93,6 @@ fn speculative_step(c: &mut Criterion) {
                     .forward(&batch(&s.tokens[CONTEXT..CONTEXT + 1], CONTEXT, 1), &s.target_kv),
             )
         })
-    });
-    g.bench_function("target verification (K+1 = 8 rows)", |b| {
-        let window = &s.tokens[CONTEXT..CONTEXT + K + 1];
-        b.iter(|| black_box(s.target.forward(&batch(window, CONTEXT, K + 1), &s.target_kv)))
     });
 
     // The proposers as the engine runs them: the previous step accepted ACCEPTED drafts, so
@@ -90,16 +106,22 @@ fn speculative_step(c: &mut Criterion) {
         block_table: &table,
         draft: true,
     };
-    let (peagle, peagle_kv) = drafter(&s, "pystdlib-12l-peagle");
+    let (peagle, peagle_kv) = drafter(&s, &models.join(MODELS[1]));
     let mut peagle = PEagleProposer::new(peagle, K, peagle_kv).unwrap();
-    g.bench_function("P-EAGLE drafter, K = 7 in one pass", |b| {
-        b.iter(|| black_box(peagle.propose(std::slice::from_ref(&request), K).unwrap()))
-    });
-    let (eagle3, eagle3_kv) = drafter(&s, "pystdlib-12l-eagle3");
+    let (eagle3, eagle3_kv) = drafter(&s, &models.join(MODELS[2]));
     let mut eagle3 = Eagle3Proposer::new(eagle3, K, eagle3_kv);
-    g.bench_function("EAGLE-3 drafter, K = 7 in seven passes", |b| {
-        b.iter(|| black_box(eagle3.propose(std::slice::from_ref(&request), K).unwrap()))
-    });
+    for k in [3, K] {
+        g.bench_function(format!("target verification (K+1 = {} rows)", k + 1), |b| {
+            let window = &s.tokens[CONTEXT..CONTEXT + k + 1];
+            b.iter(|| black_box(s.target.forward(&batch(window, CONTEXT, k + 1), &s.target_kv)))
+        });
+        g.bench_function(format!("P-EAGLE drafter, K = {k} in one pass"), |b| {
+            b.iter(|| black_box(peagle.propose(std::slice::from_ref(&request), k).unwrap()))
+        });
+        g.bench_function(format!("EAGLE-3 drafter, K = {k} in {k} passes"), |b| {
+            b.iter(|| black_box(eagle3.propose(std::slice::from_ref(&request), k).unwrap()))
+        });
+    }
     g.finish();
 }
 
