@@ -2,69 +2,116 @@
 //! sequences, at the demo model's size, after a 128-token context, over the bf16 KV cache the
 //! demo model is served with; the 16 sequences also over an f32 cache. The 1-row step and the
 //! 16 sequences also run capturing the hidden states a drafter reads, as every step of a
-//! server with a drafter does, drafting or not. A prefill of 16 prompts of 32 tokens, and the
-//! machine's memory read bandwidth for the roofline.
+//! server with a drafter does, drafting or not. A prefill of 16 prompts of 32 tokens. The
+//! 1-row and 16-sequence steps again at hidden size 1024, where reading the weights bounds a
+//! step. And the machine's memory read bandwidth for the roofline.
 
 use candle_core::DType;
 use criterion::{criterion_group, Criterion, Throughput};
-use peagle_benches::{random_model, weight_bytes, DEMO_CONFIG};
-use peagle_models::{BatchBuilder, KvCache, Rows};
+use peagle_benches::{demo_config, random_model, weight_bytes, DEMO_HIDDEN, WIDE_HIDDEN};
+use peagle_models::{BatchBuilder, CausalLm, ForwardOutput, KvCache, Rows};
 use std::hint::black_box;
 
 const BLOCK: usize = 16;
 const CONTEXT: usize = 128;
 
-fn decode(c: &mut Criterion) {
-    let model = random_model(DEMO_CONFIG);
-    let kv = KvCache::new(model.dims(), 16, BLOCK, DType::BF16, model.device()).unwrap();
-    let table: Vec<u32> = (0..16).collect();
-    let tokens: Vec<u32> = (0..CONTEXT as u32 + 8).map(|t| (t * 37) % 8192).collect();
-    let forward_capturing = |start: usize, rows: usize, capture: Rows| {
-        let mut b = BatchBuilder::new(BLOCK);
-        b.add(&tokens[start..start + rows], start, &table, Rows::All, capture)
-            .unwrap();
-        model.forward(&b.build(), &kv).unwrap()
-    };
-    let forward = |start: usize, rows: usize| forward_capturing(start, rows, Rows::None);
-    forward(0, CONTEXT);
+/// A model with a 128-token context in one sequence's cache and in each of 16 sequences'.
+struct Setup {
+    model: CausalLm,
+    kv: KvCache,
+    kv16: KvCache,
+    kv16_f32: KvCache,
+    tokens: Vec<u32>,
+    table: Vec<u32>,
+    tables: Vec<Vec<u32>>,
+}
 
-    // A decode step of a batch: one row for each of 16 sequences, each with its own context.
-    let cache16 = |dtype| KvCache::new(model.dims(), 16 * 16, BLOCK, dtype, model.device()).unwrap();
-    let (kv16, kv16_f32) = (cache16(DType::BF16), cache16(DType::F32));
-    let tables: Vec<Vec<u32>> = (0..16u32).map(|s| (16 * s..16 * s + 16).collect()).collect();
-    let batch = |kv: &KvCache, start: usize, rows: usize, capture: Rows| {
+impl Setup {
+    fn new(config: &str) -> Self {
+        let model = random_model(config);
+        let cache = |seqs: usize, dtype| KvCache::new(model.dims(), 16 * seqs, BLOCK, dtype, model.device()).unwrap();
+        let setup = Self {
+            kv: cache(1, DType::BF16),
+            kv16: cache(16, DType::BF16),
+            kv16_f32: cache(16, DType::F32),
+            tokens: (0..CONTEXT as u32 + 8).map(|t| (t * 37) % 8192).collect(),
+            table: (0..16).collect(),
+            tables: (0..16u32).map(|s| (16 * s..16 * s + 16).collect()).collect(),
+            model,
+        };
+        setup.forward(0, CONTEXT, Rows::None);
+        setup.batch(&setup.kv16, 0, CONTEXT, Rows::None);
+        setup.batch(&setup.kv16_f32, 0, CONTEXT, Rows::None);
+        setup
+    }
+
+    /// `rows` tokens of the one sequence from `start`.
+    fn forward(&self, start: usize, rows: usize, capture: Rows) -> ForwardOutput {
         let mut b = BatchBuilder::new(BLOCK);
-        for table in &tables {
-            b.add(&tokens[start..start + rows], start, table, Rows::All, capture)
+        b.add(
+            &self.tokens[start..start + rows],
+            start,
+            &self.table,
+            Rows::All,
+            capture,
+        )
+        .unwrap();
+        self.model.forward(&b.build(), &self.kv).unwrap()
+    }
+
+    /// `rows` tokens from `start` of each of the 16 sequences, each with its own context.
+    fn batch(&self, kv: &KvCache, start: usize, rows: usize, capture: Rows) -> ForwardOutput {
+        let mut b = BatchBuilder::new(BLOCK);
+        for table in &self.tables {
+            b.add(&self.tokens[start..start + rows], start, table, Rows::All, capture)
                 .unwrap();
         }
-        model.forward(&b.build(), kv).unwrap()
-    };
-    batch(&kv16, 0, CONTEXT, Rows::None);
-    batch(&kv16_f32, 0, CONTEXT, Rows::None);
+        self.model.forward(&b.build(), kv).unwrap()
+    }
+}
 
+fn decode(c: &mut Criterion) {
+    let config = demo_config(DEMO_HIDDEN);
+    let s = Setup::new(&config);
     let mut g = c.benchmark_group("demo-size target forward");
-    g.throughput(Throughput::Bytes(weight_bytes(DEMO_CONFIG) as u64));
-    g.bench_function("decode step (1 row)", |b| b.iter(|| black_box(forward(CONTEXT, 1))));
+    g.throughput(Throughput::Bytes(weight_bytes(&config) as u64));
+    g.bench_function("decode step (1 row)", |b| {
+        b.iter(|| black_box(s.forward(CONTEXT, 1, Rows::None)))
+    });
     g.bench_function("decode step (1 row), capturing drafter states", |b| {
-        b.iter(|| black_box(forward_capturing(CONTEXT, 1, Rows::All)))
+        b.iter(|| black_box(s.forward(CONTEXT, 1, Rows::All)))
     });
     g.bench_function("verification window (8 rows)", |b| {
-        b.iter(|| black_box(forward(CONTEXT, 8)))
+        b.iter(|| black_box(s.forward(CONTEXT, 8, Rows::None)))
     });
     g.bench_function("decode step of 16 sequences", |b| {
-        b.iter(|| black_box(batch(&kv16, CONTEXT, 1, Rows::None)))
+        b.iter(|| black_box(s.batch(&s.kv16, CONTEXT, 1, Rows::None)))
     });
     g.bench_function("decode step of 16 sequences, f32 cache", |b| {
-        b.iter(|| black_box(batch(&kv16_f32, CONTEXT, 1, Rows::None)))
+        b.iter(|| black_box(s.batch(&s.kv16_f32, CONTEXT, 1, Rows::None)))
     });
     g.bench_function("decode step of 16 sequences, capturing drafter states", |b| {
-        b.iter(|| black_box(batch(&kv16, CONTEXT, 1, Rows::All)))
+        b.iter(|| black_box(s.batch(&s.kv16, CONTEXT, 1, Rows::All)))
     });
     g.bench_function("prefill of 16 prompts of 32 tokens", |b| {
-        b.iter(|| black_box(batch(&kv16, 0, 32, Rows::None)))
+        b.iter(|| black_box(s.batch(&s.kv16, 0, 32, Rows::None)))
     });
     g.finish();
+    drop(s);
+
+    // A target bound by reading its weights, as on a GPU: what batching gains there.
+    let config = demo_config(WIDE_HIDDEN);
+    let s = Setup::new(&config);
+    let mut g = c.benchmark_group("hidden-1024 target forward");
+    g.throughput(Throughput::Bytes(weight_bytes(&config) as u64));
+    g.bench_function("decode step (1 row)", |b| {
+        b.iter(|| black_box(s.forward(CONTEXT, 1, Rows::None)))
+    });
+    g.bench_function("decode step of 16 sequences", |b| {
+        b.iter(|| black_box(s.batch(&s.kv16, CONTEXT, 1, Rows::None)))
+    });
+    g.finish();
+    drop(s);
 
     // Read bandwidth over a buffer far larger than the caches, on all cores as the matmul
     // runs: the decode step's floor is weight bytes / this.

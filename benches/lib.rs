@@ -23,13 +23,18 @@ macro_rules! main_on_pool {
     };
 }
 
-/// The demo model's shape: 12 layers, hidden 256, 4 heads of 64, 2 KV heads, vocab 8192.
-pub const DEMO_CONFIG: &str = r#"{
-  "architectures": ["LlamaForCausalLM"], "vocab_size": 8192, "hidden_size": 256,
-  "intermediate_size": 768, "num_hidden_layers": 12, "num_attention_heads": 4,
-  "num_key_value_heads": 2, "head_dim": 64, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
-  "max_position_embeddings": 1024, "tie_word_embeddings": true
-}"#;
+/// The demo model's architecture at hidden size `hidden` (the demo model's is 256): 12 layers,
+/// heads of 64 with half as many key heads, a 3x MLP, vocab 8192, tied embeddings.
+pub fn demo_config(hidden: usize) -> String {
+    serde_json::json!({
+        "architectures": ["LlamaForCausalLM"], "vocab_size": 8192, "hidden_size": hidden,
+        "intermediate_size": 3 * hidden, "num_hidden_layers": 12,
+        "num_attention_heads": hidden / 64, "num_key_value_heads": hidden / 128, "head_dim": 64,
+        "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "max_position_embeddings": 1024,
+        "tie_word_embeddings": true
+    })
+    .to_string()
+}
 
 /// The sizes of a Llama config that fix its weights' shapes.
 struct Shape {
@@ -104,7 +109,10 @@ pub fn weight_bytes(config: &str) -> usize {
 }
 
 /// The demo models' hidden size, which `widened_copy` scales from.
-const DEMO_HIDDEN: usize = 256;
+pub const DEMO_HIDDEN: usize = 256;
+/// A hidden size at which the demo's target (320 MB in bf16) is far larger than the caches, so
+/// that reading its weights bounds a decode step, as on a GPU.
+pub const WIDE_HIDDEN: usize = 1024;
 
 /// Copies the model or drafter in `src` to `dst` with hidden size `hidden` instead of the
 /// demo's 256 and random weights, its architecture otherwise the same: every width scales

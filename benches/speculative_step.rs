@@ -10,7 +10,7 @@
 
 use candle_core::{DType, Tensor};
 use criterion::{criterion_group, Criterion};
-use peagle_benches::widened_copy;
+use peagle_benches::{widened_copy, WIDE_HIDDEN};
 use peagle_engine::proposer::{DraftRequest, Eagle3Proposer, PEagleProposer, Proposer};
 use peagle_models::{load_causal_lm, BatchBuilder, CausalLm, DraftHidden, Drafter, KvCache, LoadOptions, Rows};
 use std::hint::black_box;
@@ -22,8 +22,6 @@ const K: usize = 7;
 /// Drafts accepted in the previous step: the P-EAGLE query is these, the bonus token and K-1
 /// mask slots.
 const ACCEPTED: usize = 3;
-/// Hidden size of the widened copies.
-const WIDE_HIDDEN: usize = 1024;
 /// The demo target and its drafters, by directory name under `models/`.
 const MODELS: [&str; 3] = ["pystdlib-12l", "pystdlib-12l-peagle", "pystdlib-12l-eagle3"];
 
