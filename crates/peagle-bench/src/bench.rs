@@ -16,6 +16,28 @@ pub struct BenchResult {
     pub failed: Option<String>,
 }
 
+impl BenchResult {
+    /// One line for each level with failed requests, and for the level that stopped the run.
+    pub fn failures(&self) -> Vec<String> {
+        let mut lines: Vec<String> = self
+            .levels
+            .iter()
+            .filter(|l| l.failed > 0)
+            .map(|l| {
+                format!(
+                    "concurrency {}: {} of {} requests failed, the first with: {}",
+                    l.concurrency,
+                    l.failed,
+                    l.failed + l.completed,
+                    l.first_error.as_deref().unwrap_or("no error recorded")
+                )
+            })
+            .collect();
+        lines.extend(self.failed.iter().map(|f| format!("{f}; the run stopped there")));
+        lines
+    }
+}
+
 /// Runs every concurrency level of `config`, in order, over the same prompts. A level that
 /// fails after others finished ends the run with `failed` set; a first level that fails is
 /// the error.

@@ -23,3 +23,14 @@ pub enum BenchError {
     #[error("{what}: {reason}")]
     Server { what: String, reason: String },
 }
+
+/// An error and its sources, one after the other, as anyhow's `{:#}` prints them.
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(&format!(": {s}"));
+        source = s.source();
+    }
+    text
+}

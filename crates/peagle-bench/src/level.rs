@@ -1,3 +1,4 @@
+use crate::error::error_chain;
 use crate::metrics::{CounterDeltas, ServerCounters, StepBreakdown};
 use crate::request::{run_request, RequestParams};
 use crate::{BenchError, RequestRecord, Summary};
@@ -11,6 +12,11 @@ use std::time::Instant;
 pub struct LevelResult {
     pub concurrency: usize,
     pub completed: usize,
+    /// Requests that failed; the figures are over the completed ones.
+    pub failed: usize,
+    /// The first failed request's error.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_error: Option<String>,
     pub duration_s: f64,
     pub total_output_tokens: usize,
     pub request_throughput: f64,
@@ -40,6 +46,8 @@ impl LevelResult {
         Self {
             concurrency,
             completed: records.len(),
+            failed: 0,
+            first_error: None,
             duration_s,
             total_output_tokens,
             request_throughput: records.len() as f64 / duration_s,
@@ -57,7 +65,10 @@ impl LevelResult {
     }
 }
 
-/// Runs all prompts with at most `concurrency` in flight; the first failed request ends the level.
+/// Runs all prompts with at most `concurrency` in flight. A request that fails is counted and
+/// the others go on, as in vLLM's benchmark: a prompt too long for the server, or a moment of
+/// a full queue, does not throw away the level. A level in which every request failed is the
+/// first one's error.
 pub async fn run_level(
     client: &reqwest::Client,
     params: &RequestParams<'_>,
@@ -70,17 +81,31 @@ pub async fn run_level(
         .map(|prompt| run_request(client, params, prompt))
         .buffer_unordered(concurrency);
     let mut records = Vec::with_capacity(prompts.len());
+    let (mut failed, mut first_error) = (0, None);
     let progress = progress_bar(prompts.len(), concurrency);
-    while let Some(record) = in_flight.next().await {
-        let record = record.inspect_err(|_| progress.abandon())?;
-        records.push(record);
+    while let Some(outcome) = in_flight.next().await {
+        match outcome {
+            Ok(record) => records.push(record),
+            Err(e) => {
+                failed += 1;
+                first_error.get_or_insert(e);
+            }
+        }
         progress.inc(1);
+    }
+    if records.is_empty() {
+        if let Some(e) = first_error {
+            progress.abandon();
+            return Err(e);
+        }
     }
     progress.finish();
     let duration_s = start.elapsed().as_secs_f64();
     let after = ServerCounters::scrape(client, params.url).await?;
     let deltas = CounterDeltas { before, after };
     let mut level = LevelResult::from_records(concurrency, &records, duration_s);
+    level.failed = failed;
+    level.first_error = first_error.map(|e| error_chain(&e));
     level.spec_decode_drafts = deltas.delta(|c| c.drafts);
     level.spec_decode_accepted_tokens = deltas.delta(|c| c.accepted);
     level.acceptance_length = deltas.acceptance_length();

@@ -91,10 +91,15 @@ async fn serve(args: ServeArgs) -> Result<()> {
     write_report(&result, &args.out)?;
     print!("{}", summary_table(&result.levels));
     eprintln!("wrote {}", args.out.display());
-    match &result.failed {
-        Some(failed) => anyhow::bail!("{failed} (the levels before it are written)"),
-        None => Ok(()),
+    let failures = result.failures();
+    if !failures.is_empty() {
+        anyhow::bail!(
+            "{} (listed in {})",
+            failures.join("; "),
+            args.out.join("summary.md").display()
+        );
     }
+    Ok(())
 }
 
 async fn sweep(args: SweepArgs) -> Result<()> {

@@ -29,8 +29,12 @@ pub fn write_report(result: &BenchResult, dir: &Path) -> Result<(), BenchError> 
         })
         .collect();
     let mut summary = format!("{summary}\n{}", step_table("concurrency", &steps));
-    if let Some(failed) = &result.failed {
-        summary.push_str(&format!("\nThe run stopped at a failed level: {failed}\n"));
+    let failures = result.failures();
+    if !failures.is_empty() {
+        summary.push_str("\nFailures (the figures above are over the requests that completed):\n\n");
+        for line in failures {
+            summary.push_str(&format!("- {line}\n"));
+        }
     }
     write_text(dir, "summary.md", summary)?;
     write_plots(&result.levels, dir)

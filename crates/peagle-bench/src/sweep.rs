@@ -3,6 +3,7 @@
 //! and each repeat starting at another mode, so that drift in the machine's speed spreads over
 //! all of them instead of favouring one.
 
+use crate::error::error_chain;
 use crate::server_process::ServerProcess;
 use crate::{run, write_report, BenchConfig, BenchError, BenchResult, Workload};
 use serde::Serialize;
@@ -103,8 +104,8 @@ pub struct SweepRun {
     pub result: BenchResult,
 }
 
-/// A mode that failed in one repeat: its server did not start, or a level did not finish
-/// (the levels before it are in the runs).
+/// A mode that failed in one repeat: its server did not start, a level did not finish (the
+/// levels before it are in the runs), or a level lost requests (it is left out of the runs).
 #[derive(Debug, Clone, Serialize)]
 pub struct SweepFailure {
     pub mode: Mode,
@@ -155,13 +156,15 @@ pub async fn run_sweep(config: &SweepConfig, out: &Path) -> Result<SweepOutcome,
                 }
             };
             write_report(&result, &dir)?;
-            if let Some(failed) = &result.failed {
+            for failed in result.failures() {
                 eprintln!("peagle-bench sweep: {} failed: {failed}", mode.name);
-                outcome.failures.push(failure(format!(
-                    "{failed} (its finished levels are in {})",
-                    dir.display()
-                )));
+                outcome
+                    .failures
+                    .push(failure(format!("{failed} (its report is in {})", dir.display())));
             }
+            // A level that lost requests ran another workload than the other modes' levels.
+            let mut result = result;
+            result.levels.retain(|l| l.failed == 0);
             outcome.runs.push(SweepRun {
                 mode: mode.clone(),
                 repeat,
@@ -184,17 +187,6 @@ async fn run_mode(config: &SweepConfig, mode: &Mode) -> Result<BenchResult, Benc
         workload: config.workload.clone(),
     };
     run(&bench).await
-}
-
-/// An error and its sources, one after the other, as anyhow's `{:#}` prints them.
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(&format!(": {s}"));
-        source = s.source();
-    }
-    text
 }
 
 /// The modes of repeat `repeat` of `repeats`: rotated so that each repeat starts a fraction

@@ -149,6 +149,11 @@ async fn unreachable_server_is_an_error() {
 /// An OpenAI-style server on a loopback port that streams a one-token completion for its first
 /// `good` requests and answers 500 after: a level that fails after another finished.
 fn failing_after(good: usize) -> String {
+    failing_where(move |i| i >= good)
+}
+
+/// The same server, answering 500 to the completions `fails` picks by their index.
+fn failing_where(fails: impl Fn(usize) -> bool + Send + 'static) -> String {
     use std::io::{BufRead, BufReader, Read, Write};
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
@@ -172,7 +177,7 @@ fn failing_after(good: usize) -> String {
             reader.read_exact(&mut vec![0; body_len]).unwrap();
             let (status, kind, body) = if head.starts_with("GET /v1/models") {
                 ("200 OK", "application/json", r#"{"data":[{"id":"m"}]}"#.to_string())
-            } else if head.starts_with("POST /v1/completions") && completions < good {
+            } else if head.starts_with("POST /v1/completions") && !fails(completions) {
                 completions += 1;
                 let chunk = r#"{"choices":[{"index":0,"text":"x","finish_reason":"length"}]}"#;
                 (
@@ -181,6 +186,7 @@ fn failing_after(good: usize) -> String {
                     format!("data: {chunk}\n\ndata: [DONE]\n\n"),
                 )
             } else if head.starts_with("POST") {
+                completions += 1;
                 ("500 Internal Server Error", "application/json", "{}".to_string())
             } else {
                 ("404 Not Found", "application/json", "{}".to_string())
@@ -214,7 +220,7 @@ async fn a_failed_level_keeps_the_levels_before_it() {
     write_report(&result, &out).unwrap();
     let summary = std::fs::read_to_string(out.join("summary.md")).unwrap();
     assert!(
-        summary.contains("stopped at a failed level: concurrency 3"),
+        summary.contains("- concurrency 3: ") && summary.contains("the run stopped there"),
         "{summary}"
     );
     // A first level that fails is the error itself.
@@ -222,4 +228,41 @@ async fn a_failed_level_keeps_the_levels_before_it() {
         .await
         .unwrap_err();
     assert!(matches!(error, BenchError::Status { status: 500, .. }), "{error}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_requests_are_counted_and_the_level_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let dataset = dir.path().join("prompts.jsonl");
+    std::fs::write(&dataset, "{\"prompt\": \"x\"}\n").unwrap();
+    // Every other completion fails: 3 of the first level's 6, then 3 of the second's.
+    let mut config = config(failing_where(|i| i % 2 == 1), dataset);
+    config.workload.max_tokens = 1;
+    let result = run(&config).await.unwrap();
+    assert!(result.failed.is_none());
+    assert_eq!(result.levels.len(), 2);
+    for level in &result.levels {
+        assert_eq!(
+            (level.completed, level.failed),
+            (3, 3),
+            "concurrency {}",
+            level.concurrency
+        );
+        assert_eq!(level.total_output_tokens, 3);
+        let error = level.first_error.as_deref().unwrap();
+        assert!(error.contains("answered 500"), "{error}");
+    }
+    let failures = result.failures();
+    assert_eq!(failures.len(), 2);
+    assert!(
+        failures[0].starts_with("concurrency 1: 3 of 6 requests failed, the first with: "),
+        "{failures:?}"
+    );
+
+    let out = dir.path().join("report");
+    write_report(&result, &out).unwrap();
+    let summary = std::fs::read_to_string(out.join("summary.md")).unwrap();
+    assert!(summary.contains("- concurrency 3: 3 of 6 requests failed"), "{summary}");
+    let json: Value = serde_json::from_str(&std::fs::read_to_string(out.join("result.json")).unwrap()).unwrap();
+    assert_eq!(json["levels"][1]["failed"], 3);
 }

@@ -167,3 +167,36 @@ async fn a_mode_that_cannot_start_is_reported_and_the_others_run() {
     );
     assert_eq!(&std::fs::read(out.join("sweep.png")).unwrap()[..4], b"\x89PNG");
 }
+
+/// A level in which some requests fail (here a prompt longer than the model's context) is
+/// recorded as a failure and left out of the comparison: it ran another workload than the
+/// same level of the other modes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_level_that_lost_requests_is_listed_and_not_compared() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path(), fixture("tiny-qwen3"), None);
+    config.eagle3_k = vec![];
+    config.repeats = 1;
+    let too_long = "x = 1 ".repeat(400);
+    std::fs::write(
+        &config.workload.dataset,
+        format!("{{\"prompt\": \"def f(x):\"}}\n{{\"prompt\": \"{too_long}\"}}\n"),
+    )
+    .unwrap();
+    let out = dir.path().join("sweep");
+    let outcome = run_sweep(&config, &out).await.unwrap();
+    let reasons: Vec<&str> = outcome.failures.iter().map(|f| f.reason.as_str()).collect();
+    assert_eq!(reasons.len(), 2, "{reasons:?}");
+    for (reason, concurrency) in reasons.iter().zip([1, 2]) {
+        assert!(
+            reason.starts_with(&format!("concurrency {concurrency}: 1 of 3 requests failed")) && reason.contains("400"),
+            "{reason}"
+        );
+    }
+    assert_eq!(outcome.runs.len(), 1);
+    assert!(outcome.runs[0].result.levels.is_empty());
+    let summary = std::fs::read_to_string(out.join("runs/none-r1/summary.md")).unwrap();
+    assert!(summary.contains("- concurrency 2: 1 of 3 requests failed"), "{summary}");
+    let report = compare(&config, outcome);
+    assert!(report.rows.iter().all(|r| r.output_throughput.is_empty()));
+}
