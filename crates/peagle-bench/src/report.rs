@@ -75,12 +75,15 @@ fn write_plots(levels: &[LevelResult], dir: &Path) -> Result<(), BenchError> {
 /// A Markdown table with one row per concurrency level.
 pub fn summary_table(levels: &[LevelResult]) -> String {
     let mut table = String::from(
-        "| concurrency | req/s | output tok/s | TTFT p50 ms | TTFT p99 ms | TPOT p50 ms | ITL p50 ms | ITL p99 ms \
-         | acceptance length | mean k |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        "| concurrency | completed | failed | req/s | output tok/s | TTFT p50 ms | TTFT p99 ms | TPOT p50 ms \
+         | ITL p50 ms | ITL p99 ms | acceptance length | mean k |\n\
+         |---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for level in levels {
         let cells = [
             level.concurrency.to_string(),
+            level.completed.to_string(),
+            level.failed.to_string(),
             format!("{:.2}", level.request_throughput),
             format!("{:.1}", level.output_throughput),
             cell(level.ttft_ms.map(|s| s.p50)),

@@ -105,7 +105,10 @@ async fn benchmarks_a_speculative_server() {
         assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n", "{plot}");
     }
     let summary = std::fs::read_to_string(out.join("summary.md")).unwrap();
-    assert!(summary.contains("| concurrency | req/s | output tok/s |"), "{summary}");
+    assert!(
+        summary.contains("| concurrency | completed | failed | req/s | output tok/s |"),
+        "{summary}"
+    );
     assert!(
         summary.contains("| concurrency | steps | output tokens/step | target |"),
         "{summary}"
@@ -263,6 +266,7 @@ async fn failed_requests_are_counted_and_the_level_goes_on() {
     write_report(&result, &out).unwrap();
     let summary = std::fs::read_to_string(out.join("summary.md")).unwrap();
     assert!(summary.contains("- concurrency 3: 3 of 6 requests failed"), "{summary}");
+    assert!(summary.contains("\n| 3 | 3 | 3 | "), "{summary}");
     let json: Value = serde_json::from_str(&std::fs::read_to_string(out.join("result.json")).unwrap()).unwrap();
     assert_eq!(json["levels"][1]["failed"], 3);
 }
