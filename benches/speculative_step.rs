@@ -72,10 +72,11 @@ fn drafter(setup: &Setup, dir: &Path) -> (Drafter, KvCache) {
 }
 
 fn speculative_step(c: &mut Criterion) {
-    step_parts(c, "demo model", &repo("models"));
+    let demo = repo("models");
+    step_parts(c, "demo model", &demo);
     let wide = tempfile::tempdir().unwrap();
     for name in MODELS {
-        widened_copy(&repo("models").join(name), &wide.path().join(name), WIDE_HIDDEN);
+        widened_copy(&demo.join(name), &wide.path().join(name), WIDE_HIDDEN);
     }
     step_parts(c, "hidden 1024, random weights", wide.path());
 }

@@ -142,7 +142,7 @@ pub async fn run_sweep(config: &SweepConfig, out: &Path) -> Result<SweepOutcome,
                 repeat,
                 reason,
             };
-            let result = match run_mode(config, mode).await {
+            let mut result = match run_mode(config, mode).await {
                 Ok(result) => result,
                 Err(e) => {
                     // The report names the mode already.
@@ -163,7 +163,6 @@ pub async fn run_sweep(config: &SweepConfig, out: &Path) -> Result<SweepOutcome,
                     .push(failure(format!("{failed} (its report is in {})", dir.display())));
             }
             // A level that lost requests ran another workload than the other modes' levels.
-            let mut result = result;
             result.levels.retain(|l| l.failed == 0);
             outcome.runs.push(SweepRun {
                 mode: mode.clone(),

@@ -64,6 +64,15 @@ impl TestServer {
         Self::with(Options::default()).await
     }
 
+    /// The default server with `config`.
+    pub async fn with_config(config: ServerConfig) -> Self {
+        Self::with(Options {
+            config,
+            ..Default::default()
+        })
+        .await
+    }
+
     pub async fn with(opts: Options) -> Self {
         let mut engine_opts = EngineOptions::new(model_dir(MODEL));
         if opts.speculative {

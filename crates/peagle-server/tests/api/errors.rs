@@ -236,11 +236,8 @@ async fn an_api_key_guards_the_v1_routes() {
     assert_eq!(server.get("/metrics").await.status(), StatusCode::OK);
 
     // An empty key is no key.
-    let open = TestServer::with(Options {
-        config: ServerConfig {
-            api_key: Some(String::new()),
-            ..Default::default()
-        },
+    let open = TestServer::with_config(ServerConfig {
+        api_key: Some(String::new()),
         ..Default::default()
     })
     .await;
@@ -326,11 +323,8 @@ async fn browsers_may_call_from_the_allowed_origins() {
             .get("access-control-allow-origin")
             .map(|v| v.to_str().unwrap().to_string())
     };
-    let anywhere = TestServer::with(Options {
-        config: ServerConfig {
-            api_key: Some("sk-test".into()),
-            ..Default::default()
-        },
+    let anywhere = TestServer::with_config(ServerConfig {
+        api_key: Some("sk-test".into()),
         ..Default::default()
     })
     .await;
@@ -349,11 +343,8 @@ async fn browsers_may_call_from_the_allowed_origins() {
         .unwrap();
     assert_eq!(allowed(&health).as_deref(), Some("*"));
 
-    let listed = TestServer::with(Options {
-        config: ServerConfig {
-            allowed_origins: vec!["http://ui.example".into()],
-            ..Default::default()
-        },
+    let listed = TestServer::with_config(ServerConfig {
+        allowed_origins: vec!["http://ui.example".into()],
         ..Default::default()
     })
     .await;
@@ -396,11 +387,8 @@ async fn request_ids_model_cards_and_untyped_bodies() {
 /// one, which then also names the completion; errors carry it too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn request_id_headers_name_every_response() {
-    let server = TestServer::with(Options {
-        config: ServerConfig {
-            request_id_headers: true,
-            ..Default::default()
-        },
+    let server = TestServer::with_config(ServerConfig {
+        request_id_headers: true,
         ..Default::default()
     })
     .await;

@@ -1,17 +1,14 @@
 //! Graceful shutdown: no new connections, running requests finish (or, past the timeout, end
 //! cleanly with finish_reason "abort"), then the server returns.
 
-use crate::common::{greedy, streamed, Options, TestServer};
+use crate::common::{greedy, streamed, TestServer};
 use peagle_server::ServerConfig;
 use serde_json::json;
 use std::time::Duration;
 
 async fn stream_then_shutdown(timeout: Duration) -> Option<String> {
-    let server = TestServer::with(Options {
-        config: ServerConfig {
-            shutdown_timeout: timeout,
-            ..Default::default()
-        },
+    let server = TestServer::with_config(ServerConfig {
+        shutdown_timeout: timeout,
         ..Default::default()
     })
     .await;
