@@ -9,7 +9,7 @@
 use candle_core::DType;
 use criterion::{criterion_group, Criterion, Throughput};
 use peagle_benches::{demo_config, random_model, weight_bytes, DEMO_HIDDEN, WIDE_HIDDEN};
-use peagle_models::{BatchBuilder, CausalLm, ForwardOutput, KvCache, Rows};
+use peagle_models::{BatchBuilder, ForwardOutput, KvCache, Rows, TargetModel};
 use std::hint::black_box;
 
 const BLOCK: usize = 16;
@@ -17,7 +17,7 @@ const CONTEXT: usize = 128;
 
 /// A model with a 128-token context in one sequence's cache and in each of 16 sequences'.
 struct Setup {
-    model: CausalLm,
+    model: Box<dyn TargetModel>,
     kv: KvCache,
     kv16: KvCache,
     kv16_f32: KvCache,

@@ -3,7 +3,7 @@
 
 use candle_core::{DType, Device, Tensor};
 use half::bf16;
-use peagle_models::{load_causal_lm, CausalLm, LoadOptions};
+use peagle_models::{load_target, LoadOptions, TargetModel};
 use safetensors::tensor::{Dtype, TensorView};
 use safetensors::SafeTensors;
 use std::collections::HashMap;
@@ -63,7 +63,7 @@ impl Shape {
 }
 
 /// Writes random bf16 weights for `config` and loads them through the real loader.
-pub fn random_model(config: &str) -> CausalLm {
+pub fn random_model(config: &str) -> Box<dyn TargetModel> {
     let s = Shape::of(config);
     let (v, h, i, q, kv) = (s.vocab, s.hidden, s.intermediate, s.q, s.kv);
     let mut shapes: Vec<(String, Vec<usize>)> = vec![
@@ -98,7 +98,7 @@ pub fn random_model(config: &str) -> CausalLm {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("config.json"), config).unwrap();
     candle_core::safetensors::save(&weights, dir.path().join("model.safetensors")).unwrap();
-    load_causal_lm(dir.path(), LoadOptions::default()).unwrap().model
+    load_target(dir.path(), LoadOptions::default()).unwrap().model
 }
 
 /// Bytes of weights a decode step reads (every matrix once, bf16).
@@ -183,7 +183,7 @@ mod tests {
         for name in ["pystdlib-12l", "pystdlib-12l-peagle", "pystdlib-12l-eagle3"] {
             widened_copy(&models.join(name), &wide.path().join(name), 512);
         }
-        let target = load_causal_lm(&wide.path().join("pystdlib-12l"), LoadOptions::default())
+        let target = load_target(&wide.path().join("pystdlib-12l"), LoadOptions::default())
             .unwrap()
             .model;
         let d = target.dims();
@@ -197,7 +197,7 @@ mod tests {
         );
         assert_eq!(shape, (8192, 512, 12, 8, 4, 64));
         for (name, layers) in [("pystdlib-12l-peagle", 4), ("pystdlib-12l-eagle3", 1)] {
-            let drafter = Drafter::load(&wide.path().join(name), &target, LoadOptions::default()).unwrap();
+            let drafter = Drafter::load(&wide.path().join(name), target.as_ref(), LoadOptions::default()).unwrap();
             assert_eq!(
                 (drafter.dims().hidden_size, drafter.dims().num_layers),
                 (512, layers),

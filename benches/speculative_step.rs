@@ -12,7 +12,7 @@ use candle_core::{DType, Tensor};
 use criterion::{criterion_group, Criterion};
 use peagle_benches::{widened_copy, WIDE_HIDDEN};
 use peagle_engine::proposer::{DraftRequest, Eagle3Proposer, PEagleProposer, Proposer};
-use peagle_models::{load_causal_lm, BatchBuilder, CausalLm, DraftHidden, Drafter, KvCache, LoadOptions, Rows};
+use peagle_models::{load_target, BatchBuilder, DraftHidden, Drafter, KvCache, LoadOptions, Rows, TargetModel};
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
 
@@ -30,7 +30,7 @@ fn repo(path: &str) -> PathBuf {
 }
 
 struct Setup {
-    target: CausalLm,
+    target: Box<dyn TargetModel>,
     target_kv: KvCache,
     tokens: Vec<u32>,
     /// Captured states of every context position, [CONTEXT + K + 1, aux width].
@@ -46,7 +46,7 @@ fn batch(tokens: &[u32], start: usize, logits: usize) -> peagle_models::ForwardB
 }
 
 fn setup(models: &Path) -> Setup {
-    let target = load_causal_lm(&models.join(MODELS[0]), LoadOptions::default())
+    let target = load_target(&models.join(MODELS[0]), LoadOptions::default())
         .unwrap()
         .model;
     // The cache the demo model is served with (auto: bf16, as its weights).
@@ -62,7 +62,7 @@ fn setup(models: &Path) -> Setup {
 }
 
 fn drafter(setup: &Setup, dir: &Path) -> (Drafter, KvCache) {
-    let drafter = Drafter::load(dir, &setup.target, LoadOptions::default()).unwrap();
+    let drafter = Drafter::load(dir, setup.target.as_ref(), LoadOptions::default()).unwrap();
     let kv = KvCache::new(drafter.dims(), 16, BLOCK, DType::BF16, drafter.device()).unwrap();
     // The drafter's cache holds the context, as after prefill.
     let context = batch(&setup.tokens[1..=CONTEXT], 0, 1);

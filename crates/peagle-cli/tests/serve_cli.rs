@@ -185,7 +185,8 @@ fn fails(args: &[&str], message: &str) {
 #[test]
 fn startup_errors_are_one_line_with_non_zero_exit() {
     let model = fixture("tiny-llama");
-    fails(&["--model", &model, "--dtype", "bf16"], "compute is f32");
+    fails(&["--model", &model, "--dtype", "bf16"], "compute in f32");
+    fails(&["--model", &model, "--device", "cuda"], "cannot open cuda:0");
     fails(
         &["--model", "acme/not-cached"],
         "acme/not-cached is not in the local Hugging Face cache",

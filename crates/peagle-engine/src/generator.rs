@@ -118,10 +118,10 @@ impl Generator {
         load: LoadOptions,
         opts: &GeneratorOptions,
     ) -> Result<Self, GenerateError> {
-        let loaded = peagle_models::load_causal_lm(dir, load.clone())?;
+        let loaded = peagle_models::load_target(dir, load.clone())?;
         let drafter = match draft {
             None => None,
-            Some(d) => Some((Drafter::load(&d.dir, &loaded.model, load)?, d.speculative)),
+            Some(d) => Some((Drafter::load(&d.dir, loaded.model.as_ref(), load)?, d.speculative)),
         };
         let path = dir.join("tokenizer.json");
         if !path.exists() {

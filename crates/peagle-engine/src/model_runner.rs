@@ -12,7 +12,7 @@ use crate::step_times::StepTimes;
 use crate::verifier::verify;
 use candle_core::{DType, Tensor};
 use peagle_kernels::on_pool;
-use peagle_models::{BatchBuilder, CausalLm, Drafter, KvCache, Rows};
+use peagle_models::{BatchBuilder, Drafter, KvCache, Rows, TargetModel};
 use std::time::Instant;
 
 /// What a step does for one sequence.
@@ -50,7 +50,7 @@ impl CacheConfig {
 }
 
 pub struct ModelRunner {
-    target: CausalLm,
+    target: Box<dyn TargetModel>,
     kv: KvCache,
     proposer: Box<dyn Proposer>,
     blocks: BlockManager,
@@ -71,7 +71,7 @@ struct DraftPlan {
 
 impl ModelRunner {
     pub fn new(
-        mut target: CausalLm,
+        mut target: Box<dyn TargetModel>,
         drafter: Option<(Drafter, SpeculativeConfig)>,
         eos_token_ids: Vec<u32>,
         max_model_len: usize,
@@ -131,8 +131,8 @@ impl ModelRunner {
         self.proposer.k()
     }
 
-    pub fn target(&self) -> &CausalLm {
-        &self.target
+    pub fn target(&self) -> &dyn TargetModel {
+        self.target.as_ref()
     }
 
     pub fn blocks(&self) -> &BlockManager {

@@ -168,10 +168,10 @@ fn drafting_after_a_suspension_matches_a_drafter_that_never_paused() {
     };
     let prompt = eval_prompts(&demo(None), 1).remove(0);
     for (drafter, parallel) in DRAFTERS {
-        let loaded = peagle_models::load_causal_lm(&repo("models/pystdlib-12l"), LoadOptions::default()).unwrap();
+        let loaded = peagle_models::load_target(&repo("models/pystdlib-12l"), LoadOptions::default()).unwrap();
         let d = Drafter::load(
             &repo(&format!("models/{drafter}")),
-            &loaded.model,
+            loaded.model.as_ref(),
             LoadOptions::default(),
         )
         .unwrap();

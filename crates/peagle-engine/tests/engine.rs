@@ -6,7 +6,7 @@ use peagle_engine::{
     CacheConfig, EngineConfig, EngineHandle, Event, FinishReason, GenerateError, GenerateParams, Generator,
     GeneratorOptions, ModelRunner, Request, SamplingParams, SchedulerConfig, SpeculativeConfig, SubmitError,
 };
-use peagle_models::{load_causal_lm, Drafter, LoadOptions};
+use peagle_models::{load_target, Drafter, LoadOptions};
 mod common;
 use common::fixture;
 use std::time::{Duration, Instant};
@@ -29,9 +29,9 @@ fn runner(
     num_blocks: usize,
     max_model_len: usize,
 ) -> Result<ModelRunner, GenerateError> {
-    let loaded = load_causal_lm(&fixture("tiny-llama"), LoadOptions::default()).unwrap();
+    let loaded = load_target(&fixture("tiny-llama"), LoadOptions::default()).unwrap();
     let drafter = draft.map(|(dir, k, parallel)| {
-        let d = Drafter::load(&fixture(dir), &loaded.model, LoadOptions::default()).unwrap();
+        let d = Drafter::load(&fixture(dir), loaded.model.as_ref(), LoadOptions::default()).unwrap();
         (d, SpeculativeConfig { k, parallel })
     });
     let eos = loaded.generation.eos_token_ids.clone();

@@ -5,7 +5,7 @@
 use candle_core::{DType, Device, Tensor};
 use peagle_engine::proposer::{DraftRequest, PEagleProposer, Proposer};
 use peagle_engine::sampler::argmax;
-use peagle_models::{load_causal_lm, Drafter, KvCache, LoadOptions};
+use peagle_models::{load_target, Drafter, KvCache, LoadOptions};
 
 mod common;
 use common::fixture;
@@ -38,10 +38,10 @@ fn expected_drafts(drafter: &Drafter, mask_logits: &Tensor) -> Vec<u32> {
 #[test]
 fn peagle_drafts_match_the_reference_mask_slots_in_a_mixed_batch() {
     for name in ["tiny-llama-peagle", "tiny-llama-peagle-aws"] {
-        let target = load_causal_lm(&fixture("tiny-llama"), LoadOptions::default())
+        let target = load_target(&fixture("tiny-llama"), LoadOptions::default())
             .unwrap()
             .model;
-        let drafter = Drafter::load(&fixture(name), &target, LoadOptions::default()).unwrap();
+        let drafter = Drafter::load(&fixture(name), target.as_ref(), LoadOptions::default()).unwrap();
         let r = candle_core::safetensors::load(fixture(name).join("reference.safetensors"), &Device::Cpu).unwrap();
         let tokens: Vec<u32> = r["tokens"]
             .to_vec1::<i64>()

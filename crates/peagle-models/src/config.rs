@@ -22,6 +22,30 @@ pub fn read_json(path: &Path, what: &'static str) -> Result<serde_json::Value, L
     })
 }
 
+/// The sizes other components need to know (cache layout, drafter input width).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelDims {
+    pub vocab_size: usize,
+    pub hidden_size: usize,
+    pub num_layers: usize,
+    pub num_heads: usize,
+    pub num_kv_heads: usize,
+    pub head_dim: usize,
+}
+
+impl ModelDims {
+    pub fn of(cfg: &TextConfig) -> Self {
+        Self {
+            vocab_size: cfg.vocab_size,
+            hidden_size: cfg.hidden_size,
+            num_layers: cfg.num_hidden_layers,
+            num_heads: cfg.num_attention_heads,
+            num_kv_heads: cfg.num_kv_heads(),
+            head_dim: cfg.head_dim(),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Deserialize)]
 pub struct TextConfig {
     #[serde(default)]

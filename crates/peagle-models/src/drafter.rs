@@ -7,13 +7,14 @@
 
 use crate::batch::ForwardBatch;
 use crate::checkpoint::{Checkpoint, LoadOptions};
+use crate::config::ModelDims;
 use crate::drafter_config::{DraftAlgorithm, DrafterConfig, TensorLayout};
 use crate::error::LoadError;
 use crate::kv_cache::KvCache;
 use crate::layers::{
     AttentionContext, AttentionOptions, DecoderLayer, EagleInputLayer, Embedding, Linear, RmsNorm, RotaryEmbedding,
 };
-use crate::transformer::{CausalLm, ModelDims};
+use crate::target_model::TargetModel;
 use candle_core::{bail, Device, Result, Tensor};
 use std::path::Path;
 
@@ -53,7 +54,7 @@ pub struct Drafter {
 
 impl Drafter {
     /// Loads a drafter for `target` from a directory in either published layout.
-    pub fn load(dir: &Path, target: &CausalLm, options: LoadOptions) -> std::result::Result<Self, LoadError> {
+    pub fn load(dir: &Path, target: &dyn TargetModel, options: LoadOptions) -> std::result::Result<Self, LoadError> {
         let config = DrafterConfig::from_file(&dir.join("config.json"))?;
         Self::from_checkpoint(config, &Checkpoint::open(dir, options)?, target)
     }
@@ -63,7 +64,7 @@ impl Drafter {
     pub fn from_checkpoint(
         config: DrafterConfig,
         ckpt: &Checkpoint,
-        target: &CausalLm,
+        target: &dyn TargetModel,
     ) -> std::result::Result<Self, LoadError> {
         let cfg = &config.layers;
         let invalid = |msg: String| cfg.invalid(msg);
@@ -113,6 +114,7 @@ impl Drafter {
         let opts = AttentionOptions {
             qk_norm: cfg.model_type.as_deref() == Some("qwen3"),
             bias: cfg.attention_bias,
+            sliding_window: None,
         };
         let n_aux = aux_layer_ids.len();
         let draft_to_target = load_d2t(ckpt, config.draft_vocab_size)?;
@@ -132,7 +134,7 @@ impl Drafter {
             fc: Linear::load(ckpt, "fc", h, n_aux * t.hidden_size, false)?,
             first: EagleInputLayer::load(ckpt, first_prefix, cfg, opts, config.norm_before_residual)?,
             layers: (1..cfg.num_hidden_layers)
-                .map(|i| DecoderLayer::load(ckpt, &format!("layers.{i}"), cfg, opts))
+                .map(|i| DecoderLayer::load_dense(ckpt, &format!("layers.{i}"), cfg, opts))
                 .collect::<std::result::Result<_, _>>()?,
             norm: RmsNorm::load(ckpt, "norm", h, cfg.rms_norm_eps)?,
             lm_head: Linear::load(ckpt, "lm_head", config.draft_vocab_size, h, false)?,

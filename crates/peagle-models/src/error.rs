@@ -16,7 +16,7 @@ pub enum LoadError {
     UnknownArchitecture {
         path: PathBuf,
         found: String,
-        supported: &'static [&'static str],
+        supported: Vec<&'static str>,
     },
     #[error("tensor {name} not found in {dir}")]
     MissingTensor { name: String, dir: PathBuf },
@@ -29,6 +29,9 @@ pub enum LoadError {
     },
     #[error("tensor {name} in {file}: unsupported dtype {dtype} (supported: F32, BF16, F16)")]
     UnsupportedDtype { name: String, file: PathBuf, dtype: String },
+    /// The device or dtype asked for cannot be used.
+    #[error("{0}")]
+    Placement(String),
     #[error("{context}: {source}")]
     Candle {
         context: String,

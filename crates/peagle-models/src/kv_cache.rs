@@ -2,8 +2,8 @@
 //! slots, in f32 or bf16. Which blocks belong to which sequence is the engine's business (its
 //! block manager); the cache only stores rows.
 
+use crate::config::ModelDims;
 use crate::config::TextConfig;
-use crate::transformer::ModelDims;
 use candle_core::{bail, DType, Device, Result, Tensor};
 use std::fmt;
 use std::str::FromStr;

@@ -1,25 +1,31 @@
-//! Neural networks on candle: target architectures and their weight loading, run over a paged
-//! KV cache in the flattened batch format (see DESIGN.md section 2).
+//! Neural networks on candle: the target architectures, one file each behind `TargetModel`,
+//! the drafter head, their weight loading, and the ops layer that runs them over a paged KV
+//! cache in the flattened batch format (docs/ARCHITECTURE.md).
 
+mod architectures;
 pub mod batch;
 pub mod checkpoint;
 pub mod config;
 pub mod drafter;
 pub mod drafter_config;
 pub mod error;
+mod generation_config;
 pub mod kv_cache;
 pub mod layers;
 mod llama;
-mod model;
+pub mod ops;
+mod placement;
 mod qwen3;
-pub mod transformer;
+mod target_model;
 
+pub use architectures::{load_target, supported_architectures, LoadedModel};
 pub use batch::{BatchBuilder, ForwardBatch, Rows, SequenceRows};
 pub use checkpoint::{Checkpoint, LoadOptions};
-pub use config::TextConfig;
+pub use config::{ModelDims, TextConfig};
 pub use drafter::{DraftHidden, DraftOutput, Drafter};
 pub use drafter_config::{DraftAlgorithm, DrafterConfig};
 pub use error::LoadError;
+pub use generation_config::{GenerationConfig, SamplingDefaults};
 pub use kv_cache::{KvCache, KvCacheDtype};
-pub use model::{load_causal_lm, GenerationConfig, LoadedModel, SamplingDefaults, SUPPORTED_ARCHITECTURES};
-pub use transformer::{default_capture_layers, CausalLm, ForwardOutput, ModelDims};
+pub use placement::{DTypeSpec, DeviceSpec};
+pub use target_model::{default_capture_layers, ForwardOutput, TargetModel};

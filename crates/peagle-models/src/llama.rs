@@ -1,16 +1,116 @@
-//! `LlamaForCausalLM`: Llama 2 and 3 (including llama3 rope scaling), and the many models that
-//! share its layout.
+//! `LlamaForCausalLM`: Llama 2 and 3 (llama3 rope scaling included), and the many models that
+//! share its layout: token embedding, pre-norm blocks of GQA attention and a dense SwiGLU MLP,
+//! a final RMSNorm and an LM head, tied to the embedding or not.
 
+use crate::batch::ForwardBatch;
 use crate::checkpoint::Checkpoint;
-use crate::config::TextConfig;
+use crate::config::{ModelDims, TextConfig};
 use crate::error::LoadError;
-use crate::layers::AttentionOptions;
-use crate::transformer::CausalLm;
+use crate::kv_cache::KvCache;
+use crate::layers::{AttentionContext, AttentionOptions, DecoderLayer, Embedding, Linear, RmsNorm, RotaryEmbedding};
+use crate::target_model::{
+    check_batch, check_capture_layers, default_capture_layers, Capture, ForwardOutput, TargetModel,
+};
+use candle_core::{Device, Result, Tensor};
 
-pub(crate) fn load(cfg: &TextConfig, ckpt: &Checkpoint) -> Result<CausalLm, LoadError> {
+pub struct Llama {
+    dims: ModelDims,
+    embed: Embedding,
+    layers: Vec<DecoderLayer>,
+    norm: RmsNorm,
+    lm_head: Linear,
+    rope: RotaryEmbedding,
+    capture_layers: Vec<usize>,
+    device: Device,
+}
+
+pub(crate) fn load(cfg: &TextConfig, ckpt: &Checkpoint) -> std::result::Result<Box<dyn TargetModel>, LoadError> {
     let opts = AttentionOptions {
-        qk_norm: false,
         bias: cfg.attention_bias,
+        ..AttentionOptions::default()
     };
-    CausalLm::load(cfg, ckpt, opts)
+    Ok(Box::new(Llama::load(cfg, ckpt, opts)?))
+}
+
+impl Llama {
+    /// Loads the Llama layout with `opts` in every layer's attention (variants such as Qwen3
+    /// differ only there).
+    pub(crate) fn load(
+        cfg: &TextConfig,
+        ckpt: &Checkpoint,
+        opts: AttentionOptions,
+    ) -> std::result::Result<Self, LoadError> {
+        let dims = ModelDims::of(cfg);
+        let table = ckpt.matrix("model.embed_tokens.weight", &[dims.vocab_size, dims.hidden_size])?;
+        let lm_head = if cfg.tie_word_embeddings {
+            Linear::new(table.clone(), None).map_err(|source| LoadError::Candle {
+                context: "packing the tied lm_head".into(),
+                source,
+            })?
+        } else {
+            Linear::load(ckpt, "lm_head", dims.vocab_size, dims.hidden_size, false)?
+        };
+        let layers = (0..dims.num_layers)
+            .map(|i| DecoderLayer::load_dense(ckpt, &format!("model.layers.{i}"), cfg, opts))
+            .collect::<std::result::Result<_, _>>()?;
+        Ok(Self {
+            capture_layers: default_capture_layers(dims.num_layers),
+            rope: RotaryEmbedding::new(dims.head_dim, &cfg.rope()?),
+            embed: Embedding::new(table),
+            layers,
+            norm: RmsNorm::load(ckpt, "model.norm", dims.hidden_size, cfg.rms_norm_eps)?,
+            lm_head,
+            device: ckpt.device().clone(),
+            dims,
+        })
+    }
+}
+
+impl TargetModel for Llama {
+    fn dims(&self) -> &ModelDims {
+        &self.dims
+    }
+
+    fn device(&self) -> &Device {
+        &self.device
+    }
+
+    fn embedding(&self) -> &Embedding {
+        &self.embed
+    }
+
+    fn lm_head_weight(&self) -> Result<Tensor> {
+        self.lm_head.weight()
+    }
+
+    fn logits_from_final(&self, final_hidden: &Tensor) -> Result<Tensor> {
+        self.lm_head.forward(&self.norm.forward(final_hidden)?)
+    }
+
+    fn capture_layers(&self) -> &[usize] {
+        &self.capture_layers
+    }
+
+    fn set_capture_layers(&mut self, layers: Vec<usize>) -> Result<()> {
+        check_capture_layers(&layers, self.dims.num_layers)?;
+        self.capture_layers = layers;
+        Ok(())
+    }
+
+    fn forward(&self, batch: &ForwardBatch, kv: &KvCache) -> Result<ForwardOutput> {
+        check_batch(batch, kv, &self.dims)?;
+        let ids = Tensor::from_slice(&batch.token_ids, batch.token_ids.len(), &self.device)?;
+        let rope = self.rope.tables(&batch.positions, &self.device)?;
+        let mut capture = Capture::new(batch, &self.capture_layers, &self.device)?;
+        let mut x = self.embed.forward(&ids)?;
+        for (i, layer) in self.layers.iter().enumerate() {
+            capture.layer_input(i, &x)?;
+            let ctx = AttentionContext::Paged {
+                kv: kv.layer(i),
+                meta: &batch.attn,
+            };
+            x = layer.forward(&x, &rope, &ctx)?;
+        }
+        capture.finish(&x, self.dims.vocab_size, |h| self.logits_from_final(h))
+    }
 }

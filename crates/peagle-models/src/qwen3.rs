@@ -1,15 +1,17 @@
-//! `Qwen3ForCausalLM`: Llama's layout plus a per-head RMSNorm on q and k before RoPE.
+//! `Qwen3ForCausalLM`: the Llama layout plus a per-head RMSNorm of q and k before RoPE.
 
 use crate::checkpoint::Checkpoint;
 use crate::config::TextConfig;
 use crate::error::LoadError;
 use crate::layers::AttentionOptions;
-use crate::transformer::CausalLm;
+use crate::llama::Llama;
+use crate::target_model::TargetModel;
 
-pub(crate) fn load(cfg: &TextConfig, ckpt: &Checkpoint) -> Result<CausalLm, LoadError> {
+pub(crate) fn load(cfg: &TextConfig, ckpt: &Checkpoint) -> Result<Box<dyn TargetModel>, LoadError> {
     let opts = AttentionOptions {
         qk_norm: true,
         bias: cfg.attention_bias,
+        sliding_window: None,
     };
-    CausalLm::load(cfg, ckpt, opts)
+    Ok(Box::new(Llama::load(cfg, ckpt, opts)?))
 }

@@ -15,24 +15,24 @@ fn window_rows_equal_single_token_steps_bitwise() {
 
         let kv = f.cache();
         let singles: Vec<Rowset> = (0..n)
-            .map(|i| run(&f.model, &kv, &[(0, &prompt[i..i + 1], i)]).remove(0))
+            .map(|i| run(f.model.as_ref(), &kv, &[(0, &prompt[i..i + 1], i)]).remove(0))
             .collect();
         let singles = cat_rows(&singles[n - window..]);
 
         let kv = f.cache();
-        run(&f.model, &kv, &[(0, &prompt[..n - window], 0)]);
-        let windowed = run(&f.model, &kv, &[(0, &prompt[n - window..], n - window)]).remove(0);
+        run(f.model.as_ref(), &kv, &[(0, &prompt[..n - window], 0)]);
+        let windowed = run(f.model.as_ref(), &kv, &[(0, &prompt[n - window..], n - window)]).remove(0);
 
         // The same window again, now batched with a decode of p0 and a prefill of p1.
         let kv = f.cache();
         let (p0, p1) = (f.prompt(0), f.prompt(1));
         run(
-            &f.model,
+            f.model.as_ref(),
             &kv,
             &[(0, &prompt[..n - window], 0), (1, &p0[..p0.len() - 1], 0)],
         );
         let batched = run(
-            &f.model,
+            f.model.as_ref(),
             &kv,
             &[
                 (1, &p0[p0.len() - 1..], p0.len() - 1),

@@ -3,7 +3,7 @@
 #![allow(dead_code)]
 
 use candle_core::{DType, Device, Tensor};
-use peagle_models::{load_causal_lm, BatchBuilder, CausalLm, KvCache, LoadOptions, Rows};
+use peagle_models::{load_target, BatchBuilder, KvCache, LoadOptions, Rows, TargetModel};
 use std::collections::HashMap;
 use std::path::PathBuf;
 
@@ -17,7 +17,7 @@ pub fn fixture_dir(name: &str) -> PathBuf {
 }
 
 pub struct Fixture {
-    pub model: CausalLm,
+    pub model: Box<dyn TargetModel>,
     pub refs: HashMap<String, Tensor>,
 }
 
@@ -25,7 +25,7 @@ impl Fixture {
     /// Loads a fixture model capturing the input of every layer, so all can be compared.
     pub fn load(name: &str) -> Self {
         let dir = fixture_dir(name);
-        let mut model = load_causal_lm(&dir, LoadOptions::default()).unwrap().model;
+        let mut model = load_target(&dir, LoadOptions::default()).unwrap().model;
         model
             .set_capture_layers((0..model.dims().num_layers).collect())
             .unwrap();
@@ -68,7 +68,7 @@ pub fn blocks(seq: usize) -> Vec<u32> {
 pub type Rowset = (Tensor, Tensor, Tensor);
 
 /// Runs `(sequence id, tokens, start position)` spans as one batch, every row wanted.
-pub fn run(model: &CausalLm, kv: &KvCache, spans: &[(usize, &[u32], usize)]) -> Vec<Rowset> {
+pub fn run(model: &dyn TargetModel, kv: &KvCache, spans: &[(usize, &[u32], usize)]) -> Vec<Rowset> {
     let mut b = BatchBuilder::new(BLOCK);
     let placed: Vec<_> = spans
         .iter()

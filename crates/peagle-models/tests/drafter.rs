@@ -5,7 +5,7 @@ mod common;
 use candle_core::{DType, Device, Tensor};
 use common::*;
 use peagle_models::{
-    load_causal_lm, BatchBuilder, CausalLm, DraftAlgorithm, DraftHidden, Drafter, KvCache, LoadOptions, Rows,
+    load_target, BatchBuilder, DraftAlgorithm, DraftHidden, Drafter, KvCache, LoadOptions, Rows, TargetModel,
 };
 use std::path::Path;
 
@@ -15,14 +15,12 @@ const PAIRS: [(&str, &str); 3] = [
     ("tiny-llama", "tiny-llama-peagle-aws"),
 ];
 
-fn target(name: &str) -> CausalLm {
-    load_causal_lm(&fixture_dir(name), LoadOptions::default())
-        .unwrap()
-        .model
+fn target(name: &str) -> Box<dyn TargetModel> {
+    load_target(&fixture_dir(name), LoadOptions::default()).unwrap().model
 }
 
 fn drafter(target_name: &str, dir: &Path) -> Drafter {
-    Drafter::load(dir, &target(target_name), LoadOptions::default()).unwrap()
+    Drafter::load(dir, target(target_name).as_ref(), LoadOptions::default()).unwrap()
 }
 
 fn reference(drafter: &str) -> std::collections::HashMap<String, Tensor> {
@@ -189,7 +187,7 @@ fn speculators_config_fields_and_defaults() {
 #[test]
 fn mismatched_target_is_named() {
     let dir = edited("tiny-llama-peagle", |c| c["target_hidden_size"] = 128.into(), "");
-    let err = Drafter::load(dir.path(), &target("tiny-llama"), LoadOptions::default())
+    let err = Drafter::load(dir.path(), target("tiny-llama").as_ref(), LoadOptions::default())
         .err()
         .unwrap()
         .to_string();
@@ -198,7 +196,7 @@ fn mismatched_target_is_named() {
         "{err}"
     );
     let dir = edited("tiny-llama-peagle", |_| {}, "layers.1.mlp.down_proj.weight");
-    let err = Drafter::load(dir.path(), &target("tiny-llama"), LoadOptions::default())
+    let err = Drafter::load(dir.path(), target("tiny-llama").as_ref(), LoadOptions::default())
         .err()
         .unwrap()
         .to_string();

@@ -24,7 +24,7 @@ fn prefill_in_one_call() {
         let f = Fixture::load(name);
         for p in 0..3 {
             let kv = f.cache();
-            let out = run(&f.model, &kv, &[(0, &f.prompt(p), 0)]);
+            let out = run(f.model.as_ref(), &kv, &[(0, &f.prompt(p), 0)]);
             check(&f, p, &out[0], &format!("{name} one call"));
         }
     }
@@ -40,7 +40,7 @@ fn prefill_in_chunks() {
             let parts: Vec<Rowset> = prompt
                 .chunks(7)
                 .enumerate()
-                .map(|(c, chunk)| run(&f.model, &kv, &[(0, chunk, c * 7)]).remove(0))
+                .map(|(c, chunk)| run(f.model.as_ref(), &kv, &[(0, chunk, c * 7)]).remove(0))
                 .collect();
             check(&f, p, &cat_rows(&parts), &format!("{name} chunks of 7"));
         }
@@ -55,7 +55,7 @@ fn token_by_token_decode() {
             let kv = f.cache();
             let prompt = f.prompt(p);
             let parts: Vec<Rowset> = (0..prompt.len())
-                .map(|i| run(&f.model, &kv, &[(0, &prompt[i..i + 1], i)]).remove(0))
+                .map(|i| run(f.model.as_ref(), &kv, &[(0, &prompt[i..i + 1], i)]).remove(0))
                 .collect();
             check(&f, p, &cat_rows(&parts), &format!("{name} token by token"));
         }
@@ -69,11 +69,11 @@ fn mixed_batch_of_prefill_chunk_decode_and_fresh_prompt() {
         let kv = f.cache();
         let (p0, p1, p2) = (f.prompt(0), f.prompt(1), f.prompt(2));
         // Earlier steps: most of p0, the start of p1.
-        let before0 = run(&f.model, &kv, &[(0, &p0[..p0.len() - 1], 0)]).remove(0);
-        let before1 = run(&f.model, &kv, &[(1, &p1[..10], 0)]).remove(0);
+        let before0 = run(f.model.as_ref(), &kv, &[(0, &p0[..p0.len() - 1], 0)]).remove(0);
+        let before1 = run(f.model.as_ref(), &kv, &[(1, &p1[..10], 0)]).remove(0);
         // One step mixing p0's last token (decode), the rest of p1 (chunk), all of p2 (prefill).
         let mixed = run(
-            &f.model,
+            f.model.as_ref(),
             &kv,
             &[(0, &p0[p0.len() - 1..], p0.len() - 1), (1, &p1[10..], 10), (2, &p2, 0)],
         );

@@ -3,7 +3,7 @@
 mod common;
 use candle_core::{DType, Device, Tensor};
 use common::*;
-use peagle_models::{load_causal_lm, LoadError, LoadOptions};
+use peagle_models::{load_target, LoadError, LoadOptions};
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -21,7 +21,7 @@ fn broken_llama(edit: impl FnOnce(&mut HashMap<String, Tensor>)) -> tempfile::Te
 }
 
 fn load_err(dir: &Path) -> LoadError {
-    match load_causal_lm(dir, LoadOptions::default()) {
+    match load_target(dir, LoadOptions::default()) {
         Ok(_) => panic!("{} loaded", dir.display()),
         Err(e) => e,
     }
@@ -137,7 +137,7 @@ fn f16_weights_load_and_equal_their_f32_upcast() {
         }
     });
     let logits = |dir: &Path| {
-        let model = load_causal_lm(dir, LoadOptions::default()).unwrap().model;
+        let model = load_target(dir, LoadOptions::default()).unwrap().model;
         let kv = peagle_models::KvCache::new(model.dims(), 8, BLOCK, candle_core::DType::F32, &Device::Cpu).unwrap();
         let mut b = peagle_models::BatchBuilder::new(BLOCK);
         b.add(

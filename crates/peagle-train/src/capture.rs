@@ -9,7 +9,7 @@ use crate::sample::Sample;
 use candle_core::{DType, Tensor};
 use peagle_engine::{GenerateParams, Generator, SamplingParams};
 use peagle_kernels::on_pool;
-use peagle_models::{BatchBuilder, CausalLm, KvCache, Rows};
+use peagle_models::{BatchBuilder, KvCache, Rows, TargetModel};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use tokenizers::Tokenizer;
@@ -194,7 +194,7 @@ pub fn tokenize_example(
 
 /// The captured states of every position, [n, aux layers + 1, hidden]: the target's capture
 /// layers' inputs, then its final pre-norm state.
-pub fn capture_states(target: &CausalLm, tokens: &[u32]) -> Result<Tensor, TrainError> {
+pub fn capture_states(target: &dyn TargetModel, tokens: &[u32]) -> Result<Tensor, TrainError> {
     const BLOCK: usize = 16;
     let n = tokens.len();
     let blocks = n.div_ceil(BLOCK);

@@ -2,11 +2,11 @@
 //! a P-EAGLE drafter (or the EAGLE-3 baseline) on it and exports it for peagle and vLLM.
 
 use anyhow::{Context, Result};
-use candle_core::{DType, Device};
+use candle_core::DType;
 use clap::{Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use peagle_engine::{Generator, GeneratorOptions, SamplingParams};
-use peagle_models::{load_causal_lm, LoadOptions};
+use peagle_models::{load_target, DTypeSpec, DeviceSpec, LoadOptions};
 use peagle_train::capture::{capture, read_examples, CaptureOptions};
 use peagle_train::files::read_json;
 use peagle_train::step_bench::{bench_step, StepBenchOptions};
@@ -61,6 +61,9 @@ enum Command {
         /// Storage dtype of the captured states.
         #[arg(long, value_enum, default_value = "bf16")]
         dtype: StoreDtype,
+        /// Where the target runs: cpu, cuda or cuda:N.
+        #[arg(long, default_value_t = DeviceSpec::Cpu)]
+        device: DeviceSpec,
         /// Capture only the first N examples.
         #[arg(long)]
         limit: Option<usize>,
@@ -82,8 +85,9 @@ enum Command {
         shape: Shape,
         #[arg(long, default_value_t = 4096)]
         draft_vocab_size: usize,
-        #[arg(long, default_value = "cpu", value_parser = parse_device)]
-        device: Device,
+        /// `cpu`, or `cuda` / `cuda:N` in a build with `--features cuda`.
+        #[arg(long, default_value_t = DeviceSpec::Cpu)]
+        device: DeviceSpec,
     },
 }
 
@@ -163,22 +167,8 @@ struct FitArgs {
     #[arg(long, value_enum, default_value = "bf16")]
     export_dtype: StoreDtype,
     /// `cpu`, or `cuda` / `cuda:N` in a build with `--features cuda`.
-    #[arg(long, default_value = "cpu", value_parser = parse_device)]
-    device: Device,
-}
-
-fn parse_device(name: &str) -> Result<Device> {
-    let cuda = |ordinal: usize| {
-        Device::new_cuda(ordinal).with_context(|| {
-            format!("cannot open {name} (CUDA needs a GPU and a peagle-train built with --features cuda)")
-        })
-    };
-    match name.split_once(':') {
-        None if name == "cpu" => Ok(Device::Cpu),
-        None if name == "cuda" => cuda(0),
-        Some(("cuda", n)) => cuda(n.parse().with_context(|| format!("bad GPU number in {name}"))?),
-        _ => anyhow::bail!("unknown device {name}: expected cpu, cuda or cuda:N"),
-    }
+    #[arg(long, default_value_t = DeviceSpec::Cpu)]
+    device: DeviceSpec,
 }
 
 fn bar(total: usize) -> Result<ProgressBar> {
@@ -210,6 +200,7 @@ fn run(cli: Cli) -> Result<()> {
             seed,
             max_len,
             dtype,
+            device,
             limit,
             resume,
         } => {
@@ -222,7 +213,8 @@ fn run(cli: Cli) -> Result<()> {
                 max_model_len: Some(max_len.max(2)),
                 ..GeneratorOptions::default()
             };
-            let mut generator = Generator::from_dir(&model, None, LoadOptions::default(), &gen_opts)
+            let load = LoadOptions::for_inference(device, DTypeSpec::Auto).context("--device")?;
+            let mut generator = Generator::from_dir(&model, None, load, &gen_opts)
                 .with_context(|| format!("loading the target {}", model.display()))?;
             let opts = CaptureOptions {
                 generate,
@@ -261,14 +253,14 @@ fn run(cli: Cli) -> Result<()> {
             device,
         } => {
             let load = LoadOptions {
-                device,
+                device: device.open()?,
                 ..LoadOptions::default()
             };
             if shape.num_layers == 0 || shape.num_depths == 0 || shape.partitions == 0 || draft_vocab_size == 0 {
                 anyhow::bail!("--num-layers, --num-depths, --partitions and --draft-vocab-size must be at least 1");
             }
             let loaded =
-                load_causal_lm(&model, load).with_context(|| format!("loading the target {}", model.display()))?;
+                load_target(&model, load).with_context(|| format!("loading the target {}", model.display()))?;
             let context = loaded.config.max_position_embeddings.unwrap_or(usize::MAX);
             if !(3..=context).contains(&seq_len) {
                 anyhow::bail!("--seq-len must lie between 3 and the target's context ({context}), got {seq_len}");
@@ -286,7 +278,7 @@ fn run(cli: Cli) -> Result<()> {
                 partitions: shape.partitions,
                 draft_vocab_size,
             };
-            let result = bench_step(&model, &target, target_config, &opts)?;
+            let result = bench_step(&model, target.as_ref(), target_config, &opts)?;
             println!("{}", serde_json::to_string(&result)?);
         }
         Command::Fit(args) => {
@@ -317,7 +309,7 @@ fn run(cli: Cli) -> Result<()> {
                 resume: a.resume,
                 init_from: a.init_from,
                 export_dtype: a.export_dtype.into(),
-                device: a.device,
+                device: a.device.open()?,
             };
             let progress = bar(0)?;
             let state = fit(opts, |step, total, message| {

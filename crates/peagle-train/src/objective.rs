@@ -5,7 +5,7 @@
 use crate::cod::Element;
 use crate::vocab::DraftVocab;
 use candle_core::{DType, Result, Tensor, D};
-use peagle_models::CausalLm;
+use peagle_models::TargetModel;
 
 /// The target's predictions along one sample, one row per position.
 pub struct Targets {
@@ -17,7 +17,7 @@ pub struct Targets {
 
 impl Targets {
     /// From the final pre-norm states [seq, hidden] captured with the sample.
-    pub fn new(target: &CausalLm, final_hidden: &Tensor, vocab: &DraftVocab) -> Result<Self> {
+    pub fn new(target: &dyn TargetModel, final_hidden: &Tensor, vocab: &DraftVocab) -> Result<Self> {
         let logits = target.logits_from_final(&final_hidden.contiguous()?)?;
         let argmax = logits.argmax(D::Minus1)?.to_vec1::<u32>()?;
         let ids = Tensor::from_slice(&vocab.selected, vocab.len(), logits.device())?;

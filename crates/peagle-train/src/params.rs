@@ -2,7 +2,7 @@
 
 use crate::error::TrainError;
 use candle_core::{Tensor, Var};
-use peagle_models::{CausalLm, Checkpoint, Drafter, DrafterConfig, LoadOptions};
+use peagle_models::{Checkpoint, Drafter, DrafterConfig, LoadOptions, TargetModel};
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
@@ -23,13 +23,13 @@ impl Params {
     }
 
     /// A drafter whose weights are these variables: its passes track gradients.
-    pub fn drafter(&self, config: &DrafterConfig, target: &CausalLm) -> Result<Drafter, TrainError> {
+    pub fn drafter(&self, config: &DrafterConfig, target: &dyn TargetModel) -> Result<Drafter, TrainError> {
         let tensors = self.tensors(|v| v.as_tensor().clone());
         self.build(config, target, tensors)
     }
 
     /// A drafter over a copy of the current weights, for evaluation on the fast kernels.
-    pub fn frozen_drafter(&self, config: &DrafterConfig, target: &CausalLm) -> Result<Drafter, TrainError> {
+    pub fn frozen_drafter(&self, config: &DrafterConfig, target: &dyn TargetModel) -> Result<Drafter, TrainError> {
         let tensors = self.tensors(|v| v.as_tensor().detach());
         self.build(config, target, tensors)
     }
@@ -54,7 +54,7 @@ impl Params {
     fn build(
         &self,
         config: &DrafterConfig,
-        target: &CausalLm,
+        target: &dyn TargetModel,
         tensors: HashMap<String, Tensor>,
     ) -> Result<Drafter, TrainError> {
         let options = LoadOptions {

@@ -4,7 +4,7 @@
 use crate::error::TrainError;
 use crate::vocab::DraftVocab;
 use candle_core::{DType, Tensor};
-use peagle_models::{CausalLm, DrafterConfig};
+use peagle_models::{DrafterConfig, TargetModel};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Map, Value};
@@ -122,7 +122,7 @@ impl DrafterSpec {
     /// Initial weights, f32 on the target's device: random layers (normal, std
     /// `initializer_range`), unit norms, the target's embedding table and its lm_head rows of
     /// the draft vocabulary, so training starts from the target's own output layer.
-    pub fn init_weights(&self, target: &CausalLm, seed: u64) -> Result<BTreeMap<String, Tensor>, TrainError> {
+    pub fn init_weights(&self, target: &dyn TargetModel, seed: u64) -> Result<BTreeMap<String, Tensor>, TrainError> {
         let std = self.target_config["initializer_range"].as_f64().unwrap_or(0.02) as f32;
         let mut rng = StdRng::seed_from_u64(seed);
         let device = target.device();

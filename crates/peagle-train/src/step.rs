@@ -10,7 +10,7 @@ use crate::sample::Sample;
 use crate::vocab::DraftVocab;
 use candle_core::backprop::GradStore;
 use candle_core::{Result, Tensor};
-use peagle_models::{CausalLm, DraftHidden, Drafter};
+use peagle_models::{DraftHidden, Drafter, TargetModel};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::collections::HashMap;
@@ -29,7 +29,7 @@ pub struct Prepared {
 }
 
 impl Prepared {
-    pub fn new(sample: &Sample, target: &CausalLm, vocab: &DraftVocab, seq_len: usize) -> Result<Self> {
+    pub fn new(sample: &Sample, target: &dyn TargetModel, vocab: &DraftVocab, seq_len: usize) -> Result<Self> {
         let m = sample.len().min(seq_len);
         let states = sample.hidden_states.narrow(0, 0, m)?.to_device(target.device())?;
         let layers = states.dim(1)? - 1;

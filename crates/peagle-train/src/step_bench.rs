@@ -11,7 +11,7 @@ use crate::spec::{Algo, DrafterSpec, NEW_DRAFTER_NORM_BEFORE_RESIDUAL};
 use crate::step::{peagle_sample, Gradients, PeagleSetup, Prepared};
 use crate::vocab::DraftVocab;
 use candle_core::Tensor;
-use peagle_models::CausalLm;
+use peagle_models::TargetModel;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
@@ -41,7 +41,7 @@ pub struct StepBenchResult {
 
 pub fn bench_step(
     target_dir: &Path,
-    target: &CausalLm,
+    target: &dyn TargetModel,
     target_config: serde_json::Value,
     opts: &StepBenchOptions,
 ) -> Result<StepBenchResult, TrainError> {

@@ -16,7 +16,7 @@ use crate::step::{eagle3_sample, peagle_sample, Gradients, PeagleSetup, Prepared
 use crate::vocab::{pick_mask_token, DraftVocab};
 use crate::warm_start::Exported;
 use candle_core::{DType, Device, Tensor};
-use peagle_models::{load_causal_lm, CausalLm, Drafter, DrafterConfig, LoadOptions};
+use peagle_models::{load_target, Drafter, DrafterConfig, LoadOptions, TargetModel};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
@@ -102,7 +102,7 @@ pub const PLOT: &str = "accuracy.png";
 struct Run {
     opts: FitOptions,
     data: Captures,
-    target: CausalLm,
+    target: Box<dyn TargetModel>,
     spec: DrafterSpec,
     config: DrafterConfig,
     params: Params,
@@ -172,7 +172,7 @@ impl Run {
             device: opts.device.clone(),
             ..LoadOptions::default()
         };
-        let mut target = load_causal_lm(&target_dir, load)?.model;
+        let mut target = load_target(&target_dir, load)?.model;
         target.set_capture_layers(data_config.source.aux_layer_ids.clone())?;
         if target.dims().hidden_size != data_config.source.target_hidden_size {
             return Err(TrainError::Invalid(format!(
@@ -258,7 +258,7 @@ impl Run {
                 (params, moments)
             }
             (None, Some(e)) => (e.weights(&spec.weight_shapes()?)?, None),
-            (None, None) => (spec.init_weights(&target, opts.seed)?, None),
+            (None, None) => (spec.init_weights(target.as_ref(), opts.seed)?, None),
         };
         let params = Params::new(params)?;
         let mut optimizer = AdamW::new(
@@ -318,7 +318,7 @@ impl Run {
         let sample = Sample::load(&self.data.sample_path(index))?;
         Ok(Prepared::new(
             &sample,
-            &self.target,
+            self.target.as_ref(),
             &self.spec.vocab,
             self.opts.seq_len,
         )?)
@@ -360,7 +360,7 @@ impl Run {
     }
 
     fn train_step(&mut self, batch: &[usize], lr: f64) -> Result<DepthStats, TrainError> {
-        let drafter = self.params.drafter(&self.config, &self.target)?;
+        let drafter = self.params.drafter(&self.config, self.target.as_ref())?;
         let mut grads = Gradients::new(&self.params);
         let mut stats = DepthStats::default();
         for &index in batch {
@@ -372,7 +372,7 @@ impl Run {
 
     /// Loss and per-depth accuracy on the held-out samples, with a fixed COD draw.
     fn evaluate(&self) -> Result<DepthStats, TrainError> {
-        let drafter = self.params.frozen_drafter(&self.config, &self.target)?;
+        let drafter = self.params.frozen_drafter(&self.config, self.target.as_ref())?;
         let mut stats = DepthStats::default();
         for &index in &self.val {
             stats.merge(&self.pass(&drafter, index, usize::MAX, None)?);

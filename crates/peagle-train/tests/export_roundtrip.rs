@@ -35,11 +35,11 @@ fn exported_drafter_loads_with_equal_logits() {
         let spec = spec(algo, norm_before_residual);
         let dir = tempfile::tempdir().unwrap();
         let config = spec.drafter_config(&dir.path().join("config.json")).unwrap();
-        let params = Params::new(spec.init_weights(&target, 4).unwrap()).unwrap();
+        let params = Params::new(spec.init_weights(target.as_ref(), 4).unwrap()).unwrap();
         export(&spec, &params.snapshot(), dir.path(), DType::F32).unwrap();
 
-        let loaded = Drafter::load(dir.path(), &target, LoadOptions::default()).unwrap();
-        let trained = params.frozen_drafter(&config, &target).unwrap();
+        let loaded = Drafter::load(dir.path(), target.as_ref(), LoadOptions::default()).unwrap();
+        let trained = params.frozen_drafter(&config, target.as_ref()).unwrap();
         assert_eq!(loaded.is_parallel(), algo == Algo::Peagle);
         for (i, t) in spec.vocab.selected.iter().enumerate() {
             assert_eq!(loaded.to_target_id(i), *t, "d2t maps draft id {i}");
@@ -87,7 +87,7 @@ fn weight_shapes_are_those_of_the_initial_weights() {
     let target = tiny_target();
     for algo in [Algo::Peagle, Algo::Eagle3] {
         let spec = spec(algo, true);
-        let weights = spec.init_weights(&target, 4).unwrap();
+        let weights = spec.init_weights(target.as_ref(), 4).unwrap();
         let shapes: std::collections::BTreeMap<String, Vec<usize>> = weights
             .iter()
             .map(|(name, w)| (name.clone(), w.dims().to_vec()))

@@ -3,7 +3,7 @@
 //! prefix, then mask slots, over the paged cache). Training and serving agree on the drafter.
 
 use candle_core::{DType, Device, Tensor};
-use peagle_models::{load_causal_lm, BatchBuilder, DraftHidden, Drafter, KvCache, LoadOptions, Rows};
+use peagle_models::{load_target, BatchBuilder, DraftHidden, Drafter, KvCache, LoadOptions, Rows};
 use peagle_train::{CodConfig, CodLayout};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -17,10 +17,10 @@ fn fixture(name: &str) -> PathBuf {
 
 #[test]
 fn training_layout_logits_equal_inference_logits() {
-    let target = load_causal_lm(&fixture("tiny-llama"), LoadOptions::default())
+    let target = load_target(&fixture("tiny-llama"), LoadOptions::default())
         .unwrap()
         .model;
-    let drafter = Drafter::load(&fixture("tiny-llama-peagle"), &target, LoadOptions::default()).unwrap();
+    let drafter = Drafter::load(&fixture("tiny-llama-peagle"), target.as_ref(), LoadOptions::default()).unwrap();
     let (mask_token, mask_hidden) = drafter.parallel_inputs().unwrap();
     let mut rng = StdRng::seed_from_u64(5);
     let n = 24;

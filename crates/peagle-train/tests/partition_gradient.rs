@@ -18,7 +18,7 @@ fn four_partitions_give_the_unpartitioned_gradient() {
     let target = tiny_target();
     let config = DrafterConfig::from_file(&fixture("tiny-llama-peagle/config.json")).unwrap();
     let params = Params::new(drafter_weights("tiny-llama-peagle")).unwrap();
-    let drafter = params.drafter(&config, &target).unwrap();
+    let drafter = params.drafter(&config, target.as_ref()).unwrap();
     let vocab = identity_vocab(256);
     let mut rng = StdRng::seed_from_u64(11);
     let m = 41;
@@ -27,7 +27,7 @@ fn four_partitions_give_the_unpartitioned_gradient() {
         aux: Tensor::randn(0f32, 1.0, (m - 1, 3 * 64), &Device::Cpu).unwrap(),
         valid: (0..m - 1).map(|p| p % 9 != 2 && p + 2 < m).collect(),
         targets: Targets::new(
-            &target,
+            target.as_ref(),
             &Tensor::randn(0f32, 1.0, (m, 64), &Device::Cpu).unwrap(),
             &vocab,
         )

@@ -8,7 +8,7 @@ use peagle_cli::{demo_model_dir, init_tracing};
 use peagle_engine::{
     DraftOptions, GenerateParams, Generator, GeneratorOptions, Penalties, SamplingParams, SpeculativeConfig,
 };
-use peagle_models::{DrafterConfig, KvCacheDtype, LoadOptions};
+use peagle_models::{DTypeSpec, DeviceSpec, DrafterConfig, KvCacheDtype, LoadOptions};
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -66,6 +66,12 @@ struct Args {
     /// Drafts per step. Default: the drafter's published value, else 3.
     #[arg(long, requires = "draft_model")]
     k: Option<usize>,
+    /// Where the model runs: cpu, cuda or cuda:N.
+    #[arg(long, default_value_t = DeviceSpec::Cpu)]
+    device: DeviceSpec,
+    /// Activation dtype: auto (f32 on the CPU, bf16 on a GPU), f32, bf16 or f16.
+    #[arg(long, default_value_t = DTypeSpec::Auto)]
+    dtype: DTypeSpec,
     /// Write aggregate statistics (tokens/s, acceptance) as JSON here.
     #[arg(long)]
     stats_json: Option<PathBuf>,
@@ -106,7 +112,8 @@ fn run(args: Args) -> Result<()> {
         kv_cache_dtype: args.kv_cache_dtype,
         ..Default::default()
     };
-    let mut generator = Generator::from_dir(&dir, draft.as_ref(), LoadOptions::default(), &opts)
+    let load = LoadOptions::for_inference(args.device, args.dtype).context("--device / --dtype")?;
+    let mut generator = Generator::from_dir(&dir, draft.as_ref(), load, &opts)
         .with_context(|| format!("cannot load {}", dir.display()))?;
     let params = GenerateParams {
         max_tokens: args.max_tokens,

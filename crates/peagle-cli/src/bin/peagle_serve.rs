@@ -2,13 +2,13 @@
 //! the bundled demo model with its P-EAGLE drafter.
 
 use anyhow::{bail, Context, Result};
-use clap::{Parser, ValueEnum};
+use clap::Parser;
 use hf_hub::Cache;
 use peagle_cli::model_source::{resolve_dir, resolve_model, ModelSource};
 use peagle_cli::speculative_config::SpeculativeSpec;
 use peagle_cli::{demo_model_dir, init_tracing_at};
 use peagle_engine::{EngineConfig, SchedulerConfig};
-use peagle_models::{KvCacheDtype, LoadOptions};
+use peagle_models::{DTypeSpec, DeviceSpec, KvCacheDtype, LoadOptions};
 use peagle_server::{start_engine, DraftModel, EngineOptions, GenerationDefaults, Server, ServerConfig};
 use std::time::Duration;
 use tokio::signal::unix::{signal, SignalKind};
@@ -75,9 +75,12 @@ struct Args {
     /// Requests waiting for admission beyond which new ones get 503.
     #[arg(long)]
     max_waiting_requests: Option<usize>,
-    /// Activation dtype. auto: f32 on the CPU.
-    #[arg(long, value_enum, default_value_t = Dtype::Auto)]
-    dtype: Dtype,
+    /// Where the model runs: cpu, cuda or cuda:N.
+    #[arg(long, default_value_t = DeviceSpec::Cpu)]
+    device: DeviceSpec,
+    /// Activation dtype: auto (f32 on the CPU, bf16 on a GPU), f32, bf16 or f16.
+    #[arg(long, default_value_t = DTypeSpec::Auto)]
+    dtype: DTypeSpec,
     /// What the KV cache stores: auto (the model's dtype: bf16 for a bf16 checkpoint such as
     /// the demo model, else f32), f32, or bf16 (half the memory and attention reads).
     #[arg(long, default_value_t = KvCacheDtype::Auto)]
@@ -102,13 +105,6 @@ struct Args {
     enable_request_id_headers: bool,
 }
 
-#[derive(Clone, Copy, ValueEnum)]
-enum Dtype {
-    Auto,
-    F32,
-    Bf16,
-}
-
 fn main() {
     init_tracing_at("info");
     if let Err(e) = run(Args::parse()) {
@@ -124,12 +120,7 @@ fn run(args: Args) -> Result<()> {
             args.allowed_origins
         )
     })?;
-    let load = match args.dtype {
-        Dtype::Auto | Dtype::F32 => LoadOptions::default(),
-        Dtype::Bf16 => {
-            bail!("--dtype bf16: this build computes on the CPU, where compute is f32; use --dtype auto or f32")
-        }
-    };
+    let load = LoadOptions::for_inference(args.device, args.dtype).context("--device / --dtype")?;
     let cache = Cache::from_env();
     let spec = args
         .speculative_config

@@ -3,15 +3,20 @@ use crate::checkpoint::Checkpoint;
 use crate::config::TextConfig;
 use crate::error::LoadError;
 use crate::kv_cache::LayerKv;
-use candle_core::{Result, Tensor};
-use peagle_kernels::{masked_softmax, paged_attention, write_kv, AttentionMetadata, AttentionParams};
+use crate::ops::{masked_softmax, paged_attention, write_kv};
+use candle_core::{bail, Result, Tensor};
+use peagle_kernels::{AttentionMetadata, AttentionParams};
 
-/// Architecture switches of the attention block.
-#[derive(Debug, Clone, Copy)]
+/// Architecture switches of one layer's attention block.
+#[derive(Debug, Clone, Copy, Default)]
 pub struct AttentionOptions {
     /// Per-head RMSNorm of q and k before RoPE (Qwen3).
     pub qk_norm: bool,
+    /// Biases on the q, k, v and o projections.
     pub bias: bool,
+    /// Attend only to the last `n` positions, the query's own included; `None` is full
+    /// attention. Paged attention only: the training layouts of drafters have no window.
+    pub sliding_window: Option<usize>,
 }
 
 /// Where attention takes its keys and values from.
@@ -70,7 +75,7 @@ impl Attention {
                 num_kv_heads: kv_heads,
                 head_dim: d,
                 scale: 1.0 / (d as f32).sqrt(),
-                sliding_window: None,
+                sliding_window: opts.sliding_window,
             },
         })
     }
@@ -96,6 +101,9 @@ impl Attention {
                 write_kv(&kv.k, &k, &meta.slot_mapping)?;
                 write_kv(&kv.v, &v, &meta.slot_mapping)?;
                 paged_attention(&q, &kv.k, &kv.v, meta, p)?
+            }
+            AttentionContext::Masked { .. } if p.sliding_window.is_some() => {
+                bail!("a sliding window is not supported in masked (training) attention")
             }
             AttentionContext::Masked { bias } => masked_attention(&q, &k, &v, bias, p)?,
         };

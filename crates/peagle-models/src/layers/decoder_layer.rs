@@ -1,35 +1,50 @@
-use super::{Attention, AttentionContext, AttentionOptions, Mlp, RmsNorm, RopeTables};
+use super::{Attention, AttentionContext, AttentionOptions, FeedForward, RmsNorm, RopeTables};
 use crate::checkpoint::Checkpoint;
 use crate::config::TextConfig;
 use crate::error::LoadError;
 use candle_core::{Result, Tensor};
 
-/// Pre-norm transformer block: `x + attn(norm(x))`, then `x + mlp(norm(x))`.
+/// Pre-norm transformer block: `x + attn(norm(x))`, then `x + ffn(norm(x))`. The architecture
+/// chooses the attention options and the feed-forward kind of each layer.
 pub struct DecoderLayer {
     input_norm: RmsNorm,
     attn: Attention,
     post_attention_norm: RmsNorm,
-    mlp: Mlp,
+    ffn: FeedForward,
 }
 
 impl DecoderLayer {
+    /// Loads the norms and attention of the Hugging Face layout under `prefix`
+    /// (`input_layernorm`, `self_attn`, `post_attention_layernorm`) around `ffn`.
     pub fn load(
         ckpt: &Checkpoint,
         prefix: &str,
         cfg: &TextConfig,
         opts: AttentionOptions,
+        ffn: FeedForward,
     ) -> std::result::Result<Self, LoadError> {
         let norm = |name: &str| RmsNorm::load(ckpt, &format!("{prefix}.{name}"), cfg.hidden_size, cfg.rms_norm_eps);
         Ok(Self {
             input_norm: norm("input_layernorm")?,
             attn: Attention::load(ckpt, &format!("{prefix}.self_attn"), cfg, cfg.hidden_size, opts)?,
             post_attention_norm: norm("post_attention_layernorm")?,
-            mlp: Mlp::load(ckpt, &format!("{prefix}.mlp"), cfg.hidden_size, cfg.intermediate_size)?,
+            ffn,
         })
+    }
+
+    /// A layer with a dense SwiGLU MLP (`{prefix}.mlp`), as Llama and the drafters have.
+    pub fn load_dense(
+        ckpt: &Checkpoint,
+        prefix: &str,
+        cfg: &TextConfig,
+        opts: AttentionOptions,
+    ) -> std::result::Result<Self, LoadError> {
+        let ffn = FeedForward::load_dense(ckpt, &format!("{prefix}.mlp"), cfg)?;
+        Self::load(ckpt, prefix, cfg, opts, ffn)
     }
 
     pub fn forward(&self, x: &Tensor, rope: &RopeTables, ctx: &AttentionContext) -> Result<Tensor> {
         let x = (x + self.attn.forward(&self.input_norm.forward(x)?, rope, ctx)?)?;
-        &x + self.mlp.forward(&self.post_attention_norm.forward(&x)?)?
+        &x + self.ffn.forward(&self.post_attention_norm.forward(&x)?)?
     }
 }

@@ -1,4 +1,4 @@
-use super::{Attention, AttentionContext, AttentionOptions, Mlp, RmsNorm, RopeTables};
+use super::{Attention, AttentionContext, AttentionOptions, FeedForward, RmsNorm, RopeTables};
 use crate::checkpoint::Checkpoint;
 use crate::config::TextConfig;
 use crate::error::LoadError;
@@ -11,7 +11,7 @@ pub struct EagleInputLayer {
     hidden_norm: RmsNorm,
     attn: Attention,
     post_attention_norm: RmsNorm,
-    mlp: Mlp,
+    ffn: FeedForward,
     /// Start the residual from `hidden_norm(h)` instead of `h`.
     norm_before_residual: bool,
 }
@@ -31,7 +31,7 @@ impl EagleInputLayer {
             hidden_norm: norm("hidden_norm")?,
             attn: Attention::load(ckpt, &format!("{prefix}.self_attn"), cfg, 2 * h, opts)?,
             post_attention_norm: norm("post_attention_layernorm")?,
-            mlp: Mlp::load(ckpt, &format!("{prefix}.mlp"), h, cfg.intermediate_size)?,
+            ffn: FeedForward::load_dense(ckpt, &format!("{prefix}.mlp"), cfg)?,
             norm_before_residual,
         })
     }
@@ -51,6 +51,6 @@ impl EagleInputLayer {
         };
         let input = Tensor::cat(&[&self.input_norm.forward(embeds)?, &normed_hidden], 1)?;
         let x = (residual + self.attn.forward(&input, rope, ctx)?)?;
-        &x + self.mlp.forward(&self.post_attention_norm.forward(&x)?)?
+        &x + self.ffn.forward(&self.post_attention_norm.forward(&x)?)?
     }
 }

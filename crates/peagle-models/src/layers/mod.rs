@@ -1,9 +1,11 @@
-//! Building blocks shared by the decoder architectures.
+//! Building blocks shared by the architectures and the drafter. They compute through `ops`
+//! and never choose a device or kernel themselves.
 
 mod attention;
 mod decoder_layer;
 mod eagle_input_layer;
 mod embedding;
+mod feed_forward;
 mod linear;
 mod mlp;
 mod rms_norm;
@@ -13,6 +15,7 @@ pub use attention::{Attention, AttentionContext, AttentionOptions};
 pub use decoder_layer::DecoderLayer;
 pub use eagle_input_layer::EagleInputLayer;
 pub use embedding::Embedding;
+pub use feed_forward::FeedForward;
 pub use linear::Linear;
 pub use mlp::Mlp;
 pub use rms_norm::RmsNorm;

@@ -1,5 +1,6 @@
 use crate::checkpoint::Checkpoint;
 use crate::error::LoadError;
+use crate::ops;
 use candle_core::{Result, Tensor};
 
 /// RMSNorm over the last dimension; each row is reduced on its own, so it is batch-invariant.
@@ -17,12 +18,6 @@ impl RmsNorm {
     }
 
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let x = x.contiguous()?;
-        // The fused op has no backward; training passes take the composed one.
-        if x.track_op() || self.weight.track_op() {
-            candle_nn::ops::rms_norm_slow(&x, &self.weight, self.eps)
-        } else {
-            candle_nn::ops::rms_norm(&x, &self.weight, self.eps)
-        }
+        ops::rms_norm(x, &self.weight, self.eps)
     }
 }

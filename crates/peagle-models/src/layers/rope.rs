@@ -1,4 +1,5 @@
 use crate::config::{RopeConfig, RopeScaling};
+use crate::ops;
 use candle_core::{Device, Result, Tensor};
 
 /// Rotary position embedding in the rotate-halves layout (HF Llama, Qwen3).
@@ -72,18 +73,6 @@ fn scale(inv_freq: f32, scaling: &RopeScaling) -> f32 {
 impl RopeTables {
     /// Rotates `x` [rows, heads * head_dim].
     pub fn apply(&self, x: &Tensor, heads: usize, head_dim: usize) -> Result<Tensor> {
-        let rows = x.dim(0)?;
-        if x.track_op() {
-            // The fused op has no backward; training passes take the composed one.
-            let x = x.reshape((1, rows, heads, head_dim))?.transpose(1, 2)?.contiguous()?;
-            return candle_nn::rotary_emb::rope_slow(&x, &self.cos, &self.sin)?
-                .transpose(1, 2)?
-                .reshape((rows, heads * head_dim));
-        }
-        if x.device().is_cpu() {
-            return peagle_kernels::rope(x, &self.cos, &self.sin, head_dim);
-        }
-        let x = x.reshape((1, rows, heads, head_dim))?.contiguous()?;
-        candle_nn::rotary_emb::rope_thd(&x, &self.cos, &self.sin)?.reshape((rows, heads * head_dim))
+        ops::rope(x, &self.cos, &self.sin, heads, head_dim)
     }
 }

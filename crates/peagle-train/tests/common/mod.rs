@@ -4,7 +4,7 @@
 
 use candle_core::safetensors::MmapedSafetensors;
 use candle_core::{DType, Device, Tensor};
-use peagle_models::{load_causal_lm, CausalLm, LoadOptions};
+use peagle_models::{load_target, LoadOptions, TargetModel};
 use peagle_train::DraftVocab;
 use safetensors::Dtype;
 use std::collections::BTreeMap;
@@ -16,8 +16,8 @@ pub fn fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
-pub fn tiny_target() -> CausalLm {
-    load_causal_lm(&fixture("tiny-llama"), LoadOptions::default())
+pub fn tiny_target() -> Box<dyn TargetModel> {
+    load_target(&fixture("tiny-llama"), LoadOptions::default())
         .unwrap()
         .model
 }

@@ -1,21 +1,10 @@
-//! Loading a Hugging Face model directory: config, weights, generation settings.
+//! A model's generation settings: the tokens that end generation and the sampling defaults
+//! its authors recommend.
 
-use crate::checkpoint::{Checkpoint, LoadOptions};
-use crate::config::{read_json, TextConfig};
+use crate::config::read_json;
 use crate::error::LoadError;
-use crate::transformer::CausalLm;
-use crate::{llama, qwen3};
 use serde::Deserialize;
-use std::path::{Path, PathBuf};
-
-pub const SUPPORTED_ARCHITECTURES: &[&str] = &["LlamaForCausalLM", "Qwen3ForCausalLM"];
-
-pub struct LoadedModel {
-    pub model: CausalLm,
-    pub config: TextConfig,
-    pub generation: GenerationConfig,
-    pub dir: PathBuf,
-}
+use std::path::Path;
 
 /// Generation settings from `generation_config.json` (else `config.json`): the token ids that
 /// end generation and the sampling defaults the model's authors recommend.
@@ -50,37 +39,6 @@ impl SamplingDefaults {
             max_new_tokens: newer.max_new_tokens.or(self.max_new_tokens),
         }
     }
-}
-
-pub fn load_causal_lm(dir: &Path, options: LoadOptions) -> Result<LoadedModel, LoadError> {
-    if !dir.is_dir() {
-        return Err(LoadError::MissingFile {
-            what: "model directory",
-            path: dir.to_owned(),
-        });
-    }
-    let config = TextConfig::from_file(&dir.join("config.json"))?;
-    let arch = config.architectures.first().cloned().unwrap_or_default();
-    let ckpt = Checkpoint::open(dir, options)?;
-    let model = match arch.as_str() {
-        "LlamaForCausalLM" => llama::load(&config, &ckpt)?,
-        "Qwen3ForCausalLM" => qwen3::load(&config, &ckpt)?,
-        _ => {
-            return Err(LoadError::UnknownArchitecture {
-                path: config.path.clone(),
-                found: arch,
-                supported: SUPPORTED_ARCHITECTURES,
-            })
-        }
-    };
-    let generation = GenerationConfig::load(dir)?;
-    tracing::info!(dir = %dir.display(), arch, layers = model.dims().num_layers, "loaded model");
-    Ok(LoadedModel {
-        model,
-        config,
-        generation,
-        dir: dir.to_owned(),
-    })
 }
 
 #[derive(Deserialize)]

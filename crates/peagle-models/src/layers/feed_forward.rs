@@ -1,0 +1,30 @@
+use super::Mlp;
+use crate::checkpoint::Checkpoint;
+use crate::config::TextConfig;
+use crate::error::LoadError;
+use candle_core::{Result, Tensor};
+
+/// A decoder layer's feed-forward block; an architecture chooses the kind per layer.
+pub enum FeedForward {
+    /// One SwiGLU MLP for every token.
+    Dense(Mlp),
+}
+
+impl FeedForward {
+    /// A dense MLP of the config's intermediate size under `prefix`.
+    pub fn load_dense(ckpt: &Checkpoint, prefix: &str, cfg: &TextConfig) -> std::result::Result<Self, LoadError> {
+        Ok(Self::Dense(Mlp::load(
+            ckpt,
+            prefix,
+            cfg.hidden_size,
+            cfg.intermediate_size,
+        )?))
+    }
+
+    /// `x` [rows, hidden] to [rows, hidden].
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        match self {
+            Self::Dense(mlp) => mlp.forward(x),
+        }
+    }
+}

@@ -1,0 +1,139 @@
+//! The ops layer: the only place that decides how an operation runs. Layers call these
+//! functions and never look at a tensor's device themselves.
+//!
+//! The rule, per call:
+//! - a CPU tensor in an inference pass (no gradient tracked) takes the batch-invariant kernel
+//!   of `peagle-kernels`;
+//! - a pass that tracks gradients (training) takes composed candle ops, which have a backward;
+//! - any other device takes candle's own op where one exists. Paged attention and the KV
+//!   scatter have no such op: they are refused on such a device with an error naming it, and
+//!   `check_inference_device` refuses the device before a model is loaded.
+//!
+//! A CUDA backend adds its kernels here, one match arm per op.
+
+mod weight;
+
+pub use weight::Weight;
+
+use candle_core::{bail, Device, Result, Tensor};
+use peagle_kernels::{AttentionMetadata, AttentionParams};
+
+/// Which implementation an op takes for its input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Path {
+    /// `peagle-kernels`: CPU, inference.
+    CpuKernel,
+    /// Differentiable candle ops: training passes.
+    Autograd,
+    /// candle's fused op on another device.
+    Device,
+}
+
+fn path(x: &Tensor) -> Path {
+    if x.track_op() {
+        Path::Autograd
+    } else if x.device().is_cpu() {
+        Path::CpuKernel
+    } else {
+        Path::Device
+    }
+}
+
+/// Refuses a device the inference engine has no kernels for, before anything is loaded.
+pub fn check_inference_device(device: &Device) -> Result<()> {
+    if device.is_cpu() {
+        return Ok(());
+    }
+    bail!(
+        "inference on {} is not supported yet: paged attention has only a CPU kernel; use --device cpu",
+        device_name(device)
+    )
+}
+
+fn device_name(device: &Device) -> String {
+    match device.location() {
+        candle_core::DeviceLocation::Cpu => "cpu".into(),
+        candle_core::DeviceLocation::Cuda { gpu_id } => format!("cuda:{gpu_id}"),
+        candle_core::DeviceLocation::Metal { gpu_id } => format!("metal:{gpu_id}"),
+    }
+}
+
+/// `x` [rows, in] times `w` [out, in] transposed: [rows, out].
+pub fn linear(x: &Tensor, w: &Weight) -> Result<Tensor> {
+    match (w, path(x)) {
+        (Weight::Packed(p), Path::CpuKernel) => peagle_kernels::linear(x, p),
+        // A pass that tracks gradients through a frozen weight multiplies by its unpacked copy.
+        (Weight::Packed(p), _) => x.matmul(&p.unpack()?.to_dtype(x.dtype())?.t()?),
+        (Weight::Plain(w), _) => x.matmul(&w.t()?),
+    }
+}
+
+/// SwiGLU's gating `silu(gate) * up` of a fused projection `gate_up` [rows, 2 * width] whose
+/// gate columns come first: [rows, width].
+pub fn swiglu(gate_up: &Tensor) -> Result<Tensor> {
+    if path(gate_up) == Path::CpuKernel {
+        return peagle_kernels::swiglu(gate_up);
+    }
+    let width = gate_up.dim(1)? / 2;
+    let gate = gate_up.narrow(1, 0, width)?;
+    let up = gate_up.narrow(1, width, width)?;
+    (candle_nn::ops::silu(&gate)? * up)?.contiguous()
+}
+
+/// RMSNorm of each row of `x` over its last dimension, times `weight`.
+pub fn rms_norm(x: &Tensor, weight: &Tensor, eps: f32) -> Result<Tensor> {
+    let x = x.contiguous()?;
+    if x.track_op() || weight.track_op() {
+        candle_nn::ops::rms_norm_slow(&x, weight, eps)
+    } else {
+        candle_nn::ops::rms_norm(&x, weight, eps)
+    }
+}
+
+/// Rotates `x` [rows, heads * head_dim] (rotate-halves layout) by `cos` and `sin`
+/// [rows, head_dim / 2].
+pub fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor, heads: usize, head_dim: usize) -> Result<Tensor> {
+    let rows = x.dim(0)?;
+    match path(x) {
+        Path::CpuKernel => peagle_kernels::rope(x, cos, sin, head_dim),
+        Path::Autograd => {
+            let x = x.reshape((1, rows, heads, head_dim))?.transpose(1, 2)?.contiguous()?;
+            candle_nn::rotary_emb::rope_slow(&x, cos, sin)?
+                .transpose(1, 2)?
+                .reshape((rows, heads * head_dim))
+        }
+        Path::Device => {
+            let x = x.reshape((1, rows, heads, head_dim))?.contiguous()?;
+            candle_nn::rotary_emb::rope_thd(&x, cos, sin)?.reshape((rows, heads * head_dim))
+        }
+    }
+}
+
+/// Writes row `t` of `new` [tokens, width] into row `slots[t]` of the paged `cache`.
+pub fn write_kv(cache: &Tensor, new: &Tensor, slots: &[u32]) -> Result<()> {
+    match path(new) {
+        Path::Device => bail!("the KV cache scatter has no kernel for {}", device_name(new.device())),
+        _ => peagle_kernels::write_kv(cache, new, slots),
+    }
+}
+
+/// Causal attention of a flattened batch's queries over the paged cache (see
+/// `peagle_kernels::paged_attention`).
+pub fn paged_attention(
+    q: &Tensor,
+    k_cache: &Tensor,
+    v_cache: &Tensor,
+    meta: &AttentionMetadata,
+    params: &AttentionParams,
+) -> Result<Tensor> {
+    match path(q) {
+        Path::Device => bail!("paged attention has no kernel for {}", device_name(q.device())),
+        _ => peagle_kernels::paged_attention(q, k_cache, v_cache, meta, params),
+    }
+}
+
+/// `softmax(scores + bias)` over the last dimension, differentiable in `scores` (see
+/// `peagle_kernels::masked_softmax`, which also serves other devices with composed ops).
+pub fn masked_softmax(scores: &Tensor, bias: &Tensor) -> Result<Tensor> {
+    peagle_kernels::masked_softmax(scores, bias)
+}

@@ -1,0 +1,32 @@
+//! Weight formats. Each format is one variant; `ops::linear` knows how to multiply by each.
+
+use candle_core::{Result, Tensor};
+use peagle_kernels::PackedWeight;
+
+/// A linear layer's weight [out, in].
+pub enum Weight {
+    /// As loaded: weights that training updates (variables, or fused from them), and weights
+    /// on devices without a packed format. candle's matmul.
+    Plain(Tensor),
+    /// A CPU inference weight, f32 or bf16, held only in the batch-invariant kernel's layout.
+    Packed(PackedWeight),
+}
+
+impl Weight {
+    /// The format `ops::linear` runs fastest for this tensor's device and use.
+    pub fn new(w: Tensor) -> Result<Self> {
+        if w.device().is_cpu() && !w.track_op() {
+            Ok(Self::Packed(PackedWeight::new(&w)?))
+        } else {
+            Ok(Self::Plain(w))
+        }
+    }
+
+    /// The weight [out, in] as a plain tensor (unpacked from the kernel's layout on the CPU).
+    pub fn to_tensor(&self) -> Result<Tensor> {
+        match self {
+            Self::Plain(w) => Ok(w.clone()),
+            Self::Packed(p) => p.unpack(),
+        }
+    }
+}

@@ -1,0 +1,155 @@
+//! Where a process computes: the device and activation dtype, chosen once from its options
+//! and fixed in the `LoadOptions` every model and cache is built with.
+
+use crate::checkpoint::LoadOptions;
+use crate::error::LoadError;
+use candle_core::{DType, Device};
+use std::fmt;
+use std::str::FromStr;
+
+/// A device by name: `cpu`, `cuda` (GPU 0) or `cuda:N`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DeviceSpec {
+    #[default]
+    Cpu,
+    Cuda(usize),
+}
+
+impl FromStr for DeviceSpec {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.split_once(':') {
+            None if s == "cpu" => Ok(Self::Cpu),
+            None if s == "cuda" => Ok(Self::Cuda(0)),
+            Some(("cuda", n)) => n
+                .parse()
+                .map(Self::Cuda)
+                .map_err(|_| format!("bad GPU number in {s:?}")),
+            _ => Err(format!("unknown device {s:?}: expected cpu, cuda or cuda:N")),
+        }
+    }
+}
+
+impl fmt::Display for DeviceSpec {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        match self {
+            Self::Cpu => f.write_str("cpu"),
+            Self::Cuda(n) => write!(f, "cuda:{n}"),
+        }
+    }
+}
+
+impl DeviceSpec {
+    pub fn open(self) -> Result<Device, LoadError> {
+        match self {
+            Self::Cpu => Ok(Device::Cpu),
+            Self::Cuda(n) => Device::new_cuda(n).map_err(|e| {
+                LoadError::Placement(format!(
+                    "cannot open {self}: {e} (CUDA needs a GPU and a build with the cuda feature)"
+                ))
+            }),
+        }
+    }
+}
+
+/// The dtype activations are computed in; `auto` is f32 on the CPU and bf16 on a GPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DTypeSpec {
+    #[default]
+    Auto,
+    F32,
+    Bf16,
+    F16,
+}
+
+impl FromStr for DTypeSpec {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(Self::Auto),
+            "f32" | "float32" => Ok(Self::F32),
+            "bf16" | "bfloat16" => Ok(Self::Bf16),
+            "f16" | "float16" => Ok(Self::F16),
+            _ => Err(format!("unknown dtype {s:?}: expected auto, f32, bf16 or f16")),
+        }
+    }
+}
+
+impl fmt::Display for DTypeSpec {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str(match self {
+            Self::Auto => "auto",
+            Self::F32 => "f32",
+            Self::Bf16 => "bf16",
+            Self::F16 => "f16",
+        })
+    }
+}
+
+impl DTypeSpec {
+    /// The dtype on `device`. The CPU kernels compute in f32 (bf16 weights stay bf16 in
+    /// memory and are widened exactly as they are read), so the CPU takes nothing else.
+    pub fn resolve(self, device: &Device) -> Result<DType, LoadError> {
+        match (self, device.is_cpu()) {
+            (Self::Auto | Self::F32, true) => Ok(DType::F32),
+            (Self::Auto, false) | (Self::Bf16, false) => Ok(DType::BF16),
+            (Self::F32, false) => Ok(DType::F32),
+            (Self::F16, false) => Ok(DType::F16),
+            (other, true) => Err(LoadError::Placement(format!(
+                "dtype {other} on the CPU: the CPU kernels compute in f32 (bf16 weights are read as they are stored)"
+            ))),
+        }
+    }
+}
+
+impl LoadOptions {
+    /// Opens the device and resolves the dtype: the one place both are chosen.
+    pub fn place(device: DeviceSpec, dtype: DTypeSpec) -> Result<Self, LoadError> {
+        let device = device.open()?;
+        let dtype = dtype.resolve(&device)?;
+        Ok(Self { device, dtype })
+    }
+
+    /// `place`, for the inference engine: a device it has no kernels for is refused here,
+    /// before a model is loaded.
+    pub fn for_inference(device: DeviceSpec, dtype: DTypeSpec) -> Result<Self, LoadError> {
+        let options = Self::place(device, dtype)?;
+        crate::ops::check_inference_device(&options.device).map_err(|e| LoadError::Placement(e.to_string()))?;
+        Ok(options)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn devices_parse_and_print() {
+        assert_eq!("cpu".parse(), Ok(DeviceSpec::Cpu));
+        assert_eq!("cuda".parse(), Ok(DeviceSpec::Cuda(0)));
+        assert_eq!("cuda:3".parse(), Ok(DeviceSpec::Cuda(3)));
+        assert_eq!(DeviceSpec::Cuda(3).to_string(), "cuda:3");
+        assert!("cuda:x".parse::<DeviceSpec>().unwrap_err().contains("GPU number"));
+        assert!("tpu".parse::<DeviceSpec>().unwrap_err().contains("expected cpu"));
+    }
+
+    #[test]
+    fn the_cpu_computes_in_f32() {
+        let cpu = LoadOptions::place(DeviceSpec::Cpu, DTypeSpec::Auto).unwrap();
+        assert_eq!(cpu.dtype, DType::F32);
+        assert_eq!(DTypeSpec::F32.resolve(&Device::Cpu).unwrap(), DType::F32);
+        let err = DTypeSpec::Bf16.resolve(&Device::Cpu).unwrap_err().to_string();
+        assert!(err.contains("compute in f32"), "{err}");
+        assert_eq!("bfloat16".parse(), Ok(DTypeSpec::Bf16));
+        assert!("int8".parse::<DTypeSpec>().is_err());
+    }
+
+    #[cfg(not(feature = "cuda"))]
+    #[test]
+    fn cuda_without_the_feature_is_one_clear_error() {
+        let err = DeviceSpec::Cuda(0).open().unwrap_err().to_string();
+        assert!(err.starts_with("cannot open cuda:0") && !err.contains('\n'), "{err}");
+    }
+}

@@ -1,0 +1,160 @@
+//! What the engine, the trainer and the benches know of a target model: one forward over a
+//! flattened batch on the paged KV cache, with capture of the hidden states a drafter reads.
+//! Each architecture implements it in its own file.
+
+use crate::batch::ForwardBatch;
+use crate::config::ModelDims;
+use crate::kv_cache::KvCache;
+use crate::layers::Embedding;
+use candle_core::{bail, DType, Device, Result, Tensor};
+
+pub trait TargetModel: Send + Sync {
+    fn dims(&self) -> &ModelDims;
+
+    /// Where the weights are, and so where every input of `forward` must be.
+    fn device(&self) -> &Device;
+
+    /// The token embedding, which EAGLE drafters without their own share.
+    fn embedding(&self) -> &Embedding;
+
+    /// The LM head's weight, [vocab, hidden] (the embedding table's values when tied).
+    fn lm_head_weight(&self) -> Result<Tensor>;
+
+    /// Next-token logits [rows, vocab] from final pre-norm states [rows, hidden], as `forward`
+    /// computes them.
+    fn logits_from_final(&self, final_hidden: &Tensor) -> Result<Tensor>;
+
+    /// Layers whose inputs `forward` captures, in concatenation order.
+    fn capture_layers(&self) -> &[usize];
+
+    /// Chooses the captured layers (a drafter's `eagle_aux_hidden_state_layer_ids`).
+    fn set_capture_layers(&mut self, layers: Vec<usize>) -> Result<()>;
+
+    /// Runs the batch, writing its keys and values to `kv`: logits of its logit rows and the
+    /// captured states of its capture rows.
+    fn forward(&self, batch: &ForwardBatch, kv: &KvCache) -> Result<ForwardOutput>;
+}
+
+/// What one forward returns.
+pub struct ForwardOutput {
+    /// [logit rows, vocab], f32.
+    pub logits: Tensor,
+    /// [capture rows, capture layers * hidden]: the residual stream entering each capture
+    /// layer, concatenated in `capture_layers` order. `None` when no row was captured.
+    pub aux_hidden: Option<Tensor>,
+    /// [capture rows, hidden]: the output of the last layer before the final norm.
+    pub final_hidden: Option<Tensor>,
+}
+
+/// EAGLE-3's choice for our own drafters: an early, a middle and the last layer.
+pub fn default_capture_layers(num_layers: usize) -> Vec<usize> {
+    let last = num_layers.saturating_sub(1);
+    vec![2.min(last), num_layers / 2, last]
+}
+
+/// Checks a choice of capture layers against the model's depth.
+pub fn check_capture_layers(layers: &[usize], num_layers: usize) -> Result<()> {
+    if let Some(bad) = layers.iter().find(|l| **l >= num_layers) {
+        bail!("capture layer {bad} does not exist: the model has {num_layers} layers");
+    }
+    Ok(())
+}
+
+/// Checks a batch against the model before any work: rows, token ids and the cache's shape.
+pub fn check_batch(batch: &ForwardBatch, kv: &KvCache, dims: &ModelDims) -> Result<()> {
+    if batch.token_ids.is_empty() {
+        bail!("empty batch");
+    }
+    if let Some(bad) = batch.token_ids.iter().find(|t| **t as usize >= dims.vocab_size) {
+        bail!("token id {bad} is outside the vocabulary of {}", dims.vocab_size);
+    }
+    if kv.num_layers() != dims.num_layers || kv.block_size() != batch.attn.block_size {
+        bail!("KV cache does not match the model or the batch's block size");
+    }
+    Ok(())
+}
+
+/// Collects a forward's outputs: the capture rows of each capture layer's input as the layers
+/// run, then the logits and final states from the last layer's output.
+pub struct Capture<'a> {
+    layers: &'a [usize],
+    rows: RowSelection,
+    logit_rows: RowSelection,
+    captured: Vec<(usize, Tensor)>,
+}
+
+impl<'a> Capture<'a> {
+    pub fn new(batch: &ForwardBatch, layers: &'a [usize], device: &Device) -> Result<Self> {
+        let rows = batch.token_ids.len();
+        Ok(Self {
+            layers,
+            rows: RowSelection::new(&batch.capture_rows, rows, device)?,
+            logit_rows: RowSelection::new(&batch.logit_rows, rows, device)?,
+            captured: Vec::with_capacity(layers.len()),
+        })
+    }
+
+    /// Call with the residual stream `x` entering layer `layer`.
+    pub fn layer_input(&mut self, layer: usize, x: &Tensor) -> Result<()> {
+        if self.layers.contains(&layer) {
+            if let Some(rows) = self.rows.apply(x)? {
+                self.captured.push((layer, rows));
+            }
+        }
+        Ok(())
+    }
+
+    /// The output, from the last layer's output `x` and the model's head (`logits_from_final`).
+    pub fn finish(self, x: &Tensor, vocab: usize, head: impl Fn(&Tensor) -> Result<Tensor>) -> Result<ForwardOutput> {
+        let (aux_hidden, final_hidden) = match self.rows.apply(x)? {
+            None => (None, None),
+            Some(last) => {
+                let aux = self
+                    .layers
+                    .iter()
+                    .map(|l| {
+                        let (_, t) = self.captured.iter().find(|(c, _)| c == l).expect("captured as run");
+                        t.clone()
+                    })
+                    .collect::<Vec<_>>();
+                (Some(Tensor::cat(&aux, 1)?), Some(last))
+            }
+        };
+        let logits = match self.logit_rows.apply(x)? {
+            None => Tensor::zeros((0, vocab), DType::F32, x.device())?,
+            Some(selected) => head(&selected)?,
+        };
+        Ok(ForwardOutput {
+            logits,
+            aux_hidden,
+            final_hidden,
+        })
+    }
+}
+
+/// The rows of a batch's activations that an output keeps (their indices ascend).
+enum RowSelection {
+    Nothing,
+    /// Every row: the activation itself serves, with no copy (every decode step's logits, and
+    /// the captured states of a batch whose sequences all feed a drafter).
+    Everything,
+    Rows(Tensor),
+}
+
+impl RowSelection {
+    fn new(rows: &[u32], total: usize, device: &Device) -> Result<Self> {
+        Ok(match rows.len() {
+            0 => Self::Nothing,
+            n if n == total => Self::Everything,
+            n => Self::Rows(Tensor::from_slice(rows, n, device)?),
+        })
+    }
+
+    fn apply(&self, x: &Tensor) -> Result<Option<Tensor>> {
+        match self {
+            Self::Nothing => Ok(None),
+            Self::Everything => Ok(Some(x.clone())),
+            Self::Rows(idx) => x.index_select(idx, 0).map(Some),
+        }
+    }
+}
