@@ -4,6 +4,7 @@
 
 pub mod capture;
 pub mod captures;
+mod checkpoint_files;
 pub mod cod;
 pub mod error;
 pub mod export;

@@ -1,11 +1,13 @@
 //! `peagle-train fit`: the training loop over captured samples, with validation, checkpoints
-//! and `--resume`, a final report, and export in the speculators format.
+//! and `--resume` (their files in `checkpoint_files`), a final report, and export in the
+//! speculators format.
 
 use crate::captures::Captures;
+use crate::checkpoint_files::{self, RunChoices};
 use crate::cod::CodConfig;
 use crate::error::TrainError;
 use crate::export::export;
-use crate::files::{read_json, write_atomically, write_json};
+use crate::files::{read_json, write_json};
 use crate::objective::DepthStats;
 use crate::optimizer::{lr_at, AdamW, AdamWConfig};
 use crate::params::Params;
@@ -15,14 +17,13 @@ use crate::spec::{Algo, DrafterSpec, NEW_DRAFTER_NORM_BEFORE_RESIDUAL};
 use crate::step::{eagle3_sample, peagle_sample, Gradients, PeagleSetup, Prepared};
 use crate::vocab::{pick_mask_token, DraftVocab};
 use crate::warm_start::Exported;
-use candle_core::{DType, Device, Tensor};
+use candle_core::{DType, Device};
 use peagle_models::{load_target, Drafter, DrafterConfig, LoadOptions, TargetModel};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Instant;
 
 #[derive(Debug, Clone)]
@@ -82,19 +83,6 @@ pub struct TrainState {
     pub history: Vec<EvalPoint>,
 }
 
-/// The choices a resumed run must keep: the draft vocabulary and mask token drawn from the
-/// data, and the residual layout (in `vocab.json`, named when it held the vocabulary alone).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct RunChoices {
-    draft_vocab: Vec<u32>,
-    mask_token_id: Option<u32>,
-    /// Absent in checkpoints written before new drafters normed their residual, whose rule was
-    /// "EAGLE-3 only".
-    #[serde(default)]
-    norm_before_residual: Option<bool>,
-}
-
-const CHECKPOINT: &str = "checkpoint";
 pub const REPORT: &str = "train_report.json";
 pub const PLOT: &str = "accuracy.png";
 
@@ -184,39 +172,19 @@ impl Run {
         }
         validate(&opts, &data)?;
         let counts = &data.counts;
-        let checkpoint = opts.out.join(CHECKPOINT);
-        let state_path = checkpoint.join("state.json");
         if opts.out.exists() && !opts.out.is_dir() {
             return Err(TrainError::Invalid(format!(
                 "--out {} is a file, not a directory",
                 opts.out.display()
             )));
         }
-        let resumed: Option<(TrainState, RunChoices)> = match opts.resume {
-            true => Some((read_json(&state_path)?, read_json(&checkpoint.join("vocab.json"))?)),
-            // A fresh run would overwrite the checkpoint: the earlier run's work.
-            false if state_path.exists() => {
-                return Err(TrainError::Invalid(format!(
-                    "{} already holds a training run: pass --resume to continue it, or choose another --out",
-                    opts.out.display()
-                )))
-            }
-            false => None,
-        };
-        if let Some((state, _)) = resumed.as_ref().filter(|(state, _)| state.algo != opts.algo.name()) {
-            return Err(TrainError::Invalid(format!(
-                "{} holds a {} run: resume it with --algo {}",
-                opts.out.display(),
-                state.algo,
-                state.algo
-            )));
-        }
+        let resumed = checkpoint_files::resumed(&opts.out, opts.resume, opts.algo)?;
         let exported = match &opts.init_from {
             Some(dir) => Some(Exported::open(dir, opts.algo, counts.len(), &opts.device)?),
             None => None,
         };
         let choice = match (&resumed, &exported) {
-            (Some((_, choice)), _) => choice.clone(),
+            (Some(r), _) => r.choices.clone(),
             (None, Some(e)) => RunChoices {
                 draft_vocab: e.draft_vocab.clone(),
                 mask_token_id: e.mask_token_id,
@@ -250,13 +218,9 @@ impl Run {
             target_config,
         };
         let config = spec.drafter_config(&opts.out.join("config.json"))?;
-        let (params, optimizer_state) = match (&resumed, exported) {
-            (Some((state, _)), _) => {
-                let path = checkpoint.join(weights_file(state.step));
-                let (params, moments) = load_checkpoint(&path, &opts.device)?;
-                check_shapes(&params, &spec.weight_shapes()?, &path)?;
-                (params, moments)
-            }
+        let (params, moments) = match (&resumed, exported) {
+            (Some(r), _) => checkpoint_files::load_weights(&opts.out, r.state.step, &spec, &opts.device)
+                .map(|(weights, moments)| (weights, Some(moments)))?,
             (None, Some(e)) => (e.weights(&spec.weight_shapes()?)?, None),
             (None, None) => (spec.init_weights(target.as_ref(), opts.seed)?, None),
         };
@@ -272,10 +236,8 @@ impl Run {
                 max_grad_norm: opts.max_grad_norm,
             },
         )?;
-        if let (Some((m, v)), Some((state, _))) = (optimizer_state, &resumed) {
-            optimizer.m = params.names.iter().map(|n| m[n].clone()).collect();
-            optimizer.v = params.names.iter().map(|n| v[n].clone()).collect();
-            optimizer.step = state.step;
+        if let (Some(moments), Some(r)) = (moments, &resumed) {
+            checkpoint_files::restore_optimizer(&mut optimizer, &params, moments, r.state.step);
         }
         // Every n-th sample is held out, n from the fraction; at least one when there are two.
         let n = data_config.num_samples;
@@ -288,7 +250,7 @@ impl Run {
             .max_steps
             .map_or(per_epoch * opts.epochs, |m| m.min(per_epoch * opts.epochs));
         let state = match resumed {
-            Some((s, _)) => TrainState { total_steps, ..s },
+            Some(r) => TrainState { total_steps, ..r.state },
             None => TrainState {
                 algo: opts.algo.name().into(),
                 step: 0,
@@ -381,33 +343,7 @@ impl Run {
     }
 
     fn save_checkpoint(&self) -> Result<(), TrainError> {
-        let dir = self.opts.out.join(CHECKPOINT);
-        std::fs::create_dir_all(&dir).map_err(|e| TrainError::io(&dir, e))?;
-        let mut tensors = std::collections::HashMap::new();
-        for (i, name) in self.params.names.iter().enumerate() {
-            tensors.insert(name.clone(), self.params.vars[i].as_tensor().detach());
-            tensors.insert(format!("adam.m.{name}"), self.optimizer.m[i].clone());
-            tensors.insert(format!("adam.v.{name}"), self.optimizer.v[i].clone());
-        }
-        // Named by step, and the state that names them written last: an interrupt between the
-        // files leaves the previous checkpoint whole, never newer weights under an older state.
-        let weights = dir.join(weights_file(self.state.step));
-        write_atomically(&weights, |partial| {
-            candle_core::safetensors::save(&tensors, partial).map_err(|e| TrainError::io(&weights, e))
-        })?;
-        let choice = RunChoices {
-            draft_vocab: self.spec.vocab.selected.clone(),
-            mask_token_id: self.spec.mask_token_id,
-            norm_before_residual: Some(self.spec.norm_before_residual),
-        };
-        // Compact: four thousand ids one per line would bury the file.
-        let vocab = dir.join("vocab.json");
-        let text = serde_json::to_string(&choice).map_err(|e| TrainError::io(&vocab, e))?;
-        write_atomically(&vocab, |partial| {
-            std::fs::write(partial, text).map_err(|e| TrainError::io(&vocab, e))
-        })?;
-        write_json(&dir.join("state.json"), &self.state)?;
-        remove_older_weights(&dir, self.state.step)
+        checkpoint_files::save(&self.opts.out, &self.state, &self.params, &self.optimizer, &self.spec)
     }
 
     fn finish(&self) -> Result<(), TrainError> {
@@ -454,63 +390,4 @@ fn validate(opts: &FitOptions, data: &Captures) -> Result<(), TrainError> {
         return invalid("--resume continues the run in --out, --init-from starts a new one: pass one of them".into());
     }
     Ok(())
-}
-
-/// The checkpoint weights of `step`.
-fn weights_file(step: usize) -> String {
-    format!("weights-{step:08}.safetensors")
-}
-
-/// Deletes the weights of checkpoints before `step`, once a newer state names newer weights.
-fn remove_older_weights(dir: &Path, step: usize) -> Result<(), TrainError> {
-    let keep = weights_file(step);
-    for entry in std::fs::read_dir(dir).map_err(|e| TrainError::io(dir, e))? {
-        let path = entry.map_err(|e| TrainError::io(dir, e))?.path();
-        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
-        if name.starts_with("weights-") && name.ends_with(".safetensors") && name != keep {
-            std::fs::remove_file(&path).map_err(|e| TrainError::io(&path, e))?;
-        }
-    }
-    Ok(())
-}
-
-/// A resumed checkpoint must hold the drafter these flags describe.
-fn check_shapes(
-    params: &BTreeMap<String, Tensor>,
-    wanted: &BTreeMap<String, Vec<usize>>,
-    path: &Path,
-) -> Result<(), TrainError> {
-    let differs = params.len() != wanted.len()
-        || wanted
-            .iter()
-            .any(|(name, shape)| params.get(name).is_none_or(|t| t.dims() != shape.as_slice()));
-    match differs {
-        true => Err(TrainError::data(
-            path,
-            "holds a drafter of another shape than these flags give (--num-layers, --draft-vocab-size): \
-             resume with the run's own flags",
-        )),
-        false => Ok(()),
-    }
-}
-
-type Moments = (BTreeMap<String, Tensor>, BTreeMap<String, Tensor>);
-
-/// The weights of a checkpoint, and its optimizer moments, on `device`.
-fn load_checkpoint(path: &Path, device: &Device) -> Result<(BTreeMap<String, Tensor>, Option<Moments>), TrainError> {
-    let tensors = candle_core::safetensors::load(path, device).map_err(|e| TrainError::io(path, e))?;
-    let (mut weights, mut m, mut v) = (BTreeMap::new(), BTreeMap::new(), BTreeMap::new());
-    for (name, t) in tensors {
-        if let Some(n) = name.strip_prefix("adam.m.") {
-            m.insert(n.to_owned(), t);
-        } else if let Some(n) = name.strip_prefix("adam.v.") {
-            v.insert(n.to_owned(), t);
-        } else {
-            weights.insert(name, t);
-        }
-    }
-    if weights.keys().any(|n| !m.contains_key(n) || !v.contains_key(n)) {
-        return Err(TrainError::data(path, "optimizer moments missing for some weights"));
-    }
-    Ok((weights, Some((m, v))))
 }
