@@ -2,7 +2,8 @@
 //! P-EAGLE drafter, so the speculative-decoding counters are exported and move.
 
 use peagle_bench::{run, write_report, BenchConfig, BenchError, Endpoint, Workload};
-use peagle_server::{start_engine, DraftModel, EngineOptions, Server, ServerConfig};
+use peagle_server::{start_engine, Server, ServerConfig};
+use peagle_server::{DraftModel, EngineBuilder};
 use serde_json::Value;
 use std::path::PathBuf;
 
@@ -14,14 +15,14 @@ fn fixture(name: &str) -> PathBuf {
 
 /// Serves the fixture on 127.0.0.1:0; returns its URL.
 async fn start_server() -> String {
-    let mut opts = EngineOptions::new(fixture("tiny-llama"));
+    let mut opts = EngineBuilder::new(fixture("tiny-llama"));
     opts.draft = Some(DraftModel {
         dir: fixture("tiny-llama-peagle"),
         k: Some(3),
         parallel: true,
     });
     // The fixture's drafter is random: left adaptive, the server would rightly stop drafting.
-    opts.engine.scheduler.adaptive_k = false;
+    opts.scheduler.adaptive_k = false;
     let (engine, model) = start_engine("tiny-llama".into(), &opts).unwrap();
     let server = Server::new(engine, model, ServerConfig::default());
     let routes = server.routes();

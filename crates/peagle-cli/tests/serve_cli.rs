@@ -212,7 +212,7 @@ fn startup_errors_are_one_line_with_non_zero_exit() {
     );
     fails(
         &["--model", &model, "--generation-config", "/no/such/dir"],
-        "--generation-config /no/such/dir: no generation_config.json there",
+        "/no/such/dir: no generation_config.json there",
     );
     fails(
         &["--model", &model, "--allowed-origins", "*"],

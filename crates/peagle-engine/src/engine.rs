@@ -1,286 +1,210 @@
-//! The serving engine (DESIGN.md section 2): a thread of its own owns the model runner and
-//! all model state. Requests arrive over a channel; each gets its own channel of events.
-//! Dropping a request's event receiver cancels it and frees its KV blocks.
+//! The engine: all model state, advanced one step at a time. A step reads top to bottom:
+//! schedule, run the target, sample and verify, draft, then post-process (send tokens, roll
+//! back and free blocks). `EngineHandle` runs it on a thread of its own for the server;
+//! `Generator` steps it directly for one prompt at a time.
+//!
+//! Speculation under load: a verification window costs k + 1 target rows, so as the batch
+//! grows drafts stop being free. The speculation policy picks k for each step from measured
+//! goodput at the step's batch size (k = 0 turns speculation off); above
+//! `max_speculative_batch` decoding sequences it is off regardless.
 
+use crate::drafting::Drafting;
+use crate::engine_metrics::EngineMetrics;
 use crate::model_runner::ModelRunner;
-use crate::scheduler::{Entry, Scheduler, SchedulerConfig};
-pub use crate::sequence::TokenOutput;
-use crate::sequence::{FinishReason, GenerateParams, Sequence};
+use crate::request::{Event, Request};
+use crate::scheduler::{Entry, Plan, Scheduler, Work};
+use crate::sequence::Sequence;
 use crate::spec_stats::SpecStats;
+use crate::speculation_policy::{SpeculationPolicy, StepSample};
 use crate::step_times::StepTimes;
-use std::sync::mpsc;
-use std::sync::{Arc, Mutex};
+use crate::verification::sample_and_verify;
+use crate::GenerateError;
+use peagle_kernels::on_pool;
+use peagle_models::TargetModel;
 use std::time::Instant;
-use thiserror::Error;
-use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
+use tokio::sync::mpsc::UnboundedSender;
 
-/// One generation request, already tokenized.
-#[derive(Debug, Clone)]
-pub struct Request {
-    pub prompt: Vec<u32>,
-    pub params: GenerateParams,
-    /// Per-request opt-out of speculative decoding.
-    pub speculate: bool,
-    /// Return the log-probability of each token and this many top alternatives.
-    pub logprobs: Option<usize>,
-    /// Also return the prompt tokens' log-probabilities (none for the first) with this many
-    /// alternatives, as vLLM's `prompt_logprobs`.
-    pub prompt_logprobs: Option<usize>,
+pub struct Engine {
+    scheduler: Scheduler,
+    runner: ModelRunner,
+    drafting: Drafting,
+    policy: SpeculationPolicy,
+    eos_token_ids: Vec<u32>,
+    max_model_len: usize,
+    k_in_use: usize,
+    stats: SpecStats,
+    times: StepTimes,
 }
 
-#[derive(Debug, Clone, PartialEq)]
-pub enum Event {
-    /// The request left the queue for its first engine step, at this instant (once, even if
-    /// it is preempted and admitted again later).
-    Scheduled(Instant),
-    /// The prompt's tokens with their log-probabilities, in order, when asked for; they come
-    /// before the first `Tokens`, possibly over several events (chunked prefill).
-    PromptLogprobs(Vec<TokenOutput>),
-    /// Tokens committed by one engine step, in order.
-    Tokens(Vec<TokenOutput>),
-    Finished {
-        reason: FinishReason,
-        prompt_tokens: usize,
-        completion_tokens: usize,
-    },
-    /// The request failed; no more events follow.
-    Failed(String),
-}
-
-#[derive(Debug, Error, PartialEq)]
-pub enum SubmitError {
-    /// Bad request: the message says what is wrong.
-    #[error("{0}")]
-    Invalid(String),
-    #[error("the server is busy: {waiting} requests are waiting (limit {limit}); retry later")]
-    QueueFull { waiting: usize, limit: usize },
-    #[error("the server is shutting down")]
-    ShuttingDown,
-}
-
-/// Counters for /metrics; a snapshot is cheap to take.
-#[derive(Debug, Clone, Default)]
-pub struct EngineMetrics {
-    pub running: usize,
-    pub waiting: usize,
-    pub kv_blocks_used: usize,
-    pub kv_blocks_total: usize,
-    pub prompt_tokens_total: u64,
-    pub generation_tokens_total: u64,
-    pub requests_finished_stop: u64,
-    pub requests_finished_length: u64,
-    pub requests_aborted: u64,
-    pub preemptions_total: u64,
-    pub spec: SpecStats,
-    /// Drafts per step in use now (0 when speculation is off or suspended under load).
-    pub k_in_use: usize,
-    pub step_times: StepTimes,
-}
-
-#[derive(Debug, Clone)]
-pub struct EngineConfig {
-    pub scheduler: SchedulerConfig,
-    /// Most requests waiting for admission before new ones are refused.
-    pub max_waiting: usize,
-}
-
-impl Default for EngineConfig {
-    fn default() -> Self {
+impl Engine {
+    /// Assembled by `EngineBuilder`, which checks that the parts fit together.
+    pub(crate) fn new(
+        scheduler: Scheduler,
+        runner: ModelRunner,
+        drafting: Drafting,
+        eos_token_ids: Vec<u32>,
+        max_model_len: usize,
+    ) -> Self {
+        let policy = SpeculationPolicy::new(drafting.k(), scheduler.config().adaptive_k);
         Self {
-            scheduler: SchedulerConfig::default(),
-            max_waiting: 256,
+            scheduler,
+            runner,
+            drafting,
+            policy,
+            eos_token_ids,
+            max_model_len,
+            k_in_use: 0,
+            stats: SpecStats::default(),
+            times: StepTimes::default(),
         }
     }
-}
 
-enum Command {
-    Submit(Box<Entry>),
-    Shutdown,
-}
+    /// Most drafts per step (0 without a drafter).
+    pub fn k(&self) -> usize {
+        self.drafting.k()
+    }
 
-/// What the engine thread publishes and the handles read, under one lock.
-struct Shared {
-    metrics: EngineMetrics,
-    /// Requests submitted that the engine has not published as taken from its inbox. They
-    /// count in `metrics.waiting`: the engine's own count would leave them out until then,
-    /// and let a full queue take more.
-    in_transit: usize,
-}
+    pub fn num_blocks(&self) -> usize {
+        self.scheduler.blocks().num_blocks()
+    }
 
-/// The way in: cheap to clone, usable from any thread or task.
-#[derive(Clone)]
-pub struct EngineHandle {
-    commands: mpsc::Sender<Command>,
-    shared: Arc<Mutex<Shared>>,
-    max_model_len: usize,
-    max_waiting: usize,
-}
-
-impl EngineHandle {
-    /// Starts the engine thread.
-    pub fn start(runner: ModelRunner, config: EngineConfig) -> Self {
-        let (commands, inbox) = mpsc::channel();
-        let shared = Arc::new(Mutex::new(Shared {
-            metrics: EngineMetrics {
-                kv_blocks_total: runner.blocks().num_blocks(),
-                ..Default::default()
-            },
-            in_transit: 0,
-        }));
-        let handle = Self {
-            commands,
-            shared: shared.clone(),
-            max_model_len: runner.max_model_len(),
-            max_waiting: config.max_waiting,
-        };
-        let scheduler = Scheduler::new(config.scheduler);
-        std::thread::Builder::new()
-            .name("peagle-engine".into())
-            .spawn(move || {
-                EngineLoop {
-                    runner,
-                    scheduler,
-                    inbox,
-                    shared,
-                    taken: 0,
-                    accepting: true,
-                }
-                .run()
-            })
-            .expect("spawning the engine thread");
-        handle
+    /// Most requests waiting for admission before new ones are refused.
+    pub fn max_waiting(&self) -> usize {
+        self.scheduler.config().max_waiting
     }
 
     pub fn max_model_len(&self) -> usize {
         self.max_model_len
     }
 
-    /// Queues a request; its events arrive on the returned receiver.
-    pub fn submit(&self, request: Request) -> Result<UnboundedReceiver<Event>, SubmitError> {
-        Ok(self.submit_all(vec![request])?.remove(0))
+    pub fn target(&self) -> &dyn TargetModel {
+        self.runner.target()
     }
 
-    /// Queues requests that belong together (the choices of one response), all or none. The
-    /// queue limit is checked once: a response with more choices than the limit still gets in
-    /// while the queue is below it, where a check per choice would refuse it forever.
-    pub fn submit_all(&self, requests: Vec<Request>) -> Result<Vec<UnboundedReceiver<Event>>, SubmitError> {
-        for r in &requests {
-            validate(r, self.max_model_len)?;
+    pub fn stats(&self) -> &SpecStats {
+        &self.stats
+    }
+
+    pub fn times(&self) -> &StepTimes {
+        &self.times
+    }
+
+    pub fn is_idle(&self) -> bool {
+        self.scheduler.is_idle()
+    }
+
+    /// Queues a validated request; its events go to `events`.
+    pub fn add(&mut self, request: Request, events: UnboundedSender<Event>) {
+        let mut seq = Sequence::new(request.prompt, request.params);
+        seq.speculate = request.speculate;
+        seq.logprobs = request.logprobs;
+        seq.prompt_logprobs = request.prompt_logprobs;
+        self.scheduler.add(Entry {
+            seq,
+            events,
+            scheduled: false,
+        });
+    }
+
+    /// One engine step over every running and admitted sequence.
+    pub fn step(&mut self) {
+        self.step_at(None);
+    }
+
+    /// A step with `forced_k` drafts per sequence, or the policy's choice.
+    fn step_at(&mut self, forced_k: Option<usize>) {
+        let step_started = Instant::now();
+        let phases_before = self.times.phases();
+        self.scheduler.drop_cancelled();
+        let plan = self.scheduler.schedule();
+        if plan.is_empty() {
+            return;
         }
-        let count = requests.len();
-        {
-            let mut shared = self.shared.lock().expect("metrics lock");
-            let waiting = shared.metrics.waiting;
-            if waiting >= self.max_waiting {
-                return Err(SubmitError::QueueFull {
-                    waiting,
-                    limit: self.max_waiting,
-                });
-            }
-            shared.metrics.waiting += count;
-            shared.in_transit += count;
-        }
-        let mut receivers = Vec::with_capacity(count);
-        for (sent, request) in requests.into_iter().enumerate() {
-            let (tx, rx) = unbounded_channel();
-            let mut seq = Sequence::new(request.prompt, request.params);
-            seq.speculate = request.speculate;
-            seq.logprobs = request.logprobs;
-            seq.prompt_logprobs = request.prompt_logprobs;
-            let entry = Entry {
-                seq,
-                events: tx,
-                scheduled: false,
-            };
-            if self.commands.send(Command::Submit(Box::new(entry))).is_err() {
-                let mut shared = self.shared.lock().expect("metrics lock");
-                shared.metrics.waiting -= count - sent;
-                shared.in_transit -= count - sent;
-                return Err(SubmitError::ShuttingDown);
-            }
-            receivers.push(rx);
-        }
-        Ok(receivers)
-    }
-
-    pub fn metrics(&self) -> EngineMetrics {
-        self.shared.lock().expect("metrics lock").metrics.clone()
-    }
-
-    /// Refuses new requests from now on; those already queued or running still finish.
-    pub fn shutdown(&self) {
-        let _ = self.commands.send(Command::Shutdown);
-    }
-}
-
-fn validate(r: &Request, max_model_len: usize) -> Result<(), SubmitError> {
-    let invalid = |m: String| Err(SubmitError::Invalid(m));
-    if r.prompt.is_empty() {
-        return invalid("the prompt is empty".into());
-    }
-    if r.prompt.len() >= max_model_len {
-        return invalid(format!(
-            "the prompt has {} tokens but the model's context is {max_model_len} tokens",
-            r.prompt.len()
-        ));
-    }
-    if r.params.max_tokens == 0 {
-        return invalid("max_tokens must be at least 1".into());
-    }
-    r.params
-        .sampling
-        .validate()
-        .map_err(|e| SubmitError::Invalid(e.to_string()))
-}
-
-struct EngineLoop {
-    runner: ModelRunner,
-    scheduler: Scheduler,
-    inbox: mpsc::Receiver<Command>,
-    shared: Arc<Mutex<Shared>>,
-    /// Submissions taken from the inbox since the last publish.
-    taken: usize,
-    accepting: bool,
-}
-
-impl EngineLoop {
-    fn run(mut self) {
-        loop {
-            // Block while idle; otherwise take whatever has arrived and keep stepping.
-            if self.scheduler.is_idle() {
-                match self.inbox.recv() {
-                    Ok(cmd) => self.handle(cmd),
-                    Err(_) => return,
-                }
-            }
-            while let Ok(cmd) = self.inbox.try_recv() {
-                self.handle(cmd);
-            }
-            self.scheduler.step(&mut self.runner);
-            self.publish();
-            if !self.accepting && self.scheduler.is_idle() {
+        let k = forced_k.unwrap_or_else(|| self.choose_k());
+        let started = Instant::now();
+        let drafter_before = self.times.drafter_seconds;
+        let result = self.run(&plan, k);
+        self.observe(&plan, k, started.elapsed().as_secs_f64(), drafter_before);
+        match result {
+            Ok(()) => self.scheduler.finish_step(&plan),
+            Err(e) => {
+                tracing::error!(error = %e, "engine step failed");
+                self.scheduler.fail_step(&plan, &format!("engine step failed: {e}"));
                 return;
             }
         }
+        self.times.steps += 1;
+        let seconds = step_started.elapsed().as_secs_f64();
+        self.times.other_seconds += (seconds - (self.times.phases() - phases_before)).max(0.0);
     }
 
-    fn handle(&mut self, cmd: Command) {
-        if let Command::Submit(_) = cmd {
-            self.taken += 1;
-        }
-        match cmd {
-            Command::Submit(entry) if self.accepting => self.scheduler.add(*entry),
-            Command::Submit(entry) => {
-                let _ = entry.events.send(Event::Failed(SubmitError::ShuttingDown.to_string()));
-            }
-            Command::Shutdown => self.accepting = false,
-        }
+    pub fn fill_metrics(&self, m: &mut EngineMetrics) {
+        self.scheduler.fill_metrics(m);
+        m.spec = self.stats.clone();
+        m.k_in_use = self.k_in_use;
+        m.step_times = self.times.clone();
     }
 
-    fn publish(&mut self) {
-        let mut shared = self.shared.lock().expect("metrics lock");
-        shared.in_transit -= std::mem::take(&mut self.taken);
-        self.scheduler.fill_metrics(&self.runner, &mut shared.metrics);
-        shared.metrics.waiting += shared.in_transit;
+    /// This step's drafts are verified next step, by every running sequence: new prompts
+    /// included, so a burst of them does not run the drafter over prompts it will not use.
+    fn choose_k(&mut self) -> usize {
+        let batch = self.scheduler.num_running();
+        self.k_in_use = if batch > self.scheduler.config().max_speculative_batch {
+            0
+        } else {
+            self.policy.choose(batch, &self.stats)
+        };
+        self.k_in_use
+    }
+
+    /// The model work of a step, on the kernels' thread pool (one hand-over per step instead
+    /// of one per forward pass): the target forward, verification, then drafting.
+    fn run(&mut self, plan: &Plan, k: usize) -> Result<(), GenerateError> {
+        let mut work = self.scheduler.work(plan);
+        let (runner, drafting) = (&self.runner, &mut self.drafting);
+        let (stats, times) = (&mut self.stats, &mut self.times);
+        let (eos, max_len) = (&self.eos_token_ids, self.max_model_len);
+        on_pool(|| {
+            let started = Instant::now();
+            let target = runner.run(&work, |seq| drafting.drafts_for(seq))?;
+            times.target_seconds += started.elapsed().as_secs_f64();
+
+            let started = Instant::now();
+            let logits = &target.forward.logits;
+            let committed = sample_and_verify(&mut work, logits, &target.rows, eos, max_len, stats)?;
+            times.verify_seconds += started.elapsed().as_secs_f64();
+
+            let started = Instant::now();
+            let captured: Vec<_> = target.rows.iter().map(|r| r.captured.clone()).collect();
+            let aux = target.forward.aux_hidden.as_ref();
+            drafting.run(&mut work, aux, &captured, &committed, k)?;
+            times.drafter_seconds += started.elapsed().as_secs_f64();
+            Ok(())
+        })
+    }
+
+    /// Feeds the speculation policy what the step cost.
+    fn observe(&mut self, plan: &Plan, k: usize, seconds: f64, drafter_before: f64) {
+        let prefill = plan.iter().any(|(_, w)| matches!(w, Work::Prefill(_)));
+        let running = self.scheduler.num_running();
+        let work = self.scheduler.work(plan);
+        let sample = StepSample {
+            batch: work.len(),
+            k,
+            seconds,
+            decode_only: !prefill && work.len() == running,
+            prefill_drafter_seconds: if prefill {
+                self.times.drafter_seconds - drafter_before
+            } else {
+                0.0
+            },
+            tokens: work.iter().map(|(seq, _)| seq.outputs.len()).sum(),
+        };
+        tracing::trace!(?sample, "engine step");
+        self.policy.observe(sample);
     }
 }
+
+#[cfg(test)]
+#[path = "engine_tests.rs"]
+mod tests;

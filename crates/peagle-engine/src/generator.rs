@@ -1,42 +1,19 @@
-//! Generation for one prompt at a time on the model runner: chunked prefill, then one
-//! (speculative) step after another. The serving engine schedules many sequences on the same
-//! runner.
+//! Generation for one prompt at a time: the engine stepped on the caller's thread until the
+//! request finishes (peagle-generate, the trainer's capture, tests and benches).
 
-use crate::block_manager::OutOfBlocks;
+use crate::builder::{DraftModel, EngineBuilder};
 use crate::detokenizer::{special_token_ids, IncrementalDecoder};
-use crate::model_runner::{CacheConfig, ModelRunner, SpeculativeConfig, Work};
-use crate::sampler::InvalidSampling;
-use crate::sequence::{FinishReason, GenerateParams, Sequence};
+use crate::engine::Engine;
+use crate::error::GenerateError;
+use crate::request::{validate, Event, FinishReason, Request};
+use crate::scheduler::SchedulerConfig;
+use crate::sequence::GenerateParams;
 use crate::spec_stats::SpecStats;
-use peagle_models::{Drafter, KvCacheDtype, LoadError, LoadOptions, LoadedModel};
-use std::path::{Path, PathBuf};
+use peagle_models::{KvCacheDtype, LoadOptions};
+use std::path::Path;
 use std::time::Instant;
-use thiserror::Error;
 use tokenizers::Tokenizer;
-
-#[derive(Debug, Error)]
-pub enum GenerateError {
-    #[error(transparent)]
-    Load(#[from] LoadError),
-    #[error("missing tokenizer: {0}")]
-    MissingTokenizer(PathBuf),
-    #[error("tokenizer: {0}")]
-    Tokenizer(String),
-    #[error("model forward failed: {0}")]
-    Model(#[from] candle_core::Error),
-    #[error("the prompt is empty (no tokens)")]
-    EmptyPrompt,
-    #[error("the prompt has {tokens} tokens but the model accepts at most {max}")]
-    PromptTooLong { tokens: usize, max: usize },
-    #[error("max_tokens must be at least 1")]
-    NoTokensRequested,
-    #[error(transparent)]
-    InvalidSampling(#[from] InvalidSampling),
-    #[error(transparent)]
-    OutOfBlocks(#[from] OutOfBlocks),
-    #[error("{0}")]
-    Config(String),
-}
+use tokio::sync::mpsc::unbounded_channel;
 
 #[derive(Debug, Clone)]
 pub struct GeneratorOptions {
@@ -59,17 +36,10 @@ impl Default for GeneratorOptions {
     }
 }
 
-/// A draft model and how to use it.
-#[derive(Debug, Clone)]
-pub struct DraftOptions {
-    pub dir: PathBuf,
-    pub speculative: SpeculativeConfig,
-}
-
 #[derive(Debug, Clone)]
 pub struct GenerateOutput {
     pub prompt_tokens: usize,
-    /// Generated tokens, without a final end-of-sequence token.
+    /// Generated tokens, an end-of-sequence or stop token that ended them included.
     pub token_ids: Vec<u32>,
     pub finish_reason: FinishReason,
     /// Time to first token.
@@ -80,60 +50,49 @@ pub struct GenerateOutput {
 }
 
 pub struct Generator {
-    runner: ModelRunner,
+    engine: Engine,
     tokenizer: Option<Tokenizer>,
-    max_batched_tokens: usize,
 }
 
 impl Generator {
-    pub fn new(
-        loaded: LoadedModel,
-        drafter: Option<(Drafter, SpeculativeConfig)>,
-        tokenizer: Option<Tokenizer>,
-        opts: &GeneratorOptions,
-    ) -> Result<Self, GenerateError> {
-        let max_model_len = opts
-            .max_model_len
-            .or(loaded.config.max_position_embeddings)
-            .unwrap_or(4096);
-        // Room for one sequence at full length: the generator runs one at a time.
-        let k = drafter.as_ref().map_or(0, |(_, s)| s.k);
-        let cache = CacheConfig {
-            num_blocks: CacheConfig::blocks_per_sequence(max_model_len, k, opts.block_size),
-            block_size: opts.block_size,
-            dtype: opts.kv_cache_dtype.resolve(&loaded.config),
-        };
-        let eos = loaded.generation.eos_token_ids.clone();
-        Ok(Self {
-            runner: ModelRunner::new(loaded.model, drafter, eos, max_model_len, cache)?,
-            tokenizer,
-            max_batched_tokens: opts.max_batched_tokens.max(1),
-        })
+    pub fn new(engine: Engine, tokenizer: Option<Tokenizer>) -> Self {
+        Self { engine, tokenizer }
     }
 
-    /// Loads the model, its `tokenizer.json` and an optional draft model.
+    /// Loads the model, its `tokenizer.json` and an optional draft model, with a KV cache for
+    /// one sequence of full length and the drafter's full K at every step.
     pub fn from_dir(
         dir: &Path,
-        draft: Option<&DraftOptions>,
+        draft: Option<&DraftModel>,
         load: LoadOptions,
         opts: &GeneratorOptions,
     ) -> Result<Self, GenerateError> {
-        let loaded = peagle_models::load_target(dir, load.clone())?;
-        let drafter = match draft {
-            None => None,
-            Some(d) => Some((Drafter::load(&d.dir, loaded.model.as_ref(), load)?, d.speculative)),
+        let builder = EngineBuilder {
+            draft: draft.cloned(),
+            load,
+            max_model_len: opts.max_model_len,
+            block_size: opts.block_size,
+            kv_cache_dtype: opts.kv_cache_dtype,
+            scheduler: SchedulerConfig {
+                max_num_seqs: 1,
+                max_num_batched_tokens: opts.max_batched_tokens.max(1),
+                adaptive_k: false,
+                ..SchedulerConfig::default()
+            },
+            ..EngineBuilder::new(dir.to_owned())
         };
+        let engine = builder.build()?.engine;
         let path = dir.join("tokenizer.json");
         if !path.exists() {
             return Err(GenerateError::MissingTokenizer(path));
         }
         let tokenizer =
             Tokenizer::from_file(&path).map_err(|e| GenerateError::Tokenizer(format!("{}: {e}", path.display())))?;
-        Self::new(loaded, drafter, Some(tokenizer), opts)
+        Ok(Self::new(engine, Some(tokenizer)))
     }
 
-    pub fn runner(&self) -> &ModelRunner {
-        &self.runner
+    pub fn engine(&self) -> &Engine {
+        &self.engine
     }
 
     pub fn tokenizer(&self) -> Option<&Tokenizer> {
@@ -149,7 +108,11 @@ impl Generator {
             .map_err(|e| GenerateError::Tokenizer(e.to_string()))?
             .get_ids()
             .to_vec();
-        self.check_prompt(&ids)?;
+        let probe = GenerateParams {
+            max_tokens: 1,
+            ..GenerateParams::default()
+        };
+        validate(&ids, &probe, self.engine.max_model_len())?;
         Ok(ids)
     }
 
@@ -192,65 +155,53 @@ impl Generator {
         &mut self,
         prompt: &[u32],
         params: &GenerateParams,
-        on_token: impl FnMut(u32),
+        mut on_token: impl FnMut(u32),
     ) -> Result<GenerateOutput, GenerateError> {
-        params.sampling.validate()?;
-        self.check_prompt(prompt)?;
-        if params.max_tokens == 0 {
-            return Err(GenerateError::NoTokensRequested);
+        let request = Request {
+            prompt: prompt.to_vec(),
+            params: params.clone(),
+            speculate: true,
+            logprobs: None,
+            prompt_logprobs: None,
+        };
+        request.validate(self.engine.max_model_len())?;
+        let (events, mut rx) = unbounded_channel();
+        self.engine.add(request, events);
+        let start = Instant::now();
+        let mut prefill_seconds = None;
+        let mut token_ids = Vec::new();
+        loop {
+            self.engine.step();
+            while let Ok(event) = rx.try_recv() {
+                match event {
+                    Event::Tokens(tokens) => {
+                        prefill_seconds.get_or_insert_with(|| start.elapsed().as_secs_f64());
+                        token_ids.extend(tokens.iter().map(|t| t.id));
+                        tokens.iter().filter(|t| !t.stops).for_each(|t| on_token(t.id));
+                    }
+                    Event::Finished { reason, spec_stats, .. } => {
+                        let prefill_seconds = prefill_seconds.unwrap_or_else(|| start.elapsed().as_secs_f64());
+                        return Ok(GenerateOutput {
+                            prompt_tokens: prompt.len(),
+                            token_ids,
+                            finish_reason: reason,
+                            prefill_seconds,
+                            decode_seconds: start.elapsed().as_secs_f64() - prefill_seconds,
+                            spec_stats,
+                        });
+                    }
+                    Event::Failed(message) => return Err(GenerateError::Step(message)),
+                    Event::Scheduled(_) | Event::PromptLogprobs(_) => {}
+                }
+            }
+            if self.engine.is_idle() {
+                return Err(GenerateError::Step("the request left the engine unfinished".into()));
+            }
         }
-        let mut seq = Sequence::new(prompt.to_vec(), params.clone());
-        let result = self.run(&mut seq, on_token);
-        self.runner.release(&mut seq);
-        result
-    }
-
-    fn check_prompt(&self, prompt: &[u32]) -> Result<(), GenerateError> {
-        if prompt.is_empty() {
-            return Err(GenerateError::EmptyPrompt);
-        }
-        let max_len = self.runner.max_model_len();
-        if prompt.len() >= max_len {
-            return Err(GenerateError::PromptTooLong {
-                tokens: prompt.len(),
-                max: max_len - 1,
-            });
-        }
-        Ok(())
     }
 
     fn required_tokenizer(&self) -> Result<&Tokenizer, GenerateError> {
         self.tokenizer()
             .ok_or_else(|| GenerateError::Tokenizer("no tokenizer loaded".into()))
-    }
-
-    fn run(&mut self, seq: &mut Sequence, mut on_token: impl FnMut(u32)) -> Result<GenerateOutput, GenerateError> {
-        let start = Instant::now();
-        let mut prefill_seconds = None;
-        while seq.finish.is_none() {
-            let work = if seq.in_prefill() {
-                Work::Prefill(self.max_batched_tokens)
-            } else {
-                Work::Decode
-            };
-            let k = self.runner.k();
-            let (step_started, phases_before) = (Instant::now(), self.runner.times().phases());
-            self.runner.step(&mut [(&mut *seq, work)], k)?;
-            self.runner
-                .record_step(step_started.elapsed().as_secs_f64(), phases_before);
-            if work != Work::Decode && prefill_seconds.is_none() && !seq.in_prefill() {
-                prefill_seconds = Some(start.elapsed().as_secs_f64());
-            }
-            seq.outputs.drain(..).filter(|t| !t.stops).for_each(|t| on_token(t.id));
-        }
-        let prefill_seconds = prefill_seconds.unwrap_or_else(|| start.elapsed().as_secs_f64());
-        Ok(GenerateOutput {
-            prompt_tokens: seq.num_prompt_tokens,
-            token_ids: seq.generated().to_vec(),
-            finish_reason: seq.finish.unwrap_or(FinishReason::Length),
-            prefill_seconds,
-            decode_seconds: start.elapsed().as_secs_f64() - prefill_seconds,
-            spec_stats: seq.spec_stats.clone(),
-        })
     }
 }

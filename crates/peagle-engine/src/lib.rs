@@ -1,30 +1,42 @@
-//! Requests to tokens: KV block management, sequences, sampling, detokenization and the
-//! generation loop on top of the model runtime.
+//! Requests to tokens: the engine and its step (scheduling over paged KV blocks, the target
+//! forward, sampling and verification, drafting), sequences, detokenization, and the ways to
+//! drive it: a thread for the server, a generator for one prompt at a time.
 
 pub mod block_manager;
+pub mod builder;
 pub mod detokenizer;
+mod drafting;
 pub mod engine;
+pub mod engine_metrics;
+pub mod error;
 pub mod generator;
-pub mod model_runner;
+pub mod handle;
+mod model_runner;
 pub mod penalties;
 pub mod proposer;
+pub mod request;
 pub mod sampler;
 pub mod scheduler;
 pub mod sequence;
 pub mod spec_stats;
 pub mod speculation_policy;
 pub mod step_times;
+mod verification;
 pub mod verifier;
 
 pub use block_manager::{BlockManager, OutOfBlocks};
+pub use builder::{blocks_per_sequence, BuiltEngine, DraftModel, EngineBuilder, GenerationDefaults, DEFAULT_K};
 pub use detokenizer::{special_token_ids, IncrementalDecoder};
-pub use engine::{EngineConfig, EngineHandle, EngineMetrics, Event, Request, SubmitError};
-pub use generator::{DraftOptions, GenerateError, GenerateOutput, Generator, GeneratorOptions};
-pub use model_runner::{CacheConfig, ModelRunner, SpeculativeConfig, Work};
+pub use engine::Engine;
+pub use engine_metrics::EngineMetrics;
+pub use error::{GenerateError, SubmitError};
+pub use generator::{GenerateOutput, Generator, GeneratorOptions};
+pub use handle::EngineHandle;
 pub use penalties::Penalties;
+pub use request::{Event, FinishReason, InvalidRequest, Request};
 pub use sampler::{Sampler, SamplingParams};
-pub use scheduler::SchedulerConfig;
-pub use sequence::{FinishReason, GenerateParams, Sequence, TokenOutput};
+pub use scheduler::{SchedulerConfig, Work};
+pub use sequence::{GenerateParams, Sequence, TokenOutput};
 pub use spec_stats::SpecStats;
 pub use step_times::StepTimes;
 pub use verifier::{verify, Verdict};

@@ -3,17 +3,15 @@
 //! Long prompts are prefilled in chunks. When blocks run out, the newest running sequence is
 //! preempted: its blocks are freed and it is recomputed later from its tokens; nothing is lost.
 //!
-//! Speculation under load: a verification window costs k + 1 target rows, so as the batch
-//! grows drafts stop being free. The speculation policy picks k for each step from measured
-//! goodput at the step's batch size (k = 0 turns speculation off); above
-//! `max_speculative_batch` decoding sequences it is off regardless. While off, the drafter does
-//! not run: each sequence keeps the target states it has not read, and one drafter pass catches
-//! up when speculation resumes.
+//! The scheduler owns the KV block manager. It grows the block table of every sequence it
+//! schedules before the step (to the positions the step writes, the drafter's look-ahead
+//! included), and after the step rolls each table back to its committed tokens and frees the
+//! blocks of sequences that finished or were cancelled.
 
-use crate::engine::{EngineMetrics, Event};
-use crate::model_runner::{ModelRunner, Work};
-use crate::sequence::{FinishReason, Sequence};
-use crate::speculation_policy::{SpeculationPolicy, StepSample};
+use crate::block_manager::BlockManager;
+use crate::engine_metrics::EngineMetrics;
+use crate::request::{Event, FinishReason};
+use crate::sequence::Sequence;
 use std::collections::VecDeque;
 use std::time::Instant;
 use tokio::sync::mpsc::UnboundedSender;
@@ -28,6 +26,8 @@ pub struct SchedulerConfig {
     pub max_speculative_batch: usize,
     /// Choose k per batch size from measured goodput; false: always the drafter's full K.
     pub adaptive_k: bool,
+    /// Most requests waiting for admission before new ones are refused.
+    pub max_waiting: usize,
 }
 
 impl Default for SchedulerConfig {
@@ -37,6 +37,26 @@ impl Default for SchedulerConfig {
             max_num_batched_tokens: 2048,
             max_speculative_batch: usize::MAX,
             adaptive_k: true,
+            max_waiting: 256,
+        }
+    }
+}
+
+/// What a step does for one sequence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Work {
+    /// Run the next `n` prompt tokens through the target.
+    Prefill(usize),
+    /// Verify the drafts after the last token (a window of one token without drafts).
+    Decode,
+}
+
+impl Work {
+    /// First position and number of target rows of this work for `seq`.
+    pub fn span(self, seq: &Sequence) -> (usize, usize) {
+        match self {
+            Self::Prefill(n) => (seq.num_cached, n.min(seq.prefill_end() - seq.num_cached)),
+            Self::Decode => (seq.len() - 1, 1 + seq.drafts.len()),
         }
     }
 }
@@ -48,6 +68,9 @@ pub struct Entry {
     /// Whether `Event::Scheduled` was sent.
     pub scheduled: bool,
 }
+
+/// One step's work: indices into the running sequences, ascending, and what each does.
+pub type Plan = Vec<(usize, Work)>;
 
 #[derive(Default)]
 struct Counters {
@@ -61,23 +84,37 @@ struct Counters {
 
 pub struct Scheduler {
     config: SchedulerConfig,
+    blocks: BlockManager,
+    /// Positions past a step's last target row that the drafter writes to its cache.
+    lookahead: usize,
+    /// Rows of a full verification window: a step's budget always holds one.
+    window: usize,
     waiting: VecDeque<Entry>,
     running: Vec<Entry>,
     counters: Counters,
-    policy: Option<SpeculationPolicy>,
-    k_in_use: usize,
 }
 
 impl Scheduler {
-    pub fn new(config: SchedulerConfig) -> Self {
+    /// `max_k` drafts per step at most, each step's drafter pass writing `lookahead`
+    /// positions past its sequence's target rows.
+    pub fn new(config: SchedulerConfig, blocks: BlockManager, max_k: usize, lookahead: usize) -> Self {
         Self {
             config,
+            blocks,
+            lookahead,
+            window: max_k + 1,
             waiting: VecDeque::new(),
             running: Vec::new(),
             counters: Counters::default(),
-            policy: None,
-            k_in_use: 0,
         }
+    }
+
+    pub fn config(&self) -> &SchedulerConfig {
+        &self.config
+    }
+
+    pub fn blocks(&self) -> &BlockManager {
+        &self.blocks
     }
 
     pub fn add(&mut self, entry: Entry) {
@@ -88,72 +125,19 @@ impl Scheduler {
         self.waiting.is_empty() && self.running.is_empty()
     }
 
-    /// One engine step: drop cancelled requests, schedule, run, send events.
-    pub fn step(&mut self, runner: &mut ModelRunner) {
-        let step_started = Instant::now();
-        let phases_before = runner.times().phases();
-        self.drop_cancelled(runner);
-        let plan = self.schedule(runner);
-        if plan.is_empty() {
-            return;
-        }
-        // This step's drafts are verified next step, by every running sequence: new prompts
-        // included, so a burst of them does not run the drafter over prompts it will not use.
-        let batch = self.running.len();
-        let policy = self
-            .policy
-            .get_or_insert_with(|| SpeculationPolicy::new(runner.k(), self.config.adaptive_k));
-        let k = if batch > self.config.max_speculative_batch {
-            0
-        } else {
-            policy.choose(batch, runner.stats())
-        };
-        self.k_in_use = k;
-        let mut work: Vec<(&mut Sequence, Work)> = Vec::with_capacity(plan.len());
-        let mut planned = plan.iter().peekable();
-        for (i, entry) in self.running.iter_mut().enumerate() {
-            if let Some((_, w)) = planned.next_if(|(j, _)| *j == i) {
-                work.push((&mut entry.seq, *w));
-            }
-        }
-        let started = Instant::now();
-        let drafter_before = runner.times().drafter_seconds;
-        let result = runner.step(&mut work, k);
-        let seconds = started.elapsed().as_secs_f64();
-        let prefill = work.iter().any(|(_, w)| matches!(w, Work::Prefill(_)));
-        let sample = StepSample {
-            batch: work.len(),
-            k,
-            seconds,
-            decode_only: !prefill && work.len() == batch,
-            prefill_drafter_seconds: if prefill {
-                runner.times().drafter_seconds - drafter_before
-            } else {
-                0.0
-            },
-            tokens: work.iter().map(|(seq, _)| seq.outputs.len()).sum(),
-        };
-        tracing::trace!(?sample, "engine step");
-        policy.observe(sample);
-        if let Err(e) = result {
-            tracing::error!(error = %e, "engine step failed");
-            let message = format!("engine step failed: {e}");
-            for (i, _) in plan.iter().rev() {
-                let mut entry = self.running.remove(*i);
-                runner.release(&mut entry.seq);
-                let _ = entry.events.send(Event::Failed(message.clone()));
-            }
-            return;
-        }
-        self.emit(runner);
-        runner.record_step(step_started.elapsed().as_secs_f64(), phases_before);
+    pub fn num_running(&self) -> usize {
+        self.running.len()
     }
 
-    /// Chooses this step's work; preempts the newest sequences when blocks run short.
-    fn schedule(&mut self, runner: &mut ModelRunner) -> Vec<(usize, Work)> {
-        // At least one full verification window must fit, or decoding could never be scheduled.
-        let mut budget = self.config.max_num_batched_tokens.max(runner.k() + 1);
-        let mut free = runner.blocks().num_free();
+    /// The running sequences, oldest first.
+    pub fn running(&self) -> impl Iterator<Item = &Sequence> {
+        self.running.iter().map(|e| &e.seq)
+    }
+
+    /// Chooses this step's work and grows the block tables for it; preempts the newest
+    /// sequences when blocks run short.
+    pub fn schedule(&mut self) -> Plan {
+        let mut budget = self.config.max_num_batched_tokens.max(self.window);
         let mut plan = Vec::new();
         let mut i = 0;
         while i < self.running.len() && budget > 0 {
@@ -163,53 +147,124 @@ impl Scheduler {
             } else {
                 Work::Decode
             };
-            let rows = rows_of(seq, work);
+            let rows = work.span(seq).1;
             if rows > budget {
                 i += 1;
                 continue;
             }
-            let need = blocks_needed(runner, seq, work);
-            if need > free {
+            if !self.grow(i, work) {
                 // Free blocks by preempting the newest sequence; if that is this one, it waits.
-                // Alone, a sequence always fits: the runner's cache holds one of full length.
+                // Alone, a sequence always fits: the cache holds one of full length.
                 let victim = self.running.len() - 1;
-                let victim_free = self.running[victim].seq.block_table.len();
-                self.preempt(runner, victim);
+                self.preempt(victim);
                 if victim == i {
                     break;
                 }
-                free += victim_free;
                 continue;
             }
-            free -= need;
             budget -= rows;
             plan.push((i, work));
             i += 1;
         }
         while self.running.len() < self.config.max_num_seqs && budget > 0 {
-            let Some(entry) = self.waiting.front() else { break };
+            let Some(mut entry) = self.waiting.pop_front() else {
+                break;
+            };
             let work = Work::Prefill(budget);
-            let need = blocks_needed(runner, &entry.seq, work);
-            if need > free {
+            let needed = self.tokens_needed(&entry.seq, work);
+            if self.blocks.grow(&mut entry.seq.block_table, needed).is_err() {
                 // With nothing running every block is free, and any prompt fits then.
+                self.waiting.push_front(entry);
                 break;
             }
-            let mut entry = self.waiting.pop_front().expect("front exists");
             if !entry.scheduled {
                 entry.scheduled = true;
                 let _ = entry.events.send(Event::Scheduled(Instant::now()));
             }
-            free -= need;
-            budget -= rows_of(&entry.seq, work);
+            budget -= work.span(&entry.seq).1;
             self.running.push(entry);
             plan.push((self.running.len() - 1, work));
         }
         plan
     }
 
-    fn preempt(&mut self, runner: &mut ModelRunner, index: usize) {
+    /// The planned sequences with their work, for the step to run.
+    pub fn work(&mut self, plan: &Plan) -> Vec<(&mut Sequence, Work)> {
+        let mut work = Vec::with_capacity(plan.len());
+        let mut planned = plan.iter().peekable();
+        for (i, entry) in self.running.iter_mut().enumerate() {
+            if let Some((_, w)) = planned.next_if(|(j, _)| *j == i) {
+                work.push((&mut entry.seq, *w));
+            }
+        }
+        work
+    }
+
+    /// After a step that ran: rolls back the blocks that held only rejected drafts, sends
+    /// committed tokens and finishes, and frees the sequences that left.
+    pub fn finish_step(&mut self, plan: &Plan) {
+        for (i, _) in plan {
+            let seq = &mut self.running[*i].seq;
+            let keep = if seq.finish.is_some() { 0 } else { seq.len() };
+            self.blocks.shrink(&mut seq.block_table, keep);
+        }
+        self.emit();
+    }
+
+    /// After a step that failed: its sequences fail with `message` and leave.
+    pub fn fail_step(&mut self, plan: &Plan, message: &str) {
+        for (i, _) in plan.iter().rev() {
+            let mut entry = self.running.remove(*i);
+            self.blocks.release(&mut entry.seq.block_table);
+            let _ = entry.events.send(Event::Failed(message.to_owned()));
+        }
+    }
+
+    /// Requests whose receiver is gone are cancelled and their blocks freed.
+    pub fn drop_cancelled(&mut self) {
+        let before = self.waiting.len() + self.running.len();
+        self.waiting.retain(|e| !e.events.is_closed());
+        let mut i = 0;
+        while i < self.running.len() {
+            if self.running[i].events.is_closed() {
+                let mut entry = self.running.remove(i);
+                self.blocks.release(&mut entry.seq.block_table);
+            } else {
+                i += 1;
+            }
+        }
+        self.counters.aborted += (before - self.waiting.len() - self.running.len()) as u64;
+    }
+
+    pub fn fill_metrics(&self, m: &mut EngineMetrics) {
+        m.running = self.running.len();
+        m.waiting = self.waiting.len();
+        m.kv_blocks_used = self.blocks.num_used();
+        m.kv_blocks_total = self.blocks.num_blocks();
+        m.prompt_tokens_total = self.counters.prompt_tokens;
+        m.generation_tokens_total = self.counters.generation_tokens;
+        m.requests_finished_stop = self.counters.finished_stop;
+        m.requests_finished_length = self.counters.finished_length;
+        m.requests_aborted = self.counters.aborted;
+        m.preemptions_total = self.counters.preemptions;
+    }
+
+    /// Positions `work` touches for `seq`: its target rows plus the drafter's look-ahead.
+    fn tokens_needed(&self, seq: &Sequence, work: Work) -> usize {
+        let (start, rows) = work.span(seq);
+        start + rows + self.lookahead
+    }
+
+    /// Grows running sequence `i`'s table for `work`; false (nothing allocated) when the
+    /// free blocks do not suffice.
+    fn grow(&mut self, i: usize, work: Work) -> bool {
+        let needed = self.tokens_needed(&self.running[i].seq, work);
+        self.blocks.grow(&mut self.running[i].seq.block_table, needed).is_ok()
+    }
+
+    fn preempt(&mut self, index: usize) {
         let mut entry = self.running.remove(index);
-        runner.release(&mut entry.seq);
+        self.blocks.release(&mut entry.seq.block_table);
         entry.seq.reset_cache();
         self.counters.preemptions += 1;
         tracing::debug!(tokens = entry.seq.len(), "preempted a sequence for recompute");
@@ -217,7 +272,7 @@ impl Scheduler {
     }
 
     /// Sends committed tokens and finishes; finished sequences leave the batch.
-    fn emit(&mut self, runner: &mut ModelRunner) {
+    fn emit(&mut self) {
         let mut i = 0;
         while i < self.running.len() {
             let entry = &mut self.running[i];
@@ -239,6 +294,7 @@ impl Scheduler {
                     reason,
                     prompt_tokens: entry.seq.num_prompt_tokens,
                     completion_tokens: entry.seq.generated().len(),
+                    spec_stats: entry.seq.spec_stats.clone(),
                 });
                 alive = false;
             }
@@ -249,55 +305,12 @@ impl Scheduler {
                     self.counters.aborted += 1;
                 }
                 let mut entry = self.running.remove(i);
-                runner.release(&mut entry.seq);
+                self.blocks.release(&mut entry.seq.block_table);
             }
         }
     }
-
-    /// Requests whose receiver is gone are cancelled and their blocks freed.
-    fn drop_cancelled(&mut self, runner: &mut ModelRunner) {
-        let before = self.waiting.len() + self.running.len();
-        self.waiting.retain(|e| !e.events.is_closed());
-        let mut i = 0;
-        while i < self.running.len() {
-            if self.running[i].events.is_closed() {
-                let mut entry = self.running.remove(i);
-                runner.release(&mut entry.seq);
-            } else {
-                i += 1;
-            }
-        }
-        self.counters.aborted += (before - self.waiting.len() - self.running.len()) as u64;
-    }
-
-    pub fn fill_metrics(&self, runner: &ModelRunner, m: &mut EngineMetrics) {
-        m.running = self.running.len();
-        m.waiting = self.waiting.len();
-        m.kv_blocks_used = runner.blocks().num_used();
-        m.kv_blocks_total = runner.blocks().num_blocks();
-        m.prompt_tokens_total = self.counters.prompt_tokens;
-        m.generation_tokens_total = self.counters.generation_tokens;
-        m.requests_finished_stop = self.counters.finished_stop;
-        m.requests_finished_length = self.counters.finished_length;
-        m.requests_aborted = self.counters.aborted;
-        m.preemptions_total = self.counters.preemptions;
-        m.spec = runner.stats().clone();
-        m.k_in_use = self.k_in_use;
-        m.step_times = runner.times().clone();
-    }
 }
 
-fn rows_of(seq: &Sequence, work: Work) -> usize {
-    match work {
-        Work::Prefill(n) => n.min(seq.prefill_end() - seq.num_cached),
-        Work::Decode => 1 + seq.drafts.len(),
-    }
-}
-
-/// Blocks `work` adds to the sequence's table.
-fn blocks_needed(runner: &ModelRunner, seq: &Sequence, work: Work) -> usize {
-    runner
-        .blocks()
-        .blocks_for(runner.tokens_needed(seq, work))
-        .saturating_sub(seq.block_table.len())
-}
+#[cfg(test)]
+#[path = "scheduler_tests.rs"]
+mod tests;

@@ -1,5 +1,6 @@
 //! One generation stream: its tokens, what of it is cached, its blocks, drafts and stop rules.
 
+use crate::request::FinishReason;
 use crate::sampler::{Sampler, SamplingParams};
 use crate::spec_stats::SpecStats;
 use candle_core::Tensor;
@@ -14,16 +15,6 @@ pub struct GenerateParams {
     pub min_tokens: usize,
     /// More tokens that end the sequence (vLLM); `ignore_eos` does not apply to them.
     pub stop_token_ids: Vec<u32>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FinishReason {
-    /// An end-of-sequence token was sampled.
-    Stop,
-    /// One of the request's `stop_token_ids` was sampled.
-    StopToken(u32),
-    /// max_tokens or the model's length limit was reached.
-    Length,
 }
 
 /// A committed token with its log-probability under the target model (before temperature).
@@ -120,6 +111,17 @@ impl Sequence {
         } else {
             self.len() - 1
         }
+    }
+
+    /// Whether a prefill chunk ending at `end` completes a new prompt, so its last row samples.
+    pub fn samples_after(&self, end: usize) -> bool {
+        self.generated().is_empty() && end == self.len()
+    }
+
+    /// Whether prompt tokens are still to be scored (the request asked for their
+    /// log-probabilities), so every prefill row needs logits.
+    pub fn scores_prompt(&self) -> bool {
+        self.prompt_logprobs.is_some() && self.prompt_scored < self.num_prompt_tokens
     }
 
     /// True while tokens before the decode point are still to be run through the target.

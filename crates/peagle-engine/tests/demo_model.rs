@@ -2,12 +2,8 @@
 //! transformers does (64 greedy tokens each, references made by scripts/train_demo_model.py),
 //! and its trained drafters leave that output unchanged.
 
-use candle_core::DType;
-use peagle_engine::{
-    CacheConfig, DraftOptions, GenerateParams, Generator, GeneratorOptions, ModelRunner, SamplingParams, Sequence,
-    SpecStats, SpeculativeConfig, Work,
-};
-use peagle_models::{Drafter, LoadOptions};
+use peagle_engine::{DraftModel, GenerateParams, Generator, GeneratorOptions, SamplingParams, SpecStats};
+use peagle_models::LoadOptions;
 use std::path::PathBuf;
 
 #[derive(serde::Deserialize)]
@@ -22,7 +18,7 @@ fn repo(path: &str) -> PathBuf {
 }
 
 /// The demo model, with a drafter when one is given.
-fn demo(draft: Option<DraftOptions>) -> Generator {
+fn demo(draft: Option<DraftModel>) -> Generator {
     Generator::from_dir(
         &repo("models/pystdlib-12l"),
         draft.as_ref(),
@@ -98,9 +94,10 @@ fn generate_as_plain(
     want: &[Vec<u32>],
     params: &GenerateParams,
 ) -> SpecStats {
-    let mut g = demo(Some(DraftOptions {
+    let mut g = demo(Some(DraftModel {
         dir: repo(&format!("models/{drafter}")),
-        speculative: SpeculativeConfig { k, parallel },
+        k: Some(k),
+        parallel,
     }));
     let mut stats = SpecStats::default();
     for (prompt, want) in prompts.iter().zip(want) {
@@ -151,60 +148,5 @@ fn seeded_sampling_is_the_same_with_either_drafter() {
     for (drafter, parallel) in DRAFTERS {
         let stats = generate_as_plain(drafter, parallel, 3, &prompts, &want, &params);
         assert!(stats.num_accepted_tokens > 0, "{drafter}: {stats:?}");
-    }
-}
-
-/// A sequence whose speculation was suspended for a while (no drafter work per step) catches
-/// its drafter up in one pass when speculation resumes, and then proposes the same drafts as a
-/// sequence whose drafter read every position: the same prefix, prefilled in one go. Fewer
-/// drafts per step (the adaptive k) are the first of those drafts.
-#[test]
-fn drafting_after_a_suspension_matches_a_drafter_that_never_paused() {
-    let params = GenerateParams {
-        max_tokens: 64,
-        sampling: SamplingParams::default(),
-        ignore_eos: true,
-        ..GenerateParams::default()
-    };
-    let prompt = eval_prompts(&demo(None), 1).remove(0);
-    for (drafter, parallel) in DRAFTERS {
-        let loaded = peagle_models::load_target(&repo("models/pystdlib-12l"), LoadOptions::default()).unwrap();
-        let d = Drafter::load(
-            &repo(&format!("models/{drafter}")),
-            loaded.model.as_ref(),
-            LoadOptions::default(),
-        )
-        .unwrap();
-        let spec = SpeculativeConfig { k: 5, parallel };
-        // The cache the demo model is served with (auto: bf16, as its weights).
-        let cache = CacheConfig {
-            num_blocks: CacheConfig::blocks_per_sequence(1024, spec.k, 16),
-            block_size: 16,
-            dtype: DType::BF16,
-        };
-        let mut runner = ModelRunner::new(loaded.model, Some((d, spec)), vec![], 1024, cache).unwrap();
-
-        let mut paused = Sequence::new(prompt.clone(), params.clone());
-        runner
-            .step(&mut [(&mut paused, Work::Prefill(prompt.len()))], 0)
-            .unwrap();
-        for _ in 0..6 {
-            runner.step(&mut [(&mut paused, Work::Decode)], 0).unwrap();
-            assert!(paused.drafts.is_empty());
-        }
-        runner.step(&mut [(&mut paused, Work::Decode)], 5).unwrap();
-        assert!(paused.drafter_backlog.is_none());
-
-        let prefix = paused.token_ids[..paused.len() - 1].to_vec();
-        let chunk = Work::Prefill(prefix.len());
-        let mut fresh = Sequence::new(prefix.clone(), params.clone());
-        runner.step(&mut [(&mut fresh, chunk)], 5).unwrap();
-        assert_eq!(fresh.token_ids, paused.token_ids);
-        assert_eq!(paused.drafts.len(), 5);
-        assert_eq!(paused.drafts, fresh.drafts, "{drafter}");
-
-        let mut fewer = Sequence::new(prefix, params.clone());
-        runner.step(&mut [(&mut fewer, chunk)], 2).unwrap();
-        assert_eq!(fewer.drafts, fresh.drafts[..2], "{drafter}");
     }
 }

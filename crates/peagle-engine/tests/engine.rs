@@ -1,12 +1,11 @@
 //! The serving engine under concurrency: every request gets exactly what it gets alone,
 //! through preemption, speculation on, off and suspended, and cancellation frees its blocks.
 
-use candle_core::DType;
 use peagle_engine::{
-    CacheConfig, EngineConfig, EngineHandle, Event, FinishReason, GenerateError, GenerateParams, Generator,
-    GeneratorOptions, ModelRunner, Request, SamplingParams, SchedulerConfig, SpeculativeConfig, SubmitError,
+    DraftModel, Engine, EngineBuilder, EngineHandle, Event, FinishReason, GenerateError, GenerateParams, Generator,
+    GeneratorOptions, Request, SamplingParams, SchedulerConfig, SubmitError,
 };
-use peagle_models::{load_target, Drafter, LoadOptions};
+use peagle_models::{KvCacheDtype, LoadOptions};
 mod common;
 use common::fixture;
 use std::time::{Duration, Instant};
@@ -20,27 +19,32 @@ fn engine(
     scheduler: SchedulerConfig,
     max_waiting: usize,
 ) -> EngineHandle {
-    let runner = runner(draft, num_blocks, MAX_MODEL_LEN).unwrap();
-    EngineHandle::start(runner, EngineConfig { scheduler, max_waiting })
+    let scheduler = SchedulerConfig {
+        max_waiting,
+        ..scheduler
+    };
+    EngineHandle::start(build(draft, num_blocks, MAX_MODEL_LEN, scheduler).unwrap())
 }
 
-fn runner(
+fn build(
     draft: Option<(&str, usize, bool)>,
     num_blocks: usize,
     max_model_len: usize,
-) -> Result<ModelRunner, GenerateError> {
-    let loaded = load_target(&fixture("tiny-llama"), LoadOptions::default()).unwrap();
-    let drafter = draft.map(|(dir, k, parallel)| {
-        let d = Drafter::load(&fixture(dir), loaded.model.as_ref(), LoadOptions::default()).unwrap();
-        (d, SpeculativeConfig { k, parallel })
-    });
-    let eos = loaded.generation.eos_token_ids.clone();
-    let cache = CacheConfig {
-        num_blocks,
-        block_size: 16,
-        dtype: DType::F32,
+    scheduler: SchedulerConfig,
+) -> Result<Engine, GenerateError> {
+    let builder = EngineBuilder {
+        draft: draft.map(|(dir, k, parallel)| DraftModel {
+            dir: fixture(dir),
+            k: Some(k),
+            parallel,
+        }),
+        max_model_len: Some(max_model_len),
+        kv_cache_blocks: Some(num_blocks),
+        kv_cache_dtype: KvCacheDtype::F32,
+        scheduler,
+        ..EngineBuilder::new(fixture("tiny-llama"))
     };
-    ModelRunner::new(loaded.model, drafter, eos, max_model_len, cache)
+    builder.build().map(|built| built.engine)
 }
 
 fn request(prompt: Vec<u32>, max_tokens: usize) -> Request {
@@ -146,7 +150,6 @@ fn concurrent_requests_equal_their_solo_runs() {
         (Some(("tiny-llama-peagle", 3, true)), 12, 64, 16),
     ];
     for (draft, blocks, max_model_len, max_num_batched_tokens) in setups {
-        let runner = runner(draft, blocks, max_model_len).unwrap();
         // Every step drafts: the random fixture drafters would rightly lose the adaptive k's
         // warm-up, and exactness is what is tested here.
         let scheduler = SchedulerConfig {
@@ -154,13 +157,7 @@ fn concurrent_requests_equal_their_solo_runs() {
             max_num_batched_tokens,
             ..Default::default()
         };
-        let e = EngineHandle::start(
-            runner,
-            EngineConfig {
-                scheduler,
-                max_waiting: 256,
-            },
-        );
+        let e = EngineHandle::start(build(draft, blocks, max_model_len, scheduler).unwrap());
         let receivers: Vec<_> = prompts
             .iter()
             .map(|p| e.submit(request(p.clone(), 20)).unwrap())
@@ -189,7 +186,8 @@ fn concurrent_requests_equal_their_solo_runs() {
 #[test]
 fn a_cache_too_small_for_one_full_sequence_is_refused() {
     // 256 tokens, then a window of 3 drafts and 2 mask slots: 17 blocks of 16.
-    let err = runner(Some(("tiny-llama-peagle", 3, true)), 16, MAX_MODEL_LEN)
+    let small = |draft, blocks| build(draft, blocks, MAX_MODEL_LEN, SchedulerConfig::default());
+    let err = small(Some(("tiny-llama-peagle", 3, true)), 16)
         .err()
         .expect("16 blocks are too few");
     assert!(
@@ -197,8 +195,8 @@ fn a_cache_too_small_for_one_full_sequence_is_refused() {
             .contains("16 blocks of 16 tokens cannot hold one sequence of the maximum length (256 tokens, 3 drafts): that takes 17 blocks"),
         "{err}"
     );
-    assert!(runner(Some(("tiny-llama-peagle", 3, true)), 17, MAX_MODEL_LEN).is_ok());
-    assert!(runner(None, 16, MAX_MODEL_LEN).is_ok());
+    assert!(small(Some(("tiny-llama-peagle", 3, true)), 17).is_ok());
+    assert!(small(None, 16).is_ok());
 }
 
 #[test]
@@ -319,8 +317,8 @@ fn prompt_logprobs_are_the_same_whatever_the_chunking() {
 }
 
 #[test]
-fn bad_requests_and_a_full_queue_are_refused() {
-    let e = engine(None, 64, SchedulerConfig::default(), 0);
+fn bad_requests_are_refused() {
+    let e = engine(None, 64, SchedulerConfig::default(), 256);
     let err = |r| e.submit(r).err().unwrap();
     assert_eq!(
         err(request(vec![], 4)),
@@ -335,10 +333,22 @@ fn bad_requests_and_a_full_queue_are_refused() {
         long.to_string().contains("300 tokens but the model's context is 256"),
         "{long}"
     );
-    assert!(matches!(
-        err(request(vec![5], 4)),
-        SubmitError::QueueFull { limit: 0, .. }
-    ));
+}
+
+#[test]
+fn a_waiting_limit_of_zero_is_refused() {
+    let err = build(
+        None,
+        64,
+        MAX_MODEL_LEN,
+        SchedulerConfig {
+            max_waiting: 0,
+            ..Default::default()
+        },
+    )
+    .err()
+    .unwrap();
+    assert_eq!(err.to_string(), "the waiting-request limit must be at least 1");
 }
 
 /// The queue limit holds while the engine steps: a request it has not taken from its inbox yet

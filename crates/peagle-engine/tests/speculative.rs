@@ -3,18 +3,17 @@
 //! mostly accepted (a drafter that always proposes the token the target repeats).
 
 use candle_core::Device;
-use peagle_engine::{
-    DraftOptions, GenerateParams, Generator, GeneratorOptions, Penalties, SamplingParams, SpeculativeConfig,
-};
+use peagle_engine::{DraftModel, GenerateParams, Generator, GeneratorOptions, Penalties, SamplingParams};
 use peagle_models::LoadOptions;
 mod common;
 use common::fixture;
 use std::path::Path;
 
 fn generator(target: &str, draft: Option<(&Path, usize, bool)>, chunk: usize) -> Generator {
-    let draft = draft.map(|(dir, k, parallel)| DraftOptions {
+    let draft = draft.map(|(dir, k, parallel)| DraftModel {
         dir: dir.to_owned(),
-        speculative: SpeculativeConfig { k, parallel },
+        k: Some(k),
+        parallel,
     });
     let opts = GeneratorOptions {
         max_batched_tokens: chunk,
@@ -66,7 +65,7 @@ fn random_drafters_never_change_greedy_output() {
                 for (i, (a, b)) in spec.iter().zip(&plain).enumerate() {
                     assert_eq!(a, b, "{drafter} parallel={parallel} k={k} prompt {i}");
                 }
-                let stats = g.runner().stats();
+                let stats = g.engine().stats();
                 assert_eq!(
                     stats.num_draft_tokens,
                     k as u64 * stats.num_drafts,
@@ -161,9 +160,10 @@ fn seeded_sampling_with_speculation_is_reproducible() {
 
 #[test]
 fn parallel_drafting_with_an_eagle3_head_is_refused() {
-    let opts = DraftOptions {
+    let opts = DraftModel {
         dir: fixture("tiny-qwen3-eagle3"),
-        speculative: SpeculativeConfig { k: 3, parallel: true },
+        k: Some(3),
+        parallel: true,
     };
     let err = Generator::from_dir(
         &fixture("tiny-qwen3"),

@@ -111,14 +111,6 @@ impl LoadOptions {
         let dtype = dtype.resolve(&device)?;
         Ok(Self { device, dtype })
     }
-
-    /// `place`, for the inference engine: a device it has no kernels for is refused here,
-    /// before a model is loaded.
-    pub fn for_inference(device: DeviceSpec, dtype: DTypeSpec) -> Result<Self, LoadError> {
-        let options = Self::place(device, dtype)?;
-        crate::ops::check_inference_device(&options.device).map_err(|e| LoadError::Placement(e.to_string()))?;
-        Ok(options)
-    }
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
 //! peagle's OpenAI-compatible HTTP API (axum): `/v1/completions`, `/v1/chat/completions`,
 //! `/v1/models`, `/health` and Prometheus `/metrics`, streamed over SSE or not, on top of the
-//! engine thread of peagle-engine (DESIGN.md sections 2 and 4).
+//! engine thread of peagle-engine (docs/ARCHITECTURE.md).
 
 mod app;
 mod auth;
@@ -22,7 +22,9 @@ pub mod state;
 mod stop;
 
 pub use error::ApiError;
-pub use loader::{start_engine, DraftModel, EngineOptions, GenerationDefaults, StartError};
+pub use loader::{start_engine, StartError};
+/// What `start_engine` builds from.
+pub use peagle_engine::{DraftModel, EngineBuilder, GenerationDefaults};
 pub use served_model::ServedModel;
 pub use server::Server;
 pub use state::ServerConfig;

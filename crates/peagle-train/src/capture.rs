@@ -232,7 +232,7 @@ pub fn capture(
         .tokenizer()
         .cloned()
         .ok_or_else(|| TrainError::Invalid("the target has no tokenizer.json".into()))?;
-    let target = generator.runner().target();
+    let target = generator.engine().target();
     let dims = target.dims().clone();
     let source = CaptureSource {
         target: target_dir.to_owned(),
@@ -265,7 +265,7 @@ pub fn capture(
         mask.truncate(opts.max_len);
         // A drafter learns from pairs of following tokens; shorter examples teach nothing.
         if tokens.len() >= 3 && mask.iter().any(|m| *m) {
-            let hidden_states = capture_states(generator.runner().target(), &tokens)?;
+            let hidden_states = capture_states(generator.engine().target(), &tokens)?;
             let sample = Sample {
                 token_ids: tokens,
                 hidden_states,
@@ -279,7 +279,7 @@ pub fn capture(
         write_json(&out.join(PROGRESS), &progress_state)?;
         progress(1);
     }
-    let target = generator.runner().target();
+    let target = generator.engine().target();
     let config = DataConfig {
         source,
         num_samples: progress_state.num_samples,

@@ -213,7 +213,7 @@ fn run(cli: Cli) -> Result<()> {
                 max_model_len: Some(max_len.max(2)),
                 ..GeneratorOptions::default()
             };
-            let load = LoadOptions::for_inference(device, DTypeSpec::Auto).context("--device")?;
+            let load = LoadOptions::place(device, DTypeSpec::Auto).context("--device")?;
             let mut generator = Generator::from_dir(&model, None, load, &gen_opts)
                 .with_context(|| format!("loading the target {}", model.display()))?;
             let opts = CaptureOptions {

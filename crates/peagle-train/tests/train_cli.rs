@@ -5,7 +5,7 @@
 mod common;
 
 use common::fixture;
-use peagle_engine::{DraftOptions, GenerateParams, Generator, GeneratorOptions, SpeculativeConfig};
+use peagle_engine::{DraftModel, GenerateParams, Generator, GeneratorOptions};
 use peagle_models::LoadOptions;
 use peagle_train::sample::Sample;
 use peagle_train::TrainState;
@@ -308,9 +308,10 @@ fn capture_fit_resume_and_serve() {
     let mut plain = Generator::from_dir(&fixture("tiny-llama"), None, LoadOptions::default(), &opts).unwrap();
     let want = plain.generate(&prompt, &params, |_| {}).unwrap().token_ids;
     for (drafter, parallel) in [(&peagle, true), (&eagle3, false)] {
-        let draft = DraftOptions {
+        let draft = DraftModel {
             dir: drafter.clone(),
-            speculative: SpeculativeConfig { k: 3, parallel },
+            k: Some(3),
+            parallel,
         };
         let mut spec =
             Generator::from_dir(&fixture("tiny-llama"), Some(&draft), LoadOptions::default(), &opts).unwrap();
@@ -383,7 +384,7 @@ fn bad_input_is_a_one_line_error() {
     // Devices: a name that is none, and CUDA in a build without it.
     let mut devices = vec![("tpu", "expected cpu, cuda or cuda:N")];
     if cfg!(not(feature = "cuda")) {
-        devices.push(("cuda:0", "--features cuda"));
+        devices.push(("cuda:0", "a build with the cuda feature"));
     }
     for (device, message) in devices {
         let out = train(&["fit", "--data", "d", "--out", "o", "--device", device]);

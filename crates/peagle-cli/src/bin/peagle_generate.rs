@@ -5,10 +5,8 @@ use anyhow::{bail, Context, Result};
 use clap::Parser;
 use peagle_cli::report::{read_prompts, Report};
 use peagle_cli::{demo_model_dir, init_tracing};
-use peagle_engine::{
-    DraftOptions, GenerateParams, Generator, GeneratorOptions, Penalties, SamplingParams, SpeculativeConfig,
-};
-use peagle_models::{DTypeSpec, DeviceSpec, DrafterConfig, KvCacheDtype, LoadOptions};
+use peagle_engine::{DraftModel, GenerateParams, Generator, GeneratorOptions, Penalties, SamplingParams};
+use peagle_models::{DTypeSpec, DeviceSpec, KvCacheDtype, LoadOptions};
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -60,7 +58,8 @@ struct Args {
     /// EAGLE-3 or P-EAGLE drafter directory: enables speculative decoding.
     #[arg(long)]
     draft_model: Option<PathBuf>,
-    /// Draft all K tokens in one P-EAGLE pass (default: K autoregressive EAGLE-3 passes).
+    /// Draft all K tokens in one P-EAGLE pass (default: K autoregressive EAGLE-3 passes, but
+    /// a P-EAGLE checkpoint always drafts in parallel).
     #[arg(long, requires = "draft_model")]
     parallel_drafting: bool,
     /// Drafts per step. Default: the drafter's published value, else 3.
@@ -90,29 +89,20 @@ fn run(args: Args) -> Result<()> {
         Some(dir) => dir.clone(),
         None => demo_model_dir()?,
     };
-    let draft = match &args.draft_model {
-        None => None,
-        Some(d) => {
-            let published = DrafterConfig::from_file(&d.join("config.json"))?.num_speculative_tokens;
-            let k = args.k.or(published).unwrap_or(3);
-            if k == 0 {
-                bail!("--k must be at least 1");
-            }
-            Some(DraftOptions {
-                dir: d.clone(),
-                speculative: SpeculativeConfig {
-                    k,
-                    parallel: args.parallel_drafting,
-                },
-            })
-        }
-    };
+    if args.k == Some(0) {
+        bail!("--k must be at least 1");
+    }
+    let draft = args.draft_model.as_ref().map(|dir| DraftModel {
+        dir: dir.clone(),
+        k: args.k,
+        parallel: args.parallel_drafting,
+    });
     let opts = GeneratorOptions {
         max_batched_tokens: args.max_batched_tokens,
         kv_cache_dtype: args.kv_cache_dtype,
         ..Default::default()
     };
-    let load = LoadOptions::for_inference(args.device, args.dtype).context("--device / --dtype")?;
+    let load = LoadOptions::place(args.device, args.dtype).context("--device / --dtype")?;
     let mut generator = Generator::from_dir(&dir, draft.as_ref(), load, &opts)
         .with_context(|| format!("cannot load {}", dir.display()))?;
     let params = GenerateParams {
@@ -174,7 +164,7 @@ fn run(args: Args) -> Result<()> {
         }
         (None, None) => bail!("give --prompt or --prompts-file"),
     }
-    report.set_step_times(generator.runner().times());
+    report.set_step_times(generator.engine().times());
     eprintln!("{}", report.summary());
     if let Some(path) = &args.stats_json {
         std::fs::write(path, report.json().to_string()).with_context(|| format!("writing {}", path.display()))?;

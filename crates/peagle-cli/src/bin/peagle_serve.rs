@@ -7,9 +7,9 @@ use hf_hub::Cache;
 use peagle_cli::model_source::{resolve_dir, resolve_model, ModelSource};
 use peagle_cli::speculative_config::SpeculativeSpec;
 use peagle_cli::{demo_model_dir, init_tracing_at};
-use peagle_engine::{EngineConfig, SchedulerConfig};
+use peagle_engine::{DraftModel, EngineBuilder, GenerationDefaults, SchedulerConfig};
 use peagle_models::{DTypeSpec, DeviceSpec, KvCacheDtype, LoadOptions};
-use peagle_server::{start_engine, DraftModel, EngineOptions, GenerationDefaults, Server, ServerConfig};
+use peagle_server::{start_engine, Server, ServerConfig};
 use std::time::Duration;
 use tokio::signal::unix::{signal, SignalKind};
 
@@ -120,7 +120,7 @@ fn run(args: Args) -> Result<()> {
             args.allowed_origins
         )
     })?;
-    let load = LoadOptions::for_inference(args.device, args.dtype).context("--device / --dtype")?;
+    let load = LoadOptions::place(args.device, args.dtype).context("--device / --dtype")?;
     let cache = Cache::from_env();
     let spec = args
         .speculative_config
@@ -146,8 +146,17 @@ fn run(args: Args) -> Result<()> {
     if drafter.is_none() && (k.is_some() || args.parallel_drafting) {
         bail!("--k and --parallel-drafting need a drafter (--draft-model or --speculative-config)");
     }
-    let defaults = EngineConfig::default();
-    let opts = EngineOptions {
+    let counts = [
+        ("--block-size", Some(args.block_size)),
+        ("--max-num-seqs", args.max_num_seqs),
+        ("--max-num-batched-tokens", args.max_num_batched_tokens),
+        ("--max-waiting-requests", args.max_waiting_requests),
+    ];
+    if let Some((flag, _)) = counts.iter().find(|(_, n)| *n == Some(0)) {
+        bail!("{flag} must be at least 1");
+    }
+    let defaults = SchedulerConfig::default();
+    let builder = EngineBuilder {
         draft: drafter.map(|dir| DraftModel {
             dir,
             k,
@@ -158,18 +167,14 @@ fn run(args: Args) -> Result<()> {
         kv_cache_blocks: args.kv_cache_blocks,
         block_size: args.block_size,
         kv_cache_dtype: args.kv_cache_dtype,
-        engine: EngineConfig {
-            scheduler: SchedulerConfig {
-                max_num_seqs: args.max_num_seqs.unwrap_or(defaults.scheduler.max_num_seqs),
-                max_num_batched_tokens: args
-                    .max_num_batched_tokens
-                    .unwrap_or(defaults.scheduler.max_num_batched_tokens),
-                max_speculative_batch: args
-                    .speculative_disable_by_batch_size
-                    .or(spec.as_ref().and_then(|s| s.disable_by_batch_size))
-                    .unwrap_or(defaults.scheduler.max_speculative_batch),
-                adaptive_k: !args.fixed_k,
-            },
+        scheduler: SchedulerConfig {
+            max_num_seqs: args.max_num_seqs.unwrap_or(defaults.max_num_seqs),
+            max_num_batched_tokens: args.max_num_batched_tokens.unwrap_or(defaults.max_num_batched_tokens),
+            max_speculative_batch: args
+                .speculative_disable_by_batch_size
+                .or(spec.as_ref().and_then(|s| s.disable_by_batch_size))
+                .unwrap_or(defaults.max_speculative_batch),
+            adaptive_k: !args.fixed_k,
             max_waiting: args.max_waiting_requests.unwrap_or(defaults.max_waiting),
         },
         generation_defaults: match args.generation_config.as_str() {
@@ -177,11 +182,11 @@ fn run(args: Args) -> Result<()> {
             "vllm" => GenerationDefaults::Neutral,
             dir => GenerationDefaults::Dir(dir.into()),
         },
-        ..EngineOptions::new(source.target.clone())
+        ..EngineBuilder::new(source.target.clone())
     };
     let name = args.served_model_name.unwrap_or(name);
     let (engine, model) =
-        start_engine(name, &opts).with_context(|| format!("cannot load {}", source.target.display()))?;
+        start_engine(name, &builder).with_context(|| format!("cannot load {}", source.target.display()))?;
     let config = ServerConfig {
         api_key: args.api_key,
         max_body_bytes: args.max_body_bytes,

@@ -45,7 +45,7 @@ pub fn check_inference_device(device: &Device) -> Result<()> {
         return Ok(());
     }
     bail!(
-        "inference on {} is not supported yet: paged attention has only a CPU kernel; use --device cpu",
+        "inference on {} is not supported yet: paged attention has only a CPU kernel; run on the CPU",
         device_name(device)
     )
 }

@@ -1,7 +1,7 @@
 //! /v1/chat/completions: the chat template, plain and streamed answers, logprobs, budgets.
 
 use crate::common::{greedy, model_dir, streamed, texts, Options, TestServer, MAX_MODEL_LEN, MODEL};
-use peagle_server::GenerationDefaults;
+use peagle_engine::GenerationDefaults;
 use serde_json::{json, Value};
 
 fn chat(max_tokens: Option<usize>) -> Value {

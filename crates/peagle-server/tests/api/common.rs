@@ -2,7 +2,8 @@
 //! drafter.
 
 use axum::Router;
-use peagle_server::{start_engine, DraftModel, EngineOptions, GenerationDefaults, Server, ServerConfig};
+use peagle_engine::{DraftModel, EngineBuilder, GenerationDefaults};
+use peagle_server::{start_engine, Server, ServerConfig};
 use reqwest::{Client, Response, StatusCode};
 use serde_json::Value;
 use std::path::PathBuf;
@@ -74,7 +75,7 @@ impl TestServer {
     }
 
     pub async fn with(opts: Options) -> Self {
-        let mut engine_opts = EngineOptions::new(model_dir(MODEL));
+        let mut engine_opts = EngineBuilder::new(model_dir(MODEL));
         if opts.speculative {
             engine_opts.draft = Some(DraftModel {
                 dir: model_dir("pystdlib-12l-peagle"),
@@ -84,10 +85,10 @@ impl TestServer {
         }
         engine_opts.generation_defaults = opts.generation_defaults;
         if let Some(n) = opts.max_waiting {
-            engine_opts.engine.max_waiting = n;
+            engine_opts.scheduler.max_waiting = n;
         }
         if let Some(n) = opts.max_num_seqs {
-            engine_opts.engine.scheduler.max_num_seqs = n;
+            engine_opts.scheduler.max_num_seqs = n;
         }
         let (engine, model) = start_engine(MODEL.into(), &engine_opts).unwrap();
         let server = Server::new(engine, model, opts.config);

@@ -1,7 +1,7 @@
 //! /v1/completions: plain and streamed, n, stop strings, logprobs, seeds, echo, token prompts.
 
 use crate::common::{greedy, streamed, texts, token_id, Options, TestServer, MODEL};
-use peagle_server::GenerationDefaults;
+use peagle_engine::GenerationDefaults;
 use serde_json::{json, Value};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

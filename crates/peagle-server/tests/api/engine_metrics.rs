@@ -2,7 +2,7 @@
 //! counters move with work.
 
 use crate::common::{greedy, Options, TestServer};
-use peagle_server::GenerationDefaults;
+use peagle_engine::GenerationDefaults;
 use reqwest::StatusCode;
 use serde_json::json;
 use std::time::Instant;

@@ -4,7 +4,8 @@
 use crate::common::{greedy, texts, Options, TestServer, MAX_MODEL_LEN, MODEL};
 use axum::routing::get;
 use axum::Router;
-use peagle_server::{GenerationDefaults, ServerConfig};
+use peagle_engine::GenerationDefaults;
+use peagle_server::ServerConfig;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 

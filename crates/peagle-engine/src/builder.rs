@@ -1,0 +1,250 @@
+//! Assembling an engine from model directories: the one place that loads the target and the
+//! drafter, settles the defaults (drafts per step, maximum length, parallel drafting for
+//! P-EAGLE checkpoints, sampling defaults), sizes the KV caches and checks that the parts fit.
+//! The server, peagle-generate, the trainer's capture and the benches all build through it.
+
+use crate::block_manager::BlockManager;
+use crate::drafting::Drafting;
+use crate::engine::Engine;
+use crate::error::GenerateError;
+use crate::model_runner::ModelRunner;
+use crate::proposer::{Eagle3Proposer, NoProposer, PEagleProposer, Proposer};
+use crate::scheduler::{Scheduler, SchedulerConfig};
+use candle_core::DType;
+use peagle_models::{
+    ops, Drafter, GenerationConfig, KvCache, KvCacheDtype, LoadOptions, ModelDims, SamplingDefaults, TextConfig,
+};
+use std::path::PathBuf;
+
+/// Drafts per step when neither the request nor the drafter's config says.
+pub const DEFAULT_K: usize = 3;
+
+/// The maximum length when neither the options nor the model's config give one.
+pub const FALLBACK_MAX_MODEL_LEN: usize = 4096;
+
+/// KV cache sizing when no block count is given: room for every sequence the scheduler may run
+/// at full length, but at most this many bytes (target and drafter caches together).
+const DEFAULT_KV_BUDGET_BYTES: usize = 4 << 30;
+
+/// A draft model and how to use it.
+#[derive(Debug, Clone)]
+pub struct DraftModel {
+    pub dir: PathBuf,
+    /// Drafts per step; default: the checkpoint's published value, else `DEFAULT_K`.
+    pub k: Option<usize>,
+    /// Draft all K tokens in one P-EAGLE pass. P-EAGLE checkpoints always do.
+    pub parallel: bool,
+}
+
+/// Where requests' sampling defaults come from (vLLM's generation config choice).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub enum GenerationDefaults {
+    /// The model's generation_config.json, as its authors recommend.
+    #[default]
+    Auto,
+    /// OpenAI's neutral defaults.
+    Neutral,
+    /// The generation_config.json of another directory.
+    Dir(PathBuf),
+}
+
+#[derive(Debug, Clone)]
+pub struct EngineBuilder {
+    pub model_dir: PathBuf,
+    pub draft: Option<DraftModel>,
+    /// The device and dtype, chosen once.
+    pub load: LoadOptions,
+    /// Default: the model's max_position_embeddings, else `FALLBACK_MAX_MODEL_LEN`.
+    pub max_model_len: Option<usize>,
+    /// Default: see `DEFAULT_KV_BUDGET_BYTES`.
+    pub kv_cache_blocks: Option<usize>,
+    pub block_size: usize,
+    pub kv_cache_dtype: KvCacheDtype,
+    pub scheduler: SchedulerConfig,
+    pub generation_defaults: GenerationDefaults,
+}
+
+/// A built engine and what its model directory says about serving it.
+pub struct BuiltEngine {
+    pub engine: Engine,
+    pub config: TextConfig,
+    pub generation: GenerationConfig,
+    /// What requests that leave sampling fields out get.
+    pub sampling_defaults: SamplingDefaults,
+}
+
+impl EngineBuilder {
+    pub fn new(model_dir: PathBuf) -> Self {
+        Self {
+            model_dir,
+            draft: None,
+            load: LoadOptions::default(),
+            max_model_len: None,
+            kv_cache_blocks: None,
+            block_size: 16,
+            kv_cache_dtype: KvCacheDtype::Auto,
+            scheduler: SchedulerConfig::default(),
+            generation_defaults: GenerationDefaults::Auto,
+        }
+    }
+
+    pub fn build(&self) -> Result<BuiltEngine, GenerateError> {
+        self.check_sizes()?;
+        ops::check_inference_device(&self.load.device).map_err(|e| GenerateError::Config(e.to_string()))?;
+        let sampling_defaults = self.sampling_defaults_dir()?;
+        let loaded = peagle_models::load_target(&self.model_dir, self.load.clone())?;
+        let max_model_len = self.max_model_len(&loaded.config)?;
+        let drafter = match &self.draft {
+            None => None,
+            Some(d) => Some(self.load_drafter(d, loaded.model.as_ref())?),
+        };
+        let k = drafter.as_ref().map_or(0, |(_, k, _)| *k);
+        let dtype = self.kv_cache_dtype.resolve(&loaded.config);
+        let num_blocks = self.num_blocks(loaded.model.dims(), drafter.as_ref(), max_model_len, dtype);
+        let device = loaded.model.device().clone();
+        let proposer: Box<dyn Proposer> = match drafter {
+            None => Box::new(NoProposer),
+            Some((d, k, parallel)) => {
+                let kv = KvCache::new(d.dims(), num_blocks, self.block_size, dtype, &device)?;
+                if parallel {
+                    Box::new(PEagleProposer::new(d, k, kv)?)
+                } else {
+                    Box::new(Eagle3Proposer::new(d, k, kv))
+                }
+            }
+        };
+        let needed = blocks_per_sequence(max_model_len, k, self.block_size);
+        if num_blocks < needed {
+            // vLLM refuses to start here too: a sequence that outgrows the whole cache could
+            // only preempt itself and start over, forever.
+            return Err(GenerateError::Config(format!(
+                "a KV cache of {num_blocks} blocks of {} tokens cannot hold one sequence of the maximum \
+                 length ({max_model_len} tokens, {k} drafts): that takes {needed} blocks; raise the \
+                 block count or lower the maximum length",
+                self.block_size
+            )));
+        }
+        let mut target = loaded.model;
+        if k > 0 {
+            target.set_capture_layers(proposer.aux_layer_ids().to_vec())?;
+        }
+        let kv = KvCache::new(target.dims(), num_blocks, self.block_size, dtype, &device)?;
+        tracing::info!(
+            model = %self.model_dir.display(),
+            drafter = ?self.draft.as_ref().map(|d| d.dir.display().to_string()),
+            k,
+            max_model_len,
+            num_blocks,
+            kv_cache_dtype = ?dtype,
+            "built the engine"
+        );
+        let scheduler = Scheduler::new(
+            self.scheduler.clone(),
+            BlockManager::new(num_blocks, self.block_size),
+            k,
+            proposer.lookahead(),
+        );
+        let eos = loaded.generation.eos_token_ids.clone();
+        let engine = Engine::new(
+            scheduler,
+            ModelRunner::new(target, kv),
+            Drafting::new(proposer),
+            eos,
+            max_model_len,
+        );
+        Ok(BuiltEngine {
+            engine,
+            sampling_defaults: match self.generation_defaults {
+                GenerationDefaults::Auto => loaded.generation.sampling.clone(),
+                _ => sampling_defaults,
+            },
+            config: loaded.config,
+            generation: loaded.generation,
+        })
+    }
+
+    fn check_sizes(&self) -> Result<(), GenerateError> {
+        let sizes = [
+            ("the KV cache block size", self.block_size),
+            ("the most sequences per step", self.scheduler.max_num_seqs),
+            ("the most tokens per step", self.scheduler.max_num_batched_tokens),
+            // Every request waits for admission, if only for a step: a limit of 0 refuses all.
+            ("the waiting-request limit", self.scheduler.max_waiting),
+        ];
+        match sizes.iter().find(|(_, n)| *n == 0) {
+            Some((what, _)) => Err(GenerateError::Config(format!("{what} must be at least 1"))),
+            None => Ok(()),
+        }
+    }
+
+    /// The sampling defaults of another directory or OpenAI's, checked before the model loads.
+    fn sampling_defaults_dir(&self) -> Result<SamplingDefaults, GenerateError> {
+        match &self.generation_defaults {
+            GenerationDefaults::Auto | GenerationDefaults::Neutral => Ok(SamplingDefaults::default()),
+            GenerationDefaults::Dir(dir) if !dir.join("generation_config.json").is_file() => Err(
+                GenerateError::Config(format!("{}: no generation_config.json there", dir.display())),
+            ),
+            GenerationDefaults::Dir(dir) => Ok(GenerationConfig::load(dir)?.sampling),
+        }
+    }
+
+    fn max_model_len(&self, config: &TextConfig) -> Result<usize, GenerateError> {
+        let native = config.max_position_embeddings;
+        let len = match (self.max_model_len, native) {
+            (Some(asked), Some(native)) if asked > native => {
+                return Err(GenerateError::Config(format!(
+                    "a maximum length of {asked} is more than the model's max_position_embeddings ({native})"
+                )))
+            }
+            (Some(asked), _) => asked,
+            (None, native) => native.unwrap_or(FALLBACK_MAX_MODEL_LEN),
+        };
+        if len < 2 {
+            return Err(GenerateError::Config(format!(
+                "the maximum length must be at least 2, got {len}"
+            )));
+        }
+        Ok(len)
+    }
+
+    /// The drafter with its drafts per step and whether it drafts in parallel.
+    fn load_drafter(
+        &self,
+        d: &DraftModel,
+        target: &dyn peagle_models::TargetModel,
+    ) -> Result<(Drafter, usize, bool), GenerateError> {
+        let drafter = Drafter::load(&d.dir, target, self.load.clone())?;
+        let k = d.k.or(drafter.config().num_speculative_tokens).unwrap_or(DEFAULT_K);
+        if k == 0 {
+            return Err(GenerateError::Config(
+                "a draft model needs at least 1 draft per step".into(),
+            ));
+        }
+        let parallel = d.parallel || drafter.is_parallel();
+        Ok((drafter, k, parallel))
+    }
+
+    fn num_blocks(
+        &self,
+        target: &ModelDims,
+        drafter: Option<&(Drafter, usize, bool)>,
+        max_model_len: usize,
+        dtype: DType,
+    ) -> usize {
+        if let Some(n) = self.kv_cache_blocks {
+            return n;
+        }
+        let k = drafter.map_or(0, |(_, k, _)| *k);
+        let per_sequence = blocks_per_sequence(max_model_len, k, self.block_size);
+        let block_bytes = |d: &ModelDims| KvCache::bytes_per_block(d, self.block_size, dtype);
+        let bytes_per_block = (block_bytes(target) + drafter.map_or(0, |(d, _, _)| block_bytes(d.dims()))).max(1);
+        let wanted = per_sequence * self.scheduler.max_num_seqs;
+        wanted.min(DEFAULT_KV_BUDGET_BYTES / bytes_per_block).max(per_sequence)
+    }
+}
+
+/// Blocks one sequence can come to need: `max_model_len` tokens, then a verification window
+/// of `k` drafts and the drafter's look-ahead past it.
+pub fn blocks_per_sequence(max_model_len: usize, k: usize, block_size: usize) -> usize {
+    (max_model_len + 2 * k).div_ceil(block_size)
+}

@@ -1,0 +1,175 @@
+//! The engine on a thread of its own, for the server: requests arrive over a channel and each
+//! gets its own channel of events. Dropping a request's event receiver cancels it and frees
+//! its KV blocks.
+
+use crate::engine::Engine;
+use crate::engine_metrics::EngineMetrics;
+use crate::error::SubmitError;
+use crate::request::{Event, Request};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
+
+enum Command {
+    Submit(Box<(Request, UnboundedSender<Event>)>),
+    Shutdown,
+}
+
+/// What the engine thread publishes and the handles read, under one lock.
+struct Shared {
+    metrics: EngineMetrics,
+    /// Requests submitted that the engine has not published as taken from its inbox. They
+    /// count in `metrics.waiting`: the engine's own count would leave them out until then,
+    /// and let a full queue take more.
+    in_transit: usize,
+}
+
+/// The way in: cheap to clone, usable from any thread or task.
+#[derive(Clone)]
+pub struct EngineHandle {
+    commands: mpsc::Sender<Command>,
+    shared: Arc<Mutex<Shared>>,
+    max_model_len: usize,
+    max_waiting: usize,
+}
+
+impl EngineHandle {
+    /// Starts the engine thread.
+    pub fn start(engine: Engine) -> Self {
+        let (commands, inbox) = mpsc::channel();
+        let shared = Arc::new(Mutex::new(Shared {
+            metrics: EngineMetrics {
+                kv_blocks_total: engine.num_blocks(),
+                ..Default::default()
+            },
+            in_transit: 0,
+        }));
+        let handle = Self {
+            commands,
+            shared: shared.clone(),
+            max_model_len: engine.max_model_len(),
+            max_waiting: engine.max_waiting(),
+        };
+        std::thread::Builder::new()
+            .name("peagle-engine".into())
+            .spawn(move || {
+                EngineLoop {
+                    engine,
+                    inbox,
+                    shared,
+                    taken: 0,
+                    accepting: true,
+                }
+                .run()
+            })
+            .expect("spawning the engine thread");
+        handle
+    }
+
+    pub fn max_model_len(&self) -> usize {
+        self.max_model_len
+    }
+
+    /// Queues a request; its events arrive on the returned receiver.
+    pub fn submit(&self, request: Request) -> Result<UnboundedReceiver<Event>, SubmitError> {
+        Ok(self.submit_all(vec![request])?.remove(0))
+    }
+
+    /// Queues requests that belong together (the choices of one response), all or none. The
+    /// queue limit is checked once: a response with more choices than the limit still gets in
+    /// while the queue is below it, where a check per choice would refuse it forever.
+    pub fn submit_all(&self, requests: Vec<Request>) -> Result<Vec<UnboundedReceiver<Event>>, SubmitError> {
+        for r in &requests {
+            r.validate(self.max_model_len)
+                .map_err(|e| SubmitError::Invalid(e.to_string()))?;
+        }
+        let count = requests.len();
+        {
+            let mut shared = self.shared.lock().expect("metrics lock");
+            let waiting = shared.metrics.waiting;
+            if waiting >= self.max_waiting {
+                return Err(SubmitError::QueueFull {
+                    waiting,
+                    limit: self.max_waiting,
+                });
+            }
+            shared.metrics.waiting += count;
+            shared.in_transit += count;
+        }
+        let mut receivers = Vec::with_capacity(count);
+        for (sent, request) in requests.into_iter().enumerate() {
+            let (tx, rx) = unbounded_channel();
+            if self.commands.send(Command::Submit(Box::new((request, tx)))).is_err() {
+                let mut shared = self.shared.lock().expect("metrics lock");
+                shared.metrics.waiting -= count - sent;
+                shared.in_transit -= count - sent;
+                return Err(SubmitError::ShuttingDown);
+            }
+            receivers.push(rx);
+        }
+        Ok(receivers)
+    }
+
+    pub fn metrics(&self) -> EngineMetrics {
+        self.shared.lock().expect("metrics lock").metrics.clone()
+    }
+
+    /// Refuses new requests from now on; those already queued or running still finish.
+    pub fn shutdown(&self) {
+        let _ = self.commands.send(Command::Shutdown);
+    }
+}
+
+struct EngineLoop {
+    engine: Engine,
+    inbox: mpsc::Receiver<Command>,
+    shared: Arc<Mutex<Shared>>,
+    /// Submissions taken from the inbox since the last publish.
+    taken: usize,
+    accepting: bool,
+}
+
+impl EngineLoop {
+    fn run(mut self) {
+        loop {
+            // Block while idle; otherwise take whatever has arrived and keep stepping.
+            if self.engine.is_idle() {
+                match self.inbox.recv() {
+                    Ok(cmd) => self.handle(cmd),
+                    Err(_) => return,
+                }
+            }
+            while let Ok(cmd) = self.inbox.try_recv() {
+                self.handle(cmd);
+            }
+            self.engine.step();
+            self.publish();
+            if !self.accepting && self.engine.is_idle() {
+                return;
+            }
+        }
+    }
+
+    fn handle(&mut self, cmd: Command) {
+        if let Command::Submit(_) = cmd {
+            self.taken += 1;
+        }
+        match cmd {
+            Command::Submit(submission) if self.accepting => {
+                let (request, events) = *submission;
+                self.engine.add(request, events);
+            }
+            Command::Submit(submission) => {
+                let _ = submission.1.send(Event::Failed(SubmitError::ShuttingDown.to_string()));
+            }
+            Command::Shutdown => self.accepting = false,
+        }
+    }
+
+    fn publish(&mut self) {
+        let mut shared = self.shared.lock().expect("metrics lock");
+        shared.in_transit -= std::mem::take(&mut self.taken);
+        self.engine.fill_metrics(&mut shared.metrics);
+        shared.metrics.waiting += shared.in_transit;
+    }
+}
