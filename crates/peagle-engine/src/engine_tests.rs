@@ -3,8 +3,8 @@
 
 use super::*;
 use crate::builder::{DraftModel, EngineBuilder};
+use crate::request::GenerateParams;
 use crate::scheduler::SchedulerConfig;
-use crate::sequence::GenerateParams;
 use std::path::PathBuf;
 use tokio::sync::mpsc::unbounded_channel;
 

@@ -1,11 +1,35 @@
 //! What goes into the engine and what comes out: a tokenized request, and the events of its
 //! progress.
 
-use crate::sampler::InvalidSampling;
-use crate::sequence::{GenerateParams, TokenOutput};
+use crate::sampler::{InvalidSampling, SamplingParams};
 use crate::spec_stats::SpecStats;
 use std::time::Instant;
 use thiserror::Error;
+
+#[derive(Debug, Clone, Default)]
+pub struct GenerateParams {
+    pub max_tokens: usize,
+    pub sampling: SamplingParams,
+    /// Keep going past end-of-sequence tokens (benchmarks, reference comparisons).
+    pub ignore_eos: bool,
+    /// End-of-sequence and `stop_token_ids` cannot be chosen before this many tokens.
+    pub min_tokens: usize,
+    /// More tokens that end the sequence (vLLM); `ignore_eos` does not apply to them.
+    pub stop_token_ids: Vec<u32>,
+}
+
+/// A committed token with its log-probability under the target model (before temperature).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenOutput {
+    pub id: u32,
+    pub logprob: Option<f32>,
+    /// The most likely tokens at this position, most likely first.
+    pub top_logprobs: Vec<(u32, f32)>,
+    /// This token ended the sequence: an end-of-sequence or stop token. It counts as
+    /// generated, with its log-probability, but its text is not part of the output unless the
+    /// request asks for it (vLLM's rule).
+    pub stops: bool,
+}
 
 /// One generation request, already tokenized.
 #[derive(Debug, Clone)]
@@ -82,12 +106,34 @@ pub enum Event {
     Failed(String),
 }
 
+/// How a request ended: the one finish reason of the engine and the API alike.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FinishReason {
-    /// An end-of-sequence token was sampled.
+    /// An end-of-sequence token was sampled (or, on the API, a stop string appeared).
     Stop,
     /// One of the request's `stop_token_ids` was sampled.
     StopToken(u32),
     /// max_tokens or the model's length limit was reached.
     Length,
+    /// Ended early: the client left, the engine failed, or the server stopped waiting.
+    Abort,
+}
+
+impl FinishReason {
+    /// Every `as_str` value, in a fixed order (metrics labels).
+    pub const NAMES: [&'static str; 3] = ["stop", "length", "abort"];
+
+    /// OpenAI's `finish_reason`: a stop token is a "stop".
+    pub fn as_str(self) -> &'static str {
+        Self::NAMES[self.index()]
+    }
+
+    /// Position of `as_str` in `NAMES`.
+    pub fn index(self) -> usize {
+        match self {
+            Self::Stop | Self::StopToken(_) => 0,
+            Self::Length => 1,
+            Self::Abort => 2,
+        }
+    }
 }

@@ -289,6 +289,7 @@ impl Scheduler {
                 match reason {
                     FinishReason::Stop | FinishReason::StopToken(_) => self.counters.finished_stop += 1,
                     FinishReason::Length => self.counters.finished_length += 1,
+                    FinishReason::Abort => self.counters.aborted += 1,
                 }
                 let _ = entry.events.send(Event::Finished {
                     reason,

@@ -3,7 +3,7 @@
 //! accounting are checked without a forward pass.
 
 use super::*;
-use crate::sequence::{GenerateParams, TokenOutput};
+use crate::request::{GenerateParams, TokenOutput};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 
 const BLOCK: usize = 4;

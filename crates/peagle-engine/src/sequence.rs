@@ -1,34 +1,9 @@
 //! One generation stream: its tokens, what of it is cached, its blocks, drafts and stop rules.
 
-use crate::request::FinishReason;
-use crate::sampler::{Sampler, SamplingParams};
+use crate::request::{FinishReason, GenerateParams, TokenOutput};
+use crate::sampler::Sampler;
 use crate::spec_stats::SpecStats;
 use candle_core::Tensor;
-
-#[derive(Debug, Clone, Default)]
-pub struct GenerateParams {
-    pub max_tokens: usize,
-    pub sampling: SamplingParams,
-    /// Keep going past end-of-sequence tokens (benchmarks, reference comparisons).
-    pub ignore_eos: bool,
-    /// End-of-sequence and `stop_token_ids` cannot be chosen before this many tokens.
-    pub min_tokens: usize,
-    /// More tokens that end the sequence (vLLM); `ignore_eos` does not apply to them.
-    pub stop_token_ids: Vec<u32>,
-}
-
-/// A committed token with its log-probability under the target model (before temperature).
-#[derive(Debug, Clone, PartialEq)]
-pub struct TokenOutput {
-    pub id: u32,
-    pub logprob: Option<f32>,
-    /// The most likely tokens at this position, most likely first.
-    pub top_logprobs: Vec<(u32, f32)>,
-    /// This token ended the sequence: an end-of-sequence or stop token. It counts as
-    /// generated, with its log-probability, but its text is not part of the output unless the
-    /// request asks for it (vLLM's rule).
-    pub stops: bool,
-}
 
 pub struct Sequence {
     /// Prompt followed by generated tokens.

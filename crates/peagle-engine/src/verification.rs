@@ -4,8 +4,9 @@
 
 use crate::error::GenerateError;
 use crate::penalties::adjusted_rows;
+use crate::request::TokenOutput;
 use crate::scheduler::Work;
-use crate::sequence::{Sequence, TokenOutput};
+use crate::sequence::Sequence;
 use crate::spec_stats::SpecStats;
 use crate::verifier::verify;
 use candle_core::Tensor;

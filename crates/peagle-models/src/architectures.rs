@@ -1,19 +1,21 @@
 //! The registry of target architectures: the `architectures` name a model's config.json
-//! gives, and the function that loads it. Adding an architecture is one file and one line of
-//! `ARCHITECTURES`.
+//! gives, and the function that loads it. Adding an architecture is one file (declared in
+//! lib.rs) and one line of `ARCHITECTURES`.
 
 use crate::checkpoint::{Checkpoint, LoadOptions};
 use crate::config::TextConfig;
 use crate::error::LoadError;
 use crate::generation_config::GenerationConfig;
 use crate::target_model::TargetModel;
-use crate::{llama, qwen3};
 use std::path::{Path, PathBuf};
 
 /// Builds an architecture's model from its config and weights.
 type LoadFn = fn(&TextConfig, &Checkpoint) -> Result<Box<dyn TargetModel>, LoadError>;
 
-const ARCHITECTURES: &[(&str, LoadFn)] = &[("LlamaForCausalLM", llama::load), ("Qwen3ForCausalLM", qwen3::load)];
+const ARCHITECTURES: &[(&str, LoadFn)] = &[
+    ("LlamaForCausalLM", crate::llama::load),
+    ("Qwen3ForCausalLM", crate::qwen3::load),
+];
 
 /// The names of the architectures this build loads.
 pub fn supported_architectures() -> Vec<&'static str> {

@@ -1,4 +1,4 @@
-//! The EAGLE-3 / P-EAGLE drafter head (DESIGN.md section 3).
+//! The EAGLE-3 / P-EAGLE drafter head (docs/ARCHITECTURE.md, "The drafter input layout").
 //!
 //! `fc` projects the concatenated captured target states to the drafter width; the first layer
 //! fuses token embedding and that hidden input; plain decoder layers follow; `norm` and an

@@ -6,52 +6,13 @@
 use crate::error::ApiError;
 use crate::metrics::ChoiceEnd;
 use crate::params::TextOptions;
-use crate::protocol::StopReason;
+use crate::protocol::{StopReason, TokenLogprob};
 use crate::state::AppState;
 use crate::stop::StopChecker;
-use peagle_engine::{Event, IncrementalDecoder, Request, TokenOutput};
+use peagle_engine::{Event, FinishReason, IncrementalDecoder, Request, TokenOutput};
 use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::mpsc::UnboundedReceiver;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FinishReason {
-    /// End of sequence or a stop string.
-    Stop = 0,
-    /// max_tokens or the context length.
-    Length = 1,
-    /// Ended early: client gone, engine failure, or the server's shutdown timeout.
-    Abort = 2,
-}
-
-impl FinishReason {
-    pub const ALL: [FinishReason; 3] = [FinishReason::Stop, FinishReason::Length, FinishReason::Abort];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            FinishReason::Stop => "stop",
-            FinishReason::Length => "length",
-            FinishReason::Abort => "abort",
-        }
-    }
-}
-
-impl From<peagle_engine::FinishReason> for FinishReason {
-    fn from(r: peagle_engine::FinishReason) -> Self {
-        match r {
-            peagle_engine::FinishReason::Stop | peagle_engine::FinishReason::StopToken(_) => FinishReason::Stop,
-            peagle_engine::FinishReason::Length => FinishReason::Length,
-        }
-    }
-}
-
-/// The stop token id an engine finish reports, if any.
-fn stop_token(reason: peagle_engine::FinishReason) -> Option<StopReason> {
-    match reason {
-        peagle_engine::FinishReason::StopToken(id) => Some(StopReason::Token(id)),
-        _ => None,
-    }
-}
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Finish {
@@ -59,29 +20,6 @@ pub struct Finish {
     /// The stop string or stop token id that ended the choice.
     pub stop_reason: Option<StopReason>,
     pub completion_tokens: usize,
-}
-
-/// A choice's finish reason and stop string or token as a response carries them: both None
-/// until the choice has ended.
-pub type Finished = (Option<&'static str>, Option<StopReason>);
-
-impl Finish {
-    pub fn wire(finish: Option<Finish>) -> Finished {
-        match finish {
-            Some(f) => (Some(f.reason.as_str()), f.stop_reason),
-            None => (None, None),
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct TokenLogprob {
-    pub token: String,
-    pub logprob: Option<f32>,
-    /// Most likely alternatives, most likely first.
-    pub top: Vec<(String, f32)>,
-    /// Characters of the choice's text before this token.
-    pub text_offset: usize,
 }
 
 /// What one engine event added to a choice.
@@ -186,7 +124,7 @@ impl Choice {
                 }
                 Next::Event(Some(Event::PromptLogprobs(tokens))) => self.prompt(tokens),
                 Next::Event(Some(Event::Tokens(tokens))) => self.tokens(tokens),
-                Next::Event(Some(Event::Finished { reason, .. })) => self.end(reason.into(), stop_token(reason)),
+                Next::Event(Some(Event::Finished { reason, .. })) => self.end(reason, None),
                 Next::Abort => self.end(FinishReason::Abort, None),
                 Next::Event(Some(Event::Failed(message))) => Err(ApiError::internal(message)),
                 Next::Event(None) => Err(ApiError::internal("the engine stopped before the request finished")),
@@ -291,14 +229,19 @@ impl Choice {
         })
     }
 
+    /// `stop_reason` is the stop string that ended the choice; a stop token names itself.
     fn finish(&mut self, reason: FinishReason, stop_reason: Option<StopReason>) -> Finish {
         self.finished = true;
         // Cancels the engine request if it is still running (stop string, abort).
         self.events = None;
         self.record_end(reason);
+        let stop_token = match reason {
+            FinishReason::StopToken(id) => Some(StopReason::Token(id)),
+            _ => None,
+        };
         Finish {
             reason,
-            stop_reason,
+            stop_reason: stop_reason.or(stop_token),
             completion_tokens: self.completion_tokens,
         }
     }

@@ -2,9 +2,8 @@
 //! prefix so vLLM dashboards carry over. Engine counters come from the engine's snapshot;
 //! latencies and finish reasons are measured here, where the client's view of a request is.
 
-use crate::choice::FinishReason;
 use crate::histogram::Histogram;
-use peagle_engine::EngineMetrics;
+use peagle_engine::{EngineMetrics, FinishReason};
 use std::fmt::{Display, Write};
 use std::sync::Mutex;
 
@@ -40,7 +39,7 @@ struct Recorded {
     tpot: Histogram,
     prompt_tokens: Histogram,
     generation_tokens: Histogram,
-    /// Choices finished, by reason (indexed as `FinishReason::ALL`).
+    /// Choices finished, by reason (indexed as `FinishReason::NAMES`).
     finished: [u64; 3],
 }
 
@@ -119,7 +118,7 @@ impl ServerMetrics {
             if let Some(decode) = end.decode_seconds.filter(|_| end.completion_tokens > 1) {
                 r.tpot.observe(decode / (end.completion_tokens - 1) as f64);
             }
-            r.finished[end.reason as usize] += 1;
+            r.finished[end.reason.index()] += 1;
         });
     }
 
@@ -160,12 +159,8 @@ impl ServerMetrics {
             "counter",
             "Finished requests (each choice of n counts), by finish reason.",
         );
-        for reason in FinishReason::ALL {
-            x.sample(
-                "request_success_total",
-                &format!("finished_reason=\"{}\"", reason.as_str()),
-                r.finished[reason as usize],
-            );
+        for (name, count) in FinishReason::NAMES.iter().zip(r.finished) {
+            x.sample("request_success_total", &format!("finished_reason=\"{name}\""), count);
         }
         x.histogram("time_to_first_token_seconds", "Time to first token.", &r.ttft);
         x.histogram("inter_token_latency_seconds", "Time between token events.", &r.itl);

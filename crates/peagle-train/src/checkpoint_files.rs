@@ -16,7 +16,7 @@ use crate::files::{read_json, write_atomically, write_json};
 use crate::optimizer::AdamW;
 use crate::params::Params;
 use crate::spec::{Algo, DrafterSpec};
-use crate::trainer::TrainState;
+use crate::train_state::TrainState;
 use candle_core::{Device, Tensor};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;

@@ -1,4 +1,4 @@
-//! Training P-EAGLE drafters and the EAGLE-3 baseline (DESIGN.md section 5): capture of target
+//! Training P-EAGLE drafters and the EAGLE-3 baseline (docs/ARCHITECTURE.md, "File formats"): capture of target
 //! states, COD sampling and the multi-depth layout, sequence partitioning, the KL objective,
 //! the training loop, and export in the speculators format.
 
@@ -19,6 +19,7 @@ pub mod sample;
 pub mod spec;
 pub mod step;
 pub mod step_bench;
+pub mod train_state;
 pub mod trainer;
 pub mod vocab;
 pub mod warm_start;
@@ -28,5 +29,6 @@ pub use error::TrainError;
 pub use layout::TrainingInputs;
 pub use sample::Sample;
 pub use spec::{Algo, DrafterSpec};
-pub use trainer::{fit, FitOptions, TrainState};
+pub use train_state::{EvalPoint, TrainState};
+pub use trainer::{fit, FitOptions};
 pub use vocab::DraftVocab;

@@ -5,7 +5,7 @@ use std::path::Path;
 use peagle_plot::{line_chart, Chart, Series};
 
 use crate::error::TrainError;
-use crate::trainer::EvalPoint;
+use crate::train_state::EvalPoint;
 
 /// Draws one line per drafter depth (`depth 0` first) of `val_accuracy` against `step`.
 pub fn accuracy_plot(history: &[EvalPoint], title: &str, path: &Path) -> Result<(), TrainError> {

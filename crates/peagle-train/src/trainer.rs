@@ -15,6 +15,7 @@ use crate::plot::accuracy_plot;
 use crate::sample::Sample;
 use crate::spec::{Algo, DrafterSpec, NEW_DRAFTER_NORM_BEFORE_RESIDUAL};
 use crate::step::{eagle3_sample, peagle_sample, Gradients, PeagleSetup, Prepared};
+use crate::train_state::{EvalPoint, TrainState};
 use crate::vocab::{pick_mask_token, DraftVocab};
 use crate::warm_start::Exported;
 use candle_core::{DType, Device};
@@ -22,7 +23,6 @@ use peagle_models::{load_target, Drafter, DrafterConfig, LoadOptions, TargetMode
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
-use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -58,29 +58,6 @@ pub struct FitOptions {
     pub export_dtype: DType,
     /// Where the target and the drafter live; samples are read on the CPU and moved.
     pub device: Device,
-}
-
-/// One validation point.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct EvalPoint {
-    pub step: usize,
-    pub lr: f64,
-    pub train_loss: f64,
-    pub val_loss: f64,
-    pub val_accuracy: Vec<f64>,
-}
-
-/// Saved with every checkpoint and written as the final report.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct TrainState {
-    pub algo: String,
-    pub step: usize,
-    pub total_steps: usize,
-    pub seconds: f64,
-    pub train_samples: usize,
-    pub val_samples: usize,
-    pub num_parameters: usize,
-    pub history: Vec<EvalPoint>,
 }
 
 pub const REPORT: &str = "train_report.json";

@@ -1,7 +1,7 @@
 //! The draft vocabulary: the target tokens a drafter can propose.
 //!
 //! The most frequent learned tokens (ties by lower id), sorted ascending, so draft id i maps to
-//! target id `i + d2t[i]` and `t2d` marks the selected target ids (DESIGN.md section 5).
+//! target id `i + d2t[i]` and `t2d` marks the selected target ids (docs/ARCHITECTURE.md, "File formats").
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DraftVocab {

@@ -1,5 +1,5 @@
 //! Draft proposers: from each sequence's newly committed tokens and the target's hidden
-//! states for them, propose the next K tokens (DESIGN.md section 3).
+//! states for them, propose the next K tokens (docs/ARCHITECTURE.md, "The drafter input layout").
 //!
 //! A request's slots pair token p+1 with the target state of position p: after a verification
 //! that accepted `d1..da` and produced `t`, the slots are `[d1..da, t]` at positions `P..P+a`

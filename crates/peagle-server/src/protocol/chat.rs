@@ -1,9 +1,8 @@
 //! `POST /v1/chat/completions`: the request with its messages, the `chat.completion` response
 //! and the `chat.completion.chunk` stream chunks.
 
-use super::{StopReason, StreamOptions, Usage};
+use super::{StopReason, StreamOptions, TokenLogprob, Usage};
 use crate::chat_template::JsonMap;
-use crate::choice::TokenLogprob;
 use crate::error::ApiError;
 use serde::{Deserialize, Serialize};
 

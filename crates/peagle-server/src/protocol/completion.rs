@@ -1,7 +1,6 @@
 //! `POST /v1/completions`: the request and the `text_completion` response and stream chunks.
 
-use super::{StopReason, StreamOptions, Usage};
-use crate::choice::TokenLogprob;
+use super::{StopReason, StreamOptions, TokenLogprob, Usage};
 use serde::ser::SerializeMap;
 use serde::{Deserialize, Serialize, Serializer};
 

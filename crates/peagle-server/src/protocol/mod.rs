@@ -30,6 +30,17 @@ impl Stop {
     }
 }
 
+/// One token's log-probability entry, as a response shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenLogprob {
+    pub token: String,
+    pub logprob: Option<f32>,
+    /// Most likely alternatives, most likely first.
+    pub top: Vec<(String, f32)>,
+    /// Characters of the choice's text before this token.
+    pub text_offset: usize,
+}
+
 /// vLLM's `stop_reason`: the stop string or stop token id that ended a choice.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(untagged)]

@@ -2,7 +2,7 @@
 //! streamed as `chat.completion.chunk` deltas or answered as one `chat.completion`.
 
 use super::{check_model, off_runtime};
-use crate::choice::{Choice, Finish, Finished, TokenLogprob};
+use crate::choice::{Choice, Finish};
 use crate::error::ApiError;
 use crate::json_body::ApiJsonViews;
 use crate::params::{check_prompt, logprobs_count};
@@ -10,6 +10,7 @@ use crate::protocol::chat::{
     ChatChoice, ChatLogprobs, ChatMessage, ChatRender, ChatRequest, ChatResponse, Delta, Message, MessageContent,
 };
 use crate::protocol::sampling::SamplingRequest;
+use crate::protocol::TokenLogprob;
 use crate::protocol::{response_id, unix_time, StreamUsage, Usage};
 use crate::sse::{done_event, error_event, json_event, merged};
 use crate::state::AppState;
@@ -49,7 +50,7 @@ impl Meta {
         index: usize,
         delta: Delta,
         logprobs: Option<ChatLogprobs>,
-        finish: Finished,
+        finish: Option<&Finish>,
         usage: Option<Usage>,
     ) -> ChatResponse {
         let choice = ChatChoice {
@@ -57,8 +58,8 @@ impl Meta {
             message: None,
             delta: Some(delta),
             logprobs,
-            finish_reason: finish.0,
-            stop_reason: finish.1,
+            finish_reason: finish.map(|f| f.reason.as_str()),
+            stop_reason: finish.and_then(|f| f.stop_reason.clone()),
         };
         self.response("chat.completion.chunk", vec![choice], usage)
     }
@@ -248,7 +249,7 @@ fn stream(
         for index in 0..choices.len() {
             let delta = opening.clone();
             let so_far = usage.per_chunk.then(|| Usage::new(prompt_tokens, 0));
-            yield json_event(&meta.chunk(index, delta, None, (None, None), so_far));
+            yield json_event(&meta.chunk(index, delta, None, None, so_far));
         }
         let mut updates = merged(choices);
         let mut completion_tokens = 0;
@@ -268,8 +269,7 @@ fn stream(
             generated[index] += update.tokens;
             let so_far = usage.per_chunk.then(|| Usage::new(prompt_tokens, generated[index]));
             let delta = Delta { role: None, content: (!update.text.is_empty()).then_some(update.text) };
-            let finished = Finish::wire(finish);
-            yield json_event(&meta.chunk(index, delta, with_logprobs(&update.logprobs), finished, so_far));
+            yield json_event(&meta.chunk(index, delta, with_logprobs(&update.logprobs), finish.as_ref(), so_far));
         }
         if usage.at_end {
             let usage = Usage::new(prompt_tokens, completion_tokens);

@@ -2,7 +2,7 @@
 //! or not. Choice indices run prompt by prompt: prompt p's choice i is p * n + i.
 
 use super::{check_model, off_runtime};
-use crate::choice::{Choice, Finish, Finished, TokenLogprob};
+use crate::choice::{Choice, Finish};
 use crate::error::ApiError;
 use crate::json_body::ApiJsonViews;
 use crate::params::{check_prompt, check_token_ids, logprobs_count};
@@ -10,6 +10,7 @@ use crate::protocol::completion::{
     CompletionChoice, CompletionLogprobs, CompletionRequest, CompletionResponse, PromptInput,
 };
 use crate::protocol::sampling::SamplingRequest;
+use crate::protocol::TokenLogprob;
 use crate::protocol::{response_id, unix_time, StreamUsage, Usage};
 use crate::sse::{done_event, error_event, json_event, merged};
 use crate::state::AppState;
@@ -57,15 +58,15 @@ impl Meta {
         index: usize,
         text: String,
         logprobs: Option<CompletionLogprobs>,
-        finish: Finished,
+        finish: Option<&Finish>,
         usage: Option<Usage>,
     ) -> CompletionResponse {
         let choice = CompletionChoice {
             index,
             text,
             logprobs,
-            finish_reason: finish.0,
-            stop_reason: finish.1,
+            finish_reason: finish.map(|f| f.reason.as_str()),
+            stop_reason: finish.and_then(|f| f.stop_reason.clone()),
         };
         self.response(vec![choice], usage)
     }
@@ -223,8 +224,7 @@ fn stream(
             completion_tokens += finish.as_ref().map_or(0, |f| f.completion_tokens);
             generated[index] += update.tokens;
             let so_far = usage.per_chunk.then(|| Usage::new(prompt_lens[index], generated[index]));
-            let finished = Finish::wire(finish);
-            yield json_event(&meta.chunk(index, text, with_logprobs(&update.logprobs), finished, so_far));
+            yield json_event(&meta.chunk(index, text, with_logprobs(&update.logprobs), finish.as_ref(), so_far));
         }
         if usage.at_end {
             yield json_event(&meta.response(Vec::new(), Some(Usage::new(prompt_tokens, completion_tokens))));
