@@ -54,6 +54,12 @@ struct SweepArgs {
     /// Passes over all modes; the modes interleave within each pass.
     #[arg(long, default_value_t = 1, value_parser = positive)]
     repeats: usize,
+    /// Where every server runs its models: cpu, cuda or cuda:N (peagle-serve's --device).
+    #[arg(long, default_value = "cpu")]
+    device: String,
+    /// Every server's activation dtype: auto, f32, bf16 or f16 (peagle-serve's --dtype).
+    #[arg(long, default_value = "auto")]
+    dtype: String,
     /// An argument for every server, e.g. --server-arg=--fixed-k (repeatable).
     #[arg(long, allow_hyphen_values = true)]
     server_arg: Vec<String>,
@@ -117,7 +123,11 @@ async fn sweep(args: SweepArgs) -> Result<()> {
         peagle_k: args.peagle_k,
         eagle3_k: args.eagle3_k,
         repeats: args.repeats,
-        server_args: args.server_arg,
+        server_args: [
+            vec!["--device".into(), args.device, "--dtype".into(), args.dtype],
+            args.server_arg,
+        ]
+        .concat(),
         workload: args.workload,
     };
     // Read the dataset before starting any server, so a bad file fails at once.

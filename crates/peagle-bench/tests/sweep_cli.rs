@@ -1,5 +1,5 @@
 //! `peagle-bench sweep` as a command: a sweep whose runs fail still writes its report, then
-//! exits non-zero saying how many failed.
+//! exits non-zero saying how many failed; its servers get the device and dtype it was given.
 
 use std::process::Command;
 
@@ -12,6 +12,7 @@ fn the_sweep_command_fails_after_writing_its_report() {
     let output = Command::new(env!("CARGO_BIN_EXE_peagle-bench"))
         .args(["sweep", "--model", "some-model", "--repeats", "2", "--num-prompts", "1"])
         .args(["--max-tokens", "2", "--concurrency", "1"])
+        .args(["--device", "cuda:1", "--dtype", "bf16"])
         .args(["--serve-bin", "/no/such/peagle-serve", "--dataset"])
         .arg(&dataset)
         .arg("--out")
@@ -27,5 +28,6 @@ fn the_sweep_command_fails_after_writing_its_report() {
         assert!(table.contains(&line), "{table}");
     }
     assert!(table.contains("| 1 | no speculation | - |"), "{table}");
+    assert!(table.contains("--device cuda:1 --dtype bf16"), "{table}");
     assert!(!out.join("sweep.png").exists(), "nothing to plot");
 }
