@@ -6,7 +6,7 @@ use anyhow::{bail, Context, Result};
 use serde::Deserialize;
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct SpeculativeSpec {
+pub struct SpeculativeConfig {
     pub method: String,
     pub model: String,
     #[serde(default)]
@@ -18,17 +18,17 @@ pub struct SpeculativeSpec {
     pub disable_by_batch_size: Option<usize>,
 }
 
-impl SpeculativeSpec {
+impl SpeculativeConfig {
     pub fn parse(json: &str) -> Result<Self> {
-        let spec: Self = serde_json::from_str(json).context("--speculative-config")?;
+        let speculative: Self = serde_json::from_str(json).context("--speculative-config")?;
         // "peagle" is accepted as shorthand for eagle3 with parallel drafting.
-        if !matches!(spec.method.as_str(), "eagle3" | "peagle") {
+        if !matches!(speculative.method.as_str(), "eagle3" | "peagle") {
             bail!(
                 "--speculative-config: method {:?} is not supported (use \"eagle3\", with \"parallel_drafting\": true for P-EAGLE)",
-                spec.method
+                speculative.method
             );
         }
-        Ok(spec)
+        Ok(speculative)
     }
 
     pub fn parallel(&self) -> bool {
@@ -42,23 +42,26 @@ mod tests {
 
     #[test]
     fn reads_vllm_spelling() {
-        let spec = SpeculativeSpec::parse(
+        let speculative = SpeculativeConfig::parse(
             r#"{"method":"eagle3","model":"amazon/GPT-OSS-20B-P-EAGLE","num_speculative_tokens":7,"parallel_drafting":true,"disable_by_batch_size":4}"#,
         )
         .unwrap();
-        assert_eq!(spec.disable_by_batch_size, Some(4));
-        assert_eq!(spec.model, "amazon/GPT-OSS-20B-P-EAGLE");
-        assert_eq!((spec.num_speculative_tokens, spec.parallel()), (Some(7), true));
-        assert!(!SpeculativeSpec::parse(r#"{"method":"eagle3","model":"m"}"#)
+        assert_eq!(speculative.disable_by_batch_size, Some(4));
+        assert_eq!(speculative.model, "amazon/GPT-OSS-20B-P-EAGLE");
+        assert_eq!(
+            (speculative.num_speculative_tokens, speculative.parallel()),
+            (Some(7), true)
+        );
+        assert!(!SpeculativeConfig::parse(r#"{"method":"eagle3","model":"m"}"#)
             .unwrap()
             .parallel());
     }
 
     #[test]
     fn rejects_other_methods_and_bad_json() {
-        let err = SpeculativeSpec::parse(r#"{"method":"ngram","model":"m"}"#).unwrap_err();
+        let err = SpeculativeConfig::parse(r#"{"method":"ngram","model":"m"}"#).unwrap_err();
         assert!(err.to_string().contains("ngram"), "{err}");
-        assert!(SpeculativeSpec::parse("{").is_err());
-        assert!(SpeculativeSpec::parse(r#"{"method":"eagle3"}"#).is_err());
+        assert!(SpeculativeConfig::parse("{").is_err());
+        assert!(SpeculativeConfig::parse(r#"{"method":"eagle3"}"#).is_err());
     }
 }

@@ -17,7 +17,7 @@ pub struct Drafting {
 }
 
 /// A drafter input for one scheduled sequence.
-struct DraftPlan {
+struct DraftInput {
     index: usize,
     start: usize,
     tokens: Vec<u32>,
@@ -51,7 +51,7 @@ impl Drafting {
         committed: &[Committed],
         k: usize,
     ) -> Result<(), GenerateError> {
-        let mut plans = Vec::new();
+        let mut inputs = Vec::new();
         for (index, (seq, _)) in work.iter_mut().enumerate() {
             if !self.drafts_for(seq) || seq.finish.is_some() {
                 continue;
@@ -72,7 +72,7 @@ impl Drafting {
             }
             // Slot p holds the token after position p; all of them are committed by now.
             let end = start + c.rows;
-            plans.push(DraftPlan {
+            inputs.push(DraftInput {
                 index,
                 start: backlog.start,
                 tokens: seq.token_ids[backlog.start + 1..=end].to_vec(),
@@ -80,10 +80,10 @@ impl Drafting {
                 draft: c.sampled,
             });
         }
-        if plans.is_empty() {
+        if inputs.is_empty() {
             return Ok(());
         }
-        let requests: Vec<DraftRequest> = plans
+        let requests: Vec<DraftRequest> = inputs
             .iter()
             .map(|p| DraftRequest {
                 tokens: &p.tokens,
@@ -94,9 +94,9 @@ impl Drafting {
             })
             .collect();
         let drafts = self.proposer.propose(&requests, k)?;
-        for (plan, d) in plans.iter().zip(drafts) {
-            if plan.draft {
-                work[plan.index].0.drafts = d;
+        for (input, d) in inputs.iter().zip(drafts) {
+            if input.draft {
+                work[input.index].0.drafts = d;
             }
         }
         Ok(())

@@ -12,7 +12,7 @@ use crate::drafting::Drafting;
 use crate::engine_metrics::EngineMetrics;
 use crate::model_runner::ModelRunner;
 use crate::request::{Event, Request};
-use crate::scheduler::{Entry, Plan, Scheduler, Work};
+use crate::scheduler::{Entry, Schedule, Scheduler, Work};
 use crate::sequence::Sequence;
 use crate::spec_stats::SpecStats;
 use crate::speculation_policy::{SpeculationPolicy, StepSample};
@@ -116,20 +116,20 @@ impl Engine {
         let step_started = Instant::now();
         let phases_before = self.times.phases();
         self.scheduler.drop_cancelled();
-        let plan = self.scheduler.schedule();
-        if plan.is_empty() {
+        let schedule = self.scheduler.schedule();
+        if schedule.is_empty() {
             return;
         }
         let k = forced_k.unwrap_or_else(|| self.choose_k());
         let started = Instant::now();
         let drafter_before = self.times.drafter_seconds;
-        let result = self.run(&plan, k);
-        self.observe(&plan, k, started.elapsed().as_secs_f64(), drafter_before);
+        let result = self.run(&schedule, k);
+        self.observe(&schedule, k, started.elapsed().as_secs_f64(), drafter_before);
         match result {
-            Ok(()) => self.scheduler.finish_step(&plan),
+            Ok(()) => self.scheduler.finish_step(&schedule),
             Err(e) => {
                 tracing::error!(error = %e, "engine step failed");
-                self.scheduler.fail_step(&plan, &format!("engine step failed: {e}"));
+                self.scheduler.fail_step(&schedule, &format!("engine step failed: {e}"));
                 return;
             }
         }
@@ -159,8 +159,8 @@ impl Engine {
 
     /// The model work of a step, on the kernels' thread pool (one hand-over per step instead
     /// of one per forward pass): the target forward, verification, then drafting.
-    fn run(&mut self, plan: &Plan, k: usize) -> Result<(), GenerateError> {
-        let mut work = self.scheduler.work(plan);
+    fn run(&mut self, schedule: &Schedule, k: usize) -> Result<(), GenerateError> {
+        let mut work = self.scheduler.work(schedule);
         let (runner, drafting) = (&self.runner, &mut self.drafting);
         let (stats, times) = (&mut self.stats, &mut self.times);
         let (eos, max_len) = (&self.eos_token_ids, self.max_model_len);
@@ -184,10 +184,10 @@ impl Engine {
     }
 
     /// Feeds the speculation policy what the step cost.
-    fn observe(&mut self, plan: &Plan, k: usize, seconds: f64, drafter_before: f64) {
-        let prefill = plan.iter().any(|(_, w)| matches!(w, Work::Prefill(_)));
+    fn observe(&mut self, schedule: &Schedule, k: usize, seconds: f64, drafter_before: f64) {
+        let prefill = schedule.iter().any(|(_, w)| matches!(w, Work::Prefill(_)));
         let running = self.scheduler.num_running();
-        let work = self.scheduler.work(plan);
+        let work = self.scheduler.work(schedule);
         let sample = StepSample {
             batch: work.len(),
             k,

@@ -70,7 +70,7 @@ pub struct Entry {
 }
 
 /// One step's work: indices into the running sequences, ascending, and what each does.
-pub type Plan = Vec<(usize, Work)>;
+pub type Schedule = Vec<(usize, Work)>;
 
 #[derive(Default)]
 struct Counters {
@@ -136,9 +136,9 @@ impl Scheduler {
 
     /// Chooses this step's work and grows the block tables for it; preempts the newest
     /// sequences when blocks run short.
-    pub fn schedule(&mut self) -> Plan {
+    pub fn schedule(&mut self) -> Schedule {
         let mut budget = self.config.max_num_batched_tokens.max(self.window);
-        let mut plan = Vec::new();
+        let mut schedule = Vec::new();
         let mut i = 0;
         while i < self.running.len() && budget > 0 {
             let seq = &self.running[i].seq;
@@ -163,7 +163,7 @@ impl Scheduler {
                 continue;
             }
             budget -= rows;
-            plan.push((i, work));
+            schedule.push((i, work));
             i += 1;
         }
         while self.running.len() < self.config.max_num_seqs && budget > 0 {
@@ -183,17 +183,17 @@ impl Scheduler {
             }
             budget -= work.span(&entry.seq).1;
             self.running.push(entry);
-            plan.push((self.running.len() - 1, work));
+            schedule.push((self.running.len() - 1, work));
         }
-        plan
+        schedule
     }
 
-    /// The planned sequences with their work, for the step to run.
-    pub fn work(&mut self, plan: &Plan) -> Vec<(&mut Sequence, Work)> {
-        let mut work = Vec::with_capacity(plan.len());
-        let mut planned = plan.iter().peekable();
+    /// The scheduled sequences with their work, for the step to run.
+    pub fn work(&mut self, schedule: &Schedule) -> Vec<(&mut Sequence, Work)> {
+        let mut work = Vec::with_capacity(schedule.len());
+        let mut pending = schedule.iter().peekable();
         for (i, entry) in self.running.iter_mut().enumerate() {
-            if let Some((_, w)) = planned.next_if(|(j, _)| *j == i) {
+            if let Some((_, w)) = pending.next_if(|(j, _)| *j == i) {
                 work.push((&mut entry.seq, *w));
             }
         }
@@ -202,8 +202,8 @@ impl Scheduler {
 
     /// After a step that ran: rolls back the blocks that held only rejected drafts, sends
     /// committed tokens and finishes, and frees the sequences that left.
-    pub fn finish_step(&mut self, plan: &Plan) {
-        for (i, _) in plan {
+    pub fn finish_step(&mut self, schedule: &Schedule) {
+        for (i, _) in schedule {
             let seq = &mut self.running[*i].seq;
             let keep = if seq.finish.is_some() { 0 } else { seq.len() };
             self.blocks.shrink(&mut seq.block_table, keep);
@@ -212,8 +212,8 @@ impl Scheduler {
     }
 
     /// After a step that failed: its sequences fail with `message` and leave.
-    pub fn fail_step(&mut self, plan: &Plan, message: &str) {
-        for (i, _) in plan.iter().rev() {
+    pub fn fail_step(&mut self, schedule: &Schedule, message: &str) {
+        for (i, _) in schedule.iter().rev() {
             let mut entry = self.running.remove(*i);
             self.blocks.release(&mut entry.seq.block_table);
             let _ = entry.events.send(Event::Failed(message.to_owned()));

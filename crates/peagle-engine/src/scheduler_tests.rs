@@ -34,8 +34,8 @@ fn add(s: &mut Scheduler, prompt_len: usize, max_tokens: usize) -> UnboundedRece
 
 /// What a model step would do to the sequences: cache each prefill chunk (sampling a token
 /// when it ends the prompt) and commit one token per decode.
-fn fake_step(s: &mut Scheduler, plan: &Plan) {
-    for (seq, work) in s.work(plan) {
+fn fake_step(s: &mut Scheduler, schedule: &Schedule) {
+    for (seq, work) in s.work(schedule) {
         let (start, rows) = work.span(seq);
         seq.num_cached = start + rows;
         if work == Work::Decode || seq.num_cached == seq.len() {
@@ -49,7 +49,7 @@ fn fake_step(s: &mut Scheduler, plan: &Plan) {
             seq.num_cached = seq.len() - 1;
         }
     }
-    s.finish_step(plan);
+    s.finish_step(schedule);
 }
 
 fn tokens(rx: &mut UnboundedReceiver<Event>) -> (usize, Option<FinishReason>) {
@@ -69,15 +69,15 @@ fn tokens(rx: &mut UnboundedReceiver<Event>) -> (usize, Option<FinishReason>) {
 fn admission_follows_the_sequence_limit_and_the_token_budget() {
     let mut s = scheduler(64, 2, 10);
     let _rx: Vec<_> = (0..3).map(|_| add(&mut s, 6, 4)).collect();
-    let plan = s.schedule();
+    let schedule = s.schedule();
     // The first prompt takes 6 rows, the second the 4 left of the budget; the third waits
     // for a free sequence slot.
-    assert_eq!(plan, vec![(0, Work::Prefill(10)), (1, Work::Prefill(4))]);
+    assert_eq!(schedule, vec![(0, Work::Prefill(10)), (1, Work::Prefill(4))]);
     assert_eq!(s.num_running(), 2);
-    fake_step(&mut s, &plan);
-    let plan = s.schedule();
+    fake_step(&mut s, &schedule);
+    let schedule = s.schedule();
     assert_eq!(
-        plan,
+        schedule,
         vec![(0, Work::Decode), (1, Work::Prefill(9))],
         "the chunked prompt goes on"
     );
@@ -87,18 +87,18 @@ fn admission_follows_the_sequence_limit_and_the_token_budget() {
 fn blocks_grow_for_the_step_and_roll_back_to_the_committed_tokens() {
     let mut s = Scheduler::new(SchedulerConfig::default(), BlockManager::new(16, BLOCK), 3, 2);
     let _rx = add(&mut s, 5, 8);
-    let plan = s.schedule();
+    let schedule = s.schedule();
     // 5 prompt rows and the drafter's 2 positions of look-ahead: 7 tokens, 2 blocks.
     assert_eq!(s.blocks().num_used(), 2);
-    fake_step(&mut s, &plan);
+    fake_step(&mut s, &schedule);
     // 6 committed tokens keep 2 blocks.
     assert_eq!(s.blocks().num_used(), 2);
     s.running[0].seq.drafts = vec![9, 9, 9];
-    let plan = s.schedule();
+    let schedule = s.schedule();
     // A window of 4 rows from position 5, then 2 more: 11 tokens, 3 blocks.
-    assert_eq!((plan.clone(), s.blocks().num_used()), (vec![(0, Work::Decode)], 3));
+    assert_eq!((schedule.clone(), s.blocks().num_used()), (vec![(0, Work::Decode)], 3));
     s.running[0].seq.drafts.clear();
-    fake_step(&mut s, &plan);
+    fake_step(&mut s, &schedule);
     assert_eq!(s.blocks().num_used(), 2, "the rejected drafts' block is freed");
 }
 
@@ -108,16 +108,16 @@ fn the_newest_sequence_is_preempted_when_blocks_run_out_and_resumes() {
     let mut s = scheduler(4, 4, 64);
     let mut first = add(&mut s, 7, 5);
     let mut second = add(&mut s, 3, 4);
-    let plan = s.schedule();
-    assert_eq!(plan.len(), 2);
+    let schedule = s.schedule();
+    assert_eq!(schedule.len(), 2);
     let mut preempted = false;
     for _ in 0..20 {
-        let plan = s.schedule();
+        let schedule = s.schedule();
         preempted |= s.counters.preemptions > 0;
-        if plan.is_empty() {
+        if schedule.is_empty() {
             break;
         }
-        fake_step(&mut s, &plan);
+        fake_step(&mut s, &schedule);
     }
     assert!(preempted, "two sequences cannot both reach their length in 4 blocks");
     assert_eq!(tokens(&mut first), (5, Some(FinishReason::Length)));
@@ -131,8 +131,8 @@ fn a_request_is_scheduled_once_even_when_preempted() {
     let mut s = scheduler(4, 4, 64);
     let mut rxs = vec![add(&mut s, 7, 6), add(&mut s, 6, 6)];
     while !s.is_idle() {
-        let plan = s.schedule();
-        fake_step(&mut s, &plan);
+        let schedule = s.schedule();
+        fake_step(&mut s, &schedule);
     }
     for rx in &mut rxs {
         let mut scheduled = 0;
@@ -148,8 +148,8 @@ fn a_request_is_scheduled_once_even_when_preempted() {
 fn cancelled_requests_free_their_blocks() {
     let mut s = scheduler(16, 4, 64);
     let running = add(&mut s, 9, 50);
-    let plan = s.schedule();
-    fake_step(&mut s, &plan);
+    let schedule = s.schedule();
+    fake_step(&mut s, &schedule);
     let waiting = add(&mut s, 3, 5);
     assert!(s.blocks().num_used() > 0);
     drop(running);
@@ -166,8 +166,8 @@ fn cancelled_requests_free_their_blocks() {
 fn a_failed_step_fails_its_requests_and_frees_their_blocks() {
     let mut s = scheduler(16, 4, 64);
     let mut rx = add(&mut s, 5, 5);
-    let plan = s.schedule();
-    s.fail_step(&plan, "boom");
+    let schedule = s.schedule();
+    s.fail_step(&schedule, "boom");
     assert!(s.is_idle());
     assert_eq!(s.blocks().num_used(), 0);
     let events: Vec<Event> = std::iter::from_fn(|| rx.try_recv().ok()).collect();

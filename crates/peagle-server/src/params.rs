@@ -17,7 +17,7 @@ const MAX_BIAS: f32 = 100.0;
 
 /// Checked sampling settings, shared by a request's choices.
 #[derive(Debug, Clone)]
-pub struct Plan {
+pub struct ChoiceTemplate {
     pub n: usize,
     pub text: TextOptions,
     sampling: SamplingParams,
@@ -43,7 +43,7 @@ pub struct TextOptions {
 impl SamplingRequest {
     /// Checks every field (400 naming it); token ids must be below `vocab_size`. Fields the
     /// request leaves out take the model's `defaults`, then OpenAI's.
-    pub fn check(&self, vocab_size: usize, defaults: &SamplingDefaults) -> Result<Plan, ApiError> {
+    pub fn check(&self, vocab_size: usize, defaults: &SamplingDefaults) -> Result<ChoiceTemplate, ApiError> {
         self.refused.check()?;
         let n = self.n.unwrap_or(1);
         if !(1..=MAX_N).contains(&n) {
@@ -89,7 +89,7 @@ impl SamplingRequest {
         };
         let stop_token_ids = self.stop_token_ids.clone().unwrap_or_default();
         check_token_ids(&stop_token_ids, vocab_size, "stop_token_ids")?;
-        Ok(Plan {
+        Ok(ChoiceTemplate {
             n: n as usize,
             text: TextOptions {
                 stop: self.stop.as_ref().map(|s| s.strings()).unwrap_or_default(),
@@ -173,7 +173,7 @@ fn in_range(value: Option<f32>, default: f32, lo: f32, hi: f32, param: &str) -> 
     }
 }
 
-impl Plan {
+impl ChoiceTemplate {
     /// The engine request for choice `i`. Seeded requests give their choices the seeds
     /// seed, seed + 1, ...: different from each other, the same on every run.
     pub fn request(&self, prompt: &[u32], max_tokens: usize, logprobs: Option<usize>, i: usize) -> Request {
@@ -290,19 +290,19 @@ mod tests {
 
     #[test]
     fn choices_get_consecutive_seeds() {
-        let plan = fields().check(VOCAB, &SamplingDefaults::default()).unwrap();
-        let seeds: Vec<_> = (0..plan.n)
-            .map(|i| plan.request(&[1], 4, None, i).params.sampling.seed)
+        let template = fields().check(VOCAB, &SamplingDefaults::default()).unwrap();
+        let seeds: Vec<_> = (0..template.n)
+            .map(|i| template.request(&[1], 4, None, i).params.sampling.seed)
             .collect();
         assert_eq!(seeds, vec![Some(7), Some(8), Some(9)]);
-        let r = plan.request(&[1], 4, None, 0);
+        let r = template.request(&[1], 4, None, 0);
         assert_eq!((r.params.sampling.temperature, r.speculate), (1.0, true));
         assert!(r.params.sampling.penalties.is_off());
     }
 
     #[test]
     fn penalties_and_stop_tokens_reach_the_engine_request() {
-        let plan = SamplingRequest {
+        let template = SamplingRequest {
             presence_penalty: Some(0.5),
             frequency_penalty: Some(-1.0),
             repetition_penalty: Some(1.3),
@@ -314,7 +314,7 @@ mod tests {
         }
         .check(VOCAB, &SamplingDefaults::default())
         .unwrap();
-        let params = plan.request(&[1], 4, None, 0).params;
+        let params = template.request(&[1], 4, None, 0).params;
         assert_eq!(
             params.sampling.penalties,
             Penalties {
@@ -326,8 +326,8 @@ mod tests {
         );
         assert_eq!(params.sampling.min_p, 0.1);
         assert_eq!((params.min_tokens, params.stop_token_ids), (3, vec![9, 11]));
-        assert_eq!(plan.budget(Some(3), "max_tokens", 16, 1, 100).unwrap(), 3);
-        let err = plan.budget(Some(2), "max_tokens", 16, 1, 100).unwrap_err();
+        assert_eq!(template.budget(Some(3), "max_tokens", 16, 1, 100).unwrap(), 3);
+        let err = template.budget(Some(2), "max_tokens", 16, 1, 100).unwrap_err();
         assert_eq!(err.param.as_deref(), Some("min_tokens"));
     }
 
@@ -444,17 +444,17 @@ mod tests {
             repetition_penalty: Some(1.1),
             max_new_tokens: Some(32),
         };
-        let plan = fields().check(VOCAB, &defaults).unwrap();
-        let sampling = plan.request(&[1], 4, None, 0).params.sampling;
+        let template = fields().check(VOCAB, &defaults).unwrap();
+        let sampling = template.request(&[1], 4, None, 0).params.sampling;
         assert_eq!(
             (sampling.temperature, sampling.top_p, sampling.top_k, sampling.min_p),
             (0.6, 0.9, 20, 0.05)
         );
         assert_eq!(sampling.penalties.repetition, 1.1);
         // max_new_tokens caps the default and an explicit max_tokens alike (vLLM's rule).
-        assert_eq!(plan.budget(None, "max_tokens", usize::MAX, 10, 100).unwrap(), 32);
-        assert_eq!(plan.budget(Some(50), "max_tokens", 16, 10, 100).unwrap(), 32);
-        assert_eq!(plan.budget(Some(8), "max_tokens", 16, 10, 100).unwrap(), 8);
+        assert_eq!(template.budget(None, "max_tokens", usize::MAX, 10, 100).unwrap(), 32);
+        assert_eq!(template.budget(Some(50), "max_tokens", 16, 10, 100).unwrap(), 32);
+        assert_eq!(template.budget(Some(8), "max_tokens", 16, 10, 100).unwrap(), 8);
         let explicit = SamplingRequest {
             temperature: Some(0.0),
             top_k: Some(-1),
@@ -471,8 +471,8 @@ mod tests {
 
     #[test]
     fn budgets_fit_the_context() {
-        let plan = fields().check(VOCAB, &SamplingDefaults::default()).unwrap();
-        let max_tokens = |requested, prompt_len| plan.budget(requested, "max_tokens", 16, prompt_len, 100);
+        let template = fields().check(VOCAB, &SamplingDefaults::default()).unwrap();
+        let max_tokens = |requested, prompt_len| template.budget(requested, "max_tokens", 16, prompt_len, 100);
         assert_eq!(max_tokens(None, 10).unwrap(), 16);
         assert_eq!(max_tokens(None, 95).unwrap(), 5);
         assert_eq!(max_tokens(Some(90), 10).unwrap(), 90);

@@ -211,7 +211,7 @@ pub fn capture_states(target: &dyn TargetModel, tokens: &[u32]) -> Result<Tensor
     Ok(Tensor::cat(&[aux, last], 1)?)
 }
 
-/// Captures every example into `out`, calling `progress` after each; returns the data config.
+/// TrainingData every example into `out`, calling `progress` after each; returns the data config.
 pub fn capture(
     target_dir: &Path,
     generator: &mut Generator,

@@ -11,11 +11,11 @@
 //! A resumed run must be the same run: `--resume` refuses a checkpoint of another algorithm or
 //! of another drafter shape, and a fresh run refuses an `--out` that holds one.
 
+use crate::blueprint::{Algo, DrafterBlueprint};
 use crate::error::TrainError;
 use crate::files::{read_json, write_atomically, write_json};
 use crate::optimizer::AdamW;
 use crate::params::Params;
-use crate::spec::{Algo, DrafterSpec};
 use crate::train_state::TrainState;
 use candle_core::{Device, Tensor};
 use serde::{Deserialize, Serialize};
@@ -73,17 +73,17 @@ pub fn resumed(out: &Path, resume: bool, algo: Algo) -> Result<Option<Resumed>, 
     Ok(Some(Resumed { state, choices }))
 }
 
-/// The weights saved at `step` in `out`, which must be the drafter `spec` describes, and their
+/// The weights saved at `step` in `out`, which must be the drafter `blueprint` describes, and their
 /// optimizer moments, on `device`.
 pub fn load_weights(
     out: &Path,
     step: usize,
-    spec: &DrafterSpec,
+    blueprint: &DrafterBlueprint,
     device: &Device,
 ) -> Result<(BTreeMap<String, Tensor>, Moments), TrainError> {
     let path = weights_path(out, step);
     let (weights, moments) = load_checkpoint(&path, device)?;
-    check_shapes(&weights, &spec.weight_shapes()?, &path)?;
+    check_shapes(&weights, &blueprint.weight_shapes()?, &path)?;
     Ok((weights, moments))
 }
 
@@ -95,13 +95,13 @@ pub fn restore_optimizer(optimizer: &mut AdamW, params: &Params, (m, v): Moments
 }
 
 /// Saves the checkpoint of `state` in `out`: the weights of `params` with the moments of
-/// `optimizer`, the choices of `spec`, then the state.
+/// `optimizer`, the choices of `blueprint`, then the state.
 pub fn save(
     out: &Path,
     state: &TrainState,
     params: &Params,
     optimizer: &AdamW,
-    spec: &DrafterSpec,
+    blueprint: &DrafterBlueprint,
 ) -> Result<(), TrainError> {
     let dir = out.join(CHECKPOINT);
     std::fs::create_dir_all(&dir).map_err(|e| TrainError::io(&dir, e))?;
@@ -116,9 +116,9 @@ pub fn save(
         candle_core::safetensors::save(&tensors, partial).map_err(|e| TrainError::io(&weights, e))
     })?;
     let choice = RunChoices {
-        draft_vocab: spec.vocab.selected.clone(),
-        mask_token_id: spec.mask_token_id,
-        norm_before_residual: Some(spec.norm_before_residual),
+        draft_vocab: blueprint.vocab.selected.clone(),
+        mask_token_id: blueprint.mask_token_id,
+        norm_before_residual: Some(blueprint.norm_before_residual),
     };
     // Compact: four thousand ids one per line would bury the file.
     let vocab = dir.join("vocab.json");

@@ -2,9 +2,9 @@
 //! with the tensor names vLLM and peagle's own loader read, plus `d2t` (int64 offsets) and
 //! `t2d` (bool), as speculators stores them.
 
+use crate::blueprint::DrafterBlueprint;
 use crate::error::TrainError;
 use crate::files::write_json;
-use crate::spec::DrafterSpec;
 use candle_core::{DType, Tensor};
 use safetensors::tensor::TensorView;
 use safetensors::Dtype;
@@ -17,7 +17,7 @@ pub const T2D: &str = "t2d";
 
 /// Floating weights are stored as `dtype`: f32, or bf16 to halve the file.
 pub fn export(
-    spec: &DrafterSpec,
+    blueprint: &DrafterBlueprint,
     weights: &BTreeMap<String, Tensor>,
     dir: &Path,
     dtype: DType,
@@ -28,10 +28,10 @@ pub fn export(
         let (stored, bytes) = float_bytes(t, dtype)?;
         buffers.push((name.clone(), stored, t.dims().to_vec(), bytes));
     }
-    let d2t: Vec<u8> = spec.vocab.d2t().iter().flat_map(|o| o.to_le_bytes()).collect();
-    buffers.push((D2T.into(), Dtype::I64, vec![spec.vocab.len()], d2t));
-    let t2d: Vec<u8> = spec.vocab.t2d().into_iter().map(u8::from).collect();
-    buffers.push((T2D.into(), Dtype::BOOL, vec![spec.vocab.target_vocab_size], t2d));
+    let d2t: Vec<u8> = blueprint.vocab.d2t().iter().flat_map(|o| o.to_le_bytes()).collect();
+    buffers.push((D2T.into(), Dtype::I64, vec![blueprint.vocab.len()], d2t));
+    let t2d: Vec<u8> = blueprint.vocab.t2d().into_iter().map(u8::from).collect();
+    buffers.push((T2D.into(), Dtype::BOOL, vec![blueprint.vocab.target_vocab_size], t2d));
     let path = dir.join("model.safetensors");
     let views = buffers
         .iter()
@@ -39,7 +39,7 @@ pub fn export(
         .collect::<Result<Vec<_>, safetensors::SafeTensorError>>()
         .map_err(|e| TrainError::io(&path, e))?;
     safetensors::serialize_to_file(views, None, &path).map_err(|e| TrainError::io(&path, e))?;
-    write_json(&dir.join("config.json"), &spec.config_json()?)
+    write_json(&dir.join("config.json"), &blueprint.config_json()?)
 }
 
 fn float_bytes(t: &Tensor, dtype: DType) -> Result<(Dtype, Vec<u8>), TrainError> {

@@ -2,8 +2,8 @@
 //! states, COD sampling and the multi-depth layout, sequence partitioning, the KL objective,
 //! the training loop, and export in the speculators format.
 
+pub mod blueprint;
 pub mod capture;
-pub mod captures;
 mod checkpoint_files;
 pub mod cod;
 pub mod error;
@@ -16,19 +16,19 @@ pub mod params;
 pub mod partition;
 pub mod plot;
 pub mod sample;
-pub mod spec;
 pub mod step;
 pub mod step_bench;
 pub mod train_state;
 pub mod trainer;
+pub mod training_data;
 pub mod vocab;
 pub mod warm_start;
 
+pub use blueprint::{Algo, DrafterBlueprint};
 pub use cod::{CodConfig, CodLayout, Element};
 pub use error::TrainError;
 pub use layout::TrainingInputs;
 pub use sample::Sample;
-pub use spec::{Algo, DrafterSpec};
 pub use train_state::{EvalPoint, TrainState};
 pub use trainer::{fit, FitOptions};
 pub use vocab::DraftVocab;

@@ -3,11 +3,11 @@
 //! Peak memory is the process's high-water RSS (host memory only), so run one configuration
 //! per process.
 
+use crate::blueprint::{Algo, DrafterBlueprint, NEW_DRAFTER_NORM_BEFORE_RESIDUAL};
 use crate::cod::CodConfig;
 use crate::error::TrainError;
 use crate::objective::Targets;
 use crate::params::Params;
-use crate::spec::{Algo, DrafterSpec, NEW_DRAFTER_NORM_BEFORE_RESIDUAL};
 use crate::step::{peagle_sample, Gradients, PeagleSetup, Prepared};
 use crate::vocab::DraftVocab;
 use candle_core::Tensor;
@@ -47,7 +47,7 @@ pub fn bench_step(
 ) -> Result<StepBenchResult, TrainError> {
     let dims = target.dims();
     let counts: Vec<i64> = (0..dims.vocab_size as i64).rev().collect();
-    let spec = DrafterSpec {
+    let blueprint = DrafterBlueprint {
         algo: Algo::Peagle,
         num_layers: opts.num_layers,
         vocab: DraftVocab::from_counts(&counts, opts.draft_vocab_size),
@@ -58,13 +58,13 @@ pub fn bench_step(
         target_dir: target_dir.to_owned(),
         target_config,
     };
-    let config = spec.drafter_config(&target_dir.join("bench-drafter.json"))?;
-    let params = Params::new(spec.init_weights(target, 0)?)?;
+    let config = blueprint.drafter_config(&target_dir.join("bench-drafter.json"))?;
+    let params = Params::new(blueprint.init_weights(target, 0)?)?;
     let drafter = params.drafter(&config, target)?;
     let mut rng = StdRng::seed_from_u64(1);
     let device = target.device();
     let m = opts.seq_len + 1;
-    let width = spec.aux_layer_ids.len() * dims.hidden_size;
+    let width = blueprint.aux_layer_ids.len() * dims.hidden_size;
     let data = Prepared {
         next_tokens: (1..m)
             .map(|_| rng.random_range(0..dims.vocab_size as u32 - 1))
@@ -74,12 +74,12 @@ pub fn bench_step(
         targets: Targets::new(
             target,
             &Tensor::randn(0f32, 1.0, (m, dims.hidden_size), device)?,
-            &spec.vocab,
+            &blueprint.vocab,
         )?,
     };
     let setup = PeagleSetup {
         drafter: &drafter,
-        vocab: &spec.vocab,
+        vocab: &blueprint.vocab,
         cod: &opts.cod,
         partitions: opts.partitions,
     };

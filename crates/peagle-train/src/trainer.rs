@@ -2,7 +2,7 @@
 //! and `--resume` (their files in `checkpoint_files`), a final report, and export in the
 //! speculators format.
 
-use crate::captures::Captures;
+use crate::blueprint::{Algo, DrafterBlueprint, NEW_DRAFTER_NORM_BEFORE_RESIDUAL};
 use crate::checkpoint_files::{self, RunChoices};
 use crate::cod::CodConfig;
 use crate::error::TrainError;
@@ -13,9 +13,9 @@ use crate::optimizer::{lr_at, AdamW, AdamWConfig};
 use crate::params::Params;
 use crate::plot::accuracy_plot;
 use crate::sample::Sample;
-use crate::spec::{Algo, DrafterSpec, NEW_DRAFTER_NORM_BEFORE_RESIDUAL};
 use crate::step::{eagle3_sample, peagle_sample, Gradients, PeagleSetup, Prepared};
 use crate::train_state::{EvalPoint, TrainState};
+use crate::training_data::TrainingData;
 use crate::vocab::{pick_mask_token, DraftVocab};
 use crate::warm_start::Exported;
 use candle_core::{DType, Device};
@@ -66,9 +66,9 @@ pub const PLOT: &str = "accuracy.png";
 /// Everything a run holds in memory.
 struct Run {
     opts: FitOptions,
-    data: Captures,
+    data: TrainingData,
     target: Box<dyn TargetModel>,
-    spec: DrafterSpec,
+    blueprint: DrafterBlueprint,
     config: DrafterConfig,
     params: Params,
     optimizer: AdamW,
@@ -130,7 +130,7 @@ pub fn fit(opts: FitOptions, mut progress: impl FnMut(usize, usize, &str)) -> Re
 
 impl Run {
     fn start(opts: FitOptions) -> Result<Self, TrainError> {
-        let data = Captures::open(&opts.data)?;
+        let data = TrainingData::open(&opts.data)?;
         let data_config = &data.config;
         let target_dir = opts.target.clone().unwrap_or_else(|| data_config.source.target.clone());
         let load = LoadOptions {
@@ -180,7 +180,7 @@ impl Run {
         let mask_token_id = choice.mask_token_id;
         let norm_before_residual = choice.norm_before_residual.unwrap_or(opts.algo == Algo::Eagle3);
         let target_config: serde_json::Value = read_json(&target_dir.join("config.json"))?;
-        let spec = DrafterSpec {
+        let blueprint = DrafterBlueprint {
             algo: opts.algo,
             num_layers: opts.num_layers,
             vocab,
@@ -194,12 +194,12 @@ impl Run {
             target_dir: target_dir.clone(),
             target_config,
         };
-        let config = spec.drafter_config(&opts.out.join("config.json"))?;
+        let config = blueprint.drafter_config(&opts.out.join("config.json"))?;
         let (params, moments) = match (&resumed, exported) {
-            (Some(r), _) => checkpoint_files::load_weights(&opts.out, r.state.step, &spec, &opts.device)
+            (Some(r), _) => checkpoint_files::load_weights(&opts.out, r.state.step, &blueprint, &opts.device)
                 .map(|(weights, moments)| (weights, Some(moments)))?,
-            (None, Some(e)) => (e.weights(&spec.weight_shapes()?)?, None),
-            (None, None) => (spec.init_weights(target.as_ref(), opts.seed)?, None),
+            (None, Some(e)) => (e.weights(&blueprint.weight_shapes()?)?, None),
+            (None, None) => (blueprint.init_weights(target.as_ref(), opts.seed)?, None),
         };
         let params = Params::new(params)?;
         let mut optimizer = AdamW::new(
@@ -243,7 +243,7 @@ impl Run {
             opts,
             data,
             target,
-            spec,
+            blueprint,
             config,
             params,
             optimizer,
@@ -258,7 +258,7 @@ impl Run {
         Ok(Prepared::new(
             &sample,
             self.target.as_ref(),
-            &self.spec.vocab,
+            &self.blueprint.vocab,
             self.opts.seq_len,
         )?)
     }
@@ -287,13 +287,20 @@ impl Run {
                 };
                 let setup = PeagleSetup {
                     drafter,
-                    vocab: &self.spec.vocab,
+                    vocab: &self.blueprint.vocab,
                     cod: &cod,
                     partitions: self.opts.partitions,
                 };
                 peagle_sample(&setup, &data, &mut self.rng(index, step), scale, grads)?
             }
-            Algo::Eagle3 => eagle3_sample(drafter, &self.spec.vocab, &data, self.opts.num_depths, scale, grads)?,
+            Algo::Eagle3 => eagle3_sample(
+                drafter,
+                &self.blueprint.vocab,
+                &data,
+                self.opts.num_depths,
+                scale,
+                grads,
+            )?,
         };
         Ok(stats)
     }
@@ -320,12 +327,18 @@ impl Run {
     }
 
     fn save_checkpoint(&self) -> Result<(), TrainError> {
-        checkpoint_files::save(&self.opts.out, &self.state, &self.params, &self.optimizer, &self.spec)
+        checkpoint_files::save(
+            &self.opts.out,
+            &self.state,
+            &self.params,
+            &self.optimizer,
+            &self.blueprint,
+        )
     }
 
     fn finish(&self) -> Result<(), TrainError> {
         export(
-            &self.spec,
+            &self.blueprint,
             &self.params.snapshot(),
             &self.opts.out,
             self.opts.export_dtype,
@@ -339,7 +352,7 @@ impl Run {
     }
 }
 
-fn validate(opts: &FitOptions, data: &Captures) -> Result<(), TrainError> {
+fn validate(opts: &FitOptions, data: &TrainingData) -> Result<(), TrainError> {
     let invalid = |m: String| Err(TrainError::Invalid(m));
     if data.config.num_samples == 0 {
         return invalid(format!("{} holds no samples", data.describe()));

@@ -3,10 +3,10 @@
 //! f32: six times a bf16 export to carry between machines). The run keeps the drafter's draft
 //! vocabulary, mask token and residual layout; its optimizer and learning-rate schedule start afresh.
 
+use crate::blueprint::Algo;
 use crate::error::TrainError;
 use crate::export::{D2T, T2D};
 use crate::files::read_json;
-use crate::spec::Algo;
 use candle_core::{DType, Device, Tensor};
 use peagle_models::{Checkpoint, LoadOptions};
 use std::collections::BTreeMap;

@@ -8,14 +8,14 @@ use common::{fixture, tiny_target};
 use peagle_models::{DraftHidden, Drafter, LoadOptions};
 use peagle_train::export::export;
 use peagle_train::params::Params;
-use peagle_train::{Algo, DraftVocab, DrafterSpec};
+use peagle_train::{Algo, DraftVocab, DrafterBlueprint};
 use serde_json::Value;
 
-fn spec(algo: Algo, norm_before_residual: bool) -> DrafterSpec {
+fn blueprint_of(algo: Algo, norm_before_residual: bool) -> DrafterBlueprint {
     let counts: Vec<i64> = (0..384).map(|t| (t * 7919 % 101) as i64).collect();
     let target_config: Value =
         serde_json::from_str(&std::fs::read_to_string(fixture("tiny-llama/config.json")).unwrap()).unwrap();
-    DrafterSpec {
+    DrafterBlueprint {
         algo,
         num_layers: 2,
         vocab: DraftVocab::from_counts(&counts, 100),
@@ -32,16 +32,16 @@ fn spec(algo: Algo, norm_before_residual: bool) -> DrafterSpec {
 fn exported_drafter_loads_with_equal_logits() {
     let target = tiny_target();
     for (algo, norm_before_residual) in [(Algo::Peagle, true), (Algo::Peagle, false), (Algo::Eagle3, true)] {
-        let spec = spec(algo, norm_before_residual);
+        let blueprint = blueprint_of(algo, norm_before_residual);
         let dir = tempfile::tempdir().unwrap();
-        let config = spec.drafter_config(&dir.path().join("config.json")).unwrap();
-        let params = Params::new(spec.init_weights(target.as_ref(), 4).unwrap()).unwrap();
-        export(&spec, &params.snapshot(), dir.path(), DType::F32).unwrap();
+        let config = blueprint.drafter_config(&dir.path().join("config.json")).unwrap();
+        let params = Params::new(blueprint.init_weights(target.as_ref(), 4).unwrap()).unwrap();
+        export(&blueprint, &params.snapshot(), dir.path(), DType::F32).unwrap();
 
         let loaded = Drafter::load(dir.path(), target.as_ref(), LoadOptions::default()).unwrap();
         let trained = params.frozen_drafter(&config, target.as_ref()).unwrap();
         assert_eq!(loaded.is_parallel(), algo == Algo::Peagle);
-        for (i, t) in spec.vocab.selected.iter().enumerate() {
+        for (i, t) in blueprint.vocab.selected.iter().enumerate() {
             assert_eq!(loaded.to_target_id(i), *t, "d2t maps draft id {i}");
         }
         if algo == Algo::Peagle {
@@ -86,12 +86,12 @@ fn exported_drafter_loads_with_equal_logits() {
 fn weight_shapes_are_those_of_the_initial_weights() {
     let target = tiny_target();
     for algo in [Algo::Peagle, Algo::Eagle3] {
-        let spec = spec(algo, true);
-        let weights = spec.init_weights(target.as_ref(), 4).unwrap();
+        let blueprint = blueprint_of(algo, true);
+        let weights = blueprint.init_weights(target.as_ref(), 4).unwrap();
         let shapes: std::collections::BTreeMap<String, Vec<usize>> = weights
             .iter()
             .map(|(name, w)| (name.clone(), w.dims().to_vec()))
             .collect();
-        assert_eq!(spec.weight_shapes().unwrap(), shapes, "{algo:?}");
+        assert_eq!(blueprint.weight_shapes().unwrap(), shapes, "{algo:?}");
     }
 }

@@ -5,7 +5,7 @@ use anyhow::{bail, Context, Result};
 use clap::Parser;
 use hf_hub::Cache;
 use peagle_cli::model_source::{resolve_dir, resolve_model, ModelSource};
-use peagle_cli::speculative_config::SpeculativeSpec;
+use peagle_cli::speculative_config::SpeculativeConfig;
 use peagle_cli::{demo_model_dir, init_tracing_at};
 use peagle_engine::{DraftModel, EngineBuilder, GenerationDefaults, SchedulerConfig};
 use peagle_models::{DTypeSpec, DeviceSpec, KvCacheDtype, LoadOptions};
@@ -122,23 +122,23 @@ fn run(args: Args) -> Result<()> {
     })?;
     let load = LoadOptions::place(args.device, args.dtype).context("--device / --dtype")?;
     let cache = Cache::from_env();
-    let spec = args
+    let speculative = args
         .speculative_config
         .as_deref()
-        .map(SpeculativeSpec::parse)
+        .map(SpeculativeConfig::parse)
         .transpose()?;
     let (name, source) = match &args.model {
         Some(model) => (model.clone(), resolve_model(model, &cache)?),
         None => demo()?,
     };
-    let drafter = match (&spec, &args.draft_model) {
-        (Some(spec), _) => Some(resolve_dir(&spec.model, &cache)?),
+    let drafter = match (&speculative, &args.draft_model) {
+        (Some(speculative), _) => Some(resolve_dir(&speculative.model, &cache)?),
         (None, Some(dir)) => Some(resolve_dir(dir, &cache)?),
         (None, None) => source.drafter.clone(),
     };
     let k = args
         .k
-        .or(spec.as_ref().and_then(|s| s.num_speculative_tokens))
+        .or(speculative.as_ref().and_then(|s| s.num_speculative_tokens))
         .or(source.k);
     if k == Some(0) {
         bail!("--k must be at least 1");
@@ -160,7 +160,7 @@ fn run(args: Args) -> Result<()> {
         draft: drafter.map(|dir| DraftModel {
             dir,
             k,
-            parallel: args.parallel_drafting || spec.as_ref().is_some_and(SpeculativeSpec::parallel),
+            parallel: args.parallel_drafting || speculative.as_ref().is_some_and(SpeculativeConfig::parallel),
         }),
         load,
         max_model_len: args.max_model_len,
@@ -172,7 +172,7 @@ fn run(args: Args) -> Result<()> {
             max_num_batched_tokens: args.max_num_batched_tokens.unwrap_or(defaults.max_num_batched_tokens),
             max_speculative_batch: args
                 .speculative_disable_by_batch_size
-                .or(spec.as_ref().and_then(|s| s.disable_by_batch_size))
+                .or(speculative.as_ref().and_then(|s| s.disable_by_batch_size))
                 .unwrap_or(defaults.max_speculative_batch),
             adaptive_k: !args.fixed_k,
             max_waiting: args.max_waiting_requests.unwrap_or(defaults.max_waiting),

@@ -80,7 +80,7 @@ pub async fn chat_completions(
     }
     let streaming = req.stream.unwrap_or(false);
     let usage = StreamUsage::of(streaming, req.stream_options.as_ref())?;
-    let plan = sampling.check(state.model.vocab_size(), &state.model.sampling_defaults)?;
+    let template = sampling.check(state.model.vocab_size(), &state.model.sampling_defaults)?;
     let top = req
         .top_logprobs
         .map(|v| logprobs_count(v, "top_logprobs"))
@@ -113,11 +113,11 @@ pub async fn chat_completions(
         None => (req.max_tokens, "max_tokens"),
     };
     // Without a limit, a chat answer may use the rest of the context.
-    let budget = plan.budget(requested, param, usize::MAX, prompt.len(), max_len)?;
-    let requests = (0..plan.n)
-        .map(|i| plan.request(&prompt, budget, logprobs, i))
+    let budget = template.budget(requested, param, usize::MAX, prompt.len(), max_len)?;
+    let requests = (0..template.n)
+        .map(|i| template.request(&prompt, budget, logprobs, i))
         .collect();
-    let choices = Choice::start_all(&state, requests, &plan.text, arrived)?;
+    let choices = Choice::start_all(&state, requests, &template.text, arrived)?;
     let meta = Meta {
         id: response_id("chatcmpl", &headers),
         created: unix_time(),

@@ -81,8 +81,8 @@ pub async fn completions(
     check_model(&state, req.model.as_deref())?;
     let streaming = req.stream.unwrap_or(false);
     let usage = StreamUsage::of(streaming, req.stream_options.as_ref())?;
-    let plan = sampling.check(state.model.vocab_size(), &state.model.sampling_defaults)?;
-    check_unsupported(&req, plan.n)?;
+    let template = sampling.check(state.model.vocab_size(), &state.model.sampling_defaults)?;
+    check_unsupported(&req, template.n)?;
     let logprobs = req.logprobs.map(|v| logprobs_count(v, "logprobs")).transpose()?;
     let echo = req.echo.unwrap_or(false);
     let input = req.prompt;
@@ -97,21 +97,21 @@ pub async fn completions(
         .iter()
         .map(|p| {
             check_prompt(p.ids.len(), max_len, "prompt")?;
-            plan.budget(req.max_tokens, "max_tokens", DEFAULT_MAX_TOKENS, p.ids.len(), max_len)
+            template.budget(req.max_tokens, "max_tokens", DEFAULT_MAX_TOKENS, p.ids.len(), max_len)
         })
         .collect::<Result<Vec<_>, ApiError>>()?;
     let mut requests = Vec::new();
     let mut echoes = Vec::new();
     for (prompt, budget) in prompts.iter().zip(budgets) {
-        for i in 0..plan.n {
-            let mut request = plan.request(&prompt.ids, budget, logprobs, i);
+        for i in 0..template.n {
+            let mut request = template.request(&prompt.ids, budget, logprobs, i);
             // Echo with logprobs scores the prompt too (the first token gets null), as in vLLM.
             request.prompt_logprobs = logprobs.filter(|_| echo);
             requests.push(request);
             echoes.push(if echo { prompt.text.clone() } else { String::new() });
         }
     }
-    let choices = Choice::start_all(&state, requests, &plan.text, arrived)?;
+    let choices = Choice::start_all(&state, requests, &template.text, arrived)?;
     let meta = Meta {
         id: response_id("cmpl", &headers),
         created: unix_time(),
@@ -120,10 +120,10 @@ pub async fn completions(
     // Each choice's prompt, for usage: prompt p's choices are p * n .. (p + 1) * n.
     let prompt_lens: Vec<usize> = prompts
         .iter()
-        .flat_map(|p| std::iter::repeat_n(p.ids.len(), plan.n))
+        .flat_map(|p| std::iter::repeat_n(p.ids.len(), template.n))
         .collect();
     if streaming {
-        return Ok(stream(meta, choices, echoes, prompt_lens, plan.n, usage).into_response());
+        return Ok(stream(meta, choices, echoes, prompt_lens, template.n, usage).into_response());
     }
     let prompt_tokens = prompts.iter().map(|p| p.ids.len()).sum();
     let outcomes = try_join_all(choices.into_iter().map(Choice::collect)).await?;

@@ -7,7 +7,7 @@ use crate::files::read_json;
 use candle_core::{DType, Device};
 use std::path::{Path, PathBuf};
 
-pub struct Captures {
+pub struct TrainingData {
     dirs: Vec<PathBuf>,
     /// The first dataset-wide sample index of each directory, and the total at the end.
     starts: Vec<usize>,
@@ -17,7 +17,7 @@ pub struct Captures {
     pub counts: Vec<i64>,
 }
 
-impl Captures {
+impl TrainingData {
     /// Opens the directories in order; they must come from the same target and layers.
     pub fn open(dirs: &[PathBuf]) -> Result<Self, TrainError> {
         let Some(first) = dirs.first() else {
@@ -103,7 +103,7 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         let a = capture_dir(root.path(), "a", 3, vec![1, 0, 2], vec![0, 1]);
         let b = capture_dir(root.path(), "b", 2, vec![0, 5, 1], vec![0, 1]);
-        let data = Captures::open(&[a.clone(), b.clone()]).unwrap();
+        let data = TrainingData::open(&[a.clone(), b.clone()]).unwrap();
         assert_eq!(data.config.num_samples, 5);
         assert_eq!(data.config.num_tokens, 50);
         assert_eq!(data.config.num_loss_tokens, 25);
@@ -118,7 +118,7 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         let a = capture_dir(root.path(), "a", 3, vec![1, 0, 2], vec![0, 1]);
         let b = capture_dir(root.path(), "b", 2, vec![0, 5, 1], vec![0, 2]);
-        let err = Captures::open(&[a, b]).err().unwrap().to_string();
+        let err = TrainingData::open(&[a, b]).err().unwrap().to_string();
         assert!(err.contains("layers [0, 2]") && err.contains("layers [0, 1]"), "{err}");
     }
 }

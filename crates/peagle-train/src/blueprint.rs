@@ -28,7 +28,7 @@ impl Algo {
     }
 }
 
-pub struct DrafterSpec {
+pub struct DrafterBlueprint {
     pub algo: Algo,
     pub num_layers: usize,
     pub vocab: DraftVocab,
@@ -64,7 +64,7 @@ const LAYER_KEYS: &[&str] = &[
     "max_position_embeddings",
 ];
 
-impl DrafterSpec {
+impl DrafterBlueprint {
     fn target_usize(&self, key: &str) -> Result<usize, TrainError> {
         self.target_config[key]
             .as_u64()
