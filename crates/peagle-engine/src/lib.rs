@@ -6,6 +6,7 @@ pub mod detokenizer;
 pub mod engine;
 pub mod generator;
 pub mod model_runner;
+pub mod nucleus;
 pub mod penalties;
 pub mod proposer;
 pub mod sampler;
@@ -14,6 +15,7 @@ pub mod sequence;
 pub mod spec_stats;
 pub mod speculation_policy;
 pub mod step_times;
+pub mod top_tokens;
 pub mod verifier;
 
 pub use block_manager::{BlockManager, OutOfBlocks};

@@ -1,6 +1,7 @@
 //! Next-token choice from a row of logits: greedy, or temperature / min-p / top-k / top-p
 //! sampling with a per-request seeded generator.
 
+use crate::nucleus::nucleus;
 use crate::penalties::Penalties;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -77,37 +78,15 @@ impl SamplingParams {
 
     /// The distribution sampling draws from: softmax(logits / T) restricted to the tokens at
     /// least min_p times as likely as the most likely one, the top-k and the top-p nucleus,
-    /// renormalised. Greedy puts all mass on the argmax.
+    /// renormalised (`nucleus` spells the definition out). Greedy puts all mass on the argmax.
     pub fn probabilities(&self, logits: &[f32]) -> Vec<f32> {
         let mut probs = vec![0f32; logits.len()];
         if self.is_greedy() {
             probs[argmax(logits)] = 1.0;
             return probs;
         }
-        let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let mut order: Vec<usize> = (0..logits.len()).collect();
-        order.sort_by(|a, b| logits[*b].total_cmp(&logits[*a]).then(a.cmp(b)));
-        if self.top_k > 0 {
-            order.truncate(self.top_k);
-        }
-        let mut weights: Vec<f64> = order
-            .iter()
-            .map(|i| (((logits[*i] - max) / self.temperature) as f64).exp())
-            .collect();
-        // The most likely token has weight 1.
-        weights.retain(|w| *w >= self.min_p as f64);
-        let total: f64 = weights.iter().sum();
-        let mut kept = 0.0;
-        let mut keep = 0;
-        for w in &weights {
-            kept += w;
-            keep += 1;
-            if kept >= self.top_p as f64 * total {
-                break;
-            }
-        }
-        for (i, w) in order.iter().zip(&weights).take(keep) {
-            probs[*i] = (w / kept) as f32;
+        for (i, p) in nucleus(logits, self) {
+            probs[i as usize] = p;
         }
         probs
     }
@@ -149,7 +128,7 @@ impl Sampler {
         if params.is_greedy() {
             return argmax(logits) as u32;
         }
-        draw(&mut self.at(position), &params.probabilities(logits)) as u32
+        draw_kept(&mut self.at(position), &nucleus(logits, params)) as u32
     }
 }
 
@@ -163,13 +142,24 @@ fn mix(x: u64) -> u64 {
 
 /// Index drawn from `probs`, which need not be normalised.
 pub fn draw(rng: &mut impl Rng, probs: &[f32]) -> usize {
-    let total: f64 = probs.iter().map(|p| *p as f64).sum();
+    draw_from(rng, probs.iter().copied().enumerate())
+}
+
+/// Token drawn from `kept`, tokens in index order with their probabilities (`nucleus`): the
+/// same draw as `draw` over the dense row, whose zeros add nothing and are skipped.
+pub fn draw_kept(rng: &mut impl Rng, kept: &[(u32, f32)]) -> usize {
+    draw_from(rng, kept.iter().map(|&(i, p)| (i as usize, p)))
+}
+
+/// Walks `probs` (index, probability) in index order down to a uniform share of their total.
+fn draw_from(rng: &mut impl Rng, probs: impl Iterator<Item = (usize, f32)> + Clone) -> usize {
+    let total: f64 = probs.clone().map(|(_, p)| p as f64).sum();
     let mut u = rng.random::<f64>() * total;
     let mut last = 0;
-    for (i, p) in probs.iter().enumerate() {
-        if *p > 0.0 {
+    for (i, p) in probs {
+        if p > 0.0 {
             last = i;
-            u -= *p as f64;
+            u -= p as f64;
             if u < 0.0 {
                 return i;
             }
