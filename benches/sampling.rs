@@ -9,8 +9,7 @@
 
 use candle_core::{Device, Tensor};
 use criterion::{criterion_group, criterion_main, Criterion};
-use peagle_engine::penalties::adjusted_rows;
-use peagle_engine::{verify, GenerateParams, SamplingParams, Sequence, Verdict};
+use peagle_engine::{rejection_sample, GenerateParams, SamplingParams, Sequence, Verified, Window};
 use std::hint::black_box;
 
 const VOCAB: usize = 201_088;
@@ -64,23 +63,18 @@ fn sequences(sampling: &SamplingParams, logits: &Tensor) -> Vec<Sequence> {
 }
 
 /// What a step does with its logits for these sequences: each window's verdict.
-fn sample_step(logits: &Tensor, seqs: &[Sequence]) -> Vec<Verdict> {
-    let rows: Vec<Vec<f32>> = logits.to_vec2().unwrap();
-    seqs.iter()
+fn sample_step(logits: &Tensor, seqs: &[Sequence]) -> Vec<Verified> {
+    let windows: Vec<Window> = seqs
+        .iter()
         .enumerate()
-        .map(|(s, seq)| {
-            let window = &rows[s * WINDOW..(s + 1) * WINDOW];
-            let adjusted = adjusted_rows(seq, &seq.drafts, window, &[]);
-            verify(
-                &seq.drafts,
-                &adjusted,
-                None,
-                &seq.params.sampling,
-                &seq.sampler,
-                seq.len(),
-            )
+        .map(|(s, seq)| Window {
+            first_row: s * WINDOW,
+            drafts: &seq.drafts,
+            position: seq.len(),
+            seq,
         })
-        .collect()
+        .collect();
+    rejection_sample(logits, &windows, &[]).unwrap()
 }
 
 fn sampling(c: &mut Criterion) {
@@ -112,7 +106,7 @@ fn sampling(c: &mut Criterion) {
         let seqs = sequences(&params, &logits);
         let verdicts = sample_step(&logits, &seqs);
         assert!(
-            verdicts.iter().all(|v| v.accepted == DRAFTS),
+            verdicts.iter().all(|v| v.verdict.accepted == DRAFTS),
             "{name}: every draft is accepted"
         );
         g.bench_function(name, |b| b.iter(|| black_box(sample_step(&logits, &seqs))));

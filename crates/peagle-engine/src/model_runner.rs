@@ -4,15 +4,15 @@
 
 use crate::block_manager::BlockManager;
 use crate::generator::GenerateError;
-use crate::penalties::adjusted_rows;
+use crate::logprobs::score_prompt;
 use crate::proposer::{DraftRequest, Eagle3Proposer, NoProposer, PEagleProposer, Proposer};
-use crate::sequence::{DrafterBacklog, Sequence, TokenOutput};
+use crate::rejection_sampler::{rejection_sample, Verified, Window};
+use crate::sequence::{DrafterBacklog, Sequence};
 use crate::spec_stats::SpecStats;
 use crate::step_times::StepTimes;
-use crate::verifier::verify;
 use candle_core::{DType, Tensor};
 use peagle_kernels::on_pool;
-use peagle_models::{BatchBuilder, CausalLm, Drafter, KvCache, Rows};
+use peagle_models::{BatchBuilder, CausalLm, Drafter, KvCache, Rows, SequenceRows};
 use std::time::Instant;
 
 /// What a step does for one sequence.
@@ -212,15 +212,20 @@ impl ModelRunner {
         }
         let started = Instant::now();
         let out = self.target.forward(&batch.build(), &self.kv)?;
-        let logits: Vec<Vec<f32>> = out.logits.to_vec2()?;
         self.times.target_seconds += started.elapsed().as_secs_f64();
         let started = Instant::now();
 
+        let windows: Vec<Window> = work
+            .iter()
+            .zip(&placed)
+            .filter_map(|((seq, w), rows)| window(seq, *w, rows))
+            .collect();
+        let mut verified = rejection_sample(&out.logits, &windows, &self.eos_token_ids)?.into_iter();
         let mut plans = Vec::new();
         for (index, ((seq, w), rows)) in work.iter_mut().zip(&placed).enumerate() {
             let (start, n) = span(seq, *w);
             if let Work::Prefill(_) = w {
-                score_prompt(seq, start, &logits[rows.logits.clone()]);
+                score_prompt(seq, start, &out.logits, rows.logits.clone())?;
             }
             // Each arm commits, then says how many leading target rows gave committed tokens
             // (the drafter's new slots) and whether drafts are wanted.
@@ -230,23 +235,17 @@ impl ModelRunner {
                     (n, false)
                 }
                 Work::Prefill(_) => {
-                    let row = std::slice::from_ref(&logits[rows.logits.end - 1]);
-                    let adjusted = adjusted_rows(seq, &[], row, &self.eos_token_ids);
-                    let token = verify(&[], &adjusted, None, &seq.params.sampling, &seq.sampler, seq.len());
+                    let Verified { outputs, .. } = verified.next().expect("a verdict per window");
                     seq.num_cached = seq.len();
-                    let outputs = token_outputs(&token.tokens, row, seq.logprobs);
                     seq.commit(&outputs, &self.eos_token_ids, self.max_model_len);
                     (n, speculate)
                 }
                 Work::Decode => {
                     let drafts = std::mem::take(&mut seq.drafts);
-                    let window = &logits[rows.logits.clone()];
-                    let adjusted = adjusted_rows(seq, &drafts, window, &self.eos_token_ids);
-                    let verdict = verify(&drafts, &adjusted, None, &seq.params.sampling, &seq.sampler, start + 1);
+                    let Verified { verdict, outputs } = verified.next().expect("a verdict per window");
                     seq.spec_stats.record(drafts.len(), verdict.accepted);
                     self.stats.record(drafts.len(), verdict.accepted);
                     seq.num_cached = start + verdict.accepted + 1;
-                    let outputs = token_outputs(&verdict.tokens, window, seq.logprobs);
                     seq.commit(&outputs, &self.eos_token_ids, self.max_model_len);
                     (verdict.accepted + 1, speculate)
                 }
@@ -332,71 +331,24 @@ fn span(seq: &Sequence, work: Work) -> (usize, usize) {
     }
 }
 
+/// The window `work` verifies for `seq` in the step's logits at `rows`, if it chooses tokens:
+/// a decode step's, or the last row of a prefill that completes a new prompt.
+fn window<'a>(seq: &'a Sequence, work: Work, rows: &SequenceRows) -> Option<Window<'a>> {
+    let (start, n) = span(seq, work);
+    let (first_row, drafts) = match work {
+        Work::Prefill(_) if !samples(seq, start + n) => return None,
+        Work::Prefill(_) => (rows.logits.end - 1, &[][..]),
+        Work::Decode => (rows.logits.start, &seq.drafts[..]),
+    };
+    Some(Window {
+        first_row,
+        drafts,
+        position: seq.len(),
+        seq,
+    })
+}
+
 /// Whether a prefill chunk ending at `end` completes a new prompt, so its last row samples.
 fn samples(seq: &Sequence, end: usize) -> bool {
     seq.generated().is_empty() && end == seq.len()
-}
-
-/// Scores the prompt tokens a prefill chunk at `start` has logits for: row i predicts the
-/// token at `start + i + 1`. The first prompt token, which nothing predicts, gets no
-/// log-probability. Rows are only there when the sequence asked for prompt log-probabilities.
-fn score_prompt(seq: &mut Sequence, start: usize, rows: &[Vec<f32>]) {
-    let Some(top) = seq.prompt_logprobs else { return };
-    if seq.prompt_scored >= seq.num_prompt_tokens {
-        return;
-    }
-    if seq.prompt_scored == 0 {
-        seq.prompt_outputs.push(TokenOutput {
-            id: seq.token_ids[0],
-            logprob: None,
-            top_logprobs: Vec::new(),
-            stops: false,
-        });
-        seq.prompt_scored = 1;
-    }
-    let from = seq.prompt_scored;
-    let end = (start + rows.len() + 1).min(seq.num_prompt_tokens);
-    if end > from {
-        let scored = token_outputs(&seq.token_ids[from..end], &rows[from - start - 1..], Some(top));
-        seq.prompt_outputs.extend(scored);
-        seq.prompt_scored = end;
-    }
-}
-
-/// Committed tokens with their log-probabilities from the rows that produced them.
-fn token_outputs(tokens: &[u32], rows: &[Vec<f32>], logprobs: Option<usize>) -> Vec<TokenOutput> {
-    tokens
-        .iter()
-        .zip(rows)
-        .map(|(&id, row)| match logprobs {
-            None => TokenOutput {
-                id,
-                logprob: None,
-                top_logprobs: Vec::new(),
-                stops: false,
-            },
-            Some(top) => {
-                let lp = log_softmax(row);
-                let mut order: Vec<usize> = (0..lp.len()).collect();
-                let top = top.min(lp.len());
-                if top > 0 {
-                    order.select_nth_unstable_by(top - 1, |a, b| lp[*b].total_cmp(&lp[*a]).then(a.cmp(b)));
-                }
-                order.truncate(top);
-                order.sort_by(|a, b| lp[*b].total_cmp(&lp[*a]).then(a.cmp(b)));
-                TokenOutput {
-                    id,
-                    logprob: Some(lp[id as usize]),
-                    top_logprobs: order.into_iter().map(|i| (i as u32, lp[i])).collect(),
-                    stops: false,
-                }
-            }
-        })
-        .collect()
-}
-
-fn log_softmax(row: &[f32]) -> Vec<f32> {
-    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let log_sum = row.iter().map(|x| ((x - max) as f64).exp()).sum::<f64>().ln() as f32;
-    row.iter().map(|x| x - max - log_sum).collect()
 }

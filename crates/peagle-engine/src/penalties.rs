@@ -103,30 +103,41 @@ impl History {
 
 /// The rows of a window as the sequence's next tokens are chosen from: row i follows the
 /// sequence's tokens and `drafts[..i]`. Its stop tokens (`eos` among them) are held back
-/// while fewer than `min_tokens` tokens are generated. Borrows the rows when nothing applies.
-pub fn adjusted_rows<'a>(seq: &Sequence, drafts: &[u32], rows: &'a [Vec<f32>], eos: &[u32]) -> Cow<'a, [Vec<f32>]> {
+/// while fewer than `min_tokens` tokens are generated. A row is copied only where something
+/// applies to it, and only when the iterator reaches it (verification stops at a rejection).
+pub fn adjusted_rows<'a>(
+    seq: &'a Sequence,
+    drafts: &'a [u32],
+    rows: impl ExactSizeIterator<Item = &'a [f32]>,
+    eos: &[u32],
+) -> impl ExactSizeIterator<Item = Cow<'a, [f32]>> {
     let penalties = &seq.params.sampling.penalties;
-    let generated = seq.generated().len();
-    if penalties.is_off() && generated >= seq.params.min_tokens {
-        return Cow::Borrowed(rows);
-    }
-    let stop_ids = seq.stop_ids(eos);
-    let mut history = History::new(&seq.token_ids[..seq.num_prompt_tokens], seq.generated());
-    let mut adjusted = rows.to_vec();
-    for (i, row) in adjusted.iter_mut().enumerate() {
+    let min_tokens = seq.params.min_tokens;
+    let applies = !penalties.is_off() || seq.generated().len() < min_tokens;
+    let stop_ids = if applies { seq.stop_ids(eos) } else { Vec::new() };
+    let mut history = applies.then(|| History::new(&seq.token_ids[..seq.num_prompt_tokens], seq.generated()));
+    rows.enumerate().map(move |(i, row)| {
+        let Some(history) = history.as_mut() else {
+            return Cow::Borrowed(row);
+        };
         if i > 0 {
             history.push(drafts[i - 1]);
         }
-        penalties.apply(row, &history);
-        if history.generated < seq.params.min_tokens {
+        let held = history.generated < min_tokens;
+        if penalties.is_off() && !held {
+            return Cow::Borrowed(row);
+        }
+        let mut row = row.to_vec();
+        penalties.apply(&mut row, history);
+        if held {
             for &token in &stop_ids {
                 if let Some(l) = row.get_mut(token as usize) {
                     *l = f32::NEG_INFINITY;
                 }
             }
         }
-    }
-    Cow::Owned(adjusted)
+        Cow::Owned(row)
+    })
 }
 
 #[cfg(test)]
