@@ -30,9 +30,9 @@ pub enum GenerateError {
 
 #[derive(Debug, Error, PartialEq)]
 pub enum SubmitError {
-    /// Bad request: the message says what is wrong.
-    #[error("{0}")]
-    Invalid(String),
+    /// Bad request: the error names the field at fault.
+    #[error(transparent)]
+    Invalid(InvalidRequest),
     #[error("the server is busy: {waiting} requests are waiting (limit {limit}); retry later")]
     QueueFull { waiting: usize, limit: usize },
     #[error("the server is shutting down")]

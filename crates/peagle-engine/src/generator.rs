@@ -111,7 +111,7 @@ impl Generator {
             max_tokens: 1,
             ..GenerateParams::default()
         };
-        validate(&ids, &probe, self.engine.max_model_len())?;
+        validate(&ids, &probe, self.engine.max_model_len(), self.vocab_size())?;
         Ok(ids)
     }
 
@@ -163,7 +163,7 @@ impl Generator {
             logprobs: None,
             prompt_logprobs: None,
         };
-        request.validate(self.engine.max_model_len())?;
+        request.validate(self.engine.max_model_len(), self.vocab_size())?;
         let (events, mut rx) = unbounded_channel();
         self.engine.add(request, events);
         let start = Instant::now();
@@ -197,6 +197,10 @@ impl Generator {
                 return Err(GenerateError::Step("the request left the engine unfinished".into()));
             }
         }
+    }
+
+    fn vocab_size(&self) -> usize {
+        self.engine.target().dims().vocab_size
     }
 
     fn required_tokenizer(&self) -> Result<&Tokenizer, GenerateError> {

@@ -30,6 +30,7 @@ pub struct EngineHandle {
     commands: mpsc::Sender<Command>,
     shared: Arc<Mutex<Shared>>,
     max_model_len: usize,
+    vocab_size: usize,
     max_waiting: usize,
 }
 
@@ -48,6 +49,7 @@ impl EngineHandle {
             commands,
             shared: shared.clone(),
             max_model_len: engine.max_model_len(),
+            vocab_size: engine.target().dims().vocab_size,
             max_waiting: engine.max_waiting(),
         };
         std::thread::Builder::new()
@@ -80,8 +82,8 @@ impl EngineHandle {
     /// while the queue is below it, where a check per choice would refuse it forever.
     pub fn submit_all(&self, requests: Vec<Request>) -> Result<Vec<UnboundedReceiver<Event>>, SubmitError> {
         for r in &requests {
-            r.validate(self.max_model_len)
-                .map_err(|e| SubmitError::Invalid(e.to_string()))?;
+            r.validate(self.max_model_len, self.vocab_size)
+                .map_err(SubmitError::Invalid)?;
         }
         let count = requests.len();
         {

@@ -8,8 +8,6 @@
 //! were accepted, so it counts them as generated: speculation then chooses exactly the tokens
 //! plain decoding would.
 
-use crate::sequence::Sequence;
-use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 
 #[derive(Debug, Clone, PartialEq)]
@@ -94,39 +92,16 @@ impl History {
         history
     }
 
+    /// Tokens generated so far.
+    pub fn generated(&self) -> usize {
+        self.generated
+    }
+
     pub fn push(&mut self, token: u32) {
         self.prompt.remove(&token);
         *self.output.entry(token).or_default() += 1;
         self.generated += 1;
     }
-}
-
-/// The rows of a window as the sequence's next tokens are chosen from: row i follows the
-/// sequence's tokens and `drafts[..i]`. Its stop tokens (`eos` among them) are held back
-/// while fewer than `min_tokens` tokens are generated. Borrows the rows when nothing applies.
-pub fn adjusted_rows<'a>(seq: &Sequence, drafts: &[u32], rows: &'a [Vec<f32>], eos: &[u32]) -> Cow<'a, [Vec<f32>]> {
-    let penalties = &seq.params.sampling.penalties;
-    let generated = seq.generated().len();
-    if penalties.is_off() && generated >= seq.params.min_tokens {
-        return Cow::Borrowed(rows);
-    }
-    let stop_ids = seq.stop_ids(eos);
-    let mut history = History::new(&seq.token_ids[..seq.num_prompt_tokens], seq.generated());
-    let mut adjusted = rows.to_vec();
-    for (i, row) in adjusted.iter_mut().enumerate() {
-        if i > 0 {
-            history.push(drafts[i - 1]);
-        }
-        penalties.apply(row, &history);
-        if history.generated < seq.params.min_tokens {
-            for &token in &stop_ids {
-                if let Some(l) = row.get_mut(token as usize) {
-                    *l = f32::NEG_INFINITY;
-                }
-            }
-        }
-    }
-    Cow::Owned(adjusted)
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! What goes into the engine and what comes out: a tokenized request, and the events of its
 //! progress.
 
-use crate::sampler::{InvalidSampling, SamplingParams};
+use crate::sampling_params::{InvalidSampling, SamplingParams};
 use crate::spec_stats::SpecStats;
 use std::time::Instant;
 use thiserror::Error;
@@ -57,18 +57,43 @@ pub enum InvalidRequest {
     NoTokens,
     #[error(transparent)]
     Sampling(#[from] InvalidSampling),
+    #[error("token id {token} is outside the vocabulary (size {vocab_size})")]
+    OutsideVocabulary {
+        param: &'static str,
+        token: u32,
+        vocab_size: usize,
+    },
+}
+
+impl InvalidRequest {
+    /// The request field at fault, as the OpenAI API names it.
+    pub fn param(&self) -> &'static str {
+        match self {
+            Self::EmptyPrompt | Self::PromptTooLong { .. } => "prompt",
+            Self::NoTokens => "max_tokens",
+            Self::Sampling(e) => e.param(),
+            Self::OutsideVocabulary { param, .. } => param,
+        }
+    }
 }
 
 impl Request {
-    /// A request the engine can run within a context of `max_model_len` tokens: a prompt
-    /// that leaves room for one token, at least one token asked for, valid sampling.
-    pub fn validate(&self, max_model_len: usize) -> Result<(), InvalidRequest> {
-        validate(&self.prompt, &self.params, max_model_len)
+    /// A request the engine can run with a model of `vocab_size` tokens and a context of
+    /// `max_model_len`: a prompt that leaves room for one token, at least one token asked
+    /// for, sampling fields in range, and prompt, stop and biased tokens in the vocabulary (a
+    /// token outside it would fail the whole step it ran in, other requests' included).
+    pub fn validate(&self, max_model_len: usize, vocab_size: usize) -> Result<(), InvalidRequest> {
+        validate(&self.prompt, &self.params, max_model_len, vocab_size)
     }
 }
 
 /// `Request::validate` of a prompt and its parameters.
-pub fn validate(prompt: &[u32], params: &GenerateParams, max_model_len: usize) -> Result<(), InvalidRequest> {
+pub fn validate(
+    prompt: &[u32],
+    params: &GenerateParams,
+    max_model_len: usize,
+    vocab_size: usize,
+) -> Result<(), InvalidRequest> {
     if prompt.is_empty() {
         return Err(InvalidRequest::EmptyPrompt);
     }
@@ -82,7 +107,26 @@ pub fn validate(prompt: &[u32], params: &GenerateParams, max_model_len: usize) -
         return Err(InvalidRequest::NoTokens);
     }
     params.sampling.validate()?;
-    Ok(())
+    let biased = params
+        .sampling
+        .penalties
+        .logit_bias
+        .iter()
+        .map(|(t, _)| ("logit_bias", *t));
+    let stops = params.stop_token_ids.iter().map(|t| ("stop_token_ids", *t));
+    let prompt_ids = prompt.iter().map(|t| ("prompt", *t));
+    match prompt_ids
+        .chain(stops)
+        .chain(biased)
+        .find(|(_, t)| *t as usize >= vocab_size)
+    {
+        Some((param, token)) => Err(InvalidRequest::OutsideVocabulary {
+            param,
+            token,
+            vocab_size,
+        }),
+        None => Ok(()),
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -1,128 +1,58 @@
 //! Next-token choice from a row of logits: greedy, or temperature / min-p / top-k / top-p
 //! sampling with a per-request seeded generator.
 
-use crate::penalties::Penalties;
+use crate::nucleus::nucleus;
+use crate::sampling_params::SamplingParams;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use thiserror::Error;
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct SamplingParams {
-    /// 0 means greedy.
-    pub temperature: f32,
-    /// 0 means no top-k cut.
-    pub top_k: usize,
-    pub top_p: f32,
-    /// Drops tokens less likely than this share of the most likely one (vLLM; 0 is off).
-    pub min_p: f32,
-    pub seed: Option<u64>,
-    /// Applied to the logits before the choice, greedy or not.
-    pub penalties: Penalties,
-}
-
-impl Default for SamplingParams {
-    fn default() -> Self {
-        Self {
-            temperature: 0.0,
-            top_k: 0,
-            top_p: 1.0,
-            min_p: 0.0,
-            seed: None,
-            penalties: Penalties::default(),
-        }
-    }
-}
-
-#[derive(Debug, Error, PartialEq)]
-pub enum InvalidSampling {
-    #[error("temperature must be a finite number >= 0, got {0}")]
-    Temperature(f32),
-    #[error("top_p must be in (0, 1], got {0}")]
-    TopP(f32),
-    #[error("min_p must be in [0, 1], got {0}")]
-    MinP(f32),
-    #[error("the repetition penalty must be a finite number > 0, got {0}")]
-    RepetitionPenalty(f32),
-    #[error("presence and frequency penalties and logit biases must be finite numbers")]
-    NotFinite,
-}
 
 impl SamplingParams {
-    pub fn validate(&self) -> Result<(), InvalidSampling> {
-        if !(self.temperature.is_finite() && self.temperature >= 0.0) {
-            return Err(InvalidSampling::Temperature(self.temperature));
-        }
-        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
-            return Err(InvalidSampling::TopP(self.top_p));
-        }
-        if !(0.0..=1.0).contains(&self.min_p) {
-            return Err(InvalidSampling::MinP(self.min_p));
-        }
-        let p = &self.penalties;
-        if !(p.repetition.is_finite() && p.repetition > 0.0) {
-            return Err(InvalidSampling::RepetitionPenalty(p.repetition));
-        }
-        let mut added = [p.presence, p.frequency]
-            .into_iter()
-            .chain(p.logit_bias.iter().map(|b| b.1));
-        if !added.all(f32::is_finite) {
-            return Err(InvalidSampling::NotFinite);
-        }
-        Ok(())
-    }
-
-    pub fn is_greedy(&self) -> bool {
-        self.temperature == 0.0
-    }
-
     /// The distribution sampling draws from: softmax(logits / T) restricted to the tokens at
     /// least min_p times as likely as the most likely one, the top-k and the top-p nucleus,
-    /// renormalised. Greedy puts all mass on the argmax.
+    /// renormalised (`nucleus` spells the definition out). Greedy puts all mass on the argmax.
     pub fn probabilities(&self, logits: &[f32]) -> Vec<f32> {
         let mut probs = vec![0f32; logits.len()];
         if self.is_greedy() {
             probs[argmax(logits)] = 1.0;
             return probs;
         }
-        let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let mut order: Vec<usize> = (0..logits.len()).collect();
-        order.sort_by(|a, b| logits[*b].total_cmp(&logits[*a]).then(a.cmp(b)));
-        if self.top_k > 0 {
-            order.truncate(self.top_k);
-        }
-        let mut weights: Vec<f64> = order
-            .iter()
-            .map(|i| (((logits[*i] - max) / self.temperature) as f64).exp())
-            .collect();
-        // The most likely token has weight 1.
-        weights.retain(|w| *w >= self.min_p as f64);
-        let total: f64 = weights.iter().sum();
-        let mut kept = 0.0;
-        let mut keep = 0;
-        for w in &weights {
-            kept += w;
-            keep += 1;
-            if kept >= self.top_p as f64 * total {
-                break;
-            }
-        }
-        for (i, w) in order.iter().zip(&weights).take(keep) {
-            probs[*i] = (w / kept) as f32;
+        for (i, p) in nucleus(logits, self) {
+            probs[i as usize] = p;
         }
         probs
     }
 }
 
-/// Index of the largest value; ties go to the lowest index so greedy is deterministic.
+/// Index of the largest value; ties go to the lowest index so greedy is deterministic. NaNs
+/// are passed over, but a NaN first value stays (nothing compares above it).
 pub fn argmax(values: &[f32]) -> usize {
-    let mut best = 0;
-    for (i, v) in values.iter().enumerate() {
-        if *v > values[best] {
-            best = i;
+    let Some(&first) = values.first() else {
+        return 0;
+    };
+    let (mut best, mut largest) = (0, first);
+    // A block's maximum, in lanes the compiler vectorises, is looked up only where it rises.
+    for (b, block) in values.chunks(ARGMAX_BLOCK).enumerate() {
+        let mut lanes = [f32::NEG_INFINITY; 8];
+        for group in block.chunks(lanes.len()) {
+            for (lane, v) in lanes.iter_mut().zip(group) {
+                *lane = lane.max(*v);
+            }
+        }
+        let max = lanes.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        if max > largest {
+            best = b * ARGMAX_BLOCK
+                + block
+                    .iter()
+                    .position(|v| *v == max)
+                    .expect("the block holds its maximum");
+            largest = max;
         }
     }
     best
 }
+
+/// Values `argmax` takes the maximum of at once.
+const ARGMAX_BLOCK: usize = 64;
 
 /// A request's randomness, keyed by the position of the token being drawn: the draws for
 /// position p depend only on the seed and p. So a seeded request gets the same tokens however
@@ -149,7 +79,7 @@ impl Sampler {
         if params.is_greedy() {
             return argmax(logits) as u32;
         }
-        draw(&mut self.at(position), &params.probabilities(logits)) as u32
+        draw_kept(&mut self.at(position), &nucleus(logits, params)) as u32
     }
 }
 
@@ -163,13 +93,24 @@ fn mix(x: u64) -> u64 {
 
 /// Index drawn from `probs`, which need not be normalised.
 pub fn draw(rng: &mut impl Rng, probs: &[f32]) -> usize {
-    let total: f64 = probs.iter().map(|p| *p as f64).sum();
+    draw_from(rng, probs.iter().copied().enumerate())
+}
+
+/// Token drawn from `kept`, tokens in index order with their probabilities (`nucleus`): the
+/// same draw as `draw` over the dense row, whose zeros add nothing and are skipped.
+pub fn draw_kept(rng: &mut impl Rng, kept: &[(u32, f32)]) -> usize {
+    draw_from(rng, kept.iter().map(|&(i, p)| (i as usize, p)))
+}
+
+/// Walks `probs` (index, probability) in index order down to a uniform share of their total.
+fn draw_from(rng: &mut impl Rng, probs: impl Iterator<Item = (usize, f32)> + Clone) -> usize {
+    let total: f64 = probs.clone().map(|(_, p)| p as f64).sum();
     let mut u = rng.random::<f64>() * total;
     let mut last = 0;
-    for (i, p) in probs.iter().enumerate() {
-        if *p > 0.0 {
+    for (i, p) in probs {
+        if p > 0.0 {
             last = i;
-            u -= *p as f64;
+            u -= p as f64;
             if u < 0.0 {
                 return i;
             }
@@ -196,6 +137,29 @@ mod tests {
         assert_eq!(argmax(&[0.1, 3.0, 3.0, -1.0]), 1);
         let s = Sampler::new(Some(0));
         assert_eq!(s.sample(&[0.0, 2.0, 1.0], &SamplingParams::default(), 0), 1);
+    }
+
+    #[test]
+    fn argmax_by_blocks_is_the_first_largest_as_one_scan_finds_it() {
+        let scan = |values: &[f32]| {
+            let mut best = 0;
+            for (i, v) in values.iter().enumerate() {
+                if *v > values[best] {
+                    best = i;
+                }
+            }
+            best
+        };
+        let mut rng = StdRng::seed_from_u64(9);
+        let specials = [0.0, -0.0, 1.0, 2.5, f32::NEG_INFINITY, f32::INFINITY, f32::NAN];
+        for n in [0, 1, 2, 63, 64, 65, 200, 1000] {
+            for _ in 0..50 {
+                let values: Vec<f32> = (0..n).map(|_| specials[rng.random_range(0..specials.len())]).collect();
+                assert_eq!(argmax(&values), scan(&values), "{values:?}");
+                let values: Vec<f32> = (0..n).map(|_| rng.random::<f32>()).collect();
+                assert_eq!(argmax(&values), scan(&values));
+            }
+        }
     }
 
     #[test]
@@ -242,31 +206,5 @@ mod tests {
                 "{counts:?} vs {probs:?}"
             );
         }
-    }
-
-    #[test]
-    fn invalid_parameters_are_rejected() {
-        assert_eq!(params(-0.5, 0, 1.0).validate(), Err(InvalidSampling::Temperature(-0.5)));
-        assert_eq!(params(1.0, 0, 0.0).validate(), Err(InvalidSampling::TopP(0.0)));
-        assert_eq!(params(1.0, 0, 1.5).validate(), Err(InvalidSampling::TopP(1.5)));
-        let with = |penalties: Penalties| SamplingParams {
-            penalties,
-            ..SamplingParams::default()
-        };
-        let repetition = with(Penalties {
-            repetition: 0.0,
-            ..Penalties::default()
-        });
-        assert_eq!(repetition.validate(), Err(InvalidSampling::RepetitionPenalty(0.0)));
-        let bias = with(Penalties {
-            logit_bias: vec![(1, f32::INFINITY)],
-            ..Penalties::default()
-        });
-        assert_eq!(bias.validate(), Err(InvalidSampling::NotFinite));
-        let min_p = SamplingParams {
-            min_p: -0.1,
-            ..SamplingParams::default()
-        };
-        assert_eq!(min_p.validate(), Err(InvalidSampling::MinP(-0.1)));
     }
 }

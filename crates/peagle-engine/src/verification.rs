@@ -1,14 +1,14 @@
 //! Sampling and verification of one step's logits: each scheduled sequence's rows choose its
 //! tokens (a prompt's first token, or the accepted drafts and one target token of a
-//! verification window), which are committed to the sequence.
+//! verification window), which are committed to the sequence. Every window goes through one
+//! `rejection_sample` call over the step's logits tensor.
 
 use crate::error::GenerateError;
-use crate::penalties::adjusted_rows;
-use crate::request::TokenOutput;
+use crate::logprobs::score_prompt;
+use crate::rejection_sampler::{rejection_sample, Verified, Window};
 use crate::scheduler::Work;
 use crate::sequence::Sequence;
 use crate::spec_stats::SpecStats;
-use crate::verifier::verify;
 use candle_core::Tensor;
 use peagle_models::SequenceRows;
 
@@ -34,13 +34,17 @@ pub fn sample_and_verify(
     max_model_len: usize,
     stats: &mut SpecStats,
 ) -> Result<Vec<Committed>, GenerateError> {
-    let logits: Vec<Vec<f32>> = logits.to_vec2()?;
+    let windows: Vec<Window> = work
+        .iter()
+        .zip(rows)
+        .filter_map(|((seq, w), placed)| window(seq, *w, placed))
+        .collect();
+    let mut verified = rejection_sample(logits, &windows, eos_token_ids)?.into_iter();
     let mut committed = Vec::with_capacity(work.len());
     for ((seq, w), placed) in work.iter_mut().zip(rows) {
         let (start, n) = w.span(seq);
-        let window = &logits[placed.logits.clone()];
         if let Work::Prefill(_) = w {
-            score_prompt(seq, start, window);
+            score_prompt(seq, start, logits, placed.logits.clone())?;
         }
         committed.push(match w {
             Work::Prefill(_) if !seq.samples_after(start + n) => {
@@ -52,11 +56,8 @@ pub fn sample_and_verify(
                 }
             }
             Work::Prefill(_) => {
-                let row = std::slice::from_ref(&window[window.len() - 1]);
-                let adjusted = adjusted_rows(seq, &[], row, eos_token_ids);
-                let token = verify(&[], &adjusted, None, &seq.params.sampling, &seq.sampler, seq.len());
+                let Verified { outputs, .. } = verified.next().expect("a verdict per window");
                 seq.num_cached = seq.len();
-                let outputs = token_outputs(&token.tokens, row, seq.logprobs);
                 seq.commit(&outputs, eos_token_ids, max_model_len);
                 Committed {
                     start,
@@ -66,12 +67,10 @@ pub fn sample_and_verify(
             }
             Work::Decode => {
                 let drafts = std::mem::take(&mut seq.drafts);
-                let adjusted = adjusted_rows(seq, &drafts, window, eos_token_ids);
-                let verdict = verify(&drafts, &adjusted, None, &seq.params.sampling, &seq.sampler, start + 1);
+                let Verified { verdict, outputs } = verified.next().expect("a verdict per window");
                 seq.spec_stats.record(drafts.len(), verdict.accepted);
                 stats.record(drafts.len(), verdict.accepted);
                 seq.num_cached = start + verdict.accepted + 1;
-                let outputs = token_outputs(&verdict.tokens, window, seq.logprobs);
                 seq.commit(&outputs, eos_token_ids, max_model_len);
                 Committed {
                     start,
@@ -84,66 +83,19 @@ pub fn sample_and_verify(
     Ok(committed)
 }
 
-/// Scores the prompt tokens a prefill chunk at `start` has logits for: row i predicts the
-/// token at `start + i + 1`. The first prompt token, which nothing predicts, gets no
-/// log-probability. Rows are only there when the sequence asked for prompt log-probabilities.
-fn score_prompt(seq: &mut Sequence, start: usize, rows: &[Vec<f32>]) {
-    let Some(top) = seq.prompt_logprobs else { return };
-    if seq.prompt_scored >= seq.num_prompt_tokens {
-        return;
-    }
-    if seq.prompt_scored == 0 {
-        seq.prompt_outputs.push(TokenOutput {
-            id: seq.token_ids[0],
-            logprob: None,
-            top_logprobs: Vec::new(),
-            stops: false,
-        });
-        seq.prompt_scored = 1;
-    }
-    let from = seq.prompt_scored;
-    let end = (start + rows.len() + 1).min(seq.num_prompt_tokens);
-    if end > from {
-        let scored = token_outputs(&seq.token_ids[from..end], &rows[from - start - 1..], Some(top));
-        seq.prompt_outputs.extend(scored);
-        seq.prompt_scored = end;
-    }
-}
-
-/// Committed tokens with their log-probabilities from the rows that produced them.
-fn token_outputs(tokens: &[u32], rows: &[Vec<f32>], logprobs: Option<usize>) -> Vec<TokenOutput> {
-    tokens
-        .iter()
-        .zip(rows)
-        .map(|(&id, row)| match logprobs {
-            None => TokenOutput {
-                id,
-                logprob: None,
-                top_logprobs: Vec::new(),
-                stops: false,
-            },
-            Some(top) => {
-                let lp = log_softmax(row);
-                let mut order: Vec<usize> = (0..lp.len()).collect();
-                let top = top.min(lp.len());
-                if top > 0 {
-                    order.select_nth_unstable_by(top - 1, |a, b| lp[*b].total_cmp(&lp[*a]).then(a.cmp(b)));
-                }
-                order.truncate(top);
-                order.sort_by(|a, b| lp[*b].total_cmp(&lp[*a]).then(a.cmp(b)));
-                TokenOutput {
-                    id,
-                    logprob: Some(lp[id as usize]),
-                    top_logprobs: order.into_iter().map(|i| (i as u32, lp[i])).collect(),
-                    stops: false,
-                }
-            }
-        })
-        .collect()
-}
-
-fn log_softmax(row: &[f32]) -> Vec<f32> {
-    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let log_sum = row.iter().map(|x| ((x - max) as f64).exp()).sum::<f64>().ln() as f32;
-    row.iter().map(|x| x - max - log_sum).collect()
+/// The rows that choose `seq`'s tokens this step: the last row of the chunk that ends a new
+/// prompt, or a whole verification window; none for a chunk short of the prompt's end.
+fn window<'a>(seq: &'a Sequence, work: Work, rows: &SequenceRows) -> Option<Window<'a>> {
+    let (start, n) = work.span(seq);
+    let (first_row, drafts) = match work {
+        Work::Prefill(_) if !seq.samples_after(start + n) => return None,
+        Work::Prefill(_) => (rows.logits.end - 1, &[][..]),
+        Work::Decode => (rows.logits.start, &seq.drafts[..]),
+    };
+    Some(Window {
+        first_row,
+        drafts,
+        position: seq.len(),
+        seq,
+    })
 }

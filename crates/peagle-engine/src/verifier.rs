@@ -12,7 +12,8 @@
 //! min(1, p(d_i) / q(d_i)) and on rejection draws from normalize(max(0, p - q)): distributed
 //! exactly as the target's output, though not equal to it draw for draw.
 
-use crate::sampler::{argmax, draw, Sampler, SamplingParams};
+use crate::sampler::{draw, Sampler};
+use crate::sampling_params::SamplingParams;
 use rand::Rng;
 
 /// What one verification commits: `accepted` drafts followed by one target token.
@@ -22,24 +23,25 @@ pub struct Verdict {
     pub tokens: Vec<u32>,
 }
 
-/// `logits` has one row per window position (drafts.len() + 1 rows); row 0 draws the token at
-/// `position` of the sequence. `draft_probs`, when given, holds the drafter's distribution q
-/// for each draft; without it drafts count as greedy picks (q one-hot).
-pub fn verify(
+/// `logits` has one row per window position (drafts.len() + 1 rows), read in order and only
+/// up to the first rejection; row 0 draws the token at `position` of the sequence.
+/// `draft_probs`, when given, holds the drafter's distribution q for each draft; without it
+/// drafts count as greedy picks (q one-hot).
+pub fn verify<R: AsRef<[f32]>>(
     drafts: &[u32],
-    logits: &[Vec<f32>],
+    logits: impl IntoIterator<Item = R, IntoIter: ExactSizeIterator>,
     draft_probs: Option<&[Vec<f32>]>,
     params: &SamplingParams,
     sampler: &Sampler,
     position: usize,
 ) -> Verdict {
-    assert_eq!(logits.len(), drafts.len() + 1, "one logits row per window position");
-    if params.is_greedy() {
-        return verify_greedy(drafts, logits);
-    }
-    let Some(q) = draft_probs else {
-        for (i, row) in logits.iter().enumerate() {
-            let token = sampler.sample(row, params, position + i);
+    let mut rows = logits.into_iter();
+    assert_eq!(rows.len(), drafts.len() + 1, "one logits row per window position");
+    // Greedy, or greedy drafts: each row chooses the target's own token (its argmax, or its
+    // draw with that position's randomness) and the drafts are kept while they equal it.
+    let Some(q) = draft_probs.filter(|_| !params.is_greedy()) else {
+        for (i, row) in rows.enumerate() {
+            let token = sampler.sample(row.as_ref(), params, position + i);
             if drafts.get(i) != Some(&token) {
                 return commit(drafts, i, token);
             }
@@ -48,7 +50,8 @@ pub fn verify(
     };
     for (i, &d) in drafts.iter().enumerate() {
         let mut rng = sampler.at(position + i);
-        let p = params.probabilities(&logits[i]);
+        let row = rows.next().expect("a row per draft");
+        let p = params.probabilities(row.as_ref());
         let q_d = q[i][d as usize];
         let accept = if q_d <= 0.0 {
             1.0
@@ -68,16 +71,8 @@ pub fn verify(
         return commit(drafts, i, token as u32);
     }
     let last = drafts.len();
-    let bonus = sampler.sample(&logits[last], params, position + last);
-    commit(drafts, last, bonus)
-}
-
-fn verify_greedy(drafts: &[u32], logits: &[Vec<f32>]) -> Verdict {
-    let mut accepted = 0;
-    while accepted < drafts.len() && argmax(&logits[accepted]) as u32 == drafts[accepted] {
-        accepted += 1;
-    }
-    commit(drafts, accepted, argmax(&logits[accepted]) as u32)
+    let bonus = rows.next().expect("the bonus row");
+    commit(drafts, last, sampler.sample(bonus.as_ref(), params, position + last))
 }
 
 fn commit(drafts: &[u32], accepted: usize, token: u32) -> Verdict {

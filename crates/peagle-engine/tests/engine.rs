@@ -3,7 +3,7 @@
 
 use peagle_engine::{
     DraftModel, Engine, EngineBuilder, EngineHandle, Event, FinishReason, GenerateError, GenerateParams, Generator,
-    GeneratorOptions, Request, SamplingParams, SchedulerConfig, SubmitError,
+    GeneratorOptions, InvalidRequest, Request, SamplingParams, SchedulerConfig, SubmitError,
 };
 use peagle_models::{KvCacheDtype, LoadOptions};
 mod common;
@@ -322,16 +322,29 @@ fn bad_requests_are_refused() {
     let err = |r| e.submit(r).err().unwrap();
     assert_eq!(
         err(request(vec![], 4)),
-        SubmitError::Invalid("the prompt is empty".into())
+        SubmitError::Invalid(InvalidRequest::EmptyPrompt)
     );
-    assert_eq!(
-        err(request(vec![5], 0)),
-        SubmitError::Invalid("max_tokens must be at least 1".into())
-    );
+    assert_eq!(err(request(vec![5], 0)), SubmitError::Invalid(InvalidRequest::NoTokens));
     let long = err(request(vec![5; 300], 4));
     assert!(
         long.to_string().contains("300 tokens but the model's context is 256"),
         "{long}"
+    );
+    let outside = |param| InvalidRequest::OutsideVocabulary {
+        param,
+        token: 384,
+        vocab_size: 384,
+    };
+    assert_eq!(err(request(vec![5, 384], 4)), SubmitError::Invalid(outside("prompt")));
+    let mut stop = request(vec![5], 4);
+    stop.params.stop_token_ids = vec![7, 384];
+    assert_eq!(err(stop), SubmitError::Invalid(outside("stop_token_ids")));
+    let mut hot = request(vec![5], 4);
+    hot.params.sampling.temperature = -1.0;
+    let hot = err(hot);
+    assert!(
+        matches!(&hot, SubmitError::Invalid(e) if e.param() == "temperature"),
+        "{hot}"
     );
 }
 

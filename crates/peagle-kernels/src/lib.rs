@@ -21,6 +21,7 @@ mod value_sum;
 
 pub use cache_element::CacheElement;
 pub use error::KernelError;
+pub use exp::exp_in_place;
 pub use kv_write::write_kv;
 pub use linear::{linear, PackedWeight};
 pub use masked_softmax::masked_softmax;

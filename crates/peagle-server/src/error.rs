@@ -106,7 +106,7 @@ struct ErrorObject<'a> {
 impl From<SubmitError> for ApiError {
     fn from(e: SubmitError) -> Self {
         match e {
-            SubmitError::Invalid(m) => Self::invalid(None, m),
+            SubmitError::Invalid(invalid) => Self::invalid(Some(invalid.param()), invalid.to_string()),
             SubmitError::QueueFull { .. } => Self::unavailable("server_busy", e.to_string()),
             SubmitError::ShuttingDown => Self::unavailable("shutting_down", e.to_string()),
         }

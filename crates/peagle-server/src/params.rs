@@ -1,5 +1,7 @@
-//! Request fields shared by completions and chat: checked (400 naming the field) and turned
-//! into one engine request per choice.
+//! Request fields shared by completions and chat: read from the wire (defaults filled in,
+//! OpenAI's spellings such as top_k -1 turned into the engine's) and turned into one engine
+//! request per choice. Their ranges are the engine's to check (`Request::validate`); its
+//! refusals become 400s naming the field.
 
 use crate::error::ApiError;
 use crate::protocol::sampling::SamplingRequest;
@@ -10,12 +12,8 @@ use peagle_models::SamplingDefaults;
 pub const MAX_N: i64 = 16;
 /// Most alternatives per token in logprobs (vLLM's default limit).
 pub const MAX_LOGPROBS: i64 = 20;
-/// OpenAI's bound on presence and frequency penalties.
-const MAX_PENALTY: f32 = 2.0;
-/// OpenAI's bound on a logit bias.
-const MAX_BIAS: f32 = 100.0;
 
-/// Checked sampling settings, shared by a request's choices.
+/// The sampling settings a request's choices share.
 #[derive(Debug, Clone)]
 pub struct ChoiceTemplate {
     pub n: usize,
@@ -41,9 +39,9 @@ pub struct TextOptions {
 }
 
 impl SamplingRequest {
-    /// Checks every field (400 naming it); token ids must be below `vocab_size`. Fields the
+    /// Reads the fields (400 naming one that cannot be read as the engine's). Fields the
     /// request leaves out take the model's `defaults`, then OpenAI's.
-    pub fn check(&self, vocab_size: usize, defaults: &SamplingDefaults) -> Result<ChoiceTemplate, ApiError> {
+    pub fn check(&self, defaults: &SamplingDefaults) -> Result<ChoiceTemplate, ApiError> {
         self.refused.check()?;
         let n = self.n.unwrap_or(1);
         if !(1..=MAX_N).contains(&n) {
@@ -54,19 +52,7 @@ impl SamplingRequest {
         }
         // OpenAI's default temperature is 1; 0 means greedy.
         let temperature = self.temperature.or(defaults.temperature).unwrap_or(1.0);
-        if !(temperature.is_finite() && temperature >= 0.0) {
-            return Err(ApiError::invalid(
-                Some("temperature"),
-                format!("temperature must be a number >= 0, got {temperature}"),
-            ));
-        }
         let top_p = self.top_p.or(defaults.top_p).unwrap_or(1.0);
-        if !(top_p > 0.0 && top_p <= 1.0) {
-            return Err(ApiError::invalid(
-                Some("top_p"),
-                format!("top_p must be in (0, 1], got {top_p}"),
-            ));
-        }
         let top_k = match self.top_k.or(defaults.top_k).unwrap_or(0) {
             -1 | 0 => 0,
             k if k > 0 => k as usize,
@@ -77,7 +63,7 @@ impl SamplingRequest {
                 ))
             }
         };
-        let min_p = in_range(self.min_p.or(defaults.min_p), 0.0, 0.0, 1.0, "min_p")?;
+        let min_p = self.min_p.or(defaults.min_p).unwrap_or(0.0);
         let min_tokens = match self.min_tokens.unwrap_or(0) {
             m if m >= 0 => m as usize,
             m => {
@@ -88,7 +74,6 @@ impl SamplingRequest {
             }
         };
         let stop_token_ids = self.stop_token_ids.clone().unwrap_or_default();
-        check_token_ids(&stop_token_ids, vocab_size, "stop_token_ids")?;
         Ok(ChoiceTemplate {
             n: n as usize,
             text: TextOptions {
@@ -103,7 +88,7 @@ impl SamplingRequest {
                 min_p,
                 // A negative seed is its two's complement bits.
                 seed: self.seed.map(|s| s as u64),
-                penalties: self.penalties(vocab_size, defaults)?,
+                penalties: self.penalties(defaults)?,
             },
             ignore_eos: self.ignore_eos.unwrap_or(false),
             min_tokens,
@@ -113,63 +98,24 @@ impl SamplingRequest {
         })
     }
 
-    fn penalties(&self, vocab_size: usize, defaults: &SamplingDefaults) -> Result<Penalties, ApiError> {
-        let repetition = self.repetition_penalty.or(defaults.repetition_penalty).unwrap_or(1.0);
-        if !(repetition.is_finite() && repetition > 0.0) {
-            return Err(ApiError::invalid(
-                Some("repetition_penalty"),
-                format!("repetition_penalty must be a number > 0, got {repetition}"),
-            ));
-        }
+    fn penalties(&self, defaults: &SamplingDefaults) -> Result<Penalties, ApiError> {
         let logit_bias = self
             .logit_bias
             .iter()
             .flatten()
             .map(|(key, bias)| {
-                let token = key
-                    .parse::<u32>()
-                    .ok()
-                    .filter(|t| (*t as usize) < vocab_size)
-                    .ok_or_else(|| {
-                        ApiError::invalid(
-                            Some("logit_bias"),
-                            format!("logit_bias key {key:?} is not a token id of the vocabulary (size {vocab_size})"),
-                        )
-                    })?;
-                Ok((token, in_range(Some(*bias), 0.0, -MAX_BIAS, MAX_BIAS, "logit_bias")?))
+                let token = key.parse::<u32>().map_err(|_| {
+                    ApiError::invalid(Some("logit_bias"), format!("logit_bias key {key:?} is not a token id"))
+                })?;
+                Ok((token, *bias))
             })
             .collect::<Result<_, ApiError>>()?;
         Ok(Penalties {
-            presence: in_range(
-                self.presence_penalty,
-                0.0,
-                -MAX_PENALTY,
-                MAX_PENALTY,
-                "presence_penalty",
-            )?,
-            frequency: in_range(
-                self.frequency_penalty,
-                0.0,
-                -MAX_PENALTY,
-                MAX_PENALTY,
-                "frequency_penalty",
-            )?,
-            repetition,
+            presence: self.presence_penalty.unwrap_or(0.0),
+            frequency: self.frequency_penalty.unwrap_or(0.0),
+            repetition: self.repetition_penalty.or(defaults.repetition_penalty).unwrap_or(1.0),
             logit_bias,
         })
-    }
-}
-
-/// `value` (or `default`) when it lies in [lo, hi], else a 400 naming `param`.
-fn in_range(value: Option<f32>, default: f32, lo: f32, hi: f32, param: &str) -> Result<f32, ApiError> {
-    let v = value.unwrap_or(default);
-    if (lo..=hi).contains(&v) {
-        Ok(v)
-    } else {
-        Err(ApiError::invalid(
-            Some(param),
-            format!("{param} must be between {lo} and {hi}, got {v}"),
-        ))
     }
 }
 
@@ -278,8 +224,6 @@ mod tests {
     use super::*;
     use std::collections::BTreeMap;
 
-    const VOCAB: usize = 100;
-
     fn fields() -> SamplingRequest {
         SamplingRequest {
             seed: Some(7),
@@ -290,7 +234,7 @@ mod tests {
 
     #[test]
     fn choices_get_consecutive_seeds() {
-        let template = fields().check(VOCAB, &SamplingDefaults::default()).unwrap();
+        let template = fields().check(&SamplingDefaults::default()).unwrap();
         let seeds: Vec<_> = (0..template.n)
             .map(|i| template.request(&[1], 4, None, i).params.sampling.seed)
             .collect();
@@ -312,7 +256,7 @@ mod tests {
             stop_token_ids: Some(vec![9, 11]),
             ..fields()
         }
-        .check(VOCAB, &SamplingDefaults::default())
+        .check(&SamplingDefaults::default())
         .unwrap();
         let params = template.request(&[1], 4, None, 0).params;
         assert_eq!(
@@ -331,10 +275,11 @@ mod tests {
         assert_eq!(err.param.as_deref(), Some("min_tokens"));
     }
 
+    /// Fields that cannot be read as the engine's name themselves; the ranges of the others
+    /// are the engine's to check (the API tests send each out of range).
     #[test]
-    fn out_of_range_fields_name_the_param() {
-        let bad = |f: SamplingRequest| f.check(VOCAB, &SamplingDefaults::default()).unwrap_err().param.unwrap();
-        let bias = |key: &str, v: f32| Some(BTreeMap::from([(key.to_string(), v)]));
+    fn unreadable_fields_name_the_param() {
+        let bad = |f: SamplingRequest| f.check(&SamplingDefaults::default()).unwrap_err().param.unwrap();
         let cases = [
             (
                 "n",
@@ -345,20 +290,6 @@ mod tests {
             ),
             ("n", SamplingRequest { n: Some(0), ..fields() }),
             (
-                "temperature",
-                SamplingRequest {
-                    temperature: Some(-0.5),
-                    ..fields()
-                },
-            ),
-            (
-                "top_p",
-                SamplingRequest {
-                    top_p: Some(0.0),
-                    ..fields()
-                },
-            ),
-            (
                 "top_k",
                 SamplingRequest {
                     top_k: Some(-2),
@@ -366,51 +297,9 @@ mod tests {
                 },
             ),
             (
-                "min_p",
-                SamplingRequest {
-                    min_p: Some(1.5),
-                    ..fields()
-                },
-            ),
-            (
-                "presence_penalty",
-                SamplingRequest {
-                    presence_penalty: Some(2.5),
-                    ..fields()
-                },
-            ),
-            (
-                "frequency_penalty",
-                SamplingRequest {
-                    frequency_penalty: Some(-3.0),
-                    ..fields()
-                },
-            ),
-            (
-                "repetition_penalty",
-                SamplingRequest {
-                    repetition_penalty: Some(0.0),
-                    ..fields()
-                },
-            ),
-            (
                 "logit_bias",
                 SamplingRequest {
-                    logit_bias: bias("abc", 1.0),
-                    ..fields()
-                },
-            ),
-            (
-                "logit_bias",
-                SamplingRequest {
-                    logit_bias: bias("100", 1.0),
-                    ..fields()
-                },
-            ),
-            (
-                "logit_bias",
-                SamplingRequest {
-                    logit_bias: bias("3", 101.0),
+                    logit_bias: Some(BTreeMap::from([("abc".to_string(), 1.0)])),
                     ..fields()
                 },
             ),
@@ -418,13 +307,6 @@ mod tests {
                 "min_tokens",
                 SamplingRequest {
                     min_tokens: Some(-1),
-                    ..fields()
-                },
-            ),
-            (
-                "stop_token_ids",
-                SamplingRequest {
-                    stop_token_ids: Some(vec![100]),
                     ..fields()
                 },
             ),
@@ -444,7 +326,7 @@ mod tests {
             repetition_penalty: Some(1.1),
             max_new_tokens: Some(32),
         };
-        let template = fields().check(VOCAB, &defaults).unwrap();
+        let template = fields().check(&defaults).unwrap();
         let sampling = template.request(&[1], 4, None, 0).params.sampling;
         assert_eq!(
             (sampling.temperature, sampling.top_p, sampling.top_k, sampling.min_p),
@@ -461,7 +343,7 @@ mod tests {
             ..fields()
         };
         let sampling = explicit
-            .check(VOCAB, &defaults)
+            .check(&defaults)
             .unwrap()
             .request(&[1], 4, None, 0)
             .params
@@ -471,7 +353,7 @@ mod tests {
 
     #[test]
     fn budgets_fit_the_context() {
-        let template = fields().check(VOCAB, &SamplingDefaults::default()).unwrap();
+        let template = fields().check(&SamplingDefaults::default()).unwrap();
         let max_tokens = |requested, prompt_len| template.budget(requested, "max_tokens", 16, prompt_len, 100);
         assert_eq!(max_tokens(None, 10).unwrap(), 16);
         assert_eq!(max_tokens(None, 95).unwrap(), 5);

@@ -80,7 +80,7 @@ pub async fn chat_completions(
     }
     let streaming = req.stream.unwrap_or(false);
     let usage = StreamUsage::of(streaming, req.stream_options.as_ref())?;
-    let template = sampling.check(state.model.vocab_size(), &state.model.sampling_defaults)?;
+    let template = sampling.check(&state.model.sampling_defaults)?;
     let top = req
         .top_logprobs
         .map(|v| logprobs_count(v, "top_logprobs"))

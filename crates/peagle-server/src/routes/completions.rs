@@ -81,7 +81,7 @@ pub async fn completions(
     check_model(&state, req.model.as_deref())?;
     let streaming = req.stream.unwrap_or(false);
     let usage = StreamUsage::of(streaming, req.stream_options.as_ref())?;
-    let template = sampling.check(state.model.vocab_size(), &state.model.sampling_defaults)?;
+    let template = sampling.check(&state.model.sampling_defaults)?;
     check_unsupported(&req, template.n)?;
     let logprobs = req.logprobs.map(|v| logprobs_count(v, "logprobs")).transpose()?;
     let echo = req.echo.unwrap_or(false);

@@ -1,0 +1,282 @@
+//! The tokens a sampled row draws from and their probabilities, as the definition below has
+//! them bit for bit, without sorting the vocabulary.
+//!
+//! The definition (`SamplingParams::probabilities`): order the row by logit (`top_tokens`),
+//! cut the order to the top-k, weigh each token `exp((logit - max) / T)` in f64, drop the
+//! weights below min_p (a tail: the first token weighs 1 and weights fall along the order),
+//! then keep the shortest prefix whose running f64 sum reaches top_p times the sum of all the
+//! weights left, the total. A kept token's probability is its weight over that running sum.
+//!
+//! Here only a prefix of the order is ordered, by partial selection, and extended until the
+//! cut is decided; its running sums are the definition's own. The total is the definition's
+//! too where the prefix holds all its terms (top-k or min-p ends the order there) or the rest
+//! vanish in its rounding. Otherwise it is bracketed: the prefix's sum plus the rest's weights,
+//! summed unordered with a vector `exp` and widened by their errors. A running sum below top_p
+//! times the whole bracket, or above it, decides; one inside it extends the prefix, and the
+//! whole order decides everything.
+
+use crate::sampling_params::SamplingParams;
+use crate::top_tokens::top_tokens;
+use peagle_kernels::exp_in_place;
+
+/// Tokens ordered first: a peaked row's nucleus fits.
+const FIRST_COUNT: usize = 64;
+/// Bound on the vector `exp`'s relative error against f64's, with room: it is within one ulp
+/// of the rounded exact value (tested), 1.5 ulps of f32 (2^-22.4) from the exact one.
+const EXP_ERROR: f64 = 1.0 / (1u64 << 21) as f64;
+/// Bound on the vector `exp`'s absolute error where it flushes a result to zero.
+const FLUSHED: f64 = f32::MIN_POSITIVE as f64;
+/// Logits per call of the vector `exp`.
+const CHUNK: usize = 256;
+/// Partial sums the vector `exp`'s results go to.
+const LANES: usize = 8;
+
+/// The kept tokens of `logits` (which hold no NaN) under `params` (not greedy), in index
+/// order, with their probabilities.
+pub fn nucleus(logits: &[f32], params: &SamplingParams) -> Vec<(u32, f32)> {
+    let len = match params.top_k {
+        0 => logits.len(),
+        k => k.min(logits.len()),
+    };
+    let mut order = top_tokens(logits, if params.top_k > 0 { len } else { len.min(FIRST_COUNT) }, None);
+    let Some(&first) = order.first() else {
+        return Vec::new();
+    };
+    // The largest logit, as `f32::max` finds it but for the sign of a zero, which no weight sees.
+    let max = logits[first as usize];
+    let scaled = |logit: f32| (logit - max) / params.temperature;
+    let min_p = params.min_p as f64;
+    let mut weights: Vec<f64> = Vec::new();
+    let mut row_sums = None;
+    loop {
+        let before = weights.len();
+        weights.extend(
+            order[before..]
+                .iter()
+                .map(|&i| (scaled(logits[i as usize]) as f64).exp())
+                .take_while(|w| *w >= min_p),
+        );
+        let prefix: f64 = weights.iter().sum();
+        let last = weights.last().copied().unwrap_or_default();
+        let total = if weights.len() < order.len() || order.len() == len || prefix + last == prefix {
+            // Every later weight is at most the last one: none is left, or each vanishes.
+            Total::Exact(prefix)
+        } else {
+            let row = *row_sums.get_or_insert_with(|| VectorSums::of(logits, &scaled, min_p));
+            let ordered: Vec<f32> = order.iter().map(|&i| logits[i as usize]).collect();
+            let ordered = VectorSums::of(&ordered, &scaled, min_p);
+            row.bracket(ordered, prefix, logits.len())
+        };
+        let low = match cut(&weights, total, params.top_p) {
+            Cut::Keep(keep, sum) => {
+                let mut kept: Vec<(u32, f32)> = order
+                    .iter()
+                    .zip(&weights[..keep])
+                    .map(|(&i, w)| (i, (w / sum) as f32))
+                    .collect();
+                kept.sort_unstable_by_key(|(i, _)| *i);
+                return kept;
+            }
+            Cut::Beyond(low) => low,
+        };
+        // Each weight still to come is at most `last`: at least this many more reach the cut.
+        let needed = ((params.top_p as f64 * low - prefix) / last).max(0.0);
+        let more = order.len().max(2 * needed as usize).min(len - order.len());
+        order.extend(top_tokens(logits, more, order.last().copied()));
+    }
+}
+
+/// The definition's total: known, or within a bracket.
+#[derive(Debug, Clone, Copy)]
+enum Total {
+    Exact(f64),
+    Between(f64, f64),
+}
+
+/// Where the cut falls in a prefix of the order.
+enum Cut {
+    /// It keeps this many, whose running sum is this.
+    Keep(usize, f64),
+    /// It lies past the prefix, or the bracket (low end here) is too wide to tell.
+    Beyond(f64),
+}
+
+/// The definition's cut over the ordered `weights`, a prefix of the order, given its total.
+fn cut(weights: &[f64], total: Total, top_p: f32) -> Cut {
+    let (low, high) = match total {
+        Total::Exact(t) => (t, t),
+        Total::Between(low, high) => (low, high),
+    };
+    let (reach_low, reach_high) = (top_p as f64 * low, top_p as f64 * high);
+    let mut sum = 0.0;
+    for (j, w) in weights.iter().enumerate() {
+        sum += w;
+        if sum >= reach_high {
+            return Cut::Keep(j + 1, sum);
+        }
+        if sum >= reach_low {
+            return Cut::Beyond(low);
+        }
+    }
+    match total {
+        Total::Exact(_) => Cut::Keep(weights.len(), sum),
+        Total::Between(..) => Cut::Beyond(low),
+    }
+}
+
+/// Weights summed in no particular order with the vector `exp`, apart by whether they are
+/// surely at least min_p or too close to it to tell: each is off by `EXP_ERROR` relative or
+/// `FLUSHED`. The vector `exp` gives a token the same value wherever it is computed, so the
+/// sums over a part of the row come off those over the whole exactly but for rounding.
+#[derive(Debug, Clone, Copy, Default)]
+struct VectorSums {
+    sure: f64,
+    unsure: f64,
+}
+
+impl VectorSums {
+    fn of(logits: &[f32], scaled: &impl Fn(f32) -> f32, min_p: f64) -> Self {
+        // A weight is surely at least min_p from `sure_from` up, surely below it under
+        // `unsure_from` (the bounds' own rounding is well within `EXP_ERROR`'s room).
+        let sure_from = (min_p + FLUSHED) / (1.0 - EXP_ERROR);
+        let unsure_from = (min_p - FLUSHED) / (1.0 + EXP_ERROR);
+        let mut sure = [0f64; LANES];
+        let mut unsure = [0f64; LANES];
+        let mut exps = [0f32; CHUNK];
+        for chunk in logits.chunks(CHUNK) {
+            let exps = &mut exps[..chunk.len()];
+            for (e, &logit) in exps.iter_mut().zip(chunk) {
+                *e = scaled(logit);
+            }
+            exp_in_place(exps);
+            // Lanes without branches, which the compiler vectorises.
+            for group in exps.chunks(LANES) {
+                for (lane, &e) in group.iter().enumerate() {
+                    let e = e as f64;
+                    sure[lane] += if e >= sure_from { e } else { 0.0 };
+                    unsure[lane] += if e >= unsure_from && e < sure_from { e } else { 0.0 };
+                }
+            }
+        }
+        Self {
+            sure: sure.iter().sum(),
+            unsure: unsure.iter().sum(),
+        }
+    }
+
+    /// Brackets the total from these sums over the row of `n` tokens, `ordered` over the
+    /// prefix whose running sum is `prefix`. A sum of at most `n` terms in any order is within
+    /// `n` epsilons of the exact one, relative (f64's `exp`, within an ulp, adds one): the
+    /// slack allows four times that, on top of the vector `exp`'s bound.
+    fn bracket(self, ordered: Self, prefix: f64, n: usize) -> Total {
+        let sure = (self.sure - ordered.sure).max(0.0);
+        let all = (self.sure + self.unsure - ordered.sure - ordered.unsure).max(0.0);
+        let n = n as f64;
+        let rounding = 4.0 * n * f64::EPSILON * (prefix + all) + n * FLUSHED;
+        let low = prefix + sure * (1.0 - EXP_ERROR) - rounding;
+        let high = prefix + all * (1.0 + EXP_ERROR) + rounding;
+        Total::Between(low.max(prefix), high)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sampler::draw;
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+
+    /// The definition as a full sort computes it: the reference for `nucleus`.
+    fn sorted_probabilities(params: &SamplingParams, logits: &[f32]) -> Vec<f32> {
+        let mut probs = vec![0f32; logits.len()];
+        let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let mut order: Vec<usize> = (0..logits.len()).collect();
+        order.sort_by(|a, b| logits[*b].total_cmp(&logits[*a]).then(a.cmp(b)));
+        if params.top_k > 0 {
+            order.truncate(params.top_k);
+        }
+        let mut weights: Vec<f64> = order
+            .iter()
+            .map(|i| (((logits[*i] - max) / params.temperature) as f64).exp())
+            .collect();
+        weights.retain(|w| *w >= params.min_p as f64);
+        let total: f64 = weights.iter().sum();
+        let mut kept = 0.0;
+        let mut keep = 0;
+        for w in &weights {
+            kept += w;
+            keep += 1;
+            if kept >= params.top_p as f64 * total {
+                break;
+            }
+        }
+        for (i, w) in order.iter().zip(&weights).take(keep) {
+            probs[*i] = (w / kept) as f32;
+        }
+        probs
+    }
+
+    fn dense(kept: &[(u32, f32)], n: usize) -> Vec<f32> {
+        let mut probs = vec![0f32; n];
+        for &(i, p) in kept {
+            probs[i as usize] = p;
+        }
+        probs
+    }
+
+    /// Rows of every shape the cut meets: flat and peaked, wide-ranged (terms vanishing in
+    /// the total), ties everywhere, and tokens held back at negative infinity.
+    fn rows(rng: &mut StdRng) -> Vec<Vec<f32>> {
+        let mut rows = Vec::new();
+        for n in [1, 3, 50, 700, 5000] {
+            for spread in [0.1f32, 1.0, 3.0, 40.0] {
+                rows.push((0..n).map(|_| spread * (rng.random::<f32>() - 0.5) * 4.0).collect());
+            }
+            // Quarter steps over a narrow range: many equal logits.
+            rows.push((0..n).map(|_| rng.random_range(0..8) as f32 * 0.25).collect());
+            rows.push(vec![1.0; n]);
+            let mut held: Vec<f32> = (0..n).map(|_| rng.random::<f32>() * 6.0).collect();
+            for l in held.iter_mut().step_by(3) {
+                *l = f32::NEG_INFINITY;
+            }
+            rows.push(held);
+        }
+        rows
+    }
+
+    #[test]
+    fn partial_selection_gives_the_full_sorts_probabilities_and_draws() {
+        let mut rng = StdRng::seed_from_u64(5);
+        let rows = rows(&mut rng);
+        let mut cases = 0;
+        for temperature in [0.05f32, 0.8, 1.0, 2.5] {
+            for top_k in [0, 1, 2, 50, 6000] {
+                for top_p in [1.0f32, 0.999_999, 0.95, 0.5, 0.1, 1e-6] {
+                    for min_p in [0.0f32, 0.05, 0.9, 1.0] {
+                        let params = SamplingParams {
+                            temperature,
+                            top_k,
+                            top_p,
+                            min_p,
+                            ..SamplingParams::default()
+                        };
+                        for (r, row) in rows.iter().enumerate() {
+                            let expected = sorted_probabilities(&params, row);
+                            let kept = nucleus(row, &params);
+                            let ours = dense(&kept, row.len());
+                            let bits = |p: &[f32]| p.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                            assert_eq!(bits(&ours), bits(&expected), "row {r} under {params:?}");
+                            for seed in 0..3 {
+                                let mut a = StdRng::seed_from_u64(seed);
+                                let mut b = a.clone();
+                                assert_eq!(draw(&mut a, &expected), crate::sampler::draw_kept(&mut b, &kept));
+                            }
+                            cases += 1;
+                        }
+                    }
+                }
+            }
+        }
+        assert_eq!(cases, 4 * 5 * 6 * 4 * rows.len());
+    }
+}

@@ -1,0 +1,196 @@
+//! A step's verification over its logits tensor, shaped as vLLM's rejection sampler: per
+//! sequence the index slice of its window in the step's logits, its drafts and what its
+//! choice depends on go in; its accepted tokens, with log-probabilities where asked for, come
+//! out.
+//!
+//! Rows are read where they lie (`with_rows`): nothing copies the whole tensor, a row is read
+//! only up to a window's first rejection, and penalties copy just the rows they change. A
+//! greedy row takes an argmax; a sampled one a partial selection (`nucleus`). Drafts are
+//! greedy picks (q one-hot, as both proposers draft), so the tokens are exactly those of
+//! `verify`, the target's own choices at each position.
+
+use crate::logit_rows::with_rows;
+use crate::logprobs::token_outputs;
+use crate::penalties::History;
+use crate::request::TokenOutput;
+use crate::sequence::Sequence;
+use crate::verifier::{verify, Verdict};
+use candle_core::Tensor;
+use std::borrow::Cow;
+
+/// One sequence's verification window `[b, d1..dK]`: rows `first_row..first_row + K + 1` of
+/// the step's logits, row i following `d_i` (row 0: the last committed token `b`).
+#[derive(Clone, Copy)]
+pub struct Window<'a> {
+    pub first_row: usize,
+    pub drafts: &'a [u32],
+    /// Position in the sequence of the token row 0 chooses: the key of its sampler's draws.
+    pub position: usize,
+    /// Whose sampling parameters, sampler, penalties (over its tokens so far) and
+    /// log-probability request apply.
+    pub seq: &'a Sequence,
+}
+
+/// What one window commits: its verdict and the committed tokens' outputs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Verified {
+    pub verdict: Verdict,
+    /// One per verdict token, with log-probabilities when the sequence asked for them.
+    pub outputs: Vec<TokenOutput>,
+}
+
+/// Verifies every window against `logits` ([rows, vocab]), `eos` being the tokens a
+/// sequence's `min_tokens` holds back with its stop tokens. One result per window, in order.
+pub fn rejection_sample(logits: &Tensor, windows: &[Window], eos: &[u32]) -> candle_core::Result<Vec<Verified>> {
+    windows
+        .iter()
+        .map(|w| {
+            let rows = w.first_row..w.first_row + w.drafts.len() + 1;
+            with_rows(logits, rows, |rows| {
+                let seq = w.seq;
+                let adjusted = adjusted_rows(seq, w.drafts, rows.clone(), eos);
+                let verdict = verify(w.drafts, adjusted, None, &seq.params.sampling, &seq.sampler, w.position);
+                let outputs = token_outputs(&verdict.tokens, rows, seq.logprobs);
+                Verified { verdict, outputs }
+            })
+        })
+        .collect()
+}
+
+/// The rows of a window as the sequence's next tokens are chosen from: row i follows the
+/// sequence's tokens and `drafts[..i]`. Its stop tokens (`eos` among them) are held back
+/// while fewer than `min_tokens` tokens are generated. A row is copied only where something
+/// applies to it, and only when the iterator reaches it (verification stops at a rejection).
+fn adjusted_rows<'a>(
+    seq: &'a Sequence,
+    drafts: &'a [u32],
+    rows: impl ExactSizeIterator<Item = &'a [f32]>,
+    eos: &[u32],
+) -> impl ExactSizeIterator<Item = Cow<'a, [f32]>> {
+    let penalties = &seq.params.sampling.penalties;
+    let min_tokens = seq.params.min_tokens;
+    let applies = !penalties.is_off() || seq.generated().len() < min_tokens;
+    let stop_ids = if applies { seq.stop_ids(eos) } else { Vec::new() };
+    let mut history = applies.then(|| History::new(&seq.token_ids[..seq.num_prompt_tokens], seq.generated()));
+    rows.enumerate().map(move |(i, row)| {
+        let Some(history) = history.as_mut() else {
+            return Cow::Borrowed(row);
+        };
+        if i > 0 {
+            history.push(drafts[i - 1]);
+        }
+        let held = history.generated() < min_tokens;
+        if penalties.is_off() && !held {
+            return Cow::Borrowed(row);
+        }
+        let mut row = row.to_vec();
+        penalties.apply(&mut row, history);
+        if held {
+            for &token in &stop_ids {
+                if let Some(l) = row.get_mut(token as usize) {
+                    *l = f32::NEG_INFINITY;
+                }
+            }
+        }
+        Cow::Owned(row)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::request::GenerateParams;
+    use crate::sampler::argmax;
+    use crate::sampling_params::SamplingParams;
+    use candle_core::Device;
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+
+    const VOCAB: usize = 40;
+
+    fn sequence(sampling: SamplingParams, min_tokens: usize, logprobs: Option<usize>) -> Sequence {
+        let params = GenerateParams {
+            max_tokens: 100,
+            sampling,
+            min_tokens,
+            ..GenerateParams::default()
+        };
+        let mut seq = Sequence::new(vec![1, 2, 3], params);
+        seq.logprobs = logprobs;
+        seq
+    }
+
+    /// Three windows at their rows of one logits tensor: greedy drafts rejected at the third,
+    /// seeded sampling whose drafts are all its own draws (with log-probabilities), and a
+    /// first token whose end-of-sequence argmax `min_tokens` holds back.
+    #[test]
+    fn each_window_commits_what_its_rows_choose() {
+        let mut rng = StdRng::seed_from_u64(3);
+        let values: Vec<f32> = (0..10 * VOCAB).map(|_| rng.random::<f32>() * 8.0).collect();
+        let rows: Vec<&[f32]> = values.chunks(VOCAB).collect();
+        let logits = Tensor::from_vec(values.clone(), (10, VOCAB), &Device::Cpu).unwrap();
+
+        let greedy = sequence(SamplingParams::default(), 0, None);
+        let greedy_drafts = [
+            argmax(rows[1]) as u32,
+            argmax(rows[2]) as u32,
+            (argmax(rows[3]) as u32 + 1) % 40,
+        ];
+        let sampling = SamplingParams {
+            temperature: 1.0,
+            top_p: 0.9,
+            seed: Some(7),
+            ..SamplingParams::default()
+        };
+        let sampled = sequence(sampling, 0, Some(3));
+        let own: Vec<u32> = (0..4)
+            .map(|i| sampled.sampler.sample(rows[5 + i], &sampled.params.sampling, 3 + i))
+            .collect();
+        let held = sequence(SamplingParams::default(), 5, None);
+        let eos = [argmax(rows[9]) as u32];
+        let windows = [
+            Window {
+                first_row: 1,
+                drafts: &greedy_drafts,
+                position: 3,
+                seq: &greedy,
+            },
+            Window {
+                first_row: 5,
+                drafts: &own[..3],
+                position: 3,
+                seq: &sampled,
+            },
+            Window {
+                first_row: 9,
+                drafts: &[],
+                position: 3,
+                seq: &held,
+            },
+        ];
+        let verified = rejection_sample(&logits, &windows, &eos).unwrap();
+
+        let greedy_tokens = vec![greedy_drafts[0], greedy_drafts[1], argmax(rows[3]) as u32];
+        assert_eq!(
+            (verified[0].verdict.accepted, &verified[0].verdict.tokens),
+            (2, &greedy_tokens)
+        );
+        assert!(verified[0].outputs.iter().all(|o| o.logprob.is_none()));
+        assert_eq!((verified[1].verdict.accepted, &verified[1].verdict.tokens), (3, &own));
+        for (i, output) in verified[1].outputs.iter().enumerate() {
+            let row = rows[5 + i];
+            let log_sum = row.iter().map(|l| ((l - 8.0) as f64).exp()).sum::<f64>().ln();
+            let expected = row[own[i] as usize] as f64 - 8.0 - log_sum;
+            assert!((output.logprob.unwrap() as f64 - expected).abs() < 1e-3, "{output:?}");
+            assert_eq!(output.top_logprobs.len(), 3);
+            assert_eq!(output.top_logprobs[0].0, argmax(row) as u32);
+        }
+        let mut without_eos = rows[9].to_vec();
+        without_eos[eos[0] as usize] = f32::NEG_INFINITY;
+        assert_eq!(verified[2].verdict.tokens, [argmax(&without_eos) as u32]);
+
+        // A strided tensor is read through a copy of its rows, to the same verdicts.
+        let strided = logits.t().unwrap().contiguous().unwrap().t().unwrap();
+        assert_eq!(rejection_sample(&strided, &windows, &eos).unwrap(), verified);
+    }
+}
