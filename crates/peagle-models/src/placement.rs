@@ -111,6 +111,17 @@ impl LoadOptions {
         let dtype = dtype.resolve(&device)?;
         Ok(Self { device, dtype })
     }
+
+    /// `place` for training: gradients, the optimizer and the loss are computed in f32, so
+    /// that is what `auto` means here, and no other dtype is taken.
+    pub fn for_training(device: DeviceSpec, dtype: DTypeSpec) -> Result<Self, LoadError> {
+        if !matches!(dtype, DTypeSpec::Auto | DTypeSpec::F32) {
+            return Err(LoadError::Placement(format!(
+                "dtype {dtype} for training: the trainer computes in f32"
+            )));
+        }
+        Self::place(device, DTypeSpec::F32)
+    }
 }
 
 #[cfg(test)]
@@ -136,6 +147,14 @@ mod tests {
         assert!(err.contains("compute in f32"), "{err}");
         assert_eq!("bfloat16".parse(), Ok(DTypeSpec::Bf16));
         assert!("int8".parse::<DTypeSpec>().is_err());
+    }
+
+    #[test]
+    fn training_takes_f32_only() {
+        let err = LoadOptions::for_training(DeviceSpec::Cpu, DTypeSpec::Bf16).unwrap_err();
+        assert!(err.to_string().contains("computes in f32"), "{err}");
+        let auto = LoadOptions::for_training(DeviceSpec::Cpu, DTypeSpec::Auto).unwrap();
+        assert_eq!(auto.dtype, DType::F32);
     }
 
     #[cfg(not(feature = "cuda"))]

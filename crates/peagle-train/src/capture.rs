@@ -165,7 +165,7 @@ pub fn tokenize_example(
             tracing::warn!(
                 prompt_tokens = prompt.len(),
                 max_len = opts.max_len,
-                "skipping a prompt that fills --max-len"
+                "skipping a prompt that fills the maximum length"
             );
             Vec::new()
         }
@@ -183,7 +183,7 @@ pub fn tokenize_example(
         }
         (None, None) => {
             return Err(TrainError::Invalid(
-                "an example has a prompt but no response: pass --generate N to let the target write it".into(),
+                "an example has a prompt but no response: let the target generate the responses".into(),
             ))
         }
     };
@@ -224,7 +224,7 @@ pub fn capture(
     if !opts.resume && (out.join(PROGRESS).exists() || out.join(DATA_CONFIG).exists()) {
         return Err(TrainError::data(
             out,
-            "already holds a capture: pass --resume to continue it, or choose an empty --out",
+            "already holds a capture: resume it, or choose an empty output directory",
         ));
     }
     std::fs::create_dir_all(out).map_err(|e| TrainError::io(out, e))?;

@@ -54,7 +54,7 @@ pub fn resumed(out: &Path, resume: bool, algo: Algo) -> Result<Option<Resumed>, 
         // A fresh run would overwrite the checkpoint: the earlier run's work.
         return match state_path.exists() {
             true => Err(TrainError::Invalid(format!(
-                "{} already holds a training run: pass --resume to continue it, or choose another --out",
+                "{} already holds a training run: resume it, or choose another output directory",
                 out.display()
             ))),
             false => Ok(None),
@@ -64,7 +64,7 @@ pub fn resumed(out: &Path, resume: bool, algo: Algo) -> Result<Option<Resumed>, 
     let choices: RunChoices = read_json(&dir.join("vocab.json"))?;
     if state.algo != algo.name() {
         return Err(TrainError::Invalid(format!(
-            "{} holds a {} run: resume it with --algo {}",
+            "{} holds a {} run: resume it as {}",
             out.display(),
             state.algo,
             state.algo
@@ -166,8 +166,8 @@ fn check_shapes(
     match differs {
         true => Err(TrainError::data(
             path,
-            "holds a drafter of another shape than these flags give (--num-layers, --draft-vocab-size): \
-             resume with the run's own flags",
+            "holds a drafter of another shape than this run's (layers, draft vocabulary): \
+             resume it with the run's own shape",
         )),
         false => Ok(()),
     }

@@ -88,6 +88,9 @@ enum Command {
         /// `cpu`, or `cuda` / `cuda:N` in a build with `--features cuda`.
         #[arg(long, default_value_t = DeviceSpec::Cpu)]
         device: DeviceSpec,
+        /// Compute dtype: auto or f32 (training computes in f32).
+        #[arg(long, default_value_t = DTypeSpec::Auto)]
+        dtype: DTypeSpec,
     },
 }
 
@@ -169,6 +172,9 @@ struct FitArgs {
     /// `cpu`, or `cuda` / `cuda:N` in a build with `--features cuda`.
     #[arg(long, default_value_t = DeviceSpec::Cpu)]
     device: DeviceSpec,
+    /// Compute dtype: auto or f32 (training computes in f32).
+    #[arg(long, default_value_t = DTypeSpec::Auto)]
+    dtype: DTypeSpec,
 }
 
 fn bar(total: usize) -> Result<ProgressBar> {
@@ -251,11 +257,9 @@ fn run(cli: Cli) -> Result<()> {
             shape,
             draft_vocab_size,
             device,
+            dtype,
         } => {
-            let load = LoadOptions {
-                device: device.open()?,
-                ..LoadOptions::default()
-            };
+            let load = LoadOptions::for_training(device, dtype)?;
             if shape.num_layers == 0 || shape.num_depths == 0 || shape.partitions == 0 || draft_vocab_size == 0 {
                 anyhow::bail!("--num-layers, --num-depths, --partitions and --draft-vocab-size must be at least 1");
             }
@@ -309,7 +313,7 @@ fn run(cli: Cli) -> Result<()> {
                 resume: a.resume,
                 init_from: a.init_from,
                 export_dtype: a.export_dtype.into(),
-                device: a.device.open()?,
+                device: LoadOptions::for_training(a.device, a.dtype)?.device,
             };
             let progress = bar(0)?;
             let state = fit(opts, |step, total, message| {

@@ -151,7 +151,7 @@ impl Run {
         let counts = &data.counts;
         if opts.out.exists() && !opts.out.is_dir() {
             return Err(TrainError::Invalid(format!(
-                "--out {} is a file, not a directory",
+                "the output {} is a file, not a directory",
                 opts.out.display()
             )));
         }
@@ -358,26 +358,36 @@ fn validate(opts: &FitOptions, data: &TrainingData) -> Result<(), TrainError> {
         return invalid(format!("{} holds no samples", data.describe()));
     }
     if opts.num_layers == 0 || opts.num_depths == 0 || opts.batch_size == 0 || opts.epochs == 0 {
-        return invalid("--num-layers, --num-depths, --batch-size and --epochs must be at least 1".into());
+        return invalid(
+            "the drafter's layers, the depths, the batch size and the epochs must each be at least 1".into(),
+        );
     }
     if !(0.0..=1.0).contains(&opts.down_sample_ratio) || !(0.0..=1.0).contains(&opts.down_sample_ratio_min) {
-        return invalid("--down-sample-ratio and --down-sample-ratio-min must lie in [0, 1]".into());
+        return invalid("the COD down-sample ratio and its floor must lie in [0, 1]".into());
     }
     if opts.partitions == 0 || (opts.algo == Algo::Eagle3 && opts.partitions > 1) {
-        return invalid("--partitions must be at least 1, and 1 for eagle3".into());
+        return invalid("the partitions must be at least 1, and 1 for eagle3".into());
     }
     if opts.seq_len < 3 || opts.eval_every == 0 || opts.draft_vocab_size == 0 {
-        return invalid("--seq-len must be at least 3, --eval-every and --draft-vocab-size at least 1".into());
+        return invalid(
+            "the sequence length must be at least 3, the evaluation interval and the draft vocabulary at least 1"
+                .into(),
+        );
     }
     if opts.lr <= 0.0 || !opts.lr.is_finite() {
-        return invalid("--lr must be positive".into());
+        return invalid("the learning rate must be positive".into());
     }
     let fractions_ok = opts.val_fraction > 0.0 && opts.val_fraction < 1.0 && (0.0..=1.0).contains(&opts.min_lr_ratio);
     if !fractions_ok {
-        return invalid("--val-fraction must lie in (0, 1) and --min-lr-ratio in [0, 1]".into());
+        return invalid(
+            "the validation fraction must lie in (0, 1) and the minimum learning-rate ratio in [0, 1]".into(),
+        );
     }
     if opts.resume && opts.init_from.is_some() {
-        return invalid("--resume continues the run in --out, --init-from starts a new one: pass one of them".into());
+        return invalid(
+            "resuming continues the run in the output directory, starting from a drafter begins a new one: choose one"
+                .into(),
+        );
     }
     Ok(())
 }

@@ -31,7 +31,7 @@ impl Exported {
         let kind = config["speculators_model_type"].as_str().unwrap_or("unknown");
         if kind != algo.name() {
             return Err(TrainError::Invalid(format!(
-                "{} holds a drafter of kind {kind}, but --algo is {}",
+                "{} holds a drafter of kind {kind}, but this run trains {}",
                 dir.display(),
                 algo.name()
             )));
@@ -83,13 +83,13 @@ impl Exported {
         let stored = self.checkpoint.names().filter(|n| ![D2T, T2D].contains(n));
         if let Some(extra) = stored.into_iter().find(|n| !shapes.contains_key(*n)) {
             return mismatch(format!(
-                "{extra} is not a weight of this run's drafter (check --num-layers)"
+                "{extra} is not a weight of this run's drafter (check its number of layers)"
             ));
         }
         let mut weights = BTreeMap::new();
         for (name, want) in shapes {
             if !self.checkpoint.contains(name) {
-                return mismatch(format!("no {name} (check --num-layers)"));
+                return mismatch(format!("no {name} (check the drafter's number of layers)"));
             }
             let shape = self.checkpoint.shape_of(name)?;
             if shape != *want {

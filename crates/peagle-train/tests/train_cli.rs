@@ -98,7 +98,7 @@ fn capture_fit_resume_and_serve() {
     }
 
     // A finished capture is not overwritten by a fresh one.
-    refused(train(&capture), "--resume");
+    refused(train(&capture), "resume it, or choose an empty output directory");
     // An interrupted capture resumes only from the target it was captured from: another's
     // states would be mixed in.
     let partial = dir.path().join("partial");
@@ -173,7 +173,7 @@ fn capture_fit_resume_and_serve() {
     // and the history keeps its earlier points.
     refused(
         train(&["fit", "--data", captured_s, "--out", peagle.to_str().unwrap()]),
-        "pass --resume",
+        "resume it, or choose another output directory",
     );
     // A resumed run keeps its algorithm and shape.
     let out = peagle.to_str().unwrap();
@@ -189,11 +189,11 @@ fn capture_fit_resume_and_serve() {
     ];
     refused(
         train(&[&resume[..], &["--algo", "eagle3", "--num-layers", "2"]].concat()),
-        "holds a peagle run: resume it with --algo peagle",
+        "holds a peagle run: resume it as peagle",
     );
     refused(
         train(&[&resume[..], &["--num-layers", "3", "--num-depths", "4"]].concat()),
-        "another shape than these flags give",
+        "another shape than this run's",
     );
     let only_weights: Vec<_> = std::fs::read_dir(peagle.join("checkpoint"))
         .unwrap()
@@ -257,7 +257,7 @@ fn capture_fit_resume_and_serve() {
         "exported at {exported_loss}, started from it at {warm_loss}"
     );
     assert_eq!(config(&warm)["norm_before_residual"], false);
-    refused(init_from(warm_s, &peagle, &["--resume"]), "pass one of them");
+    refused(init_from(warm_s, &peagle, &["--resume"]), "choose one");
 
     // Two capture directories train as one dataset of both directories' samples.
     let both = dir.path().join("both");
@@ -391,4 +391,10 @@ fn bad_input_is_a_one_line_error() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success() && stderr.contains(message), "{stderr}");
     }
+    let out = train(&["fit", "--data", "d", "--out", "o", "--dtype", "bf16"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("the trainer computes in f32"),
+        "{stderr}"
+    );
 }
