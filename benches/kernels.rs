@@ -66,7 +66,7 @@ fn attention(c: &mut Criterion) {
                     .collect(),
             };
             g.bench_with_input(BenchmarkId::from_parameter(name), &q, |b, q| {
-                b.iter(|| black_box(paged_attention(q, &k, &v, &meta, &params).unwrap()))
+                b.iter(|| black_box(paged_attention(q, &k, &v, &meta, &params, None).unwrap()))
             });
         }
         g.finish();

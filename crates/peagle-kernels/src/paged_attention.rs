@@ -13,7 +13,7 @@ use crate::cache_element::CacheElement;
 use crate::contiguous::contiguous;
 use crate::dot::dots;
 use crate::error::bad_input;
-use crate::exp::{exp_sum, row_max};
+use crate::exp::{exp, exp_sum, row_max};
 use crate::head_rows::HeadRows;
 use crate::pool::{enough_tasks, for_each_chunk};
 use crate::value_sum::value_sums;
@@ -107,19 +107,25 @@ pub struct AttentionParams {
 
 /// `q` [rows, heads * head_dim] against `k_cache` and `v_cache` [slots, kv_heads * head_dim],
 /// both f32 or both bf16 (rows of this batch already written), giving [rows, heads * head_dim].
+///
+/// `sinks`, one logit per query head (gpt-oss), join each head's softmax denominator and
+/// nothing else: the weights are `exp(s - m)` over the keys, divided by their sum plus
+/// `exp(sink - m)`, with `m` the largest of the scores and the sink.
 pub fn paged_attention(
     q: &Tensor,
     k_cache: &Tensor,
     v_cache: &Tensor,
     meta: &AttentionMetadata,
     params: &AttentionParams,
+    sinks: Option<&[f32]>,
 ) -> Result<Tensor> {
-    q.apply_op3_no_bwd(k_cache, v_cache, &PagedAttention { meta, params })
+    q.apply_op3_no_bwd(k_cache, v_cache, &PagedAttention { meta, params, sinks })
 }
 
 struct PagedAttention<'a> {
     meta: &'a AttentionMetadata,
     params: &'a AttentionParams,
+    sinks: Option<&'a [f32]>,
 }
 
 impl CustomOp3 for PagedAttention<'_> {
@@ -145,14 +151,16 @@ impl CustomOp3 for PagedAttention<'_> {
             || p.num_kv_heads == 0
             || !p.num_heads.is_multiple_of(p.num_kv_heads)
             || p.sliding_window == Some(0)
+            || self.sinks.is_some_and(|s| s.len() != p.num_heads)
         {
             return Err(bad_input(
                 "paged_attention",
                 format!(
-                    "shapes q {:?}, k {:?}, v {:?} do not fit {p:?}",
+                    "shapes q {:?}, k {:?}, v {:?} and {} sinks do not fit {p:?}",
                     ql.shape(),
                     kl.shape(),
-                    vl.shape()
+                    vl.shape(),
+                    self.sinks.map_or(0, <[f32]>::len)
                 ),
             ));
         }
@@ -220,7 +228,8 @@ impl PagedAttention<'_> {
                     head_dim: d,
                 };
                 let q = &q[row * q_width + g * group * d..][..group * d];
-                attend_key_head(q, (rows(k), rows(v)), p, &mut weights, out)
+                let sinks = self.sinks.map(|s| &s[g * group..][..group]);
+                attend_key_head(q, (rows(k), rows(v)), p, sinks, &mut weights, out)
             }
         });
         Ok(out)
@@ -243,13 +252,14 @@ fn heads_per_task(rows: usize, kv_heads: usize) -> usize {
         .unwrap_or(1)
 }
 
-/// The query heads of one row that read one key head's `keys` and `values` (`q` and `out`
-/// hold them side by side, `weights` their softmax weights, one row of keys each), in groups
-/// of up to 8 that score and sum together.
+/// The query heads of one row that read one key head's `keys` and `values` (`q`, `sinks` and
+/// `out` hold them side by side, `weights` their softmax weights, one row of keys each), in
+/// groups of up to 8 that score and sum together.
 fn attend_key_head<T: CacheElement>(
     q: &[f32],
     kv: (HeadRows<T>, HeadRows<T>),
     p: &AttentionParams,
+    sinks: Option<&[f32]>,
     weights: &mut [f32],
     out: &mut [f32],
 ) {
@@ -260,11 +270,12 @@ fn attend_key_head<T: CacheElement>(
         let h = [8, 4, 2, 1].into_iter().find(|h| *h <= heads - done).unwrap_or(1);
         let (q, out) = (&q[done * d..][..h * d], &mut out[done * d..][..h * d]);
         let weights = &mut weights[done * n..][..h * n];
+        let sinks = sinks.map(|s| &s[done..][..h]);
         match h {
-            8 => attend::<T, 8, 1>(q, kv, p, weights, out),
-            4 => attend::<T, 4, 2>(q, kv, p, weights, out),
-            2 => attend::<T, 2, 4>(q, kv, p, weights, out),
-            _ => attend::<T, 1, 8>(q, kv, p, weights, out),
+            8 => attend::<T, 8, 1>(q, kv, p, sinks, weights, out),
+            4 => attend::<T, 4, 2>(q, kv, p, sinks, weights, out),
+            2 => attend::<T, 2, 4>(q, kv, p, sinks, weights, out),
+            _ => attend::<T, 1, 8>(q, kv, p, sinks, weights, out),
         }
         done += h;
     }
@@ -276,6 +287,7 @@ fn attend<T: CacheElement, const H: usize, const C: usize>(
     q: &[f32],
     (keys, values): (HeadRows<T>, HeadRows<T>),
     p: &AttentionParams,
+    sinks: Option<&[f32]>,
     weights: &mut [f32],
     out: &mut [f32],
 ) {
@@ -291,7 +303,13 @@ fn attend<T: CacheElement, const H: usize, const C: usize>(
     }
     let mut sums = [0f32; H];
     for (h, w) in weights.chunks_exact_mut(n).enumerate() {
-        sums[h] = exp_sum(w, row_max(w));
+        sums[h] = match sinks.map(|s| s[h]) {
+            None => exp_sum(w, row_max(w)),
+            Some(sink) => {
+                let max = row_max(w).max(sink);
+                exp_sum(w, max) + exp(sink - max)
+            }
+        };
     }
     let mut heads = out.chunks_exact_mut(d);
     let outs: [&mut [f32]; H] = std::array::from_fn(|_| heads.next().expect("H heads"));

@@ -72,6 +72,12 @@ fn slot(s: &Seq, pos: usize) -> u32 {
 
 /// Dense causal attention of row `pos` of `s`, in f64.
 fn reference_row(s: &Seq, pos: usize, window: Option<usize>) -> Vec<f32> {
+    reference_row_with_sinks(s, pos, window, None)
+}
+
+/// `reference_row` with a sink logit per query head: one more term of each softmax's
+/// denominator, with no value.
+fn reference_row_with_sinks(s: &Seq, pos: usize, window: Option<usize>, sinks: Option<&[f32]>) -> Vec<f32> {
     let p = s.params;
     let (d, group) = (p.head_dim, p.num_heads / p.num_kv_heads);
     let kw = p.num_kv_heads * d;
@@ -86,9 +92,10 @@ fn reference_row(s: &Seq, pos: usize, window: Option<usize>) -> Vec<f32> {
                 q.iter().zip(k).map(|(a, b)| *a as f64 * *b as f64).sum::<f64>() * p.scale as f64
             })
             .collect();
-        let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let sink = sinks.map(|s| s[h] as f64);
+        let max = scores.iter().cloned().chain(sink).fold(f64::NEG_INFINITY, f64::max);
         let e: Vec<f64> = scores.iter().map(|x| (x - max).exp()).collect();
-        let sum: f64 = e.iter().sum();
+        let sum: f64 = e.iter().sum::<f64>() + sink.map_or(0.0, |s| (s - max).exp());
         for (i, j) in (first..=pos).enumerate() {
             let v = &s.v[j * kw + g * d..][..d];
             for c in 0..d {
@@ -127,6 +134,17 @@ fn cache_of(dtype: DType, seqs: &[&Seq], num_blocks: usize) -> Cache {
 
 /// Runs the last `rows[i]` positions of each sequence as one flattened batch.
 fn run(cache: &Cache, seqs: &[&Seq], rows: &[usize], window: Option<usize>) -> Vec<Vec<f32>> {
+    run_with_sinks(cache, seqs, rows, window, None)
+}
+
+/// `run` with a sink logit per query head.
+fn run_with_sinks(
+    cache: &Cache,
+    seqs: &[&Seq],
+    rows: &[usize],
+    window: Option<usize>,
+    sinks: Option<&[f32]>,
+) -> Vec<Vec<f32>> {
     let params = seqs[0].params;
     let qw = params.num_heads * params.head_dim;
     let mut meta = AttentionMetadata {
@@ -150,7 +168,7 @@ fn run(cache: &Cache, seqs: &[&Seq], rows: &[usize], window: Option<usize>) -> V
         ..params
     };
     let attend = || {
-        paged_attention(&q, &cache.k, &cache.v, &meta, &params)
+        paged_attention(&q, &cache.k, &cache.v, &meta, &params, sinks)
             .unwrap()
             .to_vec2()
             .unwrap()
@@ -185,6 +203,40 @@ fn mixed_batch_matches_dense_reference() {
             }
         }
     }
+}
+
+/// gpt-oss's sinks: each head's sink logit joins its softmax's denominator only, with or
+/// without a window; a row keeps its bits in any batch; a sink of -inf changes nothing.
+#[test]
+fn sinks_join_each_heads_denominator_only() {
+    let params = AttentionParams {
+        num_heads: 12,
+        num_kv_heads: 1,
+        ..PARAMS
+    };
+    let a = seq_of(params, 11, 60, vec![7, 2, 9]);
+    let b = seq_of(params, 6, 70, vec![0, 5]);
+    let cache = cache_with(&[&a, &b], 10);
+    // Around the scores (|s| < 8): a sink that barely counts, one that dominates, and between.
+    let sinks: Vec<f32> = (0..12).map(|h| h as f32 * 1.5 - 8.0).collect();
+    for window in [None, Some(3)] {
+        let out = run_with_sinks(&cache, &[&a, &b], &[5, 1], window, Some(&sinks));
+        let mut row = 0;
+        for (s, r) in [(&a, 5), (&b, 1)] {
+            for pos in s.len - r..s.len {
+                let want = reference_row_with_sinks(s, pos, window, Some(&sinks));
+                assert_close(&out[row], &want, "row with sinks");
+                let alone = run_with_sinks(&cache, &[&prefix(s, pos + 1)], &[1], window, Some(&sinks));
+                assert_eq!(alone[0], out[row], "row {row} alone");
+                row += 1;
+            }
+        }
+    }
+    let none = vec![f32::NEG_INFINITY; 12];
+    assert_eq!(
+        run_with_sinks(&cache, &[&a, &b], &[5, 1], None, Some(&none)),
+        run(&cache, &[&a, &b], &[5, 1], None)
+    );
 }
 
 #[test]
@@ -253,7 +305,7 @@ fn inconsistent_metadata_is_an_error_not_a_panic() {
         block_tables: vec![vec![0, 1]],
         slot_mapping: vec![7, 8],
     };
-    let err = paged_attention(&q, &cache.k, &cache.v, &too_long, &PARAMS).unwrap_err();
+    let err = paged_attention(&q, &cache.k, &cache.v, &too_long, &PARAMS, None).unwrap_err();
     assert!(err.to_string().contains("cannot hold 9 tokens"), "{err}");
     let no_window = AttentionParams {
         sliding_window: Some(0),
@@ -264,8 +316,10 @@ fn inconsistent_metadata_is_an_error_not_a_panic() {
         slot_mapping: vec![4, 5],
         ..too_long
     };
-    let err = paged_attention(&q, &cache.k, &cache.v, &fits, &no_window).unwrap_err();
+    let err = paged_attention(&q, &cache.k, &cache.v, &fits, &no_window, None).unwrap_err();
     assert!(err.to_string().contains("sliding_window: Some(0)"), "{err}");
+    let err = paged_attention(&q, &cache.k, &cache.v, &fits, &PARAMS, Some(&[0.0; 3])).unwrap_err();
+    assert!(err.to_string().contains("and 3 sinks do not fit"), "{err}");
 }
 
 /// `s` with its keys and values rounded to bf16 and widened back.
@@ -320,6 +374,6 @@ fn mixed_cache_dtypes_are_an_error() {
         block_tables: vec![vec![0]],
         slot_mapping: vec![2],
     };
-    let err = paged_attention(&q, &f32s.k, &halves.v, &meta, &PARAMS).unwrap_err();
+    let err = paged_attention(&q, &f32s.k, &halves.v, &meta, &PARAMS, None).unwrap_err();
     assert!(err.to_string().contains("both f32 or both bf16"), "{err}");
 }

@@ -114,7 +114,7 @@ impl Drafter {
         let opts = AttentionOptions {
             qk_norm: cfg.model_type.as_deref() == Some("qwen3"),
             bias: cfg.attention_bias,
-            sliding_window: None,
+            ..AttentionOptions::default()
         };
         let n_aux = aux_layer_ids.len();
         let draft_to_target = load_d2t(ckpt, config.draft_vocab_size)?;

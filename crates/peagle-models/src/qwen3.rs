@@ -11,7 +11,7 @@ pub(crate) fn load(cfg: &TextConfig, ckpt: &Checkpoint) -> Result<Box<dyn Target
     let opts = AttentionOptions {
         qk_norm: true,
         bias: cfg.attention_bias,
-        sliding_window: None,
+        ..AttentionOptions::default()
     };
     Ok(Box::new(Llama::load(cfg, ckpt, opts)?))
 }

@@ -17,6 +17,9 @@ pub struct AttentionOptions {
     /// Attend only to the last `n` positions, the query's own included; `None` is full
     /// attention. Paged attention only: the training layouts of drafters have no window.
     pub sliding_window: Option<usize>,
+    /// A learned sink logit per query head (`{prefix}.sinks`, gpt-oss) that joins the
+    /// softmax's denominator only. Paged attention only, as the window.
+    pub sinks: bool,
 }
 
 /// Where attention takes its keys and values from.
@@ -37,6 +40,7 @@ pub struct Attention {
     o: Linear,
     q_norm: Option<RmsNorm>,
     k_norm: Option<RmsNorm>,
+    sinks: Option<Vec<f32>>,
     params: AttentionParams,
 }
 
@@ -70,6 +74,7 @@ impl Attention {
             o: Linear::load(ckpt, &format!("{prefix}.o_proj"), hidden, heads * d, opts.bias)?,
             q_norm: opts.qk_norm.then(|| norm("q_norm")).transpose()?,
             k_norm: opts.qk_norm.then(|| norm("k_norm")).transpose()?,
+            sinks: opts.sinks.then(|| load_sinks(ckpt, prefix, heads)).transpose()?,
             params: AttentionParams {
                 num_heads: heads,
                 num_kv_heads: kv_heads,
@@ -100,10 +105,10 @@ impl Attention {
             AttentionContext::Paged { kv, meta } => {
                 write_kv(&kv.k, &k, &meta.slot_mapping)?;
                 write_kv(&kv.v, &v, &meta.slot_mapping)?;
-                paged_attention(&q, &kv.k, &kv.v, meta, p)?
+                paged_attention(&q, &kv.k, &kv.v, meta, p, self.sinks.as_deref())?
             }
-            AttentionContext::Masked { .. } if p.sliding_window.is_some() => {
-                bail!("a sliding window is not supported in masked (training) attention")
+            AttentionContext::Masked { .. } if p.sliding_window.is_some() || self.sinks.is_some() => {
+                bail!("sliding windows and attention sinks are not supported in masked (training) attention")
             }
             AttentionContext::Masked { bias } => masked_attention(&q, &k, &v, bias, p)?,
         };
@@ -130,6 +135,18 @@ fn masked_attention(q: &Tensor, k: &Tensor, v: &Tensor, bias: &Tensor, p: &Atten
         .matmul(&v)?
         .transpose(0, 1)?
         .reshape((rows, p.num_heads * p.head_dim))
+}
+
+/// `{prefix}.sinks`, one logit per query head.
+fn load_sinks(ckpt: &Checkpoint, prefix: &str, heads: usize) -> std::result::Result<Vec<f32>, LoadError> {
+    let name = format!("{prefix}.sinks");
+    ckpt.vector(&name, &[heads])?
+        .to_dtype(candle_core::DType::F32)
+        .and_then(|t| t.to_vec1())
+        .map_err(|source| LoadError::Candle {
+            context: format!("reading {name}"),
+            source,
+        })
 }
 
 fn head_norm(norm: Option<&RmsNorm>, x: &Tensor, rows: usize, head_dim: usize) -> Result<Tensor> {

@@ -117,18 +117,19 @@ pub fn write_kv(cache: &Tensor, new: &Tensor, slots: &[u32]) -> Result<()> {
     }
 }
 
-/// Causal attention of a flattened batch's queries over the paged cache (see
-/// `peagle_kernels::paged_attention`).
+/// Causal attention of a flattened batch's queries over the paged cache, with a sink logit
+/// per query head when given (see `peagle_kernels::paged_attention`).
 pub fn paged_attention(
     q: &Tensor,
     k_cache: &Tensor,
     v_cache: &Tensor,
     meta: &AttentionMetadata,
     params: &AttentionParams,
+    sinks: Option<&[f32]>,
 ) -> Result<Tensor> {
     match path(q) {
         Path::Device => bail!("paged attention has no kernel for {}", device_name(q.device())),
-        _ => peagle_kernels::paged_attention(q, k_cache, v_cache, meta, params),
+        _ => peagle_kernels::paged_attention(q, k_cache, v_cache, meta, params, sinks),
     }
 }
 
