@@ -87,6 +87,11 @@ impl Checkpoint {
         &self.options.device
     }
 
+    /// The activation dtype the weights are loaded for.
+    pub fn dtype(&self) -> DType {
+        self.options.dtype
+    }
+
     /// Every tensor's name, in no particular order.
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.index.keys().chain(self.memory.keys()).map(String::as_str)

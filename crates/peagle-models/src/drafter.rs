@@ -93,9 +93,9 @@ impl Drafter {
         }
         let h = cfg.hidden_size;
         let embed = if ckpt.contains("embed_tokens.weight") {
-            Embedding::new(ckpt.matrix("embed_tokens.weight", &[t.vocab_size, h])?)
+            Embedding::new(ckpt.matrix("embed_tokens.weight", &[t.vocab_size, h])?, ckpt.dtype())
         } else if h == t.hidden_size {
-            Embedding::new(target.embedding().table().clone())
+            Embedding::new(target.embedding().table().clone(), ckpt.dtype())
         } else {
             return Err(invalid(format!(
                 "no embed_tokens.weight and the drafter width {h} differs from the target's {}",

@@ -56,7 +56,7 @@ impl Llama {
         Ok(Self {
             capture_layers: default_capture_layers(dims.num_layers),
             rope: RotaryEmbedding::new(dims.head_dim, &cfg.rope()?),
-            embed: Embedding::new(table),
+            embed: Embedding::new(table, ckpt.dtype()),
             layers,
             norm: RmsNorm::load(ckpt, "model.norm", dims.hidden_size, cfg.rms_norm_eps)?,
             lm_head,

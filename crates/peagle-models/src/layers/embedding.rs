@@ -1,13 +1,15 @@
 use candle_core::{DType, Result, Tensor};
 
-/// Token embedding table; rows are gathered then cast to f32 (exact for bf16 tables).
+/// Token embedding table; rows are gathered then cast to the activation dtype (exact from a
+/// bf16 table to f32, the CPU's).
 pub struct Embedding {
     table: Tensor,
+    dtype: DType,
 }
 
 impl Embedding {
-    pub fn new(table: Tensor) -> Self {
-        Self { table }
+    pub fn new(table: Tensor, dtype: DType) -> Self {
+        Self { table, dtype }
     }
 
     pub fn table(&self) -> &Tensor {
@@ -15,6 +17,6 @@ impl Embedding {
     }
 
     pub fn forward(&self, ids: &Tensor) -> Result<Tensor> {
-        self.table.index_select(ids, 0)?.to_dtype(DType::F32)
+        self.table.index_select(ids, 0)?.to_dtype(self.dtype)
     }
 }
