@@ -64,11 +64,9 @@ pub struct EngineBuilder {
     pub generation_defaults: GenerationDefaults,
 }
 
-/// A built engine and what its model directory says about serving it.
+/// A built engine and the sampling defaults it is served with.
 pub struct BuiltEngine {
     pub engine: Engine,
-    pub config: TextConfig,
-    pub generation: GenerationConfig,
     /// What requests that leave sampling fields out get.
     pub sampling_defaults: SamplingDefaults,
 }
@@ -91,7 +89,7 @@ impl EngineBuilder {
     pub fn build(&self) -> Result<BuiltEngine, GenerateError> {
         self.check_sizes()?;
         ops::check_inference_device(&self.load.device).map_err(|e| GenerateError::Config(e.to_string()))?;
-        let sampling_defaults = self.sampling_defaults_dir()?;
+        let chosen_defaults = self.chosen_sampling_defaults()?;
         let loaded = peagle_models::load_target(&self.model_dir, self.load.clone())?;
         let max_model_len = self.max_model_len(&loaded.config)?;
         let drafter = match &self.draft {
@@ -101,6 +99,17 @@ impl EngineBuilder {
         let k = drafter.as_ref().map_or(0, |(_, k, _)| *k);
         let dtype = self.kv_cache_dtype.resolve(&loaded.config);
         let num_blocks = self.num_blocks(loaded.model.dims(), drafter.as_ref(), max_model_len, dtype);
+        let needed = blocks_per_sequence(max_model_len, k, self.block_size);
+        if num_blocks < needed {
+            // vLLM refuses to start here too: a sequence that outgrows the whole cache could
+            // only preempt itself and start over, forever.
+            return Err(GenerateError::Config(format!(
+                "a KV cache of {num_blocks} blocks of {} tokens cannot hold one sequence of the maximum \
+                 length ({max_model_len} tokens, {k} drafts): that takes {needed} blocks; raise the \
+                 block count or lower the maximum length",
+                self.block_size
+            )));
+        }
         let device = loaded.model.device().clone();
         let proposer: Box<dyn Proposer> = match drafter {
             None => Box::new(NoProposer),
@@ -113,17 +122,6 @@ impl EngineBuilder {
                 }
             }
         };
-        let needed = blocks_per_sequence(max_model_len, k, self.block_size);
-        if num_blocks < needed {
-            // vLLM refuses to start here too: a sequence that outgrows the whole cache could
-            // only preempt itself and start over, forever.
-            return Err(GenerateError::Config(format!(
-                "a KV cache of {num_blocks} blocks of {} tokens cannot hold one sequence of the maximum \
-                 length ({max_model_len} tokens, {k} drafts): that takes {needed} blocks; raise the \
-                 block count or lower the maximum length",
-                self.block_size
-            )));
-        }
         let mut target = loaded.model;
         if k > 0 {
             target.set_capture_layers(proposer.aux_layer_ids().to_vec())?;
@@ -144,22 +142,16 @@ impl EngineBuilder {
             k,
             proposer.lookahead(),
         );
-        let eos = loaded.generation.eos_token_ids.clone();
         let engine = Engine::new(
             scheduler,
             ModelRunner::new(target, kv),
             Drafting::new(proposer),
-            eos,
+            loaded.generation.eos_token_ids,
             max_model_len,
         );
         Ok(BuiltEngine {
             engine,
-            sampling_defaults: match self.generation_defaults {
-                GenerationDefaults::Auto => loaded.generation.sampling.clone(),
-                _ => sampling_defaults,
-            },
-            config: loaded.config,
-            generation: loaded.generation,
+            sampling_defaults: chosen_defaults.unwrap_or(loaded.generation.sampling),
         })
     }
 
@@ -177,14 +169,16 @@ impl EngineBuilder {
         }
     }
 
-    /// The sampling defaults of another directory or OpenAI's, checked before the model loads.
-    fn sampling_defaults_dir(&self) -> Result<SamplingDefaults, GenerateError> {
+    /// The sampling defaults chosen instead of the model's own (None: the model's, read as it
+    /// loads), checked before the model loads.
+    fn chosen_sampling_defaults(&self) -> Result<Option<SamplingDefaults>, GenerateError> {
         match &self.generation_defaults {
-            GenerationDefaults::Auto | GenerationDefaults::Neutral => Ok(SamplingDefaults::default()),
+            GenerationDefaults::Auto => Ok(None),
+            GenerationDefaults::Neutral => Ok(Some(SamplingDefaults::default())),
             GenerationDefaults::Dir(dir) if !dir.join("generation_config.json").is_file() => Err(
                 GenerateError::Config(format!("{}: no generation_config.json there", dir.display())),
             ),
-            GenerationDefaults::Dir(dir) => Ok(GenerationConfig::load(dir)?.sampling),
+            GenerationDefaults::Dir(dir) => Ok(Some(GenerationConfig::load(dir)?.sampling)),
         }
     }
 
@@ -245,6 +239,6 @@ impl EngineBuilder {
 
 /// Blocks one sequence can come to need: `max_model_len` tokens, then a verification window
 /// of `k` drafts and the drafter's look-ahead past it.
-pub fn blocks_per_sequence(max_model_len: usize, k: usize, block_size: usize) -> usize {
+fn blocks_per_sequence(max_model_len: usize, k: usize, block_size: usize) -> usize {
     (max_model_len + 2 * k).div_ceil(block_size)
 }

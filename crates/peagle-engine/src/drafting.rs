@@ -11,6 +11,7 @@ use crate::scheduler::Work;
 use crate::sequence::{DrafterBacklog, Sequence};
 use crate::verification::Committed;
 use candle_core::Tensor;
+use peagle_models::SequenceRows;
 
 pub struct Drafting {
     proposer: Box<dyn Proposer>,
@@ -41,13 +42,13 @@ impl Drafting {
     }
 
     /// Gives the drafter each sequence's new target states `aux_hidden` (the captured rows of
-    /// the step's forward, `captured[i]` being sequence i's) and sets `k` new drafts on every
-    /// sequence that chose a token.
+    /// the step's forward, `rows[i].captured` being sequence i's) and sets `k` new drafts on
+    /// every sequence that chose a token.
     pub fn run(
         &mut self,
         work: &mut [(&mut Sequence, Work)],
         aux_hidden: Option<&Tensor>,
-        captured: &[std::ops::Range<usize>],
+        rows: &[SequenceRows],
         committed: &[Committed],
         k: usize,
     ) -> Result<(), GenerateError> {
@@ -60,7 +61,7 @@ impl Drafting {
                 .ok_or_else(|| GenerateError::Config("the target returned no hidden states for the drafter".into()))?;
             let c = committed[index];
             let start = c.start;
-            let hidden = aux.narrow(0, captured[index].start, c.rows)?;
+            let hidden = aux.narrow(0, rows[index].captured.start, c.rows)?;
             let mut backlog = seq.drafter_backlog.take().unwrap_or(DrafterBacklog {
                 start,
                 hidden: Vec::new(),

@@ -175,9 +175,8 @@ impl Engine {
             times.verify_seconds += started.elapsed().as_secs_f64();
 
             let started = Instant::now();
-            let captured: Vec<_> = target.rows.iter().map(|r| r.captured.clone()).collect();
             let aux = target.forward.aux_hidden.as_ref();
-            drafting.run(&mut work, aux, &captured, &committed, k)?;
+            drafting.run(&mut work, aux, &target.rows, &committed, k)?;
             times.drafter_seconds += started.elapsed().as_secs_f64();
             Ok(())
         })
@@ -189,10 +188,10 @@ impl Engine {
         let running = self.scheduler.num_running();
         let work = self.scheduler.work(schedule);
         let sample = StepSample {
-            batch: work.len(),
+            batch: schedule.len(),
             k,
             seconds,
-            decode_only: !prefill && work.len() == running,
+            decode_only: !prefill && schedule.len() == running,
             prefill_drafter_seconds: if prefill {
                 self.times.drafter_seconds - drafter_before
             } else {

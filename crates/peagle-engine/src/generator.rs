@@ -5,7 +5,7 @@ use crate::builder::{DraftModel, EngineBuilder};
 use crate::detokenizer::{special_token_ids, IncrementalDecoder};
 use crate::engine::Engine;
 use crate::error::GenerateError;
-use crate::request::{validate, Event, FinishReason, GenerateParams, Request};
+use crate::request::{validate_prompt, Event, FinishReason, GenerateParams, Request};
 use crate::scheduler::SchedulerConfig;
 use crate::spec_stats::SpecStats;
 use peagle_models::{KvCacheDtype, LoadOptions};
@@ -107,11 +107,7 @@ impl Generator {
             .map_err(|e| GenerateError::Tokenizer(e.to_string()))?
             .get_ids()
             .to_vec();
-        let probe = GenerateParams {
-            max_tokens: 1,
-            ..GenerateParams::default()
-        };
-        validate(&ids, &probe, self.engine.max_model_len(), self.vocab_size())?;
+        validate_prompt(&ids, self.engine.max_model_len(), self.vocab_size())?;
         Ok(ids)
     }
 

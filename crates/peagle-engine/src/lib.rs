@@ -31,7 +31,7 @@ mod verification;
 pub mod verifier;
 
 pub use block_manager::{BlockManager, OutOfBlocks};
-pub use builder::{blocks_per_sequence, BuiltEngine, DraftModel, EngineBuilder, GenerationDefaults, DEFAULT_K};
+pub use builder::{BuiltEngine, DraftModel, EngineBuilder, GenerationDefaults, DEFAULT_K};
 pub use detokenizer::{special_token_ids, IncrementalDecoder};
 pub use engine::Engine;
 pub use engine_metrics::EngineMetrics;

@@ -83,17 +83,26 @@ impl Request {
     /// for, sampling fields in range, and prompt, stop and biased tokens in the vocabulary (a
     /// token outside it would fail the whole step it ran in, other requests' included).
     pub fn validate(&self, max_model_len: usize, vocab_size: usize) -> Result<(), InvalidRequest> {
-        validate(&self.prompt, &self.params, max_model_len, vocab_size)
+        validate_prompt(&self.prompt, max_model_len, vocab_size)?;
+        let params = &self.params;
+        if params.max_tokens == 0 {
+            return Err(InvalidRequest::NoTokens);
+        }
+        params.sampling.validate()?;
+        let stops = params.stop_token_ids.iter().map(|t| ("stop_token_ids", *t));
+        let biased = params
+            .sampling
+            .penalties
+            .logit_bias
+            .iter()
+            .map(|(t, _)| ("logit_bias", *t));
+        in_vocabulary(stops.chain(biased), vocab_size)
     }
 }
 
-/// `Request::validate` of a prompt and its parameters.
-pub fn validate(
-    prompt: &[u32],
-    params: &GenerateParams,
-    max_model_len: usize,
-    vocab_size: usize,
-) -> Result<(), InvalidRequest> {
+/// The prompt's part of `Request::validate`: not empty, room left for one token, every id in
+/// the vocabulary.
+pub fn validate_prompt(prompt: &[u32], max_model_len: usize, vocab_size: usize) -> Result<(), InvalidRequest> {
     if prompt.is_empty() {
         return Err(InvalidRequest::EmptyPrompt);
     }
@@ -103,23 +112,12 @@ pub fn validate(
             max_model_len,
         });
     }
-    if params.max_tokens == 0 {
-        return Err(InvalidRequest::NoTokens);
-    }
-    params.sampling.validate()?;
-    let biased = params
-        .sampling
-        .penalties
-        .logit_bias
-        .iter()
-        .map(|(t, _)| ("logit_bias", *t));
-    let stops = params.stop_token_ids.iter().map(|t| ("stop_token_ids", *t));
-    let prompt_ids = prompt.iter().map(|t| ("prompt", *t));
-    match prompt_ids
-        .chain(stops)
-        .chain(biased)
-        .find(|(_, t)| *t as usize >= vocab_size)
-    {
+    in_vocabulary(prompt.iter().map(|t| ("prompt", *t)), vocab_size)
+}
+
+/// The first of the (field, token id) pairs outside a vocabulary of `vocab_size`, as an error.
+fn in_vocabulary(ids: impl Iterator<Item = (&'static str, u32)>, vocab_size: usize) -> Result<(), InvalidRequest> {
+    match ids.into_iter().find(|(_, t)| *t as usize >= vocab_size) {
         Some((param, token)) => Err(InvalidRequest::OutsideVocabulary {
             param,
             token,

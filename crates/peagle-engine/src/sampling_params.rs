@@ -107,20 +107,16 @@ impl SamplingParams {
 mod tests {
     use super::*;
 
-    fn params(temperature: f32, top_k: usize, top_p: f32) -> SamplingParams {
-        SamplingParams {
-            temperature,
-            top_k,
-            top_p,
-            ..SamplingParams::default()
-        }
-    }
-
     #[test]
     fn invalid_parameters_are_rejected() {
-        assert_eq!(params(-0.5, 0, 1.0).validate(), Err(InvalidSampling::Temperature(-0.5)));
-        assert_eq!(params(1.0, 0, 0.0).validate(), Err(InvalidSampling::TopP(0.0)));
-        assert_eq!(params(1.0, 0, 1.5).validate(), Err(InvalidSampling::TopP(1.5)));
+        let params = |temperature, top_p| SamplingParams {
+            temperature,
+            top_p,
+            ..SamplingParams::default()
+        };
+        assert_eq!(params(-0.5, 1.0).validate(), Err(InvalidSampling::Temperature(-0.5)));
+        assert_eq!(params(1.0, 0.0).validate(), Err(InvalidSampling::TopP(0.0)));
+        assert_eq!(params(1.0, 1.5).validate(), Err(InvalidSampling::TopP(1.5)));
         let with = |penalties: Penalties| SamplingParams {
             penalties,
             ..SamplingParams::default()
