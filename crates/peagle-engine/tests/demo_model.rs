@@ -2,9 +2,10 @@
 //! transformers does (64 greedy tokens each, references made by scripts/train_demo_model.py),
 //! and its trained drafters leave that output unchanged.
 
-use peagle_engine::{DraftModel, GenerateParams, Generator, GeneratorOptions, SamplingParams, SpecStats};
+use peagle_engine::{DraftModel, GenerateParams, SamplingParams, SpecStats};
 use peagle_models::LoadOptions;
-use std::path::PathBuf;
+mod common;
+use common::{demo, eval_prompts, repo};
 
 #[derive(serde::Deserialize)]
 struct Reference {
@@ -13,27 +14,12 @@ struct Reference {
     greedy_ids: Vec<u32>,
 }
 
-fn repo(path: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..").join(path)
-}
-
-/// The demo model, with a drafter when one is given.
-fn demo(draft: Option<DraftModel>) -> Generator {
-    Generator::from_dir(
-        &repo("models/pystdlib-12l"),
-        draft.as_ref(),
-        LoadOptions::default(),
-        &GeneratorOptions::default(),
-    )
-    .unwrap()
-}
-
 #[test]
 fn greedy_continuations_equal_transformers() {
     let refs: Vec<Reference> =
         serde_json::from_str(&std::fs::read_to_string(repo("tests/fixtures/demo_greedy.json")).unwrap()).unwrap();
     assert_eq!(refs.len(), 3);
-    let mut g = demo(None);
+    let mut g = demo(&LoadOptions::default(), None);
     let params = GenerateParams {
         max_tokens: 64,
         sampling: SamplingParams::default(),
@@ -54,28 +40,12 @@ fn greedy_continuations_equal_transformers() {
     }
 }
 
-/// The first `n` eval prompts of the demo model, tokenized.
-fn eval_prompts(g: &Generator, n: usize) -> Vec<Vec<u32>> {
-    #[derive(serde::Deserialize)]
-    struct Line {
-        prompt: String,
-    }
-    let text = std::fs::read_to_string(repo("models/pystdlib-12l/eval_prompts.jsonl")).unwrap();
-    text.lines()
-        .take(n)
-        .map(|l| {
-            let prompt = serde_json::from_str::<Line>(l).unwrap().prompt;
-            g.tokenizer().unwrap().encode(prompt, true).unwrap().get_ids().to_vec()
-        })
-        .collect()
-}
-
 /// The committed demo drafters and whether each drafts in parallel (P-EAGLE).
 const DRAFTERS: [(&str, bool); 2] = [("pystdlib-12l-peagle", true), ("pystdlib-12l-eagle3", false)];
 
 /// The first `n` eval prompts and the demo model's output for each without a drafter.
 fn plain_outputs(n: usize, params: &GenerateParams) -> (Vec<Vec<u32>>, Vec<Vec<u32>>) {
-    let mut plain = demo(None);
+    let mut plain = demo(&LoadOptions::default(), None);
     let prompts = eval_prompts(&plain, n);
     let want = prompts
         .iter()
@@ -94,11 +64,14 @@ fn generate_as_plain(
     want: &[Vec<u32>],
     params: &GenerateParams,
 ) -> SpecStats {
-    let mut g = demo(Some(DraftModel {
-        dir: repo(&format!("models/{drafter}")),
-        k: Some(k),
-        parallel,
-    }));
+    let mut g = demo(
+        &LoadOptions::default(),
+        Some(DraftModel {
+            dir: repo(&format!("models/{drafter}")),
+            k: Some(k),
+            parallel,
+        }),
+    );
     let mut stats = SpecStats::default();
     for (prompt, want) in prompts.iter().zip(want) {
         let out = g.generate(prompt, params, |_| {}).unwrap();

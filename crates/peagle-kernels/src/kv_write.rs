@@ -5,8 +5,8 @@ use crate::contiguous::contiguous;
 use crate::error::bad_input;
 use candle_core::{CpuStorage, InplaceOp2, Layout, Result, Tensor};
 
-/// Writes row `t` of `new` [tokens, width] (f32) into row `slots[t]` of `cache`
-/// [num_slots, width] (f32 or bf16, rounded to nearest even). Rows of rejected speculative
+/// Writes row `t` of `new` [tokens, width] (f32; f32 or bf16 on CUDA) into row `slots[t]` of
+/// `cache` [num_slots, width] (f32 or bf16, rounded to nearest even). Rows of rejected speculative
 /// tokens are simply overwritten by a later call.
 pub fn write_kv(cache: &Tensor, new: &Tensor, slots: &[u32]) -> Result<()> {
     cache.inplace_op2(new, &WriteKv { slots })
@@ -22,6 +22,35 @@ impl InplaceOp2 for WriteKv<'_> {
     }
 
     fn cpu_fwd(&self, dst: &mut CpuStorage, dst_l: &Layout, src: &CpuStorage, src_l: &Layout) -> Result<()> {
+        let width = self.check(dst_l, src_l)?;
+        let src = contiguous(src.as_slice::<f32>()?, src_l, "new rows")?;
+        let (start, _) = dst_l
+            .contiguous_offsets()
+            .ok_or_else(|| bad_input("write_kv", "cache must be contiguous"))?;
+        match dst {
+            CpuStorage::F32(d) => self.scatter(&mut d[start..], src, width),
+            CpuStorage::BF16(d) => self.scatter(&mut d[start..], src, width),
+            _ => return Err(bad_input("write_kv", "cache must be f32 or bf16 on the CPU")),
+        }
+        Ok(())
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        dst: &mut candle_core::CudaStorage,
+        dst_l: &Layout,
+        src: &candle_core::CudaStorage,
+        src_l: &Layout,
+    ) -> Result<()> {
+        let width = self.check(dst_l, src_l)?;
+        crate::cuda::kv_write(dst, dst_l, src, src_l, self.slots, width)
+    }
+}
+
+impl WriteKv<'_> {
+    /// Checks the rows against the cache and every slot against its size; returns the width.
+    fn check(&self, dst_l: &Layout, src_l: &Layout) -> Result<usize> {
         let (num_slots, width) = dst_l.shape().dims2()?;
         let (tokens, src_width) = src_l.shape().dims2()?;
         if width != src_width || tokens != self.slots.len() {
@@ -39,20 +68,9 @@ impl InplaceOp2 for WriteKv<'_> {
                 format!("slot {bad} outside a cache of {num_slots}"),
             ));
         }
-        let src = contiguous(src.as_slice::<f32>()?, src_l, "new rows")?;
-        let (start, _) = dst_l
-            .contiguous_offsets()
-            .ok_or_else(|| bad_input("write_kv", "cache must be contiguous"))?;
-        match dst {
-            CpuStorage::F32(d) => self.scatter(&mut d[start..], src, width),
-            CpuStorage::BF16(d) => self.scatter(&mut d[start..], src, width),
-            _ => return Err(bad_input("write_kv", "cache must be f32 or bf16 on the CPU")),
-        }
-        Ok(())
+        Ok(width)
     }
-}
 
-impl WriteKv<'_> {
     fn scatter<T: CacheElement>(&self, dst: &mut [T], src: &[f32], width: usize) {
         for (row, slot) in src.chunks_exact(width).zip(self.slots) {
             for (d, s) in dst[*slot as usize * width..][..width].iter_mut().zip(row) {

@@ -4,10 +4,13 @@
 
 mod cache_element;
 mod contiguous;
+#[cfg(feature = "cuda")]
+mod cuda;
 mod dot;
 mod error;
 mod exp;
 mod head_rows;
+mod invariant_matmul;
 mod isa;
 mod kv_write;
 mod linear;
@@ -15,6 +18,7 @@ mod masked_softmax;
 mod paged_attention;
 mod panel_tile;
 mod pool;
+mod rms_norm;
 mod rope;
 mod swiglu;
 mod value_sum;
@@ -22,10 +26,12 @@ mod value_sum;
 pub use cache_element::CacheElement;
 pub use error::KernelError;
 pub use exp::exp_in_place;
+pub use invariant_matmul::invariant_matmul;
 pub use kv_write::write_kv;
 pub use linear::{linear, PackedWeight};
 pub use masked_softmax::masked_softmax;
 pub use paged_attention::{paged_attention, AttentionMetadata, AttentionParams};
 pub use pool::on_pool;
+pub use rms_norm::{add_rms_norm, rms_norm};
 pub use rope::rope;
 pub use swiglu::swiglu;

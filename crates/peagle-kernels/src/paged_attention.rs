@@ -142,6 +142,44 @@ impl CustomOp3 for PagedAttention<'_> {
         vs: &CpuStorage,
         vl: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
+        let (rows, q_width) = self.check(ql, kl, vl)?;
+        let q = contiguous(qs.as_slice::<f32>()?, ql, "queries")?;
+        let out = match (ks, vs) {
+            (CpuStorage::F32(k), CpuStorage::F32(v)) => self.attend(q, rows, (k, kl), (v, vl))?,
+            (CpuStorage::BF16(k), CpuStorage::BF16(v)) => self.attend(q, rows, (k, kl), (v, vl))?,
+            _ => {
+                return Err(bad_input(
+                    "paged_attention",
+                    format!(
+                        "key and value caches must be both f32 or both bf16, not {:?} and {:?}",
+                        ks.dtype(),
+                        vs.dtype()
+                    ),
+                ))
+            }
+        };
+        Ok((CpuStorage::F32(out), Shape::from((rows, q_width))))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        qs: &candle_core::CudaStorage,
+        ql: &Layout,
+        ks: &candle_core::CudaStorage,
+        kl: &Layout,
+        vs: &candle_core::CudaStorage,
+        vl: &Layout,
+    ) -> Result<(candle_core::CudaStorage, Shape)> {
+        self.check(ql, kl, vl)?;
+        crate::cuda::paged_attention((qs, ql), (ks, kl), (vs, vl), self.meta, self.params, self.sinks)
+    }
+}
+
+impl PagedAttention<'_> {
+    /// Checks the shapes against the head layout and the metadata against the cache; returns
+    /// the query rows and width.
+    fn check(&self, ql: &Layout, kl: &Layout, vl: &Layout) -> Result<(usize, usize)> {
         let p = self.params;
         let (rows, q_width) = ql.shape().dims2()?;
         let (num_slots, kv_width) = kl.shape().dims2()?;
@@ -171,26 +209,9 @@ impl CustomOp3 for PagedAttention<'_> {
             ));
         }
         self.meta.validate(num_slots)?;
-        let q = contiguous(qs.as_slice::<f32>()?, ql, "queries")?;
-        let out = match (ks, vs) {
-            (CpuStorage::F32(k), CpuStorage::F32(v)) => self.attend(q, rows, (k, kl), (v, vl))?,
-            (CpuStorage::BF16(k), CpuStorage::BF16(v)) => self.attend(q, rows, (k, kl), (v, vl))?,
-            _ => {
-                return Err(bad_input(
-                    "paged_attention",
-                    format!(
-                        "key and value caches must be both f32 or both bf16, not {:?} and {:?}",
-                        ks.dtype(),
-                        vs.dtype()
-                    ),
-                ))
-            }
-        };
-        Ok((CpuStorage::F32(out), Shape::from((rows, q_width))))
+        Ok((rows, q_width))
     }
-}
 
-impl PagedAttention<'_> {
     fn attend<T: CacheElement>(
         &self,
         q: &[f32],

@@ -32,6 +32,46 @@ impl CustomOp3 for Rope {
         ss: &CpuStorage,
         sl: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
+        let (rows, width) = self.check(xl, cl, sl)?;
+        let (d, half) = (self.head_dim, self.head_dim / 2);
+        let (x, row_stride) = (&xs.as_slice::<f32>()?[xl.start_offset()..], xl.stride()[0]);
+        let cos = contiguous(cs.as_slice::<f32>()?, cl, "cos")?;
+        let sin = contiguous(ss.as_slice::<f32>()?, sl, "sin")?;
+        let mut out = vec![0f32; rows * width];
+        for (t, out_row) in out.chunks_exact_mut(width).enumerate() {
+            let x_row = &x[t * row_stride..][..width];
+            let (c, s) = (&cos[t * half..][..half], &sin[t * half..][..half]);
+            for (head, out_head) in x_row.chunks_exact(d).zip(out_row.chunks_exact_mut(d)) {
+                let (a, b) = head.split_at(half);
+                let (out_a, out_b) = out_head.split_at_mut(half);
+                for i in 0..half {
+                    out_a[i] = a[i] * c[i] - b[i] * s[i];
+                    out_b[i] = a[i] * s[i] + b[i] * c[i];
+                }
+            }
+        }
+        Ok((CpuStorage::F32(out), xl.shape().clone()))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        xs: &candle_core::CudaStorage,
+        xl: &Layout,
+        cs: &candle_core::CudaStorage,
+        cl: &Layout,
+        ss: &candle_core::CudaStorage,
+        sl: &Layout,
+    ) -> Result<(candle_core::CudaStorage, Shape)> {
+        self.check(xl, cl, sl)?;
+        crate::cuda::rope((xs, xl), (cs, cl), (ss, sl), self.head_dim)
+    }
+}
+
+impl Rope {
+    /// Checks whole even heads, tables of [rows, head_dim / 2] and contiguous rows; returns
+    /// the rows and width.
+    fn check(&self, xl: &Layout, cl: &Layout, sl: &Layout) -> Result<(usize, usize)> {
         let (rows, width) = xl.shape().dims2()?;
         let d = self.head_dim;
         let half = d / 2;
@@ -53,23 +93,7 @@ impl CustomOp3 for Rope {
         if xl.stride()[1] != 1 && width > 1 {
             return Err(bad_input("rope", "the input's rows must be contiguous"));
         }
-        let (x, row_stride) = (&xs.as_slice::<f32>()?[xl.start_offset()..], xl.stride()[0]);
-        let cos = contiguous(cs.as_slice::<f32>()?, cl, "cos")?;
-        let sin = contiguous(ss.as_slice::<f32>()?, sl, "sin")?;
-        let mut out = vec![0f32; rows * width];
-        for (t, out_row) in out.chunks_exact_mut(width).enumerate() {
-            let x_row = &x[t * row_stride..][..width];
-            let (c, s) = (&cos[t * half..][..half], &sin[t * half..][..half]);
-            for (head, out_head) in x_row.chunks_exact(d).zip(out_row.chunks_exact_mut(d)) {
-                let (a, b) = head.split_at(half);
-                let (out_a, out_b) = out_head.split_at_mut(half);
-                for i in 0..half {
-                    out_a[i] = a[i] * c[i] - b[i] * s[i];
-                    out_b[i] = a[i] * s[i] + b[i] * c[i];
-                }
-            }
-        }
-        Ok((CpuStorage::F32(out), xl.shape().clone()))
+        Ok((rows, width))
     }
 }
 

@@ -24,14 +24,8 @@ impl CustomOp1 for SwiGlu {
     }
 
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
-        let (rows, both) = l.shape().dims2()?;
-        if both % 2 != 0 {
-            return Err(bad_input(
-                "swiglu",
-                format!("{both} columns do not split into gate and up"),
-            ));
-        }
-        let width = both / 2;
+        let (rows, width) = check(l)?;
+        let both = 2 * width;
         let x = contiguous(s.as_slice::<f32>()?, l, "input")?;
         // Rows are tasks: a batch's rows take one exp per column each, and left to one thread
         // the other core idles long enough to fall asleep before the next matmul.
@@ -48,6 +42,24 @@ impl CustomOp1 for SwiGlu {
         });
         Ok((CpuStorage::F32(out), Shape::from((rows, width))))
     }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(&self, s: &candle_core::CudaStorage, l: &Layout) -> Result<(candle_core::CudaStorage, Shape)> {
+        let (rows, width) = check(l)?;
+        crate::cuda::swiglu((s, l), rows, width)
+    }
+}
+
+/// The rows and the width of each half.
+fn check(l: &Layout) -> Result<(usize, usize)> {
+    let (rows, both) = l.shape().dims2()?;
+    if both % 2 != 0 {
+        return Err(bad_input(
+            "swiglu",
+            format!("{both} columns do not split into gate and up"),
+        ));
+    }
+    Ok((rows, both / 2))
 }
 
 #[cfg(test)]

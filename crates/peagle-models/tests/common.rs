@@ -19,18 +19,24 @@ pub fn fixture_dir(name: &str) -> PathBuf {
 pub struct Fixture {
     pub model: Box<dyn TargetModel>,
     pub refs: HashMap<String, Tensor>,
+    options: LoadOptions,
 }
 
 impl Fixture {
     /// Loads a fixture model capturing the input of every layer, so all can be compared.
     pub fn load(name: &str) -> Self {
+        Self::load_with(name, LoadOptions::default())
+    }
+
+    /// `load` on the device and in the dtype of `options`.
+    pub fn load_with(name: &str, options: LoadOptions) -> Self {
         let dir = fixture_dir(name);
-        let mut model = load_target(&dir, LoadOptions::default()).unwrap().model;
+        let mut model = load_target(&dir, options.clone()).unwrap().model;
         model
             .set_capture_layers((0..model.dims().num_layers).collect())
             .unwrap();
         let refs = candle_core::safetensors::load(dir.join("reference.safetensors"), &Device::Cpu).unwrap();
-        Self { model, refs }
+        Self { model, refs, options }
     }
 
     pub fn prompt(&self, i: usize) -> Vec<u32> {
@@ -54,8 +60,14 @@ impl Fixture {
             .unwrap()
     }
 
+    /// A cache on the model's device, in f32 (on the CPU) or the activation dtype.
     pub fn cache(&self) -> KvCache {
-        KvCache::new(self.model.dims(), 64, BLOCK, DType::F32, &Device::Cpu).unwrap()
+        let dtype = if self.options.device.is_cpu() {
+            DType::F32
+        } else {
+            self.options.dtype
+        };
+        KvCache::new(self.model.dims(), 64, BLOCK, dtype, &self.options.device).unwrap()
     }
 }
 
@@ -89,6 +101,42 @@ pub fn run(model: &dyn TargetModel, kv: &KvCache, spans: &[(usize, &[u32], usize
         .collect()
 }
 
+/// The last `window` rows of prompt 2 three ways: one token per forward, as one verification
+/// window, and as that window in a batch with a decode of prompt 0 and a prefill of prompt 1.
+pub fn window_three_ways(f: &Fixture, window: usize) -> (Rowset, Rowset, Rowset) {
+    let prompt = f.prompt(2);
+    let n = prompt.len();
+    let model = f.model.as_ref();
+
+    let kv = f.cache();
+    let singles: Vec<Rowset> = (0..n)
+        .map(|i| run(model, &kv, &[(0, &prompt[i..i + 1], i)]).remove(0))
+        .collect();
+
+    let kv = f.cache();
+    run(model, &kv, &[(0, &prompt[..n - window], 0)]);
+    let windowed = run(model, &kv, &[(0, &prompt[n - window..], n - window)]).remove(0);
+
+    let kv = f.cache();
+    let (p0, p1) = (f.prompt(0), f.prompt(1));
+    run(
+        model,
+        &kv,
+        &[(0, &prompt[..n - window], 0), (1, &p0[..p0.len() - 1], 0)],
+    );
+    let batched = run(
+        model,
+        &kv,
+        &[
+            (1, &p0[p0.len() - 1..], p0.len() - 1),
+            (0, &prompt[n - window..], n - window),
+            (2, &p1, 0),
+        ],
+    )
+    .remove(1);
+    (cat_rows(&singles[n - window..]), windowed, batched)
+}
+
 pub fn cat_rows(parts: &[Rowset]) -> Rowset {
     let pick = |f: fn(&Rowset) -> &Tensor| Tensor::cat(&parts.iter().map(f).collect::<Vec<_>>(), 0).unwrap();
     (pick(|r| &r.0), pick(|r| &r.1), pick(|r| &r.2))
@@ -96,7 +144,8 @@ pub fn cat_rows(parts: &[Rowset]) -> Rowset {
 
 pub fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
     assert_eq!(a.dims(), b.dims());
-    (a - b)
+    let f32_host = |t: &Tensor| t.to_dtype(DType::F32).unwrap().to_device(&Device::Cpu).unwrap();
+    (f32_host(a) - f32_host(b))
         .unwrap()
         .abs()
         .unwrap()
@@ -109,7 +158,9 @@ pub fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
 }
 
 pub fn bits(t: &Tensor) -> Vec<u32> {
-    t.flatten_all()
+    t.to_dtype(DType::F32)
+        .unwrap()
+        .flatten_all()
         .unwrap()
         .to_vec1::<f32>()
         .unwrap()

@@ -86,7 +86,7 @@ fn first_pass(
 
 /// Greedy draft ids (as target ids) of the given logits rows.
 fn greedy_drafts(drafter: &Drafter, logits: &Tensor) -> Result<Vec<u32>> {
-    let rows: Vec<Vec<f32>> = logits.to_vec2()?;
+    let rows: Vec<Vec<f32>> = logits.to_dtype(candle_core::DType::F32)?.to_vec2()?;
     Ok(rows
         .iter()
         .map(|row| drafter.to_target_id(crate::sampler::argmax(row)))

@@ -1,5 +1,9 @@
 //! Shared helpers of the engine tests.
 
+#![allow(dead_code)]
+
+use peagle_engine::{DraftModel, Generator, GeneratorOptions};
+use peagle_models::LoadOptions;
 use std::path::PathBuf;
 
 /// A checked-in fixture model or drafter under the repository's tests/fixtures.
@@ -7,4 +11,36 @@ pub fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../../tests/fixtures")
         .join(name)
+}
+
+/// A path under the repository's root.
+pub fn repo(path: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..").join(path)
+}
+
+/// The first `n` eval prompts of the demo model, tokenized by `g`.
+pub fn eval_prompts(g: &Generator, n: usize) -> Vec<Vec<u32>> {
+    #[derive(serde::Deserialize)]
+    struct Line {
+        prompt: String,
+    }
+    let text = std::fs::read_to_string(repo("models/pystdlib-12l/eval_prompts.jsonl")).unwrap();
+    text.lines()
+        .take(n)
+        .map(|l| {
+            let prompt = serde_json::from_str::<Line>(l).unwrap().prompt;
+            g.tokenizer().unwrap().encode(prompt, true).unwrap().get_ids().to_vec()
+        })
+        .collect()
+}
+
+/// The demo model placed by `options`, with a drafter when one is given.
+pub fn demo(options: &LoadOptions, draft: Option<DraftModel>) -> Generator {
+    Generator::from_dir(
+        &repo("models/pystdlib-12l"),
+        draft.as_ref(),
+        options.clone(),
+        &GeneratorOptions::default(),
+    )
+    .unwrap()
 }

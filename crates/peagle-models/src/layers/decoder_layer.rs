@@ -44,7 +44,8 @@ impl DecoderLayer {
     }
 
     pub fn forward(&self, x: &Tensor, rope: &RopeTables, ctx: &AttentionContext) -> Result<Tensor> {
-        let x = (x + self.attn.forward(&self.input_norm.forward(x)?, rope, ctx)?)?;
-        &x + self.ffn.forward(&self.post_attention_norm.forward(&x)?)?
+        let attn = self.attn.forward(&self.input_norm.forward(x)?, rope, ctx)?;
+        let (x, normed) = self.post_attention_norm.forward_residual(x, &attn)?;
+        &x + self.ffn.forward(&normed)?
     }
 }

@@ -20,4 +20,9 @@ impl RmsNorm {
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         ops::rms_norm(x, &self.weight, self.eps)
     }
+
+    /// The residual add `sum = x + residual` and the norm of the sum: `(sum, normed)`.
+    pub fn forward_residual(&self, x: &Tensor, residual: &Tensor) -> Result<(Tensor, Tensor)> {
+        ops::add_rms_norm(x, residual, &self.weight, self.eps)
+    }
 }

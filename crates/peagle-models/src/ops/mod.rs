@@ -2,14 +2,14 @@
 //! functions and never look at a tensor's device themselves.
 //!
 //! The rule, per call:
-//! - a CPU tensor in an inference pass (no gradient tracked) takes the batch-invariant kernel
-//!   of `peagle-kernels`;
-//! - a pass that tracks gradients (training) takes composed candle ops, which have a backward;
-//! - any other device takes candle's own op where one exists. Paged attention and the KV
-//!   scatter have no such op: they are refused on such a device with an error naming it, and
-//!   `check_inference_device` refuses the device before a model is loaded.
+//! - a CPU tensor in an inference pass (no gradient tracked) takes the batch-invariant CPU
+//!   kernel of `peagle-kernels`;
+//! - a CUDA tensor in an inference pass takes `peagle-kernels`' CUDA kernel (`kernels/*.cu`),
+//!   batch invariant too: the matmul is `invariant_matmul`, never cuBLAS, whose choice of
+//!   algorithm changes with the number of rows;
+//! - a pass that tracks gradients (training) takes composed candle ops, which have a backward.
 //!
-//! A CUDA backend adds its kernels here, one match arm per op.
+//! `check_inference_device` refuses a device with no kernels before a model is loaded.
 
 mod weight;
 
@@ -41,11 +41,11 @@ fn path(x: &Tensor) -> Path {
 
 /// Refuses a device the inference engine has no kernels for, before anything is loaded.
 pub fn check_inference_device(device: &Device) -> Result<()> {
-    if device.is_cpu() {
+    if device.is_cpu() || device.is_cuda() {
         return Ok(());
     }
     bail!(
-        "inference on {} is not supported yet: paged attention has only a CPU kernel; run on the CPU",
+        "inference on {} is not supported: peagle has kernels for the CPU and CUDA",
         device_name(device)
     )
 }
@@ -64,6 +64,7 @@ pub fn linear(x: &Tensor, w: &Weight) -> Result<Tensor> {
         (Weight::Packed(p), Path::CpuKernel) => peagle_kernels::linear(x, p),
         // A pass that tracks gradients through a frozen weight multiplies by its unpacked copy.
         (Weight::Packed(p), _) => x.matmul(&p.unpack()?.to_dtype(x.dtype())?.t()?),
+        (Weight::Plain(w), Path::Device) => peagle_kernels::invariant_matmul(&x.contiguous()?, w),
         (Weight::Plain(w), _) => x.matmul(&w.t()?),
     }
 }
@@ -71,7 +72,7 @@ pub fn linear(x: &Tensor, w: &Weight) -> Result<Tensor> {
 /// SwiGLU's gating `silu(gate) * up` of a fused projection `gate_up` [rows, 2 * width] whose
 /// gate columns come first: [rows, width].
 pub fn swiglu(gate_up: &Tensor) -> Result<Tensor> {
-    if path(gate_up) == Path::CpuKernel {
+    if path(gate_up) != Path::Autograd {
         return peagle_kernels::swiglu(gate_up);
     }
     let width = gate_up.dim(1)? / 2;
@@ -84,37 +85,40 @@ pub fn swiglu(gate_up: &Tensor) -> Result<Tensor> {
 pub fn rms_norm(x: &Tensor, weight: &Tensor, eps: f32) -> Result<Tensor> {
     let x = x.contiguous()?;
     if x.track_op() || weight.track_op() {
-        candle_nn::ops::rms_norm_slow(&x, weight, eps)
-    } else {
-        candle_nn::ops::rms_norm(&x, weight, eps)
+        return candle_nn::ops::rms_norm_slow(&x, weight, eps);
     }
+    match path(&x) {
+        Path::Device if x.rank() == 2 => peagle_kernels::rms_norm(&x, weight, eps),
+        _ => candle_nn::ops::rms_norm(&x, weight, eps),
+    }
+}
+
+/// `(sum, rms_norm(sum))` of the residual add `sum = x + residual`: one pass on a GPU.
+pub fn add_rms_norm(x: &Tensor, residual: &Tensor, weight: &Tensor, eps: f32) -> Result<(Tensor, Tensor)> {
+    if path(x) == Path::Device && !weight.track_op() && x.rank() == 2 {
+        return peagle_kernels::add_rms_norm(&x.contiguous()?, &residual.contiguous()?, weight, eps);
+    }
+    let sum = (x + residual)?;
+    let normed = rms_norm(&sum, weight, eps)?;
+    Ok((sum, normed))
 }
 
 /// Rotates `x` [rows, heads * head_dim] (rotate-halves layout) by `cos` and `sin`
 /// [rows, head_dim / 2].
 pub fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor, heads: usize, head_dim: usize) -> Result<Tensor> {
     let rows = x.dim(0)?;
-    match path(x) {
-        Path::CpuKernel => peagle_kernels::rope(x, cos, sin, head_dim),
-        Path::Autograd => {
-            let x = x.reshape((1, rows, heads, head_dim))?.transpose(1, 2)?.contiguous()?;
-            candle_nn::rotary_emb::rope_slow(&x, cos, sin)?
-                .transpose(1, 2)?
-                .reshape((rows, heads * head_dim))
-        }
-        Path::Device => {
-            let x = x.reshape((1, rows, heads, head_dim))?.contiguous()?;
-            candle_nn::rotary_emb::rope_thd(&x, cos, sin)?.reshape((rows, heads * head_dim))
-        }
+    if path(x) != Path::Autograd {
+        return peagle_kernels::rope(x, cos, sin, head_dim);
     }
+    let x = x.reshape((1, rows, heads, head_dim))?.transpose(1, 2)?.contiguous()?;
+    candle_nn::rotary_emb::rope_slow(&x, cos, sin)?
+        .transpose(1, 2)?
+        .reshape((rows, heads * head_dim))
 }
 
 /// Writes row `t` of `new` [tokens, width] into row `slots[t]` of the paged `cache`.
 pub fn write_kv(cache: &Tensor, new: &Tensor, slots: &[u32]) -> Result<()> {
-    match path(new) {
-        Path::Device => bail!("the KV cache scatter has no kernel for {}", device_name(new.device())),
-        _ => peagle_kernels::write_kv(cache, new, slots),
-    }
+    peagle_kernels::write_kv(cache, new, slots)
 }
 
 /// Causal attention of a flattened batch's queries over the paged cache, with a sink logit
@@ -127,10 +131,7 @@ pub fn paged_attention(
     params: &AttentionParams,
     sinks: Option<&[f32]>,
 ) -> Result<Tensor> {
-    match path(q) {
-        Path::Device => bail!("paged attention has no kernel for {}", device_name(q.device())),
-        _ => peagle_kernels::paged_attention(q, k_cache, v_cache, meta, params, sinks),
-    }
+    peagle_kernels::paged_attention(q, k_cache, v_cache, meta, params, sinks)
 }
 
 /// `softmax(scores + bias)` over the last dimension, differentiable in `scores` (see

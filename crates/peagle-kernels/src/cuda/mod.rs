@@ -1,0 +1,90 @@
+//! CUDA forwards of the kernels. Each op's `cuda_fwd`, beside its CPU forward, calls a launcher
+//! here: it checks what its kernel assumes, picks the kernel for the dtypes and launches it on
+//! the device's stream. The kernels are `kernels/*.cu` at the repository's root, compiled to
+//! PTX by build.rs; `module` loads them.
+
+mod kv_write;
+mod linear;
+mod module;
+mod paged_attention;
+mod rms_norm;
+mod rope;
+mod swiglu;
+
+pub(crate) use kv_write::kv_write;
+pub(crate) use linear::linear;
+pub(crate) use paged_attention::paged_attention;
+pub(crate) use rms_norm::rms_norm;
+pub(crate) use rope::rope;
+pub(crate) use swiglu::swiglu;
+
+use crate::error::bad_input;
+use candle_core::cuda_backend::cudarc::driver::{CudaSlice, CudaView, DeviceRepr, LaunchConfig};
+use candle_core::cuda_backend::{CudaDType, CudaDevice, CudaStorage};
+use candle_core::{DType, Layout, Result};
+
+/// The elements of a contiguous layout over `storage`, as a view the kernel reads.
+fn view<'a, T: CudaDType>(storage: &'a CudaStorage, layout: &Layout, what: &str) -> Result<CudaView<'a, T>> {
+    let (start, end) = layout
+        .contiguous_offsets()
+        .ok_or_else(|| bad_input("peagle kernel", format!("{what} must be contiguous")))?;
+    Ok(storage.as_cuda_slice::<T>()?.slice(start..end))
+}
+
+/// A fresh device buffer of `len` elements that the kernel writes in full.
+fn output<T: DeviceRepr>(device: &CudaDevice, len: usize) -> Result<CudaSlice<T>> {
+    // SAFETY: every launcher's kernel writes each element of its output before it is read.
+    unsafe { device.alloc::<T>(len) }
+}
+
+/// The kernels' name for an element type: `f32` or `bf16`.
+fn dtype_name(op: &'static str, dtype: DType) -> Result<&'static str> {
+    match dtype {
+        DType::F32 => Ok("f32"),
+        DType::BF16 => Ok("bf16"),
+        other => Err(bad_input(
+            op,
+            format!("{other:?} on CUDA: the kernels take f32 or bf16"),
+        )),
+    }
+}
+
+/// Calls `$f::<A, B>(args..)` with the element types of two dtypes, each f32 or bf16.
+macro_rules! by_dtypes {
+    ($op:expr, ($a:expr, $b:expr), $f:ident($($arg:expr),* $(,)?)) => {
+        match ($a, $b) {
+            (DType::F32, DType::F32) => $f::<f32, f32>($($arg),*),
+            (DType::F32, DType::BF16) => $f::<f32, half::bf16>($($arg),*),
+            (DType::BF16, DType::F32) => $f::<half::bf16, f32>($($arg),*),
+            (DType::BF16, DType::BF16) => $f::<half::bf16, half::bf16>($($arg),*),
+            (a, b) => Err(bad_input($op, format!("{a:?} with {b:?} on CUDA: the kernels take f32 or bf16"))),
+        }
+    };
+}
+pub(crate) use by_dtypes;
+
+/// Calls `$f::<T>(args..)` with the element type of a dtype, f32 or bf16.
+macro_rules! by_dtype {
+    ($op:expr, $a:expr, $f:ident($($arg:expr),* $(,)?)) => {
+        match $a {
+            DType::F32 => $f::<f32>($($arg),*),
+            DType::BF16 => $f::<half::bf16>($($arg),*),
+            a => Err(bad_input($op, format!("{a:?} on CUDA: the kernels take f32 or bf16"))),
+        }
+    };
+}
+pub(crate) use by_dtype;
+
+/// One block of `threads` per grid point.
+fn grid(grid_dim: (u32, u32), threads: u32) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (grid_dim.0, grid_dim.1, 1),
+        block_dim: (threads, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+/// A size as the kernels' `int`, or an error: the kernels index with 32-bit integers.
+fn int(op: &'static str, n: usize) -> Result<i32> {
+    i32::try_from(n).map_err(|_| bad_input(op, format!("{n} does not fit the kernel's 32-bit sizes")))
+}

@@ -1,0 +1,81 @@
+//! The PTX of each `kernels/*.cu`, one build per virtual architecture, and the loading of the
+//! newest one a device runs.
+
+use candle_core::cuda_backend::cudarc::driver::sys::CUdevice_attribute;
+use candle_core::cuda_backend::cudarc::driver::{CudaFunction, CudaStream, LaunchArgs};
+use candle_core::cuda_backend::{CudaDevice, WrapErr};
+use candle_core::Result;
+use std::sync::Arc;
+
+/// One `kernels/*.cu` file.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Module {
+    KvWrite,
+    Linear,
+    PagedAttention,
+    RmsNorm,
+    Rope,
+    Swiglu,
+}
+
+/// The compute capability each PTX build needs, oldest first, as build.rs's `ARCHES`.
+const ARCH_MAJORS: [i32; 3] = [8, 9, 10];
+
+macro_rules! ptx {
+    ($stem:literal) => {
+        (
+            $stem,
+            [
+                include_str!(concat!(env!("OUT_DIR"), "/", $stem, ".compute_80.ptx")),
+                include_str!(concat!(env!("OUT_DIR"), "/", $stem, ".compute_90.ptx")),
+                include_str!(concat!(env!("OUT_DIR"), "/", $stem, ".compute_100.ptx")),
+            ],
+        )
+    };
+}
+
+impl Module {
+    fn sources(self) -> (&'static str, [&'static str; 3]) {
+        match self {
+            Self::KvWrite => ptx!("kv_write"),
+            Self::Linear => ptx!("linear"),
+            Self::PagedAttention => ptx!("paged_attention"),
+            Self::RmsNorm => ptx!("rms_norm"),
+            Self::Rope => ptx!("rope"),
+            Self::Swiglu => ptx!("swiglu"),
+        }
+    }
+}
+
+/// A loaded kernel and the device stream it launches on.
+pub(crate) struct Kernel {
+    func: CudaFunction,
+    stream: Arc<CudaStream>,
+}
+
+impl Kernel {
+    pub(crate) fn builder(&self) -> LaunchArgs<'_> {
+        self.stream.launch_builder(&self.func)
+    }
+}
+
+/// Kernel `name` of `module`, compiled by the driver from the newest PTX the device runs.
+pub(crate) fn function(device: &CudaDevice, module: Module, name: &str) -> Result<Kernel> {
+    let major = device
+        .cuda_stream()
+        .context()
+        .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)
+        .w()?;
+    let (stem, ptx) = module.sources();
+    let newest = ARCH_MAJORS.iter().rposition(|m| *m <= major).ok_or_else(|| {
+        candle_core::Error::Cuda(
+            format!("a GPU of compute capability {major}.x: peagle's kernels need 8.0 or newer").into(),
+        )
+    })?;
+    let arch = ARCH_MAJORS[newest];
+    let func = device.get_or_load_custom_func(name, &format!("peagle_{stem}_sm{arch}x"), ptx[newest])?;
+    Ok(Kernel {
+        func: func.into_cuda_function(),
+        stream: device.cuda_stream(),
+    })
+}

@@ -1,0 +1,63 @@
+use super::module::{function, Kernel, Module};
+use super::{by_dtype, dtype_name, grid, int, output, view};
+use crate::error::bad_input;
+use candle_core::backend::BackendStorage;
+use candle_core::cuda_backend::cudarc::driver::{CudaView, DeviceRepr, PushKernelArg};
+use candle_core::cuda_backend::{CudaDType, CudaStorage, WrapErr};
+use candle_core::{DType, Layout, Result, Shape};
+
+/// `kernels/rope.cu`: `x` [rows, width], rows possibly strided, rotated per `head_dim` head by
+/// `cos` and `sin` [rows, head_dim / 2] (f32, shapes already checked).
+pub(crate) fn rope(
+    x: (&CudaStorage, &Layout),
+    cos: (&CudaStorage, &Layout),
+    sin: (&CudaStorage, &Layout),
+    head_dim: usize,
+) -> Result<(CudaStorage, Shape)> {
+    const OP: &str = "rope";
+    let (rows, width) = x.1.shape().dims2()?;
+    let dtype = x.0.dtype();
+    let device = x.0.device.clone();
+    let args = Args {
+        func: function(&device, Module::Rope, &format!("rope_{}", dtype_name(OP, dtype)?))?,
+        rows,
+        ints: [int(OP, width)?, int(OP, head_dim)?, int(OP, x.1.stride()[0])?],
+    };
+    let cos = view::<f32>(cos.0, cos.1, "cos")?;
+    let sin = view::<f32>(sin.0, sin.1, "sin")?;
+    let out = by_dtype!(OP, dtype, launch(x, &cos, &sin, &args))?;
+    Ok((out, Shape::from((rows, width))))
+}
+
+struct Args {
+    func: Kernel,
+    rows: usize,
+    /// width, head_dim, row stride of x.
+    ints: [i32; 3],
+}
+
+fn launch<T: CudaDType + DeviceRepr>(
+    x: (&CudaStorage, &Layout),
+    cos: &CudaView<f32>,
+    sin: &CudaView<f32>,
+    a: &Args,
+) -> Result<CudaStorage> {
+    let device = &x.0.device;
+    let [width, _, stride] = a.ints.map(|v| v as usize);
+    let mut out = output::<T>(device, a.rows * width)?;
+    if x.1.stride()[1] != 1 && width > 1 {
+        return Err(bad_input("rope", "the input's rows must be contiguous"));
+    }
+    let start = x.1.start_offset();
+    let end = start + a.rows.saturating_sub(1) * stride + width;
+    let xs = x.0.as_cuda_slice::<T>()?.slice(start..end);
+    let mut builder = a.func.builder();
+    builder.arg(&mut out).arg(&xs).arg(cos).arg(sin);
+    for v in &a.ints {
+        builder.arg(v);
+    }
+    // SAFETY: the rows of x lie within its storage (checked by candle's layout), and cos and sin
+    // hold rows * head_dim / 2 values (checked by the caller).
+    unsafe { builder.launch(grid((a.rows as u32, 1), 128)) }.w()?;
+    Ok(CudaStorage::wrap_cuda_slice(out, device.clone()))
+}

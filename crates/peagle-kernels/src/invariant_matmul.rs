@@ -1,0 +1,116 @@
+//! The batch-invariant matrix product of GPU inference: `x` [M, K] times `w` [N, K]
+//! transposed, [M, N].
+//!
+//! Every output element is one fixed chain of operations that depends on K alone: 32 partial
+//! sums, partial `l` taking elements `8l + 256i + j` (j = 0..7, i rising) by fused multiply-add,
+//! then a butterfly over the partials (`p[l] + p[l ^ 16]`, then 8, 4, 2, 1). No split of K
+//! depends on M, so a row gives the same bits alone, in a verification window or among 2,048
+//! prefill rows. The CUDA kernel (`kernels/linear.cu`) is one warp per element, the partials
+//! its lanes; the CPU forward here follows the same chain and is its bit-exact reference. (CPU
+//! inference has its own invariant kernel, `linear`, with a faster order for CPUs.)
+
+use crate::contiguous::contiguous;
+use crate::error::bad_input;
+use candle_core::{CpuStorage, CustomOp2, Layout, Result, Shape, Tensor};
+
+/// `x` [M, K] times `w` [N, K] transposed. On CUDA: f32 or bf16 activations, a weight of the
+/// same dtype or bf16, K a multiple of 8. On the CPU (the reference): f32.
+pub fn invariant_matmul(x: &Tensor, w: &Tensor) -> Result<Tensor> {
+    x.apply_op2_no_bwd(w, &InvariantMatmul)
+}
+
+struct InvariantMatmul;
+
+const LANES: usize = 32;
+const CHUNK: usize = 8;
+
+impl CustomOp2 for InvariantMatmul {
+    fn name(&self) -> &'static str {
+        "peagle-invariant-matmul"
+    }
+
+    fn cpu_fwd(&self, xs: &CpuStorage, xl: &Layout, ws: &CpuStorage, wl: &Layout) -> Result<(CpuStorage, Shape)> {
+        let (m, k) = xl.shape().dims2()?;
+        let (n, w_k) = wl.shape().dims2()?;
+        if k != w_k {
+            return Err(bad_input(
+                "invariant_matmul",
+                format!("x has {k} columns, the weight {w_k}"),
+            ));
+        }
+        let x = contiguous(xs.as_slice::<f32>()?, xl, "x")?;
+        let w = contiguous(ws.as_slice::<f32>()?, wl, "weight")?;
+        let mut out = Vec::with_capacity(m * n);
+        for x_row in x.chunks_exact(k.max(1)).take(m) {
+            out.extend(w.chunks_exact(k.max(1)).take(n).map(|w_row| dot(x_row, w_row)));
+        }
+        Ok((CpuStorage::F32(out), Shape::from((m, n))))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        xs: &candle_core::CudaStorage,
+        xl: &Layout,
+        ws: &candle_core::CudaStorage,
+        wl: &Layout,
+    ) -> Result<(candle_core::CudaStorage, Shape)> {
+        crate::cuda::linear((xs, xl), (ws, wl))
+    }
+}
+
+/// One element in the kernel's order.
+fn dot(x: &[f32], w: &[f32]) -> f32 {
+    let mut partial = [0f32; LANES];
+    for (lane, p) in partial.iter_mut().enumerate() {
+        let mut k0 = lane * CHUNK;
+        while k0 < x.len() {
+            for j in k0..(k0 + CHUNK).min(x.len()) {
+                *p = x[j].mul_add(w[j], *p);
+            }
+            k0 += LANES * CHUNK;
+        }
+    }
+    let mut offset = LANES / 2;
+    while offset > 0 {
+        partial = std::array::from_fn(|l| partial[l] + partial[l ^ offset]);
+        offset /= 2;
+    }
+    partial[0]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::Device;
+
+    #[test]
+    fn close_to_candles_matmul_and_the_same_bits_for_a_row_alone() {
+        let dev = Device::Cpu;
+        let x = Tensor::randn(0f32, 1.0, (5, 520), &dev).unwrap();
+        let w = Tensor::randn(0f32, 1.0, (7, 520), &dev).unwrap();
+        let ours = invariant_matmul(&x, &w).unwrap();
+        let theirs = x.matmul(&w.t().unwrap()).unwrap();
+        let diff: f32 = (&ours - &theirs)
+            .unwrap()
+            .abs()
+            .unwrap()
+            .max_all()
+            .unwrap()
+            .to_scalar()
+            .unwrap();
+        assert!(diff < 1e-3, "{diff}");
+        let alone: Vec<f32> = invariant_matmul(&x.narrow(0, 3, 1).unwrap(), &w)
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1()
+            .unwrap();
+        let in_batch: Vec<f32> = ours.get(3).unwrap().to_vec1().unwrap();
+        assert_eq!(alone, in_batch);
+        let err = invariant_matmul(&x, &x.t().unwrap().contiguous().unwrap())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("520 columns"), "{err}");
+    }
+}

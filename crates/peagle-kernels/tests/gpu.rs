@@ -1,0 +1,263 @@
+//! Every CUDA kernel against its CPU reference, and the batch invariance of the GPU path.
+//! Built with the `cuda` feature only and run by scripts/gpu_check.sh on a GPU host; without a
+//! GPU each test says so and passes, so a CUDA build's tests can run anywhere.
+#![cfg(feature = "cuda")]
+
+use candle_core::{DType, Device, Tensor};
+use peagle_kernels::{
+    add_rms_norm, invariant_matmul, paged_attention, rms_norm, rope, swiglu, write_kv, AttentionMetadata,
+    AttentionParams,
+};
+
+fn gpu() -> Option<Device> {
+    match Device::new_cuda(0) {
+        Ok(d) => Some(d),
+        Err(e) => {
+            eprintln!("skipped: no CUDA device ({e})");
+            None
+        }
+    }
+}
+
+/// Deterministic values in [-scale, scale).
+fn values(n: usize, seed: u64, scale: f32) -> Vec<f32> {
+    let mut state = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    (0..n)
+        .map(|_| {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((state >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
+        })
+        .collect()
+}
+
+fn tensor(shape: (usize, usize), seed: u64, scale: f32) -> Tensor {
+    Tensor::from_vec(values(shape.0 * shape.1, seed, scale), shape, &Device::Cpu).unwrap()
+}
+
+fn host(t: &Tensor) -> Vec<f32> {
+    t.to_dtype(DType::F32)
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .to_vec1()
+        .unwrap()
+}
+
+fn bits(t: &Tensor) -> Vec<u32> {
+    host(t).into_iter().map(f32::to_bits).collect()
+}
+
+fn max_rel_diff(got: &[f32], want: &[f32]) -> f32 {
+    assert_eq!(got.len(), want.len());
+    got.iter()
+        .zip(want)
+        .map(|(g, w)| (g - w).abs() / w.abs().max(1.0))
+        .fold(0.0, f32::max)
+}
+
+#[test]
+fn invariant_matmul_equals_its_cpu_reference_bitwise_at_every_batch_size() {
+    let Some(dev) = gpu() else { return };
+    let (n, k) = (72, 1032);
+    let w = tensor((n, k), 1, 0.1);
+    for m in [1, 3, 8, 64, 256, 2048] {
+        let x = tensor((m, k), 2 + m as u64, 1.0);
+        let want = invariant_matmul(&x, &w).unwrap();
+        let x_gpu = x.to_device(&dev).unwrap();
+        let got = invariant_matmul(&x_gpu, &w.to_device(&dev).unwrap()).unwrap();
+        assert_eq!(bits(&got), bits(&want), "f32, M = {m}");
+        // bf16 weights and activations: the reference on the same (exactly widened) values,
+        // rounded once at the end as the kernel does.
+        let (xb, wb) = (x.to_dtype(DType::BF16).unwrap(), w.to_dtype(DType::BF16).unwrap());
+        let want = invariant_matmul(&xb.to_dtype(DType::F32).unwrap(), &wb.to_dtype(DType::F32).unwrap())
+            .unwrap()
+            .to_dtype(DType::BF16)
+            .unwrap();
+        let got = invariant_matmul(&xb.to_device(&dev).unwrap(), &wb.to_device(&dev).unwrap()).unwrap();
+        assert_eq!(bits(&got), bits(&want), "bf16, M = {m}");
+        // f32 activations with bf16 weights.
+        let got = invariant_matmul(&x_gpu, &wb.to_device(&dev).unwrap()).unwrap();
+        let want = invariant_matmul(&x, &wb.to_dtype(DType::F32).unwrap()).unwrap();
+        assert_eq!(bits(&got), bits(&want), "f32 x bf16, M = {m}");
+    }
+    let x = tensor((4, 12), 3, 1.0).to_device(&dev).unwrap();
+    let err = invariant_matmul(&x, &tensor((2, 12), 4, 1.0).to_device(&dev).unwrap()).unwrap_err();
+    assert!(err.to_string().contains("8 at a time"), "{err}");
+}
+
+#[test]
+fn rope_equals_the_cpu_kernel_bitwise_even_on_strided_rows() {
+    let Some(dev) = gpu() else { return };
+    let (rows, heads, d) = (9, 4, 64);
+    let wide = tensor((rows, 3 * heads * d), 5, 2.0);
+    let angles = tensor((rows, d / 2), 6, 3.0);
+    let (cos, sin) = (angles.cos().unwrap(), angles.sin().unwrap());
+    let x = wide.narrow(1, heads * d, heads * d).unwrap();
+    let want = rope(&x, &cos, &sin, d).unwrap();
+    let g = |t: &Tensor| t.to_device(&dev).unwrap();
+    let got = rope(
+        &g(&wide).narrow(1, heads * d, heads * d).unwrap(),
+        &g(&cos),
+        &g(&sin),
+        d,
+    )
+    .unwrap();
+    assert_eq!(bits(&got), bits(&want));
+    let got = rope(&g(&x.to_dtype(DType::BF16).unwrap()), &g(&cos), &g(&sin), d).unwrap();
+    assert_eq!(got.dtype(), DType::BF16);
+    assert!(max_rel_diff(&host(&got), &host(&want)) < 2e-2);
+}
+
+#[test]
+fn swiglu_and_rms_norm_match_the_cpu_within_a_few_ulp() {
+    let Some(dev) = gpu() else { return };
+    let g = |t: &Tensor| t.to_device(&dev).unwrap();
+    let gate_up = tensor((7, 2 * 200), 7, 12.0);
+    let diff = max_rel_diff(&host(&swiglu(&g(&gate_up)).unwrap()), &host(&swiglu(&gate_up).unwrap()));
+    assert!(diff < 1e-5, "swiglu {diff}");
+
+    let (x, r) = (tensor((5, 2880), 8, 3.0), tensor((5, 2880), 9, 3.0));
+    let w = tensor((1, 2880), 10, 1.0).squeeze(0).unwrap();
+    let diff = max_rel_diff(
+        &host(&rms_norm(&g(&x), &g(&w), 1e-5).unwrap()),
+        &host(&rms_norm(&x, &w, 1e-5).unwrap()),
+    );
+    assert!(diff < 1e-5, "rms_norm {diff}");
+    let (sum, normed) = add_rms_norm(&g(&x), &g(&r), &g(&w), 1e-5).unwrap();
+    let (want_sum, want_normed) = add_rms_norm(&x, &r, &w, 1e-5).unwrap();
+    assert_eq!(bits(&sum), bits(&want_sum));
+    assert!(max_rel_diff(&host(&normed), &host(&want_normed)) < 1e-5);
+    // bf16 rows and weight: within bf16's rounding of the f32 reference on the same values.
+    let b = |t: &Tensor| g(&t.to_dtype(DType::BF16).unwrap());
+    let (_, normed) = add_rms_norm(&b(&x), &b(&r), &b(&w), 1e-5).unwrap();
+    let f = |t: &Tensor| t.to_dtype(DType::BF16).unwrap().to_dtype(DType::F32).unwrap();
+    let (_, want) = add_rms_norm(&f(&x), &f(&r), &f(&w), 1e-5).unwrap();
+    assert!(max_rel_diff(&host(&normed), &host(&want)) < 2e-2);
+}
+
+/// A batch's metadata and queries, and a paged cache of random keys and values.
+struct Batch {
+    meta: AttentionMetadata,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+}
+
+const BLOCK: usize = 16;
+
+/// Sequences of `(context length, query rows)` on interleaved blocks; rows of every sequence's
+/// context already written.
+fn batch(seqs: &[(usize, usize)], params: AttentionParams, seed: u64) -> Batch {
+    let blocks_each = seqs.iter().map(|(len, _)| len.div_ceil(BLOCK)).max().unwrap();
+    let num_blocks = blocks_each * seqs.len();
+    let mut meta = AttentionMetadata {
+        block_size: BLOCK,
+        query_start: vec![0],
+        ..Default::default()
+    };
+    for (s, &(len, rows)) in seqs.iter().enumerate() {
+        let table: Vec<u32> = (0..len.div_ceil(BLOCK)).map(|b| (b * seqs.len() + s) as u32).collect();
+        for pos in len - rows..len {
+            meta.slot_mapping
+                .push(table[pos / BLOCK] * BLOCK as u32 + (pos % BLOCK) as u32);
+        }
+        meta.query_start.push(meta.query_start.last().unwrap() + rows);
+        meta.context_lens.push(len);
+        meta.block_tables.push(table);
+    }
+    let kv_width = params.num_kv_heads * params.head_dim;
+    Batch {
+        q: tensor((meta.num_rows(), params.num_heads * params.head_dim), seed, 1.0),
+        k: tensor((num_blocks * BLOCK, kv_width), seed + 1, 1.0),
+        v: tensor((num_blocks * BLOCK, kv_width), seed + 2, 1.0),
+        meta,
+    }
+}
+
+#[test]
+fn paged_attention_matches_the_cpu_kernel_and_is_batch_invariant() {
+    let Some(dev) = gpu() else { return };
+    let g = |t: &Tensor| t.to_device(&dev).unwrap();
+    // gpt-oss's heads (64 query, 8 KV, head_dim 64) and a Llama-like layout.
+    for (heads, kv_heads, d) in [(64, 8, 64), (8, 2, 128), (4, 4, 256)] {
+        for window in [None, Some(128), Some(5)] {
+            for with_sinks in [false, true] {
+                let params = AttentionParams {
+                    num_heads: heads,
+                    num_kv_heads: kv_heads,
+                    head_dim: d,
+                    scale: 1.0 / (d as f32).sqrt(),
+                    sliding_window: window,
+                };
+                let sinks = with_sinks.then(|| values(heads, 99, 3.0));
+                // A prefill chunk over context, a decode row, an 8-row verification window and a
+                // long context of several key tiles.
+                let b = batch(&[(40, 17), (9, 1), (300, 8), (700, 1)], params, 11);
+                let what = format!("heads {heads}/{kv_heads}x{d}, window {window:?}, sinks {with_sinks}");
+                let want = paged_attention(&b.q, &b.k, &b.v, &b.meta, &params, sinks.as_deref()).unwrap();
+                let got = paged_attention(&g(&b.q), &g(&b.k), &g(&b.v), &b.meta, &params, sinks.as_deref()).unwrap();
+                let diff = max_rel_diff(&host(&got), &host(&want));
+                assert!(diff < 1e-5, "{what}: f32 cache off by {diff}");
+
+                // bf16 queries and cache, against the CPU on the same rounded values.
+                let r = |t: &Tensor| t.to_dtype(DType::BF16).unwrap();
+                let got_bf16 = paged_attention(
+                    &g(&r(&b.q)),
+                    &g(&r(&b.k)),
+                    &g(&r(&b.v)),
+                    &b.meta,
+                    &params,
+                    sinks.as_deref(),
+                )
+                .unwrap();
+                let f = |t: &Tensor| r(t).to_dtype(DType::F32).unwrap();
+                let want = paged_attention(&f(&b.q), &r(&b.k), &r(&b.v), &b.meta, &params, sinks.as_deref()).unwrap();
+                let diff = max_rel_diff(&host(&got_bf16), &host(&want));
+                assert!(diff < 1e-2, "{what}: bf16 off by {diff}");
+
+                // The 8-row window's last row alone gives the same bits as within the batch.
+                let alone = AttentionMetadata {
+                    block_size: BLOCK,
+                    query_start: vec![0, 1],
+                    context_lens: vec![300],
+                    block_tables: vec![b.meta.block_tables[2].clone()],
+                    slot_mapping: vec![b.meta.slot_mapping[17 + 1 + 7]],
+                };
+                let q_row = b.q.narrow(0, 17 + 1 + 7, 1).unwrap();
+                let single =
+                    paged_attention(&g(&q_row), &g(&b.k), &g(&b.v), &alone, &params, sinks.as_deref()).unwrap();
+                assert_eq!(
+                    bits(&single),
+                    bits(&got.narrow(0, 17 + 1 + 7, 1).unwrap()),
+                    "{what}: alone"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn kv_write_rounds_exactly_as_the_cpu() {
+    let Some(dev) = gpu() else { return };
+    let slots = [5u32, 0, 17, 3];
+    let new = tensor((4, 96), 12, 4.0);
+    for dtype in [DType::F32, DType::BF16] {
+        let cpu = Tensor::zeros((20, 96), dtype, &Device::Cpu).unwrap();
+        write_kv(&cpu, &new, &slots).unwrap();
+        let gpu_cache = Tensor::zeros((20, 96), dtype, &dev).unwrap();
+        write_kv(&gpu_cache, &new.to_device(&dev).unwrap(), &slots).unwrap();
+        assert_eq!(bits(&gpu_cache), bits(&cpu), "{dtype:?} cache");
+        // bf16 rows into the cache.
+        let gpu_cache = Tensor::zeros((20, 96), dtype, &dev).unwrap();
+        let rounded = new.to_dtype(DType::BF16).unwrap();
+        write_kv(&gpu_cache, &rounded.to_device(&dev).unwrap(), &slots).unwrap();
+        let cpu = Tensor::zeros((20, 96), dtype, &Device::Cpu).unwrap();
+        write_kv(&cpu, &rounded.to_dtype(DType::F32).unwrap(), &slots).unwrap();
+        assert_eq!(bits(&gpu_cache), bits(&cpu), "bf16 rows into a {dtype:?} cache");
+    }
+    let cache = Tensor::zeros((20, 96), DType::F32, &dev).unwrap();
+    let err = write_kv(&cache, &new.to_device(&dev).unwrap(), &[1, 2, 3, 20]).unwrap_err();
+    assert!(err.to_string().contains("slot 20 outside"), "{err}");
+}

@@ -1,0 +1,69 @@
+//! The fixture models on a GPU: logits against HF transformers (f32) and against the CPU
+//! (bf16), and a row's bits independent of its batch. Built with the `cuda` feature only and
+//! run by scripts/gpu_check.sh; without a GPU each test says so and passes.
+#![cfg(feature = "cuda")]
+
+mod common;
+use common::*;
+use peagle_models::{DTypeSpec, DeviceSpec, LoadOptions};
+
+fn on_gpu(dtype: DTypeSpec) -> Option<LoadOptions> {
+    match LoadOptions::place(DeviceSpec::Cuda(0), dtype) {
+        Ok(options) => Some(options),
+        Err(e) => {
+            eprintln!("skipped: {e}");
+            None
+        }
+    }
+}
+
+#[test]
+fn f32_logits_equal_transformers_prefilled_and_token_by_token() {
+    let Some(options) = on_gpu(DTypeSpec::F32) else { return };
+    for name in FIXTURES {
+        let f = Fixture::load_with(name, options.clone());
+        for p in 0..3 {
+            let prompt = f.prompt(p);
+            let whole = run(f.model.as_ref(), &f.cache(), &[(0, &prompt, 0)]).remove(0);
+            let kv = f.cache();
+            let steps: Vec<Rowset> = (0..prompt.len())
+                .map(|i| run(f.model.as_ref(), &kv, &[(0, &prompt[i..i + 1], i)]).remove(0))
+                .collect();
+            for (mode, got) in [("prefill", whole), ("token by token", cat_rows(&steps))] {
+                let diff = max_abs_diff(&got.0, &f.reference(p, "logits"));
+                assert!(diff < 1e-4, "{name} prompt {p} {mode}: logits off by {diff}");
+            }
+        }
+    }
+}
+
+#[test]
+fn bf16_logits_are_within_1e_2_of_the_cpu() {
+    let Some(options) = on_gpu(DTypeSpec::Bf16) else { return };
+    for name in FIXTURES {
+        let gpu = Fixture::load_with(name, options.clone());
+        let cpu = Fixture::load(name);
+        for p in 0..3 {
+            let prompt = gpu.prompt(p);
+            let got = run(gpu.model.as_ref(), &gpu.cache(), &[(0, &prompt, 0)]).remove(0);
+            let want = run(cpu.model.as_ref(), &cpu.cache(), &[(0, &prompt, 0)]).remove(0);
+            let diff = max_abs_diff(&got.0, &want.0);
+            eprintln!("{name} prompt {p}: bf16 GPU logits within {diff} of the f32 CPU");
+            assert!(diff < 1e-2, "{name} prompt {p}: bf16 logits off by {diff}");
+        }
+    }
+}
+
+#[test]
+fn window_rows_equal_single_token_steps_bitwise_on_the_gpu() {
+    for dtype in [DTypeSpec::Bf16, DTypeSpec::F32] {
+        let Some(options) = on_gpu(dtype) else { return };
+        for name in FIXTURES {
+            let f = Fixture::load_with(name, options.clone());
+            let (singles, windowed, batched) = window_three_ways(&f, 8);
+            assert_eq!(bits(&windowed.0), bits(&singles.0), "{name} {dtype}: window logits");
+            assert_eq!(bits(&batched.0), bits(&singles.0), "{name} {dtype}: logits");
+            assert_eq!(bits(&batched.1), bits(&singles.1), "{name} {dtype}: captured states");
+        }
+    }
+}

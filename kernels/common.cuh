@@ -1,0 +1,52 @@
+// Shared helpers of peagle's kernels: element conversion and fixed-order block reductions.
+//
+// Batch invariance rule for every kernel here: the floating-point operations that produce one
+// output element depend only on that element's own inputs and on shapes fixed by the model
+// (widths, head sizes), never on how many rows share the launch.
+#pragma once
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+__device__ __forceinline__ float to_f32(float x) { return x; }
+__device__ __forceinline__ float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+template <typename T> __device__ __forceinline__ T from_f32(float x);
+template <> __device__ __forceinline__ float from_f32<float>(float x) { return x; }
+template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float x) {
+    return __float2bfloat16_rn(x);
+}
+
+struct Sum {
+    __device__ __forceinline__ float operator()(float a, float b) const { return a + b; }
+    static constexpr float identity = 0.f;
+};
+
+struct Max {
+    __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); }
+    static constexpr float identity = -INFINITY;
+};
+
+// Reduction over a warp by a butterfly: every lane gets the same result.
+template <typename Op> __device__ __forceinline__ float warp_reduce(float v, Op op) {
+    for (int offset = 16; offset > 0; offset /= 2) v = op(v, __shfl_xor_sync(0xffffffff, v, offset));
+    return v;
+}
+
+__device__ __forceinline__ float warp_sum(float v) { return warp_reduce(v, Sum()); }
+
+// Reduction over the block, the same tree for a given blockDim: a butterfly in each warp, then
+// the warps' results in warp order. Every thread gets the result. `scratch` holds 32 floats;
+// the call synchronises before and after using it.
+template <typename Op> __device__ __forceinline__ float block_reduce(float v, float* scratch, Op op) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+    v = warp_reduce(v, op);
+    __syncthreads();
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    float total = Op::identity;
+    for (int w = 0; w < warps; ++w) total = op(total, scratch[w]);
+    return total;
+}
+
+__device__ __forceinline__ float block_sum(float v, float* scratch) { return block_reduce(v, scratch, Sum()); }
+__device__ __forceinline__ float block_max(float v, float* scratch) { return block_reduce(v, scratch, Max()); }

@@ -1,0 +1,75 @@
+// Batch-invariant matrix product: out [M, N] = x [M, K] times w [N, K] transposed, f32
+// accumulation.
+//
+// One warp per output column n and LINEAR_ROWS rows of x; the block's warps take consecutive
+// columns. Lane l sums the products of elements k = 8l + 256i + j (j = 0..7) in increasing
+// order, then the lanes' sums meet in a fixed butterfly. That order depends on K alone, so an
+// element's value is the same whether its row is computed alone or among 2,048 others: there
+// is no M-dependent split of K. Requires K % 8 == 0 and 16-byte aligned rows (the launcher
+// checks).
+#include "common.cuh"
+
+#define LINEAR_ROWS 8
+#define LINEAR_WARPS 8
+
+__device__ __forceinline__ void load8(const float* p, float* v) {
+    const float4 a = *reinterpret_cast<const float4*>(p);
+    const float4 b = *reinterpret_cast<const float4*>(p + 4);
+    v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
+    v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+}
+
+__device__ __forceinline__ void load8(const __nv_bfloat16* p, float* v) {
+    const uint4 raw = *reinterpret_cast<const uint4*>(p);
+    const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const float2 f = __bfloat1622float2(pairs[i]);
+        v[2 * i] = f.x;
+        v[2 * i + 1] = f.y;
+    }
+}
+
+template <typename T, typename W>
+__device__ void linear(T* out, const T* x, const W* w, int M, int N, int K) {
+    const int lane = threadIdx.x % 32;
+    const int n = blockIdx.y * LINEAR_WARPS + threadIdx.x / 32;
+    const int m0 = blockIdx.x * LINEAR_ROWS;
+    if (n >= N) return;
+    const int rows = min(LINEAR_ROWS, M - m0);
+    const W* w_row = w + (size_t)n * K;
+    const T* x_rows = x + (size_t)m0 * K;
+
+    float acc[LINEAR_ROWS];
+#pragma unroll
+    for (int r = 0; r < LINEAR_ROWS; ++r) acc[r] = 0.f;
+#pragma unroll 2
+    for (int k = lane * 8; k < K; k += 256) {
+        float wv[8];
+        load8(w_row + k, wv);
+#pragma unroll
+        for (int r = 0; r < LINEAR_ROWS; ++r) {
+            if (r < rows) {
+                float xv[8];
+                load8(x_rows + (size_t)r * K + k, xv);
+#pragma unroll
+                for (int j = 0; j < 8; ++j) acc[r] = fmaf(xv[j], wv[j], acc[r]);
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < LINEAR_ROWS; ++r) acc[r] = warp_sum(acc[r]);
+    if (lane == 0) {
+        for (int r = 0; r < rows; ++r) out[(size_t)(m0 + r) * N + n] = from_f32<T>(acc[r]);
+    }
+}
+
+#define LINEAR(NAME, T, W)                                                                     \
+    extern "C" __global__ void __launch_bounds__(32 * LINEAR_WARPS)                            \
+        NAME(T* out, const T* x, const W* w, int M, int N, int K) {                             \
+        linear<T, W>(out, x, w, M, N, K);                                                      \
+    }
+
+LINEAR(linear_f32_f32, float, float)
+LINEAR(linear_f32_bf16, float, __nv_bfloat16)
+LINEAR(linear_bf16_bf16, __nv_bfloat16, __nv_bfloat16)

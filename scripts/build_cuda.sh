@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Builds peagle-serve, peagle-generate, peagle-train and the GPU test binaries with the cuda
+# feature, ready to carry to a GPU host, on a machine with no GPU and nothing installed by hand:
+#   1. the CUDA 13.0 toolkit from PyPI under .cuda/toolkit (git-ignored), if missing. 13.0 is
+#      pinned because GPU hosts run driver 580, which JIT-compiles PTX of ISA 9.0 and older only;
+#   2. link-time stubs of libcuda, cuBLAS, cuBLASLt, cuRAND and NVRTC, which the real libraries
+#      on the GPU host replace at run time (scripts/gpu_check.sh finds them);
+#   3. the release build, and the binaries, stripped, packed for carrying: target/gpu/tests.tar.xz
+#      (the GPU test binaries) and target/gpu/bench.tar.xz (peagle-serve, peagle-generate,
+#      peagle-bench), each small enough to carry beside the repository (xz with a dictionary
+#      wider than the binaries, which share most of their bytes). scripts/gpu_check.sh unpacks
+#      them into target/carry/ with Python's tarfile, which every GPU host has.
+#   scripts/build_cuda.sh --check   compiles and links everything, packs nothing (what CI runs)
+# CUDA_COMPUTE_CAP (default 90) picks the architecture candle's own kernels are built for;
+# peagle's kernels are PTX for compute 8.0, 9.0 and 10.0 whatever it says.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+check=${1:-}
+
+toolkit=$PWD/.cuda/toolkit
+cuda_root=$toolkit/nvidia/cu13
+if [ ! -x "$cuda_root/bin/nvcc" ]; then
+    echo "installing the CUDA 13.0 toolkit into $toolkit"
+    python3 -m pip install -q --no-deps --target "$toolkit" \
+        "nvidia-cuda-nvcc==13.0.*" "nvidia-nvvm==13.0.*" "nvidia-cuda-crt==13.0.*" \
+        "nvidia-cuda-runtime==13.0.*" "nvidia-cuda-cccl==13.0.*"
+fi
+export PATH=$cuda_root/bin:$PATH CUDA_ROOT=$cuda_root CUDARC_CUDA_VERSION=13000
+export CUDA_COMPUTE_CAP=${CUDA_COMPUTE_CAP:-90}
+target=$PWD/target
+
+# Beside the runtime in $CUDA_ROOT/lib, a directory cudarc's build script always searches.
+stubs=$cuda_root/lib
+if [ ! -e "$stubs/libcuda.so" ]; then
+    cargo fetch --locked
+    cudarc=$(cargo metadata --format-version 1 --all-features --locked |
+        python3 -c 'import json, sys; print(next(p["manifest_path"] for p in json.load(sys.stdin)["packages"] if p["name"] == "cudarc").rsplit("/", 1)[0])')
+    # Library, soname on the GPU host, and the cudarc bindings that declare its functions.
+    for lib in "cuda libcuda.so.1 driver" "cublas libcublas.so.13 cublas" "cublasLt libcublasLt.so.13 cublaslt" \
+        "curand libcurand.so.10 curand" "nvrtc libnvrtc.so.13 nvrtc"; do
+        set -- $lib
+        grep -oh 'pub unsafe fn [A-Za-z0-9_]*' "$cudarc/src/$3/sys/mod.rs" | sort -u |
+            awk '{ print "void " $4 "(void) {}" }' >"$stubs/$1.c"
+        gcc -shared -fPIC -Wl,-soname,"$2" -o "$stubs/lib$1.so" "$stubs/$1.c"
+        rm "$stubs/$1.c"
+    done
+    # candle-kernels links the runtime by its unversioned name, which the wheel lacks.
+    ln -sf libcudart.so.13 "$stubs/libcudart.so"
+fi
+
+cargo build --release --locked --features peagle-cli/cuda,peagle-train/cuda \
+    -p peagle-cli -p peagle-train -p peagle-bench
+cargo test --release --locked --features peagle-engine/cuda,peagle-kernels/cuda,peagle-models/cuda \
+    -p peagle-kernels -p peagle-models -p peagle-engine --test gpu --no-run --message-format json |
+    python3 -c '
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "gpu":
+        print(m["manifest_path"].split("/")[-2], m["executable"])
+' >"$target/gpu_tests.txt"
+
+if [ "$check" = --check ]; then
+    echo "CUDA build: ok"
+    exit 0
+fi
+
+carry=$target/carry
+rm -rf "$carry" && mkdir -p "$carry"
+cp "$target"/release/{peagle-serve,peagle-generate,peagle-bench} "$carry/"
+while read -r crate exe; do cp "$exe" "$carry/gpu-$crate"; done <"$target/gpu_tests.txt"
+strip --strip-all "$carry"/peagle-* "$carry"/gpu-*
+# The test binaries read the repository's models at this path; gpu_check.sh links it.
+echo "$PWD" >"$carry/BUILD_ROOT"
+mkdir -p "$target/gpu"
+(cd "$carry" && tar cf - BUILD_ROOT gpu-* | xz -9e --lzma2=preset=9e,dict=512MiB -T1 >"$target/gpu/tests.tar.xz")
+(cd "$carry" && tar cf - BUILD_ROOT peagle-* | xz -9e --lzma2=preset=9e,dict=512MiB -T1 >"$target/gpu/bench.tar.xz")
+ls -la "$target/gpu"

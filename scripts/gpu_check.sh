@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# One command for a GPU host: the GPU tests, then the GPU bench, into
+# benches/results/gpu-<date>/ (report.md, report.json, logs, the sweep's JSON and PNG).
+#
+# Needs the packed binaries of scripts/build_cuda.sh, target/gpu/{tests,bench}.tar.xz (built
+# elsewhere: the GPU host has no Rust toolchain), an NVIDIA driver, and Python with PyTorch,
+# transformers and safetensors, whose CUDA wheels also provide cuBLAS, cuRAND, NVRTC and the
+# CUDA runtime. Every step runs even when one before it failed; the exit status says whether
+# all passed.
+#   scripts/gpu_check.sh [tests|bench]   one part only (default: both, tests first)
+#   QUICK=1                              skips the Llama-8B-shaped decode step (16 GB to write)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+part=${1:-all}
+
+bin=$PWD/target/carry
+mkdir -p "$bin"
+for pack in target/gpu/*.tar.xz; do
+    [ -e "$pack" ] && python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$pack" "$bin"
+done
+out=benches/results/gpu-$(date -u +%Y-%m-%d)
+mkdir -p "$out"
+status=0
+step() { echo "== $*" | tee -a "$out/steps.log"; }
+fail() { echo "FAILED: $*" | tee -a "$out/steps.log"; status=1; }
+
+# The CUDA libraries of the host's PyTorch wheels, for the binaries' cuBLAS, cuRAND and NVRTC.
+libs=$(python3 -c 'import glob, site; print(":".join(sorted({d for p in site.getsitepackages() for d in glob.glob(p + "/nvidia/*/lib")})))')
+export LD_LIBRARY_PATH=$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+# The test binaries find the repository's models at the path they were built in.
+built_in=$(cat "$bin/BUILD_ROOT")
+if [ "$built_in" != "$PWD" ] && [ ! -e "$built_in" ]; then
+    mkdir -p "$(dirname "$built_in")" && ln -s "$PWD" "$built_in"
+fi
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv >"$out/gpu.csv" ||
+    fail "nvidia-smi"
+
+run_tests() {
+step "GPU tests"
+for test in "$bin"/gpu-*; do
+    name=$(basename "$test")
+    if "$test" --test-threads=1 --nocapture >"$out/$name.log" 2>&1; then
+        echo "$name: $(grep -E '^test result' "$out/$name.log" | tail -1)" | tee -a "$out/steps.log"
+    else
+        fail "$name (see $name.log)"
+        grep -E "panicked|FAILED|failed" "$out/$name.log" | head -20
+    fi
+done
+}
+
+run_bench() {
+step "demo model: plain, EAGLE-3 K=3 and P-EAGLE K=7 at concurrency 1, 4 and 16"
+"$bin/peagle-bench" sweep --serve-bin "$bin/peagle-serve" --device cuda \
+    --model models/pystdlib-12l --draft-model models/pystdlib-12l-peagle --peagle-k 7 \
+    --eagle3-draft-model models/pystdlib-12l-eagle3 --eagle3-k 3 --server-arg=--fixed-k \
+    --dataset models/pystdlib-12l/eval_prompts.jsonl --num-prompts 48 --concurrency 1,4,16 \
+    --max-tokens 128 --out "$out/demo-sweep" >"$out/demo-sweep.log" 2>&1 || fail "demo sweep (see demo-sweep.log)"
+
+step "transformers generate on the demo model (the peer)"
+python3 scripts/gpu_transformers_peer.py --model models/pystdlib-12l \
+    --dataset models/pystdlib-12l/eval_prompts.jsonl --num-prompts 16 --max-tokens 128 \
+    --out "$out/transformers.json" >"$out/transformers.log" 2>&1 || fail "transformers peer (see transformers.log)"
+"$bin/peagle-generate" --device cuda --model models/pystdlib-12l \
+    --prompts-file <(head -16 models/pystdlib-12l/eval_prompts.jsonl) --max-tokens 128 --ignore-eos \
+    --stats-json "$out/peagle-generate-demo.json" >/dev/null 2>"$out/peagle-generate-demo.log" ||
+    fail "peagle-generate on the demo (see peagle-generate-demo.log)"
+
+if [ -z "${QUICK:-}" ]; then
+    step "Llama-8B-shaped random bf16 target: one decode step against the HBM bound"
+    model=${TMPDIR:-/tmp}/peagle-llama-8b
+    python3 scripts/make_random_llama.py --out "$model" >"$out/llama-8b-make.log" 2>&1 &&
+        cp "$model/bound.json" "$out/llama-8b-bound.json" || fail "making the 8B checkpoint (see llama-8b-make.log)"
+    "$bin/peagle-generate" --device cuda --model "$model" --prompt "t5 t6 t7 t8" --max-tokens 64 --ignore-eos \
+        --stats-json "$out/llama-8b-decode.json" >/dev/null 2>"$out/llama-8b-decode.log" ||
+        fail "8B decode (see llama-8b-decode.log)"
+    rm -rf "$model"
+fi
+}
+
+case $part in
+tests) run_tests ;;
+bench) run_bench ;;
+*)
+    run_tests
+    run_bench
+    ;;
+esac
+
+step "report"
+python3 scripts/gpu_report.py "$out" || fail "report"
+echo "results in $out; status $status"
+exit $status
