@@ -1,5 +1,5 @@
 //! Greedy speculative decoding emits exactly the tokens plain greedy decoding emits, for
-//! P-EAGLE and EAGLE-3 at several K, whether drafts are mostly rejected (random drafters) or
+//! P-EAGLE and EAGLE-3 at several K, on Llama, Qwen3 and gpt-oss targets, whether drafts are mostly rejected (random drafters) or
 //! mostly accepted (a drafter that always proposes the token the target repeats).
 
 use candle_core::Device;
@@ -55,8 +55,12 @@ fn random_drafters_never_change_greedy_output() {
         ("tiny-llama", "tiny-llama-peagle", false),
         ("tiny-llama", "tiny-llama-peagle-aws", true),
         ("tiny-qwen3", "tiny-qwen3-eagle3", false),
+        // gpt-oss (sinks, sliding window, MXFP4 experts) under drafters of its width.
+        ("tiny-gpt-oss-mxfp4", "tiny-llama-peagle", true),
+        ("tiny-gpt-oss-mxfp4", "tiny-llama-peagle-aws", true),
+        ("tiny-gpt-oss-mxfp4", "tiny-qwen3-eagle3", false),
     ];
-    for target in ["tiny-llama", "tiny-qwen3"] {
+    for target in ["tiny-llama", "tiny-qwen3", "tiny-gpt-oss-mxfp4"] {
         let plain = outputs(&mut generator(target, None, 512), &prompts, 24);
         for (t, drafter, parallel) in cases.iter().filter(|c| c.0 == target) {
             for k in [1, 3, 7] {

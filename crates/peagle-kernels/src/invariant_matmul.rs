@@ -82,6 +82,7 @@ fn dot(x: &[f32], w: &[f32]) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_util::{max_abs_diff, values};
     use candle_core::Device;
 
     #[test]
@@ -91,21 +92,9 @@ mod tests {
         let w = Tensor::randn(0f32, 1.0, (7, 520), &dev).unwrap();
         let ours = invariant_matmul(&x, &w).unwrap();
         let theirs = x.matmul(&w.t().unwrap()).unwrap();
-        let diff: f32 = (&ours - &theirs)
-            .unwrap()
-            .abs()
-            .unwrap()
-            .max_all()
-            .unwrap()
-            .to_scalar()
-            .unwrap();
+        let diff = max_abs_diff(&ours, &theirs);
         assert!(diff < 1e-3, "{diff}");
-        let alone: Vec<f32> = invariant_matmul(&x.narrow(0, 3, 1).unwrap(), &w)
-            .unwrap()
-            .flatten_all()
-            .unwrap()
-            .to_vec1()
-            .unwrap();
+        let alone = values(&invariant_matmul(&x.narrow(0, 3, 1).unwrap(), &w).unwrap());
         let in_batch: Vec<f32> = ours.get(3).unwrap().to_vec1().unwrap();
         assert_eq!(alone, in_batch);
         let err = invariant_matmul(&x, &x.t().unwrap().contiguous().unwrap())

@@ -15,12 +15,15 @@ mod isa;
 mod kv_write;
 mod linear;
 mod masked_softmax;
+mod mxfp4;
 mod paged_attention;
 mod panel_tile;
 mod pool;
 mod rms_norm;
 mod rope;
 mod swiglu;
+#[cfg(test)]
+mod test_util;
 mod value_sum;
 
 pub use cache_element::CacheElement;
@@ -30,8 +33,9 @@ pub use invariant_matmul::invariant_matmul;
 pub use kv_write::write_kv;
 pub use linear::{linear, PackedWeight};
 pub use masked_softmax::masked_softmax;
+pub use mxfp4::{mxfp4_linear, Mxfp4Weight, MXFP4_BLOCK};
 pub use paged_attention::{paged_attention, AttentionMetadata, AttentionParams};
 pub use pool::on_pool;
 pub use rms_norm::{add_rms_norm, rms_norm};
 pub use rope::rope;
-pub use swiglu::swiglu;
+pub use swiglu::{clamped_swiglu, swiglu};

@@ -16,7 +16,39 @@ pub fn swiglu(gate_up: &Tensor) -> Result<Tensor> {
     gate_up.apply_op1_no_bwd(&SwiGlu)
 }
 
+/// gpt-oss's gating of `gate_up` [rows, 2 * width] (gate columns first):
+/// `(clamp(up, -limit, limit) + 1) * g * sigmoid(alpha * g)` with `g = min(gate, limit)`.
+pub fn clamped_swiglu(gate_up: &Tensor, alpha: f32, limit: f32) -> Result<Tensor> {
+    gate_up.apply_op1_no_bwd(&ClampedSwiGlu { alpha, limit })
+}
+
 struct SwiGlu;
+
+struct ClampedSwiGlu {
+    alpha: f32,
+    limit: f32,
+}
+
+impl CustomOp1 for ClampedSwiGlu {
+    fn name(&self) -> &'static str {
+        "peagle-clamped-swiglu"
+    }
+
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
+        let (rows, width) = check(l)?;
+        let x = contiguous(s.as_slice::<f32>()?, l, "input")?;
+        let mut out = vec![0f32; rows * width];
+        for_each_chunk(&mut out, width.max(1), |i, out| {
+            let (gate, up) = x[i * 2 * width..][..2 * width].split_at(width);
+            for ((o, g), u) in out.iter_mut().zip(gate).zip(up) {
+                let g = g.min(self.limit);
+                let u = u.clamp(-self.limit, self.limit);
+                *o = (u + 1.0) * (g / (1.0 + (-g * self.alpha).exp()));
+            }
+        });
+        Ok((CpuStorage::F32(out), Shape::from((rows, width))))
+    }
+}
 
 impl CustomOp1 for SwiGlu {
     fn name(&self) -> &'static str {
@@ -77,6 +109,22 @@ mod tests {
         let theirs: Vec<Vec<f32>> = (gate.silu().unwrap() * up).unwrap().to_vec2().unwrap();
         for (a, b) in ours.iter().flatten().zip(theirs.iter().flatten()) {
             assert!((a - b).abs() <= 1e-6 * b.abs(), "ours {a}, candle {b}");
+        }
+    }
+
+    #[test]
+    fn clamped_swiglu_clamps_gate_above_and_up_both_ways() {
+        let x = Tensor::from_vec(vec![1.0f32, 9.0, -3.0, 0.5, -20.0, 9.0], (1, 6), &Device::Cpu).unwrap();
+        let out: Vec<f32> = clamped_swiglu(&x, 1.702, 7.0)
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1()
+            .unwrap();
+        let glu = |g: f32| g / (1.0 + (-1.702 * g).exp());
+        let want = [(0.5 + 1.0) * glu(1.0), (-7.0 + 1.0) * glu(7.0), (7.0 + 1.0) * glu(-3.0)];
+        for (o, w) in out.iter().zip(want) {
+            assert!((o - w).abs() < 1e-6, "{o} vs {w}");
         }
     }
 

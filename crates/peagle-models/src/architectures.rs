@@ -15,6 +15,7 @@ type LoadFn = fn(&TextConfig, &Checkpoint) -> Result<Box<dyn TargetModel>, LoadE
 const ARCHITECTURES: &[(&str, LoadFn)] = &[
     ("LlamaForCausalLM", crate::llama::load),
     ("Qwen3ForCausalLM", crate::qwen3::load),
+    ("GptOssForCausalLM", crate::gpt_oss::load),
 ];
 
 /// The names of the architectures this build loads.

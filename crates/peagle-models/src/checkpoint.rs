@@ -115,6 +115,11 @@ impl Checkpoint {
         self.load(name, shape, |_| self.options.dtype)
     }
 
+    /// A u8 tensor as stored (MXFP4 blocks and scales).
+    pub fn bytes(&self, name: &str, shape: &[usize]) -> Result<Tensor, LoadError> {
+        self.load(name, shape, |_| DType::U8)
+    }
+
     /// An int64 tensor (index maps such as `d2t`), as stored.
     pub fn int64(&self, name: &str, shape: &[usize]) -> Result<Tensor, LoadError> {
         self.load(name, shape, |_| DType::I64)
@@ -133,7 +138,7 @@ impl Checkpoint {
     }
 
     /// Loads `name` after checking its shape; `dtype` maps the stored dtype to the one wanted.
-    /// Float tensors must be stored as F32/BF16/F16 and integer ones as I64.
+    /// Float tensors must be stored as F32/BF16/F16, integer ones as I64, bytes as U8.
     fn load(&self, name: &str, shape: &[usize], dtype: impl Fn(DType) -> DType) -> Result<Tensor, LoadError> {
         if let Some(t) = self.memory.get(name) {
             return self.load_from_memory(name, t, shape, dtype(t.dtype()));
@@ -144,20 +149,26 @@ impl Checkpoint {
             source,
         })?;
         let stored = match view.dtype() {
-            safetensors::Dtype::F32 => DType::F32,
-            safetensors::Dtype::BF16 => DType::BF16,
-            safetensors::Dtype::F16 => DType::F16,
-            safetensors::Dtype::I64 => DType::I64,
-            _ => DType::U8,
+            safetensors::Dtype::F32 => Some(DType::F32),
+            safetensors::Dtype::BF16 => Some(DType::BF16),
+            safetensors::Dtype::F16 => Some(DType::F16),
+            safetensors::Dtype::I64 => Some(DType::I64),
+            safetensors::Dtype::U8 => Some(DType::U8),
+            _ => None,
         };
-        let wanted = dtype(stored);
-        if stored.is_int() != wanted.is_int() || stored == DType::U8 {
+        // Bytes stay bytes, integers integers and floats floats.
+        let wanted = match stored.map(|s| (s, dtype(s))) {
+            Some((DType::U8, DType::U8)) => Some(DType::U8),
+            Some((s, w)) if s != DType::U8 && w != DType::U8 && s.is_int() == w.is_int() => Some(w),
+            _ => None,
+        };
+        let Some(wanted) = wanted else {
             return Err(LoadError::UnsupportedDtype {
                 name: name.to_owned(),
                 file: file.clone(),
                 dtype: format!("{:?}", view.dtype()),
             });
-        }
+        };
         if view.shape() != shape {
             return Err(LoadError::ShapeMismatch {
                 name: name.to_owned(),

@@ -99,6 +99,18 @@ struct RopeParameters {
     high_freq_factor: Option<f64>,
     #[serde(default)]
     original_max_position_embeddings: Option<usize>,
+    #[serde(default)]
+    beta_fast: Option<f64>,
+    #[serde(default)]
+    beta_slow: Option<f64>,
+    #[serde(default)]
+    truncate: Option<bool>,
+    #[serde(default)]
+    attention_factor: Option<f64>,
+    #[serde(default)]
+    mscale: Option<f64>,
+    #[serde(default)]
+    mscale_all_dim: Option<f64>,
 }
 
 /// Rotary embedding settings, resolved from either config spelling.
@@ -120,6 +132,37 @@ pub enum RopeScaling {
         high_freq_factor: f64,
         original_max_position_embeddings: usize,
     },
+    /// YaRN: frequencies blended between interpolated (slowed by `factor`) and kept by a ramp
+    /// over the dimensions whose rotations within the original length fall between
+    /// `beta_slow` and `beta_fast`; cos and sin are scaled by `attention_factor`.
+    Yarn {
+        factor: f64,
+        original_max_position_embeddings: usize,
+        beta_fast: f64,
+        beta_slow: f64,
+        /// Round the ramp's ends to whole dimensions.
+        truncate: bool,
+        attention_factor: f64,
+    },
+}
+
+impl RopeScaling {
+    /// What cos and sin are multiplied by: YaRN's attention factor, else 1.
+    pub fn attention_factor(&self) -> f64 {
+        match self {
+            Self::Yarn { attention_factor, .. } => *attention_factor,
+            _ => 1.0,
+        }
+    }
+}
+
+/// YaRN's attention-scale growth: 0.1 * mscale * ln(factor) + 1 for a factor above 1.
+fn yarn_mscale(factor: f64, mscale: f64) -> f64 {
+    if factor <= 1.0 {
+        1.0
+    } else {
+        0.1 * mscale * factor.ln() + 1.0
+    }
 }
 
 impl TextConfig {
@@ -175,6 +218,32 @@ impl TextConfig {
                     .or(self.max_position_embeddings)
                     .ok_or_else(|| self.invalid("llama3 rope needs original_max_position_embeddings".into()))?,
             },
+            "yarn" => {
+                let original = params.original_max_position_embeddings;
+                // Without a factor, the context was stretched from the original length to the
+                // configured one.
+                let stretched = original
+                    .zip(self.max_position_embeddings)
+                    .map(|(o, m)| m as f64 / o as f64);
+                let factor = need(params.factor.or(stretched), "factor")?;
+                let attention_factor = match (params.attention_factor, params.mscale, params.mscale_all_dim) {
+                    (Some(a), _, _) => a,
+                    (None, Some(m), Some(all)) if m != 0.0 && all != 0.0 => {
+                        yarn_mscale(factor, m) / yarn_mscale(factor, all)
+                    }
+                    _ => yarn_mscale(factor, 1.0),
+                };
+                RopeScaling::Yarn {
+                    factor,
+                    original_max_position_embeddings: original
+                        .or(self.max_position_embeddings)
+                        .ok_or_else(|| self.invalid("yarn rope needs original_max_position_embeddings".into()))?,
+                    beta_fast: params.beta_fast.unwrap_or(32.0),
+                    beta_slow: params.beta_slow.unwrap_or(1.0),
+                    truncate: params.truncate.unwrap_or(true),
+                    attention_factor,
+                }
+            }
             other => return Err(self.invalid(format!("unsupported rope type {other:?}"))),
         };
         Ok(RopeConfig { theta, scaling })
@@ -214,5 +283,57 @@ impl TextConfig {
             )));
         }
         self.rope().map(|_| ())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layers::RotaryEmbedding;
+
+    /// gpt-oss-20b's rope settings in both config spellings.
+    fn gpt_oss(rope: serde_json::Value) -> Result<TextConfig, LoadError> {
+        let mut json = serde_json::json!({
+            "vocab_size": 201088, "hidden_size": 2880, "intermediate_size": 2880, "num_hidden_layers": 24,
+            "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 64, "rms_norm_eps": 1e-5,
+            "max_position_embeddings": 131072,
+        });
+        json.as_object_mut().unwrap().extend(rope.as_object().unwrap().clone());
+        TextConfig::from_value(json, Path::new("config.json"))
+    }
+
+    #[test]
+    fn yarn_reads_either_spelling_and_matches_transformers() {
+        let yarn = serde_json::json!({"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
+            "truncate": false, "original_max_position_embeddings": 4096});
+        let old = gpt_oss(serde_json::json!({"rope_theta": 150000.0, "rope_scaling": yarn})).unwrap();
+        let mut params = yarn.clone();
+        params["rope_theta"] = 150000.0.into();
+        let new = gpt_oss(serde_json::json!({"rope_parameters": params})).unwrap();
+        let rope = old.rope().unwrap();
+        assert_eq!(rope, new.rope().unwrap());
+        assert_eq!(rope.theta, 150000.0);
+        // transformers 5.23's _compute_yarn_parameters for these settings.
+        assert!((rope.scaling.attention_factor() - 1.3465735902799727).abs() < 1e-12);
+        let want = [
+            (0, 1.0),
+            (5, 0.155_322_98),
+            (10, 0.019_335),
+            (15, 0.001_052_602_2),
+            (20, 1.818_833_7e-5),
+            (31, 3.023_511_4e-7),
+        ];
+        let inv_freq = RotaryEmbedding::new(64, &rope).inv_freq().to_vec();
+        for (i, f) in want {
+            assert!(
+                (inv_freq[i] - f).abs() <= 1e-6 * f,
+                "inv_freq[{i}] {} vs {f}",
+                inv_freq[i]
+            );
+        }
+        let err = gpt_oss(serde_json::json!({"rope_scaling": {"rope_type": "yarn"}}))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("needs factor"), "{err}");
     }
 }

@@ -10,6 +10,7 @@ pub mod drafter;
 pub mod drafter_config;
 pub mod error;
 mod generation_config;
+mod gpt_oss;
 pub mod kv_cache;
 pub mod layers;
 mod llama;

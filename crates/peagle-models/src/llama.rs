@@ -40,6 +40,17 @@ impl Llama {
         ckpt: &Checkpoint,
         opts: AttentionOptions,
     ) -> std::result::Result<Self, LoadError> {
+        Self::load_with_layers(cfg, ckpt, |_, prefix| DecoderLayer::load_dense(ckpt, prefix, cfg, opts))
+    }
+
+    /// Loads the shell every decoder-only architecture here shares (embedding, final norm, LM
+    /// head, rotary tables) around layers that `layer(index, prefix)` loads: an architecture
+    /// whose blocks differ (gpt-oss) brings its own.
+    pub(crate) fn load_with_layers(
+        cfg: &TextConfig,
+        ckpt: &Checkpoint,
+        layer: impl Fn(usize, &str) -> std::result::Result<DecoderLayer, LoadError>,
+    ) -> std::result::Result<Self, LoadError> {
         let dims = ModelDims::of(cfg);
         let table = ckpt.matrix("model.embed_tokens.weight", &[dims.vocab_size, dims.hidden_size])?;
         let lm_head = if cfg.tie_word_embeddings {
@@ -51,7 +62,7 @@ impl Llama {
             Linear::load(ckpt, "lm_head", dims.vocab_size, dims.hidden_size, false)?
         };
         let layers = (0..dims.num_layers)
-            .map(|i| DecoderLayer::load_dense(ckpt, &format!("model.layers.{i}"), cfg, opts))
+            .map(|i| layer(i, &format!("model.layers.{i}")))
             .collect::<std::result::Result<_, _>>()?;
         Ok(Self {
             capture_layers: default_capture_layers(dims.num_layers),

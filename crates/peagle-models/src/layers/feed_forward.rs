@@ -1,4 +1,4 @@
-use super::Mlp;
+use super::{Mlp, Moe};
 use crate::checkpoint::Checkpoint;
 use crate::config::TextConfig;
 use crate::error::LoadError;
@@ -8,6 +8,8 @@ use candle_core::{Result, Tensor};
 pub enum FeedForward {
     /// One SwiGLU MLP for every token.
     Dense(Mlp),
+    /// Experts chosen per token by a router (gpt-oss).
+    Moe(Moe),
 }
 
 impl FeedForward {
@@ -25,6 +27,7 @@ impl FeedForward {
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         match self {
             Self::Dense(mlp) => mlp.forward(x),
+            Self::Moe(moe) => moe.forward(x),
         }
     }
 }

@@ -12,10 +12,12 @@ pub struct Linear {
 
 impl Linear {
     pub fn new(weight: Tensor, bias: Option<Tensor>) -> Result<Self> {
-        Ok(Self {
-            weight: Weight::new(weight)?,
-            bias,
-        })
+        Ok(Self::from_weight(Weight::new(weight)?, bias))
+    }
+
+    /// A layer over a weight already in its format (MXFP4 experts).
+    pub fn from_weight(weight: Weight, bias: Option<Tensor>) -> Self {
+        Self { weight, bias }
     }
 
     /// Loads `{prefix}.weight` [out, in] (and `{prefix}.bias`) for each prefix and stacks them.

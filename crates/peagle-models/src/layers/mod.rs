@@ -8,6 +8,7 @@ mod embedding;
 mod feed_forward;
 mod linear;
 mod mlp;
+mod moe;
 mod rms_norm;
 mod rope;
 
@@ -18,5 +19,6 @@ pub use embedding::Embedding;
 pub use feed_forward::FeedForward;
 pub use linear::Linear;
 pub use mlp::Mlp;
+pub use moe::{Moe, MoeConfig};
 pub use rms_norm::RmsNorm;
 pub use rope::{RopeTables, RotaryEmbedding};

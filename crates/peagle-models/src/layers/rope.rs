@@ -8,6 +8,8 @@ use candle_core::{Device, Result, Tensor};
 /// tables are built per batch for just the positions in it, once for all layers.
 pub struct RotaryEmbedding {
     inv_freq: Vec<f32>,
+    /// Multiplies cos and sin (YaRN's attention factor; 1 otherwise).
+    attention_factor: f32,
 }
 
 /// cos and sin for every row of one batch, [rows, head_dim / 2].
@@ -19,11 +21,22 @@ pub struct RopeTables {
 impl RotaryEmbedding {
     pub fn new(head_dim: usize, cfg: &RopeConfig) -> Self {
         let base = cfg.theta as f32;
-        let inv_freq = (0..head_dim / 2)
-            .map(|i| 1.0 / base.powf((2 * i) as f32 / head_dim as f32))
-            .map(|f| scale(f, &cfg.scaling))
-            .collect();
-        Self { inv_freq }
+        let inv_freq = match cfg.scaling {
+            RopeScaling::Yarn { .. } => yarn_inv_freq(head_dim, cfg.theta, &cfg.scaling),
+            _ => (0..head_dim / 2)
+                .map(|i| 1.0 / base.powf((2 * i) as f32 / head_dim as f32))
+                .map(|f| scale(f, &cfg.scaling))
+                .collect(),
+        };
+        Self {
+            inv_freq,
+            attention_factor: cfg.scaling.attention_factor() as f32,
+        }
+    }
+
+    /// The frequency of each dimension pair, scaling applied.
+    pub fn inv_freq(&self) -> &[f32] {
+        &self.inv_freq
     }
 
     pub fn tables(&self, positions: &[u32], device: &Device) -> Result<RopeTables> {
@@ -33,8 +46,8 @@ impl RotaryEmbedding {
         for &p in positions {
             for &f in &self.inv_freq {
                 let angle = p as f32 * f;
-                cos.push(angle.cos());
-                sin.push(angle.sin());
+                cos.push(angle.cos() * self.attention_factor);
+                sin.push(angle.sin() * self.attention_factor);
             }
         }
         Ok(RopeTables {
@@ -44,9 +57,50 @@ impl RotaryEmbedding {
     }
 }
 
+/// YaRN's frequencies, in transformers' f32 arithmetic: each dimension pair blends the
+/// interpolated frequency (divided by `factor`) and the original by a linear ramp between the
+/// dimensions that turn `beta_fast` and `beta_slow` times within the original length.
+fn yarn_inv_freq(head_dim: usize, theta: f64, scaling: &RopeScaling) -> Vec<f32> {
+    let RopeScaling::Yarn {
+        factor,
+        original_max_position_embeddings,
+        beta_fast,
+        beta_slow,
+        truncate,
+        ..
+    } = *scaling
+    else {
+        unreachable!("yarn_inv_freq takes YaRN scaling")
+    };
+    let dim = head_dim as f64;
+    // The dimension whose wavelength fits `rotations` times in the original length.
+    let correction_dim = |rotations: f64| {
+        dim * (original_max_position_embeddings as f64 / (rotations * 2.0 * std::f64::consts::PI)).ln()
+            / (2.0 * theta.ln())
+    };
+    let (mut low, mut high) = (correction_dim(beta_fast), correction_dim(beta_slow));
+    if truncate {
+        (low, high) = (low.floor(), high.ceil());
+    }
+    let (low, mut high) = (low.max(0.0), high.min(dim - 1.0));
+    if low == high {
+        high += 0.001;
+    }
+    (0..head_dim / 2)
+        .map(|i| {
+            let pos_freq = (theta as f32).powf((2 * i) as f32 / head_dim as f32);
+            let extrapolation = 1.0 / pos_freq;
+            let interpolation = 1.0 / (factor as f32 * pos_freq);
+            let ramp = ((i as f32 - low as f32) / (high - low) as f32).clamp(0.0, 1.0);
+            let keep = 1.0 - ramp;
+            interpolation * (1.0 - keep) + extrapolation * keep
+        })
+        .collect()
+}
+
 fn scale(inv_freq: f32, scaling: &RopeScaling) -> f32 {
     match *scaling {
-        RopeScaling::None => inv_freq,
+        RopeScaling::None | RopeScaling::Yarn { .. } => inv_freq,
         RopeScaling::Linear { factor } => inv_freq / factor as f32,
         RopeScaling::Llama3 {
             factor,

@@ -62,6 +62,8 @@ fn device_name(device: &Device) -> String {
 pub fn linear(x: &Tensor, w: &Weight) -> Result<Tensor> {
     match (w, path(x)) {
         (Weight::Packed(p), Path::CpuKernel) => peagle_kernels::linear(x, p),
+        (Weight::Mxfp4(m), Path::CpuKernel) => peagle_kernels::mxfp4_linear(x, m),
+        (Weight::Mxfp4(_), _) => bail!("MXFP4 weights run on the CPU kernel only, for inference"),
         // A pass that tracks gradients through a frozen weight multiplies by its unpacked copy.
         (Weight::Packed(p), _) => x.matmul(&p.unpack()?.to_dtype(x.dtype())?.t()?),
         (Weight::Plain(w), Path::Device) => peagle_kernels::invariant_matmul(&x.contiguous()?, w),
@@ -79,6 +81,15 @@ pub fn swiglu(gate_up: &Tensor) -> Result<Tensor> {
     let gate = gate_up.narrow(1, 0, width)?;
     let up = gate_up.narrow(1, width, width)?;
     (candle_nn::ops::silu(&gate)? * up)?.contiguous()
+}
+
+/// gpt-oss's clamped SwiGLU (`peagle_kernels::clamped_swiglu`) of a fused projection whose
+/// gate columns come first. CPU inference.
+pub fn clamped_swiglu(gate_up: &Tensor, alpha: f32, limit: f32) -> Result<Tensor> {
+    match path(gate_up) {
+        Path::CpuKernel => peagle_kernels::clamped_swiglu(gate_up, alpha, limit),
+        _ => bail!("the clamped SwiGLU of MoE experts runs on the CPU kernel only, for inference"),
+    }
 }
 
 /// RMSNorm of each row of `x` over its last dimension, times `weight`.

@@ -1,7 +1,7 @@
 //! Weight formats. Each format is one variant; `ops::linear` knows how to multiply by each.
 
 use candle_core::{Result, Tensor};
-use peagle_kernels::PackedWeight;
+use peagle_kernels::{Mxfp4Weight, PackedWeight};
 
 /// A linear layer's weight [out, in].
 pub enum Weight {
@@ -10,6 +10,9 @@ pub enum Weight {
     Plain(Tensor),
     /// A CPU inference weight, f32 or bf16, held only in the batch-invariant kernel's layout.
     Packed(PackedWeight),
+    /// MXFP4 blocks and scales as the checkpoint stores them (gpt-oss's experts), dequantized
+    /// only as the kernel reads them. CPU inference.
+    Mxfp4(Mxfp4Weight),
 }
 
 impl Weight {
@@ -27,6 +30,7 @@ impl Weight {
         match self {
             Self::Plain(w) => Ok(w.clone()),
             Self::Packed(p) => p.unpack(),
+            Self::Mxfp4(m) => m.dequantize(&candle_core::Device::Cpu),
         }
     }
 }

@@ -1,0 +1,208 @@
+//! Matrix product with MXFP4 weights (gpt-oss's experts), dequantized as they are read: the
+//! weights stay packed in memory (4.25 bits a value) and never exist in a wider form.
+//!
+//! Layout, as the checkpoint stores it: `blocks` [out, in / 32, 16] bytes, two e2m1 values a
+//! byte (low nibble first), and `scales` [out, in / 32] bytes, each the exponent e of one
+//! 32-value block, which scales it by 2^(e - 127). Each output element is one fused
+//! multiply-add chain in input order, the same whatever rows share the call.
+
+use crate::contiguous::contiguous;
+use crate::error::bad_input;
+use crate::pool::for_each_chunk;
+use candle_core::{CpuStorage, CustomOp1, Layout, Result, Shape, Tensor};
+
+/// The 16 e2m1 values by their 4-bit code.
+const FP4: [f32; 16] = [
+    0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0,
+];
+
+/// Values per scale.
+pub const MXFP4_BLOCK: usize = 32;
+
+/// An MXFP4 weight [out, in], packed as loaded.
+#[derive(Debug, Clone)]
+pub struct Mxfp4Weight {
+    blocks: Vec<u8>,
+    scales: Vec<u8>,
+    out_dim: usize,
+    in_dim: usize,
+}
+
+impl Mxfp4Weight {
+    /// From `blocks` [out, in / 32, 16] and `scales` [out, in / 32], both u8.
+    pub fn new(blocks: &Tensor, scales: &Tensor) -> Result<Self> {
+        let (out_dim, groups, bytes) = blocks.dims3()?;
+        if bytes != MXFP4_BLOCK / 2 || scales.dims() != [out_dim, groups] {
+            return Err(bad_input(
+                "mxfp4",
+                format!(
+                    "blocks {:?} and scales {:?} are not [out, in/32, 16] and [out, in/32]",
+                    blocks.dims(),
+                    scales.dims()
+                ),
+            ));
+        }
+        Ok(Self {
+            blocks: blocks.flatten_all()?.to_vec1()?,
+            scales: scales.flatten_all()?.to_vec1()?,
+            out_dim,
+            in_dim: groups * MXFP4_BLOCK,
+        })
+    }
+
+    pub fn dims(&self) -> (usize, usize) {
+        (self.out_dim, self.in_dim)
+    }
+
+    /// Keeps output rows `rows`, in that order (gpt-oss de-interleaves gate and up this way).
+    pub fn select_rows(&self, rows: &[usize]) -> Self {
+        let (groups, row_bytes) = (self.in_dim / MXFP4_BLOCK, self.in_dim / 2);
+        Self {
+            blocks: rows
+                .iter()
+                .flat_map(|&r| &self.blocks[r * row_bytes..][..row_bytes])
+                .copied()
+                .collect(),
+            scales: rows
+                .iter()
+                .flat_map(|&r| &self.scales[r * groups..][..groups])
+                .copied()
+                .collect(),
+            out_dim: rows.len(),
+            in_dim: self.in_dim,
+        }
+    }
+
+    /// Output row `r` dequantized into `out` [in].
+    fn row(&self, r: usize, out: &mut [f32]) {
+        let groups = self.in_dim / MXFP4_BLOCK;
+        let bytes = &self.blocks[r * self.in_dim / 2..][..self.in_dim / 2];
+        for (g, (chunk, &e)) in bytes
+            .chunks_exact(MXFP4_BLOCK / 2)
+            .zip(&self.scales[r * groups..][..groups])
+            .enumerate()
+        {
+            let scale = 2f32.powi(e as i32 - 127);
+            for (j, &b) in chunk.iter().enumerate() {
+                out[g * MXFP4_BLOCK + 2 * j] = FP4[(b & 0x0f) as usize] * scale;
+                out[g * MXFP4_BLOCK + 2 * j + 1] = FP4[(b >> 4) as usize] * scale;
+            }
+        }
+    }
+
+    /// The whole weight [out, in] in f32: for tests and for moving it where no kernel reads
+    /// MXFP4, never on the inference path.
+    pub fn dequantize(&self, device: &candle_core::Device) -> Result<Tensor> {
+        let mut values = vec![0f32; self.out_dim * self.in_dim];
+        for (r, row) in values.chunks_exact_mut(self.in_dim).enumerate() {
+            self.row(r, row);
+        }
+        Tensor::from_vec(values, (self.out_dim, self.in_dim), device)
+    }
+}
+
+/// `x` [rows, in] (f32) times the MXFP4 weight [out, in] transposed: [rows, out].
+pub fn mxfp4_linear(x: &Tensor, w: &Mxfp4Weight) -> Result<Tensor> {
+    x.apply_op1_no_bwd(&Mxfp4Linear { w })
+}
+
+struct Mxfp4Linear<'a> {
+    w: &'a Mxfp4Weight,
+}
+
+/// Output columns per task: one dequantized weight row is reused for every input row.
+const COLUMNS_PER_TASK: usize = 8;
+
+impl CustomOp1 for Mxfp4Linear<'_> {
+    fn name(&self) -> &'static str {
+        "peagle-mxfp4-linear"
+    }
+
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
+        let (rows, in_dim) = l.shape().dims2()?;
+        let (out_dim, w_in) = self.w.dims();
+        if in_dim != w_in {
+            return Err(bad_input(
+                "mxfp4_linear",
+                format!("x has {in_dim} columns, the weight {w_in}"),
+            ));
+        }
+        let x = contiguous(s.as_slice::<f32>()?, l, "x")?;
+        // Tasks own column ranges of the transposed result [out, rows], then it is turned.
+        let mut by_column = vec![0f32; out_dim * rows];
+        for_each_chunk(&mut by_column, COLUMNS_PER_TASK * rows, |task, out| {
+            let mut w_row = vec![0f32; in_dim];
+            for (c, out) in out.chunks_exact_mut(rows.max(1)).enumerate() {
+                self.w.row(task * COLUMNS_PER_TASK + c, &mut w_row);
+                for (o, x_row) in out.iter_mut().zip(x.chunks_exact(in_dim.max(1))) {
+                    *o = x_row.iter().zip(&w_row).fold(0f32, |acc, (a, b)| a.mul_add(*b, acc));
+                }
+            }
+        });
+        let mut out = vec![0f32; rows * out_dim];
+        for (c, column) in by_column.chunks_exact(rows.max(1)).enumerate() {
+            for (r, v) in column.iter().enumerate() {
+                out[r * out_dim + c] = *v;
+            }
+        }
+        Ok((CpuStorage::F32(out), Shape::from((rows, out_dim))))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_util::{max_abs_diff, values};
+    use candle_core::{DType, Device};
+
+    fn packed(out: usize, groups: usize) -> (Tensor, Tensor) {
+        let blocks: Vec<u8> = (0..out * groups * 16).map(|i| (i * 37 % 256) as u8).collect();
+        let scales: Vec<u8> = (0..out * groups).map(|i| 120 + (i % 9) as u8).collect();
+        (
+            Tensor::from_vec(blocks, (out, groups, 16), &Device::Cpu).unwrap(),
+            Tensor::from_vec(scales, (out, groups), &Device::Cpu).unwrap(),
+        )
+    }
+
+    #[test]
+    fn dequantizes_low_nibble_first_with_power_of_two_scales() {
+        let mut blocks = vec![0u8; 16];
+        blocks[0] = 0x72; // 1.0 then 6.0
+        blocks[1] = 0xf9; // -0.5 then -6.0
+        let w = Mxfp4Weight::new(
+            &Tensor::from_vec(blocks, (1, 1, 16), &Device::Cpu).unwrap(),
+            &Tensor::from_vec(vec![129u8], (1, 1), &Device::Cpu).unwrap(),
+        )
+        .unwrap();
+        let values: Vec<f32> = w
+            .dequantize(&Device::Cpu)
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1()
+            .unwrap();
+        assert_eq!(&values[..4], &[4.0, 24.0, -2.0, -24.0]);
+        assert!(values[4..].iter().all(|v| *v == 0.0));
+    }
+
+    #[test]
+    fn equals_a_matmul_by_the_dequantized_weight_and_is_batch_invariant() {
+        let (blocks, scales) = packed(11, 3);
+        let w = Mxfp4Weight::new(&blocks, &scales).unwrap();
+        let x = Tensor::randn(0f32, 1.0, (5, 96), &Device::Cpu).unwrap();
+        let ours = mxfp4_linear(&x, &w).unwrap();
+        let dense = x.matmul(&w.dequantize(&Device::Cpu).unwrap().t().unwrap()).unwrap();
+        let diff = max_abs_diff(&ours, &dense);
+        assert!(diff < 1e-4, "{diff}");
+        let alone = values(&mxfp4_linear(&x.narrow(0, 2, 1).unwrap(), &w).unwrap());
+        assert_eq!(alone, ours.get(2).unwrap().to_vec1::<f32>().unwrap());
+        let picked = w.select_rows(&[3, 0]).dequantize(&Device::Cpu).unwrap();
+        let full = w.dequantize(&Device::Cpu).unwrap();
+        assert_eq!(
+            picked.get(0).unwrap().to_vec1::<f32>().unwrap(),
+            full.get(3).unwrap().to_vec1::<f32>().unwrap()
+        );
+        let err = mxfp4_linear(&Tensor::zeros((1, 64), DType::F32, &Device::Cpu).unwrap(), &w).unwrap_err();
+        assert!(err.to_string().contains("64 columns"), "{err}");
+    }
+}

@@ -1,0 +1,176 @@
+use super::Linear;
+use crate::checkpoint::Checkpoint;
+use crate::error::LoadError;
+use crate::ops::{self, Weight};
+use candle_core::{DType, Result, Tensor};
+use peagle_kernels::Mxfp4Weight;
+
+/// How a mixture-of-experts block is shaped and stored.
+#[derive(Debug, Clone, Copy)]
+pub struct MoeConfig {
+    pub num_experts: usize,
+    /// Experts per token.
+    pub top_k: usize,
+    pub hidden: usize,
+    /// Each expert's intermediate width.
+    pub intermediate: usize,
+    /// The clamped SwiGLU's `alpha` and `limit` (gpt-oss: 1.702 and 7).
+    pub alpha: f32,
+    pub limit: f32,
+    /// Expert weights stored as MXFP4 blocks and scales rather than dense matrices.
+    pub mxfp4: bool,
+}
+
+/// A mixture-of-experts feed-forward block, gpt-oss's: a router (a linear layer with bias)
+/// scores the experts, each token goes to its `top_k` best, and its output is theirs weighted
+/// by a softmax over those `top_k` scores. An expert is a clamped SwiGLU MLP with biases.
+///
+/// Each expert runs once per call over the rows routed to it (through the batch-invariant
+/// linear kernels), and each row sums its experts' outputs in the order of its own ranking, so
+/// a row's result does not depend on the other rows.
+pub struct Moe {
+    router: Linear,
+    experts: Vec<Expert>,
+    cfg: MoeConfig,
+}
+
+struct Expert {
+    /// Gate rows first, then up rows (the checkpoint interleaves them).
+    gate_up: Linear,
+    down: Linear,
+}
+
+impl Moe {
+    /// gpt-oss's `{prefix}.router` and `{prefix}.experts`, dense (`gate_up_proj` [E, H, 2I],
+    /// `down_proj` [E, I, H]) or MXFP4 (`*_blocks` [E, out, in / 32, 16] and `*_scales`).
+    pub fn load_gpt_oss(ckpt: &Checkpoint, prefix: &str, cfg: MoeConfig) -> std::result::Result<Self, LoadError> {
+        let (e, h, i) = (cfg.num_experts, cfg.hidden, cfg.intermediate);
+        let experts = format!("{prefix}.experts");
+        let candle = |context: String| move |source| LoadError::Candle { context, source };
+        // Checkpoint rows alternate gate, up; ours take the gate rows, then the up rows.
+        let gate_up_rows: Vec<usize> = (0..i).map(|r| 2 * r).chain((0..i).map(|r| 2 * r + 1)).collect();
+        let order = Tensor::from_vec(
+            gate_up_rows.iter().map(|r| *r as u32).collect::<Vec<_>>(),
+            2 * i,
+            ckpt.device(),
+        )
+        .map_err(candle("the gate/up order".into()))?;
+        let gate_up_bias = ckpt.vector(&format!("{experts}.gate_up_proj_bias"), &[e, 2 * i])?;
+        let down_bias = ckpt.vector(&format!("{experts}.down_proj_bias"), &[e, h])?;
+        let (gate_up, down) = if cfg.mxfp4 {
+            let load = |name: &str, out: usize, inner: usize| -> std::result::Result<_, LoadError> {
+                let groups = inner / peagle_kernels::MXFP4_BLOCK;
+                Ok((
+                    ckpt.bytes(&format!("{experts}.{name}_blocks"), &[e, out, groups, 16])?,
+                    ckpt.bytes(&format!("{experts}.{name}_scales"), &[e, out, groups])?,
+                ))
+            };
+            (
+                Stored::Mxfp4(load("gate_up_proj", 2 * i, h)?),
+                Stored::Mxfp4(load("down_proj", h, i)?),
+            )
+        } else {
+            (
+                Stored::Dense(ckpt.matrix(&format!("{experts}.gate_up_proj"), &[e, h, 2 * i])?),
+                Stored::Dense(ckpt.matrix(&format!("{experts}.down_proj"), &[e, i, h])?),
+            )
+        };
+        let experts = (0..e)
+            .map(|x| -> Result<Expert> {
+                let gate_up_weight = match &gate_up {
+                    Stored::Dense(w) => Weight::new(w.get(x)?.t()?.contiguous()?.index_select(&order, 0)?)?,
+                    Stored::Mxfp4((b, s)) => {
+                        Weight::Mxfp4(Mxfp4Weight::new(&b.get(x)?, &s.get(x)?)?.select_rows(&gate_up_rows))
+                    }
+                };
+                let down_weight = match &down {
+                    Stored::Dense(w) => Weight::new(w.get(x)?.t()?.contiguous()?)?,
+                    Stored::Mxfp4((b, s)) => Weight::Mxfp4(Mxfp4Weight::new(&b.get(x)?, &s.get(x)?)?),
+                };
+                Ok(Expert {
+                    gate_up: Linear::from_weight(gate_up_weight, Some(gate_up_bias.get(x)?.index_select(&order, 0)?)),
+                    down: Linear::from_weight(down_weight, Some(down_bias.get(x)?)),
+                })
+            })
+            .collect::<Result<_>>()
+            .map_err(candle(format!("unpacking the experts of {prefix}")))?;
+        Ok(Self {
+            router: Linear::load(ckpt, &format!("{prefix}.router"), e, h, true)?,
+            experts,
+            cfg,
+        })
+    }
+
+    /// `x` [rows, hidden] to [rows, hidden].
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let (rows, hidden) = x.dims2()?;
+        let (num_experts, k) = (self.cfg.num_experts, self.cfg.top_k);
+        let scores: Vec<f32> = self.router.forward(x)?.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?;
+        // Per expert, the (row, rank) pairs routed to it; per (row, rank), the routing weight.
+        let mut routed: Vec<Vec<(usize, usize)>> = vec![Vec::new(); num_experts];
+        let mut weights = vec![0f32; rows * k];
+        for (r, row) in scores.chunks_exact(num_experts).enumerate() {
+            for (rank, (expert, w)) in top_k_softmax(row, k).into_iter().enumerate() {
+                routed[expert].push((r, rank));
+                weights[r * k + rank] = w;
+            }
+        }
+        let mut outputs = vec![0f32; rows * k * hidden];
+        for (expert, pairs) in self.experts.iter().zip(&routed).filter(|(_, p)| !p.is_empty()) {
+            let ids: Vec<u32> = pairs.iter().map(|(r, _)| *r as u32).collect();
+            let xs = x.index_select(&Tensor::from_vec(ids, pairs.len(), x.device())?, 0)?;
+            let gated = ops::clamped_swiglu(&expert.gate_up.forward(&xs)?, self.cfg.alpha, self.cfg.limit)?;
+            let ys: Vec<f32> = expert
+                .down
+                .forward(&gated)?
+                .to_dtype(DType::F32)?
+                .flatten_all()?
+                .to_vec1()?;
+            for ((r, rank), y) in pairs.iter().zip(ys.chunks_exact(hidden)) {
+                outputs[(r * k + rank) * hidden..][..hidden].copy_from_slice(y);
+            }
+        }
+        let mut out = vec![0f32; rows * hidden];
+        for (r, out) in out.chunks_exact_mut(hidden).enumerate() {
+            for rank in 0..k {
+                let w = weights[r * k + rank];
+                for (o, y) in out.iter_mut().zip(&outputs[(r * k + rank) * hidden..][..hidden]) {
+                    *o += w * y;
+                }
+            }
+        }
+        Tensor::from_vec(out, (rows, hidden), x.device())?.to_dtype(x.dtype())
+    }
+}
+
+enum Stored {
+    Dense(Tensor),
+    Mxfp4((Tensor, Tensor)),
+}
+
+/// The `k` best experts of one row, best first (ties to the lower index), each with its
+/// weight: a softmax over the `k` chosen scores only.
+fn top_k_softmax(scores: &[f32], k: usize) -> Vec<(usize, f32)> {
+    let mut order: Vec<usize> = (0..scores.len()).collect();
+    order.sort_by(|a, b| scores[*b].total_cmp(&scores[*a]).then(a.cmp(b)));
+    order.truncate(k);
+    let max = scores[order[0]];
+    let exps: Vec<f32> = order.iter().map(|e| (scores[*e] - max).exp()).collect();
+    let sum: f32 = exps.iter().sum();
+    order.into_iter().zip(exps).map(|(e, x)| (e, x / sum)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routing_takes_the_best_k_and_normalises_over_them_only() {
+        let picked = top_k_softmax(&[0.5, 2.0, -1.0, 2.0, 1.0], 3);
+        let experts: Vec<usize> = picked.iter().map(|(e, _)| *e).collect();
+        assert_eq!(experts, [1, 3, 4]);
+        let z = 2.0 * 1f32.exp() + 1.0;
+        assert!((picked[0].1 - 1f32.exp() / z).abs() < 1e-6);
+        assert!((picked[2].1 - 1.0 / z).abs() < 1e-6);
+    }
+}
