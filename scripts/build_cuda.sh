@@ -10,7 +10,9 @@
 #      peagle-bench), each small enough to carry beside the repository (xz with a dictionary
 #      wider than the binaries, which share most of their bytes). scripts/gpu_check.sh unpacks
 #      them into target/carry/ with Python's tarfile, which every GPU host has.
-#   scripts/build_cuda.sh --check   compiles and links everything, packs nothing (what CI runs)
+#   scripts/build_cuda.sh --check   type-checks every crate and test with the cuda feature and
+#                                   compiles the kernels, candle's and peagle's, to PTX; no
+#                                   binaries, no packing (what CI runs, in minutes fewer)
 # CUDA_COMPUTE_CAP (default 90) picks the architecture candle's own kernels are built for;
 # peagle's kernels are PTX for compute 8.0, 9.0 and 10.0 whatever it says.
 set -euo pipefail
@@ -48,6 +50,13 @@ if [ ! -e "$stubs/libcuda.so" ]; then
     ln -sf libcudart.so.13 "$stubs/libcudart.so"
 fi
 
+if [ "$check" = --check ]; then
+    cargo check --release --locked --workspace --all-targets \
+        --features peagle-cli/cuda,peagle-train/cuda,peagle-engine/cuda,peagle-kernels/cuda,peagle-models/cuda
+    echo "CUDA build (check): ok"
+    exit 0
+fi
+
 cargo build --release --locked --features peagle-cli/cuda,peagle-train/cuda \
     -p peagle-cli -p peagle-train -p peagle-bench
 cargo test --release --locked --features peagle-engine/cuda,peagle-kernels/cuda,peagle-models/cuda \
@@ -59,11 +68,6 @@ for line in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "gpu":
         print(m["manifest_path"].split("/")[-2], m["executable"])
 ' >"$target/gpu_tests.txt"
-
-if [ "$check" = --check ]; then
-    echo "CUDA build: ok"
-    exit 0
-fi
 
 carry=$target/carry
 rm -rf "$carry" && mkdir -p "$carry"
