@@ -7,7 +7,7 @@
 #      on the GPU host replace at run time (scripts/gpu_check.sh finds them);
 #   3. the release build, and the binaries, stripped, packed for carrying: target/gpu/tests.tar.xz
 #      (the GPU test binaries) and target/gpu/bench.tar.xz (peagle-serve, peagle-generate,
-#      peagle-bench), each small enough to carry beside the repository (xz with a dictionary
+#      peagle-bench, and the matmul-against-cuBLAS timer), each small enough to carry beside the repository (xz with a dictionary
 #      wider than the binaries, which share most of their bytes). scripts/gpu_check.sh unpacks
 #      them into target/carry/ with Python's tarfile, which every GPU host has.
 #   scripts/build_cuda.sh --check   type-checks every crate and test with the cuda feature and
@@ -59,6 +59,7 @@ fi
 
 cargo build --release --locked --features peagle-cli/cuda,peagle-train/cuda \
     -p peagle-cli -p peagle-train -p peagle-bench
+cargo build --release --locked --features peagle-kernels/cuda -p peagle-kernels --example gemm_vs_cublas
 cargo test --release --locked --features peagle-engine/cuda,peagle-kernels/cuda,peagle-models/cuda \
     -p peagle-kernels -p peagle-models -p peagle-engine --test gpu --no-run --message-format json |
     python3 -c '
@@ -72,6 +73,7 @@ for line in sys.stdin:
 carry=$target/carry
 rm -rf "$carry" && mkdir -p "$carry"
 cp "$target"/release/{peagle-serve,peagle-generate,peagle-bench} "$carry/"
+cp "$target/release/examples/gemm_vs_cublas" "$carry/peagle-gemm-vs-cublas"
 while read -r crate exe; do cp "$exe" "$carry/gpu-$crate"; done <"$target/gpu_tests.txt"
 strip --strip-all "$carry"/peagle-* "$carry"/gpu-*
 # The test binaries read the repository's models at this path; gpu_check.sh links it.

@@ -49,6 +49,9 @@ done
 }
 
 run_bench() {
+step "the batch-invariant matmul against cuBLAS, bf16, 4096 -> 14336"
+"$bin/peagle-gemm-vs-cublas" >"$out/gemm-vs-cublas.jsonl" 2>"$out/gemm-vs-cublas.log" || fail "gemm vs cuBLAS (see gemm-vs-cublas.log)"
+
 step "demo model: plain, EAGLE-3 K=3 and P-EAGLE K=7 at concurrency 1, 4 and 16"
 "$bin/peagle-bench" sweep --serve-bin "$bin/peagle-serve" --device cuda \
     --model models/pystdlib-12l --draft-model models/pystdlib-12l-peagle --peagle-k 7 \

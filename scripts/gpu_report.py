@@ -49,6 +49,15 @@ def main(out):
                 cells.append(cell)
             md.append(f"| {c} | " + " | ".join(cells) + " |")
 
+    gemm_path = os.path.join(out, "gemm-vs-cublas.jsonl")
+    if os.path.exists(gemm_path):
+        rows = [json.loads(line) for line in open(gemm_path) if line.strip()]
+        report["gemm_vs_cublas"] = rows
+        md += ["", "## Batch-invariant matmul against cuBLAS (bf16, 4096 -> 14336)", "",
+               "| M | invariant ms | cuBLAS ms | ratio | invariant weight GB/s |", "| ---: | ---: | ---: | ---: | ---: |"]
+        md += [f"| {r['m']} | {r['invariant_ms']:.3f} | {r['cublas_ms']:.3f} | {r['ratio']:.2f}x | "
+               f"{r['invariant_weight_gb_per_s']:.0f} |" for r in rows]
+
     peer = load(os.path.join(out, "transformers.json"))
     ours = load(os.path.join(out, "peagle-generate-demo.json"))
     if peer and ours:

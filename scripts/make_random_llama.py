@@ -19,6 +19,16 @@ LLAMA_8B = dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
                 num_key_value_heads=8, vocab_size=128256)
 
 
+def write_word_tokenizer(out, vocab_size):
+    """A word-level tokenizer.json with one word per id ("t0", "t1", ...), so any id decodes."""
+    tokenizer = {"version": "1.0", "added_tokens": [], "normalizer": None,
+                 "pre_tokenizer": {"type": "WhitespaceSplit"}, "post_processor": None,
+                 "decoder": {"type": "WordPiece", "prefix": "##", "cleanup": False},
+                 "model": {"type": "WordLevel", "vocab": {f"t{n}": n for n in range(vocab_size)}, "unk_token": "t0"}}
+    with open(os.path.join(out, "tokenizer.json"), "w") as f:
+        json.dump(tokenizer, f)
+
+
 def copy_bandwidth():
     """Bytes moved per second by device-to-device copies of 2 GiB (each byte read and written)."""
     src = torch.empty(1 << 30, dtype=torch.bfloat16, device="cuda")
@@ -67,13 +77,7 @@ def main():
                   tie_word_embeddings=False, bos_token_id=0, eos_token_id=1)
     with open(os.path.join(args.out, "config.json"), "w") as f:
         json.dump(config, f, indent=1)
-    vocab = {f"t{n}": n for n in range(v)}
-    tokenizer = {"version": "1.0", "added_tokens": [], "normalizer": None,
-                 "pre_tokenizer": {"type": "WhitespaceSplit"}, "post_processor": None,
-                 "decoder": {"type": "WordPiece", "prefix": "##", "cleanup": False},
-                 "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "t0"}}
-    with open(os.path.join(args.out, "tokenizer.json"), "w") as f:
-        json.dump(tokenizer, f)
+    write_word_tokenizer(args.out, v)
     # Bytes one decode step reads: every weight but the embedding table, of which one row.
     weight_bytes = sum(t.numel() * t.element_size() for n, t in tensors.items() if n != "model.embed_tokens.weight")
     weight_bytes += h * 2

@@ -1,0 +1,41 @@
+//! Times the batch-invariant matmul (`invariant_matmul`, kernels/linear.cu) against cuBLAS
+//! (candle's matmul) on the GPU, bf16, for a Llama-8B-shaped projection (4096 -> 14336) at
+//! M = 1, 8, 64, 256 and 2048 rows, and prints a JSON line per M. Run by scripts/gpu_check.sh.
+//!
+//!     cargo run --release --example gemm_vs_cublas --features cuda
+
+use candle_core::{DType, Device, Tensor};
+use std::time::Instant;
+
+fn time(device: &Device, reps: usize, f: impl Fn() -> candle_core::Result<Tensor>) -> candle_core::Result<f64> {
+    f()?;
+    device.synchronize()?;
+    let start = Instant::now();
+    for _ in 0..reps {
+        f()?;
+    }
+    device.synchronize()?;
+    Ok(start.elapsed().as_secs_f64() / reps as f64)
+}
+
+fn main() -> candle_core::Result<()> {
+    let device = Device::new_cuda(0)?;
+    let (n, k) = (14336, 4096);
+    let w = Tensor::randn(0f32, 0.02, (n, k), &device)?.to_dtype(DType::BF16)?;
+    let w_t = w.t()?;
+    for m in [1, 8, 64, 256, 2048] {
+        let x = Tensor::randn(0f32, 1.0, (m, k), &device)?.to_dtype(DType::BF16)?;
+        let reps = if m >= 256 { 5 } else { 50 };
+        let ours = time(&device, reps, || peagle_kernels::invariant_matmul(&x, &w))?;
+        let cublas = time(&device, reps, || x.matmul(&w_t))?;
+        let weight_bytes = (n * k * 2) as f64;
+        println!(
+            "{{\"m\": {m}, \"n\": {n}, \"k\": {k}, \"invariant_ms\": {:.4}, \"cublas_ms\": {:.4}, \"ratio\": {:.3}, \"invariant_weight_gb_per_s\": {:.1}}}",
+            ours * 1e3,
+            cublas * 1e3,
+            ours / cublas,
+            weight_bytes / ours / 1e9
+        );
+    }
+    Ok(())
+}
