@@ -3,10 +3,12 @@
 //!
 //! Layout, as the checkpoint stores it: `blocks` [out, in / 32, 16] bytes, two e2m1 values a
 //! byte (low nibble first), and `scales` [out, in / 32] bytes, each the exponent e of one
-//! 32-value block, which scales it by 2^(e - 127). Each output element is one fused
-//! multiply-add chain in input order, the same whatever rows share the call.
+//! 32-value block, which scales it by 2^(e - 127). Each output element is the dot product of
+//! its input row and its dequantized weight row (`dot::dots`, whose order depends on the length
+//! alone), the same whatever rows share the call.
 
 use crate::contiguous::contiguous;
+use crate::dot::dots;
 use crate::error::bad_input;
 use crate::pool::for_each_chunk;
 use candle_core::{CpuStorage, CustomOp1, Layout, Result, Shape, Tensor};
@@ -15,6 +17,10 @@ use candle_core::{CpuStorage, CustomOp1, Layout, Result, Shape, Tensor};
 const FP4: [f32; 16] = [
     0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0,
 ];
+
+/// 2^(e - 127) for every scale byte e, exactly (2^-127 is a subnormal f32).
+static SCALES: std::sync::LazyLock<[f32; 256]> =
+    std::sync::LazyLock::new(|| std::array::from_fn(|e| 2f32.powi(e as i32 - 127)));
 
 /// Values per scale.
 pub const MXFP4_BLOCK: usize = 32;
@@ -77,15 +83,14 @@ impl Mxfp4Weight {
     fn row(&self, r: usize, out: &mut [f32]) {
         let groups = self.in_dim / MXFP4_BLOCK;
         let bytes = &self.blocks[r * self.in_dim / 2..][..self.in_dim / 2];
-        for (g, (chunk, &e)) in bytes
+        let blocks = bytes
             .chunks_exact(MXFP4_BLOCK / 2)
-            .zip(&self.scales[r * groups..][..groups])
-            .enumerate()
-        {
-            let scale = 2f32.powi(e as i32 - 127);
-            for (j, &b) in chunk.iter().enumerate() {
-                out[g * MXFP4_BLOCK + 2 * j] = FP4[(b & 0x0f) as usize] * scale;
-                out[g * MXFP4_BLOCK + 2 * j + 1] = FP4[(b >> 4) as usize] * scale;
+            .zip(&self.scales[r * groups..][..groups]);
+        for ((chunk, &e), out) in blocks.zip(out.chunks_exact_mut(MXFP4_BLOCK)) {
+            let scale = SCALES[e as usize];
+            for (&b, pair) in chunk.iter().zip(out.chunks_exact_mut(2)) {
+                pair[0] = FP4[(b & 0x0f) as usize] * scale;
+                pair[1] = FP4[(b >> 4) as usize] * scale;
             }
         }
     }
@@ -135,7 +140,7 @@ impl CustomOp1 for Mxfp4Linear<'_> {
             for (c, out) in out.chunks_exact_mut(rows.max(1)).enumerate() {
                 self.w.row(task * COLUMNS_PER_TASK + c, &mut w_row);
                 for (o, x_row) in out.iter_mut().zip(x.chunks_exact(in_dim.max(1))) {
-                    *o = x_row.iter().zip(&w_row).fold(0f32, |acc, (a, b)| a.mul_add(*b, acc));
+                    *o = dots::<f32, 1, 1>([x_row], [&w_row])[0][0];
                 }
             }
         });

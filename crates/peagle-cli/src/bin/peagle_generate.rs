@@ -51,6 +51,10 @@ struct Args {
     /// Longest prefill chunk, in tokens.
     #[arg(long, default_value_t = 512)]
     max_batched_tokens: usize,
+    /// Longest sequence, prompt and output together; the KV cache is sized for one. Default:
+    /// the model's max_position_embeddings.
+    #[arg(long)]
+    max_model_len: Option<usize>,
     /// What the KV cache stores: auto (the model's dtype: bf16 for a bf16 checkpoint such as
     /// the demo model, else f32), f32 or bf16.
     #[arg(long, default_value_t = KvCacheDtype::Auto)]
@@ -99,6 +103,7 @@ fn run(args: Args) -> Result<()> {
     });
     let opts = GeneratorOptions {
         max_batched_tokens: args.max_batched_tokens,
+        max_model_len: args.max_model_len,
         kv_cache_dtype: args.kv_cache_dtype,
         ..Default::default()
     };
