@@ -10,9 +10,10 @@
 #      peagle-bench, and the matmul-against-cuBLAS timer), each small enough to carry beside the repository (xz with a dictionary
 #      wider than the binaries, which share most of their bytes). scripts/gpu_check.sh unpacks
 #      them into target/carry/ with Python's tarfile, which every GPU host has.
-#   scripts/build_cuda.sh --check   type-checks every crate and test with the cuda feature and
-#                                   compiles the kernels, candle's and peagle's, to PTX; no
-#                                   binaries, no packing (what CI runs, in minutes fewer)
+#   scripts/build_cuda.sh --check   type-checks the crates with CUDA code (kernels, models,
+#                                   engine: libraries, GPU tests, the GEMM timer) with the cuda
+#                                   feature and compiles the kernels, candle's and peagle's, to
+#                                   PTX; no binaries, no packing (what CI runs, in minutes fewer)
 # CUDA_COMPUTE_CAP (default 90) picks the architecture candle's own kernels are built for;
 # peagle's kernels are PTX for compute 8.0, 9.0 and 10.0 whatever it says.
 set -euo pipefail
@@ -51,8 +52,8 @@ if [ ! -e "$stubs/libcuda.so" ]; then
 fi
 
 if [ "$check" = --check ]; then
-    cargo check --release --locked --workspace --all-targets \
-        --features peagle-cli/cuda,peagle-train/cuda,peagle-engine/cuda,peagle-kernels/cuda,peagle-models/cuda
+    cargo check --release --locked -p peagle-kernels -p peagle-models -p peagle-engine --lib --tests --examples \
+        --features peagle-engine/cuda,peagle-kernels/cuda,peagle-models/cuda
     echo "CUDA build (check): ok"
     exit 0
 fi

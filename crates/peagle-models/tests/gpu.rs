@@ -7,6 +7,9 @@ mod common;
 use common::*;
 use peagle_models::{DTypeSpec, DeviceSpec, LoadOptions};
 
+/// The fixtures whose architectures have CUDA kernels (gpt-oss's experts do not yet).
+const GPU_FIXTURES: [&str; 2] = ["tiny-llama", "tiny-qwen3"];
+
 fn on_gpu(dtype: DTypeSpec) -> Option<LoadOptions> {
     match LoadOptions::place(DeviceSpec::Cuda(0), dtype) {
         Ok(options) => Some(options),
@@ -20,7 +23,7 @@ fn on_gpu(dtype: DTypeSpec) -> Option<LoadOptions> {
 #[test]
 fn f32_logits_equal_transformers_prefilled_and_token_by_token() {
     let Some(options) = on_gpu(DTypeSpec::F32) else { return };
-    for name in FIXTURES {
+    for name in GPU_FIXTURES {
         let f = Fixture::load_with(name, options.clone());
         for p in 0..3 {
             let prompt = f.prompt(p);
@@ -40,7 +43,7 @@ fn f32_logits_equal_transformers_prefilled_and_token_by_token() {
 #[test]
 fn bf16_logits_are_within_1e_2_of_the_cpu() {
     let Some(options) = on_gpu(DTypeSpec::Bf16) else { return };
-    for name in FIXTURES {
+    for name in GPU_FIXTURES {
         let gpu = Fixture::load_with(name, options.clone());
         let cpu = Fixture::load(name);
         for p in 0..3 {
@@ -58,7 +61,7 @@ fn bf16_logits_are_within_1e_2_of_the_cpu() {
 fn window_rows_equal_single_token_steps_bitwise_on_the_gpu() {
     for dtype in [DTypeSpec::Bf16, DTypeSpec::F32] {
         let Some(options) = on_gpu(dtype) else { return };
-        for name in FIXTURES {
+        for name in GPU_FIXTURES {
             let f = Fixture::load_with(name, options.clone());
             let (singles, windowed, batched) = window_three_ways(&f, 8);
             assert_eq!(bits(&windowed.0), bits(&singles.0), "{name} {dtype}: window logits");
@@ -66,4 +69,14 @@ fn window_rows_equal_single_token_steps_bitwise_on_the_gpu() {
             assert_eq!(bits(&batched.1), bits(&singles.1), "{name} {dtype}: captured states");
         }
     }
+}
+
+#[test]
+fn gpt_oss_refuses_the_gpu_in_one_line_until_its_kernels_exist() {
+    let Some(options) = on_gpu(DTypeSpec::Auto) else { return };
+    let err = match peagle_models::load_target(&fixture_dir("tiny-gpt-oss-mxfp4"), options) {
+        Ok(_) => panic!("gpt-oss loaded on a GPU without its expert kernels"),
+        Err(e) => e.to_string(),
+    };
+    assert!(err.contains("runs on the CPU for now") && !err.contains('\n'), "{err}");
 }
