@@ -12,6 +12,11 @@ scripts/make_fixtures.py):
   tests/fixtures/tiny-llama-peagle-aws/  AWS layout P-EAGLE, 3 layers (`midlayer.*`,
                                          `layers.1.*`, `layers.2.*`), norm_before_residual,
                                          d2t all zeros, mask_hidden [1,192].
+  tests/fixtures/tiny-gpt-oss-peagle/    the layout of amazon/GPT-OSS-20B-P-EAGLE for
+                                         tests/fixtures/tiny-gpt-oss(-mxfp4): 4 layers
+                                         (`midlayer.*` + 3), full-vocabulary lm_head (no
+                                         d2t/t2d), mask_hidden [1,1,192], `ptd_token_id`, no
+                                         aux layer ids (vLLM's default applies).
 
 Each directory holds config.json, model.safetensors (float32 weights; matrices
 ~N(0, 0.1^2), RMSNorm weights 1 + 0.2*randn) and reference.safetensors with the
@@ -309,6 +314,16 @@ def main():
     )
     ref = make_reference(gen, w, w["embed_tokens.weight"], 3, True, w["mask_hidden"])
     write_dir("tiny-llama-peagle-aws", config, to_aws_names(w), ref)
+
+    # 4. The published gpt-oss P-EAGLE head's layout, for tiny-gpt-oss: 4 layers, its own
+    #    embedding, no vocabulary mapping, aux layers left to the loader's default.
+    gen = torch.Generator().manual_seed(1004)
+    w = make_weights(gen, n_layers=4, draft_vocab=TARGET_VOCAB, with_embed=True)
+    w["mask_hidden"] = torch.randn(1, 1, N_AUX * HIDDEN, generator=gen)
+    config = dict(AWS_BASE_CONFIG)
+    config.update({"num_hidden_layers": 4, "ptd_token_id": MASK_TOKEN})
+    ref = make_reference(gen, w, w["embed_tokens.weight"], 4, False, w["mask_hidden"])
+    write_dir("tiny-gpt-oss-peagle", config, to_aws_names(w), ref)
 
 
 if __name__ == "__main__":

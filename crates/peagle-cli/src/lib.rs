@@ -1,5 +1,6 @@
 //! Shared plumbing of the peagle binaries: they parse flags and call the library crates.
 
+pub mod hub;
 pub mod model_source;
 pub mod report;
 pub mod speculative_config;

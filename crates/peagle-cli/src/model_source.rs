@@ -1,14 +1,22 @@
 //! `--model` and `--draft-model` to local directories: an existing directory as is, a preset
-//! (`configs/NAME.toml`: target, drafter, K), or a Hugging Face id looked up in the local HF
-//! cache. Nothing is downloaded: a model that is not cached is a clear error naming it.
+//! (`configs/NAME.toml`, built into the binary: target, drafter, K), or a Hugging Face id,
+//! fetched through [`Hub`] (the local cache, else a download).
 
-use anyhow::{anyhow, bail, Context, Result};
-use hf_hub::Cache;
+use crate::hub::Hub;
+use anyhow::{bail, Context, Result};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 
-/// Where the presets live in a checkout.
-pub const PRESETS: &str = "configs";
+/// The presets `--model NAME` takes: `configs/NAME.toml`, compiled in so that an installed
+/// binary (the Docker image's) has them wherever it runs.
+pub const PRESETS: [(&str, &str); 3] = [
+    ("gpt-oss-20b", include_str!("../../../configs/gpt-oss-20b.toml")),
+    ("gpt-oss-120b", include_str!("../../../configs/gpt-oss-120b.toml")),
+    (
+        "qwen3-coder-30b-a3b",
+        include_str!("../../../configs/qwen3-coder-30b-a3b.toml"),
+    ),
+];
 
 /// A model to serve, resolved to directories.
 #[derive(Debug, Clone, PartialEq)]
@@ -28,7 +36,14 @@ pub struct Preset {
     pub k: Option<usize>,
 }
 
-pub fn resolve_model(arg: &str, cache: &Cache) -> Result<ModelSource> {
+impl Preset {
+    pub fn named(name: &str) -> Option<Result<Self>> {
+        let (_, text) = PRESETS.iter().find(|(n, _)| *n == name)?;
+        Some(toml::from_str(text).with_context(|| format!("preset {name}")))
+    }
+}
+
+pub fn resolve_model(arg: &str, hub: &Hub) -> Result<ModelSource> {
     if Path::new(arg).is_dir() {
         return Ok(ModelSource {
             target: arg.into(),
@@ -36,32 +51,35 @@ pub fn resolve_model(arg: &str, cache: &Cache) -> Result<ModelSource> {
             k: None,
         });
     }
-    if let Some(path) = preset_path(arg) {
-        let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-        let preset: Preset = toml::from_str(&text).with_context(|| format!("preset {}", path.display()))?;
+    if let Some(preset) = Preset::named(arg) {
+        let preset = preset?;
         return Ok(ModelSource {
-            target: resolve_dir(&preset.target, cache)?,
-            drafter: preset.drafter.as_deref().map(|d| resolve_dir(d, cache)).transpose()?,
+            target: resolve_dir(&preset.target, hub)?,
+            drafter: preset.drafter.as_deref().map(|d| resolve_dir(d, hub)).transpose()?,
             k: preset.k,
         });
     }
     if is_hf_id(arg) {
         return Ok(ModelSource {
-            target: hf_cached(arg, cache)?,
+            target: hub.snapshot(arg)?,
             drafter: None,
             k: None,
         });
     }
-    bail!("--model {arg}: not a directory, a preset ({PRESETS}/{arg}.toml) or a Hugging Face id (org/name)")
+    let names: Vec<&str> = PRESETS.iter().map(|(n, _)| *n).collect();
+    bail!(
+        "--model {arg}: not a directory, a preset ({}) or a Hugging Face id (org/name)",
+        names.join(", ")
+    )
 }
 
-/// A directory, or a Hugging Face id in the local cache.
-pub fn resolve_dir(spec: &str, cache: &Cache) -> Result<PathBuf> {
+/// A directory, or a Hugging Face id fetched through the hub.
+pub fn resolve_dir(spec: &str, hub: &Hub) -> Result<PathBuf> {
     if Path::new(spec).is_dir() {
         return Ok(spec.into());
     }
     if is_hf_id(spec) {
-        return hf_cached(spec, cache);
+        return hub.snapshot(spec);
     }
     bail!("{spec}: no such directory, and not a Hugging Face id (org/name)")
 }
@@ -72,57 +90,36 @@ fn is_hf_id(s: &str) -> bool {
     matches!((parts.next(), parts.next(), parts.next()), (Some(org), Some(name), None) if !org.is_empty() && !name.is_empty() && !org.starts_with('.'))
 }
 
-/// The snapshot directory of a cached model repository.
-fn hf_cached(id: &str, cache: &Cache) -> Result<PathBuf> {
-    let config = cache.model(id.to_string()).get("config.json").ok_or_else(|| {
-        anyhow!(
-            "{id} is not in the local Hugging Face cache ({}) and peagle-serve does not download models: \
-             fetch it first (`huggingface-cli download {id}`) or pass a directory",
-            cache.path().display()
-        )
-    })?;
-    Ok(config.parent().map(Path::to_path_buf).unwrap_or_default())
-}
-
-/// `configs/NAME.toml`, relative to the working directory or to this checkout.
-fn preset_path(name: &str) -> Option<PathBuf> {
-    if name.contains('/') || name.contains('\\') {
-        return None;
-    }
-    let file = format!("{name}.toml");
-    [
-        PathBuf::from(PRESETS).join(&file),
-        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../..")
-            .join(PRESETS)
-            .join(&file),
-    ]
-    .into_iter()
-    .find(|p| p.is_file())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::hub::HubSettings;
+    use hf_hub::Cache;
 
-    /// A cache laid out as huggingface_hub writes it, holding one model.
-    fn cache_with(id: &str) -> (tempfile::TempDir, Cache) {
+    /// An offline hub over a cache laid out as huggingface_hub writes it, holding one model.
+    fn hub_with(id: &str) -> (tempfile::TempDir, Hub) {
         let root = tempfile::tempdir().unwrap();
         let repo = root.path().join(format!("models--{}", id.replace('/', "--")));
         std::fs::create_dir_all(repo.join("refs")).unwrap();
         std::fs::write(repo.join("refs/main"), "abc123").unwrap();
         std::fs::create_dir_all(repo.join("snapshots/abc123")).unwrap();
         std::fs::write(repo.join("snapshots/abc123/config.json"), "{}").unwrap();
-        let cache = Cache::new(root.path().to_path_buf());
-        (root, cache)
+        let hub = Hub::new(HubSettings {
+            cache: Cache::new(root.path().to_path_buf()),
+            endpoint: String::new(),
+            token: None,
+            offline: true,
+        })
+        .unwrap();
+        (root, hub)
     }
 
     #[test]
     fn finds_cached_models_and_names_missing_ones() {
-        let (root, cache) = cache_with("acme/tiny");
-        let dir = resolve_model("acme/tiny", &cache).unwrap().target;
+        let (root, hub) = hub_with("acme/tiny");
+        let dir = resolve_model("acme/tiny", &hub).unwrap().target;
         assert_eq!(dir, root.path().join("models--acme--tiny/snapshots/abc123"));
-        let err = resolve_model("acme/other", &cache).unwrap_err().to_string();
+        let err = resolve_model("acme/other", &hub).unwrap_err().to_string();
         assert!(
             err.contains("acme/other") && err.contains("not in the local Hugging Face cache"),
             "{err}"
@@ -131,24 +128,28 @@ mod tests {
 
     #[test]
     fn directories_are_used_as_is() {
-        let (root, cache) = cache_with("acme/tiny");
+        let (root, hub) = hub_with("acme/tiny");
         let dir = root.path().to_str().unwrap();
-        assert_eq!(resolve_dir(dir, &cache).unwrap(), root.path());
-        let err = resolve_model("no-such-preset", &cache).unwrap_err().to_string();
-        assert!(err.contains("configs/no-such-preset.toml"), "{err}");
+        assert_eq!(resolve_dir(dir, &hub).unwrap(), root.path());
+        let err = resolve_model("no-such-preset", &hub).unwrap_err().to_string();
+        assert!(err.contains("a preset (gpt-oss-20b, "), "{err}");
     }
 
     #[test]
-    fn shipped_presets_parse() {
-        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..").join(PRESETS);
-        let mut seen = 0;
-        for entry in std::fs::read_dir(dir).unwrap() {
-            let path = entry.unwrap().path();
-            let preset: Preset = toml::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-            assert!(is_hf_id(&preset.target), "{}", path.display());
-            seen += 1;
+    fn every_preset_file_is_built_in_and_parses() {
+        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..").join("configs");
+        let mut files: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path().file_stem().unwrap().to_string_lossy().into_owned())
+            .collect();
+        files.sort();
+        let mut built_in: Vec<String> = PRESETS.iter().map(|(n, _)| n.to_string()).collect();
+        built_in.sort();
+        assert_eq!(files, built_in);
+        for (name, _) in PRESETS {
+            let preset = Preset::named(name).unwrap().unwrap();
+            assert!(is_hf_id(&preset.target), "{name}");
         }
-        assert!(seen > 0);
     }
 
     #[test]

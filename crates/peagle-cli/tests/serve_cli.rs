@@ -1,6 +1,10 @@
 //! peagle-serve as a user runs it: flags, the listening line, the API key, speculative config,
-//! SIGTERM/SIGINT shutdown, and one-line startup errors.
+//! SIGTERM/SIGINT shutdown, one-line startup errors, and the headline command
+//! (`--model gpt-oss-20b`) fetching its preset from a stand-in hub.
 
+mod common;
+
+use common::fake_hub::FakeHub;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, Output, Stdio};
@@ -25,11 +29,11 @@ struct Serve {
 
 impl Serve {
     fn start(args: &[&str]) -> Self {
-        let child = serve_command(args)
-            .args(["--port", "0"])
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+        Self::spawn(serve_command(args))
+    }
+
+    fn spawn(mut command: Command) -> Self {
+        let child = command.args(["--port", "0"]).stderr(Stdio::piped()).spawn().unwrap();
         // Owned from here, so a failing test still kills it.
         let mut serve = Self {
             child,
@@ -110,6 +114,17 @@ fn counter(metrics: &str, name: &str) -> f64 {
         .unwrap_or_else(|| panic!("no {name} in\n{metrics}"))
 }
 
+/// The server drafted, and always `k` tokens at a time.
+fn assert_every_draft_has(server: &Serve, k: usize) {
+    let (_, metrics) = server.http("GET", "/metrics", None, "");
+    let drafts = counter(&metrics, "peagle:spec_decode_num_drafts_total{");
+    assert!(drafts > 0.0, "{metrics}");
+    assert_eq!(
+        counter(&metrics, "peagle:spec_decode_num_draft_tokens_total{"),
+        k as f64 * drafts
+    );
+}
+
 const COMPLETION: &str = r#"{"prompt": "def f(x):", "max_tokens": 12, "temperature": 0, "ignore_eos": true}"#;
 
 #[test]
@@ -137,13 +152,7 @@ fn speculative_config_turns_on_drafting() {
     let server = Serve::start(&["--model", &model, "--speculative-config", &spec, "--fixed-k"]);
     let (status, body) = server.http("POST", "/v1/completions", None, COMPLETION);
     assert_eq!(status, 200, "{body}");
-    let (_, metrics) = server.http("GET", "/metrics", None, "");
-    let drafts = counter(&metrics, "peagle:spec_decode_num_drafts_total{");
-    assert!(drafts > 0.0, "{metrics}");
-    assert_eq!(
-        counter(&metrics, "peagle:spec_decode_num_draft_tokens_total{"),
-        3.0 * drafts
-    );
+    assert_every_draft_has(&server, 3);
     server.stop("-INT");
 }
 
@@ -170,7 +179,7 @@ fn fails(args: &[&str], message: &str) {
     let hf_home = tempfile::tempdir().unwrap();
     let out: Output = serve_command(args)
         .env("HF_HOME", hf_home.path())
-        .env_remove("HF_HUB_CACHE")
+        .env("HF_HUB_OFFLINE", "1")
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -189,9 +198,9 @@ fn startup_errors_are_one_line_with_non_zero_exit() {
     fails(&["--model", &model, "--device", "cuda"], "cannot open cuda:0");
     fails(
         &["--model", "acme/not-cached"],
-        "acme/not-cached is not in the local Hugging Face cache",
+        "acme/not-cached is not in the local Hugging Face cache (",
     );
-    fails(&["--model", "/no/such/model"], "not a directory, a preset");
+    fails(&["--model", "/no/such/model"], "not a directory, a preset (gpt-oss-20b");
     fails(&["--model", &model, "--k", "3"], "need a drafter");
     fails(
         &["--model", &model, "--draft-model", "/no/drafter"],
@@ -230,4 +239,53 @@ fn startup_errors_are_one_line_with_non_zero_exit() {
         &["--model", &model, "--kv-cache-blocks", "8"],
         "cannot hold one sequence of the maximum length",
     );
+}
+
+/// The text of a completion response's first choice.
+fn completion_text(body: &str) -> String {
+    let v: serde_json::Value = serde_json::from_str(body).unwrap();
+    v["choices"][0]["text"].as_str().unwrap().to_string()
+}
+
+/// `peagle-serve --model gpt-oss-20b --parallel-drafting --k 7` from an empty HF_HOME: the
+/// preset's target and P-EAGLE head (tiny ones, under the published repository names) come
+/// from the hub, then serve again from the cache with downloads off.
+#[test]
+fn the_gpt_oss_preset_downloads_its_models_then_serves_offline() {
+    let hub = FakeHub::start(
+        &[
+            ("openai/gpt-oss-20b", fixture("tiny-gpt-oss-mxfp4").into()),
+            ("amazon/GPT-OSS-20B-P-EAGLE", fixture("tiny-gpt-oss-peagle").into()),
+        ],
+        None,
+    );
+    let hf_home = tempfile::tempdir().unwrap();
+    let headline = ["--model", "gpt-oss-20b", "--parallel-drafting", "--k", "7", "--fixed-k"];
+    let command = |online: bool| {
+        let mut command = serve_command(&headline);
+        command.env("HF_HOME", hf_home.path()).env_remove("HF_TOKEN");
+        match online {
+            true => command.env("HF_ENDPOINT", &hub.url).env_remove("HF_HUB_OFFLINE"),
+            false => command
+                .env("HF_ENDPOINT", "http://127.0.0.1:9")
+                .env("HF_HUB_OFFLINE", "1"),
+        };
+        command
+    };
+    let mut texts = Vec::new();
+    for online in [true, false] {
+        let server = Serve::spawn(command(online));
+        let (_, models) = server.http("GET", "/v1/models", None, "");
+        assert!(models.contains(r#""id":"gpt-oss-20b""#), "{models}");
+        let (status, body) = server.http("POST", "/v1/completions", None, COMPLETION);
+        assert_eq!(status, 200, "{body}");
+        texts.push(completion_text(&body));
+        assert_every_draft_has(&server, 7);
+        server.stop("-TERM");
+        if online {
+            let fetched = hub.requests().len();
+            assert!(fetched >= 8, "both repositories were downloaded: {:?}", hub.requests());
+        }
+    }
+    assert_eq!(texts[0], texts[1]);
 }

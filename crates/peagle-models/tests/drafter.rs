@@ -9,10 +9,12 @@ use peagle_models::{
 };
 use std::path::Path;
 
-const PAIRS: [(&str, &str); 3] = [
+const PAIRS: [(&str, &str); 4] = [
     ("tiny-llama", "tiny-llama-peagle"),
     ("tiny-qwen3", "tiny-qwen3-eagle3"),
     ("tiny-llama", "tiny-llama-peagle-aws"),
+    // amazon/GPT-OSS-20B-P-EAGLE's layout on an MXFP4 gpt-oss.
+    ("tiny-gpt-oss-mxfp4", "tiny-gpt-oss-peagle"),
 ];
 
 fn target(name: &str) -> Box<dyn TargetModel> {
@@ -66,7 +68,7 @@ fn forward_matches_the_reference_in_every_layout() {
 
 #[test]
 fn mask_slots_use_the_mask_token_and_shared_hidden_state() {
-    for (t, name) in [PAIRS[0], PAIRS[2]] {
+    for (t, name) in [PAIRS[0], PAIRS[2], PAIRS[3]] {
         let d = drafter(t, &fixture_dir(name));
         let r = reference(name);
         let (mask_token, mask_hidden) = d.parallel_inputs().unwrap();
@@ -89,7 +91,8 @@ fn mask_slots_use_the_mask_token_and_shared_hidden_state() {
 
 #[test]
 fn aux_layers_come_from_the_config_or_vllms_default() {
-    let cases: [(usize, &[usize]); 3] = [(0, &[1, 2, 3]), (1, &[2, 3, 3]), (2, &[0, 2, 3])];
+    // vLLM's default is (2, L / 2, L - 3): (2, 12, 21) for gpt-oss-20b's 24 layers.
+    let cases: [(usize, &[usize]); 4] = [(0, &[1, 2, 3]), (1, &[2, 3, 3]), (2, &[0, 2, 3]), (3, &[2, 2, 1])];
     for (pair, want) in cases {
         let (t, name) = PAIRS[pair];
         assert_eq!(drafter(t, &fixture_dir(name)).aux_layer_ids(), want, "{name}");

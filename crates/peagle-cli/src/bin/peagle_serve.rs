@@ -3,7 +3,7 @@
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
-use hf_hub::Cache;
+use peagle_cli::hub::Hub;
 use peagle_cli::model_source::{resolve_dir, resolve_model, ModelSource};
 use peagle_cli::speculative_config::SpeculativeConfig;
 use peagle_cli::{demo_model_dir, init_tracing_at};
@@ -21,10 +21,14 @@ const DEMO_K: usize = 3;
 #[derive(Parser)]
 #[command(version, about = "Serve a model over an OpenAI-compatible HTTP API")]
 struct Args {
-    /// Model directory, preset name (configs/NAME.toml) or Hugging Face id in the local cache.
+    /// Model directory, preset name (gpt-oss-20b, gpt-oss-120b, qwen3-coder-30b-a3b) or
+    /// Hugging Face id, downloaded into the HF cache when it is not there.
     /// Default: the bundled demo model and its P-EAGLE drafter.
     #[arg(long)]
     model: Option<String>,
+    /// Use only the local Hugging Face cache, never the network (also HF_HUB_OFFLINE=1).
+    #[arg(long)]
+    offline: bool,
     /// EAGLE-3 or P-EAGLE drafter (directory or Hugging Face id): enables speculative decoding.
     #[arg(long)]
     draft_model: Option<String>,
@@ -121,19 +125,19 @@ fn run(args: Args) -> Result<()> {
         )
     })?;
     let load = LoadOptions::place(args.device, args.dtype).context("--device / --dtype")?;
-    let cache = Cache::from_env();
+    let hub = Hub::from_env(args.offline)?;
     let speculative = args
         .speculative_config
         .as_deref()
         .map(SpeculativeConfig::parse)
         .transpose()?;
     let (name, source) = match &args.model {
-        Some(model) => (model.clone(), resolve_model(model, &cache)?),
+        Some(model) => (model.clone(), resolve_model(model, &hub)?),
         None => demo()?,
     };
     let drafter = match (&speculative, &args.draft_model) {
-        (Some(speculative), _) => Some(resolve_dir(&speculative.model, &cache)?),
-        (None, Some(dir)) => Some(resolve_dir(dir, &cache)?),
+        (Some(speculative), _) => Some(resolve_dir(&speculative.model, &hub)?),
+        (None, Some(dir)) => Some(resolve_dir(dir, &hub)?),
         (None, None) => source.drafter.clone(),
     };
     let k = args
