@@ -16,6 +16,7 @@ const ARCHITECTURES: &[(&str, LoadFn)] = &[
     ("LlamaForCausalLM", crate::llama::load),
     ("Qwen3ForCausalLM", crate::qwen3::load),
     ("GptOssForCausalLM", crate::gpt_oss::load),
+    ("Qwen3MoeForCausalLM", crate::qwen3_moe::load),
 ];
 
 /// The names of the architectures this build loads.

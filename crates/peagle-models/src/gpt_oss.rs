@@ -7,7 +7,7 @@
 use crate::checkpoint::Checkpoint;
 use crate::config::{read_json, TextConfig};
 use crate::error::LoadError;
-use crate::layers::{AttentionOptions, DecoderLayer, FeedForward, Moe, MoeConfig};
+use crate::layers::{Activation, AttentionOptions, DecoderLayer, FeedForward, Moe, MoeConfig};
 use crate::llama::Llama;
 use crate::target_model::TargetModel;
 use serde::Deserialize;
@@ -71,8 +71,11 @@ pub(crate) fn load(cfg: &TextConfig, ckpt: &Checkpoint) -> Result<Box<dyn Target
         top_k: extra.num_experts_per_tok,
         hidden: cfg.hidden_size,
         intermediate: cfg.intermediate_size,
-        alpha: extra.swiglu_alpha,
-        limit: extra.swiglu_limit,
+        normalize_top_k: true,
+        activation: Activation::ClampedSwiglu {
+            alpha: extra.swiglu_alpha,
+            limit: extra.swiglu_limit,
+        },
         mxfp4,
     };
     if mxfp4

@@ -17,6 +17,7 @@ mod llama;
 pub mod ops;
 mod placement;
 mod qwen3;
+mod qwen3_moe;
 mod target_model;
 
 pub use architectures::{load_target, supported_architectures, LoadedModel};

@@ -8,7 +8,13 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 
 pub const BLOCK: usize = 16;
-pub const FIXTURES: [&str; 4] = ["tiny-llama", "tiny-qwen3", "tiny-gpt-oss", "tiny-gpt-oss-mxfp4"];
+pub const FIXTURES: [&str; 5] = [
+    "tiny-llama",
+    "tiny-qwen3",
+    "tiny-gpt-oss",
+    "tiny-gpt-oss-mxfp4",
+    "tiny-qwen3-moe",
+];
 
 pub fn fixture_dir(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

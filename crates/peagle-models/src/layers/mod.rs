@@ -19,6 +19,6 @@ pub use embedding::Embedding;
 pub use feed_forward::FeedForward;
 pub use linear::Linear;
 pub use mlp::Mlp;
-pub use moe::{Moe, MoeConfig};
+pub use moe::{Activation, Moe, MoeConfig};
 pub use rms_norm::RmsNorm;
 pub use rope::{RopeTables, RotaryEmbedding};

@@ -14,16 +14,27 @@ pub struct MoeConfig {
     pub hidden: usize,
     /// Each expert's intermediate width.
     pub intermediate: usize,
-    /// The clamped SwiGLU's `alpha` and `limit` (gpt-oss: 1.702 and 7).
-    pub alpha: f32,
-    pub limit: f32,
+    /// Routing weights are a softmax over the `top_k` chosen scores (gpt-oss; Qwen3-MoE's
+    /// `norm_topk_prob`, softmax over all then renormalised, is the same function), else the
+    /// chosen experts' shares of a softmax over all of them.
+    pub normalize_top_k: bool,
+    pub activation: Activation,
     /// Expert weights stored as MXFP4 blocks and scales rather than dense matrices.
     pub mxfp4: bool,
 }
 
-/// A mixture-of-experts feed-forward block, gpt-oss's: a router (a linear layer with bias)
-/// scores the experts, each token goes to its `top_k` best, and its output is theirs weighted
-/// by a softmax over those `top_k` scores. An expert is a clamped SwiGLU MLP with biases.
+/// An expert's nonlinearity over its fused gate and up projections.
+#[derive(Debug, Clone, Copy)]
+pub enum Activation {
+    /// `silu(gate) * up` (Qwen3-MoE).
+    Swiglu,
+    /// gpt-oss's clamped SwiGLU, with its `alpha` and `limit` (1.702 and 7).
+    ClampedSwiglu { alpha: f32, limit: f32 },
+}
+
+/// A mixture-of-experts feed-forward block: a router (a linear layer) scores the experts,
+/// each token goes to its `top_k` best, and its output is theirs weighted by the routing
+/// weights. An expert is a SwiGLU MLP (gpt-oss's clamped, with biases).
 ///
 /// Each expert runs once per call over the rows routed to it (through the batch-invariant
 /// linear kernels), and each row sums its experts' outputs in the order of its own ranking, so
@@ -101,6 +112,26 @@ impl Moe {
         })
     }
 
+    /// Qwen3-MoE's `{prefix}.gate` (the router, no bias) and `{prefix}.experts.{e}.{gate,up,down}_proj`.
+    pub fn load_qwen3_moe(ckpt: &Checkpoint, prefix: &str, cfg: MoeConfig) -> std::result::Result<Self, LoadError> {
+        let (h, i) = (cfg.hidden, cfg.intermediate);
+        let experts = (0..cfg.num_experts)
+            .map(|x| {
+                let expert = format!("{prefix}.experts.{x}");
+                let (gate, up) = (format!("{expert}.gate_proj"), format!("{expert}.up_proj"));
+                Ok(Expert {
+                    gate_up: Linear::load_fused(ckpt, &[(&gate, i), (&up, i)], h, false)?,
+                    down: Linear::load(ckpt, &format!("{expert}.down_proj"), h, i, false)?,
+                })
+            })
+            .collect::<std::result::Result<_, LoadError>>()?;
+        Ok(Self {
+            router: Linear::load(ckpt, &format!("{prefix}.gate"), cfg.num_experts, h, false)?,
+            experts,
+            cfg,
+        })
+    }
+
     /// `x` [rows, hidden] to [rows, hidden].
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let (rows, hidden) = x.dims2()?;
@@ -110,7 +141,7 @@ impl Moe {
         let mut routed: Vec<Vec<(usize, usize)>> = vec![Vec::new(); num_experts];
         let mut weights = vec![0f32; rows * k];
         for (r, row) in scores.chunks_exact(num_experts).enumerate() {
-            for (rank, (expert, w)) in top_k_softmax(row, k).into_iter().enumerate() {
+            for (rank, (expert, w)) in route(row, k, self.cfg.normalize_top_k).into_iter().enumerate() {
                 routed[expert].push((r, rank));
                 weights[r * k + rank] = w;
             }
@@ -119,7 +150,11 @@ impl Moe {
         for (expert, pairs) in self.experts.iter().zip(&routed).filter(|(_, p)| !p.is_empty()) {
             let ids: Vec<u32> = pairs.iter().map(|(r, _)| *r as u32).collect();
             let xs = x.index_select(&Tensor::from_vec(ids, pairs.len(), x.device())?, 0)?;
-            let gated = ops::clamped_swiglu(&expert.gate_up.forward(&xs)?, self.cfg.alpha, self.cfg.limit)?;
+            let gate_up = expert.gate_up.forward(&xs)?;
+            let gated = match self.cfg.activation {
+                Activation::Swiglu => ops::swiglu(&gate_up)?,
+                Activation::ClampedSwiglu { alpha, limit } => ops::clamped_swiglu(&gate_up, alpha, limit)?,
+            };
             let ys: Vec<f32> = expert
                 .down
                 .forward(&gated)?
@@ -149,15 +184,17 @@ enum Stored {
 }
 
 /// The `k` best experts of one row, best first (ties to the lower index), each with its
-/// weight: a softmax over the `k` chosen scores only.
-fn top_k_softmax(scores: &[f32], k: usize) -> Vec<(usize, f32)> {
+/// weight: its softmax share among the `k` chosen, or among all experts when not `normalize`.
+fn route(scores: &[f32], k: usize, normalize: bool) -> Vec<(usize, f32)> {
     let mut order: Vec<usize> = (0..scores.len()).collect();
     order.sort_by(|a, b| scores[*b].total_cmp(&scores[*a]).then(a.cmp(b)));
-    order.truncate(k);
     let max = scores[order[0]];
     let exps: Vec<f32> = order.iter().map(|e| (scores[*e] - max).exp()).collect();
-    let sum: f32 = exps.iter().sum();
-    order.into_iter().zip(exps).map(|(e, x)| (e, x / sum)).collect()
+    let sum: f32 = match normalize {
+        true => exps[..k].iter().sum(),
+        false => exps.iter().sum(),
+    };
+    order.into_iter().zip(exps).take(k).map(|(e, x)| (e, x / sum)).collect()
 }
 
 #[cfg(test)]
@@ -166,11 +203,21 @@ mod tests {
 
     #[test]
     fn routing_takes_the_best_k_and_normalises_over_them_only() {
-        let picked = top_k_softmax(&[0.5, 2.0, -1.0, 2.0, 1.0], 3);
+        let scores = [0.5, 2.0, -1.0, 2.0, 1.0];
+        let picked = route(&scores, 3, true);
         let experts: Vec<usize> = picked.iter().map(|(e, _)| *e).collect();
         assert_eq!(experts, [1, 3, 4]);
         let z = 2.0 * 1f32.exp() + 1.0;
         assert!((picked[0].1 - 1f32.exp() / z).abs() < 1e-6);
         assert!((picked[2].1 - 1.0 / z).abs() < 1e-6);
+    }
+
+    #[test]
+    fn without_normalizing_the_weights_are_shares_of_all_experts() {
+        let scores = [0.5, 2.0, -1.0, 2.0, 1.0];
+        let picked = route(&scores, 2, false);
+        let z: f32 = scores.iter().map(|s| (s - 2.0f32).exp()).sum();
+        assert_eq!(picked.iter().map(|(e, _)| *e).collect::<Vec<_>>(), [1, 3]);
+        assert!(picked.iter().all(|(_, w)| (w - 1.0 / z).abs() < 1e-6));
     }
 }
