@@ -7,6 +7,7 @@ mod auth;
 pub mod chat_template;
 pub mod choice;
 pub mod error;
+pub mod harmony;
 mod histogram;
 mod json_body;
 pub mod loader;

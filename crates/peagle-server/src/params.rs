@@ -4,6 +4,7 @@
 //! refusals become 400s naming the field.
 
 use crate::error::ApiError;
+use crate::harmony::Harmony;
 use crate::protocol::sampling::SamplingRequest;
 use peagle_engine::{GenerateParams, Penalties, Request, SamplingParams};
 use peagle_models::SamplingDefaults;
@@ -120,6 +121,17 @@ impl SamplingRequest {
 }
 
 impl ChoiceTemplate {
+    /// Choices of a harmony conversation: they end with the assistant's turn (on `<|return|>`
+    /// or `<|call|>`), and keep harmony's special tokens in their text for the channel parser.
+    pub fn speak_harmony(&mut self, harmony: &Harmony) {
+        for id in &harmony.stop_token_ids {
+            if !self.stop_token_ids.contains(id) {
+                self.stop_token_ids.push(*id);
+            }
+        }
+        self.text.skip_special = false;
+    }
+
     /// The engine request for choice `i`. Seeded requests give their choices the seeds
     /// seed, seed + 1, ...: different from each other, the same on every run.
     pub fn request(&self, prompt: &[u32], max_tokens: usize, logprobs: Option<usize>, i: usize) -> Request {

@@ -1,8 +1,9 @@
 //! What the HTTP layer knows of the model: the name clients use, its tokenizer and its chat
-//! template. The weights live in the engine.
+//! format (a chat template, or harmony for gpt-oss). The weights live in the engine.
 
 use crate::chat_template::{ChatTemplate, TemplateError};
 use crate::error::ApiError;
+use crate::harmony::Harmony;
 use crate::protocol::unix_time;
 use peagle_engine::special_token_ids;
 use peagle_models::SamplingDefaults;
@@ -26,6 +27,8 @@ pub struct ServedModel {
     /// skip_special_tokens does.
     special_ids: HashSet<u32>,
     pub chat_template: Option<ChatTemplate>,
+    /// Set for gpt-oss: chats are rendered and parsed as harmony, not by the template.
+    pub harmony: Option<Harmony>,
     /// What requests that leave sampling fields out get (`--generation-config`).
     pub sampling_defaults: SamplingDefaults,
     /// Unix time the server started, reported as the model's `created`.
@@ -40,7 +43,11 @@ impl ServedModel {
             path: path.display().to_string(),
             message: e.to_string(),
         })?;
-        Ok(Self::new(name, tokenizer, ChatTemplate::from_dir(dir)?))
+        let harmony = Harmony::detect(dir, &tokenizer);
+        Ok(Self {
+            harmony,
+            ..Self::new(name, tokenizer, ChatTemplate::from_dir(dir)?)
+        })
     }
 
     pub fn new(name: String, tokenizer: Tokenizer, chat_template: Option<ChatTemplate>) -> Self {
@@ -50,6 +57,7 @@ impl ServedModel {
             tokenizer,
             special_ids,
             chat_template,
+            harmony: None,
             sampling_defaults: SamplingDefaults::default(),
             created: unix_time(),
         }

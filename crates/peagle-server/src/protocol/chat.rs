@@ -4,6 +4,7 @@
 use super::{StopReason, StreamOptions, TokenLogprob, Usage};
 use crate::chat_template::JsonMap;
 use crate::error::ApiError;
+use crate::harmony::ReasoningEffort;
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Deserialize)]
@@ -31,6 +32,9 @@ pub struct ChatRequest {
     pub chat_template: Option<serde_json::Value>,
     /// vLLM extension: let the tokenizer add its special tokens (a BOS) to the rendered text.
     pub add_special_tokens: Option<bool>,
+    /// low, medium or high: how long a reasoning model thinks (harmony's system message;
+    /// other models' chat templates get it as a variable).
+    pub reasoning_effort: Option<String>,
 }
 
 /// How a conversation is rendered (vLLM's chat options).
@@ -39,6 +43,7 @@ pub struct ChatRender {
     pub add_generation_prompt: bool,
     pub continue_final_message: bool,
     pub template_kwargs: JsonMap,
+    pub reasoning_effort: Option<ReasoningEffort>,
 }
 
 impl ChatRender {
@@ -47,11 +52,13 @@ impl ChatRender {
         add_generation_prompt: Option<bool>,
         continue_final_message: Option<bool>,
         template_kwargs: Option<&JsonMap>,
+        reasoning_effort: Option<&str>,
     ) -> Result<Self, ApiError> {
         let render = Self {
             add_generation_prompt: add_generation_prompt.unwrap_or(true),
             continue_final_message: continue_final_message.unwrap_or(false),
             template_kwargs: template_kwargs.cloned().unwrap_or_default(),
+            reasoning_effort: reasoning_effort.map(ReasoningEffort::parse).transpose()?,
         };
         if render.add_generation_prompt && render.continue_final_message {
             return Err(ApiError::invalid(
@@ -68,6 +75,39 @@ pub struct ChatMessage {
     pub role: String,
     #[serde(default)]
     pub content: Option<MessageContent>,
+    /// A past assistant turn's reasoning (vLLM also reads it as `reasoning`).
+    #[serde(default, alias = "reasoning")]
+    pub reasoning_content: Option<String>,
+    /// A past assistant turn's tool calls: refused where they would be rendered.
+    #[serde(default)]
+    pub tool_calls: Option<serde_json::Value>,
+}
+
+impl ChatMessage {
+    /// The content of message `i` as one string, text parts joined by `separator`; None for
+    /// null content. Other parts are refused.
+    pub fn text(&self, i: usize, separator: &str) -> Result<Option<String>, ApiError> {
+        match &self.content {
+            None => Ok(None),
+            Some(MessageContent::Text(text)) => Ok(Some(text.clone())),
+            Some(MessageContent::Parts(parts)) => {
+                let texts = parts
+                    .iter()
+                    .map(|p| match (p.kind.as_str(), &p.text) {
+                        ("text", Some(text)) => Ok(text.as_str()),
+                        _ => Err(ApiError::invalid(
+                            Some(&format!("messages[{i}].content")),
+                            format!(
+                                "unsupported content part of type {:?}: only text parts are supported",
+                                p.kind
+                            ),
+                        )),
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                Ok(Some(texts.join(separator)))
+            }
+        }
+    }
 }
 
 /// Message content: a string, or a list of parts of which only text parts are supported.
@@ -115,6 +155,9 @@ pub struct ChatChoice {
 pub struct Message {
     pub role: String,
     pub content: String,
+    /// A reasoning model's thinking (harmony's `analysis` channel), as vLLM returns it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -123,6 +166,8 @@ pub struct Delta {
     pub role: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
 }
 
 #[derive(Debug, Serialize)]

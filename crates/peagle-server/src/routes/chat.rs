@@ -1,13 +1,15 @@
-//! `POST /v1/chat/completions`: messages rendered with the model's chat template, n choices,
+//! `POST /v1/chat/completions`: messages rendered with the model's chat template (or as
+//! harmony for gpt-oss, whose answers are split into reasoning and content), n choices,
 //! streamed as `chat.completion.chunk` deltas or answered as one `chat.completion`.
 
 use super::{check_model, off_runtime};
 use crate::choice::{Choice, Finish};
 use crate::error::ApiError;
+use crate::harmony;
 use crate::json_body::ApiJsonViews;
 use crate::params::{check_prompt, logprobs_count};
 use crate::protocol::chat::{
-    ChatChoice, ChatLogprobs, ChatMessage, ChatRender, ChatRequest, ChatResponse, Delta, Message, MessageContent,
+    ChatChoice, ChatLogprobs, ChatMessage, ChatRender, ChatRequest, ChatResponse, Delta, Message,
 };
 use crate::protocol::sampling::SamplingRequest;
 use crate::protocol::TokenLogprob;
@@ -99,7 +101,15 @@ pub async fn chat_completions(
         req.add_generation_prompt,
         req.continue_final_message,
         req.chat_template_kwargs.as_ref(),
+        req.reasoning_effort.as_deref(),
     )?;
+    let harmony = state.model.harmony.clone();
+    if harmony.is_some() && req.echo.unwrap_or(false) {
+        return Err(ApiError::invalid(
+            Some("echo"),
+            "echo is not supported for harmony (gpt-oss) chats",
+        ));
+    }
     let role = answer_role(&req.messages, &render);
     let prompt = prompt_ids(&state, req.messages.clone(), render, req.add_special_tokens).await?;
     let echo = match req.echo.unwrap_or(false) {
@@ -114,6 +124,10 @@ pub async fn chat_completions(
     };
     // Without a limit, a chat answer may use the rest of the context.
     let budget = template.budget(requested, param, usize::MAX, prompt.len(), max_len)?;
+    let mut template = template;
+    if let Some(harmony) = &harmony {
+        template.speak_harmony(harmony);
+    }
     let requests = (0..template.n)
         .map(|i| template.request(&prompt, budget, logprobs, i))
         .collect();
@@ -127,8 +141,12 @@ pub async fn chat_completions(
         let opening = Delta {
             role: Some(role),
             content: Some(echo),
+            reasoning_content: None,
         };
-        return Ok(stream(meta, choices, opening, prompt.len(), usage).into_response());
+        let channels = harmony
+            .is_some()
+            .then(|| choices.iter().map(|_| Channels::default()).collect());
+        return Ok(stream(meta, choices, opening, prompt.len(), usage, channels).into_response());
     }
     let outcomes = try_join_all(choices.into_iter().map(Choice::collect)).await?;
     let completion_tokens = outcomes.iter().map(|o| o.finish.completion_tokens).sum();
@@ -137,9 +155,21 @@ pub async fn chat_completions(
         .enumerate()
         .map(|(index, o)| ChatChoice {
             index,
-            message: Some(Message {
-                role: role.clone(),
-                content: echo.clone() + &o.text,
+            message: Some(match harmony {
+                Some(_) => {
+                    let mut channels = Channels::default();
+                    let (reasoning, content) = channels.split(&o.text, true);
+                    Message {
+                        role: role.clone(),
+                        content,
+                        reasoning_content: (!reasoning.is_empty()).then_some(reasoning),
+                    }
+                }
+                None => Message {
+                    role: role.clone(),
+                    content: echo.clone() + &o.text,
+                    reasoning_content: None,
+                },
             }),
             delta: None,
             logprobs: logprobs.map(|_| ChatLogprobs::new(&o.logprobs)),
@@ -168,10 +198,21 @@ pub(crate) async fn prompt_ids(
     .await
 }
 
-/// The conversation as prompt text, through the model's chat template.
+/// The conversation as prompt text: harmony for a gpt-oss model, else the model's chat template.
 fn prompt_text(state: &AppState, messages: &[ChatMessage], render: &ChatRender) -> Result<String, ApiError> {
     if messages.is_empty() {
         return Err(ApiError::invalid(Some("messages"), "messages is empty"));
+    }
+    if state.model.harmony.is_some() {
+        if render.continue_final_message || !render.add_generation_prompt {
+            return Err(ApiError::invalid(
+                Some("add_generation_prompt"),
+                "harmony (gpt-oss) chats always open a new assistant turn: continue_final_message and \
+                 add_generation_prompt false are not supported",
+            ));
+        }
+        let effort = render.reasoning_effort.unwrap_or_default();
+        return harmony::render(messages, effort, &harmony::today());
     }
     let template = state.model.chat_template.as_ref().ok_or_else(|| {
         ApiError::invalid(
@@ -182,37 +223,43 @@ fn prompt_text(state: &AppState, messages: &[ChatMessage], render: &ChatRender) 
     let messages = messages
         .iter()
         .enumerate()
-        .map(|(i, m)| Ok(json!({"role": m.role, "content": content_text(i, m)?})))
+        .map(|(i, m)| Ok(json!({"role": m.role, "content": m.text(i, "\n")?})))
         .collect::<Result<Vec<Value>, ApiError>>()?;
-    let extra = &render.template_kwargs;
+    let mut extra = render.template_kwargs.clone();
+    if let Some(effort) = render.reasoning_effort {
+        extra.entry("reasoning_effort").or_insert(effort.as_str().into());
+    }
     let rendered = match render.continue_final_message {
-        true => template.render_continuing(&messages, extra),
-        false => template.render(&messages, render.add_generation_prompt, extra),
+        true => template.render_continuing(&messages, &extra),
+        false => template.render(&messages, render.add_generation_prompt, &extra),
     };
     rendered.map_err(|e| ApiError::invalid(Some("messages"), format!("chat template: {e}")))
 }
 
-/// Message content as one string (text parts joined by newlines, as vLLM does); null stays null.
-fn content_text(i: usize, m: &ChatMessage) -> Result<Value, ApiError> {
-    match &m.content {
-        None => Ok(Value::Null),
-        Some(MessageContent::Text(text)) => Ok(text.as_str().into()),
-        Some(MessageContent::Parts(parts)) => {
-            let texts = parts
-                .iter()
-                .map(|p| match (p.kind.as_str(), &p.text) {
-                    ("text", Some(text)) => Ok(text.as_str()),
-                    _ => Err(ApiError::invalid(
-                        Some(&format!("messages[{i}].content")),
-                        format!(
-                            "unsupported content part of type {:?}: only text parts are supported",
-                            p.kind
-                        ),
-                    )),
-                })
-                .collect::<Result<Vec<_>, _>>()?;
-            Ok(texts.join("\n").into())
+/// A harmony answer's text split by channel as it streams: `analysis` is reasoning, every
+/// other message (`final`, a `commentary` preamble) is content.
+#[derive(Default)]
+struct Channels {
+    parser: harmony::Parser,
+    reasoning: bool,
+}
+
+impl Channels {
+    /// The reasoning and content that `text` adds; `last` flushes what the parser held back.
+    fn split(&mut self, text: &str, last: bool) -> (String, String) {
+        let mut events = self.parser.feed(text);
+        if last {
+            events.extend(self.parser.finish());
         }
+        let (mut reasoning, mut content) = (String::new(), String::new());
+        for event in events {
+            match event {
+                harmony::Event::Message { channel, .. } => self.reasoning = channel.as_deref() == Some("analysis"),
+                harmony::Event::Text(text) if self.reasoning => reasoning += &text,
+                harmony::Event::Text(text) => content += &text,
+            }
+        }
+        (reasoning, content)
     }
 }
 
@@ -231,17 +278,18 @@ fn echoed(messages: &[ChatMessage], role: &str) -> Result<String, ApiError> {
     let Some(last) = messages.last().filter(|m| m.role == role) else {
         return Ok(String::new());
     };
-    let text = content_text(messages.len() - 1, last)?;
-    Ok(text.as_str().unwrap_or_default().to_string())
+    Ok(last.text(messages.len() - 1, "\n")?.unwrap_or_default())
 }
 
-/// Streams the choices, each opening with `opening` (the role and any echo).
+/// Streams the choices, each opening with `opening` (the role and any echo); a harmony
+/// answer's text goes through its choice's `channels`.
 fn stream(
     meta: Meta,
     choices: Vec<Choice>,
     opening: Delta,
     prompt_tokens: usize,
     usage: StreamUsage,
+    mut channels: Option<Vec<Channels>>,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
     let with_logprobs = |tokens: &[TokenLogprob]| (!tokens.is_empty()).then(|| ChatLogprobs::new(tokens));
     let mut generated = vec![0; choices.len()];
@@ -268,7 +316,18 @@ fn stream(
             completion_tokens += finish.as_ref().map_or(0, |f| f.completion_tokens);
             generated[index] += update.tokens;
             let so_far = usage.per_chunk.then(|| Usage::new(prompt_tokens, generated[index]));
-            let delta = Delta { role: None, content: (!update.text.is_empty()).then_some(update.text) };
+            let (reasoning, content) = match channels.as_mut() {
+                Some(channels) => channels[index].split(&update.text, finish.is_some()),
+                None => (String::new(), update.text),
+            };
+            if reasoning.is_empty() && content.is_empty() && update.logprobs.is_empty() && finish.is_none() {
+                continue;
+            }
+            let delta = Delta {
+                role: None,
+                content: (!content.is_empty()).then_some(content),
+                reasoning_content: (!reasoning.is_empty()).then_some(reasoning),
+            };
             yield json_event(&meta.chunk(index, delta, with_logprobs(&update.logprobs), finish.as_ref(), so_far));
         }
         if usage.at_end {

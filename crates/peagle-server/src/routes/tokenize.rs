@@ -26,6 +26,7 @@ pub struct TokenizeRequest {
     pub add_generation_prompt: Option<bool>,
     pub continue_final_message: Option<bool>,
     pub chat_template_kwargs: Option<JsonMap>,
+    pub reasoning_effort: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -58,6 +59,7 @@ pub async fn tokenize(
                 req.add_generation_prompt,
                 req.continue_final_message,
                 req.chat_template_kwargs.as_ref(),
+                req.reasoning_effort.as_deref(),
             )?;
             prompt_ids(&state, messages.clone(), render, req.add_special_tokens).await?
         }

@@ -38,6 +38,8 @@ pub struct Options {
     pub max_num_seqs: Option<usize>,
     /// Routes added next to the API's (the panic test's).
     pub extra: Option<Router>,
+    /// Another model directory and its drafter, served under the demo's name.
+    pub target: Option<(PathBuf, Option<DraftModel>)>,
 }
 
 impl Default for Options {
@@ -49,6 +51,7 @@ impl Default for Options {
             max_waiting: None,
             max_num_seqs: None,
             extra: None,
+            target: None,
         }
     }
 }
@@ -82,6 +85,10 @@ impl TestServer {
                 k: Some(3),
                 parallel: true,
             });
+        }
+        if let Some((dir, draft)) = opts.target {
+            engine_opts.model_dir = dir;
+            engine_opts.draft = draft;
         }
         engine_opts.generation_defaults = opts.generation_defaults;
         if let Some(n) = opts.max_waiting {

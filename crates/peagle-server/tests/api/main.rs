@@ -8,5 +8,6 @@ mod completions;
 mod concurrency;
 mod engine_metrics;
 mod errors;
+mod harmony;
 mod shutdown;
 mod tokenize;
