@@ -1,6 +1,7 @@
 //! The two commands end to end on the tiny Llama: capture (text, prompt + response, and
 //! on-policy generation), fit for both algorithms with validation, checkpoint and resume, and
-//! the exported P-EAGLE drafter serving exactly the target's greedy output.
+//! the exported P-EAGLE drafter serving exactly the target's greedy output; and capture and
+//! fit on the tiny MXFP4 gpt-oss.
 
 mod common;
 
@@ -397,4 +398,79 @@ fn bad_input_is_a_one_line_error() {
         !out.status.success() && stderr.contains("the trainer computes in f32"),
         "{stderr}"
     );
+}
+
+/// gpt-oss as the target (MXFP4 experts, sinks, sliding windows): its states are captured,
+/// a P-EAGLE drafter fits them, and the exported drafter serves the target's greedy output.
+#[test]
+fn captures_and_fits_a_drafter_for_gpt_oss() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data.jsonl");
+    std::fs::write(&data, DATA).unwrap();
+    let (captured, drafter) = (dir.path().join("captured"), dir.path().join("peagle"));
+    let target = fixture("tiny-gpt-oss-mxfp4");
+    let path = |p: &Path| p.to_str().unwrap().to_string();
+    ok(&[
+        "capture",
+        "--model",
+        &path(&target),
+        "--data",
+        &path(&data),
+        "--out",
+        &path(&captured),
+        "--generate",
+        "16",
+        "--max-len",
+        "48",
+    ]);
+    let sample = Sample::load(&captured.join("sample_0000000.safetensors")).unwrap();
+    assert_eq!(sample.hidden_states.dims()[1..], [4, 64]);
+    ok(&[
+        "fit",
+        "--data",
+        &path(&captured),
+        "--out",
+        &path(&drafter),
+        "--seq-len",
+        "48",
+        "--batch-size",
+        "2",
+        "--lr",
+        "3e-3",
+        "--warmup-steps",
+        "2",
+        "--epochs",
+        "20",
+        "--val-fraction",
+        "0.25",
+        "--eval-every",
+        "4",
+        "--num-layers",
+        "1",
+        "--num-depths",
+        "3",
+        "--max-steps",
+        "12",
+    ]);
+    let (first, last) = first_and_last_val_loss(&report(&drafter));
+    assert!(last < first, "P-EAGLE validation loss {first} -> {last}");
+
+    let opts = GeneratorOptions::default();
+    let params = GenerateParams {
+        max_tokens: 24,
+        ignore_eos: true,
+        ..GenerateParams::default()
+    };
+    let prompt = [2u32, 17, 250, 33, 4];
+    let mut plain = Generator::from_dir(&target, None, LoadOptions::default(), &opts).unwrap();
+    let want = plain.generate(&prompt, &params, |_| {}).unwrap().token_ids;
+    let draft = DraftModel {
+        dir: drafter,
+        k: Some(3),
+        parallel: true,
+    };
+    let mut spec = Generator::from_dir(&target, Some(&draft), LoadOptions::default(), &opts).unwrap();
+    let got = spec.generate(&prompt, &params, |_| {}).unwrap();
+    assert_eq!(got.token_ids, want);
+    assert!(got.spec_stats.num_drafts > 0);
 }
