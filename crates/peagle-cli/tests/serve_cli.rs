@@ -289,3 +289,22 @@ fn the_gpt_oss_preset_downloads_its_models_then_serves_offline() {
     }
     assert_eq!(texts[0], texts[1]);
 }
+
+/// Prefix caching is on unless `--no-enable-prefix-caching` (vLLM's flags) turns it off.
+#[test]
+fn prefix_caching_is_on_by_default_and_can_be_turned_off() {
+    let model = fixture("tiny-llama");
+    let long =
+        r#"{"prompt": "def f(x):\n    return [y * 2 for y in range(x) if y % 3 == 0 and y > 10]\n", "max_tokens": 2}"#;
+    for (flag, hits) in [("--enable-prefix-caching", true), ("--no-enable-prefix-caching", false)] {
+        let server = Serve::start(&["--model", &model, flag]);
+        for _ in 0..2 {
+            let (status, body) = server.http("POST", "/v1/completions", None, long);
+            assert_eq!(status, 200, "{body}");
+        }
+        let (_, metrics) = server.http("GET", "/metrics", None, "");
+        let found = counter(&metrics, "peagle:prefix_cache_hits_total{");
+        assert_eq!(found > 0.0, hits, "{flag}: {found} tokens found cached");
+        server.stop("-TERM");
+    }
+}

@@ -1,9 +1,15 @@
-//! Fixed-size KV blocks: a free list and per-sequence block tables.
+//! Fixed-size KV blocks: free blocks, per-sequence block tables, and the prefix cache over
+//! them.
 //!
-//! Growing a sequence takes blocks from the free list; shortening it (rolling back rejected
+//! Growing a sequence takes blocks from the free ones; shortening it (rolling back rejected
 //! speculative tokens) returns only the blocks past the new end. Stale rows inside a kept
 //! block need no clearing: the next write to those positions overwrites them.
+//!
+//! A block may be held by several sequences (a shared cached prefix): it is free when none
+//! holds it. A free block that is cached stays cached until a new block is needed and it is
+//! the one freed longest ago; free blocks that hold nothing cached are handed out first.
 
+use crate::prefix_cache::{BlockHash, PrefixCache};
 use thiserror::Error;
 
 #[derive(Debug, Error, PartialEq, Eq)]
@@ -16,17 +22,27 @@ pub struct OutOfBlocks {
 pub struct BlockManager {
     block_size: usize,
     num_blocks: usize,
-    /// Free block ids; the lowest ids are handed out first.
+    /// Free blocks holding nothing cached; the lowest ids are handed out first.
     free: Vec<u32>,
+    /// How many block tables hold each block.
+    holders: Vec<u32>,
+    cache: PrefixCache,
 }
 
 impl BlockManager {
+    /// A manager without prefix caching.
     pub fn new(num_blocks: usize, block_size: usize) -> Self {
+        Self::with_cache(num_blocks, block_size, PrefixCache::new(num_blocks, false, ""))
+    }
+
+    pub fn with_cache(num_blocks: usize, block_size: usize, cache: PrefixCache) -> Self {
         assert!(block_size > 0, "block size must be positive");
         Self {
             block_size,
             num_blocks,
             free: (0..num_blocks as u32).rev().collect(),
+            holders: vec![0; num_blocks],
+            cache,
         }
     }
 
@@ -38,85 +54,114 @@ impl BlockManager {
         self.num_blocks
     }
 
+    /// Blocks no sequence holds, cached ones included.
     pub fn num_free(&self) -> usize {
-        self.free.len()
+        self.free.len() + self.cache.num_parked()
     }
 
     pub fn num_used(&self) -> usize {
-        self.num_blocks - self.free.len()
+        self.num_blocks - self.num_free()
+    }
+
+    /// Free blocks that still hold a cached prefix.
+    pub fn num_cached_free(&self) -> usize {
+        self.cache.num_parked()
     }
 
     pub fn blocks_for(&self, tokens: usize) -> usize {
         tokens.div_ceil(self.block_size)
     }
 
+    pub fn cache(&self) -> &PrefixCache {
+        &self.cache
+    }
+
     /// Makes `table` hold at least `tokens` tokens; on failure nothing is allocated.
     pub fn grow(&mut self, table: &mut Vec<u32>, tokens: usize) -> Result<(), OutOfBlocks> {
         let needed = self.blocks_for(tokens).saturating_sub(table.len());
-        if needed > self.free.len() {
+        if needed > self.num_free() {
             return Err(OutOfBlocks {
                 needed,
-                free: self.free.len(),
+                free: self.num_free(),
             });
         }
-        let at = self.free.len() - needed;
-        table.extend(self.free.drain(at..).rev());
+        for _ in 0..needed {
+            let block = match self.free.pop() {
+                Some(block) => block,
+                None => self.cache.evict().expect("counted as free"),
+            };
+            self.holders[block as usize] = 1;
+            table.push(block);
+        }
         Ok(())
     }
 
-    /// Keeps only the blocks `tokens` tokens need and frees the rest.
+    /// Adds cached `blocks` (a prefix hit) to an empty `table`.
+    pub fn share(&mut self, table: &mut Vec<u32>, blocks: &[u32]) {
+        debug_assert!(table.is_empty());
+        for &block in blocks {
+            if self.holders[block as usize] == 0 {
+                self.cache.unpark(block);
+            }
+            self.holders[block as usize] += 1;
+            table.push(block);
+        }
+    }
+
+    /// Keeps only the blocks `tokens` tokens need and lets go of the rest, last first (so a
+    /// prefix's tail is evicted before its head).
     pub fn shrink(&mut self, table: &mut Vec<u32>, tokens: usize) {
         let keep = self.blocks_for(tokens).min(table.len());
-        self.free.extend(table.drain(keep..).rev());
+        for block in table.drain(keep..).rev() {
+            let holders = &mut self.holders[block as usize];
+            *holders -= 1;
+            if *holders > 0 {
+                continue;
+            }
+            match self.cache.is_cached(block) {
+                true => self.cache.park(block),
+                false => self.free.push(block),
+            }
+        }
     }
 
     pub fn release(&mut self, table: &mut Vec<u32>) {
         self.shrink(table, 0);
     }
+
+    /// The cached blocks that start a sequence of `tokens` (whose block hashes are
+    /// `hashes`), leaving at least its last `keep_out` tokens to compute; with `drafter`,
+    /// only blocks whose drafter rows hold too.
+    pub fn lookup(&self, hashes: &[BlockHash], tokens: &[u32], keep_out: usize, drafter: bool) -> Vec<u32> {
+        if !self.cache.enabled() {
+            return Vec::new();
+        }
+        let max_blocks = tokens.len().saturating_sub(keep_out) / self.block_size;
+        self.cache.lookup(hashes, tokens, max_blocks, drafter, self.block_size)
+    }
+
+    /// Indexes the full blocks of `table` that hold the first `computed` tokens of `tokens`,
+    /// the first `drafted` of them with valid drafter rows.
+    pub fn register(&mut self, table: &[u32], hashes: &[BlockHash], tokens: &[u32], computed: usize, drafted: usize) {
+        let bs = self.block_size;
+        for (b, (&block, &hash)) in table.iter().zip(hashes).take(computed / bs).enumerate() {
+            let end = (b + 1) * bs;
+            let drafter_next = match end <= drafted {
+                true => tokens.get(end).copied(),
+                false => None,
+            };
+            self.cache.register(block, hash, &tokens[b * bs..end], drafter_next);
+        }
+    }
+
+    /// Forgets every cached prefix (`POST /reset_prefix_cache`).
+    pub fn reset_cache(&mut self) {
+        let parked = self.cache.reset();
+        self.free.extend(parked);
+        self.free.sort_unstable_by(|a, b| b.cmp(a));
+    }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn grow_shrink_release_account_for_every_block() {
-        let mut m = BlockManager::new(6, 4);
-        let (mut a, mut b) = (Vec::new(), Vec::new());
-        m.grow(&mut a, 9).unwrap();
-        assert_eq!(a, vec![0, 1, 2]);
-        m.grow(&mut b, 4).unwrap();
-        assert_eq!(b, vec![3]);
-        m.grow(&mut a, 12).unwrap();
-        assert_eq!(a.len(), 3, "9 -> 12 tokens fits in the same blocks");
-        m.shrink(&mut a, 5);
-        assert_eq!(a, vec![0, 1]);
-        assert_eq!(m.num_free(), 3);
-        m.release(&mut b);
-        m.release(&mut a);
-        assert_eq!(m.num_free(), 6);
-        assert_eq!(m.num_used(), 0);
-    }
-
-    #[test]
-    fn failed_grow_allocates_nothing() {
-        let mut m = BlockManager::new(2, 4);
-        let mut a = Vec::new();
-        assert_eq!(m.grow(&mut a, 12), Err(OutOfBlocks { needed: 3, free: 2 }));
-        assert!(a.is_empty());
-        assert_eq!(m.num_free(), 2);
-    }
-
-    #[test]
-    fn freed_blocks_are_reused() {
-        let mut m = BlockManager::new(3, 2);
-        let mut a = Vec::new();
-        m.grow(&mut a, 6).unwrap();
-        m.shrink(&mut a, 2);
-        let mut b = Vec::new();
-        m.grow(&mut b, 4).unwrap();
-        let mut all: Vec<u32> = a.iter().chain(&b).copied().collect();
-        all.sort();
-        assert_eq!(all, vec![0, 1, 2]);
-    }
-}
+#[path = "block_manager_tests.rs"]
+mod tests;

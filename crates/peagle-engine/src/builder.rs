@@ -8,6 +8,7 @@ use crate::drafting::Drafting;
 use crate::engine::Engine;
 use crate::error::GenerateError;
 use crate::model_runner::ModelRunner;
+use crate::prefix_cache::PrefixCache;
 use crate::proposer::{Eagle3Proposer, NoProposer, PEagleProposer, Proposer};
 use crate::scheduler::{Scheduler, SchedulerConfig};
 use candle_core::DType;
@@ -136,9 +137,16 @@ impl EngineBuilder {
             kv_cache_dtype = ?dtype,
             "built the engine"
         );
+        // Cached blocks hold this target's KV and this drafter's, in this dtype.
+        let identity = format!(
+            "{} {:?} {dtype:?}",
+            self.model_dir.display(),
+            self.draft.as_ref().map(|d| &d.dir)
+        );
+        let cache = PrefixCache::new(num_blocks, self.scheduler.prefix_caching, &identity);
         let scheduler = Scheduler::new(
             self.scheduler.clone(),
-            BlockManager::new(num_blocks, self.block_size),
+            BlockManager::with_cache(num_blocks, self.block_size, cache),
             k,
             proposer.lookahead(),
         );

@@ -96,8 +96,10 @@ impl Drafting {
             .collect();
         let drafts = self.proposer.propose(&requests, k)?;
         for (input, d) in inputs.iter().zip(drafts) {
+            let seq = &mut work[input.index].0;
+            seq.num_drafted = input.start + input.tokens.len();
             if input.draft {
-                work[input.index].0.drafts = d;
+                seq.drafts = d;
             }
         }
         Ok(())

@@ -138,6 +138,11 @@ impl Engine {
         self.times.other_seconds += (seconds - (self.times.phases() - phases_before)).max(0.0);
     }
 
+    /// Forgets every cached prefix (`POST /reset_prefix_cache`).
+    pub fn reset_prefix_cache(&mut self) {
+        self.scheduler.reset_prefix_cache();
+    }
+
     pub fn fill_metrics(&self, m: &mut EngineMetrics) {
         self.scheduler.fill_metrics(m);
         m.spec = self.stats.clone();

@@ -12,6 +12,7 @@ use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
 enum Command {
     Submit(Box<(Request, UnboundedSender<Event>)>),
+    ResetPrefixCache,
     Shutdown,
 }
 
@@ -116,6 +117,11 @@ impl EngineHandle {
         self.shared.lock().expect("metrics lock").metrics.clone()
     }
 
+    /// Forgets every cached prefix before the engine takes any later submission.
+    pub fn reset_prefix_cache(&self) {
+        let _ = self.commands.send(Command::ResetPrefixCache);
+    }
+
     /// Refuses new requests from now on; those already queued or running still finish.
     pub fn shutdown(&self) {
         let _ = self.commands.send(Command::Shutdown);
@@ -164,6 +170,7 @@ impl EngineLoop {
             Command::Submit(submission) => {
                 let _ = submission.1.send(Event::Failed(SubmitError::ShuttingDown.to_string()));
             }
+            Command::ResetPrefixCache => self.engine.reset_prefix_cache(),
             Command::Shutdown => self.accepting = false,
         }
     }

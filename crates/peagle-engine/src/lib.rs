@@ -16,6 +16,7 @@ pub mod logprobs;
 mod model_runner;
 pub mod nucleus;
 pub mod penalties;
+pub mod prefix_cache;
 pub mod proposer;
 pub mod rejection_sampler;
 pub mod request;

@@ -141,6 +141,8 @@ pub enum Event {
         reason: FinishReason,
         prompt_tokens: usize,
         completion_tokens: usize,
+        /// Prompt tokens found in the prefix cache.
+        cached_tokens: usize,
         /// This request's verifications.
         spec_stats: SpecStats,
     },

@@ -7,6 +7,11 @@
 //! schedules before the step (to the positions the step writes, the drafter's look-ahead
 //! included), and after the step rolls each table back to its committed tokens and frees the
 //! blocks of sequences that finished or were cancelled.
+//!
+//! With prefix caching, a sequence being admitted first takes the cached blocks its tokens
+//! start with (only blocks with drafter rows when it drafts) and prefills from there; after
+//! every step, the full blocks a sequence has computed join the cache. A preempted sequence's
+//! blocks stay cached, so its recompute mostly finds them again.
 
 use crate::block_manager::BlockManager;
 use crate::engine_metrics::EngineMetrics;
@@ -28,6 +33,8 @@ pub struct SchedulerConfig {
     pub adaptive_k: bool,
     /// Most requests waiting for admission before new ones are refused.
     pub max_waiting: usize,
+    /// Reuse the KV of earlier sequences' identical prefixes (vLLM's automatic prefix caching).
+    pub prefix_caching: bool,
 }
 
 impl Default for SchedulerConfig {
@@ -38,6 +45,7 @@ impl Default for SchedulerConfig {
             max_speculative_batch: usize::MAX,
             adaptive_k: true,
             max_waiting: 256,
+            prefix_caching: true,
         }
     }
 }
@@ -80,6 +88,9 @@ struct Counters {
     finished_length: u64,
     aborted: u64,
     preemptions: u64,
+    /// Prompt tokens of newly scheduled requests, and those found in the prefix cache.
+    prefix_queries: u64,
+    prefix_hits: u64,
 }
 
 pub struct Scheduler {
@@ -171,13 +182,21 @@ impl Scheduler {
                 break;
             };
             let work = Work::Prefill(budget);
+            if entry.seq.num_cached == 0 {
+                self.reuse_prefix(&mut entry);
+            }
             let needed = self.tokens_needed(&entry.seq, work);
             if self.blocks.grow(&mut entry.seq.block_table, needed).is_err() {
                 // With nothing running every block is free, and any prompt fits then.
+                self.blocks.release(&mut entry.seq.block_table);
+                entry.seq.reset_cache();
                 self.waiting.push_front(entry);
                 break;
             }
             if !entry.scheduled {
+                self.counters.prefix_queries += entry.seq.num_prompt_tokens as u64;
+                self.counters.prefix_hits += entry.seq.num_cached as u64;
+                entry.seq.cached_prompt_tokens = entry.seq.num_cached;
                 entry.scheduled = true;
                 let _ = entry.events.send(Event::Scheduled(Instant::now()));
             }
@@ -200,15 +219,34 @@ impl Scheduler {
         work
     }
 
-    /// After a step that ran: rolls back the blocks that held only rejected drafts, sends
-    /// committed tokens and finishes, and frees the sequences that left.
+    /// After a step that ran: caches the full blocks computed so far, rolls back the blocks
+    /// that held only rejected drafts, sends committed tokens and finishes, and frees the
+    /// sequences that left.
     pub fn finish_step(&mut self, schedule: &Schedule) {
         for (i, _) in schedule {
             let seq = &mut self.running[*i].seq;
+            if self.blocks.cache().enabled() {
+                // A sequence that finished inside a verification window counts accepted rows
+                // past its last token as cached.
+                let computed = seq.num_cached.min(seq.len());
+                let drafted = seq.num_drafted.min(computed);
+                self.blocks.cache().extend_hashes(
+                    &mut seq.block_hashes,
+                    &seq.token_ids[..computed],
+                    self.blocks.block_size(),
+                );
+                self.blocks
+                    .register(&seq.block_table, &seq.block_hashes, &seq.token_ids, computed, drafted);
+            }
             let keep = if seq.finish.is_some() { 0 } else { seq.len() };
             self.blocks.shrink(&mut seq.block_table, keep);
         }
         self.emit();
+    }
+
+    /// Forgets every cached prefix; the blocks in use stay with their sequences.
+    pub fn reset_prefix_cache(&mut self) {
+        self.blocks.reset_cache();
     }
 
     /// After a step that failed: its sequences fail with `message` and leave.
@@ -247,6 +285,28 @@ impl Scheduler {
         m.requests_finished_length = self.counters.finished_length;
         m.requests_aborted = self.counters.aborted;
         m.preemptions_total = self.counters.preemptions;
+        m.prefix_cache_queries = self.counters.prefix_queries;
+        m.prefix_cache_hits = self.counters.prefix_hits;
+        m.kv_blocks_cached_free = self.blocks.num_cached_free();
+    }
+
+    /// Starts a sequence with no cache on the cached blocks its tokens begin with, leaving
+    /// at least one prefill row to compute. A request that scores its prompt computes it all.
+    fn reuse_prefix(&mut self, entry: &mut Entry) {
+        let seq = &mut entry.seq;
+        if seq.scores_prompt() || !self.blocks.cache().enabled() {
+            return;
+        }
+        let bs = self.blocks.block_size();
+        self.blocks
+            .cache()
+            .extend_hashes(&mut seq.block_hashes, &seq.token_ids, bs);
+        let drafter = self.window > 1 && seq.speculate;
+        let keep_out = seq.len() - seq.prefill_end() + 1;
+        let hit = self.blocks.lookup(&seq.block_hashes, &seq.token_ids, keep_out, drafter);
+        self.blocks.share(&mut seq.block_table, &hit);
+        seq.num_cached = hit.len() * bs;
+        seq.num_drafted = if drafter { seq.num_cached } else { 0 };
     }
 
     /// Positions `work` touches for `seq`: its target rows plus the drafter's look-ahead.
@@ -295,6 +355,7 @@ impl Scheduler {
                     reason,
                     prompt_tokens: entry.seq.num_prompt_tokens,
                     completion_tokens: entry.seq.generated().len(),
+                    cached_tokens: entry.seq.cached_prompt_tokens,
                     spec_stats: entry.seq.spec_stats.clone(),
                 });
                 alive = false;

@@ -176,3 +176,39 @@ fn a_failed_step_fails_its_requests_and_frees_their_blocks() {
         "{events:?}"
     );
 }
+
+#[test]
+fn a_preempted_sequence_resumes_from_its_cached_blocks() {
+    let cache = crate::prefix_cache::PrefixCache::new(16, true, "model");
+    let mut s = Scheduler::new(
+        SchedulerConfig::default(),
+        BlockManager::with_cache(16, BLOCK, cache),
+        0,
+        0,
+    );
+    let mut rx = add(&mut s, 10, 8);
+    // Prefill the 10-token prompt, then two decodes: 13 tokens, 12 cached.
+    for _ in 0..3 {
+        let schedule = s.schedule();
+        fake_step(&mut s, &schedule);
+    }
+    s.preempt(0);
+    assert_eq!(s.blocks().num_used(), 0, "a preempted sequence holds no block");
+    assert_eq!(s.blocks().num_cached_free(), 3, "its three full blocks stay cached");
+    let schedule = s.schedule();
+    // Recompute stops before the last token; at least one row of it runs: two blocks of
+    // eight tokens come from the cache, and positions 8..12 are prefilled.
+    assert_eq!(s.running().next().unwrap().num_cached, 8);
+    assert_eq!(
+        schedule,
+        vec![(0, Work::Prefill(SchedulerConfig::default().max_num_batched_tokens))]
+    );
+    assert_eq!(s.work(&schedule)[0].1.span(s.running().next().unwrap()), (8, 4));
+    fake_step(&mut s, &schedule);
+    while !s.is_idle() {
+        let schedule = s.schedule();
+        fake_step(&mut s, &schedule);
+    }
+    assert_eq!(tokens(&mut rx), (8, Some(FinishReason::Length)));
+    assert_eq!(s.blocks().num_used(), 0);
+}

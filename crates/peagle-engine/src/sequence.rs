@@ -1,5 +1,6 @@
 //! One generation stream: its tokens, what of it is cached, its blocks, drafts and stop rules.
 
+use crate::prefix_cache::BlockHash;
 use crate::request::{FinishReason, GenerateParams, TokenOutput};
 use crate::sampler::Sampler;
 use crate::spec_stats::SpecStats;
@@ -11,7 +12,15 @@ pub struct Sequence {
     pub num_prompt_tokens: usize,
     /// Leading tokens whose keys and values are in the target (and drafter) cache.
     pub num_cached: usize,
+    /// Leading positions whose drafter rows are in the cache (the drafter reads a position's
+    /// target state once the token after it is committed, and may fall behind while
+    /// speculation is suspended).
+    pub num_drafted: usize,
     pub block_table: Vec<u32>,
+    /// The prefix-cache hash of each full block of `token_ids`.
+    pub block_hashes: Vec<BlockHash>,
+    /// Prompt tokens taken from the prefix cache when it was first scheduled.
+    pub cached_prompt_tokens: usize,
     /// Proposed continuation of `token_ids`, verified by the next step.
     pub drafts: Vec<u32>,
     pub params: GenerateParams,
@@ -49,7 +58,10 @@ impl Sequence {
             num_prompt_tokens: prompt.len(),
             token_ids: prompt,
             num_cached: 0,
+            num_drafted: 0,
             block_table: Vec::new(),
+            block_hashes: Vec::new(),
+            cached_prompt_tokens: 0,
             drafts: Vec::new(),
             sampler: Sampler::new(params.sampling.seed),
             params,
@@ -107,6 +119,7 @@ impl Sequence {
     /// Forgets the cache (after preemption): the next steps recompute it from the tokens.
     pub fn reset_cache(&mut self) {
         self.num_cached = 0;
+        self.num_drafted = 0;
         self.drafts.clear();
         self.drafter_backlog = None;
     }

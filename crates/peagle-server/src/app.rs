@@ -6,7 +6,7 @@
 use crate::auth::require_api_key;
 use crate::error::ApiError;
 use crate::request_id::request_id_header;
-use crate::routes::{chat, completions, info, tokenize};
+use crate::routes::{chat, completions, info, prefix_cache, tokenize};
 use crate::state::{AppState, ServerConfig};
 use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderValue, StatusCode};
@@ -26,6 +26,7 @@ pub fn routes(state: Arc<AppState>) -> Router {
         .route("/v1/models/{id}", get(info::model))
         .route("/tokenize", post(tokenize::tokenize))
         .route("/detokenize", post(tokenize::detokenize))
+        .route("/reset_prefix_cache", post(prefix_cache::reset_prefix_cache))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_api_key));
     Router::new()
         .merge(guarded)

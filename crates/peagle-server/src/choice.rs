@@ -20,6 +20,8 @@ pub struct Finish {
     /// The stop string or stop token id that ended the choice.
     pub stop_reason: Option<StopReason>,
     pub completion_tokens: usize,
+    /// Prompt tokens the engine found in the prefix cache.
+    pub cached_tokens: usize,
 }
 
 /// What one engine event added to a choice.
@@ -60,6 +62,7 @@ pub struct Choice {
     last_event: Option<Instant>,
     prompt_tokens: usize,
     completion_tokens: usize,
+    cached_tokens: usize,
     text_offset: usize,
     finished: bool,
 }
@@ -101,6 +104,7 @@ impl Choice {
                 last_event: None,
                 prompt_tokens,
                 completion_tokens: 0,
+                cached_tokens: 0,
                 text_offset: 0,
                 finished: false,
             });
@@ -124,7 +128,12 @@ impl Choice {
                 }
                 Next::Event(Some(Event::PromptLogprobs(tokens))) => self.prompt(tokens),
                 Next::Event(Some(Event::Tokens(tokens))) => self.tokens(tokens),
-                Next::Event(Some(Event::Finished { reason, .. })) => self.end(reason, None),
+                Next::Event(Some(Event::Finished {
+                    reason, cached_tokens, ..
+                })) => {
+                    self.cached_tokens = cached_tokens;
+                    self.end(reason, None)
+                }
                 Next::Abort => self.end(FinishReason::Abort, None),
                 Next::Event(Some(Event::Failed(message))) => Err(ApiError::internal(message)),
                 Next::Event(None) => Err(ApiError::internal("the engine stopped before the request finished")),
@@ -243,6 +252,7 @@ impl Choice {
             reason,
             stop_reason: stop_reason.or(stop_token),
             completion_tokens: self.completion_tokens,
+            cached_tokens: self.cached_tokens,
         }
     }
 

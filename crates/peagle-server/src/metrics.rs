@@ -149,6 +149,27 @@ impl ServerMetrics {
             engine.generation_tokens_total,
         );
         x.counter(
+            "prefix_cache_queries_total",
+            "Prompt tokens of scheduled requests looked up in the prefix cache.",
+            engine.prefix_cache_queries,
+        );
+        x.counter(
+            "prefix_cache_hits_total",
+            "Prompt tokens found in the prefix cache.",
+            engine.prefix_cache_hits,
+        );
+        let hit_rate = engine.prefix_cache_hits as f64 / engine.prefix_cache_queries.max(1) as f64;
+        x.gauge(
+            "prefix_cache_hit_rate",
+            "Share of looked-up prompt tokens found in the prefix cache.",
+            hit_rate,
+        );
+        x.gauge(
+            "kv_blocks_cached",
+            "Free KV cache blocks that still hold a cached prefix.",
+            engine.kv_blocks_cached_free,
+        );
+        x.counter(
             "num_preemptions_total",
             "Sequences preempted (to be recomputed).",
             engine.preemptions_total,

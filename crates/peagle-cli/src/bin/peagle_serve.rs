@@ -79,6 +79,13 @@ struct Args {
     /// Requests waiting for admission beyond which new ones get 503.
     #[arg(long)]
     max_waiting_requests: Option<usize>,
+    /// Reuse the KV cache of identical prompt prefixes across requests (on by default, as
+    /// in vLLM).
+    #[arg(long, overrides_with = "no_enable_prefix_caching")]
+    enable_prefix_caching: bool,
+    /// Recompute every prompt from its first token.
+    #[arg(long, overrides_with = "enable_prefix_caching")]
+    no_enable_prefix_caching: bool,
     /// Where the model runs: cpu, cuda or cuda:N.
     #[arg(long, default_value_t = DeviceSpec::Cpu)]
     device: DeviceSpec,
@@ -180,6 +187,7 @@ fn run(args: Args) -> Result<()> {
                 .unwrap_or(defaults.max_speculative_batch),
             adaptive_k: !args.fixed_k,
             max_waiting: args.max_waiting_requests.unwrap_or(defaults.max_waiting),
+            prefix_caching: !args.no_enable_prefix_caching,
         },
         generation_defaults: match args.generation_config.as_str() {
             "auto" => GenerationDefaults::Auto,

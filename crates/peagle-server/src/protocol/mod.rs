@@ -89,6 +89,14 @@ pub struct Usage {
     pub prompt_tokens: usize,
     pub completion_tokens: usize,
     pub total_tokens: usize,
+    /// In a response's final usage: how many prompt tokens came from the prefix cache.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens_details: Option<PromptTokensDetails>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct PromptTokensDetails {
+    pub cached_tokens: usize,
 }
 
 impl Usage {
@@ -97,6 +105,15 @@ impl Usage {
             prompt_tokens,
             completion_tokens,
             total_tokens: prompt_tokens + completion_tokens,
+            prompt_tokens_details: None,
+        }
+    }
+
+    /// A finished response's usage, `cached_tokens` of its prompt tokens found cached.
+    pub fn finished(prompt_tokens: usize, completion_tokens: usize, cached_tokens: usize) -> Self {
+        Self {
+            prompt_tokens_details: Some(PromptTokensDetails { cached_tokens }),
+            ..Self::new(prompt_tokens, completion_tokens)
         }
     }
 }

@@ -150,6 +150,7 @@ pub async fn chat_completions(
     }
     let outcomes = try_join_all(choices.into_iter().map(Choice::collect)).await?;
     let completion_tokens = outcomes.iter().map(|o| o.finish.completion_tokens).sum();
+    let cached_tokens = outcomes[0].finish.cached_tokens;
     let choices = outcomes
         .into_iter()
         .enumerate()
@@ -177,7 +178,7 @@ pub async fn chat_completions(
             stop_reason: o.finish.stop_reason,
         })
         .collect();
-    let usage = Usage::new(prompt.len(), completion_tokens);
+    let usage = Usage::finished(prompt.len(), completion_tokens, cached_tokens);
     Ok(Json(meta.response("chat.completion", choices, Some(usage))).into_response())
 }
 
@@ -301,6 +302,7 @@ fn stream(
         }
         let mut updates = merged(choices);
         let mut completion_tokens = 0;
+        let mut cached_tokens = 0;
         while let Some((index, update)) = updates.next().await {
             let update = match update {
                 Ok(update) => update,
@@ -314,6 +316,9 @@ fn stream(
                 continue;
             }
             completion_tokens += finish.as_ref().map_or(0, |f| f.completion_tokens);
+            if index == 0 {
+                cached_tokens = finish.as_ref().map_or(cached_tokens, |f| f.cached_tokens);
+            }
             generated[index] += update.tokens;
             let so_far = usage.per_chunk.then(|| Usage::new(prompt_tokens, generated[index]));
             let (reasoning, content) = match channels.as_mut() {
@@ -331,7 +336,7 @@ fn stream(
             yield json_event(&meta.chunk(index, delta, with_logprobs(&update.logprobs), finish.as_ref(), so_far));
         }
         if usage.at_end {
-            let usage = Usage::new(prompt_tokens, completion_tokens);
+            let usage = Usage::finished(prompt_tokens, completion_tokens, cached_tokens);
             yield json_event(&meta.response("chat.completion.chunk", Vec::new(), Some(usage)));
         }
         yield done_event();

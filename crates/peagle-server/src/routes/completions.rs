@@ -128,6 +128,12 @@ pub async fn completions(
     let prompt_tokens = prompts.iter().map(|p| p.ids.len()).sum();
     let outcomes = try_join_all(choices.into_iter().map(Choice::collect)).await?;
     let completion_tokens = outcomes.iter().map(|o| o.finish.completion_tokens).sum();
+    // A prompt's cached tokens count once, as its tokens do.
+    let cached_tokens = outcomes
+        .iter()
+        .step_by(template.n)
+        .map(|o| o.finish.cached_tokens)
+        .sum();
     let choices = outcomes
         .into_iter()
         .zip(echoes)
@@ -140,7 +146,7 @@ pub async fn completions(
             stop_reason: o.finish.stop_reason,
         })
         .collect();
-    let usage = Usage::new(prompt_tokens, completion_tokens);
+    let usage = Usage::finished(prompt_tokens, completion_tokens, cached_tokens);
     Ok(Json(meta.response(choices, Some(usage))).into_response())
 }
 
@@ -202,6 +208,7 @@ fn stream(
     let with_logprobs = |tokens: &[TokenLogprob]| (!tokens.is_empty()).then(|| CompletionLogprobs::new(tokens));
     let prompt_tokens = prompt_lens.iter().step_by(n.max(1)).sum();
     let mut generated = vec![0; choices.len()];
+    let mut cached = vec![0; choices.len()];
     // Each echo goes out with its choice's first update, which holds the prompt's logprobs
     // when they were asked for, as vLLM sends them.
     let mut echoes = echoes;
@@ -222,12 +229,15 @@ fn stream(
                 continue;
             }
             completion_tokens += finish.as_ref().map_or(0, |f| f.completion_tokens);
+            cached[index] = finish.as_ref().map_or(0, |f| f.cached_tokens);
             generated[index] += update.tokens;
             let so_far = usage.per_chunk.then(|| Usage::new(prompt_lens[index], generated[index]));
             yield json_event(&meta.chunk(index, text, with_logprobs(&update.logprobs), finish.as_ref(), so_far));
         }
         if usage.at_end {
-            yield json_event(&meta.response(Vec::new(), Some(Usage::new(prompt_tokens, completion_tokens))));
+            let cached_tokens = cached.iter().step_by(n.max(1)).sum();
+            let usage = Usage::finished(prompt_tokens, completion_tokens, cached_tokens);
+            yield json_event(&meta.response(Vec::new(), Some(usage)));
         }
         yield done_event();
     };

@@ -3,6 +3,7 @@
 pub mod chat;
 pub mod completions;
 pub mod info;
+pub mod prefix_cache;
 pub mod tokenize;
 
 use crate::error::ApiError;

@@ -9,5 +9,6 @@ mod concurrency;
 mod engine_metrics;
 mod errors;
 mod harmony;
+mod prefix_cache;
 mod shutdown;
 mod tokenize;
