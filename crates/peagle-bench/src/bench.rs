@@ -78,7 +78,7 @@ pub async fn run(config: &BenchConfig) -> Result<BenchResult, BenchError> {
 }
 
 /// The first id `GET /v1/models` lists.
-async fn first_model(client: &reqwest::Client, base_url: &str) -> Result<String, BenchError> {
+pub(crate) async fn first_model(client: &reqwest::Client, base_url: &str) -> Result<String, BenchError> {
     let url = format!("{base_url}/v1/models");
     let unreachable = |source| BenchError::Unreachable {
         url: url.clone(),

@@ -1,6 +1,7 @@
 //! `peagle-bench`: drives an OpenAI-compatible server with streaming completions and measures
 //! throughput, latency (TTFT, TPOT, ITL) and, where the server exports them, speculative
-//! acceptance; `sweep` compares speculation modes, each on its own `peagle-serve`.
+//! acceptance; `sweep` compares speculation modes, each on its own `peagle-serve`, and
+//! `prefix` measures prefix caching against none.
 
 mod bench;
 mod config;
@@ -8,6 +9,7 @@ mod dataset;
 mod error;
 mod level;
 mod metrics;
+mod prefix;
 mod report;
 mod request;
 mod server_process;
@@ -22,6 +24,7 @@ pub use dataset::load_prompts;
 pub use error::BenchError;
 pub use level::LevelResult;
 pub use metrics::{counter, StepBreakdown};
+pub use prefix::{run_prefix, write_prefix_report, PrefixConfig, PrefixReport, PrefixRun};
 pub use report::{summary_table, write_report};
 pub use request::{per_token_gaps, RequestRecord};
 pub use stats::{percentile, Summary};

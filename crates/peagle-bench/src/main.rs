@@ -1,7 +1,7 @@
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 use peagle_bench::{compare, modes, run_sweep, summary_table, sweep_table, write_report, write_sweep_report};
-use peagle_bench::{positive, BenchConfig, SweepConfig, Workload};
+use peagle_bench::{positive, BenchConfig, PrefixConfig, SweepConfig, Workload};
 use std::path::PathBuf;
 
 /// Benchmarks an OpenAI-compatible server.
@@ -19,6 +19,46 @@ enum Command {
     /// Starts peagle-serve once per mode (no speculation, EAGLE-3 and P-EAGLE at several K), runs
     /// the same workload against each and writes one comparison.
     Sweep(SweepArgs),
+    /// Starts peagle-serve with prefix caching and without, and compares a shared-prefix
+    /// workload's TTFT and a multi-turn chat's throughput.
+    Prefix(PrefixArgs),
+}
+
+#[derive(Args)]
+struct PrefixArgs {
+    /// Target model (directory, preset or Hugging Face id), as peagle-serve takes it.
+    #[arg(long)]
+    model: String,
+    /// JSONL of {"prompt": ...}: system prompts are built from its lines, questions are their
+    /// first lines.
+    #[arg(long)]
+    dataset: PathBuf,
+    /// Tokens of the system prompt every shared-prefix request starts with.
+    #[arg(long, default_value_t = 700, value_parser = positive)]
+    prefix_tokens: usize,
+    /// Shared-prefix requests, sent one at a time after a warm-up one.
+    #[arg(long, default_value_t = 16, value_parser = positive)]
+    requests: usize,
+    /// Tokens of the multi-turn chats' system prompt.
+    #[arg(long, default_value_t = 300, value_parser = positive)]
+    chat_prefix_tokens: usize,
+    /// Chats at once.
+    #[arg(long, default_value_t = 4, value_parser = positive)]
+    conversations: usize,
+    #[arg(long, default_value_t = 4, value_parser = positive)]
+    turns: usize,
+    /// Tokens of every answer.
+    #[arg(long, default_value_t = 32, value_parser = positive)]
+    max_tokens: usize,
+    /// An argument for both servers, e.g. --server-arg=--draft-model=DIR (repeatable).
+    #[arg(long, allow_hyphen_values = true)]
+    server_arg: Vec<String>,
+    /// The peagle-serve binary. Default: the one next to peagle-bench.
+    #[arg(long)]
+    serve_bin: Option<PathBuf>,
+    /// Where prefix.json and prefix.md go.
+    #[arg(long, default_value = "bench-results/prefix")]
+    out: PathBuf,
 }
 
 #[derive(Args)]
@@ -78,6 +118,7 @@ async fn main() {
     let result = match Cli::parse().command {
         Command::Serve(args) => serve(args).await,
         Command::Sweep(args) => sweep(args).await,
+        Command::Prefix(args) => prefix(args).await,
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");
@@ -108,13 +149,39 @@ async fn serve(args: ServeArgs) -> Result<()> {
     Ok(())
 }
 
-async fn sweep(args: SweepArgs) -> Result<()> {
-    let serve_bin = match args.serve_bin {
-        Some(bin) => bin,
-        None => std::env::current_exe()
+/// The peagle-serve binary: `--serve-bin`, else the one next to peagle-bench.
+fn serve_bin(given: Option<PathBuf>) -> Result<PathBuf> {
+    match given {
+        Some(bin) => Ok(bin),
+        None => Ok(std::env::current_exe()
             .context("locating peagle-bench")?
-            .with_file_name("peagle-serve"),
+            .with_file_name("peagle-serve")),
+    }
+}
+
+async fn prefix(args: PrefixArgs) -> Result<()> {
+    let config = PrefixConfig {
+        serve_bin: serve_bin(args.serve_bin)?,
+        model: args.model,
+        server_args: args.server_arg,
+        dataset: args.dataset,
+        prefix_tokens: args.prefix_tokens,
+        requests: args.requests,
+        chat_prefix_tokens: args.chat_prefix_tokens,
+        conversations: args.conversations,
+        turns: args.turns,
+        max_tokens: args.max_tokens,
     };
+    peagle_bench::load_prompts(&config.dataset, 1)?;
+    let report = peagle_bench::run_prefix(&config).await?;
+    peagle_bench::write_prefix_report(&report, &args.out)?;
+    print!("{}", report.table());
+    eprintln!("wrote {}", args.out.display());
+    Ok(())
+}
+
+async fn sweep(args: SweepArgs) -> Result<()> {
+    let serve_bin = serve_bin(args.serve_bin)?;
     let config = SweepConfig {
         serve_bin,
         model: args.model,

@@ -32,13 +32,43 @@ pub struct RequestParams<'a> {
     pub endpoint: Endpoint,
 }
 
-/// Sends one streaming completion and times its chunks until `[DONE]`.
+/// Sends one streaming completion of `prompt` and times its chunks until `[DONE]`.
 pub async fn run_request(
     client: &reqwest::Client,
     params: &RequestParams<'_>,
     prompt: &str,
 ) -> Result<RequestRecord, BenchError> {
-    let mut body = serde_json::json!({
+    let body = match params.endpoint {
+        Endpoint::Completions => serde_json::json!({"prompt": prompt}),
+        Endpoint::Chat => serde_json::json!({"messages": [{"role": "user", "content": prompt}]}),
+    };
+    Ok(stream_request(client, params, body, params.endpoint).await?.0)
+}
+
+/// Sends one streaming chat completion of a whole conversation (`messages`); returns its
+/// timings and the answer's text.
+pub async fn run_chat(
+    client: &reqwest::Client,
+    params: &RequestParams<'_>,
+    messages: Value,
+) -> Result<(RequestRecord, String), BenchError> {
+    stream_request(
+        client,
+        params,
+        serde_json::json!({"messages": messages}),
+        Endpoint::Chat,
+    )
+    .await
+}
+
+/// Streams a request whose prompt or messages `body` holds, to `endpoint`.
+async fn stream_request(
+    client: &reqwest::Client,
+    params: &RequestParams<'_>,
+    mut body: Value,
+    endpoint: Endpoint,
+) -> Result<(RequestRecord, String), BenchError> {
+    let shared = serde_json::json!({
         "model": params.model,
         "max_tokens": params.max_tokens,
         "temperature": params.temperature,
@@ -47,15 +77,12 @@ pub async fn run_request(
         "stream": true,
         "stream_options": {"include_usage": true},
     });
-    let route = match params.endpoint {
-        Endpoint::Completions => {
-            body["prompt"] = prompt.into();
-            "completions"
-        }
-        Endpoint::Chat => {
-            body["messages"] = serde_json::json!([{"role": "user", "content": prompt}]);
-            "chat/completions"
-        }
+    for (key, value) in shared.as_object().expect("an object") {
+        body[key] = value.clone();
+    }
+    let route = match endpoint {
+        Endpoint::Completions => "completions",
+        Endpoint::Chat => "chat/completions",
     };
     let url = format!("{}/v1/{route}", params.url);
     let start = Instant::now();
@@ -80,6 +107,7 @@ pub async fn run_request(
     };
     let mut sse = SseBuffer::default();
     let mut chunk_times = Vec::new();
+    let mut answer = String::new();
     let mut usage_tokens = None;
     let mut bytes = response.bytes_stream();
     'read: while let Some(piece) = bytes.next().await {
@@ -94,10 +122,11 @@ pub async fn run_request(
                 return Err(bad(error.to_string()));
             }
             let choice = &event["choices"][0];
-            let text = match params.endpoint {
+            let text = match endpoint {
                 Endpoint::Completions => &choice["text"],
                 Endpoint::Chat => &choice["delta"]["content"],
             };
+            answer.push_str(text.as_str().unwrap_or_default());
             // Tokens may add no text (special tokens, the bytes of an unfinished character):
             // then the chunk that ends the choice marks their arrival.
             let has_text = text.as_str().is_some_and(|t| !t.is_empty());
@@ -116,12 +145,13 @@ pub async fn run_request(
     };
     // A server without include_usage support: each text chunk counts as one token.
     let completion_tokens = usage_tokens.unwrap_or(chunk_times.len());
-    Ok(RequestRecord {
+    let record = RequestRecord {
         ttft_ms,
         itl_ms: per_token_gaps(&chunk_times, completion_tokens),
         e2e_ms,
         completion_tokens,
-    })
+    };
+    Ok((record, answer))
 }
 
 /// Inter-token latencies from chunk arrival times. With speculative decoding one chunk carries

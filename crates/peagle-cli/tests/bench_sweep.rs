@@ -200,3 +200,38 @@ async fn a_level_that_lost_requests_is_listed_and_not_compared() {
     let report = compare(&config, outcome);
     assert!(report.rows.iter().all(|r| r.output_throughput.is_empty()));
 }
+
+/// `peagle-bench prefix` on the tiny Llama: both servers run both workloads, and only the
+/// caching one finds prompt tokens cached.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prefix_compares_caching_with_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let dataset = dir.path().join("prompts.jsonl");
+    let lines: Vec<String> = (0..12)
+        .map(|i| format!("{{\"prompt\": \"def f{i}(x):\\n    return [y * {i} for y in range(x)]\"}}"))
+        .collect();
+    std::fs::write(&dataset, lines.join("\n")).unwrap();
+    let config = peagle_bench::PrefixConfig {
+        serve_bin: PathBuf::from(env!("CARGO_BIN_EXE_peagle-serve")),
+        model: fixture("tiny-llama"),
+        server_args: vec![],
+        dataset,
+        prefix_tokens: 40,
+        requests: 2,
+        chat_prefix_tokens: 20,
+        conversations: 2,
+        turns: 2,
+        max_tokens: 4,
+    };
+    let report = peagle_bench::run_prefix(&config).await.unwrap();
+    assert!(!report.without.caching && report.with.caching);
+    assert_eq!(report.without.hit_rate, 0.0);
+    assert!(report.with.hit_rate > 0.2, "{report:?}");
+    assert!(report.with.shared_prefix_tokens >= 40);
+    let out = dir.path().join("prefix");
+    peagle_bench::write_prefix_report(&report, &out).unwrap();
+    let md = std::fs::read_to_string(out.join("prefix.md")).unwrap();
+    assert!(md.contains("median TTFT") && md.contains("tokens/s"), "{md}");
+    let json: Value = serde_json::from_str(&std::fs::read_to_string(out.join("prefix.json")).unwrap()).unwrap();
+    assert_eq!(json["with"]["caching"], true);
+}
