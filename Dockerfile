@@ -29,10 +29,10 @@ RUN apt-get update \
     && apt-get install -y --no-install-recommends ca-certificates curl \
     && rm -rf /var/lib/apt/lists/*
 COPY --from=builder /usr/local/bin/peagle-serve /usr/local/bin/peagle-serve
-# peagle-serve finds models/ (the demo) and configs/ (presets) in its working directory.
+# peagle-serve finds models/ (the demo) in its working directory; the presets are built in, and
+# models named by Hugging Face id are downloaded into the HF cache volume.
 WORKDIR /opt/peagle
 COPY models ./models
-COPY configs ./configs
 ENV HF_HOME=/root/.cache/huggingface \
     PEAGLE_HOST=0.0.0.0 \
     RUST_LOG=info
