@@ -1,7 +1,7 @@
 //! Errors as OpenAI clients expect them: an HTTP status and
 //! `{"error": {"message", "type", "param", "code"}}`, so SDKs raise the right exception.
 
-use axum::http::StatusCode;
+use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use peagle_engine::SubmitError;
@@ -114,7 +114,36 @@ impl From<SubmitError> for ApiError {
 }
 
 impl IntoResponse for ApiError {
+    /// The JSON error, with the headers HTTP asks for: a 503 says when to retry, a 401 which
+    /// scheme authenticates.
     fn into_response(self) -> Response {
-        (self.status, Json(self.body())).into_response()
+        let mut response = (self.status, Json(self.body())).into_response();
+        let headers = response.headers_mut();
+        match self.status {
+            StatusCode::SERVICE_UNAVAILABLE => {
+                headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            }
+            StatusCode::UNAUTHORIZED => {
+                headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            }
+            _ => {}
+        }
+        response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusals_carry_the_headers_http_asks_for() {
+        let busy = ApiError::from(SubmitError::ShuttingDown).into_response();
+        assert_eq!(busy.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(busy.headers()[header::RETRY_AFTER], "1");
+        let denied = ApiError::unauthorized().into_response();
+        assert_eq!(denied.headers()[header::WWW_AUTHENTICATE], "Bearer");
+        let invalid = ApiError::invalid(None, "no").into_response();
+        assert!(invalid.headers().get(header::RETRY_AFTER).is_none());
     }
 }

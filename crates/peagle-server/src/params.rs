@@ -176,7 +176,8 @@ impl ChoiceTemplate {
                     "This model's maximum context length is {max_model_len} tokens. However, you requested {} tokens \
                      ({prompt_len} in the input, {m} in the completion). Please reduce the length of the input or \
                      of the completion.",
-                    prompt_len as i64 + m
+                    // Wide enough that a max_tokens near i64::MAX cannot overflow the sum.
+                    prompt_len as u128 + m as u128
                 ),
             )),
             Some(m) => Ok(m as usize),
@@ -372,6 +373,8 @@ mod tests {
         assert_eq!(max_tokens(Some(90), 10).unwrap(), 90);
         assert!(max_tokens(Some(91), 10).is_err());
         assert!(max_tokens(Some(0), 10).is_err());
+        let huge = format!("{:?}", max_tokens(Some(i64::MAX), 10).unwrap_err());
+        assert!(huge.contains("you requested 9223372036854775817 tokens"), "{huge}");
         assert!(check_prompt(0, 100, "prompt").is_err());
         assert!(check_prompt(100, 100, "prompt").is_err());
         assert!(check_prompt(99, 100, "prompt").is_ok());
