@@ -155,21 +155,17 @@ fn marker_prefix_len(text: &str) -> usize {
 
 /// A header's channel and recipient: `[ROLE][ to=RECIPIENT]<|channel|>CHANNEL[ to=RECIPIENT][ TYPE]`.
 fn parse_header(header: &str) -> (Option<String>, Option<String>) {
-    let channel = header.split_once(CHANNEL).and_then(|(_, after)| {
-        let name = after
-            .split(|c: char| c.is_whitespace() || c == '<')
-            .next()
-            .unwrap_or("");
-        (!name.is_empty()).then(|| name.to_string())
-    });
-    let recipient = header.split_once("to=").and_then(|(_, after)| {
-        let name = after
-            .split(|c: char| c.is_whitespace() || c == '<')
-            .next()
-            .unwrap_or("");
-        (!name.is_empty()).then(|| name.to_string())
-    });
-    (channel, recipient)
+    (word_after(header, CHANNEL), word_after(header, "to="))
+}
+
+/// The word right after the first `prefix` in `header`, up to whitespace or a marker.
+fn word_after(header: &str, prefix: &str) -> Option<String> {
+    let (_, after) = header.split_once(prefix)?;
+    let word = after
+        .split(|c: char| c.is_whitespace() || c == '<')
+        .next()
+        .unwrap_or("");
+    (!word.is_empty()).then(|| word.to_string())
 }
 
 #[cfg(test)]
