@@ -314,6 +314,17 @@ def random_prompt(seed, length):
     return torch.randint(2, VOCAB_SIZE, (length,), generator=gen, dtype=torch.int64)
 
 
+def reference_entries(i, ids, logits, hidden_in, prenorm, tokens):
+    """Prompt i's tensors in reference.safetensors, as the Rust golden tests read them."""
+    return {
+        f"p{i}.input_ids": ids.contiguous(),
+        f"p{i}.logits": logits.float().contiguous(),
+        f"p{i}.hidden_in": hidden_in.float().contiguous(),
+        f"p{i}.prenorm": prenorm.float().contiguous(),
+        f"p{i}.greedy": tokens.contiguous(),
+    }
+
+
 def forward_with_captures(model, ids):
     """One forward over the whole prompt; returns logits, hidden_in, prenorm."""
     layers = model.model.layers
@@ -395,11 +406,7 @@ def make_reference(name, out_dir):
             f"logits std={logits.std().item():.3f}"
         )
         assert logits.std().item() > 0.5, "logits too flat to be a useful reference"
-        tensors[f"p{i}.input_ids"] = ids.contiguous()
-        tensors[f"p{i}.logits"] = logits.float().contiguous()
-        tensors[f"p{i}.hidden_in"] = hidden_in.float().contiguous()
-        tensors[f"p{i}.prenorm"] = prenorm.float().contiguous()
-        tensors[f"p{i}.greedy"] = tokens.contiguous()
+        tensors.update(reference_entries(i, ids, logits, hidden_in, prenorm, tokens))
     path = out_dir / "reference.safetensors"
     save_file(tensors, str(path))
     return model, tensors

@@ -43,6 +43,7 @@ from make_fixtures import (  # noqa: E402
     PROMPT_LENGTHS,
     VOCAB_SIZE,
     forward_with_captures,
+    reference_entries,
     greedy,
     random_prompt,
     save_tokenizer,
@@ -169,11 +170,7 @@ def reference(model, out_dir):
             print(f"  !! record PROMPT_SEEDS[{i}] = {seed} in this script")
         logits, hidden_in, prenorm = forward_with_captures(model, ids)
         print(f"  p{i}: n={length} seed={seed} min top-2 gap={gap:.4f} logits std={logits.std().item():.3f}")
-        tensors[f"p{i}.input_ids"] = ids.contiguous()
-        tensors[f"p{i}.logits"] = logits.float().contiguous()
-        tensors[f"p{i}.hidden_in"] = hidden_in.float().contiguous()
-        tensors[f"p{i}.prenorm"] = prenorm.float().contiguous()
-        tensors[f"p{i}.greedy"] = tokens.contiguous()
+        tensors.update(reference_entries(i, ids, logits, hidden_in, prenorm, tokens))
     save_file(tensors, str(out_dir / "reference.safetensors"))
     return tensors
 

@@ -60,6 +60,7 @@ from make_fixtures import (  # noqa: E402
     VOCAB_SIZE,
     build_model,
     forward_with_captures,
+    reference_entries,
     greedy,
     print_sizes,
     random_prompt,
@@ -332,11 +333,7 @@ def make_reference(model, out_dir):
             f"logits std={logits.std().item():.3f} expert use per sparse layer={counts}"
         )
         assert logits.std().item() > 0.5, "logits too flat to be a useful reference"
-        tensors[f"p{i}.input_ids"] = ids.contiguous()
-        tensors[f"p{i}.logits"] = logits.float().contiguous()
-        tensors[f"p{i}.hidden_in"] = hidden_in.float().contiguous()
-        tensors[f"p{i}.prenorm"] = prenorm.float().contiguous()
-        tensors[f"p{i}.greedy"] = tokens.contiguous()
+        tensors.update(reference_entries(i, ids, logits, hidden_in, prenorm, tokens))
     save_file(tensors, str(out_dir / "reference.safetensors"))
     return tensors
 
