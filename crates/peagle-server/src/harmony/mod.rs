@@ -27,6 +27,33 @@ pub const RETURN: &str = "<|return|>";
 pub const CALL: &str = "<|call|>";
 const MARKERS: [&str; 7] = [START, END, MESSAGE, CHANNEL, CONSTRAIN, RETURN, CALL];
 
+/// A harmony answer's text split by channel as it streams: `analysis` is reasoning, every
+/// other message (`final`, a `commentary` preamble) is content.
+#[derive(Default)]
+pub struct Channels {
+    parser: Parser,
+    reasoning: bool,
+}
+
+impl Channels {
+    /// The reasoning and content that `text` adds; `last` flushes what the parser held back.
+    pub fn split(&mut self, text: &str, last: bool) -> (String, String) {
+        let mut events = self.parser.feed(text);
+        if last {
+            events.extend(self.parser.finish());
+        }
+        let (mut reasoning, mut content) = (String::new(), String::new());
+        for event in events {
+            match event {
+                Event::Message { channel, .. } => self.reasoning = channel.as_deref() == Some("analysis"),
+                Event::Text(text) if self.reasoning => reasoning += &text,
+                Event::Text(text) => content += &text,
+            }
+        }
+        (reasoning, content)
+    }
+}
+
 /// A model's harmony tokens.
 #[derive(Debug, Clone)]
 pub struct Harmony {

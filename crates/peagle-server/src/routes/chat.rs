@@ -145,7 +145,7 @@ pub async fn chat_completions(
         };
         let channels = harmony
             .is_some()
-            .then(|| choices.iter().map(|_| Channels::default()).collect());
+            .then(|| choices.iter().map(|_| harmony::Channels::default()).collect());
         return Ok(stream(meta, choices, opening, prompt.len(), usage, channels).into_response());
     }
     let outcomes = try_join_all(choices.into_iter().map(Choice::collect)).await?;
@@ -158,7 +158,7 @@ pub async fn chat_completions(
             index,
             message: Some(match harmony {
                 Some(_) => {
-                    let mut channels = Channels::default();
+                    let mut channels = harmony::Channels::default();
                     let (reasoning, content) = channels.split(&o.text, true);
                     Message {
                         role: role.clone(),
@@ -237,33 +237,6 @@ fn prompt_text(state: &AppState, messages: &[ChatMessage], render: &ChatRender) 
     rendered.map_err(|e| ApiError::invalid(Some("messages"), format!("chat template: {e}")))
 }
 
-/// A harmony answer's text split by channel as it streams: `analysis` is reasoning, every
-/// other message (`final`, a `commentary` preamble) is content.
-#[derive(Default)]
-struct Channels {
-    parser: harmony::Parser,
-    reasoning: bool,
-}
-
-impl Channels {
-    /// The reasoning and content that `text` adds; `last` flushes what the parser held back.
-    fn split(&mut self, text: &str, last: bool) -> (String, String) {
-        let mut events = self.parser.feed(text);
-        if last {
-            events.extend(self.parser.finish());
-        }
-        let (mut reasoning, mut content) = (String::new(), String::new());
-        for event in events {
-            match event {
-                harmony::Event::Message { channel, .. } => self.reasoning = channel.as_deref() == Some("analysis"),
-                harmony::Event::Text(text) if self.reasoning => reasoning += &text,
-                harmony::Event::Text(text) => content += &text,
-            }
-        }
-        (reasoning, content)
-    }
-}
-
 /// The answer's role: the assistant's for a new turn, else (continuing or not) the final
 /// message's, as vLLM names it.
 fn answer_role(messages: &[ChatMessage], render: &ChatRender) -> String {
@@ -290,7 +263,7 @@ fn stream(
     opening: Delta,
     prompt_tokens: usize,
     usage: StreamUsage,
-    mut channels: Option<Vec<Channels>>,
+    mut channels: Option<Vec<harmony::Channels>>,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
     let with_logprobs = |tokens: &[TokenLogprob]| (!tokens.is_empty()).then(|| ChatLogprobs::new(tokens));
     let mut generated = vec![0; choices.len()];

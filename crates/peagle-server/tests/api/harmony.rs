@@ -6,7 +6,7 @@
 
 use crate::common::{Options, TestServer};
 use peagle_engine::DraftModel;
-use peagle_server::harmony::{self, Event, Parser, ReasoningEffort};
+use peagle_server::harmony::{self, Channels, ReasoningEffort};
 use peagle_server::protocol::chat::ChatMessage;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -117,22 +117,6 @@ async fn chat_prompts_are_rendered_as_harmony() {
     assert!(body["error"]["message"].as_str().unwrap().contains("harmony"), "{body}");
 }
 
-/// The reasoning and content that parsing `text` gives.
-fn split(text: &str) -> (String, String) {
-    let mut parser = Parser::default();
-    let mut events = parser.feed(text);
-    events.extend(parser.finish());
-    let (mut reasoning, mut content, mut in_analysis) = (String::new(), String::new(), false);
-    for event in events {
-        match event {
-            Event::Message { channel, .. } => in_analysis = channel.as_deref() == Some("analysis"),
-            Event::Text(t) if in_analysis => reasoning += &t,
-            Event::Text(t) => content += &t,
-        }
-    }
-    (reasoning, content)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn answers_split_reasoning_from_content_streamed_or_not() {
     let model = harmony_gpt_oss();
@@ -171,7 +155,11 @@ async fn answers_split_reasoning_from_content_streamed_or_not() {
         )
         .await;
     let text = raw["choices"][0]["text"].as_str().unwrap();
-    assert_eq!(split(text), (reasoning, content), "raw: {text:?}");
+    assert_eq!(
+        Channels::default().split(text, true),
+        (reasoning, content),
+        "raw: {text:?}"
+    );
     assert_eq!(
         body["usage"]["completion_tokens"], raw["usage"]["completion_tokens"],
         "{body} {raw}"
