@@ -143,6 +143,57 @@ fn serves_behind_an_api_key_and_stops_on_sigterm() {
     server.stop("-TERM");
 }
 
+/// At the open-file limit, connections idle the longest are closed to make room: half-open
+/// connections beyond what the limit holds cannot lock out a new client. Their timeouts are
+/// long here, so only shedding can close them.
+#[test]
+fn at_the_open_file_limit_idle_connections_make_room_for_new_clients() {
+    let model = fixture("tiny-llama");
+    let mut command = Command::new("sh");
+    command
+        .args([
+            "-c",
+            r#"ulimit -n 160 && exec "$0" "$@""#,
+            env!("CARGO_BIN_EXE_peagle-serve"),
+        ])
+        .args([
+            "--model",
+            &model,
+            "--header-timeout",
+            "600",
+            "--timeout-keep-alive",
+            "600",
+        ])
+        .env("RUST_LOG", "warn");
+    let server = Serve::spawn(command);
+    let half_open: Vec<TcpStream> = (0..300)
+        .map(|_| {
+            let mut stream = TcpStream::connect(&server.addr).unwrap();
+            stream
+                .write_all(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n")
+                .unwrap();
+            stream
+        })
+        .collect();
+    let (tx, rx) = mpsc::channel();
+    let addr = server.addr.clone();
+    std::thread::spawn(move || {
+        let mut stream = TcpStream::connect(&addr).unwrap();
+        stream
+            .write_all(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let mut response = String::new();
+        let _ = stream.read_to_string(&mut response);
+        let _ = tx.send(response);
+    });
+    let response = rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("a new client got no answer at the open-file limit");
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    drop(half_open);
+    server.stop("-TERM");
+}
+
 /// `--fixed-k` keeps every draft at the full K that `--speculative-config` asks for.
 #[test]
 fn speculative_config_turns_on_drafting() {

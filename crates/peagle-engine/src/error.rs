@@ -33,7 +33,7 @@ pub enum SubmitError {
     /// Bad request: the error names the field at fault.
     #[error(transparent)]
     Invalid(InvalidRequest),
-    #[error("the server is busy: {waiting} requests are waiting (limit {limit}); retry later")]
+    #[error("the server is busy: {waiting} sequences are waiting (limit {limit}); retry later")]
     QueueFull { waiting: usize, limit: usize },
     #[error("the server is shutting down")]
     ShuttingDown,

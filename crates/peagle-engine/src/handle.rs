@@ -23,6 +23,9 @@ struct Shared {
     /// count in `metrics.waiting`: the engine's own count would leave them out until then,
     /// and let a full queue take more.
     in_transit: usize,
+    /// Set by `shutdown`: later submissions are refused here, so none reaches an engine that
+    /// no longer takes them.
+    shutting_down: bool,
 }
 
 /// The way in: cheap to clone, usable from any thread or task.
@@ -45,6 +48,7 @@ impl EngineHandle {
                 ..Default::default()
             },
             in_transit: 0,
+            shutting_down: false,
         }));
         let handle = Self {
             commands,
@@ -78,32 +82,34 @@ impl EngineHandle {
         Ok(self.submit_all(vec![request])?.remove(0))
     }
 
-    /// Queues requests that belong together (the choices of one response), all or none. The
-    /// queue limit is checked once: a response with more choices than the limit still gets in
-    /// while the queue is below it, where a check per choice would refuse it forever.
+    /// Queues requests that belong together (the choices of one response), all or none. Each
+    /// counts against the queue limit: they must all fit in the room left, unless the queue is
+    /// empty, so that a response with more choices than the limit is not refused forever (the
+    /// server caps choices per response).
     pub fn submit_all(&self, requests: Vec<Request>) -> Result<Vec<UnboundedReceiver<Event>>, SubmitError> {
         for r in &requests {
             r.validate(self.max_model_len, self.vocab_size)
                 .map_err(SubmitError::Invalid)?;
         }
         let count = requests.len();
-        {
-            let mut shared = self.shared.lock().expect("metrics lock");
-            let waiting = shared.metrics.waiting;
-            if waiting >= self.max_waiting {
-                return Err(SubmitError::QueueFull {
-                    waiting,
-                    limit: self.max_waiting,
-                });
-            }
-            shared.metrics.waiting += count;
-            shared.in_transit += count;
+        // Held while sending, so a shutdown comes wholly before or after these submissions.
+        let mut shared = self.shared.lock().expect("metrics lock");
+        if shared.shutting_down {
+            return Err(SubmitError::ShuttingDown);
         }
+        let waiting = shared.metrics.waiting;
+        if waiting > 0 && waiting + count > self.max_waiting {
+            return Err(SubmitError::QueueFull {
+                waiting,
+                limit: self.max_waiting,
+            });
+        }
+        shared.metrics.waiting += count;
+        shared.in_transit += count;
         let mut receivers = Vec::with_capacity(count);
         for (sent, request) in requests.into_iter().enumerate() {
             let (tx, rx) = unbounded_channel();
             if self.commands.send(Command::Submit(Box::new((request, tx)))).is_err() {
-                let mut shared = self.shared.lock().expect("metrics lock");
                 shared.metrics.waiting -= count - sent;
                 shared.in_transit -= count - sent;
                 return Err(SubmitError::ShuttingDown);
@@ -124,6 +130,8 @@ impl EngineHandle {
 
     /// Refuses new requests from now on; those already queued or running still finish.
     pub fn shutdown(&self) {
+        let mut shared = self.shared.lock().expect("metrics lock");
+        shared.shutting_down = true;
         let _ = self.commands.send(Command::Shutdown);
     }
 }

@@ -1,14 +1,14 @@
-//! The router: OpenAI routes and vLLM's /tokenize and /detokenize behind the API key, open
-//! /health and /metrics, and OpenAI-style errors for everything axum would otherwise answer in
-//! plain text (unknown routes, wrong methods, oversized bodies) or not at all (a panicking
-//! handler). CORS comes first, so browsers' preflight requests need no key, as in vLLM.
+//! The router: OpenAI routes and vLLM's /tokenize and /detokenize behind the API key (as is
+//! every unknown path), open /health and /metrics, and OpenAI-style errors for everything axum
+//! would otherwise answer in plain text (unknown routes, wrong methods) or not at all (a
+//! panicking handler). CORS comes first, so browsers' preflight requests need no key, as in
+//! vLLM.
 
 use crate::auth::require_api_key;
 use crate::error::ApiError;
 use crate::request_id::request_id_header;
 use crate::routes::{chat, completions, info, prefix_cache, tokenize};
 use crate::state::{AppState, ServerConfig};
-use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -19,7 +19,7 @@ use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::cors::{AllowHeaders, AllowMethods, AllowOrigin, CorsLayer};
 
 pub fn routes(state: Arc<AppState>) -> Router {
-    let guarded = Router::new()
+    Router::new()
         .route("/v1/completions", post(completions::completions))
         .route("/v1/chat/completions", post(chat::chat_completions))
         .route("/v1/models", get(info::models))
@@ -27,9 +27,6 @@ pub fn routes(state: Arc<AppState>) -> Router {
         .route("/tokenize", post(tokenize::tokenize))
         .route("/detokenize", post(tokenize::detokenize))
         .route("/reset_prefix_cache", post(prefix_cache::reset_prefix_cache))
-        .route_layer(middleware::from_fn_with_state(state.clone(), require_api_key));
-    Router::new()
-        .merge(guarded)
         .route("/health", get(info::health))
         .route("/metrics", get(info::metrics))
         .with_state(state)
@@ -40,7 +37,7 @@ pub fn app(routes: Router, config: &ServerConfig) -> Result<Router, InvalidOrigi
     let mut app = routes
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
-        .layer(DefaultBodyLimit::max(config.max_body_bytes))
+        .layer(middleware::from_fn_with_state(config.api_key.clone(), require_api_key))
         .layer(CatchPanicLayer::custom(panic_response));
     if config.request_id_headers {
         app = app.layer(middleware::from_fn(request_id_header));

@@ -1,24 +1,29 @@
-//! `--api-key`: /v1 routes need `Authorization: Bearer <key>`; /health and /metrics stay open
-//! for probes and scrapers, as in vLLM.
+//! `--api-key`: every path needs `Authorization: Bearer <key>`, unknown ones included (a 404
+//! or 405 would tell a client without the key which routes exist); /health and /metrics stay
+//! open for probes and scrapers, as in vLLM.
 
 use crate::error::ApiError;
-use crate::state::AppState;
 use axum::extract::{Request, State};
 use axum::http::header::AUTHORIZATION;
 use axum::middleware::Next;
 use axum::response::Response;
-use std::sync::Arc;
+
+/// Paths open without the key.
+const OPEN_PATHS: [&str; 2] = ["/health", "/metrics"];
 
 pub async fn require_api_key(
-    State(state): State<Arc<AppState>>,
+    State(key): State<Option<String>>,
     req: Request,
     next: Next,
 ) -> Result<Response, ApiError> {
     // An empty key (`--api-key ''`, an unset variable) is no key, as vLLM takes it: no client
     // could ever send it.
-    let Some(key) = state.config.api_key.as_ref().filter(|k| !k.is_empty()) else {
+    let Some(key) = key.as_ref().filter(|k| !k.is_empty()) else {
         return Ok(next.run(req).await);
     };
+    if OPEN_PATHS.contains(&req.uri().path()) {
+        return Ok(next.run(req).await);
+    }
     let given = req
         .headers()
         .get(AUTHORIZATION)

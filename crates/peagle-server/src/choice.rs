@@ -1,18 +1,16 @@
-//! One choice of a response: an engine request's token events turned into text updates.
-//! Tokens are detokenized incrementally, stop strings end the choice (dropping the engine
-//! receiver, which cancels the request and frees its KV blocks at once), and latencies are
-//! recorded for /metrics. Dropping a `Choice` (client gone) cancels its request the same way.
+//! One choice of a response, as the route sees it: a stream of text updates, made from the
+//! engine's token events by a `ChoiceText` on the text workers. Dropping a `Choice` (client
+//! gone) ends its worker, which cancels the engine request and frees its KV blocks.
 
+use crate::choice_text::ChoiceText;
 use crate::error::ApiError;
-use crate::metrics::ChoiceEnd;
 use crate::params::TextOptions;
 use crate::protocol::{StopReason, TokenLogprob};
 use crate::state::AppState;
-use crate::stop::StopChecker;
-use peagle_engine::{Event, FinishReason, IncrementalDecoder, Request, TokenOutput};
+use peagle_engine::{FinishReason, Request};
 use std::sync::Arc;
 use std::time::Instant;
-use tokio::sync::mpsc::UnboundedReceiver;
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Finish {
@@ -44,105 +42,31 @@ pub struct Outcome {
 }
 
 pub struct Choice {
-    state: Arc<AppState>,
-    /// None once the engine request is over or cancelled.
-    events: Option<UnboundedReceiver<Event>>,
-    decoder: IncrementalDecoder,
-    stop: StopChecker,
-    /// The stop token that ends the choice stays in its text.
-    include_stop: bool,
-    skip_special: bool,
-    /// Stop strings are looked for only in the text after this many tokens (vLLM's rule).
-    min_tokens: usize,
-    logprobs: bool,
-    arrived: Instant,
-    /// When the engine first scheduled it.
-    scheduled: Option<Instant>,
-    first_token: Option<Instant>,
-    last_event: Option<Instant>,
-    prompt_tokens: usize,
-    completion_tokens: usize,
-    cached_tokens: usize,
-    text_offset: usize,
-    finished: bool,
-}
-
-enum Next {
-    Event(Option<Event>),
-    Abort,
+    updates: UnboundedReceiver<Result<Update, ApiError>>,
 }
 
 impl Choice {
-    /// Submits a response's choices to the engine, all or none; `arrived` is when the HTTP
-    /// request came in (TTFT).
+    /// Submits a response's choices to the engine, all or none, and starts their text work;
+    /// `arrived` is when the HTTP request came in (TTFT).
     pub fn start_all(
         state: &Arc<AppState>,
         requests: Vec<Request>,
         text: &TextOptions,
         arrived: Instant,
     ) -> Result<Vec<Self>, ApiError> {
-        let settings: Vec<(bool, usize, usize)> = requests
-            .iter()
-            .map(|r| (r.logprobs.is_some(), r.params.min_tokens, r.prompt.len()))
-            .collect();
-        let receivers = state.engine.submit_all(requests)?;
-        let choices = receivers
-            .into_iter()
-            .zip(settings)
-            .map(|(events, (logprobs, min_tokens, prompt_tokens))| Self {
-                state: state.clone(),
-                events: Some(events),
-                decoder: IncrementalDecoder::new(),
-                stop: StopChecker::new(text.stop.clone(), text.include_stop),
-                include_stop: text.include_stop,
-                skip_special: text.skip_special,
-                min_tokens,
-                logprobs,
-                arrived,
-                scheduled: None,
-                first_token: None,
-                last_event: None,
-                prompt_tokens,
-                completion_tokens: 0,
-                cached_tokens: 0,
-                text_offset: 0,
-                finished: false,
-            });
+        let texts = ChoiceText::start_all(state, requests, text, arrived)?;
+        let choices = texts.into_iter().map(|worker| {
+            let (updates, rx) = unbounded_channel();
+            state.text_workers.spawn(run(worker, updates));
+            Self { updates: rx }
+        });
         Ok(choices.collect())
     }
 
     /// The next update, or None after the last one. An engine failure is an error and ends
     /// the choice.
     pub async fn next(&mut self) -> Option<Result<Update, ApiError>> {
-        let result = loop {
-            let events = self.events.as_mut().filter(|_| !self.finished)?;
-            let mut abort = self.state.abort.clone();
-            let next = tokio::select! {
-                event = events.recv() => Next::Event(event),
-                Ok(_) = abort.wait_for(|abort| *abort) => Next::Abort,
-            };
-            break match next {
-                Next::Event(Some(Event::Scheduled(at))) => {
-                    self.scheduled(at);
-                    continue;
-                }
-                Next::Event(Some(Event::PromptLogprobs(tokens))) => self.prompt(tokens),
-                Next::Event(Some(Event::Tokens(tokens))) => self.tokens(tokens),
-                Next::Event(Some(Event::Finished {
-                    reason, cached_tokens, ..
-                })) => {
-                    self.cached_tokens = cached_tokens;
-                    self.end(reason, None)
-                }
-                Next::Abort => self.end(FinishReason::Abort, None),
-                Next::Event(Some(Event::Failed(message))) => Err(ApiError::internal(message)),
-                Next::Event(None) => Err(ApiError::internal("the engine stopped before the request finished")),
-            };
-        };
-        if result.is_err() {
-            self.finish(FinishReason::Abort, None);
-        }
-        Some(result)
+        self.updates.recv().await
     }
 
     /// Runs the choice to its end.
@@ -159,145 +83,19 @@ impl Choice {
         }
         Err(ApiError::internal("the choice ended without finishing"))
     }
-
-    /// The prompt's tokens with their log-probabilities (echo with logprobs): entries only,
-    /// the echoed text is the route's.
-    fn prompt(&mut self, tokens: Vec<TokenOutput>) -> Result<Update, ApiError> {
-        Ok(Update {
-            logprobs: tokens.iter().map(|t| self.logprob(t)).collect::<Result<_, _>>()?,
-            ..Update::default()
-        })
-    }
-
-    fn scheduled(&mut self, at: Instant) {
-        self.scheduled = Some(at);
-        self.state
-            .metrics
-            .queued(at.saturating_duration_since(self.arrived).as_secs_f64());
-    }
-
-    fn tokens(&mut self, tokens: Vec<TokenOutput>) -> Result<Update, ApiError> {
-        let now = Instant::now();
-        match self.last_event {
-            None => {
-                self.first_token = Some(now);
-                self.state.metrics.first_token((now - self.arrived).as_secs_f64());
-            }
-            Some(last) => self.state.metrics.next_token((now - last).as_secs_f64()),
-        }
-        self.last_event = Some(now);
-        let mut update = Update::default();
-        for token in tokens {
-            self.completion_tokens += 1;
-            update.tokens += 1;
-            if self.logprobs {
-                update.logprobs.push(self.logprob(&token)?);
-            }
-            let silent =
-                (token.stops && !self.include_stop) || self.skip_special && self.state.model.is_special(token.id);
-            let piece = match silent {
-                true => String::new(),
-                false => self
-                    .decoder
-                    .push(self.state.model.tokenizer(), token.id)
-                    .map_err(|e| ApiError::internal(format!("detokenizing: {e}")))?,
-            };
-            let (text, stop) = if self.completion_tokens <= self.min_tokens {
-                (piece, None)
-            } else {
-                self.stop.push(&piece)
-            };
-            update.text.push_str(&text);
-            if let Some(stop) = stop {
-                // Tokens after the stop string (same event) are not part of the answer.
-                update.finish = Some(self.finish(FinishReason::Stop, Some(StopReason::Text(stop))));
-                return Ok(update);
-            }
-        }
-        Ok(update)
-    }
-
-    /// The engine is done (or the server gives up): release held-back text.
-    fn end(&mut self, reason: FinishReason, stop_reason: Option<StopReason>) -> Result<Update, ApiError> {
-        let piece = self
-            .decoder
-            .flush(self.state.model.tokenizer())
-            .map_err(|e| ApiError::internal(format!("detokenizing: {e}")))?;
-        let (mut text, stop) = self.stop.push(&piece);
-        let finish = match stop {
-            Some(stop) => self.finish(FinishReason::Stop, Some(StopReason::Text(stop))),
-            None => {
-                text.push_str(&self.stop.flush());
-                self.finish(reason, stop_reason)
-            }
-        };
-        Ok(Update {
-            text,
-            finish: Some(finish),
-            ..Update::default()
-        })
-    }
-
-    /// `stop_reason` is the stop string that ended the choice; a stop token names itself.
-    fn finish(&mut self, reason: FinishReason, stop_reason: Option<StopReason>) -> Finish {
-        self.finished = true;
-        // Cancels the engine request if it is still running (stop string, abort).
-        self.events = None;
-        self.record_end(reason);
-        let stop_token = match reason {
-            FinishReason::StopToken(id) => Some(StopReason::Token(id)),
-            _ => None,
-        };
-        Finish {
-            reason,
-            stop_reason: stop_reason.or(stop_token),
-            completion_tokens: self.completion_tokens,
-            cached_tokens: self.cached_tokens,
-        }
-    }
-
-    fn record_end(&self, reason: FinishReason) {
-        self.state.metrics.finished(ChoiceEnd {
-            reason,
-            seconds: self.arrived.elapsed().as_secs_f64(),
-            inference_seconds: self.scheduled.map(|t| t.elapsed().as_secs_f64()),
-            prefill_seconds: self
-                .scheduled
-                .zip(self.first_token)
-                .map(|(s, f)| f.saturating_duration_since(s).as_secs_f64()),
-            decode_seconds: self.first_token.map(|t| t.elapsed().as_secs_f64()),
-            prompt_tokens: self.prompt_tokens,
-            completion_tokens: self.completion_tokens,
-        });
-    }
-
-    fn logprob(&mut self, t: &TokenOutput) -> Result<TokenLogprob, ApiError> {
-        let model = &self.state.model;
-        let token = model.decode(&[t.id])?;
-        let top = t
-            .top_logprobs
-            .iter()
-            .map(|(id, lp)| model.decode(&[*id]).map(|s| (s, *lp)))
-            .collect::<Result<_, _>>()?;
-        let entry = TokenLogprob {
-            logprob: t.logprob,
-            top,
-            text_offset: self.text_offset,
-            token,
-        };
-        // Special tokens keep their name in the entry but add no text (BOS, an ignored EOS).
-        if !(self.skip_special && model.is_special(t.id)) {
-            self.text_offset += entry.token.chars().count();
-        }
-        Ok(entry)
-    }
 }
 
-impl Drop for Choice {
-    /// A choice dropped before its end was abandoned by its client.
-    fn drop(&mut self) {
-        if !self.finished {
-            self.record_end(FinishReason::Abort);
+/// Feeds a choice's updates to its route until the last one, or until the route drops the
+/// choice.
+async fn run(mut worker: ChoiceText, updates: UnboundedSender<Result<Update, ApiError>>) {
+    loop {
+        let update = tokio::select! {
+            update = worker.next() => update,
+            _ = updates.closed() => return,
+        };
+        let Some(update) = update else { return };
+        if updates.send(update).is_err() {
+            return;
         }
     }
 }

@@ -6,7 +6,10 @@ mod app;
 mod auth;
 pub mod chat_template;
 pub mod choice;
+mod choice_text;
+mod connection;
 pub mod error;
+pub mod fd_limit;
 pub mod harmony;
 mod histogram;
 mod json_body;
@@ -21,6 +24,7 @@ mod server;
 mod sse;
 pub mod state;
 mod stop;
+mod text_workers;
 
 pub use error::ApiError;
 pub use loader::{start_engine, StartError};

@@ -13,6 +13,12 @@ use peagle_models::SamplingDefaults;
 pub const MAX_N: i64 = 16;
 /// Most alternatives per token in logprobs (vLLM's default limit).
 pub const MAX_LOGPROBS: i64 = 20;
+/// Most stop strings, and most bytes in all of them, per request. Each is looked for after
+/// every token; OpenAI takes 4, and no client we know of sends more than a few dozen.
+pub const MAX_STOP_STRINGS: usize = 256;
+pub const MAX_STOP_BYTES: usize = 16 << 10;
+/// Most stop token ids per request.
+pub const MAX_STOP_TOKEN_IDS: usize = 1024;
 
 /// The sampling settings a request's choices share.
 #[derive(Debug, Clone)]
@@ -75,10 +81,21 @@ impl SamplingRequest {
             }
         };
         let stop_token_ids = self.stop_token_ids.clone().unwrap_or_default();
+        if stop_token_ids.len() > MAX_STOP_TOKEN_IDS {
+            return Err(ApiError::invalid(
+                Some("stop_token_ids"),
+                format!(
+                    "at most {MAX_STOP_TOKEN_IDS} stop_token_ids, got {}",
+                    stop_token_ids.len()
+                ),
+            ));
+        }
+        let stop = self.stop.as_ref().map(|s| s.strings()).unwrap_or_default();
+        check_stop_strings(&stop)?;
         Ok(ChoiceTemplate {
             n: n as usize,
             text: TextOptions {
-                stop: self.stop.as_ref().map(|s| s.strings()).unwrap_or_default(),
+                stop,
                 include_stop: self.include_stop_str_in_output.unwrap_or(false),
                 skip_special: self.skip_special_tokens.unwrap_or(true),
             },
@@ -193,6 +210,20 @@ impl ChoiceTemplate {
     }
 }
 
+fn check_stop_strings(stop: &[String]) -> Result<(), ApiError> {
+    let bytes: usize = stop.iter().map(String::len).sum();
+    if stop.len() > MAX_STOP_STRINGS || bytes > MAX_STOP_BYTES {
+        return Err(ApiError::invalid(
+            Some("stop"),
+            format!(
+                "at most {MAX_STOP_STRINGS} stop strings of {MAX_STOP_BYTES} bytes in all, got {} of {bytes} bytes",
+                stop.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Every id in `ids` (the field `param`) must be below `vocab_size`.
 pub fn check_token_ids(ids: &[u32], vocab_size: usize, param: &str) -> Result<(), ApiError> {
     match ids.iter().find(|id| **id as usize >= vocab_size) {
@@ -202,6 +233,22 @@ pub fn check_token_ids(ids: &[u32], vocab_size: usize, param: &str) -> Result<()
         )),
         None => Ok(()),
     }
+}
+
+/// One request may run at most `limit` sequences (prompts × n, `--max-sequences-per-request`):
+/// each holds queue room, KV cache and memory for its text.
+pub fn check_sequences(prompts: usize, n: usize, limit: usize) -> Result<(), ApiError> {
+    let sequences = prompts.saturating_mul(n);
+    if sequences <= limit {
+        return Ok(());
+    }
+    Err(ApiError::invalid(
+        Some("n"),
+        format!(
+            "this request asks for {sequences} sequences ({prompts} prompts × n = {n}); the server runs at most \
+             {limit} per request"
+        ),
+    ))
 }
 
 /// A prompt must be non-empty and leave room for at least one generated token.

@@ -33,7 +33,17 @@ pub struct ServedModel {
     pub sampling_defaults: SamplingDefaults,
     /// Unix time the server started, reported as the model's `created`.
     pub created: u64,
+    /// Text of more than this many bytes per token of the limit cannot fit (see `encode`).
+    max_bytes_per_token: usize,
 }
+
+/// How much a normalizer can shrink text: composing characters (NFC, NFKC) turns at most three
+/// code points into one of a third of their bytes (Hangul jamo into a syllable).
+const NORMALIZER_SHRINK: usize = 3;
+
+/// Tokenizing text this long allocates hundreds of MB, which glibc keeps in the tokenizing
+/// thread's arena unless asked to give it back.
+const TRIM_AFTER_BYTES: usize = 1 << 20;
 
 impl ServedModel {
     /// Reads `tokenizer.json` and the chat template of a model directory.
@@ -52,7 +62,11 @@ impl ServedModel {
 
     pub fn new(name: String, tokenizer: Tokenizer, chat_template: Option<ChatTemplate>) -> Self {
         let special_ids = special_token_ids(&tokenizer);
+        // A vocabulary entry is spelled in at least as many bytes as its token decodes to
+        // (byte-level BPE spells a byte in one or two, SentencePiece a space as the 3-byte ▁).
+        let longest_entry = tokenizer.get_vocab(true).keys().map(String::len).max().unwrap_or(1);
         Self {
+            max_bytes_per_token: longest_entry.max(1) * NORMALIZER_SHRINK,
             name,
             tokenizer,
             special_ids,
@@ -71,13 +85,31 @@ impl ServedModel {
         self.special_ids.contains(&id)
     }
 
-    /// Token ids of `text`; `add_special_tokens` adds what the tokenizer's post-processor adds
-    /// (a BOS, say), which a rendered chat template already contains.
-    pub fn encode(&self, text: &str, add_special_tokens: bool) -> Result<Vec<u32>, ApiError> {
-        self.tokenizer
-            .encode(text, add_special_tokens)
+    /// Token ids of the prompt `text` (the field `param`); `add_special_tokens` adds what the
+    /// tokenizer's post-processor adds (a BOS, say), which a rendered chat template already
+    /// contains. Text too long to fit `max_model_len` is refused before it is tokenized: no
+    /// token stands for more than `max_bytes_per_token` of its bytes, so its length in bytes
+    /// bounds its length in tokens from below.
+    pub fn encode(
+        &self,
+        text: &str,
+        add_special_tokens: bool,
+        max_model_len: usize,
+        param: &str,
+    ) -> Result<Vec<u32>, ApiError> {
+        let at_least = text.len() / self.max_bytes_per_token;
+        if at_least >= max_model_len {
+            return Err(prompt_too_long(at_least, max_model_len, param));
+        }
+        let ids = self
+            .tokenizer
+            .encode_fast(text, add_special_tokens)
             .map(|e| e.get_ids().to_vec())
-            .map_err(|e| ApiError::internal(format!("tokenizer: {e}")))
+            .map_err(|e| ApiError::internal(format!("tokenizer: {e}")));
+        if text.len() > TRIM_AFTER_BYTES {
+            give_back_freed_memory();
+        }
+        ids
     }
 
     pub fn decode(&self, ids: &[u32]) -> Result<String, ApiError> {
@@ -91,3 +123,22 @@ impl ServedModel {
         self.tokenizer.get_vocab_size(true)
     }
 }
+
+fn prompt_too_long(at_least: usize, max_model_len: usize, param: &str) -> ApiError {
+    ApiError::invalid(
+        Some(param),
+        format!(
+            "This model's maximum context length is {max_model_len} tokens. However, your request has at least \
+             {at_least} input tokens. Please reduce the length of the input."
+        ),
+    )
+}
+
+#[cfg(target_env = "gnu")]
+fn give_back_freed_memory() {
+    // SAFETY: malloc_trim only returns free heap pages to the system.
+    unsafe { libc::malloc_trim(0) };
+}
+
+#[cfg(not(target_env = "gnu"))]
+fn give_back_freed_memory() {}

@@ -1,12 +1,16 @@
-//! Serving and graceful shutdown. On the shutdown signal: stop accepting connections and
-//! engine requests, let running requests finish for up to `shutdown_timeout`, then end the
-//! rest cleanly (finish_reason "abort", streams still close with `data: [DONE]`).
+//! Serving and graceful shutdown. On the shutdown signal: refuse new engine requests (503,
+//! and /health turns 503 so load balancers route elsewhere), let running requests finish for
+//! up to `shutdown_timeout`, then end the rest cleanly (finish_reason "abort", streams still
+//! close with `data: [DONE]`). Connections are accepted until the last one closes (see
+//! `connection`), so a client arriving during the drain gets its 503 rather than a reset.
 
 use crate::app::{app, routes};
+use crate::connection::{self, ConnectionLimits};
+use crate::fd_limit::connection_capacity;
 use crate::metrics::ServerMetrics;
 use crate::served_model::ServedModel;
 use crate::state::{AppState, ServerConfig};
-use axum::serve::ListenerExt;
+use crate::text_workers::TextWorkers;
 use axum::Router;
 use peagle_engine::EngineHandle;
 use std::future::Future;
@@ -21,20 +25,25 @@ const FLUSH_GRACE: Duration = Duration::from_secs(5);
 
 pub struct Server {
     state: Arc<AppState>,
+    stopping: watch::Sender<bool>,
     abort: watch::Sender<bool>,
 }
 
 impl Server {
-    pub fn new(engine: EngineHandle, model: ServedModel, config: ServerConfig) -> Self {
+    /// Fails only when the text worker threads cannot start.
+    pub fn new(engine: EngineHandle, model: ServedModel, config: ServerConfig) -> std::io::Result<Self> {
+        let (stopping, stopping_rx) = watch::channel(false);
         let (abort, abort_rx) = watch::channel(false);
         let state = Arc::new(AppState {
             metrics: ServerMetrics::new(engine.max_model_len()),
             engine,
+            text_workers: TextWorkers::start()?,
             model,
             config,
+            stopping: stopping_rx,
             abort: abort_rx,
         });
-        Self { state, abort }
+        Ok(Self { state, stopping, abort })
     }
 
     /// The API routes, to which an embedder may add its own before `serve_with`.
@@ -58,11 +67,16 @@ impl Server {
         listener: TcpListener,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
-        let app = app(routes, &self.state.config).map_err(std::io::Error::other)?;
-        let (stopping, mut stop) = watch::channel(false);
+        let config = &self.state.config;
+        let app = app(routes, config).map_err(std::io::Error::other)?;
+        let limits = ConnectionLimits {
+            header_timeout: config.header_timeout,
+            keep_alive_timeout: config.keep_alive_timeout,
+            capacity: connection_capacity(),
+        };
         let engine = self.state.engine.clone();
-        let timeout = self.state.config.shutdown_timeout;
-        let abort = self.abort;
+        let timeout = config.shutdown_timeout;
+        let (stopping, abort) = (self.stopping, self.abort);
         tokio::spawn(async move {
             shutdown.await;
             tracing::info!(?timeout, "shutting down: no new requests; waiting for running ones");
@@ -71,16 +85,6 @@ impl Server {
             tokio::time::sleep(timeout).await;
             tracing::warn!("shutdown timeout: ending the requests still running");
             let _ = abort.send(true);
-        });
-        // Streams write a small chunk per token: with Nagle's algorithm on, each waited for
-        // the client's delayed ACK (about 40 ms) on a reused connection and tokens came in bursts.
-        let listener = listener.tap_io(|tcp| {
-            if let Err(e) = tcp.set_nodelay(true) {
-                tracing::warn!(error = %e, "cannot set TCP_NODELAY on a connection");
-            }
-        });
-        let graceful = axum::serve(listener, app).with_graceful_shutdown(async move {
-            let _ = stop.wait_for(|s| *s).await;
         });
         let mut aborted = self.state.abort.clone();
         let deadline = async move {
@@ -91,12 +95,7 @@ impl Server {
                 false => std::future::pending().await,
             }
         };
-        tokio::select! {
-            result = graceful => result,
-            _ = deadline => {
-                tracing::warn!("connections still open after the shutdown timeout; closing them");
-                Ok(())
-            }
-        }
+        connection::serve(listener, app, limits, self.state.stopping.clone(), deadline).await;
+        Ok(())
     }
 }

@@ -2,6 +2,7 @@
 
 use crate::metrics::ServerMetrics;
 use crate::served_model::ServedModel;
+use crate::text_workers::TextWorkers;
 use peagle_engine::EngineHandle;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -18,6 +19,15 @@ pub struct ServerConfig {
     pub allowed_origins: Vec<String>,
     /// Every response carries an `X-Request-Id` header (vLLM's `--enable-request-id-headers`).
     pub request_id_headers: bool,
+    /// A request's headers must arrive whole within this (nginx's `client_header_timeout`).
+    pub header_timeout: Duration,
+    /// A request's body must arrive whole within this, or the request gets 408.
+    pub body_timeout: Duration,
+    /// A connection with no request in flight that sends nothing for this long is closed
+    /// (uvicorn's `timeout_keep_alive`, vLLM's 5 s).
+    pub keep_alive_timeout: Duration,
+    /// Most sequences (prompts × n) one request may ask for; more is 400.
+    pub max_sequences_per_request: usize,
 }
 
 impl Default for ServerConfig {
@@ -28,15 +38,22 @@ impl Default for ServerConfig {
             shutdown_timeout: Duration::from_secs(30),
             allowed_origins: vec!["*".into()],
             request_id_headers: false,
+            header_timeout: Duration::from_secs(30),
+            body_timeout: Duration::from_secs(60),
+            keep_alive_timeout: Duration::from_secs(5),
+            max_sequences_per_request: 256,
         }
     }
 }
 
 pub struct AppState {
     pub engine: EngineHandle,
+    pub text_workers: TextWorkers,
     pub model: ServedModel,
     pub metrics: ServerMetrics,
     pub config: ServerConfig,
+    /// Turns true when the server starts shutting down.
+    pub stopping: watch::Receiver<bool>,
     /// Turns true when the shutdown grace period is over: requests still running end now.
     pub abort: watch::Receiver<bool>,
 }

@@ -9,6 +9,7 @@ use peagle_cli::speculative_config::SpeculativeConfig;
 use peagle_cli::{demo_model_dir, init_tracing_at};
 use peagle_engine::{DraftModel, EngineBuilder, GenerationDefaults, SchedulerConfig};
 use peagle_models::{DTypeSpec, DeviceSpec, KvCacheDtype, LoadOptions};
+use peagle_server::fd_limit::raise_open_files_limit;
 use peagle_server::{start_engine, Server, ServerConfig};
 use std::time::Duration;
 use tokio::signal::unix::{signal, SignalKind};
@@ -99,6 +100,19 @@ struct Args {
     /// Larger request bodies get 413.
     #[arg(long, default_value_t = 4 << 20)]
     max_body_bytes: usize,
+    /// Seconds a request's headers get to arrive whole; slower connections are closed.
+    #[arg(long, default_value_t = 30)]
+    header_timeout: u64,
+    /// Seconds a request's body gets to arrive whole; slower requests get 408.
+    #[arg(long, default_value_t = 60)]
+    body_timeout: u64,
+    /// Seconds a connection with no request in flight may stay silent before it is closed
+    /// (uvicorn's --timeout-keep-alive, 5 s in vLLM).
+    #[arg(long, default_value_t = 5)]
+    timeout_keep_alive: u64,
+    /// Most sequences (prompts × n) one request may ask for; more get 400.
+    #[arg(long, default_value_t = 256)]
+    max_sequences_per_request: usize,
     /// Seconds running requests get to finish after SIGINT/SIGTERM.
     #[arg(long, default_value_t = 30)]
     shutdown_timeout: u64,
@@ -162,6 +176,7 @@ fn run(args: Args) -> Result<()> {
         ("--max-num-seqs", args.max_num_seqs),
         ("--max-num-batched-tokens", args.max_num_batched_tokens),
         ("--max-waiting-requests", args.max_waiting_requests),
+        ("--max-sequences-per-request", Some(args.max_sequences_per_request)),
     ];
     if let Some((flag, _)) = counts.iter().find(|(_, n)| *n == Some(0)) {
         bail!("{flag} must be at least 1");
@@ -205,7 +220,15 @@ fn run(args: Args) -> Result<()> {
         shutdown_timeout: Duration::from_secs(args.shutdown_timeout),
         allowed_origins,
         request_id_headers: args.enable_request_id_headers,
+        header_timeout: Duration::from_secs(args.header_timeout),
+        body_timeout: Duration::from_secs(args.body_timeout),
+        keep_alive_timeout: Duration::from_secs(args.timeout_keep_alive),
+        max_sequences_per_request: args.max_sequences_per_request,
     };
+    match raise_open_files_limit() {
+        Ok(limit) => tracing::info!(limit, "open-file limit"),
+        Err(e) => tracing::warn!(error = %e, "cannot raise the open-file limit"),
+    }
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     runtime.block_on(async {
         let listener = tokio::net::TcpListener::bind((args.host.as_str(), args.port))
@@ -215,7 +238,10 @@ fn run(args: Args) -> Result<()> {
         tracing::info!(%addr, model = %model.name, "listening");
         eprintln!("peagle-serve: listening on http://{addr}");
         let shutdown = shutdown_signal()?;
-        Server::new(engine, model, config).serve(listener, shutdown).await?;
+        Server::new(engine, model, config)
+            .context("starting the text worker threads")?
+            .serve(listener, shutdown)
+            .await?;
         tracing::info!("stopped");
         Ok(())
     })

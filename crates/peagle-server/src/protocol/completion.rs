@@ -33,6 +33,17 @@ pub enum PromptInput {
     TokenLists(Vec<Vec<u32>>),
 }
 
+impl PromptInput {
+    /// How many prompts the request holds.
+    pub fn count(&self) -> usize {
+        match self {
+            Self::Text(_) | Self::Tokens(_) => 1,
+            Self::Texts(texts) => texts.len(),
+            Self::TokenLists(lists) => lists.len(),
+        }
+    }
+}
+
 #[derive(Debug, Serialize)]
 pub struct CompletionResponse {
     pub id: String,

@@ -7,7 +7,7 @@ use crate::choice::{Choice, Finish};
 use crate::error::ApiError;
 use crate::harmony;
 use crate::json_body::ApiJsonViews;
-use crate::params::{check_prompt, logprobs_count};
+use crate::params::{check_prompt, check_sequences, logprobs_count};
 use crate::protocol::chat::{
     ChatChoice, ChatLogprobs, ChatMessage, ChatRender, ChatRequest, ChatResponse, Delta, Message,
 };
@@ -83,6 +83,7 @@ pub async fn chat_completions(
     let streaming = req.stream.unwrap_or(false);
     let usage = StreamUsage::of(streaming, req.stream_options.as_ref())?;
     let template = sampling.check(&state.model.sampling_defaults)?;
+    check_sequences(1, template.n, state.config.max_sequences_per_request)?;
     let top = req
         .top_logprobs
         .map(|v| logprobs_count(v, "top_logprobs"))
@@ -194,7 +195,10 @@ pub(crate) async fn prompt_ids(
     let state = state.clone();
     off_runtime(move || {
         let text = prompt_text(&state, &messages, &render)?;
-        state.model.encode(&text, add_special_tokens.unwrap_or(false))
+        let max_len = state.engine.max_model_len();
+        state
+            .model
+            .encode(&text, add_special_tokens.unwrap_or(false), max_len, "messages")
     })
     .await
 }

@@ -5,7 +5,7 @@ use super::{check_model, off_runtime};
 use crate::choice::{Choice, Finish};
 use crate::error::ApiError;
 use crate::json_body::ApiJsonViews;
-use crate::params::{check_prompt, check_token_ids, logprobs_count};
+use crate::params::{check_prompt, check_sequences, check_token_ids, logprobs_count};
 use crate::protocol::completion::{
     CompletionChoice, CompletionLogprobs, CompletionRequest, CompletionResponse, PromptInput,
 };
@@ -83,6 +83,7 @@ pub async fn completions(
     let usage = StreamUsage::of(streaming, req.stream_options.as_ref())?;
     let template = sampling.check(&state.model.sampling_defaults)?;
     check_unsupported(&req, template.n)?;
+    check_sequences(req.prompt.count(), template.n, state.config.max_sequences_per_request)?;
     let logprobs = req.logprobs.map(|v| logprobs_count(v, "logprobs")).transpose()?;
     let echo = req.echo.unwrap_or(false);
     let input = req.prompt;
@@ -166,13 +167,14 @@ fn check_unsupported(req: &CompletionRequest, n: usize) -> Result<(), ApiError> 
 
 fn prompts(state: &AppState, input: &PromptInput) -> Result<Vec<Prompt>, ApiError> {
     let model = &state.model;
+    let max_len = state.engine.max_model_len();
     let from_text = |text: &String| -> Result<Prompt, ApiError> {
         // Judged on the text: a tokenizer that adds BOS would make "" one token long.
         if text.is_empty() {
             return Err(ApiError::invalid(Some("prompt"), "prompt is empty"));
         }
         Ok(Prompt {
-            ids: model.encode(text, true)?,
+            ids: model.encode(text, true, max_len, "prompt")?,
             text: text.clone(),
         })
     };

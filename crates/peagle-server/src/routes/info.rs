@@ -8,6 +8,7 @@ use axum::extract::{Path, State};
 use axum::http::header::CONTENT_TYPE;
 use axum::response::IntoResponse;
 use axum::Json;
+use peagle_engine::SubmitError;
 use serde_json::{json, Value};
 use std::sync::Arc;
 
@@ -48,9 +49,13 @@ fn card(state: &AppState) -> Value {
     })
 }
 
-/// 200 while the server runs; load balancers and the test scripts wait for it.
-pub async fn health() -> Json<Value> {
-    Json(json!({"status": "ok"}))
+/// 200 while the server runs, 503 once it is shutting down, so load balancers stop sending
+/// it work; the test scripts wait for the 200.
+pub async fn health(State(state): State<Arc<AppState>>) -> Result<Json<Value>, ApiError> {
+    match *state.stopping.borrow() {
+        true => Err(SubmitError::ShuttingDown.into()),
+        false => Ok(Json(json!({"status": "ok"}))),
+    }
 }
 
 pub async fn metrics(State(state): State<Arc<AppState>>) -> impl IntoResponse {

@@ -3,7 +3,7 @@
 //! them to count tokens and to find the ids `logit_bias` and `stop_token_ids` take.
 
 use super::chat::prompt_ids;
-use super::check_model;
+use super::{check_model, off_runtime};
 use crate::chat_template::JsonMap;
 use crate::error::ApiError;
 use crate::json_body::ApiJson;
@@ -53,7 +53,16 @@ pub async fn tokenize(
 ) -> Result<Json<TokenizeResponse>, ApiError> {
     check_model(&state, req.model.as_deref())?;
     let tokens = match (&req.prompt, &req.messages) {
-        (Some(prompt), None) => state.model.encode(prompt, req.add_special_tokens.unwrap_or(true))?,
+        (Some(prompt), None) => {
+            let (state, prompt) = (state.clone(), prompt.clone());
+            let add_special = req.add_special_tokens.unwrap_or(true);
+            off_runtime(move || {
+                state
+                    .model
+                    .encode(&prompt, add_special, state.engine.max_model_len(), "prompt")
+            })
+            .await?
+        }
         (None, Some(messages)) => {
             let render = ChatRender::new(
                 req.add_generation_prompt,

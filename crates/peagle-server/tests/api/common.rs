@@ -98,7 +98,7 @@ impl TestServer {
             engine_opts.scheduler.max_num_seqs = n;
         }
         let (engine, model) = start_engine(MODEL.into(), &engine_opts).unwrap();
-        let server = Server::new(engine, model, opts.config);
+        let server = Server::new(engine, model, opts.config).unwrap();
         let routes = match opts.extra {
             Some(extra) => server.routes().merge(extra),
             None => server.routes(),

@@ -8,6 +8,7 @@ mod completions;
 mod concurrency;
 mod engine_metrics;
 mod errors;
+mod hardening;
 mod harmony;
 mod prefix_cache;
 mod shutdown;
