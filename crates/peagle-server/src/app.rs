@@ -6,6 +6,7 @@
 
 use crate::auth::require_api_key;
 use crate::error::ApiError;
+use crate::openapi::openapi_json;
 use crate::request_id::request_id_header;
 use crate::routes::{chat, completions, info, prefix_cache, tokenize};
 use crate::state::{AppState, ServerConfig};
@@ -29,6 +30,7 @@ pub fn routes(state: Arc<AppState>) -> Router {
         .route("/reset_prefix_cache", post(prefix_cache::reset_prefix_cache))
         .route("/health", get(info::health))
         .route("/metrics", get(info::metrics))
+        .route("/openapi.json", get(openapi_json))
         .with_state(state)
 }
 

@@ -7,6 +7,7 @@ use axum::Json;
 use peagle_engine::SubmitError;
 use serde::Serialize;
 use serde_json::json;
+use utoipa::ToSchema;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct ApiError {
@@ -85,22 +86,32 @@ impl ApiError {
 
     /// The JSON object, also sent as an SSE event when a stream fails after its headers.
     pub fn body(&self) -> serde_json::Value {
-        json!({"error": ErrorObject {
-            message: &self.message,
-            kind: self.kind,
-            param: self.param.as_deref(),
-            code: self.code,
-        }})
+        json!(ErrorResponse {
+            error: ErrorObject {
+                message: self.message.clone(),
+                kind: self.kind,
+                param: self.param.clone(),
+                code: self.code,
+            }
+        })
     }
 }
 
-#[derive(Serialize)]
-struct ErrorObject<'a> {
-    message: &'a str,
+/// Every error response's body.
+#[derive(Serialize, ToSchema)]
+pub struct ErrorResponse {
+    error: ErrorObject,
+}
+
+#[derive(Serialize, ToSchema)]
+struct ErrorObject {
+    message: String,
+    /// invalid_request_error, authentication_error or server_error.
     #[serde(rename = "type")]
-    kind: &'a str,
-    param: Option<&'a str>,
-    code: Option<&'a str>,
+    kind: &'static str,
+    /// The request field at fault, when there is one.
+    param: Option<String>,
+    code: Option<&'static str>,
 }
 
 impl From<SubmitError> for ApiError {

@@ -15,6 +15,7 @@ mod histogram;
 mod json_body;
 pub mod loader;
 pub mod metrics;
+mod openapi;
 mod params;
 pub mod protocol;
 mod request_id;

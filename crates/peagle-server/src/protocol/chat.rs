@@ -6,15 +6,19 @@ use crate::chat_template::JsonMap;
 use crate::error::ApiError;
 use crate::harmony::ReasoningEffort;
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 pub struct ChatRequest {
     pub model: Option<String>,
     pub messages: Vec<ChatMessage>,
+    #[schema(minimum = 1)]
     pub max_tokens: Option<i64>,
     /// The newer spelling of `max_tokens`; wins when both are given.
+    #[schema(minimum = 1)]
     pub max_completion_tokens: Option<i64>,
     pub logprobs: Option<bool>,
+    #[schema(minimum = 0, maximum = 20)]
     pub top_logprobs: Option<i64>,
     pub stream: Option<bool>,
     pub stream_options: Option<StreamOptions>,
@@ -26,6 +30,7 @@ pub struct ChatRequest {
     /// has the answer's role.
     pub echo: Option<bool>,
     /// vLLM extension: more variables for the chat template (`enable_thinking`, say).
+    #[schema(value_type = Option<Object>)]
     pub chat_template_kwargs: Option<JsonMap>,
     /// vLLM extension: a template sent with the request; refused, as vLLM refuses it unless
     /// told to trust requests' templates.
@@ -70,7 +75,7 @@ impl ChatRender {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, ToSchema)]
 pub struct ChatMessage {
     pub role: String,
     #[serde(default)]
@@ -111,21 +116,21 @@ impl ChatMessage {
 }
 
 /// Message content: a string, or a list of parts of which only text parts are supported.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(untagged, expecting = "a string or a list of content parts")]
 pub enum MessageContent {
     Text(String),
     Parts(Vec<ContentPart>),
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, ToSchema)]
 pub struct ContentPart {
     #[serde(rename = "type")]
     pub kind: String,
     pub text: Option<String>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct ChatResponse {
     pub id: String,
     /// "chat.completion", or "chat.completion.chunk" for stream chunks.
@@ -138,7 +143,7 @@ pub struct ChatResponse {
 }
 
 /// One choice: `message` in a response, `delta` in a stream chunk.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct ChatChoice {
     pub index: usize,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -151,7 +156,7 @@ pub struct ChatChoice {
     pub stop_reason: Option<StopReason>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct Message {
     pub role: String,
     pub content: String,
@@ -160,7 +165,7 @@ pub struct Message {
     pub reasoning_content: Option<String>,
 }
 
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, ToSchema)]
 pub struct Delta {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub role: Option<String>,
@@ -170,12 +175,12 @@ pub struct Delta {
     pub reasoning_content: Option<String>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct ChatLogprobs {
     pub content: Vec<ChatTokenLogprob>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct ChatTokenLogprob {
     pub token: String,
     pub logprob: Option<f32>,
@@ -183,7 +188,7 @@ pub struct ChatTokenLogprob {
     pub top_logprobs: Vec<TopLogprob>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct TopLogprob {
     pub token: String,
     pub logprob: f32,

@@ -3,13 +3,16 @@
 use super::{StopReason, StreamOptions, TokenLogprob, Usage};
 use serde::ser::SerializeMap;
 use serde::{Deserialize, Serialize, Serializer};
+use utoipa::ToSchema;
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 pub struct CompletionRequest {
     pub model: Option<String>,
     pub prompt: PromptInput,
+    #[schema(minimum = 1)]
     pub max_tokens: Option<i64>,
     /// Number of most likely alternatives to report with each token's log-probability.
+    #[schema(minimum = 0, maximum = 20)]
     pub logprobs: Option<i64>,
     pub echo: Option<bool>,
     pub stream: Option<bool>,
@@ -21,7 +24,7 @@ pub struct CompletionRequest {
 }
 
 /// `prompt`: text or token ids, one prompt or a list of them.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(
     untagged,
     expecting = "a string, a list of strings, a list of token ids or a list of token id lists"
@@ -44,7 +47,7 @@ impl PromptInput {
     }
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct CompletionResponse {
     pub id: String,
     /// "text_completion", for the response and its stream chunks alike.
@@ -56,7 +59,7 @@ pub struct CompletionResponse {
     pub usage: Option<Usage>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct CompletionChoice {
     pub index: usize,
     pub text: String,
@@ -67,12 +70,13 @@ pub struct CompletionChoice {
 }
 
 /// The legacy completions logprobs layout: parallel lists, one entry per token.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct CompletionLogprobs {
     pub tokens: Vec<String>,
     pub token_logprobs: Vec<Option<f32>>,
     /// The most likely alternatives at each position, plus the chosen token (as vLLM does);
     /// null where the token has no log-probability (a prompt's first).
+    #[schema(value_type = Vec<Option<HashMap<String, f32>>>)]
     pub top_logprobs: Vec<Option<TopLogprobs>>,
     pub text_offset: Vec<usize>,
 }

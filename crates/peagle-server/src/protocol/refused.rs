@@ -5,8 +5,11 @@
 use crate::error::ApiError;
 use serde::Deserialize;
 use serde_json::Value;
+use utoipa::ToSchema;
 
-#[derive(Debug, Clone, Default, Deserialize)]
+/// Each is refused unless null (or, for `response_format`, `{"type": "text"}`; for
+/// `tools` and `functions`, empty).
+#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
 pub struct Refused {
     response_format: Option<Value>,
     structured_outputs: Option<Value>,

@@ -5,28 +5,39 @@ use super::refused::Refused;
 use super::Stop;
 use serde::Deserialize;
 use std::collections::BTreeMap;
+use utoipa::ToSchema;
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
 pub struct SamplingRequest {
+    #[schema(minimum = 0)]
     pub temperature: Option<f32>,
+    #[schema(exclusive_minimum = 0, maximum = 1)]
     pub top_p: Option<f32>,
     /// vLLM extension; -1 or 0 disables the cut.
+    #[schema(minimum = -1)]
     pub top_k: Option<i64>,
     /// vLLM extension; 0 disables the cut.
+    #[schema(minimum = 0, maximum = 1)]
     pub min_p: Option<f32>,
     /// vLLM's range: a signed 64-bit integer.
     pub seed: Option<i64>,
     pub stop: Option<Stop>,
+    #[schema(minimum = 1, maximum = 16)]
     pub n: Option<i64>,
+    #[schema(minimum = -2, maximum = 2)]
     pub presence_penalty: Option<f32>,
+    #[schema(minimum = -2, maximum = 2)]
     pub frequency_penalty: Option<f32>,
     /// vLLM extension; 1 is off.
+    #[schema(exclusive_minimum = 0)]
     pub repetition_penalty: Option<f32>,
     /// Token id (as a string, OpenAI's spelling) to a bias added to its logit.
     pub logit_bias: Option<BTreeMap<String, f32>>,
     /// vLLM extension: no end-of-sequence or stop token before this many tokens.
+    #[schema(minimum = 0)]
     pub min_tokens: Option<i64>,
     /// vLLM extension: token ids that end the choice.
+    #[schema(max_items = 1024)]
     pub stop_token_ids: Option<Vec<u32>>,
     /// vLLM extension: keep the stop string or stop token that ended the choice in its text.
     pub include_stop_str_in_output: Option<bool>,

@@ -7,6 +7,7 @@ use crate::choice::{Choice, Finish};
 use crate::error::ApiError;
 use crate::harmony;
 use crate::json_body::ApiJsonViews;
+use crate::openapi::{ApiErrors, StreamEvent};
 use crate::params::{check_prompt, check_sequences, logprobs_count};
 use crate::protocol::chat::{
     ChatChoice, ChatLogprobs, ChatMessage, ChatRender, ChatRequest, ChatResponse, Delta, Message,
@@ -27,6 +28,9 @@ use serde_json::{json, Value};
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Instant;
+
+/// The body: the route's own fields and the sampling fields, read as two views.
+type ChatBody = ApiJsonViews<ChatRequest, SamplingRequest>;
 
 /// What every chunk and the response repeat.
 struct Meta {
@@ -67,10 +71,18 @@ impl Meta {
     }
 }
 
+#[utoipa::path(post, path = "/v1/chat/completions", tag = "OpenAI", security(("api_key" = [])),
+    request_body = ChatBody,
+    responses(
+        (status = 200, description = "The chat completion; with `stream`, server-sent events each holding a \
+            `chat.completion.chunk` of the same shape (`delta` for `message`), then `data: [DONE]`",
+            content((ChatResponse = "application/json"), (StreamEvent = "text/event-stream"))),
+        ApiErrors,
+    ))]
 pub async fn chat_completions(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
-    ApiJsonViews(req, sampling): ApiJsonViews<ChatRequest, SamplingRequest>,
+    ApiJsonViews(req, sampling): ChatBody,
 ) -> Result<Response, ApiError> {
     let arrived = Instant::now();
     check_model(&state, req.model.as_deref())?;

@@ -5,6 +5,7 @@ use super::{check_model, off_runtime};
 use crate::choice::{Choice, Finish};
 use crate::error::ApiError;
 use crate::json_body::ApiJsonViews;
+use crate::openapi::{ApiErrors, StreamEvent};
 use crate::params::{check_prompt, check_sequences, check_token_ids, logprobs_count};
 use crate::protocol::completion::{
     CompletionChoice, CompletionLogprobs, CompletionRequest, CompletionResponse, PromptInput,
@@ -24,6 +25,9 @@ use futures_util::{Stream, StreamExt};
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Instant;
+
+/// The body: the route's own fields and the sampling fields, read as two views.
+type CompletionBody = ApiJsonViews<CompletionRequest, SamplingRequest>;
 
 /// OpenAI's default for completions.
 const DEFAULT_MAX_TOKENS: usize = 16;
@@ -72,10 +76,18 @@ impl Meta {
     }
 }
 
+#[utoipa::path(post, path = "/v1/completions", tag = "OpenAI", security(("api_key" = [])),
+    request_body = CompletionBody,
+    responses(
+        (status = 200, description = "The completion; with `stream`, server-sent events each holding a chunk of \
+            the same shape, then `data: [DONE]`",
+            content((CompletionResponse = "application/json"), (StreamEvent = "text/event-stream"))),
+        ApiErrors,
+    ))]
 pub async fn completions(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
-    ApiJsonViews(req, sampling): ApiJsonViews<CompletionRequest, SamplingRequest>,
+    ApiJsonViews(req, sampling): CompletionBody,
 ) -> Result<Response, ApiError> {
     let arrived = Instant::now();
     check_model(&state, req.model.as_deref())?;

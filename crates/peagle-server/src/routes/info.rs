@@ -2,6 +2,7 @@
 
 use super::check_model;
 use crate::error::ApiError;
+use crate::openapi::ApiErrors;
 use crate::protocol::random_id;
 use crate::state::AppState;
 use axum::extract::{Path, State};
@@ -9,55 +10,112 @@ use axum::http::header::CONTENT_TYPE;
 use axum::response::IntoResponse;
 use axum::Json;
 use peagle_engine::SubmitError;
-use serde_json::{json, Value};
+use serde::Serialize;
 use std::sync::Arc;
+use utoipa::ToSchema;
 
-pub async fn models(State(state): State<Arc<AppState>>) -> Json<Value> {
-    Json(json!({"object": "list", "data": [card(&state)]}))
+#[derive(Serialize, ToSchema)]
+pub struct ModelList {
+    /// "list".
+    object: &'static str,
+    data: Vec<ModelCard>,
+}
+
+/// The served model, in OpenAI's model object with vLLM's additions.
+#[derive(Serialize, ToSchema)]
+pub struct ModelCard {
+    id: String,
+    /// "model".
+    object: &'static str,
+    created: u64,
+    owned_by: &'static str,
+    root: String,
+    parent: Option<String>,
+    max_model_len: usize,
+    /// What OpenAI's legacy model objects carried, and vLLM still sends.
+    permission: Vec<ModelPermission>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct ModelPermission {
+    id: String,
+    object: &'static str,
+    created: u64,
+    allow_create_engine: bool,
+    allow_sampling: bool,
+    allow_logprobs: bool,
+    allow_search_indices: bool,
+    allow_view: bool,
+    allow_fine_tuning: bool,
+    organization: &'static str,
+    group: Option<String>,
+    is_blocking: bool,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct Health {
+    /// "ok".
+    status: &'static str,
+}
+
+#[utoipa::path(get, path = "/v1/models", tag = "OpenAI", security(("api_key" = [])),
+    responses((status = 200, body = ModelList), ApiErrors))]
+pub async fn models(State(state): State<Arc<AppState>>) -> Json<ModelList> {
+    Json(ModelList {
+        object: "list",
+        data: vec![card(&state)],
+    })
 }
 
 /// `GET /v1/models/{id}`: the served model's card, or 404 for any other name.
-pub async fn model(State(state): State<Arc<AppState>>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+#[utoipa::path(get, path = "/v1/models/{id}", tag = "OpenAI", security(("api_key" = [])),
+    params(("id" = String, Path, description = "The served model's name")),
+    responses((status = 200, body = ModelCard), ApiErrors))]
+pub async fn model(State(state): State<Arc<AppState>>, Path(id): Path<String>) -> Result<Json<ModelCard>, ApiError> {
     check_model(&state, Some(&id))?;
     Ok(Json(card(&state)))
 }
 
-fn card(state: &AppState) -> Value {
-    json!({
-        "id": state.model.name,
-        "object": "model",
-        "created": state.model.created,
-        "owned_by": "peagle",
-        "root": state.model.name,
-        "parent": null,
-        "max_model_len": state.engine.max_model_len(),
-        // What OpenAI's legacy model objects carried, and vLLM still sends.
-        "permission": [{
-            "id": format!("modelperm-{}", random_id()),
-            "object": "model_permission",
-            "created": state.model.created,
-            "allow_create_engine": false,
-            "allow_sampling": true,
-            "allow_logprobs": true,
-            "allow_search_indices": false,
-            "allow_view": true,
-            "allow_fine_tuning": false,
-            "organization": "*",
-            "group": null,
-            "is_blocking": false,
+fn card(state: &AppState) -> ModelCard {
+    let created = state.model.created;
+    ModelCard {
+        id: state.model.name.clone(),
+        object: "model",
+        created,
+        owned_by: "peagle",
+        root: state.model.name.clone(),
+        parent: None,
+        max_model_len: state.engine.max_model_len(),
+        permission: vec![ModelPermission {
+            id: format!("modelperm-{}", random_id()),
+            object: "model_permission",
+            created,
+            allow_create_engine: false,
+            allow_sampling: true,
+            allow_logprobs: true,
+            allow_search_indices: false,
+            allow_view: true,
+            allow_fine_tuning: false,
+            organization: "*",
+            group: None,
+            is_blocking: false,
         }],
-    })
+    }
 }
 
 /// 200 while the server runs, 503 once it is shutting down, so load balancers stop sending
 /// it work; the test scripts wait for the 200.
-pub async fn health(State(state): State<Arc<AppState>>) -> Result<Json<Value>, ApiError> {
+#[utoipa::path(get, path = "/health", tag = "Probes", responses((status = 200, body = Health), ApiErrors))]
+pub async fn health(State(state): State<Arc<AppState>>) -> Result<Json<Health>, ApiError> {
     match *state.stopping.borrow() {
         true => Err(SubmitError::ShuttingDown.into()),
-        false => Ok(Json(json!({"status": "ok"}))),
+        false => Ok(Json(Health { status: "ok" })),
     }
 }
 
+/// Prometheus text exposition: vLLM's `vllm:` metrics and peagle's own `peagle:` ones.
+#[utoipa::path(get, path = "/metrics", tag = "Probes",
+    responses((status = 200, body = String, content_type = "text/plain; version=0.0.4")))]
 pub async fn metrics(State(state): State<Arc<AppState>>) -> impl IntoResponse {
     let text = state.metrics.render(&state.engine.metrics(), &state.model.name);
     ([(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text)

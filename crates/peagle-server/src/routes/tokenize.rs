@@ -7,6 +7,7 @@ use super::{check_model, off_runtime};
 use crate::chat_template::JsonMap;
 use crate::error::ApiError;
 use crate::json_body::ApiJson;
+use crate::openapi::ApiErrors;
 use crate::params::check_token_ids;
 use crate::protocol::chat::{ChatMessage, ChatRender};
 use crate::state::AppState;
@@ -14,8 +15,9 @@ use axum::extract::State;
 use axum::Json;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
+use utoipa::ToSchema;
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 pub struct TokenizeRequest {
     pub model: Option<String>,
     pub prompt: Option<String>,
@@ -25,28 +27,32 @@ pub struct TokenizeRequest {
     /// For messages, as the chat route takes them.
     pub add_generation_prompt: Option<bool>,
     pub continue_final_message: Option<bool>,
+    #[schema(value_type = Option<Object>)]
     pub chat_template_kwargs: Option<JsonMap>,
     pub reasoning_effort: Option<String>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct TokenizeResponse {
     pub count: usize,
     pub max_model_len: usize,
     pub tokens: Vec<u32>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 pub struct DetokenizeRequest {
     pub model: Option<String>,
     pub tokens: Vec<u32>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct DetokenizeResponse {
     pub prompt: String,
 }
 
+#[utoipa::path(post, path = "/tokenize", tag = "vLLM", security(("api_key" = [])),
+    request_body = TokenizeRequest,
+    responses((status = 200, body = TokenizeResponse), ApiErrors))]
 pub async fn tokenize(
     State(state): State<Arc<AppState>>,
     ApiJson(req): ApiJson<TokenizeRequest>,
@@ -81,6 +87,9 @@ pub async fn tokenize(
     }))
 }
 
+#[utoipa::path(post, path = "/detokenize", tag = "vLLM", security(("api_key" = [])),
+    request_body = DetokenizeRequest,
+    responses((status = 200, body = DetokenizeResponse), ApiErrors))]
 pub async fn detokenize(
     State(state): State<Arc<AppState>>,
     ApiJson(req): ApiJson<DetokenizeRequest>,

@@ -1,0 +1,66 @@
+//! `/openapi.json` describes what the server serves: every route, the request bodies (both
+//! views of the completions and chat bodies) and the responses, errors included.
+
+use crate::common::TestServer;
+use peagle_server::ServerConfig;
+use reqwest::StatusCode;
+use serde_json::Value;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_spec_describes_every_route_and_needs_no_key() {
+    let server = TestServer::with_config(ServerConfig {
+        api_key: Some("sk-test".into()),
+        ..Default::default()
+    })
+    .await;
+    let response = server.get("/openapi.json").await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let spec: Value = response.json().await.unwrap();
+    assert!(
+        spec["openapi"].as_str().unwrap().starts_with("3."),
+        "{}",
+        spec["openapi"]
+    );
+    let routes = [
+        ("/v1/completions", "post"),
+        ("/v1/chat/completions", "post"),
+        ("/v1/models", "get"),
+        ("/v1/models/{id}", "get"),
+        ("/tokenize", "post"),
+        ("/detokenize", "post"),
+        ("/reset_prefix_cache", "post"),
+        ("/health", "get"),
+        ("/metrics", "get"),
+    ];
+    let paths = spec["paths"].as_object().unwrap();
+    assert_eq!(paths.len(), routes.len(), "{:?}", paths.keys().collect::<Vec<_>>());
+    for (path, method) in routes {
+        let operation = &spec["paths"][path][method];
+        assert!(
+            operation["responses"]["200"].is_object(),
+            "{method} {path}: {operation}"
+        );
+    }
+    let completions = &spec["paths"]["/v1/completions"]["post"];
+    let body = &completions["requestBody"]["content"]["application/json"]["schema"]["$ref"];
+    let name = body.as_str().unwrap().rsplit('/').next().unwrap();
+    let views: Vec<&str> = spec["components"]["schemas"][name]["allOf"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["$ref"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        views,
+        [
+            "#/components/schemas/CompletionRequest",
+            "#/components/schemas/SamplingRequest"
+        ]
+    );
+    let content = completions["responses"]["200"]["content"].as_object().unwrap();
+    assert!(content.contains_key("application/json") && content.contains_key("text/event-stream"));
+    let too_large = &completions["responses"]["413"]["content"]["application/json"]["schema"]["$ref"];
+    assert_eq!(too_large, "#/components/schemas/ErrorResponse");
+    let stop = &spec["components"]["schemas"]["SamplingRequest"]["allOf"][1]["properties"]["stop"];
+    assert!(stop.is_object(), "{stop}");
+}
