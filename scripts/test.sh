@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it (.ci/run): the Rust tests, the official openai client
-# against a real peagle-serve, and the CUDA build check (scripts/build_cuda.sh --check: every
-# crate and test type-checked with the cuda feature, the CUDA kernels compiled to PTX; no GPU
-# needed, scripts/gpu_check.sh runs the GPU tests on a GPU host). The check runs beside the CPU
-# tests: its longest part, candle's CUDA kernels, is one nvcc process at a time.
+# against a real peagle-serve, Schemathesis fuzzing it against its /openapi.json
+# (scripts/fuzz_api.sh), the Kubernetes manifests validated offline
+# (scripts/validate_manifests.sh), three replicas behind vllm-router (scripts/scaleout_test.sh:
+# routing, prefix-cache affinity, failover), and the CUDA build check (scripts/build_cuda.sh
+# --check: every crate and test type-checked with the cuda feature, the CUDA kernels compiled
+# to PTX; no GPU needed, scripts/gpu_check.sh runs the GPU tests on a GPU host). The check runs
+# beside the CPU tests: its longest part, candle's CUDA kernels, is one nvcc process at a time.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p target
 bash scripts/build_cuda.sh --check >target/cuda-check.log 2>&1 &
 cuda=$!
-if ! { cargo test --workspace --locked && bash scripts/openai_client_test.sh; }; then
+if ! { cargo test --workspace --locked && bash scripts/openai_client_test.sh \
+    && bash scripts/fuzz_api.sh && bash scripts/validate_manifests.sh && bash scripts/scaleout_test.sh; }; then
     kill "$cuda" 2>/dev/null
     exit 1
 fi
