@@ -14,7 +14,10 @@ pip_pinned schemathesis
 serve_in_background "${CARGO_TARGET_DIR:-target}/debug/peagle-serve" --max-model-len 64 --api-key fuzz || exit 1
 checks=not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance
 checks+=,negative_data_rejection
-python3 -m schemathesis.cli run "$server_url/openapi.json" \
+# From a scratch directory: Schemathesis keeps a crash cache in the working directory.
+scratch=$(mktemp -d)
+(cd "$scratch" && python3 -m schemathesis.cli run "$server_url/openapi.json" \
     --header "Authorization: Bearer fuzz" --checks "$checks" \
-    --max-examples 25 --seed 1 --generation-database none --request-timeout 60 --no-color \
-    || { show_server_log; exit 1; }
+    --max-examples 25 --seed 1 --generation-database none --request-timeout 60 --no-color) \
+    || { rm -rf "$scratch"; show_server_log; exit 1; }
+rm -rf "$scratch"
