@@ -10,6 +10,7 @@ use crate::openapi::openapi_json;
 use crate::request_id::request_id_header;
 use crate::routes::{chat, completions, info, prefix_cache, tokenize};
 use crate::state::{AppState, ServerConfig};
+use axum::http::header::CONTENT_TYPE;
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -39,6 +40,7 @@ pub fn app(routes: Router, config: &ServerConfig) -> Result<Router, InvalidOrigi
     let mut app = routes
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
+        .layer(middleware::map_response(json_errors))
         .layer(middleware::from_fn_with_state(config.api_key.clone(), require_api_key))
         .layer(CatchPanicLayer::custom(panic_response));
     if config.request_id_headers {
@@ -80,6 +82,35 @@ async fn method_not_allowed() -> ApiError {
         "method_not_allowed",
         "method not allowed on this route",
     )
+}
+
+/// Most bytes of a plain-text error kept as the JSON error's message.
+const MAX_ERROR_TEXT: usize = 4 << 10;
+
+/// axum's extractors answer their rejections (a path segment that is not UTF-8, say) in plain
+/// text; OpenAI clients expect every error as JSON, so such answers are rewritten here.
+async fn json_errors(response: Response) -> Response {
+    let status = response.status();
+    let json = response
+        .headers()
+        .get(CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    if json || !(status.is_client_error() || status.is_server_error()) {
+        return response;
+    }
+    let text = axum::body::to_bytes(response.into_body(), MAX_ERROR_TEXT)
+        .await
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default();
+    let message = match text.is_empty() {
+        true => status.canonical_reason().unwrap_or("error").to_string(),
+        false => text,
+    };
+    match status.is_server_error() {
+        true => ApiError::internal(message),
+        false => ApiError::client(status, "invalid_request", message),
+    }
+    .into_response()
 }
 
 /// A panic fails its own request with a 500; the server keeps serving.

@@ -141,6 +141,16 @@ async fn requests_that_are_not_http_get_json_errors() {
     }
 }
 
+/// axum's own rejections (here a path segment that is not UTF-8) are JSON errors too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extractor_rejections_are_json_errors() {
+    let server = TestServer::start().await;
+    let response = server.get("/v1/models/%FF").await;
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    let body: Value = response.json().await.unwrap();
+    assert!(body["error"]["message"].as_str().unwrap().contains("UTF-8"), "{body}");
+}
+
 /// Without the key, nothing but the probes tells a client which routes exist.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_the_key_unknown_paths_and_methods_get_401() {
