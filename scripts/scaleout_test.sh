@@ -46,15 +46,11 @@ wait_for() {
     wait_healthy "$@" || fail "$3 did not come up"
 }
 
-# --fixed-k: the demo model comes with a P-EAGLE drafter, and a cached block is reused only
-# once the drafter has computed its rows. With the adaptive k, which picks k=0 (no drafting)
-# on a CPU, the drafter often has not, and prefix-cache hits come and go; drafting always
-# makes them deterministic, which the hit-rate comparison needs.
 replica_urls=()
 replica_pids=()
 for i in 1 2 3; do
     port=$(free_port)
-    "$serve" --port "$port" --fixed-k >"$work/replica$i.log" 2>&1 &
+    "$serve" --port "$port" >"$work/replica$i.log" 2>&1 &
     pids+=($!)
     replica_pids+=($!)
     replica_urls+=("http://127.0.0.1:$port")

@@ -153,7 +153,7 @@ impl EngineBuilder {
         let engine = Engine::new(
             scheduler,
             ModelRunner::new(target, kv),
-            Drafting::new(proposer),
+            Drafting::new(proposer, self.scheduler.prefix_caching),
             loaded.generation.eos_token_ids,
             max_model_len,
         );

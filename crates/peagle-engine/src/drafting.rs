@@ -3,7 +3,10 @@
 //!
 //! With k = 0 (speculation suspended) the drafter does not run: each sequence keeps the states
 //! the drafter has not read as a backlog, and the next step that drafts catches the drafter up
-//! on them in the same pass.
+//! on them in the same pass. With prefix caching on, a sequence that finishes catches its
+//! drafter up in its last step, drafting nothing: a cached block serves a drafting request only
+//! with the drafter's rows in it, and otherwise blocks computed while speculation was
+//! suspended would never serve one.
 
 use crate::error::GenerateError;
 use crate::proposer::{DraftRequest, Proposer};
@@ -15,6 +18,8 @@ use peagle_models::SequenceRows;
 
 pub struct Drafting {
     proposer: Box<dyn Proposer>,
+    /// Prefix caching is on: finishing sequences catch their drafter up.
+    complete_finished: bool,
 }
 
 /// A drafter input for one scheduled sequence.
@@ -27,8 +32,11 @@ struct DraftInput {
 }
 
 impl Drafting {
-    pub fn new(proposer: Box<dyn Proposer>) -> Self {
-        Self { proposer }
+    pub fn new(proposer: Box<dyn Proposer>, complete_finished: bool) -> Self {
+        Self {
+            proposer,
+            complete_finished,
+        }
     }
 
     /// Most drafts per step (0 without a drafter).
@@ -54,31 +62,37 @@ impl Drafting {
     ) -> Result<(), GenerateError> {
         let mut inputs = Vec::new();
         for (index, (seq, _)) in work.iter_mut().enumerate() {
-            if !self.drafts_for(seq) || seq.finish.is_some() {
+            let finished = seq.finish.is_some();
+            if !self.drafts_for(seq) || finished && !self.complete_finished {
                 continue;
             }
             let aux = aux_hidden
                 .ok_or_else(|| GenerateError::Config("the target returned no hidden states for the drafter".into()))?;
             let c = committed[index];
             let start = c.start;
-            let hidden = aux.narrow(0, rows[index].captured.start, c.rows)?;
+            // Slot p holds the token after position p. A sequence that finished inside a
+            // verification window has rows past its last token: they have no slot.
+            let slots = c.rows.min((seq.token_ids.len() - 1).saturating_sub(start));
+            let hidden = aux.narrow(0, rows[index].captured.start, slots)?;
             let mut backlog = seq.drafter_backlog.take().unwrap_or(DrafterBacklog {
                 start,
                 hidden: Vec::new(),
             });
             backlog.hidden.push(hidden);
-            if k == 0 {
+            if k == 0 && !finished {
                 seq.drafter_backlog = Some(backlog);
                 continue;
             }
-            // Slot p holds the token after position p; all of them are committed by now.
-            let end = start + c.rows;
+            let end = start + slots;
+            if end == backlog.start {
+                continue;
+            }
             inputs.push(DraftInput {
                 index,
                 start: backlog.start,
                 tokens: seq.token_ids[backlog.start + 1..=end].to_vec(),
                 hidden: Tensor::cat(&backlog.hidden, 0)?,
-                draft: c.sampled,
+                draft: c.sampled && !finished,
             });
         }
         if inputs.is_empty() {
@@ -94,7 +108,8 @@ impl Drafting {
                 draft: p.draft,
             })
             .collect();
-        let drafts = self.proposer.propose(&requests, k)?;
+        // At k = 0 only finishing sequences run, drafting nothing.
+        let drafts = self.proposer.propose(&requests, k.max(1))?;
         for (input, d) in inputs.iter().zip(drafts) {
             let seq = &mut work[input.index].0;
             seq.num_drafted = input.start + input.tokens.len();

@@ -179,6 +179,35 @@ fn reset_forgets_the_cached_prefixes() {
 /// acceptance. The cases where a cached block's drafter rows do not hold: a prompt that leaves
 /// an earlier one exactly at a block boundary (the last row saw another next token), and a
 /// prompt first run without speculation (no drafter rows at all).
+/// With speculation suspended (k = 0, which the adaptive k picks on a busy or slow host), a
+/// finished request's drafter still writes its rows, so its blocks serve a drafting request.
+#[test]
+fn blocks_computed_while_speculation_is_suspended_serve_drafting_requests() {
+    let builder = EngineBuilder {
+        draft: Some(DraftModel {
+            dir: fixture("tiny-llama-peagle"),
+            k: Some(3),
+            parallel: true,
+        }),
+        max_model_len: Some(128),
+        kv_cache_dtype: KvCacheDtype::F32,
+        scheduler: SchedulerConfig {
+            // Speculation off at any batch size: k = 0 every step.
+            max_speculative_batch: 0,
+            ..Default::default()
+        },
+        ..EngineBuilder::new(fixture("tiny-llama"))
+    };
+    let e = EngineHandle::start(builder.build().unwrap().engine);
+    let prompt = &prompts()[0];
+    let (first, cached_first, _) = collect(e.submit(request(prompt, 0, false)).unwrap());
+    let (again, cached_again, _) = collect(e.submit(request(prompt, 0, false)).unwrap());
+    assert_eq!(cached_first, 0);
+    // 43 prompt tokens: two whole blocks of 16 can be reused (the last token is recomputed).
+    assert_eq!(cached_again, 32);
+    assert_eq!(first, again);
+}
+
 #[test]
 fn cache_hits_draft_and_accept_as_misses_do() {
     let tokenizer = tokenizers::Tokenizer::from_file(repo("models/pystdlib-12l/tokenizer.json")).unwrap();
