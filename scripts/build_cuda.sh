@@ -14,6 +14,8 @@
 #                                   engine: libraries, GPU tests, the GEMM timer) with the cuda
 #                                   feature and compiles the kernels, candle's and peagle's, to
 #                                   PTX; no binaries, no packing (what CI runs, in minutes fewer)
+#   scripts/build_cuda.sh --serve   builds target/release/peagle-serve only, with the cuda
+#                                   feature (what the Dockerfile runs)
 # CUDA_COMPUTE_CAP (default 90) picks the architecture candle's own kernels are built for;
 # peagle's kernels are PTX for compute 8.0, 9.0 and 10.0 whatever it says.
 set -euo pipefail
@@ -49,6 +51,11 @@ if [ ! -e "$stubs/libcuda.so" ]; then
     done
     # candle-kernels links the runtime by its unversioned name, which the wheel lacks.
     ln -sf libcudart.so.13 "$stubs/libcudart.so"
+fi
+
+if [ "$check" = --serve ]; then
+    cargo build --release --locked --features peagle-cli/cuda --bin peagle-serve
+    exit 0
 fi
 
 if [ "$check" = --check ]; then
