@@ -20,7 +20,7 @@
 FROM nvidia/cuda:13.0.1-devel-ubuntu24.04 AS builder
 ARG RUST_VERSION=1.95.0
 ARG CUDA=on
-ARG CUDA_COMPUTE_CAP=90
+ARG CUDA_COMPUTE_CAP=80
 RUN apt-get update \
     && apt-get install -y --no-install-recommends build-essential ca-certificates curl pkg-config \
         python3 python3-venv \

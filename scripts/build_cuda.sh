@@ -16,8 +16,10 @@
 #                                   PTX; no binaries, no packing (what CI runs, in minutes fewer)
 #   scripts/build_cuda.sh --serve   builds target/release/peagle-serve only, with the cuda
 #                                   feature (what the Dockerfile runs)
-# CUDA_COMPUTE_CAP (default 90) picks the architecture candle's own kernels are built for;
-# peagle's kernels are PTX for compute 8.0, 9.0 and 10.0 whatever it says.
+# CUDA_COMPUTE_CAP (default 80) picks the architecture candle's own kernels are built for: 80
+# gives PTX for compute 8.0, which the driver JIT-compiles for an H100 or a B200 alike, while
+# 90 or 100 give PTX for sm_90a or sm_100a, which no other GPU loads. peagle's kernels are PTX
+# for compute 8.0, 9.0 and 10.0 whatever it says.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 check=${1:-}
@@ -31,7 +33,7 @@ if [ ! -x "$cuda_root/bin/nvcc" ]; then
         "nvidia-cuda-runtime==13.0.*" "nvidia-cuda-cccl==13.0.*"
 fi
 export PATH=$cuda_root/bin:$PATH CUDA_ROOT=$cuda_root CUDARC_CUDA_VERSION=13000
-export CUDA_COMPUTE_CAP=${CUDA_COMPUTE_CAP:-90}
+export CUDA_COMPUTE_CAP=${CUDA_COMPUTE_CAP:-80}
 target=$PWD/target
 
 # Beside the runtime in $CUDA_ROOT/lib, a directory cudarc's build script always searches.
