@@ -257,15 +257,21 @@ pub fn check_prompt(len: usize, max_model_len: usize, param: &str) -> Result<(),
         return Err(ApiError::invalid(Some(param), format!("{param} is empty")));
     }
     if len >= max_model_len {
-        return Err(ApiError::invalid(
-            Some(param),
-            format!(
-                "This model's maximum context length is {max_model_len} tokens. However, your request has {len} \
-                 input tokens. Please reduce the length of the input."
-            ),
-        ));
+        return Err(prompt_too_long(len, max_model_len, param));
     }
     Ok(())
+}
+
+/// vLLM's refusal of a prompt that leaves no room in the context; `tokens` is its length, or a
+/// bound on it ("at least 3000").
+pub fn prompt_too_long(tokens: impl std::fmt::Display, max_model_len: usize, param: &str) -> ApiError {
+    ApiError::invalid(
+        Some(param),
+        format!(
+            "This model's maximum context length is {max_model_len} tokens. However, your request has {tokens} \
+             input tokens. Please reduce the length of the input."
+        ),
+    )
 }
 
 /// A logprobs count in 0..=MAX_LOGPROBS.

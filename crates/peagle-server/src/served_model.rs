@@ -4,6 +4,7 @@
 use crate::chat_template::{ChatTemplate, TemplateError};
 use crate::error::ApiError;
 use crate::harmony::Harmony;
+use crate::params::prompt_too_long;
 use crate::protocol::unix_time;
 use peagle_engine::special_token_ids;
 use peagle_models::SamplingDefaults;
@@ -99,7 +100,11 @@ impl ServedModel {
     ) -> Result<Vec<u32>, ApiError> {
         let at_least = text.len() / self.max_bytes_per_token;
         if at_least >= max_model_len {
-            return Err(prompt_too_long(at_least, max_model_len, param));
+            return Err(prompt_too_long(
+                format_args!("at least {at_least}"),
+                max_model_len,
+                param,
+            ));
         }
         let ids = self
             .tokenizer
@@ -122,16 +127,6 @@ impl ServedModel {
     pub fn vocab_size(&self) -> usize {
         self.tokenizer.get_vocab_size(true)
     }
-}
-
-fn prompt_too_long(at_least: usize, max_model_len: usize, param: &str) -> ApiError {
-    ApiError::invalid(
-        Some(param),
-        format!(
-            "This model's maximum context length is {max_model_len} tokens. However, your request has at least \
-             {at_least} input tokens. Please reduce the length of the input."
-        ),
-    )
 }
 
 #[cfg(target_env = "gnu")]
