@@ -6,7 +6,7 @@
 # routing, prefix-cache affinity, failover), and the CUDA build check (scripts/build_cuda.sh
 # --check: every crate and test type-checked with the cuda feature, the CUDA kernels compiled
 # to PTX; no GPU needed, scripts/gpu_check.sh runs the GPU tests on a GPU host). The check runs
-# beside the CPU tests: its longest part, candle's CUDA kernels, is one nvcc process at a time.
+# beside the CPU tests, in a target directory of its own.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p target
