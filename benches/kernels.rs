@@ -40,6 +40,7 @@ fn attention(c: &mut Criterion) {
         head_dim: d,
         scale: 0.125,
         sliding_window: None,
+        kv_scale: peagle_kernels::KvScale::ONE,
     };
     // Room for 16 sequences' contexts, each in its own blocks.
     let slots = 16 * ctx;

@@ -1,6 +1,7 @@
 // Causal attention of a flattened batch's query rows over the paged KV cache: decode rows,
 // verification windows and prefill chunks alike, with GQA, an optional sliding window and an
-// optional sink logit per query head.
+// optional sink logit per query head. `scale` is the score's, the key cache's per-tensor scale
+// included; `v_scale` the value cache's (both 1 but for FP8 caches).
 //
 // One block of ATTN_THREADS threads per (query row, query head). Keys are visited in tiles of
 // ATTN_THREADS positions, in position order, with an online softmax; each output element is
@@ -17,7 +18,7 @@ template <typename T, typename C>
 __device__ void paged_attention(T* out, const T* q, const C* k_cache, const C* v_cache,
                                 const uint32_t* meta, const float* sinks, int rows, int seqs,
                                 int num_heads, int num_kv_heads, int head_dim, int block_size,
-                                float scale, int window) {
+                                float scale, float v_scale, int window) {
     __shared__ float q_s[ATTN_MAX_HEAD_DIM];
     __shared__ float weights[ATTN_THREADS];
     __shared__ uint32_t slots[ATTN_THREADS];
@@ -65,20 +66,22 @@ __device__ void paged_attention(T* out, const T* q, const C* k_cache, const C* v
         m = m_new;
         __syncthreads();
     }
-    if (tid < head_dim) out[q_offset + tid] = from_f32<T>(acc0 / denom);
-    if (tid + ATTN_THREADS < head_dim) out[q_offset + tid + ATTN_THREADS] = from_f32<T>(acc1 / denom);
+    if (tid < head_dim) out[q_offset + tid] = from_f32<T>(acc0 * v_scale / denom);
+    if (tid + ATTN_THREADS < head_dim) out[q_offset + tid + ATTN_THREADS] = from_f32<T>(acc1 * v_scale / denom);
 }
 
 #define PAGED_ATTENTION(NAME, T, C)                                                            \
     extern "C" __global__ void __launch_bounds__(ATTN_THREADS) NAME(                          \
         T* out, const T* q, const C* k_cache, const C* v_cache, const uint32_t* meta,         \
         const float* sinks, int rows, int seqs, int num_heads, int num_kv_heads, int head_dim, \
-        int block_size, float scale, int window) {                                            \
+        int block_size, float scale, float v_scale, int window) {                             \
         paged_attention<T, C>(out, q, k_cache, v_cache, meta, sinks, rows, seqs, num_heads,   \
-                              num_kv_heads, head_dim, block_size, scale, window);             \
+                              num_kv_heads, head_dim, block_size, scale, v_scale, window);    \
     }
 
 PAGED_ATTENTION(paged_attention_f32_f32, float, float)
 PAGED_ATTENTION(paged_attention_f32_bf16, float, __nv_bfloat16)
 PAGED_ATTENTION(paged_attention_bf16_f32, __nv_bfloat16, float)
 PAGED_ATTENTION(paged_attention_bf16_bf16, __nv_bfloat16, __nv_bfloat16)
+PAGED_ATTENTION(paged_attention_f32_f8e4m3, float, __nv_fp8_e4m3)
+PAGED_ATTENTION(paged_attention_bf16_f8e4m3, __nv_bfloat16, __nv_fp8_e4m3)

@@ -4,22 +4,26 @@
 
 use candle_core::Device;
 use peagle_engine::{DraftModel, GenerateParams, Generator, GeneratorOptions, Penalties, SamplingParams};
-use peagle_models::LoadOptions;
+use peagle_models::{KvCacheDtype, LoadOptions};
 mod common;
 use common::fixture;
 use std::path::Path;
 
 fn generator(target: &str, draft: Option<(&Path, usize, bool)>, chunk: usize) -> Generator {
+    let opts = GeneratorOptions {
+        max_batched_tokens: chunk,
+        ..Default::default()
+    };
+    generator_with(target, draft, &opts)
+}
+
+fn generator_with(target: &str, draft: Option<(&Path, usize, bool)>, opts: &GeneratorOptions) -> Generator {
     let draft = draft.map(|(dir, k, parallel)| DraftModel {
         dir: dir.to_owned(),
         k: Some(k),
         parallel,
     });
-    let opts = GeneratorOptions {
-        max_batched_tokens: chunk,
-        ..Default::default()
-    };
-    Generator::from_dir(&fixture(target), draft.as_ref(), LoadOptions::default(), &opts).unwrap()
+    Generator::from_dir(&fixture(target), draft.as_ref(), LoadOptions::default(), opts).unwrap()
 }
 
 fn greedy(max_tokens: usize) -> GenerateParams {
@@ -79,6 +83,27 @@ fn random_drafters_never_change_greedy_output() {
                 assert!(stats.num_drafts > 0);
             }
         }
+    }
+}
+
+/// An FP8 cache changes which tokens a model emits, but speculation still emits exactly what
+/// plain decoding does on the same cache: rows keep their bits however they are batched.
+#[test]
+fn an_fp8_kv_cache_keeps_greedy_speculative_output_exact() {
+    let prompts = &prompts()[..8];
+    let fp8 = GeneratorOptions {
+        kv_cache_dtype: KvCacheDtype::Fp8,
+        ..Default::default()
+    };
+    for (target, drafter, parallel, k) in [
+        ("tiny-gpt-oss-mxfp4", "tiny-gpt-oss-peagle", true, 7),
+        ("tiny-gpt-oss-mxfp4", "tiny-qwen3-eagle3", false, 3),
+        ("tiny-llama", "tiny-llama-peagle", true, 7),
+    ] {
+        let plain = outputs(&mut generator_with(target, None, &fp8), prompts, 24);
+        let mut g = generator_with(target, Some((&fixture(drafter), k, parallel)), &fp8);
+        assert_eq!(outputs(&mut g, prompts, 24), plain, "{target} with {drafter}, k={k}");
+        assert!(g.engine().stats().num_drafts > 0);
     }
 }
 

@@ -1,9 +1,11 @@
-//! What a KV cache stores: f32, or bf16 at half the bytes. Attention is bound by reading the
-//! cache once a batch holds a few long sequences, so halving its bytes is what bf16 buys.
-//! Kernels widen bf16 to f32 on load, which is exact, and then do f32 arithmetic: a bf16 cache
-//! gives the bits an f32 cache holding the same rounded values gives.
+//! What a KV cache stores: f32, bf16 at half the bytes, or FP8 (e4m3) at a quarter. Attention
+//! is bound by reading the cache once a batch holds a few long sequences, so fewer bytes per
+//! element is what the narrow types buy, and they hold more tokens in the same memory. Kernels
+//! widen each element to f32 on load, which is exact, and then do f32 arithmetic: a narrow
+//! cache gives the bits an f32 cache holding the same rounded values gives.
 
 use candle_core::WithDType;
+use float8::F8E4M3;
 use half::bf16;
 
 pub trait CacheElement: WithDType + Into<f32> + Send + Sync {
@@ -70,6 +72,50 @@ impl CacheElement for bf16 {
     }
 }
 
+/// 2^120: an e4m3 exponent field (bias 7) read in an f32's exponent field (bias 127) is 2^120
+/// too small.
+#[cfg(target_arch = "x86_64")]
+const E4M3_REBIAS: f32 = 1.329_228e36;
+
+impl CacheElement for F8E4M3 {
+    /// Rounded to nearest even and saturated at ±448 (e4m3 has no infinity), as CUDA's
+    /// `__nv_fp8_e4m3` conversion does, so the CPU and GPU caches hold the same bytes.
+    fn from_f32(x: f32) -> Self {
+        F8E4M3::from_f32(x)
+    }
+
+    /// Each byte's sign to bit 31 and its exponent and mantissa to bits 23..=26 and 20..=22,
+    /// then times 2^120: exact for normals and subnormals alike. Bytes 0x7f and 0xff are NaN.
+    #[cfg(target_arch = "x86_64")]
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn load16(p: *const Self) -> std::arch::x86_64::__m512 {
+        use std::arch::x86_64::*;
+        let x = _mm512_cvtepu8_epi32(_mm_loadu_si128(p.cast()));
+        let magnitude = _mm512_and_si512(x, _mm512_set1_epi32(0x7f));
+        let sign = _mm512_slli_epi32::<24>(_mm512_and_si512(x, _mm512_set1_epi32(0x80)));
+        let bits = _mm512_or_si512(sign, _mm512_slli_epi32::<20>(magnitude));
+        let value = _mm512_mul_ps(_mm512_castsi512_ps(bits), _mm512_set1_ps(E4M3_REBIAS));
+        let nan = _mm512_cmpeq_epi32_mask(magnitude, _mm512_set1_epi32(0x7f));
+        _mm512_mask_blend_ps(nan, value, _mm512_set1_ps(f32::NAN))
+    }
+
+    /// As `load16`, eight at a time.
+    #[cfg(target_arch = "x86_64")]
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn load8(p: *const Self) -> std::arch::x86_64::__m256 {
+        use std::arch::x86_64::*;
+        let x = _mm256_cvtepu8_epi32(_mm_loadl_epi64(p.cast()));
+        let magnitude = _mm256_and_si256(x, _mm256_set1_epi32(0x7f));
+        let sign = _mm256_slli_epi32::<24>(_mm256_and_si256(x, _mm256_set1_epi32(0x80)));
+        let bits = _mm256_or_si256(sign, _mm256_slli_epi32::<20>(magnitude));
+        let value = _mm256_mul_ps(_mm256_castsi256_ps(bits), _mm256_set1_ps(E4M3_REBIAS));
+        let nan = _mm256_castsi256_ps(_mm256_cmpeq_epi32(magnitude, _mm256_set1_epi32(0x7f)));
+        _mm256_blendv_ps(value, _mm256_set1_ps(f32::NAN), nan)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -106,6 +152,51 @@ mod tests {
                 assert_eq!(got.map(f32::to_bits).to_vec(), want[..8]);
             }
         }
+    }
+
+    /// Bit patterns, with every NaN as one, so NaN compares equal to NaN.
+    #[cfg(target_arch = "x86_64")]
+    fn bits(xs: &[f32]) -> Vec<u32> {
+        xs.iter()
+            .map(|x| if x.is_nan() { u32::MAX } else { x.to_bits() })
+            .collect()
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn simd_loads_widen_every_e4m3_byte_exactly() {
+        assert_eq!(E4M3_REBIAS, 2f32.powi(120));
+        let isas = crate::isa::Isa::runnable();
+        let all: Vec<F8E4M3> = (0..=255u8).map(F8E4M3::from_bits).collect();
+        for chunk in all.chunks_exact(16) {
+            let want: Vec<f32> = chunk.iter().map(|x| f32::from(*x)).collect();
+            if isas.contains(&crate::isa::Isa::Avx512) {
+                let mut got = [0f32; 16];
+                // SAFETY: AVX-512F is present; the chunk has 16 elements.
+                unsafe { std::arch::x86_64::_mm512_storeu_ps(got.as_mut_ptr(), F8E4M3::load16(chunk.as_ptr())) };
+                assert_eq!(bits(&got), bits(&want));
+            }
+            if isas.contains(&crate::isa::Isa::Avx2) {
+                let mut got = [0f32; 8];
+                // SAFETY: AVX2 is present; the chunk has at least 8 elements.
+                unsafe { std::arch::x86_64::_mm256_storeu_ps(got.as_mut_ptr(), F8E4M3::load8(chunk.as_ptr())) };
+                assert_eq!(bits(&got), bits(&want[..8]));
+            }
+        }
+    }
+
+    #[test]
+    fn rounding_to_e4m3_is_to_nearest_even_and_saturates() {
+        let round = |x: f32| f32::from(<F8E4M3 as CacheElement>::from_f32(x));
+        // 1 + 2^-4 lies halfway between 1 and 1 + 2^-3 (odd): ties go to even, 1.
+        assert_eq!(round(1.0 + 2f32.powi(-4)), 1.0);
+        assert_eq!(round(1.0 + 3.0 * 2f32.powi(-4)), 1.25);
+        assert_eq!(round(1e6), 448.0);
+        assert_eq!(round(f32::NEG_INFINITY), -448.0);
+        // The smallest subnormal, 2^-9, and half of it, which ties to even (zero).
+        assert_eq!(round(2f32.powi(-9)), 2f32.powi(-9));
+        assert_eq!(round(2f32.powi(-10)), 0.0);
+        assert!(round(f32::NAN).is_nan());
     }
 
     #[test]

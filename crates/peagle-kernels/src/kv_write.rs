@@ -5,15 +5,23 @@ use crate::contiguous::contiguous;
 use crate::error::bad_input;
 use candle_core::{CpuStorage, InplaceOp2, Layout, Result, Tensor};
 
-/// Writes row `t` of `new` [tokens, width] (f32; f32 or bf16 on CUDA) into row `slots[t]` of
-/// `cache` [num_slots, width] (f32 or bf16, rounded to nearest even). Rows of rejected speculative
-/// tokens are simply overwritten by a later call.
-pub fn write_kv(cache: &Tensor, new: &Tensor, slots: &[u32]) -> Result<()> {
-    cache.inplace_op2(new, &WriteKv { slots })
+/// Writes row `t` of `new` [tokens, width] (f32; f32 or bf16 on CUDA), divided by `scale`,
+/// into row `slots[t]` of `cache` [num_slots, width] (f32, or bf16 or f8e4m3 rounded to nearest
+/// even, f8e4m3 saturated at ±448). `scale` is the cache's per-tensor scale (see `KvScale`), 1
+/// for f32 and bf16. Rows of rejected speculative tokens are simply overwritten by a later call.
+pub fn write_kv(cache: &Tensor, new: &Tensor, slots: &[u32], scale: f32) -> Result<()> {
+    if !(scale.is_finite() && scale > 0.0) {
+        return Err(bad_input(
+            "write_kv",
+            format!("the cache's scale {scale} is not a positive number"),
+        ));
+    }
+    cache.inplace_op2(new, &WriteKv { slots, scale })
 }
 
 struct WriteKv<'a> {
     slots: &'a [u32],
+    scale: f32,
 }
 
 impl InplaceOp2 for WriteKv<'_> {
@@ -30,7 +38,8 @@ impl InplaceOp2 for WriteKv<'_> {
         match dst {
             CpuStorage::F32(d) => self.scatter(&mut d[start..], src, width),
             CpuStorage::BF16(d) => self.scatter(&mut d[start..], src, width),
-            _ => return Err(bad_input("write_kv", "cache must be f32 or bf16 on the CPU")),
+            CpuStorage::F8E4M3(d) => self.scatter(&mut d[start..], src, width),
+            _ => return Err(bad_input("write_kv", "cache must be f32, bf16 or f8e4m3")),
         }
         Ok(())
     }
@@ -44,7 +53,7 @@ impl InplaceOp2 for WriteKv<'_> {
         src_l: &Layout,
     ) -> Result<()> {
         let width = self.check(dst_l, src_l)?;
-        crate::cuda::kv_write(dst, dst_l, src, src_l, self.slots, width)
+        crate::cuda::kv_write(dst, dst_l, src, src_l, self.slots, width, self.scale)
     }
 }
 
@@ -74,7 +83,7 @@ impl WriteKv<'_> {
     fn scatter<T: CacheElement>(&self, dst: &mut [T], src: &[f32], width: usize) {
         for (row, slot) in src.chunks_exact(width).zip(self.slots) {
             for (d, s) in dst[*slot as usize * width..][..width].iter_mut().zip(row) {
-                *d = T::from_f32(*s);
+                *d = T::from_f32(*s / self.scale);
             }
         }
     }

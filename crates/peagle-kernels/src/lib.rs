@@ -34,7 +34,7 @@ pub use kv_write::write_kv;
 pub use linear::{linear, PackedWeight};
 pub use masked_softmax::masked_softmax;
 pub use mxfp4::{mxfp4_linear, Mxfp4Weight, MXFP4_BLOCK};
-pub use paged_attention::{paged_attention, AttentionMetadata, AttentionParams};
+pub use paged_attention::{paged_attention, AttentionMetadata, AttentionParams, KvScale};
 pub use pool::on_pool;
 pub use rms_norm::{add_rms_norm, rms_norm};
 pub use rope::rope;

@@ -7,7 +7,8 @@
 //! are scored and summed together, so each key and value is read once for all of them, but
 //! every (row, head) output is the same chain of operations in key order whatever shares its
 //! call (see `dot` and `value_sum`), so results do not depend on the batch. The cache holds
-//! f32 or bf16 (see `CacheElement`); queries and outputs are f32.
+//! f32, bf16 or FP8 e4m3 (see `CacheElement`), FP8 with a per-tensor scale (`KvScale`);
+//! queries and outputs are f32.
 
 use crate::cache_element::CacheElement;
 use crate::contiguous::contiguous;
@@ -103,10 +104,31 @@ pub struct AttentionParams {
     pub scale: f32,
     /// Attend only to the last `n` positions (the query's own included).
     pub sliding_window: Option<usize>,
+    /// How the cache's elements scale back to keys and values.
+    pub kv_scale: KvScale,
+}
+
+/// Per-tensor scales of a layer's cache, as vLLM has them for FP8: a key `x` is stored as
+/// `x / k` and read back as `stored * k`, a value likewise with `v`. A cache that holds the
+/// values themselves (f32, bf16) has scales of 1, which change no bit.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct KvScale {
+    pub k: f32,
+    pub v: f32,
+}
+
+impl KvScale {
+    pub const ONE: Self = Self { k: 1.0, v: 1.0 };
+}
+
+impl Default for KvScale {
+    fn default() -> Self {
+        Self::ONE
+    }
 }
 
 /// `q` [rows, heads * head_dim] against `k_cache` and `v_cache` [slots, kv_heads * head_dim],
-/// both f32 or both bf16 (rows of this batch already written), giving [rows, heads * head_dim].
+/// of one element type (rows of this batch already written), giving [rows, heads * head_dim].
 ///
 /// `sinks`, one logit per query head (gpt-oss), join each head's softmax denominator and
 /// nothing else: the weights are `exp(s - m)` over the keys, divided by their sum plus
@@ -147,11 +169,12 @@ impl CustomOp3 for PagedAttention<'_> {
         let out = match (ks, vs) {
             (CpuStorage::F32(k), CpuStorage::F32(v)) => self.attend(q, rows, (k, kl), (v, vl))?,
             (CpuStorage::BF16(k), CpuStorage::BF16(v)) => self.attend(q, rows, (k, kl), (v, vl))?,
+            (CpuStorage::F8E4M3(k), CpuStorage::F8E4M3(v)) => self.attend(q, rows, (k, kl), (v, vl))?,
             _ => {
                 return Err(bad_input(
                     "paged_attention",
                     format!(
-                        "key and value caches must be both f32 or both bf16, not {:?} and {:?}",
+                        "key and value caches must be both f32, both bf16 or both f8e4m3, not {:?} and {:?}",
                         ks.dtype(),
                         vs.dtype()
                     ),
@@ -189,6 +212,8 @@ impl PagedAttention<'_> {
             || p.num_kv_heads == 0
             || !p.num_heads.is_multiple_of(p.num_kv_heads)
             || p.sliding_window == Some(0)
+            || !(p.kv_scale.k.is_finite() && p.kv_scale.k > 0.0)
+            || !(p.kv_scale.v.is_finite() && p.kv_scale.v > 0.0)
             || self.sinks.is_some_and(|s| s.len() != p.num_heads)
         {
             return Err(bad_input(
@@ -303,7 +328,8 @@ fn attend_key_head<T: CacheElement>(
 }
 
 /// `H` query heads against one key head, scoring `C` keys at a time (`H * C` = 8 sums in
-/// flight), each head's softmax alone, then the value sums of all `H` together.
+/// flight), each head's softmax alone, then the value sums of all `H` together. The cache's
+/// scales join the score's scale and the final division, never the element loop.
 fn attend<T: CacheElement, const H: usize, const C: usize>(
     q: &[f32],
     (keys, values): (HeadRows<T>, HeadRows<T>),
@@ -314,13 +340,14 @@ fn attend<T: CacheElement, const H: usize, const C: usize>(
 ) {
     let (d, n) = (p.head_dim, keys.len());
     let queries: [&[f32]; H] = std::array::from_fn(|h| &q[h * d..][..d]);
+    let scale = p.scale * p.kv_scale.k;
     let whole = n / C * C;
     for j in (0..whole).step_by(C) {
         let block = dots(queries, std::array::from_fn::<_, C, _>(|c| keys.row(j + c)));
-        put_scores(weights, n, j, block, p.scale);
+        put_scores(weights, n, j, block, scale);
     }
     for j in whole..n {
-        put_scores(weights, n, j, dots(queries, [keys.row(j)]), p.scale);
+        put_scores(weights, n, j, dots(queries, [keys.row(j)]), scale);
     }
     let mut sums = [0f32; H];
     for (h, w) in weights.chunks_exact_mut(n).enumerate() {
@@ -338,7 +365,7 @@ fn attend<T: CacheElement, const H: usize, const C: usize>(
     let weight_rows: [&[f32]; H] = std::array::from_fn(|_| rows.next().expect("H heads"));
     value_sums(outs, weight_rows, values);
     for (o, sum) in out.chunks_exact_mut(d).zip(sums) {
-        let inv = 1.0 / sum;
+        let inv = p.kv_scale.v / sum;
         o.iter_mut().for_each(|x| *x *= inv);
     }
 }

@@ -6,7 +6,7 @@
 use candle_core::{DType, Device, Tensor};
 use peagle_kernels::{
     add_rms_norm, invariant_matmul, paged_attention, rms_norm, rope, swiglu, write_kv, AttentionMetadata,
-    AttentionParams,
+    AttentionParams, KvScale,
 };
 
 fn gpu() -> Option<Device> {
@@ -36,8 +36,11 @@ fn tensor(shape: (usize, usize), seed: u64, scale: f32) -> Tensor {
     Tensor::from_vec(values(shape.0 * shape.1, seed, scale), shape, &Device::Cpu).unwrap()
 }
 
+/// The elements widened to f32 on the host (which converts FP8 on any GPU).
 fn host(t: &Tensor) -> Vec<f32> {
-    t.to_dtype(DType::F32)
+    t.to_device(&Device::Cpu)
+        .unwrap()
+        .to_dtype(DType::F32)
         .unwrap()
         .flatten_all()
         .unwrap()
@@ -190,6 +193,7 @@ fn paged_attention_matches_the_cpu_kernel_and_is_batch_invariant() {
                     head_dim: d,
                     scale: 1.0 / (d as f32).sqrt(),
                     sliding_window: window,
+                    kv_scale: KvScale::ONE,
                 };
                 let sinks = with_sinks.then(|| values(heads, 99, 3.0));
                 // A prefill chunk over context, a decode row, an 8-row verification window and a
@@ -217,6 +221,18 @@ fn paged_attention_matches_the_cpu_kernel_and_is_batch_invariant() {
                 let diff = max_rel_diff(&host(&got_bf16), &host(&want));
                 assert!(diff < 1e-2, "{what}: bf16 off by {diff}");
 
+                // An FP8 cache with per-tensor scales, made on the host: the same bytes on both.
+                let fp8 = AttentionParams {
+                    kv_scale: KvScale { k: 0.5, v: 0.125 },
+                    ..params
+                };
+                let e4m3 = |t: &Tensor, scale: f32| (t / scale as f64).unwrap().to_dtype(DType::F8E4M3).unwrap();
+                let (k8, v8) = (e4m3(&b.k, 0.5), e4m3(&b.v, 0.125));
+                let want = paged_attention(&b.q, &k8, &v8, &b.meta, &fp8, sinks.as_deref()).unwrap();
+                let got = paged_attention(&g(&b.q), &g(&k8), &g(&v8), &b.meta, &fp8, sinks.as_deref()).unwrap();
+                let diff = max_rel_diff(&host(&got), &host(&want));
+                assert!(diff < 1e-5, "{what}: fp8 cache off by {diff}");
+
                 // The 8-row window's last row alone gives the same bits as within the batch.
                 let alone = AttentionMetadata {
                     block_size: BLOCK,
@@ -242,22 +258,32 @@ fn paged_attention_matches_the_cpu_kernel_and_is_batch_invariant() {
 fn kv_write_rounds_exactly_as_the_cpu() {
     let Some(dev) = gpu() else { return };
     let slots = [5u32, 0, 17, 3];
-    let new = tensor((4, 96), 12, 4.0);
-    for dtype in [DType::F32, DType::BF16] {
+    // Up to ±4000 / 8 = ±500: FP8 saturates some, as on the CPU.
+    let new = tensor((4, 96), 12, 4000.0);
+    for (dtype, scale) in [
+        (DType::F32, 1.0),
+        (DType::BF16, 1.0),
+        (DType::F8E4M3, 8.0),
+        (DType::F8E4M3, 1.0),
+    ] {
         let cpu = Tensor::zeros((20, 96), dtype, &Device::Cpu).unwrap();
-        write_kv(&cpu, &new, &slots).unwrap();
+        write_kv(&cpu, &new, &slots, scale).unwrap();
         let gpu_cache = Tensor::zeros((20, 96), dtype, &dev).unwrap();
-        write_kv(&gpu_cache, &new.to_device(&dev).unwrap(), &slots).unwrap();
-        assert_eq!(bits(&gpu_cache), bits(&cpu), "{dtype:?} cache");
+        write_kv(&gpu_cache, &new.to_device(&dev).unwrap(), &slots, scale).unwrap();
+        assert_eq!(bits(&gpu_cache), bits(&cpu), "{dtype:?} cache, scale {scale}");
         // bf16 rows into the cache.
         let gpu_cache = Tensor::zeros((20, 96), dtype, &dev).unwrap();
         let rounded = new.to_dtype(DType::BF16).unwrap();
-        write_kv(&gpu_cache, &rounded.to_device(&dev).unwrap(), &slots).unwrap();
+        write_kv(&gpu_cache, &rounded.to_device(&dev).unwrap(), &slots, scale).unwrap();
         let cpu = Tensor::zeros((20, 96), dtype, &Device::Cpu).unwrap();
-        write_kv(&cpu, &rounded.to_dtype(DType::F32).unwrap(), &slots).unwrap();
-        assert_eq!(bits(&gpu_cache), bits(&cpu), "bf16 rows into a {dtype:?} cache");
+        write_kv(&cpu, &rounded.to_dtype(DType::F32).unwrap(), &slots, scale).unwrap();
+        assert_eq!(
+            bits(&gpu_cache),
+            bits(&cpu),
+            "bf16 rows into a {dtype:?} cache, scale {scale}"
+        );
     }
     let cache = Tensor::zeros((20, 96), DType::F32, &dev).unwrap();
-    let err = write_kv(&cache, &new.to_device(&dev).unwrap(), &[1, 2, 3, 20]).unwrap_err();
+    let err = write_kv(&cache, &new.to_device(&dev).unwrap(), &[1, 2, 3, 20], 1.0).unwrap_err();
     assert!(err.to_string().contains("slot 20 outside"), "{err}");
 }

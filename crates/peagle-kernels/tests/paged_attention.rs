@@ -1,9 +1,10 @@
 //! Paged attention against a dense causal reference, on scattered blocks and mixed batches,
-//! over f32 and bf16 caches, on rayon's pool and on a step's crew.
+//! over f32, bf16 and FP8 caches, on rayon's pool and on a step's crew.
 
 use candle_core::{DType, Device, Tensor};
+use float8::F8E4M3;
 use half::bf16;
-use peagle_kernels::{on_pool, paged_attention, write_kv, AttentionMetadata, AttentionParams};
+use peagle_kernels::{on_pool, paged_attention, write_kv, AttentionMetadata, AttentionParams, KvScale};
 
 const BLOCK: usize = 4;
 const PARAMS: AttentionParams = AttentionParams {
@@ -13,6 +14,7 @@ const PARAMS: AttentionParams = AttentionParams {
     head_dim: 64,
     scale: 0.125,
     sliding_window: None,
+    kv_scale: KvScale::ONE,
 };
 
 fn values(n: usize, seed: u64) -> Vec<f32> {
@@ -116,6 +118,7 @@ fn cache_with(seqs: &[&Seq], num_blocks: usize) -> Cache {
 }
 
 fn cache_of(dtype: DType, seqs: &[&Seq], num_blocks: usize) -> Cache {
+    let scale = seqs[0].params.kv_scale;
     let kw = seqs[0].params.num_kv_heads * seqs[0].params.head_dim;
     let dev = Device::Cpu;
     let cache = Cache {
@@ -126,8 +129,8 @@ fn cache_of(dtype: DType, seqs: &[&Seq], num_blocks: usize) -> Cache {
         let slots: Vec<u32> = (0..s.len).map(|p| slot(s, p)).collect();
         let k = Tensor::from_slice(&s.k, (s.len, kw), &dev).unwrap();
         let v = Tensor::from_slice(&s.v, (s.len, kw), &dev).unwrap();
-        write_kv(&cache.k, &k, &slots).unwrap();
-        write_kv(&cache.v, &v, &slots).unwrap();
+        write_kv(&cache.k, &k, &slots, scale.k).unwrap();
+        write_kv(&cache.v, &v, &slots, scale.v).unwrap();
     }
     cache
 }
@@ -273,11 +276,12 @@ fn every_head_layout_matches_the_reference_and_is_batch_invariant() {
             head_dim,
             scale: 1.0 / (head_dim as f32).sqrt(),
             sliding_window: None,
+            kv_scale: KvScale::ONE,
         };
         let what = format!("{heads} heads over {kv_heads}, head_dim {head_dim}");
         let a = seq_of(params, 13, 60, vec![4, 0, 6, 2]);
         let b = seq_of(params, 6, 70, vec![1, 3]);
-        for dtype in [DType::F32, DType::BF16] {
+        for dtype in [DType::F32, DType::BF16, DType::F8E4M3] {
             let cache = cache_of(dtype, &[&a, &b], 8);
             let batch = run(&cache, &[&a, &b], &[5, 1], None);
             let rows = (a.len - 5..a.len).map(|pos| (&a, pos)).chain([(&b, b.len - 1)]);
@@ -375,5 +379,140 @@ fn mixed_cache_dtypes_are_an_error() {
         slot_mapping: vec![2],
     };
     let err = paged_attention(&q, &f32s.k, &halves.v, &meta, &PARAMS, None).unwrap_err();
-    assert!(err.to_string().contains("both f32 or both bf16"), "{err}");
+    assert!(err.to_string().contains("both f32, both bf16 or both f8e4m3"), "{err}");
+}
+
+/// `s` with its keys and values as an FP8 cache with `scale` gives them back: divided by the
+/// scale, rounded to e4m3, times the scale.
+fn dequantized(s: &Seq, scale: KvScale) -> Seq {
+    let round = |xs: &[f32], scale: f32| {
+        xs.iter()
+            .map(|x| f32::from(F8E4M3::from_f32(x / scale)) * scale)
+            .collect()
+    };
+    Seq {
+        params: AttentionParams {
+            kv_scale: KvScale::ONE,
+            ..s.params
+        },
+        len: s.len,
+        q: s.q.clone(),
+        k: round(&s.k, scale.k),
+        v: round(&s.v, scale.v),
+        blocks: s.blocks.clone(),
+    }
+}
+
+fn with_scale(s: &Seq, kv_scale: KvScale) -> Seq {
+    Seq {
+        params: AttentionParams { kv_scale, ..s.params },
+        ..prefix(s, s.len)
+    }
+}
+
+/// Largest absolute difference between rows and the dense reference of the same positions.
+fn error_against_reference(got: &[Vec<f32>], rows: &[(&Seq, usize)], window: Option<usize>) -> f32 {
+    rows.iter()
+        .zip(got)
+        .flat_map(|((s, pos), row)| {
+            let want = reference_row(s, *pos, window);
+            row.iter().zip(want).map(|(g, w)| (g - w).abs()).collect::<Vec<_>>()
+        })
+        .fold(0.0, f32::max)
+}
+
+/// An FP8 cache stores `x / scale` rounded to e4m3 and attends as an f32 cache of the values
+/// it gives back, up to where the scales are applied (into the score scale and the final
+/// division, not each element); each row keeps its bits in any batch.
+#[test]
+fn an_fp8_cache_attends_as_an_f32_cache_of_its_dequantized_values() {
+    // Keys up to 64 / 4 = 16 after scaling, values up to 1 / 0.01 = 100: inside e4m3's ±448.
+    let scale = KvScale { k: 0.25, v: 0.01 };
+    let a = with_scale(&seq(19, 70, vec![5, 1, 3, 8, 0]), scale);
+    let b = with_scale(&seq(7, 80, vec![2, 6]), scale);
+    let fp8 = cache_of(DType::F8E4M3, &[&a, &b], 10);
+    let stored: Vec<u8> = fp8
+        .k
+        .flatten_all()
+        .unwrap()
+        .to_vec1::<F8E4M3>()
+        .unwrap()
+        .iter()
+        .map(|x| x.to_bits())
+        .collect();
+    let kw = PARAMS.num_kv_heads * PARAMS.head_dim;
+    for pos in [0, 7, 18] {
+        let want: Vec<u8> = a.k[pos * kw..][..kw]
+            .iter()
+            .map(|x| F8E4M3::from_f32(x / scale.k).to_bits())
+            .collect();
+        assert_eq!(
+            stored[slot(&a, pos) as usize * kw..][..kw],
+            want,
+            "write_kv stores fp8(k / k_scale)"
+        );
+    }
+    let (da, db) = (dequantized(&a, scale), dequantized(&b, scale));
+    let wide = cache_with(&[&da, &db], 10);
+    for window in [None, Some(5)] {
+        let got = run(&fp8, &[&a, &b], &[9, 1], window);
+        let want = run(&wide, &[&da, &db], &[9, 1], window);
+        for (g, w) in got.iter().zip(&want) {
+            assert_close(g, w, "fp8 against f32 of the dequantized values");
+        }
+        for (r, pos) in (a.len - 9..a.len).enumerate() {
+            let alone = run(&fp8, &[&prefix(&a, pos + 1)], &[1], window);
+            assert_eq!(alone[0], got[r], "row at {pos} alone");
+        }
+    }
+}
+
+/// The error an FP8 cache adds, against the exact attention and against a bf16 cache: e4m3
+/// keeps 4 bits of mantissa to bf16's 8, so its error is larger, but bounded.
+#[test]
+fn an_fp8_cache_errs_more_than_bf16_but_within_its_rounding() {
+    let a = seq(40, 90, (0..10).rev().collect());
+    let b = seq(13, 100, vec![10, 12, 11, 13]);
+    let rows: Vec<(&Seq, usize)> = (a.len - 9..a.len).map(|p| (&a, p)).chain([(&b, b.len - 1)]).collect();
+    let error = |dtype| {
+        let cache = cache_of(dtype, &[&a, &b], 14);
+        error_against_reference(&run(&cache, &[&a, &b], &[9, 1], None), &rows, None)
+    };
+    let (bf16_error, fp8_error) = (error(DType::BF16), error(DType::F8E4M3));
+    // Values in [-1, 1]: e4m3 rounds each key and value by at most 2^-4 of itself.
+    assert!(fp8_error < 3e-2, "fp8: max abs error {fp8_error}");
+    assert!(bf16_error < 2e-3, "bf16: max abs error {bf16_error}");
+    assert!(fp8_error > 4.0 * bf16_error, "fp8 {fp8_error} vs bf16 {bf16_error}");
+}
+
+/// e4m3 has no infinity: keys past ±448 times the scale are stored as ±448, as CUDA's
+/// conversion does; a scale that is not a positive number is refused.
+#[test]
+fn fp8_saturates_and_scales_must_be_positive() {
+    let dev = Device::Cpu;
+    let cache = Tensor::zeros((4, 2), DType::F8E4M3, &dev).unwrap();
+    let rows = Tensor::from_slice(&[1000f32, -1e30, 3.0, f32::INFINITY], (2, 2), &dev).unwrap();
+    write_kv(&cache, &rows, &[3, 1], 2.0).unwrap();
+    let stored: Vec<Vec<f32>> = cache.to_dtype(DType::F32).unwrap().to_vec2().unwrap();
+    assert_eq!(stored[3], [448.0, -448.0]);
+    assert_eq!(stored[1], [1.5, 448.0]);
+    for bad in [0.0, -1.0, f32::NAN, f32::INFINITY] {
+        let err = write_kv(&cache, &rows, &[3, 1], bad).unwrap_err();
+        assert!(err.to_string().contains("is not a positive number"), "{err}");
+    }
+    let a = seq(3, 110, vec![0]);
+    let cache = cache_of(DType::F8E4M3, &[&a], 1);
+    let q = Tensor::zeros((1, PARAMS.num_heads * PARAMS.head_dim), DType::F32, &dev).unwrap();
+    let meta = AttentionMetadata {
+        block_size: BLOCK,
+        query_start: vec![0, 1],
+        context_lens: vec![3],
+        block_tables: vec![vec![0]],
+        slot_mapping: vec![2],
+    };
+    let zero = AttentionParams {
+        kv_scale: KvScale { k: 1.0, v: 0.0 },
+        ..PARAMS
+    };
+    assert!(paged_attention(&q, &cache.k, &cache.v, &meta, &zero, None).is_err());
 }

@@ -29,6 +29,8 @@ pub enum LoadError {
     },
     #[error("tensor {name} in {file}: unsupported dtype {dtype} (supported: F32, BF16, F16)")]
     UnsupportedDtype { name: String, file: PathBuf, dtype: String },
+    #[error("tensor {name}: {msg}")]
+    InvalidTensor { name: String, msg: String },
     /// The device or dtype asked for cannot be used.
     #[error("{0}")]
     Placement(String),

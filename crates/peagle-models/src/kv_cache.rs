@@ -1,5 +1,5 @@
 //! The paged KV cache: per layer, one key and one value tensor of `num_blocks * block_size`
-//! slots, in f32 or bf16. Which blocks belong to which sequence is the engine's business (its
+//! slots, in f32, bf16 or FP8 (e4m3). Which blocks belong to which sequence is the engine's business (its
 //! block manager); the cache only stores rows.
 
 use crate::config::ModelDims;
@@ -19,6 +19,10 @@ pub enum KvCacheDtype {
     /// Half the bytes of f32, so twice the tokens in the same memory and half the reading per
     /// attention step; keys and values keep 8 bits of mantissa.
     Bf16,
+    /// FP8 e4m3, as vLLM's `fp8`: half the bytes of bf16, with 4 bits of mantissa. Each
+    /// layer's keys and values are stored divided by the checkpoint's `k_scale` and `v_scale`
+    /// (1 where it has none), and saturate at ±448 times that scale.
+    Fp8,
 }
 
 impl KvCacheDtype {
@@ -26,6 +30,7 @@ impl KvCacheDtype {
         match self {
             Self::F32 => DType::F32,
             Self::Bf16 => DType::BF16,
+            Self::Fp8 => DType::F8E4M3,
             Self::Auto if target.stored_dtype() == Some("bfloat16") => DType::BF16,
             Self::Auto => DType::F32,
         }
@@ -40,7 +45,10 @@ impl FromStr for KvCacheDtype {
             "auto" => Ok(Self::Auto),
             "f32" | "float32" => Ok(Self::F32),
             "bf16" | "bfloat16" => Ok(Self::Bf16),
-            _ => Err(format!("unknown KV cache dtype {s:?} (expected auto, f32 or bf16)")),
+            "fp8" | "fp8_e4m3" => Ok(Self::Fp8),
+            _ => Err(format!(
+                "unknown KV cache dtype {s:?} (expected auto, f32, bf16 or fp8)"
+            )),
         }
     }
 }
@@ -51,6 +59,7 @@ impl fmt::Display for KvCacheDtype {
             Self::Auto => "auto",
             Self::F32 => "f32",
             Self::Bf16 => "bf16",
+            Self::Fp8 => "fp8",
         })
     }
 }
@@ -68,10 +77,10 @@ pub struct KvCache {
 }
 
 impl KvCache {
-    /// `dtype` is f32 or bf16.
+    /// `dtype` is f32, bf16 or f8e4m3.
     pub fn new(dims: &ModelDims, num_blocks: usize, block_size: usize, dtype: DType, device: &Device) -> Result<Self> {
-        if !matches!(dtype, DType::F32 | DType::BF16) {
-            bail!("a KV cache holds f32 or bf16, not {dtype:?}");
+        if !matches!(dtype, DType::F32 | DType::BF16 | DType::F8E4M3) {
+            bail!("a KV cache holds f32, bf16 or f8e4m3, not {dtype:?}");
         }
         let width = dims.num_kv_heads * dims.head_dim;
         let layers = (0..dims.num_layers)
@@ -144,16 +153,22 @@ mod tests {
     }
 
     #[test]
-    fn the_flag_parses_its_three_values_and_names_them_on_a_typo() {
-        for dtype in [KvCacheDtype::Auto, KvCacheDtype::F32, KvCacheDtype::Bf16] {
+    fn the_flag_parses_its_four_values_and_names_them_on_a_typo() {
+        for dtype in [
+            KvCacheDtype::Auto,
+            KvCacheDtype::F32,
+            KvCacheDtype::Bf16,
+            KvCacheDtype::Fp8,
+        ] {
             assert_eq!(dtype.to_string().parse::<KvCacheDtype>(), Ok(dtype));
         }
-        let err = "fp8".parse::<KvCacheDtype>().unwrap_err();
-        assert!(err.contains("auto, f32 or bf16"), "{err}");
+        assert_eq!("fp8_e4m3".parse::<KvCacheDtype>(), Ok(KvCacheDtype::Fp8));
+        let err = "fp8_e5m2".parse::<KvCacheDtype>().unwrap_err();
+        assert!(err.contains("auto, f32, bf16 or fp8"), "{err}");
     }
 
     #[test]
-    fn a_bf16_cache_takes_half_the_bytes_and_f16_is_refused() {
+    fn narrow_caches_take_fewer_bytes_and_f16_is_refused() {
         let dims = ModelDims {
             vocab_size: 32,
             hidden_size: 8,
@@ -168,7 +183,19 @@ mod tests {
             KvCache::bytes_per_block(&dims, 16, DType::F32),
             2 * KvCache::bytes_per_block(&dims, 16, DType::BF16)
         );
+        assert_eq!(
+            KvCache::bytes_per_block(&dims, 16, DType::BF16),
+            2 * KvCache::bytes_per_block(&dims, 16, DType::F8E4M3)
+        );
+        let fp8 = KvCache::new(
+            &dims,
+            3,
+            16,
+            KvCacheDtype::Fp8.resolve(&config(serde_json::json!({}))),
+            &Device::Cpu,
+        );
+        assert_eq!(fp8.unwrap().layer(0).v.dtype(), DType::F8E4M3);
         let err = KvCache::new(&dims, 3, 16, DType::F16, &Device::Cpu).err().unwrap();
-        assert!(err.to_string().contains("f32 or bf16"), "{err}");
+        assert!(err.to_string().contains("f32, bf16 or f8e4m3"), "{err}");
     }
 }

@@ -3,17 +3,22 @@
 //! exactness rests on this.
 
 mod common;
+use candle_core::DType;
 use common::*;
 
 #[test]
-fn window_rows_equal_single_token_steps_bitwise() {
+fn window_rows_equal_single_token_steps_bitwise_with_every_cache_dtype() {
     for name in FIXTURES {
-        let f = Fixture::load(name);
-        let (singles, windowed, batched) = window_three_ways(&f, 8);
-        for (mode, rows) in [("window", &windowed), ("window in a mixed batch", &batched)] {
-            assert_eq!(bits(&rows.0), bits(&singles.0), "{name} {mode}: logits");
-            assert_eq!(bits(&rows.1), bits(&singles.1), "{name} {mode}: captured states");
-            assert_eq!(bits(&rows.2), bits(&singles.2), "{name} {mode}: final states");
+        let mut f = Fixture::load(name);
+        for cache in [DType::F32, DType::BF16, DType::F8E4M3] {
+            f = f.with_cache_dtype(cache);
+            let (singles, windowed, batched) = window_three_ways(&f, 8);
+            for (mode, rows) in [("window", &windowed), ("window in a mixed batch", &batched)] {
+                let what = format!("{name}, {cache:?} cache, {mode}");
+                assert_eq!(bits(&rows.0), bits(&singles.0), "{what}: logits");
+                assert_eq!(bits(&rows.1), bits(&singles.1), "{what}: captured states");
+                assert_eq!(bits(&rows.2), bits(&singles.2), "{what}: final states");
+            }
         }
     }
 }

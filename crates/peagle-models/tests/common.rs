@@ -26,6 +26,7 @@ pub struct Fixture {
     pub model: Box<dyn TargetModel>,
     pub refs: HashMap<String, Tensor>,
     options: LoadOptions,
+    cache_dtype: DType,
 }
 
 impl Fixture {
@@ -36,13 +37,32 @@ impl Fixture {
 
     /// `load` on the device and in the dtype of `options`.
     pub fn load_with(name: &str, options: LoadOptions) -> Self {
-        let dir = fixture_dir(name);
-        let mut model = load_target(&dir, options.clone()).unwrap().model;
+        Self::load_from(&fixture_dir(name), options)
+    }
+
+    /// `load_with` from a fixture's copy in `dir`.
+    pub fn load_from(dir: &std::path::Path, options: LoadOptions) -> Self {
+        let mut model = load_target(dir, options.clone()).unwrap().model;
         model
             .set_capture_layers((0..model.dims().num_layers).collect())
             .unwrap();
         let refs = candle_core::safetensors::load(dir.join("reference.safetensors"), &Device::Cpu).unwrap();
-        Self { model, refs, options }
+        let cache_dtype = if options.device.is_cpu() {
+            DType::F32
+        } else {
+            options.dtype
+        };
+        Self {
+            model,
+            refs,
+            options,
+            cache_dtype,
+        }
+    }
+
+    /// The fixture with caches of `dtype` from now on.
+    pub fn with_cache_dtype(self, cache_dtype: DType) -> Self {
+        Self { cache_dtype, ..self }
     }
 
     pub fn prompt(&self, i: usize) -> Vec<u32> {
@@ -66,14 +86,10 @@ impl Fixture {
             .unwrap()
     }
 
-    /// A cache on the model's device, in f32 (on the CPU) or the activation dtype.
+    /// A cache on the model's device: f32 (on the CPU) or the activation dtype, unless
+    /// `with_cache_dtype` chose another.
     pub fn cache(&self) -> KvCache {
-        let dtype = if self.options.device.is_cpu() {
-            DType::F32
-        } else {
-            self.options.dtype
-        };
-        KvCache::new(self.model.dims(), 64, BLOCK, dtype, &self.options.device).unwrap()
+        KvCache::new(self.model.dims(), 64, BLOCK, self.cache_dtype, &self.options.device).unwrap()
     }
 }
 

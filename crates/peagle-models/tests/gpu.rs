@@ -4,6 +4,7 @@
 #![cfg(feature = "cuda")]
 
 mod common;
+use candle_core::DType;
 use common::*;
 use peagle_models::{DTypeSpec, DeviceSpec, LoadOptions};
 
@@ -57,16 +58,57 @@ fn bf16_logits_are_within_1e_2_of_the_cpu() {
     }
 }
 
+/// An FP8 cache on the GPU errs from transformers' f32 logits as it does on the CPU (see
+/// fp8_kv_cache.rs): a relative error under 0.2, and at most twice the CPU's.
+#[test]
+fn fp8_cache_logits_err_as_on_the_cpu() {
+    let Some(options) = on_gpu(DTypeSpec::F32) else { return };
+    let relative_error = |f: &Fixture, p: usize| {
+        let got = run(f.model.as_ref(), &f.cache(), &[(0, &f.prompt(p), 0)]).remove(0).0;
+        let want = f.reference(p, "logits");
+        let norm = |t: &candle_core::Tensor| {
+            t.to_device(&candle_core::Device::Cpu)
+                .unwrap()
+                .sqr()
+                .unwrap()
+                .sum_all()
+                .unwrap()
+                .to_scalar::<f32>()
+                .unwrap()
+                .sqrt()
+        };
+        norm(&(got.to_device(&candle_core::Device::Cpu).unwrap() - &want).unwrap()) / norm(&want)
+    };
+    for name in GPU_FIXTURES {
+        let gpu = Fixture::load_with(name, options.clone()).with_cache_dtype(DType::F8E4M3);
+        let cpu = Fixture::load(name).with_cache_dtype(DType::F8E4M3);
+        for p in 0..3 {
+            let (on_gpu, on_cpu) = (relative_error(&gpu, p), relative_error(&cpu, p));
+            eprintln!("{name} prompt {p}: fp8 cache, relative error {on_gpu} on the GPU, {on_cpu} on the CPU");
+            assert!(
+                on_gpu < 0.2 && on_gpu < 2.0 * on_cpu + 1e-3,
+                "{name} prompt {p}: {on_gpu} against {on_cpu}"
+            );
+        }
+    }
+}
+
 #[test]
 fn window_rows_equal_single_token_steps_bitwise_on_the_gpu() {
     for dtype in [DTypeSpec::Bf16, DTypeSpec::F32] {
         let Some(options) = on_gpu(dtype) else { return };
         for name in GPU_FIXTURES {
-            let f = Fixture::load_with(name, options.clone());
-            let (singles, windowed, batched) = window_three_ways(&f, 8);
-            assert_eq!(bits(&windowed.0), bits(&singles.0), "{name} {dtype}: window logits");
-            assert_eq!(bits(&batched.0), bits(&singles.0), "{name} {dtype}: logits");
-            assert_eq!(bits(&batched.1), bits(&singles.1), "{name} {dtype}: captured states");
+            for fp8 in [false, true] {
+                let mut f = Fixture::load_with(name, options.clone());
+                if fp8 {
+                    f = f.with_cache_dtype(DType::F8E4M3);
+                }
+                let what = format!("{name} {dtype}, fp8 cache {fp8}");
+                let (singles, windowed, batched) = window_three_ways(&f, 8);
+                assert_eq!(bits(&windowed.0), bits(&singles.0), "{what}: window logits");
+                assert_eq!(bits(&batched.0), bits(&singles.0), "{what}: logits");
+                assert_eq!(bits(&batched.1), bits(&singles.1), "{what}: captured states");
+            }
         }
     }
 }

@@ -56,7 +56,8 @@ struct Args {
     #[arg(long)]
     max_model_len: Option<usize>,
     /// What the KV cache stores: auto (the model's dtype: bf16 for a bf16 checkpoint such as
-    /// the demo model, else f32), f32 or bf16.
+    /// the demo model, else f32), f32, bf16 or fp8 (e4m3, with the checkpoint's per-layer
+    /// k_scale and v_scale or 1).
     #[arg(long, default_value_t = KvCacheDtype::Auto)]
     kv_cache_dtype: KvCacheDtype,
     /// EAGLE-3 or P-EAGLE drafter directory: enables speculative decoding.

@@ -94,7 +94,8 @@ struct Args {
     #[arg(long, default_value_t = DTypeSpec::Auto)]
     dtype: DTypeSpec,
     /// What the KV cache stores: auto (the model's dtype: bf16 for a bf16 checkpoint such as
-    /// the demo model, else f32), f32, or bf16 (half the memory and attention reads).
+    /// the demo model, else f32), f32, bf16 (half the memory and attention reads), or fp8
+    /// (e4m3, a quarter, with the checkpoint's per-layer k_scale and v_scale or 1).
     #[arg(long, default_value_t = KvCacheDtype::Auto)]
     kv_cache_dtype: KvCacheDtype,
     /// Larger request bodies get 413.

@@ -1,13 +1,13 @@
 use super::module::{function, Kernel, Module};
-use super::{by_dtypes, dtype_name, grid, int, view};
+use super::{by_cache_dtypes, cache_dtype_name, dtype_name, grid, int, view};
 use crate::error::bad_input;
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{CudaSlice, PushKernelArg};
 use candle_core::cuda_backend::{CudaDType, CudaStorage, WrapErr};
 use candle_core::{DType, Layout, Result};
 
-/// `kernels/kv_write.cu`: row t of `src` [tokens, width] into row `slots[t]` of `cache`
-/// (shapes already checked).
+/// `kernels/kv_write.cu`: row t of `src` [tokens, width], divided by `scale`, into row
+/// `slots[t]` of `cache` (shapes already checked).
 pub(crate) fn kv_write(
     cache: &mut CudaStorage,
     cache_l: &Layout,
@@ -15,6 +15,7 @@ pub(crate) fn kv_write(
     src_l: &Layout,
     slots: &[u32],
     width: usize,
+    scale: f32,
 ) -> Result<()> {
     if slots.is_empty() {
         return Ok(());
@@ -23,7 +24,7 @@ pub(crate) fn kv_write(
     let name = format!(
         "kv_write_{}_{}",
         dtype_name("write_kv", src.dtype())?,
-        dtype_name("write_kv", cache.dtype())?
+        cache_dtype_name("write_kv", cache.dtype())?
     );
     let func = function(&device, Module::KvWrite, &name)?;
     let (start, _) = cache_l
@@ -36,8 +37,9 @@ pub(crate) fn kv_write(
         tokens: int("write_kv", slots.len())? as u32,
         slots: &device.clone_htod(slots)?,
         width: int("write_kv", width)?,
+        scale,
     };
-    by_dtypes!("write_kv", (src.dtype(), cache.dtype()), launch(cache, start, &args))
+    by_cache_dtypes!("write_kv", (src.dtype(), cache.dtype()), launch(cache, start, &args))
 }
 
 struct Args<'a> {
@@ -47,13 +49,19 @@ struct Args<'a> {
     slots: &'a CudaSlice<u32>,
     tokens: u32,
     width: i32,
+    scale: f32,
 }
 
 fn launch<S: CudaDType, C: CudaDType>(cache: &mut CudaStorage, start: usize, a: &Args) -> Result<()> {
     let src = view::<S>(a.src, a.src_l, "new rows")?;
     let mut cache = cache.as_cuda_slice_mut::<C>()?.slice_mut(start..);
     let mut builder = a.func.builder();
-    builder.arg(&mut cache).arg(&src).arg(a.slots).arg(&a.width);
+    builder
+        .arg(&mut cache)
+        .arg(&src)
+        .arg(a.slots)
+        .arg(&a.width)
+        .arg(&a.scale);
     // SAFETY: the slots were checked against the cache's rows, the rows against `width`.
     unsafe { builder.launch(grid((a.tokens, 1), 256)) }.w()?;
     Ok(())

@@ -49,6 +49,27 @@ fn dtype_name(op: &'static str, dtype: DType) -> Result<&'static str> {
     }
 }
 
+/// The kernels' name for a KV cache's element type: `f32`, `bf16` or `f8e4m3`.
+fn cache_dtype_name(op: &'static str, dtype: DType) -> Result<&'static str> {
+    match dtype {
+        DType::F8E4M3 => Ok("f8e4m3"),
+        other => dtype_name(op, other),
+    }
+}
+
+/// Calls `$f::<A, C>(args..)` with the element types of a row dtype (f32 or bf16) and a KV
+/// cache's dtype (f32, bf16 or f8e4m3).
+macro_rules! by_cache_dtypes {
+    ($op:expr, ($a:expr, $c:expr), $f:ident($($arg:expr),* $(,)?)) => {
+        match ($a, $c) {
+            (DType::F32, DType::F8E4M3) => $f::<f32, float8::F8E4M3>($($arg),*),
+            (DType::BF16, DType::F8E4M3) => $f::<half::bf16, float8::F8E4M3>($($arg),*),
+            (a, c) => crate::cuda::by_dtypes!($op, (a, c), $f($($arg),*)),
+        }
+    };
+}
+pub(crate) use by_cache_dtypes;
+
 /// Calls `$f::<A, B>(args..)` with the element types of two dtypes, each f32 or bf16.
 macro_rules! by_dtypes {
     ($op:expr, ($a:expr, $b:expr), $f:ident($($arg:expr),* $(,)?)) => {

@@ -1,5 +1,5 @@
 use super::module::{function, Kernel, Module};
-use super::{by_dtypes, dtype_name, int, output, view};
+use super::{by_cache_dtypes, cache_dtype_name, dtype_name, int, output, view};
 use crate::error::bad_input;
 use crate::paged_attention::{AttentionMetadata, AttentionParams};
 use candle_core::backend::BackendStorage;
@@ -36,7 +36,7 @@ pub(crate) fn paged_attention(
     let name = format!(
         "paged_attention_{}_{}",
         dtype_name(OP, q_dtype)?,
-        dtype_name(OP, cache_dtype)?
+        cache_dtype_name(OP, cache_dtype)?
     );
     let rows = meta.num_rows();
     let width = params.num_heads * params.head_dim;
@@ -53,10 +53,11 @@ pub(crate) fn paged_attention(
             int(OP, params.head_dim)?,
             int(OP, meta.block_size)?,
         ],
-        scale: params.scale,
+        scale: params.scale * params.kv_scale.k,
+        v_scale: params.kv_scale.v,
         window: int(OP, params.sliding_window.unwrap_or(0))?,
     };
-    let out = by_dtypes!(OP, (q_dtype, cache_dtype), launch(&device, q, k_cache, v_cache, &args))?;
+    let out = by_cache_dtypes!(OP, (q_dtype, cache_dtype), launch(&device, q, k_cache, v_cache, &args))?;
     Ok((out, Shape::from((rows, width))))
 }
 
@@ -67,7 +68,9 @@ struct Args {
     out: (usize, usize),
     /// rows, seqs, num_heads, num_kv_heads, head_dim, block_size.
     ints: [i32; 6],
+    /// The score's scale, the key cache's included.
     scale: f32,
+    v_scale: f32,
     window: i32,
 }
 
@@ -117,7 +120,7 @@ fn launch<T: CudaDType + DeviceRepr, C: CudaDType>(
     for i in &a.ints {
         builder.arg(i);
     }
-    builder.arg(&a.scale).arg(&a.window);
+    builder.arg(&a.scale).arg(&a.v_scale).arg(&a.window);
     let config = LaunchConfig {
         grid_dim: (a.ints[0] as u32, a.ints[2] as u32, 1),
         block_dim: (THREADS, 1, 1),

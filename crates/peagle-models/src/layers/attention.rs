@@ -4,8 +4,8 @@ use crate::config::TextConfig;
 use crate::error::LoadError;
 use crate::kv_cache::LayerKv;
 use crate::ops::{masked_softmax, paged_attention, write_kv};
-use candle_core::{bail, Result, Tensor};
-use peagle_kernels::{AttentionMetadata, AttentionParams};
+use candle_core::{bail, DType, Result, Tensor};
+use peagle_kernels::{AttentionMetadata, AttentionParams, KvScale};
 
 /// Architecture switches of one layer's attention block.
 #[derive(Debug, Clone, Copy, Default)]
@@ -42,6 +42,8 @@ pub struct Attention {
     k_norm: Option<RmsNorm>,
     sinks: Option<Vec<f32>>,
     params: AttentionParams,
+    /// The checkpoint's FP8 KV-cache scales (1 where it has none), used by an FP8 cache only.
+    fp8_kv_scale: KvScale,
 }
 
 impl Attention {
@@ -81,6 +83,11 @@ impl Attention {
                 head_dim: d,
                 scale: 1.0 / (d as f32).sqrt(),
                 sliding_window: opts.sliding_window,
+                kv_scale: KvScale::ONE,
+            },
+            fp8_kv_scale: KvScale {
+                k: load_kv_scale(ckpt, prefix, "k")?,
+                v: load_kv_scale(ckpt, prefix, "v")?,
             },
         })
     }
@@ -103,9 +110,17 @@ impl Attention {
         let k = rope.apply(&k, p.num_kv_heads, p.head_dim)?;
         let out = match ctx {
             AttentionContext::Paged { kv, meta } => {
-                write_kv(&kv.k, &k, &meta.slot_mapping)?;
-                write_kv(&kv.v, &v, &meta.slot_mapping)?;
-                paged_attention(&q, &kv.k, &kv.v, meta, p, self.sinks.as_deref())?
+                let p = AttentionParams {
+                    kv_scale: if kv.k.dtype() == DType::F8E4M3 {
+                        self.fp8_kv_scale
+                    } else {
+                        KvScale::ONE
+                    },
+                    ..*p
+                };
+                write_kv(&kv.k, &k, &meta.slot_mapping, p.kv_scale.k)?;
+                write_kv(&kv.v, &v, &meta.slot_mapping, p.kv_scale.v)?;
+                paged_attention(&q, &kv.k, &kv.v, meta, &p, self.sinks.as_deref())?
             }
             AttentionContext::Masked { .. } if p.sliding_window.is_some() || self.sinks.is_some() => {
                 bail!("sliding windows and attention sinks are not supported in masked (training) attention")
@@ -147,6 +162,45 @@ fn load_sinks(ckpt: &Checkpoint, prefix: &str, heads: usize) -> std::result::Res
             context: format!("reading {name}"),
             source,
         })
+}
+
+/// The scale of an FP8 cache's keys (`which` = "k") or values ("v"), under the names FP8
+/// checkpoints give it: `{prefix}.k_scale` (compressed-tensors), `{prefix}.k_proj.k_scale`
+/// (ModelOpt) or `{prefix}.k_proj.output_scale` (older compressed-tensors); 1 where there is
+/// none, as in vLLM.
+fn load_kv_scale(ckpt: &Checkpoint, prefix: &str, which: &str) -> std::result::Result<f32, LoadError> {
+    let names = [
+        format!("{prefix}.{which}_scale"),
+        format!("{prefix}.{which}_proj.{which}_scale"),
+        format!("{prefix}.{which}_proj.output_scale"),
+    ];
+    let Some(name) = names.into_iter().find(|n| ckpt.contains(n)) else {
+        return Ok(1.0);
+    };
+    let shape = ckpt.shape_of(&name)?;
+    let invalid = |msg: String| LoadError::InvalidTensor {
+        name: name.clone(),
+        msg,
+    };
+    if shape.iter().product::<usize>() != 1 {
+        return Err(invalid(format!(
+            "a KV-cache scale must hold one value, not shape {shape:?}"
+        )));
+    }
+    let scale = ckpt
+        .vector(&name, &shape)?
+        .to_dtype(DType::F32)
+        .and_then(|t| t.flatten_all()?.to_vec1::<f32>())
+        .map_err(|source| LoadError::Candle {
+            context: format!("reading {name}"),
+            source,
+        })?[0];
+    if !(scale.is_finite() && scale > 0.0) {
+        return Err(invalid(format!(
+            "a KV-cache scale must be a positive number, not {scale}"
+        )));
+    }
+    Ok(scale)
 }
 
 fn head_norm(norm: Option<&RmsNorm>, x: &Tensor, rows: usize, head_dim: usize) -> Result<Tensor> {

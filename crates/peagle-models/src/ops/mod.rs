@@ -127,9 +127,10 @@ pub fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor, heads: usize, head_dim: usiz
         .reshape((rows, heads * head_dim))
 }
 
-/// Writes row `t` of `new` [tokens, width] into row `slots[t]` of the paged `cache`.
-pub fn write_kv(cache: &Tensor, new: &Tensor, slots: &[u32]) -> Result<()> {
-    peagle_kernels::write_kv(cache, new, slots)
+/// Writes row `t` of `new` [tokens, width], divided by the cache's `scale`, into row
+/// `slots[t]` of the paged `cache`.
+pub fn write_kv(cache: &Tensor, new: &Tensor, slots: &[u32], scale: f32) -> Result<()> {
+    peagle_kernels::write_kv(cache, new, slots, scale)
 }
 
 /// Causal attention of a flattened batch's queries over the paged cache, with a sink logit
