@@ -1,25 +1,70 @@
-//! The demo model and its drafters on a GPU: greedy output with either drafter, at K = 1, 3
-//! and 7, equals greedy output without one, token for token. Built with the `cuda` feature only
-//! and run by scripts/gpu_check.sh; without a GPU the test says so and passes.
+//! The demo model and its drafters, and gpt-oss (MXFP4) with random drafters, on a GPU:
+//! greedy output with a drafter equals greedy output without one, token for token. Built with
+//! the `cuda` feature only and run by scripts/gpu_check.sh; without a GPU the tests say so and
+//! pass.
 #![cfg(feature = "cuda")]
 
-use peagle_engine::{DraftModel, GenerateParams, SamplingParams, SpecStats};
-use peagle_models::{DTypeSpec, DeviceSpec, LoadOptions};
+use peagle_engine::{DraftModel, GenerateParams, Generator, GeneratorOptions, SamplingParams, SpecStats};
+use peagle_models::{DTypeSpec, DeviceSpec, KvCacheDtype, LoadOptions};
 mod common;
-use common::{demo, eval_prompts, repo};
+use common::{demo, eval_prompts, fixture, repo};
 
-#[test]
-fn speculative_greedy_output_equals_plain_on_the_gpu() {
-    let options = match LoadOptions::place(DeviceSpec::Cuda(0), DTypeSpec::Auto) {
-        Ok(options) => options,
-        Err(e) => return eprintln!("skipped: {e}"),
-    };
-    let params = GenerateParams {
-        max_tokens: 48,
+/// The GPU's load options, or None (and a message) where there is none.
+fn gpu() -> Option<LoadOptions> {
+    LoadOptions::place(DeviceSpec::Cuda(0), DTypeSpec::Auto)
+        .inspect_err(|e| eprintln!("skipped: {e}"))
+        .ok()
+}
+
+fn greedy(max_tokens: usize) -> GenerateParams {
+    GenerateParams {
+        max_tokens,
         sampling: SamplingParams::default(),
         ignore_eos: true,
         ..GenerateParams::default()
-    };
+    }
+}
+
+/// gpt-oss's MXFP4 experts, sinks and sliding windows on the GPU, with a bf16 cache and an
+/// FP8 one: P-EAGLE at K = 7 and EAGLE-3 at K = 3 keep greedy output exact.
+#[test]
+fn gpt_oss_speculative_greedy_output_equals_plain_on_the_gpu() {
+    let Some(options) = gpu() else { return };
+    let params = greedy(24);
+    let prompts: Vec<Vec<u32>> = (0..8u32)
+        .map(|i| (0..3 + 5 * i).map(|j| 2 + (i * 31 + j * 17) % 380).collect())
+        .collect();
+    for kv_cache_dtype in [KvCacheDtype::Bf16, KvCacheDtype::Fp8] {
+        let opts = GeneratorOptions {
+            kv_cache_dtype,
+            ..Default::default()
+        };
+        let generator = |draft: Option<DraftModel>| {
+            Generator::from_dir(&fixture("tiny-gpt-oss-mxfp4"), draft.as_ref(), options.clone(), &opts).unwrap()
+        };
+        let mut plain = generator(None);
+        let want: Vec<Vec<u32>> = prompts
+            .iter()
+            .map(|p| plain.generate(p, &params, |_| {}).unwrap().token_ids)
+            .collect();
+        for (drafter, parallel, k) in [("tiny-gpt-oss-peagle", true, 7), ("tiny-qwen3-eagle3", false, 3)] {
+            let mut g = generator(Some(DraftModel {
+                dir: fixture(drafter),
+                k: Some(k),
+                parallel,
+            }));
+            for (prompt, want) in prompts.iter().zip(&want) {
+                let out = g.generate(prompt, &params, |_| {}).unwrap();
+                assert_eq!(&out.token_ids, want, "{drafter} at K = {k}, {kv_cache_dtype} cache");
+            }
+        }
+    }
+}
+
+#[test]
+fn speculative_greedy_output_equals_plain_on_the_gpu() {
+    let Some(options) = gpu() else { return };
+    let params = greedy(48);
     let mut plain = demo(&options, None);
     let prompts = eval_prompts(&plain, 20);
     let want: Vec<Vec<u32>> = prompts

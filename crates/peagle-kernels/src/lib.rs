@@ -16,6 +16,8 @@ mod kv_write;
 mod linear;
 mod masked_softmax;
 mod mxfp4;
+#[cfg(feature = "cuda")]
+mod mxfp4_experts;
 mod paged_attention;
 mod panel_tile;
 mod pool;
@@ -34,6 +36,8 @@ pub use kv_write::write_kv;
 pub use linear::{linear, PackedWeight};
 pub use masked_softmax::masked_softmax;
 pub use mxfp4::{mxfp4_linear, Mxfp4Weight, MXFP4_BLOCK};
+#[cfg(feature = "cuda")]
+pub use mxfp4_experts::{Mxfp4Expert, Mxfp4Experts, Routing};
 pub use paged_attention::{paged_attention, AttentionMetadata, AttentionParams, KvScale};
 pub use pool::on_pool;
 pub use rms_norm::{add_rms_norm, rms_norm};

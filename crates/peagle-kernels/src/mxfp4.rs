@@ -60,6 +60,12 @@ impl Mxfp4Weight {
         (self.out_dim, self.in_dim)
     }
 
+    /// The blocks and scales, as `new` describes them.
+    #[cfg(feature = "cuda")]
+    pub(crate) fn packed(&self) -> (&[u8], &[u8]) {
+        (&self.blocks, &self.scales)
+    }
+
     /// Keeps output rows `rows`, in that order (gpt-oss de-interleaves gate and up this way).
     pub fn select_rows(&self, rows: &[usize]) -> Self {
         let (groups, row_bytes) = (self.in_dim / MXFP4_BLOCK, self.in_dim / 2);

@@ -6,7 +6,7 @@
 use candle_core::{DType, Device, Tensor};
 use peagle_kernels::{
     add_rms_norm, invariant_matmul, paged_attention, rms_norm, rope, swiglu, write_kv, AttentionMetadata,
-    AttentionParams, KvScale,
+    AttentionParams, KvScale, Mxfp4Expert, Mxfp4Experts, Mxfp4Weight, Routing,
 };
 
 fn gpu() -> Option<Device> {
@@ -286,4 +286,167 @@ fn kv_write_rounds_exactly_as_the_cpu() {
     let cache = Tensor::zeros((20, 96), DType::F32, &dev).unwrap();
     let err = write_kv(&cache, &new.to_device(&dev).unwrap(), &[1, 2, 3, 20], 1.0).unwrap_err();
     assert!(err.to_string().contains("slot 20 outside"), "{err}");
+}
+
+/// A random MXFP4 weight [out, in]: every 4-bit code, scales around 2^-4.
+fn mxfp4(out: usize, inner: usize, seed: u64) -> Mxfp4Weight {
+    let groups = inner / 32;
+    let bytes: Vec<u8> = values(out * groups * 16, seed, 1.0)
+        .iter()
+        .map(|v| ((v + 1.0) * 127.9) as u8)
+        .collect();
+    let scales: Vec<u8> = values(out * groups, seed + 1, 1.0)
+        .iter()
+        .map(|v| 121 + ((v + 1.0) * 2.0) as u8)
+        .collect();
+    Mxfp4Weight::new(
+        &Tensor::from_vec(bytes, (out, groups, 16), &Device::Cpu).unwrap(),
+        &Tensor::from_vec(scales, (out, groups), &Device::Cpu).unwrap(),
+    )
+    .unwrap()
+}
+
+/// An expert's weights dequantized, [2I, H] and [H, I] row-major, and its biases.
+struct DenseExpert {
+    gate_up: Vec<f32>,
+    gate_up_bias: Vec<f32>,
+    down: Vec<f32>,
+    down_bias: Vec<f32>,
+}
+
+/// The mixture-of-experts block in f64 over the dequantized weights: each row's `top_k` best
+/// experts (ties to the lower index), weighted by a softmax over them (or their shares of one
+/// over all), each a SwiGLU MLP with biases.
+fn moe_reference(x: &[f32], logits: &[f32], experts: &[DenseExpert], hidden: usize, routing: &Routing) -> Vec<f32> {
+    let (num_experts, inter) = (experts.len(), experts[0].gate_up_bias.len() / 2);
+    let dot = |w: &[f32], x: &[f64]| w.iter().zip(x).map(|(a, b)| *a as f64 * b).sum::<f64>();
+    x.chunks_exact(hidden)
+        .zip(logits.chunks_exact(num_experts))
+        .flat_map(|(x, scores)| {
+            let x: Vec<f64> = x.iter().map(|v| *v as f64).collect();
+            let mut order: Vec<usize> = (0..num_experts).collect();
+            order.sort_by(|a, b| scores[*b].total_cmp(&scores[*a]).then(a.cmp(b)));
+            let max = scores[order[0]] as f64;
+            let exps: Vec<f64> = order.iter().map(|e| (scores[*e] as f64 - max).exp()).collect();
+            let sum: f64 = if routing.normalize {
+                exps[..routing.top_k].iter().sum()
+            } else {
+                exps.iter().sum()
+            };
+            let mut out = vec![0f64; hidden];
+            for (rank, e) in order.iter().take(routing.top_k).enumerate() {
+                let DenseExpert {
+                    gate_up,
+                    gate_up_bias,
+                    down,
+                    down_bias,
+                } = &experts[*e];
+                let act: Vec<f64> = (0..inter)
+                    .map(|c| {
+                        let g = dot(&gate_up[c * hidden..][..hidden], &x) + gate_up_bias[c] as f64;
+                        let u = dot(&gate_up[(inter + c) * hidden..][..hidden], &x) + gate_up_bias[inter + c] as f64;
+                        match routing.clamp {
+                            Some((alpha, limit)) => {
+                                let (g, u) = (g.min(limit as f64), u.clamp(-limit as f64, limit as f64));
+                                (u + 1.0) * g / (1.0 + (-g * alpha as f64).exp())
+                            }
+                            None => g / (1.0 + (-g).exp()) * u,
+                        }
+                    })
+                    .collect();
+                for (h, o) in out.iter_mut().enumerate() {
+                    *o += exps[rank] / sum * (dot(&down[h * inter..][..inter], &act) + down_bias[h] as f64);
+                }
+            }
+            out.into_iter().map(|v| v as f32)
+        })
+        .collect()
+}
+
+/// gpt-oss's experts on the GPU (its 32 experts, top 4, widths 2880, clamped SwiGLU) and a
+/// small block routed without normalising, against the f64 reference, in f32 and bf16; each
+/// row alone gives the bits it gives among 64.
+#[test]
+fn mxfp4_experts_match_the_reference_and_are_batch_invariant() {
+    let Some(dev) = gpu() else { return };
+    let gpt_oss = Routing {
+        top_k: 4,
+        normalize: true,
+        clamp: Some((1.702, 7.0)),
+    };
+    let plain = Routing {
+        top_k: 2,
+        normalize: false,
+        clamp: None,
+    };
+    for (num_experts, hidden, inter, routing) in [(32, 2880, 2880, gpt_oss), (5, 64, 96, plain)] {
+        let weights: Vec<(Mxfp4Weight, Vec<f32>, Mxfp4Weight, Vec<f32>)> = (0..num_experts as u64)
+            .map(|e| {
+                (
+                    mxfp4(2 * inter, hidden, 10 * e),
+                    values(2 * inter, 10 * e + 2, 0.5),
+                    mxfp4(hidden, inter, 10 * e + 3),
+                    values(hidden, 10 * e + 5, 0.5),
+                )
+            })
+            .collect();
+        let experts: Vec<Mxfp4Expert> = weights
+            .iter()
+            .map(|(gate_up, gate_up_bias, down, down_bias)| Mxfp4Expert {
+                gate_up,
+                gate_up_bias,
+                down,
+                down_bias,
+            })
+            .collect();
+        let on_gpu = Mxfp4Experts::new(&dev, &experts).unwrap();
+        let dense = |w: &Mxfp4Weight| host(&w.dequantize(&Device::Cpu).unwrap());
+        let reference_weights: Vec<_> = weights
+            .iter()
+            .map(|(gate_up, gate_up_bias, down, down_bias)| DenseExpert {
+                gate_up: dense(gate_up),
+                gate_up_bias: gate_up_bias.clone(),
+                down: dense(down),
+                down_bias: down_bias.clone(),
+            })
+            .collect();
+        let rows = 64;
+        let x = tensor((rows, hidden), 7, 1.0);
+        let logits = tensor((rows, num_experts), 8, 3.0);
+        let what = format!("{num_experts} experts of {hidden}x{inter}, {routing:?}");
+        let got = on_gpu
+            .forward(&x.to_device(&dev).unwrap(), &logits.to_device(&dev).unwrap(), &routing)
+            .unwrap();
+        let want = moe_reference(&host(&x), &host(&logits), &reference_weights, hidden, &routing);
+        let diff = max_rel_diff(&host(&got), &want);
+        assert!(diff < 1e-4, "{what}: f32 off by {diff}");
+        for r in [0, 17, 63] {
+            let alone = on_gpu
+                .forward(
+                    &x.narrow(0, r, 1).unwrap().to_device(&dev).unwrap(),
+                    &logits.narrow(0, r, 1).unwrap().to_device(&dev).unwrap(),
+                    &routing,
+                )
+                .unwrap();
+            assert_eq!(
+                bits(&alone),
+                bits(&got.narrow(0, r, 1).unwrap()),
+                "{what}: row {r} alone"
+            );
+        }
+        let b = |t: &Tensor| t.to_dtype(DType::BF16).unwrap();
+        let got = on_gpu
+            .forward(
+                &b(&x).to_device(&dev).unwrap(),
+                &b(&logits).to_device(&dev).unwrap(),
+                &routing,
+            )
+            .unwrap();
+        assert_eq!(got.dtype(), DType::BF16);
+        let want = moe_reference(&host(&b(&x)), &host(&b(&logits)), &reference_weights, hidden, &routing);
+        let diff = max_rel_diff(&host(&got), &want);
+        assert!(diff < 1e-2, "{what}: bf16 off by {diff}");
+    }
+    let err = Mxfp4Experts::new(&Device::Cpu, &[]).err().unwrap();
+    assert!(err.to_string().contains("CUDA device"), "{err}");
 }

@@ -48,12 +48,6 @@ pub(crate) fn load(cfg: &TextConfig, ckpt: &Checkpoint) -> Result<Box<dyn Target
             path: cfg.path.clone(),
             source,
         })?;
-    if !ckpt.device().is_cpu() {
-        return Err(cfg.invalid(
-            "gpt-oss runs on the CPU for now: its experts (MXFP4 matmul, clamped SwiGLU) have no CUDA kernels yet"
-                .into(),
-        ));
-    }
     let windows = layer_windows(cfg, &extra)?;
     if extra.num_experts_per_tok == 0 || extra.num_experts_per_tok > extra.num_local_experts {
         return Err(cfg.invalid(format!(
@@ -66,6 +60,11 @@ pub(crate) fn load(cfg: &TextConfig, ckpt: &Checkpoint) -> Result<Box<dyn Target
         Some(q) if q.quant_method == "mxfp4" => true,
         Some(q) => return Err(cfg.invalid(format!("unsupported quantization {:?}", q.quant_method))),
     };
+    if !mxfp4 && !ckpt.device().is_cpu() {
+        return Err(cfg.invalid(
+            "gpt-oss runs on a GPU from its MXFP4 checkpoint only: dense experts have no CUDA kernel".into(),
+        ));
+    }
     let moe = MoeConfig {
         num_experts: extra.num_local_experts,
         top_k: extra.num_experts_per_tok,

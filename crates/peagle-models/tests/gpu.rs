@@ -8,8 +8,9 @@ use candle_core::DType;
 use common::*;
 use peagle_models::{DTypeSpec, DeviceSpec, LoadOptions};
 
-/// The fixtures whose architectures have CUDA kernels (gpt-oss's experts do not yet).
-const GPU_FIXTURES: [&str; 2] = ["tiny-llama", "tiny-qwen3"];
+/// The fixtures whose architectures have CUDA kernels: gpt-oss's from its MXFP4 checkpoint
+/// (dense experts run on the CPU only).
+const GPU_FIXTURES: [&str; 3] = ["tiny-llama", "tiny-qwen3", "tiny-gpt-oss-mxfp4"];
 
 fn on_gpu(dtype: DTypeSpec) -> Option<LoadOptions> {
     match LoadOptions::place(DeviceSpec::Cuda(0), dtype) {
@@ -53,7 +54,10 @@ fn bf16_logits_are_within_1e_2_of_the_cpu() {
             let want = run(cpu.model.as_ref(), &cpu.cache(), &[(0, &prompt, 0)]).remove(0);
             let diff = max_abs_diff(&got.0, &want.0);
             eprintln!("{name} prompt {p}: bf16 GPU logits within {diff} of the f32 CPU");
-            assert!(diff < 1e-2, "{name} prompt {p}: bf16 logits off by {diff}");
+            // gpt-oss rounds to bf16 in more places (router, experts, sinks) and routes on the
+            // rounded scores.
+            let tolerance = if name.contains("gpt-oss") { 5e-2 } else { 1e-2 };
+            assert!(diff < tolerance, "{name} prompt {p}: bf16 logits off by {diff}");
         }
     }
 }
@@ -114,11 +118,14 @@ fn window_rows_equal_single_token_steps_bitwise_on_the_gpu() {
 }
 
 #[test]
-fn gpt_oss_refuses_the_gpu_in_one_line_until_its_kernels_exist() {
+fn dense_gpt_oss_refuses_the_gpu_in_one_line() {
     let Some(options) = on_gpu(DTypeSpec::Auto) else { return };
-    let err = match peagle_models::load_target(&fixture_dir("tiny-gpt-oss-mxfp4"), options) {
-        Ok(_) => panic!("gpt-oss loaded on a GPU without its expert kernels"),
+    let err = match peagle_models::load_target(&fixture_dir("tiny-gpt-oss"), options) {
+        Ok(_) => panic!("dense gpt-oss loaded on a GPU without kernels for its experts"),
         Err(e) => e.to_string(),
     };
-    assert!(err.contains("runs on the CPU for now") && !err.contains('\n'), "{err}");
+    assert!(
+        err.contains("from its MXFP4 checkpoint only") && !err.contains('\n'),
+        "{err}"
+    );
 }

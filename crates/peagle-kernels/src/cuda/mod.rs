@@ -6,6 +6,7 @@
 mod kv_write;
 mod linear;
 mod module;
+mod moe;
 mod paged_attention;
 mod rms_norm;
 mod rope;
@@ -13,6 +14,7 @@ mod swiglu;
 
 pub(crate) use kv_write::kv_write;
 pub(crate) use linear::linear;
+pub(crate) use moe::{moe, DeviceExperts, MAX_EXPERTS};
 pub(crate) use paged_attention::paged_attention;
 pub(crate) use rms_norm::rms_norm;
 pub(crate) use rope::rope;

@@ -12,6 +12,7 @@ use std::sync::Arc;
 pub(crate) enum Module {
     KvWrite,
     Linear,
+    Moe,
     PagedAttention,
     RmsNorm,
     Rope,
@@ -39,6 +40,7 @@ impl Module {
         match self {
             Self::KvWrite => ptx!("kv_write"),
             Self::Linear => ptx!("linear"),
+            Self::Moe => ptx!("moe"),
             Self::PagedAttention => ptx!("paged_attention"),
             Self::RmsNorm => ptx!("rms_norm"),
             Self::Rope => ptx!("rope"),

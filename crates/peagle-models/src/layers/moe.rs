@@ -41,8 +41,16 @@ pub enum Activation {
 /// a row's result does not depend on the other rows.
 pub struct Moe {
     router: Linear,
-    experts: Vec<Expert>,
+    experts: Experts,
     cfg: MoeConfig,
+}
+
+enum Experts {
+    /// One at a time through the linear kernels, routed on the host: the CPU.
+    Each(Vec<Expert>),
+    /// All of them in `kernels/moe.cu`, routed on the device: MXFP4 experts on a GPU.
+    #[cfg(feature = "cuda")]
+    Mxfp4OnDevice(Box<peagle_kernels::Mxfp4Experts>),
 }
 
 struct Expert {
@@ -86,6 +94,17 @@ impl Moe {
                 Stored::Dense(ckpt.matrix(&format!("{experts}.down_proj"), &[e, i, h])?),
             )
         };
+        let router = Linear::load(ckpt, &format!("{prefix}.router"), e, h, true)?;
+        #[cfg(feature = "cuda")]
+        if let (Stored::Mxfp4(gate_up), Stored::Mxfp4(down), false) = (&gate_up, &down, ckpt.device().is_cpu()) {
+            let experts = mxfp4_on_device(ckpt.device(), gate_up, &gate_up_bias, &gate_up_rows, down, &down_bias)
+                .map_err(candle(format!("moving the experts of {prefix} to the GPU")))?;
+            return Ok(Self {
+                router,
+                experts: Experts::Mxfp4OnDevice(Box::new(experts)),
+                cfg,
+            });
+        }
         let experts = (0..e)
             .map(|x| -> Result<Expert> {
                 let gate_up_weight = match &gate_up {
@@ -106,8 +125,8 @@ impl Moe {
             .collect::<Result<_>>()
             .map_err(candle(format!("unpacking the experts of {prefix}")))?;
         Ok(Self {
-            router: Linear::load(ckpt, &format!("{prefix}.router"), e, h, true)?,
-            experts,
+            router,
+            experts: Experts::Each(experts),
             cfg,
         })
     }
@@ -127,13 +146,32 @@ impl Moe {
             .collect::<std::result::Result<_, LoadError>>()?;
         Ok(Self {
             router: Linear::load(ckpt, &format!("{prefix}.gate"), cfg.num_experts, h, false)?,
-            experts,
+            experts: Experts::Each(experts),
             cfg,
         })
     }
 
     /// `x` [rows, hidden] to [rows, hidden].
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        match &self.experts {
+            Experts::Each(experts) => self.forward_each(x, experts),
+            #[cfg(feature = "cuda")]
+            Experts::Mxfp4OnDevice(experts) => {
+                let routing = peagle_kernels::Routing {
+                    top_k: self.cfg.top_k,
+                    normalize: self.cfg.normalize_top_k,
+                    clamp: match self.cfg.activation {
+                        Activation::Swiglu => None,
+                        Activation::ClampedSwiglu { alpha, limit } => Some((alpha, limit)),
+                    },
+                };
+                experts.forward(x, &self.router.forward(x)?, &routing)
+            }
+        }
+    }
+
+    /// Routes on the host, then runs each expert once over the rows routed to it.
+    fn forward_each(&self, x: &Tensor, experts: &[Expert]) -> Result<Tensor> {
         let (rows, hidden) = x.dims2()?;
         let (num_experts, k) = (self.cfg.num_experts, self.cfg.top_k);
         let scores: Vec<f32> = self.router.forward(x)?.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?;
@@ -147,7 +185,7 @@ impl Moe {
             }
         }
         let mut outputs = vec![0f32; rows * k * hidden];
-        for (expert, pairs) in self.experts.iter().zip(&routed).filter(|(_, p)| !p.is_empty()) {
+        for (expert, pairs) in experts.iter().zip(&routed).filter(|(_, p)| !p.is_empty()) {
             let ids: Vec<u32> = pairs.iter().map(|(r, _)| *r as u32).collect();
             let xs = x.index_select(&Tensor::from_vec(ids, pairs.len(), x.device())?, 0)?;
             let gate_up = expert.gate_up.forward(&xs)?;
@@ -176,6 +214,42 @@ impl Moe {
         }
         Tensor::from_vec(out, (rows, hidden), x.device())?.to_dtype(x.dtype())
     }
+}
+
+/// gpt-oss's MXFP4 experts, as `load_gpt_oss` reads them, copied to a GPU: gate_up's rows
+/// taken in `gate_up_rows` order (gate, then up) with its bias, and down with its own.
+#[cfg(feature = "cuda")]
+fn mxfp4_on_device(
+    device: &candle_core::Device,
+    (gate_up_blocks, gate_up_scales): &(Tensor, Tensor),
+    gate_up_bias: &Tensor,
+    gate_up_rows: &[usize],
+    (down_blocks, down_scales): &(Tensor, Tensor),
+    down_bias: &Tensor,
+) -> Result<peagle_kernels::Mxfp4Experts> {
+    let order: Vec<u32> = gate_up_rows.iter().map(|r| *r as u32).collect();
+    let order = Tensor::from_vec(order, gate_up_rows.len(), gate_up_bias.device())?;
+    let floats = |t: Tensor| t.to_dtype(DType::F32)?.to_vec1::<f32>();
+    let weights = (0..gate_up_blocks.dim(0)?)
+        .map(|x| {
+            Ok((
+                Mxfp4Weight::new(&gate_up_blocks.get(x)?, &gate_up_scales.get(x)?)?.select_rows(gate_up_rows),
+                floats(gate_up_bias.get(x)?.index_select(&order, 0)?)?,
+                Mxfp4Weight::new(&down_blocks.get(x)?, &down_scales.get(x)?)?,
+                floats(down_bias.get(x)?)?,
+            ))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let experts: Vec<peagle_kernels::Mxfp4Expert> = weights
+        .iter()
+        .map(|(gate_up, gate_up_bias, down, down_bias)| peagle_kernels::Mxfp4Expert {
+            gate_up,
+            gate_up_bias,
+            down,
+            down_bias,
+        })
+        .collect();
+    peagle_kernels::Mxfp4Experts::new(device, &experts)
 }
 
 enum Stored {

@@ -1,0 +1,137 @@
+use super::module::{function, Module};
+use super::{by_dtype, dtype_name, grid, int, output, view};
+use crate::error::bad_input;
+use crate::mxfp4_experts::{Mxfp4Experts, Routing};
+use candle_core::backend::BackendStorage;
+use candle_core::cuda_backend::cudarc::driver::{CudaSlice, DeviceRepr, PushKernelArg};
+use candle_core::cuda_backend::{CudaDType, CudaDevice, CudaStorage, WrapErr};
+use candle_core::{DType, Layout, Result, Shape};
+
+/// Pairs per tile, output columns per block and the most experts, as `kernels/moe.cu` has them.
+const TILE: usize = 8;
+const WARPS: usize = 4;
+pub(crate) const MAX_EXPERTS: usize = 1024;
+
+/// The device's copy of the experts' weights, one buffer per tensor over all experts.
+pub(crate) struct DeviceExperts {
+    pub gate_up_blocks: CudaSlice<u8>,
+    pub gate_up_scales: CudaSlice<u8>,
+    pub gate_up_bias: CudaSlice<f32>,
+    pub down_blocks: CudaSlice<u8>,
+    pub down_scales: CudaSlice<u8>,
+    pub down_bias: CudaSlice<f32>,
+}
+
+/// `kernels/moe.cu` from the router's `logits` [rows, experts] to [rows, hidden] in x's dtype.
+pub(crate) fn moe(
+    x: (&CudaStorage, &Layout),
+    logits: (&CudaStorage, &Layout),
+    experts: &Mxfp4Experts,
+    device_experts: &DeviceExperts,
+    routing: &Routing,
+) -> Result<(CudaStorage, Shape)> {
+    const OP: &str = "moe_mxfp4";
+    let (rows, _) = x.1.shape().dims2()?;
+    let dtype = x.0.dtype();
+    if logits.0.dtype() != dtype {
+        return Err(bad_input(OP, "the router's logits and x differ in dtype"));
+    }
+    let device = x.0.device.clone();
+    let names = |stem: &str| -> Result<String> { Ok(format!("{stem}_{}", dtype_name(OP, dtype)?)) };
+    let names = [names("moe_route")?, names("moe_gate_up")?, names("moe_combine")?];
+    let out = by_dtype!(
+        OP,
+        dtype,
+        launch(&device, x, logits, experts, device_experts, routing, &names)
+    )?;
+    Ok((out, Shape::from((rows, experts.hidden))))
+}
+
+fn launch<T: CudaDType + DeviceRepr>(
+    device: &CudaDevice,
+    x: (&CudaStorage, &Layout),
+    logits: (&CudaStorage, &Layout),
+    experts: &Mxfp4Experts,
+    w: &DeviceExperts,
+    routing: &Routing,
+    [route_name, gate_up_name, combine_name]: &[String; 3],
+) -> Result<CudaStorage> {
+    const OP: &str = "moe_mxfp4";
+    let (rows, k) = (x.1.shape().dims2()?.0, routing.top_k);
+    let (num_experts, hidden, inter) = (experts.num_experts, experts.hidden, experts.intermediate);
+    let pairs = rows * k;
+    let max_tiles = pairs.div_ceil(TILE) + num_experts;
+    let i = |n| int(OP, n);
+    let (rows_i, experts_i, k_i, pairs_i) = (i(rows)?, i(num_experts)?, i(k)?, i(pairs)?);
+    let (hidden_i, inter_i) = (i(hidden)?, i(inter)?);
+    let x = view::<T>(x.0, x.1, "x")?;
+    let logits = view::<T>(logits.0, logits.1, "router logits")?;
+
+    let mut ids = output::<i32>(device, pairs)?;
+    let mut weights = output::<f32>(device, pairs)?;
+    let route = function(device, Module::Moe, route_name)?;
+    let normalize = i32::from(routing.normalize);
+    let mut b = route.builder();
+    b.arg(&logits).arg(&rows_i).arg(&experts_i).arg(&k_i).arg(&normalize);
+    b.arg(&mut ids).arg(&mut weights);
+    // SAFETY: logits hold rows * experts elements; ids and weights rows * k.
+    unsafe { b.launch(grid((rows.div_ceil(WARPS) as u32, 1), 32 * WARPS as u32)) }.w()?;
+
+    let mut pair_rows = output::<i32>(device, pairs)?;
+    let mut pair_of = output::<i32>(device, pairs)?;
+    let mut tiles = output::<i32>(device, 3 * max_tiles)?;
+    let mut num_tiles = output::<i32>(device, 1)?;
+    let group = function(device, Module::Moe, "moe_group")?;
+    let mut b = group.builder();
+    b.arg(&ids)
+        .arg(&pairs_i)
+        .arg(&experts_i)
+        .arg(&mut pair_rows)
+        .arg(&mut pair_of);
+    b.arg(&mut tiles).arg(&mut num_tiles).arg(&k_i);
+    // SAFETY: every id is an expert below `experts`, at most MAX_EXPERTS (checked at load);
+    // an expert's tiles number ceil(its pairs / TILE), so all of them fit `max_tiles`.
+    unsafe { b.launch(grid((1, 1), num_experts.next_multiple_of(32) as u32)) }.w()?;
+
+    let mut act = output::<f32>(device, pairs * inter)?;
+    let gate_up = function(device, Module::Moe, gate_up_name)?;
+    let (alpha, limit) = routing.clamp.unwrap_or((0.0, 0.0));
+    let mut b = gate_up.builder();
+    b.arg(&mut act).arg(&x).arg(&pair_rows);
+    b.arg(&w.gate_up_blocks).arg(&w.gate_up_scales).arg(&w.gate_up_bias);
+    b.arg(&tiles)
+        .arg(&num_tiles)
+        .arg(&hidden_i)
+        .arg(&inter_i)
+        .arg(&alpha)
+        .arg(&limit);
+    let tiles_y = max_tiles as u32;
+    // SAFETY: every tile's pairs and rows are in range (moe_group); the weights hold
+    // experts * 2I rows of H / 32 blocks; tiles past `num_tiles` return at once.
+    unsafe { b.launch(grid((inter.div_ceil(WARPS) as u32, tiles_y), 32 * WARPS as u32)) }.w()?;
+
+    let mut y = output::<f32>(device, pairs * hidden)?;
+    let down = function(device, Module::Moe, "moe_down_f32")?;
+    let mut b = down.builder();
+    b.arg(&mut y)
+        .arg(&act)
+        .arg(&w.down_blocks)
+        .arg(&w.down_scales)
+        .arg(&w.down_bias);
+    b.arg(&tiles).arg(&num_tiles).arg(&hidden_i).arg(&inter_i);
+    // SAFETY: as for gate_up, with experts * H rows of I / 32 blocks.
+    unsafe { b.launch(grid((hidden.div_ceil(WARPS) as u32, tiles_y), 32 * WARPS as u32)) }.w()?;
+
+    let mut out = output::<T>(device, rows * hidden)?;
+    let combine = function(device, Module::Moe, combine_name)?;
+    let mut b = combine.builder();
+    b.arg(&mut out)
+        .arg(&y)
+        .arg(&weights)
+        .arg(&pair_of)
+        .arg(&hidden_i)
+        .arg(&k_i);
+    // SAFETY: `pair_of` maps each row's k pairs into `y` [pairs, hidden].
+    unsafe { b.launch(grid((rows as u32, 1), 256)) }.w()?;
+    Ok(CudaStorage::wrap_cuda_slice(out, device.clone()))
+}

@@ -1,0 +1,163 @@
+//! gpt-oss's experts on a CUDA device: every expert's MXFP4 weights in one device buffer per
+//! tensor, and the whole mixture-of-experts block, from the router's logits to its output, in
+//! `kernels/moe.cu`: routing, grouping by expert, the projections with the MXFP4 weights
+//! dequantized in registers, the biases and the SwiGLU fused, and the weighted sum. A row's
+//! result does not depend on the other rows. The CPU runs its experts one at a time through
+//! the linear kernels instead (peagle-models' `Moe`), which is what the GPU tests compare with.
+
+use crate::cuda::{DeviceExperts, MAX_EXPERTS};
+use crate::error::bad_input;
+use crate::mxfp4::Mxfp4Weight;
+use candle_core::{CpuStorage, CustomOp2, Device, Layout, Result, Shape, Tensor};
+
+/// How rows choose their experts and how the experts gate.
+#[derive(Debug, Clone, Copy)]
+pub struct Routing {
+    /// Experts per row.
+    pub top_k: usize,
+    /// The weights are a softmax over the chosen experts' logits; else each chosen expert's
+    /// share of a softmax over all of them.
+    pub normalize: bool,
+    /// gpt-oss's clamped SwiGLU's `(alpha, limit)`; `None` is `silu(gate) * up`.
+    pub clamp: Option<(f32, f32)>,
+}
+
+/// One expert as loaded: `gate_up` [2I, H] (the I gate rows first) and its bias [2I], `down`
+/// [H, I] and its bias [H].
+pub struct Mxfp4Expert<'a> {
+    pub gate_up: &'a Mxfp4Weight,
+    pub gate_up_bias: &'a [f32],
+    pub down: &'a Mxfp4Weight,
+    pub down_bias: &'a [f32],
+}
+
+/// The experts of one mixture-of-experts block, on a CUDA device.
+pub struct Mxfp4Experts {
+    pub(crate) num_experts: usize,
+    pub(crate) hidden: usize,
+    pub(crate) intermediate: usize,
+    device: Device,
+    weights: DeviceExperts,
+}
+
+impl Mxfp4Experts {
+    /// Copies `experts` to `device`, which must be a CUDA device.
+    pub fn new(device: &Device, experts: &[Mxfp4Expert]) -> Result<Self> {
+        const OP: &str = "Mxfp4Experts";
+        let Device::Cuda(cuda) = device else {
+            return Err(bad_input(
+                OP,
+                "MXFP4 experts run on a CUDA device here; the CPU runs them one at a time",
+            ));
+        };
+        let Some(first) = experts.first() else {
+            return Err(bad_input(OP, "no experts"));
+        };
+        let (hidden, intermediate) = first.down.dims();
+        if experts.len() > MAX_EXPERTS {
+            return Err(bad_input(
+                OP,
+                format!(
+                    "{} experts: the kernels route among at most {MAX_EXPERTS}",
+                    experts.len()
+                ),
+            ));
+        }
+        for (i, e) in experts.iter().enumerate() {
+            if e.gate_up.dims() != (2 * intermediate, hidden)
+                || e.down.dims() != (hidden, intermediate)
+                || e.gate_up_bias.len() != 2 * intermediate
+                || e.down_bias.len() != hidden
+            {
+                return Err(bad_input(
+                    OP,
+                    format!(
+                        "expert {i}: gate_up {:?} with a bias of {}, down {:?} with a bias of {}, not [{}, {hidden}] and [{hidden}, {intermediate}]",
+                        e.gate_up.dims(),
+                        e.gate_up_bias.len(),
+                        e.down.dims(),
+                        e.down_bias.len(),
+                        2 * intermediate,
+                    ),
+                ));
+            }
+        }
+        let weights = DeviceExperts {
+            gate_up_blocks: cuda.clone_htod(&joined(experts, |e| e.gate_up.packed().0))?,
+            gate_up_scales: cuda.clone_htod(&joined(experts, |e| e.gate_up.packed().1))?,
+            gate_up_bias: cuda.clone_htod(&joined(experts, |e| e.gate_up_bias))?,
+            down_blocks: cuda.clone_htod(&joined(experts, |e| e.down.packed().0))?,
+            down_scales: cuda.clone_htod(&joined(experts, |e| e.down.packed().1))?,
+            down_bias: cuda.clone_htod(&joined(experts, |e| e.down_bias))?,
+        };
+        Ok(Self {
+            num_experts: experts.len(),
+            hidden,
+            intermediate,
+            device: device.clone(),
+            weights,
+        })
+    }
+
+    /// The block's output [rows, H] for `x` [rows, H] and the router's `logits` [rows,
+    /// experts], both f32 or both bf16 on the experts' device, in x's dtype.
+    pub fn forward(&self, x: &Tensor, logits: &Tensor, routing: &Routing) -> Result<Tensor> {
+        let (rows, hidden) = x.dims2()?;
+        if hidden != self.hidden || logits.dims() != [rows, self.num_experts] {
+            return Err(bad_input(
+                "moe_mxfp4",
+                format!(
+                    "x {:?} and logits {:?} do not fit {} experts of width {}",
+                    x.dims(),
+                    logits.dims(),
+                    self.num_experts,
+                    self.hidden
+                ),
+            ));
+        }
+        if routing.top_k == 0 || routing.top_k > self.num_experts {
+            return Err(bad_input(
+                "moe_mxfp4",
+                format!("top_k {} of {} experts", routing.top_k, self.num_experts),
+            ));
+        }
+        if rows == 0 {
+            return Tensor::zeros((0, hidden), x.dtype(), &self.device);
+        }
+        x.contiguous()?
+            .apply_op2_no_bwd(&logits.contiguous()?, &MoeOp { experts: self, routing })
+    }
+}
+
+/// One part of every expert, end to end.
+fn joined<'a, T: Copy + 'a>(experts: &'a [Mxfp4Expert<'a>], part: impl Fn(&'a Mxfp4Expert<'a>) -> &'a [T]) -> Vec<T> {
+    experts.iter().flat_map(part).copied().collect()
+}
+
+struct MoeOp<'a> {
+    experts: &'a Mxfp4Experts,
+    routing: &'a Routing,
+}
+
+impl CustomOp2 for MoeOp<'_> {
+    fn name(&self) -> &'static str {
+        "peagle-moe-mxfp4"
+    }
+
+    fn cpu_fwd(&self, _: &CpuStorage, _: &Layout, _: &CpuStorage, _: &Layout) -> Result<(CpuStorage, Shape)> {
+        Err(bad_input(
+            "moe_mxfp4",
+            "the experts are on a CUDA device, the rows on the CPU",
+        ))
+    }
+
+    fn cuda_fwd(
+        &self,
+        xs: &candle_core::CudaStorage,
+        xl: &Layout,
+        ls: &candle_core::CudaStorage,
+        ll: &Layout,
+    ) -> Result<(candle_core::CudaStorage, Shape)> {
+        crate::cuda::moe((xs, xl), (ls, ll), self.experts, &self.experts.weights, self.routing)
+    }
+}

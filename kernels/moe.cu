@@ -1,0 +1,293 @@
+// A mixture-of-experts block with MXFP4 expert weights (gpt-oss), on the device from the
+// router's logits to the block's output, in five launches:
+//   moe_route     each row's top-k experts and routing weights;
+//   moe_group     the (row, rank) pairs grouped by expert, and tiles of up to MOE_TILE pairs of
+//                 one expert;
+//   moe_gate_up   per tile, the gate and up projections with their biases and the (clamped)
+//                 SwiGLU: activations [pairs, I] in f32;
+//   moe_down      per tile, the down projection with its bias: [pairs, H] in f32;
+//   moe_combine   each row's experts' outputs weighted, in rank order.
+//
+// Expert weights, per expert: `blocks` [out, in / 32, 16] bytes, two e2m1 values a byte (low
+// nibble first), and `scales` [out, in / 32], each scaling 32 values by 2^(e - 127); gate_up's
+// rows are the I gate rows, then the I up rows. Weights are dequantized in registers as read.
+//
+// Batch invariance: one warp computes one output column for the pairs of its tile; lane l sums
+// MXFP4 blocks l, l + 32, ... of the inner dimension in order, 32 products each, then the warp
+// reduces by a fixed butterfly. The order depends on the inner dimension alone, so a pair's
+// result is the same whatever other pairs, rows or experts share the launch.
+#include "common.cuh"
+
+#define MOE_TILE 8
+#define MOE_WARPS 4
+#define MOE_MAX_EXPERTS 1024
+
+// The e2m1 value of a 4-bit code: sign bit 3, exponent bits 1-2, mantissa bit 0.
+__device__ __forceinline__ float e2m1(uint32_t code) {
+    const uint32_t e = (code >> 1) & 3, m = code & 1;
+    const float magnitude = e == 0 ? 0.5f * m : __uint_as_float(((e + 126) << 23) | (m << 22));
+    return code & 8 ? -magnitude : magnitude;
+}
+
+// 2^(e - 127) exactly: a biased exponent as an f32's; e = 0 is the subnormal 2^-127, 255 gives
+// infinity, as the CPU's table.
+__device__ __forceinline__ float e8m0(uint32_t e) {
+    return e == 0 ? __uint_as_float(0x00400000u) : __uint_as_float(e << 23);
+}
+
+// ---- routing ---------------------------------------------------------------------------------
+
+// One warp per row. k rounds of a warp argmax over the experts not yet chosen (ties to the
+// lower index, as the CPU's sort), then the weights: each chosen expert's exp(s - max) over
+// the sum of the k chosen (normalize) or of all experts. Lane l owns experts l, l + 32, ...
+template <typename T>
+__device__ void moe_route(const T* logits, int rows, int experts, int k, int normalize, int* ids,
+                          float* weights) {
+    const int lane = threadIdx.x % 32;
+    const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (row >= rows) return;
+    const T* s = logits + (size_t)row * experts;
+    uint32_t taken = 0;  // bit j: expert lane + 32 j chosen
+    float best_score = 0.f, sum = 0.f;
+    for (int rank = 0; rank < k; ++rank) {
+        float score = -INFINITY;
+        int index = experts;
+        for (int j = 0, e = lane; e < experts; ++j, e += 32) {
+            const float x = to_f32(s[e]);
+            if (!(taken >> j & 1) && (x > score || index == experts)) {
+                score = x;
+                index = e;
+            }
+        }
+        for (int offset = 16; offset > 0; offset /= 2) {
+            const float other = __shfl_xor_sync(0xffffffff, score, offset);
+            const int other_index = __shfl_xor_sync(0xffffffff, index, offset);
+            if (other > score || (other == score && other_index < index)) {
+                score = other;
+                index = other_index;
+            }
+        }
+        if (index % 32 == lane) taken |= 1u << (index / 32);
+        if (rank == 0) best_score = score;
+        const float x = expf(score - best_score);
+        if (lane == 0) {
+            ids[row * k + rank] = index;
+            weights[row * k + rank] = x;
+        }
+        sum += x;
+    }
+    if (!normalize) {
+        float all = 0.f;
+        for (int e = lane; e < experts; e += 32) all += expf(to_f32(s[e]) - best_score);
+        sum = warp_sum(all);
+    }
+    __syncwarp();
+    if (lane == 0)
+        for (int rank = 0; rank < k; ++rank) weights[row * k + rank] /= sum;
+}
+
+#define MOE_ROUTE(NAME, T)                                                                     \
+    extern "C" __global__ void NAME(const T* logits, int rows, int experts, int k, int normalize, \
+                                    int* ids, float* weights) {                                \
+        moe_route<T>(logits, rows, experts, k, normalize, ids, weights);                       \
+    }
+
+MOE_ROUTE(moe_route_f32, float)
+MOE_ROUTE(moe_route_bf16, __nv_bfloat16)
+
+// One block of `experts` threads (at most MOE_MAX_EXPERTS). Thread e counts the pairs routed
+// to expert e and, after a prefix sum, writes them in (row, rank) order: `pair_rows[p]` is
+// the row of sorted pair p and `pair_of[row * k + rank]` its index. Tiles list each expert's
+// pairs MOE_TILE at a time: `tiles[3 t ..]` = (expert, first pair, pairs); `num_tiles[0]` says
+// how many there are.
+extern "C" __global__ void moe_group(const int* ids, int pairs, int experts, int* pair_rows, int* pair_of,
+                                     int* tiles, int* num_tiles, int k) {
+    __shared__ int offsets[MOE_MAX_EXPERTS + 1];
+    const int e = threadIdx.x;
+    int count = 0;
+    if (e < experts)
+        for (int i = 0; i < pairs; ++i) count += ids[i] == e;
+    if (e < experts) offsets[e + 1] = count;
+    __syncthreads();
+    if (e == 0) {
+        offsets[0] = 0;
+        int t = 0;
+        for (int x = 0; x < experts; ++x) {
+            const int n = offsets[x + 1];
+            offsets[x + 1] = offsets[x] + n;
+            for (int first = 0; first < n; first += MOE_TILE) {
+                tiles[3 * t] = x;
+                tiles[3 * t + 1] = offsets[x] + first;
+                tiles[3 * t + 2] = min(MOE_TILE, n - first);
+                ++t;
+            }
+        }
+        num_tiles[0] = t;
+    }
+    __syncthreads();
+    if (e >= experts) return;
+    int next = offsets[e];
+    for (int i = 0; i < pairs; ++i) {
+        if (ids[i] != e) continue;
+        pair_rows[next] = i / k;
+        pair_of[i] = next;
+        ++next;
+    }
+}
+
+// ---- expert projections ------------------------------------------------------------------------
+
+// The tile this block serves, or false when the grid's bound exceeds the tiles there are.
+struct Tile {
+    int expert, first, count;
+};
+
+__device__ __forceinline__ bool tile_of(const int* tiles, const int* num_tiles, Tile* t) {
+    if ((int)blockIdx.y >= num_tiles[0]) return false;
+    t->expert = tiles[3 * blockIdx.y];
+    t->first = tiles[3 * blockIdx.y + 1];
+    t->count = tiles[3 * blockIdx.y + 2];
+    return true;
+}
+
+// The 32 weights of one MXFP4 block, dequantized.
+__device__ __forceinline__ void dequantize_block(const uint8_t* block, uint8_t scale, float* w) {
+    const uint4 packed = *reinterpret_cast<const uint4*>(block);
+    const uint32_t words[4] = {packed.x, packed.y, packed.z, packed.w};
+    const float s = e8m0(scale);
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+        const uint32_t byte = words[i / 4] >> (8 * (i % 4)) & 0xff;
+        w[2 * i] = e2m1(byte & 0xf) * s;
+        w[2 * i + 1] = e2m1(byte >> 4) * s;
+    }
+}
+
+// acc[j] = the dot product of weight row `row` (of `groups` blocks) and input row `inputs[j]`
+// (`in_dim` = 32 groups wide), for the tile's pairs; every lane ends with the sums.
+template <typename X>
+__device__ void tile_dots(const uint8_t* blocks, const uint8_t* scales, size_t row, int groups, const X* x,
+                          const int* input_rows, int count, float* acc) {
+    const int lane = threadIdx.x % 32;
+    const size_t in_dim = (size_t)groups * 32;
+#pragma unroll
+    for (int j = 0; j < MOE_TILE; ++j) acc[j] = 0.f;
+    for (int g = lane; g < groups; g += 32) {
+        float w[32];
+        dequantize_block(blocks + (row * groups + g) * 16, scales[row * groups + g], w);
+#pragma unroll
+        for (int j = 0; j < MOE_TILE; ++j) {
+            if (j >= count) break;
+            const X* xs = x + (size_t)input_rows[j] * in_dim + (size_t)g * 32;
+            float a = acc[j];
+#pragma unroll
+            for (int i = 0; i < 32; ++i) a = fmaf(w[i], to_f32(xs[i]), a);
+            acc[j] = a;
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < MOE_TILE; ++j) acc[j] = warp_sum(acc[j]);
+}
+
+// Activations [pairs, I] (f32): for column c, gate = row c and up = row I + c of the expert's
+// gate_up, each plus its bias; then gpt-oss's clamped SwiGLU (limit > 0) or plain SwiGLU, as
+// the CPU's kernels compute them.
+template <typename X>
+__device__ void moe_gate_up(float* act, const X* x, const int* pair_rows, const uint8_t* blocks,
+                            const uint8_t* scales, const float* bias, const int* tiles, const int* num_tiles,
+                            int hidden, int inter, float alpha, float limit) {
+    Tile t;
+    if (!tile_of(tiles, num_tiles, &t)) return;
+    const int c = blockIdx.x * MOE_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (c >= inter) return;
+    const int groups = hidden / 32;
+    const int* rows = pair_rows + t.first;
+    const size_t base = (size_t)t.expert * 2 * inter;
+    float gate[MOE_TILE], up[MOE_TILE];
+    tile_dots(blocks, scales, base + c, groups, x, rows, t.count, gate);
+    tile_dots(blocks, scales, base + inter + c, groups, x, rows, t.count, up);
+    if (lane >= t.count) return;
+    float g = 0.f, u = 0.f;
+#pragma unroll
+    for (int j = 0; j < MOE_TILE; ++j)
+        if (j == lane) {
+            g = gate[j];
+            u = up[j];
+        }
+    g += bias[base + c];
+    u += bias[base + inter + c];
+    float out;
+    if (limit > 0.f) {
+        g = fminf(g, limit);
+        u = fminf(fmaxf(u, -limit), limit);
+        out = (u + 1.f) * (g / (1.f + expf(-g * alpha)));
+    } else {
+        out = g / (1.f + expf(-g)) * u;
+    }
+    act[(size_t)(t.first + lane) * inter + c] = out;
+}
+
+// Outputs [pairs, H] (f32): column c of the expert's down projection plus its bias.
+__device__ void moe_down(float* y, const float* act, const uint8_t* blocks, const uint8_t* scales,
+                         const float* bias, const int* tiles, const int* num_tiles, int hidden, int inter) {
+    Tile t;
+    if (!tile_of(tiles, num_tiles, &t)) return;
+    const int c = blockIdx.x * MOE_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (c >= hidden) return;
+    int rows[MOE_TILE];
+#pragma unroll
+    for (int j = 0; j < MOE_TILE; ++j) rows[j] = t.first + min(j, t.count - 1);
+    const size_t row = (size_t)t.expert * hidden + c;
+    float acc[MOE_TILE];
+    tile_dots(blocks, scales, row, inter / 32, act, rows, t.count, acc);
+    if (lane >= t.count) return;
+    float v = 0.f;
+#pragma unroll
+    for (int j = 0; j < MOE_TILE; ++j)
+        if (j == lane) v = acc[j];
+    y[(size_t)(t.first + lane) * hidden + c] = v + bias[row];
+}
+
+#define MOE_GATE_UP(NAME, X)                                                                    \
+    extern "C" __global__ void __launch_bounds__(MOE_WARPS * 32)                               \
+        NAME(float* act, const X* x, const int* pair_rows, const uint8_t* blocks, const uint8_t* scales, \
+             const float* bias, const int* tiles, const int* num_tiles, int hidden, int inter,  \
+             float alpha, float limit) {                                                        \
+        moe_gate_up<X>(act, x, pair_rows, blocks, scales, bias, tiles, num_tiles, hidden, inter, alpha, \
+                       limit);                                                                  \
+    }
+
+MOE_GATE_UP(moe_gate_up_f32, float)
+MOE_GATE_UP(moe_gate_up_bf16, __nv_bfloat16)
+
+extern "C" __global__ void __launch_bounds__(MOE_WARPS * 32)
+    moe_down_f32(float* y, const float* act, const uint8_t* blocks, const uint8_t* scales, const float* bias,
+                 const int* tiles, const int* num_tiles, int hidden, int inter) {
+    moe_down(y, act, blocks, scales, bias, tiles, num_tiles, hidden, inter);
+}
+
+// ---- combine -----------------------------------------------------------------------------------
+
+// out[row] = the sum over ranks, in rank order, of weight * the expert's output, each product
+// rounded before its addition as the CPU does. One block per row.
+template <typename T>
+__device__ void moe_combine(T* out, const float* y, const float* weights, const int* pair_of, int hidden, int k) {
+    const int row = blockIdx.x;
+    for (int c = threadIdx.x; c < hidden; c += blockDim.x) {
+        float o = 0.f;
+        for (int rank = 0; rank < k; ++rank) {
+            const int p = pair_of[row * k + rank];
+            o = __fadd_rn(o, __fmul_rn(weights[row * k + rank], y[(size_t)p * hidden + c]));
+        }
+        out[(size_t)row * hidden + c] = from_f32<T>(o);
+    }
+}
+
+#define MOE_COMBINE(NAME, T)                                                                   \
+    extern "C" __global__ void NAME(T* out, const float* y, const float* weights, const int* pair_of, \
+                                    int hidden, int k) {                                       \
+        moe_combine<T>(out, y, weights, pair_of, hidden, k);                                   \
+    }
+
+MOE_COMBINE(moe_combine_f32, float)
+MOE_COMBINE(moe_combine_bf16, __nv_bfloat16)
