@@ -7,6 +7,11 @@
 // element's value is the same whether its row is computed alone or among 2,048 others: there
 // is no M-dependent split of K. Requires K % 8 == 0 and 16-byte aligned rows (the launcher
 // checks).
+//
+// FP8 weights (e4m3) carry one f32 scale per block_n x block_k block (`scales`
+// [ceil(N / block_n), ceil(K / block_k)], block_k a multiple of 8): each weight is widened and
+// multiplied by its scale before its product, so the chain is the one of the dequantized f32
+// weight. Other weights pass no scales.
 #include "common.cuh"
 
 #define LINEAR_ROWS 8
@@ -17,6 +22,13 @@ __device__ __forceinline__ void load8(const float* p, float* v) {
     const float4 b = *reinterpret_cast<const float4*>(p + 4);
     v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
     v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+}
+
+__device__ __forceinline__ void load8(const __nv_fp8_e4m3* p, float* v) {
+    const uint2 raw = *reinterpret_cast<const uint2*>(p);
+    const __nv_fp8_e4m3* bytes = reinterpret_cast<const __nv_fp8_e4m3*>(&raw);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) v[i] = float(bytes[i]);
 }
 
 __device__ __forceinline__ void load8(const __nv_bfloat16* p, float* v) {
@@ -31,7 +43,8 @@ __device__ __forceinline__ void load8(const __nv_bfloat16* p, float* v) {
 }
 
 template <typename T, typename W>
-__device__ void linear(T* out, const T* x, const W* w, int M, int N, int K) {
+__device__ void linear(T* out, const T* x, const W* w, int M, int N, int K, const float* scales, int block_n,
+                       int block_k) {
     const int lane = threadIdx.x % 32;
     const int n = blockIdx.y * LINEAR_WARPS + threadIdx.x / 32;
     const int m0 = blockIdx.x * LINEAR_ROWS;
@@ -39,6 +52,7 @@ __device__ void linear(T* out, const T* x, const W* w, int M, int N, int K) {
     const int rows = min(LINEAR_ROWS, M - m0);
     const W* w_row = w + (size_t)n * K;
     const T* x_rows = x + (size_t)m0 * K;
+    const float* row_scales = scales ? scales + (size_t)(n / block_n) * ((K + block_k - 1) / block_k) : nullptr;
 
     float acc[LINEAR_ROWS];
 #pragma unroll
@@ -47,6 +61,11 @@ __device__ void linear(T* out, const T* x, const W* w, int M, int N, int K) {
     for (int k = lane * 8; k < K; k += 256) {
         float wv[8];
         load8(w_row + k, wv);
+        if (row_scales) {
+            const float s = row_scales[k / block_k];
+#pragma unroll
+            for (int j = 0; j < 8; ++j) wv[j] *= s;
+        }
 #pragma unroll
         for (int r = 0; r < LINEAR_ROWS; ++r) {
             if (r < rows) {
@@ -66,10 +85,13 @@ __device__ void linear(T* out, const T* x, const W* w, int M, int N, int K) {
 
 #define LINEAR(NAME, T, W)                                                                     \
     extern "C" __global__ void __launch_bounds__(32 * LINEAR_WARPS)                            \
-        NAME(T* out, const T* x, const W* w, int M, int N, int K) {                             \
-        linear<T, W>(out, x, w, M, N, K);                                                      \
+        NAME(T* out, const T* x, const W* w, int M, int N, int K, const float* scales, int block_n, \
+             int block_k) {                                                                    \
+        linear<T, W>(out, x, w, M, N, K, scales, block_n, block_k);                            \
     }
 
 LINEAR(linear_f32_f32, float, float)
 LINEAR(linear_f32_bf16, float, __nv_bfloat16)
 LINEAR(linear_bf16_bf16, __nv_bfloat16, __nv_bfloat16)
+LINEAR(linear_f32_f8e4m3, float, __nv_fp8_e4m3)
+LINEAR(linear_bf16_f8e4m3, __nv_bfloat16, __nv_fp8_e4m3)

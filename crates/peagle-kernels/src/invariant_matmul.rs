@@ -10,7 +10,7 @@
 //! inference has its own invariant kernel, `linear`, with a faster order for CPUs.)
 
 use crate::contiguous::contiguous;
-use crate::error::bad_input;
+use crate::error::matmul_dims;
 use candle_core::{CpuStorage, CustomOp2, Layout, Result, Shape, Tensor};
 
 /// `x` [M, K] times `w` [N, K] transposed. On CUDA: f32 or bf16 activations, a weight of the
@@ -30,14 +30,7 @@ impl CustomOp2 for InvariantMatmul {
     }
 
     fn cpu_fwd(&self, xs: &CpuStorage, xl: &Layout, ws: &CpuStorage, wl: &Layout) -> Result<(CpuStorage, Shape)> {
-        let (m, k) = xl.shape().dims2()?;
-        let (n, w_k) = wl.shape().dims2()?;
-        if k != w_k {
-            return Err(bad_input(
-                "invariant_matmul",
-                format!("x has {k} columns, the weight {w_k}"),
-            ));
-        }
+        let (m, k, n) = matmul_dims("invariant_matmul", xl.shape(), wl.shape())?;
         let x = contiguous(xs.as_slice::<f32>()?, xl, "x")?;
         let w = contiguous(ws.as_slice::<f32>()?, wl, "weight")?;
         let mut out = Vec::with_capacity(m * n);
@@ -55,7 +48,7 @@ impl CustomOp2 for InvariantMatmul {
         ws: &candle_core::CudaStorage,
         wl: &Layout,
     ) -> Result<(candle_core::CudaStorage, Shape)> {
-        crate::cuda::linear((xs, xl), (ws, wl))
+        crate::cuda::linear((xs, xl), (ws, wl), None)
     }
 }
 

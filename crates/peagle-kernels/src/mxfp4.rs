@@ -5,12 +5,11 @@
 //! byte (low nibble first), and `scales` [out, in / 32] bytes, each the exponent e of one
 //! 32-value block, which scales it by 2^(e - 127). Each output element is the dot product of
 //! its input row and its dequantized weight row (`dot::dots`, whose order depends on the length
-//! alone), the same whatever rows share the call.
+//! alone, `dequantized_linear`), the same whatever rows share the call.
 
 use crate::contiguous::contiguous;
-use crate::dot::dots;
-use crate::error::bad_input;
-use crate::pool::for_each_chunk;
+use crate::dequantized_linear::dequantized_linear;
+use crate::error::{bad_input, matmul_dims};
 use candle_core::{CpuStorage, CustomOp1, Layout, Result, Shape, Tensor};
 
 /// The 16 e2m1 values by their 4-bit code.
@@ -121,41 +120,15 @@ struct Mxfp4Linear<'a> {
     w: &'a Mxfp4Weight,
 }
 
-/// Output columns per task: one dequantized weight row is reused for every input row.
-const COLUMNS_PER_TASK: usize = 8;
-
 impl CustomOp1 for Mxfp4Linear<'_> {
     fn name(&self) -> &'static str {
         "peagle-mxfp4-linear"
     }
 
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
-        let (rows, in_dim) = l.shape().dims2()?;
-        let (out_dim, w_in) = self.w.dims();
-        if in_dim != w_in {
-            return Err(bad_input(
-                "mxfp4_linear",
-                format!("x has {in_dim} columns, the weight {w_in}"),
-            ));
-        }
+        let (rows, in_dim, out_dim) = matmul_dims("mxfp4_linear", l.shape(), &Shape::from(self.w.dims()))?;
         let x = contiguous(s.as_slice::<f32>()?, l, "x")?;
-        // Tasks own column ranges of the transposed result [out, rows], then it is turned.
-        let mut by_column = vec![0f32; out_dim * rows];
-        for_each_chunk(&mut by_column, COLUMNS_PER_TASK * rows, |task, out| {
-            let mut w_row = vec![0f32; in_dim];
-            for (c, out) in out.chunks_exact_mut(rows.max(1)).enumerate() {
-                self.w.row(task * COLUMNS_PER_TASK + c, &mut w_row);
-                for (o, x_row) in out.iter_mut().zip(x.chunks_exact(in_dim.max(1))) {
-                    *o = dots::<f32, 1, 1>([x_row], [&w_row])[0][0];
-                }
-            }
-        });
-        let mut out = vec![0f32; rows * out_dim];
-        for (c, column) in by_column.chunks_exact(rows.max(1)).enumerate() {
-            for (r, v) in column.iter().enumerate() {
-                out[r * out_dim + c] = *v;
-            }
-        }
+        let out = dequantized_linear(x, rows, (out_dim, in_dim), |r, buf| self.w.row(r, buf));
         Ok((CpuStorage::F32(out), Shape::from((rows, out_dim))))
     }
 }

@@ -5,8 +5,8 @@
 
 use candle_core::{DType, Device, Tensor};
 use peagle_kernels::{
-    add_rms_norm, invariant_matmul, paged_attention, rms_norm, rope, swiglu, write_kv, AttentionMetadata,
-    AttentionParams, KvScale, Mxfp4Expert, Mxfp4Experts, Mxfp4Weight, Routing,
+    add_rms_norm, fp8_linear, invariant_matmul, paged_attention, rms_norm, rope, swiglu, write_kv, AttentionMetadata,
+    AttentionParams, Fp8Weight, KvScale, Mxfp4Expert, Mxfp4Experts, Mxfp4Weight, Routing,
 };
 
 fn gpu() -> Option<Device> {
@@ -88,6 +88,35 @@ fn invariant_matmul_equals_its_cpu_reference_bitwise_at_every_batch_size() {
     let x = tensor((4, 12), 3, 1.0).to_device(&dev).unwrap();
     let err = invariant_matmul(&x, &tensor((2, 12), 4, 1.0).to_device(&dev).unwrap()).unwrap_err();
     assert!(err.to_string().contains("8 at a time"), "{err}");
+}
+
+/// A block-scaled FP8 weight's product is the batch-invariant matmul of its dequantized f32
+/// weight, bit for bit, at every batch size; with bf16 rows, within bf16 of the CPU's.
+#[test]
+fn fp8_linear_is_the_invariant_matmul_of_its_dequantized_weight() {
+    let Some(dev) = gpu() else { return };
+    // Blocks of 128 x 128, as FP8 checkpoints have them, over a shape they do not divide.
+    let (n, k, block) = (200, 1032, (128, 128));
+    let weight = tensor((n, k), 20, 300.0).to_dtype(DType::F8E4M3).unwrap();
+    let scales = tensor((2, 9), 21, 1.0).abs().unwrap().affine(1e-3, 1e-4).unwrap();
+    let cpu_weight = Fp8Weight::new(weight.clone(), scales.clone(), block).unwrap();
+    let gpu_weight = Fp8Weight::new(weight.to_device(&dev).unwrap(), scales.to_device(&dev).unwrap(), block).unwrap();
+    let dense = cpu_weight.dequantize().unwrap().to_device(&dev).unwrap();
+    for m in [1, 8, 64, 256] {
+        let x = tensor((m, k), 22 + m as u64, 1.0);
+        let got = fp8_linear(&x.to_device(&dev).unwrap(), &gpu_weight).unwrap();
+        let want = invariant_matmul(&x.to_device(&dev).unwrap(), &dense).unwrap();
+        assert_eq!(bits(&got), bits(&want), "f32, M = {m}");
+        let cpu = fp8_linear(&x, &cpu_weight).unwrap();
+        let diff = max_rel_diff(&host(&got), &host(&cpu));
+        assert!(diff < 1e-4, "f32 against the CPU, M = {m}: {diff}");
+        let xb = x.to_dtype(DType::BF16).unwrap();
+        let got = fp8_linear(&xb.to_device(&dev).unwrap(), &gpu_weight).unwrap();
+        assert_eq!(got.dtype(), DType::BF16);
+        let want = fp8_linear(&xb.to_dtype(DType::F32).unwrap(), &cpu_weight).unwrap();
+        let diff = max_rel_diff(&host(&got), &host(&want));
+        assert!(diff < 1e-2, "bf16, M = {m}: {diff}");
+    }
 }
 
 #[test]

@@ -41,7 +41,7 @@ pub fn load_target(dir: &Path, options: LoadOptions) -> Result<LoadedModel, Load
     }
     let config = TextConfig::from_file(&dir.join("config.json"))?;
     let arch = config.architectures.first().cloned().unwrap_or_default();
-    let ckpt = Checkpoint::open(dir, options)?;
+    let ckpt = Checkpoint::open(dir, options)?.with_fp8_blocks(config.fp8_weight_blocks()?);
     let Some((_, load)) = ARCHITECTURES.iter().find(|(name, _)| *name == arch) else {
         return Err(LoadError::UnknownArchitecture {
             path: config.path.clone(),

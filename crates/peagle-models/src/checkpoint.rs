@@ -3,6 +3,7 @@
 use crate::error::LoadError;
 use candle_core::safetensors::MmapedSafetensors;
 use candle_core::{DType, Device, Tensor};
+use peagle_kernels::Fp8Weight;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
@@ -32,6 +33,8 @@ pub struct Checkpoint {
     /// variables the model must share rather than copy.
     memory: HashMap<String, Tensor>,
     options: LoadOptions,
+    /// The scale blocks of a block-scaled FP8 checkpoint (`TextConfig::fp8_weight_blocks`).
+    fp8_blocks: Option<(usize, usize)>,
 }
 
 impl Checkpoint {
@@ -69,7 +72,16 @@ impl Checkpoint {
             index,
             memory: HashMap::new(),
             options,
+            fp8_blocks: None,
         })
+    }
+
+    /// The checkpoint with FP8 weights in scale blocks of `blocks` (rows, columns).
+    pub fn with_fp8_blocks(self, blocks: Option<(usize, usize)>) -> Self {
+        Self {
+            fp8_blocks: blocks,
+            ..self
+        }
     }
 
     /// A checkpoint over tensors already in memory; `origin` names them in errors.
@@ -80,6 +92,7 @@ impl Checkpoint {
             index: HashMap::new(),
             memory: tensors,
             options,
+            fp8_blocks: None,
         }
     }
 
@@ -108,6 +121,38 @@ impl Checkpoint {
             (DType::BF16, Device::Cpu) => DType::BF16,
             _ => self.options.dtype,
         })
+    }
+
+    /// `name` [out, in] as a block-scaled FP8 weight with its `{name}_scale_inv`, kept in FP8
+    /// on the device; None when the checkpoint stores `name` in another dtype.
+    pub fn fp8_matrix(&self, name: &str, shape: &[usize]) -> Result<Option<Fp8Weight>, LoadError> {
+        if self.memory.contains_key(name) {
+            return Ok(None);
+        }
+        let (file, st) = self.file_of(name)?;
+        let candle = |context: String| move |source| LoadError::Candle { context, source };
+        let view = st
+            .get(name)
+            .map_err(candle(format!("tensor {name} in {}", file.display())))?;
+        if view.dtype() != safetensors::Dtype::F8_E4M3 {
+            return Ok(None);
+        }
+        let Some(blocks) = self.fp8_blocks else {
+            return Err(LoadError::InvalidTensor {
+                name: name.to_owned(),
+                msg: "stored in FP8, but config.json has no quantization_config of quant_method \"fp8\"".into(),
+            });
+        };
+        check_shape(name, file, view.shape(), shape)?;
+        let weight = st
+            .load(name, &self.options.device)
+            .map_err(candle(format!("loading tensor {name} from {}", file.display())))?;
+        let scales_name = format!("{name}_scale_inv");
+        let scales_shape = [shape[0].div_ceil(blocks.0), shape[1].div_ceil(blocks.1)];
+        let scales = self.load(&scales_name, &scales_shape, |_| DType::F32)?;
+        Fp8Weight::new(weight, scales, blocks)
+            .map(Some)
+            .map_err(candle(format!("{name} and its scales")))
     }
 
     /// A tensor in the activation dtype (norm weights, biases, embeddings).
@@ -169,14 +214,7 @@ impl Checkpoint {
                 dtype: format!("{:?}", view.dtype()),
             });
         };
-        if view.shape() != shape {
-            return Err(LoadError::ShapeMismatch {
-                name: name.to_owned(),
-                file: file.clone(),
-                expected: shape.to_vec(),
-                found: view.shape().to_vec(),
-            });
-        }
+        check_shape(name, file, view.shape(), shape)?;
         st.load(name, &self.options.device)
             .and_then(|t| t.to_dtype(wanted))
             .map_err(|source| LoadError::Candle {
@@ -210,6 +248,18 @@ impl Checkpoint {
                 dir: self.dir.clone(),
             })
     }
+}
+
+fn check_shape(name: &str, file: &Path, found: &[usize], expected: &[usize]) -> Result<(), LoadError> {
+    if found == expected {
+        return Ok(());
+    }
+    Err(LoadError::ShapeMismatch {
+        name: name.to_owned(),
+        file: file.to_owned(),
+        expected: expected.to_vec(),
+        found: found.to_vec(),
+    })
 }
 
 fn shard_paths(dir: &Path, index_path: &Path) -> Result<Vec<PathBuf>, LoadError> {

@@ -81,8 +81,19 @@ pub struct TextConfig {
     rope_scaling: Option<RopeParameters>,
     #[serde(default)]
     rope_parameters: Option<RopeParameters>,
+    #[serde(default)]
+    quantization_config: Option<QuantizationConfig>,
     #[serde(skip)]
     pub path: PathBuf,
+}
+
+/// The part of `quantization_config` the dense loaders read: block-scaled FP8 (`fp8`, with
+/// `weight_block_size`). gpt-oss reads its own (`mxfp4`).
+#[derive(Debug, Clone, Deserialize)]
+struct QuantizationConfig {
+    quant_method: String,
+    #[serde(default)]
+    weight_block_size: Option<Vec<usize>>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -171,6 +182,23 @@ impl TextConfig {
     }
 
     /// The dtype the checkpoint says its weights are stored in ("bfloat16", "float32", ...).
+    /// The (rows, columns) of a block-scaled FP8 checkpoint's scale blocks; None for a
+    /// checkpoint that is not FP8.
+    pub fn fp8_weight_blocks(&self) -> Result<Option<(usize, usize)>, LoadError> {
+        let Some(q) = self.quantization_config.as_ref().filter(|q| q.quant_method == "fp8") else {
+            return Ok(None);
+        };
+        match q.weight_block_size.as_deref() {
+            Some(&[rows, cols]) if rows > 0 && cols > 0 && cols % 8 == 0 => Ok(Some((rows, cols))),
+            Some(other) => Err(self.invalid(format!(
+                "quantization_config.weight_block_size {other:?}: FP8 blocks must be [rows, columns], the columns a multiple of 8"
+            ))),
+            None => Err(self.invalid(
+                "an FP8 checkpoint without quantization_config.weight_block_size (per-tensor scales) is not supported: use a block-scaled one".into(),
+            )),
+        }
+    }
+
     pub fn stored_dtype(&self) -> Option<&str> {
         self.dtype.as_deref().or(self.torch_dtype.as_deref())
     }

@@ -117,6 +117,27 @@ fn window_rows_equal_single_token_steps_bitwise_on_the_gpu() {
     }
 }
 
+/// An FP8 checkpoint's weights stay FP8 on the GPU, and its logits are bit for bit those of
+/// the dense checkpoint of its dequantized weights: the FP8 kernel scales each weight as it
+/// reads it, then follows the f32 matmul's chain.
+#[test]
+fn an_fp8_checkpoint_equals_its_dequantized_weights_bitwise_on_the_gpu() {
+    let Some(options) = on_gpu(DTypeSpec::F32) else { return };
+    for block in [(16, 32), (48, 32)] {
+        let (fp8, dense) = fp8_and_dense(block);
+        let fp8 = Fixture::load_from(fp8.path(), options.clone());
+        let dense = Fixture::load_from(dense.path(), options.clone());
+        for p in 0..3 {
+            let logits = |f: &Fixture| run(f.model.as_ref(), &f.cache(), &[(0, &f.prompt(p), 0)]).remove(0).0;
+            assert_eq!(
+                bits(&logits(&fp8)),
+                bits(&logits(&dense)),
+                "blocks {block:?}, prompt {p}"
+            );
+        }
+    }
+}
+
 #[test]
 fn dense_gpt_oss_refuses_the_gpu_in_one_line() {
     let Some(options) = on_gpu(DTypeSpec::Auto) else { return };

@@ -1,5 +1,5 @@
 use super::module::{function, Kernel, Module};
-use super::{by_cache_dtypes, cache_dtype_name, dtype_name, grid, int, view};
+use super::{by_dtypes_or_fp8, dtype_name, dtype_name_or_fp8, grid, int, view};
 use crate::error::bad_input;
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{CudaSlice, PushKernelArg};
@@ -24,7 +24,7 @@ pub(crate) fn kv_write(
     let name = format!(
         "kv_write_{}_{}",
         dtype_name("write_kv", src.dtype())?,
-        cache_dtype_name("write_kv", cache.dtype())?
+        dtype_name_or_fp8("write_kv", cache.dtype())?
     );
     let func = function(&device, Module::KvWrite, &name)?;
     let (start, _) = cache_l
@@ -39,7 +39,7 @@ pub(crate) fn kv_write(
         width: int("write_kv", width)?,
         scale,
     };
-    by_cache_dtypes!("write_kv", (src.dtype(), cache.dtype()), launch(cache, start, &args))
+    by_dtypes_or_fp8!("write_kv", (src.dtype(), cache.dtype()), launch(cache, start, &args))
 }
 
 struct Args<'a> {

@@ -1,8 +1,8 @@
 use super::module::{function, Kernel, Module};
-use super::{by_dtypes, dtype_name, int, output, view};
-use crate::error::bad_input;
+use super::{by_dtypes_or_fp8, dtype_name, dtype_name_or_fp8, int, output, view};
+use crate::error::{bad_input, matmul_dims};
 use candle_core::backend::BackendStorage;
-use candle_core::cuda_backend::cudarc::driver::{DeviceRepr, LaunchConfig, PushKernelArg};
+use candle_core::cuda_backend::cudarc::driver::{CudaView, DeviceRepr, LaunchConfig, PushKernelArg};
 use candle_core::cuda_backend::{CudaDType, CudaStorage, WrapErr};
 use candle_core::{DType, Layout, Result, Shape};
 
@@ -10,14 +10,18 @@ use candle_core::{DType, Layout, Result, Shape};
 const ROWS: usize = 8;
 const COLUMNS: usize = 8;
 
-/// `kernels/linear.cu`: `x` [M, K] times `w` [N, K] transposed, [M, N] in x's dtype.
-pub(crate) fn linear(x: (&CudaStorage, &Layout), w: (&CudaStorage, &Layout)) -> Result<(CudaStorage, Shape)> {
+/// An FP8 weight's block scales [ceil(N / bn), ceil(K / bk)] (f32) and its block (bn, bk).
+pub(crate) type BlockScales<'a> = ((&'a CudaStorage, &'a Layout), (usize, usize));
+
+/// `kernels/linear.cu`: `x` [M, K] times `w` [N, K] transposed, [M, N] in x's dtype; an FP8
+/// weight with its block scales.
+pub(crate) fn linear(
+    x: (&CudaStorage, &Layout),
+    w: (&CudaStorage, &Layout),
+    scales: Option<BlockScales>,
+) -> Result<(CudaStorage, Shape)> {
     const OP: &str = "linear";
-    let (m, k) = x.1.shape().dims2()?;
-    let (n, w_k) = w.1.shape().dims2()?;
-    if k != w_k {
-        return Err(bad_input(OP, format!("x has {k} columns, the weight {w_k}")));
-    }
+    let (m, k, n) = matmul_dims(OP, x.1.shape(), w.1.shape())?;
     if k % 8 != 0 {
         return Err(bad_input(
             OP,
@@ -37,19 +41,35 @@ pub(crate) fn linear(x: (&CudaStorage, &Layout), w: (&CudaStorage, &Layout)) -> 
         }
     }
     let device = x.0.device.clone();
-    let name = format!("linear_{}_{}", dtype_name(OP, x_dtype)?, dtype_name(OP, w_dtype)?);
+    if (w_dtype == DType::F8E4M3) != scales.is_some() {
+        return Err(bad_input(
+            OP,
+            "an FP8 weight needs its block scales, and only an FP8 weight has them",
+        ));
+    }
+    let name = format!(
+        "linear_{}_{}",
+        dtype_name(OP, x_dtype)?,
+        dtype_name_or_fp8(OP, w_dtype)?
+    );
+    let (block_n, block_k) = scales.map_or((1, 8), |(_, block)| block);
     let args = Args {
         func: function(&device, Module::Linear, &name)?,
         dims: [int(OP, m)?, int(OP, n)?, int(OP, k)?],
+        scales: scales.map(|((s, l), _)| view::<f32>(s, l, "scales")).transpose()?,
+        block: [int(OP, block_n)?, int(OP, block_k)?],
     };
-    let out = by_dtypes!(OP, (x_dtype, w_dtype), launch(x, w, &args))?;
+    let out = by_dtypes_or_fp8!(OP, (x_dtype, w_dtype), launch(x, w, &args))?;
     Ok((out, Shape::from((m, n))))
 }
 
-struct Args {
+struct Args<'a> {
     func: Kernel,
     /// M, N, K.
     dims: [i32; 3],
+    scales: Option<CudaView<'a, f32>>,
+    /// block_n, block_k of the scales (unread without them).
+    block: [i32; 2],
 }
 
 fn launch<T: CudaDType + DeviceRepr, W: CudaDType>(
@@ -62,18 +82,25 @@ fn launch<T: CudaDType + DeviceRepr, W: CudaDType>(
     let mut out = output::<T>(device, m * n)?;
     let xs = view::<T>(x.0, x.1, "x")?;
     let ws = view::<W>(w.0, w.1, "weight")?;
+    let null: u64 = 0;
     let mut builder = a.func.builder();
     builder.arg(&mut out).arg(&xs).arg(&ws);
     for d in &a.dims {
         builder.arg(d);
     }
+    match &a.scales {
+        Some(s) => builder.arg(s),
+        None => builder.arg(&null),
+    };
+    builder.arg(&a.block[0]).arg(&a.block[1]);
     let config = LaunchConfig {
         grid_dim: (m.div_ceil(ROWS) as u32, n.div_ceil(COLUMNS) as u32, 1),
         block_dim: (32 * COLUMNS as u32, 1, 1),
         shared_mem_bytes: 0,
     };
     // SAFETY: shapes checked above; K is a multiple of 8 and both operands are 16-byte
-    // aligned, as the kernel's vector loads need.
+    // aligned, as the kernel's vector loads need; FP8 scales were checked against the weight
+    // and its block (`Fp8Weight::new`), whose width is a multiple of 8.
     unsafe { builder.launch(config) }.w()?;
     Ok(CudaStorage::wrap_cuda_slice(out, device.clone()))
 }

@@ -51,17 +51,18 @@ fn dtype_name(op: &'static str, dtype: DType) -> Result<&'static str> {
     }
 }
 
-/// The kernels' name for a KV cache's element type: `f32`, `bf16` or `f8e4m3`.
-fn cache_dtype_name(op: &'static str, dtype: DType) -> Result<&'static str> {
+/// The kernels' name for a type that may also be FP8 (a KV cache's, a weight's): `f32`,
+/// `bf16` or `f8e4m3`.
+fn dtype_name_or_fp8(op: &'static str, dtype: DType) -> Result<&'static str> {
     match dtype {
         DType::F8E4M3 => Ok("f8e4m3"),
         other => dtype_name(op, other),
     }
 }
 
-/// Calls `$f::<A, C>(args..)` with the element types of a row dtype (f32 or bf16) and a KV
-/// cache's dtype (f32, bf16 or f8e4m3).
-macro_rules! by_cache_dtypes {
+/// Calls `$f::<A, C>(args..)` with the element types of a row dtype (f32 or bf16) and one
+/// that may also be FP8 (a KV cache's, a weight's: f32, bf16 or f8e4m3).
+macro_rules! by_dtypes_or_fp8 {
     ($op:expr, ($a:expr, $c:expr), $f:ident($($arg:expr),* $(,)?)) => {
         match ($a, $c) {
             (DType::F32, DType::F8E4M3) => $f::<f32, float8::F8E4M3>($($arg),*),
@@ -70,7 +71,7 @@ macro_rules! by_cache_dtypes {
         }
     };
 }
-pub(crate) use by_cache_dtypes;
+pub(crate) use by_dtypes_or_fp8;
 
 /// Calls `$f::<A, B>(args..)` with the element types of two dtypes, each f32 or bf16.
 macro_rules! by_dtypes {

@@ -1,5 +1,5 @@
 use super::module::{function, Kernel, Module};
-use super::{by_cache_dtypes, cache_dtype_name, dtype_name, int, output, view};
+use super::{by_dtypes_or_fp8, dtype_name, dtype_name_or_fp8, int, output, view};
 use crate::error::bad_input;
 use crate::paged_attention::{AttentionMetadata, AttentionParams};
 use candle_core::backend::BackendStorage;
@@ -36,7 +36,7 @@ pub(crate) fn paged_attention(
     let name = format!(
         "paged_attention_{}_{}",
         dtype_name(OP, q_dtype)?,
-        cache_dtype_name(OP, cache_dtype)?
+        dtype_name_or_fp8(OP, cache_dtype)?
     );
     let rows = meta.num_rows();
     let width = params.num_heads * params.head_dim;
@@ -57,7 +57,7 @@ pub(crate) fn paged_attention(
         v_scale: params.kv_scale.v,
         window: int(OP, params.sliding_window.unwrap_or(0))?,
     };
-    let out = by_cache_dtypes!(OP, (q_dtype, cache_dtype), launch(&device, q, k_cache, v_cache, &args))?;
+    let out = by_dtypes_or_fp8!(OP, (q_dtype, cache_dtype), launch(&device, q, k_cache, v_cache, &args))?;
     Ok((out, Shape::from((rows, width))))
 }
 

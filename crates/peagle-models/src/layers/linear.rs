@@ -2,6 +2,7 @@ use crate::checkpoint::Checkpoint;
 use crate::error::LoadError;
 use crate::ops::{self, Weight};
 use candle_core::{Result, Tensor};
+use peagle_kernels::Fp8Weight;
 
 /// A linear layer `x W^T + b`. Several HF projections that read the same input (q/k/v,
 /// gate/up) are fused into one weight so the input is read once.
@@ -21,31 +22,52 @@ impl Linear {
     }
 
     /// Loads `{prefix}.weight` [out, in] (and `{prefix}.bias`) for each prefix and stacks them.
+    /// Block-scaled FP8 weights stay FP8 when every part is FP8 and each but the last ends on
+    /// a scale block; otherwise they are dequantized to the activation dtype.
     pub fn load_fused(
         ckpt: &Checkpoint,
         parts: &[(&str, usize)],
         in_dim: usize,
         bias: bool,
     ) -> std::result::Result<Self, LoadError> {
-        let mut weights = Vec::with_capacity(parts.len());
-        let mut biases = Vec::with_capacity(parts.len());
-        for (prefix, out_dim) in parts {
-            weights.push(ckpt.matrix(&format!("{prefix}.weight"), &[*out_dim, in_dim])?);
-            if bias {
-                biases.push(ckpt.vector(&format!("{prefix}.bias"), &[*out_dim])?);
-            }
+        let candle = |context: String| move |source| LoadError::Candle { context, source };
+        let names: Vec<String> = parts.iter().map(|(prefix, _)| format!("{prefix}.weight")).collect();
+        let mut fp8 = Vec::with_capacity(parts.len());
+        for (name, (_, out_dim)) in names.iter().zip(parts) {
+            fp8.push(ckpt.fp8_matrix(name, &[*out_dim, in_dim])?);
         }
-        let cat = |ts: &[Tensor]| {
-            Tensor::cat(ts, 0).map_err(|source| LoadError::Candle {
-                context: format!("fusing {}", parts[0].0),
-                source,
-            })
+        let stacked_fp8 = match fp8.iter().all(Option::is_some) {
+            true => Fp8Weight::concat(&fp8.iter().flatten().cloned().collect::<Vec<_>>()).ok(),
+            false => None,
         };
-        let bias = if bias { Some(cat(&biases)?) } else { None };
-        Self::new(cat(&weights)?, bias).map_err(|source| LoadError::Candle {
-            context: format!("packing {}", parts[0].0),
-            source,
-        })
+        let weight = match stacked_fp8 {
+            Some(w) => Weight::Fp8(w),
+            None => {
+                let mut weights = Vec::with_capacity(parts.len());
+                for ((name, (_, out_dim)), fp8) in names.iter().zip(parts).zip(fp8) {
+                    weights.push(match fp8 {
+                        Some(w) => w
+                            .dequantize()
+                            .and_then(|t| t.to_dtype(ckpt.dtype()))
+                            .map_err(candle(format!("dequantizing {name}")))?,
+                        None => ckpt.matrix(name, &[*out_dim, in_dim])?,
+                    });
+                }
+                let fused = Tensor::cat(&weights, 0).map_err(candle(format!("fusing {}", parts[0].0)))?;
+                Weight::new(fused).map_err(candle(format!("packing {}", parts[0].0)))?
+            }
+        };
+        let bias = match bias {
+            true => {
+                let mut biases = Vec::with_capacity(parts.len());
+                for (prefix, out_dim) in parts {
+                    biases.push(ckpt.vector(&format!("{prefix}.bias"), &[*out_dim])?);
+                }
+                Some(Tensor::cat(&biases, 0).map_err(candle(format!("fusing {}", parts[0].0)))?)
+            }
+            false => None,
+        };
+        Ok(Self::from_weight(weight, bias))
     }
 
     pub fn load(

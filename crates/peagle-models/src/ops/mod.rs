@@ -67,6 +67,8 @@ pub fn linear(x: &Tensor, w: &Weight) -> Result<Tensor> {
         // A pass that tracks gradients through a frozen weight multiplies by its unpacked copy.
         (Weight::Packed(p), _) => x.matmul(&p.unpack()?.to_dtype(x.dtype())?.t()?),
         (Weight::Plain(w), Path::Device) => peagle_kernels::invariant_matmul(&x.contiguous()?, w),
+        (Weight::Fp8(w), Path::Autograd) => x.matmul(&w.dequantize()?.to_dtype(x.dtype())?.t()?),
+        (Weight::Fp8(w), _) => peagle_kernels::fp8_linear(&x.contiguous()?, w),
         (Weight::Plain(w), _) => x.matmul(&w.t()?),
     }
 }

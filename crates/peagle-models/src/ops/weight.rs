@@ -1,7 +1,7 @@
 //! Weight formats. Each format is one variant; `ops::linear` knows how to multiply by each.
 
 use candle_core::{Result, Tensor};
-use peagle_kernels::{Mxfp4Weight, PackedWeight};
+use peagle_kernels::{Fp8Weight, Mxfp4Weight, PackedWeight};
 
 /// A linear layer's weight [out, in].
 pub enum Weight {
@@ -13,6 +13,9 @@ pub enum Weight {
     /// MXFP4 blocks and scales as the checkpoint stores them (gpt-oss's experts), dequantized
     /// only as the kernel reads them. CPU inference.
     Mxfp4(Mxfp4Weight),
+    /// Block-scaled FP8 (e4m3) as the checkpoint stores it, on the CPU or a GPU, each value
+    /// scaled as the kernel reads it.
+    Fp8(Fp8Weight),
 }
 
 impl Weight {
@@ -31,6 +34,7 @@ impl Weight {
             Self::Plain(w) => Ok(w.clone()),
             Self::Packed(p) => p.unpack(),
             Self::Mxfp4(m) => m.dequantize(&candle_core::Device::Cpu),
+            Self::Fp8(f) => f.dequantize(),
         }
     }
 }
