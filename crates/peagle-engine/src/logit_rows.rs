@@ -12,14 +12,13 @@ pub fn with_rows<T>(logits: &Tensor, rows: Range<usize>, f: impl FnOnce(ChunksEx
     if rows.start > rows.end || rows.end > count {
         candle_core::bail!("logits rows {rows:?} out of {count}");
     }
-    {
+    if host_readable(logits) {
         let (storage, layout) = logits.storage_and_layout();
         if let (Storage::Cpu(cpu), Some((offset, _))) = (&*storage, layout.contiguous_offsets()) {
-            if let Ok(data) = cpu.as_slice::<f32>() {
-                return Ok(f(
-                    data[offset + rows.start * vocab..offset + rows.end * vocab].chunks_exact(vocab)
-                ));
-            }
+            let data = cpu.as_slice::<f32>()?;
+            return Ok(f(
+                data[offset + rows.start * vocab..offset + rows.end * vocab].chunks_exact(vocab)
+            ));
         }
     }
     let copied: Vec<f32> = logits
@@ -28,6 +27,13 @@ pub fn with_rows<T>(logits: &Tensor, rows: Range<usize>, f: impl FnOnce(ChunksEx
         .flatten_all()?
         .to_vec1()?;
     Ok(f(copied.chunks_exact(vocab)))
+}
+
+/// Whether the host reads the tensor's elements in place: a contiguous f32 tensor on the CPU.
+/// Any other costs a copy of the rows read.
+pub fn host_readable(logits: &Tensor) -> bool {
+    let (storage, layout) = logits.storage_and_layout();
+    matches!(&*storage, Storage::Cpu(cpu) if cpu.as_slice::<f32>().is_ok()) && layout.is_contiguous()
 }
 
 #[cfg(test)]

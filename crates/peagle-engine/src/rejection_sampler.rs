@@ -9,13 +9,14 @@
 //! greedy picks (q one-hot, as both proposers draft), so the tokens are exactly those of
 //! `verify`, the target's own choices at each position.
 
-use crate::logit_rows::with_rows;
+use crate::logit_rows::{host_readable, with_rows};
 use crate::logprobs::token_outputs;
 use crate::penalties::History;
 use crate::request::TokenOutput;
 use crate::sequence::Sequence;
-use crate::verifier::{verify, Verdict};
+use crate::verifier::{keep_matching, verify, Verdict};
 use candle_core::Tensor;
+use peagle_kernels::argmax_rows;
 use std::borrow::Cow;
 
 /// One sequence's verification window `[b, d1..dK]`: rows `first_row..first_row + K + 1` of
@@ -41,11 +42,26 @@ pub struct Verified {
 
 /// Verifies every window against `logits` ([rows, vocab]), `eos` being the tokens a
 /// sequence's `min_tokens` holds back with its stop tokens. One result per window, in order.
+///
+/// Logits the host cannot read in place (on a GPU) cost a copy of every row read. A window
+/// whose rows choose by their argmax alone (greedy, nothing adjusting the rows, no
+/// log-probabilities) takes it from one pass over all rows where they lie, and only the token
+/// ids cross; the argmax is the one the host's finds (the first largest), so the tokens are
+/// the same either way.
 pub fn rejection_sample(logits: &Tensor, windows: &[Window], eos: &[u32]) -> candle_core::Result<Vec<Verified>> {
+    let argmaxes = match !host_readable(logits) && windows.iter().any(|w| by_argmax_alone(w.seq)) {
+        true => Some(argmax_rows(logits)?.to_vec1::<u32>()?),
+        false => None,
+    };
     windows
         .iter()
         .map(|w| {
             let rows = w.first_row..w.first_row + w.drafts.len() + 1;
+            if let (Some(argmaxes), true) = (&argmaxes, by_argmax_alone(w.seq)) {
+                let verdict = keep_matching(w.drafts, argmaxes[rows].iter().copied());
+                let outputs = token_outputs(&verdict.tokens, std::iter::repeat::<&[f32]>(&[]), None);
+                return Ok(Verified { verdict, outputs });
+            }
             with_rows(logits, rows, |rows| {
                 let seq = w.seq;
                 let adjusted = adjusted_rows(seq, w.drafts, rows.clone(), eos);
@@ -55,6 +71,16 @@ pub fn rejection_sample(logits: &Tensor, windows: &[Window], eos: &[u32]) -> can
             })
         })
         .collect()
+}
+
+/// Whether every row of the sequence's windows chooses its token by the row's argmax alone:
+/// greedy, no penalties or logit bias, no stop token held back by `min_tokens` (the count
+/// only grows along a window), and no log-probabilities asked for.
+fn by_argmax_alone(seq: &Sequence) -> bool {
+    seq.params.sampling.is_greedy()
+        && seq.params.sampling.penalties.is_off()
+        && seq.generated().len() >= seq.params.min_tokens
+        && seq.logprobs.is_none()
 }
 
 /// The rows of a window as the sequence's next tokens are chosen from: row i follows the
@@ -189,7 +215,9 @@ mod tests {
         without_eos[eos[0] as usize] = f32::NEG_INFINITY;
         assert_eq!(verified[2].verdict.tokens, [argmax(&without_eos) as u32]);
 
-        // A strided tensor is read through a copy of its rows, to the same verdicts.
+        // A strided tensor, which the host cannot read in place (as a GPU's logits), gives the
+        // same verdicts: the greedy window through each row's argmax, the others through a
+        // copy of their rows.
         let strided = logits.t().unwrap().contiguous().unwrap().t().unwrap();
         assert_eq!(rejection_sample(&strided, &windows, &eos).unwrap(), verified);
     }

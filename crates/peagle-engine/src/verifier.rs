@@ -40,13 +40,10 @@ pub fn verify<R: AsRef<[f32]>>(
     // Greedy, or greedy drafts: each row chooses the target's own token (its argmax, or its
     // draw with that position's randomness) and the drafts are kept while they equal it.
     let Some(q) = draft_probs.filter(|_| !params.is_greedy()) else {
-        for (i, row) in rows.enumerate() {
-            let token = sampler.sample(row.as_ref(), params, position + i);
-            if drafts.get(i) != Some(&token) {
-                return commit(drafts, i, token);
-            }
-        }
-        unreachable!("the last row has no draft to match");
+        let own = rows
+            .enumerate()
+            .map(|(i, row)| sampler.sample(row.as_ref(), params, position + i));
+        return keep_matching(drafts, own);
     };
     for (i, &d) in drafts.iter().enumerate() {
         let mut rng = sampler.at(position + i);
@@ -73,6 +70,18 @@ pub fn verify<R: AsRef<[f32]>>(
     let last = drafts.len();
     let bonus = rows.next().expect("the bonus row");
     commit(drafts, last, sampler.sample(bonus.as_ref(), params, position + last))
+}
+
+/// The drafts kept while each equals the target's own token for its row (`own`, one per row,
+/// taken only up to the first that differs), then that token, or the last row's when all are
+/// kept.
+pub fn keep_matching(drafts: &[u32], own: impl IntoIterator<Item = u32>) -> Verdict {
+    for (i, token) in own.into_iter().enumerate() {
+        if drafts.get(i) != Some(&token) {
+            return commit(drafts, i, token);
+        }
+    }
+    unreachable!("the last row has no draft to match");
 }
 
 fn commit(drafts: &[u32], accepted: usize, token: u32) -> Verdict {

@@ -2,6 +2,7 @@
 //! the same sequence of floating-point operations whatever else is in the batch. Speculative
 //! verification of K+1 rows therefore reproduces K+1 single-token decode steps bit for bit.
 
+mod argmax_rows;
 mod cache_element;
 mod contiguous;
 #[cfg(feature = "cuda")]
@@ -30,6 +31,7 @@ mod swiglu;
 mod test_util;
 mod value_sum;
 
+pub use argmax_rows::argmax_rows;
 pub use cache_element::CacheElement;
 pub use error::KernelError;
 pub use exp::exp_in_place;

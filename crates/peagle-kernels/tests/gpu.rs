@@ -5,8 +5,8 @@
 
 use candle_core::{DType, Device, Tensor};
 use peagle_kernels::{
-    add_rms_norm, fp8_linear, invariant_matmul, paged_attention, rms_norm, rope, swiglu, write_kv, AttentionMetadata,
-    AttentionParams, Fp8Weight, KvScale, Mxfp4Expert, Mxfp4Experts, Mxfp4Weight, Routing,
+    add_rms_norm, argmax_rows, fp8_linear, invariant_matmul, paged_attention, rms_norm, rope, swiglu, write_kv,
+    AttentionMetadata, AttentionParams, Fp8Weight, KvScale, Mxfp4Expert, Mxfp4Experts, Mxfp4Weight, Routing,
 };
 
 fn gpu() -> Option<Device> {
@@ -117,6 +117,44 @@ fn fp8_linear_is_the_invariant_matmul_of_its_dequantized_weight() {
         let diff = max_rel_diff(&host(&got), &host(&want));
         assert!(diff < 1e-2, "bf16, M = {m}: {diff}");
     }
+}
+
+/// Each row's argmax on the GPU is the CPU's (the first largest, NaN never), at a gpt-oss-sized
+/// vocabulary, with ties and NaN planted, in f32 and bf16.
+#[test]
+fn argmax_rows_equals_the_cpu() {
+    let Some(dev) = gpu() else { return };
+    let (rows, vocab) = (37, 201_088);
+    let mut v = values(rows * vocab, 30, 4.0);
+    for r in 0..rows {
+        let row = &mut v[r * vocab..][..vocab];
+        row[(r * 7919) % vocab] = 9.0;
+        if r % 3 == 0 {
+            row[(r * 104_729) % vocab] = 9.0;
+        }
+        if r % 5 == 0 {
+            row[r] = f32::NAN;
+        }
+    }
+    let x = Tensor::from_vec(v, (rows, vocab), &Device::Cpu).unwrap();
+    let want = argmax_rows(&x).unwrap().to_vec1::<u32>().unwrap();
+    let got = argmax_rows(&x.to_device(&dev).unwrap()).unwrap();
+    assert_eq!(
+        got.to_device(&Device::Cpu).unwrap().to_vec1::<u32>().unwrap(),
+        want,
+        "f32"
+    );
+    let xb = x.to_dtype(DType::BF16).unwrap();
+    let want = argmax_rows(&xb.to_dtype(DType::F32).unwrap())
+        .unwrap()
+        .to_vec1::<u32>()
+        .unwrap();
+    let got = argmax_rows(&xb.to_device(&dev).unwrap()).unwrap();
+    assert_eq!(
+        got.to_device(&Device::Cpu).unwrap().to_vec1::<u32>().unwrap(),
+        want,
+        "bf16"
+    );
 }
 
 #[test]

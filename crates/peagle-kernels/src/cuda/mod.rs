@@ -3,6 +3,7 @@
 //! the device's stream. The kernels are `kernels/*.cu` at the repository's root, compiled to
 //! PTX by build.rs; `module` loads them.
 
+mod argmax;
 mod kv_write;
 mod linear;
 mod module;
@@ -12,6 +13,7 @@ mod rms_norm;
 mod rope;
 mod swiglu;
 
+pub(crate) use argmax::argmax_rows;
 pub(crate) use kv_write::kv_write;
 pub(crate) use linear::linear;
 pub(crate) use moe::{moe, DeviceExperts, MAX_EXPERTS};

@@ -10,6 +10,7 @@ use std::sync::Arc;
 /// One `kernels/*.cu` file.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Module {
+    Argmax,
     KvWrite,
     Linear,
     Moe,
@@ -38,6 +39,7 @@ macro_rules! ptx {
 impl Module {
     fn sources(self) -> (&'static str, [&'static str; 3]) {
         match self {
+            Self::Argmax => ptx!("argmax"),
             Self::KvWrite => ptx!("kv_write"),
             Self::Linear => ptx!("linear"),
             Self::Moe => ptx!("moe"),
