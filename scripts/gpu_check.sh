@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One command for a GPU host: the GPU tests, then the GPU bench, into
-# benches/results/gpu-<date>/ (report.md, report.json, logs, the sweep's JSON and PNG).
+# benches/results/gpu-<date>/ (report.md, report.json, logs, the sweeps' JSON and PNG).
 #
 # Needs the packed binaries of scripts/build_cuda.sh, target/gpu/{tests,bench}.tar.xz (built
 # elsewhere: the GPU host has no Rust toolchain), an NVIDIA driver, and Python with PyTorch,
@@ -8,7 +8,8 @@
 # CUDA runtime. Every step runs even when one before it failed; the exit status says whether
 # all passed.
 #   scripts/gpu_check.sh [tests|bench]   one part only (default: both, tests first)
-#   QUICK=1                              skips the Llama-8B-shaped decode step (16 GB to write)
+#   QUICK=1                              skips the random Llama-8B- and gpt-oss-20b-shaped steps
+#                                        (16 and 19 GB to write)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 part=${1:-all}
@@ -77,6 +78,28 @@ if [ -z "${QUICK:-}" ]; then
         --stats-json "$out/llama-8b-decode.json" >/dev/null 2>"$out/llama-8b-decode.log" ||
         fail "8B decode (see llama-8b-decode.log)"
     rm -rf "$model"
+
+    step "gpt-oss-20b-shaped random MXFP4 target: plain, EAGLE-3 K=3 and P-EAGLE K=7 at concurrency 1, 16 and 64"
+    model=${TMPDIR:-/tmp}/peagle-gpt-oss-20b
+    drafters=$model-drafters
+    {
+        python3 scripts/make_random_gpt_oss.py --gpu --out "$model" &&
+            python3 scripts/make_random_drafters.py --gpu --target "$model" --out "$drafters"
+    } >"$out/gpt-oss-make.log" 2>&1 && cp "$model/bound.json" "$out/gpt-oss-bound.json" ||
+        fail "making the gpt-oss checkpoint and drafters (see gpt-oss-make.log)"
+    # Random drafters accept nothing: every step drafts K (--fixed-k), so the step times are the modes' own.
+    gpt_oss_sweep() { # NAME PROMPTS CONCURRENCY
+        "$bin/peagle-bench" sweep --serve-bin "$bin/peagle-serve" --device cuda --model "$model" \
+            --draft-model "$drafters/peagle" --peagle-k 7 --eagle3-draft-model "$drafters/eagle3" --eagle3-k 3 \
+            --server-arg=--fixed-k --server-arg=--max-model-len=1024 --dataset "$model/prompts.jsonl" \
+            --num-prompts "$2" --concurrency "$3" --max-tokens 128 --out "$out/$1" >"$out/$1.log" 2>&1 ||
+            fail "$1 (see $1.log)"
+    }
+    # Concurrency 1 on 8 of the prompts, after a level with all 8 at once that warms each server
+    # (the report leaves it out); 16 and 64 on all 64.
+    gpt_oss_sweep gpt-oss-sweep-c1 8 8,1
+    gpt_oss_sweep gpt-oss-sweep 64 16,64
+    rm -rf "$model" "$drafters"
 fi
 }
 

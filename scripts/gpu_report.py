@@ -4,6 +4,14 @@ import json
 import os
 import sys
 
+# HumanEval acceptance lengths published for gpt-oss-20b (the P-EAGLE paper and AWS's blog): the
+# tokens a step commits with each trained head. The gpt-oss bench's drafters are random and
+# accept nothing, so it measures step times and projects tokens/s from these.
+PUBLISHED_ACCEPTANCE = {"EAGLE-3 K=3": 2.65, "P-EAGLE K=7": 3.94}  # keyed by peagle-bench's mode names
+# The gpt-oss bench's targets on an H100.
+HBM_SHARE_TARGET = 0.5  # plain decode at concurrency 1, as a share of the HBM bound
+PEAGLE_OVER_EAGLE3_TARGET = 1.5  # projected, at concurrency 1
+
 
 def load(path):
     try:
@@ -84,11 +92,127 @@ def main(out):
                       f"({step / bound['bound_seconds']:.2f}x the bound); "
                       f"{decode['tokens_per_second']:.1f} tokens/s end to end")
 
+    gpt, section = gpt_oss(out)
+    if gpt:
+        report["gpt_oss"] = gpt
+        md += section
+
     with open(os.path.join(out, "report.json"), "w") as f:
         json.dump(report, f, indent=1)
     with open(os.path.join(out, "report.md"), "w") as f:
         f.write("\n".join(md) + "\n")
     print("\n".join(md))
+
+
+def step_ms(row):
+    """A sweep row's engine time per step over all phases; None where the server exported none."""
+    e = row["engine"]
+    return e["target_ms"] + e["drafter_ms"] + e["verify_ms"] + e["other_ms"] if e else None
+
+
+def gpt_oss(out):
+    """The gpt-oss-20b-shaped bench: report.json's part (None when none of it finished) and
+    report.md's lines."""
+    bound = load(os.path.join(out, "gpt-oss-bound.json"))
+    c1 = load(os.path.join(out, "gpt-oss-sweep-c1", "sweep.json")) or {"rows": []}
+    batched = load(os.path.join(out, "gpt-oss-sweep", "sweep.json")) or {"rows": []}
+    # The concurrency-1 sweep's other level only warms its servers; a mode that failed a level
+    # has no numbers there.
+    rows = [r for r in c1["rows"] if r["concurrency"] == 1] + batched["rows"]
+    rows = [r for r in rows if r["output_throughput"]]
+    if not rows and not bound:
+        return None, []
+    # Columns in the sweep's order of modes, whichever of them failed.
+    modes = {r["mode"]["name"]: r["mode"] for r in rows}
+    order = {"none": 0, "eagle3": 1, "peagle": 2}
+    names = sorted(modes, key=lambda n: (order[modes[n]["method"]], modes[n]["k"]))
+    max_tokens = (batched.get("config") or c1.get("config") or {}).get("workload", {}).get("max_tokens", "?")
+    levels = {}
+    for r in rows:
+        accepted = 1.0 if r["mode"]["method"] == "none" else PUBLISHED_ACCEPTANCE.get(r["mode"]["name"])
+        step = step_ms(r)
+        levels.setdefault(r["concurrency"], {})[r["mode"]["name"]] = {
+            "plain": r["mode"]["method"] == "none", "output_tokens_per_s": r["mean_output_throughput"],
+            "engine_ms_per_step": r["engine"], "step_ms": step,
+            "projected_tokens_per_s": 1e3 * accepted / step if accepted and step else None}
+    for modes in levels.values():
+        plain = next((m["projected_tokens_per_s"] for m in modes.values() if m["plain"]), None)
+        for m in modes.values():
+            m["projected_vs_plain"] = m["projected_tokens_per_s"] / plain if m["projected_tokens_per_s"] and plain else None
+
+    def projected(c, name):
+        return levels.get(c, {}).get(name, {}).get("projected_tokens_per_s")
+
+    def peagle_over_eagle3(c):
+        peagle, eagle3 = projected(c, "P-EAGLE K=7"), projected(c, "EAGLE-3 K=3")
+        return peagle / eagle3 if peagle and eagle3 else None
+
+    md = ["", "## gpt-oss-20b-shaped random MXFP4 target"]
+    if rows:
+        md += ["", f"peagle-bench sweep, every step drafting K (`--fixed-k`), {max_tokens} new tokens a request. "
+                   "Output tokens/s: the drafters are random and accept next to nothing, so these are what each "
+                   "mode's steps cost; the projection further down puts published acceptance lengths on them.", "",
+               "| concurrency | " + " | ".join(names) + " |", "| ---: |" + " ---: |" * len(names)]
+    for c in sorted(levels):
+        cells = [f"{levels[c][n]['output_tokens_per_s']:.1f}" if n in levels[c] else "-" for n in names]
+        md.append(f"| {c} | " + " | ".join(cells) + " |")
+
+    plain_c1 = next((m for m in levels.get(1, {}).values() if m["plain"] and m["step_ms"]), None)
+    hbm_share = bound["bound_seconds_per_token"] * 1e3 / plain_c1["step_ms"] if bound and plain_c1 else None
+    if bound:
+        md += ["", f"- bytes a decode token reads (the active experts in MXFP4, attention, router, norms, "
+                   f"lm_head, one embedding row): {bound['bytes_per_token'] / 1e9:.2f} GB",
+               f"- copy bandwidth measured on {bound['device']} in the same run: "
+               f"{bound['copy_bytes_per_second'] / 1e12:.2f} TB/s; HBM bound "
+               f"{bound['bound_seconds_per_token'] * 1e3:.3f} ms a token"]
+    if hbm_share:
+        md.append(f"- no speculation at concurrency 1: {plain_c1['step_ms']:.3f} ms an engine step, "
+                  f"{100 * hbm_share:.0f}% of the bound")
+
+    timed = [(c, n, m) for c in sorted(levels) for n, m in levels[c].items() if m["step_ms"]]
+    if timed:
+        md += ["", "Engine time per step by phase (ms; means over each level's steps, its prompts' "
+                   "prefill included):", "",
+               "| concurrency | mode | steps | target | drafter | verify | other | total |",
+               "| ---: | --- |" + " ---: |" * 6]
+        for c, n, m in timed:
+            e = m["engine_ms_per_step"]
+            md.append(f"| {c} | {n} | {e['steps']:.0f} | {e['target_ms']:.3f} | {e['drafter_ms']:.3f} | "
+                      f"{e['verify_ms']:.3f} | {e['other_ms']:.3f} | {m['step_ms']:.3f} |")
+        published = ", ".join(f"{n} {a}" for n, a in PUBLISHED_ACCEPTANCE.items())
+        md += ["", f"Projected from the published HumanEval acceptance lengths ({published}): a sequence's "
+                   "tokens/s = acceptance length / time per step (no speculation: 1 / time per step); in "
+                   "brackets, over no speculation.", "",
+               "| concurrency | " + " | ".join(names) + " | P-EAGLE K=7 over EAGLE-3 K=3 |",
+               "| ---: |" + " ---: |" * (len(names) + 1)]
+        for c in sorted(levels):
+            cells = []
+            for n in names:
+                m = levels[c].get(n, {})
+                cell = f"{m['projected_tokens_per_s']:.1f}" if m.get("projected_tokens_per_s") else "-"
+                if m.get("projected_vs_plain") and not m["plain"]:
+                    cell += f" ({m['projected_vs_plain']:.2f}x)"
+                cells.append(cell)
+            ratio = peagle_over_eagle3(c)
+            md.append(f"| {c} | " + " | ".join(cells) + f" | {f'{ratio:.2f}x' if ratio else '-'} |")
+
+    targets = [
+        (f"no speculation at concurrency 1 at least {HBM_SHARE_TARGET:.0%} of the HBM bound",
+         hbm_share, HBM_SHARE_TARGET, "{:.0%}"),
+        (f"P-EAGLE K=7 at least {PEAGLE_OVER_EAGLE3_TARGET}x EAGLE-3 K=3 at concurrency 1, projected",
+         peagle_over_eagle3(1), PEAGLE_OVER_EAGLE3_TARGET, "{:.2f}x"),
+        ("P-EAGLE K=7 not slower than no speculation at concurrency 64, projected",
+         levels.get(64, {}).get("P-EAGLE K=7", {}).get("projected_vs_plain"), 1.0, "{:.2f}x"),
+    ]
+    md += ["", "Targets (H100):", ""]
+    for text, value, threshold, fmt in targets:
+        verdict = "not measured" if value is None else fmt.format(value) + (", met" if value >= threshold else ", not met")
+        md.append(f"- {text}: {verdict}")
+    data = {"bound": bound, "levels": levels, "hbm_share_at_concurrency_1": hbm_share,
+            "targets": [{"target": text, "value": value, "threshold": threshold,
+                         "met": None if value is None else value >= threshold}
+                        for text, value, threshold, _ in targets]}
+    return data, md
 
 
 if __name__ == "__main__":

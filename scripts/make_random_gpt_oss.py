@@ -1,29 +1,44 @@
-"""A random gpt-oss-20b-shaped checkpoint with MXFP4 experts, for the CPU bench of issue 30
-(13 GB; never committed). Experts are random bytes in the published MXFP4 layout with scales
-near 2^-6; every other weight is bf16 N(0, 0.02). Also writes bound.json: the bytes one decode
-token reads (4 active experts a layer in MXFP4, attention, router, norms, lm_head and one
-embedding row) and this machine's memory copy bandwidth, measured with numpy.
+"""A random gpt-oss-20b-shaped checkpoint with MXFP4 experts, for the CPU bench of issue 30 and,
+with --gpu, the GPU bench of scripts/gpu_check.sh (13 GB; never committed). Experts are random
+bytes in the published MXFP4 layout with scales near 2^-6; every other weight is bf16
+N(0, 0.02); the tokenizer is a word-level one with one word per id ("t0", "t1", ...). Also
+writes:
 
-    python3 scripts/make_random_gpt_oss.py --out /tmp/gpt-oss-20b-random
+- bound.json: the bytes one decode token reads (4 active experts a layer in MXFP4, attention,
+  router, norms, lm_head and one embedding row) and the copy bandwidth of the memory the
+  weights are read from: the host's, measured with numpy, or with --gpu the GPU's, measured
+  with torch. --gpu also draws the random tensors on the GPU, which is much faster.
+- prompts.jsonl: 64 prompts of 32 to 128 random words, for peagle-bench.
+
+    python3 scripts/make_random_gpt_oss.py --out /tmp/gpt-oss-20b-random [--gpu]
+
+--tiny makes the same model at 2 layers, width 64, 4 experts and 512 words, to try the scripts
+that use it on any machine.
 """
 
 import argparse
 import json
 import os
+import random
 import time
 
 import numpy as np
 import torch
 from safetensors.torch import save_file
 
+from make_random_llama import copy_bandwidth as gpu_copy_bandwidth
 from make_random_llama import write_word_tokenizer
 
 SHAPE = dict(vocab_size=201088, hidden_size=2880, intermediate_size=2880, num_hidden_layers=24,
              num_attention_heads=64, num_key_value_heads=8, head_dim=64, num_local_experts=32,
              num_experts_per_tok=4, sliding_window=128)
+# Its heads are wider in all than the model, as gpt-oss-20b's are (64 x 64 against 2880).
+TINY = dict(SHAPE, vocab_size=512, hidden_size=64, intermediate_size=64, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, head_dim=32, num_local_experts=4,
+            num_experts_per_tok=2, sliding_window=8)
 
 
-def copy_bandwidth():
+def host_copy_bandwidth():
     """Bytes per second moved by copies of 1 GiB in host memory (each byte read and written)."""
     src = np.ones(1 << 30, dtype=np.uint8)
     dst = np.empty_like(src)
@@ -35,23 +50,47 @@ def copy_bandwidth():
     return 2 * src.nbytes * reps / (time.perf_counter() - start)
 
 
+def normal(gen, *dims):
+    """bf16 N(0, 0.02), drawn on the generator's device and returned on the host for writing."""
+    return torch.empty(dims, dtype=torch.bfloat16, device=gen.device).normal_(0, 0.02, generator=gen).cpu()
+
+
+def write_word_prompts(out, vocab_size, n=64, seed=0):
+    """n prompts of 32 to 128 random words of the word tokenizer, as peagle-bench reads them;
+    ids 0 and 1 (BOS and EOS) left out."""
+    rng = random.Random(seed)
+    with open(os.path.join(out, "prompts.jsonl"), "w") as f:
+        for _ in range(n):
+            words = [f"t{rng.randrange(2, vocab_size)}" for _ in range(rng.randint(32, 128))]
+            f.write(json.dumps({"prompt": " ".join(words)}) + "\n")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
+    ap.add_argument("--gpu", action="store_true", help="draw the weights on the GPU and bound by its bandwidth")
+    ap.add_argument("--tiny", action="store_true", help="2 layers, width 64, 4 experts, 512 words")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
-    s = SHAPE
+    s = TINY if args.tiny else SHAPE
     h, i, e, v, d = s["hidden_size"], s["intermediate_size"], s["num_local_experts"], s["vocab_size"], s["head_dim"]
     q, kv = s["num_attention_heads"] * d, s["num_key_value_heads"] * d
-    gen = torch.Generator().manual_seed(0)
+    device = "cuda" if args.gpu else "cpu"
+    gen = torch.Generator(device=device).manual_seed(0)
 
     def bf16(*dims):
-        return (torch.randn(dims, generator=gen) * 0.02).to(torch.bfloat16)
+        return normal(gen, *dims)
 
     def mxfp4(out, inner):
-        blocks = torch.randint(0, 256, (e, out, inner // 32, 16), dtype=torch.uint8, generator=gen)
-        scales = torch.randint(120, 123, (e, out, inner // 32), dtype=torch.uint8, generator=gen)
-        return blocks, scales
+        blocks = torch.randint(0, 256, (e, out, inner // 32, 16), dtype=torch.uint8, generator=gen, device=device)
+        scales = torch.randint(120, 123, (e, out, inner // 32), dtype=torch.uint8, generator=gen, device=device)
+        return blocks.cpu(), scales.cpu()
+
+    weight_map = {}
+
+    def save(tensors, name):
+        save_file(tensors, os.path.join(args.out, name), metadata={"format": "pt"})
+        weight_map.update({k: name for k in tensors})
 
     per_token = 0
     for layer in range(s["num_hidden_layers"]):
@@ -71,17 +110,11 @@ def main():
         dense = sum(x.numel() * x.element_size() for n, x in t.items() if "experts" not in n)
         experts = sum(x.numel() * x.element_size() for n, x in t.items() if "experts" in n)
         per_token += dense + experts * s["num_experts_per_tok"] // e
-        save_file(t, os.path.join(args.out, f"model-{layer:05d}.safetensors"), metadata={"format": "pt"})
+        save(t, f"model-{layer:05d}.safetensors")
     rest = {"model.embed_tokens.weight": bf16(v, h), "lm_head.weight": bf16(v, h),
             "model.norm.weight": torch.ones(h, dtype=torch.bfloat16)}
     per_token += 2 * v * h + 2 * h + 2 * h  # lm_head, final norm, one embedding row
-    save_file(rest, os.path.join(args.out, "model-rest.safetensors"), metadata={"format": "pt"})
-    files = sorted(f for f in os.listdir(args.out) if f.endswith(".safetensors"))
-    weight_map = {}
-    for f in files:
-        from safetensors import safe_open
-        with safe_open(os.path.join(args.out, f), "pt") as st:
-            weight_map.update({k: f for k in st.keys()})
+    save(rest, "model-rest.safetensors")
     with open(os.path.join(args.out, "model.safetensors.index.json"), "w") as f:
         json.dump({"metadata": {}, "weight_map": weight_map}, f)
     config = dict(s, architectures=["GptOssForCausalLM"], model_type="gpt_oss", dtype="bfloat16",
@@ -94,8 +127,10 @@ def main():
     with open(os.path.join(args.out, "config.json"), "w") as f:
         json.dump(config, f, indent=1)
     write_word_tokenizer(args.out, v)
-    bound = {"bytes_per_token": per_token, "copy_bytes_per_second": copy_bandwidth()}
-    bound["bound_seconds_per_token"] = per_token / bound["copy_bytes_per_second"]
+    write_word_prompts(args.out, v)
+    bandwidth = gpu_copy_bandwidth() if args.gpu else host_copy_bandwidth()
+    bound = {"device": device, "bytes_per_token": per_token, "copy_bytes_per_second": bandwidth,
+             "bound_seconds_per_token": per_token / bandwidth}
     with open(os.path.join(args.out, "bound.json"), "w") as f:
         json.dump(bound, f, indent=1)
     print(json.dumps(bound))
