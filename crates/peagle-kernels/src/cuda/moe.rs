@@ -11,6 +11,8 @@ use candle_core::{DType, Layout, Result, Shape};
 const TILE: usize = 8;
 const WARPS: usize = 4;
 pub(crate) const MAX_EXPERTS: usize = 1024;
+/// The most blocks a launch's second grid dimension holds: one a tile.
+const MAX_GRID_Y: usize = 65535;
 
 /// The device's copy of the experts' weights, one buffer per tensor over all experts.
 pub(crate) struct DeviceExperts {
@@ -61,6 +63,12 @@ fn launch<T: CudaDType + DeviceRepr>(
     let (num_experts, hidden, inter) = (experts.num_experts, experts.hidden, experts.intermediate);
     let pairs = rows * k;
     let max_tiles = pairs.div_ceil(TILE) + num_experts;
+    if max_tiles > MAX_GRID_Y {
+        return Err(bad_input(
+            OP,
+            format!("{rows} rows make up to {max_tiles} tiles, more than one launch takes ({MAX_GRID_Y}): batch fewer tokens a step"),
+        ));
+    }
     let i = |n| int(OP, n);
     let (rows_i, experts_i, k_i, pairs_i) = (i(rows)?, i(num_experts)?, i(k)?, i(pairs)?);
     let (hidden_i, inter_i) = (i(hidden)?, i(inter)?);
