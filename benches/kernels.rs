@@ -50,7 +50,7 @@ fn attention(c: &mut Criterion) {
             .map(|b| b + (s * ctx / block) as u32)
             .collect()
     };
-    for dtype in [DType::F32, DType::BF16] {
+    for dtype in [DType::F32, DType::BF16, DType::F8E4M3] {
         let cache = || Tensor::randn(0f32, 1.0, (slots, kv_heads * d), &dev)?.to_dtype(dtype);
         let (k, v) = (cache().unwrap(), cache().unwrap());
         let mut g = c.benchmark_group(format!("paged attention, 512-token context, {dtype:?} cache"));
