@@ -1,4 +1,5 @@
 use super::module::{function, Kernel, Module};
+use super::uploads::{uploaded, Upload};
 use super::{by_dtypes_or_fp8, dtype_name, dtype_name_or_fp8, grid, int, view};
 use crate::error::bad_input;
 use candle_core::backend::BackendStorage;
@@ -35,7 +36,7 @@ pub(crate) fn kv_write(
         src,
         src_l,
         tokens: int("write_kv", slots.len())? as u32,
-        slots: &device.clone_htod(slots)?,
+        slots: &*uploaded(&device, Upload::CacheSlots, slots)?,
         width: int("write_kv", width)?,
         scale,
     };

@@ -12,6 +12,7 @@ mod paged_attention;
 mod rms_norm;
 mod rope;
 mod swiglu;
+mod uploads;
 
 pub(crate) use argmax::argmax_rows;
 pub(crate) use kv_write::kv_write;

@@ -1,4 +1,5 @@
 use super::module::{function, Kernel, Module};
+use super::uploads::{uploaded, Upload};
 use super::{by_dtypes_or_fp8, dtype_name, dtype_name_or_fp8, int, output, view};
 use crate::error::bad_input;
 use crate::paged_attention::{AttentionMetadata, AttentionParams};
@@ -6,6 +7,7 @@ use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{CudaSlice, DeviceRepr, LaunchConfig, PushKernelArg};
 use candle_core::cuda_backend::{CudaDType, CudaDevice, CudaStorage, WrapErr};
 use candle_core::{DType, Layout, Result, Shape};
+use std::sync::Arc;
 
 /// Threads per block and the largest head, as `kernels/paged_attention.cu` has them.
 const THREADS: u32 = 128;
@@ -42,8 +44,16 @@ pub(crate) fn paged_attention(
     let width = params.num_heads * params.head_dim;
     let args = Args {
         func: function(&device, Module::PagedAttention, &name)?,
-        meta: device.clone_htod(&packed(meta))?,
-        sinks: sinks.map(|s| device.clone_htod(s)).transpose()?,
+        meta: uploaded(&device, Upload::AttentionMetadata, &packed(meta))?,
+        sinks: sinks
+            .map(|s| {
+                uploaded(
+                    &device,
+                    Upload::Sinks,
+                    &s.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                )
+            })
+            .transpose()?,
         out: (rows, width),
         ints: [
             int(OP, rows)?,
@@ -63,8 +73,9 @@ pub(crate) fn paged_attention(
 
 struct Args {
     func: Kernel,
-    meta: CudaSlice<u32>,
-    sinks: Option<CudaSlice<f32>>,
+    meta: Arc<CudaSlice<u32>>,
+    /// The sinks' f32 bits: the kernel reads them as floats.
+    sinks: Option<Arc<CudaSlice<u32>>>,
     out: (usize, usize),
     /// rows, seqs, num_heads, num_kv_heads, head_dim, block_size.
     ints: [i32; 6],
@@ -112,9 +123,9 @@ fn launch<T: CudaDType + DeviceRepr, C: CudaDType>(
     let v = view::<C>(v_cache.0, v_cache.1, "value cache")?;
     let null: u64 = 0;
     let mut builder = a.func.builder();
-    builder.arg(&mut out).arg(&q).arg(&k).arg(&v).arg(&a.meta);
+    builder.arg(&mut out).arg(&q).arg(&k).arg(&v).arg(a.meta.as_ref());
     match &a.sinks {
-        Some(s) => builder.arg(s),
+        Some(s) => builder.arg(s.as_ref()),
         None => builder.arg(&null),
     };
     for i in &a.ints {
