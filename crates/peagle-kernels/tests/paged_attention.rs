@@ -365,12 +365,9 @@ fn a_bf16_cache_attends_exactly_as_an_f32_cache_of_the_rounded_values() {
     }
 }
 
-#[test]
-fn mixed_cache_dtypes_are_an_error() {
-    let a = seq(3, 90, vec![0]);
-    let (f32s, halves) = (cache_with(&[&a], 1), cache_of(DType::BF16, &[&a], 1));
-    let qw = PARAMS.num_heads * PARAMS.head_dim;
-    let q = Tensor::zeros((1, qw), DType::F32, &Device::Cpu).unwrap();
+/// A zero query for the last of a 3-token sequence in block 0, and its metadata.
+fn last_row_of_three() -> (Tensor, AttentionMetadata) {
+    let q = Tensor::zeros((1, PARAMS.num_heads * PARAMS.head_dim), DType::F32, &Device::Cpu).unwrap();
     let meta = AttentionMetadata {
         block_size: BLOCK,
         query_start: vec![0, 1],
@@ -378,6 +375,14 @@ fn mixed_cache_dtypes_are_an_error() {
         block_tables: vec![vec![0]],
         slot_mapping: vec![2],
     };
+    (q, meta)
+}
+
+#[test]
+fn mixed_cache_dtypes_are_an_error() {
+    let a = seq(3, 90, vec![0]);
+    let (f32s, halves) = (cache_with(&[&a], 1), cache_of(DType::BF16, &[&a], 1));
+    let (q, meta) = last_row_of_three();
     let err = paged_attention(&q, &f32s.k, &halves.v, &meta, &PARAMS, None).unwrap_err();
     assert!(err.to_string().contains("both f32, both bf16 or both f8e4m3"), "{err}");
 }
@@ -502,14 +507,7 @@ fn fp8_saturates_and_scales_must_be_positive() {
     }
     let a = seq(3, 110, vec![0]);
     let cache = cache_of(DType::F8E4M3, &[&a], 1);
-    let q = Tensor::zeros((1, PARAMS.num_heads * PARAMS.head_dim), DType::F32, &dev).unwrap();
-    let meta = AttentionMetadata {
-        block_size: BLOCK,
-        query_start: vec![0, 1],
-        context_lens: vec![3],
-        block_tables: vec![vec![0]],
-        slot_mapping: vec![2],
-    };
+    let (q, meta) = last_row_of_three();
     let zero = AttentionParams {
         kv_scale: KvScale { k: 1.0, v: 0.0 },
         ..PARAMS

@@ -181,7 +181,6 @@ impl TextConfig {
         Self::from_value(read_json(path, "model config")?, path)
     }
 
-    /// The dtype the checkpoint says its weights are stored in ("bfloat16", "float32", ...).
     /// The (rows, columns) of a block-scaled FP8 checkpoint's scale blocks; None for a
     /// checkpoint that is not FP8.
     pub fn fp8_weight_blocks(&self) -> Result<Option<(usize, usize)>, LoadError> {
@@ -199,6 +198,7 @@ impl TextConfig {
         }
     }
 
+    /// The dtype the checkpoint says its weights are stored in ("bfloat16", "float32", ...).
     pub fn stored_dtype(&self) -> Option<&str> {
         self.dtype.as_deref().or(self.torch_dtype.as_deref())
     }
