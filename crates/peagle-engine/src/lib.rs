@@ -5,6 +5,7 @@
 pub mod block_manager;
 pub mod builder;
 pub mod detokenizer;
+mod device_choices;
 mod drafting;
 pub mod engine;
 pub mod engine_metrics;

@@ -14,17 +14,22 @@
 //! summed unordered with a vector `exp` and widened by their errors. A running sum below top_p
 //! times the whole bracket, or above it, decides; one inside it extends the prefix, and the
 //! whole order decides everything.
+//!
+//! Logits on a GPU are not ordered here: the device sends a row's first tokens and the rest's
+//! sums (`row_candidates`), and the same cut decides from them or tells the caller to read
+//! the row (`nucleus_of_candidates`).
 
 use crate::sampling_params::SamplingParams;
 use crate::top_tokens::top_tokens;
-use peagle_kernels::exp_in_place;
+use peagle_kernels::{exp_in_place, RowCandidates};
 
 /// Tokens ordered first: a peaked row's nucleus fits.
 const FIRST_COUNT: usize = 64;
-/// Bound on the vector `exp`'s relative error against f64's, with room: it is within one ulp
-/// of the rounded exact value (tested), 1.5 ulps of f32 (2^-22.4) from the exact one.
+/// Bound on the weights' relative error where they are summed unordered, with room: the
+/// vector `exp` is within one ulp of the rounded exact value (tested), 1.5 ulps of f32
+/// (2^-22.4) from the exact one; CUDA's `expf` within 2 ulps (2^-22).
 const EXP_ERROR: f64 = 1.0 / (1u64 << 21) as f64;
-/// Bound on the vector `exp`'s absolute error where it flushes a result to zero.
+/// Bound on those weights' absolute error where a result is subnormal or flushed to zero.
 const FLUSHED: f64 = f32::MIN_POSITIVE as f64;
 /// Logits per call of the vector `exp`.
 const CHUNK: usize = 256;
@@ -34,10 +39,7 @@ const LANES: usize = 8;
 /// The kept tokens of `logits` (which hold no NaN) under `params` (not greedy), in index
 /// order, with their probabilities.
 pub fn nucleus(logits: &[f32], params: &SamplingParams) -> Vec<(u32, f32)> {
-    let len = match params.top_k {
-        0 => logits.len(),
-        k => k.min(logits.len()),
-    };
+    let len = order_len(params, logits.len());
     let mut order = top_tokens(logits, if params.top_k > 0 { len } else { len.min(FIRST_COUNT) }, None);
     let Some(&first) = order.first() else {
         return Vec::new();
@@ -45,44 +47,113 @@ pub fn nucleus(logits: &[f32], params: &SamplingParams) -> Vec<(u32, f32)> {
     // The largest logit, as `f32::max` finds it but for the sign of a zero, which no weight sees.
     let max = logits[first as usize];
     let scaled = |logit: f32| (logit - max) / params.temperature;
-    let min_p = params.min_p as f64;
-    let mut weights: Vec<f64> = Vec::new();
     let mut row_sums = None;
     loop {
-        let before = weights.len();
-        weights.extend(
-            order[before..]
-                .iter()
-                .map(|&i| (scaled(logits[i as usize]) as f64).exp())
-                .take_while(|w| *w >= min_p),
-        );
-        let prefix: f64 = weights.iter().sum();
-        let last = weights.last().copied().unwrap_or_default();
-        let total = if weights.len() < order.len() || order.len() == len || prefix + last == prefix {
-            // Every later weight is at most the last one: none is left, or each vanishes.
-            Total::Exact(prefix)
-        } else {
-            let row = *row_sums.get_or_insert_with(|| VectorSums::of(logits, &scaled, min_p));
-            let ordered: Vec<f32> = order.iter().map(|&i| logits[i as usize]).collect();
-            let ordered = VectorSums::of(&ordered, &scaled, min_p);
-            row.bracket(ordered, prefix, logits.len())
+        let prefix: Vec<(u32, f32)> = order.iter().map(|&i| (i, logits[i as usize])).collect();
+        let rest = || {
+            let row = *row_sums.get_or_insert_with(|| VectorSums::of(logits, &scaled, params.min_p));
+            let ordered: Vec<f32> = prefix.iter().map(|(_, l)| *l).collect();
+            row.less(VectorSums::of(&ordered, &scaled, params.min_p))
         };
-        let low = match cut(&weights, total, params.top_p) {
-            Cut::Keep(keep, sum) => {
-                let mut kept: Vec<(u32, f32)> = order
-                    .iter()
-                    .zip(&weights[..keep])
-                    .map(|(&i, w)| (i, (w / sum) as f32))
-                    .collect();
-                kept.sort_unstable_by_key(|(i, _)| *i);
-                return kept;
-            }
-            Cut::Beyond(low) => low,
+        let (low, sum, last) = match decide(&prefix, order.len() == len, rest, logits.len(), params) {
+            Decision::Kept(kept) => return kept,
+            Decision::Beyond { low, sum, last } => (low, sum, last),
         };
         // Each weight still to come is at most `last`: at least this many more reach the cut.
-        let needed = ((params.top_p as f64 * low - prefix) / last).max(0.0);
+        let needed = ((params.top_p as f64 * low - sum) / last).max(0.0);
         let more = order.len().max(2 * needed as usize).min(len - order.len());
         order.extend(top_tokens(logits, more, order.last().copied()));
+    }
+}
+
+/// The kept tokens as `nucleus` has them, from a row's first tokens in the order with their
+/// logits and its other tokens' weights (`row_candidates`, split at `weight_thresholds`), or
+/// None where those do not decide the cut. `vocab` is the row's length.
+pub fn nucleus_of_candidates(
+    candidates: &RowCandidates,
+    vocab: usize,
+    params: &SamplingParams,
+) -> Option<Vec<(u32, f32)>> {
+    let len = order_len(params, vocab);
+    let prefix = &candidates.first[..candidates.first.len().min(len)];
+    // The rest's sums cover every other token of the row: past a top-k they would count
+    // tokens the cut never sees.
+    if prefix.is_empty() || (params.top_k > 0 && prefix.len() < len) {
+        return None;
+    }
+    let rest = || VectorSums {
+        sure: candidates.above,
+        unsure: candidates.between,
+    };
+    match decide(prefix, prefix.len() == len, rest, vocab, params) {
+        Decision::Kept(kept) => Some(kept),
+        Decision::Beyond { .. } => None,
+    }
+}
+
+/// The weights `row_candidates` sums apart for `min_p`, as (lo, hi): one at least hi is surely
+/// at least min_p, one below lo surely below it; those between are too close to tell.
+pub fn weight_thresholds(min_p: f32) -> (f64, f64) {
+    let min_p = min_p as f64;
+    (
+        (min_p - FLUSHED) / (1.0 + EXP_ERROR),
+        (min_p + FLUSHED) / (1.0 - EXP_ERROR),
+    )
+}
+
+/// The length of the order the definition cuts: the top-k, or the whole row.
+fn order_len(params: &SamplingParams, vocab: usize) -> usize {
+    match params.top_k {
+        0 => vocab,
+        k => k.min(vocab),
+    }
+}
+
+/// What a prefix of the order decides.
+enum Decision {
+    /// The kept tokens, in index order, with their probabilities.
+    Kept(Vec<(u32, f32)>),
+    /// The cut lies past the prefix, or too close to the bracket to tell: the bracket's low
+    /// end, the prefix's running sum and its last weight.
+    Beyond { low: f64, sum: f64, last: f64 },
+}
+
+/// The definition's cut over `prefix`, a non-empty prefix of the order with its logits;
+/// `complete` when it holds the whole order, `rest` the sums over every token of the row
+/// outside it, asked for only when the prefix's own weights do not settle the total.
+fn decide(
+    prefix: &[(u32, f32)],
+    complete: bool,
+    rest: impl FnOnce() -> VectorSums,
+    vocab: usize,
+    params: &SamplingParams,
+) -> Decision {
+    let max = prefix[0].1;
+    let min_p = params.min_p as f64;
+    let weights: Vec<f64> = prefix
+        .iter()
+        .map(|&(_, logit)| (((logit - max) / params.temperature) as f64).exp())
+        .take_while(|w| *w >= min_p)
+        .collect();
+    let sum: f64 = weights.iter().sum();
+    let last = weights.last().copied().unwrap_or_default();
+    let total = if weights.len() < prefix.len() || complete || sum + last == sum {
+        // Every later weight is at most the last one: none is left, or each vanishes.
+        Total::Exact(sum)
+    } else {
+        rest().bracket(sum, vocab)
+    };
+    match cut(&weights, total, params.top_p) {
+        Cut::Keep(keep, kept_sum) => {
+            let mut kept: Vec<(u32, f32)> = prefix
+                .iter()
+                .zip(&weights[..keep])
+                .map(|(&(i, _), w)| (i, (w / kept_sum) as f32))
+                .collect();
+            kept.sort_unstable_by_key(|(i, _)| *i);
+            Decision::Kept(kept)
+        }
+        Cut::Beyond(low) => Decision::Beyond { low, sum, last },
     }
 }
 
@@ -135,11 +206,9 @@ struct VectorSums {
 }
 
 impl VectorSums {
-    fn of(logits: &[f32], scaled: &impl Fn(f32) -> f32, min_p: f64) -> Self {
-        // A weight is surely at least min_p from `sure_from` up, surely below it under
-        // `unsure_from` (the bounds' own rounding is well within `EXP_ERROR`'s room).
-        let sure_from = (min_p + FLUSHED) / (1.0 - EXP_ERROR);
-        let unsure_from = (min_p - FLUSHED) / (1.0 + EXP_ERROR);
+    fn of(logits: &[f32], scaled: &impl Fn(f32) -> f32, min_p: f32) -> Self {
+        // The bounds' own rounding is well within `EXP_ERROR`'s room.
+        let (unsure_from, sure_from) = weight_thresholds(min_p);
         let mut sure = [0f64; LANES];
         let mut unsure = [0f64; LANES];
         let mut exps = [0f32; CHUNK];
@@ -164,16 +233,25 @@ impl VectorSums {
         }
     }
 
-    /// Brackets the total from these sums over the row of `n` tokens, `ordered` over the
-    /// prefix whose running sum is `prefix`. A sum of at most `n` terms in any order is within
-    /// `n` epsilons of the exact one, relative (f64's `exp`, within an ulp, adds one): the
-    /// slack allows four times that, on top of the vector `exp`'s bound.
-    fn bracket(self, ordered: Self, prefix: f64, n: usize) -> Total {
-        let sure = (self.sure - ordered.sure).max(0.0);
-        let all = (self.sure + self.unsure - ordered.sure - ordered.unsure).max(0.0);
+    /// These sums over a row less those over a part of it: the sums over the rest, each term
+    /// computed alike in both.
+    fn less(self, part: Self) -> Self {
+        Self {
+            sure: (self.sure - part.sure).max(0.0),
+            unsure: (self.unsure - part.unsure).max(0.0),
+        }
+    }
+
+    /// Brackets the total from these sums over the tokens of a row of `n` outside the prefix
+    /// whose running sum is `prefix`. A sum of at most `n` terms in any order is within `n`
+    /// epsilons of the exact one, relative (f64's `exp`, within an ulp, adds one; so does
+    /// taking a part's sums off the row's): the slack allows four times that, on top of the
+    /// `exp` bound.
+    fn bracket(self, prefix: f64, n: usize) -> Total {
         let n = n as f64;
+        let all = self.sure + self.unsure;
         let rounding = 4.0 * n * f64::EPSILON * (prefix + all) + n * FLUSHED;
-        let low = prefix + sure * (1.0 - EXP_ERROR) - rounding;
+        let low = prefix + self.sure * (1.0 - EXP_ERROR) - rounding;
         let high = prefix + all * (1.0 + EXP_ERROR) + rounding;
         Total::Between(low.max(prefix), high)
     }
@@ -278,5 +356,56 @@ mod tests {
             }
         }
         assert_eq!(cases, 4 * 5 * 6 * 4 * rows.len());
+    }
+
+    /// From a device's first tokens and sums (the host's reference computation of them here),
+    /// the cut keeps what `nucleus` keeps, bit for bit, or is left undecided: never where the
+    /// first tokens hold the whole order (a short row, a top-k within them), and for most
+    /// cuts elsewhere.
+    #[test]
+    fn first_tokens_and_the_rests_sums_decide_the_cut_as_the_row_does() {
+        let mut rng = StdRng::seed_from_u64(6);
+        let rows = rows(&mut rng);
+        let (mut decided, mut cases) = (0, 0);
+        for temperature in [0.05f32, 1.0, 2.5] {
+            for min_p in [0.0f32, 0.05, 0.9] {
+                let (lo, hi) = weight_thresholds(min_p);
+                for (r, row) in rows.iter().enumerate() {
+                    let logits =
+                        candle_core::Tensor::from_slice(row, (1, row.len()), &candle_core::Device::Cpu).unwrap();
+                    let request = peagle_kernels::CandidateRequest {
+                        row: 0,
+                        temperature,
+                        lo,
+                        hi,
+                    };
+                    let candidates = peagle_kernels::row_candidates(&logits, &[request], 100)
+                        .unwrap()
+                        .remove(0);
+                    for top_k in [0, 1, 50, 100, 101] {
+                        for top_p in [1.0f32, 0.95, 0.5, 1e-6] {
+                            let params = SamplingParams {
+                                temperature,
+                                top_k,
+                                top_p,
+                                min_p,
+                                ..SamplingParams::default()
+                            };
+                            let got = nucleus_of_candidates(&candidates, row.len(), &params);
+                            cases += 1;
+                            let Some(kept) = got else {
+                                let whole = row.len() <= 100 || (1..=100).contains(&top_k);
+                                assert!(!whole, "row {r} under {params:?}");
+                                continue;
+                            };
+                            decided += 1;
+                            let bits = |k: &[(u32, f32)]| k.iter().map(|(i, p)| (*i, p.to_bits())).collect::<Vec<_>>();
+                            assert_eq!(bits(&kept), bits(&nucleus(row, &params)), "row {r} under {params:?}");
+                        }
+                    }
+                }
+            }
+        }
+        assert!(decided * 10 > cases * 7, "{decided} of {cases} decided");
     }
 }

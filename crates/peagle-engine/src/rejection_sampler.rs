@@ -5,18 +5,19 @@
 //!
 //! Rows are read where they lie (`with_rows`): nothing copies the whole tensor, a row is read
 //! only up to a window's first rejection, and penalties copy just the rows they change. A
-//! greedy row takes an argmax; a sampled one a partial selection (`nucleus`). Drafts are
-//! greedy picks (q one-hot, as both proposers draft), so the tokens are exactly those of
-//! `verify`, the target's own choices at each position.
+//! greedy row takes an argmax; a sampled one a partial selection (`nucleus`); on a GPU, rows
+//! that allow it choose on the device (`device_choices`). Drafts are greedy picks (q one-hot,
+//! as both proposers draft), so each row's own choice is kept while it equals its draft, as
+//! `verify` does: the tokens are those plain decoding would choose.
 
-use crate::logit_rows::{host_readable, with_rows};
+use crate::device_choices::device_choices;
+use crate::logit_rows::with_rows;
 use crate::logprobs::token_outputs;
 use crate::penalties::History;
 use crate::request::TokenOutput;
 use crate::sequence::Sequence;
-use crate::verifier::{keep_matching, verify, Verdict};
+use crate::verifier::{keep_matching, Verdict};
 use candle_core::Tensor;
-use peagle_kernels::argmax_rows;
 use std::borrow::Cow;
 
 /// One sequence's verification window `[b, d1..dK]`: rows `first_row..first_row + K + 1` of
@@ -43,44 +44,55 @@ pub struct Verified {
 /// Verifies every window against `logits` ([rows, vocab]), `eos` being the tokens a
 /// sequence's `min_tokens` holds back with its stop tokens. One result per window, in order.
 ///
-/// Logits the host cannot read in place (on a GPU) cost a copy of every row read. A window
-/// whose rows choose by their argmax alone (greedy, nothing adjusting the rows, no
-/// log-probabilities) takes it from one pass over all rows where they lie, and only the token
-/// ids cross; the argmax is the one the host's finds (the first largest), so the tokens are
-/// the same either way.
+/// Logits the host cannot read in place (on a GPU) cost a copy of every row read, so there the
+/// rows that allow it choose on the device (`device_choices`) and a window whose rows all
+/// did, and whose log-probabilities nobody asked for, reads no row.
 pub fn rejection_sample(logits: &Tensor, windows: &[Window], eos: &[u32]) -> candle_core::Result<Vec<Verified>> {
-    let argmaxes = match !host_readable(logits) && windows.iter().any(|w| by_argmax_alone(w.seq)) {
-        true => Some(argmax_rows(logits)?.to_vec1::<u32>()?),
-        false => None,
-    };
+    let vocab = logits.dim(1)?;
+    let choices = device_choices(logits, windows)?;
     windows
         .iter()
         .map(|w| {
+            let seq = w.seq;
             let rows = w.first_row..w.first_row + w.drafts.len() + 1;
-            if let (Some(argmaxes), true) = (&argmaxes, by_argmax_alone(w.seq)) {
-                let verdict = keep_matching(w.drafts, argmaxes[rows].iter().copied());
+            let chosen = &choices[rows.clone()];
+            if chosen.iter().all(Option::is_some) {
+                // Tokens up to the first that differs from its draft, a row read only where
+                // the device's values leave its cut undecided.
+                let mut own = Vec::new();
+                for (i, choice) in chosen.iter().flatten().enumerate() {
+                    let position = w.position + i;
+                    let token = match choice.token(seq, position, vocab) {
+                        Some(token) => token,
+                        None => with_rows(logits, w.first_row + i..w.first_row + i + 1, |mut row| {
+                            seq.sampler
+                                .sample(row.next().expect("one row"), &seq.params.sampling, position)
+                        })?,
+                    };
+                    own.push(token);
+                    if w.drafts.get(i) != Some(&token) {
+                        break;
+                    }
+                }
+                let verdict = keep_matching(w.drafts, own);
                 let outputs = token_outputs(&verdict.tokens, std::iter::repeat::<&[f32]>(&[]), None);
                 return Ok(Verified { verdict, outputs });
             }
             with_rows(logits, rows, |rows| {
-                let seq = w.seq;
                 let adjusted = adjusted_rows(seq, w.drafts, rows.clone(), eos);
-                let verdict = verify(w.drafts, adjusted, None, &seq.params.sampling, &seq.sampler, w.position);
+                let own = adjusted.zip(chosen).enumerate().map(|(i, (row, choice))| {
+                    let position = w.position + i;
+                    choice
+                        .as_ref()
+                        .and_then(|c| c.token(seq, position, vocab))
+                        .unwrap_or_else(|| seq.sampler.sample(&row, &seq.params.sampling, position))
+                });
+                let verdict = keep_matching(w.drafts, own);
                 let outputs = token_outputs(&verdict.tokens, rows, seq.logprobs);
                 Verified { verdict, outputs }
             })
         })
         .collect()
-}
-
-/// Whether every row of the sequence's windows chooses its token by the row's argmax alone:
-/// greedy, no penalties or logit bias, no stop token held back by `min_tokens` (the count
-/// only grows along a window), and no log-probabilities asked for.
-fn by_argmax_alone(seq: &Sequence) -> bool {
-    seq.params.sampling.is_greedy()
-        && seq.params.sampling.penalties.is_off()
-        && seq.generated().len() >= seq.params.min_tokens
-        && seq.logprobs.is_none()
 }
 
 /// The rows of a window as the sequence's next tokens are chosen from: row i follows the
@@ -129,6 +141,7 @@ mod tests {
     use crate::sampler::argmax;
     use crate::sampling_params::SamplingParams;
     use candle_core::Device;
+    use peagle_kernels::{gumbel_sample, GumbelRequest};
     use rand::rngs::StdRng;
     use rand::{Rng, SeedableRng};
 
@@ -220,5 +233,96 @@ mod tests {
         // copy of their rows.
         let strided = logits.t().unwrap().contiguous().unwrap().t().unwrap();
         assert_eq!(rejection_sample(&strided, &windows, &eos).unwrap(), verified);
+    }
+
+    /// Logits the host cannot read in place (a strided tensor stands for a GPU's) choose on
+    /// the device where a row allows it: sampled rows with a cut commit the host's own tokens
+    /// whether the device's values decide the cut (peaked rows) or the row is read (flat
+    /// ones), and rows with no cut commit the Gumbel-max draws for their positions. Rows whose
+    /// stop tokens `min_tokens` holds back are read, and the window's later rows still choose
+    /// on the device.
+    #[test]
+    fn rows_on_a_device_choose_there_as_the_host_would() {
+        const WIDE: usize = 1000;
+        let mut rng = StdRng::seed_from_u64(8);
+        let values: Vec<f32> = (0..12 * WIDE)
+            .map(|i| rng.random::<f32>() * if (i / WIDE).is_multiple_of(2) { 12.0 } else { 0.5 })
+            .collect();
+        let rows: Vec<&[f32]> = values.chunks(WIDE).collect();
+        let logits = Tensor::from_vec(values.clone(), (12, WIDE), &Device::Cpu).unwrap();
+        let strided = logits.t().unwrap().contiguous().unwrap().t().unwrap();
+        let sampled = |top_k, top_p, min_tokens| {
+            let sampling = SamplingParams {
+                temperature: 0.8,
+                top_k,
+                top_p,
+                seed: Some(11),
+                ..SamplingParams::default()
+            };
+            sequence(sampling, min_tokens, None)
+        };
+        let seqs = [
+            sampled(0, 0.9, 0),
+            sampled(20, 1.0, 0),
+            sampled(0, 1.0, 0),
+            sampled(0, 1.0, 2),
+        ];
+        let eos = [3];
+        let gumbel = |seq: &Sequence, row: usize, position: usize| {
+            let request = GumbelRequest {
+                row,
+                temperature: 0.8,
+                key: seq.sampler.key(position),
+            };
+            gumbel_sample(&logits, &[request]).unwrap()[0]
+        };
+        // Each window's three rows (positions 3, 4, 5) and the token each should choose.
+        let own: Vec<Vec<u32>> = seqs
+            .iter()
+            .enumerate()
+            .map(|(w, seq)| {
+                (0..3)
+                    .map(|i| {
+                        let (row, position) = (3 * w + i, 3 + i);
+                        match w {
+                            0 | 1 => seq.sampler.sample(rows[row], &seq.params.sampling, position),
+                            2 => gumbel(seq, row, position),
+                            _ if i < 2 => {
+                                let mut held = rows[row].to_vec();
+                                held[eos[0] as usize] = f32::NEG_INFINITY;
+                                seq.sampler.sample(&held, &seq.params.sampling, position)
+                            }
+                            _ => gumbel(seq, row, position),
+                        }
+                    })
+                    .collect()
+            })
+            .collect();
+        let windows: Vec<Window> = seqs
+            .iter()
+            .zip(&own)
+            .enumerate()
+            .map(|(w, (seq, own))| Window {
+                first_row: 3 * w,
+                drafts: &own[..2],
+                position: 3,
+                seq,
+            })
+            .collect();
+        for (w, verified) in rejection_sample(&strided, &windows, &eos).unwrap().iter().enumerate() {
+            assert_eq!(
+                (verified.verdict.accepted, &verified.verdict.tokens),
+                (2, &own[w]),
+                "window {w}"
+            );
+        }
+        // A draft that differs from its row's own token ends the window there.
+        let wrong = [own[2][0], (own[2][1] + 1) % WIDE as u32];
+        let window = Window {
+            drafts: &wrong,
+            ..windows[2]
+        };
+        let verified = rejection_sample(&strided, &[window], &eos).unwrap();
+        assert_eq!(verified[0].verdict.tokens, own[2][..2]);
     }
 }

@@ -3,6 +3,7 @@
 
 use crate::nucleus::nucleus;
 use crate::sampling_params::SamplingParams;
+use peagle_kernels::splitmix64;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -69,9 +70,14 @@ impl Sampler {
         }
     }
 
+    /// The key of the randomness for the token at `position`.
+    pub fn key(&self, position: usize) -> u64 {
+        splitmix64(self.seed ^ splitmix64(position as u64))
+    }
+
     /// The random stream for the token at `position`.
     pub fn at(&self, position: usize) -> StdRng {
-        StdRng::seed_from_u64(mix(self.seed ^ mix(position as u64)))
+        StdRng::seed_from_u64(self.key(position))
     }
 
     /// The token at `position` drawn from `logits` under `params`.
@@ -79,16 +85,13 @@ impl Sampler {
         if params.is_greedy() {
             return argmax(logits) as u32;
         }
-        draw_kept(&mut self.at(position), &nucleus(logits, params)) as u32
+        self.draw(&nucleus(logits, params), position)
     }
-}
 
-/// splitmix64's finaliser: neighbouring positions get unrelated seeds.
-fn mix(x: u64) -> u64 {
-    let x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    let x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    let x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    x ^ (x >> 31)
+    /// The token at `position` drawn from `kept`, a row's nucleus (`nucleus`).
+    pub fn draw(&self, kept: &[(u32, f32)], position: usize) -> u32 {
+        draw_kept(&mut self.at(position), kept) as u32
+    }
 }
 
 /// Index drawn from `probs`, which need not be normalised.

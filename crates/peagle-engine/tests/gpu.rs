@@ -110,3 +110,51 @@ fn speculative_greedy_output_equals_plain_on_the_gpu() {
         }
     }
 }
+
+/// Seeded sampling on the GPU, with a top-p cut (chosen from the device's first tokens, or
+/// the row where those leave the cut undecided), with no cut (Gumbel-max on the device), and
+/// with `min_tokens` holding the end of text back at first: P-EAGLE at K = 7 and EAGLE-3 at
+/// K = 3 commit exactly the tokens plain decoding does.
+#[test]
+fn speculative_seeded_sampling_equals_plain_on_the_gpu() {
+    let Some(options) = gpu() else { return };
+    let mut plain = demo(&options, None);
+    let prompts = eval_prompts(&plain, 8);
+    let sampled = |top_p: f32, min_tokens: usize, seed: u64| GenerateParams {
+        max_tokens: 32,
+        min_tokens,
+        sampling: SamplingParams {
+            temperature: 0.8,
+            top_p,
+            seed: Some(seed),
+            ..SamplingParams::default()
+        },
+        ..GenerateParams::default()
+    };
+    let cases = [sampled(0.9, 0, 1), sampled(1.0, 0, 2), sampled(0.95, 6, 3)];
+    let want: Vec<Vec<Vec<u32>>> = cases
+        .iter()
+        .map(|params| {
+            prompts
+                .iter()
+                .map(|p| plain.generate(p, params, |_| {}).unwrap().token_ids)
+                .collect()
+        })
+        .collect();
+    for (drafter, parallel, k) in [("pystdlib-12l-peagle", true, 7), ("pystdlib-12l-eagle3", false, 3)] {
+        let mut g = demo(
+            &options,
+            Some(DraftModel {
+                dir: repo(&format!("models/{drafter}")),
+                k: Some(k),
+                parallel,
+            }),
+        );
+        for (params, want) in cases.iter().zip(&want) {
+            for (prompt, want) in prompts.iter().zip(want) {
+                let out = g.generate(prompt, params, |_| {}).unwrap();
+                assert_eq!(&out.token_ids, want, "{drafter} at K = {k}, {:?}", params.sampling);
+            }
+        }
+    }
+}

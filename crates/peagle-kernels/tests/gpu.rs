@@ -5,8 +5,9 @@
 
 use candle_core::{DType, Device, Tensor};
 use peagle_kernels::{
-    add_rms_norm, argmax_rows, fp8_linear, invariant_matmul, paged_attention, rms_norm, rope, swiglu, write_kv,
-    AttentionMetadata, AttentionParams, Fp8Weight, KvScale, Mxfp4Expert, Mxfp4Experts, Mxfp4Weight, Routing,
+    add_rms_norm, argmax_rows, fp8_linear, gumbel_sample, invariant_matmul, paged_attention, rms_norm, rope,
+    row_candidates, swiglu, write_kv, AttentionMetadata, AttentionParams, CandidateRequest, Fp8Weight, GumbelRequest,
+    KvScale, Mxfp4Expert, Mxfp4Experts, Mxfp4Weight, Routing, RowCandidates, MAX_ROW_CANDIDATES,
 };
 
 fn gpu() -> Option<Device> {
@@ -155,6 +156,115 @@ fn argmax_rows_equals_the_cpu() {
         want,
         "bf16"
     );
+}
+
+/// Rows with what sampling's order meets: a gpt-oss-sized vocabulary, many equal logits
+/// (quarter steps in bf16), -inf, and -0.0 beside 0.0.
+fn sampling_rows(rows: usize, vocab: usize) -> Tensor {
+    let mut v = values(rows * vocab, 31, 6.0);
+    for r in 0..rows {
+        let row = &mut v[r * vocab..][..vocab];
+        match r % 3 {
+            0 => row.iter_mut().for_each(|x| *x = (*x * 4.0).round() / 4.0),
+            1 => row.iter_mut().step_by(5).for_each(|x| *x = f32::NEG_INFINITY),
+            _ => row
+                .iter_mut()
+                .step_by(7)
+                .for_each(|x| *x = if *x > 0.0 { 0.0 } else { -0.0 }),
+        }
+    }
+    Tensor::from_vec(v, (rows, vocab), &Device::Cpu).unwrap()
+}
+
+/// The GPU's first tokens are the CPU's, in order, with their logits' bits; the rest's sums
+/// agree within what the cut's bracket allows for (2 ulps of f32 a weight, any order).
+#[test]
+fn row_candidates_equal_the_cpu() {
+    let Some(dev) = gpu() else { return };
+    for vocab in [1000, 201_088] {
+        let x = sampling_rows(9, vocab);
+        for dtype in [DType::F32, DType::BF16] {
+            let x = x.to_dtype(dtype).unwrap();
+            let on_gpu = x.to_device(&dev).unwrap();
+            for count in [1, 64, 256, MAX_ROW_CANDIDATES] {
+                let requests: Vec<CandidateRequest> = [8, 0, 3, 3, 5, 1, 7]
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, row)| CandidateRequest {
+                        row,
+                        temperature: [0.3, 1.0, 2.0][i % 3],
+                        lo: [0.0, 1e-3, 0.2][i % 3],
+                        hi: [0.0, 2e-3, 0.5][i % 3],
+                    })
+                    .collect();
+                let want = row_candidates(&x, &requests, count).unwrap();
+                let got = row_candidates(&on_gpu, &requests, count).unwrap();
+                for (g, w) in got.iter().zip(&want) {
+                    let bits = |c: &RowCandidates| c.first.iter().map(|(t, l)| (*t, l.to_bits())).collect::<Vec<_>>();
+                    assert_eq!(bits(g), bits(w), "{dtype:?}, vocab {vocab}, count {count}");
+                    for (gs, ws) in [(g.above, w.above), (g.between, w.between)] {
+                        let allowed = ws * (4.0 * f32::EPSILON as f64 + 4.0 * vocab as f64 * f64::EPSILON) + 1e-30;
+                        assert!((gs - ws).abs() <= allowed, "{gs} vs {ws}: {dtype:?}, vocab {vocab}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The GPU's Gumbel-max draws are the CPU's, and over many keys they follow the tempered
+/// softmax (a chi-square test at the 0.1% level, over the 16 likeliest tokens and the rest).
+#[test]
+fn gumbel_sample_equals_the_cpu_and_follows_the_softmax() {
+    let Some(dev) = gpu() else { return };
+    let x = sampling_rows(6, 201_088);
+    for dtype in [DType::F32, DType::BF16] {
+        let x = x.to_dtype(dtype).unwrap();
+        let requests: Vec<GumbelRequest> = (0..600)
+            .map(|i| GumbelRequest {
+                row: i % 6,
+                temperature: [0.5, 1.0, 1.7][i % 3],
+                key: i as u64 * 7 + 1,
+            })
+            .collect();
+        let want = gumbel_sample(&x, &requests).unwrap();
+        assert_eq!(
+            gumbel_sample(&x.to_device(&dev).unwrap(), &requests).unwrap(),
+            want,
+            "{dtype:?}"
+        );
+    }
+
+    let row = values(256, 32, 3.0);
+    let temperature = 0.7;
+    let x = Tensor::from_vec(row.clone(), (1, 256), &dev).unwrap();
+    let draws = 50_000;
+    let requests: Vec<GumbelRequest> = (0..draws)
+        .map(|key| GumbelRequest {
+            row: 0,
+            temperature,
+            key,
+        })
+        .collect();
+    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let weights: Vec<f64> = row.iter().map(|l| (((l - max) / temperature) as f64).exp()).collect();
+    let total: f64 = weights.iter().sum();
+    let mut order: Vec<usize> = (0..256).collect();
+    order.sort_by(|a, b| weights[*b].total_cmp(&weights[*a]));
+    let mut bins = vec![0usize; 17];
+    for token in gumbel_sample(&x, &requests).unwrap() {
+        let rank = order.iter().position(|t| *t == token as usize).unwrap();
+        bins[rank.min(16)] += 1;
+    }
+    let mut expected: Vec<f64> = order[..16].iter().map(|t| weights[*t] / total).collect();
+    expected.push(1.0 - expected.iter().sum::<f64>());
+    let chi_square: f64 = bins
+        .iter()
+        .zip(&expected)
+        .map(|(&c, p)| (c as f64 - p * draws as f64).powi(2) / (p * draws as f64))
+        .sum();
+    // The 99.9th percentile of chi-square with 16 degrees of freedom.
+    assert!(chi_square < 39.25, "chi-square {chi_square}: {bins:?}");
 }
 
 #[test]

@@ -11,6 +11,7 @@ mod moe;
 mod paged_attention;
 mod rms_norm;
 mod rope;
+mod sampling;
 mod swiglu;
 mod uploads;
 
@@ -21,6 +22,7 @@ pub(crate) use moe::{moe, DeviceExperts, MAX_EXPERTS};
 pub(crate) use paged_attention::paged_attention;
 pub(crate) use rms_norm::rms_norm;
 pub(crate) use rope::rope;
+pub(crate) use sampling::{gumbel_sample, row_candidates};
 pub(crate) use swiglu::swiglu;
 
 use crate::error::bad_input;

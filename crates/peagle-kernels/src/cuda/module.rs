@@ -11,12 +11,14 @@ use std::sync::Arc;
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Module {
     Argmax,
+    GumbelSample,
     KvWrite,
     Linear,
     Moe,
     PagedAttention,
     RmsNorm,
     Rope,
+    RowCandidates,
     Swiglu,
 }
 
@@ -40,12 +42,14 @@ impl Module {
     fn sources(self) -> (&'static str, [&'static str; 3]) {
         match self {
             Self::Argmax => ptx!("argmax"),
+            Self::GumbelSample => ptx!("gumbel_sample"),
             Self::KvWrite => ptx!("kv_write"),
             Self::Linear => ptx!("linear"),
             Self::Moe => ptx!("moe"),
             Self::PagedAttention => ptx!("paged_attention"),
             Self::RmsNorm => ptx!("rms_norm"),
             Self::Rope => ptx!("rope"),
+            Self::RowCandidates => ptx!("row_candidates"),
             Self::Swiglu => ptx!("swiglu"),
         }
     }

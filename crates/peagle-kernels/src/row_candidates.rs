@@ -1,0 +1,158 @@
+//! What cutting a sampled row's nucleus needs, computed where the rows are: the row's first
+//! tokens in sampling's order, with their logits, and sums of the other tokens' weights. On a
+//! GPU, sampled verification brings these few values to the host instead of the rows.
+//!
+//! Sampling's order: the larger logit first under `f32::total_cmp`, the lower index first on a
+//! tie. A token's weight is `exp((logit - max) / temperature)` in f32 (within 2 ulps, or 2
+//! ulps of the smallest subnormal, of the exact value; `max` is the first token's logit),
+//! widened to f64. The other tokens' weights are summed apart by where they fall against the
+//! request's thresholds: `above` (w >= hi) and `between` (lo <= w < hi); weights below `lo`
+//! and NaN are in neither. Sums of up to `cols` terms, in any order.
+
+use crate::error::bad_input;
+use candle_core::{DType, Result, Tensor};
+
+/// The most tokens a request may ask for, as `kernels/row_candidates.cu` has it.
+pub const MAX_ROW_CANDIDATES: usize = 1024;
+
+/// One row to take candidates from, and how its weights are computed and split.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CandidateRequest {
+    pub row: usize,
+    pub temperature: f32,
+    pub lo: f64,
+    pub hi: f64,
+}
+
+/// A row's first tokens in sampling's order and what the rest of it weighs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RowCandidates {
+    /// The first `count` tokens (all of a narrower row's), in order, with their logits.
+    pub first: Vec<(u32, f32)>,
+    /// The other tokens' weights at least `hi`.
+    pub above: f64,
+    /// The other tokens' weights at least `lo` and below `hi`.
+    pub between: f64,
+}
+
+/// The first `count` tokens of each requested row of `logits` ([rows, cols], f32 or bf16) and
+/// the sums of the others' weights, one result per request, in order.
+pub fn row_candidates(logits: &Tensor, requests: &[CandidateRequest], count: usize) -> Result<Vec<RowCandidates>> {
+    const OP: &str = "row_candidates";
+    let (rows, cols) = logits.dims2()?;
+    if count == 0 || count > MAX_ROW_CANDIDATES {
+        return Err(bad_input(
+            OP,
+            format!("count {count} is not in 1..={MAX_ROW_CANDIDATES}"),
+        ));
+    }
+    if let Some(r) = requests.iter().find(|r| r.row >= rows) {
+        return Err(bad_input(OP, format!("row {} of {rows}", r.row)));
+    }
+    let count = count.min(cols);
+    if requests.is_empty() || count == 0 {
+        return Ok(requests.iter().map(|_| RowCandidates::empty()).collect());
+    }
+    #[cfg(feature = "cuda")]
+    if let candle_core::Device::Cuda(_) = logits.device() {
+        let logits = logits.contiguous()?;
+        let (storage, layout) = logits.storage_and_layout();
+        if let candle_core::Storage::Cuda(cuda) = &*storage {
+            let words = crate::cuda::row_candidates((cuda, layout), requests, count)?;
+            return Ok(words
+                .chunks_exact(2 * count + 4)
+                .map(|w| RowCandidates::unpacked(w, count))
+                .collect());
+        }
+    }
+    requests
+        .iter()
+        .map(|r| {
+            let row: Vec<f32> = logits.get(r.row)?.to_dtype(DType::F32)?.to_vec1()?;
+            Ok(of_row(&row, r, count))
+        })
+        .collect()
+}
+
+impl RowCandidates {
+    fn empty() -> Self {
+        Self {
+            first: Vec::new(),
+            above: 0.0,
+            between: 0.0,
+        }
+    }
+
+    /// From the kernel's words: the tokens, their logits' bits, then the two sums' bits.
+    #[cfg(feature = "cuda")]
+    fn unpacked(words: &[u32], count: usize) -> Self {
+        let (tokens, rest) = words.split_at(count);
+        let (logits, sums) = rest.split_at(count);
+        let f64_at = |i: usize| f64::from_bits(sums[i] as u64 | (sums[i + 1] as u64) << 32);
+        Self {
+            first: tokens
+                .iter()
+                .zip(logits)
+                .map(|(&t, &l)| (t, f32::from_bits(l)))
+                .collect(),
+            above: f64_at(0),
+            between: f64_at(2),
+        }
+    }
+}
+
+/// The host's computation: a sort of the row, the reference the kernel is tested against.
+fn of_row(row: &[f32], request: &CandidateRequest, count: usize) -> RowCandidates {
+    let mut order: Vec<u32> = (0..row.len() as u32).collect();
+    order.sort_unstable_by(|&a, &b| row[b as usize].total_cmp(&row[a as usize]).then(a.cmp(&b)));
+    let max = row[order[0] as usize];
+    let (mut above, mut between) = (0.0, 0.0);
+    for &i in &order[count..] {
+        let scaled = (row[i as usize] - max) / request.temperature;
+        let w = ((scaled as f64).exp() as f32) as f64;
+        if w >= request.hi {
+            above += w;
+        } else if w >= request.lo {
+            between += w;
+        }
+    }
+    RowCandidates {
+        first: order[..count].iter().map(|&i| (i, row[i as usize])).collect(),
+        above,
+        between,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::Device;
+
+    #[test]
+    fn the_first_tokens_come_in_order_and_the_rest_is_summed_by_threshold() {
+        let row = [0.5f32, 2.0, -1.0, 2.0, f32::NEG_INFINITY, 0.0, -0.0, 1.0];
+        let logits = Tensor::from_vec([vec![0.0; 8], row.to_vec()].concat(), (2, 8), &Device::Cpu).unwrap();
+        let request = CandidateRequest {
+            row: 1,
+            temperature: 2.0,
+            lo: 0.3,
+            hi: 0.6,
+        };
+        let got = row_candidates(&logits, &[request], 3).unwrap();
+        // Ties go to the lower index; the rest weigh e^(-0.75) = 0.47, e^(-1) twice = 0.37,
+        // e^(-1.5) = 0.22 and 0.
+        assert_eq!(got[0].first, [(1, 2.0), (3, 2.0), (7, 1.0)]);
+        assert_eq!(got[0].above, 0.0);
+        let between = [-0.75f32, -1.0, -1.0].map(|s| (s as f64).exp() as f32 as f64);
+        assert_eq!(got[0].between, between.iter().sum::<f64>());
+        // -0.0 comes after 0.0 in the total order.
+        let all = row_candidates(&logits, &[request], 20).unwrap();
+        let order: Vec<u32> = all[0].first.iter().map(|(t, _)| *t).collect();
+        assert_eq!(order, [1, 3, 7, 0, 5, 6, 2, 4]);
+        assert_eq!((all[0].above, all[0].between), (0.0, 0.0));
+
+        assert!(row_candidates(&logits, &[request], 0).is_err());
+        assert!(row_candidates(&logits, &[request], MAX_ROW_CANDIDATES + 1).is_err());
+        assert!(row_candidates(&logits, &[CandidateRequest { row: 2, ..request }], 3).is_err());
+    }
+}
