@@ -6,7 +6,8 @@
 // lower index first on a tie. A token's weight is expf((logit - max) / temperature), max being
 // the first token's logit, widened to f64; the rest's weights are summed apart by where they
 // fall against the request's two thresholds `lo` <= `hi`: `above` (w >= hi) and `between`
-// (lo <= w < hi). Weights below lo, and NaN, are in neither.
+// (lo <= w < hi). Weights below lo, and NaN, are in neither. `total`, the normaliser of the
+// row's log-probabilities, sums exp((double)(logit - max)) over every token.
 //
 // One block of ROW_CANDIDATE_THREADS per requested row. Radix selection over the tokens' order
 // keys, 8 bits a pass, finds the key of the count-th token and how many tokens at that key are
@@ -14,8 +15,8 @@
 // sums the rest. The block sorts what it gathered by rank. Each output depends on its row and
 // its request alone, and its sums are reduced in a fixed order.
 //
-// Output per request, `2 * count + 4` words: the tokens, their logits' bits, then `above` and
-// `between` as f64 bits, low word first.
+// Output per request, `2 * count + 6` words: the tokens, their logits' bits, then `above`,
+// `between` and `total` as f64 bits, low word first.
 #include "common.cuh"
 
 #define ROW_CANDIDATE_THREADS 1024
@@ -98,7 +99,7 @@ __device__ void row_candidates(uint32_t* out, const T* logits, const uint32_t* r
 
     // Gather: tokens above the threshold key in any slot before `greater`, those at it in
     // index order after them until `needed` are taken; every other token's weight is summed.
-    double above = 0.0, between = 0.0;
+    double above = 0.0, between = 0.0, total = 0.0;
     uint32_t ties_taken = 0;
     for (int base = 0; base < cols; base += ROW_CANDIDATE_THREADS) {
         const int c = base + tid;
@@ -117,6 +118,7 @@ __device__ void row_candidates(uint32_t* out, const T* logits, const uint32_t* r
         __syncthreads();
         ties_taken += tile_ties;
         if (c >= cols) continue;
+        total += exp((double)(logit - max));
         const bool first = key > threshold || (tie && tie_rank < needed);
         if (first) {
             const uint32_t slot = key > threshold ? atomicAdd(&greater_slots, 1u) : greater + tie_rank;
@@ -130,9 +132,10 @@ __device__ void row_candidates(uint32_t* out, const T* logits, const uint32_t* r
     }
     above = block_sum_f64(above, scratch);
     between = block_sum_f64(between, scratch);
+    total = block_sum_f64(total, scratch);
 
     // Each gathered token goes to its rank among them.
-    uint32_t* tokens = out + (size_t)request * (2 * count + 4);
+    uint32_t* tokens = out + (size_t)request * (2 * count + 6);
     uint32_t* logit_bits = tokens + count;
     for (int i = tid; i < count; i += ROW_CANDIDATE_THREADS) {
         const uint64_t mine = gathered_keys[i];
@@ -141,12 +144,11 @@ __device__ void row_candidates(uint32_t* out, const T* logits, const uint32_t* r
         tokens[rank] = gathered[i];
         logit_bits[rank] = __float_as_uint(to_f32(row[gathered[i]]));
     }
-    if (tid == 0) {
-        const unsigned long long a = __double_as_longlong(above), b = __double_as_longlong(between);
-        logit_bits[count] = (uint32_t)a;
-        logit_bits[count + 1] = (uint32_t)(a >> 32);
-        logit_bits[count + 2] = (uint32_t)b;
-        logit_bits[count + 3] = (uint32_t)(b >> 32);
+    if (tid < 3) {
+        const double sum = tid == 0 ? above : tid == 1 ? between : total;
+        const unsigned long long bits = __double_as_longlong(sum);
+        logit_bits[count + 2 * tid] = (uint32_t)bits;
+        logit_bits[count + 2 * tid + 1] = (uint32_t)(bits >> 32);
     }
 }
 

@@ -5,6 +5,7 @@ use crate::logit_rows::with_rows;
 use crate::request::TokenOutput;
 use crate::sequence::Sequence;
 use candle_core::Tensor;
+use peagle_kernels::RowCandidates;
 use std::ops::Range;
 
 /// Scores the prompt tokens a prefill chunk at `start` has logits for, the chunk's rows
@@ -79,6 +80,28 @@ pub fn token_outputs<'a>(
 
 fn log_softmax(row: &[f32]) -> Vec<f32> {
     let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let log_sum = row.iter().map(|x| ((x - max) as f64).exp()).sum::<f64>().ln() as f32;
+    let log_sum = log_sum(row.iter().map(|x| ((x - max) as f64).exp()).sum());
     row.iter().map(|x| x - max - log_sum).collect()
+}
+
+/// The log of a row's `sum(exp(logit - max))`, as its log-probabilities subtract it.
+fn log_sum(total: f64) -> f32 {
+    total.ln() as f32
+}
+
+/// The output of `token` (logit `logit`) from a row's first tokens and total on the device
+/// (`row_candidates`, at least `top` of them): the log-probabilities `token_outputs` gives
+/// from the whole row, but for the last bits of the total, summed in another order.
+pub fn candidate_output(token: u32, logit: f32, candidates: &RowCandidates, top: usize) -> TokenOutput {
+    let max = candidates.first.first().map_or(0.0, |(_, l)| *l);
+    let log_sum = log_sum(candidates.total);
+    TokenOutput {
+        id: token,
+        logprob: Some(logit - max - log_sum),
+        top_logprobs: candidates.first[..top.min(candidates.first.len())]
+            .iter()
+            .map(|&(t, l)| (t, l - max - log_sum))
+            .collect(),
+        stops: false,
+    }
 }

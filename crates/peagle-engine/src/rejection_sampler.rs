@@ -45,8 +45,8 @@ pub struct Verified {
 /// sequence's `min_tokens` holds back with its stop tokens. One result per window, in order.
 ///
 /// Logits the host cannot read in place (on a GPU) cost a copy of every row read, so there the
-/// rows that allow it choose on the device (`device_choices`) and a window whose rows all
-/// did, and whose log-probabilities nobody asked for, reads no row.
+/// rows that allow it choose on the device (`device_choices`), and a window whose rows all
+/// did reads no row but where the device's values leave a cut undecided.
 pub fn rejection_sample(logits: &Tensor, windows: &[Window], eos: &[u32]) -> candle_core::Result<Vec<Verified>> {
     let vocab = logits.dim(1)?;
     let choices = device_choices(logits, windows)?;
@@ -75,7 +75,13 @@ pub fn rejection_sample(logits: &Tensor, windows: &[Window], eos: &[u32]) -> can
                     }
                 }
                 let verdict = keep_matching(w.drafts, own);
-                let outputs = token_outputs(&verdict.tokens, std::iter::repeat::<&[f32]>(&[]), None);
+                let outputs = verdict
+                    .tokens
+                    .iter()
+                    .zip(chosen.iter().flatten())
+                    .enumerate()
+                    .map(|(i, (&token, choice))| choice.output(token, seq, logits, w.first_row + i))
+                    .collect::<candle_core::Result<_>>()?;
                 return Ok(Verified { verdict, outputs });
             }
             with_rows(logits, rows, |rows| {
@@ -324,5 +330,29 @@ mod tests {
         };
         let verified = rejection_sample(&strided, &[window], &eos).unwrap();
         assert_eq!(verified[0].verdict.tokens, own[2][..2]);
+
+        // Asking for log-probabilities changes no token, and the device's values give the
+        // host's log-probabilities but for the last bits of the normaliser.
+        let asking: Vec<Sequence> = seqs[..3]
+            .iter()
+            .map(|seq| sequence(seq.params.sampling.clone(), 0, Some(3)))
+            .collect();
+        let windows: Vec<Window> = asking
+            .iter()
+            .zip(&windows)
+            .map(|(seq, window)| Window { seq, ..*window })
+            .collect();
+        for (w, verified) in rejection_sample(&strided, &windows, &eos).unwrap().iter().enumerate() {
+            assert_eq!(verified.verdict.tokens, own[w], "window {w}");
+            let rows = rows[3 * w..].iter().copied();
+            for (got, want) in verified.outputs.iter().zip(token_outputs(&own[w], rows, Some(3))) {
+                assert!(
+                    (got.logprob.unwrap() - want.logprob.unwrap()).abs() < 1e-5,
+                    "{got:?} vs {want:?}"
+                );
+                let ids = |o: &TokenOutput| o.top_logprobs.iter().map(|(t, _)| *t).collect::<Vec<_>>();
+                assert_eq!(ids(got), ids(&want));
+            }
+        }
     }
 }

@@ -7,7 +7,8 @@
 //! ulps of the smallest subnormal, of the exact value; `max` is the first token's logit),
 //! widened to f64. The other tokens' weights are summed apart by where they fall against the
 //! request's thresholds: `above` (w >= hi) and `between` (lo <= w < hi); weights below `lo`
-//! and NaN are in neither. Sums of up to `cols` terms, in any order.
+//! and NaN are in neither. `total`, the normaliser of the row's log-probabilities, sums
+//! `exp(logit - max)` in f64 over every token. Sums of up to `cols` terms, in any order.
 
 use crate::error::bad_input;
 use candle_core::{DType, Result, Tensor};
@@ -33,6 +34,8 @@ pub struct RowCandidates {
     pub above: f64,
     /// The other tokens' weights at least `lo` and below `hi`.
     pub between: f64,
+    /// Every token's `exp(logit - max)`, the temperature aside.
+    pub total: f64,
 }
 
 /// The first `count` tokens of each requested row of `logits` ([rows, cols], f32 or bf16) and
@@ -60,7 +63,7 @@ pub fn row_candidates(logits: &Tensor, requests: &[CandidateRequest], count: usi
         if let candle_core::Storage::Cuda(cuda) = &*storage {
             let words = crate::cuda::row_candidates((cuda, layout), requests, count)?;
             return Ok(words
-                .chunks_exact(2 * count + 4)
+                .chunks_exact(2 * count + 6)
                 .map(|w| RowCandidates::unpacked(w, count))
                 .collect());
         }
@@ -80,10 +83,11 @@ impl RowCandidates {
             first: Vec::new(),
             above: 0.0,
             between: 0.0,
+            total: 0.0,
         }
     }
 
-    /// From the kernel's words: the tokens, their logits' bits, then the two sums' bits.
+    /// From the kernel's words: the tokens, their logits' bits, then the three sums' bits.
     #[cfg(feature = "cuda")]
     fn unpacked(words: &[u32], count: usize) -> Self {
         let (tokens, rest) = words.split_at(count);
@@ -97,6 +101,7 @@ impl RowCandidates {
                 .collect(),
             above: f64_at(0),
             between: f64_at(2),
+            total: f64_at(4),
         }
     }
 }
@@ -120,6 +125,7 @@ fn of_row(row: &[f32], request: &CandidateRequest, count: usize) -> RowCandidate
         first: order[..count].iter().map(|&i| (i, row[i as usize])).collect(),
         above,
         between,
+        total: row.iter().map(|l| ((l - max) as f64).exp()).sum(),
     }
 }
 

@@ -12,7 +12,7 @@ use candle_core::cuda_backend::cudarc::driver::{DeviceRepr, PushKernelArg};
 use candle_core::cuda_backend::{CudaDType, CudaStorage, WrapErr};
 use candle_core::{DType, Layout, Result};
 
-/// `kernels/row_candidates.cu`: per request, `2 * count + 4` words.
+/// `kernels/row_candidates.cu`: per request, `2 * count + 6` words.
 pub(crate) fn row_candidates(
     logits: (&CudaStorage, &Layout),
     requests: &[CandidateRequest],
@@ -24,7 +24,7 @@ pub(crate) fn row_candidates(
         module: Module::RowCandidates,
         threads: 1024,
         rows: requests.iter().map(|r| (r.row as u32, r.temperature)).unzip(),
-        out_per_row: 2 * count + 4,
+        out_per_row: 2 * count + 6,
     };
     let thresholds: Vec<f64> = requests.iter().flat_map(|r| [r.lo, r.hi]).collect();
     let cols = int(OP, logits.1.shape().dims2()?.1)?;
