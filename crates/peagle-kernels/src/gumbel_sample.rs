@@ -10,8 +10,9 @@
 //! The device's f64 `log` and the host's may differ in the last bit, so the two agree but for
 //! scores within an ulp of each other.
 
-use crate::error::bad_input;
-use candle_core::{DType, Result, Tensor};
+use crate::contiguous::contiguous;
+use crate::requested_rows::apply_to_rows;
+use candle_core::{CpuStorage, CustomOp1, Layout, Result, Shape, Tensor};
 
 /// One row to sample, its temperature (> 0) and the key of its noise.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -23,28 +24,32 @@ pub struct GumbelRequest {
 
 /// The token drawn from each requested row of `logits` ([rows, cols], f32 or bf16), in order.
 pub fn gumbel_sample(logits: &Tensor, requests: &[GumbelRequest]) -> Result<Vec<u32>> {
-    let (rows, cols) = logits.dims2()?;
-    if let Some(r) = requests.iter().find(|r| r.row >= rows) {
-        return Err(bad_input("gumbel_sample", format!("row {} of {rows}", r.row)));
+    apply_to_rows(
+        "gumbel_sample",
+        logits,
+        requests.iter().map(|r| r.row),
+        &GumbelSample(requests),
+    )
+}
+
+struct GumbelSample<'a>(&'a [GumbelRequest]);
+
+impl CustomOp1 for GumbelSample<'_> {
+    fn name(&self) -> &'static str {
+        "peagle-gumbel-sample"
     }
-    if requests.is_empty() || cols == 0 {
-        return Ok(vec![0; requests.len()]);
+
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
+        let (_, cols) = l.shape().dims2()?;
+        let x = contiguous(s.as_slice::<f32>()?, l, "logits")?;
+        let tokens = self.0.iter().map(|r| of_row(&x[r.row * cols..][..cols], r)).collect();
+        Ok((CpuStorage::U32(tokens), Shape::from(self.0.len())))
     }
+
     #[cfg(feature = "cuda")]
-    if let candle_core::Device::Cuda(_) = logits.device() {
-        let logits = logits.contiguous()?;
-        let (storage, layout) = logits.storage_and_layout();
-        if let candle_core::Storage::Cuda(cuda) = &*storage {
-            return crate::cuda::gumbel_sample((cuda, layout), requests);
-        }
+    fn cuda_fwd(&self, s: &candle_core::CudaStorage, l: &Layout) -> Result<(candle_core::CudaStorage, Shape)> {
+        Ok((crate::cuda::gumbel_sample((s, l), self.0)?, Shape::from(self.0.len())))
     }
-    requests
-        .iter()
-        .map(|r| {
-            let row: Vec<f32> = logits.get(r.row)?.to_dtype(DType::F32)?.to_vec1()?;
-            Ok(of_row(&row, r))
-        })
-        .collect()
 }
 
 /// The host's computation, in index order: the reference the kernel is tested against.

@@ -25,6 +25,7 @@ mod mxfp4_experts;
 mod paged_attention;
 mod panel_tile;
 mod pool;
+mod requested_rows;
 mod rms_norm;
 mod rope;
 mod row_candidates;

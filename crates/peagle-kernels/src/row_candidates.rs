@@ -10,8 +10,10 @@
 //! and NaN are in neither. `total`, the normaliser of the row's log-probabilities, sums
 //! `exp(logit - max)` in f64 over every token. Sums of up to `cols` terms, in any order.
 
+use crate::contiguous::contiguous;
 use crate::error::bad_input;
-use candle_core::{DType, Result, Tensor};
+use crate::requested_rows::apply_to_rows;
+use candle_core::{CpuStorage, CustomOp1, Layout, Result, Shape, Tensor};
 
 /// The most tokens a request may ask for, as `kernels/row_candidates.cu` has it.
 pub const MAX_ROW_CANDIDATES: usize = 1024;
@@ -42,53 +44,79 @@ pub struct RowCandidates {
 /// the sums of the others' weights, one result per request, in order.
 pub fn row_candidates(logits: &Tensor, requests: &[CandidateRequest], count: usize) -> Result<Vec<RowCandidates>> {
     const OP: &str = "row_candidates";
-    let (rows, cols) = logits.dims2()?;
     if count == 0 || count > MAX_ROW_CANDIDATES {
         return Err(bad_input(
             OP,
             format!("count {count} is not in 1..={MAX_ROW_CANDIDATES}"),
         ));
     }
-    if let Some(r) = requests.iter().find(|r| r.row >= rows) {
-        return Err(bad_input(OP, format!("row {} of {rows}", r.row)));
+    let count = count.min(logits.dims2()?.1);
+    let op = RowCandidatesOp { requests, count };
+    let words = apply_to_rows(OP, logits, requests.iter().map(|r| r.row), &op)?;
+    Ok(words
+        .chunks_exact(words_per_row(count))
+        .map(|w| RowCandidates::unpacked(w, count))
+        .collect())
+}
+
+/// The words a request's result takes: the tokens, their logits' bits, then the bits of the
+/// three sums, low word first.
+fn words_per_row(count: usize) -> usize {
+    2 * count + 6
+}
+
+struct RowCandidatesOp<'a> {
+    requests: &'a [CandidateRequest],
+    count: usize,
+}
+
+impl CustomOp1 for RowCandidatesOp<'_> {
+    fn name(&self) -> &'static str {
+        "peagle-row-candidates"
     }
-    let count = count.min(cols);
-    if requests.is_empty() || count == 0 {
-        return Ok(requests.iter().map(|_| RowCandidates::empty()).collect());
+
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
+        let (_, cols) = l.shape().dims2()?;
+        let x = contiguous(s.as_slice::<f32>()?, l, "logits")?;
+        let words = match self.count {
+            0 => vec![0; self.requests.len() * words_per_row(0)],
+            count => self
+                .requests
+                .iter()
+                .flat_map(|r| of_row(&x[r.row * cols..][..cols], r, count).packed())
+                .collect(),
+        };
+        Ok((CpuStorage::U32(words), self.shape()))
     }
+
     #[cfg(feature = "cuda")]
-    if let candle_core::Device::Cuda(_) = logits.device() {
-        let logits = logits.contiguous()?;
-        let (storage, layout) = logits.storage_and_layout();
-        if let candle_core::Storage::Cuda(cuda) = &*storage {
-            let words = crate::cuda::row_candidates((cuda, layout), requests, count)?;
-            return Ok(words
-                .chunks_exact(2 * count + 6)
-                .map(|w| RowCandidates::unpacked(w, count))
-                .collect());
-        }
+    fn cuda_fwd(&self, s: &candle_core::CudaStorage, l: &Layout) -> Result<(candle_core::CudaStorage, Shape)> {
+        let out = match self.count {
+            0 => crate::cuda::zeros(s, self.requests.len() * words_per_row(0))?,
+            count => crate::cuda::row_candidates((s, l), self.requests, count, words_per_row(count))?,
+        };
+        Ok((out, self.shape()))
     }
-    requests
-        .iter()
-        .map(|r| {
-            let row: Vec<f32> = logits.get(r.row)?.to_dtype(DType::F32)?.to_vec1()?;
-            Ok(of_row(&row, r, count))
-        })
-        .collect()
+}
+
+impl RowCandidatesOp<'_> {
+    fn shape(&self) -> Shape {
+        Shape::from((self.requests.len(), words_per_row(self.count)))
+    }
 }
 
 impl RowCandidates {
-    fn empty() -> Self {
-        Self {
-            first: Vec::new(),
-            above: 0.0,
-            between: 0.0,
-            total: 0.0,
-        }
+    /// As `words_per_row` lays a result out.
+    fn packed(&self) -> Vec<u32> {
+        let tokens = self.first.iter().map(|(t, _)| *t);
+        let logits = self.first.iter().map(|(_, l)| l.to_bits());
+        let sums = [self.above, self.between, self.total]
+            .into_iter()
+            .flat_map(|sum| [sum.to_bits() as u32, (sum.to_bits() >> 32) as u32]);
+        tokens.chain(logits).chain(sums).collect()
     }
 
-    /// From the kernel's words: the tokens, their logits' bits, then the three sums' bits.
-    #[cfg(feature = "cuda")]
+    /// From `words_per_row(count)` words.
     fn unpacked(words: &[u32], count: usize) -> Self {
         let (tokens, rest) = words.split_at(count);
         let (logits, sums) = rest.split_at(count);

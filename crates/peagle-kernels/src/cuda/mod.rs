@@ -44,6 +44,15 @@ fn output<T: DeviceRepr>(device: &CudaDevice, len: usize) -> Result<CudaSlice<T>
     unsafe { device.alloc::<T>(len) }
 }
 
+/// `len` zero words on the device of `like`: the output of an op with nothing to compute.
+pub(crate) fn zeros(like: &CudaStorage, len: usize) -> Result<CudaStorage> {
+    let device = &like.device;
+    Ok(CudaStorage::wrap_cuda_slice(
+        device.alloc_zeros::<u32>(len)?,
+        device.clone(),
+    ))
+}
+
 /// The kernels' name for an element type: `f32` or `bf16`.
 fn dtype_name(op: &'static str, dtype: DType) -> Result<&'static str> {
     match dtype {
