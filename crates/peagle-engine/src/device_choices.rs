@@ -1,7 +1,12 @@
 //! The choices of a step's rows made where its logits are, when the host cannot read them in
-//! place (on a GPU): a row that nothing adjusts crosses as a token id, or as the few values its
-//! cut or its log-probabilities need (its first tokens and sums, `row_candidates`), instead of
-//! a vocabulary's worth.
+//! place (on a GPU): a row crosses as a token id, or as the few values its cut or its
+//! log-probabilities need (its first tokens and sums, `row_candidates`), instead of a
+//! vocabulary's worth.
+//!
+//! Rows that penalties, logit bias or held-back stop tokens adjust are copied on the device
+//! and adjusted there: the device gathers the values the adjustment touches, the host adjusts
+//! them as it would the whole row (`adjustments`), and the device scatters them back. The
+//! copy then chooses as any row does; log-probabilities stay those of the step's own rows.
 //!
 //! How a row chooses depends only on its sequence's parameters and how many tokens come
 //! before it, never on the step, so a window's rows choose as the same positions would in
@@ -14,8 +19,9 @@
 //!   sequence's seed and the position. It follows the same distribution as the host's draw
 //!   but is not the same draw, so a seeded request's tokens on a GPU differ from the CPU's.
 
-use crate::logit_rows::host_readable;
-use crate::logprobs::candidate_output;
+use crate::adjustments::{for_each_adjusted_row, SparseLogits};
+use crate::logit_rows::{host_readable, with_rows};
+use crate::logprobs::{candidate_output, logprob_request};
 use crate::nucleus::{nucleus_of_candidates, weight_thresholds};
 use crate::rejection_sampler::Window;
 use crate::request::TokenOutput;
@@ -24,12 +30,13 @@ use candle_core::{DType, Result, Tensor};
 use peagle_kernels::{
     argmax_rows, gumbel_sample, row_candidates, CandidateRequest, GumbelRequest, RowCandidates, MAX_ROW_CANDIDATES,
 };
+use std::iter::repeat;
 
 /// Tokens the device orders for a sampled row with no top-k: enough for a peaked row's
 /// nucleus, a few KiB a row.
 const FIRST_COUNT: usize = 256;
 
-/// How a row chooses on the device.
+/// How a sequence's rows choose on the device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Way {
     Argmax,
@@ -37,28 +44,46 @@ enum Way {
     Gumbel,
 }
 
-/// What the device gave for a row: its token where the device chose it, and its first tokens
-/// and sums where its cut or its log-probabilities need them.
+/// What the device gave for a row: its token where the device chose it, and the first tokens
+/// and sums that its cut and its log-probabilities need.
 pub struct Choice {
+    /// The values the token is chosen from, [1, vocab]: the row of the step's logits, or its
+    /// adjusted copy.
+    values: Tensor,
+    /// The row of the step's logits, [1, vocab]: what log-probabilities are of.
+    raw: Tensor,
     token: Option<u32>,
+    /// From `values`, for the cut.
     candidates: Option<RowCandidates>,
+    /// From `raw`, for log-probabilities.
+    logprob_candidates: Option<RowCandidates>,
 }
 
 impl Choice {
-    /// The row's token, where the device's values decide it: the sequence's choice for the
-    /// token at `position`.
-    pub fn token(&self, seq: &Sequence, position: usize, vocab: usize) -> Option<u32> {
-        if self.token.is_some() {
-            return self.token;
+    /// The sequence's token at `position`: the device's, or the cut's from the device's values,
+    /// or, where those leave the cut undecided, drawn from the row read.
+    pub fn token(&self, seq: &Sequence, position: usize) -> Result<u32> {
+        if let Some(token) = self.token {
+            return Ok(token);
         }
-        let kept = nucleus_of_candidates(self.candidates.as_ref()?, vocab, &seq.params.sampling)?;
-        Some(seq.sampler.draw(&kept, position))
+        let params = &seq.params.sampling;
+        let vocab = self.values.dim(1)?;
+        if let Some(kept) = self
+            .candidates
+            .as_ref()
+            .and_then(|c| nucleus_of_candidates(c, vocab, params))
+        {
+            return Ok(seq.sampler.draw(&kept, position));
+        }
+        with_rows(&self.values, 0..1, |mut row| {
+            seq.sampler.sample(row.next().expect("one row"), params, position)
+        })
     }
 
-    /// The output of `token`, chosen from row `row` of `logits`, with the log-probabilities
-    /// the sequence asked for; a token outside the row's first tokens has its logit read.
-    pub fn output(&self, token: u32, seq: &Sequence, logits: &Tensor, row: usize) -> Result<TokenOutput> {
-        let (Some(top), Some(candidates)) = (seq.logprobs, &self.candidates) else {
+    /// The output of `token` with the log-probabilities the sequence asked for; a token
+    /// outside the row's first tokens has its logit read.
+    pub fn output(&self, token: u32, seq: &Sequence) -> Result<TokenOutput> {
+        let (Some(top), Some(candidates)) = (seq.logprobs, &self.logprob_candidates) else {
             return Ok(TokenOutput {
                 id: token,
                 logprob: None,
@@ -68,8 +93,9 @@ impl Choice {
         };
         let logit = match candidates.first.iter().find(|(t, _)| *t == token) {
             Some(&(_, logit)) => logit,
-            None => logits
-                .get(row)?
+            None => self
+                .raw
+                .get(0)?
                 .get(token as usize)?
                 .to_dtype(DType::F32)?
                 .to_scalar()?,
@@ -78,87 +104,58 @@ impl Choice {
     }
 }
 
-/// The device's choice for each row of `logits` ([rows, vocab]) that a window's sequence lets
-/// the device make, indexed by row; none at all where the host reads the rows in place.
-pub fn device_choices(logits: &Tensor, windows: &[Window]) -> Result<Vec<Option<Choice>>> {
+/// The device's choice for each row of `logits` ([rows, vocab], f32) that a window's sequence
+/// lets the device make, indexed by row; none at all where the host reads the rows in place.
+/// `eos` are the tokens `min_tokens` holds back with a sequence's stop tokens.
+pub fn device_choices(logits: &Tensor, windows: &[Window], eos: &[u32]) -> Result<Vec<Option<Choice>>> {
     let rows = logits.dim(0)?;
     let mut choices: Vec<Option<Choice>> = (0..rows).map(|_| None).collect();
     if host_readable(logits) {
         return Ok(choices);
     }
-    let mut argmax = Vec::new();
-    let mut cut = Vec::new();
-    let mut gumbel = Vec::new();
-    let mut count = 1;
-    for w in windows {
+    let windows: Vec<(&Window, Way)> = windows.iter().filter_map(|w| Some((w, way(w.seq)?))).collect();
+    let adjusted = AdjustedRows::new(logits, &windows, eos)?;
+    let mut on_logits = Launches::default();
+    let mut on_adjusted = Launches::default();
+    for &(w, way) in &windows {
         let seq = w.seq;
-        let params = &seq.params.sampling;
         for i in 0..=w.drafts.len() {
-            let row = w.first_row + i;
-            let Some(way) = way(seq, seq.generated().len() + i) else {
-                continue;
+            let (row, position) = (w.first_row + i, w.position + i);
+            let raw = logits.narrow(0, row, 1)?;
+            let values = match (&adjusted.tensor, adjusted.index[row]) {
+                (Some(copy), Some(at)) => {
+                    on_adjusted.choose(row, at, way, seq, position, None);
+                    if let Some(top) = seq.logprobs {
+                        on_logits.logprobs(row, row, top);
+                    }
+                    copy.narrow(0, at, 1)?
+                }
+                _ => {
+                    on_logits.choose(row, row, way, seq, position, seq.logprobs);
+                    raw.clone()
+                }
             };
             choices[row] = Some(Choice {
+                values,
+                raw,
                 token: None,
                 candidates: None,
+                logprob_candidates: None,
             });
-            match way {
-                Way::Argmax => argmax.push(row),
-                Way::Gumbel => gumbel.push(GumbelRequest {
-                    row,
-                    temperature: params.temperature,
-                    key: seq.sampler.key(w.position + i),
-                }),
-                Way::Cut => {}
-            }
-            let first_count = match way {
-                Way::Cut if params.top_k > 0 => params.top_k,
-                Way::Cut => FIRST_COUNT,
-                _ => 0,
-            };
-            if first_count > 0 || seq.logprobs.is_some() {
-                count = count.max(first_count).max(seq.logprobs.unwrap_or(0));
-                // A row that does not cut needs only the order and the total.
-                let (lo, hi) = weight_thresholds(params.min_p);
-                cut.push(CandidateRequest {
-                    row,
-                    temperature: if way == Way::Cut { params.temperature } else { 1.0 },
-                    lo,
-                    hi,
-                });
-            }
         }
     }
-    if !argmax.is_empty() {
-        let tokens = argmax_rows(logits)?.to_vec1::<u32>()?;
-        for row in argmax {
-            at(&mut choices, row).token = Some(tokens[row]);
-        }
-    }
-    if !gumbel.is_empty() {
-        for (request, token) in gumbel.iter().zip(gumbel_sample(logits, &gumbel)?) {
-            at(&mut choices, request.row).token = Some(token);
-        }
-    }
-    if !cut.is_empty() {
-        for (request, candidates) in cut.iter().zip(row_candidates(logits, &cut, count)?) {
-            at(&mut choices, request.row).candidates = Some(candidates);
-        }
+    on_logits.run(logits, &mut choices)?;
+    if let Some(copy) = &adjusted.tensor {
+        on_adjusted.run(copy, &mut choices)?;
     }
     Ok(choices)
 }
 
-fn at(choices: &mut [Option<Choice>], row: usize) -> &mut Choice {
-    choices[row].as_mut().expect("a row the device chooses")
-}
-
-/// How the row after `generated` tokens of `seq` chooses on the device, or None where the host
-/// needs the row: penalties, logit bias or held-back stop tokens adjust it, or it needs more
-/// first tokens (a top-k, a count of log-probabilities) than the device orders.
-fn way(seq: &Sequence, generated: usize) -> Option<Way> {
+/// How the rows of `seq` choose on the device, or None where the host needs them: they need
+/// more first tokens (a top-k, a count of log-probabilities) than the device orders.
+fn way(seq: &Sequence) -> Option<Way> {
     let params = &seq.params.sampling;
-    let adjusted = !params.penalties.is_off() || generated < seq.params.min_tokens;
-    if adjusted || seq.logprobs.is_some_and(|top| top > MAX_ROW_CANDIDATES) {
+    if seq.logprobs.is_some_and(|top| top > MAX_ROW_CANDIDATES) {
         return None;
     }
     if params.is_greedy() {
@@ -169,5 +166,173 @@ fn way(seq: &Sequence, generated: usize) -> Option<Way> {
         Some(Way::Cut)
     } else {
         None
+    }
+}
+
+/// What a row's first tokens and sums serve.
+#[derive(Debug, Clone, Copy)]
+struct Serves {
+    cut: bool,
+    logprobs: bool,
+}
+
+/// The device's work over the rows of one tensor, each with the step row whose choice its
+/// result goes to.
+#[derive(Default)]
+struct Launches {
+    argmax: Vec<(usize, usize)>,
+    gumbel: Vec<(usize, GumbelRequest)>,
+    candidates: Vec<(usize, Serves, CandidateRequest)>,
+    count: usize,
+}
+
+impl Launches {
+    /// Step row `row`, the tensor's row `at`, chooses the token at `position` of `seq` by
+    /// `way`, with `logprobs` first tokens when its log-probabilities are of this row.
+    fn choose(&mut self, row: usize, at: usize, way: Way, seq: &Sequence, position: usize, logprobs: Option<usize>) {
+        let params = &seq.params.sampling;
+        match way {
+            Way::Argmax => self.argmax.push((row, at)),
+            Way::Gumbel => self.gumbel.push((
+                row,
+                GumbelRequest {
+                    row: at,
+                    temperature: params.temperature,
+                    key: seq.sampler.key(position),
+                },
+            )),
+            Way::Cut => {
+                let (lo, hi) = weight_thresholds(params.min_p);
+                let serves = Serves {
+                    cut: true,
+                    logprobs: logprobs.is_some(),
+                };
+                let request = CandidateRequest {
+                    row: at,
+                    temperature: params.temperature,
+                    lo,
+                    hi,
+                };
+                self.candidates.push((row, serves, request));
+                let first = if params.top_k > 0 { params.top_k } else { FIRST_COUNT };
+                self.count = self.count.max(first).max(logprobs.unwrap_or(0));
+                return;
+            }
+        }
+        if let Some(top) = logprobs {
+            self.logprobs(row, at, top);
+        }
+    }
+
+    /// Step row `row` takes its `top` log-probabilities from the tensor's row `at`: a row
+    /// that does not cut needs only the order and the total.
+    fn logprobs(&mut self, row: usize, at: usize, top: usize) {
+        let serves = Serves {
+            cut: false,
+            logprobs: true,
+        };
+        self.candidates.push((row, serves, logprob_request(at)));
+        self.count = self.count.max(top);
+    }
+
+    /// Runs the work over `tensor`'s rows and gives each result to its row's choice.
+    fn run(&self, tensor: &Tensor, choices: &mut [Option<Choice>]) -> Result<()> {
+        if !self.argmax.is_empty() {
+            let tokens = argmax_rows(tensor)?.to_vec1::<u32>()?;
+            for &(row, i) in &self.argmax {
+                at(choices, row).token = Some(tokens[i]);
+            }
+        }
+        if !self.gumbel.is_empty() {
+            let requests: Vec<GumbelRequest> = self.gumbel.iter().map(|(_, r)| *r).collect();
+            for ((row, _), token) in self.gumbel.iter().zip(gumbel_sample(tensor, &requests)?) {
+                at(choices, *row).token = Some(token);
+            }
+        }
+        if !self.candidates.is_empty() {
+            let requests: Vec<CandidateRequest> = self.candidates.iter().map(|(_, _, r)| *r).collect();
+            let results = row_candidates(tensor, &requests, self.count.max(1))?;
+            for ((row, serves, _), candidates) in self.candidates.iter().zip(results) {
+                let choice = at(choices, *row);
+                if serves.cut {
+                    choice.candidates = Some(candidates.clone());
+                }
+                if serves.logprobs {
+                    choice.logprob_candidates = Some(candidates);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn at(choices: &mut [Option<Choice>], row: usize) -> &mut Choice {
+    choices[row].as_mut().expect("a row the device chooses")
+}
+
+/// The rows of a step that something adjusts, copied and adjusted on the device.
+struct AdjustedRows {
+    /// [adjusted rows, vocab], None when no row is adjusted.
+    tensor: Option<Tensor>,
+    /// Each step row's row in `tensor`.
+    index: Vec<Option<usize>>,
+}
+
+impl AdjustedRows {
+    /// Copies the windows' adjusted rows of `logits`, then sets the values their adjustments
+    /// touch to what the host computes from the values gathered: a few values a row cross
+    /// each way.
+    fn new(logits: &Tensor, windows: &[(&Window, Way)], eos: &[u32]) -> Result<Self> {
+        let (rows, vocab) = logits.dims2()?;
+        let mut index = vec![None; rows];
+        let mut copied = Vec::new();
+        let mut touched = Vec::new();
+        for (w, _) in windows {
+            for_each_adjusted_row(w.seq, w.drafts, eos, |i, adjuster| {
+                index[w.first_row + i] = Some(copied.len());
+                copied.push((w.first_row + i) as u32);
+                touched.push(adjuster.touched(vocab));
+            });
+        }
+        if copied.is_empty() {
+            return Ok(Self { tensor: None, index });
+        }
+        // Every row gathers as many values: its own tokens, then its first again (token 0
+        // where it has none), which writes back the value it has.
+        let width = touched.iter().map(Vec::len).max().unwrap_or(0).max(1);
+        let tokens: Vec<u32> = touched
+            .iter()
+            .flat_map(|t| {
+                t.iter()
+                    .copied()
+                    .chain(repeat(t.first().copied().unwrap_or(0)))
+                    .take(width)
+            })
+            .collect();
+        let device = logits.device();
+        let shape = (copied.len(), width);
+        let positions = Tensor::from_vec(tokens.clone(), shape, device)?;
+        let copy = logits
+            .contiguous()?
+            .index_select(&Tensor::from_vec(copied, shape.0, device)?, 0)?;
+        let old: Vec<f32> = copy.gather(&positions, 1)?.flatten_all()?.to_vec1()?;
+        let mut new = Vec::with_capacity(old.len());
+        let mut k = 0;
+        for (w, _) in windows {
+            for_each_adjusted_row(w.seq, w.drafts, eos, |_, adjuster| {
+                let (tokens, old) = (&tokens[k * width..][..width], &old[k * width..][..width]);
+                let own = std::mem::take(&mut touched[k]);
+                let own_old = old[..own.len()].to_vec();
+                let mut sparse = SparseLogits::new(own, own_old);
+                adjuster.apply(&mut sparse);
+                new.extend(tokens.iter().zip(old).map(|(&t, &o)| sparse.get(t).unwrap_or(o)));
+                k += 1;
+            });
+        }
+        let values = Tensor::from_vec(new, shape, device)?;
+        Ok(Self {
+            tensor: Some(copy.scatter(&positions, &values, 1)?),
+            index,
+        })
     }
 }

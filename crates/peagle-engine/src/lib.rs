@@ -2,6 +2,7 @@
 //! forward, sampling and verification, drafting), sequences, detokenization, and the ways to
 //! drive it: a thread for the server, a generator for one prompt at a time.
 
+mod adjustments;
 pub mod block_manager;
 pub mod builder;
 pub mod detokenizer;

@@ -1,11 +1,12 @@
-//! Log-probabilities of chosen tokens under the target (before temperature), with the most
-//! likely alternatives: for committed tokens and for the prompt.
+//! Log-probabilities of chosen tokens under the target (before temperature and any
+//! adjustment), with the most likely alternatives: for committed tokens and for the prompt.
 
-use crate::logit_rows::with_rows;
+use crate::logit_rows::{host_readable, with_rows};
+use crate::nucleus::weight_thresholds;
 use crate::request::TokenOutput;
 use crate::sequence::Sequence;
-use candle_core::Tensor;
-use peagle_kernels::RowCandidates;
+use candle_core::{DType, Tensor};
+use peagle_kernels::{row_candidates, CandidateRequest, RowCandidates, MAX_ROW_CANDIDATES};
 use std::ops::Range;
 
 /// Scores the prompt tokens a prefill chunk at `start` has logits for, the chunk's rows
@@ -33,13 +34,47 @@ pub fn score_prompt(seq: &mut Sequence, start: usize, logits: &Tensor, rows: Ran
     if end > from {
         let first = rows.start + from - start - 1;
         let tokens = &seq.token_ids[from..end];
-        let scored = with_rows(logits, first..first + tokens.len(), |rows| {
-            token_outputs(tokens, rows, Some(top))
-        })?;
-        seq.prompt_outputs.extend(scored);
+        seq.prompt_outputs.extend(scored_rows(tokens, logits, first, top)?);
         seq.prompt_scored = end;
     }
     Ok(())
+}
+
+/// The outputs of `tokens` with `top` log-probabilities, token i from row `first + i` of
+/// `logits`: read in place on the host; on a device, from each row's first tokens and total
+/// (`row_candidates`) and the tokens' own logits, a few values a row.
+fn scored_rows(tokens: &[u32], logits: &Tensor, first: usize, top: usize) -> candle_core::Result<Vec<TokenOutput>> {
+    let rows = first..first + tokens.len();
+    if host_readable(logits) || top > MAX_ROW_CANDIDATES {
+        return with_rows(logits, rows, |rows| token_outputs(tokens, rows, Some(top)));
+    }
+    let requests: Vec<CandidateRequest> = rows.map(logprob_request).collect();
+    let candidates = row_candidates(logits, &requests, top.max(1))?;
+    let ids = Tensor::from_slice(tokens, (tokens.len(), 1), logits.device())?;
+    let own: Vec<f32> = logits
+        .narrow(0, first, tokens.len())?
+        .contiguous()?
+        .gather(&ids, 1)?
+        .to_dtype(DType::F32)?
+        .flatten_all()?
+        .to_vec1()?;
+    Ok(tokens
+        .iter()
+        .zip(own)
+        .zip(&candidates)
+        .map(|((&token, logit), candidates)| candidate_output(token, logit, candidates, top))
+        .collect())
+}
+
+/// The request for row `row`'s first tokens and total, all that its log-probabilities need.
+pub fn logprob_request(row: usize) -> CandidateRequest {
+    let (lo, hi) = weight_thresholds(0.0);
+    CandidateRequest {
+        row,
+        temperature: 1.0,
+        lo,
+        hi,
+    }
 }
 
 /// Committed tokens with their log-probabilities from the rows that produced them.
@@ -103,5 +138,50 @@ pub fn candidate_output(token: u32, logit: f32, candidates: &RowCandidates, top:
             .map(|&(t, l)| (t, l - max - log_sum))
             .collect(),
         stops: false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::request::GenerateParams;
+    use candle_core::Device;
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+
+    /// A prompt scored in two chunks from logits the host cannot read in place (a strided
+    /// tensor stands for a GPU's) gets the host's outputs, but for the last bits of each
+    /// row's normaliser.
+    #[test]
+    fn a_prompt_scored_on_a_device_gets_the_hosts_log_probabilities() {
+        const VOCAB: usize = 700;
+        let mut rng = StdRng::seed_from_u64(4);
+        let values: Vec<f32> = (0..9 * VOCAB).map(|_| rng.random::<f32>() * 10.0 - 5.0).collect();
+        let logits = Tensor::from_vec(values, (9, VOCAB), &Device::Cpu).unwrap();
+        let strided = logits.t().unwrap().contiguous().unwrap().t().unwrap();
+        let prompt: Vec<u32> = (0..8).map(|i| (i * 97 + 5) % VOCAB as u32).collect();
+        for top in [0, 4] {
+            let scored = |logits: &Tensor| {
+                let mut seq = Sequence::new(prompt.clone(), GenerateParams::default());
+                seq.prompt_logprobs = Some(top);
+                // Chunks of 5 and 3 prompt tokens, at rows 1..6 and 6..9 of one step each.
+                score_prompt(&mut seq, 0, logits, 1..6).unwrap();
+                score_prompt(&mut seq, 5, logits, 6..9).unwrap();
+                seq.prompt_outputs
+            };
+            let (host, device) = (scored(&logits), scored(&strided));
+            assert_eq!(host.len(), prompt.len());
+            for (got, want) in device.iter().zip(&host) {
+                assert_eq!(got.id, want.id);
+                assert_eq!(got.logprob.is_some(), want.logprob.is_some());
+                if let (Some(g), Some(w)) = (got.logprob, want.logprob) {
+                    assert!((g - w).abs() < 1e-5, "{got:?} vs {want:?}");
+                }
+                assert_eq!(got.top_logprobs.len(), want.top_logprobs.len());
+                for (g, w) in got.top_logprobs.iter().zip(&want.top_logprobs) {
+                    assert!(g.0 == w.0 && (g.1 - w.1).abs() < 1e-5, "{got:?} vs {want:?}");
+                }
+            }
+        }
     }
 }

@@ -40,15 +40,15 @@ impl Penalties {
     }
 
     /// Adjusts `logits` for the token after `history`.
-    pub fn apply(&self, logits: &mut [f32], history: &History) {
+    pub fn apply(&self, logits: &mut (impl LogitsMut + ?Sized), history: &History) {
         for &(token, bias) in &self.logit_bias {
-            if let Some(l) = logits.get_mut(token as usize) {
+            if let Some(l) = logits.logit_mut(token) {
                 *l += bias;
             }
         }
         if self.repetition != 1.0 {
             for &token in history.output.keys().chain(&history.prompt) {
-                if let Some(l) = logits.get_mut(token as usize) {
+                if let Some(l) = logits.logit_mut(token) {
                     *l = if *l > 0.0 {
                         *l / self.repetition
                     } else {
@@ -58,10 +58,33 @@ impl Penalties {
             }
         }
         for (&token, &count) in &history.output {
-            if let Some(l) = logits.get_mut(token as usize) {
+            if let Some(l) = logits.logit_mut(token) {
                 *l -= self.frequency * count as f32 + self.presence;
             }
         }
+    }
+
+    /// Every token `apply` may change after `history`, each once or more, in no order.
+    pub fn touched<'a>(&'a self, history: &'a History) -> impl Iterator<Item = u32> + 'a {
+        let repeats = self.repetition != 1.0;
+        let output = repeats || self.frequency != 0.0 || self.presence != 0.0;
+        let biased = self.logit_bias.iter().map(|(token, _)| token);
+        let output = output.then_some(history.output.keys()).into_iter().flatten();
+        let prompt = repeats.then_some(&history.prompt).into_iter().flatten();
+        biased.chain(output).chain(prompt).copied()
+    }
+}
+
+/// Logits an adjustment writes to, by token: a whole row, or the few values of one that an
+/// adjustment touches.
+pub trait LogitsMut {
+    /// The token's logit; None for a token outside the row.
+    fn logit_mut(&mut self, token: u32) -> Option<&mut f32>;
+}
+
+impl LogitsMut for [f32] {
+    fn logit_mut(&mut self, token: u32) -> Option<&mut f32> {
+        self.get_mut(token as usize)
     }
 }
 
@@ -118,7 +141,7 @@ mod tests {
             logit_bias: vec![(4, 3.0), (0, -1.0)],
         };
         let mut logits = vec![1.0, -1.0, 4.0, 2.0, 0.5, 1.0];
-        penalties.apply(&mut logits, &history);
+        penalties.apply(&mut logits[..], &history);
         // 0: bias then prompt repeat: (1 - 1) = 0, not positive, so * 2 = 0.
         // 1: prompt and output once: -1 * 2 - 0.25 - 0.5.
         // 2: output twice: 4 / 2 - 0.5 - 0.5. 3: output once: 2 / 2 - 0.25 - 0.5.
@@ -131,7 +154,7 @@ mod tests {
         let penalties = Penalties::default();
         assert!(penalties.is_off());
         let mut logits = vec![1.0, -2.0, 3.0];
-        penalties.apply(&mut logits, &History::new(&[0, 1], &[2, 2]));
+        penalties.apply(&mut logits[..], &History::new(&[0, 1], &[2, 2]));
         assert_eq!(logits, vec![1.0, -2.0, 3.0]);
     }
 
@@ -143,7 +166,7 @@ mod tests {
             ..Penalties::default()
         };
         let mut logits = vec![0.0, 0.0];
-        penalties.apply(&mut logits, &History::new(&[], &[9]));
+        penalties.apply(&mut logits[..], &History::new(&[], &[9]));
         assert_eq!(logits, vec![0.0, 0.0]);
     }
 }

@@ -6,14 +6,14 @@
 //! Rows are read where they lie (`with_rows`): nothing copies the whole tensor, a row is read
 //! only up to a window's first rejection, and penalties copy just the rows they change. A
 //! greedy row takes an argmax; a sampled one a partial selection (`nucleus`); on a GPU, rows
-//! that allow it choose on the device (`device_choices`). Drafts are greedy picks (q one-hot,
+//! choose on the device (`device_choices`). Drafts are greedy picks (q one-hot,
 //! as both proposers draft), so each row's own choice is kept while it equals its draft, as
 //! `verify` does: the tokens are those plain decoding would choose.
 
+use crate::adjustments::Adjuster;
 use crate::device_choices::device_choices;
 use crate::logit_rows::with_rows;
 use crate::logprobs::token_outputs;
-use crate::penalties::History;
 use crate::request::TokenOutput;
 use crate::sequence::Sequence;
 use crate::verifier::{keep_matching, Verdict};
@@ -44,12 +44,11 @@ pub struct Verified {
 /// Verifies every window against `logits` ([rows, vocab]), `eos` being the tokens a
 /// sequence's `min_tokens` holds back with its stop tokens. One result per window, in order.
 ///
-/// Logits the host cannot read in place (on a GPU) cost a copy of every row read, so there the
-/// rows that allow it choose on the device (`device_choices`), and a window whose rows all
-/// did reads no row but where the device's values leave a cut undecided.
+/// Logits the host cannot read in place (on a GPU) cost a copy of every row read, so there
+/// rows choose on the device (`device_choices`), and a window reads no row but where the
+/// device's values leave a cut undecided.
 pub fn rejection_sample(logits: &Tensor, windows: &[Window], eos: &[u32]) -> candle_core::Result<Vec<Verified>> {
-    let vocab = logits.dim(1)?;
-    let choices = device_choices(logits, windows)?;
+    let choices = device_choices(logits, windows, eos)?;
     windows
         .iter()
         .map(|w| {
@@ -57,18 +56,10 @@ pub fn rejection_sample(logits: &Tensor, windows: &[Window], eos: &[u32]) -> can
             let rows = w.first_row..w.first_row + w.drafts.len() + 1;
             let chosen = &choices[rows.clone()];
             if chosen.iter().all(Option::is_some) {
-                // Tokens up to the first that differs from its draft, a row read only where
-                // the device's values leave its cut undecided.
+                // Tokens up to the first that differs from its draft.
                 let mut own = Vec::new();
                 for (i, choice) in chosen.iter().flatten().enumerate() {
-                    let position = w.position + i;
-                    let token = match choice.token(seq, position, vocab) {
-                        Some(token) => token,
-                        None => with_rows(logits, w.first_row + i..w.first_row + i + 1, |mut row| {
-                            seq.sampler
-                                .sample(row.next().expect("one row"), &seq.params.sampling, position)
-                        })?,
-                    };
+                    let token = choice.token(seq, w.position + i)?;
                     own.push(token);
                     if w.drafts.get(i) != Some(&token) {
                         break;
@@ -79,20 +70,15 @@ pub fn rejection_sample(logits: &Tensor, windows: &[Window], eos: &[u32]) -> can
                     .tokens
                     .iter()
                     .zip(chosen.iter().flatten())
-                    .enumerate()
-                    .map(|(i, (&token, choice))| choice.output(token, seq, logits, w.first_row + i))
+                    .map(|(&token, choice)| choice.output(token, seq))
                     .collect::<candle_core::Result<_>>()?;
                 return Ok(Verified { verdict, outputs });
             }
             with_rows(logits, rows, |rows| {
                 let adjusted = adjusted_rows(seq, w.drafts, rows.clone(), eos);
-                let own = adjusted.zip(chosen).enumerate().map(|(i, (row, choice))| {
-                    let position = w.position + i;
-                    choice
-                        .as_ref()
-                        .and_then(|c| c.token(seq, position, vocab))
-                        .unwrap_or_else(|| seq.sampler.sample(&row, &seq.params.sampling, position))
-                });
+                let own = adjusted
+                    .enumerate()
+                    .map(|(i, row)| seq.sampler.sample(&row, &seq.params.sampling, w.position + i));
                 let verdict = keep_matching(w.drafts, own);
                 let outputs = token_outputs(&verdict.tokens, rows, seq.logprobs);
                 Verified { verdict, outputs }
@@ -101,48 +87,33 @@ pub fn rejection_sample(logits: &Tensor, windows: &[Window], eos: &[u32]) -> can
         .collect()
 }
 
-/// The rows of a window as the sequence's next tokens are chosen from: row i follows the
-/// sequence's tokens and `drafts[..i]`. Its stop tokens (`eos` among them) are held back
-/// while fewer than `min_tokens` tokens are generated. A row is copied only where something
-/// applies to it, and only when the iterator reaches it (verification stops at a rejection).
+/// The rows of a window as the sequence's next tokens are chosen from (`Adjuster`). A row is
+/// copied only where something applies to it, and only when the iterator reaches it
+/// (verification stops at a rejection).
 fn adjusted_rows<'a>(
     seq: &'a Sequence,
     drafts: &'a [u32],
     rows: impl ExactSizeIterator<Item = &'a [f32]>,
     eos: &[u32],
 ) -> impl ExactSizeIterator<Item = Cow<'a, [f32]>> {
-    let penalties = &seq.params.sampling.penalties;
-    let min_tokens = seq.params.min_tokens;
-    let applies = !penalties.is_off() || seq.generated().len() < min_tokens;
-    let stop_ids = if applies { seq.stop_ids(eos) } else { Vec::new() };
-    let mut history = applies.then(|| History::new(&seq.token_ids[..seq.num_prompt_tokens], seq.generated()));
+    let mut adjuster = Adjuster::of(seq, drafts, eos);
     rows.enumerate().map(move |(i, row)| {
-        let Some(history) = history.as_mut() else {
-            return Cow::Borrowed(row);
-        };
-        if i > 0 {
-            history.push(drafts[i - 1]);
-        }
-        let held = history.generated() < min_tokens;
-        if penalties.is_off() && !held {
-            return Cow::Borrowed(row);
-        }
-        let mut row = row.to_vec();
-        penalties.apply(&mut row, history);
-        if held {
-            for &token in &stop_ids {
-                if let Some(l) = row.get_mut(token as usize) {
-                    *l = f32::NEG_INFINITY;
-                }
+        let applies = adjuster.as_mut().is_some_and(|a| a.at_row(i));
+        match &adjuster {
+            Some(adjuster) if applies => {
+                let mut row = row.to_vec();
+                adjuster.apply(&mut row[..]);
+                Cow::Owned(row)
             }
+            _ => Cow::Borrowed(row),
         }
-        Cow::Owned(row)
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::penalties::Penalties;
     use crate::request::GenerateParams;
     use crate::sampler::argmax;
     use crate::sampling_params::SamplingParams;
@@ -235,18 +206,29 @@ mod tests {
         assert_eq!(verified[2].verdict.tokens, [argmax(&without_eos) as u32]);
 
         // A strided tensor, which the host cannot read in place (as a GPU's logits), gives the
-        // same verdicts: the greedy window through each row's argmax, the others through a
-        // copy of their rows.
+        // same verdicts: the greedy window through each row's argmax, the sampled one through
+        // its rows' first tokens (or the rows, where those leave the cut undecided), the held
+        // one through an adjusted copy of its row.
         let strided = logits.t().unwrap().contiguous().unwrap().t().unwrap();
         assert_eq!(rejection_sample(&strided, &windows, &eos).unwrap(), verified);
     }
 
+    /// The Gumbel-max draw of `seq`'s token at `position` from `row`.
+    fn gumbel_of(seq: &Sequence, row: &[f32], temperature: f32, position: usize) -> u32 {
+        let request = GumbelRequest {
+            row: 0,
+            temperature,
+            key: seq.sampler.key(position),
+        };
+        let row = Tensor::from_slice(row, (1, row.len()), &Device::Cpu).unwrap();
+        gumbel_sample(&row, &[request]).unwrap()[0]
+    }
+
     /// Logits the host cannot read in place (a strided tensor stands for a GPU's) choose on
-    /// the device where a row allows it: sampled rows with a cut commit the host's own tokens
-    /// whether the device's values decide the cut (peaked rows) or the row is read (flat
-    /// ones), and rows with no cut commit the Gumbel-max draws for their positions. Rows whose
-    /// stop tokens `min_tokens` holds back are read, and the window's later rows still choose
-    /// on the device.
+    /// the device: sampled rows with a cut commit the host's own tokens whether the device's
+    /// values decide the cut (peaked rows) or the row is read (flat ones), and rows with no
+    /// cut commit the Gumbel-max draws for their positions, with the stop tokens `min_tokens`
+    /// holds back out of the draw.
     #[test]
     fn rows_on_a_device_choose_there_as_the_host_would() {
         const WIDE: usize = 1000;
@@ -274,14 +256,7 @@ mod tests {
             sampled(0, 1.0, 2),
         ];
         let eos = [3];
-        let gumbel = |seq: &Sequence, row: usize, position: usize| {
-            let request = GumbelRequest {
-                row,
-                temperature: 0.8,
-                key: seq.sampler.key(position),
-            };
-            gumbel_sample(&logits, &[request]).unwrap()[0]
-        };
+        let gumbel = |seq: &Sequence, row: &[f32], position: usize| gumbel_of(seq, row, 0.8, position);
         // Each window's three rows (positions 3, 4, 5) and the token each should choose.
         let own: Vec<Vec<u32>> = seqs
             .iter()
@@ -292,13 +267,13 @@ mod tests {
                         let (row, position) = (3 * w + i, 3 + i);
                         match w {
                             0 | 1 => seq.sampler.sample(rows[row], &seq.params.sampling, position),
-                            2 => gumbel(seq, row, position),
+                            2 => gumbel(seq, rows[row], position),
                             _ if i < 2 => {
                                 let mut held = rows[row].to_vec();
                                 held[eos[0] as usize] = f32::NEG_INFINITY;
-                                seq.sampler.sample(&held, &seq.params.sampling, position)
+                                gumbel(seq, &held, position)
                             }
-                            _ => gumbel(seq, row, position),
+                            _ => gumbel(seq, rows[row], position),
                         }
                     })
                     .collect()
@@ -352,6 +327,102 @@ mod tests {
                 );
                 let ids = |o: &TokenOutput| o.top_logprobs.iter().map(|(t, _)| *t).collect::<Vec<_>>();
                 assert_eq!(ids(got), ids(&want));
+            }
+        }
+    }
+
+    /// Rows that penalties, logit bias or held-back stop tokens adjust choose on the device
+    /// from their adjusted copies: greedy and cut rows commit the host's tokens, rows with no
+    /// cut the Gumbel-max draws from the host's adjusted rows, and log-probabilities stay
+    /// those of the unadjusted rows.
+    #[test]
+    fn adjusted_rows_choose_on_the_device_as_the_host_would() {
+        const WIDE: usize = 1000;
+        let mut rng = StdRng::seed_from_u64(21);
+        let values: Vec<f32> = (0..16 * WIDE)
+            .map(|i| rng.random::<f32>() * if (i / WIDE).is_multiple_of(2) { 12.0 } else { 3.0 })
+            .collect();
+        let rows: Vec<&[f32]> = values.chunks(WIDE).collect();
+        let logits = Tensor::from_vec(values.clone(), (16, WIDE), &Device::Cpu).unwrap();
+        let strided = logits.t().unwrap().contiguous().unwrap().t().unwrap();
+        let eos = [argmax(rows[0]) as u32, argmax(rows[4]) as u32];
+        let adjusted = |temperature, top_k, top_p, min_tokens, logprobs| {
+            let sampling = SamplingParams {
+                temperature,
+                top_k,
+                top_p,
+                seed: Some(5),
+                penalties: Penalties {
+                    presence: 0.8,
+                    frequency: 0.6,
+                    repetition: 1.4,
+                    logit_bias: vec![(17, 4.0), (argmax(rows[8]) as u32, -100.0)],
+                },
+                ..SamplingParams::default()
+            };
+            let mut seq = sequence(sampling, min_tokens, logprobs);
+            seq.token_ids.extend([argmax(rows[1]) as u32, 17, 17]);
+            seq
+        };
+        let seqs = [
+            adjusted(0.0, 0, 1.0, 0, Some(3)),
+            adjusted(0.8, 0, 0.9, 5, Some(2)),
+            adjusted(1.0, 20, 1.0, 0, None),
+            adjusted(0.8, 0, 1.0, 7, Some(0)),
+        ];
+        // Each sequence's own tokens for its rows, found a row at a time on the host.
+        fn window<'a>(seqs: &'a [Sequence], w: usize, drafts: &'a [u32]) -> Window<'a> {
+            Window {
+                first_row: 4 * w,
+                drafts,
+                position: 6,
+                seq: &seqs[w],
+            }
+        }
+        let own: Vec<Vec<u32>> = (0..seqs.len())
+            .map(|w| {
+                let mut found: Vec<u32> = Vec::new();
+                for i in 0..4 {
+                    let next = if w == 3 {
+                        let mut adjuster = Adjuster::of(&seqs[w], &found, &eos).unwrap();
+                        let mut row = rows[4 * w + i].to_vec();
+                        assert!(adjuster.at_row(i));
+                        adjuster.apply(&mut row[..]);
+                        gumbel_of(&seqs[w], &row, 0.8, 6 + i)
+                    } else {
+                        let verified = rejection_sample(&logits, &[window(&seqs, w, &found)], &eos).unwrap();
+                        *verified[0].verdict.tokens.last().unwrap()
+                    };
+                    found.push(next);
+                }
+                found
+            })
+            .collect();
+        let windows: Vec<Window> = (0..seqs.len()).map(|w| window(&seqs, w, &own[w][..3])).collect();
+        let on_host = rejection_sample(&logits, &windows, &eos).unwrap();
+        let on_device = rejection_sample(&strided, &windows, &eos).unwrap();
+        for (w, (device, host)) in on_device.iter().zip(&on_host).enumerate() {
+            assert_eq!(
+                (device.verdict.accepted, &device.verdict.tokens),
+                (3, &own[w]),
+                "window {w}"
+            );
+            let outputs = token_outputs(&own[w], rows[4 * w..].iter().copied(), seqs[w].logprobs);
+            let expected = if w == 3 { &outputs } else { &host.outputs };
+            for (got, want) in device.outputs.iter().zip(expected) {
+                assert_eq!(got.id, want.id);
+                let close = |a: Option<f32>, b: Option<f32>| match (a, b) {
+                    (Some(a), Some(b)) => (a - b).abs() < 1e-5,
+                    (a, b) => a == b,
+                };
+                assert!(close(got.logprob, want.logprob), "window {w}: {got:?} vs {want:?}");
+                assert_eq!(got.top_logprobs.len(), want.top_logprobs.len());
+                for (g, e) in got.top_logprobs.iter().zip(&want.top_logprobs) {
+                    assert!(
+                        g.0 == e.0 && (g.1 - e.1).abs() < 1e-5,
+                        "window {w}: {got:?} vs {want:?}"
+                    );
+                }
             }
         }
     }

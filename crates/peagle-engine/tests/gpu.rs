@@ -4,7 +4,7 @@
 //! pass.
 #![cfg(feature = "cuda")]
 
-use peagle_engine::{DraftModel, GenerateParams, Generator, GeneratorOptions, SamplingParams, SpecStats};
+use peagle_engine::{DraftModel, GenerateParams, Generator, GeneratorOptions, Penalties, SamplingParams, SpecStats};
 use peagle_models::{DTypeSpec, DeviceSpec, KvCacheDtype, LoadOptions};
 mod common;
 use common::{demo, eval_prompts, fixture, repo};
@@ -112,26 +112,46 @@ fn speculative_greedy_output_equals_plain_on_the_gpu() {
 }
 
 /// Seeded sampling on the GPU, with a top-p cut (chosen from the device's first tokens, or
-/// the row where those leave the cut undecided), with no cut (Gumbel-max on the device), and
-/// with `min_tokens` holding the end of text back at first: P-EAGLE at K = 7 and EAGLE-3 at
-/// K = 3 commit exactly the tokens plain decoding does.
+/// the row where those leave the cut undecided), with no cut (Gumbel-max on the device), with
+/// `min_tokens` holding the end of text back at first, and with penalties and logit bias
+/// (rows adjusted on the device), sampled and greedy: P-EAGLE at K = 7 and EAGLE-3 at K = 3
+/// commit exactly the tokens plain decoding does.
 #[test]
 fn speculative_seeded_sampling_equals_plain_on_the_gpu() {
     let Some(options) = gpu() else { return };
     let mut plain = demo(&options, None);
     let prompts = eval_prompts(&plain, 8);
-    let sampled = |top_p: f32, min_tokens: usize, seed: u64| GenerateParams {
+    let sampled = |temperature: f32, top_p: f32, min_tokens: usize, seed: u64| GenerateParams {
         max_tokens: 32,
         min_tokens,
         sampling: SamplingParams {
-            temperature: 0.8,
+            temperature,
             top_p,
             seed: Some(seed),
             ..SamplingParams::default()
         },
         ..GenerateParams::default()
     };
-    let cases = [sampled(0.9, 0, 1), sampled(1.0, 0, 2), sampled(0.95, 6, 3)];
+    let penalised = |params: GenerateParams| GenerateParams {
+        sampling: SamplingParams {
+            penalties: Penalties {
+                presence: 0.5,
+                frequency: 0.3,
+                repetition: 1.2,
+                logit_bias: vec![(13, 3.0), (198, -2.0)],
+            },
+            ..params.sampling
+        },
+        ..params
+    };
+    let cases = [
+        sampled(0.8, 0.9, 0, 1),
+        sampled(0.8, 1.0, 0, 2),
+        sampled(0.8, 0.95, 6, 3),
+        penalised(sampled(0.8, 0.9, 4, 4)),
+        penalised(sampled(0.8, 1.0, 0, 5)),
+        penalised(sampled(0.0, 1.0, 0, 6)),
+    ];
     let want: Vec<Vec<Vec<u32>>> = cases
         .iter()
         .map(|params| {

@@ -1,0 +1,189 @@
+//! What adjusts the rows of a sequence's verification window before its tokens are chosen:
+//! its penalties and logit bias, and its stop tokens held back while fewer than `min_tokens`
+//! tokens are out (`penalties` has the order and the rule for drafts). The host applies it
+//! to a whole row, or to the few values of a row it touches, with the same arithmetic, so a
+//! row adjusted where it lies (on a GPU) takes the values the host's copy would.
+
+use crate::penalties::{History, LogitsMut, Penalties};
+use crate::sequence::Sequence;
+
+/// One window's adjustments, row by row: row i follows the sequence's tokens and the
+/// window's first i drafts.
+pub struct Adjuster<'a> {
+    penalties: &'a Penalties,
+    min_tokens: usize,
+    stop_ids: Vec<u32>,
+    drafts: &'a [u32],
+    history: History,
+    row: usize,
+}
+
+impl<'a> Adjuster<'a> {
+    /// The adjustments of the window with `drafts` at the end of `seq`, `eos` being the tokens
+    /// `min_tokens` holds back with its stop tokens; None when nothing adjusts its rows.
+    pub fn of(seq: &'a Sequence, drafts: &'a [u32], eos: &[u32]) -> Option<Self> {
+        let penalties = &seq.params.sampling.penalties;
+        let min_tokens = seq.params.min_tokens;
+        if penalties.is_off() && seq.generated().len() >= min_tokens {
+            return None;
+        }
+        Some(Self {
+            penalties,
+            min_tokens,
+            stop_ids: seq.stop_ids(eos),
+            drafts,
+            history: History::new(&seq.token_ids[..seq.num_prompt_tokens], seq.generated()),
+            row: 0,
+        })
+    }
+
+    /// Moves to row `row` (rows go forward only) and says whether anything adjusts it.
+    pub fn at_row(&mut self, row: usize) -> bool {
+        assert!(row >= self.row, "an adjuster's rows go forward");
+        for &draft in &self.drafts[self.row..row] {
+            self.history.push(draft);
+        }
+        self.row = row;
+        !self.penalties.is_off() || self.holds_stop_tokens()
+    }
+
+    fn holds_stop_tokens(&self) -> bool {
+        self.history.generated() < self.min_tokens
+    }
+
+    /// Adjusts the current row's `logits`.
+    pub fn apply(&self, logits: &mut (impl LogitsMut + ?Sized)) {
+        self.penalties.apply(logits, &self.history);
+        if self.holds_stop_tokens() {
+            for &token in &self.stop_ids {
+                if let Some(l) = logits.logit_mut(token) {
+                    *l = f32::NEG_INFINITY;
+                }
+            }
+        }
+    }
+
+    /// The tokens of a `vocab`-wide row that `apply` may change, ascending.
+    pub fn touched(&self, vocab: usize) -> Vec<u32> {
+        let held = self.holds_stop_tokens().then_some(&self.stop_ids).into_iter().flatten();
+        let mut tokens: Vec<u32> = self
+            .penalties
+            .touched(&self.history)
+            .chain(held.copied())
+            .filter(|&t| (t as usize) < vocab)
+            .collect();
+        tokens.sort_unstable();
+        tokens.dedup();
+        tokens
+    }
+}
+
+/// Calls `f` with each row of the window with `drafts` at the end of `seq` that something
+/// adjusts, and the adjuster at that row.
+pub fn for_each_adjusted_row(seq: &Sequence, drafts: &[u32], eos: &[u32], mut f: impl FnMut(usize, &Adjuster)) {
+    let Some(mut adjuster) = Adjuster::of(seq, drafts, eos) else {
+        return;
+    };
+    for row in 0..=drafts.len() {
+        if adjuster.at_row(row) {
+            f(row, &adjuster);
+        }
+    }
+}
+
+/// Some of a row's logits, by token: those an adjustment touches (`Adjuster::touched`).
+pub struct SparseLogits {
+    tokens: Vec<u32>,
+    values: Vec<f32>,
+}
+
+impl SparseLogits {
+    /// `values[i]` is the logit of `tokens[i]`; the tokens ascend.
+    pub fn new(tokens: Vec<u32>, values: Vec<f32>) -> Self {
+        assert_eq!(tokens.len(), values.len(), "a value per token");
+        Self { tokens, values }
+    }
+
+    /// The logit of `token`, if held.
+    pub fn get(&self, token: u32) -> Option<f32> {
+        self.tokens.binary_search(&token).ok().map(|i| self.values[i])
+    }
+}
+
+impl LogitsMut for SparseLogits {
+    fn logit_mut(&mut self, token: u32) -> Option<&mut f32> {
+        let i = self.tokens.binary_search(&token).ok()?;
+        Some(&mut self.values[i])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::request::GenerateParams;
+    use crate::sampling_params::SamplingParams;
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+
+    /// On every row of a window, the touched values adjusted alone equal the whole row
+    /// adjusted, bit for bit, and the row's other values are left alone.
+    #[test]
+    fn touched_values_adjusted_alone_equal_the_adjusted_row() {
+        const VOCAB: usize = 50;
+        let mut rng = StdRng::seed_from_u64(5);
+        let params = GenerateParams {
+            max_tokens: 100,
+            min_tokens: 5,
+            stop_token_ids: vec![9, 70],
+            sampling: SamplingParams {
+                penalties: Penalties {
+                    presence: 0.3,
+                    frequency: -0.7,
+                    repetition: 1.3,
+                    logit_bias: vec![(4, 2.5), (4, -1.0), (60, 3.0), (11, -100.0)],
+                },
+                ..SamplingParams::default()
+            },
+            ..GenerateParams::default()
+        };
+        let mut seq = Sequence::new(vec![1, 2, 3, 2, 40], params);
+        seq.token_ids.extend([5, 6, 5]);
+        let drafts = [7, 5, 8, 8];
+        let eos = [0];
+        let mut adjuster = Adjuster::of(&seq, &drafts, &eos).expect("penalties apply");
+        for row in 0..=drafts.len() {
+            assert!(adjuster.at_row(row));
+            let logits: Vec<f32> = (0..VOCAB).map(|_| rng.random::<f32>() * 6.0 - 3.0).collect();
+            let mut dense = logits.clone();
+            adjuster.apply(&mut dense[..]);
+            let touched = adjuster.touched(VOCAB);
+            assert!(touched.windows(2).all(|w| w[0] < w[1]));
+            assert_eq!(touched.contains(&0), row < 2, "eos is held for the first two rows");
+            let values = touched.iter().map(|&t| logits[t as usize]).collect();
+            let mut sparse = SparseLogits::new(touched.clone(), values);
+            adjuster.apply(&mut sparse);
+            for token in 0..VOCAB as u32 {
+                let want = dense[token as usize].to_bits();
+                match sparse.get(token) {
+                    Some(value) => assert_eq!(value.to_bits(), want, "row {row}, token {token}"),
+                    None => assert_eq!(logits[token as usize].to_bits(), want, "row {row}, token {token}"),
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn nothing_adjusts_a_sequence_with_no_penalties_past_min_tokens() {
+        let params = GenerateParams {
+            min_tokens: 1,
+            ..GenerateParams::default()
+        };
+        let mut seq = Sequence::new(vec![1, 2], params);
+        let drafts = [3];
+        let mut adjuster = Adjuster::of(&seq, &drafts, &[0]).expect("min_tokens holds eos");
+        assert!(adjuster.at_row(0) && !adjuster.at_row(1));
+        assert_eq!(adjuster.touched(10), Vec::<u32>::new());
+        seq.token_ids.extend([4, 5]);
+        assert!(Adjuster::of(&seq, &drafts, &[0]).is_none());
+    }
+}
