@@ -65,6 +65,7 @@ fn attention(c: &mut Criterion) {
                 slot_mapping: (0..seqs)
                     .flat_map(|s| (ctx - rows..ctx).map(move |p| (s * ctx + p) as u32))
                     .collect(),
+                device: None,
             };
             g.bench_with_input(BenchmarkId::from_parameter(name), &q, |b, q| {
                 b.iter(|| black_box(paged_attention(q, &k, &v, &meta, &params, None).unwrap()))

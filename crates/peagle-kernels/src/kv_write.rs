@@ -3,24 +3,34 @@
 use crate::cache_element::CacheElement;
 use crate::contiguous::contiguous;
 use crate::error::bad_input;
+use crate::paged_attention::AttentionMetadata;
 use candle_core::{CpuStorage, InplaceOp2, Layout, Result, Tensor};
 
 /// Writes row `t` of `new` [tokens, width] (f32; f32 or bf16 on CUDA), divided by `scale`,
-/// into row `slots[t]` of `cache` [num_slots, width] (f32, or bf16 or f8e4m3 rounded to nearest
-/// even, f8e4m3 saturated at ±448). `scale` is the cache's per-tensor scale (see `KvScale`), 1
-/// for f32 and bf16. Rows of rejected speculative tokens are simply overwritten by a later call.
-pub fn write_kv(cache: &Tensor, new: &Tensor, slots: &[u32], scale: f32) -> Result<()> {
+/// into row `meta.slot_mapping[t]` of `cache` [num_slots, width] (f32, or bf16 or f8e4m3
+/// rounded to nearest even, f8e4m3 saturated at ±448); on a GPU, from the slots' device copy
+/// (`AttentionMetadata::on_device`). `scale` is the cache's per-tensor scale (see `KvScale`),
+/// 1 for f32 and bf16. Rows of rejected speculative tokens are simply overwritten by a later
+/// call.
+pub fn write_kv(cache: &Tensor, new: &Tensor, meta: &AttentionMetadata, scale: f32) -> Result<()> {
     if !(scale.is_finite() && scale > 0.0) {
         return Err(bad_input(
             "write_kv",
             format!("the cache's scale {scale} is not a positive number"),
         ));
     }
-    cache.inplace_op2(new, &WriteKv { slots, scale })
+    let op = WriteKv {
+        slots: &meta.slot_mapping,
+        on_device: meta.device.as_ref().map(|d| &d.slots),
+        scale,
+    };
+    cache.inplace_op2(new, &op)
 }
 
 struct WriteKv<'a> {
     slots: &'a [u32],
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    on_device: Option<&'a Tensor>,
     scale: f32,
 }
 
@@ -53,7 +63,13 @@ impl InplaceOp2 for WriteKv<'_> {
         src_l: &Layout,
     ) -> Result<()> {
         let width = self.check(dst_l, src_l)?;
-        crate::cuda::kv_write(dst, dst_l, src, src_l, self.slots, width, self.scale)
+        let slots = self.on_device.ok_or_else(|| {
+            bad_input(
+                "write_kv",
+                "the slots have no device copy: AttentionMetadata::on_device",
+            )
+        })?;
+        crate::cuda::kv_write(dst, dst_l, src, src_l, slots, width, self.scale)
     }
 }
 

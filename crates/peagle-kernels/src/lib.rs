@@ -47,7 +47,7 @@ pub use masked_softmax::masked_softmax;
 pub use mxfp4::{mxfp4_linear, Mxfp4Weight, MXFP4_BLOCK};
 #[cfg(feature = "cuda")]
 pub use mxfp4_experts::{Mxfp4Expert, Mxfp4Experts, Routing};
-pub use paged_attention::{paged_attention, AttentionMetadata, AttentionParams, KvScale};
+pub use paged_attention::{paged_attention, AttentionMetadata, AttentionParams, DeviceMetadata, KvScale, Sinks};
 pub use pool::on_pool;
 pub use rms_norm::{add_rms_norm, rms_norm};
 pub use rope::rope;

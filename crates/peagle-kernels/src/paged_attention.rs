@@ -19,7 +19,7 @@ use crate::head_rows::HeadRows;
 use crate::pool::{enough_tasks, for_each_chunk};
 use crate::value_sum::value_sums;
 use candle_core::backend::BackendStorage;
-use candle_core::{CpuStorage, CustomOp3, Layout, Result, Shape, Tensor};
+use candle_core::{CpuStorage, CustomOp3, Device, Layout, Result, Shape, Tensor};
 
 /// Where every query row of a flattened batch lives in the paged KV cache.
 #[derive(Debug, Clone, Default)]
@@ -33,6 +33,48 @@ pub struct AttentionMetadata {
     pub block_tables: Vec<Vec<u32>>,
     /// Cache slot (block * block_size + offset) of every query row.
     pub slot_mapping: Vec<u32>,
+    /// The same metadata where a GPU's kernels read it (`on_device`); None on the CPU.
+    pub device: Option<DeviceMetadata>,
+}
+
+/// A batch's attention metadata on a GPU: uploaded once a forward, not once a layer, and
+/// never during a forward, which a captured CUDA graph could not replay.
+#[derive(Debug, Clone)]
+pub struct DeviceMetadata {
+    /// `AttentionMetadata::packed`, which `kernels/paged_attention.cu` reads.
+    pub packed: Tensor,
+    /// The cache slots, which `kernels/kv_write.cu` reads.
+    pub slots: Tensor,
+}
+
+/// One sink logit per query head (gpt-oss), on the host and, for a GPU, on the device.
+#[derive(Debug, Clone)]
+pub struct Sinks {
+    values: Vec<f32>,
+    device: Option<Tensor>,
+}
+
+impl Sinks {
+    /// `values` for kernels on `device`.
+    pub fn new(values: Vec<f32>, device: &Device) -> Result<Self> {
+        let on_device = match device {
+            Device::Cpu => None,
+            _ => Some(Tensor::from_slice(&values, values.len(), device)?),
+        };
+        Ok(Self {
+            values,
+            device: on_device,
+        })
+    }
+
+    pub fn values(&self) -> &[f32] {
+        &self.values
+    }
+
+    /// The device copy, for a GPU's kernels.
+    pub fn on_device(&self) -> Option<&Tensor> {
+        self.device.as_ref()
+    }
 }
 
 impl AttentionMetadata {
@@ -42,6 +84,43 @@ impl AttentionMetadata {
 
     pub fn num_sequences(&self) -> usize {
         self.context_lens.len()
+    }
+
+    /// This metadata with its copy on `device` for a GPU's kernels (none on the CPU, whose
+    /// kernels read the host's).
+    pub fn on_device(mut self, device: &Device) -> Result<Self> {
+        self.device = match device {
+            Device::Cpu => None,
+            _ => Some(DeviceMetadata {
+                packed: Tensor::from_vec(self.packed(), self.packed_len(), device)?,
+                slots: Tensor::from_slice(&self.slot_mapping, self.slot_mapping.len(), device)?,
+            }),
+        };
+        Ok(self)
+    }
+
+    /// The layout `kernels/paged_attention.cu` reads: each row's sequence, each row's
+    /// position, each sequence's offset into the block tables, then the tables.
+    pub fn packed(&self) -> Vec<u32> {
+        let mut out = Vec::with_capacity(self.packed_len());
+        for (s, w) in self.query_start.windows(2).enumerate() {
+            out.extend((w[0]..w[1]).map(|_| s as u32));
+        }
+        out.extend(self.rows().into_iter().map(|(_, pos)| pos as u32));
+        let mut offset = 0;
+        for table in &self.block_tables {
+            out.push(offset as u32);
+            offset += table.len();
+        }
+        for table in &self.block_tables {
+            out.extend_from_slice(table);
+        }
+        out
+    }
+
+    fn packed_len(&self) -> usize {
+        let tables: usize = self.block_tables.iter().map(Vec::len).sum();
+        2 * self.num_rows() + self.num_sequences() + tables
     }
 
     /// Sequence index and position of every query row.
@@ -54,7 +133,9 @@ impl AttentionMetadata {
         rows
     }
 
-    fn validate(&self, num_slots: usize) -> Result<()> {
+    /// Checks the metadata against a cache of `num_slots` slots: what every kernel that reads
+    /// it relies on.
+    pub fn validate(&self, num_slots: usize) -> Result<()> {
         let seqs = self.num_sequences();
         let fail = |msg: String| Err(bad_input("paged_attention", msg));
         if self.block_size == 0 {
@@ -139,7 +220,7 @@ pub fn paged_attention(
     v_cache: &Tensor,
     meta: &AttentionMetadata,
     params: &AttentionParams,
-    sinks: Option<&[f32]>,
+    sinks: Option<&Sinks>,
 ) -> Result<Tensor> {
     q.apply_op3_no_bwd(k_cache, v_cache, &PagedAttention { meta, params, sinks })
 }
@@ -147,7 +228,7 @@ pub fn paged_attention(
 struct PagedAttention<'a> {
     meta: &'a AttentionMetadata,
     params: &'a AttentionParams,
-    sinks: Option<&'a [f32]>,
+    sinks: Option<&'a Sinks>,
 }
 
 impl CustomOp3 for PagedAttention<'_> {
@@ -214,7 +295,7 @@ impl PagedAttention<'_> {
             || p.sliding_window == Some(0)
             || !(p.kv_scale.k.is_finite() && p.kv_scale.k > 0.0)
             || !(p.kv_scale.v.is_finite() && p.kv_scale.v > 0.0)
-            || self.sinks.is_some_and(|s| s.len() != p.num_heads)
+            || self.sinks.is_some_and(|s| s.values.len() != p.num_heads)
         {
             return Err(bad_input(
                 "paged_attention",
@@ -223,7 +304,7 @@ impl PagedAttention<'_> {
                     ql.shape(),
                     kl.shape(),
                     vl.shape(),
-                    self.sinks.map_or(0, <[f32]>::len)
+                    self.sinks.map_or(0, |s| s.values.len())
                 ),
             ));
         }
@@ -274,7 +355,7 @@ impl PagedAttention<'_> {
                     head_dim: d,
                 };
                 let q = &q[row * q_width + g * group * d..][..group * d];
-                let sinks = self.sinks.map(|s| &s[g * group..][..group]);
+                let sinks = self.sinks.map(|s| &s.values[g * group..][..group]);
                 attend_key_head(q, (rows(k), rows(v)), p, sinks, &mut weights, out)
             }
         });

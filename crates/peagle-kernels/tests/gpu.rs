@@ -7,7 +7,7 @@ use candle_core::{DType, Device, Tensor};
 use peagle_kernels::{
     add_rms_norm, argmax_rows, fp8_linear, gumbel_sample, invariant_matmul, paged_attention, rms_norm, rope,
     row_candidates, swiglu, write_kv, AttentionMetadata, AttentionParams, CandidateRequest, Fp8Weight, GumbelRequest,
-    KvScale, Mxfp4Expert, Mxfp4Experts, Mxfp4Weight, Routing, RowCandidates, MAX_ROW_CANDIDATES,
+    KvScale, Mxfp4Expert, Mxfp4Experts, Mxfp4Weight, Routing, RowCandidates, Sinks, MAX_ROW_CANDIDATES,
 };
 
 fn gpu() -> Option<Device> {
@@ -372,29 +372,26 @@ fn paged_attention_matches_the_cpu_kernel_and_is_batch_invariant() {
                     sliding_window: window,
                     kv_scale: KvScale::ONE,
                 };
-                let sinks = with_sinks.then(|| values(heads, 99, 3.0));
+                let sink_values = with_sinks.then(|| values(heads, 99, 3.0));
+                let sinks = sink_values.clone().map(|v| Sinks::new(v, &Device::Cpu).unwrap());
+                let gpu_sinks = sink_values.map(|v| Sinks::new(v, &dev).unwrap());
+                let (sinks, gpu_sinks) = (sinks.as_ref(), gpu_sinks.as_ref());
                 // A prefill chunk over context, a decode row, an 8-row verification window and a
                 // long context of several key tiles.
                 let b = batch(&[(40, 17), (9, 1), (300, 8), (700, 1)], params, 11);
+                let gpu_meta = b.meta.clone().on_device(&dev).unwrap();
                 let what = format!("heads {heads}/{kv_heads}x{d}, window {window:?}, sinks {with_sinks}");
-                let want = paged_attention(&b.q, &b.k, &b.v, &b.meta, &params, sinks.as_deref()).unwrap();
-                let got = paged_attention(&g(&b.q), &g(&b.k), &g(&b.v), &b.meta, &params, sinks.as_deref()).unwrap();
+                let want = paged_attention(&b.q, &b.k, &b.v, &b.meta, &params, sinks).unwrap();
+                let got = paged_attention(&g(&b.q), &g(&b.k), &g(&b.v), &gpu_meta, &params, gpu_sinks).unwrap();
                 let diff = max_rel_diff(&host(&got), &host(&want));
                 assert!(diff < 1e-5, "{what}: f32 cache off by {diff}");
 
                 // bf16 queries and cache, against the CPU on the same rounded values.
                 let r = |t: &Tensor| t.to_dtype(DType::BF16).unwrap();
-                let got_bf16 = paged_attention(
-                    &g(&r(&b.q)),
-                    &g(&r(&b.k)),
-                    &g(&r(&b.v)),
-                    &b.meta,
-                    &params,
-                    sinks.as_deref(),
-                )
-                .unwrap();
+                let got_bf16 =
+                    paged_attention(&g(&r(&b.q)), &g(&r(&b.k)), &g(&r(&b.v)), &gpu_meta, &params, gpu_sinks).unwrap();
                 let f = |t: &Tensor| r(t).to_dtype(DType::F32).unwrap();
-                let want = paged_attention(&f(&b.q), &r(&b.k), &r(&b.v), &b.meta, &params, sinks.as_deref()).unwrap();
+                let want = paged_attention(&f(&b.q), &r(&b.k), &r(&b.v), &b.meta, &params, sinks).unwrap();
                 let diff = max_rel_diff(&host(&got_bf16), &host(&want));
                 assert!(diff < 1e-2, "{what}: bf16 off by {diff}");
 
@@ -405,8 +402,8 @@ fn paged_attention_matches_the_cpu_kernel_and_is_batch_invariant() {
                 };
                 let e4m3 = |t: &Tensor, scale: f32| (t / scale as f64).unwrap().to_dtype(DType::F8E4M3).unwrap();
                 let (k8, v8) = (e4m3(&b.k, 0.5), e4m3(&b.v, 0.125));
-                let want = paged_attention(&b.q, &k8, &v8, &b.meta, &fp8, sinks.as_deref()).unwrap();
-                let got = paged_attention(&g(&b.q), &g(&k8), &g(&v8), &b.meta, &fp8, sinks.as_deref()).unwrap();
+                let want = paged_attention(&b.q, &k8, &v8, &b.meta, &fp8, sinks).unwrap();
+                let got = paged_attention(&g(&b.q), &g(&k8), &g(&v8), &gpu_meta, &fp8, gpu_sinks).unwrap();
                 let diff = max_rel_diff(&host(&got), &host(&want));
                 assert!(diff < 1e-5, "{what}: fp8 cache off by {diff}");
 
@@ -417,10 +414,12 @@ fn paged_attention_matches_the_cpu_kernel_and_is_batch_invariant() {
                     context_lens: vec![300],
                     block_tables: vec![b.meta.block_tables[2].clone()],
                     slot_mapping: vec![b.meta.slot_mapping[17 + 1 + 7]],
-                };
+                    device: None,
+                }
+                .on_device(&dev)
+                .unwrap();
                 let q_row = b.q.narrow(0, 17 + 1 + 7, 1).unwrap();
-                let single =
-                    paged_attention(&g(&q_row), &g(&b.k), &g(&b.v), &alone, &params, sinks.as_deref()).unwrap();
+                let single = paged_attention(&g(&q_row), &g(&b.k), &g(&b.v), &alone, &params, gpu_sinks).unwrap();
                 assert_eq!(
                     bits(&single),
                     bits(&got.narrow(0, 17 + 1 + 7, 1).unwrap()),
@@ -434,7 +433,11 @@ fn paged_attention_matches_the_cpu_kernel_and_is_batch_invariant() {
 #[test]
 fn kv_write_rounds_exactly_as_the_cpu() {
     let Some(dev) = gpu() else { return };
-    let slots = [5u32, 0, 17, 3];
+    let slots = AttentionMetadata {
+        slot_mapping: vec![5, 0, 17, 3],
+        ..Default::default()
+    };
+    let gpu_slots = slots.clone().on_device(&dev).unwrap();
     // Up to ±4000 / 8 = ±500: FP8 saturates some, as on the CPU.
     let new = tensor((4, 96), 12, 4000.0);
     for (dtype, scale) in [
@@ -446,12 +449,12 @@ fn kv_write_rounds_exactly_as_the_cpu() {
         let cpu = Tensor::zeros((20, 96), dtype, &Device::Cpu).unwrap();
         write_kv(&cpu, &new, &slots, scale).unwrap();
         let gpu_cache = Tensor::zeros((20, 96), dtype, &dev).unwrap();
-        write_kv(&gpu_cache, &new.to_device(&dev).unwrap(), &slots, scale).unwrap();
+        write_kv(&gpu_cache, &new.to_device(&dev).unwrap(), &gpu_slots, scale).unwrap();
         assert_eq!(bits(&gpu_cache), bits(&cpu), "{dtype:?} cache, scale {scale}");
         // bf16 rows into the cache.
         let gpu_cache = Tensor::zeros((20, 96), dtype, &dev).unwrap();
         let rounded = new.to_dtype(DType::BF16).unwrap();
-        write_kv(&gpu_cache, &rounded.to_device(&dev).unwrap(), &slots, scale).unwrap();
+        write_kv(&gpu_cache, &rounded.to_device(&dev).unwrap(), &gpu_slots, scale).unwrap();
         let cpu = Tensor::zeros((20, 96), dtype, &Device::Cpu).unwrap();
         write_kv(&cpu, &rounded.to_dtype(DType::F32).unwrap(), &slots, scale).unwrap();
         assert_eq!(
@@ -461,8 +464,17 @@ fn kv_write_rounds_exactly_as_the_cpu() {
         );
     }
     let cache = Tensor::zeros((20, 96), DType::F32, &dev).unwrap();
-    let err = write_kv(&cache, &new.to_device(&dev).unwrap(), &[1, 2, 3, 20], 1.0).unwrap_err();
+    let outside = AttentionMetadata {
+        slot_mapping: vec![1, 2, 3, 20],
+        ..Default::default()
+    }
+    .on_device(&dev)
+    .unwrap();
+    let err = write_kv(&cache, &new.to_device(&dev).unwrap(), &outside, 1.0).unwrap_err();
     assert!(err.to_string().contains("slot 20 outside"), "{err}");
+    // Metadata made for the host has no device copy for the kernel to read.
+    let err = write_kv(&cache, &new.to_device(&dev).unwrap(), &slots, 1.0).unwrap_err();
+    assert!(err.to_string().contains("no device copy"), "{err}");
 }
 
 /// A random MXFP4 weight [out, in]: every 4-bit code, scales around 2^-4.

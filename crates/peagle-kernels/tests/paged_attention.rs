@@ -4,7 +4,7 @@
 use candle_core::{DType, Device, Tensor};
 use float8::F8E4M3;
 use half::bf16;
-use peagle_kernels::{on_pool, paged_attention, write_kv, AttentionMetadata, AttentionParams, KvScale};
+use peagle_kernels::{on_pool, paged_attention, write_kv, AttentionMetadata, AttentionParams, KvScale, Sinks};
 
 const BLOCK: usize = 4;
 const PARAMS: AttentionParams = AttentionParams {
@@ -129,10 +129,18 @@ fn cache_of(dtype: DType, seqs: &[&Seq], num_blocks: usize) -> Cache {
         let slots: Vec<u32> = (0..s.len).map(|p| slot(s, p)).collect();
         let k = Tensor::from_slice(&s.k, (s.len, kw), &dev).unwrap();
         let v = Tensor::from_slice(&s.v, (s.len, kw), &dev).unwrap();
-        write_kv(&cache.k, &k, &slots, scale.k).unwrap();
-        write_kv(&cache.v, &v, &slots, scale.v).unwrap();
+        write_kv(&cache.k, &k, &at_slots(&slots), scale.k).unwrap();
+        write_kv(&cache.v, &v, &at_slots(&slots), scale.v).unwrap();
     }
     cache
+}
+
+/// Metadata whose rows go to `slots`, all `write_kv` reads.
+fn at_slots(slots: &[u32]) -> AttentionMetadata {
+    AttentionMetadata {
+        slot_mapping: slots.to_vec(),
+        ..Default::default()
+    }
 }
 
 /// Runs the last `rows[i]` positions of each sequence as one flattened batch.
@@ -170,8 +178,9 @@ fn run_with_sinks(
         sliding_window: window,
         ..params
     };
+    let sinks = sinks.map(|s| Sinks::new(s.to_vec(), &Device::Cpu).unwrap());
     let attend = || {
-        paged_attention(&q, &cache.k, &cache.v, &meta, &params, sinks)
+        paged_attention(&q, &cache.k, &cache.v, &meta, &params, sinks.as_ref())
             .unwrap()
             .to_vec2()
             .unwrap()
@@ -308,6 +317,7 @@ fn inconsistent_metadata_is_an_error_not_a_panic() {
         context_lens: vec![9],
         block_tables: vec![vec![0, 1]],
         slot_mapping: vec![7, 8],
+        device: None,
     };
     let err = paged_attention(&q, &cache.k, &cache.v, &too_long, &PARAMS, None).unwrap_err();
     assert!(err.to_string().contains("cannot hold 9 tokens"), "{err}");
@@ -322,7 +332,8 @@ fn inconsistent_metadata_is_an_error_not_a_panic() {
     };
     let err = paged_attention(&q, &cache.k, &cache.v, &fits, &no_window, None).unwrap_err();
     assert!(err.to_string().contains("sliding_window: Some(0)"), "{err}");
-    let err = paged_attention(&q, &cache.k, &cache.v, &fits, &PARAMS, Some(&[0.0; 3])).unwrap_err();
+    let three = Sinks::new(vec![0.0; 3], &Device::Cpu).unwrap();
+    let err = paged_attention(&q, &cache.k, &cache.v, &fits, &PARAMS, Some(&three)).unwrap_err();
     assert!(err.to_string().contains("and 3 sinks do not fit"), "{err}");
 }
 
@@ -374,6 +385,7 @@ fn last_row_of_three() -> (Tensor, AttentionMetadata) {
         context_lens: vec![3],
         block_tables: vec![vec![0]],
         slot_mapping: vec![2],
+        device: None,
     };
     (q, meta)
 }
@@ -497,12 +509,12 @@ fn fp8_saturates_and_scales_must_be_positive() {
     let dev = Device::Cpu;
     let cache = Tensor::zeros((4, 2), DType::F8E4M3, &dev).unwrap();
     let rows = Tensor::from_slice(&[1000f32, -1e30, 3.0, f32::INFINITY], (2, 2), &dev).unwrap();
-    write_kv(&cache, &rows, &[3, 1], 2.0).unwrap();
+    write_kv(&cache, &rows, &at_slots(&[3, 1]), 2.0).unwrap();
     let stored: Vec<Vec<f32>> = cache.to_dtype(DType::F32).unwrap().to_vec2().unwrap();
     assert_eq!(stored[3], [448.0, -448.0]);
     assert_eq!(stored[1], [1.5, 448.0]);
     for bad in [0.0, -1.0, f32::NAN, f32::INFINITY] {
-        let err = write_kv(&cache, &rows, &[3, 1], bad).unwrap_err();
+        let err = write_kv(&cache, &rows, &at_slots(&[3, 1]), bad).unwrap_err();
         assert!(err.to_string().contains("is not a positive number"), "{err}");
     }
     let a = seq(3, 110, vec![0]);

@@ -209,10 +209,11 @@ impl Drafter {
                 self.dims.num_layers
             );
         }
+        let meta = batch.attn.clone().on_device(&self.device)?;
         let x = self.layers_forward(&batch.token_ids, &batch.positions, hidden, |i| {
             AttentionContext::Paged {
                 kv: kv.layer(i),
-                meta: &batch.attn,
+                meta: &meta,
             }
         })?;
         // A pass that only fills the drafter's cache (a prefill chunk) wants no logits.

@@ -6,6 +6,7 @@ use crate::batch::ForwardBatch;
 use crate::checkpoint::Checkpoint;
 use crate::config::{ModelDims, TextConfig};
 use crate::error::LoadError;
+use crate::forward_inputs::ForwardInputs;
 use crate::kv_cache::KvCache;
 use crate::layers::{AttentionContext, AttentionOptions, DecoderLayer, Embedding, Linear, RmsNorm, RotaryEmbedding};
 use crate::target_model::{
@@ -108,19 +109,21 @@ impl TargetModel for Llama {
         Ok(())
     }
 
-    fn forward(&self, batch: &ForwardBatch, kv: &KvCache) -> Result<ForwardOutput> {
+    fn inputs(&self, batch: &ForwardBatch, kv: &KvCache) -> Result<ForwardInputs> {
         check_batch(batch, kv, &self.dims)?;
-        let ids = Tensor::from_slice(&batch.token_ids, batch.token_ids.len(), &self.device)?;
-        let rope = self.rope.tables(&batch.positions, &self.device)?;
-        let mut capture = Capture::new(batch, &self.capture_layers, &self.device)?;
-        let mut x = self.embed.forward(&ids)?;
+        ForwardInputs::new(batch, &self.rope, &self.device)
+    }
+
+    fn forward_inputs(&self, inputs: &ForwardInputs, kv: &KvCache) -> Result<ForwardOutput> {
+        let mut capture = Capture::new(inputs, &self.capture_layers);
+        let mut x = self.embed.forward(&inputs.ids)?;
         for (i, layer) in self.layers.iter().enumerate() {
             capture.layer_input(i, &x)?;
             let ctx = AttentionContext::Paged {
                 kv: kv.layer(i),
-                meta: &batch.attn,
+                meta: &inputs.attn,
             };
-            x = layer.forward(&x, &rope, &ctx)?;
+            x = layer.forward(&x, &inputs.rope, &ctx)?;
         }
         capture.finish(&x, self.dims.vocab_size, |h| self.logits_from_final(h))
     }

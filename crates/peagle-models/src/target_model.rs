@@ -4,6 +4,7 @@
 
 use crate::batch::ForwardBatch;
 use crate::config::ModelDims;
+use crate::forward_inputs::{ForwardInputs, RowSelection};
 use crate::kv_cache::KvCache;
 use crate::layers::Embedding;
 use candle_core::{bail, DType, Device, Result, Tensor};
@@ -30,9 +31,19 @@ pub trait TargetModel: Send + Sync {
     /// Chooses the captured layers (a drafter's `eagle_aux_hidden_state_layer_ids`).
     fn set_capture_layers(&mut self, layers: Vec<usize>) -> Result<()>;
 
-    /// Runs the batch, writing its keys and values to `kv`: logits of its logit rows and the
-    /// captured states of its capture rows.
-    fn forward(&self, batch: &ForwardBatch, kv: &KvCache) -> Result<ForwardOutput>;
+    /// The batch's inputs on the model's device, once the batch is checked against the model
+    /// and `kv`.
+    fn inputs(&self, batch: &ForwardBatch, kv: &KvCache) -> Result<ForwardInputs>;
+
+    /// Runs a batch's inputs, writing its keys and values to `kv`: logits of its logit rows
+    /// and the captured states of its capture rows. Copies nothing from the host and reads
+    /// nothing back.
+    fn forward_inputs(&self, inputs: &ForwardInputs, kv: &KvCache) -> Result<ForwardOutput>;
+
+    /// Runs the batch (`inputs`, then `forward_inputs`).
+    fn forward(&self, batch: &ForwardBatch, kv: &KvCache) -> Result<ForwardOutput> {
+        self.forward_inputs(&self.inputs(batch, kv)?, kv)
+    }
 }
 
 /// What one forward returns.
@@ -78,20 +89,19 @@ pub fn check_batch(batch: &ForwardBatch, kv: &KvCache, dims: &ModelDims) -> Resu
 /// run, then the logits and final states from the last layer's output.
 pub struct Capture<'a> {
     layers: &'a [usize],
-    rows: RowSelection,
-    logit_rows: RowSelection,
+    rows: &'a RowSelection,
+    logit_rows: &'a RowSelection,
     captured: Vec<(usize, Tensor)>,
 }
 
 impl<'a> Capture<'a> {
-    pub fn new(batch: &ForwardBatch, layers: &'a [usize], device: &Device) -> Result<Self> {
-        let rows = batch.token_ids.len();
-        Ok(Self {
+    pub fn new(inputs: &'a ForwardInputs, layers: &'a [usize]) -> Self {
+        Self {
             layers,
-            rows: RowSelection::new(&batch.capture_rows, rows, device)?,
-            logit_rows: RowSelection::new(&batch.logit_rows, rows, device)?,
+            rows: &inputs.capture_rows,
+            logit_rows: &inputs.logit_rows,
             captured: Vec::with_capacity(layers.len()),
-        })
+        }
     }
 
     /// Call with the residual stream `x` entering layer `layer`.
@@ -129,32 +139,5 @@ impl<'a> Capture<'a> {
             aux_hidden,
             final_hidden,
         })
-    }
-}
-
-/// The rows of a batch's activations that an output keeps (their indices ascend).
-enum RowSelection {
-    Nothing,
-    /// Every row: the activation itself serves, with no copy (every decode step's logits, and
-    /// the captured states of a batch whose sequences all feed a drafter).
-    Everything,
-    Rows(Tensor),
-}
-
-impl RowSelection {
-    fn new(rows: &[u32], total: usize, device: &Device) -> Result<Self> {
-        Ok(match rows.len() {
-            0 => Self::Nothing,
-            n if n == total => Self::Everything,
-            n => Self::Rows(Tensor::from_slice(rows, n, device)?),
-        })
-    }
-
-    fn apply(&self, x: &Tensor) -> Result<Option<Tensor>> {
-        match self {
-            Self::Nothing => Ok(None),
-            Self::Everything => Ok(Some(x.clone())),
-            Self::Rows(idx) => x.index_select(idx, 0).map(Some),
-        }
     }
 }

@@ -1,24 +1,24 @@
 use super::module::{function, Kernel, Module};
-use super::uploads::{uploaded, Upload};
-use super::{by_dtypes_or_fp8, dtype_name, dtype_name_or_fp8, grid, int, view};
+use super::{by_dtypes_or_fp8, dtype_name, dtype_name_or_fp8, grid, int, view, with_view};
 use crate::error::bad_input;
 use candle_core::backend::BackendStorage;
-use candle_core::cuda_backend::cudarc::driver::{CudaSlice, PushKernelArg};
+use candle_core::cuda_backend::cudarc::driver::{CudaView, PushKernelArg};
 use candle_core::cuda_backend::{CudaDType, CudaStorage, WrapErr};
-use candle_core::{DType, Layout, Result};
+use candle_core::{DType, Layout, Result, Tensor};
 
 /// `kernels/kv_write.cu`: row t of `src` [tokens, width], divided by `scale`, into row
-/// `slots[t]` of `cache` (shapes already checked).
+/// `slots[t]` of `cache` (shapes and slots already checked).
 pub(crate) fn kv_write(
     cache: &mut CudaStorage,
     cache_l: &Layout,
     src: &CudaStorage,
     src_l: &Layout,
-    slots: &[u32],
+    slots: &Tensor,
     width: usize,
     scale: f32,
 ) -> Result<()> {
-    if slots.is_empty() {
+    let tokens = src_l.shape().dims2()?.0;
+    if tokens == 0 {
         return Ok(());
     }
     let device = cache.device.clone();
@@ -31,23 +31,25 @@ pub(crate) fn kv_write(
     let (start, _) = cache_l
         .contiguous_offsets()
         .ok_or_else(|| bad_input("write_kv", "cache must be contiguous"))?;
-    let args = Args {
-        func: &func,
-        src,
-        src_l,
-        tokens: int("write_kv", slots.len())? as u32,
-        slots: &*uploaded(&device, Upload::CacheSlots, slots)?,
-        width: int("write_kv", width)?,
-        scale,
-    };
-    by_dtypes_or_fp8!("write_kv", (src.dtype(), cache.dtype()), launch(cache, start, &args))
+    with_view::<u32, _>(slots, "cache slots", |slots| {
+        let args = Args {
+            func: &func,
+            src,
+            src_l,
+            tokens: int("write_kv", tokens)? as u32,
+            slots: &slots,
+            width: int("write_kv", width)?,
+            scale,
+        };
+        by_dtypes_or_fp8!("write_kv", (src.dtype(), cache.dtype()), launch(cache, start, &args))
+    })
 }
 
 struct Args<'a> {
     func: &'a Kernel,
     src: &'a CudaStorage,
     src_l: &'a Layout,
-    slots: &'a CudaSlice<u32>,
+    slots: &'a CudaView<'a, u32>,
     tokens: u32,
     width: i32,
     scale: f32,

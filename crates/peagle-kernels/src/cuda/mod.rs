@@ -13,7 +13,6 @@ mod rms_norm;
 mod rope;
 mod sampling;
 mod swiglu;
-mod uploads;
 
 pub(crate) use argmax::argmax_rows;
 pub(crate) use kv_write::kv_write;
@@ -28,7 +27,7 @@ pub(crate) use swiglu::swiglu;
 use crate::error::bad_input;
 use candle_core::cuda_backend::cudarc::driver::{CudaSlice, CudaView, DeviceRepr, LaunchConfig};
 use candle_core::cuda_backend::{CudaDType, CudaDevice, CudaStorage};
-use candle_core::{DType, Layout, Result};
+use candle_core::{DType, Layout, Result, Storage, Tensor};
 
 /// The elements of a contiguous layout over `storage`, as a view the kernel reads.
 fn view<'a, T: CudaDType>(storage: &'a CudaStorage, layout: &Layout, what: &str) -> Result<CudaView<'a, T>> {
@@ -36,6 +35,16 @@ fn view<'a, T: CudaDType>(storage: &'a CudaStorage, layout: &Layout, what: &str)
         .contiguous_offsets()
         .ok_or_else(|| bad_input("peagle kernel", format!("{what} must be contiguous")))?;
     Ok(storage.as_cuda_slice::<T>()?.slice(start..end))
+}
+
+/// Calls `f` with a view of `tensor`'s elements on the device: a tensor the kernel reads beside
+/// the op's own inputs, whose storage stays locked while `f` runs.
+fn with_view<T: CudaDType, R>(tensor: &Tensor, what: &str, f: impl FnOnce(CudaView<'_, T>) -> Result<R>) -> Result<R> {
+    let (storage, layout) = tensor.storage_and_layout();
+    match &*storage {
+        Storage::Cuda(s) => f(view::<T>(s, layout, what)?),
+        _ => Err(bad_input("peagle kernel", format!("{what} must be on the GPU"))),
+    }
 }
 
 /// A fresh device buffer of `len` elements that the kernel writes in full.

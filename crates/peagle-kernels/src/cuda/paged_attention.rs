@@ -1,19 +1,18 @@
 use super::module::{function, Kernel, Module};
-use super::uploads::{uploaded, Upload};
-use super::{by_dtypes_or_fp8, dtype_name, dtype_name_or_fp8, int, output, view};
+use super::{by_dtypes_or_fp8, dtype_name, dtype_name_or_fp8, int, output, view, with_view};
 use crate::error::bad_input;
-use crate::paged_attention::{AttentionMetadata, AttentionParams};
+use crate::paged_attention::{AttentionMetadata, AttentionParams, Sinks};
 use candle_core::backend::BackendStorage;
-use candle_core::cuda_backend::cudarc::driver::{CudaSlice, DeviceRepr, LaunchConfig, PushKernelArg};
+use candle_core::cuda_backend::cudarc::driver::{CudaView, DeviceRepr, LaunchConfig, PushKernelArg};
 use candle_core::cuda_backend::{CudaDType, CudaDevice, CudaStorage, WrapErr};
 use candle_core::{DType, Layout, Result, Shape};
-use std::sync::Arc;
 
 /// Threads per block and the largest head, as `kernels/paged_attention.cu` has them.
 const THREADS: u32 = 128;
 const MAX_HEAD_DIM: usize = 256;
 
-/// `kernels/paged_attention.cu` over a batch whose metadata was validated against the cache.
+/// `kernels/paged_attention.cu` over a batch whose metadata was validated against the cache,
+/// reading the metadata's and the sinks' device copies.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn paged_attention(
     q: (&CudaStorage, &Layout),
@@ -21,7 +20,7 @@ pub(crate) fn paged_attention(
     v_cache: (&CudaStorage, &Layout),
     meta: &AttentionMetadata,
     params: &AttentionParams,
-    sinks: Option<&[f32]>,
+    sinks: Option<&Sinks>,
 ) -> Result<(CudaStorage, Shape)> {
     const OP: &str = "paged_attention";
     if params.head_dim > MAX_HEAD_DIM {
@@ -33,6 +32,17 @@ pub(crate) fn paged_attention(
     if k_cache.0.dtype() != v_cache.0.dtype() {
         return Err(bad_input(OP, "the key and value caches differ in dtype"));
     }
+    let packed = &meta
+        .device
+        .as_ref()
+        .ok_or_else(|| bad_input(OP, "the metadata has no device copy: AttentionMetadata::on_device"))?
+        .packed;
+    let sinks = sinks
+        .map(|s| {
+            s.on_device()
+                .ok_or_else(|| bad_input(OP, "the sinks have no device copy: Sinks::new for the GPU"))
+        })
+        .transpose()?;
     let device = q.0.device.clone();
     let (q_dtype, cache_dtype) = (q.0.dtype(), k_cache.0.dtype());
     let name = format!(
@@ -44,16 +54,6 @@ pub(crate) fn paged_attention(
     let width = params.num_heads * params.head_dim;
     let args = Args {
         func: function(&device, Module::PagedAttention, &name)?,
-        meta: uploaded(&device, Upload::AttentionMetadata, &packed(meta))?,
-        sinks: sinks
-            .map(|s| {
-                uploaded(
-                    &device,
-                    Upload::Sinks,
-                    &s.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
-                )
-            })
-            .transpose()?,
         out: (rows, width),
         ints: [
             int(OP, rows)?,
@@ -67,15 +67,25 @@ pub(crate) fn paged_attention(
         v_scale: params.kv_scale.v,
         window: int(OP, params.sliding_window.unwrap_or(0))?,
     };
-    let out = by_dtypes_or_fp8!(OP, (q_dtype, cache_dtype), launch(&device, q, k_cache, v_cache, &args))?;
+    let out = with_view::<u32, _>(packed, "attention metadata", |meta| match sinks {
+        Some(sinks) => with_view::<f32, _>(sinks, "sinks", |sinks| {
+            by_dtypes_or_fp8!(
+                OP,
+                (q_dtype, cache_dtype),
+                launch(&device, q, k_cache, v_cache, &meta, Some(&sinks), &args)
+            )
+        }),
+        None => by_dtypes_or_fp8!(
+            OP,
+            (q_dtype, cache_dtype),
+            launch(&device, q, k_cache, v_cache, &meta, None, &args)
+        ),
+    })?;
     Ok((out, Shape::from((rows, width))))
 }
 
 struct Args {
     func: Kernel,
-    meta: Arc<CudaSlice<u32>>,
-    /// The sinks' f32 bits: the kernel reads them as floats.
-    sinks: Option<Arc<CudaSlice<u32>>>,
     out: (usize, usize),
     /// rows, seqs, num_heads, num_kv_heads, head_dim, block_size.
     ints: [i32; 6],
@@ -85,35 +95,14 @@ struct Args {
     window: i32,
 }
 
-/// The kernel's `meta`: each row's sequence, each row's position, each sequence's offset into
-/// the block tables, then the tables.
-fn packed(meta: &AttentionMetadata) -> Vec<u32> {
-    let (rows, seqs) = (meta.num_rows(), meta.num_sequences());
-    let tables: usize = meta.block_tables.iter().map(Vec::len).sum();
-    let mut out = Vec::with_capacity(2 * rows + seqs + tables);
-    for (s, w) in meta.query_start.windows(2).enumerate() {
-        out.extend((w[0]..w[1]).map(|_| s as u32));
-    }
-    for (s, w) in meta.query_start.windows(2).enumerate() {
-        let q = w[1] - w[0];
-        out.extend((0..q).map(|i| (meta.context_lens[s] - q + i) as u32));
-    }
-    let mut offset = 0;
-    for table in &meta.block_tables {
-        out.push(offset as u32);
-        offset += table.len();
-    }
-    for table in &meta.block_tables {
-        out.extend_from_slice(table);
-    }
-    out
-}
-
+#[allow(clippy::too_many_arguments)]
 fn launch<T: CudaDType + DeviceRepr, C: CudaDType>(
     device: &CudaDevice,
     q: (&CudaStorage, &Layout),
     k_cache: (&CudaStorage, &Layout),
     v_cache: (&CudaStorage, &Layout),
+    meta: &CudaView<'_, u32>,
+    sinks: Option<&CudaView<'_, f32>>,
     a: &Args,
 ) -> Result<CudaStorage> {
     let (rows, width) = a.out;
@@ -123,9 +112,9 @@ fn launch<T: CudaDType + DeviceRepr, C: CudaDType>(
     let v = view::<C>(v_cache.0, v_cache.1, "value cache")?;
     let null: u64 = 0;
     let mut builder = a.func.builder();
-    builder.arg(&mut out).arg(&q).arg(&k).arg(&v).arg(a.meta.as_ref());
-    match &a.sinks {
-        Some(s) => builder.arg(s.as_ref()),
+    builder.arg(&mut out).arg(&q).arg(&k).arg(&v).arg(meta);
+    match sinks {
+        Some(s) => builder.arg(s),
         None => builder.arg(&null),
     };
     for i in &a.ints {

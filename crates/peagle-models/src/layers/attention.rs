@@ -5,7 +5,7 @@ use crate::error::LoadError;
 use crate::kv_cache::LayerKv;
 use crate::ops::{masked_softmax, paged_attention, write_kv};
 use candle_core::{bail, DType, Result, Tensor};
-use peagle_kernels::{AttentionMetadata, AttentionParams, KvScale};
+use peagle_kernels::{AttentionMetadata, AttentionParams, KvScale, Sinks};
 
 /// Architecture switches of one layer's attention block.
 #[derive(Debug, Clone, Copy, Default)]
@@ -25,6 +25,7 @@ pub struct AttentionOptions {
 /// Where attention takes its keys and values from.
 pub enum AttentionContext<'a> {
     /// The paged cache (inference): the batch's keys and values are written, then attended.
+    /// On a GPU the metadata carries its device copy (`AttentionMetadata::on_device`).
     Paged {
         kv: &'a LayerKv,
         meta: &'a AttentionMetadata,
@@ -40,7 +41,7 @@ pub struct Attention {
     o: Linear,
     q_norm: Option<RmsNorm>,
     k_norm: Option<RmsNorm>,
-    sinks: Option<Vec<f32>>,
+    sinks: Option<Sinks>,
     params: AttentionParams,
     /// The checkpoint's FP8 KV-cache scales (1 where it has none), used by an FP8 cache only.
     fp8_kv_scale: KvScale,
@@ -118,9 +119,9 @@ impl Attention {
                     },
                     ..*p
                 };
-                write_kv(&kv.k, &k, &meta.slot_mapping, p.kv_scale.k)?;
-                write_kv(&kv.v, &v, &meta.slot_mapping, p.kv_scale.v)?;
-                paged_attention(&q, &kv.k, &kv.v, meta, &p, self.sinks.as_deref())?
+                write_kv(&kv.k, &k, meta, p.kv_scale.k)?;
+                write_kv(&kv.v, &v, meta, p.kv_scale.v)?;
+                paged_attention(&q, &kv.k, &kv.v, meta, &p, self.sinks.as_ref())?
             }
             AttentionContext::Masked { .. } if p.sliding_window.is_some() || self.sinks.is_some() => {
                 bail!("sliding windows and attention sinks are not supported in masked (training) attention")
@@ -152,12 +153,12 @@ fn masked_attention(q: &Tensor, k: &Tensor, v: &Tensor, bias: &Tensor, p: &Atten
         .reshape((rows, p.num_heads * p.head_dim))
 }
 
-/// `{prefix}.sinks`, one logit per query head.
-fn load_sinks(ckpt: &Checkpoint, prefix: &str, heads: usize) -> std::result::Result<Vec<f32>, LoadError> {
+/// `{prefix}.sinks`, one logit per query head, where the model's kernels read them.
+fn load_sinks(ckpt: &Checkpoint, prefix: &str, heads: usize) -> std::result::Result<Sinks, LoadError> {
     let name = format!("{prefix}.sinks");
     ckpt.vector(&name, &[heads])?
         .to_dtype(candle_core::DType::F32)
-        .and_then(|t| t.to_vec1())
+        .and_then(|t| Sinks::new(t.to_vec1()?, ckpt.device()))
         .map_err(|source| LoadError::Candle {
             context: format!("reading {name}"),
             source,

@@ -16,7 +16,7 @@ mod weight;
 pub use weight::Weight;
 
 use candle_core::{bail, Device, Result, Tensor};
-use peagle_kernels::{AttentionMetadata, AttentionParams};
+use peagle_kernels::{AttentionMetadata, AttentionParams, Sinks};
 
 /// Which implementation an op takes for its input.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -129,10 +129,10 @@ pub fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor, heads: usize, head_dim: usiz
         .reshape((rows, heads * head_dim))
 }
 
-/// Writes row `t` of `new` [tokens, width], divided by the cache's `scale`, into row
-/// `slots[t]` of the paged `cache`.
-pub fn write_kv(cache: &Tensor, new: &Tensor, slots: &[u32], scale: f32) -> Result<()> {
-    peagle_kernels::write_kv(cache, new, slots, scale)
+/// Writes row `t` of `new` [tokens, width], divided by the cache's `scale`, into the cache
+/// slot `meta` maps it to.
+pub fn write_kv(cache: &Tensor, new: &Tensor, meta: &AttentionMetadata, scale: f32) -> Result<()> {
+    peagle_kernels::write_kv(cache, new, meta, scale)
 }
 
 /// Causal attention of a flattened batch's queries over the paged cache, with a sink logit
@@ -143,7 +143,7 @@ pub fn paged_attention(
     v_cache: &Tensor,
     meta: &AttentionMetadata,
     params: &AttentionParams,
-    sinks: Option<&[f32]>,
+    sinks: Option<&Sinks>,
 ) -> Result<Tensor> {
     peagle_kernels::paged_attention(q, k_cache, v_cache, meta, params, sinks)
 }
