@@ -4,10 +4,15 @@
 // saturated at its largest finite value, as the CPU does). One block per row.
 #include "common.cuh"
 
+// A row whose slot is PAD_SLOT pads a batch to a fixed shape and writes nothing.
+#define PAD_SLOT 0xFFFFFFFFu
+
 template <typename S, typename C>
 __device__ void kv_write(C* cache, const S* src, const uint32_t* slots, int width, float scale) {
+    const uint32_t slot = slots[blockIdx.x];
+    if (slot == PAD_SLOT) return;
     const S* row = src + (size_t)blockIdx.x * width;
-    C* dst = cache + (size_t)slots[blockIdx.x] * width;
+    C* dst = cache + (size_t)slot * width;
     for (int i = threadIdx.x; i < width; i += blockDim.x) dst[i] = from_f32<C>(to_f32(row[i]) / scale);
 }
 

@@ -60,6 +60,14 @@ step "demo model: plain, EAGLE-3 K=3 and P-EAGLE K=7 at concurrency 1, 4 and 16"
     --dataset models/pystdlib-12l/eval_prompts.jsonl --num-prompts 48 --concurrency 1,4,16 \
     --max-tokens 128 --out "$out/demo-sweep" >"$out/demo-sweep.log" 2>&1 || fail "demo sweep (see demo-sweep.log)"
 
+step "demo model by CUDA graphs: the same sweep with --cuda-graphs"
+"$bin/peagle-bench" sweep --serve-bin "$bin/peagle-serve" --device cuda \
+    --model models/pystdlib-12l --draft-model models/pystdlib-12l-peagle --peagle-k 7 \
+    --eagle3-draft-model models/pystdlib-12l-eagle3 --eagle3-k 3 --server-arg=--fixed-k --server-arg=--cuda-graphs \
+    --dataset models/pystdlib-12l/eval_prompts.jsonl --num-prompts 48 --concurrency 1,4,16 \
+    --max-tokens 128 --out "$out/demo-sweep-graphs" >"$out/demo-sweep-graphs.log" 2>&1 ||
+    fail "demo sweep by CUDA graphs (see demo-sweep-graphs.log)"
+
 step "transformers generate on the demo model (the peer)"
 python3 scripts/gpu_transformers_peer.py --model models/pystdlib-12l \
     --dataset models/pystdlib-12l/eval_prompts.jsonl --num-prompts 16 --max-tokens 128 \
@@ -88,16 +96,19 @@ if [ -z "${QUICK:-}" ]; then
     } >"$out/gpt-oss-make.log" 2>&1 && cp "$model/bound.json" "$out/gpt-oss-bound.json" ||
         fail "making the gpt-oss checkpoint and drafters (see gpt-oss-make.log)"
     # Random drafters accept nothing: every step drafts K (--fixed-k), so the step times are the modes' own.
-    gpt_oss_sweep() { # NAME PROMPTS CONCURRENCY
+    gpt_oss_sweep() { # NAME PROMPTS CONCURRENCY [SERVER ARGUMENT...]
+        local name=$1 prompts=$2 concurrency=$3
+        shift 3
         "$bin/peagle-bench" sweep --serve-bin "$bin/peagle-serve" --device cuda --model "$model" \
             --draft-model "$drafters/peagle" --peagle-k 7 --eagle3-draft-model "$drafters/eagle3" --eagle3-k 3 \
-            --server-arg=--fixed-k --server-arg=--max-model-len=1024 --dataset "$model/prompts.jsonl" \
-            --num-prompts "$2" --concurrency "$3" --max-tokens 128 --out "$out/$1" >"$out/$1.log" 2>&1 ||
-            fail "$1 (see $1.log)"
+            --server-arg=--fixed-k --server-arg=--max-model-len=1024 "$@" --dataset "$model/prompts.jsonl" \
+            --num-prompts "$prompts" --concurrency "$concurrency" --max-tokens 128 --out "$out/$name" \
+            >"$out/$name.log" 2>&1 || fail "$name (see $name.log)"
     }
     # Concurrency 1 on 8 of the prompts, after a level with all 8 at once that warms each server
-    # (the report leaves it out); 16 and 64 on all 64.
+    # (the report leaves it out), without CUDA graphs and with them; 16 and 64 on all 64.
     gpt_oss_sweep gpt-oss-sweep-c1 8 8,1
+    gpt_oss_sweep gpt-oss-sweep-c1-graphs 8 8,1 --server-arg=--cuda-graphs
     gpt_oss_sweep gpt-oss-sweep 64 16,64
     rm -rf "$model" "$drafters"
 fi

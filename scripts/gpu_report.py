@@ -97,6 +97,11 @@ def main(out):
         report["gpt_oss"] = gpt
         md += section
 
+    graphs, section = graph_gains(out)
+    if graphs:
+        report["cuda_graphs"] = graphs
+        md += section
+
     with open(os.path.join(out, "report.json"), "w") as f:
         json.dump(report, f, indent=1)
     with open(os.path.join(out, "report.md"), "w") as f:
@@ -212,6 +217,39 @@ def gpt_oss(out):
             "targets": [{"target": text, "value": value, "threshold": threshold,
                          "met": None if value is None else value >= threshold}
                         for text, value, threshold, _ in targets]}
+    return data, md
+
+
+def graph_gains(out):
+    """Each mode without CUDA graphs and with them (`--cuda-graphs`), from sweeps run both ways:
+    the demo model at every concurrency, gpt-oss at 1. report.json's part (None when no pair
+    finished) and report.md's lines."""
+    pairs = [("demo model", "demo-sweep", "demo-sweep-graphs", None),
+             ("gpt-oss-20b-shaped", "gpt-oss-sweep-c1", "gpt-oss-sweep-c1-graphs", 1)]
+    data = []
+    for model, without, with_graphs, only in pairs:
+        eager, graphed = ((load(os.path.join(out, d, "sweep.json")) or {"rows": []})["rows"] for d in (without, with_graphs))
+        graphed = {(r["concurrency"], r["mode"]["name"]): r for r in graphed if r["output_throughput"]}
+        for r in eager:
+            g = graphed.get((r["concurrency"], r["mode"]["name"]))
+            if not g or not r["output_throughput"] or only not in (None, r["concurrency"]):
+                continue
+            data.append({"model": model, "concurrency": r["concurrency"], "mode": r["mode"]["name"],
+                         "tokens_per_s": r["mean_output_throughput"], "tokens_per_s_graphs": g["mean_output_throughput"],
+                         "step_ms": step_ms(r), "step_ms_graphs": step_ms(g)})
+    if not data:
+        return None, []
+    md = ["", "## CUDA graphs", "",
+          "Output tokens/s and engine time per step without CUDA graphs and with them (`--cuda-graphs`), "
+          "from sweeps run both ways in this run.", "",
+          "| model | concurrency | mode | tokens/s | with graphs | step ms | with graphs |",
+          "| --- | ---: | --- | ---: | ---: | ---: | ---: |"]
+    for d in data:
+        ratio = d["tokens_per_s_graphs"] / d["tokens_per_s"] if d["tokens_per_s"] else None
+        ms = lambda v: f"{v:.3f}" if v else "-"
+        md.append(f"| {d['model']} | {d['concurrency']} | {d['mode']} | {d['tokens_per_s']:.1f} | "
+                  f"{d['tokens_per_s_graphs']:.1f}{f' ({ratio:.2f}x)' if ratio else ''} | "
+                  f"{ms(d['step_ms'])} | {ms(d['step_ms_graphs'])} |")
     return data, md
 
 

@@ -248,6 +248,10 @@ fn startup_errors_are_one_line_with_non_zero_exit() {
     fails(&["--model", &model, "--dtype", "bf16"], "compute in f32");
     fails(&["--model", &model, "--device", "cuda"], "cannot open cuda:0");
     fails(
+        &["--model", &model, "--cuda-graphs"],
+        "CUDA graphs need a GPU: --device cuda",
+    );
+    fails(
         &["--model", "acme/not-cached"],
         "acme/not-cached is not in the local Hugging Face cache (",
     );

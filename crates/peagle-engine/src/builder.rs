@@ -13,7 +13,8 @@ use crate::proposer::{Eagle3Proposer, NoProposer, PEagleProposer, Proposer};
 use crate::scheduler::{Scheduler, SchedulerConfig};
 use candle_core::DType;
 use peagle_models::{
-    ops, Drafter, GenerationConfig, KvCache, KvCacheDtype, LoadOptions, ModelDims, SamplingDefaults, TextConfig,
+    ops, CudaGraphs, Drafter, GenerationConfig, KvCache, KvCacheDtype, LoadOptions, ModelDims, SamplingDefaults,
+    TextConfig,
 };
 use std::path::PathBuf;
 
@@ -63,6 +64,8 @@ pub struct EngineBuilder {
     pub kv_cache_dtype: KvCacheDtype,
     pub scheduler: SchedulerConfig,
     pub generation_defaults: GenerationDefaults,
+    /// Run decode and verification steps by CUDA graphs (a GPU only).
+    pub cuda_graphs: bool,
 }
 
 /// A built engine and the sampling defaults it is served with.
@@ -84,12 +87,16 @@ impl EngineBuilder {
             kv_cache_dtype: KvCacheDtype::Auto,
             scheduler: SchedulerConfig::default(),
             generation_defaults: GenerationDefaults::Auto,
+            cuda_graphs: false,
         }
     }
 
     pub fn build(&self) -> Result<BuiltEngine, GenerateError> {
         self.check_sizes()?;
         ops::check_inference_device(&self.load.device).map_err(|e| GenerateError::Config(e.to_string()))?;
+        if self.cuda_graphs && !self.load.device.is_cuda() {
+            return Err(GenerateError::Config("CUDA graphs need a GPU: --device cuda".into()));
+        }
         let chosen_defaults = self.chosen_sampling_defaults()?;
         let loaded = peagle_models::load_target(&self.model_dir, self.load.clone())?;
         let max_model_len = self.max_model_len(&loaded.config)?;
@@ -128,6 +135,11 @@ impl EngineBuilder {
             target.set_capture_layers(proposer.aux_layer_ids().to_vec())?;
         }
         let kv = KvCache::new(target.dims(), num_blocks, self.block_size, dtype, &device)?;
+        let graphs = self
+            .cuda_graphs
+            .then(|| CudaGraphs::new(&device, needed, self.scheduler.max_num_seqs))
+            .transpose()
+            .map_err(|e| GenerateError::Config(e.to_string()))?;
         tracing::info!(
             model = %self.model_dir.display(),
             drafter = ?self.draft.as_ref().map(|d| d.dir.display().to_string()),
@@ -135,6 +147,7 @@ impl EngineBuilder {
             max_model_len,
             num_blocks,
             kv_cache_dtype = ?dtype,
+            cuda_graphs = self.cuda_graphs,
             "built the engine"
         );
         // Cached blocks hold this target's KV and this drafter's, in this dtype.
@@ -152,7 +165,7 @@ impl EngineBuilder {
         );
         let engine = Engine::new(
             scheduler,
-            ModelRunner::new(target, kv),
+            ModelRunner::new(target, kv, graphs),
             Drafting::new(proposer, self.scheduler.prefix_caching),
             loaded.generation.eos_token_ids,
             max_model_len,

@@ -22,6 +22,8 @@ pub struct GeneratorOptions {
     /// Prefill is split into chunks of at most this many tokens.
     pub max_batched_tokens: usize,
     pub kv_cache_dtype: KvCacheDtype,
+    /// Run decode steps by CUDA graphs (a GPU only).
+    pub cuda_graphs: bool,
 }
 
 impl Default for GeneratorOptions {
@@ -31,6 +33,7 @@ impl Default for GeneratorOptions {
             max_model_len: None,
             max_batched_tokens: 512,
             kv_cache_dtype: KvCacheDtype::Auto,
+            cuda_graphs: false,
         }
     }
 }
@@ -72,6 +75,7 @@ impl Generator {
             max_model_len: opts.max_model_len,
             block_size: opts.block_size,
             kv_cache_dtype: opts.kv_cache_dtype,
+            cuda_graphs: opts.cuda_graphs,
             scheduler: SchedulerConfig {
                 max_num_seqs: 1,
                 max_num_batched_tokens: opts.max_batched_tokens.max(1),

@@ -4,11 +4,14 @@
 use crate::error::GenerateError;
 use crate::scheduler::Work;
 use crate::sequence::Sequence;
-use peagle_models::{BatchBuilder, ForwardOutput, KvCache, Rows, SequenceRows, TargetModel};
+use peagle_models::{BatchBuilder, CudaGraphs, ForwardOutput, KvCache, Rows, SequenceRows, TargetModel};
+use std::sync::Mutex;
 
 pub struct ModelRunner {
     target: Box<dyn TargetModel>,
     kv: KvCache,
+    /// Steps whose shape has a graph run by it (a GPU with CUDA graphs on).
+    graphs: Option<Mutex<CudaGraphs>>,
 }
 
 /// One target forward: its output and where each scheduled sequence's rows landed in it.
@@ -18,8 +21,12 @@ pub struct TargetOutput {
 }
 
 impl ModelRunner {
-    pub fn new(target: Box<dyn TargetModel>, kv: KvCache) -> Self {
-        Self { target, kv }
+    pub fn new(target: Box<dyn TargetModel>, kv: KvCache, graphs: Option<CudaGraphs>) -> Self {
+        Self {
+            target,
+            kv,
+            graphs: graphs.map(Mutex::new),
+        }
     }
 
     pub fn target(&self) -> &dyn TargetModel {
@@ -58,7 +65,19 @@ impl ModelRunner {
             let capture = if captures(seq) { Rows::All } else { Rows::None };
             rows.push(batch.add(&tokens, start, &seq.block_table, logits, capture)?);
         }
-        let forward = self.target.forward(&batch.build(), &self.kv)?;
+        let batch = batch.build();
+        if let Some(graphs) = &self.graphs {
+            let mut graphs = graphs
+                .lock()
+                .map_err(|_| GenerateError::Config("a CUDA graph capture failed earlier".into()))?;
+            match graphs.forward(self.target.as_ref(), &batch, &self.kv) {
+                Ok(Some(forward)) => return Ok(TargetOutput { forward, rows }),
+                Ok(None) => {}
+                // A forward that cannot be captured (one that reads values back) runs as it is.
+                Err(e) => tracing::warn!("this step's shape runs without a CUDA graph: {e}"),
+            }
+        }
+        let forward = self.target.forward(&batch, &self.kv)?;
         Ok(TargetOutput { forward, rows })
     }
 }

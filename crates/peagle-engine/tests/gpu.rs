@@ -7,13 +7,21 @@
 use peagle_engine::{DraftModel, GenerateParams, Generator, GeneratorOptions, Penalties, SamplingParams, SpecStats};
 use peagle_models::{DTypeSpec, DeviceSpec, KvCacheDtype, LoadOptions};
 mod common;
-use common::{demo, eval_prompts, fixture, repo};
+use common::{demo, demo_with, eval_prompts, fixture, repo};
 
 /// The GPU's load options, or None (and a message) where there is none.
 fn gpu() -> Option<LoadOptions> {
     LoadOptions::place(DeviceSpec::Cuda(0), DTypeSpec::Auto)
         .inspect_err(|e| eprintln!("skipped: {e}"))
         .ok()
+}
+
+/// `g`'s output tokens for each of `prompts`.
+fn outputs(g: &mut Generator, prompts: &[Vec<u32>], params: &GenerateParams) -> Vec<Vec<u32>> {
+    prompts
+        .iter()
+        .map(|p| g.generate(p, params, |_| {}).unwrap().token_ids)
+        .collect()
 }
 
 fn greedy(max_tokens: usize) -> GenerateParams {
@@ -43,10 +51,7 @@ fn gpt_oss_speculative_greedy_output_equals_plain_on_the_gpu() {
             Generator::from_dir(&fixture("tiny-gpt-oss-mxfp4"), draft.as_ref(), options.clone(), &opts).unwrap()
         };
         let mut plain = generator(None);
-        let want: Vec<Vec<u32>> = prompts
-            .iter()
-            .map(|p| plain.generate(p, &params, |_| {}).unwrap().token_ids)
-            .collect();
+        let want = outputs(&mut plain, &prompts, &params);
         for (drafter, parallel, k) in [("tiny-gpt-oss-peagle", true, 7), ("tiny-qwen3-eagle3", false, 3)] {
             let mut g = generator(Some(DraftModel {
                 dir: fixture(drafter),
@@ -67,10 +72,7 @@ fn speculative_greedy_output_equals_plain_on_the_gpu() {
     let params = greedy(48);
     let mut plain = demo(&options, None);
     let prompts = eval_prompts(&plain, 20);
-    let want: Vec<Vec<u32>> = prompts
-        .iter()
-        .map(|p| plain.generate(p, &params, |_| {}).unwrap().token_ids)
-        .collect();
+    let want = outputs(&mut plain, &prompts, &params);
 
     // How far bf16 on the GPU follows f32 on the CPU: reported, not asserted (near-ties of
     // the two precisions may pick different tokens).
@@ -154,12 +156,7 @@ fn speculative_seeded_sampling_equals_plain_on_the_gpu() {
     ];
     let want: Vec<Vec<Vec<u32>>> = cases
         .iter()
-        .map(|params| {
-            prompts
-                .iter()
-                .map(|p| plain.generate(p, params, |_| {}).unwrap().token_ids)
-                .collect()
-        })
+        .map(|params| outputs(&mut plain, &prompts, params))
         .collect();
     for (drafter, parallel, k) in [("pystdlib-12l-peagle", true, 7), ("pystdlib-12l-eagle3", false, 3)] {
         let mut g = demo(
@@ -177,4 +174,56 @@ fn speculative_seeded_sampling_equals_plain_on_the_gpu() {
             }
         }
     }
+}
+
+/// Decode and verification steps by CUDA graphs: plain decoding, P-EAGLE at K = 7 and
+/// EAGLE-3 at K = 3 on the demo model, and gpt-oss with P-EAGLE, give the tokens plain
+/// decoding gives without graphs.
+#[test]
+fn output_by_cuda_graphs_equals_output_without() {
+    let Some(options) = gpu() else { return };
+    let params = greedy(40);
+    let with_graphs = GeneratorOptions {
+        cuda_graphs: true,
+        ..Default::default()
+    };
+    let mut plain = demo(&options, None);
+    let prompts = eval_prompts(&plain, 6);
+    let want = outputs(&mut plain, &prompts, &params);
+    let drafters = [
+        None,
+        Some(("pystdlib-12l-peagle", true, 7)),
+        Some(("pystdlib-12l-eagle3", false, 3)),
+    ];
+    for drafter in drafters {
+        let draft = drafter.map(|(name, parallel, k)| DraftModel {
+            dir: repo(&format!("models/{name}")),
+            k: Some(k),
+            parallel,
+        });
+        let mut g = demo_with(&options, draft, &with_graphs);
+        for (prompt, want) in prompts.iter().zip(&want) {
+            let out = g.generate(prompt, &params, |_| {}).unwrap();
+            assert_eq!(&out.token_ids, want, "{drafter:?} by CUDA graphs");
+        }
+    }
+
+    let gpt_oss = |draft: Option<DraftModel>, opts: &GeneratorOptions| {
+        Generator::from_dir(&fixture("tiny-gpt-oss-mxfp4"), draft.as_ref(), options.clone(), opts).unwrap()
+    };
+    let prompt: Vec<u32> = (0..12).map(|j| 2 + (j * 17) % 380).collect();
+    let want = gpt_oss(None, &GeneratorOptions::default())
+        .generate(&prompt, &params, |_| {})
+        .unwrap()
+        .token_ids;
+    let draft = DraftModel {
+        dir: fixture("tiny-gpt-oss-peagle"),
+        k: Some(7),
+        parallel: true,
+    };
+    let got = gpt_oss(Some(draft), &with_graphs)
+        .generate(&prompt, &params, |_| {})
+        .unwrap()
+        .token_ids;
+    assert_eq!(got, want, "gpt-oss with P-EAGLE by CUDA graphs");
 }

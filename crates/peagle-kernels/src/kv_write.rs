@@ -6,8 +6,20 @@ use crate::error::bad_input;
 use crate::paged_attention::AttentionMetadata;
 use candle_core::{CpuStorage, InplaceOp2, Layout, Result, Tensor};
 
+/// The slot of a row whose keys and values are not kept: a row that pads a batch to a fixed
+/// shape (a CUDA graph's), which `write_kv` skips.
+pub const PAD_SLOT: u32 = u32::MAX;
+
+/// Checks that every slot is in a cache of `num_slots` or is `PAD_SLOT`.
+pub(crate) fn check_slots(op: &'static str, slots: &[u32], num_slots: usize) -> Result<()> {
+    match slots.iter().find(|&&s| s != PAD_SLOT && s as usize >= num_slots) {
+        Some(bad) => Err(bad_input(op, format!("slot {bad} outside a cache of {num_slots}"))),
+        None => Ok(()),
+    }
+}
+
 /// Writes row `t` of `new` [tokens, width] (f32; f32 or bf16 on CUDA), divided by `scale`,
-/// into row `meta.slot_mapping[t]` of `cache` [num_slots, width] (f32, or bf16 or f8e4m3
+/// into row `meta.slot_mapping[t]` of `cache` [num_slots, width] (none for `PAD_SLOT`) (f32, or bf16 or f8e4m3
 /// rounded to nearest even, f8e4m3 saturated at ±448); on a GPU, from the slots' device copy
 /// (`AttentionMetadata::on_device`). `scale` is the cache's per-tensor scale (see `KvScale`),
 /// 1 for f32 and bf16. Rows of rejected speculative tokens are simply overwritten by a later
@@ -87,17 +99,15 @@ impl WriteKv<'_> {
                 ),
             ));
         }
-        if let Some(bad) = self.slots.iter().find(|s| **s as usize >= num_slots) {
-            return Err(bad_input(
-                "write_kv",
-                format!("slot {bad} outside a cache of {num_slots}"),
-            ));
-        }
+        check_slots("write_kv", self.slots, num_slots)?;
         Ok(width)
     }
 
     fn scatter<T: CacheElement>(&self, dst: &mut [T], src: &[f32], width: usize) {
         for (row, slot) in src.chunks_exact(width).zip(self.slots) {
+            if *slot == PAD_SLOT {
+                continue;
+            }
             for (d, s) in dst[*slot as usize * width..][..width].iter_mut().zip(row) {
                 *d = T::from_f32(*s / self.scale);
             }

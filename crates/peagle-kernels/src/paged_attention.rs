@@ -16,6 +16,7 @@ use crate::dot::dots;
 use crate::error::bad_input;
 use crate::exp::{exp, exp_sum, row_max};
 use crate::head_rows::HeadRows;
+use crate::kv_write::check_slots;
 use crate::pool::{enough_tasks, for_each_chunk};
 use crate::value_sum::value_sums;
 use candle_core::backend::BackendStorage;
@@ -172,7 +173,7 @@ impl AttentionMetadata {
                 return fail(format!("sequence {s}: block {b} outside the cache"));
             }
         }
-        Ok(())
+        check_slots("paged_attention", &self.slot_mapping, num_slots)
     }
 }
 

@@ -7,7 +7,7 @@ use candle_core::{DType, Device, Tensor};
 use peagle_kernels::{
     add_rms_norm, argmax_rows, fp8_linear, gumbel_sample, invariant_matmul, paged_attention, rms_norm, rope,
     row_candidates, swiglu, write_kv, AttentionMetadata, AttentionParams, CandidateRequest, Fp8Weight, GumbelRequest,
-    KvScale, Mxfp4Expert, Mxfp4Experts, Mxfp4Weight, Routing, RowCandidates, Sinks, MAX_ROW_CANDIDATES,
+    KvScale, Mxfp4Expert, Mxfp4Experts, Mxfp4Weight, Routing, RowCandidates, Sinks, MAX_ROW_CANDIDATES, PAD_SLOT,
 };
 
 fn gpu() -> Option<Device> {
@@ -433,8 +433,9 @@ fn paged_attention_matches_the_cpu_kernel_and_is_batch_invariant() {
 #[test]
 fn kv_write_rounds_exactly_as_the_cpu() {
     let Some(dev) = gpu() else { return };
+    // A padding row's slot writes nothing, on both.
     let slots = AttentionMetadata {
-        slot_mapping: vec![5, 0, 17, 3],
+        slot_mapping: vec![5, PAD_SLOT, 17, 3],
         ..Default::default()
     };
     let gpu_slots = slots.clone().on_device(&dev).unwrap();

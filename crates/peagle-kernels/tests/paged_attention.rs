@@ -4,7 +4,9 @@
 use candle_core::{DType, Device, Tensor};
 use float8::F8E4M3;
 use half::bf16;
-use peagle_kernels::{on_pool, paged_attention, write_kv, AttentionMetadata, AttentionParams, KvScale, Sinks};
+use peagle_kernels::{
+    on_pool, paged_attention, write_kv, AttentionMetadata, AttentionParams, KvScale, Sinks, PAD_SLOT,
+};
 
 const BLOCK: usize = 4;
 const PARAMS: AttentionParams = AttentionParams {
@@ -500,6 +502,19 @@ fn an_fp8_cache_errs_more_than_bf16_but_within_its_rounding() {
     assert!(fp8_error < 3e-2, "fp8: max abs error {fp8_error}");
     assert!(bf16_error < 2e-3, "bf16: max abs error {bf16_error}");
     assert!(fp8_error > 4.0 * bf16_error, "fp8 {fp8_error} vs bf16 {bf16_error}");
+}
+
+/// A row whose slot is `PAD_SLOT` writes nothing; any other slot outside the cache is refused.
+#[test]
+fn padding_rows_write_nothing() {
+    let dev = Device::Cpu;
+    let cache = Tensor::zeros((4, 2), DType::F32, &dev).unwrap();
+    let rows = Tensor::from_slice(&[1f32, 2.0, 3.0, 4.0], (2, 2), &dev).unwrap();
+    write_kv(&cache, &rows, &at_slots(&[PAD_SLOT, 2]), 1.0).unwrap();
+    let stored: Vec<Vec<f32>> = cache.to_vec2().unwrap();
+    assert_eq!(stored, [[0.0, 0.0], [0.0, 0.0], [3.0, 4.0], [0.0, 0.0]]);
+    let err = write_kv(&cache, &rows, &at_slots(&[PAD_SLOT - 1, 2]), 1.0).unwrap_err();
+    assert!(err.to_string().contains("outside a cache of 4"), "{err}");
 }
 
 /// e4m3 has no infinity: keys past ±448 times the scale are stored as ±448, as CUDA's

@@ -2,7 +2,7 @@
 //! prefill chunks, decode tokens and verification windows share one forward.
 
 use candle_core::{bail, Result};
-use peagle_kernels::AttentionMetadata;
+use peagle_kernels::{AttentionMetadata, PAD_SLOT};
 use std::ops::Range;
 
 pub struct ForwardBatch {
@@ -13,6 +13,62 @@ pub struct ForwardBatch {
     pub logit_rows: Vec<u32>,
     /// Rows whose hidden states the forward captures, in this order.
     pub capture_rows: Vec<u32>,
+}
+
+impl ForwardBatch {
+    /// This batch grown to `sequences` sequences whose block tables all hold `table_width`
+    /// blocks: the fixed shape of a captured CUDA graph. Each new sequence has as many rows as
+    /// the first, over token 0 at positions from 0, reading block 0 and writing nothing
+    /// (`PAD_SLOT`); its outputs are kept as the batch's are, all rows or none. A row's
+    /// results do not depend on the rest of its batch, so the batch's own rows come out of the
+    /// padded batch first and unchanged.
+    pub fn padded(&self, sequences: usize, table_width: usize) -> Result<ForwardBatch> {
+        let attn = &self.attn;
+        let (rows, seqs) = (self.token_ids.len(), attn.num_sequences());
+        let rows_each = attn.query_start.get(1).copied().unwrap_or(0);
+        let all_or_none = |kept: &[u32]| kept.is_empty() || kept.len() == rows;
+        if seqs == 0 || sequences < seqs || rows_each == 0 {
+            bail!("{seqs} sequences cannot be padded to {sequences}");
+        }
+        if table_width * attn.block_size < rows_each || attn.block_tables.iter().any(|t| t.len() > table_width) {
+            bail!("block tables longer than {table_width} blocks, or too short for {rows_each} rows");
+        }
+        if !all_or_none(&self.logit_rows) || !all_or_none(&self.capture_rows) {
+            bail!("a padded batch keeps the outputs of all its rows or of none");
+        }
+        let mut padded = ForwardBatch {
+            token_ids: self.token_ids.clone(),
+            positions: self.positions.clone(),
+            attn: AttentionMetadata {
+                block_tables: attn
+                    .block_tables
+                    .iter()
+                    .map(|t| [t.as_slice(), &vec![0; table_width - t.len()]].concat())
+                    .collect(),
+                ..attn.clone()
+            },
+            logit_rows: self.logit_rows.clone(),
+            capture_rows: self.capture_rows.clone(),
+        };
+        for _ in seqs..sequences {
+            let p = &mut padded;
+            let first = p.token_ids.len();
+            p.token_ids.extend(std::iter::repeat_n(0, rows_each));
+            p.positions.extend(0..rows_each as u32);
+            p.attn.slot_mapping.extend(std::iter::repeat_n(PAD_SLOT, rows_each));
+            p.attn.query_start.push(first + rows_each);
+            p.attn.context_lens.push(rows_each);
+            p.attn.block_tables.push(vec![0; table_width]);
+            let new_rows = (first as u32)..(first + rows_each) as u32;
+            if !self.logit_rows.is_empty() {
+                p.logit_rows.extend(new_rows.clone());
+            }
+            if !self.capture_rows.is_empty() {
+                p.capture_rows.extend(new_rows);
+            }
+        }
+        Ok(padded)
+    }
 }
 
 /// Which of a sequence's rows an output is wanted for.

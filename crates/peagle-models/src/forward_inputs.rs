@@ -5,7 +5,7 @@
 
 use crate::batch::ForwardBatch;
 use crate::layers::{RopeTables, RotaryEmbedding};
-use candle_core::{Device, Result, Tensor};
+use candle_core::{bail, Device, Result, Tensor};
 use peagle_kernels::AttentionMetadata;
 
 pub struct ForwardInputs {
@@ -33,8 +33,34 @@ impl ForwardInputs {
         })
     }
 
-    pub fn num_rows(&self) -> usize {
-        self.attn.num_rows()
+    /// Writes these inputs' values into `target`'s tensors, of the same shapes: the tensors a
+    /// captured CUDA graph reads, before its replay.
+    pub fn write_into(&self, target: &ForwardInputs) -> Result<()> {
+        let (Some(ours), Some(theirs)) = (&self.attn.device, &target.attn.device) else {
+            bail!("inputs written into a graph's need their metadata on the device");
+        };
+        let pairs = [
+            (&self.ids, &target.ids),
+            (self.rope.cos(), target.rope.cos()),
+            (self.rope.sin(), target.rope.sin()),
+            (&ours.packed, &theirs.packed),
+            (&ours.slots, &theirs.slots),
+        ];
+        for (from, to) in pairs
+            .into_iter()
+            .chain(self.logit_rows.pair(&target.logit_rows)?)
+            .chain(self.capture_rows.pair(&target.capture_rows)?)
+        {
+            if from.shape() != to.shape() {
+                bail!(
+                    "inputs of shape {:?} written into a graph's of {:?}",
+                    from.shape(),
+                    to.shape()
+                );
+            }
+            to.slice_set(from, 0, 0)?;
+        }
+        Ok(())
     }
 }
 
@@ -54,6 +80,16 @@ impl RowSelection {
             n if n == total => Self::Everything,
             n => Self::Rows(Tensor::from_slice(rows, n, device)?),
         })
+    }
+
+    /// The index tensors of this selection and `other`'s, which must select alike but for the
+    /// rows' indices.
+    fn pair<'a>(&'a self, other: &'a RowSelection) -> Result<Option<(&'a Tensor, &'a Tensor)>> {
+        match (self, other) {
+            (Self::Rows(a), Self::Rows(b)) => Ok(Some((a, b))),
+            (Self::Nothing, Self::Nothing) | (Self::Everything, Self::Everything) => Ok(None),
+            _ => bail!("row selections differ in kind"),
+        }
     }
 
     /// The kept rows of `x`, None when none is kept.

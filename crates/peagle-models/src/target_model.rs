@@ -57,6 +57,19 @@ pub struct ForwardOutput {
     pub final_hidden: Option<Tensor>,
 }
 
+impl ForwardOutput {
+    /// The outputs of the batch's first `rows` rows, of a forward that kept all its rows'
+    /// (a padded batch's own rows): views, not copies.
+    pub fn first_rows(&self, rows: usize) -> Result<ForwardOutput> {
+        let first = |t: &Tensor| t.narrow(0, 0, rows);
+        Ok(ForwardOutput {
+            logits: first(&self.logits)?,
+            aux_hidden: self.aux_hidden.as_ref().map(first).transpose()?,
+            final_hidden: self.final_hidden.as_ref().map(first).transpose()?,
+        })
+    }
+}
+
 /// EAGLE-3's choice for our own drafters: an early, a middle and the last layer.
 pub fn default_capture_layers(num_layers: usize) -> Vec<usize> {
     let last = num_layers.saturating_sub(1);

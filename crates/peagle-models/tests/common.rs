@@ -3,7 +3,7 @@
 #![allow(dead_code)]
 
 use candle_core::{DType, Device, Tensor};
-use peagle_models::{load_target, BatchBuilder, KvCache, LoadOptions, Rows, TargetModel};
+use peagle_models::{load_target, BatchBuilder, ForwardBatch, ForwardOutput, KvCache, LoadOptions, Rows, TargetModel};
 use std::collections::HashMap;
 use std::path::PathBuf;
 
@@ -121,6 +121,55 @@ pub fn run(model: &dyn TargetModel, kv: &KvCache, spans: &[(usize, &[u32], usize
             )
         })
         .collect()
+}
+
+/// Caches prompts 1 and 2, but for their last `back` tokens, as sequences 0 and 1.
+pub fn prefill_but(f: &Fixture, back: usize, kv: &KvCache) {
+    for seq in 0..2 {
+        let p = f.prompt(seq + 1);
+        run(f.model.as_ref(), kv, &[(seq, &p[..p.len() - back], 0)]);
+    }
+}
+
+/// The step that runs `window` tokens of prompts 1 and 2 from `back` before their ends as
+/// sequences 0 and 1's verification windows, every output kept.
+pub fn windows(f: &Fixture, back: usize, window: usize) -> ForwardBatch {
+    let mut b = BatchBuilder::new(BLOCK);
+    for seq in 0..2 {
+        let p = f.prompt(seq + 1);
+        let start = p.len() - back;
+        b.add(&p[start..start + window], start, &blocks(seq), Rows::All, Rows::All)
+            .unwrap();
+    }
+    b.build()
+}
+
+/// The steps the CUDA graph tests run after `prefill_but(f, 6, ..)`: two verification
+/// windows, the next two (the same shape over new inputs), and a decode row of one sequence
+/// (a shape of its own).
+pub fn graph_steps(f: &Fixture) -> [(&'static str, ForwardBatch); 3] {
+    let mut decode = BatchBuilder::new(BLOCK);
+    decode
+        .add(&[1], f.prompt(1).len(), &blocks(0), Rows::All, Rows::All)
+        .unwrap();
+    [
+        ("windows", windows(f, 6, 3)),
+        ("next windows", windows(f, 3, 3)),
+        ("decode", decode.build()),
+    ]
+}
+
+/// Asserts that a step's outputs `got`, and the cache `got_kv` it left, are bit for bit those
+/// of another run of it, `want` and `kv`.
+pub fn assert_same_step(what: &str, got: ForwardOutput, got_kv: &KvCache, want: ForwardOutput, kv: &KvCache) {
+    assert_eq!(bits(&got.logits), bits(&want.logits), "{what}: logits");
+    let (got_aux, want_aux) = (got.aux_hidden.unwrap(), want.aux_hidden.unwrap());
+    assert_eq!(bits(&got_aux), bits(&want_aux), "{what}: captured states");
+    for layer in 0..kv.num_layers() {
+        let (a, b) = (kv.layer(layer), got_kv.layer(layer));
+        assert_eq!(bits(&a.k), bits(&b.k), "{what}: layer {layer} keys");
+        assert_eq!(bits(&a.v), bits(&b.v), "{what}: layer {layer} values");
+    }
 }
 
 /// The last `window` rows of prompt 2 three ways: one token per forward, as one verification

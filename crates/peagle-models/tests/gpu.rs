@@ -6,7 +6,7 @@
 mod common;
 use candle_core::DType;
 use common::*;
-use peagle_models::{DTypeSpec, DeviceSpec, LoadOptions};
+use peagle_models::{CudaGraphs, DTypeSpec, DeviceSpec, LoadOptions};
 
 /// The fixtures whose architectures have CUDA kernels: gpt-oss's from its MXFP4 checkpoint
 /// (dense experts run on the CPU only).
@@ -149,4 +149,26 @@ fn dense_gpt_oss_refuses_the_gpu_in_one_line() {
         err.contains("from its MXFP4 checkpoint only") && !err.contains('\n'),
         "{err}"
     );
+}
+
+/// Steps run by CUDA graphs give the bits, and leave the KV cache, that the same steps give
+/// without: two verification windows captured, the next two replayed over new inputs, and a
+/// decode row of one sequence, a shape of its own.
+#[test]
+fn steps_by_cuda_graphs_equal_steps_without() {
+    let Some(options) = on_gpu(DTypeSpec::Bf16) else { return };
+    for name in GPU_FIXTURES {
+        let f = Fixture::load_with(name, options.clone());
+        let model = f.model.as_ref();
+        let mut graphs = CudaGraphs::new(&options.device, 8, 16).unwrap();
+        let (kv, graph_kv) = (f.cache(), f.cache());
+        prefill_but(&f, 6, &kv);
+        prefill_but(&f, 6, &graph_kv);
+        for (step, batch) in graph_steps(&f) {
+            let want = model.forward(&batch, &kv).unwrap();
+            let got = graphs.forward(model, &batch, &graph_kv).unwrap();
+            let got = got.expect("a graph's shape");
+            assert_same_step(&format!("{name}, {step}"), got, &graph_kv, want, &kv);
+        }
+    }
 }

@@ -60,6 +60,10 @@ struct Args {
     /// k_scale and v_scale or 1).
     #[arg(long, default_value_t = KvCacheDtype::Auto)]
     kv_cache_dtype: KvCacheDtype,
+    /// Run decode and verification steps by CUDA graphs, one captured per batch shape on its
+    /// first step (with --device cuda).
+    #[arg(long)]
+    cuda_graphs: bool,
     /// EAGLE-3 or P-EAGLE drafter directory: enables speculative decoding.
     #[arg(long)]
     draft_model: Option<PathBuf>,
@@ -106,6 +110,7 @@ fn run(args: Args) -> Result<()> {
         max_batched_tokens: args.max_batched_tokens,
         max_model_len: args.max_model_len,
         kv_cache_dtype: args.kv_cache_dtype,
+        cuda_graphs: args.cuda_graphs,
         ..Default::default()
     };
     let load = LoadOptions::place(args.device, args.dtype).context("--device / --dtype")?;

@@ -98,6 +98,10 @@ struct Args {
     /// (e4m3, a quarter, with the checkpoint's per-layer k_scale and v_scale or 1).
     #[arg(long, default_value_t = KvCacheDtype::Auto)]
     kv_cache_dtype: KvCacheDtype,
+    /// Run decode and verification steps by CUDA graphs, one captured per batch shape on its
+    /// first step (with --device cuda).
+    #[arg(long)]
+    cuda_graphs: bool,
     /// Larger request bodies get 413.
     #[arg(long, default_value_t = 4 << 20)]
     max_body_bytes: usize,
@@ -194,6 +198,7 @@ fn run(args: Args) -> Result<()> {
         kv_cache_blocks: args.kv_cache_blocks,
         block_size: args.block_size,
         kv_cache_dtype: args.kv_cache_dtype,
+        cuda_graphs: args.cuda_graphs,
         scheduler: SchedulerConfig {
             max_num_seqs: args.max_num_seqs.unwrap_or(defaults.max_num_seqs),
             max_num_batched_tokens: args.max_num_batched_tokens.unwrap_or(defaults.max_num_batched_tokens),

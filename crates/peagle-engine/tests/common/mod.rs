@@ -36,11 +36,10 @@ pub fn eval_prompts(g: &Generator, n: usize) -> Vec<Vec<u32>> {
 
 /// The demo model placed by `options`, with a drafter when one is given.
 pub fn demo(options: &LoadOptions, draft: Option<DraftModel>) -> Generator {
-    Generator::from_dir(
-        &repo("models/pystdlib-12l"),
-        draft.as_ref(),
-        options.clone(),
-        &GeneratorOptions::default(),
-    )
-    .unwrap()
+    demo_with(options, draft, &GeneratorOptions::default())
+}
+
+/// `demo` with the generator's options `opts`.
+pub fn demo_with(options: &LoadOptions, draft: Option<DraftModel>, opts: &GeneratorOptions) -> Generator {
+    Generator::from_dir(&repo("models/pystdlib-12l"), draft.as_ref(), options.clone(), opts).unwrap()
 }

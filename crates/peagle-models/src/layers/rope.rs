@@ -125,6 +125,14 @@ fn scale(inv_freq: f32, scaling: &RopeScaling) -> f32 {
 }
 
 impl RopeTables {
+    pub fn cos(&self) -> &Tensor {
+        &self.cos
+    }
+
+    pub fn sin(&self) -> &Tensor {
+        &self.sin
+    }
+
     /// Rotates `x` [rows, heads * head_dim].
     pub fn apply(&self, x: &Tensor, heads: usize, head_dim: usize) -> Result<Tensor> {
         ops::rope(x, &self.cos, &self.sin, heads, head_dim)

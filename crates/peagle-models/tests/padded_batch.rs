@@ -1,0 +1,71 @@
+//! A batch padded to the fixed shape of a CUDA graph (`ForwardBatch::padded`) gives its own
+//! rows the bits they have unpadded, and its padding rows write nothing to the KV cache: a
+//! step run by a graph is the step run without one. Which steps run by a graph is
+//! `graph_shape`'s choice.
+
+mod common;
+use common::*;
+use peagle_models::{graph_shape, BatchBuilder, ForwardBatch, GraphShape, Rows};
+
+/// The steps `steps_by_cuda_graphs_equal_steps_without` (the GPU tests) runs by graphs,
+/// padded here as a graph pads them. Padding reads block 0, sequence 0's first, and writes
+/// nothing anywhere.
+#[test]
+fn a_padded_batch_gives_its_rows_the_same_bits_and_keeps_no_padding() {
+    for name in FIXTURES {
+        let f = Fixture::load(name);
+        let model = f.model.as_ref();
+        let (kv, padded_kv) = (f.cache(), f.cache());
+        prefill_but(&f, 6, &kv);
+        prefill_but(&f, 6, &padded_kv);
+        for ((step, batch), sequences) in graph_steps(&f).into_iter().zip([4, 2, 2]) {
+            let want = model.forward(&batch, &kv).unwrap();
+            let padded = batch.padded(sequences, 8).unwrap();
+            let got = model.forward(&padded, &padded_kv).unwrap();
+            let got = got.first_rows(batch.token_ids.len()).unwrap();
+            assert_same_step(&format!("{name}, {step}"), got, &padded_kv, want, &kv);
+        }
+    }
+}
+
+#[test]
+fn uniform_steps_that_keep_every_row_run_by_a_graph() {
+    let f = Fixture::load("tiny-llama");
+    let batch = windows(&f, 3, 3);
+    let shape = |batch: &ForwardBatch, max| graph_shape(batch, 8, max);
+    let two_windows = GraphShape {
+        sequences: 2,
+        rows_each: 3,
+        captures: true,
+    };
+    assert_eq!(shape(&batch, 64), Some(two_windows));
+    // Three sequences take the bucket of four; beyond the most sequences, none.
+    let mut b = BatchBuilder::new(BLOCK);
+    for seq in 0..3 {
+        b.add(&[1], 5, &blocks(seq), Rows::All, Rows::None).unwrap();
+    }
+    let three = b.build();
+    let decode = GraphShape {
+        sequences: 4,
+        rows_each: 1,
+        captures: false,
+    };
+    assert_eq!(shape(&three, 4), Some(decode));
+    assert_eq!(shape(&three, 2), None);
+    assert_eq!(graph_shape(&three, 7, 4), None, "tables longer than the graph's");
+    // Rows of unequal count, or outputs kept for some rows only, run without a graph.
+    let mut b = BatchBuilder::new(BLOCK);
+    b.add(&[1, 2], 5, &blocks(0), Rows::All, Rows::None).unwrap();
+    b.add(&[1], 5, &blocks(1), Rows::All, Rows::None).unwrap();
+    assert_eq!(shape(&b.build(), 64), None);
+    let mut b = BatchBuilder::new(BLOCK);
+    b.add(&[1, 2], 0, &blocks(0), Rows::Tail(1), Rows::None).unwrap();
+    assert_eq!(shape(&b.build(), 64), None);
+    let mut b = BatchBuilder::new(BLOCK);
+    b.add(&[1], 5, &blocks(0), Rows::All, Rows::All).unwrap();
+    b.add(&[1], 5, &blocks(1), Rows::All, Rows::None).unwrap();
+    assert_eq!(shape(&b.build(), 64), None);
+    // A batch cannot be padded to fewer sequences, or with tables longer than its width.
+    assert!(batch.padded(1, 8).is_err());
+    assert!(batch.padded(4, 7).is_err());
+}
