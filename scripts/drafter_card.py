@@ -109,7 +109,7 @@ cargo run --release --bin peagle-generate -- --draft-model models/{d.name} {mode
 ## Data
 
 On-policy: the demo model itself answered {capture['num_samples']} prompts cut from the
-**train split** of its corpus (`models/pystdlib-12l/drafter_prompts.jsonl`, made by
+**train split** of its corpus (`models/pystdlib-12l/drafter_prompts.jsonl.xz`, made by
 `scripts/make_drafter_prompts.py`; no held-out file, no eval prompt) with up to {args.generate}
 greedy tokens each. {capture['num_tokens']} tokens in all, {capture['num_loss_tokens']} of them
 learned (the responses). Captured target layers: {capture['aux_layer_ids']} and the final

@@ -7,12 +7,25 @@
 # transformers and safetensors, whose CUDA wheels also provide cuBLAS, cuRAND, NVRTC and the
 # CUDA runtime. Every step runs even when one before it failed; the exit status says whether
 # all passed.
-#   scripts/gpu_check.sh [tests|bench]   one part only (default: both, tests first)
-#   QUICK=1                              skips the random Llama-8B- and gpt-oss-20b-shaped steps
-#                                        (16 and 19 GB to write)
+#   scripts/gpu_check.sh [PART]   one part (default: all of them, tests first):
+#     tests     the GPU tests
+#     demo      the matmul against cuBLAS; the demo model's sweeps, without and with CUDA
+#               graphs; transformers as the peer
+#     llama     a random Llama-8B-shaped target's decode step against the HBM bound (16 GB to write)
+#     gpt-oss   a random gpt-oss-20b-shaped MXFP4 target's sweeps (19 GB to write)
+#     bench     demo, llama and gpt-oss; QUICK=1 leaves out llama and gpt-oss
+# Each part takes a few minutes and adds to the day's results directory, and the report is
+# remade from whatever is there, so the parts can run as separate commands.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 part=${1:-all}
+case $part in
+tests | demo | llama | gpt-oss | bench | all) ;;
+*)
+    echo "gpu_check.sh: unknown part '$part' (tests, demo, llama, gpt-oss, bench or all)" >&2
+    exit 2
+    ;;
+esac
 
 bin=$PWD/target/carry
 mkdir -p "$bin"
@@ -49,7 +62,7 @@ for test in "$bin"/gpu-*; do
 done
 }
 
-run_bench() {
+run_demo() {
 step "the batch-invariant matmul against cuBLAS, bf16, 4096 -> 14336"
 "$bin/peagle-gemm-vs-cublas" >"$out/gemm-vs-cublas.jsonl" 2>"$out/gemm-vs-cublas.log" || fail "gemm vs cuBLAS (see gemm-vs-cublas.log)"
 
@@ -76,17 +89,22 @@ python3 scripts/gpu_transformers_peer.py --model models/pystdlib-12l \
     --prompts-file <(head -16 models/pystdlib-12l/eval_prompts.jsonl) --max-tokens 128 --ignore-eos \
     --stats-json "$out/peagle-generate-demo.json" >/dev/null 2>"$out/peagle-generate-demo.log" ||
     fail "peagle-generate on the demo (see peagle-generate-demo.log)"
+}
 
-if [ -z "${QUICK:-}" ]; then
-    step "Llama-8B-shaped random bf16 target: one decode step against the HBM bound"
+run_llama() {
+    step "Llama-8B-shaped random bf16 target: one decode step against the HBM bound, without and with CUDA graphs"
     model=${TMPDIR:-/tmp}/peagle-llama-8b
     python3 scripts/make_random_llama.py --out "$model" >"$out/llama-8b-make.log" 2>&1 &&
         cp "$model/bound.json" "$out/llama-8b-bound.json" || fail "making the 8B checkpoint (see llama-8b-make.log)"
-    "$bin/peagle-generate" --device cuda --model "$model" --prompt "t5 t6 t7 t8" --max-tokens 64 --ignore-eos \
-        --stats-json "$out/llama-8b-decode.json" >/dev/null 2>"$out/llama-8b-decode.log" ||
-        fail "8B decode (see llama-8b-decode.log)"
+    for graphs in "" --cuda-graphs; do
+        name=llama-8b-decode${graphs:+-graphs}
+        "$bin/peagle-generate" --device cuda --model "$model" --prompt "t5 t6 t7 t8" --max-tokens 64 --ignore-eos \
+            $graphs --stats-json "$out/$name.json" >/dev/null 2>"$out/$name.log" || fail "8B decode (see $name.log)"
+    done
     rm -rf "$model"
+}
 
+run_gpt_oss() {
     step "gpt-oss-20b-shaped random MXFP4 target: plain, EAGLE-3 K=3 and P-EAGLE K=7 at concurrency 1, 16 and 64"
     model=${TMPDIR:-/tmp}/peagle-gpt-oss-20b
     drafters=$model-drafters
@@ -111,15 +129,21 @@ if [ -z "${QUICK:-}" ]; then
     gpt_oss_sweep gpt-oss-sweep-c1-graphs 8 8,1 --server-arg=--cuda-graphs
     gpt_oss_sweep gpt-oss-sweep 64 16,64
     rm -rf "$model" "$drafters"
-fi
 }
 
 case $part in
 tests) run_tests ;;
-bench) run_bench ;;
-*)
+demo) run_demo ;;
+llama) run_llama ;;
+gpt-oss) run_gpt_oss ;;
+bench)
+    run_demo
+    [ -n "${QUICK:-}" ] || { run_llama; run_gpt_oss; }
+    ;;
+all)
     run_tests
-    run_bench
+    run_demo
+    [ -n "${QUICK:-}" ] || { run_llama; run_gpt_oss; }
     ;;
 esac
 

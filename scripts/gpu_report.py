@@ -91,6 +91,14 @@ def main(out):
             md.append(f"- peagle target forward per decode step: {step * 1e3:.2f} ms "
                       f"({step / bound['bound_seconds']:.2f}x the bound); "
                       f"{decode['tokens_per_second']:.1f} tokens/s end to end")
+        graphs = load(os.path.join(out, "llama-8b-decode-graphs.json"))
+        g_times = (graphs or {}).get("step_times") or {}
+        if g_times.get("steps"):
+            g_step = g_times["target_seconds"] / g_times["steps"]
+            report["llama_8b"]["graphs"] = {"decode": graphs, "target_seconds_per_step": g_step,
+                                            "ratio_to_bound": g_step / bound["bound_seconds"]}
+            md.append(f"- with CUDA graphs: {g_step * 1e3:.2f} ms ({g_step / bound['bound_seconds']:.2f}x the bound); "
+                      f"{graphs['tokens_per_second']:.1f} tokens/s end to end")
 
     gpt, section = gpt_oss(out)
     if gpt:

@@ -19,7 +19,9 @@ Usage::
     python scripts/make_drafter_prompts.py                   # 20000 prompts
     python scripts/make_drafter_prompts.py --num-prompts 500 --out /tmp/p.jsonl
 
-Output: one ``{"prompt": "..."}`` object per line. The output is deterministic:
+Output: one ``{"prompt": "..."}`` object per line. The repository keeps it compressed
+(``xz -9k``, ``drafter_prompts.jsonl.xz``), which keeps the tree small enough to travel with
+the GPU binaries to a GPU host. The output is deterministic:
 files are taken in sorted order, and prompts are picked in the order of a fixed
 SHA-1 of ``file:line``, so no RNG seed is needed.
 """

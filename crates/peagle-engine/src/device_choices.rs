@@ -3,14 +3,12 @@
 //! log-probabilities need (its first tokens and sums, `row_candidates`), instead of a
 //! vocabulary's worth.
 //!
-//! Rows that penalties, logit bias or held-back stop tokens adjust are copied on the device
-//! and adjusted there: the device gathers the values the adjustment touches, the host adjusts
-//! them as it would the whole row (`adjustments`), and the device scatters them back. The
-//! copy then chooses as any row does; log-probabilities stay those of the step's own rows.
+//! Rows that penalties, logit bias or held-back stop tokens adjust choose from their copies
+//! adjusted on the device (`device_adjustments`) as any row does; their log-probabilities
+//! stay those of the step's own rows.
 //!
-//! How a row chooses depends only on its sequence's parameters and how many tokens come
-//! before it, never on the step, so a window's rows choose as the same positions would in
-//! plain decoding:
+//! How a row chooses depends only on its sequence's parameters, never on the step, so a
+//! window's rows choose as the same positions would in plain decoding:
 //! - greedy: the row's argmax (`argmax_rows`), the token the host's argmax finds;
 //! - sampled with a top-k, top-p or min-p cut: the row's first tokens and the rest's sums
 //!   (`row_candidates`), from which the host cuts the nucleus exactly as from the row and
@@ -19,7 +17,7 @@
 //!   sequence's seed and the position. It follows the same distribution as the host's draw
 //!   but is not the same draw, so a seeded request's tokens on a GPU differ from the CPU's.
 
-use crate::adjustments::{for_each_adjusted_row, SparseLogits};
+use crate::device_adjustments::AdjustedRows;
 use crate::logit_rows::{host_readable, with_rows};
 use crate::logprobs::{candidate_output, logprob_request};
 use crate::nucleus::{nucleus_of_candidates, weight_thresholds};
@@ -30,7 +28,6 @@ use candle_core::{DType, Result, Tensor};
 use peagle_kernels::{
     argmax_rows, gumbel_sample, row_candidates, CandidateRequest, GumbelRequest, RowCandidates, MAX_ROW_CANDIDATES,
 };
-use std::iter::repeat;
 
 /// Tokens the device orders for a sampled row with no top-k: enough for a peaked row's
 /// nucleus, a few KiB a row.
@@ -114,7 +111,7 @@ pub fn device_choices(logits: &Tensor, windows: &[Window], eos: &[u32]) -> Resul
         return Ok(choices);
     }
     let windows: Vec<(&Window, Way)> = windows.iter().filter_map(|w| Some((w, way(w.seq)?))).collect();
-    let adjusted = AdjustedRows::new(logits, &windows, eos)?;
+    let adjusted = AdjustedRows::new(logits, windows.iter().map(|(w, _)| *w), eos)?;
     let mut on_logits = Launches::default();
     let mut on_adjusted = Launches::default();
     for &(w, way) in &windows {
@@ -268,71 +265,4 @@ impl Launches {
 
 fn at(choices: &mut [Option<Choice>], row: usize) -> &mut Choice {
     choices[row].as_mut().expect("a row the device chooses")
-}
-
-/// The rows of a step that something adjusts, copied and adjusted on the device.
-struct AdjustedRows {
-    /// [adjusted rows, vocab], None when no row is adjusted.
-    tensor: Option<Tensor>,
-    /// Each step row's row in `tensor`.
-    index: Vec<Option<usize>>,
-}
-
-impl AdjustedRows {
-    /// Copies the windows' adjusted rows of `logits`, then sets the values their adjustments
-    /// touch to what the host computes from the values gathered: a few values a row cross
-    /// each way.
-    fn new(logits: &Tensor, windows: &[(&Window, Way)], eos: &[u32]) -> Result<Self> {
-        let (rows, vocab) = logits.dims2()?;
-        let mut index = vec![None; rows];
-        let mut copied = Vec::new();
-        let mut touched = Vec::new();
-        for (w, _) in windows {
-            for_each_adjusted_row(w.seq, w.drafts, eos, |i, adjuster| {
-                index[w.first_row + i] = Some(copied.len());
-                copied.push((w.first_row + i) as u32);
-                touched.push(adjuster.touched(vocab));
-            });
-        }
-        if copied.is_empty() {
-            return Ok(Self { tensor: None, index });
-        }
-        // Every row gathers as many values: its own tokens, then its first again (token 0
-        // where it has none), which writes back the value it has.
-        let width = touched.iter().map(Vec::len).max().unwrap_or(0).max(1);
-        let tokens: Vec<u32> = touched
-            .iter()
-            .flat_map(|t| {
-                t.iter()
-                    .copied()
-                    .chain(repeat(t.first().copied().unwrap_or(0)))
-                    .take(width)
-            })
-            .collect();
-        let device = logits.device();
-        let shape = (copied.len(), width);
-        let positions = Tensor::from_vec(tokens.clone(), shape, device)?;
-        let copy = logits
-            .contiguous()?
-            .index_select(&Tensor::from_vec(copied, shape.0, device)?, 0)?;
-        let old: Vec<f32> = copy.gather(&positions, 1)?.flatten_all()?.to_vec1()?;
-        let mut new = Vec::with_capacity(old.len());
-        let mut k = 0;
-        for (w, _) in windows {
-            for_each_adjusted_row(w.seq, w.drafts, eos, |_, adjuster| {
-                let (tokens, old) = (&tokens[k * width..][..width], &old[k * width..][..width]);
-                let own = std::mem::take(&mut touched[k]);
-                let own_old = old[..own.len()].to_vec();
-                let mut sparse = SparseLogits::new(own, own_old);
-                adjuster.apply(&mut sparse);
-                new.extend(tokens.iter().zip(old).map(|(&t, &o)| sparse.get(t).unwrap_or(o)));
-                k += 1;
-            });
-        }
-        let values = Tensor::from_vec(new, shape, device)?;
-        Ok(Self {
-            tensor: Some(copy.scatter(&positions, &values, 1)?),
-            index,
-        })
-    }
 }

@@ -6,6 +6,7 @@ mod adjustments;
 pub mod block_manager;
 pub mod builder;
 pub mod detokenizer;
+mod device_adjustments;
 mod device_choices;
 mod drafting;
 pub mod engine;

@@ -1,0 +1,80 @@
+//! The rows of a step that penalties, logit bias or held-back stop tokens adjust, copied and
+//! adjusted where the logits are (on a GPU): the device gathers the values each adjustment
+//! touches, the host adjusts them with the arithmetic it uses on a whole row (`adjustments`),
+//! and the device scatters them back, so each copy holds the host's adjusted row bit for bit.
+
+use crate::adjustments::{for_each_adjusted_row, SparseLogits};
+use crate::rejection_sampler::Window;
+use candle_core::{Result, Tensor};
+use std::iter::repeat;
+
+/// The rows of a step that something adjusts, copied and adjusted on the device.
+pub struct AdjustedRows {
+    /// [adjusted rows, vocab], None when no row is adjusted.
+    pub tensor: Option<Tensor>,
+    /// Each step row's row in `tensor`.
+    pub index: Vec<Option<usize>>,
+}
+
+impl AdjustedRows {
+    /// Copies the windows' adjusted rows of `logits`, then sets the values their adjustments
+    /// touch to what the host computes from the values gathered: a few values a row cross
+    /// each way.
+    pub fn new<'a>(
+        logits: &Tensor,
+        windows: impl Iterator<Item = &'a Window<'a>> + Clone,
+        eos: &[u32],
+    ) -> Result<Self> {
+        let (rows, vocab) = logits.dims2()?;
+        let mut index = vec![None; rows];
+        let mut copied = Vec::new();
+        let mut touched = Vec::new();
+        for w in windows.clone() {
+            for_each_adjusted_row(w.seq, w.drafts, eos, |i, adjuster| {
+                index[w.first_row + i] = Some(copied.len());
+                copied.push((w.first_row + i) as u32);
+                touched.push(adjuster.touched(vocab));
+            });
+        }
+        if copied.is_empty() {
+            return Ok(Self { tensor: None, index });
+        }
+        // Every row gathers as many values: its own tokens, then its first again (token 0
+        // where it has none), which writes back the value it has.
+        let width = touched.iter().map(Vec::len).max().unwrap_or(0).max(1);
+        let tokens: Vec<u32> = touched
+            .iter()
+            .flat_map(|t| {
+                t.iter()
+                    .copied()
+                    .chain(repeat(t.first().copied().unwrap_or(0)))
+                    .take(width)
+            })
+            .collect();
+        let device = logits.device();
+        let shape = (copied.len(), width);
+        let positions = Tensor::from_vec(tokens.clone(), shape, device)?;
+        let copy = logits
+            .contiguous()?
+            .index_select(&Tensor::from_vec(copied, shape.0, device)?, 0)?;
+        let old: Vec<f32> = copy.gather(&positions, 1)?.flatten_all()?.to_vec1()?;
+        let mut new = Vec::with_capacity(old.len());
+        let mut k = 0;
+        for w in windows {
+            for_each_adjusted_row(w.seq, w.drafts, eos, |_, adjuster| {
+                let (tokens, old) = (&tokens[k * width..][..width], &old[k * width..][..width]);
+                let own = std::mem::take(&mut touched[k]);
+                let own_old = old[..own.len()].to_vec();
+                let mut sparse = SparseLogits::new(own, own_old);
+                adjuster.apply(&mut sparse);
+                new.extend(tokens.iter().zip(old).map(|(&t, &o)| sparse.get(t).unwrap_or(o)));
+                k += 1;
+            });
+        }
+        let values = Tensor::from_vec(new, shape, device)?;
+        Ok(Self {
+            tensor: Some(copy.scatter(&positions, &values, 1)?),
+            index,
+        })
+    }
+}
