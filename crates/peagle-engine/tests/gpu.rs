@@ -24,6 +24,15 @@ fn outputs(g: &mut Generator, prompts: &[Vec<u32>], params: &GenerateParams) -> 
         .collect()
 }
 
+/// The demo's drafter `name` (under models/), drafting `k` tokens a step.
+fn demo_drafter(name: &str, parallel: bool, k: usize) -> DraftModel {
+    DraftModel {
+        dir: repo(&format!("models/{name}")),
+        k: Some(k),
+        parallel,
+    }
+}
+
 fn greedy(max_tokens: usize) -> GenerateParams {
     GenerateParams {
         max_tokens,
@@ -92,14 +101,7 @@ fn speculative_greedy_output_equals_plain_on_the_gpu() {
 
     for (drafter, parallel) in [("pystdlib-12l-peagle", true), ("pystdlib-12l-eagle3", false)] {
         for k in [1, 3, 7] {
-            let mut g = demo(
-                &options,
-                Some(DraftModel {
-                    dir: repo(&format!("models/{drafter}")),
-                    k: Some(k),
-                    parallel,
-                }),
-            );
+            let mut g = demo(&options, Some(demo_drafter(drafter, parallel, k)));
             let mut stats = SpecStats::default();
             for (prompt, want) in prompts.iter().zip(&want) {
                 let out = g.generate(prompt, &params, |_| {}).unwrap();
@@ -159,14 +161,7 @@ fn speculative_seeded_sampling_equals_plain_on_the_gpu() {
         .map(|params| outputs(&mut plain, &prompts, params))
         .collect();
     for (drafter, parallel, k) in [("pystdlib-12l-peagle", true, 7), ("pystdlib-12l-eagle3", false, 3)] {
-        let mut g = demo(
-            &options,
-            Some(DraftModel {
-                dir: repo(&format!("models/{drafter}")),
-                k: Some(k),
-                parallel,
-            }),
-        );
+        let mut g = demo(&options, Some(demo_drafter(drafter, parallel, k)));
         for (params, want) in cases.iter().zip(&want) {
             for (prompt, want) in prompts.iter().zip(want) {
                 let out = g.generate(prompt, params, |_| {}).unwrap();
@@ -196,11 +191,7 @@ fn output_by_cuda_graphs_equals_output_without() {
         Some(("pystdlib-12l-eagle3", false, 3)),
     ];
     for drafter in drafters {
-        let draft = drafter.map(|(name, parallel, k)| DraftModel {
-            dir: repo(&format!("models/{name}")),
-            k: Some(k),
-            parallel,
-        });
+        let draft = drafter.map(|(name, parallel, k)| demo_drafter(name, parallel, k));
         let mut g = demo_with(&options, draft, &with_graphs);
         for (prompt, want) in prompts.iter().zip(&want) {
             let out = g.generate(prompt, &params, |_| {}).unwrap();
