@@ -14,8 +14,8 @@
 #                                   engine: libraries, GPU tests, the GEMM timer) with the cuda
 #                                   feature and compiles peagle's kernels to PTX, in
 #                                   target/cuda-check; no binaries, no packing, and candle's own
-#                                   kernels compiled from empty sources (scripts/check_nvcc.sh):
-#                                   what CI runs, in a fraction of the time
+#                                   kernels compiled from empty sources: what CI runs, in a
+#                                   fraction of the time
 #   scripts/build_cuda.sh --serve   builds target/release/peagle-serve only, with the cuda
 #                                   feature (what the Dockerfile runs)
 # CUDA_COMPUTE_CAP (default 80) picks the architecture candle's own kernels are built for: 80
@@ -57,15 +57,27 @@ if [ ! -e "$stubs/libcuda.so" ]; then
     ln -sf libcudart.so.13 "$stubs/libcudart.so"
 fi
 
+# Every build compiles some of candle-kernels' sources from empty files (scripts/nvcc_skipping.sh).
+# The full build skips its GGUF and MoE kernels, which candle links statically into every binary
+# (32 MB of fatbin, registered with the driver at start-up) and peagle never calls: its MoE runs
+# its own kernels. Their launchers are then undefined, which links because their only callers
+# sit in functions the linker drops as unreachable; were peagle to call one, the link would fail.
+export REAL_NVCC=$cuda_root/bin/nvcc NVCC=$PWD/scripts/nvcc_skipping.sh
+export SKIPPED_SOURCES='*/candle-kernels-*/src/@(moe/*|mmq_gguf/*|mmvq_gguf.cu)'
+# cudaforge's incremental cache knows sources and flags but not which nvcc compiled them: without
+# it, a build script rerun by a change of NVCC recompiles everything. A change of SKIPPED_SOURCES
+# alone reruns nothing: follow it with `cargo clean --release -p candle-kernels`.
+rm -f "$target"/release/build/candle-kernels-*/out/.cudaforge_cache.json
+
 if [ "$check" = --serve ]; then
     cargo build --release --locked --features peagle-cli/cuda --bin peagle-serve
     exit 0
 fi
 
 if [ "$check" = --check ]; then
-    # A target directory of its own: scripts/check_nvcc.sh compiles candle's kernels from empty
-    # sources, and a build sharing their outputs would carry them to a GPU.
-    REAL_NVCC=$cuda_root/bin/nvcc NVCC=$PWD/scripts/check_nvcc.sh CARGO_TARGET_DIR=$target/cuda-check \
+    # cargo check links nothing and runs nothing, so it skips all of candle's kernels, which were
+    # most of its time; in a target directory of its own, so that no binary links their outputs.
+    SKIPPED_SOURCES='*/candle-kernels-*/*.cu' CARGO_TARGET_DIR=$target/cuda-check \
         cargo check --release --locked -p peagle-kernels -p peagle-models -p peagle-engine --lib --tests --examples \
         --features peagle-engine/cuda,peagle-kernels/cuda,peagle-models/cuda
     echo "CUDA build (check): ok"
