@@ -13,8 +13,8 @@ use crate::proposer::{Eagle3Proposer, NoProposer, PEagleProposer, Proposer};
 use crate::scheduler::{Scheduler, SchedulerConfig};
 use candle_core::DType;
 use peagle_models::{
-    ops, CudaGraphs, Drafter, GenerationConfig, KvCache, KvCacheDtype, LoadOptions, ModelDims, SamplingDefaults,
-    TextConfig,
+    ops, CudaGraphs, Drafter, GenerationConfig, GraphLimits, KvCache, KvCacheDtype, LoadOptions, ModelDims,
+    SamplingDefaults, TextConfig,
 };
 use std::path::PathBuf;
 
@@ -135,9 +135,17 @@ impl EngineBuilder {
             target.set_capture_layers(proposer.aux_layer_ids().to_vec())?;
         }
         let kv = KvCache::new(target.dims(), num_blocks, self.block_size, dtype, &device)?;
-        let graphs = self
-            .cuda_graphs
-            .then(|| CudaGraphs::new(&device, needed, self.scheduler.max_num_seqs))
+        let cuda_graphs = self.cuda_graphs && !target.reads_back();
+        if self.cuda_graphs && !cuda_graphs {
+            tracing::warn!("running without CUDA graphs: this model routes its experts on the host");
+        }
+        let limits = GraphLimits {
+            table_width: needed,
+            max_sequences: self.scheduler.max_num_seqs,
+            max_rows_each: k + 1,
+        };
+        let graphs = cuda_graphs
+            .then(|| CudaGraphs::new(&device, limits))
             .transpose()
             .map_err(|e| GenerateError::Config(e.to_string()))?;
         tracing::info!(
@@ -147,7 +155,7 @@ impl EngineBuilder {
             max_model_len,
             num_blocks,
             kv_cache_dtype = ?dtype,
-            cuda_graphs = self.cuda_graphs,
+            cuda_graphs,
             "built the engine"
         );
         // Cached blocks hold this target's KV and this drafter's, in this dtype.

@@ -2,9 +2,9 @@
 //! once per shape and replayed, so a step of many small kernels costs one launch.
 //!
 //! A graph replays the kernels it captured on the tensors it captured, so its shape is fixed:
-//! a step runs by a graph when every sequence has the same number of rows (a decode row, or a
-//! verification window of K + 1) and the step keeps the logits of all its rows, and the
-//! captured states of all or none. The batch is padded (`ForwardBatch::padded`) to the next
+//! a step runs by a graph when every sequence has the same number of rows, at most K + 1 (a
+//! decode row, or a verification window), and the step keeps the logits of all its rows, and
+//! the captured states of all or none. The batch is padded (`ForwardBatch::padded`) to the next
 //! bucket of sequences (1, 2, 4, 8, ... up to the scheduler's most), and every block table to
 //! the longest a sequence can have. Its inputs are made as for any forward
 //! (`TargetModel::inputs`) and written into the tensors the graph was captured over; the
@@ -31,20 +31,32 @@ pub struct GraphShape {
     pub captures: bool,
 }
 
-/// The shape `batch` runs at by a graph whose block tables hold `table_width` blocks, with
-/// at most `max_sequences` sequences; None where it runs without one.
-pub fn graph_shape(batch: &ForwardBatch, table_width: usize, max_sequences: usize) -> Option<GraphShape> {
+/// The steps graphs are captured for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GraphLimits {
+    /// Blocks in every block table: the most a sequence can have.
+    pub table_width: usize,
+    /// The most sequences a step has.
+    pub max_sequences: usize,
+    /// The most rows of a sequence: a verification window's K + 1 (1 with no drafter). A
+    /// uniform step of longer rows, a prefill chunk whose prompt is scored, runs without a
+    /// graph, so that prompt lengths do not each capture one and keep its outputs.
+    pub max_rows_each: usize,
+}
+
+/// The shape `batch` runs at by a graph within `limits`; None where it runs without one.
+pub fn graph_shape(batch: &ForwardBatch, limits: &GraphLimits) -> Option<GraphShape> {
     let attn = &batch.attn;
     let rows = batch.token_ids.len();
     let rows_each = attn.query_start.get(1).copied()?;
     let uniform = attn.query_start.windows(2).all(|w| w[1] - w[0] == rows_each);
-    let fits = attn.block_tables.iter().all(|t| t.len() <= table_width);
+    let fits = rows_each <= limits.max_rows_each && attn.block_tables.iter().all(|t| t.len() <= limits.table_width);
     let captures = batch.capture_rows.len() == rows;
     if !uniform || !fits || batch.logit_rows.len() != rows || !(captures || batch.capture_rows.is_empty()) {
         return None;
     }
     let sequences = attn.num_sequences().next_power_of_two();
-    (sequences <= max_sequences.next_power_of_two()).then_some(GraphShape {
+    (sequences <= limits.max_sequences.next_power_of_two()).then_some(GraphShape {
         sequences,
         rows_each,
         captures,
@@ -54,9 +66,7 @@ pub fn graph_shape(batch: &ForwardBatch, table_width: usize, max_sequences: usiz
 /// A target's captured forwards, one per shape, on one CUDA device.
 pub struct CudaGraphs {
     #[cfg(feature = "cuda")]
-    table_width: usize,
-    #[cfg(feature = "cuda")]
-    max_sequences: usize,
+    limits: GraphLimits,
     /// Each shape's graph; None for a shape whose capture failed, which runs without one.
     #[cfg(feature = "cuda")]
     captured: std::collections::HashMap<GraphShape, Option<captured::Captured>>,
@@ -67,15 +77,13 @@ pub struct CudaGraphs {
 
 #[cfg(feature = "cuda")]
 impl CudaGraphs {
-    /// Graphs for steps of up to `max_sequences` sequences of up to `table_width` blocks each,
-    /// on `device`, which must be a GPU.
-    pub fn new(device: &Device, table_width: usize, max_sequences: usize) -> Result<Self> {
+    /// Graphs for the steps within `limits` on `device`, which must be a GPU.
+    pub fn new(device: &Device, limits: GraphLimits) -> Result<Self> {
         if !device.is_cuda() {
             bail!("CUDA graphs need a CUDA device (--device cuda)");
         }
         Ok(Self {
-            table_width,
-            max_sequences,
+            limits,
             captured: Default::default(),
         })
     }
@@ -90,41 +98,41 @@ impl CudaGraphs {
         batch: &ForwardBatch,
         kv: &KvCache,
     ) -> Result<Option<ForwardOutput>> {
-        use std::collections::hash_map::Entry;
-        let Some(shape) = graph_shape(batch, self.table_width, self.max_sequences) else {
+        let Some(shape) = graph_shape(batch, &self.limits) else {
             return Ok(None);
         };
-        let padded = batch.padded(shape.sequences, self.table_width)?;
+        let rows = batch.token_ids.len();
+        let captured = self.captured.get(&shape);
+        if matches!(captured, Some(None)) {
+            return Ok(None);
+        }
+        let padded = batch.padded(shape.sequences, self.limits.table_width)?;
         let inputs = target.inputs(&padded, kv)?;
         // A replay runs no op that would check the metadata against the cache.
         padded.attn.validate(kv.num_blocks() * kv.block_size())?;
-        let captured = match self.captured.entry(shape) {
-            Entry::Occupied(e) => match e.into_mut() {
-                Some(captured) => {
-                    inputs.write_into(&captured.inputs)?;
-                    captured
-                }
-                None => return Ok(None),
-            },
-            Entry::Vacant(e) => {
-                tracing::info!(?shape, "capturing a CUDA graph of the target's forward");
-                match captured::Captured::new(target, inputs, kv) {
-                    Ok(captured) => e.insert(None).insert(captured),
-                    Err(err) => {
-                        e.insert(None);
-                        return Err(err);
-                    }
-                }
+        if let Some(Some(captured)) = captured {
+            inputs.write_into(&captured.inputs)?;
+            return captured.replay(rows).map(Some);
+        }
+        tracing::info!(?shape, "capturing a CUDA graph of the target's forward");
+        match captured::Captured::new(target, inputs, kv) {
+            Ok(captured) => {
+                let output = captured.replay(rows);
+                self.captured.insert(shape, Some(captured));
+                output.map(Some)
             }
-        };
-        captured.replay(batch.token_ids.len()).map(Some)
+            Err(err) => {
+                self.captured.insert(shape, None);
+                Err(err)
+            }
+        }
     }
 }
 
 #[cfg(not(feature = "cuda"))]
 impl CudaGraphs {
     /// A build without CUDA has no graphs.
-    pub fn new(device: &Device, _table_width: usize, _max_sequences: usize) -> Result<Self> {
+    pub fn new(device: &Device, _limits: GraphLimits) -> Result<Self> {
         bail!("CUDA graphs need a CUDA device and a build with CUDA, not {device:?}")
     }
 
@@ -143,9 +151,10 @@ mod captured {
     use crate::forward_inputs::ForwardInputs;
     use crate::kv_cache::KvCache;
     use crate::target_model::{ForwardOutput, TargetModel};
-    use candle_core::cuda_backend::cudarc::driver::{sys, CudaGraph};
+    use candle_core::cuda_backend::cudarc::driver::{sys, CudaGraph, CudaStream};
     use candle_core::cuda_backend::WrapErr;
     use candle_core::{Result, Tensor};
+    use std::sync::Arc;
 
     /// One shape's graph with the tensors it reads and writes. Fields drop in order: the
     /// outputs, which the graph allocated, are freed before the graph is destroyed.
@@ -153,6 +162,51 @@ mod captured {
         pub(super) inputs: ForwardInputs,
         output: ForwardOutput,
         graph: CudaGraph,
+    }
+
+    /// A capture in progress on a stream, ended on every path: a stream left capturing fails
+    /// every later launch of its thread.
+    struct Capture {
+        stream: Arc<CudaStream>,
+        open: bool,
+    }
+
+    impl Capture {
+        fn begin(stream: Arc<CudaStream>) -> Result<Self> {
+            stream
+                .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+                .w()?;
+            Ok(Self { stream, open: true })
+        }
+
+        /// Ends the capture and instantiates its graph, whose every launch frees what the
+        /// graph allocated and the last launch left: the outputs, which keep their addresses.
+        fn end(mut self) -> Result<Option<CudaGraph>> {
+            self.open = false;
+            Self::forget_stale_error(&self.stream);
+            let flags = sys::CUgraphInstantiate_flags::CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH;
+            self.stream.end_capture(flags).w()
+        }
+
+        /// Drops the error cudarc kept from a call that could not return one, such as a free
+        /// refused by a capture gone invalid: it would otherwise fail the next call, ending
+        /// the capture included, before that call runs. Errors kept before the capture
+        /// failed its beginning, so this one is the capture's own.
+        fn forget_stale_error(stream: &CudaStream) {
+            if let Err(e) = stream.context().check_err() {
+                tracing::debug!("an error recorded during a CUDA graph capture: {e}");
+            }
+        }
+    }
+
+    impl Drop for Capture {
+        /// Ends a capture a panic left open; its graph is dropped.
+        fn drop(&mut self) {
+            if self.open {
+                Self::forget_stale_error(&self.stream);
+                let _ = self.stream.end_capture(sys::CUgraphInstantiate_flags(0));
+            }
+        }
     }
 
     // SAFETY: a graph is launched by one thread at a time (`CudaGraphs::forward` takes
@@ -163,22 +217,26 @@ mod captured {
         /// Captures `target`'s forward of `inputs`, which become the tensors it reads.
         pub(super) fn new(target: &dyn TargetModel, inputs: ForwardInputs, kv: &KvCache) -> Result<Self> {
             let device = target.device().as_cuda_device()?;
-            let stream = device.cuda_stream();
             let _cached_shapes = device.enable_cuda_graph_htod_cache();
             target.forward_inputs(&inputs, kv)?;
-            stream
-                .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
-                .w()?;
+            let capture = Capture::begin(device.cuda_stream())?;
             let output = target.forward_inputs(&inputs, kv);
-            // Each launch frees what the graph allocated and the last launch left: the outputs,
-            // which keep their addresses.
-            let flags = sys::CUgraphInstantiate_flags::CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH;
-            let graph = stream.end_capture(flags).w()?;
+            let graph = capture.end();
+            // The forward's error says why a capture failed; the capture's error follows
+            // from it.
             let output = output?;
-            let Some(graph) = graph else {
-                candle_core::bail!("capturing the target's forward gave no CUDA graph");
-            };
-            Ok(Self { inputs, output, graph })
+            match graph {
+                Ok(Some(graph)) => Ok(Self { inputs, output, graph }),
+                failed => {
+                    // The outputs' addresses were the graph's, which is gone: freeing them
+                    // now would fail, and the failure would surface at some later call.
+                    std::mem::forget(output);
+                    match failed {
+                        Err(e) => Err(e),
+                        _ => candle_core::bail!("capturing the target's forward gave no CUDA graph"),
+                    }
+                }
+            }
         }
 
         /// Runs the graph over its inputs as last written: the outputs of the first `rows`.

@@ -114,6 +114,10 @@ impl TargetModel for Llama {
         ForwardInputs::new(batch, &self.rope, &self.device)
     }
 
+    fn reads_back(&self) -> bool {
+        self.layers.iter().any(DecoderLayer::reads_back)
+    }
+
     fn forward_inputs(&self, inputs: &ForwardInputs, kv: &KvCache) -> Result<ForwardOutput> {
         let mut capture = Capture::new(inputs, &self.capture_layers);
         let mut x = self.embed.forward(&inputs.ids)?;

@@ -36,9 +36,13 @@ pub trait TargetModel: Send + Sync {
     fn inputs(&self, batch: &ForwardBatch, kv: &KvCache) -> Result<ForwardInputs>;
 
     /// Runs a batch's inputs, writing its keys and values to `kv`: logits of its logit rows
-    /// and the captured states of its capture rows. Copies nothing from the host and reads
-    /// nothing back.
+    /// and the captured states of its capture rows. Copies nothing from the host, and reads
+    /// nothing back unless `reads_back` says so.
     fn forward_inputs(&self, inputs: &ForwardInputs, kv: &KvCache) -> Result<ForwardOutput>;
+
+    /// Whether `forward_inputs` reads values back to the host part-way (experts routed on the
+    /// host), which a CUDA graph cannot capture.
+    fn reads_back(&self) -> bool;
 
     /// Runs the batch (`inputs`, then `forward_inputs`).
     fn forward(&self, batch: &ForwardBatch, kv: &KvCache) -> Result<ForwardOutput> {

@@ -123,12 +123,14 @@ pub fn run(model: &dyn TargetModel, kv: &KvCache, spans: &[(usize, &[u32], usize
         .collect()
 }
 
-/// Caches prompts 1 and 2, but for their last `back` tokens, as sequences 0 and 1.
+/// Caches prompts 1 and 2, but for their last `back` tokens, as sequences 0 and 1, and
+/// prompt 0 whole as sequence 2.
 pub fn prefill_but(f: &Fixture, back: usize, kv: &KvCache) {
     for seq in 0..2 {
         let p = f.prompt(seq + 1);
         run(f.model.as_ref(), kv, &[(seq, &p[..p.len() - back], 0)]);
     }
+    run(f.model.as_ref(), kv, &[(2, &f.prompt(0), 0)]);
 }
 
 /// The step that runs `window` tokens of prompts 1 and 2 from `back` before their ends as
@@ -145,17 +147,25 @@ pub fn windows(f: &Fixture, back: usize, window: usize) -> ForwardBatch {
 }
 
 /// The steps the CUDA graph tests run after `prefill_but(f, 6, ..)`: two verification
-/// windows, the next two (the same shape over new inputs), and a decode row of one sequence
-/// (a shape of its own).
-pub fn graph_steps(f: &Fixture) -> [(&'static str, ForwardBatch); 3] {
+/// windows, the next two (the same shape over new inputs), a decode row of one sequence (a
+/// shape of its own), and decode rows of three sequences (padded to a bucket of four).
+pub fn graph_steps(f: &Fixture) -> [(&'static str, ForwardBatch); 4] {
     let mut decode = BatchBuilder::new(BLOCK);
     decode
         .add(&[1], f.prompt(1).len(), &blocks(0), Rows::All, Rows::All)
         .unwrap();
+    let mut decodes = BatchBuilder::new(BLOCK);
+    for (seq, position) in [f.prompt(1).len() + 1, f.prompt(2).len(), f.prompt(0).len()]
+        .into_iter()
+        .enumerate()
+    {
+        decodes.add(&[2], position, &blocks(seq), Rows::All, Rows::All).unwrap();
+    }
     [
         ("windows", windows(f, 6, 3)),
         ("next windows", windows(f, 3, 3)),
         ("decode", decode.build()),
+        ("three decodes", decodes.build()),
     ]
 }
 

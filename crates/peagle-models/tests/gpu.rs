@@ -6,7 +6,7 @@
 mod common;
 use candle_core::DType;
 use common::*;
-use peagle_models::{CudaGraphs, DTypeSpec, DeviceSpec, LoadOptions};
+use peagle_models::{CudaGraphs, DTypeSpec, DeviceSpec, GraphLimits, LoadOptions};
 
 /// The fixtures whose architectures have CUDA kernels: gpt-oss's from its MXFP4 checkpoint
 /// (dense experts run on the CPU only).
@@ -151,16 +151,23 @@ fn dense_gpt_oss_refuses_the_gpu_in_one_line() {
     );
 }
 
+/// Graphs for the fixtures' block tables and `graph_steps`' windows.
+const GRAPH_LIMITS: GraphLimits = GraphLimits {
+    table_width: 8,
+    max_sequences: 16,
+    max_rows_each: 3,
+};
+
 /// Steps run by CUDA graphs give the bits, and leave the KV cache, that the same steps give
-/// without: two verification windows captured, the next two replayed over new inputs, and a
-/// decode row of one sequence, a shape of its own.
+/// without: two verification windows captured, the next two replayed over new inputs, a
+/// decode row of one sequence, and decode rows of three sequences padded to four.
 #[test]
 fn steps_by_cuda_graphs_equal_steps_without() {
     let Some(options) = on_gpu(DTypeSpec::Bf16) else { return };
     for name in GPU_FIXTURES {
         let f = Fixture::load_with(name, options.clone());
         let model = f.model.as_ref();
-        let mut graphs = CudaGraphs::new(&options.device, 8, 16).unwrap();
+        let mut graphs = CudaGraphs::new(&options.device, GRAPH_LIMITS).unwrap();
         let (kv, graph_kv) = (f.cache(), f.cache());
         prefill_but(&f, 6, &kv);
         prefill_but(&f, 6, &graph_kv);
@@ -171,4 +178,27 @@ fn steps_by_cuda_graphs_equal_steps_without() {
             assert_same_step(&format!("{name}, {step}"), got, &graph_kv, want, &kv);
         }
     }
+}
+
+/// A forward that reads values back (Qwen3-MoE routes its experts on the host) fails its
+/// capture with an error and leaves the stream usable: the same step then runs as it would
+/// have, and its shape runs without a graph from then on.
+#[test]
+fn a_capture_that_reads_back_fails_and_its_shape_runs_without_a_graph() {
+    let Some(options) = on_gpu(DTypeSpec::Bf16) else { return };
+    let f = Fixture::load_with("tiny-qwen3-moe", options.clone());
+    let model = f.model.as_ref();
+    assert!(model.reads_back());
+    let mut graphs = CudaGraphs::new(&options.device, GRAPH_LIMITS).unwrap();
+    let (kv, graph_kv) = (f.cache(), f.cache());
+    prefill_but(&f, 6, &kv);
+    prefill_but(&f, 6, &graph_kv);
+    let [(_, windows), (_, next), ..] = graph_steps(&f);
+    let failed = graphs.forward(model, &windows, &graph_kv);
+    assert!(failed.is_err(), "a capture that reads back");
+    let want = model.forward(&windows, &kv).unwrap();
+    let got = model.forward(&windows, &graph_kv).unwrap();
+    assert_same_step("after a failed capture", got, &graph_kv, want, &kv);
+    let again = graphs.forward(model, &next, &graph_kv).unwrap();
+    assert!(again.is_none(), "the shape runs without a graph");
 }

@@ -5,7 +5,7 @@
 
 mod common;
 use common::*;
-use peagle_models::{graph_shape, BatchBuilder, ForwardBatch, GraphShape, Rows};
+use peagle_models::{graph_shape, BatchBuilder, ForwardBatch, GraphLimits, GraphShape, Rows};
 
 /// The steps `steps_by_cuda_graphs_equal_steps_without` (the GPU tests) runs by graphs,
 /// padded here as a graph pads them. Padding reads block 0, sequence 0's first, and writes
@@ -18,7 +18,7 @@ fn a_padded_batch_gives_its_rows_the_same_bits_and_keeps_no_padding() {
         let (kv, padded_kv) = (f.cache(), f.cache());
         prefill_but(&f, 6, &kv);
         prefill_but(&f, 6, &padded_kv);
-        for ((step, batch), sequences) in graph_steps(&f).into_iter().zip([4, 2, 2]) {
+        for ((step, batch), sequences) in graph_steps(&f).into_iter().zip([4, 2, 2, 4]) {
             let want = model.forward(&batch, &kv).unwrap();
             let padded = batch.padded(sequences, 8).unwrap();
             let got = model.forward(&padded, &padded_kv).unwrap();
@@ -32,7 +32,12 @@ fn a_padded_batch_gives_its_rows_the_same_bits_and_keeps_no_padding() {
 fn uniform_steps_that_keep_every_row_run_by_a_graph() {
     let f = Fixture::load("tiny-llama");
     let batch = windows(&f, 3, 3);
-    let shape = |batch: &ForwardBatch, max| graph_shape(batch, 8, max);
+    let limits = |table_width, max_sequences, max_rows_each| GraphLimits {
+        table_width,
+        max_sequences,
+        max_rows_each,
+    };
+    let shape = |batch: &ForwardBatch, max| graph_shape(batch, &limits(8, max, 4));
     let two_windows = GraphShape {
         sequences: 2,
         rows_each: 3,
@@ -52,7 +57,13 @@ fn uniform_steps_that_keep_every_row_run_by_a_graph() {
     };
     assert_eq!(shape(&three, 4), Some(decode));
     assert_eq!(shape(&three, 2), None);
-    assert_eq!(graph_shape(&three, 7, 4), None, "tables longer than the graph's");
+    assert_eq!(
+        graph_shape(&three, &limits(7, 4, 4)),
+        None,
+        "tables longer than the graph's"
+    );
+    // Rows longer than a verification window's (a scored prompt's chunk) run without one.
+    assert_eq!(graph_shape(&batch, &limits(8, 4, 2)), None);
     // Rows of unequal count, or outputs kept for some rows only, run without a graph.
     let mut b = BatchBuilder::new(BLOCK);
     b.add(&[1, 2], 5, &blocks(0), Rows::All, Rows::None).unwrap();
@@ -68,4 +79,18 @@ fn uniform_steps_that_keep_every_row_run_by_a_graph() {
     // A batch cannot be padded to fewer sequences, or with tables longer than its width.
     assert!(batch.padded(1, 8).is_err());
     assert!(batch.padded(4, 7).is_err());
+}
+
+/// A graph cannot capture a forward that reads values back part-way: experts routed on the
+/// host (Qwen3-MoE anywhere; gpt-oss on the CPU, where its experts run one by one).
+#[test]
+fn only_experts_routed_on_the_host_read_back() {
+    for (name, reads_back) in [
+        ("tiny-llama", false),
+        ("tiny-qwen3", false),
+        ("tiny-qwen3-moe", true),
+        ("tiny-gpt-oss-mxfp4", true),
+    ] {
+        assert_eq!(Fixture::load(name).model.reads_back(), reads_back, "{name}");
+    }
 }

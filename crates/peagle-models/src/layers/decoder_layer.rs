@@ -43,6 +43,11 @@ impl DecoderLayer {
         Self::load(ckpt, prefix, cfg, opts, ffn)
     }
 
+    /// Whether the forward reads values back to the host (`TargetModel::reads_back`).
+    pub fn reads_back(&self) -> bool {
+        self.ffn.reads_back()
+    }
+
     pub fn forward(&self, x: &Tensor, rope: &RopeTables, ctx: &AttentionContext) -> Result<Tensor> {
         let attn = self.attn.forward(&self.input_norm.forward(x)?, rope, ctx)?;
         let (x, normed) = self.post_attention_norm.forward_residual(x, &attn)?;

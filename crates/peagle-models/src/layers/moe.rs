@@ -151,6 +151,11 @@ impl Moe {
         })
     }
 
+    /// Whether the forward routes on the host, reading the router's logits back.
+    pub fn routes_on_host(&self) -> bool {
+        matches!(self.experts, Experts::Each(_))
+    }
+
     /// `x` [rows, hidden] to [rows, hidden].
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         match &self.experts {
