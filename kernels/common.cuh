@@ -22,6 +22,14 @@ template <> __device__ __forceinline__ __nv_fp8_e4m3 from_f32<__nv_fp8_e4m3>(flo
     return __nv_fp8_e4m3(x);
 }
 
+// Rust's total_cmp order as an unsigned integer's: the larger key comes later in the order
+// (-NaN, -inf, ..., -0, +0, ..., +inf, +NaN), so a selection by key is total and matches the
+// CPU's sort whatever the values.
+__device__ __forceinline__ uint32_t order_key(float x) {
+    const uint32_t bits = __float_as_uint(x);
+    return bits ^ ((bits & 0x80000000u) ? 0xffffffffu : 0x80000000u);
+}
+
 struct Sum {
     __device__ __forceinline__ float operator()(float a, float b) const { return a + b; }
     static constexpr float identity = 0.f;

@@ -37,9 +37,10 @@ __device__ __forceinline__ float e8m0(uint32_t e) {
 
 // ---- routing ---------------------------------------------------------------------------------
 
-// One warp per row. k rounds of a warp argmax over the experts not yet chosen (ties to the
-// lower index, as the CPU's sort), then the weights: each chosen expert's exp(s - max) over
-// the sum of the k chosen (normalize) or of all experts. Lane l owns experts l, l + 32, ...
+// One warp per row. k rounds of a warp argmax over the experts not yet chosen, in the CPU
+// sort's order (total_cmp, ties to the lower index: with NaN or signed zeros too, every lane
+// agrees on the pick), then the weights: each chosen expert's exp(s - max) over the sum of the
+// k chosen (normalize) or of all experts. Lane l owns experts l, l + 32, ...; k <= experts.
 template <typename T>
 __device__ void moe_route(const T* logits, int rows, int experts, int k, int normalize, int* ids,
                           float* weights) {
@@ -50,23 +51,25 @@ __device__ void moe_route(const T* logits, int rows, int experts, int k, int nor
     uint32_t taken = 0;  // bit j: expert lane + 32 j chosen
     float best_score = 0.f, sum = 0.f;
     for (int rank = 0; rank < k; ++rank) {
-        float score = -INFINITY;
-        int index = experts;
+        uint32_t key = 0;
+        int index = experts;  // no pick
         for (int j = 0, e = lane; e < experts; ++j, e += 32) {
-            const float x = to_f32(s[e]);
-            if (!(taken >> j & 1) && (x > score || index == experts)) {
-                score = x;
+            const uint32_t x = order_key(to_f32(s[e]));
+            if (!(taken >> j & 1) && (index == experts || x > key)) {
+                key = x;
                 index = e;
             }
         }
         for (int offset = 16; offset > 0; offset /= 2) {
-            const float other = __shfl_xor_sync(0xffffffff, score, offset);
+            const uint32_t other = __shfl_xor_sync(0xffffffff, key, offset);
             const int other_index = __shfl_xor_sync(0xffffffff, index, offset);
-            if (other > score || (other == score && other_index < index)) {
-                score = other;
+            const bool better = other > key || (other == key && other_index < index);
+            if (other_index != experts && (index == experts || better)) {
+                key = other;
                 index = other_index;
             }
         }
+        const float score = to_f32(s[index]);
         if (index % 32 == lane) taken |= 1u << (index / 32);
         if (rank == 0) best_score = score;
         const float x = expf(score - best_score);

@@ -22,12 +22,6 @@
 #define ROW_CANDIDATE_THREADS 1024
 #define MAX_ROW_CANDIDATES 1024
 
-// total_cmp's order as an unsigned integer's: the larger key comes first in the order.
-__device__ __forceinline__ uint32_t order_key(float x) {
-    const uint32_t bits = __float_as_uint(x);
-    return bits ^ ((bits & 0x80000000u) ? 0xffffffffu : 0x80000000u);
-}
-
 // Which of two tokens of distinct indices comes first: the composite key is larger.
 __device__ __forceinline__ uint64_t rank_key(uint32_t key, uint32_t index) {
     return ((uint64_t)key << 32) | (uint64_t)(~index);

@@ -119,7 +119,7 @@ impl AttentionMetadata {
         out
     }
 
-    fn packed_len(&self) -> usize {
+    pub(crate) fn packed_len(&self) -> usize {
         let tables: usize = self.block_tables.iter().map(Vec::len).sum();
         2 * self.num_rows() + self.num_sequences() + tables
     }

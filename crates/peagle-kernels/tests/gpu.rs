@@ -425,6 +425,13 @@ fn paged_attention_matches_the_cpu_kernel_and_is_batch_invariant() {
                     bits(&got.narrow(0, 17 + 1 + 7, 1).unwrap()),
                     "{what}: alone"
                 );
+                // A device copy of another batch's metadata is refused.
+                let stale = AttentionMetadata {
+                    device: alone.device.clone(),
+                    ..b.meta.clone()
+                };
+                let err = paged_attention(&g(&b.q), &g(&b.k), &g(&b.v), &stale, &params, gpu_sinks).unwrap_err();
+                assert!(err.to_string().contains("not of this batch"), "{what}: {err}");
             }
         }
     }
@@ -476,6 +483,20 @@ fn kv_write_rounds_exactly_as_the_cpu() {
     // Metadata made for the host has no device copy for the kernel to read.
     let err = write_kv(&cache, &new.to_device(&dev).unwrap(), &slots, 1.0).unwrap_err();
     assert!(err.to_string().contains("no device copy"), "{err}");
+    // A device copy of another batch's slots, fewer than the rows, is refused.
+    let stale = AttentionMetadata {
+        slot_mapping: vec![5, 6, 7, 8],
+        device: AttentionMetadata {
+            slot_mapping: vec![5, 6],
+            ..Default::default()
+        }
+        .on_device(&dev)
+        .unwrap()
+        .device,
+        ..Default::default()
+    };
+    let err = write_kv(&cache, &new.to_device(&dev).unwrap(), &stale, 1.0).unwrap_err();
+    assert!(err.to_string().contains("2 device slots for 4 rows"), "{err}");
 }
 
 /// A random MXFP4 weight [out, in]: every 4-bit code, scales around 2^-4.
@@ -502,6 +523,35 @@ struct DenseExpert {
     gate_up_bias: Vec<f32>,
     down: Vec<f32>,
     down_bias: Vec<f32>,
+}
+
+/// An expert's gate_up weight and bias, then its down weight and bias.
+type ExpertWeights = (Mxfp4Weight, Vec<f32>, Mxfp4Weight, Vec<f32>);
+
+/// `num_experts` random MXFP4 experts of `hidden` x `inter`.
+fn random_experts(num_experts: usize, hidden: usize, inter: usize) -> Vec<ExpertWeights> {
+    (0..num_experts as u64)
+        .map(|e| {
+            (
+                mxfp4(2 * inter, hidden, 10 * e),
+                values(2 * inter, 10 * e + 2, 0.5),
+                mxfp4(hidden, inter, 10 * e + 3),
+                values(hidden, 10 * e + 5, 0.5),
+            )
+        })
+        .collect()
+}
+
+fn borrowed(weights: &[ExpertWeights]) -> Vec<Mxfp4Expert<'_>> {
+    weights
+        .iter()
+        .map(|(gate_up, gate_up_bias, down, down_bias)| Mxfp4Expert {
+            gate_up,
+            gate_up_bias,
+            down,
+            down_bias,
+        })
+        .collect()
 }
 
 /// The mixture-of-experts block in f64 over the dequantized weights: each row's `top_k` best
@@ -570,26 +620,8 @@ fn mxfp4_experts_match_the_reference_and_are_batch_invariant() {
         clamp: None,
     };
     for (num_experts, hidden, inter, routing) in [(32, 2880, 2880, gpt_oss), (5, 64, 96, plain)] {
-        let weights: Vec<(Mxfp4Weight, Vec<f32>, Mxfp4Weight, Vec<f32>)> = (0..num_experts as u64)
-            .map(|e| {
-                (
-                    mxfp4(2 * inter, hidden, 10 * e),
-                    values(2 * inter, 10 * e + 2, 0.5),
-                    mxfp4(hidden, inter, 10 * e + 3),
-                    values(hidden, 10 * e + 5, 0.5),
-                )
-            })
-            .collect();
-        let experts: Vec<Mxfp4Expert> = weights
-            .iter()
-            .map(|(gate_up, gate_up_bias, down, down_bias)| Mxfp4Expert {
-                gate_up,
-                gate_up_bias,
-                down,
-                down_bias,
-            })
-            .collect();
-        let on_gpu = Mxfp4Experts::new(&dev, &experts).unwrap();
+        let weights = random_experts(num_experts, hidden, inter);
+        let on_gpu = Mxfp4Experts::new(&dev, &borrowed(&weights)).unwrap();
         let dense = |w: &Mxfp4Weight| host(&w.dequantize(&Device::Cpu).unwrap());
         let reference_weights: Vec<_> = weights
             .iter()
@@ -602,7 +634,7 @@ fn mxfp4_experts_match_the_reference_and_are_batch_invariant() {
             .collect();
         let rows = 64;
         let x = tensor((rows, hidden), 7, 1.0);
-        let logits = tensor((rows, num_experts), 8, 3.0);
+        let logits = router_logits(rows, num_experts);
         let what = format!("{num_experts} experts of {hidden}x{inter}, {routing:?}");
         let got = on_gpu
             .forward(&x.to_device(&dev).unwrap(), &logits.to_device(&dev).unwrap(), &routing)
@@ -639,4 +671,49 @@ fn mxfp4_experts_match_the_reference_and_are_batch_invariant() {
     }
     let err = Mxfp4Experts::new(&Device::Cpu, &[]).err().unwrap();
     assert!(err.to_string().contains("CUDA device"), "{err}");
+}
+
+/// Random router logits but for rows that only an order as total as the CPU's sort ranks
+/// alike: row 1 of signed zeros (+0 ranks above -0), row 2 of one value throughout (ties go
+/// to the lower index).
+fn router_logits(rows: usize, experts: usize) -> Tensor {
+    let mut v = values(rows * experts, 8, 3.0);
+    for (e, z) in v[experts..2 * experts].iter_mut().enumerate() {
+        *z = if e % 3 == 0 { -0.0 } else { 0.0 };
+    }
+    v[2 * experts..3 * experts].fill(1.5);
+    Tensor::from_vec(v, (rows, experts), &Device::Cpu).unwrap()
+}
+
+/// A row whose router logits hold NaN (a model gone wrong) routes to valid experts, as the
+/// CPU's sort does (NaN ranks above every number), and leaves its neighbours' bits alone.
+#[test]
+fn mxfp4_experts_route_a_row_of_nan_without_harm_to_the_rest() {
+    let Some(dev) = gpu() else { return };
+    let routing = Routing {
+        top_k: 4,
+        normalize: true,
+        clamp: Some((1.702, 7.0)),
+    };
+    let (num_experts, hidden, inter) = (32, 64, 64);
+    let weights = random_experts(num_experts, hidden, inter);
+    let on_gpu = Mxfp4Experts::new(&dev, &borrowed(&weights)).unwrap();
+    let x = tensor((2, hidden), 7, 1.0).to_device(&dev).unwrap();
+    let mut scores = values(2 * num_experts, 8, 3.0);
+    scores[3] = f32::NAN;
+    scores[..num_experts].iter_mut().skip(10).for_each(|s| *s = f32::NAN);
+    let logits = Tensor::from_vec(scores, (2, num_experts), &Device::Cpu).unwrap();
+    let both = on_gpu.forward(&x, &logits.to_device(&dev).unwrap(), &routing).unwrap();
+    let alone = on_gpu
+        .forward(
+            &x.narrow(0, 1, 1).unwrap(),
+            &logits.narrow(0, 1, 1).unwrap().to_device(&dev).unwrap(),
+            &routing,
+        )
+        .unwrap();
+    assert_eq!(bits(&alone), bits(&both.narrow(0, 1, 1).unwrap()), "the row after NaN");
+    assert!(
+        host(&both.narrow(0, 0, 1).unwrap()).iter().all(|v| v.is_nan()),
+        "NaN weights"
+    );
 }

@@ -18,6 +18,13 @@ pub(crate) fn kv_write(
     scale: f32,
 ) -> Result<()> {
     let tokens = src_l.shape().dims2()?.0;
+    // The slots checked are the host's; the kernel reads these, one per row.
+    if slots.dims1()? != tokens {
+        return Err(bad_input(
+            "write_kv",
+            format!("{} device slots for {tokens} rows", slots.dims1()?),
+        ));
+    }
     if tokens == 0 {
         return Ok(());
     }

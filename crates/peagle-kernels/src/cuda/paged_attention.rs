@@ -37,6 +37,10 @@ pub(crate) fn paged_attention(
         .as_ref()
         .ok_or_else(|| bad_input(OP, "the metadata has no device copy: AttentionMetadata::on_device"))?
         .packed;
+    // The kernel reads the device copy; the host's was validated. They must be one batch's.
+    if packed.dims1()? != meta.packed_len() {
+        return Err(bad_input(OP, "the metadata's device copy is not of this batch"));
+    }
     let sinks = sinks
         .map(|s| {
             s.on_device()
