@@ -37,11 +37,13 @@ impl<'a> Adjuster<'a> {
         })
     }
 
-    /// Moves to row `row` (rows go forward only) and says whether anything adjusts it.
+    /// Moves to row `row`, forward or back, and says whether anything adjusts it.
     pub fn at_row(&mut self, row: usize) -> bool {
-        assert!(row >= self.row, "an adjuster's rows go forward");
-        for &draft in &self.drafts[self.row..row] {
+        for &draft in self.drafts.get(self.row..row).unwrap_or_default() {
             self.history.push(draft);
+        }
+        for &draft in self.drafts.get(row..self.row).unwrap_or_default().iter().rev() {
+            self.history.pop(draft);
         }
         self.row = row;
         !self.penalties.is_off() || self.holds_stop_tokens()
@@ -75,19 +77,6 @@ impl<'a> Adjuster<'a> {
         tokens.sort_unstable();
         tokens.dedup();
         tokens
-    }
-}
-
-/// Calls `f` with each row of the window with `drafts` at the end of `seq` that something
-/// adjusts, and the adjuster at that row.
-pub fn for_each_adjusted_row(seq: &Sequence, drafts: &[u32], eos: &[u32], mut f: impl FnMut(usize, &Adjuster)) {
-    let Some(mut adjuster) = Adjuster::of(seq, drafts, eos) else {
-        return;
-    };
-    for row in 0..=drafts.len() {
-        if adjuster.at_row(row) {
-            f(row, &adjuster);
-        }
     }
 }
 
@@ -170,6 +159,43 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Rows visited back from the window's end are adjusted as they were on the way forward:
+    /// popping a draft undoes its push, a repeated prompt token's included.
+    #[test]
+    fn an_adjuster_moved_back_adjusts_rows_as_it_did_forward() {
+        const VOCAB: usize = 12;
+        let params = GenerateParams {
+            max_tokens: 100,
+            min_tokens: 4,
+            stop_token_ids: vec![9],
+            sampling: SamplingParams {
+                penalties: Penalties {
+                    presence: 0.5,
+                    frequency: 0.25,
+                    repetition: 1.5,
+                    logit_bias: vec![(4, 1.0)],
+                },
+                ..SamplingParams::default()
+            },
+            ..GenerateParams::default()
+        };
+        let mut seq = Sequence::new(vec![1, 2, 3], params);
+        seq.token_ids.extend([5]);
+        let drafts = [2, 5, 2, 7];
+        let logits: Vec<f32> = (0..VOCAB).map(|t| t as f32 - 5.5).collect();
+        let mut adjuster = Adjuster::of(&seq, &drafts, &[0]).expect("penalties apply");
+        let mut row_at = |row: usize| {
+            assert!(adjuster.at_row(row));
+            let mut adjusted = logits.clone();
+            adjuster.apply(&mut adjusted[..]);
+            adjusted.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+        };
+        let forward: Vec<_> = (0..=drafts.len()).map(&mut row_at).collect();
+        let back: Vec<_> = (0..=drafts.len()).rev().map(&mut row_at).collect();
+        assert_eq!(back.into_iter().rev().collect::<Vec<_>>(), forward);
+        assert_ne!(forward[0], forward[1], "the rows differ");
     }
 
     #[test]

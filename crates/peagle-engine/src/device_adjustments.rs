@@ -3,7 +3,7 @@
 //! touches, the host adjusts them with the arithmetic it uses on a whole row (`adjustments`),
 //! and the device scatters them back, so each copy holds the host's adjusted row bit for bit.
 
-use crate::adjustments::{for_each_adjusted_row, SparseLogits};
+use crate::adjustments::{Adjuster, SparseLogits};
 use crate::rejection_sampler::Window;
 use candle_core::{Result, Tensor};
 use std::iter::repeat;
@@ -20,21 +20,28 @@ impl AdjustedRows {
     /// Copies the windows' adjusted rows of `logits`, then sets the values their adjustments
     /// touch to what the host computes from the values gathered: a few values a row cross
     /// each way.
-    pub fn new<'a>(
-        logits: &Tensor,
-        windows: impl Iterator<Item = &'a Window<'a>> + Clone,
-        eos: &[u32],
-    ) -> Result<Self> {
+    pub fn new<'a>(logits: &Tensor, windows: impl Iterator<Item = &'a Window<'a>>, eos: &[u32]) -> Result<Self> {
         let (rows, vocab) = logits.dims2()?;
         let mut index = vec![None; rows];
+        // Each window's adjuster, left at its last adjusted row, and those rows' indices in
+        // the copy and in the window.
+        let mut adjusters = Vec::new();
         let mut copied = Vec::new();
         let mut touched = Vec::new();
-        for w in windows.clone() {
-            for_each_adjusted_row(w.seq, w.drafts, eos, |i, adjuster| {
-                index[w.first_row + i] = Some(copied.len());
-                copied.push((w.first_row + i) as u32);
-                touched.push(adjuster.touched(vocab));
-            });
+        for w in windows {
+            let Some(mut adjuster) = Adjuster::of(w.seq, w.drafts, eos) else {
+                continue;
+            };
+            let mut adjusted = Vec::new();
+            for i in 0..=w.drafts.len() {
+                if adjuster.at_row(i) {
+                    index[w.first_row + i] = Some(copied.len());
+                    adjusted.push((copied.len(), i));
+                    copied.push((w.first_row + i) as u32);
+                    touched.push(adjuster.touched(vocab));
+                }
+            }
+            adjusters.push((adjuster, adjusted));
         }
         if copied.is_empty() {
             return Ok(Self { tensor: None, index });
@@ -57,21 +64,22 @@ impl AdjustedRows {
         let copy = logits
             .contiguous()?
             .index_select(&Tensor::from_vec(copied, shape.0, device)?, 0)?;
-        let old: Vec<f32> = copy.gather(&positions, 1)?.flatten_all()?.to_vec1()?;
-        let mut new = Vec::with_capacity(old.len());
-        let mut k = 0;
-        for w in windows {
-            for_each_adjusted_row(w.seq, w.drafts, eos, |_, adjuster| {
-                let (tokens, old) = (&tokens[k * width..][..width], &old[k * width..][..width]);
+        let mut values: Vec<f32> = copy.gather(&positions, 1)?.flatten_all()?.to_vec1()?;
+        // Back from each window's last adjusted row, so that no history is built twice.
+        for (mut adjuster, adjusted) in adjusters {
+            for &(k, i) in adjusted.iter().rev() {
+                adjuster.at_row(i);
                 let own = std::mem::take(&mut touched[k]);
-                let own_old = old[..own.len()].to_vec();
-                let mut sparse = SparseLogits::new(own, own_old);
+                let row = &mut values[k * width..][..width];
+                let old = row[..own.len()].to_vec();
+                let mut sparse = SparseLogits::new(own, old);
                 adjuster.apply(&mut sparse);
-                new.extend(tokens.iter().zip(old).map(|(&t, &o)| sparse.get(t).unwrap_or(o)));
-                k += 1;
-            });
+                for (value, &token) in row.iter_mut().zip(&tokens[k * width..][..width]) {
+                    *value = sparse.get(token).unwrap_or(*value);
+                }
+            }
         }
-        let values = Tensor::from_vec(new, shape, device)?;
+        let values = Tensor::from_vec(values, shape, device)?;
         Ok(Self {
             tensor: Some(copy.scatter(&positions, &values, 1)?),
             index,

@@ -47,7 +47,7 @@ impl Penalties {
             }
         }
         if self.repetition != 1.0 {
-            for &token in history.output.keys().chain(&history.prompt) {
+            for &token in history.output.keys().chain(history.prompt_only()) {
                 if let Some(l) = logits.logit_mut(token) {
                     *l = if *l > 0.0 {
                         *l / self.repetition
@@ -92,7 +92,7 @@ impl LogitsMut for [f32] {
 pub struct History {
     /// Occurrences of each generated token.
     output: HashMap<u32, u32>,
-    /// Prompt tokens that were not generated (the repetition penalty applies once per token).
+    /// The prompt's distinct tokens.
     prompt: HashSet<u32>,
     generated: usize,
 }
@@ -101,17 +101,12 @@ impl History {
     pub fn new(prompt: &[u32], generated: &[u32]) -> Self {
         let mut history = Self {
             output: HashMap::new(),
-            prompt: HashSet::new(),
+            prompt: prompt.iter().copied().collect(),
             generated: 0,
         };
         for &token in generated {
             history.push(token);
         }
-        history.prompt = prompt
-            .iter()
-            .copied()
-            .filter(|t| !history.output.contains_key(t))
-            .collect();
         history
     }
 
@@ -121,9 +116,25 @@ impl History {
     }
 
     pub fn push(&mut self, token: u32) {
-        self.prompt.remove(&token);
         *self.output.entry(token).or_default() += 1;
         self.generated += 1;
+    }
+
+    /// Undoes the last `push`, which was of `token`.
+    pub fn pop(&mut self, token: u32) {
+        match self.output.get_mut(&token) {
+            Some(1) => {
+                self.output.remove(&token);
+            }
+            Some(count) => *count -= 1,
+            None => panic!("popped token {token}, which was never pushed"),
+        }
+        self.generated -= 1;
+    }
+
+    /// Prompt tokens that were not generated: the repetition penalty applies once per token.
+    fn prompt_only(&self) -> impl Iterator<Item = &u32> {
+        self.prompt.iter().filter(|t| !self.output.contains_key(t))
     }
 }
 
