@@ -17,7 +17,7 @@
 # Each part takes a few minutes and adds to the day's results directory, and the report is
 # remade from whatever is there, so the parts can run as separate commands.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 part=${1:-all}
 case $part in
 tests | demo | llama | gpt-oss | bench | all) ;;
@@ -49,16 +49,35 @@ fi
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv >"$out/gpu.csv" ||
     fail "nvidia-smi"
 
+# Each GPU test in a process of its own, under a time limit: a CUDA error such as an illegal
+# address ends its process's context, and would fail every test after it in a shared one. A
+# failed test runs again under compute-sanitizer's memcheck, where the host has it, to name the
+# kernel and the access.
 run_tests() {
 step "GPU tests"
+sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
 for test in "$bin"/gpu-*; do
     name=$(basename "$test")
-    if "$test" --test-threads=1 --nocapture >"$out/$name.log" 2>&1; then
-        echo "$name: $(grep -E '^test result' "$out/$name.log" | tail -1)" | tee -a "$out/steps.log"
-    else
-        fail "$name (see $name.log)"
-        grep -E "panicked|FAILED|failed" "$out/$name.log" | head -20
-    fi
+    : >"$out/$name.log"
+    passed=0 failed=()
+    while read -r case; do
+        echo "---- $case" >>"$out/$name.log"
+        if timeout "${TEST_TIMEOUT:-240}" "$test" --exact "$case" --test-threads=1 --nocapture >>"$out/$name.log" 2>&1; then
+            passed=$((passed + 1))
+        else
+            failed+=("$case")
+        fi
+    done < <("$test" --list 2>>"$out/$name.log" | sed -n 's/: test$//p')
+    echo "$name: $passed passed, ${#failed[@]} failed" | tee -a "$out/steps.log"
+    [ $((passed + ${#failed[@]})) -gt 0 ] || fail "$name lists no tests (see $name.log)"
+    for case in "${failed[@]}"; do
+        fail "$name $case (see $name.log)"
+        if [ -n "$sanitizer" ]; then
+            timeout "${TEST_TIMEOUT:-240}" "$sanitizer" --tool memcheck "$test" --exact "$case" --test-threads=1 \
+                >"$out/$name-$case.memcheck.log" 2>&1
+            grep -E "^========= (Invalid|Program hit|ERROR SUMMARY)" "$out/$name-$case.memcheck.log" | head -5
+        fi
+    done
 done
 }
 
