@@ -3,7 +3,9 @@
 //! GPU each test says so and passes, so a CUDA build's tests can run anywhere.
 #![cfg(feature = "cuda")]
 
+mod common;
 use candle_core::{DType, Device, Tensor};
+use common::{chi_square, draws_of_one_row};
 use peagle_kernels::{
     add_rms_norm, argmax_rows, fp8_linear, gumbel_sample, invariant_matmul, paged_attention, rms_norm, rope,
     row_candidates, swiglu, write_kv, AttentionMetadata, AttentionParams, CandidateRequest, Fp8Weight, GumbelRequest,
@@ -238,14 +240,7 @@ fn gumbel_sample_equals_the_cpu_and_follows_the_softmax() {
     let row = values(256, 32, 3.0);
     let temperature = 0.7;
     let x = Tensor::from_vec(row.clone(), (1, 256), &dev).unwrap();
-    let draws = 50_000;
-    let requests: Vec<GumbelRequest> = (0..draws)
-        .map(|key| GumbelRequest {
-            row: 0,
-            temperature,
-            key,
-        })
-        .collect();
+    let requests = draws_of_one_row(temperature, 50_000);
     let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let weights: Vec<f64> = row.iter().map(|l| (((l - max) / temperature) as f64).exp()).collect();
     let total: f64 = weights.iter().sum();
@@ -258,11 +253,7 @@ fn gumbel_sample_equals_the_cpu_and_follows_the_softmax() {
     }
     let mut expected: Vec<f64> = order[..16].iter().map(|t| weights[*t] / total).collect();
     expected.push(1.0 - expected.iter().sum::<f64>());
-    let chi_square: f64 = bins
-        .iter()
-        .zip(&expected)
-        .map(|(&c, p)| (c as f64 - p * draws as f64).powi(2) / (p * draws as f64))
-        .sum();
+    let chi_square = chi_square(&bins, &expected);
     // The 99.9th percentile of chi-square with 16 degrees of freedom.
     assert!(chi_square < 39.25, "chi-square {chi_square}: {bins:?}");
 }
