@@ -294,6 +294,12 @@ fn startup_errors_are_one_line_with_non_zero_exit() {
         &["--model", &model, "--kv-cache-blocks", "8"],
         "cannot hold one sequence of the maximum length",
     );
+    for share in ["0", "1.5"] {
+        fails(
+            &["--model", &model, "--gpu-memory-utilization", share],
+            &format!("the GPU memory utilization must be above 0 and at most 1, not {share}"),
+        );
+    }
 }
 
 /// The text of a completion response's first choice.

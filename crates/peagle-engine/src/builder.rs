@@ -7,6 +7,7 @@ use crate::block_manager::BlockManager;
 use crate::drafting::Drafting;
 use crate::engine::Engine;
 use crate::error::GenerateError;
+use crate::kv_budget::{self, step_activations, DEFAULT_GPU_MEMORY_UTILIZATION};
 use crate::model_runner::ModelRunner;
 use crate::prefix_cache::PrefixCache;
 use crate::proposer::{Eagle3Proposer, NoProposer, PEagleProposer, Proposer};
@@ -14,7 +15,7 @@ use crate::scheduler::{Scheduler, SchedulerConfig};
 use candle_core::DType;
 use peagle_models::{
     ops, CudaGraphs, Drafter, GenerationConfig, GraphLimits, KvCache, KvCacheDtype, LoadOptions, ModelDims,
-    SamplingDefaults, TextConfig,
+    SamplingDefaults, TargetModel, TextConfig,
 };
 use std::path::PathBuf;
 
@@ -24,8 +25,9 @@ pub const DEFAULT_K: usize = 3;
 /// The maximum length when neither the options nor the model's config give one.
 pub const FALLBACK_MAX_MODEL_LEN: usize = 4096;
 
-/// KV cache sizing when no block count is given: room for every sequence the scheduler may run
-/// at full length, but at most this many bytes (target and drafter caches together).
+/// KV cache sizing on the CPU when no block count is given: room for every sequence the
+/// scheduler may run at full length, but at most this many bytes (target and drafter caches
+/// together). A GPU's budget is what its memory leaves (`kv_budget`).
 const DEFAULT_KV_BUDGET_BYTES: usize = 4 << 30;
 
 /// A draft model and how to use it.
@@ -58,8 +60,11 @@ pub struct EngineBuilder {
     pub load: LoadOptions,
     /// Default: the model's max_position_embeddings, else `FALLBACK_MAX_MODEL_LEN`.
     pub max_model_len: Option<usize>,
-    /// Default: see `DEFAULT_KV_BUDGET_BYTES`.
+    /// Default: room for every sequence the scheduler may run at full length, within
+    /// `DEFAULT_KV_BUDGET_BYTES` on the CPU or what `gpu_memory_utilization` leaves on a GPU.
     pub kv_cache_blocks: Option<usize>,
+    /// The share of a GPU's memory the engine may fill, the KV cache included (vLLM's).
+    pub gpu_memory_utilization: f64,
     pub block_size: usize,
     pub kv_cache_dtype: KvCacheDtype,
     pub scheduler: SchedulerConfig,
@@ -83,6 +88,7 @@ impl EngineBuilder {
             load: LoadOptions::default(),
             max_model_len: None,
             kv_cache_blocks: None,
+            gpu_memory_utilization: DEFAULT_GPU_MEMORY_UTILIZATION,
             block_size: 16,
             kv_cache_dtype: KvCacheDtype::Auto,
             scheduler: SchedulerConfig::default(),
@@ -106,15 +112,23 @@ impl EngineBuilder {
         };
         let k = drafter.as_ref().map_or(0, |(_, k, _)| *k);
         let dtype = self.kv_cache_dtype.resolve(&loaded.config);
-        let num_blocks = self.num_blocks(loaded.model.dims(), drafter.as_ref(), max_model_len, dtype);
+        let gpu_budget = match self.kv_cache_blocks {
+            Some(_) => None,
+            None => self.gpu_kv_bytes(loaded.model.as_ref(), max_model_len, dtype, k > 0)?,
+        };
+        let num_blocks = self.num_blocks(loaded.model.dims(), drafter.as_ref(), max_model_len, dtype, gpu_budget);
         let needed = blocks_per_sequence(max_model_len, k, self.block_size);
         if num_blocks < needed {
             // vLLM refuses to start here too: a sequence that outgrows the whole cache could
             // only preempt itself and start over, forever.
+            let raise = match gpu_budget {
+                Some(_) => "the GPU memory utilization",
+                None => "the block count",
+            };
             return Err(GenerateError::Config(format!(
                 "a KV cache of {num_blocks} blocks of {} tokens cannot hold one sequence of the maximum \
-                 length ({max_model_len} tokens, {k} drafts): that takes {needed} blocks; raise the \
-                 block count or lower the maximum length",
+                 length ({max_model_len} tokens, {k} drafts): that takes {needed} blocks; raise {raise} \
+                 or lower the maximum length",
                 self.block_size
             )));
         }
@@ -192,10 +206,10 @@ impl EngineBuilder {
             // Every request waits for admission, if only for a step: a limit of 0 refuses all.
             ("the waiting-request limit", self.scheduler.max_waiting),
         ];
-        match sizes.iter().find(|(_, n)| *n == 0) {
-            Some((what, _)) => Err(GenerateError::Config(format!("{what} must be at least 1"))),
-            None => Ok(()),
+        if let Some((what, _)) = sizes.iter().find(|(_, n)| *n == 0) {
+            return Err(GenerateError::Config(format!("{what} must be at least 1")));
         }
+        kv_budget::check_utilization(self.gpu_memory_utilization)
     }
 
     /// The sampling defaults chosen instead of the model's own (None: the model's, read as it
@@ -231,11 +245,7 @@ impl EngineBuilder {
     }
 
     /// The drafter with its drafts per step and whether it drafts in parallel.
-    fn load_drafter(
-        &self,
-        d: &DraftModel,
-        target: &dyn peagle_models::TargetModel,
-    ) -> Result<(Drafter, usize, bool), GenerateError> {
+    fn load_drafter(&self, d: &DraftModel, target: &dyn TargetModel) -> Result<(Drafter, usize, bool), GenerateError> {
         let drafter = Drafter::load(&d.dir, target, self.load.clone())?;
         let k = d.k.or(drafter.config().num_speculative_tokens).unwrap_or(DEFAULT_K);
         if k == 0 {
@@ -247,12 +257,37 @@ impl EngineBuilder {
         Ok((drafter, k, parallel))
     }
 
+    /// The bytes a GPU leaves the KV caches once the weights are loaded; None on the CPU.
+    fn gpu_kv_bytes(
+        &self,
+        target: &dyn TargetModel,
+        max_model_len: usize,
+        dtype: DType,
+        drafter: bool,
+    ) -> Result<Option<usize>, GenerateError> {
+        let Some(memory) = peagle_kernels::device_memory(target.device())? else {
+            return Ok(None);
+        };
+        let max_tokens = self.scheduler.max_num_batched_tokens;
+        let activations = step_activations(target, max_tokens, max_model_len, self.block_size, dtype, drafter)?;
+        let bytes = kv_budget::gpu_kv_bytes(memory, activations.unwrap_or(0), self.gpu_memory_utilization)?;
+        tracing::info!(
+            total_gib = memory.total as f64 / (1u64 << 30) as f64,
+            free_gib = memory.free as f64 / (1u64 << 30) as f64,
+            activations_gib = activations.unwrap_or(0) as f64 / (1u64 << 30) as f64,
+            kv_gib = bytes as f64 / (1u64 << 30) as f64,
+            "sized the KV cache from the GPU's memory"
+        );
+        Ok(Some(bytes))
+    }
+
     fn num_blocks(
         &self,
         target: &ModelDims,
         drafter: Option<&(Drafter, usize, bool)>,
         max_model_len: usize,
         dtype: DType,
+        gpu_budget: Option<usize>,
     ) -> usize {
         if let Some(n) = self.kv_cache_blocks {
             return n;
@@ -262,7 +297,12 @@ impl EngineBuilder {
         let block_bytes = |d: &ModelDims| KvCache::bytes_per_block(d, self.block_size, dtype);
         let bytes_per_block = (block_bytes(target) + drafter.map_or(0, |(d, _, _)| block_bytes(d.dims()))).max(1);
         let wanted = per_sequence * self.scheduler.max_num_seqs;
-        wanted.min(DEFAULT_KV_BUDGET_BYTES / bytes_per_block).max(per_sequence)
+        match gpu_budget {
+            // What the GPU leaves is all there is: fewer blocks than a sequence needs are
+            // refused by the caller.
+            Some(bytes) => wanted.min(bytes / bytes_per_block),
+            None => wanted.min(DEFAULT_KV_BUDGET_BYTES / bytes_per_block).max(per_sequence),
+        }
     }
 }
 

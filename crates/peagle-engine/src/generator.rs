@@ -5,6 +5,7 @@ use crate::builder::{DraftModel, EngineBuilder};
 use crate::detokenizer::{special_token_ids, IncrementalDecoder};
 use crate::engine::Engine;
 use crate::error::GenerateError;
+use crate::kv_budget::DEFAULT_GPU_MEMORY_UTILIZATION;
 use crate::request::{validate_prompt, Event, FinishReason, GenerateParams, Request};
 use crate::scheduler::SchedulerConfig;
 use crate::spec_stats::SpecStats;
@@ -24,6 +25,8 @@ pub struct GeneratorOptions {
     pub kv_cache_dtype: KvCacheDtype,
     /// Run decode steps by CUDA graphs (a GPU only).
     pub cuda_graphs: bool,
+    /// The share of a GPU's memory the engine may fill (`EngineBuilder`'s).
+    pub gpu_memory_utilization: f64,
 }
 
 impl Default for GeneratorOptions {
@@ -34,6 +37,7 @@ impl Default for GeneratorOptions {
             max_batched_tokens: 512,
             kv_cache_dtype: KvCacheDtype::Auto,
             cuda_graphs: false,
+            gpu_memory_utilization: DEFAULT_GPU_MEMORY_UTILIZATION,
         }
     }
 }
@@ -76,6 +80,7 @@ impl Generator {
             block_size: opts.block_size,
             kv_cache_dtype: opts.kv_cache_dtype,
             cuda_graphs: opts.cuda_graphs,
+            gpu_memory_utilization: opts.gpu_memory_utilization,
             scheduler: SchedulerConfig {
                 max_num_seqs: 1,
                 max_num_batched_tokens: opts.max_batched_tokens.max(1),

@@ -4,7 +4,10 @@
 //! pass.
 #![cfg(feature = "cuda")]
 
-use peagle_engine::{DraftModel, GenerateParams, Generator, GeneratorOptions, Penalties, SamplingParams, SpecStats};
+use peagle_engine::{
+    DraftModel, EngineBuilder, GenerateParams, Generator, GeneratorOptions, Penalties, SamplingParams, SchedulerConfig,
+    SpecStats,
+};
 use peagle_models::{DTypeSpec, DeviceSpec, KvCacheDtype, LoadOptions};
 mod common;
 use common::{demo, demo_with, eval_prompts, fixture, repo};
@@ -217,4 +220,33 @@ fn output_by_cuda_graphs_equals_output_without() {
         .unwrap()
         .token_ids;
     assert_eq!(got, want, "gpt-oss with P-EAGLE by CUDA graphs");
+}
+
+/// With no block count given, the KV cache takes what the GPU memory utilization leaves once
+/// the weights and a step's activations are counted: the engine's memory stays within that
+/// share, and fills most of it when the scheduler could use more.
+#[test]
+fn the_kv_cache_takes_what_the_gpu_memory_utilization_leaves() {
+    let Some(options) = gpu() else { return };
+    let memory = || peagle_kernels::device_memory(&options.device).unwrap().unwrap();
+    let share = 0.5;
+    let builder = EngineBuilder {
+        load: options.clone(),
+        max_model_len: Some(512),
+        gpu_memory_utilization: share,
+        scheduler: SchedulerConfig {
+            max_num_seqs: 1 << 20,
+            ..SchedulerConfig::default()
+        },
+        ..EngineBuilder::new(repo("models/pystdlib-12l"))
+    };
+    let engine = builder.build().unwrap().engine;
+    let after = memory();
+    let in_use = (after.total - after.free) as f64 / after.total as f64;
+    eprintln!("{} KV blocks; {in_use:.3} of the GPU in use", engine.num_blocks());
+    assert!(in_use <= share + 0.01, "{in_use} of the GPU in use, above {share}");
+    assert!(
+        in_use >= share - 0.1,
+        "{in_use} of the GPU in use: the cache left much of {share} unused"
+    );
 }

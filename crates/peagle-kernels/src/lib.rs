@@ -8,6 +8,7 @@ mod contiguous;
 #[cfg(feature = "cuda")]
 mod cuda;
 mod dequantized_linear;
+mod device_memory;
 mod dot;
 mod error;
 mod exp;
@@ -36,6 +37,7 @@ mod value_sum;
 
 pub use argmax_rows::argmax_rows;
 pub use cache_element::CacheElement;
+pub use device_memory::{device_memory, peak_allocated, DeviceMemory};
 pub use error::KernelError;
 pub use exp::exp_in_place;
 pub use fp8_weight::{fp8_linear, Fp8Weight};

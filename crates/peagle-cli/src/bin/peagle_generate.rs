@@ -5,7 +5,9 @@ use anyhow::{bail, Context, Result};
 use clap::Parser;
 use peagle_cli::report::{read_prompts, Report};
 use peagle_cli::{demo_model_dir, init_tracing};
-use peagle_engine::{DraftModel, GenerateParams, Generator, GeneratorOptions, Penalties, SamplingParams};
+use peagle_engine::{
+    DraftModel, GenerateParams, Generator, GeneratorOptions, Penalties, SamplingParams, DEFAULT_GPU_MEMORY_UTILIZATION,
+};
 use peagle_models::{DTypeSpec, DeviceSpec, KvCacheDtype, LoadOptions};
 use std::io::Write;
 use std::path::PathBuf;
@@ -64,6 +66,10 @@ struct Args {
     /// first step (with --device cuda).
     #[arg(long)]
     cuda_graphs: bool,
+    /// The share of the GPU's memory the engine may fill; the KV cache gets what the weights
+    /// and a step's activations leave of it, up to a full-length sequence's.
+    #[arg(long, default_value_t = DEFAULT_GPU_MEMORY_UTILIZATION)]
+    gpu_memory_utilization: f64,
     /// EAGLE-3 or P-EAGLE drafter directory: enables speculative decoding.
     #[arg(long)]
     draft_model: Option<PathBuf>,
@@ -111,6 +117,7 @@ fn run(args: Args) -> Result<()> {
         max_model_len: args.max_model_len,
         kv_cache_dtype: args.kv_cache_dtype,
         cuda_graphs: args.cuda_graphs,
+        gpu_memory_utilization: args.gpu_memory_utilization,
         ..Default::default()
     };
     let load = LoadOptions::place(args.device, args.dtype).context("--device / --dtype")?;

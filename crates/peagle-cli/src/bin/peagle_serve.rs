@@ -7,7 +7,7 @@ use peagle_cli::hub::Hub;
 use peagle_cli::model_source::{resolve_dir, resolve_model, ModelSource};
 use peagle_cli::speculative_config::SpeculativeConfig;
 use peagle_cli::{demo_model_dir, init_tracing_at};
-use peagle_engine::{DraftModel, EngineBuilder, GenerationDefaults, SchedulerConfig};
+use peagle_engine::{DraftModel, EngineBuilder, GenerationDefaults, SchedulerConfig, DEFAULT_GPU_MEMORY_UTILIZATION};
 use peagle_models::{DTypeSpec, DeviceSpec, KvCacheDtype, LoadOptions};
 use peagle_server::fd_limit::raise_open_files_limit;
 use peagle_server::{start_engine, Server, ServerConfig};
@@ -71,9 +71,14 @@ struct Args {
     /// Most tokens (prefill chunks plus verification windows) in one engine step.
     #[arg(long)]
     max_num_batched_tokens: Option<usize>,
-    /// KV cache size in blocks. Default: room for --max-num-seqs full-length sequences, at most 4 GiB.
+    /// KV cache size in blocks. Default: room for --max-num-seqs full-length sequences, at most
+    /// 4 GiB on the CPU or what --gpu-memory-utilization leaves on a GPU.
     #[arg(long)]
     kv_cache_blocks: Option<usize>,
+    /// The share of the GPU's memory the engine may fill: the weights, a step's activations
+    /// (measured at start-up by running the largest step) and the KV cache, which gets the rest.
+    #[arg(long, default_value_t = DEFAULT_GPU_MEMORY_UTILIZATION)]
+    gpu_memory_utilization: f64,
     /// Tokens per KV cache block.
     #[arg(long, default_value_t = 16)]
     block_size: usize,
@@ -196,6 +201,7 @@ fn run(args: Args) -> Result<()> {
         load,
         max_model_len: args.max_model_len,
         kv_cache_blocks: args.kv_cache_blocks,
+        gpu_memory_utilization: args.gpu_memory_utilization,
         block_size: args.block_size,
         kv_cache_dtype: args.kv_cache_dtype,
         cuda_graphs: args.cuda_graphs,

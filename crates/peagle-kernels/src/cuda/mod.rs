@@ -6,6 +6,7 @@
 mod argmax;
 mod kv_write;
 mod linear;
+mod memory;
 mod module;
 mod moe;
 mod paged_attention;
@@ -17,6 +18,7 @@ mod swiglu;
 pub(crate) use argmax::argmax_rows;
 pub(crate) use kv_write::kv_write;
 pub(crate) use linear::linear;
+pub(crate) use memory::{device_memory, peak_allocated};
 pub(crate) use moe::{moe, DeviceExperts, MAX_EXPERTS};
 pub(crate) use paged_attention::paged_attention;
 pub(crate) use rms_norm::rms_norm;
