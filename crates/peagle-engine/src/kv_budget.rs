@@ -72,6 +72,15 @@ pub fn step_activations(
     let device = target.device();
     let kv = KvCache::new(target.dims(), blocks, block_size, cache_dtype, device)?;
     let (_, peak) = peak_allocated(device, || target.forward(&batch, &kv).map(drop))?;
+    if peak == Some(0) {
+        // A forward allocates its activations: none counted means they came from elsewhere
+        // than the pool (a GPU without stream-ordered allocation).
+        return Err(GenerateError::Config(
+            "this GPU's allocations bypass its memory pool, so a step's activations cannot be measured to \
+             size the KV cache: give its block count"
+                .into(),
+        ));
+    }
     Ok(peak.map(|peak| if drafter { 2 * peak } else { peak }))
 }
 

@@ -8,8 +8,12 @@ use candle_core::Result;
 use std::ffi::c_void;
 use std::mem::MaybeUninit;
 
+/// Read once the stream's work is done: synchronizing is also when the pool gives back to the
+/// driver what it holds freed (its release threshold is 0), which then counts as free.
 pub(crate) fn device_memory(device: &CudaDevice) -> Result<DeviceMemory> {
-    let (free, total) = device.cuda_stream().context().mem_get_info().w()?;
+    let stream = device.cuda_stream();
+    stream.synchronize().w()?;
+    let (free, total) = stream.context().mem_get_info().w()?;
     Ok(DeviceMemory { free, total })
 }
 
