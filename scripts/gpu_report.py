@@ -11,6 +11,7 @@ PUBLISHED_ACCEPTANCE = {"EAGLE-3 K=3": 2.65, "P-EAGLE K=7": 3.94}  # keyed by pe
 # The gpt-oss bench's targets on an H100.
 HBM_SHARE_TARGET = 0.5  # plain decode at concurrency 1, as a share of the HBM bound
 PEAGLE_OVER_EAGLE3_TARGET = 1.5  # projected, at concurrency 1
+NO_SPECULATION = "no speculation"  # peagle-bench's name of the mode without a drafter
 
 
 def load(path):
@@ -28,34 +29,11 @@ def main(out):
     md = ["# GPU check", "", "```", gpu, "```", "", "## Steps", ""]
     md += [f"- {line}" for line in report["steps"]]
 
-    sweep = load(os.path.join(out, "demo-sweep", "sweep.json"))
-    if sweep:
-        rows = {}
-        for run in sweep["runs"]:
-            mode = run["mode"]["name"] + (f" K={run['mode']['k']}" if run["mode"]["k"] else "")
-            for level in run["result"]["levels"]:
-                rows.setdefault(level["concurrency"], {})[mode] = level
-        report["demo"] = {c: {m: {"output_tokens_per_s": l["output_throughput"],
-                                  "acceptance_length": l["acceptance_length"],
-                                  "tpot_ms_p50": (l.get("tpot_ms") or {}).get("p50")}
-                              for m, l in modes.items()} for c, modes in rows.items()}
-        modes = sorted({m for r in rows.values() for m in r})
-        md += ["", "## Demo model (peagle-bench sweep, greedy, 128 new tokens)", "",
-               "| concurrency | " + " | ".join(modes) + " |", "| ---: |" + " ---: |" * len(modes)]
-        for c in sorted(rows):
-            plain = next((l["output_throughput"] for m, l in rows[c].items() if m.startswith("no spec")), None)
-            cells = []
-            for m in modes:
-                l = rows[c].get(m)
-                if not l:
-                    cells.append("-")
-                    continue
-                cell = f"{l['output_throughput']:.0f}"
-                if plain and not m.startswith("no spec"):
-                    cell += f" ({l['output_throughput'] / plain:.2f}x"
-                    cell += f", acc {l['acceptance_length']:.2f})" if l["acceptance_length"] else ")"
-                cells.append(cell)
-            md.append(f"| {c} | " + " | ".join(cells) + " |")
+    for name, title in (("demo-sweep", "Demo model"), ("demo-sweep-graphs", "Demo model by CUDA graphs")):
+        demo, section = demo_sweep(out, name, title)
+        if demo:
+            report[name.replace("-", "_")] = demo
+            md += section
 
     gemm_path = os.path.join(out, "gemm-vs-cublas.jsonl")
     if os.path.exists(gemm_path):
@@ -110,11 +88,93 @@ def main(out):
         report["cuda_graphs"] = graphs
         md += section
 
+    targets, section = backend_targets(report)
+    report["cuda_backend_targets"] = targets
+    md += section
+
     with open(os.path.join(out, "report.json"), "w") as f:
         json.dump(report, f, indent=1)
     with open(os.path.join(out, "report.md"), "w") as f:
         f.write("\n".join(md) + "\n")
     print("\n".join(md))
+
+
+def demo_sweep(out, name, title):
+    """The demo model's sweep in `out/name`: output tokens/s per concurrency and mode, the
+    means over the sweep's repeats, and each against no speculation. report.json's part (None
+    when the sweep did not finish) and report.md's lines."""
+    sweep = load(os.path.join(out, name, "sweep.json"))
+    if not sweep or not sweep.get("rows"):
+        return None, []
+    rows = {}
+    for r in sweep["rows"]:
+        rows.setdefault(r["concurrency"], {})[r["mode"]["name"]] = {
+            "output_tokens_per_s": r["mean_output_throughput"], "vs_no_speculation": r["vs_no_speculation"],
+            "acceptance_length": r["acceptance_length"]}
+    modes = sorted({m for levels in rows.values() for m in levels}, key=lambda m: (m != NO_SPECULATION, m))
+    md = ["", f"## {title} (peagle-bench sweep, greedy, 128 new tokens)", "",
+          "Output tokens/s, means over the sweep's repeats; in brackets, against no speculation and the "
+          "acceptance length.", "",
+          "| concurrency | " + " | ".join(modes) + " |", "| ---: |" + " ---: |" * len(modes)]
+    for c in sorted(rows):
+        cells = []
+        for m in modes:
+            level = rows[c].get(m)
+            if not level:
+                cells.append("-")
+                continue
+            cell = f"{level['output_tokens_per_s']:.0f}"
+            if m != NO_SPECULATION and level["vs_no_speculation"]:
+                cell += f" ({level['vs_no_speculation']:.2f}x"
+                cell += f", acc {level['acceptance_length']:.2f})" if level["acceptance_length"] else ")"
+            cells.append(cell)
+        md.append(f"| {c} | " + " | ".join(cells) + " |")
+    return rows, md
+
+
+def backend_targets(report):
+    """The CUDA backend's targets on an H100, each met or not by this run's numbers, without
+    CUDA graphs and with them where both ran. report.json's part and report.md's lines."""
+    def tokens(sweep, c, mode):
+        return (((report.get(sweep) or {}).get(c) or {}).get(mode) or {}).get("output_tokens_per_s")
+
+    def ratio(a, b):
+        return a / b if a and b else None
+
+    def slowest_speculation(sweep):
+        ratios = [level["vs_no_speculation"] for levels in (report.get(sweep) or {}).values()
+                  for m, level in levels.items() if m != NO_SPECULATION and level["vs_no_speculation"]]
+        return min(ratios) if ratios else None
+
+    llama = report.get("llama_8b") or {}
+    targets = [
+        ("8B-shaped decode step at most 1.25x the HBM bound (lower is better)",
+         llama.get("ratio_to_bound"), (llama.get("graphs") or {}).get("ratio_to_bound"), 1.25, False),
+        ("demo model, no speculation: at least 3x transformers' tokens/s",
+         (report.get("peer") or {}).get("ratio"), None, 3.0, True),
+    ]
+    for label, mode, threshold in (("EAGLE-3 K=3", "EAGLE-3 K=3", 1.5), ("no speculation", NO_SPECULATION, 2.5)):
+        targets.append((f"demo model at concurrency 1: P-EAGLE K=7 at least {threshold}x {label}",
+                        ratio(tokens("demo_sweep", 1, "P-EAGLE K=7"), tokens("demo_sweep", 1, mode)),
+                        ratio(tokens("demo_sweep_graphs", 1, "P-EAGLE K=7"), tokens("demo_sweep_graphs", 1, mode)),
+                        threshold, True))
+    targets.append(("demo model: no speculative mode slower than no speculation at any concurrency (the slowest)",
+                    slowest_speculation("demo_sweep"), slowest_speculation("demo_sweep_graphs"), 1.0, True))
+
+    def verdict(value, threshold, higher):
+        if value is None:
+            return "not measured"
+        met = value >= threshold if higher else value <= threshold
+        return f"{value:.2f}x, {'met' if met else 'not met'}"
+
+    md = ["", "## The CUDA backend's targets (H100)", "",
+          "| target | without CUDA graphs | with CUDA graphs |", "| --- | --- | --- |"]
+    data = []
+    for text, eager, graphs, threshold, higher in targets:
+        md.append(f"| {text} | {verdict(eager, threshold, higher)} | "
+                  f"{verdict(graphs, threshold, higher) if graphs is not None else '-'} |")
+        data.append({"target": text, "threshold": threshold, "value": eager, "value_with_graphs": graphs})
+    return data, md
 
 
 def step_ms(row):
