@@ -15,7 +15,7 @@ use crate::scheduler::{Scheduler, SchedulerConfig};
 use candle_core::DType;
 use peagle_models::{
     ops, CudaGraphs, Drafter, GenerationConfig, GraphLimits, KvCache, KvCacheDtype, LoadOptions, ModelDims,
-    SamplingDefaults, TargetModel, TextConfig,
+    SamplingDefaults, TargetModel, TextConfig, DEFAULT_GRAPH_MAX_ROWS,
 };
 use std::path::PathBuf;
 
@@ -157,11 +157,21 @@ impl EngineBuilder {
             table_width: needed,
             max_sequences: self.scheduler.max_num_seqs,
             max_rows_each: k + 1,
+            max_rows: DEFAULT_GRAPH_MAX_ROWS,
         };
-        let graphs = cuda_graphs
+        let mut graphs = cuda_graphs
             .then(|| CudaGraphs::new(&device, limits))
             .transpose()
             .map_err(|e| GenerateError::Config(e.to_string()))?;
+        if let Some(graphs) = &mut graphs {
+            let started = std::time::Instant::now();
+            let captured = graphs.capture_at_startup(target.as_ref(), &kv, k > 0)?;
+            tracing::info!(
+                captured,
+                seconds = started.elapsed().as_secs_f64(),
+                "captured CUDA graphs"
+            );
+        }
         tracing::info!(
             model = %self.model_dir.display(),
             drafter = ?self.draft.as_ref().map(|d| d.dir.display().to_string()),

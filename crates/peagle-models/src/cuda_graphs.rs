@@ -12,14 +12,16 @@
 //! next step. Rows' results do not depend on the rest of their batch, so a step gives the
 //! same bits by a graph as without one.
 //!
-//! The first step of a shape is captured: one forward as usual, which fills candle's cache of
+//! A shape is captured on its first step: one forward as usual, which fills candle's cache of
 //! the shapes its own kernels upload (none may be uploaded during capture), then the same
-//! forward under stream capture.
+//! forward under stream capture. An engine captures every shape of up to `max_rows` rows at
+//! start-up (`startup_steps`, as vLLM does), so that no request waits on a capture.
 
-use crate::batch::ForwardBatch;
+use crate::batch::{BatchBuilder, ForwardBatch, Rows};
 use crate::kv_cache::KvCache;
 use crate::target_model::{ForwardOutput, TargetModel};
 use candle_core::{bail, Device, Result};
+use peagle_kernels::PAD_SLOT;
 
 /// The shape a step is captured and replayed at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -42,7 +44,13 @@ pub struct GraphLimits {
     /// uniform step of longer rows, a prefill chunk whose prompt is scored, runs without a
     /// graph, so that prompt lengths do not each capture one and keep its outputs.
     pub max_rows_each: usize,
+    /// The most rows of a step run by a graph, padding included (vLLM's largest capture
+    /// size): a larger step gains little from a graph, and each shape keeps its logits.
+    pub max_rows: usize,
 }
+
+/// vLLM's largest capture size, in rows.
+pub const DEFAULT_GRAPH_MAX_ROWS: usize = 512;
 
 /// The shape `batch` runs at by a graph within `limits`; None where it runs without one.
 pub fn graph_shape(batch: &ForwardBatch, limits: &GraphLimits) -> Option<GraphShape> {
@@ -56,11 +64,37 @@ pub fn graph_shape(batch: &ForwardBatch, limits: &GraphLimits) -> Option<GraphSh
         return None;
     }
     let sequences = attn.num_sequences().next_power_of_two();
-    (sequences <= limits.max_sequences.next_power_of_two()).then_some(GraphShape {
+    let within = sequences <= limits.max_sequences.next_power_of_two() && sequences * rows_each <= limits.max_rows;
+    within.then_some(GraphShape {
         sequences,
         rows_each,
         captures,
     })
+}
+
+/// A step of every shape `limits` allows, for capturing graphs before the first request (as
+/// vLLM does): every bucket of sequences with every row count up to `max_rows_each`, keeping
+/// every row's logits and, with `captures`, its states. Each row is token 0 at positions from
+/// 0, reading block 0 and writing nothing (`PAD_SLOT`).
+pub fn startup_steps(limits: &GraphLimits, block_size: usize, captures: bool) -> Result<Vec<ForwardBatch>> {
+    let capture = if captures { Rows::All } else { Rows::None };
+    let table = vec![0; limits.table_width];
+    let mut steps = Vec::new();
+    for rows_each in 1..=limits.max_rows_each {
+        let buckets = std::iter::successors(Some(1usize), |s| Some(2 * s));
+        for sequences in
+            buckets.take_while(|&s| s <= limits.max_sequences.next_power_of_two() && s * rows_each <= limits.max_rows)
+        {
+            let mut batch = BatchBuilder::new(block_size);
+            for _ in 0..sequences {
+                batch.add(&vec![0; rows_each], 0, &table, Rows::All, capture)?;
+            }
+            let mut batch = batch.build();
+            batch.attn.slot_mapping.fill(PAD_SLOT);
+            steps.push(batch);
+        }
+    }
+    Ok(steps)
 }
 
 /// A target's captured forwards, one per shape, on one CUDA device.
@@ -129,6 +163,24 @@ impl CudaGraphs {
     }
 }
 
+#[cfg(feature = "cuda")]
+impl CudaGraphs {
+    /// Captures a graph of every shape `startup_steps` makes, so that no request waits on a
+    /// capture; says how many were captured. A shape whose capture fails is logged and runs
+    /// without a graph.
+    pub fn capture_at_startup(&mut self, target: &dyn TargetModel, kv: &KvCache, captures: bool) -> Result<usize> {
+        let mut captured = 0;
+        for step in startup_steps(&self.limits, kv.block_size(), captures)? {
+            match self.forward(target, &step, kv) {
+                Ok(Some(_)) => captured += 1,
+                Ok(None) => {}
+                Err(e) => tracing::warn!("a step shape runs without a CUDA graph: {e}"),
+            }
+        }
+        Ok(captured)
+    }
+}
+
 #[cfg(not(feature = "cuda"))]
 impl CudaGraphs {
     /// A build without CUDA has no graphs.
@@ -142,6 +194,10 @@ impl CudaGraphs {
         _batch: &ForwardBatch,
         _kv: &KvCache,
     ) -> Result<Option<ForwardOutput>> {
+        match self.never {}
+    }
+
+    pub fn capture_at_startup(&mut self, _target: &dyn TargetModel, _kv: &KvCache, _captures: bool) -> Result<usize> {
         match self.never {}
     }
 }

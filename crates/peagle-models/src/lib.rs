@@ -26,7 +26,7 @@ pub use architectures::{load_target, supported_architectures, LoadedModel};
 pub use batch::{BatchBuilder, ForwardBatch, Rows, SequenceRows};
 pub use checkpoint::{Checkpoint, LoadOptions};
 pub use config::{ModelDims, TextConfig};
-pub use cuda_graphs::{graph_shape, CudaGraphs, GraphLimits, GraphShape};
+pub use cuda_graphs::{graph_shape, startup_steps, CudaGraphs, GraphLimits, GraphShape, DEFAULT_GRAPH_MAX_ROWS};
 pub use drafter::{DraftHidden, DraftOutput, Drafter};
 pub use drafter_config::{DraftAlgorithm, DrafterConfig};
 pub use error::LoadError;

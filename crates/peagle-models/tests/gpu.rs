@@ -6,7 +6,7 @@
 mod common;
 use candle_core::DType;
 use common::*;
-use peagle_models::{CudaGraphs, DTypeSpec, DeviceSpec, GraphLimits, LoadOptions};
+use peagle_models::{startup_steps, CudaGraphs, DTypeSpec, DeviceSpec, GraphLimits, LoadOptions};
 
 /// The fixtures whose architectures have CUDA kernels: gpt-oss's from its MXFP4 checkpoint
 /// (dense experts run on the CPU only).
@@ -156,6 +156,7 @@ const GRAPH_LIMITS: GraphLimits = GraphLimits {
     table_width: 8,
     max_sequences: 16,
     max_rows_each: 3,
+    max_rows: 64,
 };
 
 /// Steps run by CUDA graphs give the bits, and leave the KV cache, that the same steps give
@@ -166,17 +167,37 @@ fn steps_by_cuda_graphs_equal_steps_without() {
     let Some(options) = on_gpu(DTypeSpec::Bf16) else { return };
     for name in GPU_FIXTURES {
         let f = Fixture::load_with(name, options.clone());
-        let model = f.model.as_ref();
         let mut graphs = CudaGraphs::new(&options.device, GRAPH_LIMITS).unwrap();
-        let (kv, graph_kv) = (f.cache(), f.cache());
-        prefill_but(&f, 6, &kv);
-        prefill_but(&f, 6, &graph_kv);
-        for (step, batch) in graph_steps(&f) {
-            let want = model.forward(&batch, &kv).unwrap();
-            let got = graphs.forward(model, &batch, &graph_kv).unwrap();
-            let got = got.expect("a graph's shape");
-            assert_same_step(&format!("{name}, {step}"), got, &graph_kv, want, &kv);
-        }
+        let graph_kv = f.cache();
+        assert_graph_steps_as_without(name, &f, &mut graphs, &graph_kv);
+    }
+}
+
+/// Graphs of every shape captured before the first step (as an engine captures them) serve
+/// the steps after it with the bits those steps have without graphs.
+#[test]
+fn graphs_captured_at_startup_serve_the_steps_after() {
+    let Some(options) = on_gpu(DTypeSpec::Bf16) else { return };
+    let f = Fixture::load_with("tiny-llama", options.clone());
+    let mut graphs = CudaGraphs::new(&options.device, GRAPH_LIMITS).unwrap();
+    let graph_kv = f.cache();
+    let captured = graphs.capture_at_startup(f.model.as_ref(), &graph_kv, true).unwrap();
+    assert_eq!(captured, startup_steps(&GRAPH_LIMITS, BLOCK, true).unwrap().len());
+    assert_graph_steps_as_without("tiny-llama", &f, &mut graphs, &graph_kv);
+}
+
+/// Runs `graph_steps` after `prefill_but` by `graphs` over `graph_kv` and without graphs over
+/// a cache of its own: the same outputs and caches, bit for bit (`name`: the fixture's).
+fn assert_graph_steps_as_without(name: &str, f: &Fixture, graphs: &mut CudaGraphs, graph_kv: &peagle_models::KvCache) {
+    let model = f.model.as_ref();
+    let kv = f.cache();
+    prefill_but(f, 6, &kv);
+    prefill_but(f, 6, graph_kv);
+    for (step, batch) in graph_steps(f) {
+        let want = model.forward(&batch, &kv).unwrap();
+        let got = graphs.forward(model, &batch, graph_kv).unwrap();
+        let got = got.expect("a graph's shape");
+        assert_same_step(&format!("{name}, {step}"), got, graph_kv, want, &kv);
     }
 }
 

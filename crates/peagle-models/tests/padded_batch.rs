@@ -5,7 +5,7 @@
 
 mod common;
 use common::*;
-use peagle_models::{graph_shape, BatchBuilder, ForwardBatch, GraphLimits, GraphShape, Rows};
+use peagle_models::{graph_shape, startup_steps, BatchBuilder, ForwardBatch, GraphLimits, GraphShape, Rows};
 
 /// The steps `steps_by_cuda_graphs_equal_steps_without` (the GPU tests) runs by graphs,
 /// padded here as a graph pads them. Padding reads block 0, sequence 0's first, and writes
@@ -36,6 +36,7 @@ fn uniform_steps_that_keep_every_row_run_by_a_graph() {
         table_width,
         max_sequences,
         max_rows_each,
+        max_rows: 8,
     };
     let shape = |batch: &ForwardBatch, max| graph_shape(batch, &limits(8, max, 4));
     let two_windows = GraphShape {
@@ -62,8 +63,14 @@ fn uniform_steps_that_keep_every_row_run_by_a_graph() {
         None,
         "tables longer than the graph's"
     );
-    // Rows longer than a verification window's (a scored prompt's chunk) run without one.
+    // Rows longer than a verification window's (a scored prompt's chunk) run without one, as
+    // do more rows than the most.
     assert_eq!(graph_shape(&batch, &limits(8, 4, 2)), None);
+    let wide = GraphLimits {
+        max_rows: 5,
+        ..limits(8, 4, 4)
+    };
+    assert_eq!(graph_shape(&batch, &wide), None, "two windows of three, six rows");
     // Rows of unequal count, or outputs kept for some rows only, run without a graph.
     let mut b = BatchBuilder::new(BLOCK);
     b.add(&[1, 2], 5, &blocks(0), Rows::All, Rows::None).unwrap();
@@ -92,5 +99,48 @@ fn only_experts_routed_on_the_host_read_back() {
         ("tiny-gpt-oss-mxfp4", true),
     ] {
         assert_eq!(Fixture::load(name).model.reads_back(), reads_back, "{name}");
+    }
+}
+
+/// The steps captured at start-up are every shape the limits allow (every bucket of
+/// sequences, every row count, within the most rows), each a graph's shape as it stands, and
+/// running them writes nothing to the KV cache.
+#[test]
+fn startup_steps_cover_every_shape_and_write_nothing() {
+    let f = Fixture::load("tiny-llama");
+    let limits = GraphLimits {
+        table_width: 8,
+        max_sequences: 3,
+        max_rows_each: 3,
+        max_rows: 6,
+    };
+    let steps = startup_steps(&limits, BLOCK, true).unwrap();
+    let shapes: Vec<(usize, usize)> = steps
+        .iter()
+        .map(|s| {
+            let shape = graph_shape(s, &limits).expect("a graph's shape");
+            assert_eq!(shape.sequences, s.attn.num_sequences(), "a bucket, unpadded");
+            assert!(shape.captures);
+            (shape.sequences, shape.rows_each)
+        })
+        .collect();
+    assert_eq!(shapes, [(1, 1), (2, 1), (4, 1), (1, 2), (2, 2), (1, 3), (2, 3)]);
+    let kv = f.cache();
+    for step in &steps {
+        let out = f.model.forward(step, &kv).unwrap();
+        assert_eq!(out.logits.dims()[0], step.token_ids.len());
+    }
+    let untouched = f.cache();
+    for layer in 0..kv.num_layers() {
+        assert_eq!(
+            bits(&kv.layer(layer).k),
+            bits(&untouched.layer(layer).k),
+            "layer {layer} keys"
+        );
+        assert_eq!(
+            bits(&kv.layer(layer).v),
+            bits(&untouched.layer(layer).v),
+            "layer {layer} values"
+        );
     }
 }
