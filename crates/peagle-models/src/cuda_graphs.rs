@@ -7,10 +7,11 @@
 //! the captured states of all or none. The batch is padded (`ForwardBatch::padded`) to the next
 //! bucket of sequences (1, 2, 4, 8, ... up to the scheduler's most), and every block table to
 //! the longest a sequence can have. Its inputs are made as for any forward
-//! (`TargetModel::inputs`) and written into the tensors the graph was captured over; the
-//! outputs are the first rows of the tensors it writes, the logits valid until the shape's
-//! next step. Rows' results do not depend on the rest of their batch, so a step gives the
-//! same bits by a graph as without one.
+//! (`TargetModel::inputs`) and written into the tensors the graph was captured over. The graph
+//! is the forward up to the LM head (`TargetModel::forward_states`); the head then makes the
+//! logits of the batch's own rows outside it, so no shape keeps [rows, vocab] of logits. Rows'
+//! results do not depend on the rest of their batch, so a step gives the same bits by a graph
+//! as without one.
 //!
 //! A shape is captured on its first step: one forward as usual, which fills candle's cache of
 //! the shapes its own kernels upload (none may be uploaded during capture), then the same
@@ -146,12 +147,12 @@ impl CudaGraphs {
         padded.attn.validate(kv.num_blocks() * kv.block_size())?;
         if let Some(Some(captured)) = captured {
             inputs.write_into(&captured.inputs)?;
-            return captured.replay(rows).map(Some);
+            return captured.replay(target, rows).map(Some);
         }
         tracing::info!(?shape, "capturing a CUDA graph of the target's forward");
         match captured::Captured::new(target, inputs, kv) {
             Ok(captured) => {
-                let output = captured.replay(rows);
+                let output = captured.replay(target, rows);
                 self.captured.insert(shape, Some(captured));
                 output.map(Some)
             }
@@ -206,17 +207,18 @@ impl CudaGraphs {
 mod captured {
     use crate::forward_inputs::ForwardInputs;
     use crate::kv_cache::KvCache;
-    use crate::target_model::{ForwardOutput, TargetModel};
+    use crate::target_model::{ForwardOutput, ForwardStates, TargetModel};
     use candle_core::cuda_backend::cudarc::driver::{sys, CudaGraph, CudaStream};
     use candle_core::cuda_backend::WrapErr;
     use candle_core::{Result, Tensor};
     use std::sync::Arc;
 
-    /// One shape's graph with the tensors it reads and writes. Fields drop in order: the
+    /// One shape's graph with the tensors it reads and writes: the forward up to the LM head
+    /// (`TargetModel::forward_states`), whose outputs are small. Fields drop in order: the
     /// outputs, which the graph allocated, are freed before the graph is destroyed.
     pub(super) struct Captured {
         pub(super) inputs: ForwardInputs,
-        output: ForwardOutput,
+        states: ForwardStates,
         graph: CudaGraph,
     }
 
@@ -274,19 +276,19 @@ mod captured {
         pub(super) fn new(target: &dyn TargetModel, inputs: ForwardInputs, kv: &KvCache) -> Result<Self> {
             let device = target.device().as_cuda_device()?;
             let _cached_shapes = device.enable_cuda_graph_htod_cache();
-            target.forward_inputs(&inputs, kv)?;
+            target.forward_states(&inputs, kv)?;
             let capture = Capture::begin(device.cuda_stream())?;
-            let output = target.forward_inputs(&inputs, kv);
+            let states = target.forward_states(&inputs, kv);
             let graph = capture.end();
             // The forward's error says why a capture failed; the capture's error follows
             // from it.
-            let output = output?;
+            let states = states?;
             match graph {
-                Ok(Some(graph)) => Ok(Self { inputs, output, graph }),
+                Ok(Some(graph)) => Ok(Self { inputs, states, graph }),
                 failed => {
                     // The outputs' addresses were the graph's, which is gone: freeing them
                     // now would fail, and the failure would surface at some later call.
-                    std::mem::forget(output);
+                    std::mem::forget(states);
                     match failed {
                         Err(e) => Err(e),
                         _ => candle_core::bail!("capturing the target's forward gave no CUDA graph"),
@@ -295,19 +297,20 @@ mod captured {
             }
         }
 
-        /// Runs the graph over its inputs as last written: the outputs of the first `rows`.
-        /// The logits are a view that the shape's next replay overwrites (a step reads its
-        /// logits before the next step runs); the hidden states are copies, which a drafter
-        /// may keep for a later step.
-        pub(super) fn replay(&self, rows: usize) -> Result<ForwardOutput> {
+        /// Runs the graph over its inputs as last written: the outputs of the first `rows`,
+        /// the logits made from their states by `target`'s head after the graph. The outputs
+        /// are tensors of their own: the captured ones are overwritten by the shape's next
+        /// replay, and a drafter may keep hidden states for a later step.
+        pub(super) fn replay(&self, target: &dyn TargetModel, rows: usize) -> Result<ForwardOutput> {
             self.graph.launch().w()?;
-            let first = self.output.first_rows(rows)?;
+            let first = self.states.first_rows(rows)?;
             let copy = |t: Option<Tensor>| t.map(|t| t.copy()).transpose();
-            Ok(ForwardOutput {
-                logits: first.logits,
+            ForwardStates {
+                logit_states: first.logit_states,
                 aux_hidden: copy(first.aux_hidden)?,
                 final_hidden: copy(first.final_hidden)?,
-            })
+            }
+            .logits(target)
         }
     }
 }

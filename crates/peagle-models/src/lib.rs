@@ -34,4 +34,4 @@ pub use forward_inputs::{ForwardInputs, RowSelection};
 pub use generation_config::{GenerationConfig, SamplingDefaults};
 pub use kv_cache::{KvCache, KvCacheDtype};
 pub use placement::{DTypeSpec, DeviceSpec};
-pub use target_model::{default_capture_layers, ForwardOutput, TargetModel};
+pub use target_model::{default_capture_layers, ForwardOutput, ForwardStates, TargetModel};

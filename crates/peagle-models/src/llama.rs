@@ -10,7 +10,7 @@ use crate::forward_inputs::ForwardInputs;
 use crate::kv_cache::KvCache;
 use crate::layers::{AttentionContext, AttentionOptions, DecoderLayer, Embedding, Linear, RmsNorm, RotaryEmbedding};
 use crate::target_model::{
-    check_batch, check_capture_layers, default_capture_layers, Capture, ForwardOutput, TargetModel,
+    check_batch, check_capture_layers, default_capture_layers, Capture, ForwardStates, TargetModel,
 };
 use candle_core::{Device, Result, Tensor};
 
@@ -118,7 +118,7 @@ impl TargetModel for Llama {
         self.layers.iter().any(DecoderLayer::reads_back)
     }
 
-    fn forward_inputs(&self, inputs: &ForwardInputs, kv: &KvCache) -> Result<ForwardOutput> {
+    fn forward_states(&self, inputs: &ForwardInputs, kv: &KvCache) -> Result<ForwardStates> {
         let mut capture = Capture::new(inputs, &self.capture_layers);
         let mut x = self.embed.forward(&inputs.ids)?;
         for (i, layer) in self.layers.iter().enumerate() {
@@ -129,6 +129,6 @@ impl TargetModel for Llama {
             };
             x = layer.forward(&x, &inputs.rope, &ctx)?;
         }
-        capture.finish(&x, self.dims.vocab_size, |h| self.logits_from_final(h))
+        capture.finish(&x)
     }
 }

@@ -35,12 +35,18 @@ pub trait TargetModel: Send + Sync {
     /// and `kv`.
     fn inputs(&self, batch: &ForwardBatch, kv: &KvCache) -> Result<ForwardInputs>;
 
-    /// Runs a batch's inputs, writing its keys and values to `kv`: logits of its logit rows
-    /// and the captured states of its capture rows. Copies nothing from the host, and reads
-    /// nothing back unless `reads_back` says so.
-    fn forward_inputs(&self, inputs: &ForwardInputs, kv: &KvCache) -> Result<ForwardOutput>;
+    /// Runs a batch's inputs, writing its keys and values to `kv`: the last layer's output at
+    /// its logit rows, and the captured states of its capture rows. Copies nothing from the
+    /// host, and reads nothing back unless `reads_back` says so. A CUDA graph captures this
+    /// much; the logits, by far the largest output, are made after it (`ForwardStates::logits`).
+    fn forward_states(&self, inputs: &ForwardInputs, kv: &KvCache) -> Result<ForwardStates>;
 
-    /// Whether `forward_inputs` reads values back to the host part-way (experts routed on the
+    /// Runs a batch's inputs (`forward_states`), with the logits of its logit rows.
+    fn forward_inputs(&self, inputs: &ForwardInputs, kv: &KvCache) -> Result<ForwardOutput> {
+        self.forward_states(inputs, kv)?.logits(self)
+    }
+
+    /// Whether `forward_states` reads values back to the host part-way (experts routed on the
     /// host), which a CUDA graph cannot capture.
     fn reads_back(&self) -> bool;
 
@@ -61,13 +67,37 @@ pub struct ForwardOutput {
     pub final_hidden: Option<Tensor>,
 }
 
-impl ForwardOutput {
-    /// The outputs of the batch's first `rows` rows, of a forward that kept all its rows'
-    /// (a padded batch's own rows): views, not copies.
-    pub fn first_rows(&self, rows: usize) -> Result<ForwardOutput> {
-        let first = |t: &Tensor| t.narrow(0, 0, rows);
+/// What one forward computes before the LM head.
+pub struct ForwardStates {
+    /// [logit rows, hidden]: the output of the last layer before the final norm, at the rows
+    /// whose logits are wanted.
+    pub logit_states: Tensor,
+    /// As `ForwardOutput`'s.
+    pub aux_hidden: Option<Tensor>,
+    /// As `ForwardOutput`'s.
+    pub final_hidden: Option<Tensor>,
+}
+
+impl ForwardStates {
+    /// The output, with the logits `target`'s head makes of `logit_states`.
+    pub fn logits(self, target: &(impl TargetModel + ?Sized)) -> Result<ForwardOutput> {
+        let logits = match self.logit_states.dim(0)? {
+            0 => Tensor::zeros((0, target.dims().vocab_size), DType::F32, self.logit_states.device())?,
+            _ => target.logits_from_final(&self.logit_states)?,
+        };
         Ok(ForwardOutput {
-            logits: first(&self.logits)?,
+            logits,
+            aux_hidden: self.aux_hidden,
+            final_hidden: self.final_hidden,
+        })
+    }
+
+    /// The states of the batch's first `rows` rows, of a forward that kept all its rows'
+    /// (a padded batch's own rows): views, not copies.
+    pub fn first_rows(&self, rows: usize) -> Result<ForwardStates> {
+        let first = |t: &Tensor| t.narrow(0, 0, rows);
+        Ok(ForwardStates {
+            logit_states: first(&self.logit_states)?,
             aux_hidden: self.aux_hidden.as_ref().map(first).transpose()?,
             final_hidden: self.final_hidden.as_ref().map(first).transpose()?,
         })
@@ -131,8 +161,8 @@ impl<'a> Capture<'a> {
         Ok(())
     }
 
-    /// The output, from the last layer's output `x` and the model's head (`logits_from_final`).
-    pub fn finish(self, x: &Tensor, vocab: usize, head: impl Fn(&Tensor) -> Result<Tensor>) -> Result<ForwardOutput> {
+    /// The states, from the last layer's output `x`.
+    pub fn finish(self, x: &Tensor) -> Result<ForwardStates> {
         let (aux_hidden, final_hidden) = match self.rows.apply(x)? {
             None => (None, None),
             Some(last) => {
@@ -147,12 +177,11 @@ impl<'a> Capture<'a> {
                 (Some(Tensor::cat(&aux, 1)?), Some(last))
             }
         };
-        let logits = match self.logit_rows.apply(x)? {
-            None => Tensor::zeros((0, vocab), DType::F32, x.device())?,
-            Some(selected) => head(&selected)?,
-        };
-        Ok(ForwardOutput {
-            logits,
+        Ok(ForwardStates {
+            logit_states: match self.logit_rows.apply(x)? {
+                None => x.narrow(0, 0, 0)?,
+                Some(selected) => selected,
+            },
             aux_hidden,
             final_hidden,
         })
