@@ -1,5 +1,5 @@
-// Each row's argmax: the first index of its largest value, NaN never chosen (a row of NaN
-// gives 0). One block per row; each thread scans a stride of the row, then the threads' picks
+// The argmax of each requested row: the first index of its largest value, NaN never chosen (a
+// row of NaN gives 0). One block per requested row (`rows[b]` is block b's); each thread scans a stride of the row, then the threads' picks
 // meet, the larger value winning and the lower index on a tie, so the result is the one a
 // scan in index order finds, whatever the block size.
 #include "common.cuh"
@@ -16,10 +16,10 @@ __device__ __forceinline__ void better(float& best, int& index, float other, int
 }
 
 template <typename T>
-__device__ void argmax_rows(uint32_t* out, const T* x, int cols) {
+__device__ void argmax_rows(uint32_t* out, const T* x, const uint32_t* rows, int cols) {
     __shared__ float bests[ARGMAX_THREADS / 32];
     __shared__ int indices[ARGMAX_THREADS / 32];
-    const T* row = x + (size_t)blockIdx.x * cols;
+    const T* row = x + (size_t)rows[blockIdx.x] * cols;
     float best = -INFINITY;
     int index = cols;
     for (int c = threadIdx.x; c < cols; c += ARGMAX_THREADS) {
@@ -47,8 +47,9 @@ __device__ void argmax_rows(uint32_t* out, const T* x, int cols) {
 }
 
 #define ARGMAX_ROWS(NAME, T)                                                                   \
-    extern "C" __global__ void __launch_bounds__(ARGMAX_THREADS) NAME(uint32_t* out, const T* x, int cols) { \
-        argmax_rows<T>(out, x, cols);                                                          \
+    extern "C" __global__ void __launch_bounds__(ARGMAX_THREADS)                               \
+        NAME(uint32_t* out, const T* x, const uint32_t* rows, int cols) {                      \
+        argmax_rows<T>(out, x, rows, cols);                                                    \
     }
 
 ARGMAX_ROWS(argmax_rows_f32, float)

@@ -235,9 +235,9 @@ impl Launches {
     /// Runs the work over `tensor`'s rows and gives each result to its row's choice.
     fn run(&self, tensor: &Tensor, choices: &mut [Option<Choice>]) -> Result<()> {
         if !self.argmax.is_empty() {
-            let tokens = argmax_rows(tensor)?.to_vec1::<u32>()?;
-            for &(row, i) in &self.argmax {
-                at(choices, row).token = Some(tokens[i]);
+            let rows: Vec<u32> = self.argmax.iter().map(|&(_, at)| at as u32).collect();
+            for (&(row, _), token) in self.argmax.iter().zip(argmax_rows(tensor, &rows)?) {
+                at(choices, row).token = Some(token);
             }
         }
         if !self.gumbel.is_empty() {

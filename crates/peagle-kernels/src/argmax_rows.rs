@@ -1,17 +1,25 @@
-//! Each row's argmax, computed where the rows are: greedy verification of logits on a GPU
-//! brings one token id per row to the host instead of the rows themselves.
+//! The argmax of chosen rows, computed where the rows are: greedy verification of logits on a
+//! GPU reads only its greedy rows and brings one token id per row to the host instead of the
+//! rows themselves.
 
 use crate::contiguous::contiguous;
+use crate::requested_rows::apply_to_rows;
 use candle_core::{CpuStorage, CustomOp1, Layout, Result, Shape, Tensor};
 
-/// `x` [rows, cols] (f32; f32 or bf16 on CUDA) to u32 [rows]: the first index of each row's
-/// largest value, as a scan in index order finds it. NaN is never chosen; a row with nothing
-/// else gives 0.
-pub fn argmax_rows(x: &Tensor) -> Result<Tensor> {
-    x.contiguous()?.apply_op1_no_bwd(&ArgmaxRows)
+/// The argmax of each of `rows` of `x` [rows, cols] (f32 or bf16): the first index of the
+/// row's largest value, as a scan in index order finds it. NaN is never chosen; a row with
+/// nothing else gives 0.
+pub fn argmax_rows(x: &Tensor, rows: &[u32]) -> Result<Vec<u32>> {
+    if rows.is_empty() {
+        return Ok(Vec::new());
+    }
+    let op = ArgmaxRows { rows: rows.to_vec() };
+    apply_to_rows("argmax_rows", x, rows.iter().map(|&r| r as usize), &op)
 }
 
-struct ArgmaxRows;
+struct ArgmaxRows {
+    rows: Vec<u32>,
+}
 
 impl CustomOp1 for ArgmaxRows {
     fn name(&self) -> &'static str {
@@ -19,15 +27,19 @@ impl CustomOp1 for ArgmaxRows {
     }
 
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
-        let (rows, cols) = l.shape().dims2()?;
+        let cols = l.shape().dims2()?.1;
         let x = contiguous(s.as_slice::<f32>()?, l, "x")?;
-        let out = x.chunks_exact(cols.max(1)).take(rows).map(first_largest).collect();
-        Ok((CpuStorage::U32(out), Shape::from(rows)))
+        let out = self
+            .rows
+            .iter()
+            .map(|&r| first_largest(&x[r as usize * cols..][..cols]))
+            .collect();
+        Ok((CpuStorage::U32(out), Shape::from(self.rows.len())))
     }
 
     #[cfg(feature = "cuda")]
     fn cuda_fwd(&self, s: &candle_core::CudaStorage, l: &Layout) -> Result<(candle_core::CudaStorage, Shape)> {
-        crate::cuda::argmax_rows((s, l))
+        crate::cuda::argmax_rows((s, l), &self.rows)
     }
 }
 
@@ -58,12 +70,13 @@ mod tests {
             [0.0, inf, nan, inf],
         ];
         let x = Tensor::from_vec(rows.concat(), (5, 4), &Device::Cpu).unwrap();
-        assert_eq!(argmax_rows(&x).unwrap().to_vec1::<u32>().unwrap(), [1, 1, 0, 0, 1]);
-        // Any layout is read in order.
+        assert_eq!(argmax_rows(&x, &[0, 1, 2, 3, 4]).unwrap(), [1, 1, 0, 0, 1]);
+        // Only the rows asked for, in the order asked, from any layout; a row outside is an
+        // error.
         let strided = x.t().unwrap().contiguous().unwrap().t().unwrap();
-        assert_eq!(
-            argmax_rows(&strided).unwrap().to_vec1::<u32>().unwrap(),
-            [1, 1, 0, 0, 1]
-        );
+        assert_eq!(argmax_rows(&strided, &[4, 0, 4]).unwrap(), [1, 1, 1]);
+        assert_eq!(argmax_rows(&x, &[]).unwrap(), Vec::<u32>::new());
+        let err = argmax_rows(&x, &[1, 5]).unwrap_err().to_string();
+        assert!(err.contains("row 5 of 5"), "{err}");
     }
 }

@@ -122,8 +122,9 @@ fn fp8_linear_is_the_invariant_matmul_of_its_dequantized_weight() {
     }
 }
 
-/// Each row's argmax on the GPU is the CPU's (the first largest, NaN never), at a gpt-oss-sized
-/// vocabulary, with ties and NaN planted, in f32 and bf16.
+/// Each requested row's argmax on the GPU is the CPU's (the first largest, NaN never), at a
+/// gpt-oss-sized vocabulary, with ties and NaN planted, in f32 and bf16, for every row and for
+/// a few in another order.
 #[test]
 fn argmax_rows_equals_the_cpu() {
     let Some(dev) = gpu() else { return };
@@ -140,24 +141,18 @@ fn argmax_rows_equals_the_cpu() {
         }
     }
     let x = Tensor::from_vec(v, (rows, vocab), &Device::Cpu).unwrap();
-    let want = argmax_rows(&x).unwrap().to_vec1::<u32>().unwrap();
-    let got = argmax_rows(&x.to_device(&dev).unwrap()).unwrap();
-    assert_eq!(
-        got.to_device(&Device::Cpu).unwrap().to_vec1::<u32>().unwrap(),
-        want,
-        "f32"
-    );
     let xb = x.to_dtype(DType::BF16).unwrap();
-    let want = argmax_rows(&xb.to_dtype(DType::F32).unwrap())
-        .unwrap()
-        .to_vec1::<u32>()
-        .unwrap();
-    let got = argmax_rows(&xb.to_device(&dev).unwrap()).unwrap();
-    assert_eq!(
-        got.to_device(&Device::Cpu).unwrap().to_vec1::<u32>().unwrap(),
-        want,
-        "bf16"
-    );
+    let every: Vec<u32> = (0..rows as u32).collect();
+    for chosen in [every, vec![30, 3, 30, 0, 36]] {
+        let want = argmax_rows(&x, &chosen).unwrap();
+        assert_eq!(argmax_rows(&x.to_device(&dev).unwrap(), &chosen).unwrap(), want, "f32");
+        let want = argmax_rows(&xb.to_dtype(DType::F32).unwrap(), &chosen).unwrap();
+        assert_eq!(
+            argmax_rows(&xb.to_device(&dev).unwrap(), &chosen).unwrap(),
+            want,
+            "bf16"
+        );
+    }
 }
 
 /// Rows with what sampling's order meets: a gpt-oss-sized vocabulary, many equal logits

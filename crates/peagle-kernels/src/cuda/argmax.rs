@@ -9,32 +9,35 @@ use candle_core::{DType, Layout, Result, Shape};
 /// Threads per row, as `kernels/argmax.cu` has them.
 const THREADS: u32 = 256;
 
-/// `kernels/argmax.cu`: `x` [rows, cols] to u32 [rows].
-pub(crate) fn argmax_rows(x: (&CudaStorage, &Layout)) -> Result<(CudaStorage, Shape)> {
+/// `kernels/argmax.cu`: the argmax of each of `rows` of `x` [rows, cols], u32 [rows.len()]
+/// (the rows checked and not empty).
+pub(crate) fn argmax_rows(x: (&CudaStorage, &Layout), rows: &[u32]) -> Result<(CudaStorage, Shape)> {
     const OP: &str = "argmax_rows";
-    let (rows, cols) = x.1.shape().dims2()?;
+    let cols = x.1.shape().dims2()?.1;
     let dtype = x.0.dtype();
     let name = format!("argmax_rows_{}", dtype_name(OP, dtype)?);
     let cols = int(OP, cols)?;
-    let out = by_dtype!(OP, dtype, launch(x, rows, cols, &name))?;
-    Ok((out, Shape::from(rows)))
+    let blocks = u32::try_from(rows.len()).map_err(|_| bad_input(OP, "too many rows"))?;
+    let out = by_dtype!(OP, dtype, launch(x, rows, blocks, cols, &name))?;
+    Ok((out, Shape::from(rows.len())))
 }
 
 fn launch<T: CudaDType + DeviceRepr>(
     x: (&CudaStorage, &Layout),
-    rows: usize,
+    rows: &[u32],
+    blocks: u32,
     cols: i32,
     name: &str,
 ) -> Result<CudaStorage> {
     let device = &x.0.device;
-    let mut out = output::<u32>(device, rows)?;
-    if rows > 0 {
-        let input = view::<T>(x.0, x.1, "x")?;
-        let func = function(device, Module::Argmax, name)?;
-        let mut builder = func.builder();
-        builder.arg(&mut out).arg(&input).arg(&cols);
-        // SAFETY: `x` holds rows * cols elements; one block per row writes its one output.
-        unsafe { builder.launch(grid((rows as u32, 1), THREADS)) }.w()?;
-    }
+    let mut out = output::<u32>(device, rows.len())?;
+    let input = view::<T>(x.0, x.1, "x")?;
+    let rows = device.clone_htod(rows)?;
+    let func = function(device, Module::Argmax, name)?;
+    let mut builder = func.builder();
+    builder.arg(&mut out).arg(&input).arg(&rows).arg(&cols);
+    // SAFETY: every requested row lies in `x` (checked by the caller), which holds rows * cols
+    // elements; one block per requested row writes its one output.
+    unsafe { builder.launch(grid((blocks, 1), THREADS)) }.w()?;
     Ok(CudaStorage::wrap_cuda_slice(out, device.clone()))
 }
