@@ -13,6 +13,7 @@ use crate::prefix_cache::PrefixCache;
 use crate::proposer::{Eagle3Proposer, NoProposer, PEagleProposer, Proposer};
 use crate::scheduler::{Scheduler, SchedulerConfig};
 use candle_core::DType;
+use peagle_kernels::on_pool;
 use peagle_models::{
     ops, CudaGraphs, Drafter, GenerationConfig, GraphLimits, KvCache, KvCacheDtype, LoadOptions, ModelDims,
     SamplingDefaults, TargetModel, TextConfig, DEFAULT_GRAPH_MAX_ROWS,
@@ -114,7 +115,7 @@ impl EngineBuilder {
         let dtype = self.kv_cache_dtype.resolve(&loaded.config);
         let gpu_budget = match self.kv_cache_blocks {
             Some(_) => None,
-            None => self.gpu_kv_bytes(loaded.model.as_ref(), max_model_len, dtype, k > 0)?,
+            None => self.gpu_kv_bytes(loaded.model.as_ref(), max_model_len, dtype, k)?,
         };
         let num_blocks = self.num_blocks(loaded.model.dims(), drafter.as_ref(), max_model_len, dtype, gpu_budget);
         let needed = blocks_per_sequence(max_model_len, k, self.block_size);
@@ -165,7 +166,10 @@ impl EngineBuilder {
             .map_err(|e| GenerateError::Config(e.to_string()))?;
         if let Some(graphs) = &mut graphs {
             let started = std::time::Instant::now();
-            let captured = graphs.capture_at_startup(target.as_ref(), &kv, k > 0)?;
+            let budget = self.scheduler.step_rows(k + 1);
+            // On rayon's pool, whose threads the steps run on and which outlives the graphs:
+            // candle keeps what a capture uploads per thread.
+            let captured = on_pool(|| graphs.capture_at_startup(target.as_ref(), &kv, budget, k > 0))?;
             tracing::info!(
                 captured,
                 seconds = started.elapsed().as_secs_f64(),
@@ -267,19 +271,34 @@ impl EngineBuilder {
         Ok((drafter, k, parallel))
     }
 
-    /// The bytes a GPU leaves the KV caches once the weights are loaded; None on the CPU.
+    /// The bytes a GPU leaves the KV caches once the weights are loaded, drafts being `k` a
+    /// step; None on the CPU.
     fn gpu_kv_bytes(
         &self,
         target: &dyn TargetModel,
         max_model_len: usize,
         dtype: DType,
-        drafter: bool,
+        k: usize,
     ) -> Result<Option<usize>, GenerateError> {
+        if target.device().is_cpu() {
+            return Ok(None);
+        }
+        let max_tokens = self.scheduler.step_rows(k + 1);
+        let logit_rows = self.scheduler.max_num_seqs * (k + 1);
+        let activations = step_activations(
+            target,
+            max_tokens,
+            logit_rows,
+            max_model_len,
+            self.block_size,
+            dtype,
+            k > 0,
+        )?;
+        // Read after the step, so that what the driver took for it (its modules, say) counts
+        // as in use; its own allocations are back in the driver's hands by then.
         let Some(memory) = peagle_kernels::device_memory(target.device())? else {
             return Ok(None);
         };
-        let max_tokens = self.scheduler.max_num_batched_tokens;
-        let activations = step_activations(target, max_tokens, max_model_len, self.block_size, dtype, drafter)?;
         let bytes = kv_budget::gpu_kv_bytes(memory, activations.unwrap_or(0), self.gpu_memory_utilization)?;
         tracing::info!(
             total_gib = memory.total as f64 / (1u64 << 30) as f64,

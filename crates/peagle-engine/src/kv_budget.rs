@@ -45,13 +45,16 @@ pub fn check_utilization(utilization: f64) -> Result<(), GenerateError> {
 }
 
 /// The largest step the scheduler makes, run once over a cache of its own: its most tokens
-/// as prefill chunks from position 0 (sequences of at most `max_model_len`), each keeping
-/// its last row's logits and, for a drafter, every row's captured states. Its activations'
-/// peak counts twice with a drafter, whose pass then runs over as many rows while the
-/// target's states are held. None where the device keeps no such count (the CPU).
+/// (`max_tokens`) as prefill chunks from position 0 (sequences of at most `max_model_len`),
+/// keeping the logits of `logit_rows` of them (a full step of verification windows keeps
+/// every row's) and, for a drafter, every row's captured states. The logits count once more
+/// for what choosing from them on the device copies, and the activations' peak twice with a
+/// drafter, whose pass then runs over as many rows while the target's states are held. None
+/// where the device keeps no such count (the CPU).
 pub fn step_activations(
     target: &dyn TargetModel,
     max_tokens: usize,
+    logit_rows: usize,
     max_model_len: usize,
     block_size: usize,
     cache_dtype: DType,
@@ -60,13 +63,14 @@ pub fn step_activations(
     let capture = if drafter { Rows::All } else { Rows::None };
     let mut batch = BatchBuilder::new(block_size);
     let mut blocks = 0;
-    let mut left = max_tokens;
+    let (mut left, mut logits_left) = (max_tokens, logit_rows.min(max_tokens));
     while left > 0 {
         let len = left.min(max_model_len.max(1));
         let table: Vec<u32> = (blocks..blocks + len.div_ceil(block_size)).map(|b| b as u32).collect();
         blocks += table.len();
-        batch.add(&vec![0; len], 0, &table, Rows::Tail(1), capture)?;
-        left -= len;
+        let kept = logits_left.min(len);
+        batch.add(&vec![0; len], 0, &table, Rows::Tail(kept), capture)?;
+        (left, logits_left) = (left - len, logits_left - kept);
     }
     let batch = batch.build();
     let device = target.device();
@@ -81,7 +85,8 @@ pub fn step_activations(
                 .into(),
         ));
     }
-    Ok(peak.map(|peak| if drafter { 2 * peak } else { peak }))
+    let choosing = logit_rows.min(max_tokens) * target.dims().vocab_size * std::mem::size_of::<f32>();
+    Ok(peak.map(|peak| if drafter { 2 * peak } else { peak } + choosing))
 }
 
 #[cfg(test)]
@@ -125,7 +130,7 @@ mod tests {
     fn the_profiled_step_runs_on_the_cpu_and_counts_nothing() {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/tiny-llama");
         let loaded = peagle_models::load_target(&dir, Default::default()).unwrap();
-        let peak = step_activations(loaded.model.as_ref(), 40, 16, 16, DType::F32, true).unwrap();
+        let peak = step_activations(loaded.model.as_ref(), 40, 20, 16, 16, DType::F32, true).unwrap();
         assert_eq!(peak, None);
     }
 }

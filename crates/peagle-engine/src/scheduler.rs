@@ -37,6 +37,14 @@ pub struct SchedulerConfig {
     pub prefix_caching: bool,
 }
 
+impl SchedulerConfig {
+    /// The most target rows a step runs when a verification window has `window` rows: the
+    /// tokens per step, but always room for one window.
+    pub fn step_rows(&self, window: usize) -> usize {
+        self.max_num_batched_tokens.max(window)
+    }
+}
+
 impl Default for SchedulerConfig {
     fn default() -> Self {
         Self {
@@ -148,7 +156,7 @@ impl Scheduler {
     /// Chooses this step's work and grows the block tables for it; preempts the newest
     /// sequences when blocks run short.
     pub fn schedule(&mut self) -> Schedule {
-        let mut budget = self.config.max_num_batched_tokens.max(self.window);
+        let mut budget = self.config.step_rows(self.window);
         let mut schedule = Vec::new();
         let mut i = 0;
         while i < self.running.len() && budget > 0 {

@@ -73,18 +73,26 @@ pub fn graph_shape(batch: &ForwardBatch, limits: &GraphLimits) -> Option<GraphSh
     })
 }
 
-/// A step of every shape `limits` allows, for capturing graphs before the first request (as
-/// vLLM does): every bucket of sequences with every row count up to `max_rows_each`, keeping
-/// every row's logits and, with `captures`, its states. Each row is token 0 at positions from
-/// 0, reading block 0 and writing nothing (`PAD_SLOT`).
-pub fn startup_steps(limits: &GraphLimits, block_size: usize, captures: bool) -> Result<Vec<ForwardBatch>> {
+/// A step of every shape `limits` allows to a scheduler whose steps have at most `budget`
+/// rows, for capturing graphs before the first request (as vLLM does): every bucket of
+/// sequences with every row count up to `max_rows_each`, keeping every row's logits and, with
+/// `captures`, its states. Each row is token 0 at positions from 0, reading block 0 and
+/// writing nothing (`PAD_SLOT`).
+pub fn startup_steps(
+    limits: &GraphLimits,
+    block_size: usize,
+    budget: usize,
+    captures: bool,
+) -> Result<Vec<ForwardBatch>> {
     let capture = if captures { Rows::All } else { Rows::None };
     let table = vec![0; limits.table_width];
     let mut steps = Vec::new();
     for rows_each in 1..=limits.max_rows_each {
+        // The most sequences of this many rows a step can hold, and so the largest bucket.
+        let most = limits.max_sequences.min(budget / rows_each);
         let buckets = std::iter::successors(Some(1usize), |s| Some(2 * s));
         for sequences in
-            buckets.take_while(|&s| s <= limits.max_sequences.next_power_of_two() && s * rows_each <= limits.max_rows)
+            buckets.take_while(|&s| most > 0 && s <= most.next_power_of_two() && s * rows_each <= limits.max_rows)
         {
             let mut batch = BatchBuilder::new(block_size);
             for _ in 0..sequences {
@@ -137,48 +145,81 @@ impl CudaGraphs {
             return Ok(None);
         };
         let rows = batch.token_ids.len();
-        let captured = self.captured.get(&shape);
-        if matches!(captured, Some(None)) {
-            return Ok(None);
-        }
-        let padded = batch.padded(shape.sequences, self.limits.table_width)?;
-        let inputs = target.inputs(&padded, kv)?;
-        // A replay runs no op that would check the metadata against the cache.
-        padded.attn.validate(kv.num_blocks() * kv.block_size())?;
-        if let Some(Some(captured)) = captured {
-            inputs.write_into(&captured.inputs)?;
-            return captured.replay(target, rows).map(Some);
-        }
-        tracing::info!(?shape, "capturing a CUDA graph of the target's forward");
-        match captured::Captured::new(target, inputs, kv) {
-            Ok(captured) => {
-                let output = captured.replay(target, rows);
-                self.captured.insert(shape, Some(captured));
-                output.map(Some)
+        match self.captured.get(&shape) {
+            Some(None) => Ok(None),
+            Some(Some(captured)) => {
+                self.inputs(target, batch, shape, kv)?.write_into(&captured.inputs)?;
+                captured.replay(target, rows).map(Some)
             }
-            Err(err) => {
-                self.captured.insert(shape, None);
-                Err(err)
-            }
+            None => self.capture(target, batch, shape, kv)?.replay(target, rows).map(Some),
         }
     }
-}
 
-#[cfg(feature = "cuda")]
-impl CudaGraphs {
-    /// Captures a graph of every shape `startup_steps` makes, so that no request waits on a
-    /// capture; says how many were captured. A shape whose capture fails is logged and runs
-    /// without a graph.
-    pub fn capture_at_startup(&mut self, target: &dyn TargetModel, kv: &KvCache, captures: bool) -> Result<usize> {
+    /// Captures a graph of every shape `startup_steps` makes for steps of at most `budget`
+    /// rows, so that no request waits on a capture; says how many were captured. A shape
+    /// whose capture fails is logged and runs without a graph. Run it on a thread that lives
+    /// as long as the graphs (rayon's pool): candle keeps the small parameter buffers a
+    /// capture records per thread.
+    pub fn capture_at_startup(
+        &mut self,
+        target: &dyn TargetModel,
+        kv: &KvCache,
+        budget: usize,
+        captures: bool,
+    ) -> Result<usize> {
         let mut captured = 0;
-        for step in startup_steps(&self.limits, kv.block_size(), captures)? {
-            match self.forward(target, &step, kv) {
-                Ok(Some(_)) => captured += 1,
-                Ok(None) => {}
-                Err(e) => tracing::warn!("a step shape runs without a CUDA graph: {e}"),
+        for step in startup_steps(&self.limits, kv.block_size(), budget, captures)? {
+            let Some(shape) = graph_shape(&step, &self.limits) else {
+                continue;
+            };
+            if self.captured.contains_key(&shape) {
+                continue;
+            }
+            match self.capture(target, &step, shape, kv) {
+                // Launched once, so that its outputs are allocated before anything frees them.
+                Ok(graph) => {
+                    graph.launch()?;
+                    captured += 1;
+                }
+                Err(e) => tracing::warn!(?shape, "this step shape runs without a CUDA graph: {e}"),
             }
         }
         Ok(captured)
+    }
+
+    /// `batch`'s inputs padded to `shape`, checked against the cache (a replay runs no op
+    /// that would check them).
+    fn inputs(
+        &self,
+        target: &dyn TargetModel,
+        batch: &ForwardBatch,
+        shape: GraphShape,
+        kv: &KvCache,
+    ) -> Result<crate::forward_inputs::ForwardInputs> {
+        let padded = batch.padded(shape.sequences, self.limits.table_width)?;
+        let inputs = target.inputs(&padded, kv)?;
+        padded.attn.validate(kv.num_blocks() * kv.block_size())?;
+        Ok(inputs)
+    }
+
+    /// Captures `shape`'s graph over `batch`'s inputs and keeps it; a shape whose capture
+    /// fails is kept as running without one, and its error returned.
+    fn capture(
+        &mut self,
+        target: &dyn TargetModel,
+        batch: &ForwardBatch,
+        shape: GraphShape,
+        kv: &KvCache,
+    ) -> Result<&captured::Captured> {
+        let inputs = self.inputs(target, batch, shape, kv)?;
+        tracing::info!(?shape, "capturing a CUDA graph of the target's forward");
+        match captured::Captured::new(target, inputs, kv) {
+            Ok(captured) => Ok(self.captured.entry(shape).or_default().insert(captured)),
+            Err(e) => {
+                self.captured.insert(shape, None);
+                Err(e)
+            }
+        }
     }
 }
 
@@ -198,7 +239,13 @@ impl CudaGraphs {
         match self.never {}
     }
 
-    pub fn capture_at_startup(&mut self, _target: &dyn TargetModel, _kv: &KvCache, _captures: bool) -> Result<usize> {
+    pub fn capture_at_startup(
+        &mut self,
+        _target: &dyn TargetModel,
+        _kv: &KvCache,
+        _budget: usize,
+        _captures: bool,
+    ) -> Result<usize> {
         match self.never {}
     }
 }
@@ -297,14 +344,20 @@ mod captured {
             }
         }
 
+        /// Runs the graph over its inputs as last written, leaving its outputs where it
+        /// writes them.
+        pub(super) fn launch(&self) -> Result<()> {
+            self.graph.launch().w()
+        }
+
         /// Runs the graph over its inputs as last written: the outputs of the first `rows`,
         /// the logits made from their states by `target`'s head after the graph. The outputs
         /// are tensors of their own: the captured ones are overwritten by the shape's next
         /// replay, and a drafter may keep hidden states for a later step.
         pub(super) fn replay(&self, target: &dyn TargetModel, rows: usize) -> Result<ForwardOutput> {
-            self.graph.launch().w()?;
+            self.launch()?;
             let first = self.states.first_rows(rows)?;
-            let copy = |t: Option<Tensor>| t.map(|t| t.copy()).transpose();
+            let copy = |t: Option<Tensor>| t.map(|t| t.force_contiguous()).transpose();
             ForwardStates {
                 logit_states: first.logit_states,
                 aux_hidden: copy(first.aux_hidden)?,

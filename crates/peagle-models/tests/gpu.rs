@@ -181,8 +181,10 @@ fn graphs_captured_at_startup_serve_the_steps_after() {
     let f = Fixture::load_with("tiny-llama", options.clone());
     let mut graphs = CudaGraphs::new(&options.device, GRAPH_LIMITS).unwrap();
     let graph_kv = f.cache();
-    let captured = graphs.capture_at_startup(f.model.as_ref(), &graph_kv, true).unwrap();
-    assert_eq!(captured, startup_steps(&GRAPH_LIMITS, BLOCK, true).unwrap().len());
+    let captured = graphs
+        .capture_at_startup(f.model.as_ref(), &graph_kv, 64, true)
+        .unwrap();
+    assert_eq!(captured, startup_steps(&GRAPH_LIMITS, BLOCK, 64, true).unwrap().len());
     assert_graph_steps_as_without("tiny-llama", &f, &mut graphs, &graph_kv);
 }
 

@@ -104,9 +104,9 @@ fn only_experts_routed_on_the_host_read_back() {
     }
 }
 
-/// The steps captured at start-up are every shape the limits allow (every bucket of
-/// sequences, every row count, within the most rows), each a graph's shape as it stands, and
-/// running them writes nothing to the KV cache.
+/// The steps captured at start-up are every shape the limits and the scheduler's budget allow
+/// (every bucket of sequences, every row count, within the most rows), each a graph's shape
+/// as it stands, and running them writes nothing to the KV cache.
 #[test]
 fn startup_steps_cover_every_shape_and_write_nothing() {
     let f = Fixture::load("tiny-llama");
@@ -116,7 +116,17 @@ fn startup_steps_cover_every_shape_and_write_nothing() {
         max_rows_each: 3,
         max_rows: 6,
     };
-    let steps = startup_steps(&limits, BLOCK, true).unwrap();
+    // A budget of 5 rows a step: at most 2 sequences of 2 rows (bucket 2), 1 of 3.
+    let shapes_of = |steps: &[ForwardBatch]| -> Vec<(usize, usize)> {
+        let shape = |s: &ForwardBatch| (s.attn.num_sequences(), s.attn.query_start[1]);
+        steps.iter().map(shape).collect()
+    };
+    let budget_bound = startup_steps(&limits, BLOCK, 5, true).unwrap();
+    assert_eq!(
+        shapes_of(&budget_bound),
+        [(1, 1), (2, 1), (4, 1), (1, 2), (2, 2), (1, 3)]
+    );
+    let steps = startup_steps(&limits, BLOCK, 100, true).unwrap();
     let shapes: Vec<(usize, usize)> = steps
         .iter()
         .map(|s| {

@@ -1,4 +1,4 @@
-//! A GPU's free and total memory, and the high-water mark of its default memory pool, from
+//! A GPU's free and total memory, and the high-water mark of its current memory pool, from
 //! which candle's stream-ordered allocations come.
 
 use crate::device_memory::DeviceMemory;
@@ -23,9 +23,14 @@ pub(crate) fn peak_allocated<T>(device: &CudaDevice, f: impl FnOnce() -> Result<
     context.bind_to_thread().w()?;
     let mut pool = MaybeUninit::uninit();
     // SAFETY: the context is bound, and its device is the one asked about.
-    unsafe { sys::cuDeviceGetDefaultMemPool(pool.as_mut_ptr(), context.cu_device()) }
+    unsafe { sys::cuDeviceGetMemPool(pool.as_mut_ptr(), context.cu_device()) }
         .result()
-        .w()?;
+        .map_err(|e| {
+            crate::error::bad_input(
+                "peak_allocated",
+                format!("this GPU has no memory pool to measure allocations by ({e})"),
+            )
+        })?;
     // SAFETY: written by the call above, which succeeded.
     let pool = unsafe { pool.assume_init() };
     let before = pool_attribute(pool, sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_USED_MEM_CURRENT)?;
