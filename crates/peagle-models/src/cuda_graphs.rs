@@ -46,7 +46,7 @@ pub struct GraphLimits {
     /// graph, so that prompt lengths do not each capture one and keep its outputs.
     pub max_rows_each: usize,
     /// The most rows of a step run by a graph, padding included (vLLM's largest capture
-    /// size): a larger step gains little from a graph, and each shape keeps its logits.
+    /// size): a larger step gains little from a graph, and each shape keeps its outputs.
     pub max_rows: usize,
 }
 
@@ -212,7 +212,7 @@ impl CudaGraphs {
         kv: &KvCache,
     ) -> Result<&captured::Captured> {
         let inputs = self.inputs(target, batch, shape, kv)?;
-        tracing::info!(?shape, "capturing a CUDA graph of the target's forward");
+        tracing::debug!(?shape, "capturing a CUDA graph of the target's forward");
         match captured::Captured::new(target, inputs, kv) {
             Ok(captured) => Ok(self.captured.entry(shape).or_default().insert(captured)),
             Err(e) => {
