@@ -4,8 +4,9 @@
 // on its logits and its key alone, whatever else the launch holds.
 //
 // score(i) = (double)((logit_i - max) / temperature) - log(-log(u_i)), u_i in (0, 1] from the
-// top 53 bits of splitmix64(key + (i + 1) * golden). The largest score wins, the lower index
-// on a tie; NaN logits are never chosen; a row with nothing else gives 0.
+// top 53 bits of splitmix64(key + (i + 1) * golden); a logit equal to the max scales to 0, so a
+// row with +inf logits draws among those alone. The largest score wins, the lower index on a
+// tie; NaN logits are never chosen; a row with nothing else gives 0.
 #include "common.cuh"
 
 #define GUMBEL_THREADS 256
@@ -52,7 +53,8 @@ __device__ void gumbel_sample(uint32_t* out, const T* logits, const uint32_t* ro
     for (int c = threadIdx.x; c < cols; c += GUMBEL_THREADS) {
         const float logit = to_f32(row[c]);
         if (isnan(logit)) continue;
-        const double score = (double)((logit - max) / temperature) + gumbel(key, c);
+        const float scaled = logit == max ? 0.f : (logit - max) / temperature;
+        const double score = (double)scaled + gumbel(key, c);
         if (index == cols || score > best) {
             best = score;
             index = c;

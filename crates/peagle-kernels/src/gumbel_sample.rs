@@ -5,8 +5,10 @@
 //! sampled row with no cut (every token may be drawn) brings one token id to the host.
 //!
 //! score(i) = ((logit_i - max) / temperature, in f32, widened) - ln(-ln(u_i)), with u_i in
-//! (0, 1] from the top 53 bits of splitmix64(key + (i + 1) * golden). The largest score wins,
-//! the lower index on a tie; NaN logits are never chosen; a row with nothing else gives 0.
+//! (0, 1] from the top 53 bits of splitmix64(key + (i + 1) * golden); a logit equal to the max
+//! scales to 0, so that a row with +inf logits draws among those alone, each as likely, as the
+//! softmax's limit does. The largest score wins, the lower index on a tie; NaN logits are never
+//! chosen; a row with nothing else gives 0.
 //! The device's f64 `log` and the host's may differ in the last bit, so the two agree but for
 //! scores within an ulp of each other.
 
@@ -60,7 +62,12 @@ fn of_row(row: &[f32], request: &GumbelRequest) -> u32 {
         if logit.is_nan() {
             continue;
         }
-        let score = ((logit - max) / request.temperature) as f64 + gumbel(request.key, i);
+        let scaled = if logit == max {
+            0.0
+        } else {
+            (logit - max) / request.temperature
+        };
+        let score = scaled as f64 + gumbel(request.key, i);
         if pick.is_none_or(|(_, best)| score > best) {
             pick = Some((i, score));
         }

@@ -232,6 +232,20 @@ fn gumbel_sample_equals_the_cpu_and_follows_the_softmax() {
         );
     }
 
+    // A row with +inf logits draws among them on both.
+    let mut infinite = values(64, 33, 3.0);
+    infinite[5] = f32::INFINITY;
+    infinite[40] = f32::INFINITY;
+    let x = Tensor::from_vec(infinite, (1, 64), &Device::Cpu).unwrap();
+    let requests = draws_of_one_row(1.0, 200);
+    let want = gumbel_sample(&x, &requests).unwrap();
+    assert!(want.iter().all(|t| *t == 5 || *t == 40), "{want:?}");
+    assert_eq!(
+        gumbel_sample(&x.to_device(&dev).unwrap(), &requests).unwrap(),
+        want,
+        "+inf"
+    );
+
     let row = values(256, 32, 3.0);
     let temperature = 0.7;
     let x = Tensor::from_vec(row.clone(), (1, 256), &dev).unwrap();

@@ -34,3 +34,19 @@ fn draws_follow_the_tempered_softmax() {
     );
     assert!(gumbel_sample(&logits, &[GumbelRequest { row: 1, ..requests[0] }]).is_err());
 }
+
+/// A row with +inf logits draws among them alone, each about as often (their softmax's
+/// limit); the finite ones and NaN never.
+#[test]
+fn a_row_with_infinite_logits_draws_among_those_alone() {
+    let row = [1.0f32, f32::INFINITY, 5.0, f32::INFINITY, f32::NAN];
+    let logits = Tensor::from_vec(row.to_vec(), (1, row.len()), &Device::Cpu).unwrap();
+    let mut counts = [0usize; 5];
+    for token in gumbel_sample(&logits, &draws_of_one_row(0.7, 2_000)).unwrap() {
+        counts[token as usize] += 1;
+    }
+    assert_eq!((counts[0], counts[2], counts[4]), (0, 0, 0), "{counts:?}");
+    // The 99.9th percentile of chi-square with 1 degree of freedom.
+    let chi_square = chi_square(&[counts[1], counts[3]], &[0.5, 0.5]);
+    assert!(chi_square < 10.83, "chi-square {chi_square}: {counts:?}");
+}
