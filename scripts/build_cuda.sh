@@ -5,11 +5,12 @@
 #      pinned because GPU hosts run driver 580, which JIT-compiles PTX of ISA 9.0 and older only;
 #   2. link-time stubs of libcuda, cuBLAS, cuBLASLt, cuRAND and NVRTC, which the real libraries
 #      on the GPU host replace at run time (scripts/gpu_check.sh finds them);
-#   3. the release build, and the binaries, stripped, packed for carrying: target/gpu/tests.tar.xz
-#      (the GPU test binaries) and target/gpu/bench.tar.xz (peagle-serve, peagle-generate,
-#      peagle-bench, and the matmul-against-cuBLAS timer), each small enough to carry beside the repository (xz with a dictionary
-#      wider than the binaries, which share most of their bytes). scripts/gpu_check.sh unpacks
-#      them into target/carry/ with Python's tarfile, which every GPU host has.
+#   3. the release build, and the binaries, stripped, packed for carrying in one file,
+#      target/gpu/binaries.tar.xz (the GPU test binaries, peagle-serve, peagle-generate,
+#      peagle-bench and the matmul-against-cuBLAS timer), small enough to carry beside the
+#      repository (xz with a dictionary wider than the binaries, which share most of their
+#      bytes). scripts/gpu_check.sh unpacks it into target/carry/ with Python's tarfile, which
+#      every GPU host has.
 #   scripts/build_cuda.sh --check   type-checks the crates with CUDA code (kernels, models,
 #                                   engine: libraries, GPU tests, the GEMM timer) with the cuda
 #                                   feature and compiles peagle's kernels to PTX, in
@@ -105,7 +106,12 @@ while read -r crate exe; do cp "$exe" "$carry/gpu-$crate"; done <"$target/gpu_te
 strip --strip-all "$carry"/peagle-* "$carry"/gpu-*
 # The test binaries read the repository's models at this path; gpu_check.sh links it.
 echo "$PWD" >"$carry/BUILD_ROOT"
-mkdir -p "$target/gpu"
-(cd "$carry" && tar cf - BUILD_ROOT gpu-* | xz -9e --lzma2=preset=9e,dict=512MiB -T1 >"$target/gpu/tests.tar.xz")
-(cd "$carry" && tar cf - BUILD_ROOT peagle-* | xz -9e --lzma2=preset=9e,dict=512MiB -T1 >"$target/gpu/bench.tar.xz")
-ls -la "$target/gpu"
+rm -rf "$target/gpu" && mkdir -p "$target/gpu"
+(cd "$carry" && tar cf - BUILD_ROOT gpu-* peagle-* | xz -9e --lzma2=preset=9e,dict=512MiB -T1 >"$target/gpu/binaries.tar.xz")
+# What travels to a GPU host with the pack: the tracked tree. Hosts lent for a few minutes take
+# 64 MiB at most.
+mib() { echo $((($1 + 1048575) / 1048576)); }
+pack=$(stat -c %s "$target/gpu/binaries.tar.xz")
+tree=$(git ls-files -z | xargs -0 stat -c %s | awk '{ n += $1 } END { print n }')
+echo "target/gpu/binaries.tar.xz: $(mib "$pack") MiB; with the tracked tree, $(mib $((pack + tree))) MiB"
+[ $((pack + tree)) -le $((64 << 20)) ] || echo "warning: the pack and the tree are over 64 MiB together" >&2

@@ -2,30 +2,43 @@
 # One command for a GPU host: the GPU tests, then the GPU bench, into
 # benches/results/gpu-<date>/ (report.md, report.json, logs, the sweeps' JSON and PNG).
 #
-# Needs the packed binaries of scripts/build_cuda.sh, target/gpu/{tests,bench}.tar.xz (built
+# Needs the packed binaries of scripts/build_cuda.sh, target/gpu/binaries.tar.xz (built
 # elsewhere: the GPU host has no Rust toolchain), an NVIDIA driver, and Python with PyTorch,
 # transformers and safetensors, whose CUDA wheels also provide cuBLAS, cuRAND, NVRTC and the
 # CUDA runtime. Every step runs even when one before it failed; the exit status says whether
-# all passed.
-#   scripts/gpu_check.sh [PART]   one part (default: all of them, tests first):
+# all ran and passed.
+#   scripts/gpu_check.sh [PART...]   the parts named, in that order (default: all of them):
 #     tests     the GPU tests
 #     demo      the matmul against cuBLAS; the demo model's sweeps, without and with CUDA
 #               graphs; transformers as the peer
+#     gpt-oss   a random gpt-oss-20b-shaped MXFP4 target's sweeps (13 GB to write)
 #     llama     a random Llama-8B-shaped target's decode step against the HBM bound (16 GB to write)
-#     gpt-oss   a random gpt-oss-20b-shaped MXFP4 target's sweeps (19 GB to write)
-#     bench     demo, llama and gpt-oss; QUICK=1 leaves out llama and gpt-oss
-# Each part takes a few minutes and adds to the day's results directory, and the report is
-# remade from whatever is there, so the parts can run as separate commands.
+#     bench     demo, gpt-oss and llama; QUICK=1 leaves out gpt-oss and llama
+#     all       tests, then bench
+# Each part adds to the day's results directory, and the report is remade from whatever is
+# there, so the parts can run as separate commands.
+#
+# A GPU lease is short, so a run can be held to a time and keep its results when it is cut off:
+#   GPU_CHECK_SECONDS=N   no step starts after N seconds, each runs under a limit of the time
+#                         left, and the steps not started are logged as skipped (exit status 3)
+#   GPU_CHECK_TAR=FILE    the results directory packed into FILE (.tgz) after every step, so
+#                         that a command stopped at its limit still leaves what it measured
+#   TEST_TIMEOUT=N        the most seconds one GPU test may take (default 120)
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
-part=${1:-all}
-case $part in
-tests | demo | llama | gpt-oss | bench | all) ;;
-*)
-    echo "gpu_check.sh: unknown part '$part' (tests, demo, llama, gpt-oss, bench or all)" >&2
-    exit 2
-    ;;
-esac
+parts=("$@")
+[ ${#parts[@]} -gt 0 ] || parts=(all)
+for part in "${parts[@]}"; do
+    case $part in
+    tests | demo | llama | gpt-oss | bench | all) ;;
+    *)
+        echo "gpu_check.sh: unknown part '$part' (tests, demo, gpt-oss, llama, bench or all)" >&2
+        exit 2
+        ;;
+    esac
+done
+started=$(date +%s)
+deadline=$((started + ${GPU_CHECK_SECONDS:-31536000}))
 
 bin=$PWD/target/carry
 mkdir -p "$bin"
@@ -34,13 +47,35 @@ for pack in target/gpu/*.tar.xz; do
 done
 out=benches/results/gpu-$(date -u +%Y-%m-%d)
 mkdir -p "$out"
-status=0
-step() { echo "== $*" | tee -a "$out/steps.log"; }
+status=0 skipped=0
+left() { echo $((deadline - $(date +%s))); }
+# The results so far, packed where GPU_CHECK_TAR says (written whole, then renamed).
+save() {
+    [ -n "${GPU_CHECK_TAR:-}" ] || return 0
+    tar czf "$GPU_CHECK_TAR.part" -C "$(dirname "$out")" "$(basename "$out")" && mv "$GPU_CHECK_TAR.part" "$GPU_CHECK_TAR"
+}
+# step TITLE: logs a step and says whether it may start: not with under a minute left.
+step() {
+    save
+    if [ "$(left)" -lt 60 ]; then
+        echo "SKIPPED (out of time): $*" | tee -a "$out/steps.log"
+        skipped=1
+        return 1
+    fi
+    echo "== $* ($(($(date +%s) - started)) s in)" | tee -a "$out/steps.log"
+}
 fail() { echo "FAILED: $*" | tee -a "$out/steps.log"; status=1; }
+# timed COMMAND...: COMMAND under a limit of the time left (its process group killed past it).
+timed() { timeout --kill-after=10 "$(max 1 "$(left)")" "$@"; }
+min() { echo $(($1 < $2 ? $1 : $2)); }
+max() { echo $(($1 > $2 ? $1 : $2)); }
 
 # The CUDA libraries of the host's PyTorch wheels, for the binaries' cuBLAS, cuRAND and NVRTC.
 libs=$(python3 -c 'import glob, site; print(":".join(sorted({d for p in site.getsitepackages() for d in glob.glob(p + "/nvidia/*/lib")})))')
 export LD_LIBRARY_PATH=$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+# The driver JIT-compiles the binaries' PTX when a process first loads it, and keeps the result
+# in its cache for the next process: room for all of it, so that only the first test pays.
+export CUDA_CACHE_MAXSIZE=${CUDA_CACHE_MAXSIZE:-4294967296}
 # The test binaries find the repository's models at the path they were built in.
 built_in=$(cat "$bin/BUILD_ROOT")
 if [ "$built_in" != "$PWD" ] && [ ! -e "$built_in" ]; then
@@ -54,89 +89,90 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max
 # failed test runs again under compute-sanitizer's memcheck, where the host has it, to name the
 # kernel and the access.
 run_tests() {
-step "GPU tests"
-sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
-for test in "$bin"/gpu-*; do
-    name=$(basename "$test")
-    : >"$out/$name.log"
-    passed=0 failed=()
-    while read -r case; do
-        echo "---- $case" >>"$out/$name.log"
-        if timeout "${TEST_TIMEOUT:-240}" "$test" --exact "$case" --test-threads=1 --nocapture >>"$out/$name.log" 2>&1; then
-            passed=$((passed + 1))
-        else
-            failed+=("$case")
+    step "GPU tests" || return
+    local sanitizer test name case passed failed unrun
+    sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
+    for test in "$bin"/gpu-*; do
+        name=$(basename "$test")
+        : >"$out/$name.log"
+        passed=0 failed=() unrun=0
+        while read -r case; do
+            if [ "$(left)" -lt 30 ]; then
+                unrun=$((unrun + 1))
+                continue
+            fi
+            echo "---- $case" >>"$out/$name.log"
+            if timeout "$(min "${TEST_TIMEOUT:-120}" "$(left)")" "$test" --exact "$case" --test-threads=1 --nocapture \
+                >>"$out/$name.log" 2>&1; then
+                passed=$((passed + 1))
+            else
+                failed+=("$case")
+            fi
+        done < <("$test" --list 2>>"$out/$name.log" | sed -n 's/: test$//p')
+        echo "$name: $passed passed, ${#failed[@]} failed" | tee -a "$out/steps.log"
+        [ $((passed + ${#failed[@]} + unrun)) -gt 0 ] || fail "$name lists no tests (see $name.log)"
+        if [ $unrun -gt 0 ]; then
+            echo "SKIPPED (out of time): $unrun of $name's tests" | tee -a "$out/steps.log"
+            skipped=1
         fi
-    done < <("$test" --list 2>>"$out/$name.log" | sed -n 's/: test$//p')
-    echo "$name: $passed passed, ${#failed[@]} failed" | tee -a "$out/steps.log"
-    [ $((passed + ${#failed[@]})) -gt 0 ] || fail "$name lists no tests (see $name.log)"
-    for case in "${failed[@]}"; do
-        fail "$name $case (see $name.log)"
-        if [ -n "$sanitizer" ]; then
-            timeout "${TEST_TIMEOUT:-240}" "$sanitizer" --tool memcheck "$test" --exact "$case" --test-threads=1 \
-                >"$out/$name-$case.memcheck.log" 2>&1
-            grep -E "^========= (Invalid|Program hit|ERROR SUMMARY)" "$out/$name-$case.memcheck.log" | head -5
-        fi
+        for case in "${failed[@]}"; do
+            fail "$name $case (see $name.log)"
+            if [ -n "$sanitizer" ] && [ "$(left)" -ge 60 ]; then
+                timeout "$(min "${TEST_TIMEOUT:-120}" "$(left)")" "$sanitizer" --tool memcheck "$test" --exact "$case" \
+                    --test-threads=1 >"$out/$name-$case.memcheck.log" 2>&1
+                grep -E "^========= (Invalid|Program hit|ERROR SUMMARY)" "$out/$name-$case.memcheck.log" | head -5
+            fi
+        done
+        save
     done
-done
 }
 
 run_demo() {
-step "the batch-invariant matmul against cuBLAS, bf16, 4096 -> 14336"
-"$bin/peagle-gemm-vs-cublas" >"$out/gemm-vs-cublas.jsonl" 2>"$out/gemm-vs-cublas.log" || fail "gemm vs cuBLAS (see gemm-vs-cublas.log)"
-
-step "demo model: plain, EAGLE-3 K=3 and P-EAGLE K=7 at concurrency 1, 4 and 16"
-"$bin/peagle-bench" sweep --serve-bin "$bin/peagle-serve" --device cuda \
-    --model models/pystdlib-12l --draft-model models/pystdlib-12l-peagle --peagle-k 7 \
-    --eagle3-draft-model models/pystdlib-12l-eagle3 --eagle3-k 3 --server-arg=--fixed-k \
-    --dataset models/pystdlib-12l/eval_prompts.jsonl --num-prompts 48 --concurrency 1,4,16 \
-    --max-tokens 128 --out "$out/demo-sweep" >"$out/demo-sweep.log" 2>&1 || fail "demo sweep (see demo-sweep.log)"
-
-step "demo model by CUDA graphs: the same sweep with --cuda-graphs"
-"$bin/peagle-bench" sweep --serve-bin "$bin/peagle-serve" --device cuda \
-    --model models/pystdlib-12l --draft-model models/pystdlib-12l-peagle --peagle-k 7 \
-    --eagle3-draft-model models/pystdlib-12l-eagle3 --eagle3-k 3 --server-arg=--fixed-k --server-arg=--cuda-graphs \
-    --dataset models/pystdlib-12l/eval_prompts.jsonl --num-prompts 48 --concurrency 1,4,16 \
-    --max-tokens 128 --out "$out/demo-sweep-graphs" >"$out/demo-sweep-graphs.log" 2>&1 ||
-    fail "demo sweep by CUDA graphs (see demo-sweep-graphs.log)"
-
-step "transformers generate on the demo model (the peer)"
-python3 scripts/gpu_transformers_peer.py --model models/pystdlib-12l \
-    --dataset models/pystdlib-12l/eval_prompts.jsonl --num-prompts 16 --max-tokens 128 \
-    --out "$out/transformers.json" >"$out/transformers.log" 2>&1 || fail "transformers peer (see transformers.log)"
-"$bin/peagle-generate" --device cuda --model models/pystdlib-12l \
-    --prompts-file <(head -16 models/pystdlib-12l/eval_prompts.jsonl) --max-tokens 128 --ignore-eos \
-    --stats-json "$out/peagle-generate-demo.json" >/dev/null 2>"$out/peagle-generate-demo.log" ||
-    fail "peagle-generate on the demo (see peagle-generate-demo.log)"
-}
-
-run_llama() {
-    step "Llama-8B-shaped random bf16 target: one decode step against the HBM bound, without and with CUDA graphs"
-    model=${TMPDIR:-/tmp}/peagle-llama-8b
-    python3 scripts/make_random_llama.py --out "$model" >"$out/llama-8b-make.log" 2>&1 &&
-        cp "$model/bound.json" "$out/llama-8b-bound.json" || fail "making the 8B checkpoint (see llama-8b-make.log)"
+    if step "the batch-invariant matmul against cuBLAS, bf16, 4096 -> 14336"; then
+        timed "$bin/peagle-gemm-vs-cublas" >"$out/gemm-vs-cublas.jsonl" 2>"$out/gemm-vs-cublas.log" ||
+            fail "gemm vs cuBLAS (see gemm-vs-cublas.log)"
+    fi
+    local graphs name
     for graphs in "" --cuda-graphs; do
-        name=llama-8b-decode${graphs:+-graphs}
-        "$bin/peagle-generate" --device cuda --model "$model" --prompt "t5 t6 t7 t8" --max-tokens 64 --ignore-eos \
-            $graphs --stats-json "$out/$name.json" >/dev/null 2>"$out/$name.log" || fail "8B decode (see $name.log)"
+        name=demo-sweep${graphs:+-graphs}
+        step "demo model${graphs:+ by CUDA graphs}: plain, EAGLE-3 K=3 and P-EAGLE K=7 at concurrency 1, 4 and 16" ||
+            continue
+        timed "$bin/peagle-bench" sweep --serve-bin "$bin/peagle-serve" --device cuda \
+            --model models/pystdlib-12l --draft-model models/pystdlib-12l-peagle --peagle-k 7 \
+            --eagle3-draft-model models/pystdlib-12l-eagle3 --eagle3-k 3 --server-arg=--fixed-k \
+            ${graphs:+--server-arg=$graphs} --dataset models/pystdlib-12l/eval_prompts.jsonl --num-prompts 48 \
+            --concurrency 1,4,16 --max-tokens 128 --out "$out/$name" >"$out/$name.log" 2>&1 ||
+            fail "$name (see $name.log)"
     done
-    rm -rf "$model"
+
+    if step "transformers generate on the demo model (the peer)"; then
+        timed python3 scripts/gpu_transformers_peer.py --model models/pystdlib-12l \
+            --dataset models/pystdlib-12l/eval_prompts.jsonl --num-prompts 16 --max-tokens 128 \
+            --out "$out/transformers.json" >"$out/transformers.log" 2>&1 || fail "transformers peer (see transformers.log)"
+        timed "$bin/peagle-generate" --device cuda --model models/pystdlib-12l \
+            --prompts-file <(head -16 models/pystdlib-12l/eval_prompts.jsonl) --max-tokens 128 --ignore-eos \
+            --stats-json "$out/peagle-generate-demo.json" >/dev/null 2>"$out/peagle-generate-demo.log" ||
+            fail "peagle-generate on the demo (see peagle-generate-demo.log)"
+    fi
 }
 
 run_gpt_oss() {
-    step "gpt-oss-20b-shaped random MXFP4 target: plain, EAGLE-3 K=3 and P-EAGLE K=7 at concurrency 1, 16 and 64"
-    model=${TMPDIR:-/tmp}/peagle-gpt-oss-20b
-    drafters=$model-drafters
+    step "gpt-oss-20b-shaped random MXFP4 target and random drafters: made on the GPU" || return
+    local model=${TMPDIR:-/tmp}/peagle-gpt-oss-20b
+    local drafters=$model-drafters
     {
-        python3 scripts/make_random_gpt_oss.py --gpu --out "$model" &&
-            python3 scripts/make_random_drafters.py --gpu --target "$model" --out "$drafters"
-    } >"$out/gpt-oss-make.log" 2>&1 && cp "$model/bound.json" "$out/gpt-oss-bound.json" ||
+        timed python3 scripts/make_random_gpt_oss.py --gpu --out "$model" &&
+            timed python3 scripts/make_random_drafters.py --gpu --target "$model" --out "$drafters"
+    } >"$out/gpt-oss-make.log" 2>&1 && cp "$model/bound.json" "$out/gpt-oss-bound.json" || {
         fail "making the gpt-oss checkpoint and drafters (see gpt-oss-make.log)"
+        return
+    }
     # Random drafters accept nothing: every step drafts K (--fixed-k), so the step times are the modes' own.
     gpt_oss_sweep() { # NAME PROMPTS CONCURRENCY [SERVER ARGUMENT...]
         local name=$1 prompts=$2 concurrency=$3
         shift 3
-        "$bin/peagle-bench" sweep --serve-bin "$bin/peagle-serve" --device cuda --model "$model" \
+        step "gpt-oss: plain, EAGLE-3 K=3 and P-EAGLE K=7 at concurrency $concurrency ($name)" || return
+        timed "$bin/peagle-bench" sweep --serve-bin "$bin/peagle-serve" --device cuda --model "$model" \
             --draft-model "$drafters/peagle" --peagle-k 7 --eagle3-draft-model "$drafters/eagle3" --eagle3-k 3 \
             --server-arg=--fixed-k --server-arg=--max-model-len=1024 "$@" --dataset "$model/prompts.jsonl" \
             --num-prompts "$prompts" --concurrency "$concurrency" --max-tokens 128 --out "$out/$name" \
@@ -150,23 +186,47 @@ run_gpt_oss() {
     rm -rf "$model" "$drafters"
 }
 
-case $part in
-tests) run_tests ;;
-demo) run_demo ;;
-llama) run_llama ;;
-gpt-oss) run_gpt_oss ;;
-bench)
-    run_demo
-    [ -n "${QUICK:-}" ] || { run_llama; run_gpt_oss; }
-    ;;
-all)
-    run_tests
-    run_demo
-    [ -n "${QUICK:-}" ] || { run_llama; run_gpt_oss; }
-    ;;
-esac
+run_llama() {
+    step "Llama-8B-shaped random bf16 target: one decode step against the HBM bound, without and with CUDA graphs" ||
+        return
+    local model=${TMPDIR:-/tmp}/peagle-llama-8b graphs name
+    timed python3 scripts/make_random_llama.py --out "$model" >"$out/llama-8b-make.log" 2>&1 &&
+        cp "$model/bound.json" "$out/llama-8b-bound.json" || {
+        fail "making the 8B checkpoint (see llama-8b-make.log)"
+        return
+    }
+    for graphs in "" --cuda-graphs; do
+        name=llama-8b-decode${graphs:+-graphs}
+        step "Llama-8B-shaped decode${graphs:+ by CUDA graphs}" || continue
+        timed "$bin/peagle-generate" --device cuda --model "$model" --prompt "t5 t6 t7 t8" --max-tokens 64 --ignore-eos \
+            $graphs --stats-json "$out/$name.json" >/dev/null 2>"$out/$name.log" || fail "8B decode (see $name.log)"
+    done
+    rm -rf "$model"
+}
 
-step "report"
+run_bench() {
+    run_demo
+    [ -n "${QUICK:-}" ] || { run_gpt_oss; run_llama; }
+}
+
+for part in "${parts[@]}"; do
+    case $part in
+    tests) run_tests ;;
+    demo) run_demo ;;
+    gpt-oss) run_gpt_oss ;;
+    llama) run_llama ;;
+    bench) run_bench ;;
+    all)
+        run_tests
+        run_bench
+        ;;
+    esac
+done
+
+# The report is made whatever the time left: it takes a second.
+echo "== report" | tee -a "$out/steps.log"
 python3 scripts/gpu_report.py "$out" || fail "report"
-echo "results in $out; status $status"
-exit $status
+save
+echo "results in $out; $(($(date +%s) - started)) s; status $status${GPU_CHECK_TAR:+, packed in $GPU_CHECK_TAR}"
+[ $status -eq 0 ] || exit 1
+[ $skipped -eq 0 ] || exit 3

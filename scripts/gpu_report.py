@@ -22,6 +22,17 @@ def load(path):
         return None
 
 
+def load_lines(path):
+    """The JSON lines of a file; a line cut short by a step's time limit is left out."""
+    rows = []
+    for line in open(path):
+        try:
+            rows.append(json.loads(line))
+        except ValueError:
+            pass
+    return rows
+
+
 def main(out):
     report = {"steps": open(os.path.join(out, "steps.log")).read().splitlines()}
     gpu = open(os.path.join(out, "gpu.csv")).read().strip() if os.path.exists(os.path.join(out, "gpu.csv")) else "?"
@@ -36,8 +47,8 @@ def main(out):
             md += section
 
     gemm_path = os.path.join(out, "gemm-vs-cublas.jsonl")
-    if os.path.exists(gemm_path):
-        rows = [json.loads(line) for line in open(gemm_path) if line.strip()]
+    rows = load_lines(gemm_path) if os.path.exists(gemm_path) else []
+    if rows:
         report["gemm_vs_cublas"] = rows
         md += ["", "## Batch-invariant matmul against cuBLAS (bf16, 4096 -> 14336)", "",
                "| M | invariant ms | cuBLAS ms | ratio | invariant weight GB/s |", "| ---: | ---: | ---: | ---: | ---: |"]
