@@ -24,13 +24,14 @@ impl SamplingParams {
     }
 }
 
-/// Index of the largest value; ties go to the lowest index so greedy is deterministic. NaNs
-/// are passed over, but a NaN first value stays (nothing compares above it).
+/// Index of the largest value; ties go to the lowest index so greedy is deterministic. NaN is
+/// never chosen, and a row of nothing else gives 0: the rule of `peagle_kernels::argmax_rows`,
+/// by which a GPU chooses greedy rows.
 pub fn argmax(values: &[f32]) -> usize {
-    let Some(&first) = values.first() else {
+    let Some(first) = values.iter().position(|v| !v.is_nan()) else {
         return 0;
     };
-    let (mut best, mut largest) = (0, first);
+    let (mut best, mut largest) = (first, values[first]);
     // A block's maximum, in lanes the compiler vectorises, is looked up only where it rises.
     for (b, block) in values.chunks(ARGMAX_BLOCK).enumerate() {
         let mut lanes = [f32::NEG_INFINITY; 8];
@@ -142,27 +143,35 @@ mod tests {
         assert_eq!(s.sample(&[0.0, 2.0, 1.0], &SamplingParams::default(), 0), 1);
     }
 
+    /// The host's argmax picks what the device's does (`argmax_rows`, whose CPU forward is its
+    /// GPU kernel's reference), NaN and ties included, so a greedy row chooses the same token
+    /// on either.
     #[test]
-    fn argmax_by_blocks_is_the_first_largest_as_one_scan_finds_it() {
-        let scan = |values: &[f32]| {
-            let mut best = 0;
-            for (i, v) in values.iter().enumerate() {
-                if *v > values[best] {
-                    best = i;
-                }
-            }
-            best
+    fn argmax_by_blocks_is_the_devices_first_largest() {
+        let device = |values: &[f32]| {
+            let row = candle_core::Tensor::from_slice(values, (1, values.len()), &candle_core::Device::Cpu).unwrap();
+            peagle_kernels::argmax_rows(&row, &[0]).unwrap()[0] as usize
         };
         let mut rng = StdRng::seed_from_u64(9);
         let specials = [0.0, -0.0, 1.0, 2.5, f32::NEG_INFINITY, f32::INFINITY, f32::NAN];
-        for n in [0, 1, 2, 63, 64, 65, 200, 1000] {
+        for n in [1, 2, 63, 64, 65, 200, 1000] {
             for _ in 0..50 {
                 let values: Vec<f32> = (0..n).map(|_| specials[rng.random_range(0..specials.len())]).collect();
-                assert_eq!(argmax(&values), scan(&values), "{values:?}");
+                assert_eq!(argmax(&values), device(&values), "{values:?}");
                 let values: Vec<f32> = (0..n).map(|_| rng.random::<f32>()).collect();
-                assert_eq!(argmax(&values), scan(&values));
+                assert_eq!(argmax(&values), device(&values));
             }
         }
+        let nan = f32::NAN;
+        for values in [
+            [nan, 1.0, 2.0],
+            [nan, f32::NEG_INFINITY, f32::NEG_INFINITY],
+            [nan, nan, nan],
+        ] {
+            assert_eq!(argmax(&values), device(&values), "{values:?}");
+        }
+        assert_eq!(argmax(&[nan, 1.0, 2.0]), 2);
+        assert_eq!(argmax(&[]), 0);
     }
 
     #[test]
