@@ -166,15 +166,25 @@ impl EngineBuilder {
             .map_err(|e| GenerateError::Config(e.to_string()))?;
         if let Some(graphs) = &mut graphs {
             let started = std::time::Instant::now();
+            let before = peagle_kernels::device_memory(&device)?;
             let budget = self.scheduler.step_rows(k + 1);
             // On rayon's pool, whose threads the steps run on and which outlives the graphs:
             // candle keeps what a capture uploads per thread.
             let captured = on_pool(|| graphs.capture_at_startup(target.as_ref(), &kv, budget, k > 0))?;
+            let after = peagle_kernels::device_memory(&device)?;
+            let (held, warning) = match before.zip(after) {
+                Some((before, after)) => kv_budget::graph_memory(before, after, self.gpu_memory_utilization),
+                None => (0, None),
+            };
             tracing::info!(
                 captured,
                 seconds = started.elapsed().as_secs_f64(),
+                bytes = held,
                 "captured CUDA graphs"
             );
+            if let Some(warning) = warning {
+                tracing::warn!("{warning}");
+            }
         }
         tracing::info!(
             model = %self.model_dir.display(),

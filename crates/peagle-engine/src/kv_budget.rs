@@ -34,6 +34,24 @@ pub fn gpu_kv_bytes(memory: DeviceMemory, activations: usize, utilization: f64) 
     Ok(left as usize)
 }
 
+/// The bytes CUDA graphs hold, from the device's memory `before` and `after` their capture,
+/// and a warning where that is more than the share `utilization` leaves. The KV cache is sized
+/// before the graphs, which live in that share, as vLLM's do: past it they hold memory the
+/// steps' activations were counted on.
+pub fn graph_memory(before: DeviceMemory, after: DeviceMemory, utilization: f64) -> (usize, Option<String>) {
+    let held = before.free.saturating_sub(after.free);
+    let left = (1.0 - utilization) * after.total as f64;
+    let warning = (held as f64 > left).then(|| {
+        format!(
+            "CUDA graphs hold {:.2} GiB, more than the {:.2} GiB the GPU memory utilization leaves: lower it, \
+             or run without CUDA graphs",
+            held as f64 / GIB,
+            left / GIB
+        )
+    });
+    (held, warning)
+}
+
 /// Checks a share of a GPU's memory: above 0 and at most 1.
 pub fn check_utilization(utilization: f64) -> Result<(), GenerateError> {
     if utilization > 0.0 && utilization <= 1.0 {
@@ -122,6 +140,19 @@ mod tests {
             let err = gpu_kv_bytes(memory, 0, bad).unwrap_err().to_string();
             assert!(err.contains("above 0 and at most 1"), "{bad}: {err}");
         }
+    }
+
+    #[test]
+    fn graphs_past_the_share_the_utilization_leaves_are_warned_of() {
+        let memory = |free| DeviceMemory { free, total: 80 * GB };
+        // 0.9 of 80 leaves 8.
+        assert_eq!(graph_memory(memory(20 * GB), memory(17 * GB), 0.9), (3 * GB, None));
+        let (held, warning) = graph_memory(memory(20 * GB), memory(10 * GB), 0.9);
+        assert_eq!(held, 10 * GB);
+        let warning = warning.expect("a warning");
+        assert!(warning.contains("hold 10.00 GiB, more than the 8.00 GiB"), "{warning}");
+        // Memory freed meanwhile counts as none held.
+        assert_eq!(graph_memory(memory(20 * GB), memory(21 * GB), 1.0), (0, None));
     }
 
     /// On the CPU the step runs (its batch is well formed: chunks of at most the maximum

@@ -425,13 +425,13 @@ fn paged_attention_matches_the_cpu_kernel_and_is_batch_invariant() {
                     bits(&got.narrow(0, 17 + 1 + 7, 1).unwrap()),
                     "{what}: alone"
                 );
-                // A device copy of another batch's metadata is refused.
+                // A device copy of another size of batch is refused.
                 let stale = AttentionMetadata {
                     device: alone.device.clone(),
                     ..b.meta.clone()
                 };
                 let err = paged_attention(&g(&b.q), &g(&b.k), &g(&b.v), &stale, &params, gpu_sinks).unwrap_err();
-                assert!(err.to_string().contains("not of this batch"), "{what}: {err}");
+                assert!(err.to_string().contains("the metadata's device copy holds"), "{what}: {err}");
             }
         }
     }

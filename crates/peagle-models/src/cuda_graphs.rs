@@ -15,8 +15,9 @@
 //!
 //! A shape is captured on its first step: one forward as usual, which fills candle's cache of
 //! the shapes its own kernels upload (none may be uploaded during capture), then the same
-//! forward under stream capture. An engine captures every shape of up to `max_rows` rows at
-//! start-up (`startup_steps`, as vLLM does), so that no request waits on a capture.
+//! forward under stream capture. An engine captures every shape its scheduler's steps can take,
+//! up to `max_rows` rows, at start-up (`startup_steps`, as vLLM does), so that no request waits
+//! on a capture.
 
 use crate::batch::{BatchBuilder, ForwardBatch, Rows};
 use crate::kv_cache::KvCache;
@@ -75,25 +76,30 @@ pub fn graph_shape(batch: &ForwardBatch, limits: &GraphLimits) -> Option<GraphSh
 
 /// A step of every shape `limits` allows to a scheduler whose steps have at most `budget`
 /// rows, for capturing graphs before the first request (as vLLM does): every bucket of
-/// sequences with every row count up to `max_rows_each`, keeping every row's logits and, with
-/// `captures`, its states. Each row is token 0 at positions from 0, reading block 0 and
-/// writing nothing (`PAD_SLOT`).
+/// sequences with every row count up to `max_rows_each`, keeping every row's logits. With
+/// `drafter` (a drafter is loaded) they capture every row's states, and the one-row steps
+/// come also without, for decoding the requests that do not speculate. Each row is token 0 at
+/// positions from 0, reading block 0 and writing nothing (`PAD_SLOT`).
 pub fn startup_steps(
     limits: &GraphLimits,
     block_size: usize,
     budget: usize,
-    captures: bool,
+    drafter: bool,
 ) -> Result<Vec<ForwardBatch>> {
-    let capture = if captures { Rows::All } else { Rows::None };
     let table = vec![0; limits.table_width];
     let mut steps = Vec::new();
     for rows_each in 1..=limits.max_rows_each {
+        let captures: &[bool] = match (drafter, rows_each) {
+            (false, _) => &[false],
+            (true, 1) => &[true, false],
+            (true, _) => &[true],
+        };
         // The most sequences of this many rows a step can hold, and so the largest bucket.
         let most = limits.max_sequences.min(budget / rows_each);
-        let buckets = std::iter::successors(Some(1usize), |s| Some(2 * s));
-        for sequences in
-            buckets.take_while(|&s| most > 0 && s <= most.next_power_of_two() && s * rows_each <= limits.max_rows)
-        {
+        let buckets = std::iter::successors(Some(1usize), |s| Some(2 * s))
+            .take_while(|&s| most > 0 && s <= most.next_power_of_two() && s * rows_each <= limits.max_rows);
+        for (&captures, sequences) in captures.iter().flat_map(|c| buckets.clone().map(move |s| (c, s))) {
+            let capture = if captures { Rows::All } else { Rows::None };
             let mut batch = BatchBuilder::new(block_size);
             for _ in 0..sequences {
                 batch.add(&vec![0; rows_each], 0, &table, Rows::All, capture)?;
@@ -156,34 +162,41 @@ impl CudaGraphs {
     }
 
     /// Captures a graph of every shape `startup_steps` makes for steps of at most `budget`
-    /// rows, so that no request waits on a capture; says how many were captured. A shape
-    /// whose capture fails is logged and runs without a graph. Run it on a thread that lives
-    /// as long as the graphs (rayon's pool): candle keeps the small parameter buffers a
-    /// capture records per thread.
+    /// rows (with `drafter`: a drafter is loaded), so that no request waits on a capture; says
+    /// how many were captured. A shape whose capture or first launch fails is logged and runs
+    /// without a graph. Run it on a thread that lives as long as the graphs (rayon's pool):
+    /// candle keeps the inputs a capture uploads per thread. It returns once the device has
+    /// run every launch, so that a step on another thread's stream follows them.
     pub fn capture_at_startup(
         &mut self,
         target: &dyn TargetModel,
         kv: &KvCache,
         budget: usize,
-        captures: bool,
+        drafter: bool,
     ) -> Result<usize> {
         let mut captured = 0;
-        for step in startup_steps(&self.limits, kv.block_size(), budget, captures)? {
+        for step in startup_steps(&self.limits, kv.block_size(), budget, drafter)? {
             let Some(shape) = graph_shape(&step, &self.limits) else {
                 continue;
             };
             if self.captured.contains_key(&shape) {
                 continue;
             }
-            match self.capture(target, &step, shape, kv) {
-                // Launched once, so that its outputs are allocated before anything frees them.
-                Ok(graph) => {
-                    graph.launch()?;
-                    captured += 1;
-                }
+            // Launched once, so that its outputs are allocated before anything frees them.
+            let launched = match self.capture(target, &step, shape, kv) {
+                Ok(graph) => graph.launch().inspect_err(|_| {
+                    // Its outputs were never allocated, and freeing them would fail a later
+                    // call: the graph is left as it is.
+                    std::mem::forget(self.captured.insert(shape, None));
+                }),
+                Err(e) => Err(e),
+            };
+            match launched {
+                Ok(()) => captured += 1,
                 Err(e) => tracing::warn!(?shape, "this step shape runs without a CUDA graph: {e}"),
             }
         }
+        target.device().synchronize()?;
         Ok(captured)
     }
 
@@ -244,7 +257,7 @@ impl CudaGraphs {
         _target: &dyn TargetModel,
         _kv: &KvCache,
         _budget: usize,
-        _captures: bool,
+        _drafter: bool,
     ) -> Result<usize> {
         match self.never {}
     }

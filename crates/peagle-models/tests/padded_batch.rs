@@ -105,8 +105,9 @@ fn only_experts_routed_on_the_host_read_back() {
 }
 
 /// The steps captured at start-up are every shape the limits and the scheduler's budget allow
-/// (every bucket of sequences, every row count, within the most rows), each a graph's shape
-/// as it stands, and running them writes nothing to the KV cache.
+/// (every bucket of sequences, every row count, within the most rows; with a drafter, the
+/// one-row steps with captured states and without), each a graph's shape as it stands, and
+/// running them writes nothing to the KV cache.
 #[test]
 fn startup_steps_cover_every_shape_and_write_nothing() {
     let f = Fixture::load("tiny-llama");
@@ -117,26 +118,42 @@ fn startup_steps_cover_every_shape_and_write_nothing() {
         max_rows: 6,
     };
     // A budget of 5 rows a step: at most 2 sequences of 2 rows (bucket 2), 1 of 3.
-    let shapes_of = |steps: &[ForwardBatch]| -> Vec<(usize, usize)> {
-        let shape = |s: &ForwardBatch| (s.attn.num_sequences(), s.attn.query_start[1]);
-        steps.iter().map(shape).collect()
-    };
-    let budget_bound = startup_steps(&limits, BLOCK, 5, true).unwrap();
-    assert_eq!(
-        shapes_of(&budget_bound),
-        [(1, 1), (2, 1), (4, 1), (1, 2), (2, 2), (1, 3)]
-    );
-    let steps = startup_steps(&limits, BLOCK, 100, true).unwrap();
-    let shapes: Vec<(usize, usize)> = steps
-        .iter()
-        .map(|s| {
+    let shapes_of = |steps: &[ForwardBatch]| -> Vec<(usize, usize, bool)> {
+        let shape = |s: &ForwardBatch| {
             let shape = graph_shape(s, &limits).expect("a graph's shape");
             assert_eq!(shape.sequences, s.attn.num_sequences(), "a bucket, unpadded");
-            assert!(shape.captures);
-            (shape.sequences, shape.rows_each)
-        })
-        .collect();
-    assert_eq!(shapes, [(1, 1), (2, 1), (4, 1), (1, 2), (2, 2), (1, 3), (2, 3)]);
+            (shape.sequences, shape.rows_each, shape.captures)
+        };
+        steps.iter().map(shape).collect()
+    };
+    let budget_bound = startup_steps(&limits, BLOCK, 5, false).unwrap();
+    assert_eq!(
+        shapes_of(&budget_bound),
+        [
+            (1, 1, false),
+            (2, 1, false),
+            (4, 1, false),
+            (1, 2, false),
+            (2, 2, false),
+            (1, 3, false)
+        ]
+    );
+    let steps = startup_steps(&limits, BLOCK, 100, true).unwrap();
+    assert_eq!(
+        shapes_of(&steps),
+        [
+            (1, 1, true),
+            (2, 1, true),
+            (4, 1, true),
+            (1, 1, false),
+            (2, 1, false),
+            (4, 1, false),
+            (1, 2, true),
+            (2, 2, true),
+            (1, 3, true),
+            (2, 3, true)
+        ]
+    );
     let kv = f.cache();
     for step in &steps {
         let out = f.model.forward(step, &kv).unwrap();

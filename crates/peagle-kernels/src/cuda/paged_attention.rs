@@ -37,9 +37,17 @@ pub(crate) fn paged_attention(
         .as_ref()
         .ok_or_else(|| bad_input(OP, "the metadata has no device copy: AttentionMetadata::on_device"))?
         .packed;
-    // The kernel reads the device copy; the host's was validated. They must be one batch's.
+    // The kernel reads the device copy; the host's was validated. They must be one batch's,
+    // which a copy of another size cannot be (one of this size is trusted to be).
     if packed.dims1()? != meta.packed_len() {
-        return Err(bad_input(OP, "the metadata's device copy is not of this batch"));
+        return Err(bad_input(
+            OP,
+            format!(
+                "the metadata's device copy holds {} values, this batch's {}",
+                packed.dims1()?,
+                meta.packed_len()
+            ),
+        ));
     }
     let sinks = sinks
         .map(|s| {
