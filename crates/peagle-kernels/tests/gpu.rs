@@ -431,7 +431,10 @@ fn paged_attention_matches_the_cpu_kernel_and_is_batch_invariant() {
                     ..b.meta.clone()
                 };
                 let err = paged_attention(&g(&b.q), &g(&b.k), &g(&b.v), &stale, &params, gpu_sinks).unwrap_err();
-                assert!(err.to_string().contains("the metadata's device copy holds"), "{what}: {err}");
+                assert!(
+                    err.to_string().contains("the metadata's device copy holds"),
+                    "{what}: {err}"
+                );
             }
         }
     }

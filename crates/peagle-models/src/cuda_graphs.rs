@@ -226,7 +226,13 @@ impl CudaGraphs {
     ) -> Result<&captured::Captured> {
         let inputs = self.inputs(target, batch, shape, kv)?;
         tracing::debug!(?shape, "capturing a CUDA graph of the target's forward");
-        match captured::Captured::new(target, inputs, kv) {
+        // candle unwraps some allocations, which a capture gone invalid refuses: that panic
+        // fails this shape's capture (the capture is ended as it unwinds), not the engine.
+        let captured = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            captured::Captured::new(target, inputs, kv)
+        }))
+        .unwrap_or_else(|_| candle_core::bail!("capturing the target's forward panicked"));
+        match captured {
             Ok(captured) => Ok(self.captured.entry(shape).or_default().insert(captured)),
             Err(e) => {
                 self.captured.insert(shape, None);
