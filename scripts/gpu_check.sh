@@ -86,16 +86,17 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max
 
 # Each GPU test in a process of its own, under a time limit: a CUDA error such as an illegal
 # address ends its process's context, and would fail every test after it in a shared one. A
-# failed test runs again under compute-sanitizer's memcheck, where the host has it, to name the
-# kernel and the access.
+# test that failed by a fault (a CUDA error, or no result within its time) runs again under
+# compute-sanitizer's memcheck, where the host has it and time is left, to name the kernel and
+# the access; one that failed an assertion does not, as memcheck would only slow it down.
 run_tests() {
     step "GPU tests" || return
-    local sanitizer test name case passed failed unrun
+    local sanitizer test name case passed failed faulted unrun
     sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
     for test in "$bin"/gpu-*; do
         name=$(basename "$test")
         : >"$out/$name.log"
-        passed=0 failed=() unrun=0
+        passed=0 failed=() faulted=() unrun=0
         while read -r case; do
             if [ "$(left)" -lt 30 ]; then
                 unrun=$((unrun + 1))
@@ -103,12 +104,19 @@ run_tests() {
             fi
             echo "---- $case" >>"$out/$name.log"
             if timeout "$(min "${TEST_TIMEOUT:-120}" "$(left)")" "$test" --exact "$case" --test-threads=1 --nocapture \
-                >>"$out/$name.log" 2>&1; then
+                >"$out/case.log" 2>&1; then
                 passed=$((passed + 1))
             else
                 failed+=("$case")
+                # A fault: a CUDA error, or no result line (the test hung or crashed).
+                if grep -qE "CUDA_ERROR|DriverError|illegal|misaligned" "$out/case.log" ||
+                    ! grep -q "^test result" "$out/case.log"; then
+                    faulted+=("$case")
+                fi
             fi
+            cat "$out/case.log" >>"$out/$name.log"
         done < <("$test" --list 2>>"$out/$name.log" | sed -n 's/: test$//p')
+        rm -f "$out/case.log"
         echo "$name: $passed passed, ${#failed[@]} failed" | tee -a "$out/steps.log"
         [ $((passed + ${#failed[@]} + unrun)) -gt 0 ] || fail "$name lists no tests (see $name.log)"
         if [ $unrun -gt 0 ]; then
@@ -117,6 +125,8 @@ run_tests() {
         fi
         for case in "${failed[@]}"; do
             fail "$name $case (see $name.log)"
+        done
+        for case in "${faulted[@]}"; do
             if [ -n "$sanitizer" ] && [ "$(left)" -ge 60 ]; then
                 timeout "$(min "${TEST_TIMEOUT:-120}" "$(left)")" "$sanitizer" --tool memcheck "$test" --exact "$case" \
                     --test-threads=1 >"$out/$name-$case.memcheck.log" 2>&1
