@@ -98,15 +98,17 @@ pub fn startup_steps(
         let most = limits.max_sequences.min(budget / rows_each);
         let buckets = std::iter::successors(Some(1usize), |s| Some(2 * s))
             .take_while(|&s| most > 0 && s <= most.next_power_of_two() && s * rows_each <= limits.max_rows);
-        for (&captures, sequences) in captures.iter().flat_map(|c| buckets.clone().map(move |s| (c, s))) {
+        for &captures in captures {
             let capture = if captures { Rows::All } else { Rows::None };
-            let mut batch = BatchBuilder::new(block_size);
-            for _ in 0..sequences {
-                batch.add(&vec![0; rows_each], 0, &table, Rows::All, capture)?;
+            for sequences in buckets.clone() {
+                let mut batch = BatchBuilder::new(block_size);
+                for _ in 0..sequences {
+                    batch.add(&vec![0; rows_each], 0, &table, Rows::All, capture)?;
+                }
+                let mut batch = batch.build();
+                batch.attn.slot_mapping.fill(PAD_SLOT);
+                steps.push(batch);
             }
-            let mut batch = batch.build();
-            batch.attn.slot_mapping.fill(PAD_SLOT);
-            steps.push(batch);
         }
     }
     Ok(steps)
@@ -183,17 +185,17 @@ impl CudaGraphs {
                 continue;
             }
             // Launched once, so that its outputs are allocated before anything frees them.
-            let launched = match self.capture(target, &step, shape, kv) {
-                Ok(graph) => graph.launch().inspect_err(|_| {
-                    // Its outputs were never allocated, and freeing them would fail a later
-                    // call: the graph is left as it is.
-                    std::mem::forget(self.captured.insert(shape, None));
-                }),
-                Err(e) => Err(e),
-            };
-            match launched {
+            match self.capture(target, &step, shape, kv).and_then(|graph| graph.launch()) {
                 Ok(()) => captured += 1,
-                Err(e) => tracing::warn!(?shape, "this step shape runs without a CUDA graph: {e}"),
+                Err(e) => {
+                    // A failed capture is kept as None already. A graph whose launch failed
+                    // never allocated its outputs, and freeing them would fail a later call:
+                    // it is left as it is.
+                    if let Some(Some(graph)) = self.captured.insert(shape, None) {
+                        std::mem::forget(graph);
+                    }
+                    tracing::warn!(?shape, "this step shape runs without a CUDA graph: {e}");
+                }
             }
         }
         target.device().synchronize()?;
