@@ -23,6 +23,7 @@ mod masked_softmax;
 mod mxfp4;
 #[cfg(feature = "cuda")]
 mod mxfp4_experts;
+mod no_rows;
 mod paged_attention;
 mod panel_tile;
 mod pool;
@@ -49,6 +50,7 @@ pub use masked_softmax::masked_softmax;
 pub use mxfp4::{mxfp4_linear, Mxfp4Weight, MXFP4_BLOCK};
 #[cfg(feature = "cuda")]
 pub use mxfp4_experts::{Mxfp4Expert, Mxfp4Experts, Routing};
+pub use no_rows::no_rows;
 pub use paged_attention::{paged_attention, AttentionMetadata, AttentionParams, DeviceMetadata, KvScale, Sinks};
 pub use pool::on_pool;
 pub use rms_norm::{add_rms_norm, rms_norm};

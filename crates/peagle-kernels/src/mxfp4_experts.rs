@@ -122,7 +122,7 @@ impl Mxfp4Experts {
             ));
         }
         if rows == 0 {
-            return Tensor::zeros((0, hidden), x.dtype(), &self.device);
+            return crate::no_rows(hidden, x.dtype(), &self.device);
         }
         x.contiguous()?
             .apply_op2_no_bwd(&logits.contiguous()?, &MoeOp { experts: self, routing })

@@ -216,14 +216,17 @@ impl Drafter {
                 meta: &meta,
             }
         })?;
-        // A pass that only fills the drafter's cache (a prefill chunk) wants no logits.
-        let idx = Tensor::from_slice(&batch.logit_rows, batch.logit_rows.len(), &self.device)?;
-        let out = x.index_select(&idx, 0)?;
+        // A pass that only fills the drafter's cache (a prefill chunk) wants no logits. Its
+        // outputs are made without a kernel: CUDA refuses a launch over no elements.
         if batch.logit_rows.is_empty() {
-            let logits = Tensor::zeros((0, self.dims.vocab_size), x.dtype(), &self.device)?;
-            return Ok(DraftOutput { logits, hidden: out });
+            let logits = peagle_kernels::no_rows(self.dims.vocab_size, x.dtype(), &self.device)?;
+            return Ok(DraftOutput {
+                logits,
+                hidden: x.narrow(0, 0, 0)?,
+            });
         }
-        self.head(out)
+        let idx = Tensor::from_slice(&batch.logit_rows, batch.logit_rows.len(), &self.device)?;
+        self.head(x.index_select(&idx, 0)?)
     }
 
     /// A pass over rows that attend to each other under `bias` [rows, rows] (0 where visible,

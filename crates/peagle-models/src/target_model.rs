@@ -82,7 +82,7 @@ impl ForwardStates {
     /// The output, with the logits `target`'s head makes of `logit_states`.
     pub fn logits(self, target: &(impl TargetModel + ?Sized)) -> Result<ForwardOutput> {
         let logits = match self.logit_states.dim(0)? {
-            0 => Tensor::zeros((0, target.dims().vocab_size), DType::F32, self.logit_states.device())?,
+            0 => peagle_kernels::no_rows(target.dims().vocab_size, DType::F32, self.logit_states.device())?,
             _ => target.logits_from_final(&self.logit_states)?,
         };
         Ok(ForwardOutput {

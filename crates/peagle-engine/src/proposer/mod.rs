@@ -86,6 +86,10 @@ fn first_pass(
 
 /// Greedy draft ids (as target ids) of the given logits rows.
 fn greedy_drafts(drafter: &Drafter, logits: &Tensor) -> Result<Vec<u32>> {
+    // A pass with no logit rows launches nothing: CUDA refuses a launch over no elements.
+    if logits.dim(0)? == 0 {
+        return Ok(Vec::new());
+    }
     let rows: Vec<Vec<f32>> = logits.to_dtype(candle_core::DType::F32)?.to_vec2()?;
     Ok(rows
         .iter()
