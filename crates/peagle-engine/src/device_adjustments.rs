@@ -5,12 +5,12 @@
 
 use crate::adjustments::{Adjuster, SparseLogits};
 use crate::rejection_sampler::Window;
-use candle_core::{Result, Tensor};
+use candle_core::{DType, Result, Tensor};
 use std::iter::repeat;
 
 /// The rows of a step that something adjusts, copied and adjusted on the device.
 pub struct AdjustedRows {
-    /// [adjusted rows, vocab], None when no row is adjusted.
+    /// [adjusted rows, vocab] in f32, None when no row is adjusted.
     pub tensor: Option<Tensor>,
     /// Each step row's row in `tensor`.
     pub index: Vec<Option<usize>>,
@@ -61,9 +61,11 @@ impl AdjustedRows {
         let device = logits.device();
         let shape = (copied.len(), width);
         let positions = Tensor::from_vec(tokens.clone(), shape, device)?;
+        // In f32, as the host adjusts a row: a GPU's logits are bf16.
         let copy = logits
             .contiguous()?
-            .index_select(&Tensor::from_vec(copied, shape.0, device)?, 0)?;
+            .index_select(&Tensor::from_vec(copied, shape.0, device)?, 0)?
+            .to_dtype(DType::F32)?;
         let mut values: Vec<f32> = copy.gather(&positions, 1)?.flatten_all()?.to_vec1()?;
         // Back from each window's last adjusted row, so that no history is built twice.
         for (mut adjuster, adjusted) in adjusters {
@@ -84,5 +86,76 @@ impl AdjustedRows {
             tensor: Some(copy.scatter(&positions, &values, 1)?),
             index,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::adjustments::Adjuster;
+    use crate::penalties::Penalties;
+    use crate::request::GenerateParams;
+    use crate::sampling_params::SamplingParams;
+    use crate::sequence::Sequence;
+    use candle_core::Device;
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+
+    /// bf16 logits (a GPU's) give f32 copies whose adjusted rows are the host's adjustment of
+    /// the rows widened to f32, bit for bit; unadjusted rows are not copied.
+    #[test]
+    fn bf16_rows_are_adjusted_in_f32_as_the_host_adjusts_them() {
+        const VOCAB: usize = 40;
+        let mut rng = StdRng::seed_from_u64(9);
+        let values: Vec<f32> = (0..5 * VOCAB).map(|_| rng.random::<f32>() * 8.0 - 4.0).collect();
+        let logits = Tensor::from_vec(values, (5, VOCAB), &Device::Cpu)
+            .unwrap()
+            .to_dtype(DType::BF16)
+            .unwrap();
+        let params = GenerateParams {
+            max_tokens: 100,
+            min_tokens: 2,
+            sampling: SamplingParams {
+                penalties: Penalties {
+                    presence: 0.5,
+                    frequency: 0.3,
+                    repetition: 1.2,
+                    logit_bias: vec![(13, 3.0)],
+                },
+                ..SamplingParams::default()
+            },
+            ..GenerateParams::default()
+        };
+        let seq = Sequence::new(vec![1, 2, 3, 2], params);
+        let plain = Sequence::new(vec![1, 2], GenerateParams::default());
+        let drafts = [7, 2];
+        let windows = [
+            Window {
+                first_row: 0,
+                drafts: &[],
+                position: 2,
+                seq: &plain,
+            },
+            Window {
+                first_row: 1,
+                drafts: &drafts,
+                position: 4,
+                seq: &seq,
+            },
+        ];
+        let eos = [0];
+        let adjusted = AdjustedRows::new(&logits, windows.iter(), &eos).unwrap();
+        assert_eq!(adjusted.index, [None, Some(0), Some(1), Some(2), None]);
+        let copy = adjusted.tensor.unwrap();
+        assert_eq!(copy.dtype(), DType::F32);
+        let widened: Vec<Vec<f32>> = logits.to_dtype(DType::F32).unwrap().to_vec2().unwrap();
+        let mut adjuster = Adjuster::of(&seq, &drafts, &eos).unwrap();
+        for (i, got) in copy.to_vec2::<f32>().unwrap().iter().enumerate() {
+            let mut want = widened[1 + i].clone();
+            adjuster.at_row(i);
+            adjuster.apply(&mut want[..]);
+            let bits = |row: &[f32]| row.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(got), bits(&want), "row {i}");
+        }
     }
 }

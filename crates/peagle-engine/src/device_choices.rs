@@ -101,7 +101,7 @@ impl Choice {
     }
 }
 
-/// The device's choice for each row of `logits` ([rows, vocab], f32) that a window's sequence
+/// The device's choice for each row of `logits` ([rows, vocab], f32 or bf16) that a window's sequence
 /// lets the device make, indexed by row; none at all where the host reads the rows in place.
 /// `eos` are the tokens `min_tokens` holds back with a sequence's stop tokens.
 pub fn device_choices(logits: &Tensor, windows: &[Window], eos: &[u32]) -> Result<Vec<Option<Choice>>> {
