@@ -8,7 +8,7 @@
 use crate::contiguous::contiguous;
 use crate::dequantized_linear::dequantized_linear;
 use crate::error::{bad_input, matmul_dims};
-use candle_core::{CpuStorage, CustomOp3, DType, Layout, Result, Shape, Tensor};
+use candle_core::{CpuStorage, CustomOp3, DType, Device, Layout, Result, Shape, Tensor};
 use float8::F8E4M3;
 
 /// A block-scaled FP8 weight [out, in] on its device.
@@ -79,21 +79,20 @@ impl Fp8Weight {
     }
 
     /// The weight [out, in] in f32, on its device: each value times its block's scale.
+    /// Computed on the host, then copied: candle's CUDA cast from FP8 looks up a kernel by a
+    /// name its kernels do not have (`cast_f8e4m3_f32` for `cast_f8_e4m3_f32`).
     pub fn dequantize(&self) -> Result<Tensor> {
         let (out_dim, in_dim) = self.dims();
         let (bn, bk) = self.block;
-        let blocks_of = |n: usize, b: usize| {
-            Tensor::from_vec(
-                (0..n).map(|i| (i / b) as u32).collect::<Vec<_>>(),
-                n,
-                self.scales.device(),
-            )
-        };
+        let cpu = Device::Cpu;
+        let blocks_of =
+            |n: usize, b: usize| Tensor::from_vec((0..n).map(|i| (i / b) as u32).collect::<Vec<_>>(), n, &cpu);
         let scales = self
             .scales
+            .to_device(&cpu)?
             .index_select(&blocks_of(out_dim, bn)?, 0)?
             .index_select(&blocks_of(in_dim, bk)?, 1)?;
-        self.weight.to_dtype(DType::F32)? * scales
+        (self.weight.to_device(&cpu)?.to_dtype(DType::F32)? * scales)?.to_device(self.weight.device())
     }
 }
 
