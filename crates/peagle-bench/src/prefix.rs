@@ -146,7 +146,7 @@ async fn run_server(config: &PrefixConfig, caching: bool) -> Result<PrefixRun, B
     }
     let (bin, what) = (config.serve_bin.clone(), format!("prefix caching {caching}"));
     eprintln!("peagle-bench prefix: {what}");
-    let server = tokio::task::spawn_blocking(move || ServerProcess::start(&bin, &args, &what, START_TIMEOUT))
+    let server = tokio::task::spawn_blocking(move || ServerProcess::start(&bin, &args, &what, START_TIMEOUT, None))
         .await
         .map_err(|e| BenchError::Server {
             what: "peagle-serve".into(),

@@ -3,7 +3,8 @@
 
 use crate::BenchError;
 use std::collections::VecDeque;
-use std::io::{BufRead, BufReader};
+use std::fs::File;
+use std::io::{BufRead, BufReader, LineWriter, Write};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::{mpsc, Arc, Mutex};
@@ -19,11 +20,29 @@ pub struct ServerProcess {
 
 impl ServerProcess {
     /// Starts `bin args --host 127.0.0.1 --port 0` and waits up to `timeout` for the line
-    /// announcing where it listens. `what` names the server in errors.
-    pub fn start(bin: &Path, args: &[String], what: &str, timeout: Duration) -> Result<Self, BenchError> {
+    /// announcing where it listens. `what` names the server in errors. With `log`, every line
+    /// the server logs is written there as it comes, so that a run killed part-way still shows
+    /// what its server was doing.
+    pub fn start(
+        bin: &Path,
+        args: &[String],
+        what: &str,
+        timeout: Duration,
+        log: Option<&Path>,
+    ) -> Result<Self, BenchError> {
         let fail = |reason: String| BenchError::Server {
             what: what.to_string(),
             reason,
+        };
+        let mut log_file = match log {
+            Some(path) => Some(
+                path.parent()
+                    .map_or(Ok(()), std::fs::create_dir_all)
+                    .and_then(|()| File::create(path))
+                    .map(LineWriter::new)
+                    .map_err(|e| fail(format!("cannot write its log to {}: {e}", path.display())))?,
+            ),
+            None => None,
         };
         let mut child = Command::new(bin)
             .args(args)
@@ -40,6 +59,10 @@ impl ServerProcess {
         // Reads the log to its end, so a chatty server never blocks on a full pipe.
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(file) = &mut log_file {
+                    // A log that cannot be written is lost; the run goes on.
+                    let _ = writeln!(file, "{line}");
+                }
                 if let Some(url) = line.split("listening on ").nth(1) {
                     let _ = found.send(url.trim().to_string());
                 }
@@ -75,5 +98,56 @@ impl Drop for ServerProcess {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shell(script: &str) -> Vec<String> {
+        vec!["-c".into(), script.into()]
+    }
+
+    /// Every line the server logs reaches the log file, before and after it listens, and a
+    /// server that never listens fails with its last lines.
+    #[test]
+    fn the_server_log_is_written_as_it_comes() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("run").join("server.log");
+        let script = shell("echo loading >&2; echo 'listening on http://127.0.0.1:9' >&2; echo serving >&2; sleep 30");
+        let server = ServerProcess::start(
+            Path::new("/bin/sh"),
+            &script,
+            "test",
+            Duration::from_secs(10),
+            Some(&log),
+        )
+        .unwrap();
+        assert_eq!(server.url, "http://127.0.0.1:9");
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !std::fs::read_to_string(&log).unwrap().contains("serving") {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the log never got the line after listening"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let written = std::fs::read_to_string(&log).unwrap();
+        assert_eq!(written, "loading\nlistening on http://127.0.0.1:9\nserving\n");
+        drop(server);
+
+        let script = shell("echo 'no GPU here' >&2; exit 3");
+        let err = ServerProcess::start(
+            Path::new("/bin/sh"),
+            &script,
+            "test",
+            Duration::from_secs(1),
+            Some(&log),
+        )
+        .err()
+        .unwrap();
+        assert!(err.to_string().contains("no GPU here"), "{err}");
+        assert_eq!(std::fs::read_to_string(&log).unwrap(), "no GPU here\n");
     }
 }

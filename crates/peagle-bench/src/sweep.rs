@@ -142,7 +142,7 @@ pub async fn run_sweep(config: &SweepConfig, out: &Path) -> Result<SweepOutcome,
                 repeat,
                 reason,
             };
-            let mut result = match run_mode(config, mode).await {
+            let mut result = match run_mode(config, mode, &dir.join("server.log")).await {
                 Ok(result) => result,
                 Err(e) => {
                     // The report names the mode already.
@@ -174,12 +174,14 @@ pub async fn run_sweep(config: &SweepConfig, out: &Path) -> Result<SweepOutcome,
     Ok(outcome)
 }
 
-/// Starts `mode`'s server and benchmarks it.
-async fn run_mode(config: &SweepConfig, mode: &Mode) -> Result<BenchResult, BenchError> {
+/// Starts `mode`'s server, its log written to `log`, and benchmarks it.
+async fn run_mode(config: &SweepConfig, mode: &Mode, log: &Path) -> Result<BenchResult, BenchError> {
     let (bin, args, what) = (config.serve_bin.clone(), mode.server_args(config), mode.name.clone());
-    let server = tokio::task::spawn_blocking(move || ServerProcess::start(&bin, &args, &what, START_TIMEOUT))
-        .await
-        .expect("the start thread does not panic")?;
+    let log = log.to_path_buf();
+    let server =
+        tokio::task::spawn_blocking(move || ServerProcess::start(&bin, &args, &what, START_TIMEOUT, Some(&log)))
+            .await
+            .expect("the start thread does not panic")?;
     let bench = BenchConfig {
         url: server.url.clone(),
         model: None,

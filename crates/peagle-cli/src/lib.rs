@@ -28,11 +28,14 @@ pub fn init_tracing() {
     init_tracing_at("warn");
 }
 
-/// Logs to stderr, filtered by RUST_LOG, else at `default` ("info" for the server).
+/// Logs to stderr, filtered by RUST_LOG, else at `default` ("info" for the server); in
+/// colour on a terminal only, so that a log piped to a file stays plain text.
 pub fn init_tracing_at(default: &str) {
+    use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| default.into());
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
 }

@@ -105,6 +105,7 @@ impl EngineBuilder {
             return Err(GenerateError::Config("CUDA graphs need a GPU: --device cuda".into()));
         }
         let chosen_defaults = self.chosen_sampling_defaults()?;
+        tracing::info!(model = %self.model_dir.display(), device = ?self.load.device, "loading the model");
         let loaded = peagle_models::load_target(&self.model_dir, self.load.clone())?;
         let max_model_len = self.max_model_len(&loaded.config)?;
         let drafter = match &self.draft {
@@ -295,6 +296,11 @@ impl EngineBuilder {
         }
         let max_tokens = self.scheduler.step_rows(k + 1);
         let logit_rows = self.scheduler.max_num_seqs * (k + 1);
+        tracing::info!(
+            rows = max_tokens,
+            logit_rows,
+            "running the largest step once to measure its activations"
+        );
         let activations = step_activations(
             target,
             max_tokens,
