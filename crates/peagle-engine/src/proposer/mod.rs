@@ -14,6 +14,7 @@ pub use none::NoProposer;
 pub use peagle::PEagleProposer;
 
 use candle_core::{Result, Tensor};
+use peagle_kernels::argmax_rows;
 use peagle_models::{BatchBuilder, DraftHidden, DraftOutput, Drafter, KvCache, Rows, SequenceRows};
 
 pub struct DraftRequest<'a> {
@@ -84,15 +85,12 @@ fn first_pass(
     Ok((out, placed))
 }
 
-/// Greedy draft ids (as target ids) of the given logits rows.
+/// Greedy draft ids (as target ids) of the given logits rows: each row's argmax, found where
+/// the rows are, so that a GPU sends the host one id a row rather than the rows.
 fn greedy_drafts(drafter: &Drafter, logits: &Tensor) -> Result<Vec<u32>> {
-    // A pass with no logit rows launches nothing: CUDA refuses a launch over no elements.
-    if logits.dim(0)? == 0 {
-        return Ok(Vec::new());
-    }
-    let rows: Vec<Vec<f32>> = logits.to_dtype(candle_core::DType::F32)?.to_vec2()?;
-    Ok(rows
-        .iter()
-        .map(|row| drafter.to_target_id(crate::sampler::argmax(row)))
+    let rows: Vec<u32> = (0..logits.dim(0)? as u32).collect();
+    Ok(argmax_rows(logits, &rows)?
+        .into_iter()
+        .map(|id| drafter.to_target_id(id as usize))
         .collect())
 }
