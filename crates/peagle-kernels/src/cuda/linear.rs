@@ -6,9 +6,11 @@ use candle_core::cuda_backend::cudarc::driver::{CudaView, DeviceRepr, LaunchConf
 use candle_core::cuda_backend::{CudaDType, CudaStorage, WrapErr};
 use candle_core::{DType, Layout, Result, Shape};
 
-/// Rows of x and output columns per block, as `kernels/linear.cu` has them.
+/// Rows of x and warps per block, and each warp's columns in `linear_wide`, as
+/// `kernels/linear.cu` has them.
 const ROWS: usize = 8;
-const COLUMNS: usize = 8;
+const WARPS: usize = 8;
+const WIDE_COLUMNS: usize = 4;
 
 /// An FP8 weight's block scales [ceil(N / bn), ceil(K / bk)] (f32) and its block (bn, bk).
 pub(crate) type BlockScales<'a> = ((&'a CudaStorage, &'a Layout), (usize, usize));
@@ -47,14 +49,20 @@ pub(crate) fn linear(
             "an FP8 weight needs its block scales, and only an FP8 weight has them",
         ));
     }
+    // Both kernels compute each element by the same chain (`kernels/linear.cu`), so a row's
+    // bits do not depend on which one its batch's size picks: one block of rows takes the
+    // kernel with the most warps, more take the one that loads each row once per 4 columns.
+    let wide = m > ROWS;
     let name = format!(
-        "linear_{}_{}",
+        "linear_{}_{}{}",
         dtype_name(OP, x_dtype)?,
-        dtype_name_or_fp8(OP, w_dtype)?
+        dtype_name_or_fp8(OP, w_dtype)?,
+        if wide { "_wide" } else { "" }
     );
     let (block_n, block_k) = scales.map_or((1, 8), |(_, block)| block);
     let args = Args {
         func: function(&device, Module::Linear, &name)?,
+        columns_per_warp: if wide { WIDE_COLUMNS } else { 1 },
         dims: [int(OP, m)?, int(OP, n)?, int(OP, k)?],
         scales: scales.map(|((s, l), _)| view::<f32>(s, l, "scales")).transpose()?,
         block: [int(OP, block_n)?, int(OP, block_k)?],
@@ -65,6 +73,7 @@ pub(crate) fn linear(
 
 struct Args<'a> {
     func: Kernel,
+    columns_per_warp: usize,
     /// M, N, K.
     dims: [i32; 3],
     scales: Option<CudaView<'a, f32>>,
@@ -94,8 +103,12 @@ fn launch<T: CudaDType + DeviceRepr, W: CudaDType>(
     };
     builder.arg(&a.block[0]).arg(&a.block[1]);
     let config = LaunchConfig {
-        grid_dim: (m.div_ceil(ROWS) as u32, n.div_ceil(COLUMNS) as u32, 1),
-        block_dim: (32 * COLUMNS as u32, 1, 1),
+        grid_dim: (
+            m.div_ceil(ROWS) as u32,
+            n.div_ceil(WARPS * a.columns_per_warp) as u32,
+            1,
+        ),
+        block_dim: (32 * WARPS as u32, 1, 1),
         shared_mem_bytes: 0,
     };
     // SAFETY: shapes checked above; K is a multiple of 8 and both operands are 16-byte
