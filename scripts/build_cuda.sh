@@ -7,7 +7,8 @@
 #      on the GPU host replace at run time (scripts/gpu_check.sh finds them);
 #   3. the release build, and the binaries, stripped, packed for carrying in one file,
 #      target/gpu/binaries.tar.xz (the GPU test binaries, peagle-serve, peagle-generate,
-#      peagle-bench and the matmul-against-cuBLAS timer), small enough to carry beside the
+#      peagle-bench, the matmul-against-cuBLAS timer and scripts/graph_memcheck_probe.cu),
+#      small enough to carry beside the
 #      repository (xz with a dictionary wider than the binaries, which share most of their
 #      bytes). scripts/gpu_check.sh unpacks it into target/carry/ with Python's tarfile, which
 #      every GPU host has.
@@ -102,6 +103,9 @@ carry=$target/carry
 rm -rf "$carry" && mkdir -p "$carry"
 cp "$target"/release/{peagle-serve,peagle-generate,peagle-bench} "$carry/"
 cp "$target/release/examples/gemm_vs_cublas" "$carry/peagle-gemm-vs-cublas"
+# PTX for compute 8.0 and the CUDA runtime linked statically: it needs only the host's driver.
+nvcc -O2 -std=c++17 -gencode arch=compute_80,code=compute_80 -L"$cuda_root/lib" \
+    -o "$carry/peagle-graph-memcheck-probe" scripts/graph_memcheck_probe.cu
 while read -r crate exe; do cp "$exe" "$carry/gpu-$crate"; done <"$target/gpu_tests.txt"
 strip --strip-all "$carry"/peagle-* "$carry"/gpu-*
 # The test binaries read the repository's models at this path; gpu_check.sh links it.

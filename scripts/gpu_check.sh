@@ -135,6 +135,16 @@ run_tests() {
         done
         save
     done
+    # Whether memcheck misreads a graph that reuses a freed allocation's address, as peagle's
+    # CUDA graphs draw reports that their bit-exact outputs belie (scripts/graph_memcheck_probe.cu).
+    timed "$bin/peagle-graph-memcheck-probe" >"$out/graph-memcheck-probe.log" 2>&1 ||
+        fail "the graph memcheck probe (see graph-memcheck-probe.log)"
+    if [ -n "$sanitizer" ]; then
+        timed "$sanitizer" --tool memcheck "$bin/peagle-graph-memcheck-probe" >>"$out/graph-memcheck-probe.log" 2>&1
+        echo "graph memcheck probe: $(grep -h 'graph memcheck probe' "$out/graph-memcheck-probe.log" | tail -1 |
+            sed 's/^graph memcheck probe: //'); memcheck: $(grep -h 'ERROR SUMMARY' "$out/graph-memcheck-probe.log" |
+            tail -1 | sed 's/^========= //')" | tee -a "$out/steps.log"
+    fi
 }
 
 run_demo() {
