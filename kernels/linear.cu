@@ -6,12 +6,12 @@
 // butterfly. That order depends on K alone, so an element's value is the same whether its row
 // is computed alone or among 2,048 others: there is no M-dependent split of K. Two kernels
 // share the chain and differ only in how warps split the work, so a launcher may pick either
-// for any M without changing a bit:
-// - linear: one warp per output column and LINEAR_ROWS rows of x, the block's warps on
-//   consecutive columns; the most warps for few rows (decode);
-// - linear_wide: one warp per LINEAR_WIDE_COLUMNS columns of LINEAR_ROWS rows, so a row's
-//   values, loaded once, serve every column of the warp: a quarter of the loads of x where
-//   many rows share each column (verification windows of many sequences, prefill chunks).
+// for any M without changing a bit; a warp takes LINEAR_ROWS rows of x, the block's warps
+// consecutive columns:
+// - linear_*: one output column a warp; the most warps for few rows (decode);
+// - linear_*_wide: LINEAR_WIDE_COLUMNS columns a warp, so a row's values, loaded once, serve
+//   every column of the warp: a quarter of the loads of x where many rows share each column
+//   (verification windows of many sequences, prefill chunks).
 // Requires K % 8 == 0 and 16-byte aligned rows (the launcher checks).
 //
 // FP8 weights (e4m3) carry one f32 scale per block_n x block_k block (`scales`
@@ -49,69 +49,32 @@ __device__ __forceinline__ void load8(const __nv_bfloat16* p, float* v) {
     }
 }
 
-template <typename T, typename W>
+// COLUMNS output columns of LINEAR_ROWS rows a warp. A column past N takes zeros, and its
+// sums are never written. The loop over K is unrolled twice for one column a warp, whose
+// loads are few, and not for more, whose registers go to the columns.
+template <typename T, typename W, int COLUMNS>
 __device__ void linear(T* out, const T* x, const W* w, int M, int N, int K, const float* scales, int block_n,
                        int block_k) {
+    static_assert(LINEAR_ROWS * COLUMNS <= 32, "a lane writes each of a warp's elements");
     const int lane = threadIdx.x % 32;
-    const int n = blockIdx.y * LINEAR_WARPS + threadIdx.x / 32;
-    const int m0 = blockIdx.x * LINEAR_ROWS;
-    if (n >= N) return;
-    const int rows = min(LINEAR_ROWS, M - m0);
-    const W* w_row = w + (size_t)n * K;
-    const T* x_rows = x + (size_t)m0 * K;
-    const float* row_scales = scales ? scales + (size_t)(n / block_n) * ((K + block_k - 1) / block_k) : nullptr;
-
-    float acc[LINEAR_ROWS];
-#pragma unroll
-    for (int r = 0; r < LINEAR_ROWS; ++r) acc[r] = 0.f;
-#pragma unroll 2
-    for (int k = lane * 8; k < K; k += 256) {
-        float wv[8];
-        load8(w_row + k, wv);
-        if (row_scales) {
-            const float s = row_scales[k / block_k];
-#pragma unroll
-            for (int j = 0; j < 8; ++j) wv[j] *= s;
-        }
-#pragma unroll
-        for (int r = 0; r < LINEAR_ROWS; ++r) {
-            if (r < rows) {
-                float xv[8];
-                load8(x_rows + (size_t)r * K + k, xv);
-#pragma unroll
-                for (int j = 0; j < 8; ++j) acc[r] = fmaf(xv[j], wv[j], acc[r]);
-            }
-        }
-    }
-#pragma unroll
-    for (int r = 0; r < LINEAR_ROWS; ++r) acc[r] = warp_sum(acc[r]);
-    if (lane == 0) {
-        for (int r = 0; r < rows; ++r) out[(size_t)(m0 + r) * N + n] = from_f32<T>(acc[r]);
-    }
-}
-
-template <typename T, typename W>
-__device__ void linear_wide(T* out, const T* x, const W* w, int M, int N, int K, const float* scales,
-                            int block_n, int block_k) {
-    const int lane = threadIdx.x % 32;
-    const int n0 = (blockIdx.y * LINEAR_WARPS + threadIdx.x / 32) * LINEAR_WIDE_COLUMNS;
+    const int n0 = (blockIdx.y * LINEAR_WARPS + threadIdx.x / 32) * COLUMNS;
     const int m0 = blockIdx.x * LINEAR_ROWS;
     if (n0 >= N) return;
     const int rows = min(LINEAR_ROWS, M - m0);
-    const int cols = min(LINEAR_WIDE_COLUMNS, N - n0);
+    const int cols = min(COLUMNS, N - n0);
     const T* x_rows = x + (size_t)m0 * K;
     const int k_blocks = (K + block_k - 1) / block_k;
 
-    float acc[LINEAR_ROWS][LINEAR_WIDE_COLUMNS];
+    float acc[LINEAR_ROWS][COLUMNS];
 #pragma unroll
     for (int r = 0; r < LINEAR_ROWS; ++r)
 #pragma unroll
-        for (int c = 0; c < LINEAR_WIDE_COLUMNS; ++c) acc[r][c] = 0.f;
+        for (int c = 0; c < COLUMNS; ++c) acc[r][c] = 0.f;
+#pragma unroll(COLUMNS == 1 ? 2 : 1)
     for (int k = lane * 8; k < K; k += 256) {
-        // A column past N takes zeros, and its sums are never written.
-        float wv[LINEAR_WIDE_COLUMNS][8];
+        float wv[COLUMNS][8];
 #pragma unroll
-        for (int c = 0; c < LINEAR_WIDE_COLUMNS; ++c) {
+        for (int c = 0; c < COLUMNS; ++c) {
             if (c < cols) {
                 load8(w + (size_t)(n0 + c) * K + k, wv[c]);
                 if (scales) {
@@ -130,36 +93,33 @@ __device__ void linear_wide(T* out, const T* x, const W* w, int M, int N, int K,
                 float xv[8];
                 load8(x_rows + (size_t)r * K + k, xv);
 #pragma unroll
-                for (int c = 0; c < LINEAR_WIDE_COLUMNS; ++c)
+                for (int c = 0; c < COLUMNS; ++c)
 #pragma unroll
                     for (int j = 0; j < 8; ++j) acc[r][c] = fmaf(xv[j], wv[c][j], acc[r][c]);
             }
         }
     }
-    // Every lane holds every sum after the butterflies; lane r * LINEAR_WIDE_COLUMNS + c
-    // writes element (r, c), the warp's 32 elements in one store each.
+    // Every lane holds every sum after the butterflies; lane r * COLUMNS + c writes element
+    // (r, c).
 #pragma unroll
     for (int r = 0; r < LINEAR_ROWS; ++r)
 #pragma unroll
-        for (int c = 0; c < LINEAR_WIDE_COLUMNS; ++c) {
+        for (int c = 0; c < COLUMNS; ++c) {
             const float sum = warp_sum(acc[r][c]);
-            if (lane == r * LINEAR_WIDE_COLUMNS + c && r < rows && c < cols)
-                out[(size_t)(m0 + r) * N + n0 + c] = from_f32<T>(sum);
+            if (lane == r * COLUMNS + c && r < rows && c < cols) out[(size_t)(m0 + r) * N + n0 + c] = from_f32<T>(sum);
         }
 }
-
-static_assert(LINEAR_ROWS * LINEAR_WIDE_COLUMNS == 32, "linear_wide: a lane writes each of a warp's elements");
 
 #define LINEAR(NAME, T, W)                                                                     \
     extern "C" __global__ void __launch_bounds__(32 * LINEAR_WARPS)                            \
         NAME(T* out, const T* x, const W* w, int M, int N, int K, const float* scales, int block_n, \
              int block_k) {                                                                    \
-        linear<T, W>(out, x, w, M, N, K, scales, block_n, block_k);                            \
+        linear<T, W, 1>(out, x, w, M, N, K, scales, block_n, block_k);                         \
     }                                                                                          \
     extern "C" __global__ void __launch_bounds__(32 * LINEAR_WARPS)                            \
         NAME##_wide(T* out, const T* x, const W* w, int M, int N, int K, const float* scales,   \
                     int block_n, int block_k) {                                                \
-        linear_wide<T, W>(out, x, w, M, N, K, scales, block_n, block_k);                       \
+        linear<T, W, LINEAR_WIDE_COLUMNS>(out, x, w, M, N, K, scales, block_n, block_k);       \
     }
 
 LINEAR(linear_f32_f32, float, float)

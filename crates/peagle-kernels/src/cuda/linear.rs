@@ -6,7 +6,7 @@ use candle_core::cuda_backend::cudarc::driver::{CudaView, DeviceRepr, LaunchConf
 use candle_core::cuda_backend::{CudaDType, CudaStorage, WrapErr};
 use candle_core::{DType, Layout, Result, Shape};
 
-/// Rows of x and warps per block, and each warp's columns in `linear_wide`, as
+/// Rows of x and warps per block, and each warp's columns in the `_wide` kernels, as
 /// `kernels/linear.cu` has them.
 const ROWS: usize = 8;
 const WARPS: usize = 8;
