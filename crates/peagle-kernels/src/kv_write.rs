@@ -1,7 +1,7 @@
 //! Scatter of new key or value rows into a paged cache.
 
 use crate::cache_element::CacheElement;
-use crate::contiguous::contiguous;
+use crate::contiguous::strided_rows;
 use crate::error::bad_input;
 use crate::paged_attention::AttentionMetadata;
 use candle_core::{CpuStorage, InplaceOp2, Layout, Result, Tensor};
@@ -18,7 +18,8 @@ pub(crate) fn check_slots(op: &'static str, slots: &[u32], num_slots: usize) -> 
     }
 }
 
-/// Writes row `t` of `new` [tokens, width] (f32; f32 or bf16 on CUDA), divided by `scale`,
+/// Writes row `t` of `new` [tokens, width] (f32; f32 or bf16 on CUDA; its rows may be strided,
+/// as a column range of a fused projection's output), divided by `scale`,
 /// into row `meta.slot_mapping[t]` of `cache` [num_slots, width] (none for `PAD_SLOT`) (f32, or bf16 or f8e4m3
 /// rounded to nearest even, f8e4m3 saturated at ±448); on a GPU, from the slots' device copy
 /// (`AttentionMetadata::on_device`). `scale` is the cache's per-tensor scale (see `KvScale`),
@@ -53,14 +54,19 @@ impl InplaceOp2 for WriteKv<'_> {
 
     fn cpu_fwd(&self, dst: &mut CpuStorage, dst_l: &Layout, src: &CpuStorage, src_l: &Layout) -> Result<()> {
         let width = self.check(dst_l, src_l)?;
-        let src = contiguous(src.as_slice::<f32>()?, src_l, "new rows")?;
+        let (src_start, src_stride) = strided_rows(src_l, "write_kv", "the new rows")?;
+        let src = Rows {
+            data: &src.as_slice::<f32>()?[src_start..],
+            stride: src_stride,
+            width,
+        };
         let (start, _) = dst_l
             .contiguous_offsets()
             .ok_or_else(|| bad_input("write_kv", "cache must be contiguous"))?;
         match dst {
-            CpuStorage::F32(d) => self.scatter(&mut d[start..], src, width),
-            CpuStorage::BF16(d) => self.scatter(&mut d[start..], src, width),
-            CpuStorage::F8E4M3(d) => self.scatter(&mut d[start..], src, width),
+            CpuStorage::F32(d) => self.scatter(&mut d[start..], &src),
+            CpuStorage::BF16(d) => self.scatter(&mut d[start..], &src),
+            CpuStorage::F8E4M3(d) => self.scatter(&mut d[start..], &src),
             _ => return Err(bad_input("write_kv", "cache must be f32, bf16 or f8e4m3")),
         }
         Ok(())
@@ -103,14 +109,63 @@ impl WriteKv<'_> {
         Ok(width)
     }
 
-    fn scatter<T: CacheElement>(&self, dst: &mut [T], src: &[f32], width: usize) {
-        for (row, slot) in src.chunks_exact(width).zip(self.slots) {
+    fn scatter<T: CacheElement>(&self, dst: &mut [T], src: &Rows) {
+        let width = src.width;
+        for (t, slot) in self.slots.iter().enumerate() {
             if *slot == PAD_SLOT {
                 continue;
             }
+            let row = &src.data[t * src.stride..][..width];
             for (d, s) in dst[*slot as usize * width..][..width].iter_mut().zip(row) {
                 *d = T::from_f32(*s / self.scale);
             }
         }
+    }
+}
+
+/// New rows of `width` elements, `stride` apart in `data`.
+struct Rows<'a> {
+    data: &'a [f32],
+    stride: usize,
+    width: usize,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::{DType, Device};
+
+    /// Rows read in place from a column range of a wider tensor (a fused projection's values)
+    /// land as the same rows copied out first would; a padding row writes nothing; a row
+    /// whose elements are strided is refused.
+    #[test]
+    fn strided_rows_are_written_as_contiguous_ones() {
+        let wide = Tensor::arange(0f32, 4.0 * 10.0, &Device::Cpu)
+            .unwrap()
+            .reshape((4, 10))
+            .unwrap();
+        let columns = wide.narrow(1, 3, 5).unwrap();
+        let meta = AttentionMetadata {
+            slot_mapping: vec![2, PAD_SLOT, 0, 5],
+            ..Default::default()
+        };
+        for dtype in [DType::F32, DType::BF16, DType::F8E4M3] {
+            let strided = Tensor::zeros((6, 5), dtype, &Device::Cpu).unwrap();
+            write_kv(&strided, &columns, &meta, 2.0).unwrap();
+            let copied = Tensor::zeros((6, 5), dtype, &Device::Cpu).unwrap();
+            write_kv(&copied, &columns.contiguous().unwrap(), &meta, 2.0).unwrap();
+            let values = |t: &Tensor| t.to_dtype(DType::F32).unwrap().to_vec2::<f32>().unwrap();
+            assert_eq!(values(&strided), values(&copied), "{dtype:?}");
+            assert_eq!(
+                values(&strided)[2],
+                [1.5, 2.0, 2.5, 3.0, 3.5],
+                "{dtype:?}: row 0 at slot 2"
+            );
+            assert_eq!(values(&strided)[1], [0.0; 5], "{dtype:?}: nothing written");
+        }
+        let cache = Tensor::zeros((6, 4), DType::F32, &Device::Cpu).unwrap();
+        let transposed = Tensor::zeros((4, 4), DType::F32, &Device::Cpu).unwrap().t().unwrap();
+        let err = write_kv(&cache, &transposed, &meta, 1.0).unwrap_err();
+        assert!(err.to_string().contains("must be contiguous"), "{err}");
     }
 }

@@ -4,7 +4,7 @@
 //! element, no fused multiply-add), so results are identical, but each head's halves are
 //! walked contiguously so the loop vectorises: candle's CPU loop strides over heads innermost.
 
-use crate::contiguous::contiguous;
+use crate::contiguous::{contiguous, strided_rows};
 use crate::error::bad_input;
 use candle_core::{CpuStorage, CustomOp3, Layout, Result, Shape, Tensor};
 
@@ -34,7 +34,8 @@ impl CustomOp3 for Rope {
     ) -> Result<(CpuStorage, Shape)> {
         let (rows, width) = self.check(xl, cl, sl)?;
         let (d, half) = (self.head_dim, self.head_dim / 2);
-        let (x, row_stride) = (&xs.as_slice::<f32>()?[xl.start_offset()..], xl.stride()[0]);
+        let (start, row_stride) = strided_rows(xl, "rope", "the input")?;
+        let x = &xs.as_slice::<f32>()?[start..];
         let cos = contiguous(cs.as_slice::<f32>()?, cl, "cos")?;
         let sin = contiguous(ss.as_slice::<f32>()?, sl, "sin")?;
         let mut out = vec![0f32; rows * width];
@@ -90,9 +91,7 @@ impl Rope {
             }
         }
         // Rows may be strided (columns of a fused q/k/v projection); elements must not be.
-        if xl.stride()[1] != 1 && width > 1 {
-            return Err(bad_input("rope", "the input's rows must be contiguous"));
-        }
+        strided_rows(xl, "rope", "the input")?;
         Ok((rows, width))
     }
 }

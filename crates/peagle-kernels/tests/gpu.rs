@@ -474,6 +474,22 @@ fn kv_write_rounds_exactly_as_the_cpu() {
             bits(&cpu),
             "bf16 rows into a {dtype:?} cache, scale {scale}"
         );
+        // Rows read in place from a column range of a wider tensor (the values of a fused
+        // projection), on both.
+        let wide = Tensor::cat(&[&tensor((4, 40), 13, 1.0), &new, &tensor((4, 8), 14, 1.0)], 1).unwrap();
+        let gpu_cache = Tensor::zeros((20, 96), dtype, &dev).unwrap();
+        let columns = wide.to_device(&dev).unwrap().narrow(1, 40, 96).unwrap();
+        write_kv(&gpu_cache, &columns, &gpu_slots, scale).unwrap();
+        let cpu = Tensor::zeros((20, 96), dtype, &Device::Cpu).unwrap();
+        write_kv(&cpu, &wide.narrow(1, 40, 96).unwrap(), &slots, scale).unwrap();
+        let want = Tensor::zeros((20, 96), dtype, &Device::Cpu).unwrap();
+        write_kv(&want, &new, &slots, scale).unwrap();
+        assert_eq!(bits(&cpu), bits(&want), "strided rows on the CPU, {dtype:?} cache");
+        assert_eq!(
+            bits(&gpu_cache),
+            bits(&want),
+            "strided rows, {dtype:?} cache, scale {scale}"
+        );
     }
     let cache = Tensor::zeros((20, 96), DType::F32, &dev).unwrap();
     let outside = AttentionMetadata {

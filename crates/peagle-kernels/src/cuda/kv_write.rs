@@ -1,13 +1,14 @@
 use super::module::{function, Kernel, Module};
-use super::{by_dtypes_or_fp8, dtype_name, dtype_name_or_fp8, grid, int, view, with_view};
+use super::{by_dtypes_or_fp8, dtype_name, dtype_name_or_fp8, grid, int, with_view};
+use crate::contiguous::strided_rows;
 use crate::error::bad_input;
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{CudaView, PushKernelArg};
 use candle_core::cuda_backend::{CudaDType, CudaStorage, WrapErr};
 use candle_core::{DType, Layout, Result, Tensor};
 
-/// `kernels/kv_write.cu`: row t of `src` [tokens, width], divided by `scale`, into row
-/// `slots[t]` of `cache` (shapes and slots already checked).
+/// `kernels/kv_write.cu`: row t of `src` [tokens, width], rows possibly strided, divided by
+/// `scale`, into row `slots[t]` of `cache` (shapes and slots already checked).
 pub(crate) fn kv_write(
     cache: &mut CudaStorage,
     cache_l: &Layout,
@@ -63,7 +64,10 @@ struct Args<'a> {
 }
 
 fn launch<S: CudaDType, C: CudaDType>(cache: &mut CudaStorage, start: usize, a: &Args) -> Result<()> {
-    let src = view::<S>(a.src, a.src_l, "new rows")?;
+    let (src_start, stride) = strided_rows(a.src_l, "write_kv", "the new rows")?;
+    let end = src_start + (a.tokens as usize - 1) * stride + a.width as usize;
+    let src = a.src.as_cuda_slice::<S>()?.slice(src_start..end);
+    let stride = int("write_kv", stride)?;
     let mut cache = cache.as_cuda_slice_mut::<C>()?.slice_mut(start..);
     let mut builder = a.func.builder();
     builder
@@ -71,8 +75,10 @@ fn launch<S: CudaDType, C: CudaDType>(cache: &mut CudaStorage, start: usize, a: 
         .arg(&src)
         .arg(a.slots)
         .arg(&a.width)
+        .arg(&stride)
         .arg(&a.scale);
-    // SAFETY: the slots were checked against the cache's rows, the rows against `width`.
+    // SAFETY: the slots were checked against the cache's rows, the rows against `width`; the
+    // source's rows lie within its storage (candle's layout), the last ending at `end`.
     unsafe { builder.launch(grid((a.tokens, 1), 256)) }.w()?;
     Ok(())
 }

@@ -1,5 +1,6 @@
 use super::module::{function, Kernel, Module};
 use super::{by_dtype, dtype_name, grid, int, output, view};
+use crate::contiguous::strided_rows;
 use crate::error::bad_input;
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{CudaView, DeviceRepr, PushKernelArg};
@@ -43,12 +44,9 @@ fn launch<T: CudaDType + DeviceRepr>(
     a: &Args,
 ) -> Result<CudaStorage> {
     let device = &x.0.device;
-    let [width, _, stride] = a.ints.map(|v| v as usize);
+    let [width, _, _] = a.ints.map(|v| v as usize);
     let mut out = output::<T>(device, a.rows * width)?;
-    if x.1.stride()[1] != 1 && width > 1 {
-        return Err(bad_input("rope", "the input's rows must be contiguous"));
-    }
-    let start = x.1.start_offset();
+    let (start, stride) = strided_rows(x.1, "rope", "the input")?;
     let end = start + a.rows.saturating_sub(1) * stride + width;
     let xs = x.0.as_cuda_slice::<T>()?.slice(start..end);
     let mut builder = a.func.builder();

@@ -106,7 +106,7 @@ impl Attention {
             rows,
             p.head_dim,
         )?;
-        let v = qkv.narrow(1, q_width + kv_width, kv_width)?.contiguous()?;
+        let v = qkv.narrow(1, q_width + kv_width, kv_width)?;
         let q = rope.apply(&q, p.num_heads, p.head_dim)?;
         let k = rope.apply(&k, p.num_kv_heads, p.head_dim)?;
         let out = match ctx {
