@@ -60,8 +60,16 @@ pub async fn run(config: &BenchConfig) -> Result<BenchResult, BenchError> {
     let mut levels = Vec::with_capacity(w.concurrency.len());
     let mut failed = None;
     for &concurrency in &w.concurrency {
+        // A level's start and end on stderr, so that a run cut off part-way shows where it was.
+        eprintln!("peagle-bench: concurrency {concurrency}: {} requests", prompts.len());
         match run_level(&client, &params, &prompts, concurrency).await {
-            Ok(level) => levels.push(level),
+            Ok(level) => {
+                eprintln!(
+                    "peagle-bench: concurrency {concurrency}: {} completed, {} failed in {:.1} s ({:.1} output tokens/s)",
+                    level.completed, level.failed, level.duration_s, level.output_throughput
+                );
+                levels.push(level)
+            }
             Err(e) if levels.is_empty() => return Err(e),
             Err(e) => {
                 failed = Some(format!("concurrency {concurrency}: {e}"));

@@ -178,10 +178,16 @@ pub async fn run_sweep(config: &SweepConfig, out: &Path) -> Result<SweepOutcome,
 async fn run_mode(config: &SweepConfig, mode: &Mode, log: &Path) -> Result<BenchResult, BenchError> {
     let (bin, args, what) = (config.serve_bin.clone(), mode.server_args(config), mode.name.clone());
     let log = log.to_path_buf();
+    let started = std::time::Instant::now();
     let server =
         tokio::task::spawn_blocking(move || ServerProcess::start(&bin, &args, &what, START_TIMEOUT, Some(&log)))
             .await
             .expect("the start thread does not panic")?;
+    eprintln!(
+        "peagle-bench sweep: {} listening after {:.1} s",
+        mode.name,
+        started.elapsed().as_secs_f64()
+    );
     let bench = BenchConfig {
         url: server.url.clone(),
         model: None,
