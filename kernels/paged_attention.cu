@@ -7,6 +7,9 @@
 // ATTN_THREADS positions, in position order, with an online softmax; each output element is
 // the same chain of operations whatever else the launch holds, so rows are batch invariant.
 //
+// `q`'s rows are `q_stride` elements apart (a column range of a wider tensor), `out`'s
+// num_heads * head_dim.
+//
 // `meta` packs the batch's layout as u32: the sequence of each row [rows], the position of
 // each row [rows], the offset of each sequence's block table [seqs], then the block tables.
 #include "common.cuh"
@@ -18,7 +21,7 @@ template <typename T, typename C>
 __device__ void paged_attention(T* out, const T* q, const C* k_cache, const C* v_cache,
                                 const uint32_t* meta, const float* sinks, int rows, int seqs,
                                 int num_heads, int num_kv_heads, int head_dim, int block_size,
-                                float scale, float v_scale, int window) {
+                                int q_stride, float scale, float v_scale, int window) {
     __shared__ float q_s[ATTN_MAX_HEAD_DIM];
     __shared__ float weights[ATTN_THREADS];
     __shared__ uint32_t slots[ATTN_THREADS];
@@ -29,7 +32,8 @@ __device__ void paged_attention(T* out, const T* q, const C* k_cache, const C* v
     const uint32_t* table = meta + 2 * rows + seqs + meta[2 * rows + meta[row]];
     const int kv_head = head / (num_heads / num_kv_heads);
     const size_t kv_width = (size_t)num_kv_heads * head_dim;
-    const size_t q_offset = (size_t)row * num_heads * head_dim + (size_t)head * head_dim;
+    const size_t q_offset = (size_t)row * q_stride + (size_t)head * head_dim;
+    const size_t out_offset = (size_t)row * num_heads * head_dim + (size_t)head * head_dim;
 
     for (int d = tid; d < head_dim; d += ATTN_THREADS) q_s[d] = to_f32(q[q_offset + d]);
     __syncthreads();
@@ -66,17 +70,18 @@ __device__ void paged_attention(T* out, const T* q, const C* k_cache, const C* v
         m = m_new;
         __syncthreads();
     }
-    if (tid < head_dim) out[q_offset + tid] = from_f32<T>(acc0 * v_scale / denom);
-    if (tid + ATTN_THREADS < head_dim) out[q_offset + tid + ATTN_THREADS] = from_f32<T>(acc1 * v_scale / denom);
+    if (tid < head_dim) out[out_offset + tid] = from_f32<T>(acc0 * v_scale / denom);
+    if (tid + ATTN_THREADS < head_dim) out[out_offset + tid + ATTN_THREADS] = from_f32<T>(acc1 * v_scale / denom);
 }
 
 #define PAGED_ATTENTION(NAME, T, C)                                                            \
     extern "C" __global__ void __launch_bounds__(ATTN_THREADS) NAME(                          \
         T* out, const T* q, const C* k_cache, const C* v_cache, const uint32_t* meta,         \
         const float* sinks, int rows, int seqs, int num_heads, int num_kv_heads, int head_dim, \
-        int block_size, float scale, float v_scale, int window) {                             \
+        int block_size, int q_stride, float scale, float v_scale, int window) {               \
         paged_attention<T, C>(out, q, k_cache, v_cache, meta, sinks, rows, seqs, num_heads,   \
-                              num_kv_heads, head_dim, block_size, scale, v_scale, window);    \
+                              num_kv_heads, head_dim, block_size, q_stride, scale, v_scale,   \
+                              window);                                                        \
     }
 
 PAGED_ATTENTION(paged_attention_f32_f32, float, float)

@@ -11,7 +11,7 @@
 //! queries and outputs are f32.
 
 use crate::cache_element::CacheElement;
-use crate::contiguous::contiguous;
+use crate::contiguous::{contiguous, strided_rows};
 use crate::dot::dots;
 use crate::error::bad_input;
 use crate::exp::{exp, exp_sum, row_max};
@@ -209,8 +209,9 @@ impl Default for KvScale {
     }
 }
 
-/// `q` [rows, heads * head_dim] against `k_cache` and `v_cache` [slots, kv_heads * head_dim],
-/// of one element type (rows of this batch already written), giving [rows, heads * head_dim].
+/// `q` [rows, heads * head_dim] (its rows may be strided, as a column range of the rotated
+/// queries and keys) against `k_cache` and `v_cache` [slots, kv_heads * head_dim], of one
+/// element type (rows of this batch already written), giving [rows, heads * head_dim].
 ///
 /// `sinks`, one logit per query head (gpt-oss), join each head's softmax denominator and
 /// nothing else: the weights are `exp(s - m)` over the keys, divided by their sum plus
@@ -247,7 +248,8 @@ impl CustomOp3 for PagedAttention<'_> {
         vl: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
         let (rows, q_width) = self.check(ql, kl, vl)?;
-        let q = contiguous(qs.as_slice::<f32>()?, ql, "queries")?;
+        let (start, q_stride) = strided_rows(ql, "paged_attention", "the queries")?;
+        let q = (&qs.as_slice::<f32>()?[start..], q_stride);
         let out = match (ks, vs) {
             (CpuStorage::F32(k), CpuStorage::F32(v)) => self.attend(q, rows, (k, kl), (v, vl))?,
             (CpuStorage::BF16(k), CpuStorage::BF16(v)) => self.attend(q, rows, (k, kl), (v, vl))?,
@@ -319,9 +321,10 @@ impl PagedAttention<'_> {
         Ok((rows, q_width))
     }
 
+    /// `q` holds the query rows `q.1` elements apart.
     fn attend<T: CacheElement>(
         &self,
-        q: &[f32],
+        (q, q_stride): (&[f32], usize),
         rows: usize,
         (k, kl): (&[T], &Layout),
         (v, vl): (&[T], &Layout),
@@ -355,7 +358,7 @@ impl PagedAttention<'_> {
                     offset: g * d,
                     head_dim: d,
                 };
-                let q = &q[row * q_width + g * group * d..][..group * d];
+                let q = &q[row * q_stride + g * group * d..][..group * d];
                 let sinks = self.sinks.map(|s| &s.values[g * group..][..group]);
                 attend_key_head(q, (rows(k), rows(v)), p, sinks, &mut weights, out)
             }

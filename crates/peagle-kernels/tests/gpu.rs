@@ -386,6 +386,19 @@ fn paged_attention_matches_the_cpu_kernel_and_is_batch_invariant() {
                 let got = paged_attention(&g(&b.q), &g(&b.k), &g(&b.v), &gpu_meta, &params, gpu_sinks).unwrap();
                 let diff = max_rel_diff(&host(&got), &host(&want));
                 assert!(diff < 1e-5, "{what}: f32 cache off by {diff}");
+                // Queries read in place as a column range of a wider tensor: the same bits.
+                let rows = b.meta.num_rows();
+                let wide = Tensor::cat(&[&tensor((rows, 8), 15, 1.0), &b.q], 1).unwrap();
+                let in_place = paged_attention(
+                    &g(&wide).narrow(1, 8, heads * d).unwrap(),
+                    &g(&b.k),
+                    &g(&b.v),
+                    &gpu_meta,
+                    &params,
+                    gpu_sinks,
+                )
+                .unwrap();
+                assert_eq!(bits(&in_place), bits(&got), "{what}: queries read in place");
 
                 // bf16 queries and cache, against the CPU on the same rounded values.
                 let r = |t: &Tensor| t.to_dtype(DType::BF16).unwrap();

@@ -190,6 +190,22 @@ fn run_with_sinks(
     let out = attend();
     // Inside a step the kernels split their tasks over `on_pool`'s crew: the same bits.
     assert_eq!(on_pool(attend), out, "on the pool's crew");
+    // Queries read in place as a column range of a wider tensor (the rotated queries and
+    // keys): the same bits.
+    let rows = meta.num_rows();
+    let wide = Tensor::cat(&[&Tensor::ones((rows, 3), DType::F32, &Device::Cpu).unwrap(), &q], 1).unwrap();
+    let in_place = paged_attention(
+        &wide.narrow(1, 3, qw).unwrap(),
+        &cache.k,
+        &cache.v,
+        &meta,
+        &params,
+        sinks.as_ref(),
+    )
+    .unwrap()
+    .to_vec2::<f32>()
+    .unwrap();
+    assert_eq!(in_place, out, "queries read in place");
     out
 }
 

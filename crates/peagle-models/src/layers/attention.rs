@@ -99,16 +99,8 @@ impl Attention {
         let rows = x.dim(0)?;
         let (q_width, kv_width) = (p.num_heads * p.head_dim, p.num_kv_heads * p.head_dim);
         let qkv = self.qkv.forward(x)?;
-        let q = head_norm(self.q_norm.as_ref(), &qkv.narrow(1, 0, q_width)?, rows, p.head_dim)?;
-        let k = head_norm(
-            self.k_norm.as_ref(),
-            &qkv.narrow(1, q_width, kv_width)?,
-            rows,
-            p.head_dim,
-        )?;
+        let (q, k) = self.rotated_queries_and_keys(&qkv, rope, rows)?;
         let v = qkv.narrow(1, q_width + kv_width, kv_width)?;
-        let q = rope.apply(&q, p.num_heads, p.head_dim)?;
-        let k = rope.apply(&k, p.num_kv_heads, p.head_dim)?;
         let out = match ctx {
             AttentionContext::Paged { kv, meta } => {
                 let p = AttentionParams {
@@ -129,6 +121,34 @@ impl Attention {
             AttentionContext::Masked { bias } => masked_attention(&q, &k, &v, bias, p)?,
         };
         self.o.forward(&out)
+    }
+
+    /// The queries and keys of the fused projection `qkv`, rotated. With no head norm between
+    /// them, one rotation takes both (a row's tables turn each of its heads alike) and the two
+    /// are column ranges of its output, which the kernels read in place; otherwise each is
+    /// normed, then rotated.
+    fn rotated_queries_and_keys(&self, qkv: &Tensor, rope: &RopeTables, rows: usize) -> Result<(Tensor, Tensor)> {
+        let p = &self.params;
+        let (q_width, kv_width) = (p.num_heads * p.head_dim, p.num_kv_heads * p.head_dim);
+        if self.q_norm.is_none() && self.k_norm.is_none() {
+            let qk = rope.apply(
+                &qkv.narrow(1, 0, q_width + kv_width)?,
+                p.num_heads + p.num_kv_heads,
+                p.head_dim,
+            )?;
+            return Ok((qk.narrow(1, 0, q_width)?, qk.narrow(1, q_width, kv_width)?));
+        }
+        let q = head_norm(self.q_norm.as_ref(), &qkv.narrow(1, 0, q_width)?, rows, p.head_dim)?;
+        let k = head_norm(
+            self.k_norm.as_ref(),
+            &qkv.narrow(1, q_width, kv_width)?,
+            rows,
+            p.head_dim,
+        )?;
+        Ok((
+            rope.apply(&q, p.num_heads, p.head_dim)?,
+            rope.apply(&k, p.num_kv_heads, p.head_dim)?,
+        ))
     }
 }
 
