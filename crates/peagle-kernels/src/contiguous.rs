@@ -13,10 +13,25 @@ pub(crate) fn contiguous<'a, T>(data: &'a [T], layout: &Layout, what: &str) -> R
     }
 }
 
-/// The rows of a [rows, width] `layout` whose rows may be strided but whose elements must not
-/// be: where its first row starts and how far apart rows are, in elements. Any other layout
-/// is an error naming `op` and `what`.
-pub(crate) fn strided_rows(layout: &Layout, op: &'static str, what: &str) -> Result<(usize, usize)> {
+/// Where the rows of a [rows, width] tensor lie in its storage: rows of contiguous elements,
+/// `stride` elements apart, the first at `start`.
+pub(crate) struct StridedRows {
+    pub start: usize,
+    pub stride: usize,
+    pub width: usize,
+}
+
+impl StridedRows {
+    /// Row `t` of the storage `data`.
+    pub fn row<'a, T>(&self, data: &'a [T], t: usize) -> &'a [T] {
+        &data[self.start + t * self.stride..][..self.width]
+    }
+}
+
+/// The rows of a [rows, width] `layout` whose rows may be strided (a column range of a wider
+/// tensor) but whose elements must not be; any other layout is an error naming `op` and
+/// `what`.
+pub(crate) fn strided_rows(layout: &Layout, op: &'static str, what: &str) -> Result<StridedRows> {
     let (_, width) = layout.shape().dims2()?;
     if layout.stride()[1] != 1 && width > 1 {
         return Err(bad_input(
@@ -24,5 +39,9 @@ pub(crate) fn strided_rows(layout: &Layout, op: &'static str, what: &str) -> Res
             format!("{what}: the elements of a row must be contiguous"),
         ));
     }
-    Ok((layout.start_offset(), layout.stride()[0]))
+    Ok(StridedRows {
+        start: layout.start_offset(),
+        stride: layout.stride()[0],
+        width,
+    })
 }

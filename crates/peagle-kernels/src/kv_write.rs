@@ -1,7 +1,7 @@
 //! Scatter of new key or value rows into a paged cache.
 
 use crate::cache_element::CacheElement;
-use crate::contiguous::strided_rows;
+use crate::contiguous::{strided_rows, StridedRows};
 use crate::error::bad_input;
 use crate::paged_attention::AttentionMetadata;
 use candle_core::{CpuStorage, InplaceOp2, Layout, Result, Tensor};
@@ -53,20 +53,16 @@ impl InplaceOp2 for WriteKv<'_> {
     }
 
     fn cpu_fwd(&self, dst: &mut CpuStorage, dst_l: &Layout, src: &CpuStorage, src_l: &Layout) -> Result<()> {
-        let width = self.check(dst_l, src_l)?;
-        let (src_start, src_stride) = strided_rows(src_l, "write_kv", "the new rows")?;
-        let src = Rows {
-            data: &src.as_slice::<f32>()?[src_start..],
-            stride: src_stride,
-            width,
-        };
+        self.check(dst_l, src_l)?;
+        let rows = strided_rows(src_l, "write_kv", "the new rows")?;
+        let src = (src.as_slice::<f32>()?, &rows);
         let (start, _) = dst_l
             .contiguous_offsets()
             .ok_or_else(|| bad_input("write_kv", "cache must be contiguous"))?;
         match dst {
-            CpuStorage::F32(d) => self.scatter(&mut d[start..], &src),
-            CpuStorage::BF16(d) => self.scatter(&mut d[start..], &src),
-            CpuStorage::F8E4M3(d) => self.scatter(&mut d[start..], &src),
+            CpuStorage::F32(d) => self.scatter(&mut d[start..], src),
+            CpuStorage::BF16(d) => self.scatter(&mut d[start..], src),
+            CpuStorage::F8E4M3(d) => self.scatter(&mut d[start..], src),
             _ => return Err(bad_input("write_kv", "cache must be f32, bf16 or f8e4m3")),
         }
         Ok(())
@@ -109,25 +105,18 @@ impl WriteKv<'_> {
         Ok(width)
     }
 
-    fn scatter<T: CacheElement>(&self, dst: &mut [T], src: &Rows) {
-        let width = src.width;
+    /// Row t of `src` (the storage and where its rows lie) into row `slots[t]` of `dst`.
+    fn scatter<T: CacheElement>(&self, dst: &mut [T], (src, rows): (&[f32], &StridedRows)) {
+        let width = rows.width;
         for (t, slot) in self.slots.iter().enumerate() {
             if *slot == PAD_SLOT {
                 continue;
             }
-            let row = &src.data[t * src.stride..][..width];
-            for (d, s) in dst[*slot as usize * width..][..width].iter_mut().zip(row) {
+            for (d, s) in dst[*slot as usize * width..][..width].iter_mut().zip(rows.row(src, t)) {
                 *d = T::from_f32(*s / self.scale);
             }
         }
     }
-}
-
-/// New rows of `width` elements, `stride` apart in `data`.
-struct Rows<'a> {
-    data: &'a [f32],
-    stride: usize,
-    width: usize,
 }
 
 #[cfg(test)]

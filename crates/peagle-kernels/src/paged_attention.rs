@@ -11,7 +11,7 @@
 //! queries and outputs are f32.
 
 use crate::cache_element::CacheElement;
-use crate::contiguous::{contiguous, strided_rows};
+use crate::contiguous::{contiguous, strided_rows, StridedRows};
 use crate::dot::dots;
 use crate::error::bad_input;
 use crate::exp::{exp, exp_sum, row_max};
@@ -248,8 +248,8 @@ impl CustomOp3 for PagedAttention<'_> {
         vl: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
         let (rows, q_width) = self.check(ql, kl, vl)?;
-        let (start, q_stride) = strided_rows(ql, "paged_attention", "the queries")?;
-        let q = (&qs.as_slice::<f32>()?[start..], q_stride);
+        let q_rows = strided_rows(ql, "paged_attention", "the queries")?;
+        let q = (qs.as_slice::<f32>()?, &q_rows);
         let out = match (ks, vs) {
             (CpuStorage::F32(k), CpuStorage::F32(v)) => self.attend(q, rows, (k, kl), (v, vl))?,
             (CpuStorage::BF16(k), CpuStorage::BF16(v)) => self.attend(q, rows, (k, kl), (v, vl))?,
@@ -321,10 +321,10 @@ impl PagedAttention<'_> {
         Ok((rows, q_width))
     }
 
-    /// `q` holds the query rows `q.1` elements apart.
+    /// `q` is the queries' storage and where their rows lie in it.
     fn attend<T: CacheElement>(
         &self,
-        (q, q_stride): (&[f32], usize),
+        (q, q_rows): (&[f32], &StridedRows),
         rows: usize,
         (k, kl): (&[T], &Layout),
         (v, vl): (&[T], &Layout),
@@ -358,7 +358,7 @@ impl PagedAttention<'_> {
                     offset: g * d,
                     head_dim: d,
                 };
-                let q = &q[row * q_stride + g * group * d..][..group * d];
+                let q = &q_rows.row(q, row)[g * group * d..][..group * d];
                 let sinks = self.sinks.map(|s| &s.values[g * group..][..group]);
                 attend_key_head(q, (rows(k), rows(v)), p, sinks, &mut weights, out)
             }

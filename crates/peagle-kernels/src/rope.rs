@@ -34,13 +34,13 @@ impl CustomOp3 for Rope {
     ) -> Result<(CpuStorage, Shape)> {
         let (rows, width) = self.check(xl, cl, sl)?;
         let (d, half) = (self.head_dim, self.head_dim / 2);
-        let (start, row_stride) = strided_rows(xl, "rope", "the input")?;
-        let x = &xs.as_slice::<f32>()?[start..];
+        let x_rows = strided_rows(xl, "rope", "the input")?;
+        let x = xs.as_slice::<f32>()?;
         let cos = contiguous(cs.as_slice::<f32>()?, cl, "cos")?;
         let sin = contiguous(ss.as_slice::<f32>()?, sl, "sin")?;
         let mut out = vec![0f32; rows * width];
         for (t, out_row) in out.chunks_exact_mut(width).enumerate() {
-            let x_row = &x[t * row_stride..][..width];
+            let x_row = x_rows.row(x, t);
             let (c, s) = (&cos[t * half..][..half], &sin[t * half..][..half]);
             for (head, out_head) in x_row.chunks_exact(d).zip(out_row.chunks_exact_mut(d)) {
                 let (a, b) = head.split_at(half);

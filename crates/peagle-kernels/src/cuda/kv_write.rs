@@ -1,6 +1,5 @@
 use super::module::{function, Kernel, Module};
-use super::{by_dtypes_or_fp8, dtype_name, dtype_name_or_fp8, grid, int, with_view};
-use crate::contiguous::strided_rows;
+use super::{by_dtypes_or_fp8, dtype_name, dtype_name_or_fp8, grid, int, strided_view, with_view};
 use crate::error::bad_input;
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{CudaView, PushKernelArg};
@@ -64,10 +63,7 @@ struct Args<'a> {
 }
 
 fn launch<S: CudaDType, C: CudaDType>(cache: &mut CudaStorage, start: usize, a: &Args) -> Result<()> {
-    let (src_start, stride) = strided_rows(a.src_l, "write_kv", "the new rows")?;
-    let end = src_start + (a.tokens as usize - 1) * stride + a.width as usize;
-    let src = a.src.as_cuda_slice::<S>()?.slice(src_start..end);
-    let stride = int("write_kv", stride)?;
+    let (src, stride) = strided_view::<S>(a.src, a.src_l, "write_kv", "the new rows")?;
     let mut cache = cache.as_cuda_slice_mut::<C>()?.slice_mut(start..);
     let mut builder = a.func.builder();
     builder
@@ -78,7 +74,7 @@ fn launch<S: CudaDType, C: CudaDType>(cache: &mut CudaStorage, start: usize, a: 
         .arg(&stride)
         .arg(&a.scale);
     // SAFETY: the slots were checked against the cache's rows, the rows against `width`; the
-    // source's rows lie within its storage (candle's layout), the last ending at `end`.
+    // view spans the source's rows, `stride` apart.
     unsafe { builder.launch(grid((a.tokens, 1), 256)) }.w()?;
     Ok(())
 }

@@ -39,6 +39,26 @@ fn view<'a, T: CudaDType>(storage: &'a CudaStorage, layout: &Layout, what: &str)
     Ok(storage.as_cuda_slice::<T>()?.slice(start..end))
 }
 
+/// The rows of a [rows, width] layout over `storage` whose rows may be strided
+/// (`contiguous::strided_rows`), as a view from its first row to the end of its last, and the
+/// rows' stride in elements, which the kernel takes.
+fn strided_view<'a, T: CudaDType>(
+    storage: &'a CudaStorage,
+    layout: &Layout,
+    op: &'static str,
+    what: &str,
+) -> Result<(CudaView<'a, T>, i32)> {
+    let rows = crate::contiguous::strided_rows(layout, op, what)?;
+    let end = match layout.shape().dims2()?.0 {
+        0 => rows.start,
+        n => rows.start + (n - 1) * rows.stride + rows.width,
+    };
+    Ok((
+        storage.as_cuda_slice::<T>()?.slice(rows.start..end),
+        int(op, rows.stride)?,
+    ))
+}
+
 /// Calls `f` with a view of `tensor`'s elements on the device: a tensor the kernel reads beside
 /// the op's own inputs, whose storage stays locked while `f` runs.
 fn with_view<T: CudaDType, R>(tensor: &Tensor, what: &str, f: impl FnOnce(CudaView<'_, T>) -> Result<R>) -> Result<R> {

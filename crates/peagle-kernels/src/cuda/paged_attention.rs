@@ -1,6 +1,5 @@
 use super::module::{function, Kernel, Module};
-use super::{by_dtypes_or_fp8, dtype_name, dtype_name_or_fp8, int, output, view, with_view};
-use crate::contiguous::strided_rows;
+use super::{by_dtypes_or_fp8, dtype_name, dtype_name_or_fp8, int, output, strided_view, view, with_view};
 use crate::error::bad_input;
 use crate::paged_attention::{AttentionMetadata, AttentionParams, Sinks};
 use candle_core::backend::BackendStorage;
@@ -65,7 +64,6 @@ pub(crate) fn paged_attention(
     );
     let rows = meta.num_rows();
     let width = params.num_heads * params.head_dim;
-    let (_, q_stride) = strided_rows(q.1, OP, "the queries")?;
     let args = Args {
         func: function(&device, Module::PagedAttention, &name)?,
         out: (rows, width),
@@ -76,7 +74,6 @@ pub(crate) fn paged_attention(
             int(OP, params.num_kv_heads)?,
             int(OP, params.head_dim)?,
             int(OP, meta.block_size)?,
-            int(OP, q_stride)?,
         ],
         scale: params.scale * params.kv_scale.k,
         v_scale: params.kv_scale.v,
@@ -102,8 +99,8 @@ pub(crate) fn paged_attention(
 struct Args {
     func: Kernel,
     out: (usize, usize),
-    /// rows, seqs, num_heads, num_kv_heads, head_dim, block_size, q's row stride.
-    ints: [i32; 7],
+    /// rows, seqs, num_heads, num_kv_heads, head_dim, block_size.
+    ints: [i32; 6],
     /// The score's scale, the key cache's included.
     scale: f32,
     v_scale: f32,
@@ -126,10 +123,7 @@ fn launch<T: CudaDType + DeviceRepr, C: CudaDType>(
         // CUDA refuses a launch over no blocks.
         return Ok(CudaStorage::wrap_cuda_slice(out, device.clone()));
     }
-    let (start, stride) = strided_rows(q.1, "paged_attention", "the queries")?;
-    let q =
-        q.0.as_cuda_slice::<T>()?
-            .slice(start..start + (rows - 1) * stride + width);
+    let (q, q_stride) = strided_view::<T>(q.0, q.1, "paged_attention", "the queries")?;
     let k = view::<C>(k_cache.0, k_cache.1, "key cache")?;
     let v = view::<C>(v_cache.0, v_cache.1, "value cache")?;
     let null: u64 = 0;
@@ -142,7 +136,7 @@ fn launch<T: CudaDType + DeviceRepr, C: CudaDType>(
     for i in &a.ints {
         builder.arg(i);
     }
-    builder.arg(&a.scale).arg(&a.v_scale).arg(&a.window);
+    builder.arg(&q_stride).arg(&a.scale).arg(&a.v_scale).arg(&a.window);
     let config = LaunchConfig {
         grid_dim: (a.ints[0] as u32, a.ints[2] as u32, 1),
         block_dim: (THREADS, 1, 1),

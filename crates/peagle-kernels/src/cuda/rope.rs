@@ -1,6 +1,5 @@
 use super::module::{function, Kernel, Module};
-use super::{by_dtype, dtype_name, grid, int, output, view};
-use crate::contiguous::strided_rows;
+use super::{by_dtype, dtype_name, grid, int, output, strided_view, view};
 use crate::error::bad_input;
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{CudaView, DeviceRepr, PushKernelArg};
@@ -22,7 +21,7 @@ pub(crate) fn rope(
     let args = Args {
         func: function(&device, Module::Rope, &format!("rope_{}", dtype_name(OP, dtype)?))?,
         rows,
-        ints: [int(OP, width)?, int(OP, head_dim)?, int(OP, x.1.stride()[0])?],
+        ints: [int(OP, width)?, int(OP, head_dim)?],
     };
     let cos = view::<f32>(cos.0, cos.1, "cos")?;
     let sin = view::<f32>(sin.0, sin.1, "sin")?;
@@ -33,8 +32,8 @@ pub(crate) fn rope(
 struct Args {
     func: Kernel,
     rows: usize,
-    /// width, head_dim, row stride of x.
-    ints: [i32; 3],
+    /// width, head_dim.
+    ints: [i32; 2],
 }
 
 fn launch<T: CudaDType + DeviceRepr>(
@@ -44,18 +43,16 @@ fn launch<T: CudaDType + DeviceRepr>(
     a: &Args,
 ) -> Result<CudaStorage> {
     let device = &x.0.device;
-    let [width, _, _] = a.ints.map(|v| v as usize);
-    let mut out = output::<T>(device, a.rows * width)?;
-    let (start, stride) = strided_rows(x.1, "rope", "the input")?;
-    let end = start + a.rows.saturating_sub(1) * stride + width;
-    let xs = x.0.as_cuda_slice::<T>()?.slice(start..end);
+    let mut out = output::<T>(device, a.rows * a.ints[0] as usize)?;
+    let (xs, stride) = strided_view::<T>(x.0, x.1, "rope", "the input")?;
     let mut builder = a.func.builder();
     builder.arg(&mut out).arg(&xs).arg(cos).arg(sin);
     for v in &a.ints {
         builder.arg(v);
     }
-    // SAFETY: the rows of x lie within its storage (checked by candle's layout), and cos and sin
-    // hold rows * head_dim / 2 values (checked by the caller).
+    builder.arg(&stride);
+    // SAFETY: the view spans the rows of x, `stride` apart, and cos and sin hold
+    // rows * head_dim / 2 values (checked by the caller).
     unsafe { builder.launch(grid((a.rows as u32, 1), 128)) }.w()?;
     Ok(CudaStorage::wrap_cuda_slice(out, device.clone()))
 }
