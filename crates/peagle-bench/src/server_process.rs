@@ -105,23 +105,24 @@ impl Drop for ServerProcess {
 mod tests {
     use super::*;
 
-    fn shell(script: &str) -> Vec<String> {
-        vec!["-c".into(), script.into()]
-    }
-
     /// Every line the server logs reaches the log file, before and after it listens, and a
     /// server that never listens fails with its last lines.
     #[test]
     fn the_server_log_is_written_as_it_comes() {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("run").join("server.log");
-        let script = shell("echo loading >&2; echo 'listening on http://127.0.0.1:9' >&2; echo serving >&2; sleep 30");
-        let server = ServerProcess::start(
-            Path::new("/bin/sh"),
-            &script,
-            "test",
-            Duration::from_secs(10),
-            Some(&log),
+        let start = |script: &str, seconds| {
+            ServerProcess::start(
+                Path::new("/bin/sh"),
+                &["-c".to_string(), script.to_string()],
+                "test",
+                Duration::from_secs(seconds),
+                Some(&log),
+            )
+        };
+        let server = start(
+            "echo loading >&2; echo 'listening on http://127.0.0.1:9' >&2; echo serving >&2; sleep 30",
+            10,
         )
         .unwrap();
         assert_eq!(server.url, "http://127.0.0.1:9");
@@ -137,16 +138,7 @@ mod tests {
         assert_eq!(written, "loading\nlistening on http://127.0.0.1:9\nserving\n");
         drop(server);
 
-        let script = shell("echo 'no GPU here' >&2; exit 3");
-        let err = ServerProcess::start(
-            Path::new("/bin/sh"),
-            &script,
-            "test",
-            Duration::from_secs(1),
-            Some(&log),
-        )
-        .err()
-        .unwrap();
+        let err = start("echo 'no GPU here' >&2; exit 3", 1).err().unwrap();
         assert!(err.to_string().contains("no GPU here"), "{err}");
         assert_eq!(std::fs::read_to_string(&log).unwrap(), "no GPU here\n");
     }
