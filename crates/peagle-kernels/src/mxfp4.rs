@@ -71,14 +71,14 @@ impl Mxfp4Weight {
         Self {
             blocks: rows
                 .iter()
-                .flat_map(|&r| &self.blocks[r * row_bytes..][..row_bytes])
-                .copied()
-                .collect(),
+                .map(|&r| &self.blocks[r * row_bytes..][..row_bytes])
+                .collect::<Vec<_>>()
+                .concat(),
             scales: rows
                 .iter()
-                .flat_map(|&r| &self.scales[r * groups..][..groups])
-                .copied()
-                .collect(),
+                .map(|&r| &self.scales[r * groups..][..groups])
+                .collect::<Vec<_>>()
+                .concat(),
             out_dim: rows.len(),
             in_dim: self.in_dim,
         }

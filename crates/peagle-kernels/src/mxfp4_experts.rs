@@ -131,7 +131,7 @@ impl Mxfp4Experts {
 
 /// One part of every expert, end to end.
 fn joined<'a, T: Copy + 'a>(experts: &'a [Mxfp4Expert<'a>], part: impl Fn(&'a Mxfp4Expert<'a>) -> &'a [T]) -> Vec<T> {
-    experts.iter().flat_map(part).copied().collect()
+    experts.iter().map(part).collect::<Vec<_>>().concat()
 }
 
 struct MoeOp<'a> {

@@ -160,9 +160,11 @@ impl Checkpoint {
         self.load(name, shape, |_| self.options.dtype)
     }
 
-    /// A u8 tensor as stored (MXFP4 blocks and scales).
+    /// A u8 tensor as stored (MXFP4 blocks and scales), on the host whatever the device: its
+    /// users repack it there before any upload. (A slice of a CUDA tensor copied back with
+    /// candle's `to_vec1` brings the whole tensor along, once per expert.)
     pub fn bytes(&self, name: &str, shape: &[usize]) -> Result<Tensor, LoadError> {
-        self.load(name, shape, |_| DType::U8)
+        self.load_on(&Device::Cpu, name, shape, |_| DType::U8)
     }
 
     /// An int64 tensor (index maps such as `d2t`), as stored.
@@ -185,8 +187,19 @@ impl Checkpoint {
     /// Loads `name` after checking its shape; `dtype` maps the stored dtype to the one wanted.
     /// Float tensors must be stored as F32/BF16/F16, integer ones as I64, bytes as U8.
     fn load(&self, name: &str, shape: &[usize], dtype: impl Fn(DType) -> DType) -> Result<Tensor, LoadError> {
+        self.load_on(&self.options.device, name, shape, dtype)
+    }
+
+    /// `load` onto `device`.
+    fn load_on(
+        &self,
+        device: &Device,
+        name: &str,
+        shape: &[usize],
+        dtype: impl Fn(DType) -> DType,
+    ) -> Result<Tensor, LoadError> {
         if let Some(t) = self.memory.get(name) {
-            return self.load_from_memory(name, t, shape, dtype(t.dtype()));
+            return self.load_from_memory(name, t, shape, dtype(t.dtype()), device);
         }
         let (file, st) = self.file_of(name)?;
         let view = st.get(name).map_err(|source| LoadError::Candle {
@@ -215,7 +228,7 @@ impl Checkpoint {
             });
         };
         check_shape(name, file, view.shape(), shape)?;
-        st.load(name, &self.options.device)
+        st.load(name, device)
             .and_then(|t| t.to_dtype(wanted))
             .map_err(|source| LoadError::Candle {
                 context: format!("loading tensor {name} from {}", file.display()),
@@ -223,8 +236,16 @@ impl Checkpoint {
             })
     }
 
-    /// Same-dtype conversion is a no-op in candle, so a variable stays the variable.
-    fn load_from_memory(&self, name: &str, t: &Tensor, shape: &[usize], wanted: DType) -> Result<Tensor, LoadError> {
+    /// Same-dtype conversion and a move to its own device are no-ops in candle, so a variable
+    /// stays the variable.
+    fn load_from_memory(
+        &self,
+        name: &str,
+        t: &Tensor,
+        shape: &[usize],
+        wanted: DType,
+        device: &Device,
+    ) -> Result<Tensor, LoadError> {
         if t.dims() != shape {
             return Err(LoadError::ShapeMismatch {
                 name: name.to_owned(),
@@ -233,10 +254,12 @@ impl Checkpoint {
                 found: t.dims().to_vec(),
             });
         }
-        t.to_dtype(wanted).map_err(|source| LoadError::Candle {
-            context: format!("converting tensor {name}"),
-            source,
-        })
+        t.to_dtype(wanted)
+            .and_then(|t| t.to_device(device))
+            .map_err(|source| LoadError::Candle {
+                context: format!("converting tensor {name}"),
+                source,
+            })
     }
 
     fn file_of(&self, name: &str) -> Result<&(PathBuf, MmapedSafetensors), LoadError> {

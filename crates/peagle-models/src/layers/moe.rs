@@ -232,8 +232,12 @@ fn mxfp4_on_device(
     (down_blocks, down_scales): &(Tensor, Tensor),
     down_bias: &Tensor,
 ) -> Result<peagle_kernels::Mxfp4Experts> {
+    // The blocks and scales are on the host already (`Checkpoint::bytes`); the biases join
+    // them there, so that each expert's part is a slice of a host tensor.
+    let host = &candle_core::Device::Cpu;
+    let (gate_up_bias, down_bias) = (gate_up_bias.to_device(host)?, down_bias.to_device(host)?);
     let order: Vec<u32> = gate_up_rows.iter().map(|r| *r as u32).collect();
-    let order = Tensor::from_vec(order, gate_up_rows.len(), gate_up_bias.device())?;
+    let order = Tensor::from_vec(order, gate_up_rows.len(), host)?;
     let floats = |t: Tensor| t.to_dtype(DType::F32)?.to_vec1::<f32>();
     let weights = (0..gate_up_blocks.dim(0)?)
         .map(|x| {
