@@ -1,6 +1,6 @@
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
-use peagle_bench::{compare, modes, run_sweep, summary_table, sweep_table, write_report, write_sweep_report};
+use peagle_bench::{compare, modes, run_sweep, summary_table, sweep_table, write_report};
 use peagle_bench::{positive, BenchConfig, PrefixConfig, SweepConfig, Workload};
 use std::path::PathBuf;
 
@@ -201,7 +201,6 @@ async fn sweep(args: SweepArgs) -> Result<()> {
     peagle_bench::load_prompts(&config.workload.dataset, config.workload.num_prompts)?;
     let outcome = run_sweep(&config, &args.out).await?;
     let report = compare(&config, outcome);
-    write_sweep_report(&report, &args.out)?;
     print!("{}", sweep_table(&report.rows));
     eprintln!("wrote {}", args.out.display());
     match report.failures.len() {

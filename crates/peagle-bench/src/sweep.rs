@@ -5,6 +5,7 @@
 
 use crate::error::error_chain;
 use crate::server_process::ServerProcess;
+use crate::sweep_report::{compare, write_sweep_report};
 use crate::{run, write_report, BenchConfig, BenchError, BenchResult, Workload};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -123,6 +124,8 @@ pub struct SweepOutcome {
 /// Starts each mode's server in turn, benchmarks it, and writes each run's report under
 /// `out/runs/MODE-rREPEAT`. Each repeat starts at another mode (see `repeat_order`). A mode
 /// that fails is recorded and the sweep goes on: an hour of other modes is not lost to one.
+/// The sweep's report in `out` is rewritten after every mode, so a sweep stopped part way
+/// (a GPU lease running out) keeps what its finished modes measured.
 pub async fn run_sweep(config: &SweepConfig, out: &Path) -> Result<SweepOutcome, BenchError> {
     let modes = modes(config);
     let mut outcome = SweepOutcome::default();
@@ -152,6 +155,7 @@ pub async fn run_sweep(config: &SweepConfig, out: &Path) -> Result<SweepOutcome,
                     };
                     eprintln!("peagle-bench sweep: {} failed: {reason}", mode.name);
                     outcome.failures.push(failure(reason));
+                    write_sweep_report(&compare(config, outcome.clone()), out)?;
                     continue;
                 }
             };
@@ -169,6 +173,7 @@ pub async fn run_sweep(config: &SweepConfig, out: &Path) -> Result<SweepOutcome,
                 repeat,
                 result,
             });
+            write_sweep_report(&compare(config, outcome.clone()), out)?;
         }
     }
     Ok(outcome)

@@ -172,6 +172,10 @@ impl Engine {
         on_pool(|| {
             let started = Instant::now();
             let target = runner.run(&work, |seq| drafting.drafts_for(seq))?;
+            // A GPU runs the forward's kernels after their launch returns: waiting for them
+            // here charges them to the target, not to the verification that reads their
+            // logits first, and costs nothing that verification would not wait for.
+            target.forward.logits.device().synchronize()?;
             times.target_seconds += started.elapsed().as_secs_f64();
 
             let started = Instant::now();

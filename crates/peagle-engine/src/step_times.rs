@@ -6,7 +6,8 @@ use serde::Serialize;
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct StepTimes {
     pub steps: u64,
-    /// Target forward passes (prefill chunks and verification windows), logits copied out.
+    /// Target forward passes (prefill chunks and verification windows), to the end of their
+    /// kernels on a GPU.
     pub target_seconds: f64,
     /// Drafter passes.
     pub drafter_seconds: f64,
