@@ -4,14 +4,16 @@
 // Every output element is the same chain: lane l of a warp sums the products of elements
 // k = 8l + 256i + j (j = 0..7) in increasing order, then the lanes' sums meet in a fixed
 // butterfly. That order depends on K alone, so an element's value is the same whether its row
-// is computed alone or among 2,048 others: there is no M-dependent split of K. Two kernels
-// share the chain and differ only in how warps split the work, so a launcher may pick either
-// for any M without changing a bit; a warp takes LINEAR_ROWS rows of x, the block's warps
-// consecutive columns:
-// - linear_*: one output column a warp; the most warps for few rows (decode);
-// - linear_*_wide: LINEAR_WIDE_COLUMNS columns a warp, so a row's values, loaded once, serve
-//   every column of the warp: a quarter of the loads of x where many rows share each column
-//   (verification windows of many sequences, prefill chunks).
+// is computed alone or among 2,048 others: there is no M-dependent split of K. Three kernels
+// share the chain and differ only in how warps split the work, so a launcher may pick any of
+// them for any M without changing a bit; the block's warps take consecutive columns:
+// - linear_*_row: one row of x and one output column a warp: the fewest registers, so the
+//   most warps and weight loads in flight where a decode step reads every weight for one row;
+// - linear_*: LINEAR_ROWS rows of x and one output column a warp, for a few rows (a
+//   verification window);
+// - linear_*_wide: LINEAR_ROWS rows and LINEAR_WIDE_COLUMNS columns a warp, so a row's values,
+//   loaded once, serve every column of the warp: a quarter of the loads of x where many rows
+//   share each column (verification windows of many sequences, prefill chunks).
 // Requires K % 8 == 0 and 16-byte aligned rows (the launcher checks).
 //
 // FP8 weights (e4m3) carry one f32 scale per block_n x block_k block (`scales`
@@ -49,28 +51,29 @@ __device__ __forceinline__ void load8(const __nv_bfloat16* p, float* v) {
     }
 }
 
-// COLUMNS output columns of LINEAR_ROWS rows a warp. A column past N takes zeros, and its
-// sums are never written. The loop over K is unrolled twice for one column a warp, whose
-// loads are few, and not for more, whose registers go to the columns.
-template <typename T, typename W, int COLUMNS>
+// COLUMNS output columns of ROWS rows a warp. A column past N takes zeros, and its sums are
+// never written. The loop over K is unrolled for one column a warp, whose loads are few (four
+// times for one row, to keep more loads in flight; twice for more), and not for more columns,
+// whose registers go to the sums. Unrolling moves loads, never the order of the sums.
+template <typename T, typename W, int ROWS, int COLUMNS>
 __device__ void linear(T* out, const T* x, const W* w, int M, int N, int K, const float* scales, int block_n,
                        int block_k) {
-    static_assert(LINEAR_ROWS * COLUMNS <= 32, "a lane writes each of a warp's elements");
+    static_assert(ROWS * COLUMNS <= 32, "a lane writes each of a warp's elements");
     const int lane = threadIdx.x % 32;
     const int n0 = (blockIdx.y * LINEAR_WARPS + threadIdx.x / 32) * COLUMNS;
-    const int m0 = blockIdx.x * LINEAR_ROWS;
+    const int m0 = blockIdx.x * ROWS;
     if (n0 >= N) return;
-    const int rows = min(LINEAR_ROWS, M - m0);
+    const int rows = min(ROWS, M - m0);
     const int cols = min(COLUMNS, N - n0);
     const T* x_rows = x + (size_t)m0 * K;
     const int k_blocks = (K + block_k - 1) / block_k;
 
-    float acc[LINEAR_ROWS][COLUMNS];
+    float acc[ROWS][COLUMNS];
 #pragma unroll
-    for (int r = 0; r < LINEAR_ROWS; ++r)
+    for (int r = 0; r < ROWS; ++r)
 #pragma unroll
         for (int c = 0; c < COLUMNS; ++c) acc[r][c] = 0.f;
-#pragma unroll(COLUMNS == 1 ? 2 : 1)
+#pragma unroll(COLUMNS > 1 ? 1 : ROWS == 1 ? 4 : 2)
     for (int k = lane * 8; k < K; k += 256) {
         float wv[COLUMNS][8];
 #pragma unroll
@@ -88,7 +91,7 @@ __device__ void linear(T* out, const T* x, const W* w, int M, int N, int K, cons
             }
         }
 #pragma unroll
-        for (int r = 0; r < LINEAR_ROWS; ++r) {
+        for (int r = 0; r < ROWS; ++r) {
             if (r < rows) {
                 float xv[8];
                 load8(x_rows + (size_t)r * K + k, xv);
@@ -102,7 +105,7 @@ __device__ void linear(T* out, const T* x, const W* w, int M, int N, int K, cons
     // Every lane holds every sum after the butterflies; lane r * COLUMNS + c writes element
     // (r, c).
 #pragma unroll
-    for (int r = 0; r < LINEAR_ROWS; ++r)
+    for (int r = 0; r < ROWS; ++r)
 #pragma unroll
         for (int c = 0; c < COLUMNS; ++c) {
             const float sum = warp_sum(acc[r][c]);
@@ -114,12 +117,17 @@ __device__ void linear(T* out, const T* x, const W* w, int M, int N, int K, cons
     extern "C" __global__ void __launch_bounds__(32 * LINEAR_WARPS)                            \
         NAME(T* out, const T* x, const W* w, int M, int N, int K, const float* scales, int block_n, \
              int block_k) {                                                                    \
-        linear<T, W, 1>(out, x, w, M, N, K, scales, block_n, block_k);                         \
+        linear<T, W, LINEAR_ROWS, 1>(out, x, w, M, N, K, scales, block_n, block_k);            \
+    }                                                                                          \
+    extern "C" __global__ void __launch_bounds__(32 * LINEAR_WARPS)                            \
+        NAME##_row(T* out, const T* x, const W* w, int M, int N, int K, const float* scales,    \
+                   int block_n, int block_k) {                                                 \
+        linear<T, W, 1, 1>(out, x, w, M, N, K, scales, block_n, block_k);                      \
     }                                                                                          \
     extern "C" __global__ void __launch_bounds__(32 * LINEAR_WARPS)                            \
         NAME##_wide(T* out, const T* x, const W* w, int M, int N, int K, const float* scales,   \
                     int block_n, int block_k) {                                                \
-        linear<T, W, LINEAR_WIDE_COLUMNS>(out, x, w, M, N, K, scales, block_n, block_k);       \
+        linear<T, W, LINEAR_ROWS, LINEAR_WIDE_COLUMNS>(out, x, w, M, N, K, scales, block_n, block_k); \
     }
 
 LINEAR(linear_f32_f32, float, float)

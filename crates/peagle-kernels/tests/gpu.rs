@@ -68,7 +68,8 @@ fn invariant_matmul_equals_its_cpu_reference_bitwise_at_every_batch_size() {
     let Some(dev) = gpu() else { return };
     let (n, k) = (72, 1032);
     let w = tensor((n, k), 1, 0.1);
-    // M up to 8 takes one kernel, more the other (its `_wide` form): 9 and 13 cross the line.
+    // M = 1 takes one form of the kernel (`_row`), 2 to 8 another, more the `_wide` one: 1, 3,
+    // 8, 9 and 13 cross the lines.
     for m in [1, 3, 8, 9, 13, 64, 256, 2048] {
         let x = tensor((m, k), 2 + m as u64, 1.0);
         let want = invariant_matmul(&x, &w).unwrap();

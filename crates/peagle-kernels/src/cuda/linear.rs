@@ -6,11 +6,53 @@ use candle_core::cuda_backend::cudarc::driver::{CudaView, DeviceRepr, LaunchConf
 use candle_core::cuda_backend::{CudaDType, CudaStorage, WrapErr};
 use candle_core::{DType, Layout, Result, Shape};
 
-/// Rows of x and warps per block, and each warp's columns in the `_wide` kernels, as
-/// `kernels/linear.cu` has them.
-const ROWS: usize = 8;
+/// Warps per block, as `kernels/linear.cu` has them.
 const WARPS: usize = 8;
-const WIDE_COLUMNS: usize = 4;
+
+/// How a kernel of `kernels/linear.cu` splits the work: rows of x and output columns a warp.
+#[derive(Clone, Copy)]
+enum Form {
+    /// `_row`: one row, one column.
+    Row,
+    /// 8 rows, one column.
+    Rows,
+    /// `_wide`: 8 rows, 4 columns.
+    Wide,
+}
+
+impl Form {
+    /// Every form computes each element by the same chain (`kernels/linear.cu`), so a row's
+    /// bits do not depend on which one its batch's size picks.
+    fn for_rows(m: usize) -> Self {
+        match m {
+            1 => Self::Row,
+            2..=8 => Self::Rows,
+            _ => Self::Wide,
+        }
+    }
+
+    fn suffix(self) -> &'static str {
+        match self {
+            Self::Row => "_row",
+            Self::Rows => "",
+            Self::Wide => "_wide",
+        }
+    }
+
+    fn rows_per_warp(self) -> usize {
+        match self {
+            Self::Row => 1,
+            Self::Rows | Self::Wide => 8,
+        }
+    }
+
+    fn columns_per_warp(self) -> usize {
+        match self {
+            Self::Row | Self::Rows => 1,
+            Self::Wide => 4,
+        }
+    }
+}
 
 /// An FP8 weight's block scales [ceil(N / bn), ceil(K / bk)] (f32) and its block (bn, bk).
 pub(crate) type BlockScales<'a> = ((&'a CudaStorage, &'a Layout), (usize, usize));
@@ -49,20 +91,17 @@ pub(crate) fn linear(
             "an FP8 weight needs its block scales, and only an FP8 weight has them",
         ));
     }
-    // Both kernels compute each element by the same chain (`kernels/linear.cu`), so a row's
-    // bits do not depend on which one its batch's size picks: one block of rows takes the
-    // kernel with the most warps, more take the one that loads each row once per 4 columns.
-    let wide = m > ROWS;
+    let form = Form::for_rows(m);
     let name = format!(
         "linear_{}_{}{}",
         dtype_name(OP, x_dtype)?,
         dtype_name_or_fp8(OP, w_dtype)?,
-        if wide { "_wide" } else { "" }
+        form.suffix()
     );
     let (block_n, block_k) = scales.map_or((1, 8), |(_, block)| block);
     let args = Args {
         func: function(&device, Module::Linear, &name)?,
-        columns_per_warp: if wide { WIDE_COLUMNS } else { 1 },
+        form,
         dims: [int(OP, m)?, int(OP, n)?, int(OP, k)?],
         scales: scales.map(|((s, l), _)| view::<f32>(s, l, "scales")).transpose()?,
         block: [int(OP, block_n)?, int(OP, block_k)?],
@@ -73,7 +112,7 @@ pub(crate) fn linear(
 
 struct Args<'a> {
     func: Kernel,
-    columns_per_warp: usize,
+    form: Form,
     /// M, N, K.
     dims: [i32; 3],
     scales: Option<CudaView<'a, f32>>,
@@ -104,8 +143,8 @@ fn launch<T: CudaDType + DeviceRepr, W: CudaDType>(
     builder.arg(&a.block[0]).arg(&a.block[1]);
     let config = LaunchConfig {
         grid_dim: (
-            m.div_ceil(ROWS) as u32,
-            n.div_ceil(WARPS * a.columns_per_warp) as u32,
+            m.div_ceil(a.form.rows_per_warp()) as u32,
+            n.div_ceil(WARPS * a.form.columns_per_warp()) as u32,
             1,
         ),
         block_dim: (32 * WARPS as u32, 1, 1),
