@@ -1,5 +1,6 @@
 """Assembles scripts/gpu_check.sh's results directory into report.json and report.md."""
 
+import csv
 import json
 import os
 import sys
@@ -86,6 +87,11 @@ def main(out):
     gpt, section = gpt_oss(out)
     if gpt:
         report["gpt_oss"] = gpt
+        md += section
+
+    profiles, section = kernel_profiles(out)
+    if profiles:
+        report["kernel_profiles"] = profiles
         md += section
 
     graphs, section = graph_gains(out)
@@ -303,6 +309,59 @@ def gpt_oss(out):
             "targets": [{"target": text, "value": value, "threshold": threshold,
                          "met": None if value is None else value >= threshold}
                         for text, value, threshold, _ in targets]}
+    return data, md
+
+
+# Kernel profiles by gpu_check.sh's kernel_profile: the run's name and what it profiled.
+KERNEL_PROFILES = {
+    "llama-8b-decode": "Llama-8B-shaped target, no speculation",
+    "gpt-oss-decode": "gpt-oss-20b-shaped target, no speculation",
+    "gpt-oss-peagle": "gpt-oss-20b-shaped target, P-EAGLE K=7 (random drafter)",
+}
+PROFILE_TOP = 15  # kernels listed by name; the rest are summed in one line
+
+
+def ncu_kernel_times(path):
+    """{kernel name: [launches, total ns]} from an ncu --csv --print-units base log of the
+    gpu__time_duration.sum metric; ncu's own lines (==PROF==) are skipped."""
+    rows = csv.reader(line for line in open(path) if line.startswith('"'))
+    header = next(rows, None)
+    if not header or "Kernel Name" not in header or "Metric Value" not in header:
+        return {}
+    name, metric, value = (header.index(c) for c in ("Kernel Name", "Metric Name", "Metric Value"))
+    times = {}
+    for row in rows:
+        if len(row) == len(header) and row[metric] == "gpu__time_duration.sum":
+            entry = times.setdefault(row[name], [0, 0.0])
+            entry[0] += 1
+            entry[1] += float(row[value].replace(",", ""))
+    return times
+
+
+def kernel_profiles(out):
+    """Each kernel profile's GPU time by kernel, a mean per engine step: report.json's part and
+    report.md's lines."""
+    data, md = {}, []
+    for name, title in KERNEL_PROFILES.items():
+        path, meta = os.path.join(out, f"{name}-kernels.csv"), load(os.path.join(out, f"{name}-kernels.json"))
+        times = ncu_kernel_times(path) if meta and os.path.exists(path) else {}
+        if not times:
+            continue
+        steps = meta["steps"]
+        ranked = sorted(times.items(), key=lambda kv: -kv[1][1])
+        total = sum(ns for _, ns in times.values())
+        data[name] = {"steps": steps, "kernels": {k: {"launches": n, "ns": ns} for k, (n, ns) in ranked}}
+        md += ["", f"## GPU time by kernel: {title}", "",
+               f"ncu, each kernel alone with cold caches, over {steps} engine steps of one short prompt (its "
+               f"prefill among them); means per step. All kernels: {sum(n for n, _ in times.values()) / steps:.0f} "
+               f"launches, {total / steps / 1e3:.1f} us.", "",
+               "| kernel | launches a step | us a step | share |", "| --- | ---: | ---: | ---: |"]
+        for kernel, (n, ns) in ranked[:PROFILE_TOP]:
+            md.append(f"| `{kernel[:80]}` | {n / steps:.1f} | {ns / steps / 1e3:.1f} | {100 * ns / total:.1f}% |")
+        rest = ranked[PROFILE_TOP:]
+        if rest:
+            n, ns = sum(r[1][0] for r in rest), sum(r[1][1] for r in rest)
+            md.append(f"| {len(rest)} others | {n / steps:.1f} | {ns / steps / 1e3:.1f} | {100 * ns / total:.1f}% |")
     return data, md
 
 

@@ -58,7 +58,12 @@ fn seeded_sampling_repeats() {
 #[test]
 fn errors_are_one_line_with_non_zero_exit() {
     let model = fixture("tiny-llama");
-    let cases: [(&[&str], &str); 3] = [
+    let prompts = format!("{model}/eval_prompts.jsonl");
+    let cases: [(&[&str], &str); 4] = [
+        (
+            &["--model", &model, "--prompts-file", &prompts, "--cuda-profile"],
+            "--cuda-profile needs --device cuda",
+        ),
         (
             &["--model", "/no/such/model", "--prompt", "x"],
             "missing model directory: /no/such/model",

@@ -7,6 +7,7 @@ mod cache_element;
 mod contiguous;
 #[cfg(feature = "cuda")]
 mod cuda;
+mod cuda_profiler;
 mod dequantized_linear;
 mod device_memory;
 mod dot;
@@ -38,6 +39,7 @@ mod value_sum;
 
 pub use argmax_rows::argmax_rows;
 pub use cache_element::CacheElement;
+pub use cuda_profiler::cuda_profiler_range;
 pub use device_memory::{device_memory, peak_allocated, DeviceMemory};
 pub use error::KernelError;
 pub use exp::exp_in_place;

@@ -8,6 +8,7 @@ use peagle_cli::{demo_model_dir, init_tracing};
 use peagle_engine::{
     DraftModel, GenerateParams, Generator, GeneratorOptions, Penalties, SamplingParams, DEFAULT_GPU_MEMORY_UTILIZATION,
 };
+use peagle_kernels::cuda_profiler_range;
 use peagle_models::{DTypeSpec, DeviceSpec, KvCacheDtype, LoadOptions};
 use std::io::Write;
 use std::path::PathBuf;
@@ -70,6 +71,12 @@ struct Args {
     /// and a step's activations leave of it, up to a full-length sequence's.
     #[arg(long, default_value_t = DEFAULT_GPU_MEMORY_UTILIZATION)]
     gpu_memory_utilization: f64,
+    /// For a CUDA profiler: every prompt of --prompts-file after the first runs inside the
+    /// CUDA profiler API's capture range, which `ncu --profile-from-start off` and `nsys
+    /// profile --capture-range=cudaProfilerApi` record; loading and the first prompt, which
+    /// warms the engine up, stay out of the profile (with --device cuda).
+    #[arg(long, requires = "prompts_file")]
+    cuda_profile: bool,
     /// EAGLE-3 or P-EAGLE drafter directory: enables speculative decoding.
     #[arg(long)]
     draft_model: Option<PathBuf>,
@@ -121,6 +128,10 @@ fn run(args: Args) -> Result<()> {
         ..Default::default()
     };
     let load = LoadOptions::place(args.device, args.dtype).context("--device / --dtype")?;
+    if args.cuda_profile && load.device.is_cpu() {
+        bail!("--cuda-profile needs --device cuda");
+    }
+    let device = load.device.clone();
     let mut generator = Generator::from_dir(&dir, draft.as_ref(), load, &opts)
         .with_context(|| format!("cannot load {}", dir.display()))?;
     let params = GenerateParams {
@@ -172,6 +183,9 @@ fn run(args: Args) -> Result<()> {
                 .map(|(line, prompt)| generator.prompt_ids(prompt).with_context(|| at(line)))
                 .collect::<Result<Vec<_>>>()?;
             for (line, (prompt, ids)) in prompts.iter().zip(&ids).enumerate() {
+                if args.cuda_profile && line == 1 {
+                    cuda_profiler_range(&device, true).context("starting the CUDA profiler's range")?;
+                }
                 let mut text = String::new();
                 let out = generator
                     .generate_text(ids, &params, |t| text.push_str(t))
@@ -181,6 +195,9 @@ fn run(args: Args) -> Result<()> {
             }
         }
         (None, None) => bail!("give --prompt or --prompts-file"),
+    }
+    if args.cuda_profile {
+        cuda_profiler_range(&device, false).context("stopping the CUDA profiler's range")?;
     }
     report.set_step_times(generator.engine().times());
     eprintln!("{}", report.summary());
