@@ -149,28 +149,27 @@ run_tests() {
     fi
 }
 
-# kernel_profile NAME MODEL PROMPT [ARGUMENT...]: the GPU time of every kernel over the
-# PROFILE_STEPS engine steps of a prompt (its prefill among them), recorded by Nsight Compute
-# in NAME-kernels.csv, with NAME-kernels.json saying how many steps. The same prompt runs once
+# kernel_profile NAME MODEL PROMPT STEPS [ARGUMENT...]: the GPU time of every kernel over the
+# STEPS engine steps of a prompt (its prefill first), recorded by Nsight Compute in
+# NAME-kernels.csv, with NAME-kernels.json saying how many steps. The same prompt runs once
 # before, outside the profiled range, to warm the engine up. ARGUMENTs go to peagle-generate.
 # ncu times each kernel alone, with the caches flushed before it, at the clocks it would run.
-PROFILE_STEPS=4
 kernel_profile() {
-    local name=$1 model=$2 prompt=$3 ncu prompts
-    shift 3
+    local name=$1 model=$2 prompt=$3 steps=$4 ncu prompts
+    shift 4
     ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
     if [ -z "$ncu" ]; then
         echo "no ncu on this host: $name's kernel profile left out" | tee -a "$out/steps.log"
         return
     fi
-    step "$name: GPU time by kernel over $PROFILE_STEPS steps (ncu)" || return
+    step "$name: GPU time by kernel over $steps step(s) (ncu)" || return
     prompts=$(mktemp)
     python3 -c 'import json, sys; print((json.dumps({"prompt": sys.argv[1]}) + "\n") * 2, end="")' "$prompt" >"$prompts"
     timed "$ncu" --profile-from-start off --metrics gpu__time_duration.sum --csv --print-units base \
         --clock-control none --log-file "$out/$name-kernels.csv" \
         "$bin/peagle-generate" --device cuda --model "$model" --prompts-file "$prompts" \
-        --max-tokens "$PROFILE_STEPS" --ignore-eos --cuda-profile "$@" >/dev/null 2>"$out/$name-kernels.log" &&
-        echo "{\"steps\": $PROFILE_STEPS}" >"$out/$name-kernels.json" ||
+        --max-tokens "$steps" --ignore-eos --cuda-profile "$@" >/dev/null 2>"$out/$name-kernels.log" &&
+        echo "{\"steps\": $steps}" >"$out/$name-kernels.json" ||
         fail "$name's kernel profile (see $name-kernels.log)"
     rm -f "$prompts"
 }
@@ -226,15 +225,19 @@ run_gpt_oss() {
             --num-prompts "$prompts" --concurrency "$concurrency" --max-tokens 128 --out "$out/$name" \
             >"$out/$name.log" 2>&1 || fail "$name (see $name.log)"
     }
+    # The kernel profiles first: where a step's time goes is what the next change needs.
+    # Decode: a prompt of 4 words, so that its prefill weighs as little as a decode step.
+    # Prefill: one step of 512 words.
+    local words short long
+    words=$(python3 -c 'import json, sys; print(" ".join(w for l in open(sys.argv[1]) for w in json.loads(l)["prompt"].split()))' \
+        "$model/prompts.jsonl")
+    short=$(echo "$words" | cut -d' ' -f1-4) long=$(echo "$words" | cut -d' ' -f1-512)
+    kernel_profile gpt-oss-decode "$model" "$short" 4 --max-model-len 1024
+    kernel_profile gpt-oss-peagle "$model" "$short" 4 --max-model-len 1024 --draft-model "$drafters/peagle" \
+        --parallel-drafting --k 7
+    kernel_profile gpt-oss-prefill "$model" "$long" 1 --max-model-len 1024
     # Concurrency 1 on 8 of the prompts, after a level with all 8 at once that warms each server
     # (the report leaves it out), without CUDA graphs and with them; 16 and 64 on all 64.
-    # The kernel profiles first: where a step's time goes is what the next change needs.
-    local prompt
-    # A prompt of 4 words, so that its prefill weighs as little as a decode step.
-    prompt=$(head -1 "$model/prompts.jsonl" | python3 -c 'import json, sys; print(" ".join(json.load(sys.stdin)["prompt"].split()[:4]))')
-    kernel_profile gpt-oss-decode "$model" "$prompt" --max-model-len 1024
-    kernel_profile gpt-oss-peagle "$model" "$prompt" --max-model-len 1024 --draft-model "$drafters/peagle" \
-        --parallel-drafting --k 7
     gpt_oss_sweep gpt-oss-sweep-c1 8 8,1
     gpt_oss_sweep gpt-oss-sweep-c1-graphs 8 8,1 --server-arg=--cuda-graphs
     gpt_oss_sweep gpt-oss-sweep 64 16,64
@@ -256,7 +259,7 @@ run_llama() {
         timed "$bin/peagle-generate" --device cuda --model "$model" --prompt "t5 t6 t7 t8" --max-tokens 64 --ignore-eos \
             $graphs --stats-json "$out/$name.json" >/dev/null 2>"$out/$name.log" || fail "8B decode (see $name.log)"
     done
-    kernel_profile llama-8b-decode "$model" "t5 t6 t7 t8"
+    kernel_profile llama-8b-decode "$model" "t5 t6 t7 t8" 4
     rm -rf "$model"
 }
 

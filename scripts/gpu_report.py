@@ -317,6 +317,7 @@ KERNEL_PROFILES = {
     "llama-8b-decode": "Llama-8B-shaped target, no speculation",
     "gpt-oss-decode": "gpt-oss-20b-shaped target, no speculation",
     "gpt-oss-peagle": "gpt-oss-20b-shaped target, P-EAGLE K=7 (random drafter)",
+    "gpt-oss-prefill": "gpt-oss-20b-shaped target, a 512-word prompt's prefill",
 }
 PROFILE_TOP = 15  # kernels listed by name; the rest are summed in one line
 
@@ -352,8 +353,8 @@ def kernel_profiles(out):
         total = sum(ns for _, ns in times.values())
         data[name] = {"steps": steps, "kernels": {k: {"launches": n, "ns": ns} for k, (n, ns) in ranked}}
         md += ["", f"## GPU time by kernel: {title}", "",
-               f"ncu, each kernel alone with cold caches, over {steps} engine steps of one short prompt (its "
-               f"prefill among them); means per step. All kernels: {sum(n for n, _ in times.values()) / steps:.0f} "
+               f"ncu, each kernel alone with cold caches, over {steps} engine step(s) of one prompt (its "
+               f"prefill first); means per step. All kernels: {sum(n for n, _ in times.values()) / steps:.0f} "
                f"launches, {total / steps / 1e3:.1f} us.", "",
                "| kernel | launches a step | us a step | share |", "| --- | ---: | ---: | ---: |"]
         for kernel, (n, ns) in ranked[:PROFILE_TOP]:
