@@ -26,31 +26,6 @@
 #define LINEAR_WARPS 8
 #define LINEAR_WIDE_COLUMNS 4
 
-__device__ __forceinline__ void load8(const float* p, float* v) {
-    const float4 a = *reinterpret_cast<const float4*>(p);
-    const float4 b = *reinterpret_cast<const float4*>(p + 4);
-    v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
-    v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
-}
-
-__device__ __forceinline__ void load8(const __nv_fp8_e4m3* p, float* v) {
-    const uint2 raw = *reinterpret_cast<const uint2*>(p);
-    const __nv_fp8_e4m3* bytes = reinterpret_cast<const __nv_fp8_e4m3*>(&raw);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) v[i] = float(bytes[i]);
-}
-
-__device__ __forceinline__ void load8(const __nv_bfloat16* p, float* v) {
-    const uint4 raw = *reinterpret_cast<const uint4*>(p);
-    const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const float2 f = __bfloat1622float2(pairs[i]);
-        v[2 * i] = f.x;
-        v[2 * i + 1] = f.y;
-    }
-}
-
 // COLUMNS output columns of ROWS rows a warp. A column past N takes zeros, and its sums are
 // never written. The loop over K is unrolled for one column a warp, whose loads are few (four
 // times for one row, to keep more loads in flight; twice for more), and not for more columns,

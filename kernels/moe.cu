@@ -13,8 +13,9 @@
 // rows are the I gate rows, then the I up rows. Weights are dequantized in registers as read.
 //
 // Batch invariance: one warp computes one output column for the pairs of its tile; lane l sums
-// MXFP4 blocks l, l + 32, ... of the inner dimension in order, 32 products each, then the warp
-// reduces by a fixed butterfly. The order depends on the inner dimension alone, so a pair's
+// MXFP4 blocks l, l + 32, ... of the inner dimension in order, 32 products each (their inputs
+// read 8 at a time by vector loads: rows start 16-byte aligned), then the warp reduces by a
+// fixed butterfly. The order depends on the inner dimension alone, so a pair's
 // result is the same whatever other pairs, rows or experts share the launch.
 #include "common.cuh"
 
@@ -184,7 +185,12 @@ __device__ void tile_dots(const uint8_t* blocks, const uint8_t* scales, size_t r
             const X* xs = x + (size_t)input_rows[j] * in_dim + (size_t)g * 32;
             float a = acc[j];
 #pragma unroll
-            for (int i = 0; i < 32; ++i) a = fmaf(w[i], to_f32(xs[i]), a);
+            for (int i0 = 0; i0 < 32; i0 += 8) {
+                float xv[8];
+                load8(xs + i0, xv);
+#pragma unroll
+                for (int i = 0; i < 8; ++i) a = fmaf(w[i0 + i], xv[i], a);
+            }
             acc[j] = a;
         }
     }

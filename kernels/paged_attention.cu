@@ -6,6 +6,9 @@
 // One block of ATTN_THREADS threads per (query row, query head). Keys are visited in tiles of
 // ATTN_THREADS positions, in position order, with an online softmax; each output element is
 // the same chain of operations whatever else the launch holds, so rows are batch invariant.
+// The loops over a key's elements and over a tile's values are unrolled so that several of
+// their loads are in flight at once (a decode row's block waits on little else); unrolling
+// moves loads, never the order of the sums.
 //
 // `q`'s rows are `q_stride` elements apart (a column range of a wider tensor), `out`'s
 // num_heads * head_dim.
@@ -52,6 +55,7 @@ __device__ void paged_attention(T* out, const T* q, const C* k_cache, const C* v
             slots[tid] = slot;
             const C* key = k_cache + slot * kv_width + (size_t)kv_head * head_dim;
             float dot = 0.f;
+#pragma unroll 8
             for (int d = 0; d < head_dim; ++d) dot = fmaf(q_s[d], to_f32(key[d]), dot);
             score = dot * scale;
         }
@@ -62,6 +66,7 @@ __device__ void paged_attention(T* out, const T* q, const C* k_cache, const C* v
         denom = denom * rescale + block_sum(w, scratch);
         acc0 *= rescale;
         acc1 *= rescale;
+#pragma unroll 8
         for (int j = 0; j < n; ++j) {
             const C* value = v_cache + slots[j] * kv_width + (size_t)kv_head * head_dim;
             if (tid < head_dim) acc0 = fmaf(weights[j], to_f32(value[tid]), acc0);

@@ -1,5 +1,5 @@
 use super::module::{function, Kernel, Module};
-use super::{by_dtypes_or_fp8, dtype_name, dtype_name_or_fp8, int, output, view};
+use super::{aligned_16, by_dtypes_or_fp8, dtype_name, dtype_name_or_fp8, int, output, view};
 use crate::error::{bad_input, matmul_dims};
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{CudaView, DeviceRepr, LaunchConfig, PushKernelArg};
@@ -80,9 +80,7 @@ pub(crate) fn linear(
         ));
     }
     for (what, l, dtype) in [("x", x.1, x_dtype), ("weight", w.1, w_dtype)] {
-        if l.start_offset() * dtype.size_in_bytes() % 16 != 0 {
-            return Err(bad_input(OP, format!("{what} does not start on a 16-byte boundary")));
-        }
+        aligned_16(OP, what, l, dtype)?;
     }
     let device = x.0.device.clone();
     if (w_dtype == DType::F8E4M3) != scales.is_some() {

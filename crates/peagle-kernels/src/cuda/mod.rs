@@ -33,6 +33,15 @@ use candle_core::cuda_backend::cudarc::driver::{CudaSlice, CudaView, DeviceRepr,
 use candle_core::cuda_backend::{CudaDType, CudaDevice, CudaStorage};
 use candle_core::{DType, Layout, Result, Storage, Tensor};
 
+/// Fails unless `layout`'s first element starts on a 16-byte boundary, as kernels that read
+/// rows by vector loads need.
+fn aligned_16(op: &'static str, what: &str, layout: &Layout, dtype: DType) -> Result<()> {
+    if !(layout.start_offset() * dtype.size_in_bytes()).is_multiple_of(16) {
+        return Err(bad_input(op, format!("{what} does not start on a 16-byte boundary")));
+    }
+    Ok(())
+}
+
 /// The elements of a contiguous layout over `storage`, as a view the kernel reads.
 fn view<'a, T: CudaDType>(storage: &'a CudaStorage, layout: &Layout, what: &str) -> Result<CudaView<'a, T>> {
     let (start, end) = layout

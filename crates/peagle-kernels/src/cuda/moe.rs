@@ -1,5 +1,5 @@
 use super::module::{function, Module};
-use super::{by_dtype, dtype_name, grid, int, output, view};
+use super::{aligned_16, by_dtype, dtype_name, grid, int, output, view};
 use crate::error::bad_input;
 use crate::mxfp4_experts::{Mxfp4Experts, Routing};
 use candle_core::backend::BackendStorage;
@@ -38,6 +38,8 @@ pub(crate) fn moe(
     if logits.0.dtype() != dtype {
         return Err(bad_input(OP, "the router's logits and x differ in dtype"));
     }
+    // The kernels read x's rows 8 values at a time, by vector loads.
+    aligned_16(OP, "x", x.1, dtype)?;
     let device = x.0.device.clone();
     let names = |stem: &str| -> Result<String> { Ok(format!("{stem}_{}", dtype_name(OP, dtype)?)) };
     let names = [names("moe_route")?, names("moe_gate_up")?, names("moe_combine")?];
