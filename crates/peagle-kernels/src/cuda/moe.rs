@@ -51,6 +51,14 @@ pub(crate) fn moe(
     Ok((out, Shape::from((rows, experts.hidden))))
 }
 
+/// The most tiles `pairs` (row, expert) pairs make over `experts` experts, which bounds the
+/// grid of the projections: a tile holds at least one pair, and each expert's tiles hold
+/// `TILE` pairs but its last. Blocks past the tiles there are return at once, but each still
+/// takes a launch slot, so the bound is kept tight.
+fn max_tiles(pairs: usize, experts: usize) -> usize {
+    pairs.min(pairs.div_ceil(TILE) + experts)
+}
+
 fn launch<T: CudaDType + DeviceRepr>(
     device: &CudaDevice,
     x: (&CudaStorage, &Layout),
@@ -64,7 +72,7 @@ fn launch<T: CudaDType + DeviceRepr>(
     let (rows, k) = (x.1.shape().dims2()?.0, routing.top_k);
     let (num_experts, hidden, inter) = (experts.num_experts, experts.hidden, experts.intermediate);
     let pairs = rows * k;
-    let max_tiles = pairs.div_ceil(TILE) + num_experts;
+    let max_tiles = max_tiles(pairs, num_experts);
     if max_tiles > MAX_GRID_Y {
         return Err(bad_input(
             OP,
@@ -144,4 +152,28 @@ fn launch<T: CudaDType + DeviceRepr>(
     // SAFETY: `pair_of` maps each row's k pairs into `y` [pairs, hidden].
     unsafe { b.launch(grid((rows as u32, 1), 256)) }.w()?;
     Ok(CudaStorage::wrap_cuda_slice(out, device.clone()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Against every way of routing up to 20 pairs to 3 experts: the bound holds, and some
+    /// routing reaches it.
+    #[test]
+    fn max_tiles_bounds_every_routing_tightly() {
+        let experts = 3;
+        for pairs in 1..=20 {
+            let mut most = 0;
+            for a in 0..=pairs {
+                for b in 0..=pairs - a {
+                    let tiles: usize = [a, b, pairs - a - b].map(|n: usize| n.div_ceil(TILE)).iter().sum();
+                    most = most.max(tiles);
+                }
+            }
+            assert!(most <= max_tiles(pairs, experts), "{pairs} pairs: {most} tiles");
+            assert!(max_tiles(pairs, experts) - most <= experts, "{pairs} pairs");
+        }
+        assert_eq!(max_tiles(4, 32), 4, "a decode row's 4 pairs");
+    }
 }
