@@ -26,6 +26,7 @@
 #   GPU_CHECK_TAR=FILE    the results directory packed into FILE (.tgz) after every step, so
 #                         that a command stopped at its limit still leaves what it measured
 #   TEST_TIMEOUT=N        the most seconds one GPU test may take (default 120)
+#   PROFILE_TIMEOUT=N     the most seconds one kernel profile may take (default 150)
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 parts=("$@")
@@ -165,8 +166,11 @@ kernel_profile() {
     step "$name: GPU time by kernel over $steps step(s) (ncu)" || return
     prompts=$(mktemp)
     python3 -c 'import json, sys; print((json.dumps({"prompt": sys.argv[1]}) + "\n") * 2, end="")' "$prompt" >"$prompts"
-    timed "$ncu" --profile-from-start off --metrics gpu__time_duration.sum --csv --print-units base \
-        --clock-control none --log-file "$out/$name-kernels.csv" \
+    # ncu writes its table when the program ends: a profile cut off by the time left would keep
+    # nothing, so each has a limit of its own (PROFILE_TIMEOUT) and profiles at most 5000 launches.
+    timeout --kill-after=10 "$(min "${PROFILE_TIMEOUT:-150}" "$(max 1 "$(left)")")" \
+        "$ncu" --profile-from-start off --launch-count 5000 --metrics gpu__time_duration.sum --csv \
+        --print-units base --clock-control none --log-file "$out/$name-kernels.csv" \
         "$bin/peagle-generate" --device cuda --model "$model" --prompts-file "$prompts" \
         --max-tokens "$steps" --ignore-eos --cuda-profile "$@" >/dev/null 2>"$out/$name-kernels.log" &&
         echo "{\"steps\": $steps}" >"$out/$name-kernels.json" ||
