@@ -272,9 +272,9 @@ impl Drafter {
         let rope = self.rope.tables(positions, &self.device)?;
         let mut x = self.first.forward(&self.embed.forward(&ids)?, &h, &rope, &ctx(0))?;
         for (i, layer) in self.layers.iter().enumerate() {
-            x = layer.forward(&x, &rope, &ctx(i + 1))?;
+            x = layer.forward(x, &rope, &ctx(i + 1))?.1;
         }
-        Ok(x)
+        x.sum()
     }
 
     /// Final norm and draft-vocabulary logits of the selected rows.

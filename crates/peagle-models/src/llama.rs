@@ -8,7 +8,9 @@ use crate::config::{ModelDims, TextConfig};
 use crate::error::LoadError;
 use crate::forward_inputs::ForwardInputs;
 use crate::kv_cache::KvCache;
-use crate::layers::{AttentionContext, AttentionOptions, DecoderLayer, Embedding, Linear, RmsNorm, RotaryEmbedding};
+use crate::layers::{
+    AttentionContext, AttentionOptions, DecoderLayer, Embedding, Linear, Residual, RmsNorm, RotaryEmbedding,
+};
 use crate::target_model::{
     check_batch, check_capture_layers, default_capture_layers, Capture, ForwardStates, TargetModel,
 };
@@ -120,15 +122,16 @@ impl TargetModel for Llama {
 
     fn forward_states(&self, inputs: &ForwardInputs, kv: &KvCache) -> Result<ForwardStates> {
         let mut capture = Capture::new(inputs, &self.capture_layers);
-        let mut x = self.embed.forward(&inputs.ids)?;
+        let mut x = Residual::new(self.embed.forward(&inputs.ids)?);
         for (i, layer) in self.layers.iter().enumerate() {
-            capture.layer_input(i, &x)?;
             let ctx = AttentionContext::Paged {
                 kv: kv.layer(i),
                 meta: &inputs.attn,
             };
-            x = layer.forward(&x, &inputs.rope, &ctx)?;
+            let (input, output) = layer.forward(x, &inputs.rope, &ctx)?;
+            capture.layer_input(i, &input)?;
+            x = output;
         }
-        capture.finish(&x)
+        capture.finish(&x.sum()?)
     }
 }

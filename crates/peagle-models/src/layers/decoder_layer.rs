@@ -1,4 +1,4 @@
-use super::{Attention, AttentionContext, AttentionOptions, FeedForward, RmsNorm, RopeTables};
+use super::{Attention, AttentionContext, AttentionOptions, FeedForward, Residual, RmsNorm, RopeTables};
 use crate::checkpoint::Checkpoint;
 use crate::config::TextConfig;
 use crate::error::LoadError;
@@ -48,9 +48,13 @@ impl DecoderLayer {
         self.ffn.reads_back()
     }
 
-    pub fn forward(&self, x: &Tensor, rope: &RopeTables, ctx: &AttentionContext) -> Result<Tensor> {
-        let attn = self.attn.forward(&self.input_norm.forward(x)?, rope, ctx)?;
-        let (x, normed) = self.post_attention_norm.forward_residual(x, &attn)?;
-        &x + self.ffn.forward(&normed)?
+    /// The block over the stream `x`: its input (the stream's value, for a capture) and its
+    /// output, whose feed-forward add is left pending for the next block.
+    pub fn forward(&self, x: Residual, rope: &RopeTables, ctx: &AttentionContext) -> Result<(Tensor, Residual)> {
+        let (input, normed) = x.normed(&self.input_norm)?;
+        let attn = self.attn.forward(&normed, rope, ctx)?;
+        let (x, normed) = self.post_attention_norm.forward_residual(&input, &attn)?;
+        let delta = self.ffn.forward(&normed)?;
+        Ok((input, Residual::pending(x, delta)))
     }
 }

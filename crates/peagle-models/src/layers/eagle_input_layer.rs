@@ -1,4 +1,4 @@
-use super::{Attention, AttentionContext, AttentionOptions, FeedForward, RmsNorm, RopeTables};
+use super::{Attention, AttentionContext, AttentionOptions, FeedForward, Residual, RmsNorm, RopeTables};
 use crate::checkpoint::Checkpoint;
 use crate::config::TextConfig;
 use crate::error::LoadError;
@@ -42,7 +42,7 @@ impl EagleInputLayer {
         hidden: &Tensor,
         rope: &RopeTables,
         ctx: &AttentionContext,
-    ) -> Result<Tensor> {
+    ) -> Result<Residual> {
         let normed_hidden = self.hidden_norm.forward(hidden)?;
         let residual = if self.norm_before_residual {
             &normed_hidden
@@ -50,7 +50,8 @@ impl EagleInputLayer {
             hidden
         };
         let input = Tensor::cat(&[&self.input_norm.forward(embeds)?, &normed_hidden], 1)?;
-        let x = (residual + self.attn.forward(&input, rope, ctx)?)?;
-        &x + self.ffn.forward(&self.post_attention_norm.forward(&x)?)?
+        let attn = self.attn.forward(&input, rope, ctx)?;
+        let (x, normed) = self.post_attention_norm.forward_residual(residual, &attn)?;
+        Ok(Residual::pending(x, self.ffn.forward(&normed)?))
     }
 }

@@ -9,6 +9,7 @@ mod feed_forward;
 mod linear;
 mod mlp;
 mod moe;
+mod residual;
 mod rms_norm;
 mod rope;
 
@@ -20,5 +21,6 @@ pub use feed_forward::FeedForward;
 pub use linear::Linear;
 pub use mlp::Mlp;
 pub use moe::{Activation, Moe, MoeConfig};
+pub use residual::Residual;
 pub use rms_norm::RmsNorm;
 pub use rope::{RopeTables, RotaryEmbedding};
