@@ -10,9 +10,11 @@ use crate::checkpoint::{Checkpoint, LoadOptions};
 use crate::config::ModelDims;
 use crate::drafter_config::{DraftAlgorithm, DrafterConfig, TensorLayout};
 use crate::error::LoadError;
+use crate::forward_inputs::ForwardInputs;
 use crate::kv_cache::KvCache;
 use crate::layers::{
-    AttentionContext, AttentionOptions, DecoderLayer, EagleInputLayer, Embedding, Linear, RmsNorm, RotaryEmbedding,
+    AttentionContext, AttentionOptions, DecoderLayer, EagleInputLayer, Embedding, Linear, RmsNorm, RopeTables,
+    RotaryEmbedding,
 };
 use crate::target_model::TargetModel;
 use candle_core::{bail, Device, Result, Tensor};
@@ -209,24 +211,20 @@ impl Drafter {
                 self.dims.num_layers
             );
         }
-        let meta = batch.attn.clone().on_device(&self.device)?;
-        let x = self.layers_forward(&batch.token_ids, &batch.positions, hidden, |i| {
-            AttentionContext::Paged {
-                kv: kv.layer(i),
-                meta: &meta,
-            }
+        let inputs = ForwardInputs::new(batch, &self.rope, &self.device)?;
+        let x = self.layers_forward(&inputs.ids, &inputs.rope, hidden, |i| AttentionContext::Paged {
+            kv: kv.layer(i),
+            meta: &inputs.attn,
         })?;
-        // A pass that only fills the drafter's cache (a prefill chunk) wants no logits. Its
-        // outputs are made without a kernel: CUDA refuses a launch over no elements.
-        if batch.logit_rows.is_empty() {
-            let logits = peagle_kernels::no_rows(self.dims.vocab_size, x.dtype(), &self.device)?;
-            return Ok(DraftOutput {
-                logits,
+        match inputs.logit_rows.apply(&x)? {
+            Some(rows) => self.head(rows),
+            // A pass that only fills the drafter's cache (a prefill chunk) wants no logits.
+            // Its outputs are made without a kernel: CUDA refuses a launch over no elements.
+            None => Ok(DraftOutput {
+                logits: peagle_kernels::no_rows(self.dims.vocab_size, x.dtype(), &self.device)?,
                 hidden: x.narrow(0, 0, 0)?,
-            });
+            }),
         }
-        let idx = Tensor::from_slice(&batch.logit_rows, batch.logit_rows.len(), &self.device)?;
-        self.head(x.index_select(&idx, 0)?)
     }
 
     /// A pass over rows that attend to each other under `bias` [rows, rows] (0 where visible,
@@ -238,26 +236,31 @@ impl Drafter {
         hidden: &DraftHidden,
         bias: &Tensor,
     ) -> Result<DraftOutput> {
-        let x = self.layers_forward(tokens, positions, hidden, |_| AttentionContext::Masked { bias })?;
+        if positions.len() != tokens.len() {
+            bail!(
+                "a drafter pass needs one position a token ({} tokens, {} positions)",
+                tokens.len(),
+                positions.len()
+            );
+        }
+        let ids = Tensor::from_slice(tokens, tokens.len(), &self.device)?;
+        let rope = self.rope.tables(positions, &self.device)?;
+        let x = self.layers_forward(&ids, &rope, hidden, |_| AttentionContext::Masked { bias })?;
         self.head(x)
     }
 
     /// Embedding, hidden input and every layer; `ctx(i)` is layer i's attention context.
     fn layers_forward<'a>(
         &self,
-        tokens: &[u32],
-        positions: &[u32],
+        ids: &Tensor,
+        rope: &RopeTables,
         hidden: &DraftHidden,
         ctx: impl Fn(usize) -> AttentionContext<'a>,
     ) -> Result<Tensor> {
-        let rows = tokens.len();
-        if rows == 0 || positions.len() != rows {
-            bail!(
-                "a drafter pass needs rows, one position each ({rows} tokens, {} positions)",
-                positions.len()
-            );
+        let rows = ids.dim(0)?;
+        if rows == 0 {
+            bail!("a drafter pass needs rows");
         }
-        let ids = Tensor::from_slice(tokens, rows, &self.device)?;
         let h = match hidden {
             DraftHidden::Target(t) => self.fc.forward(t)?,
             DraftHidden::Projected(t) => t.clone(),
@@ -269,10 +272,9 @@ impl Drafter {
                 self.dims.hidden_size
             );
         }
-        let rope = self.rope.tables(positions, &self.device)?;
-        let mut x = self.first.forward(&self.embed.forward(&ids)?, &h, &rope, &ctx(0))?;
+        let mut x = self.first.forward(&self.embed.forward(ids)?, &h, rope, &ctx(0))?;
         for (i, layer) in self.layers.iter().enumerate() {
-            x = layer.forward(x, &rope, &ctx(i + 1))?.1;
+            x = layer.forward(x, rope, &ctx(i + 1))?.1;
         }
         x.sum()
     }

@@ -2,13 +2,17 @@
 //! runs: token ids, rotary tables, the attention metadata with its device copy, and the rows
 //! whose outputs are kept. The forward itself then copies nothing from the host, so a GPU can
 //! capture it as a CUDA graph and replay it over new inputs written into the same tensors.
+//! The integer inputs are views of one tensor and the rotary tables of another: two uploads
+//! a forward, and two copies into a graph's inputs, however many inputs there are.
 
 use crate::batch::ForwardBatch;
 use crate::layers::{RopeTables, RotaryEmbedding};
 use candle_core::{bail, Device, Result, Tensor};
-use peagle_kernels::AttentionMetadata;
+use peagle_kernels::{AttentionMetadata, DeviceMetadata};
 
 pub struct ForwardInputs {
+    /// Every u32 input end to end, in the order `new` lays them out.
+    integers: Tensor,
     /// [rows] u32.
     pub ids: Tensor,
     pub rope: RopeTables,
@@ -24,33 +28,66 @@ impl ForwardInputs {
     /// The inputs of `batch` on `device`, its rows rotated by `rope`.
     pub fn new(batch: &ForwardBatch, rope: &RotaryEmbedding, device: &Device) -> Result<Self> {
         let rows = batch.token_ids.len();
+        let mut attn = batch.attn.clone();
+        // The ids, on a GPU the attention metadata and cache slots, then the indices of the
+        // rows kept where not all or none are.
+        let packed = if device.is_cpu() { Vec::new() } else { attn.packed() };
+        let slots: &[u32] = if device.is_cpu() { &[] } else { &attn.slot_mapping };
+        let selected = |r: &[u32]| if r.is_empty() || r.len() == rows { 0 } else { r.len() };
+        let parts = [
+            &batch.token_ids[..],
+            &packed,
+            slots,
+            &batch.logit_rows[..selected(&batch.logit_rows)],
+            &batch.capture_rows[..selected(&batch.capture_rows)],
+        ];
+        let values = parts.concat();
+        let integers = Tensor::from_slice(&values, values.len(), device)?;
+        let mut views = Vec::with_capacity(parts.len());
+        let mut at = 0;
+        for part in parts {
+            views.push(integers.narrow(0, at, part.len())?);
+            at += part.len();
+        }
+        let [ids, packed, slots, logit_rows, capture_rows] = <[Tensor; 5]>::try_from(views).expect("five parts");
+        if !device.is_cpu() {
+            attn.device = Some(DeviceMetadata { packed, slots });
+        }
         Ok(Self {
-            ids: Tensor::from_slice(&batch.token_ids, rows, device)?,
+            integers,
+            ids,
             rope: rope.tables(&batch.positions, device)?,
-            attn: batch.attn.clone().on_device(device)?,
-            logit_rows: RowSelection::new(&batch.logit_rows, rows, device)?,
-            capture_rows: RowSelection::new(&batch.capture_rows, rows, device)?,
+            attn,
+            logit_rows: RowSelection::new(logit_rows, batch.logit_rows.len(), rows),
+            capture_rows: RowSelection::new(capture_rows, batch.capture_rows.len(), rows),
         })
     }
 
     /// Writes these inputs' values into `target`'s tensors, of the same shapes: the tensors a
     /// captured CUDA graph reads, before its replay.
     pub fn write_into(&self, target: &ForwardInputs) -> Result<()> {
-        let (Some(ours), Some(theirs)) = (&self.attn.device, &target.attn.device) else {
+        if self.attn.device.is_none() || target.attn.device.is_none() {
             bail!("inputs written into a graph's need their metadata on the device");
+        }
+        // Equal totals of equal parts: the ids and metadata, with the rows kept alike, fix the
+        // layout of the rest.
+        let parts = |i: &ForwardInputs| {
+            (
+                i.ids.dims().to_vec(),
+                i.attn.device.as_ref().map(|d| d.packed.dims().to_vec()),
+            )
         };
-        let pairs = [
-            (&self.ids, &target.ids),
-            (self.rope.cos(), target.rope.cos()),
-            (self.rope.sin(), target.rope.sin()),
-            (&ours.packed, &theirs.packed),
-            (&ours.slots, &theirs.slots),
-        ];
-        for (from, to) in pairs
-            .into_iter()
-            .chain(self.logit_rows.pair(&target.logit_rows)?)
-            .chain(self.capture_rows.pair(&target.capture_rows)?)
+        if parts(self) != parts(target)
+            || !self.logit_rows.alike(&target.logit_rows)
+            || !self.capture_rows.alike(&target.capture_rows)
         {
+            bail!("inputs written into a graph's are laid out otherwise");
+        }
+        let pairs = [
+            (&self.integers, &target.integers),
+            (self.rope.values(), target.rope.values()),
+        ];
+        for (from, to) in pairs {
             if from.shape() != to.shape() {
                 bail!(
                     "inputs of shape {:?} written into a graph's of {:?}",
@@ -74,22 +111,18 @@ pub enum RowSelection {
 }
 
 impl RowSelection {
-    fn new(rows: &[u32], total: usize, device: &Device) -> Result<Self> {
-        Ok(match rows.len() {
+    /// `count` of `total` rows, whose indices are `indices` where the count is neither.
+    fn new(indices: Tensor, count: usize, total: usize) -> Self {
+        match count {
             0 => Self::Nothing,
             n if n == total => Self::Everything,
-            n => Self::Rows(Tensor::from_slice(rows, n, device)?),
-        })
+            _ => Self::Rows(indices),
+        }
     }
 
-    /// The index tensors of this selection and `other`'s, which must select alike but for the
-    /// rows' indices.
-    fn pair<'a>(&'a self, other: &'a RowSelection) -> Result<Option<(&'a Tensor, &'a Tensor)>> {
-        match (self, other) {
-            (Self::Rows(a), Self::Rows(b)) => Ok(Some((a, b))),
-            (Self::Nothing, Self::Nothing) | (Self::Everything, Self::Everything) => Ok(None),
-            _ => bail!("row selections differ in kind"),
-        }
+    /// Whether both select in the same way, but perhaps for the rows' indices.
+    fn alike(&self, other: &RowSelection) -> bool {
+        std::mem::discriminant(self) == std::mem::discriminant(other)
     }
 
     /// The kept rows of `x`, None when none is kept.
@@ -99,5 +132,41 @@ impl RowSelection {
             Self::Everything => Ok(Some(x.clone())),
             Self::Rows(idx) => x.index_select(idx, 0).map(Some),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::batch::{BatchBuilder, Rows};
+    use crate::config::{RopeConfig, RopeScaling};
+
+    /// The inputs are views of two uploads, each holding what the batch says.
+    #[test]
+    fn the_views_hold_the_batch() {
+        let mut batch = BatchBuilder::new(4);
+        batch.add(&[5, 6, 7], 2, &[0, 1], Rows::Tail(1), Rows::None).unwrap();
+        batch.add(&[8, 9], 0, &[2], Rows::All, Rows::None).unwrap();
+        let batch = batch.build();
+        let rope = RotaryEmbedding::new(
+            8,
+            &RopeConfig {
+                theta: 10_000.0,
+                scaling: RopeScaling::None,
+            },
+        );
+        let inputs = ForwardInputs::new(&batch, &rope, &Device::Cpu).unwrap();
+        assert_eq!(inputs.ids.to_vec1::<u32>().unwrap(), [5, 6, 7, 8, 9]);
+        let RowSelection::Rows(kept) = &inputs.logit_rows else {
+            panic!("3 of 5 rows are kept")
+        };
+        assert_eq!(kept.to_vec1::<u32>().unwrap(), batch.logit_rows);
+        assert_eq!(batch.logit_rows, [2, 3, 4]);
+        assert!(matches!(inputs.capture_rows, RowSelection::Nothing));
+        let (cos, sin) = (inputs.rope.cos(), inputs.rope.sin());
+        assert_eq!((cos.dims(), sin.dims()), ([5, 4].as_slice(), [5, 4].as_slice()));
+        let (position, freq) = (batch.positions[1] as f32, rope.inv_freq()[3]);
+        assert_eq!(cos.to_vec2::<f32>().unwrap()[1][3], (position * freq).cos());
+        assert_eq!(sin.to_vec2::<f32>().unwrap()[1][3], (position * freq).sin());
     }
 }

@@ -12,8 +12,10 @@ pub struct RotaryEmbedding {
     attention_factor: f32,
 }
 
-/// cos and sin for every row of one batch, [rows, head_dim / 2].
+/// cos and sin for every row of one batch, [rows, head_dim / 2] each: the two halves of one
+/// tensor, uploaded at once.
 pub struct RopeTables {
+    values: Tensor,
     cos: Tensor,
     sin: Tensor,
 }
@@ -40,19 +42,21 @@ impl RotaryEmbedding {
     }
 
     pub fn tables(&self, positions: &[u32], device: &Device) -> Result<RopeTables> {
-        let half = self.inv_freq.len();
-        let mut cos = Vec::with_capacity(positions.len() * half);
-        let mut sin = Vec::with_capacity(positions.len() * half);
-        for &p in positions {
-            for &f in &self.inv_freq {
-                let angle = p as f32 * f;
-                cos.push(angle.cos() * self.attention_factor);
-                sin.push(angle.sin() * self.attention_factor);
-            }
+        let (rows, half) = (positions.len(), self.inv_freq.len());
+        let mut values = vec![0f32; 2 * rows * half];
+        let (cos, sin) = values.split_at_mut(rows * half);
+        let angles = positions
+            .iter()
+            .flat_map(|&p| self.inv_freq.iter().map(move |&f| p as f32 * f));
+        for ((angle, c), s) in angles.zip(cos).zip(sin) {
+            *c = angle.cos() * self.attention_factor;
+            *s = angle.sin() * self.attention_factor;
         }
+        let values = Tensor::from_vec(values, (2, rows, half), device)?;
         Ok(RopeTables {
-            cos: Tensor::from_vec(cos, (positions.len(), half), device)?,
-            sin: Tensor::from_vec(sin, (positions.len(), half), device)?,
+            cos: values.get(0)?,
+            sin: values.get(1)?,
+            values,
         })
     }
 }
@@ -125,6 +129,11 @@ fn scale(inv_freq: f32, scaling: &RopeScaling) -> f32 {
 }
 
 impl RopeTables {
+    /// Both tables, [2, rows, head_dim / 2]: what a CUDA graph's inputs are written into.
+    pub fn values(&self) -> &Tensor {
+        &self.values
+    }
+
     pub fn cos(&self) -> &Tensor {
         &self.cos
     }
