@@ -27,6 +27,8 @@
 #                         that a command stopped at its limit still leaves what it measured
 #   TEST_TIMEOUT=N        the most seconds one GPU test may take (default 120)
 #   PROFILE_TIMEOUT=N     the most seconds one kernel profile may take (default 150)
+#   GPT_OSS_STEPS="..."   which of the gpt-oss part's steps run, in their order (default all:
+#                         "profiles c1 graphs batched"), so that a lease can split the part
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 parts=("$@")
@@ -229,22 +231,25 @@ run_gpt_oss() {
             --num-prompts "$prompts" --concurrency "$concurrency" --max-tokens 128 --out "$out/$name" \
             >"$out/$name.log" 2>&1 || fail "$name (see $name.log)"
     }
+    wanted() { [[ " ${GPT_OSS_STEPS:-profiles c1 graphs batched} " == *" $1 "* ]]; }
     # The kernel profiles first: where a step's time goes is what the next change needs.
     # Decode: a prompt of 4 words, so that its prefill weighs as little as a decode step.
     # Prefill: one step of 512 words.
-    local words short long
-    words=$(python3 -c 'import json, sys; print(" ".join(w for l in open(sys.argv[1]) for w in json.loads(l)["prompt"].split()))' \
-        "$model/prompts.jsonl")
-    short=$(echo "$words" | cut -d' ' -f1-4) long=$(echo "$words" | cut -d' ' -f1-512)
-    kernel_profile gpt-oss-decode "$model" "$short" 4 --max-model-len 1024
-    kernel_profile gpt-oss-peagle "$model" "$short" 4 --max-model-len 1024 --draft-model "$drafters/peagle" \
-        --parallel-drafting --k 7
-    kernel_profile gpt-oss-prefill "$model" "$long" 1 --max-model-len 1024
+    if wanted profiles; then
+        local words short long
+        words=$(python3 -c 'import json, sys; print(" ".join(w for l in open(sys.argv[1]) for w in json.loads(l)["prompt"].split()))' \
+            "$model/prompts.jsonl")
+        short=$(echo "$words" | cut -d' ' -f1-4) long=$(echo "$words" | cut -d' ' -f1-512)
+        kernel_profile gpt-oss-decode "$model" "$short" 4 --max-model-len 1024
+        kernel_profile gpt-oss-peagle "$model" "$short" 4 --max-model-len 1024 --draft-model "$drafters/peagle" \
+            --parallel-drafting --k 7
+        kernel_profile gpt-oss-prefill "$model" "$long" 1 --max-model-len 1024
+    fi
     # Concurrency 1 on 8 of the prompts, after a level with all 8 at once that warms each server
     # (the report leaves it out), without CUDA graphs and with them; 16 and 64 on all 64.
-    gpt_oss_sweep gpt-oss-sweep-c1 8 8,1
-    gpt_oss_sweep gpt-oss-sweep-c1-graphs 8 8,1 --server-arg=--cuda-graphs
-    gpt_oss_sweep gpt-oss-sweep 64 16,64
+    if wanted c1; then gpt_oss_sweep gpt-oss-sweep-c1 8 8,1; fi
+    if wanted graphs; then gpt_oss_sweep gpt-oss-sweep-c1-graphs 8 8,1 --server-arg=--cuda-graphs; fi
+    if wanted batched; then gpt_oss_sweep gpt-oss-sweep 64 16,64; fi
     rm -rf "$model" "$drafters"
 }
 
