@@ -1,0 +1,66 @@
+"""gpu_report.py over a made-up results directory: the 8B decode is held to its whole engine
+step, and an Nsight Compute log becomes a table of kernels by time a step. Run by
+scripts/test.sh; needs no GPU."""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+NCU_HEADER = ('"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size",'
+              '"Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"')
+
+
+def ncu_row(i, kernel, ns):
+    return (f'"{i}","7","peagle-generate","host","{kernel}","1","13","(256, 1, 1)","(1, 512, 1)","0","9.0",'
+            f'"Command line profiler metrics","gpu__time_duration.sum","ns","{ns}"')
+
+
+def write(out, name, text):
+    with open(os.path.join(out, name), "w") as f:
+        f.write(text)
+
+
+def main():
+    with tempfile.TemporaryDirectory() as out:
+        write(out, "steps.log", "== GPU tests (1 s in)\n")
+        write(out, "llama-8b-bound.json", json.dumps(
+            {"weight_bytes": 15e9, "copy_bytes_per_second": 4e12, "bound_seconds": 0.00375}))
+        # 10 steps: 3 ms of target forward and 4.5 ms in all a step; by graphs 3.75 ms a step.
+        times = {"steps": 10, "target_seconds": 0.03, "drafter_seconds": 0.0, "verify_seconds": 0.012,
+                 "other_seconds": 0.003}
+        write(out, "llama-8b-decode.json", json.dumps({"tokens_per_second": 222.0, "step_times": times}))
+        graphs = dict(times, target_seconds=0.0225)
+        write(out, "llama-8b-decode-graphs.json", json.dumps({"tokens_per_second": 266.0, "step_times": graphs}))
+        write(out, "llama-8b-decode-kernels.csv", "\n".join([
+            "==PROF== Connected to process 7 (peagle-generate)", NCU_HEADER,
+            ncu_row(0, "linear_bf16_bf16_row", "1,000"), ncu_row(1, "rms_norm_bf16_bf16", "250"),
+            ncu_row(2, "linear_bf16_bf16_row", "3000"), "==PROF== Disconnected from process 7", ""]))
+        write(out, "llama-8b-decode-kernels.json", json.dumps({"steps": 2}))
+        subprocess.run([sys.executable, os.path.join(HERE, "gpu_report.py"), out], check=True,
+                       stdout=subprocess.DEVNULL)
+        with open(os.path.join(out, "report.json")) as f:
+            report = json.load(f)
+        with open(os.path.join(out, "report.md")) as f:
+            md = f.read()
+
+    llama = report["llama_8b"]
+    assert abs(llama["step_seconds"] - 0.0045) < 1e-12, llama["step_seconds"]
+    assert abs(llama["ratio_to_bound"] - 1.2) < 1e-9, llama["ratio_to_bound"]
+    assert abs(llama["graphs"]["ratio_to_bound"] - 1.0) < 1e-9, llama["graphs"]
+    assert "- without CUDA graphs: an engine step 4.50 ms (1.20x the bound), of which the target's forward " \
+           "3.00 ms; 222.0 tokens/s end to end" in md, md
+    assert "| 8B-shaped decode step at most 1.25x the HBM bound (lower is better) | 1.20x, met | 1.00x, met |" in md
+
+    kernels = report["kernel_profiles"]["llama-8b-decode"]["kernels"]
+    assert list(kernels) == ["linear_bf16_bf16_row", "rms_norm_bf16_bf16"], kernels
+    assert kernels["linear_bf16_bf16_row"] == {"launches": 2, "ns": 4000.0}, kernels
+    assert "All kernels: 2 launches, 2.1 us." in md, md
+    assert "| `linear_bf16_bf16_row` | 1.0 | 2.0 | 94.1% |" in md, md
+    print("gpu_report_test.py: ok")
+
+
+if __name__ == "__main__":
+    main()
