@@ -11,7 +11,7 @@
 use candle_core::{DType, Tensor};
 use criterion::{criterion_group, Criterion};
 use peagle_benches::{widened_copy, WIDE_HIDDEN};
-use peagle_engine::proposer::{DraftRequest, Eagle3Proposer, PEagleProposer, Proposer};
+use peagle_engine::proposer::{DraftRequest, DrafterPasses, Eagle3Proposer, PEagleProposer, Proposer};
 use peagle_models::{load_target, BatchBuilder, DraftHidden, Drafter, KvCache, LoadOptions, Rows, TargetModel};
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
@@ -106,9 +106,9 @@ fn step_parts(c: &mut Criterion, label: &str, models: &Path) {
         draft: true,
     };
     let (peagle, peagle_kv) = drafter(&s, &models.join(MODELS[1]));
-    let mut peagle = PEagleProposer::new(peagle, K, peagle_kv).unwrap();
+    let mut peagle = PEagleProposer::new(DrafterPasses::new(peagle, peagle_kv, None), K).unwrap();
     let (eagle3, eagle3_kv) = drafter(&s, &models.join(MODELS[2]));
-    let mut eagle3 = Eagle3Proposer::new(eagle3, K, eagle3_kv);
+    let mut eagle3 = Eagle3Proposer::new(DrafterPasses::new(eagle3, eagle3_kv, None), K);
     for k in [3, K] {
         g.bench_function(format!("target verification (K+1 = {} rows)", k + 1), |b| {
             let window = &s.tokens[CONTEXT..CONTEXT + k + 1];

@@ -10,13 +10,13 @@ use crate::error::GenerateError;
 use crate::kv_budget::{self, step_activations, DEFAULT_GPU_MEMORY_UTILIZATION};
 use crate::model_runner::ModelRunner;
 use crate::prefix_cache::PrefixCache;
-use crate::proposer::{Eagle3Proposer, NoProposer, PEagleProposer, Proposer};
+use crate::proposer::{DrafterPasses, Eagle3Proposer, NoProposer, PEagleProposer, Proposer};
 use crate::scheduler::{Scheduler, SchedulerConfig};
 use candle_core::DType;
 use peagle_kernels::on_pool;
 use peagle_models::{
-    ops, CudaGraphs, Drafter, GenerationConfig, GraphLimits, KvCache, KvCacheDtype, LoadOptions, ModelDims,
-    SamplingDefaults, TargetModel, TextConfig, DEFAULT_GRAPH_MAX_ROWS,
+    ops, CudaGraphs, Drafter, DrafterGraphs, GenerationConfig, GraphLimits, KvCache, KvCacheDtype, LoadOptions,
+    ModelDims, SamplingDefaults, TargetModel, TextConfig, DEFAULT_GRAPH_MAX_ROWS,
 };
 use std::path::PathBuf;
 
@@ -135,23 +135,7 @@ impl EngineBuilder {
             )));
         }
         let device = loaded.model.device().clone();
-        let proposer: Box<dyn Proposer> = match drafter {
-            None => Box::new(NoProposer),
-            Some((d, k, parallel)) => {
-                let kv = KvCache::new(d.dims(), num_blocks, self.block_size, dtype, &device)?;
-                if parallel {
-                    Box::new(PEagleProposer::new(d, k, kv)?)
-                } else {
-                    Box::new(Eagle3Proposer::new(d, k, kv))
-                }
-            }
-        };
-        let mut target = loaded.model;
-        if k > 0 {
-            target.set_capture_layers(proposer.aux_layer_ids().to_vec())?;
-        }
-        let kv = KvCache::new(target.dims(), num_blocks, self.block_size, dtype, &device)?;
-        let cuda_graphs = self.cuda_graphs && !target.reads_back();
+        let cuda_graphs = self.cuda_graphs && !loaded.model.reads_back();
         if self.cuda_graphs && !cuda_graphs {
             tracing::warn!("running without CUDA graphs: this model routes its experts on the host");
         }
@@ -161,6 +145,33 @@ impl EngineBuilder {
             max_rows_each: k + 1,
             max_rows: DEFAULT_GRAPH_MAX_ROWS,
         };
+        let mut proposer: Box<dyn Proposer> = match drafter {
+            None => Box::new(NoProposer),
+            Some((d, k, parallel)) => {
+                let kv = KvCache::new(d.dims(), num_blocks, self.block_size, dtype, &device)?;
+                // A sequence's rows in a pass: its slots, up to a verified window's k + 1, and
+                // P-EAGLE's k - 1 mask slots.
+                let pass_limits = GraphLimits {
+                    max_rows_each: if parallel { 2 * k } else { k + 1 },
+                    ..limits
+                };
+                let graphs = cuda_graphs
+                    .then(|| DrafterGraphs::new(&d, pass_limits))
+                    .transpose()
+                    .map_err(|e| GenerateError::Config(e.to_string()))?;
+                let passes = DrafterPasses::new(d, kv, graphs);
+                if parallel {
+                    Box::new(PEagleProposer::new(passes, k)?)
+                } else {
+                    Box::new(Eagle3Proposer::new(passes, k))
+                }
+            }
+        };
+        let mut target = loaded.model;
+        if k > 0 {
+            target.set_capture_layers(proposer.aux_layer_ids().to_vec())?;
+        }
+        let kv = KvCache::new(target.dims(), num_blocks, self.block_size, dtype, &device)?;
         let mut graphs = cuda_graphs
             .then(|| CudaGraphs::new(&device, limits))
             .transpose()
@@ -171,7 +182,9 @@ impl EngineBuilder {
             let budget = self.scheduler.step_rows(k + 1);
             // On rayon's pool, whose threads the steps run on and which outlives the graphs:
             // candle keeps what a capture uploads per thread.
-            let captured = on_pool(|| graphs.capture_at_startup(target.as_ref(), &kv, budget, k > 0))?;
+            let captured = on_pool(|| -> Result<usize, GenerateError> {
+                Ok(graphs.capture_at_startup(target.as_ref(), &kv, budget, k > 0)? + proposer.capture_graphs()?)
+            })?;
             let after = peagle_kernels::device_memory(&device)?;
             let (held, warning) = match before.zip(after) {
                 Some((before, after)) => kv_budget::graph_memory(before, after, self.gpu_memory_utilization),

@@ -3,7 +3,7 @@
 //! tokens at the last real slot and the mask slots after it, for every request of a batch.
 
 use candle_core::{DType, Device, Tensor};
-use peagle_engine::proposer::{DraftRequest, PEagleProposer, Proposer};
+use peagle_engine::proposer::{DraftRequest, DrafterPasses, PEagleProposer, Proposer};
 use peagle_engine::sampler::argmax;
 use peagle_models::{load_target, Drafter, KvCache, LoadOptions};
 
@@ -53,7 +53,7 @@ fn peagle_drafts_match_the_reference_mask_slots_in_a_mixed_batch() {
         let real = tokens.len() - MASKS;
         let want = expected_drafts(&drafter, &r["mask_logits"]);
         let kv = KvCache::new(drafter.dims(), 8, BLOCK, DType::F32, &Device::Cpu).unwrap();
-        let mut proposer = PEagleProposer::new(drafter, MASKS + 1, kv).unwrap();
+        let mut proposer = PEagleProposer::new(DrafterPasses::new(drafter, kv, None), MASKS + 1).unwrap();
 
         // Two copies of the reference sequence on their own blocks, and in the drafting pass a
         // prefill chunk of other tokens ahead of them, so every request's rows sit at an offset.

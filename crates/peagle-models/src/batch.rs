@@ -71,6 +71,57 @@ impl ForwardBatch {
     }
 }
 
+impl ForwardBatch {
+    /// This batch with every sequence grown to `rows_each` rows: the fixed rows a sequence has
+    /// in a drafter pass's CUDA graph, where sequences have as many rows as they have slots.
+    /// A sequence's new rows follow its own, over token 0 at the next positions, writing
+    /// nothing (`PAD_SLOT`); its block table grows by block 0 as far as they reach, which they
+    /// read. A row attends to the positions up to its own, so the batch's own rows give the
+    /// bits they give unpadded. The rows kept are the same rows at their new indices. Also
+    /// returns, for each new row, the row of this batch it stands for (a new row, its
+    /// sequence's last), by which per-row inputs are gathered.
+    pub fn with_rows_each(&self, rows_each: usize) -> Result<(ForwardBatch, Vec<u32>)> {
+        let attn = &self.attn;
+        let bs = attn.block_size;
+        let mut grown = BatchBuilder::new(bs).build();
+        let mut sources = Vec::with_capacity(rows_each * attn.num_sequences());
+        // The new index of each row of this batch.
+        let mut moved = Vec::with_capacity(self.token_ids.len());
+        for (s, w) in attn.query_start.windows(2).enumerate() {
+            let (first, rows) = (w[0], w[1] - w[0]);
+            if rows == 0 || rows > rows_each {
+                bail!("a sequence of {rows} rows cannot be padded to {rows_each}");
+            }
+            let b = &mut grown;
+            let at = b.token_ids.len();
+            moved.extend((at..at + rows).map(|r| r as u32));
+            let pad = rows_each - rows;
+            let last = first + rows - 1;
+            b.token_ids.extend_from_slice(&self.token_ids[first..w[1]]);
+            b.token_ids.extend(std::iter::repeat_n(0, pad));
+            let next = self.positions[last] + 1;
+            b.positions.extend_from_slice(&self.positions[first..w[1]]);
+            b.positions.extend(next..next + pad as u32);
+            b.attn.slot_mapping.extend_from_slice(&attn.slot_mapping[first..w[1]]);
+            b.attn.slot_mapping.extend(std::iter::repeat_n(PAD_SLOT, pad));
+            let context = attn.context_lens[s] + pad;
+            let table = &attn.block_tables[s];
+            let reach = context.div_ceil(bs).max(table.len());
+            b.attn
+                .block_tables
+                .push([table.as_slice(), &vec![0; reach - table.len()]].concat());
+            b.attn.context_lens.push(context);
+            b.attn.query_start.push(at + rows_each);
+            sources.extend((first..w[1]).map(|r| r as u32));
+            sources.extend(std::iter::repeat_n(last as u32, pad));
+        }
+        let moved_rows = |rows: &[u32]| rows.iter().map(|&r| moved[r as usize]).collect();
+        grown.logit_rows = moved_rows(&self.logit_rows);
+        grown.capture_rows = moved_rows(&self.capture_rows);
+        Ok((grown, sources))
+    }
+}
+
 /// Which of a sequence's rows an output is wanted for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Rows {

@@ -22,7 +22,9 @@
 use crate::batch::{BatchBuilder, ForwardBatch, Rows};
 use crate::kv_cache::KvCache;
 use crate::target_model::{ForwardOutput, TargetModel};
-use candle_core::{bail, Device, Result};
+#[cfg(feature = "cuda")]
+use crate::{forward_inputs::ForwardInputs, target_model::ForwardStates};
+use candle_core::{Device, Result};
 use peagle_kernels::PAD_SLOT;
 
 /// The shape a step is captured and replayed at.
@@ -118,9 +120,8 @@ pub fn startup_steps(
 pub struct CudaGraphs {
     #[cfg(feature = "cuda")]
     limits: GraphLimits,
-    /// Each shape's graph; None for a shape whose capture failed, which runs without one.
     #[cfg(feature = "cuda")]
-    captured: std::collections::HashMap<GraphShape, Option<captured::Captured>>,
+    graphs: crate::graph_capture::Graphs<GraphShape, ForwardInputs, ForwardStates>,
     /// A build without CUDA makes none.
     #[cfg(not(feature = "cuda"))]
     never: std::convert::Infallible,
@@ -130,12 +131,9 @@ pub struct CudaGraphs {
 impl CudaGraphs {
     /// Graphs for the steps within `limits` on `device`, which must be a GPU.
     pub fn new(device: &Device, limits: GraphLimits) -> Result<Self> {
-        if !device.is_cuda() {
-            bail!("CUDA graphs need a CUDA device (--device cuda)");
-        }
         Ok(Self {
             limits,
-            captured: Default::default(),
+            graphs: crate::graph_capture::Graphs::new(device)?,
         })
     }
 
@@ -152,14 +150,16 @@ impl CudaGraphs {
         let Some(shape) = graph_shape(batch, &self.limits) else {
             return Ok(None);
         };
-        let rows = batch.token_ids.len();
-        match self.captured.get(&shape) {
-            Some(None) => Ok(None),
-            Some(Some(captured)) => {
-                self.inputs(target, batch, shape, kv)?.write_into(&captured.inputs)?;
-                captured.replay(target, rows).map(Some)
-            }
-            None => self.capture(target, batch, shape, kv)?.replay(target, rows).map(Some),
+        let table_width = self.limits.table_width;
+        let inputs = || padded_inputs(target, batch, shape, table_width, kv);
+        let write = |from: &ForwardInputs, to: &ForwardInputs| from.write_into(to);
+        let forward = |inputs: &ForwardInputs| target.forward_states(inputs, kv);
+        match self
+            .graphs
+            .get_or_capture(shape, target.device(), inputs, write, forward)?
+        {
+            Some(graph) => replay(graph, target, batch.token_ids.len()).map(Some),
+            None => Ok(None),
         }
     }
 
@@ -181,74 +181,60 @@ impl CudaGraphs {
             let Some(shape) = graph_shape(&step, &self.limits) else {
                 continue;
             };
-            if self.captured.contains_key(&shape) {
+            if self.graphs.contains(&shape) {
                 continue;
             }
-            // Launched once, so that its outputs are allocated before anything frees them.
-            match self.capture(target, &step, shape, kv).and_then(|graph| graph.launch()) {
-                Ok(()) => captured += 1,
-                Err(e) => {
-                    // A failed capture is kept as None already. A graph whose launch failed
-                    // never allocated its outputs, and freeing them would fail a later call:
-                    // it is left as it is.
-                    if let Some(Some(graph)) = self.captured.insert(shape, None) {
-                        std::mem::forget(graph);
-                    }
-                    tracing::warn!(?shape, "this step shape runs without a CUDA graph: {e}");
-                }
-            }
+            let inputs = padded_inputs(target, &step, shape, self.limits.table_width, kv)?;
+            let forward = |inputs: &ForwardInputs| target.forward_states(inputs, kv);
+            captured += usize::from(self.graphs.capture_at_startup(shape, target.device(), inputs, forward));
         }
         target.device().synchronize()?;
         Ok(captured)
     }
+}
 
-    /// `batch`'s inputs padded to `shape`, checked against the cache (a replay runs no op
-    /// that would check them).
-    fn inputs(
-        &self,
-        target: &dyn TargetModel,
-        batch: &ForwardBatch,
-        shape: GraphShape,
-        kv: &KvCache,
-    ) -> Result<crate::forward_inputs::ForwardInputs> {
-        let padded = batch.padded(shape.sequences, self.limits.table_width)?;
-        let inputs = target.inputs(&padded, kv)?;
-        padded.attn.validate(kv.num_blocks() * kv.block_size())?;
-        Ok(inputs)
-    }
+/// `batch`'s inputs padded to `shape`, its block tables to `table_width`, checked against the
+/// cache (a replay runs no op that would check them).
+#[cfg(feature = "cuda")]
+fn padded_inputs(
+    target: &dyn TargetModel,
+    batch: &ForwardBatch,
+    shape: GraphShape,
+    table_width: usize,
+    kv: &KvCache,
+) -> Result<ForwardInputs> {
+    let padded = batch.padded(shape.sequences, table_width)?;
+    let inputs = target.inputs(&padded, kv)?;
+    padded.attn.validate(kv.num_blocks() * kv.block_size())?;
+    Ok(inputs)
+}
 
-    /// Captures `shape`'s graph over `batch`'s inputs and keeps it; a shape whose capture
-    /// fails is kept as running without one, and its error returned.
-    fn capture(
-        &mut self,
-        target: &dyn TargetModel,
-        batch: &ForwardBatch,
-        shape: GraphShape,
-        kv: &KvCache,
-    ) -> Result<&captured::Captured> {
-        let inputs = self.inputs(target, batch, shape, kv)?;
-        tracing::debug!(?shape, "capturing a CUDA graph of the target's forward");
-        // candle unwraps some allocations, which a capture gone invalid refuses: that panic
-        // fails this shape's capture (the capture is ended as it unwinds), not the engine.
-        let captured = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            captured::Captured::new(target, inputs, kv)
-        }))
-        .unwrap_or_else(|_| candle_core::bail!("capturing the target's forward panicked"));
-        match captured {
-            Ok(captured) => Ok(self.captured.entry(shape).or_default().insert(captured)),
-            Err(e) => {
-                self.captured.insert(shape, None);
-                Err(e)
-            }
-        }
+/// Runs `graph` over its inputs as last written: the outputs of the first `rows`, the logits
+/// made from their states by `target`'s head after the graph. The outputs are tensors of
+/// their own: the captured ones are overwritten by the shape's next replay, and a drafter may
+/// keep hidden states for a later step.
+#[cfg(feature = "cuda")]
+fn replay(
+    graph: &crate::graph_capture::Captured<ForwardInputs, ForwardStates>,
+    target: &dyn TargetModel,
+    rows: usize,
+) -> Result<ForwardOutput> {
+    graph.launch()?;
+    let first = graph.outputs.first_rows(rows)?;
+    let copy = |t: Option<candle_core::Tensor>| t.map(|t| t.force_contiguous()).transpose();
+    ForwardStates {
+        logit_states: first.logit_states,
+        aux_hidden: copy(first.aux_hidden)?,
+        final_hidden: copy(first.final_hidden)?,
     }
+    .logits(target)
 }
 
 #[cfg(not(feature = "cuda"))]
 impl CudaGraphs {
     /// A build without CUDA has no graphs.
     pub fn new(device: &Device, _limits: GraphLimits) -> Result<Self> {
-        bail!("CUDA graphs need a CUDA device and a build with CUDA, not {device:?}")
+        candle_core::bail!("CUDA graphs need a CUDA device and a build with CUDA, not {device:?}")
     }
 
     pub fn forward(
@@ -268,123 +254,5 @@ impl CudaGraphs {
         _drafter: bool,
     ) -> Result<usize> {
         match self.never {}
-    }
-}
-
-#[cfg(feature = "cuda")]
-mod captured {
-    use crate::forward_inputs::ForwardInputs;
-    use crate::kv_cache::KvCache;
-    use crate::target_model::{ForwardOutput, ForwardStates, TargetModel};
-    use candle_core::cuda_backend::cudarc::driver::{sys, CudaGraph, CudaStream};
-    use candle_core::cuda_backend::WrapErr;
-    use candle_core::{Result, Tensor};
-    use std::sync::Arc;
-
-    /// One shape's graph with the tensors it reads and writes: the forward up to the LM head
-    /// (`TargetModel::forward_states`), whose outputs are small. Fields drop in order: the
-    /// outputs, which the graph allocated, are freed before the graph is destroyed.
-    pub(super) struct Captured {
-        pub(super) inputs: ForwardInputs,
-        states: ForwardStates,
-        graph: CudaGraph,
-    }
-
-    /// A capture in progress on a stream, ended on every path: a stream left capturing fails
-    /// every later launch of its thread.
-    struct Capture {
-        stream: Arc<CudaStream>,
-        open: bool,
-    }
-
-    impl Capture {
-        fn begin(stream: Arc<CudaStream>) -> Result<Self> {
-            stream
-                .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
-                .w()?;
-            Ok(Self { stream, open: true })
-        }
-
-        /// Ends the capture and instantiates its graph, whose every launch frees what the
-        /// graph allocated and the last launch left: the outputs, which keep their addresses.
-        fn end(mut self) -> Result<Option<CudaGraph>> {
-            self.open = false;
-            Self::forget_stale_error(&self.stream);
-            let flags = sys::CUgraphInstantiate_flags::CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH;
-            self.stream.end_capture(flags).w()
-        }
-
-        /// Drops the error cudarc kept from a call that could not return one, such as a free
-        /// refused by a capture gone invalid: it would otherwise fail the next call, ending
-        /// the capture included, before that call runs. Errors kept before the capture
-        /// failed its beginning, so this one is the capture's own.
-        fn forget_stale_error(stream: &CudaStream) {
-            if let Err(e) = stream.context().check_err() {
-                tracing::debug!("an error recorded during a CUDA graph capture: {e}");
-            }
-        }
-    }
-
-    impl Drop for Capture {
-        /// Ends a capture a panic left open; its graph is dropped.
-        fn drop(&mut self) {
-            if self.open {
-                Self::forget_stale_error(&self.stream);
-                let _ = self.stream.end_capture(sys::CUgraphInstantiate_flags(0));
-            }
-        }
-    }
-
-    // SAFETY: a graph is launched by one thread at a time (`CudaGraphs::forward` takes
-    // `&mut self`), and each launch binds the graph's context to the launching thread first.
-    unsafe impl Send for Captured {}
-
-    impl Captured {
-        /// Captures `target`'s forward of `inputs`, which become the tensors it reads.
-        pub(super) fn new(target: &dyn TargetModel, inputs: ForwardInputs, kv: &KvCache) -> Result<Self> {
-            let device = target.device().as_cuda_device()?;
-            let _cached_shapes = device.enable_cuda_graph_htod_cache();
-            target.forward_states(&inputs, kv)?;
-            let capture = Capture::begin(device.cuda_stream())?;
-            let states = target.forward_states(&inputs, kv);
-            let graph = capture.end();
-            // The forward's error says why a capture failed; the capture's error follows
-            // from it.
-            let states = states?;
-            match graph {
-                Ok(Some(graph)) => Ok(Self { inputs, states, graph }),
-                failed => {
-                    // The outputs' addresses were the graph's, which is gone: freeing them
-                    // now would fail, and the failure would surface at some later call.
-                    std::mem::forget(states);
-                    match failed {
-                        Err(e) => Err(e),
-                        _ => candle_core::bail!("capturing the target's forward gave no CUDA graph"),
-                    }
-                }
-            }
-        }
-
-        /// Runs the graph over its inputs as last written, leaving its outputs where it
-        /// writes them.
-        pub(super) fn launch(&self) -> Result<()> {
-            self.graph.launch().w()
-        }
-
-        /// Runs the graph over its inputs as last written: the outputs of the first `rows`,
-        /// the logits made from their states by `target`'s head after the graph. The outputs
-        /// are tensors of their own: the captured ones are overwritten by the shape's next
-        /// replay, and a drafter may keep hidden states for a later step.
-        pub(super) fn replay(&self, target: &dyn TargetModel, rows: usize) -> Result<ForwardOutput> {
-            self.launch()?;
-            let first = self.states.first_rows(rows)?;
-            let copy = |t: Option<Tensor>| t.map(|t| t.force_contiguous()).transpose();
-            ForwardStates {
-                logit_states: first.logit_states,
-                aux_hidden: copy(first.aux_hidden)?,
-                final_hidden: copy(first.final_hidden)?,
-            }
-            .logits(target)
-        }
     }
 }

@@ -164,6 +164,11 @@ impl Drafter {
         &self.device
     }
 
+    /// The dtype of its activations, its hidden input's included.
+    pub fn dtype(&self) -> candle_core::DType {
+        self.embed.dtype()
+    }
+
     /// Target layers whose inputs the drafter reads, in concatenation order.
     pub fn aux_layer_ids(&self) -> &[usize] {
         &self.aux_layer_ids
@@ -204,6 +209,24 @@ impl Drafter {
 
     /// A pass over the paged cache (inference); logits for the batch's logit rows.
     pub fn forward(&self, batch: &ForwardBatch, hidden: &DraftHidden, kv: &KvCache) -> Result<DraftOutput> {
+        let inputs = self.inputs(batch)?;
+        let x = self.forward_states(&inputs, hidden, kv)?;
+        match inputs.logit_rows.apply(&x)? {
+            Some(rows) => self.head(rows),
+            // A pass that only fills the drafter's cache (a prefill chunk) wants no logits.
+            None => self.no_logits(x.dtype()),
+        }
+    }
+
+    /// A batch's inputs on the drafter's device.
+    pub fn inputs(&self, batch: &ForwardBatch) -> Result<ForwardInputs> {
+        ForwardInputs::new(batch, &self.rope, &self.device)
+    }
+
+    /// A pass over the paged cache up to the final norm: the last layer's output for every
+    /// row, [rows, drafter hidden]. Copies nothing from the host, so that a CUDA graph can
+    /// capture it.
+    pub fn forward_states(&self, inputs: &ForwardInputs, hidden: &DraftHidden, kv: &KvCache) -> Result<Tensor> {
         if kv.num_layers() != self.dims.num_layers {
             bail!(
                 "drafter KV cache has {} layers, the drafter {}",
@@ -211,20 +234,19 @@ impl Drafter {
                 self.dims.num_layers
             );
         }
-        let inputs = ForwardInputs::new(batch, &self.rope, &self.device)?;
-        let x = self.layers_forward(&inputs.ids, &inputs.rope, hidden, |i| AttentionContext::Paged {
+        self.layers_forward(&inputs.ids, &inputs.rope, hidden, |i| AttentionContext::Paged {
             kv: kv.layer(i),
             meta: &inputs.attn,
-        })?;
-        match inputs.logit_rows.apply(&x)? {
-            Some(rows) => self.head(rows),
-            // A pass that only fills the drafter's cache (a prefill chunk) wants no logits.
-            // Its outputs are made without a kernel: CUDA refuses a launch over no elements.
-            None => Ok(DraftOutput {
-                logits: peagle_kernels::no_rows(self.dims.vocab_size, x.dtype(), &self.device)?,
-                hidden: x.narrow(0, 0, 0)?,
-            }),
-        }
+        })
+    }
+
+    /// The output of a pass that wants no logits. It is made without a kernel: CUDA refuses a
+    /// launch over no elements.
+    pub fn no_logits(&self, dtype: candle_core::DType) -> Result<DraftOutput> {
+        Ok(DraftOutput {
+            logits: peagle_kernels::no_rows(self.dims.vocab_size, dtype, &self.device)?,
+            hidden: peagle_kernels::no_rows(self.dims.hidden_size, dtype, &self.device)?,
+        })
     }
 
     /// A pass over rows that attend to each other under `bias` [rows, rows] (0 where visible,
@@ -279,8 +301,8 @@ impl Drafter {
         x.sum()
     }
 
-    /// Final norm and draft-vocabulary logits of the selected rows.
-    fn head(&self, out: Tensor) -> Result<DraftOutput> {
+    /// Final norm and draft-vocabulary logits of the selected rows of `forward_states`.
+    pub fn head(&self, out: Tensor) -> Result<DraftOutput> {
         let normed = self.norm.forward(&out)?;
         Ok(DraftOutput {
             logits: self.lm_head.forward(&normed)?,

@@ -3,7 +3,10 @@
 #![allow(dead_code)]
 
 use candle_core::{DType, Device, Tensor};
-use peagle_models::{load_target, BatchBuilder, ForwardBatch, ForwardOutput, KvCache, LoadOptions, Rows, TargetModel};
+use peagle_models::{
+    load_target, BatchBuilder, DraftHidden, DraftOutput, Drafter, ForwardBatch, ForwardOutput, GraphLimits, KvCache,
+    LoadOptions, Rows, TargetModel,
+};
 use std::collections::HashMap;
 use std::path::PathBuf;
 
@@ -175,11 +178,23 @@ pub fn assert_same_step(what: &str, got: ForwardOutput, got_kv: &KvCache, want: 
     assert_eq!(bits(&got.logits), bits(&want.logits), "{what}: logits");
     let (got_aux, want_aux) = (got.aux_hidden.unwrap(), want.aux_hidden.unwrap());
     assert_eq!(bits(&got_aux), bits(&want_aux), "{what}: captured states");
-    for layer in 0..kv.num_layers() {
-        let (a, b) = (kv.layer(layer), got_kv.layer(layer));
+    assert_same_cache(what, got_kv, kv);
+}
+
+/// `got` and `want` hold the same keys and values, bit for bit.
+pub fn assert_same_cache(what: &str, got: &KvCache, want: &KvCache) {
+    for layer in 0..want.num_layers() {
+        let (a, b) = (want.layer(layer), got.layer(layer));
         assert_eq!(bits(&a.k), bits(&b.k), "{what}: layer {layer} keys");
         assert_eq!(bits(&a.v), bits(&b.v), "{what}: layer {layer} values");
     }
+}
+
+/// A drafter pass's output `got` is `want`, bit for bit, and so are the caches they wrote.
+pub fn assert_same_pass(what: &str, got: DraftOutput, got_kv: &KvCache, want: DraftOutput, kv: &KvCache) {
+    assert_eq!(bits(&got.logits), bits(&want.logits), "{what}: logits");
+    assert_eq!(bits(&got.hidden), bits(&want.hidden), "{what}: hidden");
+    assert_same_cache(what, got_kv, kv);
 }
 
 /// The last `window` rows of prompt 2 three ways: one token per forward, as one verification
@@ -339,4 +354,89 @@ pub fn fp8_and_dense(block: (usize, usize)) -> (tempfile::TempDir, tempfile::Tem
     }
     let config = fp8_config(serde_json::json!([block.0, block.1]));
     (llama_copy(&fp8, config), llama_copy(&dense, |_| {}))
+}
+
+/// The P-EAGLE drafter of tiny-llama, placed by `options`.
+pub fn fixture_drafter(options: LoadOptions) -> Drafter {
+    let target = load_target(&fixture_dir("tiny-llama"), options.clone()).unwrap().model;
+    Drafter::load(&fixture_dir("tiny-llama-peagle"), target.as_ref(), options).unwrap()
+}
+
+/// A KV cache for `d`, in its activations' dtype.
+pub fn drafter_cache(d: &Drafter) -> KvCache {
+    KvCache::new(d.dims(), 64, BLOCK, d.dtype(), d.device()).unwrap()
+}
+
+/// Hidden inputs at the drafter's width, distinct in every row.
+pub fn drafter_hidden(d: &Drafter, rows: usize) -> Tensor {
+    let width = d.dims().hidden_size;
+    let values: Vec<f32> = (0..rows * width)
+        .map(|i| ((i * 37 % 101) as f32 - 50.0) / 40.0)
+        .collect();
+    Tensor::from_vec(values, (rows, width), d.device())
+        .unwrap()
+        .to_dtype(d.dtype())
+        .unwrap()
+}
+
+/// Caches the prefixes `drafter_passes` runs after: positions 0..20, 0..14 and 0..29 of
+/// sequences 0, 1 and 2.
+pub fn drafter_prefill(d: &Drafter, kv: &KvCache) {
+    for (seq, len) in [(0, 20), (1, 14), (2, 29)] {
+        let mut b = BatchBuilder::new(BLOCK);
+        let tokens: Vec<u32> = (0..len as u32).map(|t| 3 + (t * 7 + seq as u32) % 90).collect();
+        b.add(&tokens, 0, &blocks(seq), Rows::None, Rows::None).unwrap();
+        d.forward(&b.build(), &DraftHidden::Projected(drafter_hidden(d, len)), kv)
+            .unwrap();
+    }
+}
+
+/// Graphs for `drafter_passes`.
+pub const DRAFT_GRAPH_LIMITS: GraphLimits = GraphLimits {
+    table_width: 8,
+    max_sequences: 64,
+    max_rows_each: 8,
+    max_rows: 64,
+};
+
+/// Drafter passes of three sequences after `drafter_prefill`, each at an offset:
+/// - P-EAGLE: two slots and three mask slots, one slot and three, and a prefill chunk that
+///   drafts nothing (its rows fill its second block, so its padding reaches a third);
+/// - P-EAGLE again, a step later, in the same shape;
+/// - EAGLE-3 after its first pass: one row a drafting sequence.
+pub fn drafter_passes() -> [(&'static str, ForwardBatch); 3] {
+    let pass = |rows: &[(&[u32], usize, usize, Rows)]| {
+        let mut b = BatchBuilder::new(BLOCK);
+        for (seq, (tokens, start, table, logits)) in rows.iter().enumerate() {
+            b.add(tokens, *start, &blocks(seq)[..*table], *logits, Rows::None)
+                .unwrap();
+        }
+        b.build()
+    };
+    [
+        (
+            "P-EAGLE",
+            pass(&[
+                (&[5, 6, 9, 9, 9], 20, 2, Rows::Tail(4)),
+                (&[7, 9, 9, 9], 14, 2, Rows::Tail(4)),
+                (&[11, 12, 13], 29, 2, Rows::None),
+            ]),
+        ),
+        (
+            "P-EAGLE, a step later",
+            pass(&[
+                (&[8, 9, 9, 9], 22, 2, Rows::Tail(4)),
+                (&[3, 4, 9, 9, 9], 15, 2, Rows::Tail(4)),
+                (&[14], 32, 3, Rows::None),
+            ]),
+        ),
+        (
+            "EAGLE-3",
+            pass(&[
+                (&[40], 25, 2, Rows::Tail(1)),
+                (&[41], 18, 2, Rows::Tail(1)),
+                (&[42], 33, 3, Rows::Tail(1)),
+            ]),
+        ),
+    ]
 }

@@ -6,7 +6,9 @@
 mod common;
 use candle_core::DType;
 use common::*;
-use peagle_models::{startup_steps, CudaGraphs, DTypeSpec, DeviceSpec, GraphLimits, LoadOptions};
+use peagle_models::{
+    startup_steps, CudaGraphs, DTypeSpec, DeviceSpec, DraftHidden, DrafterGraphs, GraphLimits, LoadOptions,
+};
 
 /// The fixtures whose architectures have CUDA kernels: gpt-oss's from its MXFP4 checkpoint
 /// (dense experts run on the CPU only).
@@ -252,4 +254,33 @@ fn a_capture_that_reads_back_fails_and_its_shape_runs_without_a_graph() {
     assert_same_step("after a failed capture", got, &graph_kv, want, &kv);
     let again = graphs.forward(model, &next, &graph_kv).unwrap();
     assert!(again.is_none(), "the shape runs without a graph");
+}
+
+/// Drafter passes run by CUDA graphs give the bits, and leave the drafter's KV cache, that
+/// the same passes give without: a P-EAGLE pass captured, the next replayed over new inputs
+/// in the same shape, and an EAGLE-3 pass of one row a sequence; then the same passes by
+/// graphs captured before the first pass (as an engine captures them).
+#[test]
+fn drafter_passes_by_cuda_graphs_equal_passes_without() {
+    let Some(options) = on_gpu(DTypeSpec::Bf16) else { return };
+    let d = fixture_drafter(options);
+    for at_startup in [false, true] {
+        let mut graphs = DrafterGraphs::new(&d, DRAFT_GRAPH_LIMITS).unwrap();
+        let (kv, graph_kv) = (drafter_cache(&d), drafter_cache(&d));
+        if at_startup {
+            let captured = graphs.capture_at_startup(&d, &graph_kv).unwrap();
+            let shapes = startup_steps(&DRAFT_GRAPH_LIMITS, BLOCK, DRAFT_GRAPH_LIMITS.max_rows, false).unwrap();
+            assert_eq!(captured, shapes.len());
+        }
+        drafter_prefill(&d, &kv);
+        drafter_prefill(&d, &graph_kv);
+        for (pass, batch) in drafter_passes() {
+            let what = format!("{pass}, captured at startup: {at_startup}");
+            let hidden = drafter_hidden(&d, batch.token_ids.len());
+            let want = d.forward(&batch, &DraftHidden::Projected(hidden.clone()), &kv).unwrap();
+            let got = graphs.forward(&d, &batch, &hidden, &graph_kv).unwrap();
+            let got = got.expect("a graph's shape");
+            assert_same_pass(&what, got, &graph_kv, want, &kv);
+        }
+    }
 }

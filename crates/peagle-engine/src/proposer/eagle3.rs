@@ -1,18 +1,17 @@
-use super::{first_pass, greedy_drafts, DraftRequest, Proposer};
+use super::{first_pass, greedy_drafts, DraftRequest, DrafterPasses, Proposer};
 use candle_core::Result;
-use peagle_models::{BatchBuilder, DraftHidden, Drafter, KvCache, Rows};
+use peagle_models::{BatchBuilder, Rows};
 
 /// EAGLE-3: K drafter passes. The first covers the request's slots and gives draft 1; each
 /// later pass feeds the previous draft with the drafter's own output as the hidden input.
 pub struct Eagle3Proposer {
-    drafter: Drafter,
-    kv: KvCache,
+    passes: DrafterPasses,
     k: usize,
 }
 
 impl Eagle3Proposer {
-    pub fn new(drafter: Drafter, k: usize, kv: KvCache) -> Self {
-        Self { drafter, kv, k }
+    pub fn new(passes: DrafterPasses, k: usize) -> Self {
+        Self { passes, k }
     }
 }
 
@@ -22,37 +21,39 @@ impl Proposer for Eagle3Proposer {
     }
 
     fn aux_layer_ids(&self) -> &[usize] {
-        self.drafter.aux_layer_ids()
+        self.passes.drafter().aux_layer_ids()
     }
 
     fn propose(&mut self, requests: &[DraftRequest], k: usize) -> Result<Vec<Vec<u32>>> {
-        let (out, _) = first_pass(&self.drafter, &self.kv, requests, None, 0)?;
+        let (out, _) = first_pass(&mut self.passes, requests, None, 0)?;
         let mut drafts: Vec<Vec<u32>> = vec![Vec::new(); requests.len()];
         let drafting: Vec<usize> = (0..requests.len()).filter(|i| requests[*i].draft).collect();
         if drafting.is_empty() {
             return Ok(drafts);
         }
-        let mut last = greedy_drafts(&self.drafter, &out.logits)?;
+        let mut last = greedy_drafts(self.passes.drafter(), &out.logits)?;
         let mut hidden = out.hidden;
         for (i, d) in drafting.iter().zip(&last) {
             drafts[*i].push(*d);
         }
         for step in 1..k.min(self.k) {
-            let mut batch = BatchBuilder::new(self.kv.block_size());
+            let mut batch = BatchBuilder::new(self.passes.block_size());
             for (j, i) in drafting.iter().enumerate() {
                 let r = &requests[*i];
                 let pos = r.start + r.tokens.len() - 1 + step;
                 batch.add(&last[j..j + 1], pos, r.block_table, Rows::Tail(1), Rows::None)?;
             }
-            let out = self
-                .drafter
-                .forward(&batch.build(), &DraftHidden::Projected(hidden), &self.kv)?;
-            last = greedy_drafts(&self.drafter, &out.logits)?;
+            let out = self.passes.run(&batch.build(), hidden)?;
+            last = greedy_drafts(self.passes.drafter(), &out.logits)?;
             hidden = out.hidden;
             for (i, d) in drafting.iter().zip(&last) {
                 drafts[*i].push(*d);
             }
         }
         Ok(drafts)
+    }
+
+    fn capture_graphs(&mut self) -> Result<usize> {
+        self.passes.capture_graphs()
     }
 }

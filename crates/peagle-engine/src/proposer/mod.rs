@@ -15,7 +15,9 @@ pub use peagle::PEagleProposer;
 
 use candle_core::{Result, Tensor};
 use peagle_kernels::argmax_rows;
-use peagle_models::{BatchBuilder, DraftHidden, DraftOutput, Drafter, KvCache, Rows, SequenceRows};
+use peagle_models::{
+    BatchBuilder, DraftHidden, DraftOutput, Drafter, DrafterGraphs, ForwardBatch, KvCache, Rows, SequenceRows,
+};
 
 pub struct DraftRequest<'a> {
     /// Slot tokens: the token after each position `start..start + tokens.len()`.
@@ -44,19 +46,66 @@ pub trait Proposer: Send {
     /// `k` (at most `self.k()`) drafts, as target ids, for each request; none where `draft`
     /// is false.
     fn propose(&mut self, requests: &[DraftRequest], k: usize) -> Result<Vec<Vec<u32>>>;
+
+    /// Captures the CUDA graphs of the drafter's passes, where it runs them by graphs; says
+    /// how many (`DrafterGraphs::capture_at_startup`).
+    fn capture_graphs(&mut self) -> Result<usize> {
+        Ok(0)
+    }
+}
+
+/// The drafter with its KV cache, running each pass by a CUDA graph where it has one for the
+/// pass's shape.
+pub struct DrafterPasses {
+    drafter: Drafter,
+    kv: KvCache,
+    graphs: Option<DrafterGraphs>,
+}
+
+impl DrafterPasses {
+    pub fn new(drafter: Drafter, kv: KvCache, graphs: Option<DrafterGraphs>) -> Self {
+        Self { drafter, kv, graphs }
+    }
+
+    pub fn drafter(&self) -> &Drafter {
+        &self.drafter
+    }
+
+    pub fn block_size(&self) -> usize {
+        self.kv.block_size()
+    }
+
+    /// A pass over `batch` with the hidden input `hidden`, at the drafter's width: by a graph
+    /// where the pass's shape has one, else as it is. A graph gives the same bits.
+    fn run(&mut self, batch: &ForwardBatch, hidden: Tensor) -> Result<DraftOutput> {
+        if let Some(graphs) = &mut self.graphs {
+            match graphs.forward(&self.drafter, batch, &hidden, &self.kv) {
+                Ok(Some(out)) => return Ok(out),
+                Ok(None) => {}
+                Err(e) => tracing::warn!("this drafter pass's shape runs without a CUDA graph: {e}"),
+            }
+        }
+        self.drafter.forward(batch, &DraftHidden::Projected(hidden), &self.kv)
+    }
+
+    fn capture_graphs(&mut self) -> Result<usize> {
+        match &mut self.graphs {
+            Some(graphs) => graphs.capture_at_startup(&self.drafter, &self.kv),
+            None => Ok(0),
+        }
+    }
 }
 
 /// The first drafter pass over every request, with `mask_slots` mask tokens after each
 /// drafting request's slots; `mask` is the mask token and its hidden input, already through
 /// `fc`. Returns the output and where each request's logits rows landed.
 fn first_pass(
-    drafter: &Drafter,
-    kv: &KvCache,
+    passes: &mut DrafterPasses,
     requests: &[DraftRequest],
     mask: Option<(u32, &Tensor)>,
     mask_slots: usize,
 ) -> Result<(DraftOutput, Vec<SequenceRows>)> {
-    let mut batch = BatchBuilder::new(kv.block_size());
+    let mut batch = BatchBuilder::new(passes.block_size());
     let mut placed = Vec::with_capacity(requests.len());
     let target_rows: usize = requests.iter().map(|r| r.tokens.len()).sum();
     // Row of [fc(target states); mask state] that each slot reads; the mask state is last.
@@ -75,13 +124,13 @@ fn first_pass(
         placed.push(batch.add(&tokens, r.start, r.block_table, logits, Rows::None)?);
     }
     let aux: Vec<&Tensor> = requests.iter().map(|r| &r.hidden).collect();
-    let mut hidden = drafter.project_target(&Tensor::cat(&aux, 0)?)?;
+    let mut hidden = passes.drafter().project_target(&Tensor::cat(&aux, 0)?)?;
     if let Some((_, state)) = mask.filter(|_| sources.len() > target_rows) {
         let n = sources.len();
         let table = Tensor::cat(&[&hidden, state], 0)?;
         hidden = table.index_select(&Tensor::from_vec(sources, n, table.device())?, 0)?;
     }
-    let out = drafter.forward(&batch.build(), &DraftHidden::Projected(hidden), kv)?;
+    let out = passes.run(&batch.build(), hidden)?;
     Ok((out, placed))
 }
 

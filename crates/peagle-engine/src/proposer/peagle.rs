@@ -1,13 +1,12 @@
-use super::{first_pass, greedy_drafts, DraftRequest, Proposer};
+use super::{first_pass, greedy_drafts, DraftRequest, DrafterPasses, Proposer};
 use candle_core::{Result, Tensor};
-use peagle_models::{Drafter, KvCache, LoadError};
+use peagle_models::LoadError;
 
 /// P-EAGLE: all K drafts from one drafter pass. After each request's slots come K-1 mask
 /// slots (mask token, shared hidden state `fc(mask_hidden)`); the logits of the last real slot
 /// and of the mask slots are the K drafts. Mask-slot cache rows are overwritten next step.
 pub struct PEagleProposer {
-    drafter: Drafter,
-    kv: KvCache,
+    passes: DrafterPasses,
     k: usize,
     mask_token: u32,
     /// `fc(mask_hidden)`, [1, drafter hidden]: the same for every mask slot, so computed once.
@@ -15,7 +14,8 @@ pub struct PEagleProposer {
 }
 
 impl PEagleProposer {
-    pub fn new(drafter: Drafter, k: usize, kv: KvCache) -> std::result::Result<Self, LoadError> {
+    pub fn new(passes: DrafterPasses, k: usize) -> std::result::Result<Self, LoadError> {
+        let drafter = passes.drafter();
         let (mask_token, mask_hidden) = drafter.parallel_inputs()?;
         let mask_state = drafter
             .project_target(mask_hidden)
@@ -24,8 +24,7 @@ impl PEagleProposer {
                 source,
             })?;
         Ok(Self {
-            drafter,
-            kv,
+            passes,
             k,
             mask_token,
             mask_state,
@@ -39,13 +38,18 @@ impl Proposer for PEagleProposer {
     }
 
     fn aux_layer_ids(&self) -> &[usize] {
-        self.drafter.aux_layer_ids()
+        self.passes.drafter().aux_layer_ids()
     }
 
     fn propose(&mut self, requests: &[DraftRequest], k: usize) -> Result<Vec<Vec<u32>>> {
         let mask = Some((self.mask_token, &self.mask_state));
-        let (out, placed) = first_pass(&self.drafter, &self.kv, requests, mask, k.min(self.k).saturating_sub(1))?;
-        let drafts = greedy_drafts(&self.drafter, &out.logits)?;
+        let masks = k.min(self.k).saturating_sub(1);
+        let (out, placed) = first_pass(&mut self.passes, requests, mask, masks)?;
+        let drafts = greedy_drafts(self.passes.drafter(), &out.logits)?;
         Ok(placed.iter().map(|p| drafts[p.logits.clone()].to_vec()).collect())
+    }
+
+    fn capture_graphs(&mut self) -> Result<usize> {
+        self.passes.capture_graphs()
     }
 }

@@ -16,6 +16,11 @@ impl Embedding {
         &self.table
     }
 
+    /// The dtype of the activations it makes.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
     pub fn forward(&self, ids: &Tensor) -> Result<Tensor> {
         self.table.index_select(ids, 0)?.to_dtype(self.dtype)
     }

@@ -1,0 +1,233 @@
+//! CUDA graphs of the drafter's passes. A drafter pass is a few small layers, so without a
+//! graph its time is mostly the launches of its kernels, and EAGLE-3 pays them K times a step.
+//!
+//! A pass's sequences have as many rows as they have slots, which varies with what the last
+//! verification accepted, so a graph's shape pads them (`padded_pass`): every sequence to the
+//! rows of the longest (`ForwardBatch::with_rows_each`: new rows after a sequence's own,
+//! writing nothing), then the sequences to a bucket, as the target's graphs pad theirs
+//! (`ForwardBatch::padded`). Rows are batch invariant and attend only to positions up to their
+//! own, so a pass's rows give the same bits padded as not. The graph holds the pass up to the
+//! final norm (`Drafter::forward_states`) over every row; the head then makes the logits of
+//! the pass's own logit rows outside it. Its inputs are a forward's (`ForwardInputs`) and the
+//! hidden input, gathered to the padded rows before each replay.
+
+use crate::batch::ForwardBatch;
+use crate::cuda_graphs::GraphLimits;
+use crate::drafter::{DraftHidden, DraftOutput, Drafter};
+use crate::forward_inputs::ForwardInputs;
+use crate::kv_cache::KvCache;
+use candle_core::{bail, Result, Tensor};
+
+/// The shape a drafter pass is captured and replayed at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct DraftShape {
+    /// Sequences, padding included: a bucket.
+    pub sequences: usize,
+    /// Rows of every sequence: those of the pass's longest.
+    pub rows_each: usize,
+}
+
+/// The shape a drafter pass over `batch` runs at by a graph within `limits`; None where it
+/// runs without one: a sequence longer than `max_rows_each` (a prompt, or a backlog of states
+/// the drafter has not read), a block table the padding rows would grow past the graph's
+/// width, or more sequences or rows than a graph holds.
+pub fn draft_shape(batch: &ForwardBatch, limits: &GraphLimits) -> Option<DraftShape> {
+    let attn = &batch.attn;
+    let rows = |s: usize| attn.query_start[s + 1] - attn.query_start[s];
+    let rows_each = (0..attn.num_sequences()).map(rows).max()?;
+    // Each table grows to the positions of its sequence's padding rows.
+    let width = |s: usize| {
+        let reach = (attn.context_lens[s] + rows_each - rows(s)).div_ceil(attn.block_size);
+        reach.max(attn.block_tables[s].len())
+    };
+    let fits = rows_each <= limits.max_rows_each && (0..attn.num_sequences()).all(|s| width(s) <= limits.table_width);
+    let sequences = attn.num_sequences().next_power_of_two();
+    let within = sequences <= limits.max_sequences.next_power_of_two() && sequences * rows_each <= limits.max_rows;
+    (fits && within).then_some(DraftShape { sequences, rows_each })
+}
+
+/// A drafter pass laid out at a graph's shape.
+pub struct PaddedPass {
+    /// The pass's rows at the shape, keeping no row's outputs: the graph keeps every row's
+    /// state.
+    pub batch: ForwardBatch,
+    /// For each row, the row of the pass's hidden input it reads.
+    pub sources: Vec<u32>,
+    /// Where the pass's logit rows landed, in their order.
+    pub logit_rows: Vec<u32>,
+}
+
+/// `batch` padded to `shape` (see the module's documentation), its block tables to
+/// `table_width` blocks.
+pub fn padded_pass(batch: &ForwardBatch, shape: DraftShape, table_width: usize) -> Result<PaddedPass> {
+    let (mut grown, mut sources) = batch.with_rows_each(shape.rows_each)?;
+    let logit_rows = std::mem::take(&mut grown.logit_rows);
+    grown.capture_rows.clear();
+    let batch = grown.padded(shape.sequences, table_width)?;
+    // Padding sequences read the first row's hidden input; their outputs are never kept.
+    sources.resize(batch.token_ids.len(), 0);
+    Ok(PaddedPass {
+        batch,
+        sources,
+        logit_rows,
+    })
+}
+
+/// What a drafter pass's graph reads: a forward's inputs and the hidden input of every row.
+pub struct DraftInputs {
+    pub forward: ForwardInputs,
+    /// [rows, drafter hidden].
+    pub hidden: Tensor,
+}
+
+impl DraftInputs {
+    /// Writes these inputs' values into `target`'s tensors, of the same shapes.
+    pub fn write_into(&self, target: &DraftInputs) -> Result<()> {
+        if self.hidden.shape() != target.hidden.shape() {
+            bail!(
+                "a hidden input of shape {:?} written into a graph's of {:?}",
+                self.hidden.shape(),
+                target.hidden.shape()
+            );
+        }
+        self.forward.write_into(&target.forward)?;
+        target.hidden.slice_set(&self.hidden, 0, 0)
+    }
+}
+
+impl PaddedPass {
+    /// The inputs of the padded pass, with `hidden` [the pass's rows, drafter hidden]
+    /// gathered to its rows, and the indices of its logit rows on the device: one upload of
+    /// indices for both.
+    pub fn inputs(&self, drafter: &Drafter, hidden: &Tensor) -> Result<(DraftInputs, Tensor)> {
+        let (rows, kept) = (self.sources.len(), self.logit_rows.len());
+        let indices = [&self.sources[..], &self.logit_rows[..]].concat();
+        let indices = Tensor::from_vec(indices, rows + kept, hidden.device())?;
+        let inputs = DraftInputs {
+            forward: drafter.inputs(&self.batch)?,
+            hidden: hidden.index_select(&indices.narrow(0, 0, rows)?, 0)?,
+        };
+        Ok((inputs, indices.narrow(0, rows, kept)?))
+    }
+
+    /// The pass's output from the last layer's output of every padded row (`states`): the
+    /// head over the rows at `kept`, the indices `inputs` returned.
+    pub fn output(&self, drafter: &Drafter, states: &Tensor, kept: &Tensor) -> Result<DraftOutput> {
+        if self.logit_rows.is_empty() {
+            return drafter.no_logits(states.dtype());
+        }
+        drafter.head(states.index_select(kept, 0)?)
+    }
+}
+
+/// The drafter's forward up to the final norm over a graph's inputs: what a graph captures.
+pub fn draft_states(drafter: &Drafter, inputs: &DraftInputs, kv: &KvCache) -> Result<Tensor> {
+    drafter.forward_states(&inputs.forward, &DraftHidden::Projected(inputs.hidden.clone()), kv)
+}
+
+/// A drafter's captured passes, one per shape, on one CUDA device.
+pub struct DrafterGraphs {
+    #[cfg(feature = "cuda")]
+    limits: GraphLimits,
+    #[cfg(feature = "cuda")]
+    graphs: crate::graph_capture::Graphs<DraftShape, DraftInputs, Tensor>,
+    /// A build without CUDA makes none.
+    #[cfg(not(feature = "cuda"))]
+    never: std::convert::Infallible,
+}
+
+#[cfg(feature = "cuda")]
+impl DrafterGraphs {
+    /// Graphs for the passes within `limits` of `drafter`, which must be on a GPU.
+    pub fn new(drafter: &Drafter, limits: GraphLimits) -> Result<Self> {
+        Ok(Self {
+            limits,
+            graphs: crate::graph_capture::Graphs::new(drafter.device())?,
+        })
+    }
+
+    /// `drafter`'s pass over `batch` with the hidden input `hidden` [rows, drafter hidden] by a
+    /// graph, captured now if its shape has none yet; None where the pass runs without one
+    /// (`draft_shape`, or a capture that failed). A failed capture is the error of its first
+    /// pass; the pass's keys and values are written, its outputs are not.
+    pub fn forward(
+        &mut self,
+        drafter: &Drafter,
+        batch: &ForwardBatch,
+        hidden: &Tensor,
+        kv: &KvCache,
+    ) -> Result<Option<DraftOutput>> {
+        let Some(shape) = draft_shape(batch, &self.limits) else {
+            return Ok(None);
+        };
+        let pass = padded_pass(batch, shape, self.limits.table_width)?;
+        let mut kept = None;
+        let inputs = || {
+            // A replay runs no op that would check the metadata.
+            pass.batch.attn.validate(kv.num_blocks() * kv.block_size())?;
+            let (inputs, rows) = pass.inputs(drafter, hidden)?;
+            kept = Some(rows);
+            Ok(inputs)
+        };
+        let write = |from: &DraftInputs, to: &DraftInputs| from.write_into(to);
+        let forward = |inputs: &DraftInputs| draft_states(drafter, inputs, kv);
+        let graph = self
+            .graphs
+            .get_or_capture(shape, drafter.device(), inputs, write, forward)?;
+        let (Some(graph), Some(kept)) = (graph, kept) else {
+            return Ok(None);
+        };
+        graph.launch()?;
+        pass.output(drafter, &graph.outputs, &kept).map(Some)
+    }
+
+    /// Captures a graph of every shape within the limits (every bucket of sequences with
+    /// every row count, up to the most rows), so that no request waits on a capture; says how
+    /// many were captured. Run it as `CudaGraphs::capture_at_startup`, on the thread pool the
+    /// steps run on; it returns once the device has run every launch.
+    pub fn capture_at_startup(&mut self, drafter: &Drafter, kv: &KvCache) -> Result<usize> {
+        let mut captured = 0;
+        let steps = crate::cuda_graphs::startup_steps(&self.limits, kv.block_size(), self.limits.max_rows, false)?;
+        for step in steps {
+            let Some(shape) = draft_shape(&step, &self.limits) else {
+                continue;
+            };
+            if self.graphs.contains(&shape) {
+                continue;
+            }
+            let pass = padded_pass(&step, shape, self.limits.table_width)?;
+            let rows = step.token_ids.len();
+            let hidden = Tensor::zeros((rows, drafter.dims().hidden_size), drafter.dtype(), drafter.device())?;
+            let (inputs, _) = pass.inputs(drafter, &hidden)?;
+            let forward = |inputs: &DraftInputs| draft_states(drafter, inputs, kv);
+            captured += usize::from(self.graphs.capture_at_startup(shape, drafter.device(), inputs, forward));
+        }
+        drafter.device().synchronize()?;
+        Ok(captured)
+    }
+}
+
+#[cfg(not(feature = "cuda"))]
+impl DrafterGraphs {
+    /// A build without CUDA has no graphs.
+    pub fn new(drafter: &Drafter, _limits: GraphLimits) -> Result<Self> {
+        bail!(
+            "CUDA graphs need a CUDA device and a build with CUDA, not {:?}",
+            drafter.device()
+        )
+    }
+
+    pub fn forward(
+        &mut self,
+        _drafter: &Drafter,
+        _batch: &ForwardBatch,
+        _hidden: &Tensor,
+        _kv: &KvCache,
+    ) -> Result<Option<DraftOutput>> {
+        match self.never {}
+    }
+
+    pub fn capture_at_startup(&mut self, _drafter: &Drafter, _kv: &KvCache) -> Result<usize> {
+        match self.never {}
+    }
+}
