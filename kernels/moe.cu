@@ -23,17 +23,16 @@
 #define MOE_WARPS 4
 #define MOE_MAX_EXPERTS 1024
 
-// The e2m1 value of a 4-bit code: sign bit 3, exponent bits 1-2, mantissa bit 0.
-__device__ __forceinline__ float e2m1(uint32_t code) {
-    const uint32_t e = (code >> 1) & 3, m = code & 1;
-    const float magnitude = e == 0 ? 0.5f * m : __uint_as_float(((e + 126) << 23) | (m << 22));
-    return code & 8 ? -magnitude : magnitude;
-}
-
-// 2^(e - 127) exactly: a biased exponent as an f32's; e = 0 is the subnormal 2^-127, 255 gives
-// infinity, as the CPU's table.
-__device__ __forceinline__ float e8m0(uint32_t e) {
-    return e == 0 ? __uint_as_float(0x00400000u) : __uint_as_float(e << 23);
+// Code i (0..7) of a word of eight e2m1 codes as an f32 of its value times 2^-126, exactly: the
+// code's exponent and mantissa bits (1-2 and 0) become the f32's lowest exponent bits and its
+// highest mantissa bit, so exponent 0 makes the subnormal 0.5 * m * 2^-126, and the code's sign
+// (bit 3) becomes the sign. Two shifts and two masks a value, where decoding the fields costs
+// twice that.
+__device__ __forceinline__ float e2m1_tiny(uint32_t word, int i) {
+    const int to_exponent = 22 - 4 * i, to_sign = 28 - 4 * i;
+    const uint32_t magnitude = (to_exponent >= 0 ? word << to_exponent : word >> -to_exponent) & 0x01C00000u;
+    const uint32_t sign = (to_sign >= 0 ? word << to_sign : word >> -to_sign) & 0x80000000u;
+    return __uint_as_float(magnitude | sign);
 }
 
 // ---- routing ---------------------------------------------------------------------------------
@@ -154,16 +153,22 @@ __device__ __forceinline__ bool tile_of(const int* tiles, const int* num_tiles, 
     return true;
 }
 
-// The 32 weights of one MXFP4 block, dequantized.
+// The 32 weights of one MXFP4 block, dequantized: each e2m1 value times 2^(scale - 127), where
+// scale 0 is the subnormal 2^-127 and 255 infinity, as the CPU's table has them. Every product
+// is exact, so the weights are those bits whichever way they are made: up to scale 128, a
+// code's value times 2^-126 (`e2m1_tiny`) times 2^(scale - 1), one multiply; above, where that
+// multiplier would overflow, the value itself (times 2^126) times the scale.
 __device__ __forceinline__ void dequantize_block(const uint8_t* block, uint8_t scale, float* w) {
     const uint4 packed = *reinterpret_cast<const uint4*>(block);
     const uint32_t words[4] = {packed.x, packed.y, packed.z, packed.w};
-    const float s = e8m0(scale);
+    if (scale <= 128) {
+        const float s = __uint_as_float((scale + 126u) << 23);
 #pragma unroll
-    for (int i = 0; i < 16; ++i) {
-        const uint32_t byte = words[i / 4] >> (8 * (i % 4)) & 0xff;
-        w[2 * i] = e2m1(byte & 0xf) * s;
-        w[2 * i + 1] = e2m1(byte >> 4) * s;
+        for (int i = 0; i < 32; ++i) w[i] = e2m1_tiny(words[i / 8], i % 8) * s;
+    } else {
+        const float s = __uint_as_float((uint32_t)scale << 23);
+#pragma unroll
+        for (int i = 0; i < 32; ++i) w[i] = e2m1_tiny(words[i / 8], i % 8) * 0x1p126f * s;
     }
 }
 
