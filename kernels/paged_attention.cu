@@ -6,9 +6,12 @@
 // One block of ATTN_THREADS threads per (query row, query head). Keys are visited in tiles of
 // ATTN_THREADS positions, in position order, with an online softmax; each output element is
 // the same chain of operations whatever else the launch holds, so rows are batch invariant.
-// The loops over a key's elements and over a tile's values are unrolled so that several of
-// their loads are in flight at once (a decode row's block waits on little else); unrolling
-// moves loads, never the order of the sums.
+// A thread reads its key 8 elements a load where the launcher says the cache's rows allow it
+// (`vector_keys`: head_dim % 8 == 0, the cache 16-byte aligned): each of the warp's loads then
+// brings a whole sector of each of its 32 keys, where one element a load took eight times the
+// loads for the same sectors. The loop over a tile's values is unrolled so that many of its
+// loads are in flight at once (a decode row's block waits on little else). Neither moves the
+// order of the sums.
 //
 // `q`'s rows are `q_stride` elements apart (a column range of a wider tensor), `out`'s
 // num_heads * head_dim.
@@ -24,7 +27,7 @@ template <typename T, typename C>
 __device__ void paged_attention(T* out, const T* q, const C* k_cache, const C* v_cache,
                                 const uint32_t* meta, const float* sinks, int rows, int seqs,
                                 int num_heads, int num_kv_heads, int head_dim, int block_size,
-                                int q_stride, float scale, float v_scale, int window) {
+                                int q_stride, float scale, float v_scale, int window, int vector_keys) {
     __shared__ float q_s[ATTN_MAX_HEAD_DIM];
     __shared__ float weights[ATTN_THREADS];
     __shared__ uint32_t slots[ATTN_THREADS];
@@ -55,8 +58,18 @@ __device__ void paged_attention(T* out, const T* q, const C* k_cache, const C* v
             slots[tid] = slot;
             const C* key = k_cache + slot * kv_width + (size_t)kv_head * head_dim;
             float dot = 0.f;
+            if (vector_keys) {
+#pragma unroll 4
+                for (int d0 = 0; d0 < head_dim; d0 += 8) {
+                    float k8[8];
+                    load8(key + d0, k8);
+#pragma unroll
+                    for (int j = 0; j < 8; ++j) dot = fmaf(q_s[d0 + j], k8[j], dot);
+                }
+            } else {
 #pragma unroll 8
-            for (int d = 0; d < head_dim; ++d) dot = fmaf(q_s[d], to_f32(key[d]), dot);
+                for (int d = 0; d < head_dim; ++d) dot = fmaf(q_s[d], to_f32(key[d]), dot);
+            }
             score = dot * scale;
         }
         const float m_new = fmaxf(m, block_max(score, scratch));
@@ -66,7 +79,7 @@ __device__ void paged_attention(T* out, const T* q, const C* k_cache, const C* v
         denom = denom * rescale + block_sum(w, scratch);
         acc0 *= rescale;
         acc1 *= rescale;
-#pragma unroll 8
+#pragma unroll 16
         for (int j = 0; j < n; ++j) {
             const C* value = v_cache + slots[j] * kv_width + (size_t)kv_head * head_dim;
             if (tid < head_dim) acc0 = fmaf(weights[j], to_f32(value[tid]), acc0);
@@ -83,10 +96,10 @@ __device__ void paged_attention(T* out, const T* q, const C* k_cache, const C* v
     extern "C" __global__ void __launch_bounds__(ATTN_THREADS) NAME(                          \
         T* out, const T* q, const C* k_cache, const C* v_cache, const uint32_t* meta,         \
         const float* sinks, int rows, int seqs, int num_heads, int num_kv_heads, int head_dim, \
-        int block_size, int q_stride, float scale, float v_scale, int window) {               \
+        int block_size, int q_stride, float scale, float v_scale, int window, int vector_keys) { \
         paged_attention<T, C>(out, q, k_cache, v_cache, meta, sinks, rows, seqs, num_heads,   \
                               num_kv_heads, head_dim, block_size, q_stride, scale, v_scale,   \
-                              window);                                                        \
+                              window, vector_keys);                                           \
     }
 
 PAGED_ATTENTION(paged_attention_f32_f32, float, float)

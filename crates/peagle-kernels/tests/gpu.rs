@@ -362,8 +362,9 @@ fn batch(seqs: &[(usize, usize)], params: AttentionParams, seed: u64) -> Batch {
 fn paged_attention_matches_the_cpu_kernel_and_is_batch_invariant() {
     let Some(dev) = gpu() else { return };
     let g = |t: &Tensor| t.to_device(&dev).unwrap();
-    // gpt-oss's heads (64 query, 8 KV, head_dim 64) and a Llama-like layout.
-    for (heads, kv_heads, d) in [(64, 8, 64), (8, 2, 128), (4, 4, 256)] {
+    // gpt-oss's heads (64 query, 8 KV, head_dim 64), a Llama-like layout, the largest head, and
+    // one whose keys are read an element a load (head_dim not a multiple of 8).
+    for (heads, kv_heads, d) in [(64, 8, 64), (8, 2, 128), (4, 4, 256), (2, 1, 12)] {
         for window in [None, Some(128), Some(5)] {
             for with_sinks in [false, true] {
                 let params = AttentionParams {

@@ -36,10 +36,15 @@ use candle_core::{DType, Layout, Result, Storage, Tensor};
 /// Fails unless `layout`'s first element starts on a 16-byte boundary, as kernels that read
 /// rows by vector loads need.
 fn aligned_16(op: &'static str, what: &str, layout: &Layout, dtype: DType) -> Result<()> {
-    if !(layout.start_offset() * dtype.size_in_bytes()).is_multiple_of(16) {
+    if !starts_aligned_16(layout, dtype) {
         return Err(bad_input(op, format!("{what} does not start on a 16-byte boundary")));
     }
     Ok(())
+}
+
+/// Whether `layout`'s first element starts on a 16-byte boundary (the buffers under it do).
+fn starts_aligned_16(layout: &Layout, dtype: DType) -> bool {
+    (layout.start_offset() * dtype.size_in_bytes()).is_multiple_of(16)
 }
 
 /// The elements of a contiguous layout over `storage`, as a view the kernel reads.

@@ -1,5 +1,7 @@
 use super::module::{function, Kernel, Module};
-use super::{by_dtypes_or_fp8, dtype_name, dtype_name_or_fp8, int, output, strided_view, view, with_view};
+use super::{
+    by_dtypes_or_fp8, dtype_name, dtype_name_or_fp8, int, output, starts_aligned_16, strided_view, view, with_view,
+};
 use crate::error::bad_input;
 use crate::paged_attention::{AttentionMetadata, AttentionParams, Sinks};
 use candle_core::backend::BackendStorage;
@@ -78,6 +80,8 @@ pub(crate) fn paged_attention(
         scale: params.scale * params.kv_scale.k,
         v_scale: params.kv_scale.v,
         window: int(OP, params.sliding_window.unwrap_or(0))?,
+        // Every key row then starts on a 16-byte boundary (8 for FP8), as 8-element loads need.
+        vector_keys: i32::from(params.head_dim.is_multiple_of(8) && starts_aligned_16(k_cache.1, cache_dtype)),
     };
     let out = with_view::<u32, _>(packed, "attention metadata", |meta| match sinks {
         Some(sinks) => with_view::<f32, _>(sinks, "sinks", |sinks| {
@@ -105,6 +109,8 @@ struct Args {
     scale: f32,
     v_scale: f32,
     window: i32,
+    /// Whether the kernel reads keys 8 elements a load.
+    vector_keys: i32,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -136,7 +142,12 @@ fn launch<T: CudaDType + DeviceRepr, C: CudaDType>(
     for i in &a.ints {
         builder.arg(i);
     }
-    builder.arg(&q_stride).arg(&a.scale).arg(&a.v_scale).arg(&a.window);
+    builder
+        .arg(&q_stride)
+        .arg(&a.scale)
+        .arg(&a.v_scale)
+        .arg(&a.window)
+        .arg(&a.vector_keys);
     let config = LaunchConfig {
         grid_dim: (a.ints[0] as u32, a.ints[2] as u32, 1),
         block_dim: (THREADS, 1, 1),
