@@ -52,9 +52,15 @@ def main(out):
     if rows:
         report["gemm_vs_cublas"] = rows
         md += ["", "## Batch-invariant matmul against cuBLAS (bf16, 4096 -> 14336)", "",
-               "| M | invariant ms | cuBLAS ms | ratio | invariant weight GB/s |", "| ---: | ---: | ---: | ---: | ---: |"]
-        md += [f"| {r['m']} | {r['invariant_ms']:.3f} | {r['cublas_ms']:.3f} | {r['ratio']:.2f}x | "
-               f"{r['invariant_weight_gb_per_s']:.0f} |" for r in rows]
+               "CUDA cores: kernels/linear.cu (the default); tensor cores: kernels/linear_mma.cu "
+               "(`PEAGLE_CUDA_MATMUL=mma`).", "",
+               "| M | CUDA cores ms | tensor cores ms | cuBLAS ms | CUDA cores / cuBLAS | tensor cores / cuBLAS | "
+               "CUDA cores weight GB/s | tensor cores weight GB/s |",
+               "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        dash = lambda r, key, fmt: format(r[key], fmt) if key in r else "-"
+        md += [f"| {r['m']} | {r['invariant_ms']:.3f} | {dash(r, 'mma_ms', '.3f')} | {r['cublas_ms']:.3f} | "
+               f"{r['ratio']:.2f}x | {dash(r, 'mma_ratio', '.2f')}x | {r['invariant_weight_gb_per_s']:.0f} | "
+               f"{dash(r, 'mma_weight_gb_per_s', '.0f')} |" for r in rows]
 
     peer = load(os.path.join(out, "transformers.json"))
     ours = load(os.path.join(out, "peagle-generate-demo.json"))
@@ -74,10 +80,14 @@ def main(out):
                f"- weight bytes read per step: {bound['weight_bytes'] / 1e9:.2f} GB",
                f"- copy bandwidth measured in the same run: {bound['copy_bytes_per_second'] / 1e12:.2f} TB/s",
                f"- HBM bound: {bound['bound_seconds'] * 1e3:.2f} ms"]
-        graphs = load(os.path.join(out, "llama-8b-decode-graphs.json"))
-        if graphs:
-            report["llama_8b"]["graphs"] = decode_step(graphs, bound)
-        for label, part in (("without CUDA graphs", report["llama_8b"]), ("with CUDA graphs", report["llama_8b"].get("graphs"))):
+        for key in ("graphs", "mma"):
+            run = load(os.path.join(out, f"llama-8b-decode-{key}.json"))
+            if run:
+                report["llama_8b"][key] = decode_step(run, bound)
+        for label, part in (("without CUDA graphs", report["llama_8b"]),
+                            ("with CUDA graphs", report["llama_8b"].get("graphs")),
+                            ("by the tensor-core matmul (PEAGLE_CUDA_MATMUL=mma), without CUDA graphs",
+                             report["llama_8b"].get("mma"))):
             if part and part["step_seconds"]:
                 md.append(f"- {label}: an engine step {part['step_seconds'] * 1e3:.2f} ms "
                           f"({part['ratio_to_bound']:.2f}x the bound), of which the target's forward "

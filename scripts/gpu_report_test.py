@@ -34,6 +34,15 @@ def main():
         write(out, "llama-8b-decode.json", json.dumps({"tokens_per_second": 222.0, "step_times": times}))
         graphs = dict(times, target_seconds=0.0225)
         write(out, "llama-8b-decode-graphs.json", json.dumps({"tokens_per_second": 266.0, "step_times": graphs}))
+        mma = dict(times, verify_seconds=0.0045)
+        write(out, "llama-8b-decode-mma.json", json.dumps({"tokens_per_second": 250.0, "step_times": mma}))
+        # One line as the example writes it, one from before it timed the tensor-core kernel.
+        write(out, "gemm-vs-cublas.jsonl", "\n".join([
+            json.dumps({"m": 1, "n": 8, "k": 32, "invariant_ms": 0.074, "mma_ms": 0.037, "cublas_ms": 0.034,
+                        "ratio": 2.176, "mma_ratio": 1.088, "invariant_weight_gb_per_s": 1595.0,
+                        "mma_weight_gb_per_s": 3190.0}),
+            json.dumps({"m": 8, "n": 8, "k": 32, "invariant_ms": 0.092, "cublas_ms": 0.034, "ratio": 2.706,
+                        "invariant_weight_gb_per_s": 1269.0}), ""]))
         write(out, "llama-8b-decode-kernels.csv", "\n".join([
             "==PROF== Connected to process 7 (peagle-generate)", NCU_HEADER,
             ncu_row(0, "linear_bf16_bf16_row", "1,000"), ncu_row(1, "rms_norm_bf16_bf16", "250"),
@@ -53,6 +62,12 @@ def main():
     assert "- without CUDA graphs: an engine step 4.50 ms (1.20x the bound), of which the target's forward " \
            "3.00 ms; 222.0 tokens/s end to end" in md, md
     assert "| 8B-shaped decode step at most 1.25x the HBM bound (lower is better) | 1.20x, met | 1.00x, met |" in md
+
+    assert abs(llama["mma"]["ratio_to_bound"] - 1.0) < 1e-9, llama["mma"]
+    assert "- by the tensor-core matmul (PEAGLE_CUDA_MATMUL=mma), without CUDA graphs: an engine step 3.75 ms " \
+           "(1.00x the bound)" in md, md
+    assert "| 1 | 0.074 | 0.037 | 0.034 | 2.18x | 1.09x | 1595 | 3190 |" in md, md
+    assert "| 8 | 0.092 | - | 0.034 | 2.71x | -x | 1269 | - |" in md, md
 
     kernels = report["kernel_profiles"]["llama-8b-decode"]["kernels"]
     assert list(kernels) == ["linear_bf16_bf16_row", "rms_norm_bf16_bf16"], kernels

@@ -1,10 +1,12 @@
-//! Times the batch-invariant matmul (`invariant_matmul`, kernels/linear.cu) against cuBLAS
-//! (candle's matmul) on the GPU, bf16, for a Llama-8B-shaped projection (4096 -> 14336) at
-//! M = 1, 8, 64, 256 and 2048 rows, and prints a JSON line per M. Run by scripts/gpu_check.sh.
+//! Times the batch-invariant matmul's two kernels (`invariant_matmul_by`: the CUDA cores'
+//! kernels/linear.cu and the tensor cores' kernels/linear_mma.cu) against cuBLAS (candle's
+//! matmul) on the GPU, bf16, for a Llama-8B-shaped projection (4096 -> 14336) at M = 1, 8, 64,
+//! 256 and 2048 rows, and prints a JSON line per M. Run by scripts/gpu_check.sh.
 //!
 //!     cargo run --release --example gemm_vs_cublas --features cuda
 
 use candle_core::{DType, Device, Tensor};
+use peagle_kernels::{invariant_matmul_by, CudaMatmul};
 use std::time::Instant;
 
 fn time(device: &Device, reps: usize, f: impl Fn() -> candle_core::Result<Tensor>) -> candle_core::Result<f64> {
@@ -26,15 +28,19 @@ fn main() -> candle_core::Result<()> {
     for m in [1, 8, 64, 256, 2048] {
         let x = Tensor::randn(0f32, 1.0, (m, k), &device)?.to_dtype(DType::BF16)?;
         let reps = if m >= 256 { 5 } else { 50 };
-        let ours = time(&device, reps, || peagle_kernels::invariant_matmul(&x, &w))?;
+        let fma = time(&device, reps, || invariant_matmul_by(&x, &w, CudaMatmul::Fma))?;
+        let mma = time(&device, reps, || invariant_matmul_by(&x, &w, CudaMatmul::Mma))?;
         let cublas = time(&device, reps, || x.matmul(&w_t))?;
         let weight_bytes = (n * k * 2) as f64;
         println!(
-            "{{\"m\": {m}, \"n\": {n}, \"k\": {k}, \"invariant_ms\": {:.4}, \"cublas_ms\": {:.4}, \"ratio\": {:.3}, \"invariant_weight_gb_per_s\": {:.1}}}",
-            ours * 1e3,
+            "{{\"m\": {m}, \"n\": {n}, \"k\": {k}, \"invariant_ms\": {:.4}, \"mma_ms\": {:.4}, \"cublas_ms\": {:.4}, \"ratio\": {:.3}, \"mma_ratio\": {:.3}, \"invariant_weight_gb_per_s\": {:.1}, \"mma_weight_gb_per_s\": {:.1}}}",
+            fma * 1e3,
+            mma * 1e3,
             cublas * 1e3,
-            ours / cublas,
-            weight_bytes / ours / 1e9
+            fma / cublas,
+            mma / cublas,
+            weight_bytes / fma / 1e9,
+            weight_bytes / mma / 1e9
         );
     }
     Ok(())

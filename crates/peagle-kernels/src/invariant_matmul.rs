@@ -10,16 +10,28 @@
 //! inference has its own invariant kernel, `linear`, with a faster order for CPUs.)
 
 use crate::contiguous::contiguous;
+use crate::cuda_matmul::CudaMatmul;
 use crate::error::matmul_dims;
 use candle_core::{CpuStorage, CustomOp2, Layout, Result, Shape, Tensor};
 
 /// `x` [M, K] times `w` [N, K] transposed. On CUDA: f32 or bf16 activations, a weight of the
-/// same dtype or bf16, K a multiple of 8. On the CPU (the reference): f32.
+/// same dtype or bf16, K a multiple of 8, by the process's kernel (`CudaMatmul::chosen`). On
+/// the CPU (the reference of the `fma` kernel): f32.
 pub fn invariant_matmul(x: &Tensor, w: &Tensor) -> Result<Tensor> {
-    x.apply_op2_no_bwd(w, &InvariantMatmul)
+    x.apply_op2_no_bwd(w, &InvariantMatmul { kernel: None })
 }
 
-struct InvariantMatmul;
+/// `invariant_matmul` by the kernel `kernel` on CUDA, whatever the process chose: for
+/// comparing the kernels. A process that mixes them has rows whose bits depend on the kernel.
+pub fn invariant_matmul_by(x: &Tensor, w: &Tensor, kernel: CudaMatmul) -> Result<Tensor> {
+    x.apply_op2_no_bwd(w, &InvariantMatmul { kernel: Some(kernel) })
+}
+
+struct InvariantMatmul {
+    /// The CUDA kernel; None: the process's.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    kernel: Option<CudaMatmul>,
+}
 
 const LANES: usize = 32;
 const CHUNK: usize = 8;
@@ -48,7 +60,8 @@ impl CustomOp2 for InvariantMatmul {
         ws: &candle_core::CudaStorage,
         wl: &Layout,
     ) -> Result<(candle_core::CudaStorage, Shape)> {
-        crate::cuda::linear((xs, xl), (ws, wl), None)
+        let kernel = self.kernel.map_or_else(CudaMatmul::chosen, Ok)?;
+        crate::cuda::linear((xs, xl), (ws, wl), None, kernel)
     }
 }
 

@@ -7,6 +7,7 @@ mod cache_element;
 mod contiguous;
 #[cfg(feature = "cuda")]
 mod cuda;
+mod cuda_matmul;
 mod cuda_profiler;
 mod dequantized_linear;
 mod device_memory;
@@ -39,13 +40,14 @@ mod value_sum;
 
 pub use argmax_rows::argmax_rows;
 pub use cache_element::CacheElement;
+pub use cuda_matmul::{CudaMatmul, CUDA_MATMUL_ENV};
 pub use cuda_profiler::cuda_profiler_range;
 pub use device_memory::{device_memory, peak_allocated, DeviceMemory};
 pub use error::KernelError;
 pub use exp::exp_in_place;
 pub use fp8_weight::{fp8_linear, Fp8Weight};
 pub use gumbel_sample::{gumbel_sample, splitmix64, GumbelRequest};
-pub use invariant_matmul::invariant_matmul;
+pub use invariant_matmul::{invariant_matmul, invariant_matmul_by};
 pub use kv_write::{write_kv, PAD_SLOT};
 pub use linear::{linear, PackedWeight};
 pub use masked_softmax::masked_softmax;

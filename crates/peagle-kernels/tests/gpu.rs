@@ -7,9 +7,10 @@ mod common;
 use candle_core::{DType, Device, Tensor};
 use common::{chi_square, draws_of_one_row};
 use peagle_kernels::{
-    add_rms_norm, argmax_rows, fp8_linear, gumbel_sample, invariant_matmul, paged_attention, rms_norm, rope,
-    row_candidates, swiglu, write_kv, AttentionMetadata, AttentionParams, CandidateRequest, Fp8Weight, GumbelRequest,
-    KvScale, Mxfp4Expert, Mxfp4Experts, Mxfp4Weight, Routing, RowCandidates, Sinks, MAX_ROW_CANDIDATES, PAD_SLOT,
+    add_rms_norm, argmax_rows, fp8_linear, gumbel_sample, invariant_matmul, invariant_matmul_by, paged_attention,
+    rms_norm, rope, row_candidates, swiglu, write_kv, AttentionMetadata, AttentionParams, CandidateRequest, CudaMatmul,
+    Fp8Weight, GumbelRequest, KvScale, Mxfp4Expert, Mxfp4Experts, Mxfp4Weight, Routing, RowCandidates, Sinks,
+    MAX_ROW_CANDIDATES, PAD_SLOT,
 };
 
 fn gpu() -> Option<Device> {
@@ -66,6 +67,8 @@ fn max_rel_diff(got: &[f32], want: &[f32]) -> f32 {
 #[test]
 fn invariant_matmul_equals_its_cpu_reference_bitwise_at_every_batch_size() {
     let Some(dev) = gpu() else { return };
+    // The CUDA-core kernel, whatever PEAGLE_CUDA_MATMUL chooses for the process.
+    let invariant_matmul = |x: &Tensor, w: &Tensor| invariant_matmul_by(x, w, CudaMatmul::Fma);
     let (n, k) = (72, 1032);
     let w = tensor((n, k), 1, 0.1);
     // M = 1 takes one form of the kernel (`_row`), 2 to 8 another, more the `_wide` one: 1, 3,
@@ -93,6 +96,40 @@ fn invariant_matmul_equals_its_cpu_reference_bitwise_at_every_batch_size() {
     let x = tensor((4, 12), 3, 1.0).to_device(&dev).unwrap();
     let err = invariant_matmul(&x, &tensor((2, 12), 4, 1.0).to_device(&dev).unwrap()).unwrap_err();
     assert!(err.to_string().contains("8 at a time"), "{err}");
+}
+
+/// The tensor-core matmul (`PEAGLE_CUDA_MATMUL=mma`) gives a row the same bits at every batch
+/// size, from 1 (its narrow form) to 2048 (its wide one), and wherever the row sits; its
+/// values are the product's within bf16 rounding. Products it does not take (K not a multiple
+/// of 32, f32 activations) are the CUDA-core kernel's, bit for bit.
+#[test]
+fn tensor_core_matmul_is_batch_invariant_and_within_bf16_of_the_product() {
+    let Some(dev) = gpu() else { return };
+    // N not a multiple of a block's columns, nor M of its rows.
+    let (n, k) = (72, 1056);
+    let bf16 = |t: Tensor| t.to_dtype(DType::BF16).unwrap();
+    let w = bf16(tensor((n, k), 1, 0.1));
+    let x = bf16(tensor((2048, k), 2, 1.0));
+    let (wg, xg) = (w.to_device(&dev).unwrap(), x.to_device(&dev).unwrap());
+    let mma = |x: &Tensor, w: &Tensor| invariant_matmul_by(x, w, CudaMatmul::Mma).unwrap();
+    let all = bits(&mma(&xg, &wg));
+    for m in [1, 3, 8, 9, 13, 64, 256] {
+        let got = bits(&mma(&xg.narrow(0, 0, m).unwrap(), &wg));
+        assert_eq!(got, all[..m * n], "the first {m} rows");
+    }
+    let alone = bits(&mma(&xg.narrow(0, 777, 1).unwrap(), &wg));
+    assert_eq!(alone, all[777 * n..778 * n], "row 777 alone");
+    let widened = |t: &Tensor| t.to_dtype(DType::F32).unwrap();
+    let want = invariant_matmul(&widened(&x.narrow(0, 0, 300).unwrap()), &widened(&w)).unwrap();
+    let diff = max_rel_diff(&host(&mma(&xg.narrow(0, 0, 300).unwrap(), &wg)), &host(&want));
+    assert!(diff < 1e-2, "against the f32 product: {diff}");
+
+    let odd_k = bf16(tensor((n, 1032), 3, 0.1)).to_device(&dev).unwrap();
+    let x_odd = bf16(tensor((9, 1032), 4, 1.0)).to_device(&dev).unwrap();
+    let fma = |x: &Tensor, w: &Tensor| bits(&invariant_matmul_by(x, w, CudaMatmul::Fma).unwrap());
+    assert_eq!(bits(&mma(&x_odd, &odd_k)), fma(&x_odd, &odd_k), "K = 1032");
+    let x32 = widened(&x.narrow(0, 0, 9).unwrap()).to_device(&dev).unwrap();
+    assert_eq!(bits(&mma(&x32, &wg)), fma(&x32, &wg), "f32 activations");
 }
 
 /// A block-scaled FP8 weight's product is the batch-invariant matmul of its dequantized f32

@@ -1,68 +1,90 @@
 use super::module::{function, Kernel, Module};
 use super::{aligned_16, by_dtypes_or_fp8, dtype_name, dtype_name_or_fp8, int, output, view};
+use crate::cuda_matmul::CudaMatmul;
 use crate::error::{bad_input, matmul_dims};
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{CudaView, DeviceRepr, LaunchConfig, PushKernelArg};
 use candle_core::cuda_backend::{CudaDType, CudaStorage, WrapErr};
 use candle_core::{DType, Layout, Result, Shape};
 
-/// Warps per block, as `kernels/linear.cu` has them.
+/// Warps per block, as `kernels/linear.cu` and `kernels/linear_mma.cu` have them.
 const WARPS: usize = 8;
 
-/// How a kernel of `kernels/linear.cu` splits the work: rows of x and output columns a warp.
+/// How a kernel of `kernels/linear.cu` or `kernels/linear_mma.cu` splits the work.
 #[derive(Clone, Copy)]
 enum Form {
-    /// `_row`: one row, one column.
+    /// `linear_*_row`: one row, one column a warp.
     Row,
-    /// 8 rows, one column.
+    /// `linear_*`: 8 rows, one column a warp.
     Rows,
-    /// `_wide`: 8 rows, 4 columns.
+    /// `linear_*_wide`: 8 rows, 4 columns a warp.
     Wide,
+    /// `linear_mma_bf16`: 8 rows, 16 columns a block.
+    Mma,
+    /// `linear_mma_bf16_wide`: 32 rows, 32 columns a block.
+    MmaWide,
 }
 
 impl Form {
-    /// Every form computes each element by the same chain (`kernels/linear.cu`), so a row's
-    /// bits do not depend on which one its batch's size picks.
-    fn for_rows(m: usize) -> Self {
-        match m {
-            1 => Self::Row,
-            2..=8 => Self::Rows,
-            _ => Self::Wide,
+    /// The form for `m` rows by `kernel`. Every form of a kernel computes each element by the
+    /// same chain, so a row's bits do not depend on which one its batch's size picks; which
+    /// kernel runs depends on the dtypes and K alone. Tensor cores take bf16 products with K a
+    /// multiple of 32 (`kernels/linear_mma.cu`), every other product the CUDA cores.
+    fn choose(kernel: CudaMatmul, m: usize, k: usize, dtypes: (DType, DType)) -> Self {
+        let tensor_cores = kernel == CudaMatmul::Mma && dtypes == (DType::BF16, DType::BF16) && k.is_multiple_of(32);
+        match (tensor_cores, m) {
+            (true, 1..=8) => Self::Mma,
+            (true, _) => Self::MmaWide,
+            (false, 1) => Self::Row,
+            (false, 2..=8) => Self::Rows,
+            (false, _) => Self::Wide,
         }
     }
 
-    fn suffix(self) -> &'static str {
+    fn name(self, x_dtype: &str, w_dtype: &str) -> String {
         match self {
-            Self::Row => "_row",
-            Self::Rows => "",
-            Self::Wide => "_wide",
+            Self::Row => format!("linear_{x_dtype}_{w_dtype}_row"),
+            Self::Rows => format!("linear_{x_dtype}_{w_dtype}"),
+            Self::Wide => format!("linear_{x_dtype}_{w_dtype}_wide"),
+            Self::Mma => "linear_mma_bf16".into(),
+            Self::MmaWide => "linear_mma_bf16_wide".into(),
         }
     }
 
-    fn rows_per_warp(self) -> usize {
+    fn module(self) -> Module {
         match self {
-            Self::Row => 1,
-            Self::Rows | Self::Wide => 8,
+            Self::Row | Self::Rows | Self::Wide => Module::Linear,
+            Self::Mma | Self::MmaWide => Module::LinearMma,
         }
     }
 
-    fn columns_per_warp(self) -> usize {
+    /// Rows of x and output columns a block covers: the grid's two dimensions.
+    fn block_tile(self) -> (usize, usize) {
         match self {
-            Self::Row | Self::Rows => 1,
-            Self::Wide => 4,
+            Self::Row => (1, WARPS),
+            Self::Rows => (8, WARPS),
+            Self::Wide => (8, 4 * WARPS),
+            Self::Mma => (8, 16),
+            Self::MmaWide => (32, 32),
         }
+    }
+
+    /// Whether the kernel takes FP8 block scales (`kernels/linear.cu`'s do).
+    fn takes_scales(self) -> bool {
+        matches!(self, Self::Row | Self::Rows | Self::Wide)
     }
 }
 
 /// An FP8 weight's block scales [ceil(N / bn), ceil(K / bk)] (f32) and its block (bn, bk).
 pub(crate) type BlockScales<'a> = ((&'a CudaStorage, &'a Layout), (usize, usize));
 
-/// `kernels/linear.cu`: `x` [M, K] times `w` [N, K] transposed, [M, N] in x's dtype; an FP8
-/// weight with its block scales.
+/// `x` [M, K] times `w` [N, K] transposed, [M, N] in x's dtype, by `kernel` where it takes
+/// the product (`Form::choose`); an FP8 weight with its block scales.
 pub(crate) fn linear(
     x: (&CudaStorage, &Layout),
     w: (&CudaStorage, &Layout),
     scales: Option<BlockScales>,
+    kernel: CudaMatmul,
 ) -> Result<(CudaStorage, Shape)> {
     const OP: &str = "linear";
     let (m, k, n) = matmul_dims(OP, x.1.shape(), w.1.shape())?;
@@ -89,16 +111,11 @@ pub(crate) fn linear(
             "an FP8 weight needs its block scales, and only an FP8 weight has them",
         ));
     }
-    let form = Form::for_rows(m);
-    let name = format!(
-        "linear_{}_{}{}",
-        dtype_name(OP, x_dtype)?,
-        dtype_name_or_fp8(OP, w_dtype)?,
-        form.suffix()
-    );
+    let form = Form::choose(kernel, m, k, (x_dtype, w_dtype));
+    let name = form.name(dtype_name(OP, x_dtype)?, dtype_name_or_fp8(OP, w_dtype)?);
     let (block_n, block_k) = scales.map_or((1, 8), |(_, block)| block);
     let args = Args {
-        func: function(&device, Module::Linear, &name)?,
+        func: function(&device, form.module(), &name)?,
         form,
         dims: [int(OP, m)?, int(OP, n)?, int(OP, k)?],
         scales: scales.map(|((s, l), _)| view::<f32>(s, l, "scales")).transpose()?,
@@ -134,23 +151,23 @@ fn launch<T: CudaDType + DeviceRepr, W: CudaDType>(
     for d in &a.dims {
         builder.arg(d);
     }
-    match &a.scales {
-        Some(s) => builder.arg(s),
-        None => builder.arg(&null),
-    };
-    builder.arg(&a.block[0]).arg(&a.block[1]);
+    if a.form.takes_scales() {
+        match &a.scales {
+            Some(s) => builder.arg(s),
+            None => builder.arg(&null),
+        };
+        builder.arg(&a.block[0]).arg(&a.block[1]);
+    }
+    let (rows, columns) = a.form.block_tile();
     let config = LaunchConfig {
-        grid_dim: (
-            m.div_ceil(a.form.rows_per_warp()) as u32,
-            n.div_ceil(WARPS * a.form.columns_per_warp()) as u32,
-            1,
-        ),
+        grid_dim: (m.div_ceil(rows) as u32, n.div_ceil(columns) as u32, 1),
         block_dim: (32 * WARPS as u32, 1, 1),
         shared_mem_bytes: 0,
     };
-    // SAFETY: shapes checked above; K is a multiple of 8 and both operands are 16-byte
-    // aligned, as the kernel's vector loads need; FP8 scales were checked against the weight
-    // and its block (`Fp8Weight::new`), whose width is a multiple of 8.
+    // SAFETY: shapes checked above; K is a multiple of 8 (of 32 for the tensor-core forms,
+    // `Form::choose`) and both operands are 16-byte aligned, as the kernels' vector loads
+    // need; FP8 scales were checked against the weight and its block (`Fp8Weight::new`),
+    // whose width is a multiple of 8.
     unsafe { builder.launch(config) }.w()?;
     Ok(CudaStorage::wrap_cuda_slice(out, device.clone()))
 }

@@ -1,0 +1,58 @@
+//! Which batch-invariant matmul a GPU runs, one answer per process: both kernels compute every
+//! element by a chain that depends on K alone, but not the same chain, so a process must keep
+//! to one for a row's bits not to depend on its batch.
+//!
+//! `fma` (the default, `kernels/linear.cu`) sums in f32 fused multiply-adds on the CUDA cores,
+//! bit for bit as its CPU reference. `mma` (`kernels/linear_mma.cu`) runs bf16 products on the
+//! tensor cores, for bf16 weights and activations with K a multiple of 32 (other products keep
+//! to `fma`); it has no bit-exact CPU reference, and is chosen with `PEAGLE_CUDA_MATMUL=mma`.
+
+use crate::error::bad_input;
+use candle_core::Result;
+use std::sync::OnceLock;
+
+/// A batch-invariant matmul kernel family of a GPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CudaMatmul {
+    /// f32 fused multiply-adds on the CUDA cores (`kernels/linear.cu`).
+    Fma,
+    /// bf16 tensor-core products with f32 accumulation (`kernels/linear_mma.cu`).
+    Mma,
+}
+
+/// The environment variable that chooses the process's kernel.
+pub const CUDA_MATMUL_ENV: &str = "PEAGLE_CUDA_MATMUL";
+
+impl CudaMatmul {
+    /// The process's kernel: `PEAGLE_CUDA_MATMUL` (`fma`, the default, or `mma`), read once.
+    pub fn chosen() -> Result<CudaMatmul> {
+        static CHOSEN: OnceLock<std::result::Result<CudaMatmul, String>> = OnceLock::new();
+        CHOSEN
+            .get_or_init(|| Self::parse(std::env::var(CUDA_MATMUL_ENV).ok().as_deref()))
+            .clone()
+            .map_err(|e| bad_input("invariant_matmul", e))
+    }
+
+    /// The kernel a value of `PEAGLE_CUDA_MATMUL` names (None: unset).
+    fn parse(value: Option<&str>) -> std::result::Result<CudaMatmul, String> {
+        match value {
+            None | Some("fma") => Ok(Self::Fma),
+            Some("mma") => Ok(Self::Mma),
+            Some(other) => Err(format!("{CUDA_MATMUL_ENV} must be fma or mma, not {other:?}")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_variable_names_a_kernel_or_is_refused() {
+        assert_eq!(CudaMatmul::parse(None), Ok(CudaMatmul::Fma));
+        assert_eq!(CudaMatmul::parse(Some("fma")), Ok(CudaMatmul::Fma));
+        assert_eq!(CudaMatmul::parse(Some("mma")), Ok(CudaMatmul::Mma));
+        let err = CudaMatmul::parse(Some("cublas")).unwrap_err();
+        assert_eq!(err, "PEAGLE_CUDA_MATMUL must be fma or mma, not \"cublas\"");
+    }
+}

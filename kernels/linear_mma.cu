@@ -1,0 +1,111 @@
+// Batch-invariant matrix product on tensor cores: out [M, N] = x [M, K] times w [N, K]
+// transposed, bf16 in and out, f32 accumulation (mma.sync m16n8k16, sm_80 and newer).
+//
+// Every output element is the same chain of operations whatever M is: the K dimension is cut
+// into steps of 32, step s going to warp s % MMA_WARPS of the block; a warp accumulates its
+// steps in order into a tensor-core accumulator, two mma instructions a step; then the
+// block sums its warps' partial sums in warp order. The order depends on K alone, and an mma
+// computes each element of its output from that element's own row, column and accumulator,
+// so a row gives the same bits alone, in a verification window or among 2,048 prefill rows.
+// The two kernels differ only in how much of the output a block covers, so a launcher may
+// pick either for any M without changing a bit:
+// - linear_mma_bf16: 16 output columns and 8 rows of x a block, for a few rows (decode steps,
+//   verification windows): the most blocks, and so the most weight loads in flight;
+// - linear_mma_bf16_wide: 32 columns and 32 rows a block, where many rows share each weight.
+//
+// A step of 32 is laid out so that a lane's loads are 16 contiguous bytes: lane (g, t) (g =
+// lane / 4, t = lane % 4) reads elements 8t .. 8t + 8 of the step from weight rows g and g + 8
+// of a 16-column tile and from row g of an 8-row group of x. Elements 8t + 0..4 are the first
+// mma's inner positions 2t, 2t + 1, 2t + 8, 2t + 9, elements 8t + 4..8 the second's: a
+// permutation of the inner dimension, the same for both operands, so each mma multiplies
+// matching elements. Requires K % 32 == 0 and 16-byte aligned rows (the launcher checks).
+#include "common.cuh"
+
+#define MMA_WARPS 8
+#define MMA_STEP 32
+
+// d += a b for one m16n8k16 tile: a the 16 x 16 weight tile (rows: output columns), b the
+// 16 x 8 tile of x (columns: rows of x), d the 16 x 8 accumulator.
+__device__ __forceinline__ void mma_bf16(float* d, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// 16 bytes of `row` from element k, or zeros for a row past the matrix.
+__device__ __forceinline__ uint4 load16(const __nv_bfloat16* base, int row, int rows, int K, int k) {
+    if (row >= rows) return make_uint4(0, 0, 0, 0);
+    return *reinterpret_cast<const uint4*>(base + (size_t)row * K + k);
+}
+
+// F tiles of 16 output columns and G groups of 8 rows of x a block.
+template <int F, int G>
+__device__ void linear_mma(__nv_bfloat16* out, const __nv_bfloat16* x, const __nv_bfloat16* w, int M, int N,
+                           int K) {
+    // Each warp's partial sums, [warp][row of x][output column]; a row is padded by one so
+    // that the lanes writing their fragments spread over the banks.
+    __shared__ float partial[MMA_WARPS][G * 8][F * 16 + 1];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int g = lane / 4, t = lane % 4;
+    const int n0 = blockIdx.y * F * 16, m0 = blockIdx.x * G * 8;
+
+    float d[F][G][4];
+#pragma unroll
+    for (int f = 0; f < F; ++f)
+#pragma unroll
+        for (int r = 0; r < G; ++r)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) d[f][r][i] = 0.f;
+
+    // The step's first element is the same for the whole warp, so every lane runs every mma.
+#pragma unroll 2
+    for (int step = warp * MMA_STEP; step < K; step += MMA_WARPS * MMA_STEP) {
+        const int k = step + 8 * t;
+        uint4 a[F][2], b[G];
+#pragma unroll
+        for (int f = 0; f < F; ++f) {
+            a[f][0] = load16(w, n0 + 16 * f + g, N, K, k);
+            a[f][1] = load16(w, n0 + 16 * f + g + 8, N, K, k);
+        }
+#pragma unroll
+        for (int r = 0; r < G; ++r) b[r] = load16(x, m0 + 8 * r + g, M, K, k);
+#pragma unroll
+        for (int f = 0; f < F; ++f)
+#pragma unroll
+            for (int r = 0; r < G; ++r) {
+                mma_bf16(d[f][r], a[f][0].x, a[f][1].x, a[f][0].y, a[f][1].y, b[r].x, b[r].y);
+                mma_bf16(d[f][r], a[f][0].z, a[f][1].z, a[f][0].w, a[f][1].w, b[r].z, b[r].w);
+            }
+    }
+
+    // Accumulator element i of lane (g, t): output column g (+ 8 for i >= 2) of the tile, row
+    // 2t (+ 1 for odd i) of the group.
+#pragma unroll
+    for (int f = 0; f < F; ++f)
+#pragma unroll
+        for (int r = 0; r < G; ++r)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) partial[warp][8 * r + 2 * t + (i & 1)][16 * f + g + 8 * (i >> 1)] = d[f][r][i];
+    __syncthreads();
+    for (int e = threadIdx.x; e < G * 8 * F * 16; e += blockDim.x) {
+        const int row = e / (F * 16), col = e % (F * 16);
+        float sum = partial[0][row][col];
+#pragma unroll
+        for (int v = 1; v < MMA_WARPS; ++v) sum += partial[v][row][col];
+        if (m0 + row < M && n0 + col < N) out[(size_t)(m0 + row) * N + n0 + col] = __float2bfloat16_rn(sum);
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(32 * MMA_WARPS)
+    linear_mma_bf16(__nv_bfloat16* out, const __nv_bfloat16* x, const __nv_bfloat16* w, int M, int N, int K) {
+    linear_mma<1, 1>(out, x, w, M, N, K);
+}
+
+extern "C" __global__ void __launch_bounds__(32 * MMA_WARPS)
+    linear_mma_bf16_wide(__nv_bfloat16* out, const __nv_bfloat16* x, const __nv_bfloat16* w, int M, int N,
+                         int K) {
+    linear_mma<2, 4>(out, x, w, M, N, K);
+}
