@@ -41,8 +41,9 @@ __device__ __forceinline__ uint4 load16(const __nv_bfloat16* base, int row, int 
     return *reinterpret_cast<const uint4*>(base + (size_t)row * K + k);
 }
 
-// F tiles of 16 output columns and G groups of 8 rows of x a block.
-template <int F, int G>
+// F tiles of 16 output columns and G groups of 8 rows of x a block; DEPTH steps of loads in
+// flight a warp.
+template <int F, int G, int DEPTH>
 __device__ void linear_mma(__nv_bfloat16* out, const __nv_bfloat16* x, const __nv_bfloat16* w, int M, int N,
                            int K) {
     // Each warp's partial sums, [warp][row of x][output column]; a row is padded by one so
@@ -60,25 +61,36 @@ __device__ void linear_mma(__nv_bfloat16* out, const __nv_bfloat16* x, const __n
 #pragma unroll
             for (int i = 0; i < 4; ++i) d[f][r][i] = 0.f;
 
-    // The step's first element is the same for the whole warp, so every lane runs every mma.
-#pragma unroll 2
-    for (int step = warp * MMA_STEP; step < K; step += MMA_WARPS * MMA_STEP) {
-        const int k = step + 8 * t;
-        uint4 a[F][2], b[G];
+    // A warp's steps come DEPTH at a time, every load of the group issued before its first
+    // mma, so that a warp has DEPTH steps of loads in flight; their mma instructions then run in
+    // step order. A step's first element is the same for the whole warp, so every lane runs
+    // every mma, and a step past K runs none.
+    for (int first = warp * MMA_STEP; first < K; first += DEPTH * MMA_WARPS * MMA_STEP) {
+        uint4 a[DEPTH][F][2], b[DEPTH][G];
 #pragma unroll
-        for (int f = 0; f < F; ++f) {
-            a[f][0] = load16(w, n0 + 16 * f + g, N, K, k);
-            a[f][1] = load16(w, n0 + 16 * f + g + 8, N, K, k);
+        for (int s = 0; s < DEPTH; ++s) {
+            const int k = first + s * MMA_WARPS * MMA_STEP + 8 * t;
+            const bool in_k = k - 8 * t < K;
+#pragma unroll
+            for (int f = 0; f < F; ++f) {
+                a[s][f][0] = load16(w, n0 + 16 * f + g, in_k ? N : 0, K, k);
+                a[s][f][1] = load16(w, n0 + 16 * f + g + 8, in_k ? N : 0, K, k);
+            }
+#pragma unroll
+            for (int r = 0; r < G; ++r) b[s][r] = load16(x, m0 + 8 * r + g, in_k ? M : 0, K, k);
         }
 #pragma unroll
-        for (int r = 0; r < G; ++r) b[r] = load16(x, m0 + 8 * r + g, M, K, k);
+        for (int s = 0; s < DEPTH; ++s) {
+            if (first + s * MMA_WARPS * MMA_STEP >= K) break;
 #pragma unroll
-        for (int f = 0; f < F; ++f)
+            for (int f = 0; f < F; ++f)
 #pragma unroll
-            for (int r = 0; r < G; ++r) {
-                mma_bf16(d[f][r], a[f][0].x, a[f][1].x, a[f][0].y, a[f][1].y, b[r].x, b[r].y);
-                mma_bf16(d[f][r], a[f][0].z, a[f][1].z, a[f][0].w, a[f][1].w, b[r].z, b[r].w);
-            }
+                for (int r = 0; r < G; ++r) {
+                    const uint4 *lo = &a[s][f][0], *hi = &a[s][f][1], *x8 = &b[s][r];
+                    mma_bf16(d[f][r], lo->x, hi->x, lo->y, hi->y, x8->x, x8->y);
+                    mma_bf16(d[f][r], lo->z, hi->z, lo->w, hi->w, x8->z, x8->w);
+                }
+        }
     }
 
     // Accumulator element i of lane (g, t): output column g (+ 8 for i >= 2) of the tile, row
@@ -101,11 +113,11 @@ __device__ void linear_mma(__nv_bfloat16* out, const __nv_bfloat16* x, const __n
 
 extern "C" __global__ void __launch_bounds__(32 * MMA_WARPS)
     linear_mma_bf16(__nv_bfloat16* out, const __nv_bfloat16* x, const __nv_bfloat16* w, int M, int N, int K) {
-    linear_mma<1, 1>(out, x, w, M, N, K);
+    linear_mma<1, 1, 4>(out, x, w, M, N, K);
 }
 
 extern "C" __global__ void __launch_bounds__(32 * MMA_WARPS)
     linear_mma_bf16_wide(__nv_bfloat16* out, const __nv_bfloat16* x, const __nv_bfloat16* w, int M, int N,
                          int K) {
-    linear_mma<2, 4>(out, x, w, M, N, K);
+    linear_mma<2, 4, 1>(out, x, w, M, N, K);
 }
