@@ -3,8 +3,9 @@
 //!
 //! A pass's sequences have as many rows as they have slots, which varies with what the last
 //! verification accepted, so a graph's shape pads them (`padded_pass`): every sequence to the
-//! rows of the longest (`ForwardBatch::with_rows_each`: new rows after a sequence's own,
-//! writing nothing), then the sequences to a bucket, as the target's graphs pad theirs
+//! power of two at or above the rows of the longest (`ForwardBatch::with_rows_each`: new rows
+//! after a sequence's own, writing nothing), then the sequences to a bucket, as the target's
+//! graphs pad theirs
 //! (`ForwardBatch::padded`). Rows are batch invariant and attend only to positions up to their
 //! own, so a pass's rows give the same bits padded as not. The graph holds the pass up to the
 //! final norm (`Drafter::forward_states`) over every row; the head then makes the logits of
@@ -23,24 +24,28 @@ use candle_core::{bail, Result, Tensor};
 pub struct DraftShape {
     /// Sequences, padding included: a bucket.
     pub sequences: usize,
-    /// Rows of every sequence: those of the pass's longest.
+    /// Rows of every sequence: a bucket (a power of two) of the pass's longest. A drafter's
+    /// rows are cheap, and each shape keeps its graph's memory, so shapes are few.
     pub rows_each: usize,
 }
 
 /// The shape a drafter pass over `batch` runs at by a graph within `limits`; None where it
-/// runs without one: a sequence longer than `max_rows_each` (a prompt, or a backlog of states
-/// the drafter has not read), a block table the padding rows would grow past the graph's
+/// runs without one: a sequence longer than the bucket of `max_rows_each` (a prompt, or a
+/// backlog of states the drafter has not read), a block table the padding rows would grow past the graph's
 /// width, or more sequences or rows than a graph holds.
 pub fn draft_shape(batch: &ForwardBatch, limits: &GraphLimits) -> Option<DraftShape> {
     let attn = &batch.attn;
     let rows = |s: usize| attn.query_start[s + 1] - attn.query_start[s];
-    let rows_each = (0..attn.num_sequences()).map(rows).max()?;
+    let rows_each = (0..attn.num_sequences()).map(rows).max()?.next_power_of_two();
+    if rows_each > limits.max_rows_each.next_power_of_two() {
+        return None;
+    }
     // Each table grows to the positions of its sequence's padding rows.
     let width = |s: usize| {
         let reach = (attn.context_lens[s] + rows_each - rows(s)).div_ceil(attn.block_size);
         reach.max(attn.block_tables[s].len())
     };
-    let fits = rows_each <= limits.max_rows_each && (0..attn.num_sequences()).all(|s| width(s) <= limits.table_width);
+    let fits = (0..attn.num_sequences()).all(|s| width(s) <= limits.table_width);
     let sequences = attn.num_sequences().next_power_of_two();
     let within = sequences <= limits.max_sequences.next_power_of_two() && sequences * rows_each <= limits.max_rows;
     (fits && within).then_some(DraftShape { sequences, rows_each })
@@ -71,6 +76,21 @@ pub fn padded_pass(batch: &ForwardBatch, shape: DraftShape, table_width: usize) 
         sources,
         logit_rows,
     })
+}
+
+/// A pass of every shape `limits` allows, for capturing graphs before the first request:
+/// every bucket of sequences with every bucket of rows up to the one of `max_rows_each`,
+/// within the most rows (`startup_steps`' steps of those row counts).
+pub fn draft_startup_steps(limits: &GraphLimits, block_size: usize) -> Result<Vec<ForwardBatch>> {
+    let limits = GraphLimits {
+        max_rows_each: limits.max_rows_each.next_power_of_two(),
+        ..*limits
+    };
+    let steps = crate::cuda_graphs::startup_steps(&limits, block_size, limits.max_rows, false)?;
+    Ok(steps
+        .into_iter()
+        .filter(|s| s.attn.query_start[1].is_power_of_two())
+        .collect())
 }
 
 /// What a drafter pass's graph reads: a forward's inputs and the hidden input of every row.
@@ -181,14 +201,13 @@ impl DrafterGraphs {
         pass.output(drafter, &graph.outputs, &kept).map(Some)
     }
 
-    /// Captures a graph of every shape within the limits (every bucket of sequences with
-    /// every row count, up to the most rows), so that no request waits on a capture; says how
-    /// many were captured. Run it as `CudaGraphs::capture_at_startup`, on the thread pool the
-    /// steps run on; it returns once the device has run every launch.
+    /// Captures a graph of every shape within the limits (`draft_startup_steps`), so that no
+    /// request waits on a capture; says how many were captured. Run it as
+    /// `CudaGraphs::capture_at_startup`, on the thread pool the steps run on; it returns once
+    /// the device has run every launch.
     pub fn capture_at_startup(&mut self, drafter: &Drafter, kv: &KvCache) -> Result<usize> {
         let mut captured = 0;
-        let steps = crate::cuda_graphs::startup_steps(&self.limits, kv.block_size(), self.limits.max_rows, false)?;
-        for step in steps {
+        for step in draft_startup_steps(&self.limits, kv.block_size())? {
             let Some(shape) = draft_shape(&step, &self.limits) else {
                 continue;
             };

@@ -32,7 +32,9 @@ pub use config::{ModelDims, TextConfig};
 pub use cuda_graphs::{graph_shape, startup_steps, CudaGraphs, GraphLimits, GraphShape, DEFAULT_GRAPH_MAX_ROWS};
 pub use drafter::{DraftHidden, DraftOutput, Drafter};
 pub use drafter_config::{DraftAlgorithm, DrafterConfig};
-pub use drafter_graphs::{draft_shape, padded_pass, DraftInputs, DraftShape, DrafterGraphs, PaddedPass};
+pub use drafter_graphs::{
+    draft_shape, draft_startup_steps, padded_pass, DraftInputs, DraftShape, DrafterGraphs, PaddedPass,
+};
 pub use error::LoadError;
 pub use forward_inputs::{ForwardInputs, RowSelection};
 pub use generation_config::{GenerationConfig, SamplingDefaults};

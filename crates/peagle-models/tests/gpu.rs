@@ -7,7 +7,8 @@ mod common;
 use candle_core::DType;
 use common::*;
 use peagle_models::{
-    startup_steps, CudaGraphs, DTypeSpec, DeviceSpec, DraftHidden, DrafterGraphs, GraphLimits, LoadOptions,
+    draft_startup_steps, startup_steps, CudaGraphs, DTypeSpec, DeviceSpec, DraftHidden, DrafterGraphs, GraphLimits,
+    LoadOptions,
 };
 
 /// The fixtures whose architectures have CUDA kernels: gpt-oss's from its MXFP4 checkpoint
@@ -269,8 +270,7 @@ fn drafter_passes_by_cuda_graphs_equal_passes_without() {
         let (kv, graph_kv) = (drafter_cache(&d), drafter_cache(&d));
         if at_startup {
             let captured = graphs.capture_at_startup(&d, &graph_kv).unwrap();
-            let shapes = startup_steps(&DRAFT_GRAPH_LIMITS, BLOCK, DRAFT_GRAPH_LIMITS.max_rows, false).unwrap();
-            assert_eq!(captured, shapes.len());
+            assert_eq!(captured, draft_startup_steps(&DRAFT_GRAPH_LIMITS, BLOCK).unwrap().len());
         }
         drafter_prefill(&d, &kv);
         drafter_prefill(&d, &graph_kv);
