@@ -20,20 +20,10 @@
 // permutation of the inner dimension, the same for both operands, so each mma multiplies
 // matching elements. Requires K % 32 == 0 and 16-byte aligned rows (the launcher checks).
 #include "common.cuh"
+#include "mma.cuh"
 
 #define MMA_WARPS 8
 #define MMA_STEP 32
-
-// d += a b for one m16n8k16 tile: a the 16 x 16 weight tile (rows: output columns), b the
-// 16 x 8 tile of x (columns: rows of x), d the 16 x 8 accumulator.
-__device__ __forceinline__ void mma_bf16(float* d, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                         uint32_t b0, uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-        "{%8, %9}, {%0, %1, %2, %3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
 
 // 16 bytes of `row` from element k, or zeros for a row past the matrix.
 __device__ __forceinline__ uint4 load16(const __nv_bfloat16* base, int row, int rows, int K, int k) {

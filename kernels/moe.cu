@@ -18,6 +18,7 @@
 // fixed butterfly. The order depends on the inner dimension alone, so a pair's
 // result is the same whatever other pairs, rows or experts share the launch.
 #include "common.cuh"
+#include "mma.cuh"
 
 #define MOE_TILE 8
 #define MOE_WARPS 4
@@ -203,6 +204,17 @@ __device__ void tile_dots(const uint8_t* blocks, const uint8_t* scales, size_t r
     for (int j = 0; j < MOE_TILE; ++j) acc[j] = warp_sum(acc[j]);
 }
 
+// gpt-oss's clamped SwiGLU (limit > 0) or plain SwiGLU of a gate and an up value, biases
+// added, as the CPU's kernels compute them.
+__device__ __forceinline__ float swiglu_out(float g, float u, float alpha, float limit) {
+    if (limit > 0.f) {
+        g = fminf(g, limit);
+        u = fminf(fmaxf(u, -limit), limit);
+        return (u + 1.f) * (g / (1.f + expf(-g * alpha)));
+    }
+    return g / (1.f + expf(-g)) * u;
+}
+
 // Activations [pairs, I] (f32): for column c, gate = row c and up = row I + c of the expert's
 // gate_up, each plus its bias; then gpt-oss's clamped SwiGLU (limit > 0) or plain SwiGLU, as
 // the CPU's kernels compute them.
@@ -228,17 +240,7 @@ __device__ void moe_gate_up(float* act, const X* x, const int* pair_rows, const 
             g = gate[j];
             u = up[j];
         }
-    g += bias[base + c];
-    u += bias[base + inter + c];
-    float out;
-    if (limit > 0.f) {
-        g = fminf(g, limit);
-        u = fminf(fmaxf(u, -limit), limit);
-        out = (u + 1.f) * (g / (1.f + expf(-g * alpha)));
-    } else {
-        out = g / (1.f + expf(-g)) * u;
-    }
-    act[(size_t)(t.first + lane) * inter + c] = out;
+    act[(size_t)(t.first + lane) * inter + c] = swiglu_out(g + bias[base + c], u + bias[base + inter + c], alpha, limit);
 }
 
 // Outputs [pairs, H] (f32): column c of the expert's down projection plus its bias.
@@ -278,6 +280,170 @@ extern "C" __global__ void __launch_bounds__(MOE_WARPS * 32)
     moe_down_f32(float* y, const float* act, const uint8_t* blocks, const uint8_t* scales, const float* bias,
                  const int* tiles, const int* num_tiles, int hidden, int inter) {
     moe_down(y, act, blocks, scales, bias, tiles, num_tiles, hidden, inter);
+}
+
+// ---- expert projections on the tensor cores (PEAGLE_CUDA_MATMUL=mma) ---------------------------
+
+// The same projections by mma.sync, in kernels/linear_mma.cu's layout and order: a tile's pairs
+// are the 8 columns of x; 16 weight rows a tile of the mma, dequantized to bf16 as they are read
+// (exactly: an e2m1 value times a power of two has two significant bits); the inner dimension
+// in steps of one MXFP4 block (32), dealt to the block's warps in turn, each warp's steps in
+// order, then the warps' sums in warp order. A pair's result depends on the inner dimension
+// alone. The operands of x are bf16: the down projection's f32 activations are rounded to bf16
+// as they are read.
+
+#define MOE_MMA_WARPS 8
+// Steps of loads a warp has in flight.
+#define MOE_MMA_DEPTH 4
+
+// Weights 8t .. 8t + 8 of an MXFP4 block (`dequantize_block`'s values) as bf16 pairs in the
+// operand order. `word` holds the block's bytes 4t .. 4t + 4, eight codes, low nibble first.
+__device__ __forceinline__ uint4 dequantize8_bf16(uint32_t word, uint8_t scale) {
+    float w[8];
+    if (scale <= 128) {
+        const float s = __uint_as_float((scale + 126u) << 23);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) w[i] = e2m1_tiny(word, i) * s;
+    } else {
+        const float s = __uint_as_float((uint32_t)scale << 23);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) w[i] = e2m1_tiny(word, i) * 0x1p126f * s;
+    }
+    // Each weight is a bf16 value exactly: its f32's high half.
+    uint32_t p[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) p[i] = __byte_perm(__float_as_uint(w[2 * i]), __float_as_uint(w[2 * i + 1]), 0x7632);
+    return make_uint4(p[0], p[1], p[2], p[3]);
+}
+
+// Eight elements of x from `p` as bf16 pairs in the operand order (f32 rounded to nearest).
+__device__ __forceinline__ uint4 operand8(const __nv_bfloat16* p) { return *reinterpret_cast<const uint4*>(p); }
+__device__ __forceinline__ uint4 operand8(const float* p) {
+    const float4 a = *reinterpret_cast<const float4*>(p), b = *reinterpret_cast<const float4*>(p + 4);
+    const float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+    uint32_t q[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const __nv_bfloat162 h = __floats2bfloat162_rn(v[2 * i], v[2 * i + 1]);
+        q[i] = *reinterpret_cast<const uint32_t*>(&h);
+    }
+    return make_uint4(q[0], q[1], q[2], q[3]);
+}
+
+// One weight row's part of a step as read: its block's bytes 4t .. 4t + 4 and the block's
+// scale; none past the expert's rows.
+struct RowPart {
+    uint32_t word;
+    uint8_t scale;
+};
+
+__device__ __forceinline__ RowPart row_part(const uint8_t* blocks, const uint8_t* scales, size_t row, bool real,
+                                            int groups, int group, int t) {
+    if (!real) return {0u, (uint8_t)0};
+    const size_t b = row * groups + group;
+    return {*reinterpret_cast<const uint32_t*>(blocks + b * 16 + 4 * t), scales[b]};
+}
+
+// d[h] += the tile of weight rows `rows[h]` .. + 16 (each a row of `groups` MXFP4 blocks; rows
+// at or past `real_rows` read as zeros) times the tile's pairs' rows of x (`x_row`: this lane's
+// pair's row, null past the tile's pairs), for H tiles of rows at once; every lane ends with
+// its accumulator fragments, this warp's steps summed.
+template <int H, typename X>
+__device__ void mma_tile_dots(const uint8_t* blocks, const uint8_t* scales, const size_t* rows, int real_rows,
+                              int first_row, int groups, const X* x_row, float (*d)[4]) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    for (int first = warp; first < groups; first += MOE_MMA_DEPTH * MOE_MMA_WARPS) {
+        RowPart lo[MOE_MMA_DEPTH][H], hi[MOE_MMA_DEPTH][H];
+        uint4 b[MOE_MMA_DEPTH];
+#pragma unroll
+        for (int s = 0; s < MOE_MMA_DEPTH; ++s) {
+            const int group = first + s * MOE_MMA_WARPS;
+            const bool in_k = group < groups;
+#pragma unroll
+            for (int h = 0; h < H; ++h) {
+                lo[s][h] = row_part(blocks, scales, rows[h] + g, in_k && first_row + g < real_rows, groups, group, t);
+                hi[s][h] = row_part(blocks, scales, rows[h] + g + 8, in_k && first_row + g + 8 < real_rows, groups,
+                                    group, t);
+            }
+            b[s] = in_k && x_row ? operand8(x_row + (size_t)group * 32 + 8 * t) : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int s = 0; s < MOE_MMA_DEPTH; ++s) {
+            if (first + s * MOE_MMA_WARPS >= groups) break;
+#pragma unroll
+            for (int h = 0; h < H; ++h) {
+                const uint4 a0 = dequantize8_bf16(lo[s][h].word, lo[s][h].scale);
+                const uint4 a1 = dequantize8_bf16(hi[s][h].word, hi[s][h].scale);
+                mma_bf16(d[h], a0.x, a1.x, a0.y, a1.y, b[s].x, b[s].y);
+                mma_bf16(d[h], a0.z, a1.z, a0.w, a1.w, b[s].z, b[s].w);
+            }
+        }
+    }
+}
+
+// The warps' accumulators of H tiles of 16 rows by the tile's 8 pairs, summed in warp order
+// into sums[h][pair][row] (shared): every thread may read them after the call.
+template <int H>
+__device__ void sum_warps(float (*d)[4], float (*partial)[H][8][17], float (*sums)[8][17]) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+#pragma unroll
+    for (int h = 0; h < H; ++h)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) partial[warp][h][2 * t + (i & 1)][g + 8 * (i >> 1)] = d[h][i];
+    __syncthreads();
+    for (int e = threadIdx.x; e < H * 8 * 16; e += blockDim.x) {
+        const int h = e / 128, pair = e / 16 % 8, row = e % 16;
+        float sum = partial[0][h][pair][row];
+#pragma unroll
+        for (int v = 1; v < MOE_MMA_WARPS; ++v) sum += partial[v][h][pair][row];
+        sums[h][pair][row] = sum;
+    }
+    __syncthreads();
+}
+
+// As moe_gate_up, for 16 columns a block: gate rows c0 .. c0 + 16 and up rows I + c0 .. .
+extern "C" __global__ void __launch_bounds__(MOE_MMA_WARPS * 32)
+    moe_gate_up_mma(float* act, const __nv_bfloat16* x, const int* pair_rows, const uint8_t* blocks,
+                    const uint8_t* scales, const float* bias, const int* tiles, const int* num_tiles, int hidden,
+                    int inter, float alpha, float limit) {
+    __shared__ float partial[MOE_MMA_WARPS][2][8][17];
+    __shared__ float sums[2][8][17];
+    Tile t;
+    if (!tile_of(tiles, num_tiles, &t)) return;
+    const int c0 = blockIdx.x * 16, g = threadIdx.x % 32 / 4;
+    const size_t base = (size_t)t.expert * 2 * inter;
+    const size_t rows[2] = {base + c0, base + inter + c0};
+    const __nv_bfloat16* x_row = g < t.count ? x + (size_t)pair_rows[t.first + g] * hidden : nullptr;
+    float d[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+    mma_tile_dots<2>(blocks, scales, rows, inter, c0, hidden / 32, x_row, d);
+    sum_warps<2>(d, partial, sums);
+    for (int e = threadIdx.x; e < 8 * 16; e += blockDim.x) {
+        const int pair = e / 16, c = c0 + e % 16;
+        if (pair >= t.count || c >= inter) continue;
+        const float gate = sums[0][pair][e % 16] + bias[base + c], up = sums[1][pair][e % 16] + bias[base + inter + c];
+        act[(size_t)(t.first + pair) * inter + c] = swiglu_out(gate, up, alpha, limit);
+    }
+}
+
+// As moe_down, for 16 columns a block.
+extern "C" __global__ void __launch_bounds__(MOE_MMA_WARPS * 32)
+    moe_down_mma(float* y, const float* act, const uint8_t* blocks, const uint8_t* scales, const float* bias,
+                 const int* tiles, const int* num_tiles, int hidden, int inter) {
+    __shared__ float partial[MOE_MMA_WARPS][1][8][17];
+    __shared__ float sums[1][8][17];
+    Tile t;
+    if (!tile_of(tiles, num_tiles, &t)) return;
+    const int c0 = blockIdx.x * 16, g = threadIdx.x % 32 / 4;
+    const size_t rows[1] = {(size_t)t.expert * hidden + c0};
+    const float* x_row = g < t.count ? act + (size_t)(t.first + g) * inter : nullptr;
+    float d[1][4] = {{0.f, 0.f, 0.f, 0.f}};
+    mma_tile_dots<1>(blocks, scales, rows, hidden, c0, inter / 32, x_row, d);
+    sum_warps<1>(d, partial, sums);
+    for (int e = threadIdx.x; e < 8 * 16; e += blockDim.x) {
+        const int pair = e / 16, c = c0 + e % 16;
+        if (pair >= t.count || c >= hidden) continue;
+        y[(size_t)(t.first + pair) * hidden + c] = sums[0][pair][e % 16] + bias[(size_t)t.expert * hidden + c];
+    }
 }
 
 // ---- combine -----------------------------------------------------------------------------------

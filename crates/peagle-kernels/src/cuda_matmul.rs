@@ -5,7 +5,8 @@
 //! `fma` (the default, `kernels/linear.cu`) sums in f32 fused multiply-adds on the CUDA cores,
 //! bit for bit as its CPU reference. `mma` (`kernels/linear_mma.cu`) runs bf16 products on the
 //! tensor cores, for bf16 weights and activations with K a multiple of 32 (other products keep
-//! to `fma`); it has no bit-exact CPU reference, and is chosen with `PEAGLE_CUDA_MATMUL=mma`.
+//! to `fma`), and so do gpt-oss's expert projections for bf16 rows (`kernels/moe.cu`'s `_mma`
+//! kernels); it has no bit-exact CPU reference, and is chosen with `PEAGLE_CUDA_MATMUL=mma`.
 
 use crate::error::bad_input;
 use candle_core::Result;

@@ -6,6 +6,7 @@
 //! the linear kernels instead (peagle-models' `Moe`), which is what the GPU tests compare with.
 
 use crate::cuda::{DeviceExperts, MAX_EXPERTS};
+use crate::cuda_matmul::CudaMatmul;
 use crate::error::bad_input;
 use crate::mxfp4::Mxfp4Weight;
 use candle_core::{CpuStorage, CustomOp2, Device, Layout, Result, Shape, Tensor};
@@ -100,8 +101,15 @@ impl Mxfp4Experts {
     }
 
     /// The block's output [rows, H] for `x` [rows, H] and the router's `logits` [rows,
-    /// experts], both f32 or both bf16 on the experts' device, in x's dtype.
+    /// experts], both f32 or both bf16 on the experts' device, in x's dtype. bf16 rows take
+    /// the tensor cores where the process's matmul does (`CudaMatmul::chosen`).
     pub fn forward(&self, x: &Tensor, logits: &Tensor, routing: &Routing) -> Result<Tensor> {
+        self.forward_by(x, logits, routing, CudaMatmul::chosen()?)
+    }
+
+    /// `forward` by the projections of `kernel`, whatever the process chose: for comparing
+    /// them.
+    pub fn forward_by(&self, x: &Tensor, logits: &Tensor, routing: &Routing, kernel: CudaMatmul) -> Result<Tensor> {
         let (rows, hidden) = x.dims2()?;
         if hidden != self.hidden || logits.dims() != [rows, self.num_experts] {
             return Err(bad_input(
@@ -124,8 +132,14 @@ impl Mxfp4Experts {
         if rows == 0 {
             return crate::no_rows(hidden, x.dtype(), &self.device);
         }
-        x.contiguous()?
-            .apply_op2_no_bwd(&logits.contiguous()?, &MoeOp { experts: self, routing })
+        x.contiguous()?.apply_op2_no_bwd(
+            &logits.contiguous()?,
+            &MoeOp {
+                experts: self,
+                routing,
+                kernel,
+            },
+        )
     }
 }
 
@@ -137,6 +151,7 @@ fn joined<'a, T: Copy + 'a>(experts: &'a [Mxfp4Expert<'a>], part: impl Fn(&'a Mx
 struct MoeOp<'a> {
     experts: &'a Mxfp4Experts,
     routing: &'a Routing,
+    kernel: CudaMatmul,
 }
 
 impl CustomOp2 for MoeOp<'_> {
@@ -158,6 +173,13 @@ impl CustomOp2 for MoeOp<'_> {
         ls: &candle_core::CudaStorage,
         ll: &Layout,
     ) -> Result<(candle_core::CudaStorage, Shape)> {
-        crate::cuda::moe((xs, xl), (ls, ll), self.experts, &self.experts.weights, self.routing)
+        crate::cuda::moe(
+            (xs, xl),
+            (ls, ll),
+            self.experts,
+            &self.experts.weights,
+            self.routing,
+            self.kernel,
+        )
     }
 }

@@ -1,5 +1,6 @@
 use super::module::{function, Module};
 use super::{aligned_16, by_dtype, dtype_name, grid, int, output, view};
+use crate::cuda_matmul::CudaMatmul;
 use crate::error::bad_input;
 use crate::mxfp4_experts::{Mxfp4Experts, Routing};
 use candle_core::backend::BackendStorage;
@@ -7,9 +8,12 @@ use candle_core::cuda_backend::cudarc::driver::{CudaSlice, DeviceRepr, PushKerne
 use candle_core::cuda_backend::{CudaDType, CudaDevice, CudaStorage, WrapErr};
 use candle_core::{DType, Layout, Result, Shape};
 
-/// Pairs per tile, output columns per block and the most experts, as `kernels/moe.cu` has them.
+/// Pairs per tile, output columns per block and the most experts, as `kernels/moe.cu` has them;
+/// its tensor-core kernels' columns and warps per block.
 const TILE: usize = 8;
 const WARPS: usize = 4;
+const MMA_COLUMNS: usize = 16;
+const MMA_WARPS: u32 = 8;
 pub(crate) const MAX_EXPERTS: usize = 1024;
 /// The most blocks a launch's second grid dimension holds: one a tile.
 const MAX_GRID_Y: usize = 65535;
@@ -24,13 +28,15 @@ pub(crate) struct DeviceExperts {
     pub down_bias: CudaSlice<f32>,
 }
 
-/// `kernels/moe.cu` from the router's `logits` [rows, experts] to [rows, hidden] in x's dtype.
+/// `kernels/moe.cu` from the router's `logits` [rows, experts] to [rows, hidden] in x's dtype;
+/// the projections on the tensor cores where `kernel` is `Mma` and x is bf16.
 pub(crate) fn moe(
     x: (&CudaStorage, &Layout),
     logits: (&CudaStorage, &Layout),
     experts: &Mxfp4Experts,
     device_experts: &DeviceExperts,
     routing: &Routing,
+    kernel: CudaMatmul,
 ) -> Result<(CudaStorage, Shape)> {
     const OP: &str = "moe_mxfp4";
     let (rows, _) = x.1.shape().dims2()?;
@@ -42,11 +48,24 @@ pub(crate) fn moe(
     aligned_16(OP, "x", x.1, dtype)?;
     let device = x.0.device.clone();
     let names = |stem: &str| -> Result<String> { Ok(format!("{stem}_{}", dtype_name(OP, dtype)?)) };
-    let names = [names("moe_route")?, names("moe_gate_up")?, names("moe_combine")?];
+    let projections = match (kernel, dtype) {
+        (CudaMatmul::Mma, DType::BF16) => Projections::TensorCores,
+        _ => Projections::CudaCores(names("moe_gate_up")?),
+    };
+    let names = [names("moe_route")?, names("moe_combine")?];
     let out = by_dtype!(
         OP,
         dtype,
-        launch(&device, x, logits, experts, device_experts, routing, &names)
+        launch(
+            &device,
+            x,
+            logits,
+            experts,
+            device_experts,
+            routing,
+            &names,
+            &projections
+        )
     )?;
     Ok((out, Shape::from((rows, experts.hidden))))
 }
@@ -59,6 +78,32 @@ fn max_tiles(pairs: usize, experts: usize) -> usize {
     pairs.min(pairs.div_ceil(TILE) + experts)
 }
 
+/// Which kernels run the expert projections.
+enum Projections {
+    /// `moe_gate_up_*` (the named one) and `moe_down_f32`: TILE pairs and WARPS columns a block.
+    CudaCores(String),
+    /// `moe_gate_up_mma` and `moe_down_mma`: a tile of pairs and 16 columns a block.
+    TensorCores,
+}
+
+impl Projections {
+    fn names(&self) -> (&str, &str) {
+        match self {
+            Self::CudaCores(gate_up) => (gate_up, "moe_down_f32"),
+            Self::TensorCores => ("moe_gate_up_mma", "moe_down_mma"),
+        }
+    }
+
+    /// Output columns a block computes, and its threads.
+    fn block(&self) -> (usize, u32) {
+        match self {
+            Self::CudaCores(_) => (WARPS, 32 * WARPS as u32),
+            Self::TensorCores => (MMA_COLUMNS, 32 * MMA_WARPS),
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
 fn launch<T: CudaDType + DeviceRepr>(
     device: &CudaDevice,
     x: (&CudaStorage, &Layout),
@@ -66,7 +111,8 @@ fn launch<T: CudaDType + DeviceRepr>(
     experts: &Mxfp4Experts,
     w: &DeviceExperts,
     routing: &Routing,
-    [route_name, gate_up_name, combine_name]: &[String; 3],
+    [route_name, combine_name]: &[String; 2],
+    projections: &Projections,
 ) -> Result<CudaStorage> {
     const OP: &str = "moe_mxfp4";
     let (rows, k) = (x.1.shape().dims2()?.0, routing.top_k);
@@ -111,6 +157,8 @@ fn launch<T: CudaDType + DeviceRepr>(
     // an expert's tiles number ceil(its pairs / TILE), so all of them fit `max_tiles`.
     unsafe { b.launch(grid((1, 1), num_experts.next_multiple_of(32) as u32)) }.w()?;
 
+    let (gate_up_name, down_name) = projections.names();
+    let (columns, threads) = projections.block();
     let mut act = output::<f32>(device, pairs * inter)?;
     let gate_up = function(device, Module::Moe, gate_up_name)?;
     let (alpha, limit) = routing.clamp.unwrap_or((0.0, 0.0));
@@ -126,10 +174,10 @@ fn launch<T: CudaDType + DeviceRepr>(
     let tiles_y = max_tiles as u32;
     // SAFETY: every tile's pairs and rows are in range (moe_group); the weights hold
     // experts * 2I rows of H / 32 blocks; tiles past `num_tiles` return at once.
-    unsafe { b.launch(grid((inter.div_ceil(WARPS) as u32, tiles_y), 32 * WARPS as u32)) }.w()?;
+    unsafe { b.launch(grid((inter.div_ceil(columns) as u32, tiles_y), threads)) }.w()?;
 
     let mut y = output::<f32>(device, pairs * hidden)?;
-    let down = function(device, Module::Moe, "moe_down_f32")?;
+    let down = function(device, Module::Moe, down_name)?;
     let mut b = down.builder();
     b.arg(&mut y)
         .arg(&act)
@@ -138,7 +186,7 @@ fn launch<T: CudaDType + DeviceRepr>(
         .arg(&w.down_bias);
     b.arg(&tiles).arg(&num_tiles).arg(&hidden_i).arg(&inter_i);
     // SAFETY: as for gate_up, with experts * H rows of I / 32 blocks.
-    unsafe { b.launch(grid((hidden.div_ceil(WARPS) as u32, tiles_y), 32 * WARPS as u32)) }.w()?;
+    unsafe { b.launch(grid((hidden.div_ceil(columns) as u32, tiles_y), threads)) }.w()?;
 
     let mut out = output::<T>(device, rows * hidden)?;
     let combine = function(device, Module::Moe, combine_name)?;

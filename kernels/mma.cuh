@@ -1,0 +1,18 @@
+// The tensor-core instruction peagle's mma kernels share (sm_80 and newer), and the layout of
+// its operands in registers (PTX ISA, mma.m16n8k16): lane (g, t), g = lane / 4 and t = lane % 4,
+// holds a's rows g and g + 8 at inner positions 2t, 2t + 1, 2t + 8 and 2t + 9, b's column g at
+// the same inner positions, and d's rows g and g + 8 at columns 2t and 2t + 1 (d[0], d[1]: row
+// g; d[2], d[3]: row g + 8). A register's low half is the lower position.
+#pragma once
+#include <stdint.h>
+
+// d += a b for one m16n8k16 tile: a the 16 x 16 weight tile (rows: output columns), b the
+// 16 x 8 tile of x (columns: rows of x), d the 16 x 8 accumulator.
+__device__ __forceinline__ void mma_bf16(float* d, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
