@@ -254,6 +254,8 @@ run_gpt_oss() {
         kernel_profile gpt-oss-peagle "$model" "$short" 4 --max-model-len 1024 --draft-model "$drafters/peagle" \
             --parallel-drafting --k 7
         kernel_profile gpt-oss-prefill "$model" "$long" 1 --max-model-len 1024
+        PEAGLE_CUDA_MATMUL=mma kernel_profile gpt-oss-decode-mma "$model" "$short" 4 --max-model-len 1024
+        PEAGLE_CUDA_MATMUL=mma kernel_profile gpt-oss-prefill-mma "$model" "$long" 1 --max-model-len 1024
     fi
     # Concurrency 1 on 8 of the prompts, after a level with all 8 at once that warms each server
     # (the report leaves it out), without CUDA graphs and with them; 16 and 64 on all 64.

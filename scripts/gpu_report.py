@@ -328,6 +328,9 @@ KERNEL_PROFILES = {
     "gpt-oss-decode": "gpt-oss-20b-shaped target, no speculation",
     "gpt-oss-peagle": "gpt-oss-20b-shaped target, P-EAGLE K=7 (random drafter)",
     "gpt-oss-prefill": "gpt-oss-20b-shaped target, a 512-word prompt's prefill",
+    "gpt-oss-decode-mma": "gpt-oss-20b-shaped target, no speculation, tensor-core matmul (PEAGLE_CUDA_MATMUL=mma)",
+    "gpt-oss-prefill-mma": "gpt-oss-20b-shaped target, a 512-word prompt's prefill, tensor-core matmul "
+                           "(PEAGLE_CUDA_MATMUL=mma)",
 }
 PROFILE_TOP = 15  # kernels listed by name; the rest are summed in one line
 
