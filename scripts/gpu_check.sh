@@ -27,8 +27,9 @@
 #                         that a command stopped at its limit still leaves what it measured
 #   TEST_TIMEOUT=N        the most seconds one GPU test may take (default 120)
 #   PROFILE_TIMEOUT=N     the most seconds one kernel profile may take (default 150)
-#   GPT_OSS_STEPS="..."   which of the gpt-oss part's steps run, in their order (default all:
-#                         "profiles c1 graphs batched"), so that a lease can split the part
+#   GPT_OSS_STEPS="..."   which of the gpt-oss part's steps run, in their order (default:
+#                         "profiles c1 graphs batched"; "mma" adds the c1 and batched sweeps on
+#                         the tensor-core matmul), so that a lease can split the part
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 parts=("$@")
@@ -262,6 +263,11 @@ run_gpt_oss() {
     if wanted c1; then gpt_oss_sweep gpt-oss-sweep-c1 8 8,1; fi
     if wanted graphs; then gpt_oss_sweep gpt-oss-sweep-c1-graphs 8 8,1 --server-arg=--cuda-graphs; fi
     if wanted batched; then gpt_oss_sweep gpt-oss-sweep 64 16,64; fi
+    # The same sweeps on the tensor-core matmul, which the servers read from the environment.
+    if wanted mma; then
+        PEAGLE_CUDA_MATMUL=mma gpt_oss_sweep gpt-oss-sweep-c1-mma 8 8,1
+        PEAGLE_CUDA_MATMUL=mma gpt_oss_sweep gpt-oss-sweep-mma 64 16,64
+    fi
     rm -rf "$model" "$drafters"
 }
 

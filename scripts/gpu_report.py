@@ -94,10 +94,11 @@ def main(out):
                           f"{part['target_seconds_per_step'] * 1e3:.2f} ms; "
                           f"{part['decode']['tokens_per_second']:.1f} tokens/s end to end")
 
-    gpt, section = gpt_oss(out)
-    if gpt:
-        report["gpt_oss"] = gpt
-        md += section
+    for suffix, key in (("", "gpt_oss"), ("-mma", "gpt_oss_mma")):
+        gpt, section = gpt_oss(out, suffix)
+        if gpt:
+            report[key] = gpt
+            md += section
 
     profiles, section = kernel_profiles(out)
     if profiles:
@@ -217,12 +218,14 @@ def step_ms(row):
     return e["target_ms"] + e["drafter_ms"] + e["verify_ms"] + e["other_ms"] if e else None
 
 
-def gpt_oss(out):
+def gpt_oss(out, suffix=""):
     """The gpt-oss-20b-shaped bench: report.json's part (None when none of it finished) and
-    report.md's lines."""
+    report.md's lines; with suffix "-mma", the sweeps run on the tensor-core matmul."""
     bound = load(os.path.join(out, "gpt-oss-bound.json"))
-    c1 = load(os.path.join(out, "gpt-oss-sweep-c1", "sweep.json")) or {"rows": []}
-    batched = load(os.path.join(out, "gpt-oss-sweep", "sweep.json")) or {"rows": []}
+    c1 = load(os.path.join(out, f"gpt-oss-sweep-c1{suffix}", "sweep.json")) or {"rows": []}
+    batched = load(os.path.join(out, f"gpt-oss-sweep{suffix}", "sweep.json")) or {"rows": []}
+    if suffix and not (c1["rows"] or batched["rows"]):
+        return None, []
     # The concurrency-1 sweep's other level only warms its servers; a mode that failed a level
     # has no numbers there.
     rows = [r for r in c1["rows"] if r["concurrency"] == 1] + batched["rows"]
@@ -254,7 +257,7 @@ def gpt_oss(out):
         peagle, eagle3 = projected(c, "P-EAGLE K=7"), projected(c, "EAGLE-3 K=3")
         return peagle / eagle3 if peagle and eagle3 else None
 
-    md = ["", "## gpt-oss-20b-shaped random MXFP4 target"]
+    md = ["", "## gpt-oss-20b-shaped random MXFP4 target" + (" on the tensor cores (PEAGLE_CUDA_MATMUL=mma)" if suffix else "")]
     if rows:
         md += ["", f"peagle-bench sweep, every step drafting K (`--fixed-k`), {max_tokens} new tokens a request. "
                    "Output tokens/s: the drafters are random and accept next to nothing, so these are what each "

@@ -18,6 +18,13 @@ def ncu_row(i, kernel, ns):
             f'"Command line profiler metrics","gpu__time_duration.sum","ns","{ns}"')
 
 
+def sweep_row(concurrency, method, k, name, step_ms):
+    """A peagle-bench sweep row whose engine steps take step_ms, all of it in the target."""
+    return {"concurrency": concurrency, "mode": {"name": name, "method": method, "k": k},
+            "output_throughput": 1e3 / step_ms, "mean_output_throughput": 1e3 / step_ms,
+            "engine": {"steps": 100, "target_ms": step_ms, "drafter_ms": 0.0, "verify_ms": 0.0, "other_ms": 0.0}}
+
+
 def write(out, name, text):
     with open(os.path.join(out, name), "w") as f:
         f.write(text)
@@ -48,6 +55,18 @@ def main():
             ncu_row(0, "linear_bf16_bf16_row", "1,000"), ncu_row(1, "rms_norm_bf16_bf16", "250"),
             ncu_row(2, "linear_bf16_bf16_row", "3000"), "==PROF== Disconnected from process 7", ""]))
         write(out, "llama-8b-decode-kernels.json", json.dumps({"steps": 2}))
+        # gpt-oss at concurrency 1 on the CUDA cores (the level of 8 only warms the servers) and
+        # on the tensor cores: a plain step of 2 ms against a bound of 1 ms a token, then 1.25 ms.
+        write(out, "gpt-oss-bound.json", json.dumps(
+            {"bytes_per_token": 3.7e9, "copy_bytes_per_second": 3.7e12, "bound_seconds_per_token": 0.001,
+             "device": "cuda"}))
+        for name, plain_ms in (("gpt-oss-sweep-c1", 2.0), ("gpt-oss-sweep-c1-mma", 1.25)):
+            os.makedirs(os.path.join(out, name))
+            write(os.path.join(out, name), "sweep.json", json.dumps({"rows": [
+                sweep_row(8, "none", 0, "no speculation", 9.0),
+                sweep_row(1, "none", 0, "no speculation", plain_ms),
+                sweep_row(1, "eagle3", 3, "EAGLE-3 K=3", 2.65 * plain_ms / 2),
+                sweep_row(1, "peagle", 7, "P-EAGLE K=7", 3.94 * plain_ms / 3)]}))
         subprocess.run([sys.executable, os.path.join(HERE, "gpu_report.py"), out], check=True,
                        stdout=subprocess.DEVNULL)
         with open(os.path.join(out, "report.json")) as f:
@@ -68,6 +87,17 @@ def main():
            "(1.00x the bound)" in md, md
     assert "| 1 | 0.074 | 0.037 | 0.034 | 2.18x | 1.09x | 1595 | 3190 |" in md, md
     assert "| 8 | 0.092 | - | 0.034 | 2.71x | -x | 1269 | - |" in md, md
+
+    # gpt-oss: the bound's share and the projection (EAGLE-3 at 2.65 tokens a step of 2.65 ms: 1000
+    # tokens/s; P-EAGLE 3.94 a step of 2.63 ms: 1500), on each matmul in its own section.
+    for key, share in (("gpt_oss", 0.5), ("gpt_oss_mma", 0.8)):
+        gpt = report[key]
+        assert abs(gpt["hbm_share_at_concurrency_1"] - share) < 1e-9, (key, gpt["hbm_share_at_concurrency_1"])
+        peagle_over_eagle3 = gpt["targets"][1]["value"]
+        assert abs(peagle_over_eagle3 - 1.5) < 1e-9, (key, peagle_over_eagle3)
+        assert 8 not in gpt["levels"] and "8" not in gpt["levels"], "the warm-up level is left out"
+    assert "## gpt-oss-20b-shaped random MXFP4 target\n" in md, md
+    assert "## gpt-oss-20b-shaped random MXFP4 target on the tensor cores (PEAGLE_CUDA_MATMUL=mma)" in md, md
 
     kernels = report["kernel_profiles"]["llama-8b-decode"]["kernels"]
     assert list(kernels) == ["linear_bf16_bf16_row", "rms_norm_bf16_bf16"], kernels
