@@ -5,19 +5,19 @@
 //! that accepted `d1..da` and produced `t`, the slots are `[d1..da, t]` at positions `P..P+a`
 //! (P = the window's first position) with the states of `[b, d1..da]`.
 
+mod drafter_passes;
 mod eagle3;
 mod none;
 mod peagle;
 
+pub use drafter_passes::DrafterPasses;
 pub use eagle3::Eagle3Proposer;
 pub use none::NoProposer;
 pub use peagle::PEagleProposer;
 
 use candle_core::{Result, Tensor};
 use peagle_kernels::argmax_rows;
-use peagle_models::{
-    BatchBuilder, DraftHidden, DraftOutput, Drafter, DrafterGraphs, ForwardBatch, KvCache, Rows, SequenceRows,
-};
+use peagle_models::{BatchBuilder, DraftOutput, Drafter, Rows, SequenceRows};
 
 pub struct DraftRequest<'a> {
     /// Slot tokens: the token after each position `start..start + tokens.len()`.
@@ -51,48 +51,6 @@ pub trait Proposer: Send {
     /// how many (`DrafterGraphs::capture_at_startup`).
     fn capture_graphs(&mut self) -> Result<usize> {
         Ok(0)
-    }
-}
-
-/// The drafter with its KV cache, running each pass by a CUDA graph where it has one for the
-/// pass's shape.
-pub struct DrafterPasses {
-    drafter: Drafter,
-    kv: KvCache,
-    graphs: Option<DrafterGraphs>,
-}
-
-impl DrafterPasses {
-    pub fn new(drafter: Drafter, kv: KvCache, graphs: Option<DrafterGraphs>) -> Self {
-        Self { drafter, kv, graphs }
-    }
-
-    pub fn drafter(&self) -> &Drafter {
-        &self.drafter
-    }
-
-    pub fn block_size(&self) -> usize {
-        self.kv.block_size()
-    }
-
-    /// A pass over `batch` with the hidden input `hidden`, at the drafter's width: by a graph
-    /// where the pass's shape has one, else as it is. A graph gives the same bits.
-    fn run(&mut self, batch: &ForwardBatch, hidden: Tensor) -> Result<DraftOutput> {
-        if let Some(graphs) = &mut self.graphs {
-            match graphs.forward(&self.drafter, batch, &hidden, &self.kv) {
-                Ok(Some(out)) => return Ok(out),
-                Ok(None) => {}
-                Err(e) => tracing::warn!("this drafter pass's shape runs without a CUDA graph: {e}"),
-            }
-        }
-        self.drafter.forward(batch, &DraftHidden::Projected(hidden), &self.kv)
-    }
-
-    fn capture_graphs(&mut self) -> Result<usize> {
-        match &mut self.graphs {
-            Some(graphs) => graphs.capture_at_startup(&self.drafter, &self.kv),
-            None => Ok(0),
-        }
     }
 }
 
