@@ -2,7 +2,8 @@
 // its operands in registers (PTX ISA, mma.m16n8k16): lane (g, t), g = lane / 4 and t = lane % 4,
 // holds a's rows g and g + 8 at inner positions 2t, 2t + 1, 2t + 8 and 2t + 9, b's column g at
 // the same inner positions, and d's rows g and g + 8 at columns 2t and 2t + 1 (d[0], d[1]: row
-// g; d[2], d[3]: row g + 8). A register's low half is the lower position.
+// g; d[2], d[3]: row g + 8). A register's low half is the lower position. The kernels' use of
+// it is simulated, without a GPU, by scripts/mma_layout_test.py: change both together.
 #pragma once
 #include <stdint.h>
 

@@ -6,14 +6,16 @@
 # routing, prefix-cache affinity, failover), and the CUDA build check (scripts/build_cuda.sh
 # --check: every crate and test type-checked with the cuda feature, the CUDA kernels compiled
 # to PTX; no GPU needed, scripts/gpu_check.sh runs the GPU tests on a GPU host), with the GPU
-# report's assembly over made-up results (scripts/gpu_report_test.py). The check runs beside
-# the CPU tests, in a target directory of its own.
+# report's assembly over made-up results (scripts/gpu_report_test.py) and the tensor-core
+# kernels' operand layout simulated (scripts/mma_layout_test.py). The check runs beside the CPU
+# tests, in a target directory of its own.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p target
 bash scripts/build_cuda.sh --check >target/cuda-check.log 2>&1 &
 cuda=$!
-if ! { cargo test --workspace --locked && python3 scripts/gpu_report_test.py && bash scripts/openai_client_test.sh \
+if ! { cargo test --workspace --locked && python3 scripts/gpu_report_test.py && python3 scripts/mma_layout_test.py \
+    && bash scripts/openai_client_test.sh \
     && bash scripts/fuzz_api.sh && bash scripts/validate_manifests.sh && bash scripts/scaleout_test.sh; }; then
     kill "$cuda" 2>/dev/null
     exit 1

@@ -1,0 +1,130 @@
+"""The tensor-core kernels' operand layout, checked without a GPU: each lane's loads as
+kernels/linear_mma.cu and kernels/moe.cu's _mma kernels index them, placed where the PTX ISA
+puts an m16n8k16 mma's fragments (kernels/mma.cuh), multiplied, and the accumulators written
+back as the kernels index them, must give the plain product. Integer operands keep every sum
+exact, so the check is equality. Run by scripts/test.sh; plain Python.
+
+Change this file with the kernels' indexing, or it proves nothing about them."""
+
+import random
+
+WARPS = 8  # a block's warps, MMA_WARPS and MOE_MMA_WARPS
+STEP = 32  # the inner dimension a warp's step covers: two mma of 16
+
+
+def mma(d, a_regs, b_regs):
+    """One m16n8k16 mma over 32 lanes: a_regs[lane] = four pairs (registers a0..a3), b_regs[lane]
+    two pairs (b0, b1), d[lane] four accumulators, in the PTX ISA's fragment layout."""
+    a = [[0] * 16 for _ in range(16)]
+    b = [[0] * 8 for _ in range(16)]
+    for lane in range(32):
+        g, t = lane // 4, lane % 4
+        (a0, a1, a2, a3), (b0, b1) = a_regs[lane], b_regs[lane]
+        for j in range(2):
+            a[g][2 * t + j], a[g + 8][2 * t + j] = a0[j], a1[j]
+            a[g][2 * t + 8 + j], a[g + 8][2 * t + 8 + j] = a2[j], a3[j]
+            b[2 * t + j][g], b[2 * t + 8 + j][g] = b0[j], b1[j]
+    for lane in range(32):
+        g, t = lane // 4, lane % 4
+        for i in range(4):
+            row, col = g + 8 * (i >> 1), 2 * t + (i & 1)
+            d[lane][i] += sum(a[row][k] * b[k][col] for k in range(16))
+
+
+def pairs(eight):
+    """Eight consecutive elements as a 16-byte load's four registers (.x .y .z .w)."""
+    return [eight[0:2], eight[2:4], eight[4:6], eight[6:8]]
+
+
+def tile_product(w_rows, x_rows, inner):
+    """Every warp's accumulators for one tile of 16 weight rows by 8 rows of x, summed in warp
+    order, as the kernels compute them: [x row][weight row]. w_rows(lane, k) and x_rows(lane, k)
+    are the 8 elements a lane reads from element k (its weight rows g and g + 8; its x row g)."""
+    sums = [[0] * 16 for _ in range(8)]
+    for warp in range(WARPS):
+        d = [[0] * 4 for _ in range(32)]
+        for step in range(warp * STEP, inner, WARPS * STEP):
+            lanes = []
+            for lane in range(32):
+                t = lane % 4
+                lo, hi = w_rows(lane, step + 8 * t)
+                lanes.append((pairs(lo), pairs(hi), pairs(x_rows(lane, step + 8 * t))))
+            # Elements 8t .. 8t + 4 feed the first mma, 8t + 4 .. 8t + 8 the second.
+            mma(d, [(lo[0], hi[0], lo[1], hi[1]) for lo, hi, _ in lanes], [(x[0], x[1]) for _, _, x in lanes])
+            mma(d, [(lo[2], hi[2], lo[3], hi[3]) for lo, hi, _ in lanes], [(x[2], x[3]) for _, _, x in lanes])
+        for lane in range(32):
+            g, t = lane // 4, lane % 4
+            for i in range(4):
+                sums[2 * t + (i & 1)][g + 8 * (i >> 1)] += d[lane][i]
+    return sums
+
+
+def check_linear(m, n, k):
+    """linear_mma.cu: out [m, n] = x [m, k] w [n, k]^T, block by block (16 columns, 8 rows a
+    tile; the wide form's tiles are these side by side)."""
+    w = [[random.randint(-3, 3) for _ in range(k)] for _ in range(n)]
+    x = [[random.randint(-3, 3) for _ in range(k)] for _ in range(m)]
+    zeros = [0] * 8
+    for n0 in range(0, n, 16):
+        for m0 in range(0, m, 8):
+            def w_rows(lane, at):
+                g = lane // 4
+                return [w[r][at:at + 8] if r < n else zeros for r in (n0 + g, n0 + g + 8)]
+
+            def x_rows(lane, at):
+                r = m0 + lane // 4
+                return x[r][at:at + 8] if r < m else zeros
+
+            sums = tile_product(w_rows, x_rows, k)
+            for row in range(8):
+                for col in range(16):
+                    if m0 + row < m and n0 + col < n:
+                        want = sum(a * b for a, b in zip(x[m0 + row], w[n0 + col]))
+                        assert sums[row][col] == want, (m, n, k, m0 + row, n0 + col)
+
+
+E2M1 = [0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6]
+
+
+def check_moe(count, rows, inner, c0):
+    """moe.cu's mma kernels: a tile's `count` pairs against weight rows c0 .. c0 + 16 of `rows`,
+    MXFP4 blocks of 32 (low nibble first) read 4 bytes a lane, bytes 4t .. 4t + 4 of a block
+    being its elements 8t .. 8t + 8."""
+    codes = [[random.randrange(16) for _ in range(inner)] for _ in range(rows)]
+    scale = [[random.choice([126, 127, 128]) for _ in range(inner // 32)] for _ in range(rows)]
+    packed = [bytes(c[i] | c[i + 1] << 4 for i in range(0, inner, 2)) for c in codes]
+    dense = [[E2M1[c] * 2.0 ** (scale[r][j // 32] - 127) for j, c in enumerate(codes[r])] for r in range(rows)]
+    x = [[random.randint(-3, 3) for _ in range(inner)] for _ in range(count)]
+
+    def dequantize8(r, at):
+        block, t = at // 32, at % 32 // 8
+        word = int.from_bytes(packed[r][block * 16 + 4 * t:block * 16 + 4 * t + 4], "little")
+        return [E2M1[word >> 4 * i & 15] * 2.0 ** (scale[r][block] - 127) for i in range(8)]
+
+    def w_rows(lane, at):
+        g = lane // 4
+        return [dequantize8(r, at) if r < rows else [0] * 8 for r in (c0 + g, c0 + g + 8)]
+
+    def x_rows(lane, at):
+        g = lane // 4
+        return x[g][at:at + 8] if g < count else [0] * 8
+
+    sums = tile_product(w_rows, x_rows, inner)
+    for pair in range(count):
+        for col in range(16):
+            if c0 + col < rows:
+                want = sum(a * b for a, b in zip(x[pair], dense[c0 + col]))
+                assert sums[pair][col] == want, (count, rows, inner, pair, col)
+
+
+def main():
+    random.seed(7)
+    for m, n, k in [(1, 20, 64), (3, 17, 96), (9, 33, 320), (8, 16, 32)]:
+        check_linear(m, n, k)
+    for count, rows, inner, c0 in [(3, 96, 64, 80), (8, 48, 320, 32), (1, 40, 96, 32)]:
+        check_moe(count, rows, inner, c0)
+    print("mma_layout_test.py: ok")
+
+
+if __name__ == "__main__":
+    main()
