@@ -227,10 +227,16 @@ fn no_arguments_serve_the_demo_model_with_its_drafter() {
 }
 
 fn fails(args: &[&str], message: &str) {
+    fails_with(args, &[], message);
+}
+
+/// `fails`, with `env` set for the server.
+fn fails_with(args: &[&str], env: &[(&str, &str)], message: &str) {
     let hf_home = tempfile::tempdir().unwrap();
     let out: Output = serve_command(args)
         .env("HF_HOME", hf_home.path())
         .env("HF_HUB_OFFLINE", "1")
+        .envs(env.iter().copied())
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -247,6 +253,11 @@ fn startup_errors_are_one_line_with_non_zero_exit() {
     let model = fixture("tiny-llama");
     fails(&["--model", &model, "--dtype", "bf16"], "compute in f32");
     fails(&["--model", &model, "--device", "cuda"], "cannot open cuda:0");
+    fails_with(
+        &["--model", &model, "--device", "cuda"],
+        &[("PEAGLE_CUDA_MATMUL", "cublas")],
+        "PEAGLE_CUDA_MATMUL must be fma or mma, not \"cublas\"",
+    );
     fails(
         &["--model", &model, "--cuda-graphs"],
         "CUDA graphs need a GPU: --device cuda",

@@ -8,8 +8,6 @@
 //! to `fma`), and so do gpt-oss's expert projections for bf16 rows (`kernels/moe.cu`'s `_mma`
 //! kernels); it has no bit-exact CPU reference, and is chosen with `PEAGLE_CUDA_MATMUL=mma`.
 
-use crate::error::bad_input;
-use candle_core::Result;
 use std::sync::OnceLock;
 
 /// A batch-invariant matmul kernel family of a GPU.
@@ -25,13 +23,19 @@ pub enum CudaMatmul {
 pub const CUDA_MATMUL_ENV: &str = "PEAGLE_CUDA_MATMUL";
 
 impl CudaMatmul {
-    /// The process's kernel: `PEAGLE_CUDA_MATMUL` (`fma`, the default, or `mma`), read once.
-    pub fn chosen() -> Result<CudaMatmul> {
+    /// The process's kernel: `PEAGLE_CUDA_MATMUL` (`fma`, the default, or `mma`), read once;
+    /// the error says what the variable holds instead.
+    pub fn chosen() -> std::result::Result<CudaMatmul, String> {
         static CHOSEN: OnceLock<std::result::Result<CudaMatmul, String>> = OnceLock::new();
         CHOSEN
             .get_or_init(|| Self::parse(std::env::var(CUDA_MATMUL_ENV).ok().as_deref()))
             .clone()
-            .map_err(|e| bad_input("invariant_matmul", e))
+    }
+
+    /// `chosen`, as an op's error.
+    #[cfg(feature = "cuda")]
+    pub(crate) fn for_op(op: &'static str) -> candle_core::Result<CudaMatmul> {
+        Self::chosen().map_err(|e| crate::error::bad_input(op, e))
     }
 
     /// The kernel a value of `PEAGLE_CUDA_MATMUL` names (None: unset).

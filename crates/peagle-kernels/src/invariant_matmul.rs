@@ -60,7 +60,7 @@ impl CustomOp2 for InvariantMatmul {
         ws: &candle_core::CudaStorage,
         wl: &Layout,
     ) -> Result<(candle_core::CudaStorage, Shape)> {
-        let kernel = self.kernel.map_or_else(CudaMatmul::chosen, Ok)?;
+        let kernel = self.kernel.map_or_else(|| CudaMatmul::for_op("invariant_matmul"), Ok)?;
         crate::cuda::linear((xs, xl), (ws, wl), None, kernel)
     }
 }

@@ -104,7 +104,7 @@ impl Mxfp4Experts {
     /// experts], both f32 or both bf16 on the experts' device, in x's dtype. bf16 rows take
     /// the tensor cores where the process's matmul does (`CudaMatmul::chosen`).
     pub fn forward(&self, x: &Tensor, logits: &Tensor, routing: &Routing) -> Result<Tensor> {
-        self.forward_by(x, logits, routing, CudaMatmul::chosen()?)
+        self.forward_by(x, logits, routing, CudaMatmul::for_op("moe_mxfp4")?)
     }
 
     /// `forward` by the projections of `kernel`, whatever the process chose: for comparing

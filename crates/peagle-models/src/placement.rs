@@ -44,11 +44,15 @@ impl DeviceSpec {
     pub fn open(self) -> Result<Device, LoadError> {
         match self {
             Self::Cpu => Ok(Device::Cpu),
-            Self::Cuda(n) => Device::new_cuda(n).map_err(|e| {
-                LoadError::Placement(format!(
-                    "cannot open {self}: {e} (CUDA needs a GPU and a build with the cuda feature)"
-                ))
-            }),
+            Self::Cuda(n) => {
+                // The matmul kernel a GPU process keeps to, checked before anything loads.
+                peagle_kernels::CudaMatmul::chosen().map_err(LoadError::Placement)?;
+                Device::new_cuda(n).map_err(|e| {
+                    LoadError::Placement(format!(
+                        "cannot open {self}: {e} (CUDA needs a GPU and a build with the cuda feature)"
+                    ))
+                })
+            }
         }
     }
 }
