@@ -16,6 +16,9 @@
 //   share each column (verification windows of many sequences, prefill chunks).
 // Requires K % 8 == 0 and 16-byte aligned rows (the launcher checks).
 //
+// A bias (`bias` [N] in the output's type; null for none) is added to each element's sum in
+// f32, before the one rounding to the output's type.
+//
 // FP8 weights (e4m3) carry one f32 scale per block_n x block_k block (`scales`
 // [ceil(N / block_n), ceil(K / block_k)], block_k a multiple of 8): each weight is widened and
 // multiplied by its scale before its product, so the chain is the one of the dequantized f32
@@ -31,8 +34,8 @@
 // times for one row, to keep more loads in flight; twice for more), and not for more columns,
 // whose registers go to the sums. Unrolling moves loads, never the order of the sums.
 template <typename T, typename W, int ROWS, int COLUMNS>
-__device__ void linear(T* out, const T* x, const W* w, int M, int N, int K, const float* scales, int block_n,
-                       int block_k) {
+__device__ void linear(T* out, const T* x, const W* w, const T* bias, int M, int N, int K, const float* scales,
+                       int block_n, int block_k) {
     static_assert(ROWS * COLUMNS <= 32, "a lane writes each of a warp's elements");
     const int lane = threadIdx.x % 32;
     const int n0 = (blockIdx.y * LINEAR_WARPS + threadIdx.x / 32) * COLUMNS;
@@ -83,26 +86,27 @@ __device__ void linear(T* out, const T* x, const W* w, int M, int N, int K, cons
     for (int r = 0; r < ROWS; ++r)
 #pragma unroll
         for (int c = 0; c < COLUMNS; ++c) {
-            const float sum = warp_sum(acc[r][c]);
+            float sum = warp_sum(acc[r][c]);
+            if (bias && c < cols) sum += to_f32(bias[n0 + c]);
             if (lane == r * COLUMNS + c && r < rows && c < cols) out[(size_t)(m0 + r) * N + n0 + c] = from_f32<T>(sum);
         }
 }
 
 #define LINEAR(NAME, T, W)                                                                     \
     extern "C" __global__ void __launch_bounds__(32 * LINEAR_WARPS)                            \
-        NAME(T* out, const T* x, const W* w, int M, int N, int K, const float* scales, int block_n, \
-             int block_k) {                                                                    \
-        linear<T, W, LINEAR_ROWS, 1>(out, x, w, M, N, K, scales, block_n, block_k);            \
+        NAME(T* out, const T* x, const W* w, const T* bias, int M, int N, int K, const float* scales, \
+             int block_n, int block_k) {                                                       \
+        linear<T, W, LINEAR_ROWS, 1>(out, x, w, bias, M, N, K, scales, block_n, block_k);      \
     }                                                                                          \
     extern "C" __global__ void __launch_bounds__(32 * LINEAR_WARPS)                            \
-        NAME##_row(T* out, const T* x, const W* w, int M, int N, int K, const float* scales,    \
-                   int block_n, int block_k) {                                                 \
-        linear<T, W, 1, 1>(out, x, w, M, N, K, scales, block_n, block_k);                      \
+        NAME##_row(T* out, const T* x, const W* w, const T* bias, int M, int N, int K,          \
+                   const float* scales, int block_n, int block_k) {                            \
+        linear<T, W, 1, 1>(out, x, w, bias, M, N, K, scales, block_n, block_k);                \
     }                                                                                          \
     extern "C" __global__ void __launch_bounds__(32 * LINEAR_WARPS)                            \
-        NAME##_wide(T* out, const T* x, const W* w, int M, int N, int K, const float* scales,   \
-                    int block_n, int block_k) {                                                \
-        linear<T, W, LINEAR_ROWS, LINEAR_WIDE_COLUMNS>(out, x, w, M, N, K, scales, block_n, block_k); \
+        NAME##_wide(T* out, const T* x, const W* w, const T* bias, int M, int N, int K,         \
+                    const float* scales, int block_n, int block_k) {                           \
+        linear<T, W, LINEAR_ROWS, LINEAR_WIDE_COLUMNS>(out, x, w, bias, M, N, K, scales, block_n, block_k); \
     }
 
 LINEAR(linear_f32_f32, float, float)

@@ -18,7 +18,8 @@
 // of a 16-column tile and from row g of an 8-row group of x. Elements 8t + 0..4 are the first
 // mma's inner positions 2t, 2t + 1, 2t + 8, 2t + 9, elements 8t + 4..8 the second's: a
 // permutation of the inner dimension, the same for both operands, so each mma multiplies
-// matching elements. Requires K % 32 == 0 and 16-byte aligned rows (the launcher checks).
+// matching elements. A bias (`bias` [N]; null for none) is added to each element's sum in f32
+// before its rounding. Requires K % 32 == 0 and 16-byte aligned rows (the launcher checks).
 #include "common.cuh"
 #include "mma.cuh"
 
@@ -34,8 +35,8 @@ __device__ __forceinline__ uint4 load16(const __nv_bfloat16* base, int row, int 
 // F tiles of 16 output columns and G groups of 8 rows of x a block; DEPTH steps of loads in
 // flight a warp.
 template <int F, int G, int DEPTH>
-__device__ void linear_mma(__nv_bfloat16* out, const __nv_bfloat16* x, const __nv_bfloat16* w, int M, int N,
-                           int K) {
+__device__ void linear_mma(__nv_bfloat16* out, const __nv_bfloat16* x, const __nv_bfloat16* w,
+                           const __nv_bfloat16* bias, int M, int N, int K) {
     // Each warp's partial sums, [warp][row of x][output column]; a row is padded by one so
     // that the lanes writing their fragments spread over the banks.
     __shared__ float partial[MMA_WARPS][G * 8][F * 16 + 1];
@@ -97,17 +98,20 @@ __device__ void linear_mma(__nv_bfloat16* out, const __nv_bfloat16* x, const __n
         float sum = partial[0][row][col];
 #pragma unroll
         for (int v = 1; v < MMA_WARPS; ++v) sum += partial[v][row][col];
-        if (m0 + row < M && n0 + col < N) out[(size_t)(m0 + row) * N + n0 + col] = __float2bfloat16_rn(sum);
+        if (m0 + row >= M || n0 + col >= N) continue;
+        if (bias) sum += __bfloat162float(bias[n0 + col]);
+        out[(size_t)(m0 + row) * N + n0 + col] = __float2bfloat16_rn(sum);
     }
 }
 
 extern "C" __global__ void __launch_bounds__(32 * MMA_WARPS)
-    linear_mma_bf16(__nv_bfloat16* out, const __nv_bfloat16* x, const __nv_bfloat16* w, int M, int N, int K) {
-    linear_mma<1, 1, 4>(out, x, w, M, N, K);
+    linear_mma_bf16(__nv_bfloat16* out, const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias,
+                    int M, int N, int K) {
+    linear_mma<1, 1, 4>(out, x, w, bias, M, N, K);
 }
 
 extern "C" __global__ void __launch_bounds__(32 * MMA_WARPS)
-    linear_mma_bf16_wide(__nv_bfloat16* out, const __nv_bfloat16* x, const __nv_bfloat16* w, int M, int N,
-                         int K) {
-    linear_mma<2, 4, 1>(out, x, w, M, N, K);
+    linear_mma_bf16_wide(__nv_bfloat16* out, const __nv_bfloat16* x, const __nv_bfloat16* w,
+                         const __nv_bfloat16* bias, int M, int N, int K) {
+    linear_mma<2, 4, 1>(out, x, w, bias, M, N, K);
 }

@@ -145,7 +145,13 @@ impl CustomOp3 for Fp8Linear {
         ss: &candle_core::CudaStorage,
         sl: &Layout,
     ) -> Result<(candle_core::CudaStorage, Shape)> {
-        crate::cuda::linear((xs, xl), (ws, wl), Some(((ss, sl), self.block)), crate::CudaMatmul::Fma)
+        crate::cuda::linear(
+            (xs, xl),
+            (ws, wl),
+            Some(((ss, sl), self.block)),
+            None,
+            crate::CudaMatmul::Fma,
+        )
     }
 }
 

@@ -12,19 +12,30 @@
 use crate::contiguous::contiguous;
 use crate::cuda_matmul::CudaMatmul;
 use crate::error::matmul_dims;
-use candle_core::{CpuStorage, CustomOp2, Layout, Result, Shape, Tensor};
+use candle_core::{CpuStorage, CustomOp2, CustomOp3, Layout, Result, Shape, Tensor};
 
 /// `x` [M, K] times `w` [N, K] transposed. On CUDA: f32 or bf16 activations, a weight of the
 /// same dtype or bf16, K a multiple of 8, by the process's kernel (`CudaMatmul::chosen`). On
 /// the CPU (the reference of the `fma` kernel): f32.
 pub fn invariant_matmul(x: &Tensor, w: &Tensor) -> Result<Tensor> {
-    x.apply_op2_no_bwd(w, &InvariantMatmul { kernel: None })
+    invariant_linear(x, w, None, None)
 }
 
 /// `invariant_matmul` by the kernel `kernel` on CUDA, whatever the process chose: for
 /// comparing the kernels. A process that mixes them has rows whose bits depend on the kernel.
 pub fn invariant_matmul_by(x: &Tensor, w: &Tensor, kernel: CudaMatmul) -> Result<Tensor> {
-    x.apply_op2_no_bwd(w, &InvariantMatmul { kernel: Some(kernel) })
+    invariant_linear(x, w, None, Some(kernel))
+}
+
+/// `invariant_matmul` plus `bias` [N] where given, by `kernel` on CUDA (None: the process's).
+/// The kernel adds the bias to each element's f32 sum before the element's one rounding, in
+/// the launch that computes the sum; the CPU reference adds it to the f32 sum.
+pub fn invariant_linear(x: &Tensor, w: &Tensor, bias: Option<&Tensor>, kernel: Option<CudaMatmul>) -> Result<Tensor> {
+    let op = InvariantMatmul { kernel };
+    match bias {
+        None => x.apply_op2_no_bwd(w, &op),
+        Some(bias) => x.apply_op3_no_bwd(w, bias, &op),
+    }
 }
 
 struct InvariantMatmul {
@@ -60,8 +71,59 @@ impl CustomOp2 for InvariantMatmul {
         ws: &candle_core::CudaStorage,
         wl: &Layout,
     ) -> Result<(candle_core::CudaStorage, Shape)> {
-        let kernel = self.kernel.map_or_else(|| CudaMatmul::for_op("invariant_matmul"), Ok)?;
-        crate::cuda::linear((xs, xl), (ws, wl), None, kernel)
+        crate::cuda::linear((xs, xl), (ws, wl), None, None, self.cuda_kernel()?)
+    }
+}
+
+impl CustomOp3 for InvariantMatmul {
+    fn name(&self) -> &'static str {
+        "peagle-invariant-linear"
+    }
+
+    fn cpu_fwd(
+        &self,
+        xs: &CpuStorage,
+        xl: &Layout,
+        ws: &CpuStorage,
+        wl: &Layout,
+        bs: &CpuStorage,
+        bl: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let (product, shape) = CustomOp2::cpu_fwd(self, xs, xl, ws, wl)?;
+        let bias = contiguous(bs.as_slice::<f32>()?, bl, "bias")?;
+        let n = shape.dims2()?.1;
+        if bias.len() != n {
+            return Err(crate::error::bad_input(
+                "invariant_matmul",
+                format!("a bias of {} for {n} outputs", bias.len()),
+            ));
+        }
+        let mut out = product.as_slice::<f32>()?.to_vec();
+        for row in out.chunks_exact_mut(n.max(1)) {
+            row.iter_mut().zip(bias.iter()).for_each(|(o, b)| *o += b);
+        }
+        Ok((CpuStorage::F32(out), shape))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        xs: &candle_core::CudaStorage,
+        xl: &Layout,
+        ws: &candle_core::CudaStorage,
+        wl: &Layout,
+        bs: &candle_core::CudaStorage,
+        bl: &Layout,
+    ) -> Result<(candle_core::CudaStorage, Shape)> {
+        crate::cuda::linear((xs, xl), (ws, wl), None, Some((bs, bl)), self.cuda_kernel()?)
+    }
+}
+
+impl InvariantMatmul {
+    /// The kernel asked for, or the process's.
+    #[cfg(feature = "cuda")]
+    fn cuda_kernel(&self) -> Result<CudaMatmul> {
+        self.kernel.map_or_else(|| CudaMatmul::for_op("invariant_matmul"), Ok)
     }
 }
 
@@ -107,5 +169,21 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("520 columns"), "{err}");
+    }
+
+    /// The reference adds a bias to each f32 sum, and refuses one of another width.
+    #[test]
+    fn a_bias_is_added_to_each_sum() {
+        let dev = Device::Cpu;
+        let x = Tensor::randn(0f32, 1.0, (3, 64), &dev).unwrap();
+        let w = Tensor::randn(0f32, 1.0, (5, 64), &dev).unwrap();
+        let bias = Tensor::randn(0f32, 1.0, 5, &dev).unwrap();
+        let biased = invariant_linear(&x, &w, Some(&bias), None).unwrap();
+        let want = invariant_matmul(&x, &w).unwrap().broadcast_add(&bias).unwrap();
+        assert_eq!(values(&biased), values(&want));
+        let err = invariant_linear(&x, &w, Some(&bias.narrow(0, 0, 4).unwrap()), None)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("a bias of 4 for 5 outputs"), "{err}");
     }
 }

@@ -47,7 +47,7 @@ pub use error::KernelError;
 pub use exp::exp_in_place;
 pub use fp8_weight::{fp8_linear, Fp8Weight};
 pub use gumbel_sample::{gumbel_sample, splitmix64, GumbelRequest};
-pub use invariant_matmul::{invariant_matmul, invariant_matmul_by};
+pub use invariant_matmul::{invariant_linear, invariant_matmul, invariant_matmul_by};
 pub use kv_write::{write_kv, PAD_SLOT};
 pub use linear::{linear, PackedWeight};
 pub use masked_softmax::masked_softmax;

@@ -7,10 +7,10 @@ mod common;
 use candle_core::{DType, Device, Tensor};
 use common::{chi_square, draws_of_one_row};
 use peagle_kernels::{
-    add_rms_norm, argmax_rows, fp8_linear, gumbel_sample, invariant_matmul, invariant_matmul_by, paged_attention,
-    rms_norm, rope, row_candidates, swiglu, write_kv, AttentionMetadata, AttentionParams, CandidateRequest, CudaMatmul,
-    Fp8Weight, GumbelRequest, KvScale, Mxfp4Expert, Mxfp4Experts, Mxfp4Weight, Routing, RowCandidates, Sinks,
-    MAX_ROW_CANDIDATES, PAD_SLOT,
+    add_rms_norm, argmax_rows, fp8_linear, gumbel_sample, invariant_linear, invariant_matmul, invariant_matmul_by,
+    paged_attention, rms_norm, rope, row_candidates, swiglu, write_kv, AttentionMetadata, AttentionParams,
+    CandidateRequest, CudaMatmul, Fp8Weight, GumbelRequest, KvScale, Mxfp4Expert, Mxfp4Experts, Mxfp4Weight, Routing,
+    RowCandidates, Sinks, MAX_ROW_CANDIDATES, PAD_SLOT,
 };
 
 fn gpu() -> Option<Device> {
@@ -71,6 +71,7 @@ fn invariant_matmul_equals_its_cpu_reference_bitwise_at_every_batch_size() {
     let invariant_matmul = |x: &Tensor, w: &Tensor| invariant_matmul_by(x, w, CudaMatmul::Fma);
     let (n, k) = (72, 1032);
     let w = tensor((n, k), 1, 0.1);
+    let bias = tensor((1, n), 5, 1.0).flatten_all().unwrap();
     // M = 1 takes one form of the kernel (`_row`), 2 to 8 another, more the `_wide` one: 1, 3,
     // 8, 9 and 13 cross the lines.
     for m in [1, 3, 8, 9, 13, 64, 256, 2048] {
@@ -92,6 +93,24 @@ fn invariant_matmul_equals_its_cpu_reference_bitwise_at_every_batch_size() {
         let got = invariant_matmul(&x_gpu, &wb.to_device(&dev).unwrap()).unwrap();
         let want = invariant_matmul(&x, &wb.to_dtype(DType::F32).unwrap()).unwrap();
         assert_eq!(bits(&got), bits(&want), "f32 x bf16, M = {m}");
+        // A bias, added in the same launch to each f32 sum before its one rounding: the
+        // reference adds it to its f32 sum.
+        let biased = |x: &Tensor, w: &Tensor, b: &Tensor| invariant_linear(x, w, Some(b), Some(CudaMatmul::Fma));
+        let g = |t: &Tensor| t.to_device(&dev).unwrap();
+        let want = biased(&x, &w, &bias).unwrap();
+        assert_eq!(
+            bits(&biased(&x_gpu, &g(&w), &g(&bias)).unwrap()),
+            bits(&want),
+            "f32 with a bias, M = {m}"
+        );
+        let bb = bias.to_dtype(DType::BF16).unwrap();
+        let f = |t: &Tensor| t.to_dtype(DType::F32).unwrap();
+        let want = biased(&f(&xb), &f(&wb), &f(&bb))
+            .unwrap()
+            .to_dtype(DType::BF16)
+            .unwrap();
+        let got = biased(&g(&xb), &g(&wb), &g(&bb)).unwrap();
+        assert_eq!(bits(&got), bits(&want), "bf16 with a bias, M = {m}");
     }
     let x = tensor((4, 12), 3, 1.0).to_device(&dev).unwrap();
     let err = invariant_matmul(&x, &tensor((2, 12), 4, 1.0).to_device(&dev).unwrap()).unwrap_err();
@@ -119,6 +138,19 @@ fn tensor_core_matmul_is_batch_invariant_and_within_bf16_of_the_product() {
     }
     let alone = bits(&mma(&xg.narrow(0, 777, 1).unwrap(), &wg));
     assert_eq!(alone, all[777 * n..778 * n], "row 777 alone");
+    // With a bias, added to each f32 sum before its rounding.
+    let bias = bf16(tensor((1, n), 6, 1.0).flatten_all().unwrap());
+    let biased = |x: &Tensor| {
+        bits(&invariant_linear(x, &wg, Some(&bias.to_device(&dev).unwrap()), Some(CudaMatmul::Mma)).unwrap())
+    };
+    let all_biased = biased(&xg);
+    for m in [1, 9] {
+        assert_eq!(
+            biased(&xg.narrow(0, 0, m).unwrap()),
+            all_biased[..m * n],
+            "the first {m} rows, a bias"
+        );
+    }
     let widened = |t: &Tensor| t.to_dtype(DType::F32).unwrap();
     let want = invariant_matmul(&widened(&x.narrow(0, 0, 300).unwrap()), &widened(&w)).unwrap();
     let diff = max_rel_diff(&host(&mma(&xg.narrow(0, 0, 300).unwrap(), &wg)), &host(&want));

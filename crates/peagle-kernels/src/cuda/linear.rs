@@ -78,12 +78,14 @@ impl Form {
 /// An FP8 weight's block scales [ceil(N / bn), ceil(K / bk)] (f32) and its block (bn, bk).
 pub(crate) type BlockScales<'a> = ((&'a CudaStorage, &'a Layout), (usize, usize));
 
-/// `x` [M, K] times `w` [N, K] transposed, [M, N] in x's dtype, by `kernel` where it takes
-/// the product (`Form::choose`); an FP8 weight with its block scales.
+/// `x` [M, K] times `w` [N, K] transposed, plus `bias` [N] (in x's dtype) where given, [M, N]
+/// in x's dtype, by `kernel` where it takes the product (`Form::choose`); an FP8 weight with
+/// its block scales.
 pub(crate) fn linear(
     x: (&CudaStorage, &Layout),
     w: (&CudaStorage, &Layout),
     scales: Option<BlockScales>,
+    bias: Option<(&CudaStorage, &Layout)>,
     kernel: CudaMatmul,
 ) -> Result<(CudaStorage, Shape)> {
     const OP: &str = "linear";
@@ -111,6 +113,18 @@ pub(crate) fn linear(
             "an FP8 weight needs its block scales, and only an FP8 weight has them",
         ));
     }
+    if let Some((b, l)) = bias {
+        if b.dtype() != x_dtype || l.shape().dims() != [n] {
+            return Err(bad_input(
+                OP,
+                format!(
+                    "a bias of {:?} {:?} for {n} outputs of {x_dtype:?}",
+                    l.shape(),
+                    b.dtype()
+                ),
+            ));
+        }
+    }
     let form = Form::choose(kernel, m, k, (x_dtype, w_dtype));
     let name = form.name(dtype_name(OP, x_dtype)?, dtype_name_or_fp8(OP, w_dtype)?);
     let (block_n, block_k) = scales.map_or((1, 8), |(_, block)| block);
@@ -121,7 +135,7 @@ pub(crate) fn linear(
         scales: scales.map(|((s, l), _)| view::<f32>(s, l, "scales")).transpose()?,
         block: [int(OP, block_n)?, int(OP, block_k)?],
     };
-    let out = by_dtypes_or_fp8!(OP, (x_dtype, w_dtype), launch(x, w, &args))?;
+    let out = by_dtypes_or_fp8!(OP, (x_dtype, w_dtype), launch(x, w, bias, &args))?;
     Ok((out, Shape::from((m, n))))
 }
 
@@ -138,6 +152,7 @@ struct Args<'a> {
 fn launch<T: CudaDType + DeviceRepr, W: CudaDType>(
     x: (&CudaStorage, &Layout),
     w: (&CudaStorage, &Layout),
+    bias: Option<(&CudaStorage, &Layout)>,
     a: &Args,
 ) -> Result<CudaStorage> {
     let device = &x.0.device;
@@ -145,9 +160,14 @@ fn launch<T: CudaDType + DeviceRepr, W: CudaDType>(
     let mut out = output::<T>(device, m * n)?;
     let xs = view::<T>(x.0, x.1, "x")?;
     let ws = view::<W>(w.0, w.1, "weight")?;
+    let bias = bias.map(|(b, l)| view::<T>(b, l, "bias")).transpose()?;
     let null: u64 = 0;
     let mut builder = a.func.builder();
     builder.arg(&mut out).arg(&xs).arg(&ws);
+    match &bias {
+        Some(b) => builder.arg(b),
+        None => builder.arg(&null),
+    };
     for d in &a.dims {
         builder.arg(d);
     }
@@ -164,10 +184,10 @@ fn launch<T: CudaDType + DeviceRepr, W: CudaDType>(
         block_dim: (32 * WARPS as u32, 1, 1),
         shared_mem_bytes: 0,
     };
-    // SAFETY: shapes checked above; K is a multiple of 8 (of 32 for the tensor-core forms,
-    // `Form::choose`) and both operands are 16-byte aligned, as the kernels' vector loads
-    // need; FP8 scales were checked against the weight and its block (`Fp8Weight::new`),
-    // whose width is a multiple of 8.
+    // SAFETY: shapes checked above, the bias's against N; K is a multiple of 8 (of 32 for the
+    // tensor-core forms, `Form::choose`) and both operands are 16-byte aligned, as the
+    // kernels' vector loads need; FP8 scales were checked against the weight and its block
+    // (`Fp8Weight::new`), whose width is a multiple of 8.
     unsafe { builder.launch(config) }.w()?;
     Ok(CudaStorage::wrap_cuda_slice(out, device.clone()))
 }

@@ -87,10 +87,6 @@ impl Linear {
 
     /// `x` [rows, in] to [rows, out].
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let y = ops::linear(x, &self.weight)?;
-        match &self.bias {
-            Some(b) => y.broadcast_add(b),
-            None => Ok(y),
-        }
+        ops::linear(x, &self.weight, self.bias.as_ref())
     }
 }

@@ -58,15 +58,28 @@ fn device_name(device: &Device) -> String {
     }
 }
 
+/// `x` [rows, in] times `w` [out, in] transposed, plus `bias` [out] where given: [rows, out].
+/// On a GPU a plain weight's bias is added in the matmul's own launch, to each element's f32
+/// sum before its rounding; elsewhere it is added to the product.
+pub fn linear(x: &Tensor, w: &Weight, bias: Option<&Tensor>) -> Result<Tensor> {
+    if let (Weight::Plain(w), Path::Device) = (w, path(x)) {
+        return peagle_kernels::invariant_linear(&x.contiguous()?, w, bias, None);
+    }
+    let product = product(x, w)?;
+    match bias {
+        Some(b) => product.broadcast_add(b),
+        None => Ok(product),
+    }
+}
+
 /// `x` [rows, in] times `w` [out, in] transposed: [rows, out].
-pub fn linear(x: &Tensor, w: &Weight) -> Result<Tensor> {
+fn product(x: &Tensor, w: &Weight) -> Result<Tensor> {
     match (w, path(x)) {
         (Weight::Packed(p), Path::CpuKernel) => peagle_kernels::linear(x, p),
         (Weight::Mxfp4(m), Path::CpuKernel) => peagle_kernels::mxfp4_linear(x, m),
         (Weight::Mxfp4(_), _) => bail!("MXFP4 weights run on the CPU kernel only, for inference"),
         // A pass that tracks gradients through a frozen weight multiplies by its unpacked copy.
         (Weight::Packed(p), _) => x.matmul(&p.unpack()?.to_dtype(x.dtype())?.t()?),
-        (Weight::Plain(w), Path::Device) => peagle_kernels::invariant_matmul(&x.contiguous()?, w),
         (Weight::Fp8(w), Path::Autograd) => x.matmul(&w.dequantize()?.to_dtype(x.dtype())?.t()?),
         (Weight::Fp8(w), _) => peagle_kernels::fp8_linear(&x.contiguous()?, w),
         (Weight::Plain(w), _) => x.matmul(&w.t()?),
