@@ -27,6 +27,7 @@
 #                         that a command stopped at its limit still leaves what it measured
 #   TEST_TIMEOUT=N        the most seconds one GPU test may take (default 120)
 #   PROFILE_TIMEOUT=N     the most seconds one kernel profile may take (default 150)
+#   GRAPH_MEMCHECK=1      the tests part also runs the CUDA-graph tests under memcheck
 #   GPT_OSS_STEPS="..."   which of the gpt-oss part's steps run, in their order (default:
 #                         "profiles c1 graphs batched"; "mma" adds the c1 and batched sweeps on
 #                         the tensor-core matmul), so that a lease can split the part
@@ -160,9 +161,11 @@ run_tests() {
         echo "graph memcheck probe: $(grep -h 'graph memcheck probe' "$out/graph-memcheck-probe.log" | tail -1 |
             sed 's/^graph memcheck probe: //'); memcheck: $(grep -h 'ERROR SUMMARY' "$out/graph-memcheck-probe.log" |
             tail -1 | sed 's/^========= //')" | tee -a "$out/steps.log"
-        # The engine's own graphs under memcheck, target and drafter: the reports of an earlier
-        # session came from steps like these, and graphs stay opt-in until they are explained.
+        # With GRAPH_MEMCHECK=1, the engine's own graphs under memcheck, target and drafter: the
+        # reports of an earlier session came from steps like these, and graphs stay opt-in until
+        # they are explained. Minutes each, so not by default.
         local case
+        [ -n "${GRAPH_MEMCHECK:-}" ] || return 0
         for case in steps_by_cuda_graphs_equal_steps_without drafter_passes_by_cuda_graphs_equal_passes_without; do
             [ "$(left)" -ge 120 ] || break
             timeout "$(min 240 "$(left)")" "$sanitizer" --tool memcheck "$bin/gpu-peagle-models" --exact "$case" \
