@@ -70,7 +70,7 @@ pub struct EngineBuilder {
     pub kv_cache_dtype: KvCacheDtype,
     pub scheduler: SchedulerConfig,
     pub generation_defaults: GenerationDefaults,
-    /// Run decode and verification steps by CUDA graphs (a GPU only).
+    /// Run decode and verification steps, and the drafter's passes, by CUDA graphs (a GPU only).
     pub cuda_graphs: bool,
 }
 

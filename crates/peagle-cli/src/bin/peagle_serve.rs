@@ -103,8 +103,8 @@ struct Args {
     /// (e4m3, a quarter, with the checkpoint's per-layer k_scale and v_scale or 1).
     #[arg(long, default_value_t = KvCacheDtype::Auto)]
     kv_cache_dtype: KvCacheDtype,
-    /// Run decode and verification steps by CUDA graphs, captured at start-up for every batch
-    /// shape of up to 512 rows (with --device cuda).
+    /// Run decode and verification steps, and the drafter's passes, by CUDA graphs, captured at
+    /// start-up for every batch shape of up to 512 rows (with --device cuda).
     #[arg(long)]
     cuda_graphs: bool,
     /// Larger request bodies get 413.
