@@ -23,7 +23,7 @@ pub struct GeneratorOptions {
     /// Prefill is split into chunks of at most this many tokens.
     pub max_batched_tokens: usize,
     pub kv_cache_dtype: KvCacheDtype,
-    /// Run decode steps by CUDA graphs (a GPU only).
+    /// Run decode and verification steps, and the drafter's passes, by CUDA graphs (a GPU only).
     pub cuda_graphs: bool,
     /// The share of a GPU's memory the engine may fill (`EngineBuilder`'s).
     pub gpu_memory_utilization: f64,
