@@ -5,12 +5,11 @@
 //! verification accepted, so a graph's shape pads them (`padded_pass`): every sequence to the
 //! power of two at or above the rows of the longest (`ForwardBatch::with_rows_each`: new rows
 //! after a sequence's own, writing nothing), then the sequences to a bucket, as the target's
-//! graphs pad theirs
-//! (`ForwardBatch::padded`). Rows are batch invariant and attend only to positions up to their
-//! own, so a pass's rows give the same bits padded as not. The graph holds the pass up to the
-//! final norm (`Drafter::forward_states`) over every row; the head then makes the logits of
-//! the pass's own logit rows outside it. Its inputs are a forward's (`ForwardInputs`) and the
-//! hidden input, gathered to the padded rows before each replay.
+//! graphs pad theirs (`ForwardBatch::padded`). Rows are batch invariant and attend only to
+//! positions up to their own, so a pass's rows give the same bits padded as not. The graph
+//! holds the pass up to the final norm (`Drafter::forward_states`) over every row; the head
+//! then makes the logits of the pass's own logit rows outside it. Its inputs are a forward's
+//! (`ForwardInputs`) and the hidden input, gathered to the padded rows before each replay.
 
 use crate::batch::ForwardBatch;
 use crate::cuda_graphs::GraphLimits;
@@ -31,8 +30,8 @@ pub struct DraftShape {
 
 /// The shape a drafter pass over `batch` runs at by a graph within `limits`; None where it
 /// runs without one: a sequence longer than the bucket of `max_rows_each` (a prompt, or a
-/// backlog of states the drafter has not read), a block table the padding rows would grow past the graph's
-/// width, or more sequences or rows than a graph holds.
+/// backlog of states the drafter has not read), a block table the padding rows would grow
+/// past the graph's width, or more sequences or rows than a graph holds.
 pub fn draft_shape(batch: &ForwardBatch, limits: &GraphLimits) -> Option<DraftShape> {
     let attn = &batch.attn;
     let rows = |s: usize| attn.query_start[s + 1] - attn.query_start[s];
@@ -78,6 +77,31 @@ pub fn padded_pass(batch: &ForwardBatch, shape: DraftShape, table_width: usize) 
     })
 }
 
+impl PaddedPass {
+    /// The inputs of the padded pass, with `hidden` [the pass's rows, drafter hidden]
+    /// gathered to its rows, and the indices of its logit rows on the device: one upload of
+    /// indices for both.
+    pub fn inputs(&self, drafter: &Drafter, hidden: &Tensor) -> Result<(DraftInputs, Tensor)> {
+        let (rows, kept) = (self.sources.len(), self.logit_rows.len());
+        let indices = [&self.sources[..], &self.logit_rows[..]].concat();
+        let indices = Tensor::from_vec(indices, rows + kept, hidden.device())?;
+        let inputs = DraftInputs {
+            forward: drafter.inputs(&self.batch)?,
+            hidden: hidden.index_select(&indices.narrow(0, 0, rows)?, 0)?,
+        };
+        Ok((inputs, indices.narrow(0, rows, kept)?))
+    }
+
+    /// The pass's output from the last layer's output of every padded row (`states`): the
+    /// head over the rows at `kept`, the indices `inputs` returned.
+    pub fn output(&self, drafter: &Drafter, states: &Tensor, kept: &Tensor) -> Result<DraftOutput> {
+        if self.logit_rows.is_empty() {
+            return drafter.no_logits(states.dtype());
+        }
+        drafter.head(states.index_select(kept, 0)?)
+    }
+}
+
 /// A pass of every shape `limits` allows, for capturing graphs before the first request:
 /// every bucket of sequences with every bucket of rows up to the one of `max_rows_each`,
 /// within the most rows (`startup_steps`' steps of those row counts).
@@ -112,31 +136,6 @@ impl DraftInputs {
         }
         self.forward.write_into(&target.forward)?;
         target.hidden.slice_set(&self.hidden, 0, 0)
-    }
-}
-
-impl PaddedPass {
-    /// The inputs of the padded pass, with `hidden` [the pass's rows, drafter hidden]
-    /// gathered to its rows, and the indices of its logit rows on the device: one upload of
-    /// indices for both.
-    pub fn inputs(&self, drafter: &Drafter, hidden: &Tensor) -> Result<(DraftInputs, Tensor)> {
-        let (rows, kept) = (self.sources.len(), self.logit_rows.len());
-        let indices = [&self.sources[..], &self.logit_rows[..]].concat();
-        let indices = Tensor::from_vec(indices, rows + kept, hidden.device())?;
-        let inputs = DraftInputs {
-            forward: drafter.inputs(&self.batch)?,
-            hidden: hidden.index_select(&indices.narrow(0, 0, rows)?, 0)?,
-        };
-        Ok((inputs, indices.narrow(0, rows, kept)?))
-    }
-
-    /// The pass's output from the last layer's output of every padded row (`states`): the
-    /// head over the rows at `kept`, the indices `inputs` returned.
-    pub fn output(&self, drafter: &Drafter, states: &Tensor, kept: &Tensor) -> Result<DraftOutput> {
-        if self.logit_rows.is_empty() {
-            return drafter.no_logits(states.dtype());
-        }
-        drafter.head(states.index_select(kept, 0)?)
     }
 }
 
