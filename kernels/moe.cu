@@ -154,23 +154,30 @@ __device__ __forceinline__ bool tile_of(const int* tiles, const int* num_tiles, 
     return true;
 }
 
-// The 32 weights of one MXFP4 block, dequantized: each e2m1 value times 2^(scale - 127), where
-// scale 0 is the subnormal 2^-127 and 255 infinity, as the CPU's table has them. Every product
+// The eight weights whose codes `word` holds (low nibble first) of an MXFP4 block with scale
+// `scale`: each e2m1 value times 2^(scale - 127), where scale 0 is the subnormal 2^-127 and
+// 255 infinity, as the CPU's table has them. Every product
 // is exact, so the weights are those bits whichever way they are made: up to scale 128, a
 // code's value times 2^-126 (`e2m1_tiny`) times 2^(scale - 1), one multiply; above, where that
 // multiplier would overflow, the value itself (times 2^126) times the scale.
-__device__ __forceinline__ void dequantize_block(const uint8_t* block, uint8_t scale, float* w) {
-    const uint4 packed = *reinterpret_cast<const uint4*>(block);
-    const uint32_t words[4] = {packed.x, packed.y, packed.z, packed.w};
+__device__ __forceinline__ void dequantize8(uint32_t word, uint8_t scale, float* w) {
     if (scale <= 128) {
         const float s = __uint_as_float((scale + 126u) << 23);
 #pragma unroll
-        for (int i = 0; i < 32; ++i) w[i] = e2m1_tiny(words[i / 8], i % 8) * s;
+        for (int i = 0; i < 8; ++i) w[i] = e2m1_tiny(word, i) * s;
     } else {
         const float s = __uint_as_float((uint32_t)scale << 23);
 #pragma unroll
-        for (int i = 0; i < 32; ++i) w[i] = e2m1_tiny(words[i / 8], i % 8) * 0x1p126f * s;
+        for (int i = 0; i < 8; ++i) w[i] = e2m1_tiny(word, i) * 0x1p126f * s;
     }
+}
+
+// The 32 weights of one MXFP4 block, `dequantize8` a word at a time.
+__device__ __forceinline__ void dequantize_block(const uint8_t* block, uint8_t scale, float* w) {
+    const uint4 packed = *reinterpret_cast<const uint4*>(block);
+    const uint32_t words[4] = {packed.x, packed.y, packed.z, packed.w};
+#pragma unroll
+    for (int q = 0; q < 4; ++q) dequantize8(words[q], scale, w + 8 * q);
 }
 
 // acc[j] = the dot product of weight row `row` (of `groups` blocks) and input row `inputs[j]`
@@ -296,19 +303,11 @@ extern "C" __global__ void __launch_bounds__(MOE_WARPS * 32)
 // Steps of loads a warp has in flight.
 #define MOE_MMA_DEPTH 4
 
-// Weights 8t .. 8t + 8 of an MXFP4 block (`dequantize_block`'s values) as bf16 pairs in the
+// Weights 8t .. 8t + 8 of an MXFP4 block (`dequantize8`'s values) as bf16 pairs in the
 // operand order. `word` holds the block's bytes 4t .. 4t + 4, eight codes, low nibble first.
 __device__ __forceinline__ uint4 dequantize8_bf16(uint32_t word, uint8_t scale) {
     float w[8];
-    if (scale <= 128) {
-        const float s = __uint_as_float((scale + 126u) << 23);
-#pragma unroll
-        for (int i = 0; i < 8; ++i) w[i] = e2m1_tiny(word, i) * s;
-    } else {
-        const float s = __uint_as_float((uint32_t)scale << 23);
-#pragma unroll
-        for (int i = 0; i < 8; ++i) w[i] = e2m1_tiny(word, i) * 0x1p126f * s;
-    }
+    dequantize8(word, scale, w);
     // Each weight is a bf16 value exactly: its f32's high half.
     uint32_t p[4];
 #pragma unroll
