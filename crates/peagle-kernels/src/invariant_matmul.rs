@@ -53,13 +53,7 @@ impl CustomOp2 for InvariantMatmul {
     }
 
     fn cpu_fwd(&self, xs: &CpuStorage, xl: &Layout, ws: &CpuStorage, wl: &Layout) -> Result<(CpuStorage, Shape)> {
-        let (m, k, n) = matmul_dims("invariant_matmul", xl.shape(), wl.shape())?;
-        let x = contiguous(xs.as_slice::<f32>()?, xl, "x")?;
-        let w = contiguous(ws.as_slice::<f32>()?, wl, "weight")?;
-        let mut out = Vec::with_capacity(m * n);
-        for x_row in x.chunks_exact(k.max(1)).take(m) {
-            out.extend(w.chunks_exact(k.max(1)).take(n).map(|w_row| dot(x_row, w_row)));
-        }
+        let (out, m, n) = reference(xs, xl, ws, wl)?;
         Ok((CpuStorage::F32(out), Shape::from((m, n))))
     }
 
@@ -89,20 +83,18 @@ impl CustomOp3 for InvariantMatmul {
         bs: &CpuStorage,
         bl: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
-        let (product, shape) = CustomOp2::cpu_fwd(self, xs, xl, ws, wl)?;
+        let (mut out, m, n) = reference(xs, xl, ws, wl)?;
         let bias = contiguous(bs.as_slice::<f32>()?, bl, "bias")?;
-        let n = shape.dims2()?.1;
         if bias.len() != n {
             return Err(crate::error::bad_input(
                 "invariant_matmul",
                 format!("a bias of {} for {n} outputs", bias.len()),
             ));
         }
-        let mut out = product.as_slice::<f32>()?.to_vec();
         for row in out.chunks_exact_mut(n.max(1)) {
             row.iter_mut().zip(bias.iter()).for_each(|(o, b)| *o += b);
         }
-        Ok((CpuStorage::F32(out), shape))
+        Ok((CpuStorage::F32(out), Shape::from((m, n))))
     }
 
     #[cfg(feature = "cuda")]
@@ -125,6 +117,19 @@ impl InvariantMatmul {
     fn cuda_kernel(&self) -> Result<CudaMatmul> {
         self.kernel.map_or_else(|| CudaMatmul::for_op("invariant_matmul"), Ok)
     }
+}
+
+/// The product [M, N] of f32 `x` [M, K] and `w` [N, K] transposed, each element in the
+/// kernel's order, with M and N.
+fn reference(xs: &CpuStorage, xl: &Layout, ws: &CpuStorage, wl: &Layout) -> Result<(Vec<f32>, usize, usize)> {
+    let (m, k, n) = matmul_dims("invariant_matmul", xl.shape(), wl.shape())?;
+    let x = contiguous(xs.as_slice::<f32>()?, xl, "x")?;
+    let w = contiguous(ws.as_slice::<f32>()?, wl, "weight")?;
+    let mut out = Vec::with_capacity(m * n);
+    for x_row in x.chunks_exact(k.max(1)).take(m) {
+        out.extend(w.chunks_exact(k.max(1)).take(n).map(|w_row| dot(x_row, w_row)));
+    }
+    Ok((out, m, n))
 }
 
 /// One element in the kernel's order.
