@@ -176,20 +176,14 @@ impl CudaGraphs {
         budget: usize,
         drafter: bool,
     ) -> Result<usize> {
-        let mut captured = 0;
-        for step in startup_steps(&self.limits, kv.block_size(), budget, drafter)? {
-            let Some(shape) = graph_shape(&step, &self.limits) else {
-                continue;
-            };
-            if self.graphs.contains(&shape) {
-                continue;
-            }
-            let inputs = padded_inputs(target, &step, shape, self.limits.table_width, kv)?;
-            let forward = |inputs: &ForwardInputs| target.forward_states(inputs, kv);
-            captured += usize::from(self.graphs.capture_at_startup(shape, target.device(), inputs, forward));
-        }
-        target.device().synchronize()?;
-        Ok(captured)
+        let limits = self.limits;
+        self.graphs.capture_at_startup(
+            target.device(),
+            startup_steps(&limits, kv.block_size(), budget, drafter)?,
+            |step| graph_shape(step, &limits),
+            |step, shape| padded_inputs(target, step, shape, limits.table_width, kv),
+            |inputs: &ForwardInputs| target.forward_states(inputs, kv),
+        )
     }
 }
 

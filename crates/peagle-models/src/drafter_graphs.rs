@@ -205,23 +205,20 @@ impl DrafterGraphs {
     /// `CudaGraphs::capture_at_startup`, on the thread pool the steps run on; it returns once
     /// the device has run every launch.
     pub fn capture_at_startup(&mut self, drafter: &Drafter, kv: &KvCache) -> Result<usize> {
-        let mut captured = 0;
-        for step in draft_startup_steps(&self.limits, kv.block_size())? {
-            let Some(shape) = draft_shape(&step, &self.limits) else {
-                continue;
-            };
-            if self.graphs.contains(&shape) {
-                continue;
-            }
-            let pass = padded_pass(&step, shape, self.limits.table_width)?;
+        let limits = self.limits;
+        let inputs_of = |step: &ForwardBatch, shape| {
+            let pass = padded_pass(step, shape, limits.table_width)?;
             let rows = step.token_ids.len();
             let hidden = Tensor::zeros((rows, drafter.dims().hidden_size), drafter.dtype(), drafter.device())?;
-            let (inputs, _) = pass.inputs(drafter, &hidden)?;
-            let forward = |inputs: &DraftInputs| draft_states(drafter, inputs, kv);
-            captured += usize::from(self.graphs.capture_at_startup(shape, drafter.device(), inputs, forward));
-        }
-        drafter.device().synchronize()?;
-        Ok(captured)
+            Ok(pass.inputs(drafter, &hidden)?.0)
+        };
+        self.graphs.capture_at_startup(
+            drafter.device(),
+            draft_startup_steps(&limits, kv.block_size())?,
+            |step| draft_shape(step, &limits),
+            inputs_of,
+            |inputs: &DraftInputs| draft_states(drafter, inputs, kv),
+        )
     }
 }
 

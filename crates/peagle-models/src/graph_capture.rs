@@ -74,11 +74,6 @@ impl<S: Hash + Eq + Copy + std::fmt::Debug, I, O> Graphs<S, I, O> {
         })
     }
 
-    /// Whether `shape` was captured, or its capture tried.
-    pub fn contains(&self, shape: &S) -> bool {
-        self.captured.contains_key(shape)
-    }
-
     /// `shape`'s graph with `inputs()` written into its inputs by `write`; captured now over
     /// `inputs()` by `forward` if it has none yet; None, making no inputs, where its capture
     /// failed before. A capture that fails now is this call's error, and its shape runs
@@ -114,16 +109,37 @@ impl<S: Hash + Eq + Copy + std::fmt::Debug, I, O> Graphs<S, I, O> {
         }
     }
 
-    /// Captures `shape` at start-up and launches it once, so that its outputs are allocated
-    /// before anything frees them; says whether it now has a graph. A shape whose capture or
-    /// first launch fails is logged and runs without a graph.
-    pub fn capture_at_startup(
+    /// Captures the shape of every step of `steps` that has one (`shape_of`) and no graph
+    /// yet, over the inputs `inputs_of` makes for it, so that no request waits on a capture;
+    /// says how many were captured. Each graph is launched once, so that its outputs are
+    /// allocated before anything frees them. A shape whose capture or first launch fails is
+    /// logged and runs without a graph. Returns once the device has run every launch, so that
+    /// a step on another thread's stream follows them.
+    pub fn capture_at_startup<T>(
         &mut self,
-        shape: S,
         device: &Device,
-        inputs: I,
+        steps: impl IntoIterator<Item = T>,
+        shape_of: impl Fn(&T) -> Option<S>,
+        inputs_of: impl Fn(&T, S) -> Result<I>,
         forward: impl Fn(&I) -> Result<O>,
-    ) -> bool {
+    ) -> Result<usize> {
+        let mut captured = 0;
+        for step in steps {
+            let Some(shape) = shape_of(&step) else {
+                continue;
+            };
+            if self.captured.contains_key(&shape) {
+                continue;
+            }
+            let inputs = inputs_of(&step, shape)?;
+            captured += usize::from(self.capture_one(shape, device, inputs, &forward));
+        }
+        device.synchronize()?;
+        Ok(captured)
+    }
+
+    /// Captures `shape` over `inputs` and launches it once; says whether it now has a graph.
+    fn capture_one(&mut self, shape: S, device: &Device, inputs: I, forward: &impl Fn(&I) -> Result<O>) -> bool {
         let launched = match self.get_or_capture(shape, device, || Ok(inputs), |_, _| Ok(()), forward) {
             Ok(Some(graph)) => graph.launch(),
             Ok(None) => return false,
