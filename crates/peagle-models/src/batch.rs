@@ -69,9 +69,7 @@ impl ForwardBatch {
         }
         Ok(padded)
     }
-}
 
-impl ForwardBatch {
     /// This batch with every sequence grown to `rows_each` rows: the fixed rows a sequence has
     /// in a drafter pass's CUDA graph, where sequences have as many rows as they have slots.
     /// A sequence's new rows follow its own, over token 0 at the next positions, writing
