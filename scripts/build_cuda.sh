@@ -20,6 +20,10 @@
 #                                   fraction of the time
 #   scripts/build_cuda.sh --serve   builds target/release/peagle-serve only, with the cuda
 #                                   feature (what the Dockerfile runs)
+#   scripts/build_cuda.sh --toolkit installs the toolkit and the stubs only
+#   scripts/build_cuda.sh --emulated
+#                                   builds the GPU test binaries for the CUDA emulator
+#                                   (scripts/emulated_gpu_tests.sh), in target/cuda-check
 # CUDA_COMPUTE_CAP (default 80) picks the architecture candle's own kernels are built for: 80
 # gives PTX for compute 8.0, which the driver JIT-compiles for an H100 or a B200 alike, while
 # 90 or 100 give PTX for sm_90a or sm_100a, which no other GPU loads. peagle's kernels are PTX
@@ -59,6 +63,8 @@ if [ ! -e "$stubs/libcuda.so" ]; then
     ln -sf libcudart.so.13 "$stubs/libcudart.so"
 fi
 
+[ "$check" = --toolkit ] && exit 0
+
 # Every build compiles some of candle-kernels' sources from empty files (scripts/nvcc_skipping.sh).
 # The full build skips its GGUF and MoE kernels, which candle links statically into every binary
 # (32 MB of fatbin, registered with the driver at start-up) and peagle never calls: its MoE runs
@@ -76,6 +82,29 @@ if [ "$check" = --serve ]; then
     exit 0
 fi
 
+# gpu_tests: builds the GPU test binaries of the crates with CUDA code, and lists them, one
+# "crate path" a line.
+gpu_tests() {
+    cargo test --release --locked --features peagle-engine/cuda,peagle-kernels/cuda,peagle-models/cuda \
+        -p peagle-kernels -p peagle-models -p peagle-engine --test gpu --no-run --message-format json |
+        python3 -c '
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "gpu":
+        print(m["manifest_path"].split("/")[-2], m["executable"])
+'
+}
+
+if [ "$check" = --emulated ]; then
+    # For the CUDA emulator, which runs peagle's kernels and candle's from their sources: the
+    # GPU tests with candle's kernels compiled from empty sources, beside --check's outputs.
+    export SKIPPED_SOURCES='*/candle-kernels-*/*.cu' CARGO_TARGET_DIR=$target/cuda-check
+    mkdir -p "$CARGO_TARGET_DIR"
+    gpu_tests >"$CARGO_TARGET_DIR/gpu_tests.txt"
+    exit 0
+fi
+
 if [ "$check" = --check ]; then
     # cargo check links nothing and runs nothing, so it skips all of candle's kernels, which were
     # most of its time; in a target directory of its own, so that no binary links their outputs.
@@ -89,15 +118,7 @@ fi
 cargo build --release --locked --features peagle-cli/cuda,peagle-train/cuda \
     -p peagle-cli -p peagle-train -p peagle-bench
 cargo build --release --locked --features peagle-kernels/cuda -p peagle-kernels --example gemm_vs_cublas
-cargo test --release --locked --features peagle-engine/cuda,peagle-kernels/cuda,peagle-models/cuda \
-    -p peagle-kernels -p peagle-models -p peagle-engine --test gpu --no-run --message-format json |
-    python3 -c '
-import json, sys
-for line in sys.stdin:
-    m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "gpu":
-        print(m["manifest_path"].split("/")[-2], m["executable"])
-' >"$target/gpu_tests.txt"
+gpu_tests >"$target/gpu_tests.txt"
 
 carry=$target/carry
 rm -rf "$carry" && mkdir -p "$carry"
