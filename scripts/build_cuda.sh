@@ -21,9 +21,10 @@
 #   scripts/build_cuda.sh --serve   builds target/release/peagle-serve only, with the cuda
 #                                   feature (what the Dockerfile runs)
 #   scripts/build_cuda.sh --toolkit installs the toolkit and the stubs only
-#   scripts/build_cuda.sh --emulated
-#                                   builds the GPU test binaries for the CUDA emulator
-#                                   (scripts/emulated_gpu_tests.sh), in target/cuda-check
+#   scripts/build_cuda.sh --emulated [CRATE...]
+#                                   builds the GPU test binaries (of the crates named) for the
+#                                   CUDA emulator (scripts/emulated_gpu_tests.sh), in
+#                                   target/cuda-check
 # CUDA_COMPUTE_CAP (default 80) picks the architecture candle's own kernels are built for: 80
 # gives PTX for compute 8.0, which the driver JIT-compiles for an H100 or a B200 alike, while
 # 90 or 100 give PTX for sm_90a or sm_100a, which no other GPU loads. peagle's kernels are PTX
@@ -82,11 +83,16 @@ if [ "$check" = --serve ]; then
     exit 0
 fi
 
-# gpu_tests: builds the GPU test binaries of the crates with CUDA code, and lists them, one
-# "crate path" a line.
+# gpu_tests [CRATE...]: builds the GPU test binaries of the crates with CUDA code (or of those
+# named), and lists them, one "crate path" a line.
 gpu_tests() {
-    cargo test --release --locked --features peagle-engine/cuda,peagle-kernels/cuda,peagle-models/cuda \
-        -p peagle-kernels -p peagle-models -p peagle-engine --test gpu --no-run --message-format json |
+    local crates=("${@:-peagle-kernels peagle-models peagle-engine}") packages=() features=() crate
+    for crate in ${crates[*]}; do
+        packages+=(-p "$crate")
+        features+=("$crate/cuda")
+    done
+    cargo test --release --locked --features "$(IFS=,; echo "${features[*]}")" "${packages[@]}" \
+        --test gpu --no-run --message-format json |
         python3 -c '
 import json, sys
 for line in sys.stdin:
@@ -101,7 +107,7 @@ if [ "$check" = --emulated ]; then
     # GPU tests with candle's kernels compiled from empty sources, beside --check's outputs.
     export SKIPPED_SOURCES='*/candle-kernels-*/*.cu' CARGO_TARGET_DIR=$target/cuda-check
     mkdir -p "$CARGO_TARGET_DIR"
-    gpu_tests >"$CARGO_TARGET_DIR/gpu_tests.txt"
+    gpu_tests "${@:2}" >"$CARGO_TARGET_DIR/gpu_tests.txt"
     exit 0
 fi
 

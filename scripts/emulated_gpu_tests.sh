@@ -6,13 +6,15 @@
 # on a GPU host proves the rest.
 #   scripts/emulated_gpu_tests.sh [FILTER...]   the tests whose names contain a FILTER (all
 #                                               without one)
-# EMULATED_SKIP="NAME..." leaves out tests by name; TEST_TIMEOUT (default 900) bounds each.
+# EMULATED_CRATES="CRATE..." keeps to the GPU tests of those crates (default peagle-kernels,
+# peagle-models and peagle-engine); EMULATED_SKIP="NAME..." leaves out tests by name;
+# TEST_TIMEOUT (default 900) bounds each.
 # The models' and the engine's tests run again on the tensor-core matmul (PEAGLE_CUDA_MATMUL=mma),
 # as on a GPU host. Logs: target/cuda-emulator/tests/.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build_cuda_emulator.sh || exit 1
-bash scripts/build_cuda.sh --emulated || exit 1
+bash scripts/build_cuda.sh --emulated ${EMULATED_CRATES:-} || exit 1
 export LD_LIBRARY_PATH=$PWD/target/cuda-emulator/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 logs=target/cuda-emulator/tests
 rm -rf "$logs" && mkdir -p "$logs"

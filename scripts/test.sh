@@ -6,13 +6,20 @@
 # routing, prefix-cache affinity, failover), and the CUDA build check (scripts/build_cuda.sh
 # --check: every crate and test type-checked with the cuda feature, the CUDA kernels compiled
 # to PTX; no GPU needed, scripts/gpu_check.sh runs the GPU tests on a GPU host), with the GPU
-# report's assembly over made-up results (scripts/gpu_report_test.py) and the tensor-core
-# kernels' operand layout simulated (scripts/mma_layout_test.py). The check runs beside the CPU
-# tests, in a target directory of its own.
+# report's assembly over made-up results (scripts/gpu_report_test.py), the tensor-core
+# kernels' operand layout simulated (scripts/mma_layout_test.py), and the kernels' GPU tests on
+# the CUDA emulator (scripts/emulated_gpu_tests.sh, kernels/emulator: every kernel against its
+# CPU reference, with no GPU; gpt-oss's full-size experts test, minutes there, is left to GPU
+# hosts and to the emulator's own runs). The check and the emulated tests run beside the CPU
+# tests, in a target directory of their own.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p target
-bash scripts/build_cuda.sh --check >target/cuda-check.log 2>&1 &
+{
+    bash scripts/build_cuda.sh --check &&
+        EMULATED_CRATES=peagle-kernels EMULATED_SKIP=mxfp4_experts_match_the_reference_and_are_batch_invariant \
+            bash scripts/emulated_gpu_tests.sh
+} >target/cuda-check.log 2>&1 &
 cuda=$!
 if ! { cargo test --workspace --locked && python3 scripts/gpu_report_test.py && python3 scripts/mma_layout_test.py \
     && bash scripts/openai_client_test.sh \
@@ -22,7 +29,8 @@ if ! { cargo test --workspace --locked && python3 scripts/gpu_report_test.py && 
 fi
 if ! wait "$cuda"; then
     tail -40 target/cuda-check.log
-    echo "the CUDA build check failed; its log is target/cuda-check.log"
+    echo "the CUDA build check or the emulated kernel tests failed; the log is target/cuda-check.log"
     exit 1
 fi
-echo "CUDA build check (scripts/build_cuda.sh --check): ok"
+grep "^emulated GPU tests" target/cuda-check.log
+echo "CUDA build check (scripts/build_cuda.sh --check) and the kernels' emulated GPU tests: ok"
