@@ -1,15 +1,14 @@
-// A block's CUDA threads as fibers on one host thread (x86-64). A fiber runs until it reaches a barrier
-// (`__syncthreads`) or a warp collective (a shuffle, a ballot, `__syncwarp`, an mma), or
-// returns; the scheduler resumes the fibers in thread order, and releases a barrier once every
-// thread it waits for has arrived. A barrier no thread can pass is a deadlock, reported as a
-// hang on a GPU would be noticed.
+// A block's CUDA threads as fibers on one host thread (x86-64). A fiber runs until it reaches a
+// barrier (`__syncthreads`) or a warp collective (a shuffle, a ballot, `__syncwarp`, an mma),
+// or returns; then it releases the barrier if it was the last to arrive, and hands over to the
+// next ready fiber, fibers becoming ready in thread order. A barrier no thread can pass is a
+// deadlock, reported as a hang on a GPU would be noticed.
 #include "device.h"
 #include "launch.h"
 
 #include <sys/mman.h>
 
 #include <cstdlib>
-#include <deque>
 #include <map>
 #include <memory>
 
@@ -77,7 +76,10 @@ struct Block {
     std::vector<Fiber> fibers;
     std::vector<Warp> warps;
     int live = 0, at_barrier = 0, current = -1;
-    std::deque<int> ready;
+    // The fibers that may run, in the order they became ready: a ring, as each fiber is in it
+    // at most once.
+    std::vector<int> ready;
+    size_t ready_head = 0, ready_count = 0;
     void* scheduler;
     Running running;
 };
@@ -110,28 +112,15 @@ void set_indices(const Fiber& f) {
     block->running.thread = {f.index.x, f.index.y, f.index.z};
 }
 
-// Back to the scheduler, in `state`.
-void wait(State state) {
-    Fiber& f = self();
-    f.state = state;
-    emu_switch(&f.stack_pointer, block->scheduler);
+void push_ready(int i) {
+    block->ready[(block->ready_head + block->ready_count++) % block->ready.size()] = i;
 }
 
-// A fiber's first frame: the thread's kernel, then back to the scheduler for good.
-[[noreturn]] void fiber_main() {
-    block->kernel->invoke(block->args);
-    wait(State::Done);
-    std::abort();
-}
-
-// A stack that an emu_switch resumes at fiber_main, as if it had been called: the saved
-// registers zero, and the stack aligned as at a call.
-void* new_stack(char* base) {
-    auto* top = reinterpret_cast<uint64_t*>(reinterpret_cast<uintptr_t>(base + STACK_BYTES) & ~uintptr_t(15));
-    *--top = 0;
-    *--top = reinterpret_cast<uint64_t>(&fiber_main);
-    for (int i = 0; i < 6; ++i) *--top = 0;
-    return top;
+int pop_ready() {
+    const int i = block->ready[block->ready_head];
+    block->ready_head = (block->ready_head + 1) % block->ready.size();
+    --block->ready_count;
+    return i;
 }
 
 unsigned lanes_waited_for(const Warp& w, unsigned mask) { return mask & w.live; }
@@ -147,7 +136,7 @@ void release_warp(int warp) {
     for (int lane = 0; lane < 32; ++lane) {
         if (!(w.waiting >> lane & 1)) continue;
         block->fibers[warp * 32 + lane].state = State::Ready;
-        block->ready.push_back(warp * 32 + lane);
+        push_ready(warp * 32 + lane);
     }
     w.waiting = 0;
 }
@@ -157,9 +146,55 @@ void release_block() {
     for (size_t i = 0; i < block->fibers.size(); ++i) {
         if (block->fibers[i].state != State::AtBlockBarrier) continue;
         block->fibers[i].state = State::Ready;
-        block->ready.push_back(static_cast<int>(i));
+        push_ready(static_cast<int>(i));
     }
     block->at_barrier = 0;
+}
+
+// The calling fiber stops in `state`, and what it completes is released: a barrier, the
+// warp's collective, or (done) the barriers its exit leaves waiting for no one else. The next
+// ready fiber runs in its place, itself where it was released first; with none, the
+// scheduler, which ends the block or reports a deadlock.
+void wait(State state) {
+    Fiber& f = self();
+    f.state = state;
+    switch (state) {
+    case State::Done:
+        --block->live;
+        block->warps[f.warp].live &= ~(1u << f.lane);
+        release_warp(f.warp);
+        release_block();
+        break;
+    case State::AtWarpBarrier: release_warp(f.warp); break;
+    case State::AtBlockBarrier: release_block(); break;
+    case State::Ready: break;
+    }
+    if (block->ready_count == 0) {
+        emu_switch(&f.stack_pointer, block->scheduler);
+        return;
+    }
+    const int next = pop_ready();
+    if (next == block->current) return;
+    block->current = next;
+    set_indices(block->fibers[next]);
+    emu_switch(&f.stack_pointer, block->fibers[next].stack_pointer);
+}
+
+// A fiber's first frame: the thread's kernel, then the next fiber for good.
+[[noreturn]] void fiber_main() {
+    block->kernel->invoke(block->args);
+    wait(State::Done);
+    std::abort();
+}
+
+// A stack that an emu_switch resumes at fiber_main, as if it had been called: the saved
+// registers zero, and the stack aligned as at a call.
+void* new_stack(char* base) {
+    auto* top = reinterpret_cast<uint64_t*>(reinterpret_cast<uintptr_t>(base + STACK_BYTES) & ~uintptr_t(15));
+    *--top = 0;
+    *--top = reinterpret_cast<uint64_t>(&fiber_main);
+    for (int i = 0; i < 6; ++i) *--top = 0;
+    return top;
 }
 
 [[noreturn]] void report(const char* what) {
@@ -177,7 +212,8 @@ void run_block(Block& b, unsigned threads) {
     b.fibers.resize(threads);
     b.warps.resize((threads + 31) / 32);
     for (Warp& w : b.warps) w.live = w.waiting = 0;
-    b.ready.clear();
+    b.ready.resize(threads);
+    b.ready_head = b.ready_count = 0;
     b.live = static_cast<int>(threads);
     b.at_barrier = 0;
     for (unsigned i = 0; i < threads; ++i) {
@@ -188,31 +224,12 @@ void run_block(Block& b, unsigned threads) {
         f.lane = static_cast<int>(i % 32);
         b.warps[f.warp].live |= 1u << f.lane;
         f.stack_pointer = new_stack(stack(i));
-        b.ready.push_back(static_cast<int>(i));
+        push_ready(static_cast<int>(i));
     }
-    while (!b.ready.empty()) {
-        b.current = b.ready.front();
-        b.ready.pop_front();
-        Fiber& f = b.fibers[b.current];
-        set_indices(f);
-        emu_switch(&b.scheduler, f.stack_pointer);
-        switch (f.state) {
-        case State::Done:
-            --b.live;
-            b.warps[f.warp].live &= ~(1u << f.lane);
-            release_warp(f.warp);
-            release_block();
-            break;
-        case State::AtWarpBarrier:
-            release_warp(f.warp);
-            break;
-        case State::AtBlockBarrier:
-            release_block();
-            break;
-        case State::Ready:
-            trap("a fiber yielded while ready");
-        }
-    }
+    // The fibers hand over to one another; the scheduler resumes when none is ready.
+    b.current = pop_ready();
+    set_indices(b.fibers[b.current]);
+    emu_switch(&b.scheduler, b.fibers[b.current].stack_pointer);
     if (b.live > 0) {
         for (const Fiber& f : b.fibers)
             if (f.state != State::Done) {
