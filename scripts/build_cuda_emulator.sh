@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds the CUDA emulator (kernels/emulator/README.md): libcuda.so.1, libcublas.so.13 and
 # libcurand.so.10 in target/cuda-emulator/lib, which run a cuda-feature binary's GPU work on
-# the host, peagle's kernels (kernels/*.cu) and candle's compiled as host C++. Needs only the
-# CUDA headers, which scripts/build_cuda.sh --toolkit installs.
+# the host, peagle's kernels (kernels/*.cu) and candle's compiled as host C++; then runs the
+# emulator's own tests (kernels/emulator/self_test.cpp). Needs only the CUDA headers, which
+# scripts/build_cuda.sh --toolkit installs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build_cuda.sh --toolkit
@@ -29,7 +30,8 @@ cxx=(g++ -std=c++17 -fPIC -ffp-contract=off -fno-strict-aliasing -Wno-unknown-pr
 # which a first, unoptimised compile lists.
 compile() {
     local source=$1 object=$2 origin=$3 names
-    [ "$object" -nt "$source" ] && [ "$object" -nt "$emulator/device.h" ] && return 0
+    [ "$object" -nt "$source" ] && [ "$object" -nt "$emulator/device.h" ] && [ "$object" -nt "$emulator/launch.h" ] &&
+        return 0
     "${cxx[@]}" -O0 -include "$emulator/device.h" -x c++ -c "$source" -o "$object.names.o"
     names=$(nm --defined-only -g "$object.names.o" | awk '$2 == "T" && $3 !~ /^_Z/ { print $3 }')
     rm "$object.names.o"
@@ -87,9 +89,15 @@ library() { # NAME SONAME BINDINGS SOURCE...
     done
     stubs "$bindings" "${objects[@]}" >"$out/obj/$name-stubs.c"
     gcc -O2 -fPIC -c "$out/obj/$name-stubs.c" -o "$out/obj/$name-stubs.o"
-    g++ -shared -Wl,-soname,"$soname" -o "$out/lib/$soname" "${objects[@]}" "$out/obj/$name-stubs.o"
+    # Linked beside, then renamed: a process running on the library keeps the one it loaded.
+    g++ -shared -Wl,-soname,"$soname" -o "$out/lib/$soname.new" "${objects[@]}" "$out/obj/$name-stubs.o"
+    mv "$out/lib/$soname.new" "$out/lib/$soname"
 }
 library cuda libcuda.so.1 driver driver.cpp fibers.cpp memory.cpp "$out"/obj/kernels-*.o
 library cublas libcublas.so.13 cublas cublas.cpp
 library curand libcurand.so.10 curand curand.cpp
+# The emulator's own tests, on its sources rather than the libraries, with its test kernels.
+"${cxx[@]}" -O1 "$emulator/self_test.cpp" "$emulator/driver.cpp" "$emulator/fibers.cpp" "$emulator/memory.cpp" \
+    -o "$out/self_test"
+"$out/self_test"
 echo "CUDA emulator: $out/lib"

@@ -41,6 +41,8 @@ void warp_exchange(unsigned mask, const void* value, size_t size);
 const void* lane_value(int lane);
 // The lanes of the caller's warp that have not exited.
 unsigned live_lanes();
+// The lanes that joined the caller's last warp collective (some may have exited since).
+unsigned joined_lanes();
 // mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 over the caller's warp.
 void mma_m16n8k16_bf16(float* d, const uint32_t* a, const uint32_t* b);
 // Ends the launch with an error, as a trap on a GPU does.
@@ -86,12 +88,14 @@ inline unsigned __ballot_sync(unsigned mask, int predicate) {
     emu::warp_exchange(mask, &p, sizeof p);
     unsigned ballot = 0;
     for (int lane = 0; lane < 32; ++lane)
-        if ((mask >> lane & 1) && (emu::live_lanes() >> lane & 1) && *static_cast<const int*>(emu::lane_value(lane)))
-            ballot |= 1u << lane;
+        if ((emu::joined_lanes() >> lane & 1) && *static_cast<const int*>(emu::lane_value(lane))) ballot |= 1u << lane;
     return ballot;
 }
 inline int __any_sync(unsigned mask, int predicate) { return __ballot_sync(mask, predicate) != 0; }
-inline int __all_sync(unsigned mask, int predicate) { return __ballot_sync(mask, predicate) == (mask & emu::live_lanes()); }
+inline int __all_sync(unsigned mask, int predicate) {
+    const unsigned ballot = __ballot_sync(mask, predicate);
+    return ballot == emu::joined_lanes();
+}
 
 // Atomics: fibers switch only at barriers, so nothing runs between the read and the write.
 template <typename T, typename U> T atomicAdd(T* p, U v) { const T old = *p; *p = old + T(v); return old; }

@@ -63,6 +63,8 @@ struct Fiber {
     // How many collectives the fiber has joined: their values alternate between two slots, so
     // that a lane that went on to the next one leaves the last one's values in place.
     unsigned collectives = 0;
+    // The lanes that joined the fiber's last collective.
+    unsigned joined = 0;
 };
 
 struct Warp {
@@ -135,7 +137,9 @@ void release_warp(int warp) {
     if ((lanes_waited_for(w, f.mask) & ~w.waiting) != 0) return;
     for (int lane = 0; lane < 32; ++lane) {
         if (!(w.waiting >> lane & 1)) continue;
-        block->fibers[warp * 32 + lane].state = State::Ready;
+        Fiber& lane_fiber = block->fibers[warp * 32 + lane];
+        lane_fiber.state = State::Ready;
+        lane_fiber.joined = w.waiting;
         push_ready(warp * 32 + lane);
     }
     w.waiting = 0;
@@ -336,6 +340,8 @@ const void* lane_value(int lane) {
 }
 
 unsigned live_lanes() { return block->warps[self().warp].live; }
+
+unsigned joined_lanes() { return self().joined; }
 
 [[noreturn]] void trap(const char* why) {
     if (!block) {
