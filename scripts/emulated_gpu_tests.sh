@@ -45,9 +45,11 @@ run() {
         fi
     done < <("$binary" --list 2>/dev/null | sed -n 's/: test$//p')
 }
-while read -r crate binary; do
+mapfile -t binaries <target/cuda-check/gpu_tests.txt
+for line in "${binaries[@]}"; do
+    read -r crate binary <<<"$line"
     run "$crate" "$binary"
     [ "$crate" = peagle-kernels ] || run "$crate" "$binary" PEAGLE_CUDA_MATMUL=mma
-done <target/cuda-check/gpu_tests.txt
+done
 echo "emulated GPU tests: $passed passed, ${#failed[@]} failed"
 [ ${#failed[@]} -eq 0 ]
