@@ -68,6 +68,18 @@ void run(const Launch& l) {
 
 void run(const Copy& c) { std::memmove(reinterpret_cast<void*>(c.dst), reinterpret_cast<void*>(c.src), c.bytes); }
 void run(const Set& s) { std::memset(reinterpret_cast<void*>(s.dst), s.value, s.bytes); }
+void run(const Node& node) {
+    std::visit([](const auto& n) { run(n); }, node);
+}
+
+// Frees what a capture allocated, with the graph it made (or the capture that failed).
+void destroy(Graph* graph) {
+    for (CUdeviceptr p : graph->allocations) {
+        graph_owned.erase(p);
+        emu::release(p);
+    }
+    delete graph;
+}
 
 // Runs `node` now, or records it where `stream` is capturing.
 CUresult issue(CUstream stream, Node node) {
@@ -75,7 +87,7 @@ CUresult issue(CUstream stream, Node node) {
         g->nodes.push_back(std::move(node));
         return CUDA_SUCCESS;
     }
-    std::visit([](const auto& n) { run(n); }, node);
+    run(node);
     return CUDA_SUCCESS;
 }
 
@@ -460,11 +472,7 @@ CUresult cuStreamEndCapture(CUstream stream, CUgraph* graph) {
     captures.erase(stream);
     if (captured->invalid) {
         *graph = nullptr;
-        for (CUdeviceptr p : captured->allocations) {
-            graph_owned.erase(p);
-            emu::release(p);
-        }
-        delete captured;
+        destroy(captured);
         return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
     }
     *graph = reinterpret_cast<CUgraph>(captured);
@@ -484,18 +492,13 @@ CUresult cuGraphInstantiateWithFlags(CUgraphExec* exec, CUgraph graph, unsigned 
 CUresult cuGraphLaunch(CUgraphExec exec, CUstream stream) {
     const Guard held(driver_lock);
     if (capture_of(stream)) return CUDA_ERROR_NOT_SUPPORTED;
-    for (const Node& node : reinterpret_cast<Graph*>(exec)->nodes) std::visit([](const auto& n) { run(n); }, node);
+    for (const Node& node : reinterpret_cast<Graph*>(exec)->nodes) run(node);
     return CUDA_SUCCESS;
 }
 CUresult cuGraphExecDestroy(CUgraphExec) { return CUDA_SUCCESS; }
 CUresult cuGraphDestroy(CUgraph graph) {
     const Guard held(driver_lock);
-    auto* captured = reinterpret_cast<Graph*>(graph);
-    for (CUdeviceptr p : captured->allocations) {
-        graph_owned.erase(p);
-        emu::release(p);
-    }
-    delete captured;
+    destroy(reinterpret_cast<Graph*>(graph));
     return CUDA_SUCCESS;
 }
 

@@ -26,6 +26,9 @@ struct Memory {
 
 size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
+// What an allocation of `bytes` takes of the device: at least one aligned unit.
+size_t footprint(size_t bytes) { return round_up(bytes ? bytes : 1, ALIGN); }
+
 // The emulated device's size: PEAGLE_EMULATOR_MEMORY_MIB, 2 GiB by default; what the engine
 // sizes its KV cache by.
 size_t device_bytes() {
@@ -55,7 +58,7 @@ std::map<uintptr_t, Allocation>::iterator containing(Memory& m, uintptr_t p) {
 uintptr_t allocate(size_t bytes) {
     Memory& m = memory();
     std::lock_guard<std::mutex> guard(m.lock);
-    const size_t rounded = round_up(bytes ? bytes : 1, ALIGN);
+    const size_t rounded = footprint(bytes);
     if (m.used + rounded > m.total) return 0;
     const size_t map_bytes = round_up(rounded, PAGE) + PAGE;
     void* map = mmap(nullptr, map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -74,7 +77,7 @@ bool release(uintptr_t start) {
     std::lock_guard<std::mutex> guard(m.lock);
     auto it = m.allocations.find(start);
     if (it == m.allocations.end()) return false;
-    m.used -= round_up(it->second.bytes ? it->second.bytes : 1, ALIGN);
+    m.used -= footprint(it->second.bytes);
     munmap(it->second.map, it->second.map_bytes);
     m.allocations.erase(it);
     return true;
