@@ -12,19 +12,16 @@
 #      repository (xz with a dictionary wider than the binaries, which share most of their
 #      bytes). scripts/gpu_check.sh unpacks it into target/carry/ with Python's tarfile, which
 #      every GPU host has.
-#   scripts/build_cuda.sh --check   type-checks the crates with CUDA code (kernels, models,
-#                                   engine: libraries, GPU tests, the GEMM timer) with the cuda
-#                                   feature and compiles peagle's kernels to PTX, in
-#                                   target/cuda-check; no binaries, no packing, and candle's own
-#                                   kernels compiled from empty sources: what CI runs, in a
-#                                   fraction of the time
+#   scripts/build_cuda.sh --check   the CUDA build check, what CI runs: the crates with CUDA
+#                                   code (kernels, models, engine: libraries, tests, examples)
+#                                   built with the cuda feature, which checks every line of it,
+#                                   and peagle's kernels compiled to PTX, in target/cuda-check; no
+#                                   packing, candle's own kernels compiled from empty sources, and
+#                                   the GPU test binaries, listed in target/cuda-check/gpu_tests.txt,
+#                                   built for the CUDA emulator (scripts/emulated_gpu_tests.sh)
 #   scripts/build_cuda.sh --serve   builds target/release/peagle-serve only, with the cuda
 #                                   feature (what the Dockerfile runs)
 #   scripts/build_cuda.sh --toolkit installs the toolkit and the stubs only
-#   scripts/build_cuda.sh --emulated [CRATE...]
-#                                   builds the GPU test binaries (of the crates named) for the
-#                                   CUDA emulator (scripts/emulated_gpu_tests.sh), in
-#                                   target/cuda-check
 # CUDA_COMPUTE_CAP (default 80) picks the architecture candle's own kernels are built for: 80
 # gives PTX for compute 8.0, which the driver JIT-compiles for an H100 or a B200 alike, while
 # 90 or 100 give PTX for sm_90a or sm_100a, which no other GPU loads. peagle's kernels are PTX
@@ -83,16 +80,12 @@ if [ "$check" = --serve ]; then
     exit 0
 fi
 
-# gpu_tests [CRATE...]: builds the GPU test binaries of the crates with CUDA code (or of those
-# named), and lists them, one "crate path" a line.
+# gpu_tests [CARGO_ARGUMENT...]: builds the GPU tests of the crates with CUDA code with their cuda
+# features (and whatever else the arguments add), and lists the GPU test binaries, one
+# "crate path" a line.
 gpu_tests() {
-    local crates=("${@:-peagle-kernels peagle-models peagle-engine}") packages=() features=() crate
-    for crate in ${crates[*]}; do
-        packages+=(-p "$crate")
-        features+=("$crate/cuda")
-    done
-    cargo test --release --locked --features "$(IFS=,; echo "${features[*]}")" "${packages[@]}" \
-        --test gpu --no-run --message-format json |
+    cargo test --release --locked --features peagle-kernels/cuda,peagle-models/cuda,peagle-engine/cuda \
+        -p peagle-kernels -p peagle-models -p peagle-engine --test gpu --no-run --message-format json "$@" |
         python3 -c '
 import json, sys
 for line in sys.stdin:
@@ -102,22 +95,16 @@ for line in sys.stdin:
 '
 }
 
-if [ "$check" = --emulated ]; then
-    # For the CUDA emulator, which runs peagle's kernels and candle's from their sources: the
-    # GPU tests with candle's kernels compiled from empty sources, beside --check's outputs.
+if [ "$check" = --check ]; then
+    # The emulator runs peagle's kernels and candle's from their sources, and no binary built
+    # here carries candle's empty PTX elsewhere: in a target directory of its own. Optimized
+    # lightly and without debug info: the build is most of the check's time, while the tests'
+    # host code is little of theirs.
     export SKIPPED_SOURCES='*/candle-kernels-*/*.cu' CARGO_TARGET_DIR=$target/cuda-check
     mkdir -p "$CARGO_TARGET_DIR"
-    gpu_tests "${@:2}" >"$CARGO_TARGET_DIR/gpu_tests.txt"
-    exit 0
-fi
-
-if [ "$check" = --check ]; then
-    # cargo check links nothing and runs nothing, so it skips all of candle's kernels, which were
-    # most of its time; in a target directory of its own, so that no binary links their outputs.
-    SKIPPED_SOURCES='*/candle-kernels-*/*.cu' CARGO_TARGET_DIR=$target/cuda-check \
-        cargo check --release --locked -p peagle-kernels -p peagle-models -p peagle-engine --lib --tests --examples \
-        --features peagle-engine/cuda,peagle-kernels/cuda,peagle-models/cuda
-    echo "CUDA build (check): ok"
+    gpu_tests --lib --tests --examples --config profile.release.opt-level=1 --config profile.release.debug=false \
+        >"$CARGO_TARGET_DIR/gpu_tests.txt"
+    echo "CUDA build check: ok"
     exit 0
 fi
 

@@ -91,52 +91,31 @@ fi
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv >"$out/gpu.csv" ||
     fail "nvidia-smi"
 
-# Each GPU test in a process of its own, under a time limit: a CUDA error such as an illegal
-# address ends its process's context, and would fail every test after it in a shared one. A
-# test that failed by a fault (a CUDA error, or no result within its time) runs again under
-# compute-sanitizer's memcheck, where the host has it and time is left, to name the kernel and
-# the access; one that failed an assertion does not, as memcheck would only slow it down.
+# A GPU test that failed by a fault (a CUDA error, or no result within its time) runs again
+# under compute-sanitizer's memcheck, where the host has it and time is left, to name the kernel
+# and the access; one that failed an assertion does not, as memcheck would only slow it down.
+source scripts/gpu_test_lib.sh
+export GPU_TESTS_DEADLINE=$deadline
 sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
-# run_test_binary TEST NAME: every test of the binary TEST so, logged in NAME.log and counted in
-# steps.log.
+# run_test_binary TEST NAME [VAR=VALUE...]: every test of the binary TEST, each in a process of
+# its own (scripts/gpu_test_lib.sh), logged under NAME/ and counted in steps.log.
 run_test_binary() {
-    local test=$1 name=$2 case passed failed faulted unrun
-    : >"$out/$name.log"
-    passed=0 failed=() faulted=() unrun=0
-    while read -r case; do
-        if [ "$(left)" -lt 30 ]; then
-            unrun=$((unrun + 1))
-            continue
-        fi
-        echo "---- $case" >>"$out/$name.log"
-        if timeout "$(min "${TEST_TIMEOUT:-120}" "$(left)")" "$test" --exact "$case" --test-threads=1 --nocapture \
-            >"$out/case.log" 2>&1; then
-            passed=$((passed + 1))
-        else
-            failed+=("$case")
-            # A fault: a CUDA error, or no result line (the test hung or crashed).
-            if grep -qE "CUDA_ERROR|DriverError|illegal|misaligned" "$out/case.log" ||
-                ! grep -q "^test result" "$out/case.log"; then
-                faulted+=("$case")
-            fi
-        fi
-        cat "$out/case.log" >>"$out/$name.log"
-    done < <("$test" --list 2>>"$out/$name.log" | sed -n 's/: test$//p')
-    rm -f "$out/case.log"
-    echo "$name: $passed passed, ${#failed[@]} failed" | tee -a "$out/steps.log"
-    [ $((passed + ${#failed[@]} + unrun)) -gt 0 ] || fail "$name lists no tests (see $name.log)"
-    if [ $unrun -gt 0 ]; then
-        echo "SKIPPED (out of time): $unrun of $name's tests" | tee -a "$out/steps.log"
+    local test=$1 name=$2 case
+    shift 2
+    run_gpu_tests "$test" "$name" "$out" "$@"
+    echo "$name: $gpu_tests_passed passed, ${#gpu_tests_failed[@]} failed" | tee -a "$out/steps.log"
+    if [ $gpu_tests_unrun -gt 0 ]; then
+        echo "SKIPPED (out of time): $gpu_tests_unrun of $name's tests" | tee -a "$out/steps.log"
         skipped=1
     fi
-    for case in "${failed[@]}"; do
-        fail "$name $case (see $name.log)"
+    for case in "${gpu_tests_failed[@]}"; do
+        fail "$name $case (see $name/)"
     done
-    for case in "${faulted[@]}"; do
+    for case in "${gpu_tests_faulted[@]}"; do
         if [ -n "$sanitizer" ] && [ "$(left)" -ge 60 ]; then
-            timeout "$(min "${TEST_TIMEOUT:-120}" "$(left)")" "$sanitizer" --tool memcheck "$test" --exact "$case" \
-                --test-threads=1 >"$out/$name-$case.memcheck.log" 2>&1
-            grep -E "^========= (Invalid|Program hit|ERROR SUMMARY)" "$out/$name-$case.memcheck.log" | head -5
+            env "$@" timeout "$(min "${TEST_TIMEOUT:-120}" "$(left)")" "$sanitizer" --tool memcheck "$test" \
+                --exact "$case" --test-threads=1 >"$out/$name/$case.memcheck.log" 2>&1
+            grep -E "^========= (Invalid|Program hit|ERROR SUMMARY)" "$out/$name/$case.memcheck.log" | head -5
         fi
     done
     save
@@ -150,7 +129,7 @@ run_tests() {
     done
     # The models and the engine again on the tensor-core matmul, which a process chooses once.
     for test in gpu-peagle-models gpu-peagle-engine; do
-        PEAGLE_CUDA_MATMUL=mma run_test_binary "$bin/$test" "$test-mma"
+        run_test_binary "$bin/$test" "$test-mma" PEAGLE_CUDA_MATMUL=mma
     done
     # Whether memcheck misreads a graph that reuses a freed allocation's address, as peagle's
     # CUDA graphs draw reports that their bit-exact outputs belie (scripts/graph_memcheck_probe.cu).

@@ -4,14 +4,14 @@
 # (scripts/fuzz_api.sh), the Kubernetes manifests validated offline
 # (scripts/validate_manifests.sh), three replicas behind vllm-router (scripts/scaleout_test.sh:
 # routing, prefix-cache affinity, failover), and the CUDA build check (scripts/build_cuda.sh
-# --check: every crate and test type-checked with the cuda feature, the CUDA kernels compiled
-# to PTX; no GPU needed, scripts/gpu_check.sh runs the GPU tests on a GPU host), with the GPU
-# report's assembly over made-up results (scripts/gpu_report_test.py), the tensor-core
-# kernels' operand layout simulated (scripts/mma_layout_test.py), and the kernels' GPU tests on
-# the CUDA emulator (scripts/emulated_gpu_tests.sh, kernels/emulator: every kernel against its
-# CPU reference, with no GPU; gpt-oss's full-size experts test, minutes there, is left to GPU
-# hosts and to the emulator's own runs). The check and the emulated tests run beside the CPU
-# tests, in a target directory of their own.
+# --check: the crates with CUDA code built with the cuda feature, the CUDA kernels compiled to
+# PTX; no GPU needed, scripts/gpu_check.sh runs the GPU tests on a GPU host), with the GPU
+# report's assembly over made-up results (scripts/gpu_report_test.py), the tensor-core kernels'
+# operand layout simulated (scripts/mma_layout_test.py), and the kernels' GPU tests on the CUDA
+# emulator (scripts/emulated_gpu_tests.sh, kernels/emulator: every kernel against its CPU
+# reference, with no GPU; gpt-oss's full-size experts test, minutes there, is left to GPU hosts
+# and to the emulator's own runs). The check and the emulated tests run beside the CPU tests, in
+# a target directory of their own.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p target
