@@ -45,9 +45,7 @@ target=$PWD/target
 # Beside the runtime in $CUDA_ROOT/lib, a directory cudarc's build script always searches.
 stubs=$cuda_root/lib
 if [ ! -e "$stubs/libcuda.so" ]; then
-    cargo fetch --locked
-    cudarc=$(cargo metadata --format-version 1 --all-features --locked |
-        python3 -c 'import json, sys; print(next(p["manifest_path"] for p in json.load(sys.stdin)["packages"] if p["name"] == "cudarc").rsplit("/", 1)[0])')
+    cudarc=$(bash scripts/package_dir.sh cudarc)
     # Library, soname on the GPU host, and the cudarc bindings that declare its functions.
     for lib in "cuda libcuda.so.1 driver" "cublas libcublas.so.13 cublas" "cublasLt libcublasLt.so.13 cublaslt" \
         "curand libcurand.so.10 curand" "nvrtc libnvrtc.so.13 nvrtc"; do

@@ -12,12 +12,8 @@ emulator=$PWD/kernels/emulator
 out=$PWD/target/cuda-emulator
 mkdir -p "$out/obj" "$out/lib"
 
-package_dir() {
-    cargo metadata --format-version 1 --locked --all-features |
-        python3 -c 'import json, sys; print(next(p["manifest_path"] for p in json.load(sys.stdin)["packages"] if p["name"] == sys.argv[1]).rsplit("/", 1)[0])' "$1"
-}
-candle_kernels=$(package_dir candle-kernels)/src
-cudarc=$(package_dir cudarc)/src
+candle_kernels=$(bash scripts/package_dir.sh candle-kernels)/src
+cudarc=$(bash scripts/package_dir.sh cudarc)/src
 
 # candle's kernels that peagle's tensors use on a GPU; sort.cu needs dynamic shared memory,
 # which the emulator does not have, and the quantized and MoE ones are never called.
