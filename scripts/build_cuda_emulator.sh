@@ -22,12 +22,19 @@ for name in affine binary cast conv fill indexing reduce ternary unary; do sourc
 
 cxx=(g++ -std=c++17 -fPIC -ffp-contract=off -fno-strict-aliasing -Wno-unknown-pragmas -I"$emulator"
     -I"$cuda_include" -I"$cuda_include/cccl")
-# compile SOURCE OBJECT: the source as host C++ with its extern "C" kernels registered by name,
-# which a first, unoptimised compile lists.
+# up_to_date OBJECT SOURCE: whether OBJECT is newer than SOURCE and than everything it may
+# include, the headers beside it and the emulator's.
+up_to_date() {
+    local object=$1 file
+    for file in "$2" "$(dirname "$2")"/*.cuh "$emulator"/*.h; do
+        [ "$object" -nt "$file" ] || return 1
+    done
+}
+# compile SOURCE OBJECT ORIGIN: the source as host C++ with its extern "C" kernels registered by
+# name, which a first, unoptimised compile lists.
 compile() {
     local source=$1 object=$2 origin=$3 names
-    [ "$object" -nt "$source" ] && [ "$object" -nt "$emulator/device.h" ] && [ "$object" -nt "$emulator/launch.h" ] &&
-        return 0
+    up_to_date "$object" "$source" && return 0
     "${cxx[@]}" -O0 -include "$emulator/device.h" -x c++ -c "$source" -o "$object.names.o"
     names=$(nm --defined-only -g "$object.names.o" | awk '$2 == "T" && $3 !~ /^_Z/ { print $3 }')
     rm "$object.names.o"
