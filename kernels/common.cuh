@@ -67,10 +67,16 @@ struct Max {
     static constexpr float identity = -INFINITY;
 };
 
-// Reduction over a warp by a butterfly: every lane gets the same result.
+// Reduction over a warp by a butterfly: every lane gets the same result. The CUDA emulator
+// runs the same butterfly in one exchange of the lanes' values (emu::butterfly): its warps
+// pay a switch of every lane for each collective.
 template <typename Op> __device__ __forceinline__ float warp_reduce(float v, Op op) {
+#ifdef PEAGLE_CUDA_EMULATION
+    return emu::butterfly(v, op);
+#else
     for (int offset = 16; offset > 0; offset /= 2) v = op(v, __shfl_xor_sync(0xffffffff, v, offset));
     return v;
+#endif
 }
 
 __device__ __forceinline__ float warp_sum(float v) { return warp_reduce(v, Sum()); }

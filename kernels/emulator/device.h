@@ -67,6 +67,27 @@ template <typename T> T shuffle(unsigned mask, T v, int source, int width) {
     std::memcpy(&out, lane_value(source), sizeof(T));
     return out;
 }
+
+// The xor butterfly over a full warp, `for offset in 16, 8, 4, 2, 1: v = op(v, shuffle of v
+// from lane ^ offset)`, in one collective where the shuffles take five: the lanes' values are
+// exchanged once, and each lane then runs the rounds on its own copy of them, over just the 31
+// values its result depends on (after the round of `offset`, those of the lanes that share its
+// bits from `offset` up). The same operations on the same values as the shuffles.
+template <typename T, typename Op> T butterfly(T v, Op op) {
+    warp_exchange(0xffffffffu, &v, sizeof(T));
+    // The lanes' slots lie evenly apart: two calls find them all.
+    const auto* first = static_cast<const unsigned char*>(lane_value(0));
+    const auto stride = static_cast<const unsigned char*>(lane_value(1)) - first;
+    T level[32];
+    for (int l = 0; l < 32; ++l) std::memcpy(&level[l], first + l * stride, sizeof(T));
+    const int lane = lane_id();
+    for (int offset = 16; offset > 0; offset /= 2)
+        for (int i = 0, first = lane & ~(offset - 1); i < offset; ++i) {
+            const int x = first | i;
+            level[x] = op(level[x], level[x ^ offset]);
+        }
+    return level[lane];
+}
 }  // namespace emu
 
 template <typename T> T __shfl_sync(unsigned mask, T v, int src, int width = 32) {

@@ -22,6 +22,17 @@ extern "C" __global__ void shuffles(int* out) {
     out[4 * threadIdx.x + 3] = static_cast<int>(__ballot_sync(0xffffffffu, lane % 3 == 0));
 }
 
+// emu::butterfly against the five shuffles it stands for, under an operation that is neither
+// commutative nor associative, so that only the same operands in the same order agree.
+extern "C" __global__ void butterflies(unsigned* out) {
+    const auto op = [](unsigned a, unsigned b) { return a * 31u + b; };
+    unsigned v = 7u * threadIdx.x + 1u;
+    const unsigned fast = emu::butterfly(v, op);
+    for (int offset = 16; offset > 0; offset /= 2) v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    out[2 * threadIdx.x] = fast;
+    out[2 * threadIdx.x + 1] = v;
+}
+
 // Each thread writes its index to shared memory, then reads its mirror's after the barrier.
 extern "C" __global__ void mirror(int* out) {
     __shared__ int slots[1024];
@@ -69,6 +80,7 @@ extern "C" __global__ void diverged_barrier(int* x) {
 
 #define EMU_SOURCE "self_test/self_test"
 EMU_REGISTER(shuffles)
+EMU_REGISTER(butterflies)
 EMU_REGISTER(mirror)
 EMU_REGISTER(mma_tile)
 EMU_REGISTER(add_one)
@@ -89,7 +101,7 @@ void check(bool ok, const std::string& what) {
 CUfunction kernel(const char* name) {
     static CUmodule module = [] {
         CUmodule m;
-        cuModuleLoadData(&m, ".entry shuffles(\n.entry mirror(\n.entry mma_tile(\n.entry add_one(\n"
+        cuModuleLoadData(&m, ".entry shuffles(\n.entry butterflies(\n.entry mirror(\n.entry mma_tile(\n.entry add_one(\n"
                              ".entry write_past(\n.entry diverged_barrier(\n");
         return m;
     }();
@@ -129,6 +141,11 @@ void collectives() {
         check(got[4 * tid + 2] == 107, "__shfl_sync, thread " + std::to_string(tid));
         check(static_cast<unsigned>(got[4 * tid + 3]) == ballot, "__ballot_sync, thread " + std::to_string(tid));
     }
+    CUdeviceptr butterfly = device(std::vector<unsigned>(64 * 2));
+    launch("butterflies", 1, 64, {&butterfly});
+    const auto b = read<unsigned>(butterfly, 64 * 2);
+    for (int tid = 0; tid < 64; ++tid)
+        check(b[2 * tid] == b[2 * tid + 1], "emu::butterfly against five shuffles, thread " + std::to_string(tid));
     CUdeviceptr mirrored = device(std::vector<int>(3 * 96));
     launch("mirror", 1, 96, {&mirrored});
     const auto m = read<int>(mirrored, 96);
