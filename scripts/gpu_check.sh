@@ -113,7 +113,7 @@ run_test_binary() {
     done
     for case in "${gpu_tests_faulted[@]}"; do
         if [ -n "$sanitizer" ] && [ "$(left)" -ge 60 ]; then
-            env "$@" timeout "$(min "${TEST_TIMEOUT:-120}" "$(left)")" "$sanitizer" --tool memcheck "$test" \
+            env "$@" timeout "$(gpu_test_limit)" "$sanitizer" --tool memcheck "$test" \
                 --exact "$case" --test-threads=1 >"$out/$name/$case.memcheck.log" 2>&1
             grep -E "^========= (Invalid|Program hit|ERROR SUMMARY)" "$out/$name/$case.memcheck.log" | head -5
         fi
