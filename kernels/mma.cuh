@@ -4,7 +4,7 @@
 // the same inner positions, and d's rows g and g + 8 at columns 2t and 2t + 1 (d[0], d[1]: row
 // g; d[2], d[3]: row g + 8). A register's low half is the lower position. The kernels' use of
 // it is simulated, without a GPU, by scripts/mma_layout_test.py, and the CUDA emulator
-// (kernels/emulator) runs the instruction by the same layout: change them together.
+// (cuda-emulator/) runs the instruction by the same layout: change them together.
 #pragma once
 #include <stdint.h>
 

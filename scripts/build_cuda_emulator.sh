@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# Builds the CUDA emulator (kernels/emulator/README.md): libcuda.so.1, libcublas.so.13 and
+# Builds the CUDA emulator (cuda-emulator/README.md): libcuda.so.1, libcublas.so.13 and
 # libcurand.so.10 in target/cuda-emulator/lib, which run a cuda-feature binary's GPU work on
 # the host, peagle's kernels (kernels/*.cu) and candle's compiled as host C++; then runs the
-# emulator's own tests (kernels/emulator/self_test.cpp). Needs only the CUDA headers, which
+# emulator's own tests (cuda-emulator/self_test.cpp). Needs only the CUDA headers, which
 # scripts/build_cuda.sh --toolkit installs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build_cuda.sh --toolkit
 cuda_include=$PWD/.cuda/toolkit/nvidia/cu13/include
-emulator=$PWD/kernels/emulator
+emulator=$PWD/cuda-emulator
 out=$PWD/target/cuda-emulator
 mkdir -p "$out/obj" "$out/lib"
 

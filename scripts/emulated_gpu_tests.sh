@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU tests without a GPU: every test of the GPU test binaries, each in a process of its
-# own, on the CUDA emulator (kernels/emulator/README.md), which runs peagle's kernels and
+# own, on the CUDA emulator (cuda-emulator/README.md), which runs peagle's kernels and
 # candle's on the host. It proves what a kernel computes, a launcher's shapes, bounds and
 # graph captures, not speed, nor a GPU's own rounding (see the README); scripts/gpu_check.sh
 # on a GPU host proves the rest.

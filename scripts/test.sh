@@ -8,7 +8,7 @@
 # PTX; no GPU needed, scripts/gpu_check.sh runs the GPU tests on a GPU host), with the GPU
 # report's assembly over made-up results (scripts/gpu_report_test.py), the tensor-core kernels'
 # operand layout simulated (scripts/mma_layout_test.py), and the kernels' GPU tests on the CUDA
-# emulator (scripts/emulated_gpu_tests.sh, kernels/emulator: every kernel against its CPU
+# emulator (scripts/emulated_gpu_tests.sh, cuda-emulator/: every kernel against its CPU
 # reference, with no GPU; gpt-oss's full-size experts test, minutes there, is left to GPU hosts
 # and to the emulator's own runs). The check and the emulated tests run beside the CPU tests, in
 # a target directory of their own.
