@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -54,6 +55,22 @@ std::map<CUstream, Graph*> captures;
 std::set<CUdeviceptr> graph_owned;
 int context_tag, pool_tag;
 thread_local CUcontext current_context = nullptr;
+
+Graph* capture_of(CUstream stream);
+
+// PEAGLE_EMULATOR_TRACE: one line on stderr for each operation a stream is given, as it is
+// given: "issued" where it runs, "captured" where a capture records it. The lines say what a
+// step asks of a GPU: its launches, copies, sets, graph replays and synchronizations.
+void trace(CUstream stream, const char* format, ...) {
+    static const bool on = std::getenv("PEAGLE_EMULATOR_TRACE") != nullptr;
+    if (!on) return;
+    std::fprintf(stderr, "peagle CUDA emulator: %s ", capture_of(stream) ? "captured" : "issued");
+    va_list args;
+    va_start(args, format);
+    std::vfprintf(stderr, format, args);
+    va_end(args);
+    std::fputc('\n', stderr);
+}
 
 Graph* capture_of(CUstream stream) {
     auto it = captures.find(stream);
@@ -250,7 +267,10 @@ CUresult cuCtxGetDevice(CUdevice* device) {
     *device = 0;
     return CUDA_SUCCESS;
 }
-CUresult cuCtxSynchronize() { return CUDA_SUCCESS; }
+CUresult cuCtxSynchronize() {
+    trace(nullptr, "context synchronization");
+    return CUDA_SUCCESS;
+}
 CUresult cuCtxDestroy_v2(CUcontext) { return CUDA_SUCCESS; }
 
 CUresult cuGetErrorString(CUresult e, const char** s) {
@@ -272,6 +292,7 @@ CUresult cuStreamDestroy_v2(CUstream stream) {
 }
 CUresult cuStreamSynchronize(CUstream stream) {
     const Guard held(driver_lock);
+    trace(stream, "stream synchronization");
     return refuse_in_capture(stream);
 }
 CUresult cuStreamQuery(CUstream) { return CUDA_SUCCESS; }
@@ -355,6 +376,7 @@ CUresult cuMemPoolSetAttribute(CUmemoryPool, CUmemPool_attribute a, void* value)
 
 CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size_t bytes, CUstream stream) {
     const Guard held(driver_lock);
+    trace(stream, "copy of %zu bytes, host to device", bytes);
     if (CUresult e = refuse_in_capture(stream)) return e;
     if (!device_range(dst, bytes)) return CUDA_ERROR_INVALID_VALUE;
     std::memcpy(reinterpret_cast<void*>(dst), src, bytes);
@@ -362,6 +384,7 @@ CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size_t bytes, CU
 }
 CUresult cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, size_t bytes, CUstream stream) {
     const Guard held(driver_lock);
+    trace(stream, "copy of %zu bytes, device to host", bytes);
     if (CUresult e = refuse_in_capture(stream)) return e;
     if (!device_range(src, bytes)) return CUDA_ERROR_INVALID_VALUE;
     std::memcpy(dst, reinterpret_cast<void*>(src), bytes);
@@ -376,6 +399,7 @@ CUresult cuMemcpyDtoH_v2(void* dst, CUdeviceptr src, size_t bytes) {
 CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream) {
     const Guard held(driver_lock);
     if (!device_range(dst, bytes) || !device_range(src, bytes)) return CUDA_ERROR_INVALID_VALUE;
+    trace(stream, "copy of %zu bytes, device to device", bytes);
     return issue(stream, Copy{dst, src, bytes});
 }
 CUresult cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t bytes) {
@@ -387,6 +411,7 @@ CUresult cuMemcpyPeerAsync(CUdeviceptr dst, CUcontext, CUdeviceptr src, CUcontex
 CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char value, size_t bytes, CUstream stream) {
     const Guard held(driver_lock);
     if (!device_range(dst, bytes)) return CUDA_ERROR_INVALID_VALUE;
+    trace(stream, "set of %zu bytes", bytes);
     return issue(stream, Set{dst, value, bytes});
 }
 CUresult cuMemsetD8_v2(CUdeviceptr dst, unsigned char value, size_t bytes) {
@@ -447,10 +472,7 @@ CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, uns
     // Dynamic shared memory needs `extern __shared__`, which the emulator's kernels do not use.
     if (shared_bytes) return CUDA_ERROR_NOT_SUPPORTED;
     install_fault_handler();
-    static const bool trace = std::getenv("PEAGLE_EMULATOR_TRACE") != nullptr;
-    if (trace)
-        std::fprintf(stderr, "peagle CUDA emulator: %s %s<<<(%u, %u, %u), (%u, %u, %u)>>>\n",
-                     capture_of(stream) ? "captured" : "launched", kernel->name.c_str(), gx, gy, gz, bx, by, bz);
+    trace(stream, "%s<<<(%u, %u, %u), (%u, %u, %u)>>>", kernel->name.c_str(), gx, gy, gz, bx, by, bz);
     Launch l{kernel, {gx, gy, gz}, {bx, by, bz}, {}};
     for (size_t i = 0; i < kernel->arg_sizes.size(); ++i) {
         const char* p = static_cast<const char*>(params[i]);
@@ -492,7 +514,9 @@ CUresult cuGraphInstantiateWithFlags(CUgraphExec* exec, CUgraph graph, unsigned 
 CUresult cuGraphLaunch(CUgraphExec exec, CUstream stream) {
     const Guard held(driver_lock);
     if (capture_of(stream)) return CUDA_ERROR_NOT_SUPPORTED;
-    for (const Node& node : reinterpret_cast<Graph*>(exec)->nodes) run(node);
+    const Graph* graph = reinterpret_cast<Graph*>(exec);
+    trace(stream, "graph of %zu nodes", graph->nodes.size());
+    for (const Node& node : graph->nodes) run(node);
     return CUDA_SUCCESS;
 }
 CUresult cuGraphExecDestroy(CUgraphExec) { return CUDA_SUCCESS; }
