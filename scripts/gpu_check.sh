@@ -29,8 +29,11 @@
 #   PROFILE_TIMEOUT=N     the most seconds one kernel profile may take (default 150)
 #   GRAPH_MEMCHECK=1      the tests part also runs the CUDA-graph tests under memcheck
 #   GPT_OSS_STEPS="..."   which of the gpt-oss part's steps run, in their order (default:
-#                         "profiles c1 graphs batched"; "mma" adds the c1 and batched sweeps on
-#                         the tensor-core matmul), so that a lease can split the part
+#                         "profiles c1 graphs batched"; "profiles" is the five kernel profiles,
+#                         each of which may also be named alone (gpt-oss-decode, gpt-oss-peagle,
+#                         gpt-oss-prefill, gpt-oss-decode-mma, gpt-oss-prefill-mma); "mma" adds
+#                         the c1 and batched sweeps on the tensor-core matmul), so that a lease
+#                         can split the part
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 parts=("$@")
@@ -236,21 +239,21 @@ run_gpt_oss() {
             >"$out/$name.log" 2>&1 || fail "$name (see $name.log)"
     }
     wanted() { [[ " ${GPT_OSS_STEPS:-profiles c1 graphs batched} " == *" $1 "* ]]; }
+    # profile NAME ...: kernel_profile NAME ... where the profiles or NAME itself are wanted.
+    profile() { if wanted profiles || wanted "$1"; then kernel_profile "$@"; fi; }
     # The kernel profiles first: where a step's time goes is what the next change needs.
     # Decode: a prompt of 4 words, so that its prefill weighs as little as a decode step.
     # Prefill: one step of 512 words.
-    if wanted profiles; then
-        local words short long
-        words=$(python3 -c 'import json, sys; print(" ".join(w for l in open(sys.argv[1]) for w in json.loads(l)["prompt"].split()))' \
-            "$model/prompts.jsonl")
-        short=$(echo "$words" | cut -d' ' -f1-4) long=$(echo "$words" | cut -d' ' -f1-512)
-        kernel_profile gpt-oss-decode "$model" "$short" 4 --max-model-len 1024
-        kernel_profile gpt-oss-peagle "$model" "$short" 4 --max-model-len 1024 --draft-model "$drafters/peagle" \
-            --parallel-drafting --k 7
-        kernel_profile gpt-oss-prefill "$model" "$long" 1 --max-model-len 1024
-        PEAGLE_CUDA_MATMUL=mma kernel_profile gpt-oss-decode-mma "$model" "$short" 4 --max-model-len 1024
-        PEAGLE_CUDA_MATMUL=mma kernel_profile gpt-oss-prefill-mma "$model" "$long" 1 --max-model-len 1024
-    fi
+    local words short long
+    words=$(python3 -c 'import json, sys; print(" ".join(w for l in open(sys.argv[1]) for w in json.loads(l)["prompt"].split()))' \
+        "$model/prompts.jsonl")
+    short=$(echo "$words" | cut -d' ' -f1-4) long=$(echo "$words" | cut -d' ' -f1-512)
+    profile gpt-oss-decode "$model" "$short" 4 --max-model-len 1024
+    profile gpt-oss-peagle "$model" "$short" 4 --max-model-len 1024 --draft-model "$drafters/peagle" \
+        --parallel-drafting --k 7
+    profile gpt-oss-prefill "$model" "$long" 1 --max-model-len 1024
+    PEAGLE_CUDA_MATMUL=mma profile gpt-oss-decode-mma "$model" "$short" 4 --max-model-len 1024
+    PEAGLE_CUDA_MATMUL=mma profile gpt-oss-prefill-mma "$model" "$long" 1 --max-model-len 1024
     # Concurrency 1 on 8 of the prompts, after a level with all 8 at once that warms each server
     # (the report leaves it out), without CUDA graphs and with them; 16 and 64 on all 64.
     if wanted c1; then gpt_oss_sweep gpt-oss-sweep-c1 8 8,1; fi
