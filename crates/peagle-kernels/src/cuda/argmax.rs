@@ -1,5 +1,5 @@
 use super::module::{function, Module};
-use super::{by_dtype, dtype_name, grid, int, output, view};
+use super::{by_dtype, dtype_name, grid, int, output, starts_aligned_16, view};
 use crate::error::bad_input;
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{DeviceRepr, PushKernelArg};
@@ -16,9 +16,11 @@ pub(crate) fn argmax_rows(x: (&CudaStorage, &Layout), rows: &[u32]) -> Result<(C
     let cols = x.1.shape().dims2()?.1;
     let dtype = x.0.dtype();
     let name = format!("argmax_rows_{}", dtype_name(OP, dtype)?);
+    // Eight elements a load: every row then starts on a 16-byte boundary.
+    let vector = i32::from(cols.is_multiple_of(8) && starts_aligned_16(x.1, dtype));
     let cols = int(OP, cols)?;
     let blocks = u32::try_from(rows.len()).map_err(|_| bad_input(OP, "too many rows"))?;
-    let out = by_dtype!(OP, dtype, launch(x, rows, blocks, cols, &name))?;
+    let out = by_dtype!(OP, dtype, launch(x, rows, blocks, [cols, vector], &name))?;
     Ok((out, Shape::from(rows.len())))
 }
 
@@ -26,7 +28,7 @@ fn launch<T: CudaDType + DeviceRepr>(
     x: (&CudaStorage, &Layout),
     rows: &[u32],
     blocks: u32,
-    cols: i32,
+    [cols, vector]: [i32; 2],
     name: &str,
 ) -> Result<CudaStorage> {
     let device = &x.0.device;
@@ -35,7 +37,7 @@ fn launch<T: CudaDType + DeviceRepr>(
     let rows = device.clone_htod(rows)?;
     let func = function(device, Module::Argmax, name)?;
     let mut builder = func.builder();
-    builder.arg(&mut out).arg(&input).arg(&rows).arg(&cols);
+    builder.arg(&mut out).arg(&input).arg(&rows).arg(&cols).arg(&vector);
     // SAFETY: every requested row lies in `x` (checked by the caller), which holds rows * cols
     // elements; one block per requested row writes its one output.
     unsafe { builder.launch(grid((blocks, 1), THREADS)) }.w()?;
