@@ -9,7 +9,8 @@
 # all ran and passed.
 #   scripts/gpu_check.sh [PART...]   the parts named, in that order (default: all of them):
 #     tests     the GPU tests
-#     demo      the matmul against cuBLAS; the demo model's sweeps, without and with CUDA
+#     demo      the matmul against cuBLAS, and what bounds its one-row kernel (where the host
+#               has Nsight Compute's ncu); the demo model's sweeps, without and with CUDA
 #               graphs; transformers as the peer
 #     gpt-oss   a random gpt-oss-20b-shaped MXFP4 target's GPU time by kernel (where the host has
 #               Nsight Compute's ncu) and sweeps (13 GB to write)
@@ -29,9 +30,10 @@
 #   PROFILE_TIMEOUT=N     the most seconds one kernel profile may take (default 150)
 #   GRAPH_MEMCHECK=1      the tests part also runs the CUDA-graph tests under memcheck
 #   GPT_OSS_STEPS="..."   which of the gpt-oss part's steps run, in their order (default:
-#                         "profiles c1 graphs batched"; "profiles" is the five kernel profiles,
-#                         each of which may also be named alone (gpt-oss-decode, gpt-oss-peagle,
-#                         gpt-oss-prefill, gpt-oss-decode-mma, gpt-oss-prefill-mma); "mma" adds
+#                         "profiles c1 graphs batched"; "profiles" is the five kernel profiles
+#                         and the experts' kernel details, each of which may also be named alone
+#                         (gpt-oss-decode, gpt-oss-peagle, gpt-oss-prefill, gpt-oss-decode-mma,
+#                         gpt-oss-prefill-mma, gpt-oss-moe-details); "mma" adds
 #                         the c1 and batched sweeps on the tensor-core matmul), so that a lease
 #                         can split the part
 set -uo pipefail
@@ -159,6 +161,28 @@ run_tests() {
     fi
 }
 
+# Nsight Compute's command line, where the host has it.
+ncu_path() { command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1 | grep .; }
+
+# kernel_details NAME KERNEL SKIP COMMAND...: what bounds one launch of the kernels that KERNEL
+# (an ncu --kernel-name filter) names in COMMAND, the one after the first SKIP of them:
+# Nsight Compute's speed of light, memory, occupancy, launch, scheduler and
+# warp-stall sections, as text in NAME.txt.
+kernel_details() {
+    local name=$1 kernel=$2 skip=$3 ncu
+    shift 3
+    ncu=$(ncu_path) || {
+        echo "no ncu on this host: $name left out" | tee -a "$out/steps.log"
+        return
+    }
+    step "$name: what bounds one launch of $kernel (ncu)" || return
+    timeout --kill-after=10 "$(min "${PROFILE_TIMEOUT:-150}" "$(max 1 "$(left)")")" \
+        "$ncu" --kernel-name "$kernel" --launch-skip "$skip" --launch-count 1 \
+        --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
+        --section SchedulerStats --section WarpStateStats --print-units base --log-file "$out/$name.txt" \
+        "$@" >/dev/null 2>"$out/$name.log" || fail "$name (see $name.log)"
+}
+
 # kernel_profile NAME MODEL PROMPT STEPS [ARGUMENT...]: the GPU time of every kernel over the
 # STEPS engine steps of a prompt (its prefill first), recorded by Nsight Compute in
 # NAME-kernels.csv, with NAME-kernels.json saying how many steps. The same prompt runs once
@@ -167,11 +191,10 @@ run_tests() {
 kernel_profile() {
     local name=$1 model=$2 prompt=$3 steps=$4 ncu prompts
     shift 4
-    ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
-    if [ -z "$ncu" ]; then
+    ncu=$(ncu_path) || {
         echo "no ncu on this host: $name's kernel profile left out" | tee -a "$out/steps.log"
         return
-    fi
+    }
     step "$name: GPU time by kernel over $steps step(s) (ncu)" || return
     prompts=$(mktemp)
     python3 -c 'import json, sys; print((json.dumps({"prompt": sys.argv[1]}) + "\n") * 2, end="")' "$prompt" >"$prompts"
@@ -192,6 +215,9 @@ run_demo() {
         timed "$bin/peagle-gemm-vs-cublas" >"$out/gemm-vs-cublas.jsonl" 2>"$out/gemm-vs-cublas.log" ||
             fail "gemm vs cuBLAS (see gemm-vs-cublas.log)"
     fi
+    # Why the CUDA cores' matmul reads its weights at M = 1 at well under the copy bandwidth
+    # (cuBLAS reads them twice as fast): its first timed launch.
+    kernel_details linear-row-details 'regex:^linear_bf16_bf16_row$' 1 "$bin/peagle-gemm-vs-cublas"
     local graphs name
     for graphs in "" --cuda-graphs; do
         name=demo-sweep${graphs:+-graphs}
@@ -254,6 +280,12 @@ run_gpt_oss() {
     profile gpt-oss-prefill "$model" "$long" 1 --max-model-len 1024
     PEAGLE_CUDA_MATMUL=mma profile gpt-oss-decode-mma "$model" "$short" 4 --max-model-len 1024
     PEAGLE_CUDA_MATMUL=mma profile gpt-oss-prefill-mma "$model" "$long" 1 --max-model-len 1024
+    # What bounds the experts' first projection in a decode step: the 24 launches of the
+    # prefill skipped, and six of the first decode step's.
+    if wanted profiles || wanted gpt-oss-moe-details; then
+        kernel_details gpt-oss-moe-details 'regex:^moe_gate_up_bf16$' 30 "$bin/peagle-generate" --device cuda \
+            --model "$model" --prompt "$short" --max-tokens 3 --ignore-eos --max-model-len 1024
+    fi
     # Concurrency 1 on 8 of the prompts, after a level with all 8 at once that warms each server
     # (the report leaves it out), without CUDA graphs and with them; 16 and 64 on all 64.
     if wanted c1; then gpt_oss_sweep gpt-oss-sweep-c1 8 8,1; fi
