@@ -215,6 +215,10 @@ const char* error_name(CUresult e) {
     }
 }
 
+// What the pool is told to keep of what is freed: remembered, not acted on (frees give memory
+// back at once).
+cuuint64_t release_threshold = 0;
+
 }  // namespace
 
 extern "C" {
@@ -358,7 +362,7 @@ CUresult cuMemPoolGetAttribute(CUmemoryPool, CUmemPool_attribute a, void* value)
     case CU_MEMPOOL_ATTR_USED_MEM_CURRENT: *v = u.used; return CUDA_SUCCESS;
     case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
     case CU_MEMPOOL_ATTR_USED_MEM_HIGH: *v = u.high; return CUDA_SUCCESS;
-    case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: *v = 0; return CUDA_SUCCESS;
+    case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: *v = release_threshold; return CUDA_SUCCESS;
     default: return CUDA_ERROR_NOT_SUPPORTED;
     }
 }
@@ -369,10 +373,14 @@ CUresult cuMemPoolSetAttribute(CUmemoryPool, CUmemPool_attribute a, void* value)
         if (*static_cast<cuuint64_t*>(value) != 0) return CUDA_ERROR_INVALID_VALUE;
         emu::reset_high();
         return CUDA_SUCCESS;
-    case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: return CUDA_SUCCESS;
+    case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
+        release_threshold = *static_cast<cuuint64_t*>(value);
+        return CUDA_SUCCESS;
     default: return CUDA_ERROR_NOT_SUPPORTED;
     }
 }
+// The emulator's frees give memory back at once, so a pool holds nothing to trim.
+CUresult cuMemPoolTrimTo(CUmemoryPool, size_t) { return CUDA_SUCCESS; }
 
 CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size_t bytes, CUstream stream) {
     const Guard held(driver_lock);

@@ -42,7 +42,7 @@ pub use argmax_rows::argmax_rows;
 pub use cache_element::CacheElement;
 pub use cuda_matmul::{CudaMatmul, CUDA_MATMUL_ENV};
 pub use cuda_profiler::cuda_profiler_range;
-pub use device_memory::{device_memory, peak_allocated, DeviceMemory};
+pub use device_memory::{device_memory, keep_freed_memory, peak_allocated, DeviceMemory};
 pub use error::KernelError;
 pub use exp::exp_in_place;
 pub use fp8_weight::{fp8_linear, Fp8Weight};

@@ -1,4 +1,5 @@
-//! Every CUDA kernel against its CPU reference, and the batch invariance of the GPU path.
+//! Every CUDA kernel against its CPU reference, the batch invariance of the GPU path, and the
+//! accounting of the memory the device's pool keeps.
 //! Built with the `cuda` feature only and run by scripts/gpu_check.sh on a GPU host; without a
 //! GPU each test says so and passes, so a CUDA build's tests can run anywhere.
 #![cfg(feature = "cuda")]
@@ -7,10 +8,10 @@ mod common;
 use candle_core::{DType, Device, Tensor};
 use common::{chi_square, draws_of_one_row};
 use peagle_kernels::{
-    add_rms_norm, argmax_rows, fp8_linear, gumbel_sample, invariant_linear, invariant_matmul, invariant_matmul_by,
-    paged_attention, rms_norm, rope, row_candidates, swiglu, write_kv, AttentionMetadata, AttentionParams,
-    CandidateRequest, CudaMatmul, Fp8Weight, GumbelRequest, KvScale, Mxfp4Expert, Mxfp4Experts, Mxfp4Weight, Routing,
-    RowCandidates, Sinks, MAX_ROW_CANDIDATES, PAD_SLOT,
+    add_rms_norm, argmax_rows, device_memory, fp8_linear, gumbel_sample, invariant_linear, invariant_matmul,
+    invariant_matmul_by, keep_freed_memory, paged_attention, rms_norm, rope, row_candidates, swiglu, write_kv,
+    AttentionMetadata, AttentionParams, CandidateRequest, CudaMatmul, Fp8Weight, GumbelRequest, KvScale, Mxfp4Expert,
+    Mxfp4Experts, Mxfp4Weight, Routing, RowCandidates, Sinks, MAX_ROW_CANDIDATES, PAD_SLOT,
 };
 
 fn gpu() -> Option<Device> {
@@ -21,6 +22,23 @@ fn gpu() -> Option<Device> {
             None
         }
     }
+}
+
+/// With the pool keeping what is freed for later allocations (`keep_freed_memory`, as a
+/// serving process has it), a freed 256 MiB stays in the pool, and `device_memory` still
+/// counts it as free: the KV cache is sized by it.
+#[test]
+fn memory_the_pool_keeps_counts_as_free() {
+    let Some(dev) = gpu() else { return };
+    keep_freed_memory(&dev).unwrap();
+    let free = || device_memory(&dev).unwrap().unwrap().free;
+    let before = free();
+    drop(Tensor::zeros(256 << 20, DType::U8, &dev).unwrap());
+    let after = free();
+    assert!(
+        before.abs_diff(after) < 32 << 20,
+        "{before} bytes free before a freed allocation, {after} after"
+    );
 }
 
 /// Deterministic values in [-scale, scale).

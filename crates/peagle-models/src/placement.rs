@@ -47,11 +47,15 @@ impl DeviceSpec {
             Self::Cuda(n) => {
                 // The matmul kernel a GPU process keeps to, checked before anything loads.
                 peagle_kernels::CudaMatmul::chosen().map_err(LoadError::Placement)?;
-                Device::new_cuda(n).map_err(|e| {
+                let device = Device::new_cuda(n).map_err(|e| {
                     LoadError::Placement(format!(
                         "cannot open {self}: {e} (CUDA needs a GPU and a build with the cuda feature)"
                     ))
-                })
+                })?;
+                // Each step's activations then come from memory the last step freed.
+                peagle_kernels::keep_freed_memory(&device)
+                    .map_err(|e| LoadError::Placement(format!("cannot set up {self}'s memory pool: {e}")))?;
+                Ok(device)
             }
         }
     }

@@ -19,7 +19,7 @@ mod swiglu;
 pub(crate) use argmax::argmax_rows;
 pub(crate) use kv_write::kv_write;
 pub(crate) use linear::linear;
-pub(crate) use memory::{device_memory, peak_allocated};
+pub(crate) use memory::{device_memory, keep_freed_memory, peak_allocated};
 pub(crate) use moe::{moe, DeviceExperts, MAX_EXPERTS};
 pub(crate) use paged_attention::paged_attention;
 pub(crate) use profiler::profiler_range;
