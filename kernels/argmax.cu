@@ -1,5 +1,6 @@
 // The argmax of each requested row: the first index of its largest value, NaN never chosen (a
-// row of NaN gives 0). One block per requested row (`rows[b]` is block b's); each thread scans
+// row of NaN gives 0). One block per requested row (`rows[b]` is block b's; with no `rows`,
+// row b is, so that a step asking for every row uploads no list of them); each thread scans
 // its elements in index order, then the threads' picks meet, the larger value winning and the
 // lower index on a tie, so the result is the one a scan in index order finds, whatever the
 // block size and however the elements are dealt to threads.
@@ -35,7 +36,7 @@ template <typename T>
 __device__ void argmax_rows(uint32_t* out, const T* x, const uint32_t* rows, int cols, int vector) {
     __shared__ float bests[ARGMAX_THREADS / 32];
     __shared__ int indices[ARGMAX_THREADS / 32];
-    const T* row = x + (size_t)rows[blockIdx.x] * cols;
+    const T* row = x + (size_t)(rows ? rows[blockIdx.x] : blockIdx.x) * cols;
     float best = -INFINITY;
     int index = cols;
     if (vector) {

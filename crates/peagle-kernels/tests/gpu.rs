@@ -214,7 +214,7 @@ fn fp8_linear_is_the_invariant_matmul_of_its_dequantized_weight() {
 /// Each requested row's argmax on the GPU is the CPU's (the first largest, NaN never), at a
 /// gpt-oss-sized vocabulary (read eight logits a load) and at one a little smaller that is no
 /// multiple of 8 (read one at a time), with ties and NaN planted, in f32 and bf16, for every
-/// row and for a few in another order.
+/// row (which uploads no list of rows) and for a few in another order.
 #[test]
 fn argmax_rows_equals_the_cpu() {
     let Some(dev) = gpu() else { return };
