@@ -8,7 +8,7 @@ use crate::gumbel_sample::GumbelRequest;
 use crate::row_candidates::CandidateRequest;
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{CudaSlice, DeviceRepr, PushKernelArg};
-use candle_core::cuda_backend::{CudaDType, CudaStorage, WrapErr};
+use candle_core::cuda_backend::{CudaDType, CudaDevice, CudaStorage, WrapErr};
 use candle_core::{DType, Layout, Result};
 
 /// `kernels/row_candidates.cu`: `out_per_row` words per request (1 <= count).
@@ -19,20 +19,70 @@ pub(crate) fn row_candidates(
     out_per_row: usize,
 ) -> Result<CudaStorage> {
     const OP: &str = "row_candidates";
-    let kernel = Kernel {
-        op: OP,
-        module: Module::RowCandidates,
-        threads: 1024,
-        rows: requests.iter().map(|r| (r.row as u32, r.temperature)).unzip(),
-        out_per_row,
-    };
-    let thresholds: Vec<f64> = requests.iter().flat_map(|r| [r.lo, r.hi]).collect();
     let cols = int(OP, logits.1.shape().dims2()?.1)?;
-    by_dtype!(
-        OP,
-        logits.0.dtype(),
-        launch(&kernel, logits, &thresholds, &[cols, int(OP, count)?])
-    )
+    let device = &logits.0.device;
+    let mut out = output::<u32>(device, requests.len() * out_per_row)?;
+    if !requests.is_empty() {
+        let ints = [cols, int(OP, count)?];
+        by_dtype!(
+            OP,
+            logits.0.dtype(),
+            launch_row_candidates(logits, requests, ints, &mut out)
+        )?;
+    }
+    Ok(CudaStorage::wrap_cuda_slice(out, device.clone()))
+}
+
+/// Threads per block, as `kernels/row_candidates.cu` has them.
+const CANDIDATE_THREADS: u32 = 1024;
+
+fn launch_row_candidates<T: CudaDType + DeviceRepr>(
+    logits: (&CudaStorage, &Layout),
+    requests: &[CandidateRequest],
+    [cols, count]: [i32; 2],
+    out: &mut CudaSlice<u32>,
+) -> Result<()> {
+    const OP: &str = "row_candidates";
+    let device = &logits.0.device;
+    let blocks = u32::try_from(requests.len()).map_err(|_| bad_input(OP, "too many requests"))?;
+    let input = view::<T>(logits.0, logits.1, "logits")?;
+    let thresholds: Vec<f64> = requests.iter().flat_map(|r| [r.lo, r.hi]).collect();
+    let up = upload(device, requests.iter().map(|r| (r.row, r.temperature)), &thresholds)?;
+    let name = format!("{OP}_{}", dtype_name(OP, logits.0.dtype())?);
+    let func = function(device, Module::RowCandidates, &name)?;
+    let mut b = func.builder();
+    b.arg(out)
+        .arg(&input)
+        .arg(&up.rows)
+        .arg(&up.temperatures)
+        .arg(&up.per_request);
+    b.arg(&cols).arg(&count);
+    // SAFETY: every requested row lies in `logits` and the sizes are in the kernel's range
+    // (checked in `requested_rows.rs` and by the callers); one block per request writes its
+    // `out_per_row` words.
+    unsafe { b.launch(grid((blocks, 1), CANDIDATE_THREADS)) }.w()?;
+    Ok(())
+}
+
+/// Each request's row, temperature and value of its own, on the device: what every kernel
+/// here reads of its requests.
+struct Uploaded<P> {
+    rows: CudaSlice<u32>,
+    temperatures: CudaSlice<f32>,
+    per_request: CudaSlice<P>,
+}
+
+fn upload<P: DeviceRepr + 'static>(
+    device: &CudaDevice,
+    rows: impl Iterator<Item = (usize, f32)>,
+    per_request: &[P],
+) -> Result<Uploaded<P>> {
+    let (rows, temperatures): (Vec<u32>, Vec<f32>) = rows.map(|(row, t)| (row as u32, t)).unzip();
+    Ok(Uploaded {
+        rows: device.clone_htod(&rows)?,
+        temperatures: device.clone_htod(&temperatures)?,
+        per_request: device.clone_htod(per_request)?,
+    })
 }
 
 /// Logits a block of `kernels/gumbel_sample.cu` draws from, and its threads, as the file has
@@ -72,9 +122,8 @@ fn launch_gumbel<T: CudaDType + DeviceRepr>(
     int(OP, n * chunks)?;
     let (n_i, chunks_i, cols_i) = (int(OP, n)?, int(OP, chunks)?, int(OP, cols)?);
     let input = view::<T>(logits.0, logits.1, "logits")?;
-    let rows = device.clone_htod(&requests.iter().map(|r| r.row as u32).collect::<Vec<_>>())?;
-    let temperatures = device.clone_htod(&requests.iter().map(|r| r.temperature).collect::<Vec<_>>())?;
-    let keys = device.clone_htod(&requests.iter().map(|r| r.key).collect::<Vec<_>>())?;
+    let keys: Vec<u64> = requests.iter().map(|r| r.key).collect();
+    let up = upload(device, requests.iter().map(|r| (r.row, r.temperature)), &keys)?;
     // Each chunk's max and best; a row of one chunk leaves them unwritten and unread.
     let mut maxes = output::<f32>(device, n * chunks)?;
     let mut bests = output::<f64>(device, n * chunks)?;
@@ -82,7 +131,7 @@ fn launch_gumbel<T: CudaDType + DeviceRepr>(
     if chunks > 1 {
         let func = function(device, Module::GumbelSample, &format!("gumbel_chunk_max_{dtype}"))?;
         let mut b = func.builder();
-        b.arg(&mut maxes).arg(&input).arg(&rows).arg(&cols_i);
+        b.arg(&mut maxes).arg(&input).arg(&up.rows).arg(&cols_i);
         // SAFETY: every requested row lies in `logits` (checked by the caller); block (r, c)
         // reads chunk c of request r's row and writes maxes[r * chunks + c].
         unsafe { b.launch(grid(blocks, GUMBEL_THREADS)) }.w()?;
@@ -90,7 +139,11 @@ fn launch_gumbel<T: CudaDType + DeviceRepr>(
     let func = function(device, Module::GumbelSample, &format!("gumbel_sample_{dtype}"))?;
     let mut b = func.builder();
     b.arg(&mut *out).arg(&mut bests).arg(&mut indices).arg(&maxes);
-    b.arg(&input).arg(&rows).arg(&temperatures).arg(&keys).arg(&cols_i);
+    b.arg(&input)
+        .arg(&up.rows)
+        .arg(&up.temperatures)
+        .arg(&up.per_request)
+        .arg(&cols_i);
     // SAFETY: as above; one chunk a row writes out[r], more write their partials.
     unsafe { b.launch(grid(blocks, GUMBEL_THREADS)) }.w()?;
     if chunks > 1 {
@@ -106,48 +159,4 @@ fn launch_gumbel<T: CudaDType + DeviceRepr>(
         unsafe { b.launch(grid((n.div_ceil(256) as u32, 1), 256)) }.w()?;
     }
     Ok(())
-}
-
-/// A kernel of `(out, logits, rows, temperatures, per_request, ints..)` and its requests.
-struct Kernel {
-    op: &'static str,
-    module: Module,
-    /// Threads per block, as the kernel's file has them.
-    threads: u32,
-    rows: (Vec<u32>, Vec<f32>),
-    out_per_row: usize,
-}
-
-fn launch<T: CudaDType + DeviceRepr>(
-    kernel: &Kernel,
-    logits: (&CudaStorage, &Layout),
-    per_request: &[impl DeviceRepr + 'static],
-    ints: &[i32],
-) -> Result<CudaStorage> {
-    let device = &logits.0.device;
-    let mut out = output::<u32>(device, kernel.rows.0.len() * kernel.out_per_row)?;
-    if !kernel.rows.0.is_empty() {
-        let name = format!("{}_{}", kernel.op, dtype_name(kernel.op, logits.0.dtype())?);
-        let blocks = u32::try_from(kernel.rows.0.len()).map_err(|_| bad_input(kernel.op, "too many requests"))?;
-        let input = view::<T>(logits.0, logits.1, "logits")?;
-        let rows = device.clone_htod(&kernel.rows.0)?;
-        let temperatures = device.clone_htod(&kernel.rows.1)?;
-        let per_request = device.clone_htod(per_request)?;
-        let func = function(device, kernel.module, &name)?;
-        let mut builder = func.builder();
-        builder
-            .arg(&mut out)
-            .arg(&input)
-            .arg(&rows)
-            .arg(&temperatures)
-            .arg(&per_request);
-        for int in ints {
-            builder.arg(int);
-        }
-        // SAFETY: every requested row lies in `logits` and the sizes are in the kernel's range
-        // (checked in `requested_rows.rs` and by the callers); one block per request writes
-        // its `out_per_row` words.
-        unsafe { builder.launch(grid((blocks, 1), kernel.threads)) }.w()?;
-    }
-    Ok(CudaStorage::wrap_cuda_slice(out, device.clone()))
 }
