@@ -163,6 +163,9 @@ run_tests() {
 
 # Nsight Compute's command line, where the host has it.
 ncu_path() { command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1 | grep .; }
+# The seconds one ncu run may take: ncu writes what it measured when its program ends, so a
+# run cut off by the time left would keep nothing; each has a limit of its own (PROFILE_TIMEOUT).
+ncu_limit() { min "${PROFILE_TIMEOUT:-150}" "$(max 1 "$(left)")"; }
 
 # kernel_details NAME KERNEL SKIP COMMAND...: what bounds one launch of the kernels that KERNEL
 # (an ncu --kernel-name filter) names in COMMAND, the one after the first SKIP of them:
@@ -176,7 +179,7 @@ kernel_details() {
         return
     }
     step "$name: what bounds one launch of $kernel (ncu)" || return
-    timeout --kill-after=10 "$(min "${PROFILE_TIMEOUT:-150}" "$(max 1 "$(left)")")" \
+    timeout --kill-after=10 "$(ncu_limit)" \
         "$ncu" --kernel-name "$kernel" --launch-skip "$skip" --launch-count 1 \
         --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
         --section SchedulerStats --section WarpStateStats --print-units base --log-file "$out/$name.txt" \
@@ -198,9 +201,8 @@ kernel_profile() {
     step "$name: GPU time by kernel over $steps step(s) (ncu)" || return
     prompts=$(mktemp)
     python3 -c 'import json, sys; print((json.dumps({"prompt": sys.argv[1]}) + "\n") * 2, end="")' "$prompt" >"$prompts"
-    # ncu writes its table when the program ends: a profile cut off by the time left would keep
-    # nothing, so each has a limit of its own (PROFILE_TIMEOUT) and profiles at most 5000 launches.
-    timeout --kill-after=10 "$(min "${PROFILE_TIMEOUT:-150}" "$(max 1 "$(left)")")" \
+    # At most 5000 launches, so that a profile ends within its limit (ncu_limit).
+    timeout --kill-after=10 "$(ncu_limit)" \
         "$ncu" --profile-from-start off --launch-count 5000 --metrics gpu__time_duration.sum --csv \
         --print-units base --clock-control none --log-file "$out/$name-kernels.csv" \
         "$bin/peagle-generate" --device cuda --model "$model" --prompts-file "$prompts" \
@@ -265,8 +267,9 @@ run_gpt_oss() {
             >"$out/$name.log" 2>&1 || fail "$name (see $name.log)"
     }
     wanted() { [[ " ${GPT_OSS_STEPS:-profiles c1 graphs batched} " == *" $1 "* ]]; }
-    # profile NAME ...: kernel_profile NAME ... where the profiles or NAME itself are wanted.
-    profile() { if wanted profiles || wanted "$1"; then kernel_profile "$@"; fi; }
+    # profile RUN NAME ...: RUN NAME ... (kernel_profile or kernel_details) where the profiles
+    # or NAME itself are wanted.
+    profile() { if wanted profiles || wanted "$2"; then "$@"; fi; }
     # The kernel profiles first: where a step's time goes is what the next change needs.
     # Decode: a prompt of 4 words, so that its prefill weighs as little as a decode step.
     # Prefill: one step of 512 words.
@@ -274,18 +277,16 @@ run_gpt_oss() {
     words=$(python3 -c 'import json, sys; print(" ".join(w for l in open(sys.argv[1]) for w in json.loads(l)["prompt"].split()))' \
         "$model/prompts.jsonl")
     short=$(echo "$words" | cut -d' ' -f1-4) long=$(echo "$words" | cut -d' ' -f1-512)
-    profile gpt-oss-decode "$model" "$short" 4 --max-model-len 1024
-    profile gpt-oss-peagle "$model" "$short" 4 --max-model-len 1024 --draft-model "$drafters/peagle" \
+    profile kernel_profile gpt-oss-decode "$model" "$short" 4 --max-model-len 1024
+    profile kernel_profile gpt-oss-peagle "$model" "$short" 4 --max-model-len 1024 --draft-model "$drafters/peagle" \
         --parallel-drafting --k 7
-    profile gpt-oss-prefill "$model" "$long" 1 --max-model-len 1024
-    PEAGLE_CUDA_MATMUL=mma profile gpt-oss-decode-mma "$model" "$short" 4 --max-model-len 1024
-    PEAGLE_CUDA_MATMUL=mma profile gpt-oss-prefill-mma "$model" "$long" 1 --max-model-len 1024
+    profile kernel_profile gpt-oss-prefill "$model" "$long" 1 --max-model-len 1024
+    PEAGLE_CUDA_MATMUL=mma profile kernel_profile gpt-oss-decode-mma "$model" "$short" 4 --max-model-len 1024
+    PEAGLE_CUDA_MATMUL=mma profile kernel_profile gpt-oss-prefill-mma "$model" "$long" 1 --max-model-len 1024
     # What bounds the experts' first projection in a decode step: the 24 launches of the
     # prefill skipped, and six of the first decode step's.
-    if wanted profiles || wanted gpt-oss-moe-details; then
-        kernel_details gpt-oss-moe-details 'regex:^moe_gate_up_bf16$' 30 "$bin/peagle-generate" --device cuda \
-            --model "$model" --prompt "$short" --max-tokens 3 --ignore-eos --max-model-len 1024
-    fi
+    profile kernel_details gpt-oss-moe-details 'regex:^moe_gate_up_bf16$' 30 "$bin/peagle-generate" --device cuda \
+        --model "$model" --prompt "$short" --max-tokens 3 --ignore-eos --max-model-len 1024
     # Concurrency 1 on 8 of the prompts, after a level with all 8 at once that warms each server
     # (the report leaves it out), without CUDA graphs and with them; 16 and 64 on all 64.
     if wanted c1; then gpt_oss_sweep gpt-oss-sweep-c1 8 8,1; fi
