@@ -9,9 +9,9 @@
 # EMULATED_CRATES="CRATE..." keeps to the GPU tests of those crates (default peagle-kernels,
 # peagle-models and peagle-engine); EMULATED_SKIP="NAME..." leaves out tests by name;
 # TEST_TIMEOUT (default 900) bounds each.
-# The models' and the engine's tests run again on the tensor-core matmul (PEAGLE_CUDA_MATMUL=mma),
+# The models' and the engine's tests run again on the CUDA-core matmul (PEAGLE_CUDA_MATMUL=fma),
 # as on a GPU host. Each test runs in a process of its own (scripts/gpu_test_lib.sh); logs in
-# target/cuda-emulator/tests/CRATE[-mma]/.
+# target/cuda-emulator/tests/CRATE[-fma]/.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build_cuda_emulator.sh || exit 1
@@ -40,7 +40,7 @@ for line in "${binaries[@]}"; do
     read -r crate binary <<<"$line"
     [[ " ${EMULATED_CRATES:-$crate} " == *" $crate "* ]] || continue
     run "$crate" "$binary"
-    [ "$crate" = peagle-kernels ] || run "$crate-mma" "$binary" PEAGLE_CUDA_MATMUL=mma
+    [ "$crate" = peagle-kernels ] || run "$crate-fma" "$binary" PEAGLE_CUDA_MATMUL=fma
 done
 echo "emulated GPU tests: $passed passed, $failed failed"
 [ $failed -eq 0 ]

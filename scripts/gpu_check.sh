@@ -30,12 +30,11 @@
 #   PROFILE_TIMEOUT=N     the most seconds one kernel profile may take (default 150)
 #   GRAPH_MEMCHECK=1      the tests part also runs the CUDA-graph tests under memcheck
 #   GPT_OSS_STEPS="..."   which of the gpt-oss part's steps run, in their order (default:
-#                         "profiles c1 graphs batched"; "profiles" is the five kernel profiles
+#                         "profiles c1 graphs batched"; "profiles" is the three kernel profiles
 #                         and the experts' kernel details, each of which may also be named alone
-#                         (gpt-oss-decode, gpt-oss-peagle, gpt-oss-prefill, gpt-oss-decode-mma,
-#                         gpt-oss-prefill-mma, gpt-oss-moe-details); "mma" adds
-#                         the c1 and batched sweeps on the tensor-core matmul), so that a lease
-#                         can split the part
+#                         (gpt-oss-decode, gpt-oss-peagle, gpt-oss-prefill, gpt-oss-moe-details);
+#                         "fma" adds the c1 and batched sweeps on the CUDA-core matmul), so that
+#                         a lease can split the part
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 parts=("$@")
@@ -132,9 +131,9 @@ run_tests() {
     for test in "$bin"/gpu-*; do
         run_test_binary "$test" "$(basename "$test")"
     done
-    # The models and the engine again on the tensor-core matmul, which a process chooses once.
+    # The models and the engine again on the CUDA-core matmul, which a process chooses once.
     for test in gpu-peagle-models gpu-peagle-engine; do
-        run_test_binary "$bin/$test" "$test-mma" PEAGLE_CUDA_MATMUL=mma
+        run_test_binary "$bin/$test" "$test-fma" PEAGLE_CUDA_MATMUL=fma
     done
     # Whether memcheck misreads a graph that reuses a freed allocation's address, as peagle's
     # CUDA graphs draw reports that their bit-exact outputs belie (scripts/graph_memcheck_probe.cu).
@@ -281,21 +280,19 @@ run_gpt_oss() {
     profile kernel_profile gpt-oss-peagle "$model" "$short" 4 --max-model-len 1024 --draft-model "$drafters/peagle" \
         --parallel-drafting --k 7
     profile kernel_profile gpt-oss-prefill "$model" "$long" 1 --max-model-len 1024
-    PEAGLE_CUDA_MATMUL=mma profile kernel_profile gpt-oss-decode-mma "$model" "$short" 4 --max-model-len 1024
-    PEAGLE_CUDA_MATMUL=mma profile kernel_profile gpt-oss-prefill-mma "$model" "$long" 1 --max-model-len 1024
     # What bounds the experts' first projection in a decode step: the 24 launches of the
     # prefill skipped, and six of the first decode step's.
-    profile kernel_details gpt-oss-moe-details 'regex:^moe_gate_up_bf16$' 30 "$bin/peagle-generate" --device cuda \
+    profile kernel_details gpt-oss-moe-details 'regex:^moe_gate_up' 30 "$bin/peagle-generate" --device cuda \
         --model "$model" --prompt "$short" --max-tokens 3 --ignore-eos --max-model-len 1024
     # Concurrency 1 on 8 of the prompts, after a level with all 8 at once that warms each server
     # (the report leaves it out), without CUDA graphs and with them; 16 and 64 on all 64.
     if wanted c1; then gpt_oss_sweep gpt-oss-sweep-c1 8 8,1; fi
     if wanted graphs; then gpt_oss_sweep gpt-oss-sweep-c1-graphs 8 8,1 --server-arg=--cuda-graphs; fi
     if wanted batched; then gpt_oss_sweep gpt-oss-sweep 64 16,64; fi
-    # The same sweeps on the tensor-core matmul, which the servers read from the environment.
-    if wanted mma; then
-        PEAGLE_CUDA_MATMUL=mma gpt_oss_sweep gpt-oss-sweep-c1-mma 8 8,1
-        PEAGLE_CUDA_MATMUL=mma gpt_oss_sweep gpt-oss-sweep-mma 64 16,64
+    # The same sweeps on the CUDA-core matmul, which the servers read from the environment.
+    if wanted fma; then
+        PEAGLE_CUDA_MATMUL=fma gpt_oss_sweep gpt-oss-sweep-c1-fma 8 8,1
+        PEAGLE_CUDA_MATMUL=fma gpt_oss_sweep gpt-oss-sweep-fma 64 16,64
     fi
     rm -rf "$model" "$drafters"
 }
@@ -315,10 +312,10 @@ run_llama() {
         timed "$bin/peagle-generate" --device cuda --model "$model" --prompt "t5 t6 t7 t8" --max-tokens 64 --ignore-eos \
             $graphs --stats-json "$out/$name.json" >/dev/null 2>"$out/$name.log" || fail "8B decode (see $name.log)"
     done
-    if step "Llama-8B-shaped decode by the tensor-core matmul (PEAGLE_CUDA_MATMUL=mma)"; then
-        PEAGLE_CUDA_MATMUL=mma timed "$bin/peagle-generate" --device cuda --model "$model" --prompt "t5 t6 t7 t8" \
-            --max-tokens 64 --ignore-eos --stats-json "$out/llama-8b-decode-mma.json" >/dev/null \
-            2>"$out/llama-8b-decode-mma.log" || fail "8B decode by the tensor cores (see llama-8b-decode-mma.log)"
+    if step "Llama-8B-shaped decode by the CUDA-core matmul (PEAGLE_CUDA_MATMUL=fma)"; then
+        PEAGLE_CUDA_MATMUL=fma timed "$bin/peagle-generate" --device cuda --model "$model" --prompt "t5 t6 t7 t8" \
+            --max-tokens 64 --ignore-eos --stats-json "$out/llama-8b-decode-fma.json" >/dev/null \
+            2>"$out/llama-8b-decode-fma.log" || fail "8B decode by the CUDA cores (see llama-8b-decode-fma.log)"
     fi
     kernel_profile llama-8b-decode "$model" "t5 t6 t7 t8" 4
     rm -rf "$model"

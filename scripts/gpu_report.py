@@ -52,15 +52,14 @@ def main(out):
     if rows:
         report["gemm_vs_cublas"] = rows
         md += ["", "## Batch-invariant matmul against cuBLAS (bf16, 4096 -> 14336)", "",
-               "CUDA cores: kernels/linear.cu (the default); tensor cores: kernels/linear_mma.cu "
-               "(`PEAGLE_CUDA_MATMUL=mma`).", "",
+               "Tensor cores: kernels/linear_mma.cu (the default); CUDA cores: kernels/linear.cu "
+               "(`PEAGLE_CUDA_MATMUL=fma`).", "",
                "| M | CUDA cores ms | tensor cores ms | cuBLAS ms | CUDA cores / cuBLAS | tensor cores / cuBLAS | "
                "CUDA cores weight GB/s | tensor cores weight GB/s |",
                "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
-        dash = lambda r, key, fmt: format(r[key], fmt) if key in r else "-"
-        md += [f"| {r['m']} | {r['invariant_ms']:.3f} | {dash(r, 'mma_ms', '.3f')} | {r['cublas_ms']:.3f} | "
-               f"{r['ratio']:.2f}x | {dash(r, 'mma_ratio', '.2f')}x | {r['invariant_weight_gb_per_s']:.0f} | "
-               f"{dash(r, 'mma_weight_gb_per_s', '.0f')} |" for r in rows]
+        md += [f"| {r['m']} | {r['fma_ms']:.3f} | {r['mma_ms']:.3f} | {r['cublas_ms']:.3f} | "
+               f"{r['fma_ratio']:.2f}x | {r['mma_ratio']:.2f}x | {r['fma_weight_gb_per_s']:.0f} | "
+               f"{r['mma_weight_gb_per_s']:.0f} |" for r in rows]
 
     peer = load(os.path.join(out, "transformers.json"))
     ours = load(os.path.join(out, "peagle-generate-demo.json"))
@@ -80,21 +79,21 @@ def main(out):
                f"- weight bytes read per step: {bound['weight_bytes'] / 1e9:.2f} GB",
                f"- copy bandwidth measured in the same run: {bound['copy_bytes_per_second'] / 1e12:.2f} TB/s",
                f"- HBM bound: {bound['bound_seconds'] * 1e3:.2f} ms"]
-        for key in ("graphs", "mma"):
+        for key in ("graphs", "fma"):
             run = load(os.path.join(out, f"llama-8b-decode-{key}.json"))
             if run:
                 report["llama_8b"][key] = decode_step(run, bound)
         for label, part in (("without CUDA graphs", report["llama_8b"]),
                             ("with CUDA graphs", report["llama_8b"].get("graphs")),
-                            ("by the tensor-core matmul (PEAGLE_CUDA_MATMUL=mma), without CUDA graphs",
-                             report["llama_8b"].get("mma"))):
+                            ("by the CUDA-core matmul (PEAGLE_CUDA_MATMUL=fma), without CUDA graphs",
+                             report["llama_8b"].get("fma"))):
             if part and part["step_seconds"]:
                 md.append(f"- {label}: an engine step {part['step_seconds'] * 1e3:.2f} ms "
                           f"({part['ratio_to_bound']:.2f}x the bound), of which the target's forward "
                           f"{part['target_seconds_per_step'] * 1e3:.2f} ms; "
                           f"{part['decode']['tokens_per_second']:.1f} tokens/s end to end")
 
-    for suffix, key in (("", "gpt_oss"), ("-mma", "gpt_oss_mma")):
+    for suffix, key in (("", "gpt_oss"), ("-fma", "gpt_oss_fma")):
         gpt, section = gpt_oss(out, suffix)
         if gpt:
             report[key] = gpt
@@ -220,7 +219,7 @@ def step_ms(row):
 
 def gpt_oss(out, suffix=""):
     """The gpt-oss-20b-shaped bench: report.json's part (None when none of it finished) and
-    report.md's lines; with suffix "-mma", the sweeps run on the tensor-core matmul."""
+    report.md's lines; with suffix "-fma", the sweeps run on the CUDA-core matmul."""
     bound = load(os.path.join(out, "gpt-oss-bound.json"))
     c1 = load(os.path.join(out, f"gpt-oss-sweep-c1{suffix}", "sweep.json")) or {"rows": []}
     batched = load(os.path.join(out, f"gpt-oss-sweep{suffix}", "sweep.json")) or {"rows": []}
@@ -257,7 +256,7 @@ def gpt_oss(out, suffix=""):
         peagle, eagle3 = projected(c, "P-EAGLE K=7"), projected(c, "EAGLE-3 K=3")
         return peagle / eagle3 if peagle and eagle3 else None
 
-    md = ["", "## gpt-oss-20b-shaped random MXFP4 target" + (" on the tensor cores (PEAGLE_CUDA_MATMUL=mma)" if suffix else "")]
+    md = ["", "## gpt-oss-20b-shaped random MXFP4 target" + (" on the CUDA cores (PEAGLE_CUDA_MATMUL=fma)" if suffix else "")]
     if rows:
         md += ["", f"peagle-bench sweep, every step drafting K (`--fixed-k`), {max_tokens} new tokens a request. "
                    "Output tokens/s: the drafters are random and accept next to nothing, so these are what each "
@@ -331,9 +330,6 @@ KERNEL_PROFILES = {
     "gpt-oss-decode": "gpt-oss-20b-shaped target, no speculation",
     "gpt-oss-peagle": "gpt-oss-20b-shaped target, P-EAGLE K=7 (random drafter)",
     "gpt-oss-prefill": "gpt-oss-20b-shaped target, a 512-word prompt's prefill",
-    "gpt-oss-decode-mma": "gpt-oss-20b-shaped target, no speculation, tensor-core matmul (PEAGLE_CUDA_MATMUL=mma)",
-    "gpt-oss-prefill-mma": "gpt-oss-20b-shaped target, a 512-word prompt's prefill, tensor-core matmul "
-                           "(PEAGLE_CUDA_MATMUL=mma)",
 }
 PROFILE_TOP = 15  # kernels listed by name; the rest are summed in one line
 

@@ -256,7 +256,7 @@ fn startup_errors_are_one_line_with_non_zero_exit() {
     fails_with(
         &["--model", &model, "--device", "cuda"],
         &[("PEAGLE_CUDA_MATMUL", "cublas")],
-        "PEAGLE_CUDA_MATMUL must be fma or mma, not \"cublas\"",
+        "PEAGLE_CUDA_MATMUL must be mma or fma, not \"cublas\"",
     );
     fails(
         &["--model", &model, "--cuda-graphs"],

@@ -33,7 +33,7 @@ fn main() -> candle_core::Result<()> {
         let cublas = time(&device, reps, || x.matmul(&w_t))?;
         let weight_bytes = (n * k * 2) as f64;
         println!(
-            "{{\"m\": {m}, \"n\": {n}, \"k\": {k}, \"invariant_ms\": {:.4}, \"mma_ms\": {:.4}, \"cublas_ms\": {:.4}, \"ratio\": {:.3}, \"mma_ratio\": {:.3}, \"invariant_weight_gb_per_s\": {:.1}, \"mma_weight_gb_per_s\": {:.1}}}",
+            "{{\"m\": {m}, \"n\": {n}, \"k\": {k}, \"fma_ms\": {:.4}, \"mma_ms\": {:.4}, \"cublas_ms\": {:.4}, \"fma_ratio\": {:.3}, \"mma_ratio\": {:.3}, \"fma_weight_gb_per_s\": {:.1}, \"mma_weight_gb_per_s\": {:.1}}}",
             fma * 1e3,
             mma * 1e3,
             cublas * 1e3,

@@ -2,11 +2,12 @@
 //! element by a chain that depends on K alone, but not the same chain, so a process must keep
 //! to one for a row's bits not to depend on its batch.
 //!
-//! `fma` (the default, `kernels/linear.cu`) sums in f32 fused multiply-adds on the CUDA cores,
-//! bit for bit as its CPU reference. `mma` (`kernels/linear_mma.cu`) runs bf16 products on the
-//! tensor cores, for bf16 weights and activations with K a multiple of 32 (other products keep
-//! to `fma`), and so do gpt-oss's expert projections for bf16 rows (`kernels/moe.cu`'s `_mma`
-//! kernels); it has no bit-exact CPU reference, and is chosen with `PEAGLE_CUDA_MATMUL=mma`.
+//! `mma` (the default, `kernels/linear_mma.cu`) runs bf16 products on the tensor cores, for
+//! bf16 weights and activations with K a multiple of 32 (other products keep to `fma`), and so
+//! do gpt-oss's expert projections for bf16 rows (`kernels/moe.cu`'s `_mma` kernels); it has no
+//! bit-exact CPU reference, only a tolerance. `fma` (`kernels/linear.cu`, chosen with
+//! `PEAGLE_CUDA_MATMUL=fma`) sums in f32 fused multiply-adds on the CUDA cores, bit for bit as
+//! its CPU reference, and is slower wherever a step has more than one row.
 
 use std::sync::OnceLock;
 
@@ -23,7 +24,7 @@ pub enum CudaMatmul {
 pub const CUDA_MATMUL_ENV: &str = "PEAGLE_CUDA_MATMUL";
 
 impl CudaMatmul {
-    /// The process's kernel: `PEAGLE_CUDA_MATMUL` (`fma`, the default, or `mma`), read once;
+    /// The process's kernel: `PEAGLE_CUDA_MATMUL` (`mma`, the default, or `fma`), read once;
     /// the error says what the variable holds instead.
     pub fn chosen() -> std::result::Result<CudaMatmul, String> {
         static CHOSEN: OnceLock<std::result::Result<CudaMatmul, String>> = OnceLock::new();
@@ -41,9 +42,9 @@ impl CudaMatmul {
     /// The kernel a value of `PEAGLE_CUDA_MATMUL` names (None: unset).
     fn parse(value: Option<&str>) -> std::result::Result<CudaMatmul, String> {
         match value {
-            None | Some("fma") => Ok(Self::Fma),
-            Some("mma") => Ok(Self::Mma),
-            Some(other) => Err(format!("{CUDA_MATMUL_ENV} must be fma or mma, not {other:?}")),
+            None | Some("mma") => Ok(Self::Mma),
+            Some("fma") => Ok(Self::Fma),
+            Some(other) => Err(format!("{CUDA_MATMUL_ENV} must be mma or fma, not {other:?}")),
         }
     }
 }
@@ -54,10 +55,10 @@ mod tests {
 
     #[test]
     fn the_variable_names_a_kernel_or_is_refused() {
-        assert_eq!(CudaMatmul::parse(None), Ok(CudaMatmul::Fma));
+        assert_eq!(CudaMatmul::parse(None), Ok(CudaMatmul::Mma));
         assert_eq!(CudaMatmul::parse(Some("fma")), Ok(CudaMatmul::Fma));
         assert_eq!(CudaMatmul::parse(Some("mma")), Ok(CudaMatmul::Mma));
         let err = CudaMatmul::parse(Some("cublas")).unwrap_err();
-        assert_eq!(err, "PEAGLE_CUDA_MATMUL must be fma or mma, not \"cublas\"");
+        assert_eq!(err, "PEAGLE_CUDA_MATMUL must be mma or fma, not \"cublas\"");
     }
 }
