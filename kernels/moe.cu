@@ -24,18 +24,6 @@
 #define MOE_WARPS 4
 #define MOE_MAX_EXPERTS 1024
 
-// Code i (0..7) of a word of eight e2m1 codes as an f32 of its value times 2^-126, exactly: the
-// code's exponent and mantissa bits (1-2 and 0) become the f32's lowest exponent bits and its
-// highest mantissa bit, so exponent 0 makes the subnormal 0.5 * m * 2^-126, and the code's sign
-// (bit 3) becomes the sign. Two shifts and two masks a value, where decoding the fields costs
-// twice that.
-__device__ __forceinline__ float e2m1_tiny(uint32_t word, int i) {
-    const int to_exponent = 22 - 4 * i, to_sign = 28 - 4 * i;
-    const uint32_t magnitude = (to_exponent >= 0 ? word << to_exponent : word >> -to_exponent) & 0x01C00000u;
-    const uint32_t sign = (to_sign >= 0 ? word << to_sign : word >> -to_sign) & 0x80000000u;
-    return __uint_as_float(magnitude | sign);
-}
-
 // ---- routing ---------------------------------------------------------------------------------
 
 // One warp per row. k rounds of a warp argmax over the experts not yet chosen, in the CPU
@@ -154,21 +142,58 @@ __device__ __forceinline__ bool tile_of(const int* tiles, const int* num_tiles, 
     return true;
 }
 
+// A pair of bf16 values from its bits (the first in the low half), and back.
+__device__ __forceinline__ __nv_bfloat162 bf16_pair(uint32_t bits) { return *reinterpret_cast<__nv_bfloat162*>(&bits); }
+__device__ __forceinline__ uint32_t bf16_pair_bits(__nv_bfloat162 pair) { return *reinterpret_cast<uint32_t*>(&pair); }
+
+// Codes 0..7's magnitudes {0, 0.5, 1, 1.5, 2, 3, 4, 6} as bf16, byte by byte, for
+// __byte_perm's lookup of four codes at a time: their low bytes (byte i of the pair of words
+// is code i's), then their high bytes.
+#define E2M1_LOW_BYTES_0 0xC0800000u
+#define E2M1_LOW_BYTES_1 0xC0804000u
+#define E2M1_HIGH_BYTES_0 0x3F3F3F00u
+#define E2M1_HIGH_BYTES_1 0x40404040u
+
 // The eight weights whose codes `word` holds (low nibble first) of an MXFP4 block with scale
-// `scale`: each e2m1 value times 2^(scale - 127), where scale 0 is the subnormal 2^-127 and
-// 255 infinity, as the CPU's table has them. Every product
-// is exact, so the weights are those bits whichever way they are made: up to scale 128, a
-// code's value times 2^-126 (`e2m1_tiny`) times 2^(scale - 1), one multiply; above, where that
-// multiplier would overflow, the value itself (times 2^126) times the scale.
+// `scale`, as bf16 pairs in order (pair i: weights 2i and 2i + 1, the first in the low half):
+// each e2m1 value times 2^(scale - 127), where scale 0 is the subnormal 2^-127 and 255
+// infinity, as the CPU's table has them. A code's magnitude is looked up by byte permutes, its
+// sign moved in, and each pair multiplied by the scale in bf16, which is exact: an e2m1 value
+// times a power of two has two significant bits, and bf16 has f32's range, subnormals
+// included (a product past it overflows to infinity, as the CPU's f32 does). About three
+// instructions a weight: dequantization, not memory, bounds an expert projection's rows where
+// they are few.
+__device__ __forceinline__ uint4 dequantize8_bf16(uint32_t word, uint8_t scale) {
+    const uint32_t magnitudes = word & 0x77777777u;
+    // The sign of code 2i + 1 is the top bit of byte i of `word`; that of code 2i, of `word << 4`.
+    const uint32_t even_signs = word << 4;
+    const uint32_t scale_bits = max((uint32_t)scale << 7, 0x40u);
+    const __nv_bfloat162 scale2 = bf16_pair(scale_bits | scale_bits << 16);
+    uint32_t p[4];
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+        const uint32_t codes = magnitudes >> (16 * half);
+        const uint32_t low = __byte_perm(E2M1_LOW_BYTES_0, E2M1_LOW_BYTES_1, codes);
+        const uint32_t high = __byte_perm(E2M1_HIGH_BYTES_0, E2M1_HIGH_BYTES_1, codes);
+        p[2 * half] = __byte_perm(low, high, 0x5140);
+        p[2 * half + 1] = __byte_perm(low, high, 0x7362);
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const uint32_t signs = __byte_perm(even_signs, word, i << 4 | (4 + i) << 12) & 0x80008000u;
+        p[i] = bf16_pair_bits(__hmul2(bf16_pair(p[i] | signs), scale2));
+    }
+    return make_uint4(p[0], p[1], p[2], p[3]);
+}
+
+// `dequantize8_bf16`'s weights widened to f32 (exactly).
 __device__ __forceinline__ void dequantize8(uint32_t word, uint8_t scale, float* w) {
-    if (scale <= 128) {
-        const float s = __uint_as_float((scale + 126u) << 23);
+    const uint4 packed = dequantize8_bf16(word, scale);
+    const uint32_t p[4] = {packed.x, packed.y, packed.z, packed.w};
 #pragma unroll
-        for (int i = 0; i < 8; ++i) w[i] = e2m1_tiny(word, i) * s;
-    } else {
-        const float s = __uint_as_float((uint32_t)scale << 23);
-#pragma unroll
-        for (int i = 0; i < 8; ++i) w[i] = e2m1_tiny(word, i) * 0x1p126f * s;
+    for (int i = 0; i < 4; ++i) {
+        w[2 * i] = __uint_as_float(p[i] << 16);
+        w[2 * i + 1] = __uint_as_float(p[i] & 0xFFFF0000u);
     }
 }
 
@@ -303,18 +328,6 @@ extern "C" __global__ void __launch_bounds__(MOE_WARPS * 32)
 // Steps of loads a warp has in flight.
 #define MOE_MMA_DEPTH 4
 
-// Weights 8t .. 8t + 8 of an MXFP4 block (`dequantize8`'s values) as bf16 pairs in the
-// operand order. `word` holds the block's bytes 4t .. 4t + 4, eight codes, low nibble first.
-__device__ __forceinline__ uint4 dequantize8_bf16(uint32_t word, uint8_t scale) {
-    float w[8];
-    dequantize8(word, scale, w);
-    // Each weight is a bf16 value exactly: its f32's high half.
-    uint32_t p[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) p[i] = __byte_perm(__float_as_uint(w[2 * i]), __float_as_uint(w[2 * i + 1]), 0x7632);
-    return make_uint4(p[0], p[1], p[2], p[3]);
-}
-
 // Eight elements of x from `p` as bf16 pairs in the operand order (f32 rounded to nearest).
 __device__ __forceinline__ uint4 operand8(const __nv_bfloat16* p) { return *reinterpret_cast<const uint4*>(p); }
 __device__ __forceinline__ uint4 operand8(const float* p) {
@@ -329,18 +342,29 @@ __device__ __forceinline__ uint4 operand8(const float* p) {
     return make_uint4(q[0], q[1], q[2], q[3]);
 }
 
-// One weight row's part of a step as read: its block's bytes 4t .. 4t + 4 and the block's
-// scale; none past the expert's rows.
+// One weight row as a lane reads it, addressed once: words t of its MXFP4 blocks (a block is
+// four words, eight codes each) and the blocks' scales; null past the expert's rows.
+struct WeightRow {
+    const uint32_t* words;
+    const uint8_t* scales;
+};
+
+__device__ __forceinline__ WeightRow weight_row(const uint8_t* blocks, const uint8_t* scales, size_t row, bool real,
+                                                int groups, int t) {
+    if (!real) return {nullptr, nullptr};
+    return {reinterpret_cast<const uint32_t*>(blocks + row * groups * 16) + t, scales + row * groups};
+}
+
+// A weight row's part of a step as read: its word of block `group` and the block's scale;
+// zeros past the expert's rows or the inner dimension.
 struct RowPart {
     uint32_t word;
     uint8_t scale;
 };
 
-__device__ __forceinline__ RowPart row_part(const uint8_t* blocks, const uint8_t* scales, size_t row, bool real,
-                                            int groups, int group, int t) {
-    if (!real) return {0u, (uint8_t)0};
-    const size_t b = row * groups + group;
-    return {*reinterpret_cast<const uint32_t*>(blocks + b * 16 + 4 * t), scales[b]};
+__device__ __forceinline__ RowPart row_part(const WeightRow& row, int group, bool in_k) {
+    if (!in_k || !row.words) return {0u, (uint8_t)0};
+    return {row.words[4 * group], row.scales[group]};
 }
 
 // d[h] += the tile of weight rows `rows[h]` .. + 16 (each a row of `groups` MXFP4 blocks; rows
@@ -351,6 +375,13 @@ template <int H, typename X>
 __device__ void mma_tile_dots(const uint8_t* blocks, const uint8_t* scales, const size_t* rows, int real_rows,
                               int first_row, int groups, const X* x_row, float (*d)[4]) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    WeightRow lo_rows[H], hi_rows[H];
+#pragma unroll
+    for (int h = 0; h < H; ++h) {
+        lo_rows[h] = weight_row(blocks, scales, rows[h] + g, first_row + g < real_rows, groups, t);
+        hi_rows[h] = weight_row(blocks, scales, rows[h] + g + 8, first_row + g + 8 < real_rows, groups, t);
+    }
+    const X* x_lane = x_row ? x_row + 8 * t : nullptr;
     for (int first = warp; first < groups; first += MOE_MMA_DEPTH * MOE_MMA_WARPS) {
         RowPart lo[MOE_MMA_DEPTH][H], hi[MOE_MMA_DEPTH][H];
         uint4 b[MOE_MMA_DEPTH];
@@ -360,11 +391,10 @@ __device__ void mma_tile_dots(const uint8_t* blocks, const uint8_t* scales, cons
             const bool in_k = group < groups;
 #pragma unroll
             for (int h = 0; h < H; ++h) {
-                lo[s][h] = row_part(blocks, scales, rows[h] + g, in_k && first_row + g < real_rows, groups, group, t);
-                hi[s][h] = row_part(blocks, scales, rows[h] + g + 8, in_k && first_row + g + 8 < real_rows, groups,
-                                    group, t);
+                lo[s][h] = row_part(lo_rows[h], group, in_k);
+                hi[s][h] = row_part(hi_rows[h], group, in_k);
             }
-            b[s] = in_k && x_row ? operand8(x_row + (size_t)group * 32 + 8 * t) : make_uint4(0, 0, 0, 0);
+            b[s] = in_k && x_lane ? operand8(x_lane + (size_t)group * 32) : make_uint4(0, 0, 0, 0);
         }
 #pragma unroll
         for (int s = 0; s < MOE_MMA_DEPTH; ++s) {
@@ -448,11 +478,11 @@ extern "C" __global__ void __launch_bounds__(MOE_MMA_WARPS * 32)
 // ---- combine -----------------------------------------------------------------------------------
 
 // out[row] = the sum over ranks, in rank order, of weight * the expert's output, each product
-// rounded before its addition as the CPU does. One block per row.
+// rounded before its addition as the CPU does. A row's columns are dealt to gridDim.y blocks.
 template <typename T>
 __device__ void moe_combine(T* out, const float* y, const float* weights, const int* pair_of, int hidden, int k) {
     const int row = blockIdx.x;
-    for (int c = threadIdx.x; c < hidden; c += blockDim.x) {
+    for (int c = blockIdx.y * blockDim.x + threadIdx.x; c < hidden; c += gridDim.y * blockDim.x) {
         float o = 0.f;
         for (int rank = 0; rank < k; ++rank) {
             const int p = pair_of[row * k + rank];

@@ -1,40 +1,97 @@
 // RMSNorm of each row of x [rows, width], optionally fused with the residual add before it:
 // sum = x + residual (rounded to T), then out = weight * T(sum * rsqrt(mean(sum^2) + eps)),
 // the rounding order of HF transformers. With a residual, `out` holds 2 * rows rows: the
-// normed rows, then the sums. One block of RMS_THREADS per row: the reduction tree depends on
-// the width alone.
+// normed rows, then the sums. One block of RMS_THREADS per row.
+//
+// A row is read as vectors of 8 elements (the last one partial): thread i sums the squares of
+// vectors i, i + RMS_THREADS, ... in order, then the block reduces by a fixed tree, so the
+// order depends on the width alone. A decode step's row is one block's work, so a thread
+// issues the loads of up to RMS_VECTORS vectors before it uses any: the block waits on memory
+// twice (the row, then the weight and the row again), not once per element. Where the
+// launcher says the rows allow it (`vector`: width % 8 == 0, every operand 16-byte aligned) a
+// vector is one load; otherwise its elements are read one by one, to the same values.
 #include "common.cuh"
 
 #define RMS_THREADS 256
+// Vectors of 8 a thread has in flight: one round of loads for rows up to 8192 wide.
+#define RMS_VECTORS 4
+
+// Vector `v` (elements 8v .. 8v + 8) of a row of `width` at p as f32, zeros past the row.
+template <typename T>
+__device__ __forceinline__ void load_vector(const T* p, int v, int width, int vector, float* out) {
+    const int e = 8 * v;
+    if (vector) {
+        load8(p + e, out);
+        return;
+    }
+#pragma unroll
+    for (int i = 0; i < 8; ++i) out[i] = e + i < width ? to_f32(p[e + i]) : 0.f;
+}
+
+// This thread's vectors of the round from `first` (first, first + RMS_THREADS, ...) of a row
+// of `width` at p, as f32; as many as the row has.
+template <typename T>
+__device__ __forceinline__ void load_round(const T* p, int first, int width, int vector, float (*v)[8]) {
+#pragma unroll
+    for (int j = 0; j < RMS_VECTORS; ++j) {
+        const int n = first + j * RMS_THREADS;
+        if (8 * n >= width) break;
+        load_vector(p, n, width, vector, v[j]);
+    }
+}
 
 template <typename T, typename W>
-__device__ void rms_norm(T* out, const T* x, const T* residual, const W* weight, int width,
-                         float eps) {
+__device__ void rms_norm(T* out, const T* x, const T* residual, const W* weight, int width, float eps,
+                         int vector) {
     __shared__ float scratch[32];
-    T* sum_out = out + (size_t)gridDim.x * width;
     const size_t base = (size_t)blockIdx.x * width;
+    T* normed = out + base;
+    T* sum_out = out + (size_t)gridDim.x * width + base;
+    const T* src = residual ? sum_out : x + base;
+    const int vectors = (width + 7) / 8, round = RMS_THREADS * RMS_VECTORS;
+
     float squares = 0.f;
-    for (int i = threadIdx.x; i < width; i += RMS_THREADS) {
-        float v = to_f32(x[base + i]);
-        if (residual) {
-            const T sum = from_f32<T>(v + to_f32(residual[base + i]));
-            sum_out[base + i] = sum;
-            v = to_f32(sum);
+    for (int first = threadIdx.x; first < vectors; first += round) {
+        float v[RMS_VECTORS][8], r[RMS_VECTORS][8];
+        load_round(x + base, first, width, vector, v);
+        if (residual) load_round(residual + base, first, width, vector, r);
+#pragma unroll
+        for (int j = 0; j < RMS_VECTORS; ++j) {
+            const int n = first + j * RMS_THREADS;
+            if (n >= vectors) break;
+#pragma unroll
+            for (int i = 0; i < 8; ++i) {
+                float s = v[j][i];
+                if (residual && 8 * n + i < width) {
+                    const T sum = from_f32<T>(s + r[j][i]);
+                    sum_out[8 * n + i] = sum;
+                    s = to_f32(sum);
+                }
+                squares = fmaf(s, s, squares);
+            }
         }
-        squares = fmaf(v, v, squares);
     }
     const float inv = rsqrtf(block_sum(squares, scratch) / width + eps);
-    const T* src = residual ? sum_out : x;
-    for (int i = threadIdx.x; i < width; i += RMS_THREADS) {
-        const float normed = to_f32(from_f32<T>(to_f32(src[base + i]) * inv));
-        out[base + i] = from_f32<T>(to_f32(weight[i]) * normed);
+
+    for (int first = threadIdx.x; first < vectors; first += round) {
+        float v[RMS_VECTORS][8], w[RMS_VECTORS][8];
+        load_round(src, first, width, vector, v);
+        load_round(weight, first, width, vector, w);
+#pragma unroll
+        for (int j = 0; j < RMS_VECTORS; ++j) {
+            const int n = first + j * RMS_THREADS;
+            if (n >= vectors) break;
+#pragma unroll
+            for (int i = 0; i < 8; ++i)
+                if (8 * n + i < width) normed[8 * n + i] = from_f32<T>(w[j][i] * to_f32(from_f32<T>(v[j][i] * inv)));
+        }
     }
 }
 
 #define RMS_NORM(NAME, T, W)                                                                   \
     extern "C" __global__ void __launch_bounds__(RMS_THREADS)                                  \
-        NAME(T* out, const T* x, const T* residual, const W* weight, int width, float eps) {   \
-        rms_norm<T, W>(out, x, residual, weight, width, eps);                                  \
+        NAME(T* out, const T* x, const T* residual, const W* weight, int width, float eps, int vector) { \
+        rms_norm<T, W>(out, x, residual, weight, width, eps, vector);                          \
     }
 
 RMS_NORM(rms_norm_f32_f32, float, float)

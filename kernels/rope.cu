@@ -1,7 +1,8 @@
 // Rotary position embedding, rotate-halves layout (HF Llama, Qwen3, gpt-oss): row r of
 // `x` [rows, heads * head_dim] (row stride `x_stride` elements, so x may be a column range of
 // a wider tensor) is rotated by cos and sin [rows, head_dim / 2], which carry any scaling
-// (llama3, YaRN and its attention factor) already. One block per row.
+// (llama3, YaRN and its attention factor) already. A row's pairs are dealt to gridDim.y
+// blocks, so that a decode step's one row is not one block's long chain of loads.
 #include "common.cuh"
 
 template <typename T>
@@ -10,7 +11,7 @@ __device__ void rope(T* out, const T* x, const float* cos, const float* sin, int
     const int row = blockIdx.x, half = head_dim / 2;
     const T* src = x + (size_t)row * x_stride;
     T* dst = out + (size_t)row * width;
-    for (int i = threadIdx.x; i < width / 2; i += blockDim.x) {
+    for (int i = blockIdx.y * blockDim.x + threadIdx.x; i < width / 2; i += gridDim.y * blockDim.x) {
         const int head = i / half, j = i % half;
         const int lo = head * head_dim + j, hi = lo + half;
         const float c = cos[(size_t)row * half + j], s = sin[(size_t)row * half + j];

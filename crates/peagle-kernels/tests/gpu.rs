@@ -135,7 +135,7 @@ fn invariant_matmul_equals_its_cpu_reference_bitwise_at_every_batch_size() {
     assert!(err.to_string().contains("8 at a time"), "{err}");
 }
 
-/// The tensor-core matmul (`PEAGLE_CUDA_MATMUL=mma`) gives a row the same bits at every batch
+/// The tensor-core matmul (the default, `mma`) gives a row the same bits at every batch
 /// size, from 1 (its narrow form) to 2048 (its wide one), and wherever the row sits; its
 /// values are the product's within bf16 rounding. Products it does not take (K not a multiple
 /// of 32, f32 activations) are the CUDA-core kernel's, bit for bit.
@@ -369,7 +369,8 @@ fn gumbel_sample_equals_the_cpu_and_follows_the_softmax() {
 #[test]
 fn rope_equals_the_cpu_kernel_bitwise_even_on_strided_rows() {
     let Some(dev) = gpu() else { return };
-    let (rows, heads, d) = (9, 4, 64);
+    // 384 pairs a row: three blocks of it.
+    let (rows, heads, d) = (9, 12, 64);
     let wide = tensor((rows, 3 * heads * d), 5, 2.0);
     let angles = tensor((rows, d / 2), 6, 3.0);
     let (cos, sin) = (angles.cos().unwrap(), angles.sin().unwrap());
@@ -414,6 +415,64 @@ fn swiglu_and_rms_norm_match_the_cpu_within_a_few_ulp() {
     let f = |t: &Tensor| t.to_dtype(DType::BF16).unwrap().to_dtype(DType::F32).unwrap();
     let (_, want) = add_rms_norm(&f(&x), &f(&r), &f(&w), 1e-5).unwrap();
     assert!(max_rel_diff(&host(&normed), &host(&want)) < 2e-2);
+}
+
+/// RMSNorm reads a row by vectors of 8 where it can and element by element where it cannot
+/// (a width no multiple of 8, rows off a 16-byte boundary), to the same bits; a row wider than
+/// one round of a thread's loads (8192) too; and a row's bits do not depend on the others.
+#[test]
+fn rms_norm_rows_have_the_same_bits_however_they_are_read() {
+    let Some(dev) = gpu() else { return };
+    for (width, dtype) in [
+        (2880, DType::BF16),
+        (2883, DType::BF16),
+        (8200, DType::F32),
+        (61, DType::F32),
+    ] {
+        let rows = 5;
+        let on_gpu = |t: Tensor| t.to_dtype(dtype).unwrap().to_device(&dev).unwrap();
+        let (x, r) = (
+            on_gpu(tensor((rows, width), 8, 3.0)),
+            on_gpu(tensor((rows, width), 9, 3.0)),
+        );
+        let w = on_gpu(tensor((1, width), 10, 1.0).squeeze(0).unwrap());
+        let normed = rms_norm(&x, &w, 1e-5).unwrap();
+        // Against the CPU on the same values, within the rows' rounding.
+        let f32_host = |t: &Tensor| t.to_device(&Device::Cpu).unwrap().to_dtype(DType::F32).unwrap();
+        let want = rms_norm(&f32_host(&x), &f32_host(&w), 1e-5).unwrap();
+        let tolerance = if dtype == DType::BF16 { 2e-2 } else { 1e-5 };
+        let diff = max_rel_diff(&host(&normed), &host(&want));
+        assert!(diff < tolerance, "width {width}: off the CPU by {diff}");
+        // The same rows three elements into a buffer: no row starts 16-byte aligned.
+        let flat = x.flatten_all().unwrap();
+        let shifted = Tensor::cat(&[flat.narrow(0, 0, 3).unwrap(), flat], 0)
+            .unwrap()
+            .narrow(0, 3, rows * width)
+            .unwrap()
+            .reshape((rows, width))
+            .unwrap();
+        assert_eq!(
+            bits(&rms_norm(&shifted, &w, 1e-5).unwrap()),
+            bits(&normed),
+            "width {width}: unaligned"
+        );
+        for row in [0, 3] {
+            let alone = rms_norm(&x.narrow(0, row, 1).unwrap(), &w, 1e-5).unwrap();
+            assert_eq!(
+                bits(&alone),
+                bits(&normed.narrow(0, row, 1).unwrap()),
+                "width {width}: row {row} alone"
+            );
+        }
+        // Fused with the residual add: its sums, then the same norm of them.
+        let (sum, fused) = add_rms_norm(&x, &r, &w, 1e-5).unwrap();
+        assert_eq!(bits(&sum), bits(&(&x + &r).unwrap()), "width {width}: the sums");
+        assert_eq!(
+            bits(&fused),
+            bits(&rms_norm(&sum, &w, 1e-5).unwrap()),
+            "width {width}: fused"
+        );
+    }
 }
 
 /// A batch's metadata and queries, and a paged cache of random keys and values.
@@ -882,4 +941,98 @@ fn mxfp4_experts_route_a_row_of_nan_without_harm_to_the_rest() {
         host(&both.narrow(0, 0, 1).unwrap()).iter().all(|v| v.is_nan()),
         "NaN weights"
     );
+}
+
+/// Every e2m1 code at every scale (0, the subnormal 2^-127, to 255, infinity) dequantizes on
+/// the GPU to the CPU's value, by both kernels: expert e's activations are one-hot at column e
+/// (its gate_up weights are zeros, and its biases make SwiGLU 1 there, 0 elsewhere), so its
+/// output is column e of its down projection, whose row r has scale r and code (r + e) % 16
+/// there, and code 0 elsewhere. Sixteen experts, each a row's only one, see all 4096 pairs.
+#[test]
+fn mxfp4_experts_dequantize_every_code_at_every_scale_as_the_cpu() {
+    let Some(dev) = gpu() else { return };
+    let (experts, hidden, inter) = (16, 256, 32);
+    // An MXFP4 weight of `out` rows one block wide, its codes and its rows' scales given.
+    let block_wide = |out: usize, code: &dyn Fn(usize, usize) -> u8, scale: &dyn Fn(usize) -> u8| {
+        let bytes: Vec<u8> = (0..out * 16)
+            .map(|i| code(i / 16, 2 * (i % 16)) | code(i / 16, 2 * (i % 16) + 1) << 4)
+            .collect();
+        let scales: Vec<u8> = (0..out).map(scale).collect();
+        Mxfp4Weight::new(
+            &Tensor::from_vec(bytes, (out, 1, 16), &Device::Cpu).unwrap(),
+            &Tensor::from_vec(scales, (out, 1), &Device::Cpu).unwrap(),
+        )
+        .unwrap()
+    };
+    let zeros = |out: usize, inner: usize| {
+        Mxfp4Weight::new(
+            &Tensor::zeros((out, inner / 32, 16), DType::U8, &Device::Cpu).unwrap(),
+            &Tensor::full(127u8, (out, inner / 32), &Device::Cpu).unwrap(),
+        )
+        .unwrap()
+    };
+    let weights: Vec<ExpertWeights> = (0..experts)
+        .map(|e| {
+            let gate_up_bias = (0..2 * inter)
+                .map(|c| match c {
+                    c if c == e => 64.0,
+                    c if c < inter => 0.0,
+                    _ => 1.0 / 64.0,
+                })
+                .collect();
+            let code = move |r: usize, c: usize| if c == e { ((r + e) % 16) as u8 } else { 0 };
+            let down = block_wide(hidden, &code, &|r| r as u8);
+            (zeros(2 * inter, hidden), gate_up_bias, down, vec![0.0; hidden])
+        })
+        .collect();
+    let on_gpu = Mxfp4Experts::new(&dev, &borrowed(&weights)).unwrap();
+    let routing = Routing {
+        top_k: 1,
+        normalize: true,
+        clamp: None,
+    };
+    // Row e routes to expert e alone, with weight 1.
+    let logits = Tensor::from_vec(
+        (0..experts * experts)
+            .map(|i| if i / experts == i % experts { 10.0 } else { 0.0 })
+            .collect(),
+        (experts, experts),
+        &Device::Cpu,
+    )
+    .unwrap();
+    // Row e of the output: the f32 dot of the CPU's dequantized down weights and the one-hot
+    // activations, so a row with an infinite weight elsewhere is NaN there too.
+    let want: Vec<f32> = weights
+        .iter()
+        .enumerate()
+        .flat_map(|(e, (_, _, down, _))| {
+            let dense = host(&down.dequantize(&Device::Cpu).unwrap());
+            (0..hidden)
+                .map(|r| {
+                    (0..inter).fold(0f32, |sum, c| {
+                        sum + dense[r * inter + c] * if c == e { 1.0 } else { 0.0 }
+                    })
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let same = |got: f32, want: f32| got == want || (got.is_nan() && want.is_nan());
+    for (dtype, kernel) in [
+        (DType::F32, CudaMatmul::Fma),
+        (DType::BF16, CudaMatmul::Fma),
+        (DType::BF16, CudaMatmul::Mma),
+    ] {
+        let x = Tensor::zeros((experts, hidden), dtype, &dev).unwrap();
+        let logits = logits.to_dtype(dtype).unwrap().to_device(&dev).unwrap();
+        let got = host(&on_gpu.forward_by(&x, &logits, &routing, kernel).unwrap());
+        let wrong: Vec<_> = (0..experts * hidden)
+            .filter(|i| !same(got[*i], want[*i]))
+            .map(|i| (i / hidden, i % hidden, got[i], want[i]))
+            .take(5)
+            .collect();
+        assert!(
+            wrong.is_empty(),
+            "{dtype:?} by {kernel:?}: (expert, scale, got, want) {wrong:?}"
+        );
+    }
 }

@@ -169,6 +169,16 @@ fn grid(grid_dim: (u32, u32), threads: u32) -> LaunchConfig {
     }
 }
 
+/// The most blocks a launch's second grid dimension holds.
+const MAX_GRID_Y: usize = 65535;
+
+/// The blocks that deal one row of `elements` to `threads` threads each, for an elementwise
+/// kernel's grid.y: enough for one element a thread, within the grid's limit (the kernels loop
+/// over the rest).
+fn row_blocks(elements: usize, threads: usize) -> u32 {
+    elements.div_ceil(threads).clamp(1, MAX_GRID_Y) as u32
+}
+
 /// A size as the kernels' `int`, or an error: the kernels index with 32-bit integers.
 fn int(op: &'static str, n: usize) -> Result<i32> {
     i32::try_from(n).map_err(|_| bad_input(op, format!("{n} does not fit the kernel's 32-bit sizes")))

@@ -1,5 +1,5 @@
 use super::module::{function, Module};
-use super::{aligned_16, by_dtype, dtype_name, grid, int, output, view};
+use super::{aligned_16, by_dtype, dtype_name, grid, int, output, row_blocks, view, MAX_GRID_Y};
 use crate::cuda_matmul::CudaMatmul;
 use crate::error::bad_input;
 use crate::mxfp4_experts::{Mxfp4Experts, Routing};
@@ -15,8 +15,6 @@ const WARPS: usize = 4;
 const MMA_COLUMNS: usize = 16;
 const MMA_WARPS: u32 = 8;
 pub(crate) const MAX_EXPERTS: usize = 1024;
-/// The most blocks a launch's second grid dimension holds: one a tile.
-const MAX_GRID_Y: usize = 65535;
 
 /// The device's copy of the experts' weights, one buffer per tensor over all experts.
 pub(crate) struct DeviceExperts {
@@ -198,7 +196,7 @@ fn launch<T: CudaDType + DeviceRepr>(
         .arg(&hidden_i)
         .arg(&k_i);
     // SAFETY: `pair_of` maps each row's k pairs into `y` [pairs, hidden].
-    unsafe { b.launch(grid((rows as u32, 1), 256)) }.w()?;
+    unsafe { b.launch(grid((rows as u32, row_blocks(hidden, 256)), 256)) }.w()?;
     Ok(CudaStorage::wrap_cuda_slice(out, device.clone()))
 }
 

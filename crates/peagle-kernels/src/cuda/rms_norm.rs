@@ -1,5 +1,5 @@
 use super::module::{function, Kernel, Module};
-use super::{by_dtypes, dtype_name, grid, int, output, view};
+use super::{by_dtypes, dtype_name, grid, int, output, starts_aligned_16, view};
 use crate::error::bad_input;
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{DeviceRepr, PushKernelArg};
@@ -21,11 +21,17 @@ pub(crate) fn rms_norm(
         return Err(bad_input(OP, "f32 rows with a bf16 weight: cast the weight to f32"));
     }
     let name = format!("rms_norm_{}_{}", dtype_name(OP, dtype)?, dtype_name(OP, w_dtype)?);
+    // Whole vectors of 8 by one load each, where every operand allows it.
+    let aligned = [Some(x), residual, Some(weight)]
+        .into_iter()
+        .flatten()
+        .all(|(s, l)| starts_aligned_16(l, s.dtype()));
     let args = Args {
         func: function(&x.0.device, Module::RmsNorm, &name)?,
         rows,
         width: int(OP, width)?,
         eps,
+        vector: i32::from(width.is_multiple_of(8) && aligned),
     };
     let out = by_dtypes!(OP, (dtype, w_dtype), launch(x, residual, weight, &args))?;
     let shape = match residual {
@@ -40,6 +46,7 @@ struct Args {
     rows: usize,
     width: i32,
     eps: f32,
+    vector: i32,
 }
 
 fn launch<T: CudaDType + DeviceRepr, W: CudaDType>(
@@ -61,9 +68,10 @@ fn launch<T: CudaDType + DeviceRepr, W: CudaDType>(
         Some(r) => builder.arg(r),
         None => builder.arg(&null),
     };
-    builder.arg(&ws).arg(&a.width).arg(&a.eps);
+    builder.arg(&ws).arg(&a.width).arg(&a.eps).arg(&a.vector);
     // SAFETY: x and the residual hold rows * width elements, the weight width, `out` one or
-    // two times rows * width as the kernel writes.
+    // two times rows * width as the kernel writes; `vector` only where all start 16-byte
+    // aligned and width is a multiple of 8.
     unsafe { builder.launch(grid((a.rows as u32, 1), 256)) }.w()?;
     Ok(CudaStorage::wrap_cuda_slice(out, device.clone()))
 }

@@ -1,5 +1,5 @@
 use super::module::{function, Kernel, Module};
-use super::{by_dtype, dtype_name, grid, int, output, strided_view, view};
+use super::{by_dtype, dtype_name, grid, int, output, row_blocks, strided_view, view};
 use crate::error::bad_input;
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{CudaView, DeviceRepr, PushKernelArg};
@@ -53,6 +53,6 @@ fn launch<T: CudaDType + DeviceRepr>(
     builder.arg(&stride);
     // SAFETY: the view spans the rows of x, `stride` apart, and cos and sin hold
     // rows * head_dim / 2 values (checked by the caller).
-    unsafe { builder.launch(grid((a.rows as u32, 1), 128)) }.w()?;
+    unsafe { builder.launch(grid((a.rows as u32, row_blocks(a.ints[0] as usize / 2, 128)), 128)) }.w()?;
     Ok(CudaStorage::wrap_cuda_slice(out, device.clone()))
 }
