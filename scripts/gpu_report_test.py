@@ -55,7 +55,7 @@ def main():
         # on the CUDA cores: a plain step of 2 ms against a bound of 1 ms a token, then 1.25 ms.
         write(out, "gpt-oss-bound.json", json.dumps(
             {"bytes_per_token": 3.7e9, "copy_bytes_per_second": 3.7e12, "bound_seconds_per_token": 0.001,
-             "device": "cuda"}))
+             "device": "cuda", "window_bytes": {"1": 3.7e9, "4": 6.4e9, "8": 8.8e9}}))
         for name, plain_ms in (("gpt-oss-sweep-c1", 2.0), ("gpt-oss-sweep-c1-fma", 1.25)):
             os.makedirs(os.path.join(out, name))
             write(os.path.join(out, name), "sweep.json", json.dumps({"rows": [
@@ -92,6 +92,9 @@ def main():
         assert abs(peagle_over_eagle3 - 1.5) < 1e-9, (key, peagle_over_eagle3)
         assert 8 not in gpt["levels"] and "8" not in gpt["levels"], "the warm-up level is left out"
     assert "## gpt-oss-20b-shaped random MXFP4 target\n" in md, md
+    # (3.94 / 8.8) / (2.65 / 6.4) = 1.0813
+    assert abs(report["gpt_oss"]["peagle_over_eagle3_at_the_bound"] - 3.94 * 6.4 / (8.8 * 2.65)) < 1e-9
+    assert "P-EAGLE K=7 over EAGLE-3 K=3 projected 1.08x (a window of 8 rows reads 8.80 GB, one of 4 6.40 GB" in md, md
     assert "## gpt-oss-20b-shaped random MXFP4 target on the CUDA cores (PEAGLE_CUDA_MATMUL=fma)" in md, md
 
     kernels = report["kernel_profiles"]["llama-8b-decode"]["kernels"]

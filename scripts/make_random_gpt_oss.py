@@ -7,7 +7,11 @@ writes:
 - bound.json: the bytes one decode token reads (4 active experts a layer in MXFP4, attention,
   router, norms, lm_head and one embedding row) and the copy bandwidth of the memory the
   weights are read from: the host's, measured with numpy, or with --gpu the GPU's, measured
-  with torch. --gpu also draws the random tensors on the GPU, which is much faster.
+  with torch. --gpu also draws the random tensors on the GPU, which is much faster. Also the
+  bytes a step over a window of 1, 4 (EAGLE-3 K=3's verification) and 8 rows (P-EAGLE K=7's)
+  reads, `window_bytes`: a window reads each expert any of its rows routes to, as many as
+  E (1 - (1 - k/E)^rows) of a layer's E when rows route independently and uniformly, as a
+  random router's nearly do.
 - prompts.jsonl: 64 prompts of 32 to 128 random words, for peagle-bench.
 
     python3 scripts/make_random_gpt_oss.py --out /tmp/gpt-oss-20b-random [--gpu]
@@ -65,6 +69,13 @@ def write_word_prompts(out, vocab_size, n=64, seed=0):
             f.write(json.dumps({"prompt": " ".join(words)}) + "\n")
 
 
+def expected_experts(rows, shape):
+    """The experts of a layer a window of `rows` rows reads, expected when each row routes to
+    its top k of E independently and uniformly: E (1 - (1 - k/E)^rows)."""
+    e, k = shape["num_local_experts"], shape["num_experts_per_tok"]
+    return e * (1 - (1 - k / e) ** rows)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
@@ -92,7 +103,7 @@ def main():
         save_file(tensors, os.path.join(args.out, name), metadata={"format": "pt"})
         weight_map.update({k: name for k in tensors})
 
-    per_token = 0
+    per_token = dense_bytes = expert_bytes = 0
     for layer in range(s["num_hidden_layers"]):
         p = f"model.layers.{layer}"
         t = {f"{p}.input_layernorm.weight": torch.ones(h, dtype=torch.bfloat16),
@@ -110,10 +121,13 @@ def main():
         dense = sum(x.numel() * x.element_size() for n, x in t.items() if "experts" not in n)
         experts = sum(x.numel() * x.element_size() for n, x in t.items() if "experts" in n)
         per_token += dense + experts * s["num_experts_per_tok"] // e
+        dense_bytes += dense
+        expert_bytes += experts
         save(t, f"model-{layer:05d}.safetensors")
     rest = {"model.embed_tokens.weight": bf16(v, h), "lm_head.weight": bf16(v, h),
             "model.norm.weight": torch.ones(h, dtype=torch.bfloat16)}
     per_token += 2 * v * h + 2 * h + 2 * h  # lm_head, final norm, one embedding row
+    dense_bytes += 2 * v * h + 2 * h + 2 * h
     save(rest, "model-rest.safetensors")
     with open(os.path.join(args.out, "model.safetensors.index.json"), "w") as f:
         json.dump({"metadata": {}, "weight_map": weight_map}, f)
@@ -130,7 +144,9 @@ def main():
     write_word_prompts(args.out, v)
     bandwidth = gpu_copy_bandwidth() if args.gpu else host_copy_bandwidth()
     bound = {"device": device, "bytes_per_token": per_token, "copy_bytes_per_second": bandwidth,
-             "bound_seconds_per_token": per_token / bandwidth}
+             "bound_seconds_per_token": per_token / bandwidth,
+             "window_bytes": {str(rows): dense_bytes + expert_bytes * expected_experts(rows, s) / e
+                              for rows in (1, 4, 8)}}
     with open(os.path.join(args.out, "bound.json"), "w") as f:
         json.dump(bound, f, indent=1)
     print(json.dumps(bound))
