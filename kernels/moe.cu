@@ -160,9 +160,8 @@ __device__ __forceinline__ uint32_t bf16_pair_bits(__nv_bfloat162 pair) { return
 // infinity, as the CPU's table has them. A code's magnitude is looked up by byte permutes, its
 // sign moved in, and each pair multiplied by the scale in bf16, which is exact: an e2m1 value
 // times a power of two has two significant bits, and bf16 has f32's range, subnormals
-// included (a product past it overflows to infinity, as the CPU's f32 does). About three
-// instructions a weight: dequantization, not memory, bounds an expert projection's rows where
-// they are few.
+// included (a product past it overflows to infinity, as the CPU's f32 does). Every instruction
+// here counts: where a projection has few rows, dequantization, not memory, bounds it.
 __device__ __forceinline__ uint4 dequantize8_bf16(uint32_t word, uint8_t scale) {
     const uint32_t magnitudes = word & 0x77777777u;
     // The sign of code 2i + 1 is the top bit of byte i of `word`; that of code 2i, of `word << 4`.

@@ -9,7 +9,8 @@
 //! positions up to their own, so a pass's rows give the same bits padded as not. The graph
 //! holds the pass up to the final norm (`Drafter::forward_states`) over every row; the head
 //! then makes the logits of the pass's own logit rows outside it. Its inputs are a forward's
-//! (`ForwardInputs`) and the hidden input, gathered to the padded rows before each replay.
+//! (`ForwardInputs`) and the hidden input, gathered to the padded rows before each replay
+//! (`PassHidden`: in one gather also where the pass's rows are themselves picked from a table).
 
 use crate::batch::ForwardBatch;
 use crate::cuda_graphs::GraphLimits;
@@ -50,6 +51,50 @@ pub fn draft_shape(batch: &ForwardBatch, limits: &GraphLimits) -> Option<DraftSh
     (fits && within).then_some(DraftShape { sequences, rows_each })
 }
 
+/// A drafter pass's hidden input at the drafter's width: its rows in order, or rows picked from
+/// a table (P-EAGLE's first pass: its mask rows all read the mask state), so that a pass by a
+/// graph gathers its padded rows from the table at once rather than the pass's rows first.
+#[derive(Clone, Copy)]
+pub struct PassHidden<'a> {
+    table: &'a Tensor,
+    /// The table row each of the pass's rows reads; None: row i reads row i.
+    picks: Option<&'a [u32]>,
+}
+
+impl<'a> PassHidden<'a> {
+    /// `hidden` [the pass's rows, drafter hidden], in the pass's order.
+    pub fn rows(hidden: &'a Tensor) -> Self {
+        Self {
+            table: hidden,
+            picks: None,
+        }
+    }
+
+    /// Row i of the pass reads row `picks[i]` of `table` [rows, drafter hidden].
+    pub fn picked(table: &'a Tensor, picks: &'a [u32]) -> Self {
+        Self {
+            table,
+            picks: Some(picks),
+        }
+    }
+
+    /// The table row that row `row` of the pass reads.
+    fn source(&self, row: u32) -> u32 {
+        self.picks.map_or(row, |picks| picks[row as usize])
+    }
+
+    /// [the pass's rows, drafter hidden], gathered where they are picked.
+    pub fn gather(&self) -> Result<Tensor> {
+        match self.picks {
+            None => Ok(self.table.clone()),
+            Some(picks) => {
+                let picks = Tensor::from_slice(picks, picks.len(), self.table.device())?;
+                self.table.index_select(&picks, 0)
+            }
+        }
+    }
+}
+
 /// A drafter pass laid out at a graph's shape.
 pub struct PaddedPass {
     /// The pass's rows at the shape, keeping no row's outputs: the graph keeps every row's
@@ -78,16 +123,16 @@ pub fn padded_pass(batch: &ForwardBatch, shape: DraftShape, table_width: usize) 
 }
 
 impl PaddedPass {
-    /// The inputs of the padded pass, with `hidden` [the pass's rows, drafter hidden]
-    /// gathered to its rows, and the indices of its logit rows on the device: one upload of
-    /// indices for both.
-    pub fn inputs(&self, drafter: &Drafter, hidden: &Tensor) -> Result<(DraftInputs, Tensor)> {
+    /// The inputs of the padded pass, with the pass's hidden input gathered to its rows, and
+    /// the indices of its logit rows on the device: one upload of indices for both.
+    pub fn inputs(&self, drafter: &Drafter, hidden: PassHidden) -> Result<(DraftInputs, Tensor)> {
         let (rows, kept) = (self.sources.len(), self.logit_rows.len());
-        let indices = [&self.sources[..], &self.logit_rows[..]].concat();
-        let indices = Tensor::from_vec(indices, rows + kept, hidden.device())?;
+        let sources = self.sources.iter().map(|row| hidden.source(*row));
+        let indices: Vec<u32> = sources.chain(self.logit_rows.iter().copied()).collect();
+        let indices = Tensor::from_vec(indices, rows + kept, hidden.table.device())?;
         let inputs = DraftInputs {
             forward: drafter.inputs(&self.batch)?,
-            hidden: hidden.index_select(&indices.narrow(0, 0, rows)?, 0)?,
+            hidden: hidden.table.index_select(&indices.narrow(0, 0, rows)?, 0)?,
         };
         Ok((inputs, indices.narrow(0, rows, kept)?))
     }
@@ -165,15 +210,15 @@ impl DrafterGraphs {
         })
     }
 
-    /// `drafter`'s pass over `batch` with the hidden input `hidden` [rows, drafter hidden] by a
-    /// graph, captured now if its shape has none yet; None where the pass runs without one
+    /// `drafter`'s pass over `batch` with the hidden input `hidden` by a graph, captured now if
+    /// its shape has none yet; None where the pass runs without one
     /// (`draft_shape`, or a capture that failed). A failed capture is the error of its first
     /// pass; the pass's keys and values are written, its outputs are not.
     pub fn forward(
         &mut self,
         drafter: &Drafter,
         batch: &ForwardBatch,
-        hidden: &Tensor,
+        hidden: PassHidden,
         kv: &KvCache,
     ) -> Result<Option<DraftOutput>> {
         let Some(shape) = draft_shape(batch, &self.limits) else {
@@ -210,7 +255,7 @@ impl DrafterGraphs {
             let pass = padded_pass(step, shape, limits.table_width)?;
             let rows = step.token_ids.len();
             let hidden = Tensor::zeros((rows, drafter.dims().hidden_size), drafter.dtype(), drafter.device())?;
-            Ok(pass.inputs(drafter, &hidden)?.0)
+            Ok(pass.inputs(drafter, PassHidden::rows(&hidden))?.0)
         };
         self.graphs.capture_at_startup(
             drafter.device(),
@@ -236,7 +281,7 @@ impl DrafterGraphs {
         &mut self,
         _drafter: &Drafter,
         _batch: &ForwardBatch,
-        _hidden: &Tensor,
+        _hidden: PassHidden,
         _kv: &KvCache,
     ) -> Result<Option<DraftOutput>> {
         match self.never {}

@@ -33,7 +33,7 @@ pub use cuda_graphs::{graph_shape, startup_steps, CudaGraphs, GraphLimits, Graph
 pub use drafter::{DraftHidden, DraftOutput, Drafter};
 pub use drafter_config::{DraftAlgorithm, DrafterConfig};
 pub use drafter_graphs::{
-    draft_shape, draft_startup_steps, padded_pass, DraftInputs, DraftShape, DrafterGraphs, PaddedPass,
+    draft_shape, draft_startup_steps, padded_pass, DraftInputs, DraftShape, DrafterGraphs, PaddedPass, PassHidden,
 };
 pub use error::LoadError;
 pub use forward_inputs::{ForwardInputs, RowSelection};

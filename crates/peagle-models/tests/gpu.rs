@@ -8,7 +8,7 @@ use candle_core::DType;
 use common::*;
 use peagle_models::{
     draft_startup_steps, startup_steps, CudaGraphs, DTypeSpec, DeviceSpec, DraftHidden, DrafterGraphs, GraphLimits,
-    LoadOptions,
+    LoadOptions, PassHidden,
 };
 
 /// The fixtures whose architectures have CUDA kernels: gpt-oss's from its MXFP4 checkpoint
@@ -278,7 +278,9 @@ fn drafter_passes_by_cuda_graphs_equal_passes_without() {
             let what = format!("{pass}, captured at startup: {at_startup}");
             let hidden = drafter_hidden(&d, batch.token_ids.len());
             let want = d.forward(&batch, &DraftHidden::Projected(hidden.clone()), &kv).unwrap();
-            let got = graphs.forward(&d, &batch, &hidden, &graph_kv).unwrap();
+            let got = graphs
+                .forward(&d, &batch, PassHidden::rows(&hidden), &graph_kv)
+                .unwrap();
             let got = got.expect("a graph's shape");
             assert_same_pass(&what, got, &graph_kv, want, &kv);
         }

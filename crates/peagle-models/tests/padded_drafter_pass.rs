@@ -4,10 +4,13 @@
 //! Which passes run by a graph is `draft_shape`'s choice.
 
 mod common;
+use candle_core::Tensor;
 use common::*;
 use peagle_kernels::PAD_SLOT;
 use peagle_models::drafter_graphs::draft_states;
-use peagle_models::{draft_shape, draft_startup_steps, padded_pass, DraftHidden, DraftShape, GraphLimits, LoadOptions};
+use peagle_models::{
+    draft_shape, draft_startup_steps, padded_pass, DraftHidden, DraftShape, GraphLimits, LoadOptions, PassHidden,
+};
 
 const LIMITS: GraphLimits = DRAFT_GRAPH_LIMITS;
 
@@ -26,7 +29,20 @@ fn a_padded_drafter_pass_gives_its_rows_the_same_bits_and_keeps_no_padding() {
         assert_eq!(shape, DraftShape { sequences, rows_each }, "{what}");
         let pass = padded_pass(&batch, shape, LIMITS.table_width).unwrap();
         assert_eq!(pass.batch.token_ids.len(), sequences * rows_each, "{what}");
-        let (inputs, kept) = pass.inputs(&d, &h).unwrap();
+        let (inputs, kept) = pass.inputs(&d, PassHidden::rows(&h)).unwrap();
+        // The same rows picked from a table (every row after a row of another value): the
+        // padded pass gathers them from it, to the same hidden input.
+        let rows = h.dim(0).unwrap();
+        let table = Tensor::cat(&[&h.narrow(0, rows - 1, 1).unwrap().affine(2.0, 1.0).unwrap(), &h], 0).unwrap();
+        let picks: Vec<u32> = (1..=rows as u32).collect();
+        let picked = PassHidden::picked(&table, &picks);
+        assert_eq!(bits(&picked.gather().unwrap()), bits(&h), "{what}: picked rows");
+        let (from_table, _) = pass.inputs(&d, picked).unwrap();
+        assert_eq!(
+            bits(&from_table.hidden),
+            bits(&inputs.hidden),
+            "{what}: padded from a table"
+        );
         let states = draft_states(&d, &inputs, &padded_kv).unwrap();
         assert_eq!(states.dims(), [sequences * rows_each, d.dims().hidden_size]);
         let got = pass.output(&d, &states, &kept).unwrap();

@@ -1,8 +1,8 @@
 //! The drafter with its KV cache, as the proposers run it: each pass by a CUDA graph where one
 //! fits the pass's shape (`DrafterGraphs`), else as it is, to the same bits.
 
-use candle_core::{Result, Tensor};
-use peagle_models::{DraftHidden, DraftOutput, Drafter, DrafterGraphs, ForwardBatch, KvCache};
+use candle_core::Result;
+use peagle_models::{DraftHidden, DraftOutput, Drafter, DrafterGraphs, ForwardBatch, KvCache, PassHidden};
 
 /// The drafter with its KV cache, running each pass by a CUDA graph where it has one for the
 /// pass's shape.
@@ -27,15 +27,16 @@ impl DrafterPasses {
 
     /// A pass over `batch` with the hidden input `hidden`, at the drafter's width: by a graph
     /// where the pass's shape has one, else as it is. A graph gives the same bits.
-    pub(super) fn run(&mut self, batch: &ForwardBatch, hidden: Tensor) -> Result<DraftOutput> {
+    pub(super) fn run(&mut self, batch: &ForwardBatch, hidden: PassHidden) -> Result<DraftOutput> {
         if let Some(graphs) = &mut self.graphs {
-            match graphs.forward(&self.drafter, batch, &hidden, &self.kv) {
+            match graphs.forward(&self.drafter, batch, hidden, &self.kv) {
                 Ok(Some(out)) => return Ok(out),
                 Ok(None) => {}
                 Err(e) => tracing::warn!("this drafter pass's shape runs without a CUDA graph: {e}"),
             }
         }
-        self.drafter.forward(batch, &DraftHidden::Projected(hidden), &self.kv)
+        self.drafter
+            .forward(batch, &DraftHidden::Projected(hidden.gather()?), &self.kv)
     }
 
     pub(super) fn capture_graphs(&mut self) -> Result<usize> {

@@ -1,6 +1,6 @@
 use super::{first_pass, greedy_drafts, DraftRequest, DrafterPasses, Proposer};
 use candle_core::Result;
-use peagle_models::{BatchBuilder, Rows};
+use peagle_models::{BatchBuilder, PassHidden, Rows};
 
 /// EAGLE-3: K drafter passes. The first covers the request's slots and gives draft 1; each
 /// later pass feeds the previous draft with the drafter's own output as the hidden input.
@@ -43,7 +43,7 @@ impl Proposer for Eagle3Proposer {
                 let pos = r.start + r.tokens.len() - 1 + step;
                 batch.add(&last[j..j + 1], pos, r.block_table, Rows::Tail(1), Rows::None)?;
             }
-            let out = self.passes.run(&batch.build(), hidden)?;
+            let out = self.passes.run(&batch.build(), PassHidden::rows(&hidden))?;
             last = greedy_drafts(self.passes.drafter(), &out.logits)?;
             hidden = out.hidden;
             for (i, d) in drafting.iter().zip(&last) {

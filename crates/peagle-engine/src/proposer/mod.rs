@@ -17,7 +17,7 @@ pub use peagle::PEagleProposer;
 
 use candle_core::{Result, Tensor};
 use peagle_kernels::argmax_rows;
-use peagle_models::{BatchBuilder, DraftOutput, Drafter, Rows, SequenceRows};
+use peagle_models::{BatchBuilder, DraftOutput, Drafter, PassHidden, Rows, SequenceRows};
 
 pub struct DraftRequest<'a> {
     /// Slot tokens: the token after each position `start..start + tokens.len()`.
@@ -82,13 +82,14 @@ fn first_pass(
         placed.push(batch.add(&tokens, r.start, r.block_table, logits, Rows::None)?);
     }
     let aux: Vec<&Tensor> = requests.iter().map(|r| &r.hidden).collect();
-    let mut hidden = passes.drafter().project_target(&Tensor::cat(&aux, 0)?)?;
-    if let Some((_, state)) = mask.filter(|_| sources.len() > target_rows) {
-        let n = sources.len();
-        let table = Tensor::cat(&[&hidden, state], 0)?;
-        hidden = table.index_select(&Tensor::from_vec(sources, n, table.device())?, 0)?;
-    }
-    let out = passes.run(&batch.build(), hidden)?;
+    let hidden = passes.drafter().project_target(&Tensor::cat(&aux, 0)?)?;
+    let out = match mask.filter(|_| sources.len() > target_rows) {
+        Some((_, state)) => {
+            let table = Tensor::cat(&[&hidden, state], 0)?;
+            passes.run(&batch.build(), PassHidden::picked(&table, &sources))?
+        }
+        None => passes.run(&batch.build(), PassHidden::rows(&hidden))?,
+    };
     Ok((out, placed))
 }
 
