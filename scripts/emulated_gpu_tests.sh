@@ -8,7 +8,8 @@
 #                                               without one)
 # EMULATED_CRATES="CRATE..." keeps to the GPU tests of those crates (default peagle-kernels,
 # peagle-models and peagle-engine); EMULATED_SKIP="NAME..." leaves out tests by name;
-# TEST_TIMEOUT (default 900) bounds each.
+# TEST_TIMEOUT (default 3600) bounds each: the engine's demo-model tests take over 20 minutes
+# each on the emulator.
 # The models' and the engine's tests run again on the CUDA-core matmul (PEAGLE_CUDA_MATMUL=fma),
 # as on a GPU host. Each test runs in a process of its own (scripts/gpu_test_lib.sh); logs in
 # target/cuda-emulator/tests/CRATE[-fma]/.
@@ -20,7 +21,7 @@ export LD_LIBRARY_PATH=$PWD/target/cuda-emulator/lib${LD_LIBRARY_PATH:+:$LD_LIBR
 logs=target/cuda-emulator/tests
 rm -rf "$logs" && mkdir -p "$logs"
 source scripts/gpu_test_lib.sh
-export TEST_TIMEOUT=${TEST_TIMEOUT:-900}
+export TEST_TIMEOUT=${TEST_TIMEOUT:-3600}
 filters=("$@")
 gpu_test_wanted() {
     local name=$1 f

@@ -18,7 +18,7 @@ mkdir -p target
 {
     bash scripts/build_cuda.sh --check &&
         EMULATED_CRATES=peagle-kernels EMULATED_SKIP=mxfp4_experts_match_the_reference_and_are_batch_invariant \
-            bash scripts/emulated_gpu_tests.sh
+            TEST_TIMEOUT=600 bash scripts/emulated_gpu_tests.sh
 } >target/cuda-check.log 2>&1 &
 cuda=$!
 if ! { cargo test --workspace --locked && python3 scripts/gpu_report_test.py && python3 scripts/mma_layout_test.py \
