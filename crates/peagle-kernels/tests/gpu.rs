@@ -612,6 +612,9 @@ fn paged_attention_matches_the_cpu_kernel_and_is_batch_invariant() {
     }
 }
 
+/// Keys and values into a cache's two halves, each row by its own slot and each half by its
+/// own scale, with the CPU's bits: from f32 rows, from bf16 rows, and from column ranges of a
+/// fused projection read in place.
 #[test]
 fn kv_write_rounds_exactly_as_the_cpu() {
     let Some(dev) = gpu() else { return };
@@ -622,57 +625,56 @@ fn kv_write_rounds_exactly_as_the_cpu() {
     };
     let gpu_slots = slots.clone().on_device(&dev).unwrap();
     // Up to ±4000 / 8 = ±500: FP8 saturates some, as on the CPU.
-    let new = tensor((4, 96), 12, 4000.0);
+    let (k, v) = (tensor((4, 96), 12, 4000.0), tensor((4, 96), 15, 300.0));
+    let on_gpu = |t: &Tensor| t.to_device(&dev).unwrap();
     for (dtype, scale) in [
-        (DType::F32, 1.0),
-        (DType::BF16, 1.0),
-        (DType::F8E4M3, 8.0),
-        (DType::F8E4M3, 1.0),
+        (DType::F32, KvScale::ONE),
+        (DType::BF16, KvScale::ONE),
+        (DType::F8E4M3, KvScale { k: 8.0, v: 0.5 }),
+        (DType::F8E4M3, KvScale::ONE),
     ] {
-        let cpu = Tensor::zeros((20, 96), dtype, &Device::Cpu).unwrap();
-        write_kv(&cpu, &new, &slots, scale).unwrap();
-        let gpu_cache = Tensor::zeros((20, 96), dtype, &dev).unwrap();
-        write_kv(&gpu_cache, &new.to_device(&dev).unwrap(), &gpu_slots, scale).unwrap();
-        assert_eq!(bits(&gpu_cache), bits(&cpu), "{dtype:?} cache, scale {scale}");
+        let what = format!("{dtype:?} cache, scales {scale:?}");
+        let zeros = |dev: &Device| Tensor::zeros((2, 20, 96), dtype, dev).unwrap();
+        let cpu = zeros(&Device::Cpu);
+        write_kv(&cpu, &k, &v, &slots, scale).unwrap();
+        let gpu_cache = zeros(&dev);
+        write_kv(&gpu_cache, &on_gpu(&k), &on_gpu(&v), &gpu_slots, scale).unwrap();
+        assert_eq!(bits(&gpu_cache), bits(&cpu), "{what}");
         // bf16 rows into the cache.
-        let gpu_cache = Tensor::zeros((20, 96), dtype, &dev).unwrap();
-        let rounded = new.to_dtype(DType::BF16).unwrap();
-        write_kv(&gpu_cache, &rounded.to_device(&dev).unwrap(), &gpu_slots, scale).unwrap();
-        let cpu = Tensor::zeros((20, 96), dtype, &Device::Cpu).unwrap();
-        write_kv(&cpu, &rounded.to_dtype(DType::F32).unwrap(), &slots, scale).unwrap();
-        assert_eq!(
-            bits(&gpu_cache),
-            bits(&cpu),
-            "bf16 rows into a {dtype:?} cache, scale {scale}"
-        );
-        // Rows read in place from a column range of a wider tensor (the values of a fused
-        // projection), on both.
-        let wide = Tensor::cat(&[&tensor((4, 40), 13, 1.0), &new, &tensor((4, 8), 14, 1.0)], 1).unwrap();
-        let gpu_cache = Tensor::zeros((20, 96), dtype, &dev).unwrap();
-        let columns = wide.to_device(&dev).unwrap().narrow(1, 40, 96).unwrap();
-        write_kv(&gpu_cache, &columns, &gpu_slots, scale).unwrap();
-        let cpu = Tensor::zeros((20, 96), dtype, &Device::Cpu).unwrap();
-        write_kv(&cpu, &wide.narrow(1, 40, 96).unwrap(), &slots, scale).unwrap();
-        let want = Tensor::zeros((20, 96), dtype, &Device::Cpu).unwrap();
-        write_kv(&want, &new, &slots, scale).unwrap();
-        assert_eq!(bits(&cpu), bits(&want), "strided rows on the CPU, {dtype:?} cache");
-        assert_eq!(
-            bits(&gpu_cache),
-            bits(&want),
-            "strided rows, {dtype:?} cache, scale {scale}"
-        );
+        let bf16 = |t: &Tensor| t.to_dtype(DType::BF16).unwrap();
+        let f32 = |t: &Tensor| t.to_dtype(DType::F32).unwrap();
+        let gpu_cache = zeros(&dev);
+        write_kv(&gpu_cache, &on_gpu(&bf16(&k)), &on_gpu(&bf16(&v)), &gpu_slots, scale).unwrap();
+        let cpu = zeros(&Device::Cpu);
+        write_kv(&cpu, &f32(&bf16(&k)), &f32(&bf16(&v)), &slots, scale).unwrap();
+        assert_eq!(bits(&gpu_cache), bits(&cpu), "bf16 rows into a {what}");
+        // Keys and values read in place from column ranges of one wider tensor (a fused
+        // projection's), on both.
+        let wide = Tensor::cat(&[&tensor((4, 40), 13, 1.0), &k, &v, &tensor((4, 8), 14, 1.0)], 1).unwrap();
+        let columns = |wide: &Tensor| (wide.narrow(1, 40, 96).unwrap(), wide.narrow(1, 136, 96).unwrap());
+        let gpu_cache = zeros(&dev);
+        let (gk, gv) = columns(&on_gpu(&wide));
+        write_kv(&gpu_cache, &gk, &gv, &gpu_slots, scale).unwrap();
+        let cpu = zeros(&Device::Cpu);
+        let (ck, cv) = columns(&wide);
+        write_kv(&cpu, &ck, &cv, &slots, scale).unwrap();
+        let want = zeros(&Device::Cpu);
+        write_kv(&want, &k, &v, &slots, scale).unwrap();
+        assert_eq!(bits(&cpu), bits(&want), "strided rows on the CPU, {what}");
+        assert_eq!(bits(&gpu_cache), bits(&want), "strided rows, {what}");
     }
-    let cache = Tensor::zeros((20, 96), DType::F32, &dev).unwrap();
+    let cache = Tensor::zeros((2, 20, 96), DType::F32, &dev).unwrap();
+    let (gk, gv) = (on_gpu(&k), on_gpu(&v));
     let outside = AttentionMetadata {
         slot_mapping: vec![1, 2, 3, 20],
         ..Default::default()
     }
     .on_device(&dev)
     .unwrap();
-    let err = write_kv(&cache, &new.to_device(&dev).unwrap(), &outside, 1.0).unwrap_err();
+    let err = write_kv(&cache, &gk, &gv, &outside, KvScale::ONE).unwrap_err();
     assert!(err.to_string().contains("slot 20 outside"), "{err}");
     // Metadata made for the host has no device copy for the kernel to read.
-    let err = write_kv(&cache, &new.to_device(&dev).unwrap(), &slots, 1.0).unwrap_err();
+    let err = write_kv(&cache, &gk, &gv, &slots, KvScale::ONE).unwrap_err();
     assert!(err.to_string().contains("no device copy"), "{err}");
     // A device copy of another batch's slots, fewer than the rows, is refused.
     let stale = AttentionMetadata {
@@ -686,7 +688,7 @@ fn kv_write_rounds_exactly_as_the_cpu() {
         .device,
         ..Default::default()
     };
-    let err = write_kv(&cache, &new.to_device(&dev).unwrap(), &stale, 1.0).unwrap_err();
+    let err = write_kv(&cache, &gk, &gv, &stale, KvScale::ONE).unwrap_err();
     assert!(err.to_string().contains("2 device slots for 4 rows"), "{err}");
 }
 

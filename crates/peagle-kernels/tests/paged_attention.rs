@@ -110,9 +110,22 @@ fn reference_row_with_sinks(s: &Seq, pos: usize, window: Option<usize>, sinks: O
     out
 }
 
+/// A layer's cache as `write_kv` writes it, [2, slots, width], and its halves.
 struct Cache {
+    both: Tensor,
     k: Tensor,
     v: Tensor,
+}
+
+impl Cache {
+    fn zeros(dtype: DType, slots: usize, width: usize) -> Self {
+        let both = Tensor::zeros((2, slots, width), dtype, &Device::Cpu).unwrap();
+        Cache {
+            k: both.get(0).unwrap(),
+            v: both.get(1).unwrap(),
+            both,
+        }
+    }
 }
 
 fn cache_with(seqs: &[&Seq], num_blocks: usize) -> Cache {
@@ -123,16 +136,12 @@ fn cache_of(dtype: DType, seqs: &[&Seq], num_blocks: usize) -> Cache {
     let scale = seqs[0].params.kv_scale;
     let kw = seqs[0].params.num_kv_heads * seqs[0].params.head_dim;
     let dev = Device::Cpu;
-    let cache = Cache {
-        k: Tensor::zeros((num_blocks * BLOCK, kw), dtype, &dev).unwrap(),
-        v: Tensor::zeros((num_blocks * BLOCK, kw), dtype, &dev).unwrap(),
-    };
+    let cache = Cache::zeros(dtype, num_blocks * BLOCK, kw);
     for s in seqs {
         let slots: Vec<u32> = (0..s.len).map(|p| slot(s, p)).collect();
         let k = Tensor::from_slice(&s.k, (s.len, kw), &dev).unwrap();
         let v = Tensor::from_slice(&s.v, (s.len, kw), &dev).unwrap();
-        write_kv(&cache.k, &k, &at_slots(&slots), scale.k).unwrap();
-        write_kv(&cache.v, &v, &at_slots(&slots), scale.v).unwrap();
+        write_kv(&cache.both, &k, &v, &at_slots(&slots), scale).unwrap();
     }
     cache
 }
@@ -524,12 +533,21 @@ fn an_fp8_cache_errs_more_than_bf16_but_within_its_rounding() {
 #[test]
 fn padding_rows_write_nothing() {
     let dev = Device::Cpu;
-    let cache = Tensor::zeros((4, 2), DType::F32, &dev).unwrap();
+    let cache = Cache::zeros(DType::F32, 4, 2);
     let rows = Tensor::from_slice(&[1f32, 2.0, 3.0, 4.0], (2, 2), &dev).unwrap();
-    write_kv(&cache, &rows, &at_slots(&[PAD_SLOT, 2]), 1.0).unwrap();
-    let stored: Vec<Vec<f32>> = cache.to_vec2().unwrap();
+    write_kv(
+        &cache.both,
+        &rows,
+        &(&rows * 2.0).unwrap(),
+        &at_slots(&[PAD_SLOT, 2]),
+        KvScale::ONE,
+    )
+    .unwrap();
+    let stored: Vec<Vec<f32>> = cache.k.to_vec2().unwrap();
     assert_eq!(stored, [[0.0, 0.0], [0.0, 0.0], [3.0, 4.0], [0.0, 0.0]]);
-    let err = write_kv(&cache, &rows, &at_slots(&[PAD_SLOT - 1, 2]), 1.0).unwrap_err();
+    let stored: Vec<Vec<f32>> = cache.v.to_vec2().unwrap();
+    assert_eq!(stored, [[0.0, 0.0], [0.0, 0.0], [6.0, 8.0], [0.0, 0.0]]);
+    let err = write_kv(&cache.both, &rows, &rows, &at_slots(&[PAD_SLOT - 1, 2]), KvScale::ONE).unwrap_err();
     assert!(err.to_string().contains("outside a cache of 4"), "{err}");
 }
 
@@ -538,14 +556,23 @@ fn padding_rows_write_nothing() {
 #[test]
 fn fp8_saturates_and_scales_must_be_positive() {
     let dev = Device::Cpu;
-    let cache = Tensor::zeros((4, 2), DType::F8E4M3, &dev).unwrap();
+    let cache = Cache::zeros(DType::F8E4M3, 4, 2);
     let rows = Tensor::from_slice(&[1000f32, -1e30, 3.0, f32::INFINITY], (2, 2), &dev).unwrap();
-    write_kv(&cache, &rows, &at_slots(&[3, 1]), 2.0).unwrap();
-    let stored: Vec<Vec<f32>> = cache.to_dtype(DType::F32).unwrap().to_vec2().unwrap();
-    assert_eq!(stored[3], [448.0, -448.0]);
-    assert_eq!(stored[1], [1.5, 448.0]);
+    let scale = KvScale { k: 2.0, v: 4.0 };
+    write_kv(&cache.both, &rows, &rows, &at_slots(&[3, 1]), scale).unwrap();
+    let stored = |t: &Tensor| -> Vec<Vec<f32>> { t.to_dtype(DType::F32).unwrap().to_vec2().unwrap() };
+    assert_eq!(stored(&cache.k)[3], [448.0, -448.0]);
+    assert_eq!(stored(&cache.k)[1], [1.5, 448.0]);
+    assert_eq!(stored(&cache.v)[1], [0.75, 448.0]);
     for bad in [0.0, -1.0, f32::NAN, f32::INFINITY] {
-        let err = write_kv(&cache, &rows, &at_slots(&[3, 1]), bad).unwrap_err();
+        let err = write_kv(
+            &cache.both,
+            &rows,
+            &rows,
+            &at_slots(&[3, 1]),
+            KvScale { k: bad, v: 1.0 },
+        )
+        .unwrap_err();
         assert!(err.to_string().contains("is not a positive number"), "{err}");
     }
     let a = seq(3, 110, vec![0]);

@@ -1,5 +1,5 @@
-//! The paged KV cache: per layer, one key and one value tensor of `num_blocks * block_size`
-//! slots, in f32, bf16 or FP8 (e4m3). Which blocks belong to which sequence is the engine's business (its
+//! The paged KV cache: per layer, the keys and the values of `num_blocks * block_size` slots in
+//! one tensor, in f32, bf16 or FP8 (e4m3). Which blocks belong to which sequence is the engine's business (its
 //! block manager); the cache only stores rows.
 
 use crate::config::ModelDims;
@@ -65,8 +65,12 @@ impl fmt::Display for KvCacheDtype {
 }
 
 pub struct LayerKv {
-    /// [num_blocks * block_size, kv_heads * head_dim]
+    /// [2, num_blocks * block_size, kv_heads * head_dim]: the keys, then the values, in one
+    /// tensor, which `write_kv` writes in one op.
+    pub both: Tensor,
+    /// `both`'s keys, [num_blocks * block_size, kv_heads * head_dim] (a view).
     pub k: Tensor,
+    /// `both`'s values (a view).
     pub v: Tensor,
 }
 
@@ -85,9 +89,11 @@ impl KvCache {
         let width = dims.num_kv_heads * dims.head_dim;
         let layers = (0..dims.num_layers)
             .map(|_| {
+                let both = Tensor::zeros((2, num_blocks * block_size, width), dtype, device)?;
                 Ok(LayerKv {
-                    k: Tensor::zeros((num_blocks * block_size, width), dtype, device)?,
-                    v: Tensor::zeros((num_blocks * block_size, width), dtype, device)?,
+                    k: both.get(0)?,
+                    v: both.get(1)?,
+                    both,
                 })
             })
             .collect::<Result<_>>()?;

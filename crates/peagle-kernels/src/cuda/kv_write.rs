@@ -1,23 +1,31 @@
 use super::module::{function, Kernel, Module};
 use super::{by_dtypes_or_fp8, dtype_name, dtype_name_or_fp8, grid, int, strided_view, with_view};
 use crate::error::bad_input;
+use crate::paged_attention::KvScale;
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{CudaView, PushKernelArg};
 use candle_core::cuda_backend::{CudaDType, CudaStorage, WrapErr};
 use candle_core::{DType, Layout, Result, Tensor};
 
-/// `kernels/kv_write.cu`: row t of `src` [tokens, width], rows possibly strided, divided by
-/// `scale`, into row `slots[t]` of `cache` (shapes and slots already checked).
+/// A batch's new keys and values, [tokens, width] each, their rows possibly strided, and the
+/// cache's scales they are divided by.
+pub(crate) struct NewRows<'a> {
+    pub k: (&'a CudaStorage, &'a Layout),
+    pub v: (&'a CudaStorage, &'a Layout),
+    pub scale: KvScale,
+}
+
+/// `kernels/kv_write.cu`: row t of the keys and of the values into row `slots[t]` of
+/// `cache`'s two halves [2, num_slots, width] (shapes and slots already checked), in one launch.
 pub(crate) fn kv_write(
     cache: &mut CudaStorage,
     cache_l: &Layout,
-    src: &CudaStorage,
-    src_l: &Layout,
+    new: &NewRows,
     slots: &Tensor,
+    num_slots: usize,
     width: usize,
-    scale: f32,
 ) -> Result<()> {
-    let tokens = src_l.shape().dims2()?.0;
+    let tokens = new.k.1.shape().dims2()?.0;
     // The slots checked are the host's; the kernel reads these, one per row.
     if slots.dims1()? != tokens {
         return Err(bad_input(
@@ -29,9 +37,10 @@ pub(crate) fn kv_write(
         return Ok(());
     }
     let device = cache.device.clone();
+    let src_dtype = new.k.0.dtype();
     let name = format!(
         "kv_write_{}_{}",
-        dtype_name("write_kv", src.dtype())?,
+        dtype_name("write_kv", src_dtype)?,
         dtype_name_or_fp8("write_kv", cache.dtype())?
     );
     let func = function(&device, Module::KvWrite, &name)?;
@@ -41,40 +50,43 @@ pub(crate) fn kv_write(
     with_view::<u32, _>(slots, "cache slots", |slots| {
         let args = Args {
             func: &func,
-            src,
-            src_l,
+            new,
             tokens: int("write_kv", tokens)? as u32,
             slots: &slots,
+            num_slots: int("write_kv", num_slots)?,
             width: int("write_kv", width)?,
-            scale,
         };
-        by_dtypes_or_fp8!("write_kv", (src.dtype(), cache.dtype()), launch(cache, start, &args))
+        by_dtypes_or_fp8!("write_kv", (src_dtype, cache.dtype()), launch(cache, start, &args))
     })
 }
 
 struct Args<'a> {
     func: &'a Kernel,
-    src: &'a CudaStorage,
-    src_l: &'a Layout,
+    new: &'a NewRows<'a>,
     slots: &'a CudaView<'a, u32>,
     tokens: u32,
+    num_slots: i32,
     width: i32,
-    scale: f32,
 }
 
 fn launch<S: CudaDType, C: CudaDType>(cache: &mut CudaStorage, start: usize, a: &Args) -> Result<()> {
-    let (src, stride) = strided_view::<S>(a.src, a.src_l, "write_kv", "the new rows")?;
+    let (k, k_stride) = strided_view::<S>(a.new.k.0, a.new.k.1, "write_kv", "the keys")?;
+    let (v, v_stride) = strided_view::<S>(a.new.v.0, a.new.v.1, "write_kv", "the values")?;
     let mut cache = cache.as_cuda_slice_mut::<C>()?.slice_mut(start..);
     let mut builder = a.func.builder();
     builder
         .arg(&mut cache)
-        .arg(&src)
+        .arg(&k)
+        .arg(&v)
         .arg(a.slots)
+        .arg(&a.num_slots)
         .arg(&a.width)
-        .arg(&stride)
-        .arg(&a.scale);
-    // SAFETY: the slots were checked against the cache's rows, the rows against `width`; the
-    // view spans the source's rows, `stride` apart.
-    unsafe { builder.launch(grid((a.tokens, 1), 256)) }.w()?;
+        .arg(&k_stride)
+        .arg(&v_stride)
+        .arg(&a.new.scale.k)
+        .arg(&a.new.scale.v);
+    // SAFETY: the slots were checked against the cache's slots, the rows against `width`, the
+    // cache against [2, num_slots, width]; the views span the sources' rows, their strides apart.
+    unsafe { builder.launch(grid((a.tokens, 2), 256)) }.w()?;
     Ok(())
 }

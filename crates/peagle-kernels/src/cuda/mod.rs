@@ -17,7 +17,7 @@ mod sampling;
 mod swiglu;
 
 pub(crate) use argmax::argmax_rows;
-pub(crate) use kv_write::kv_write;
+pub(crate) use kv_write::{kv_write, NewRows};
 pub(crate) use linear::linear;
 pub(crate) use memory::{device_memory, keep_freed_memory, peak_allocated};
 pub(crate) use moe::{moe, DeviceExperts, MAX_EXPERTS};

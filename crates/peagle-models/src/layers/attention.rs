@@ -111,8 +111,7 @@ impl Attention {
                     },
                     ..*p
                 };
-                write_kv(&kv.k, &k, meta, p.kv_scale.k)?;
-                write_kv(&kv.v, &v, meta, p.kv_scale.v)?;
+                write_kv(&kv.both, &k, &v, meta, p.kv_scale)?;
                 paged_attention(&q, &kv.k, &kv.v, meta, &p, self.sinks.as_ref())?
             }
             AttentionContext::Masked { .. } if p.sliding_window.is_some() || self.sinks.is_some() => {

@@ -16,7 +16,7 @@ mod weight;
 pub use weight::Weight;
 
 use candle_core::{bail, Device, Result, Tensor};
-use peagle_kernels::{AttentionMetadata, AttentionParams, Sinks};
+use peagle_kernels::{AttentionMetadata, AttentionParams, KvScale, Sinks};
 
 /// Which implementation an op takes for its input.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -142,10 +142,10 @@ pub fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor, heads: usize, head_dim: usiz
         .reshape((rows, heads * head_dim))
 }
 
-/// Writes row `t` of `new` [tokens, width], divided by the cache's `scale`, into the cache
-/// slot `meta` maps it to.
-pub fn write_kv(cache: &Tensor, new: &Tensor, meta: &AttentionMetadata, scale: f32) -> Result<()> {
-    peagle_kernels::write_kv(cache, new, meta, scale)
+/// Writes row `t` of the keys `k` and of the values `v` [tokens, width], divided by the cache's
+/// scales, into the cache slot `meta` maps it to, in the two halves of `cache` [2, slots, width].
+pub fn write_kv(cache: &Tensor, k: &Tensor, v: &Tensor, meta: &AttentionMetadata, scale: KvScale) -> Result<()> {
+    peagle_kernels::write_kv(cache, k, v, meta, scale)
 }
 
 /// Causal attention of a flattened batch's queries over the paged cache, with a sink logit
