@@ -1,12 +1,11 @@
 // A mixture-of-experts block with MXFP4 expert weights (gpt-oss), on the device from the
-// router's logits to the block's output, in five launches:
-//   moe_route     each row's top-k experts and routing weights;
-//   moe_group     the (row, rank) pairs grouped by expert, and tiles of up to MOE_TILE pairs of
-//                 one expert;
-//   moe_gate_up   per tile, the gate and up projections with their biases and the (clamped)
-//                 SwiGLU: activations [pairs, I] in f32;
-//   moe_down      per tile, the down projection with its bias: [pairs, H] in f32;
-//   moe_combine   each row's experts' outputs weighted, in rank order.
+// router's logits to the block's output, in four launches:
+//   moe_route_group  each row's top-k experts and routing weights, then the (row, rank) pairs
+//                    grouped by expert, and tiles of up to MOE_TILE pairs of one expert;
+//   moe_gate_up      per tile, the gate and up projections with their biases and the (clamped)
+//                    SwiGLU: activations [pairs, I] in f32;
+//   moe_down         per tile, the down projection with its bias: [pairs, H] in f32;
+//   moe_combine      each row's experts' outputs weighted, in rank order.
 //
 // Expert weights, per expert: `blocks` [out, in / 32, 16] bytes, two e2m1 values a byte (low
 // nibble first), and `scales` [out, in / 32], each scaling 32 values by 2^(e - 127); gate_up's
@@ -26,16 +25,14 @@
 
 // ---- routing ---------------------------------------------------------------------------------
 
-// One warp per row. k rounds of a warp argmax over the experts not yet chosen, in the CPU
-// sort's order (total_cmp, ties to the lower index: with NaN or signed zeros too, every lane
-// agrees on the pick), then the weights: each chosen expert's exp(s - max) over the sum of the
-// k chosen (normalize) or of all experts. Lane l owns experts l, l + 32, ...; k <= experts.
+// Row `row`'s routing, by one warp: k rounds of a warp argmax over the experts not yet chosen,
+// in the CPU sort's order (total_cmp, ties to the lower index: with NaN or signed zeros too,
+// every lane agrees on the pick), then the weights: each chosen expert's exp(s - max) over the
+// sum of the k chosen (normalize) or of all experts. Lane l owns experts l, l + 32, ...;
+// k <= experts.
 template <typename T>
-__device__ void moe_route(const T* logits, int rows, int experts, int k, int normalize, int* ids,
-                          float* weights) {
+__device__ void route_row(const T* logits, int row, int experts, int k, int normalize, int* ids, float* weights) {
     const int lane = threadIdx.x % 32;
-    const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-    if (row >= rows) return;
     const T* s = logits + (size_t)row * experts;
     uint32_t taken = 0;  // bit j: expert lane + 32 j chosen
     float best_score = 0.f, sum = 0.f;
@@ -78,22 +75,13 @@ __device__ void moe_route(const T* logits, int rows, int experts, int k, int nor
         for (int rank = 0; rank < k; ++rank) weights[row * k + rank] /= sum;
 }
 
-#define MOE_ROUTE(NAME, T)                                                                     \
-    extern "C" __global__ void NAME(const T* logits, int rows, int experts, int k, int normalize, \
-                                    int* ids, float* weights) {                                \
-        moe_route<T>(logits, rows, experts, k, normalize, ids, weights);                       \
-    }
-
-MOE_ROUTE(moe_route_f32, float)
-MOE_ROUTE(moe_route_bf16, __nv_bfloat16)
-
-// One block of `experts` threads (at most MOE_MAX_EXPERTS). Thread e counts the pairs routed
-// to expert e and, after a prefix sum, writes them in (row, rank) order: `pair_rows[p]` is
-// the row of sorted pair p and `pair_of[row * k + rank]` its index. Tiles list each expert's
-// pairs MOE_TILE at a time: `tiles[3 t ..]` = (expert, first pair, pairs); `num_tiles[0]` says
-// how many there are.
-extern "C" __global__ void moe_group(const int* ids, int pairs, int experts, int* pair_rows, int* pair_of,
-                                     int* tiles, int* num_tiles, int k) {
+// The pairs grouped by expert, by one block of at least `experts` threads (at most
+// MOE_MAX_EXPERTS): thread e counts the pairs routed to expert e and, after a prefix sum, writes
+// them in (row, rank) order: `pair_rows[p]` is the row of sorted pair p and
+// `pair_of[row * k + rank]` its index. Tiles list each expert's pairs MOE_TILE at a time:
+// `tiles[3 t ..]` = (expert, first pair, pairs); `num_tiles[0]` says how many there are.
+__device__ void group_pairs(const int* ids, int pairs, int experts, int* pair_rows, int* pair_of, int* tiles,
+                            int* num_tiles, int k) {
     __shared__ int offsets[MOE_MAX_EXPERTS + 1];
     const int e = threadIdx.x;
     int count = 0;
@@ -126,6 +114,33 @@ extern "C" __global__ void moe_group(const int* ids, int pairs, int experts, int
         ++next;
     }
 }
+
+// Routing and grouping in one launch of one block of MOE_ROUTE_THREADS: its warps route rows
+// warp, warp + 32, ... (`route_row`), then, once every row's experts are written (a barrier
+// makes a block's global writes visible to the whole block), it groups the pairs
+// (`group_pairs`), a thread an expert. A decode step's few rows would leave a launch of their
+// own mostly waiting.
+#define MOE_ROUTE_THREADS MOE_MAX_EXPERTS
+
+template <typename T>
+__device__ void moe_route_group(const T* logits, int rows, int experts, int k, int normalize, int* ids,
+                                float* weights, int* pair_rows, int* pair_of, int* tiles, int* num_tiles) {
+    for (int row = threadIdx.x / 32; row < rows; row += blockDim.x / 32)
+        route_row(logits, row, experts, k, normalize, ids, weights);
+    __syncthreads();
+    group_pairs(ids, rows * k, experts, pair_rows, pair_of, tiles, num_tiles, k);
+}
+
+#define MOE_ROUTE_GROUP(NAME, T)                                                               \
+    extern "C" __global__ void __launch_bounds__(MOE_ROUTE_THREADS)                            \
+        NAME(const T* logits, int rows, int experts, int k, int normalize, int* ids, float* weights, \
+             int* pair_rows, int* pair_of, int* tiles, int* num_tiles) {                        \
+        moe_route_group<T>(logits, rows, experts, k, normalize, ids, weights, pair_rows, pair_of, tiles, \
+                           num_tiles);                                                          \
+    }
+
+MOE_ROUTE_GROUP(moe_route_group_f32, float)
+MOE_ROUTE_GROUP(moe_route_group_bf16, __nv_bfloat16)
 
 // ---- expert projections ------------------------------------------------------------------------
 

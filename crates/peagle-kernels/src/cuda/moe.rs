@@ -9,9 +9,10 @@ use candle_core::cuda_backend::{CudaDType, CudaDevice, CudaStorage, WrapErr};
 use candle_core::{DType, Layout, Result, Shape};
 
 /// Pairs per tile, output columns per block and the most experts, as `kernels/moe.cu` has them;
-/// its tensor-core kernels' columns and warps per block.
+/// its tensor-core kernels' columns and warps per block, and the threads that route and group.
 const TILE: usize = 8;
 const WARPS: usize = 4;
+const ROUTE_THREADS: u32 = MAX_EXPERTS as u32;
 const MMA_COLUMNS: usize = 16;
 const MMA_WARPS: u32 = 8;
 pub(crate) const MAX_EXPERTS: usize = 1024;
@@ -50,7 +51,7 @@ pub(crate) fn moe(
         (CudaMatmul::Mma, DType::BF16) => Projections::TensorCores,
         _ => Projections::CudaCores(names("moe_gate_up")?),
     };
-    let names = [names("moe_route")?, names("moe_combine")?];
+    let names = [names("moe_route_group")?, names("moe_combine")?];
     let out = by_dtype!(
         OP,
         dtype,
@@ -124,36 +125,33 @@ fn launch<T: CudaDType + DeviceRepr>(
         ));
     }
     let i = |n| int(OP, n);
-    let (rows_i, experts_i, k_i, pairs_i) = (i(rows)?, i(num_experts)?, i(k)?, i(pairs)?);
+    let (rows_i, experts_i, k_i) = (i(rows)?, i(num_experts)?, i(k)?);
+    // The kernels index pairs with 32-bit integers too.
+    i(pairs)?;
     let (hidden_i, inter_i) = (i(hidden)?, i(inter)?);
     let x = view::<T>(x.0, x.1, "x")?;
     let logits = view::<T>(logits.0, logits.1, "router logits")?;
 
     let mut ids = output::<i32>(device, pairs)?;
     let mut weights = output::<f32>(device, pairs)?;
+    let mut pair_rows = output::<i32>(device, pairs)?;
+    let mut pair_of = output::<i32>(device, pairs)?;
+    let mut tiles = output::<i32>(device, 3 * max_tiles)?;
+    let mut num_tiles = output::<i32>(device, 1)?;
     let route = function(device, Module::Moe, route_name)?;
     let normalize = i32::from(routing.normalize);
     let mut b = route.builder();
     b.arg(&logits).arg(&rows_i).arg(&experts_i).arg(&k_i).arg(&normalize);
     b.arg(&mut ids).arg(&mut weights);
-    // SAFETY: logits hold rows * experts elements; ids and weights rows * k.
-    unsafe { b.launch(grid((rows.div_ceil(WARPS) as u32, 1), 32 * WARPS as u32)) }.w()?;
-
-    let mut pair_rows = output::<i32>(device, pairs)?;
-    let mut pair_of = output::<i32>(device, pairs)?;
-    let mut tiles = output::<i32>(device, 3 * max_tiles)?;
-    let mut num_tiles = output::<i32>(device, 1)?;
-    let group = function(device, Module::Moe, "moe_group")?;
-    let mut b = group.builder();
-    b.arg(&ids)
-        .arg(&pairs_i)
-        .arg(&experts_i)
-        .arg(&mut pair_rows)
-        .arg(&mut pair_of);
-    b.arg(&mut tiles).arg(&mut num_tiles).arg(&k_i);
-    // SAFETY: every id is an expert below `experts`, at most MAX_EXPERTS (checked at load);
-    // an expert's tiles number ceil(its pairs / TILE), so all of them fit `max_tiles`.
-    unsafe { b.launch(grid((1, 1), num_experts.next_multiple_of(32) as u32)) }.w()?;
+    b.arg(&mut pair_rows)
+        .arg(&mut pair_of)
+        .arg(&mut tiles)
+        .arg(&mut num_tiles);
+    // SAFETY: logits hold rows * experts elements; ids, weights, pair_rows and pair_of rows * k;
+    // every id is an expert below `experts`, at most MAX_EXPERTS (checked at load), which the
+    // block's threads cover; an expert's tiles number ceil(its pairs / TILE), so all of them
+    // fit `max_tiles`.
+    unsafe { b.launch(grid((1, 1), ROUTE_THREADS)) }.w()?;
 
     let (gate_up_name, down_name) = projections.names();
     let (columns, threads) = projections.block();
@@ -170,7 +168,7 @@ fn launch<T: CudaDType + DeviceRepr>(
         .arg(&alpha)
         .arg(&limit);
     let tiles_y = max_tiles as u32;
-    // SAFETY: every tile's pairs and rows are in range (moe_group); the weights hold
+    // SAFETY: every tile's pairs and rows are in range (moe_route_group); the weights hold
     // experts * 2I rows of H / 32 blocks; tiles past `num_tiles` return at once.
     unsafe { b.launch(grid((inter.div_ceil(columns) as u32, tiles_y), threads)) }.w()?;
 
