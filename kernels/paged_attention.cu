@@ -14,7 +14,9 @@
 // order of the sums.
 //
 // `q`'s rows are `q_stride` elements apart (a column range of a wider tensor), `out`'s
-// num_heads * head_dim.
+// num_heads * head_dim. Where `rotation` is not null, each query is rotated as it is read by its
+// row's tables [2, rows, head_dim / 2] (cos, then sin): each element by rope.cu's arithmetic,
+// rounded to T, as a launch of rope.cu would have written it.
 //
 // `meta` packs the batch's layout as u32: the sequence of each row [rows], the position of
 // each row [rows], the offset of each sequence's block table [seqs], then the block tables.
@@ -25,7 +27,7 @@
 
 template <typename T, typename C>
 __device__ void paged_attention(T* out, const T* q, const C* k_cache, const C* v_cache,
-                                const uint32_t* meta, const float* sinks, int rows, int seqs,
+                                const uint32_t* meta, const float* sinks, const float* rotation, int rows, int seqs,
                                 int num_heads, int num_kv_heads, int head_dim, int block_size,
                                 int q_stride, float scale, float v_scale, int window, int vector_keys) {
     __shared__ float q_s[ATTN_MAX_HEAD_DIM];
@@ -41,7 +43,18 @@ __device__ void paged_attention(T* out, const T* q, const C* k_cache, const C* v
     const size_t q_offset = (size_t)row * q_stride + (size_t)head * head_dim;
     const size_t out_offset = (size_t)row * num_heads * head_dim + (size_t)head * head_dim;
 
-    for (int d = tid; d < head_dim; d += ATTN_THREADS) q_s[d] = to_f32(q[q_offset + d]);
+    const int half = head_dim / 2;
+    for (int d = tid; d < head_dim; d += ATTN_THREADS) {
+        if (!rotation) {
+            q_s[d] = to_f32(q[q_offset + d]);
+            continue;
+        }
+        const int j = d % half;
+        const float c = rotation[(size_t)row * half + j], s = rotation[((size_t)rows + row) * half + j];
+        const float a = to_f32(q[q_offset + j]), b = to_f32(q[q_offset + j + half]);
+        const float r = d < half ? __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s)) : __fadd_rn(__fmul_rn(a, s), __fmul_rn(b, c));
+        q_s[d] = to_f32(from_f32<T>(r));
+    }
     __syncthreads();
 
     // The sink starts the running max and contributes exp(sink - m) = 1 to the denominator.
@@ -95,9 +108,10 @@ __device__ void paged_attention(T* out, const T* q, const C* k_cache, const C* v
 #define PAGED_ATTENTION(NAME, T, C)                                                            \
     extern "C" __global__ void __launch_bounds__(ATTN_THREADS) NAME(                          \
         T* out, const T* q, const C* k_cache, const C* v_cache, const uint32_t* meta,         \
-        const float* sinks, int rows, int seqs, int num_heads, int num_kv_heads, int head_dim, \
-        int block_size, int q_stride, float scale, float v_scale, int window, int vector_keys) { \
-        paged_attention<T, C>(out, q, k_cache, v_cache, meta, sinks, rows, seqs, num_heads,   \
+        const float* sinks, const float* rotation, int rows, int seqs, int num_heads,          \
+        int num_kv_heads, int head_dim, int block_size, int q_stride, float scale,             \
+        float v_scale, int window, int vector_keys) {                                         \
+        paged_attention<T, C>(out, q, k_cache, v_cache, meta, sinks, rotation, rows, seqs, num_heads, \
                               num_kv_heads, head_dim, block_size, q_stride, scale, v_scale,   \
                               window, vector_keys);                                           \
     }

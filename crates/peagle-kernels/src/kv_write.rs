@@ -6,6 +6,7 @@ use crate::cache_element::CacheElement;
 use crate::contiguous::{strided_rows, StridedRows};
 use crate::error::bad_input;
 use crate::paged_attention::{AttentionMetadata, KvScale};
+use crate::rope::Rotation;
 use candle_core::{CpuStorage, InplaceOp3, Layout, Result, Tensor};
 
 /// The slot of a row whose keys and values are not kept: a row that pads a batch to a fixed
@@ -29,6 +30,33 @@ pub(crate) fn check_slots(op: &'static str, slots: &[u32], num_slots: usize) -> 
 /// The scales are the cache's per-tensor ones (see `KvScale`), 1 for f32 and bf16. Rows of
 /// rejected speculative tokens are simply overwritten by a later call.
 pub fn write_kv(cache: &Tensor, k: &Tensor, v: &Tensor, meta: &AttentionMetadata, scale: KvScale) -> Result<()> {
+    write(cache, k, v, meta, scale, None)
+}
+
+/// `write_kv` of the keys `k` rotated by `rotation` (as `Rotation::apply` rotates them) and of
+/// the values `v`: on a GPU the one launch rotates the keys as it reads them.
+pub fn write_rotated_kv(
+    cache: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    meta: &AttentionMetadata,
+    scale: KvScale,
+    rotation: Rotation,
+) -> Result<()> {
+    match cache.device().is_cpu() {
+        true => write(cache, &rotation.apply(k)?, v, meta, scale, None),
+        false => write(cache, k, v, meta, scale, Some(rotation)),
+    }
+}
+
+fn write(
+    cache: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    meta: &AttentionMetadata,
+    scale: KvScale,
+    rotation: Option<Rotation>,
+) -> Result<()> {
     if let Some(bad) = [scale.k, scale.v].into_iter().find(|s| !(s.is_finite() && *s > 0.0)) {
         return Err(bad_input(
             "write_kv",
@@ -45,6 +73,7 @@ pub fn write_kv(cache: &Tensor, k: &Tensor, v: &Tensor, meta: &AttentionMetadata
         slots: &meta.slot_mapping,
         on_device: meta.device.as_ref().map(|d| &d.slots),
         scale,
+        rotation,
     };
     cache.inplace_op3(k, v, &op)
 }
@@ -54,6 +83,9 @@ struct WriteKv<'a> {
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     on_device: Option<&'a Tensor>,
     scale: KvScale,
+    /// The keys' rotation, which only the GPU's kernel applies (`write_rotated_kv`).
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    rotation: Option<Rotation<'a>>,
 }
 
 impl InplaceOp3 for WriteKv<'_> {
@@ -103,10 +135,18 @@ impl InplaceOp3 for WriteKv<'_> {
                 "the slots have no device copy: AttentionMetadata::on_device",
             )
         })?;
+        let rotation = self
+            .rotation
+            .map(|r| {
+                r.check("write_kv", self.slots.len(), width)
+                    .map(|tables| (tables, r.head_dim))
+            })
+            .transpose()?;
         let new = crate::cuda::NewRows {
             k: (k, k_l),
             v: (v, v_l),
             scale: self.scale,
+            rotation,
         };
         crate::cuda::kv_write(dst, dst_l, &new, slots, num_slots, width)
     }

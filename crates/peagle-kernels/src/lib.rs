@@ -48,16 +48,18 @@ pub use exp::exp_in_place;
 pub use fp8_weight::{fp8_linear, Fp8Weight};
 pub use gumbel_sample::{gumbel_sample, splitmix64, GumbelRequest};
 pub use invariant_matmul::{invariant_linear, invariant_matmul, invariant_matmul_by};
-pub use kv_write::{write_kv, PAD_SLOT};
+pub use kv_write::{write_kv, write_rotated_kv, PAD_SLOT};
 pub use linear::{linear, PackedWeight};
 pub use masked_softmax::masked_softmax;
 pub use mxfp4::{mxfp4_linear, Mxfp4Weight, MXFP4_BLOCK};
 #[cfg(feature = "cuda")]
 pub use mxfp4_experts::{Mxfp4Expert, Mxfp4Experts, Routing};
 pub use no_rows::no_rows;
-pub use paged_attention::{paged_attention, AttentionMetadata, AttentionParams, DeviceMetadata, KvScale, Sinks};
+pub use paged_attention::{
+    paged_attention, rotated_paged_attention, AttentionMetadata, AttentionParams, DeviceMetadata, KvScale, Sinks,
+};
 pub use pool::on_pool;
 pub use rms_norm::{add_rms_norm, rms_norm};
-pub use rope::rope;
+pub use rope::{rope, Rotation};
 pub use row_candidates::{row_candidates, CandidateRequest, RowCandidates, MAX_ROW_CANDIDATES};
 pub use swiglu::{clamped_swiglu, swiglu};

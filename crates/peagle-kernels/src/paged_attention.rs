@@ -18,6 +18,7 @@ use crate::exp::{exp, exp_sum, row_max};
 use crate::head_rows::HeadRows;
 use crate::kv_write::check_slots;
 use crate::pool::{enough_tasks, for_each_chunk};
+use crate::rope::Rotation;
 use crate::value_sum::value_sums;
 use candle_core::backend::BackendStorage;
 use candle_core::{CpuStorage, CustomOp3, Device, Layout, Result, Shape, Tensor};
@@ -224,13 +225,37 @@ pub fn paged_attention(
     params: &AttentionParams,
     sinks: Option<&Sinks>,
 ) -> Result<Tensor> {
-    q.apply_op3_no_bwd(k_cache, v_cache, &PagedAttention { meta, params, sinks })
+    q.apply_op3_no_bwd(k_cache, v_cache, &PagedAttention::plain(meta, params, sinks))
+}
+
+/// `paged_attention` of the queries `q` rotated by `rotation` (as `Rotation::apply` rotates
+/// them): on a GPU the attention kernel rotates each query as it reads it.
+pub fn rotated_paged_attention(
+    q: &Tensor,
+    k_cache: &Tensor,
+    v_cache: &Tensor,
+    meta: &AttentionMetadata,
+    params: &AttentionParams,
+    sinks: Option<&Sinks>,
+    rotation: Rotation,
+) -> Result<Tensor> {
+    if q.device().is_cpu() {
+        return paged_attention(&rotation.apply(q)?, k_cache, v_cache, meta, params, sinks);
+    }
+    let op = PagedAttention {
+        rotation: Some(rotation),
+        ..PagedAttention::plain(meta, params, sinks)
+    };
+    q.apply_op3_no_bwd(k_cache, v_cache, &op)
 }
 
 struct PagedAttention<'a> {
     meta: &'a AttentionMetadata,
     params: &'a AttentionParams,
     sinks: Option<&'a Sinks>,
+    /// The queries' rotation, which only the GPU's kernel applies (`rotated_paged_attention`).
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    rotation: Option<Rotation<'a>>,
 }
 
 impl CustomOp3 for PagedAttention<'_> {
@@ -278,12 +303,35 @@ impl CustomOp3 for PagedAttention<'_> {
         vs: &candle_core::CudaStorage,
         vl: &Layout,
     ) -> Result<(candle_core::CudaStorage, Shape)> {
-        self.check(ql, kl, vl)?;
-        crate::cuda::paged_attention((qs, ql), (ks, kl), (vs, vl), self.meta, self.params, self.sinks)
+        let (rows, width) = self.check(ql, kl, vl)?;
+        let rotation = self
+            .rotation
+            .map(|r| {
+                r.check("paged_attention", rows, width)
+                    .map(|tables| (tables, r.head_dim))
+            })
+            .transpose()?;
+        let extra = crate::cuda::AttentionInputs {
+            meta: self.meta,
+            params: self.params,
+            sinks: self.sinks,
+            rotation,
+        };
+        crate::cuda::paged_attention((qs, ql), (ks, kl), (vs, vl), &extra)
     }
 }
 
-impl PagedAttention<'_> {
+impl<'a> PagedAttention<'a> {
+    /// Attention of queries as they are.
+    fn plain(meta: &'a AttentionMetadata, params: &'a AttentionParams, sinks: Option<&'a Sinks>) -> Self {
+        Self {
+            meta,
+            params,
+            sinks,
+            rotation: None,
+        }
+    }
+
     /// Checks the shapes against the head layout and the metadata against the cache; returns
     /// the query rows and width.
     fn check(&self, ql: &Layout, kl: &Layout, vl: &Layout) -> Result<(usize, usize)> {

@@ -14,6 +14,49 @@ pub fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor, head_dim: usize) -> Result<T
     x.apply_op3_no_bwd(cos, sin, &Rope { head_dim })
 }
 
+/// A batch's rotation as the ops that rotate what they read take it (`write_rotated_kv`,
+/// `rotated_paged_attention`): on a GPU in the kernel that reads the rows, saving a launch of
+/// `rope` and its output; on the CPU by `rope` first. Either way each element is rotated by
+/// `rope`'s arithmetic and rounded to the rows' dtype before use, so the bits are the same.
+#[derive(Clone, Copy)]
+pub struct Rotation<'a> {
+    /// [2, rows, head_dim / 2] f32, contiguous: cos for every row, then sin.
+    pub tables: &'a Tensor,
+    pub head_dim: usize,
+}
+
+impl<'a> Rotation<'a> {
+    /// `x` rotated by `rope`.
+    pub fn apply(&self, x: &Tensor) -> Result<Tensor> {
+        rope(x, &self.tables.get(0)?, &self.tables.get(1)?, self.head_dim)
+    }
+
+    /// Checks the tables against `rows` rows of `width` and returns them as the kernels read
+    /// them.
+    #[cfg(feature = "cuda")]
+    pub(crate) fn check(self, op: &'static str, rows: usize, width: usize) -> Result<&'a Tensor> {
+        let d = self.head_dim;
+        if d == 0 || !d.is_multiple_of(2) || !width.is_multiple_of(d) {
+            return Err(bad_input(
+                op,
+                format!("width {width} is not whole heads of even size {d}"),
+            ));
+        }
+        let dims = self.tables.dims();
+        if dims != [2, rows, d / 2] || !self.tables.is_contiguous() || self.tables.dtype() != candle_core::DType::F32 {
+            return Err(bad_input(
+                op,
+                format!(
+                    "rotary tables {dims:?} of {:?}, expected [2, {rows}, {}] of f32, contiguous",
+                    self.tables.dtype(),
+                    d / 2
+                ),
+            ));
+        }
+        Ok(self.tables)
+    }
+}
+
 struct Rope {
     head_dim: usize,
 }

@@ -9,9 +9,10 @@ use candle_core::{DType, Device, Tensor};
 use common::{chi_square, draws_of_one_row};
 use peagle_kernels::{
     add_rms_norm, argmax_rows, device_memory, fp8_linear, gumbel_sample, invariant_linear, invariant_matmul,
-    invariant_matmul_by, keep_freed_memory, paged_attention, rms_norm, rope, row_candidates, swiglu, write_kv,
-    AttentionMetadata, AttentionParams, CandidateRequest, CudaMatmul, Fp8Weight, GumbelRequest, KvScale, Mxfp4Expert,
-    Mxfp4Experts, Mxfp4Weight, Routing, RowCandidates, Sinks, MAX_ROW_CANDIDATES, PAD_SLOT,
+    invariant_matmul_by, keep_freed_memory, paged_attention, rms_norm, rope, rotated_paged_attention, row_candidates,
+    swiglu, write_kv, write_rotated_kv, AttentionMetadata, AttentionParams, CandidateRequest, CudaMatmul, Fp8Weight,
+    GumbelRequest, KvScale, Mxfp4Expert, Mxfp4Experts, Mxfp4Weight, Rotation, Routing, RowCandidates, Sinks,
+    MAX_ROW_CANDIDATES, PAD_SLOT,
 };
 
 fn gpu() -> Option<Device> {
@@ -690,6 +691,143 @@ fn kv_write_rounds_exactly_as_the_cpu() {
     };
     let err = write_kv(&cache, &gk, &gv, &stale, KvScale::ONE).unwrap_err();
     assert!(err.to_string().contains("2 device slots for 4 rows"), "{err}");
+}
+
+/// Rotary tables [2, rows, head_dim / 2] for positions 3, 10, 17, ... (angles well past 2π).
+fn rotary_tables(rows: usize, head_dim: usize) -> Tensor {
+    let half = head_dim / 2;
+    let angle = |r: usize, j: usize| (3 + 7 * r) as f32 * 10000f32.powf(-2.0 * j as f32 / head_dim as f32);
+    let cos = (0..rows).flat_map(|r| (0..half).map(move |j| angle(r, j).cos()));
+    let sin = (0..rows).flat_map(|r| (0..half).map(move |j| angle(r, j).sin()));
+    Tensor::from_vec(cos.chain(sin).collect::<Vec<f32>>(), (2, rows, half), &Device::Cpu).unwrap()
+}
+
+/// The KV write and attention that rotate what they read give the bits of `rope` first, then
+/// the plain kernels: on the GPU, for f32 and bf16 rows read in place from a fused
+/// projection's columns, into f32, bf16 and FP8 caches; and the CPU's where the rows are f32.
+/// Misshapen tables are refused.
+#[test]
+fn rotating_kv_write_and_attention_equal_rope_first() {
+    let Some(dev) = gpu() else { return };
+    let g = |t: &Tensor| t.to_device(&dev).unwrap();
+    let params = AttentionParams {
+        num_heads: 8,
+        num_kv_heads: 2,
+        head_dim: 64,
+        scale: 0.125,
+        sliding_window: None,
+        kv_scale: KvScale::ONE,
+    };
+    let (q_width, kv_width) = (8 * 64, 2 * 64);
+    let b = batch(&[(40, 17), (9, 1), (300, 8)], params, 21);
+    let rows = b.meta.num_rows();
+    let gpu_meta = b.meta.clone().on_device(&dev).unwrap();
+    let tables = rotary_tables(rows, 64);
+    let gpu_tables = g(&tables);
+    let rotation = Rotation {
+        tables: &tables,
+        head_dim: 64,
+    };
+    let gpu_rotation = Rotation {
+        tables: &gpu_tables,
+        head_dim: 64,
+    };
+    // A fused projection's output: queries, keys and values side by side.
+    let qkv = tensor((rows, q_width + 2 * kv_width), 22, 2.0);
+    let columns = |qkv: &Tensor, at: usize, width: usize| qkv.narrow(1, at, width).unwrap();
+    for dtype in [DType::F32, DType::BF16] {
+        let qkv_gpu = g(&qkv.to_dtype(dtype).unwrap());
+        let (q, k, v) = (
+            columns(&qkv_gpu, 0, q_width),
+            columns(&qkv_gpu, q_width, kv_width),
+            columns(&qkv_gpu, q_width + kv_width, kv_width),
+        );
+        for (cache_dtype, scale) in [
+            (DType::F32, KvScale::ONE),
+            (DType::BF16, KvScale::ONE),
+            (DType::F8E4M3, KvScale { k: 0.5, v: 0.25 }),
+        ] {
+            let what = format!("{dtype:?} rows, {cache_dtype:?} cache");
+            let fresh = || {
+                let both = Tensor::zeros((2, b.k.dim(0).unwrap(), kv_width), cache_dtype, &dev).unwrap();
+                both.slice_set(&g(&b.k.to_dtype(cache_dtype).unwrap()).unsqueeze(0).unwrap(), 0, 0)
+                    .unwrap();
+                both.slice_set(&g(&b.v.to_dtype(cache_dtype).unwrap()).unsqueeze(0).unwrap(), 0, 1)
+                    .unwrap();
+                both
+            };
+            let (fused, separate) = (fresh(), fresh());
+            write_rotated_kv(&fused, &k, &v, &gpu_meta, scale, gpu_rotation).unwrap();
+            write_kv(&separate, &gpu_rotation.apply(&k).unwrap(), &v, &gpu_meta, scale).unwrap();
+            assert_eq!(bits(&fused), bits(&separate), "{what}: the cache");
+            let p = AttentionParams {
+                kv_scale: scale,
+                ..params
+            };
+            let half = |t: &Tensor, i| t.get(i).unwrap();
+            let got = rotated_paged_attention(
+                &q,
+                &half(&fused, 0),
+                &half(&fused, 1),
+                &gpu_meta,
+                &p,
+                None,
+                gpu_rotation,
+            )
+            .unwrap();
+            let rotated_q = gpu_rotation.apply(&q).unwrap();
+            let want = paged_attention(
+                &rotated_q,
+                &half(&separate, 0),
+                &half(&separate, 1),
+                &gpu_meta,
+                &p,
+                None,
+            )
+            .unwrap();
+            assert_eq!(bits(&got), bits(&want), "{what}: attention");
+            if dtype == DType::F32 {
+                let cpu = Tensor::zeros((2, b.k.dim(0).unwrap(), kv_width), cache_dtype, &Device::Cpu).unwrap();
+                cpu.slice_set(&b.k.to_dtype(cache_dtype).unwrap().unsqueeze(0).unwrap(), 0, 0)
+                    .unwrap();
+                cpu.slice_set(&b.v.to_dtype(cache_dtype).unwrap().unsqueeze(0).unwrap(), 0, 1)
+                    .unwrap();
+                let (cq, ck, cv) = (
+                    columns(&qkv, 0, q_width),
+                    columns(&qkv, q_width, kv_width),
+                    columns(&qkv, q_width + kv_width, kv_width),
+                );
+                write_rotated_kv(&cpu, &ck, &cv, &b.meta, scale, rotation).unwrap();
+                assert_eq!(bits(&fused), bits(&cpu), "{what}: the cache against the CPU's");
+                let on_cpu =
+                    rotated_paged_attention(&cq, &half(&cpu, 0), &half(&cpu, 1), &b.meta, &p, None, rotation).unwrap();
+                let diff = max_rel_diff(&host(&got), &host(&on_cpu));
+                assert!(diff < 1e-5, "{what}: attention against the CPU's, off by {diff}");
+            }
+        }
+    }
+    // Tables of another batch's rows are refused.
+    let short = g(&rotary_tables(rows - 1, 64));
+    let wrong = Rotation {
+        tables: &short,
+        head_dim: 64,
+    };
+    let q = g(&tensor((rows, q_width), 23, 1.0));
+    let both = Tensor::zeros((2, b.k.dim(0).unwrap(), kv_width), DType::F32, &dev).unwrap();
+    let kv = g(&tensor((rows, kv_width), 24, 1.0));
+    let err = write_rotated_kv(&both, &kv, &kv, &gpu_meta, KvScale::ONE, wrong).unwrap_err();
+    assert!(err.to_string().contains("rotary tables"), "{err}");
+    let err = rotated_paged_attention(
+        &q,
+        &both.get(0).unwrap(),
+        &both.get(1).unwrap(),
+        &gpu_meta,
+        &params,
+        None,
+        wrong,
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("rotary tables"), "{err}");
 }
 
 /// A random MXFP4 weight [out, in]: every 4-bit code, scales around 2^-4.

@@ -1,5 +1,5 @@
 use super::module::{function, Kernel, Module};
-use super::{by_dtypes_or_fp8, dtype_name, dtype_name_or_fp8, grid, int, strided_view, with_view};
+use super::{by_dtypes_or_fp8, dtype_name, dtype_name_or_fp8, grid, int, strided_view, with_optional_view, with_view};
 use crate::error::bad_input;
 use crate::paged_attention::KvScale;
 use candle_core::backend::BackendStorage;
@@ -13,6 +13,9 @@ pub(crate) struct NewRows<'a> {
     pub k: (&'a CudaStorage, &'a Layout),
     pub v: (&'a CudaStorage, &'a Layout),
     pub scale: KvScale,
+    /// The keys' rotary tables [2, tokens, head_dim / 2] and head_dim, checked, where the
+    /// kernel rotates them.
+    pub rotation: Option<(&'a Tensor, usize)>,
 }
 
 /// `kernels/kv_write.cu`: row t of the keys and of the values into row `slots[t]` of
@@ -47,16 +50,22 @@ pub(crate) fn kv_write(
     let (start, _) = cache_l
         .contiguous_offsets()
         .ok_or_else(|| bad_input("write_kv", "cache must be contiguous"))?;
+    let tables = new.rotation.map(|(tables, _)| tables);
+    let head_dim = int("write_kv", new.rotation.map_or(0, |(_, d)| d))?;
     with_view::<u32, _>(slots, "cache slots", |slots| {
-        let args = Args {
-            func: &func,
-            new,
-            tokens: int("write_kv", tokens)? as u32,
-            slots: &slots,
-            num_slots: int("write_kv", num_slots)?,
-            width: int("write_kv", width)?,
-        };
-        by_dtypes_or_fp8!("write_kv", (src_dtype, cache.dtype()), launch(cache, start, &args))
+        with_optional_view::<f32, _>(tables, "rotary tables", |tables| {
+            let args = Args {
+                func: &func,
+                new,
+                tokens: int("write_kv", tokens)? as u32,
+                slots: &slots,
+                tables: tables.as_ref(),
+                num_slots: int("write_kv", num_slots)?,
+                width: int("write_kv", width)?,
+                head_dim,
+            };
+            by_dtypes_or_fp8!("write_kv", (src_dtype, cache.dtype()), launch(cache, start, &args))
+        })
     })
 }
 
@@ -64,29 +73,36 @@ struct Args<'a> {
     func: &'a Kernel,
     new: &'a NewRows<'a>,
     slots: &'a CudaView<'a, u32>,
+    /// The keys' rotary tables; none: the keys as they are.
+    tables: Option<&'a CudaView<'a, f32>>,
     tokens: u32,
     num_slots: i32,
     width: i32,
+    head_dim: i32,
 }
 
 fn launch<S: CudaDType, C: CudaDType>(cache: &mut CudaStorage, start: usize, a: &Args) -> Result<()> {
     let (k, k_stride) = strided_view::<S>(a.new.k.0, a.new.k.1, "write_kv", "the keys")?;
     let (v, v_stride) = strided_view::<S>(a.new.v.0, a.new.v.1, "write_kv", "the values")?;
     let mut cache = cache.as_cuda_slice_mut::<C>()?.slice_mut(start..);
+    let null: u64 = 0;
     let mut builder = a.func.builder();
+    builder.arg(&mut cache).arg(&k).arg(&v).arg(a.slots);
+    match a.tables {
+        Some(tables) => builder.arg(tables),
+        None => builder.arg(&null),
+    };
     builder
-        .arg(&mut cache)
-        .arg(&k)
-        .arg(&v)
-        .arg(a.slots)
         .arg(&a.num_slots)
         .arg(&a.width)
         .arg(&k_stride)
         .arg(&v_stride)
+        .arg(&a.head_dim)
         .arg(&a.new.scale.k)
         .arg(&a.new.scale.v);
     // SAFETY: the slots were checked against the cache's slots, the rows against `width`, the
-    // cache against [2, num_slots, width]; the views span the sources' rows, their strides apart.
+    // cache against [2, num_slots, width], the tables against [2, tokens, head_dim / 2]; the
+    // views span the sources' rows, their strides apart.
     unsafe { builder.launch(grid((a.tokens, 2), 256)) }.w()?;
     Ok(())
 }

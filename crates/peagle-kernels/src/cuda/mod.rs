@@ -21,7 +21,7 @@ pub(crate) use kv_write::{kv_write, NewRows};
 pub(crate) use linear::linear;
 pub(crate) use memory::{device_memory, keep_freed_memory, peak_allocated};
 pub(crate) use moe::{moe, DeviceExperts, MAX_EXPERTS};
-pub(crate) use paged_attention::paged_attention;
+pub(crate) use paged_attention::{paged_attention, AttentionInputs};
 pub(crate) use profiler::profiler_range;
 pub(crate) use rms_norm::rms_norm;
 pub(crate) use rope::rope;
@@ -82,6 +82,19 @@ fn with_view<T: CudaDType, R>(tensor: &Tensor, what: &str, f: impl FnOnce(CudaVi
     match &*storage {
         Storage::Cuda(s) => f(view::<T>(s, layout, what)?),
         _ => Err(bad_input("peagle kernel", format!("{what} must be on the GPU"))),
+    }
+}
+
+/// `with_view` where there is a tensor, else `f` with none: an input a kernel reads where its
+/// pointer is not null.
+fn with_optional_view<T: CudaDType, R>(
+    tensor: Option<&Tensor>,
+    what: &str,
+    f: impl FnOnce(Option<CudaView<'_, T>>) -> Result<R>,
+) -> Result<R> {
+    match tensor {
+        Some(t) => with_view(t, what, |view| f(Some(view))),
+        None => f(None),
     }
 }
 

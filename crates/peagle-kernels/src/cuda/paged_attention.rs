@@ -1,30 +1,39 @@
 use super::module::{function, Kernel, Module};
 use super::{
-    by_dtypes_or_fp8, dtype_name, dtype_name_or_fp8, int, output, starts_aligned_16, strided_view, view, with_view,
+    by_dtypes_or_fp8, dtype_name, dtype_name_or_fp8, int, output, starts_aligned_16, strided_view, view,
+    with_optional_view, with_view,
 };
 use crate::error::bad_input;
 use crate::paged_attention::{AttentionMetadata, AttentionParams, Sinks};
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{CudaView, DeviceRepr, LaunchConfig, PushKernelArg};
 use candle_core::cuda_backend::{CudaDType, CudaDevice, CudaStorage, WrapErr};
-use candle_core::{DType, Layout, Result, Shape};
+use candle_core::{DType, Layout, Result, Shape, Tensor};
 
 /// Threads per block and the largest head, as `kernels/paged_attention.cu` has them.
 const THREADS: u32 = 128;
 const MAX_HEAD_DIM: usize = 256;
 
+/// What attention reads beside its queries and the cache.
+pub(crate) struct AttentionInputs<'a> {
+    pub meta: &'a AttentionMetadata,
+    pub params: &'a AttentionParams,
+    pub sinks: Option<&'a Sinks>,
+    /// The queries' rotary tables [2, rows, head_dim / 2], checked, where the kernel rotates
+    /// them, and head_dim.
+    pub rotation: Option<(&'a Tensor, usize)>,
+}
+
 /// `kernels/paged_attention.cu` over a batch whose metadata was validated against the cache,
 /// reading the metadata's and the sinks' device copies.
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn paged_attention(
     q: (&CudaStorage, &Layout),
     k_cache: (&CudaStorage, &Layout),
     v_cache: (&CudaStorage, &Layout),
-    meta: &AttentionMetadata,
-    params: &AttentionParams,
-    sinks: Option<&Sinks>,
+    inputs: &AttentionInputs,
 ) -> Result<(CudaStorage, Shape)> {
     const OP: &str = "paged_attention";
+    let (meta, params) = (inputs.meta, inputs.params);
     if params.head_dim > MAX_HEAD_DIM {
         return Err(bad_input(
             OP,
@@ -51,7 +60,8 @@ pub(crate) fn paged_attention(
             ),
         ));
     }
-    let sinks = sinks
+    let sinks = inputs
+        .sinks
         .map(|s| {
             s.on_device()
                 .ok_or_else(|| bad_input(OP, "the sinks have no device copy: Sinks::new for the GPU"))
@@ -83,19 +93,22 @@ pub(crate) fn paged_attention(
         // Every key row then starts on a 16-byte boundary (8 for FP8), as 8-element loads need.
         vector_keys: i32::from(params.head_dim.is_multiple_of(8) && starts_aligned_16(k_cache.1, cache_dtype)),
     };
-    let out = with_view::<u32, _>(packed, "attention metadata", |meta| match sinks {
-        Some(sinks) => with_view::<f32, _>(sinks, "sinks", |sinks| {
-            by_dtypes_or_fp8!(
-                OP,
-                (q_dtype, cache_dtype),
-                launch(&device, q, k_cache, v_cache, &meta, Some(&sinks), &args)
-            )
-        }),
-        None => by_dtypes_or_fp8!(
-            OP,
-            (q_dtype, cache_dtype),
-            launch(&device, q, k_cache, v_cache, &meta, None, &args)
-        ),
+    let tables = inputs.rotation.map(|(tables, _)| tables);
+    let out = with_view::<u32, _>(packed, "attention metadata", |meta| {
+        with_optional_view::<f32, _>(sinks, "sinks", |sinks| {
+            with_optional_view::<f32, _>(tables, "rotary tables", |tables| {
+                let reads = Reads {
+                    meta: &meta,
+                    sinks: sinks.as_ref(),
+                    tables: tables.as_ref(),
+                };
+                by_dtypes_or_fp8!(
+                    OP,
+                    (q_dtype, cache_dtype),
+                    launch(&device, q, k_cache, v_cache, &reads, &args)
+                )
+            })
+        })
     })?;
     Ok((out, Shape::from((rows, width))))
 }
@@ -113,14 +126,19 @@ struct Args {
     vector_keys: i32,
 }
 
-#[allow(clippy::too_many_arguments)]
+/// The device buffers the kernel reads beside the queries and the cache; null where absent.
+struct Reads<'a> {
+    meta: &'a CudaView<'a, u32>,
+    sinks: Option<&'a CudaView<'a, f32>>,
+    tables: Option<&'a CudaView<'a, f32>>,
+}
+
 fn launch<T: CudaDType + DeviceRepr, C: CudaDType>(
     device: &CudaDevice,
     q: (&CudaStorage, &Layout),
     k_cache: (&CudaStorage, &Layout),
     v_cache: (&CudaStorage, &Layout),
-    meta: &CudaView<'_, u32>,
-    sinks: Option<&CudaView<'_, f32>>,
+    reads: &Reads,
     a: &Args,
 ) -> Result<CudaStorage> {
     let (rows, width) = a.out;
@@ -134,11 +152,13 @@ fn launch<T: CudaDType + DeviceRepr, C: CudaDType>(
     let v = view::<C>(v_cache.0, v_cache.1, "value cache")?;
     let null: u64 = 0;
     let mut builder = a.func.builder();
-    builder.arg(&mut out).arg(&q).arg(&k).arg(&v).arg(meta);
-    match sinks {
-        Some(s) => builder.arg(s),
-        None => builder.arg(&null),
-    };
+    builder.arg(&mut out).arg(&q).arg(&k).arg(&v).arg(reads.meta);
+    for optional in [reads.sinks, reads.tables] {
+        match optional {
+            Some(view) => builder.arg(view),
+            None => builder.arg(&null),
+        };
+    }
     for i in &a.ints {
         builder.arg(i);
     }

@@ -5,7 +5,7 @@ use crate::error::LoadError;
 use crate::kv_cache::LayerKv;
 use crate::ops::{masked_softmax, paged_attention, write_kv};
 use candle_core::{bail, DType, Result, Tensor};
-use peagle_kernels::{AttentionMetadata, AttentionParams, KvScale, Sinks};
+use peagle_kernels::{AttentionMetadata, AttentionParams, KvScale, Rotation, Sinks};
 
 /// Architecture switches of one layer's attention block.
 #[derive(Debug, Clone, Copy, Default)]
@@ -99,7 +99,7 @@ impl Attention {
         let rows = x.dim(0)?;
         let (q_width, kv_width) = (p.num_heads * p.head_dim, p.num_kv_heads * p.head_dim);
         let qkv = self.qkv.forward(x)?;
-        let (q, k) = self.rotated_queries_and_keys(&qkv, rope, rows)?;
+        let (q, k) = self.queries_and_keys(&qkv, rows)?;
         let v = qkv.narrow(1, q_width + kv_width, kv_width)?;
         let out = match ctx {
             AttentionContext::Paged { kv, meta } => {
@@ -111,32 +111,32 @@ impl Attention {
                     },
                     ..*p
                 };
-                write_kv(&kv.both, &k, &v, meta, p.kv_scale)?;
-                paged_attention(&q, &kv.k, &kv.v, meta, &p, self.sinks.as_ref())?
+                // The KV write rotates the keys and attention the queries as they read them.
+                let rotation = Rotation {
+                    tables: rope.values(),
+                    head_dim: p.head_dim,
+                };
+                write_kv(&kv.both, &k, &v, meta, p.kv_scale, rotation)?;
+                paged_attention(&q, &kv.k, &kv.v, meta, &p, self.sinks.as_ref(), rotation)?
             }
             AttentionContext::Masked { .. } if p.sliding_window.is_some() || self.sinks.is_some() => {
                 bail!("sliding windows and attention sinks are not supported in masked (training) attention")
             }
-            AttentionContext::Masked { bias } => masked_attention(&q, &k, &v, bias, p)?,
+            AttentionContext::Masked { bias } => {
+                let q = rope.apply(&q, p.num_heads, p.head_dim)?;
+                let k = rope.apply(&k, p.num_kv_heads, p.head_dim)?;
+                masked_attention(&q, &k, &v, bias, p)?
+            }
         };
         self.o.forward(&out)
     }
 
-    /// The queries and keys of the fused projection `qkv`, rotated. With no head norm between
-    /// them, one rotation takes both (a row's tables turn each of its heads alike) and the two
-    /// are column ranges of its output, which the kernels read in place; otherwise each is
-    /// normed, then rotated.
-    fn rotated_queries_and_keys(&self, qkv: &Tensor, rope: &RopeTables, rows: usize) -> Result<(Tensor, Tensor)> {
+    /// The queries and keys of the fused projection `qkv`, each normed per head where the
+    /// architecture norms them, not yet rotated; without norms, column ranges of `qkv` that the
+    /// kernels read in place.
+    fn queries_and_keys(&self, qkv: &Tensor, rows: usize) -> Result<(Tensor, Tensor)> {
         let p = &self.params;
         let (q_width, kv_width) = (p.num_heads * p.head_dim, p.num_kv_heads * p.head_dim);
-        if self.q_norm.is_none() && self.k_norm.is_none() {
-            let qk = rope.apply(
-                &qkv.narrow(1, 0, q_width + kv_width)?,
-                p.num_heads + p.num_kv_heads,
-                p.head_dim,
-            )?;
-            return Ok((qk.narrow(1, 0, q_width)?, qk.narrow(1, q_width, kv_width)?));
-        }
         let q = head_norm(self.q_norm.as_ref(), &qkv.narrow(1, 0, q_width)?, rows, p.head_dim)?;
         let k = head_norm(
             self.k_norm.as_ref(),
@@ -144,10 +144,7 @@ impl Attention {
             rows,
             p.head_dim,
         )?;
-        Ok((
-            rope.apply(&q, p.num_heads, p.head_dim)?,
-            rope.apply(&k, p.num_kv_heads, p.head_dim)?,
-        ))
+        Ok((q, k))
     }
 }
 
@@ -225,7 +222,7 @@ fn load_kv_scale(ckpt: &Checkpoint, prefix: &str, which: &str) -> std::result::R
 
 fn head_norm(norm: Option<&RmsNorm>, x: &Tensor, rows: usize, head_dim: usize) -> Result<Tensor> {
     match norm {
-        // Rotation reads the projection's columns in place.
+        // The kernels read the projection's columns in place.
         None => Ok(x.clone()),
         Some(n) => {
             let width = x.dim(1)?;

@@ -16,7 +16,7 @@ mod weight;
 pub use weight::Weight;
 
 use candle_core::{bail, Device, Result, Tensor};
-use peagle_kernels::{AttentionMetadata, AttentionParams, KvScale, Sinks};
+use peagle_kernels::{AttentionMetadata, AttentionParams, KvScale, Rotation, Sinks};
 
 /// Which implementation an op takes for its input.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -142,14 +142,23 @@ pub fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor, heads: usize, head_dim: usiz
         .reshape((rows, heads * head_dim))
 }
 
-/// Writes row `t` of the keys `k` and of the values `v` [tokens, width], divided by the cache's
-/// scales, into the cache slot `meta` maps it to, in the two halves of `cache` [2, slots, width].
-pub fn write_kv(cache: &Tensor, k: &Tensor, v: &Tensor, meta: &AttentionMetadata, scale: KvScale) -> Result<()> {
-    peagle_kernels::write_kv(cache, k, v, meta, scale)
+/// Writes row `t` of the keys `k`, rotated by `rope`, and of the values `v` [tokens, width],
+/// divided by the cache's scales, into the cache slot `meta` maps it to, in the two halves of
+/// `cache` [2, slots, width] (see `peagle_kernels::write_rotated_kv`: one launch on a GPU).
+pub fn write_kv(
+    cache: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    meta: &AttentionMetadata,
+    scale: KvScale,
+    rope: Rotation,
+) -> Result<()> {
+    peagle_kernels::write_rotated_kv(cache, k, v, meta, scale, rope)
 }
 
-/// Causal attention of a flattened batch's queries over the paged cache, with a sink logit
-/// per query head when given (see `peagle_kernels::paged_attention`).
+/// Causal attention of a flattened batch's queries, rotated by `rope`, over the paged cache,
+/// with a sink logit per query head when given (see `peagle_kernels::rotated_paged_attention`:
+/// on a GPU the kernel rotates the queries as it reads them).
 pub fn paged_attention(
     q: &Tensor,
     k_cache: &Tensor,
@@ -157,8 +166,9 @@ pub fn paged_attention(
     meta: &AttentionMetadata,
     params: &AttentionParams,
     sinks: Option<&Sinks>,
+    rope: Rotation,
 ) -> Result<Tensor> {
-    peagle_kernels::paged_attention(q, k_cache, v_cache, meta, params, sinks)
+    peagle_kernels::rotated_paged_attention(q, k_cache, v_cache, meta, params, sinks, rope)
 }
 
 /// `softmax(scores + bias)` over the last dimension, differentiable in `scores` (see
