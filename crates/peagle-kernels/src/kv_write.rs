@@ -137,10 +137,7 @@ impl InplaceOp3 for WriteKv<'_> {
         })?;
         let rotation = self
             .rotation
-            .map(|r| {
-                r.check("write_kv", self.slots.len(), width)
-                    .map(|tables| (tables, r.head_dim))
-            })
+            .map(|r| r.checked("write_kv", self.slots.len(), width))
             .transpose()?;
         let new = crate::cuda::NewRows {
             k: (k, k_l),

@@ -306,10 +306,7 @@ impl CustomOp3 for PagedAttention<'_> {
         let (rows, width) = self.check(ql, kl, vl)?;
         let rotation = self
             .rotation
-            .map(|r| {
-                r.check("paged_attention", rows, width)
-                    .map(|tables| (tables, r.head_dim))
-            })
+            .map(|r| r.checked("paged_attention", rows, width))
             .transpose()?;
         let extra = crate::cuda::AttentionInputs {
             meta: self.meta,

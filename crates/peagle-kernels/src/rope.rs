@@ -31,10 +31,10 @@ impl<'a> Rotation<'a> {
         rope(x, &self.tables.get(0)?, &self.tables.get(1)?, self.head_dim)
     }
 
-    /// Checks the tables against `rows` rows of `width` and returns them as the kernels read
+    /// This rotation, its tables checked against `rows` rows of `width` as the kernels read
     /// them.
     #[cfg(feature = "cuda")]
-    pub(crate) fn check(self, op: &'static str, rows: usize, width: usize) -> Result<&'a Tensor> {
+    pub(crate) fn checked(self, op: &'static str, rows: usize, width: usize) -> Result<Self> {
         let d = self.head_dim;
         if d == 0 || !d.is_multiple_of(2) || !width.is_multiple_of(d) {
             return Err(bad_input(
@@ -53,7 +53,7 @@ impl<'a> Rotation<'a> {
                 ),
             ));
         }
-        Ok(self.tables)
+        Ok(self)
     }
 }
 

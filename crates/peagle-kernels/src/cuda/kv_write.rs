@@ -2,6 +2,7 @@ use super::module::{function, Kernel, Module};
 use super::{by_dtypes_or_fp8, dtype_name, dtype_name_or_fp8, grid, int, strided_view, with_optional_view, with_view};
 use crate::error::bad_input;
 use crate::paged_attention::KvScale;
+use crate::rope::Rotation;
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{CudaView, PushKernelArg};
 use candle_core::cuda_backend::{CudaDType, CudaStorage, WrapErr};
@@ -13,9 +14,8 @@ pub(crate) struct NewRows<'a> {
     pub k: (&'a CudaStorage, &'a Layout),
     pub v: (&'a CudaStorage, &'a Layout),
     pub scale: KvScale,
-    /// The keys' rotary tables [2, tokens, head_dim / 2] and head_dim, checked, where the
-    /// kernel rotates them.
-    pub rotation: Option<(&'a Tensor, usize)>,
+    /// The keys' rotation, its tables checked, where the kernel rotates them.
+    pub rotation: Option<Rotation<'a>>,
 }
 
 /// `kernels/kv_write.cu`: row t of the keys and of the values into row `slots[t]` of
@@ -50,8 +50,8 @@ pub(crate) fn kv_write(
     let (start, _) = cache_l
         .contiguous_offsets()
         .ok_or_else(|| bad_input("write_kv", "cache must be contiguous"))?;
-    let tables = new.rotation.map(|(tables, _)| tables);
-    let head_dim = int("write_kv", new.rotation.map_or(0, |(_, d)| d))?;
+    let tables = new.rotation.map(|r| r.tables);
+    let head_dim = int("write_kv", new.rotation.map_or(0, |r| r.head_dim))?;
     with_view::<u32, _>(slots, "cache slots", |slots| {
         with_optional_view::<f32, _>(tables, "rotary tables", |tables| {
             let args = Args {

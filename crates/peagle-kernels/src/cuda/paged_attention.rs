@@ -5,10 +5,11 @@ use super::{
 };
 use crate::error::bad_input;
 use crate::paged_attention::{AttentionMetadata, AttentionParams, Sinks};
+use crate::rope::Rotation;
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{CudaView, DeviceRepr, LaunchConfig, PushKernelArg};
 use candle_core::cuda_backend::{CudaDType, CudaDevice, CudaStorage, WrapErr};
-use candle_core::{DType, Layout, Result, Shape, Tensor};
+use candle_core::{DType, Layout, Result, Shape};
 
 /// Threads per block and the largest head, as `kernels/paged_attention.cu` has them.
 const THREADS: u32 = 128;
@@ -19,9 +20,8 @@ pub(crate) struct AttentionInputs<'a> {
     pub meta: &'a AttentionMetadata,
     pub params: &'a AttentionParams,
     pub sinks: Option<&'a Sinks>,
-    /// The queries' rotary tables [2, rows, head_dim / 2], checked, where the kernel rotates
-    /// them, and head_dim.
-    pub rotation: Option<(&'a Tensor, usize)>,
+    /// The queries' rotation, its tables checked, where the kernel rotates them.
+    pub rotation: Option<Rotation<'a>>,
 }
 
 /// `kernels/paged_attention.cu` over a batch whose metadata was validated against the cache,
@@ -93,7 +93,7 @@ pub(crate) fn paged_attention(
         // Every key row then starts on a 16-byte boundary (8 for FP8), as 8-element loads need.
         vector_keys: i32::from(params.head_dim.is_multiple_of(8) && starts_aligned_16(k_cache.1, cache_dtype)),
     };
-    let tables = inputs.rotation.map(|(tables, _)| tables);
+    let tables = inputs.rotation.map(|r| r.tables);
     let out = with_view::<u32, _>(packed, "attention metadata", |meta| {
         with_optional_view::<f32, _>(sinks, "sinks", |sinks| {
             with_optional_view::<f32, _>(tables, "rotary tables", |tables| {
