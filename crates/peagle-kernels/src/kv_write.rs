@@ -2,10 +2,11 @@
 //! launch on a GPU: a decode step writes a row of each per layer, and each launch costs more
 //! than the row).
 
+use crate::attention_metadata::AttentionMetadata;
 use crate::cache_element::CacheElement;
 use crate::contiguous::{strided_rows, StridedRows};
 use crate::error::bad_input;
-use crate::paged_attention::{AttentionMetadata, KvScale};
+use crate::paged_attention::KvScale;
 use crate::rope::Rotation;
 use candle_core::{CpuStorage, InplaceOp3, Layout, Result, Tensor};
 

@@ -3,6 +3,7 @@
 //! verification of K+1 rows therefore reproduces K+1 single-token decode steps bit for bit.
 
 mod argmax_rows;
+mod attention_metadata;
 mod cache_element;
 mod contiguous;
 #[cfg(feature = "cuda")]
@@ -39,6 +40,7 @@ mod test_util;
 mod value_sum;
 
 pub use argmax_rows::argmax_rows;
+pub use attention_metadata::{AttentionMetadata, DeviceMetadata};
 pub use cache_element::CacheElement;
 pub use cuda_matmul::{CudaMatmul, CUDA_MATMUL_ENV};
 pub use cuda_profiler::cuda_profiler_range;
@@ -55,9 +57,7 @@ pub use mxfp4::{mxfp4_linear, Mxfp4Weight, MXFP4_BLOCK};
 #[cfg(feature = "cuda")]
 pub use mxfp4_experts::{Mxfp4Expert, Mxfp4Experts, Routing};
 pub use no_rows::no_rows;
-pub use paged_attention::{
-    paged_attention, rotated_paged_attention, AttentionMetadata, AttentionParams, DeviceMetadata, KvScale, Sinks,
-};
+pub use paged_attention::{paged_attention, rotated_paged_attention, AttentionParams, KvScale, Sinks};
 pub use pool::on_pool;
 pub use rms_norm::{add_rms_norm, rms_norm};
 pub use rope::{rope, Rotation};

@@ -3,8 +3,9 @@ use super::{
     by_dtypes_or_fp8, dtype_name, dtype_name_or_fp8, int, output, starts_aligned_16, strided_view, view,
     with_optional_view, with_view,
 };
+use crate::attention_metadata::AttentionMetadata;
 use crate::error::bad_input;
-use crate::paged_attention::{AttentionMetadata, AttentionParams, Sinks};
+use crate::paged_attention::{AttentionParams, Sinks};
 use crate::rope::Rotation;
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{CudaView, DeviceRepr, LaunchConfig, PushKernelArg};
