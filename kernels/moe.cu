@@ -1,7 +1,8 @@
 // A mixture-of-experts block with MXFP4 expert weights (gpt-oss), on the device from the
 // router's logits to the block's output, in four launches:
 //   moe_route_group  each row's top-k experts and routing weights, then the (row, rank) pairs
-//                    grouped by expert, and tiles of up to MOE_TILE pairs of one expert;
+//                    grouped by expert, and tiles of up to `tile` pairs of one expert (the
+//                    launcher's choice: MOE_TILE, or MOE_WIDE_TILE for the wide mma kernels);
 //   moe_gate_up      per tile, the gate and up projections with their biases and the (clamped)
 //                    SwiGLU: activations [pairs, I] in f32;
 //   moe_down         per tile, the down projection with its bias: [pairs, H] in f32;
@@ -20,6 +21,7 @@
 #include "mma.cuh"
 
 #define MOE_TILE 8
+#define MOE_WIDE_TILE 32
 #define MOE_WARPS 4
 #define MOE_MAX_EXPERTS 1024
 
@@ -78,10 +80,10 @@ __device__ void route_row(const T* logits, int row, int experts, int k, int norm
 // The pairs grouped by expert, by one block of at least `experts` threads (at most
 // MOE_MAX_EXPERTS): thread e counts the pairs routed to expert e and, after a prefix sum, writes
 // them in (row, rank) order: `pair_rows[p]` is the row of sorted pair p and
-// `pair_of[row * k + rank]` its index. Tiles list each expert's pairs MOE_TILE at a time:
+// `pair_of[row * k + rank]` its index. Tiles list each expert's pairs `tile` at a time:
 // `tiles[3 t ..]` = (expert, first pair, pairs); `num_tiles[0]` says how many there are.
 __device__ void group_pairs(const int* ids, int pairs, int experts, int* pair_rows, int* pair_of, int* tiles,
-                            int* num_tiles, int k) {
+                            int* num_tiles, int k, int tile) {
     __shared__ int offsets[MOE_MAX_EXPERTS + 1];
     const int e = threadIdx.x;
     int count = 0;
@@ -95,10 +97,10 @@ __device__ void group_pairs(const int* ids, int pairs, int experts, int* pair_ro
         for (int x = 0; x < experts; ++x) {
             const int n = offsets[x + 1];
             offsets[x + 1] = offsets[x] + n;
-            for (int first = 0; first < n; first += MOE_TILE) {
+            for (int first = 0; first < n; first += tile) {
                 tiles[3 * t] = x;
                 tiles[3 * t + 1] = offsets[x] + first;
-                tiles[3 * t + 2] = min(MOE_TILE, n - first);
+                tiles[3 * t + 2] = min(tile, n - first);
                 ++t;
             }
         }
@@ -124,19 +126,19 @@ __device__ void group_pairs(const int* ids, int pairs, int experts, int* pair_ro
 
 template <typename T>
 __device__ void moe_route_group(const T* logits, int rows, int experts, int k, int normalize, int* ids,
-                                float* weights, int* pair_rows, int* pair_of, int* tiles, int* num_tiles) {
+                                float* weights, int* pair_rows, int* pair_of, int* tiles, int* num_tiles, int tile) {
     for (int row = threadIdx.x / 32; row < rows; row += blockDim.x / 32)
         route_row(logits, row, experts, k, normalize, ids, weights);
     __syncthreads();
-    group_pairs(ids, rows * k, experts, pair_rows, pair_of, tiles, num_tiles, k);
+    group_pairs(ids, rows * k, experts, pair_rows, pair_of, tiles, num_tiles, k, tile);
 }
 
 #define MOE_ROUTE_GROUP(NAME, T)                                                               \
     extern "C" __global__ void __launch_bounds__(MOE_ROUTE_THREADS)                            \
         NAME(const T* logits, int rows, int experts, int k, int normalize, int* ids, float* weights, \
-             int* pair_rows, int* pair_of, int* tiles, int* num_tiles) {                        \
+             int* pair_rows, int* pair_of, int* tiles, int* num_tiles, int tile) {              \
         moe_route_group<T>(logits, rows, experts, k, normalize, ids, weights, pair_rows, pair_of, tiles, \
-                           num_tiles);                                                          \
+                           num_tiles, tile);                                                    \
     }
 
 MOE_ROUTE_GROUP(moe_route_group_f32, float)
@@ -331,16 +333,20 @@ extern "C" __global__ void __launch_bounds__(MOE_WARPS * 32)
 // ---- expert projections on the tensor cores (PEAGLE_CUDA_MATMUL=mma) ---------------------------
 
 // The same projections by mma.sync, in kernels/linear_mma.cu's layout and order: a tile's pairs
-// are the 8 columns of x; 16 weight rows a tile of the mma, dequantized to bf16 as they are read
-// (exactly: an e2m1 value times a power of two has two significant bits); the inner dimension
-// in steps of one MXFP4 block (32), dealt to the block's warps in turn, each warp's steps in
-// order, then the warps' sums in warp order. A pair's result depends on the inner dimension
-// alone. The operands of x are bf16: the down projection's f32 activations are rounded to bf16
-// as they are read.
+// are the columns of x, eight to an mma; 16 weight rows a tile of the mma, dequantized to bf16
+// as they are read (exactly: an e2m1 value times a power of two has two significant bits); the
+// inner dimension in steps of one MXFP4 block (32), dealt to the block's warps in turn, each
+// warp's steps in order, then the warps' sums in warp order. A pair's result depends on the
+// inner dimension alone. The operands of x are bf16: the down projection's f32 activations are
+// rounded to bf16 as they are read.
+//
+// Two forms, as linear_mma.cu has: `_mma` takes tiles of MOE_TILE pairs, `_mma_wide` tiles of
+// MOE_WIDE_TILE, each weight step dequantized once for four mma of eight pairs. Dequantization
+// bounds an expert projection, so where a batch gives an expert many pairs the wide form does a
+// quarter of it. They differ only in how many pairs a block covers: a pair's column is the same
+// chain of mma either way, so a launcher may pick either without changing a bit.
 
 #define MOE_MMA_WARPS 8
-// Steps of loads a warp has in flight.
-#define MOE_MMA_DEPTH 4
 
 // Eight elements of x from `p` as bf16 pairs in the operand order (f32 rounded to nearest).
 __device__ __forceinline__ uint4 operand8(const __nv_bfloat16* p) { return *reinterpret_cast<const uint4*>(p); }
@@ -381,13 +387,15 @@ __device__ __forceinline__ RowPart row_part(const WeightRow& row, int group, boo
     return {row.words[4 * group], row.scales[group]};
 }
 
-// d[h] += the tile of weight rows `rows[h]` .. + 16 (each a row of `groups` MXFP4 blocks; rows
-// at or past `real_rows` read as zeros) times the tile's pairs' rows of x (`x_row`: this lane's
-// pair's row, null past the tile's pairs), for H tiles of rows at once; every lane ends with
-// its accumulator fragments, this warp's steps summed.
-template <int H, typename X>
+// d[h][e] += the tile of weight rows `rows[h]` .. + 16 (each a row of `groups` MXFP4 blocks;
+// rows at or past `real_rows` read as zeros) times eight e of the tile's pairs (`x_rows[e]`:
+// the row of x of this lane's pair among them, null past the tile's pairs), for H tiles of rows
+// and the first `live` of E eights of pairs; every lane ends with its accumulator fragments,
+// this warp's steps summed. DEPTH steps of loads are in flight a warp; it changes when a load
+// is issued, never the order of the mma.
+template <int H, int E, int DEPTH, typename X>
 __device__ void mma_tile_dots(const uint8_t* blocks, const uint8_t* scales, const size_t* rows, int real_rows,
-                              int first_row, int groups, const X* x_row, float (*d)[4]) {
+                              int first_row, int groups, const X* const* x_rows, int live, float (*d)[E][4]) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     WeightRow lo_rows[H], hi_rows[H];
 #pragma unroll
@@ -395,12 +403,14 @@ __device__ void mma_tile_dots(const uint8_t* blocks, const uint8_t* scales, cons
         lo_rows[h] = weight_row(blocks, scales, rows[h] + g, first_row + g < real_rows, groups, t);
         hi_rows[h] = weight_row(blocks, scales, rows[h] + g + 8, first_row + g + 8 < real_rows, groups, t);
     }
-    const X* x_lane = x_row ? x_row + 8 * t : nullptr;
-    for (int first = warp; first < groups; first += MOE_MMA_DEPTH * MOE_MMA_WARPS) {
-        RowPart lo[MOE_MMA_DEPTH][H], hi[MOE_MMA_DEPTH][H];
-        uint4 b[MOE_MMA_DEPTH];
+    const X* x_lane[E];
 #pragma unroll
-        for (int s = 0; s < MOE_MMA_DEPTH; ++s) {
+    for (int e = 0; e < E; ++e) x_lane[e] = x_rows[e] ? x_rows[e] + 8 * t : nullptr;
+    for (int first = warp; first < groups; first += DEPTH * MOE_MMA_WARPS) {
+        RowPart lo[DEPTH][H], hi[DEPTH][H];
+        uint4 b[DEPTH][E];
+#pragma unroll
+        for (int s = 0; s < DEPTH; ++s) {
             const int group = first + s * MOE_MMA_WARPS;
             const bool in_k = group < groups;
 #pragma unroll
@@ -408,34 +418,42 @@ __device__ void mma_tile_dots(const uint8_t* blocks, const uint8_t* scales, cons
                 lo[s][h] = row_part(lo_rows[h], group, in_k);
                 hi[s][h] = row_part(hi_rows[h], group, in_k);
             }
-            b[s] = in_k && x_lane ? operand8(x_lane + (size_t)group * 32) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+            for (int e = 0; e < E; ++e)
+                b[s][e] = in_k && x_lane[e] ? operand8(x_lane[e] + (size_t)group * 32) : make_uint4(0, 0, 0, 0);
         }
 #pragma unroll
-        for (int s = 0; s < MOE_MMA_DEPTH; ++s) {
+        for (int s = 0; s < DEPTH; ++s) {
             if (first + s * MOE_MMA_WARPS >= groups) break;
 #pragma unroll
             for (int h = 0; h < H; ++h) {
                 const uint4 a0 = dequantize8_bf16(lo[s][h].word, lo[s][h].scale);
                 const uint4 a1 = dequantize8_bf16(hi[s][h].word, hi[s][h].scale);
-                mma_bf16(d[h], a0.x, a1.x, a0.y, a1.y, b[s].x, b[s].y);
-                mma_bf16(d[h], a0.z, a1.z, a0.w, a1.w, b[s].z, b[s].w);
+#pragma unroll
+                for (int e = 0; e < E; ++e) {
+                    if (e >= live) break;
+                    mma_bf16(d[h][e], a0.x, a1.x, a0.y, a1.y, b[s][e].x, b[s][e].y);
+                    mma_bf16(d[h][e], a0.z, a1.z, a0.w, a1.w, b[s][e].z, b[s][e].w);
+                }
             }
         }
     }
 }
 
-// The warps' accumulators of H tiles of 16 rows by the tile's 8 pairs, summed in warp order
+// The warps' accumulators of H tiles of 16 rows by the tile's 8E pairs, summed in warp order
 // into sums[h][pair][row] (shared): every thread may read them after the call.
-template <int H>
-__device__ void sum_warps(float (*d)[4], float (*partial)[H][8][17], float (*sums)[8][17]) {
+template <int H, int E>
+__device__ void sum_warps(float (*d)[E][4], float (*partial)[H][8 * E][17], float (*sums)[8 * E][17]) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
 #pragma unroll
     for (int h = 0; h < H; ++h)
 #pragma unroll
-        for (int i = 0; i < 4; ++i) partial[warp][h][2 * t + (i & 1)][g + 8 * (i >> 1)] = d[h][i];
+        for (int e = 0; e < E; ++e)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) partial[warp][h][8 * e + 2 * t + (i & 1)][g + 8 * (i >> 1)] = d[h][e][i];
     __syncthreads();
-    for (int e = threadIdx.x; e < H * 8 * 16; e += blockDim.x) {
-        const int h = e / 128, pair = e / 16 % 8, row = e % 16;
+    for (int i = threadIdx.x; i < H * 8 * E * 16; i += blockDim.x) {
+        const int h = i / (8 * E * 16), pair = i / 16 % (8 * E), row = i % 16;
         float sum = partial[0][h][pair][row];
 #pragma unroll
         for (int v = 1; v < MOE_MMA_WARPS; ++v) sum += partial[v][h][pair][row];
@@ -444,50 +462,84 @@ __device__ void sum_warps(float (*d)[4], float (*partial)[H][8][17], float (*sum
     __syncthreads();
 }
 
-// As moe_gate_up, for 16 columns a block: gate rows c0 .. c0 + 16 and up rows I + c0 .. .
-extern "C" __global__ void __launch_bounds__(MOE_MMA_WARPS * 32)
-    moe_gate_up_mma(float* act, const __nv_bfloat16* x, const int* pair_rows, const uint8_t* blocks,
-                    const uint8_t* scales, const float* bias, const int* tiles, const int* num_tiles, int hidden,
-                    int inter, float alpha, float limit) {
-    __shared__ float partial[MOE_MMA_WARPS][2][8][17];
-    __shared__ float sums[2][8][17];
+// As moe_gate_up, for 16 columns and a tile of up to 8E pairs a block: gate rows c0 .. c0 + 16
+// and up rows I + c0 .. .
+template <int E, int DEPTH>
+__device__ void gate_up_mma_tile(float* act, const __nv_bfloat16* x, const int* pair_rows, const uint8_t* blocks,
+                                const uint8_t* scales, const float* bias, const int* tiles, const int* num_tiles,
+                                int hidden, int inter, float alpha, float limit) {
+    __shared__ float partial[MOE_MMA_WARPS][2][8 * E][17];
+    __shared__ float sums[2][8 * E][17];
     Tile t;
     if (!tile_of(tiles, num_tiles, &t)) return;
     const int c0 = blockIdx.x * 16, g = threadIdx.x % 32 / 4;
     const size_t base = (size_t)t.expert * 2 * inter;
     const size_t rows[2] = {base + c0, base + inter + c0};
-    const __nv_bfloat16* x_row = g < t.count ? x + (size_t)pair_rows[t.first + g] * hidden : nullptr;
-    float d[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-    mma_tile_dots<2>(blocks, scales, rows, inter, c0, hidden / 32, x_row, d);
-    sum_warps<2>(d, partial, sums);
-    for (int e = threadIdx.x; e < 8 * 16; e += blockDim.x) {
-        const int pair = e / 16, c = c0 + e % 16;
+    const __nv_bfloat16* x_rows[E];
+    float d[2][E][4];
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+        const int pair = 8 * e + g;
+        x_rows[e] = pair < t.count ? x + (size_t)pair_rows[t.first + pair] * hidden : nullptr;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) d[0][e][i] = d[1][e][i] = 0.f;
+    }
+    mma_tile_dots<2, E, DEPTH>(blocks, scales, rows, inter, c0, hidden / 32, x_rows, (t.count + 7) / 8, d);
+    sum_warps<2, E>(d, partial, sums);
+    for (int i = threadIdx.x; i < 8 * E * 16; i += blockDim.x) {
+        const int pair = i / 16, c = c0 + i % 16;
         if (pair >= t.count || c >= inter) continue;
-        const float gate = sums[0][pair][e % 16] + bias[base + c], up = sums[1][pair][e % 16] + bias[base + inter + c];
+        const float gate = sums[0][pair][i % 16] + bias[base + c], up = sums[1][pair][i % 16] + bias[base + inter + c];
         act[(size_t)(t.first + pair) * inter + c] = swiglu_out(gate, up, alpha, limit);
     }
 }
 
-// As moe_down, for 16 columns a block.
-extern "C" __global__ void __launch_bounds__(MOE_MMA_WARPS * 32)
-    moe_down_mma(float* y, const float* act, const uint8_t* blocks, const uint8_t* scales, const float* bias,
-                 const int* tiles, const int* num_tiles, int hidden, int inter) {
-    __shared__ float partial[MOE_MMA_WARPS][1][8][17];
-    __shared__ float sums[1][8][17];
+// As moe_down, for 16 columns and a tile of up to 8E pairs a block.
+template <int E, int DEPTH>
+__device__ void down_mma_tile(float* y, const float* act, const uint8_t* blocks, const uint8_t* scales,
+                             const float* bias, const int* tiles, const int* num_tiles, int hidden, int inter) {
+    __shared__ float partial[MOE_MMA_WARPS][1][8 * E][17];
+    __shared__ float sums[1][8 * E][17];
     Tile t;
     if (!tile_of(tiles, num_tiles, &t)) return;
     const int c0 = blockIdx.x * 16, g = threadIdx.x % 32 / 4;
     const size_t rows[1] = {(size_t)t.expert * hidden + c0};
-    const float* x_row = g < t.count ? act + (size_t)(t.first + g) * inter : nullptr;
-    float d[1][4] = {{0.f, 0.f, 0.f, 0.f}};
-    mma_tile_dots<1>(blocks, scales, rows, hidden, c0, inter / 32, x_row, d);
-    sum_warps<1>(d, partial, sums);
-    for (int e = threadIdx.x; e < 8 * 16; e += blockDim.x) {
-        const int pair = e / 16, c = c0 + e % 16;
+    const float* x_rows[E];
+    float d[1][E][4];
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+        const int pair = 8 * e + g;
+        x_rows[e] = pair < t.count ? act + (size_t)(t.first + pair) * inter : nullptr;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) d[0][e][i] = 0.f;
+    }
+    mma_tile_dots<1, E, DEPTH>(blocks, scales, rows, hidden, c0, inter / 32, x_rows, (t.count + 7) / 8, d);
+    sum_warps<1, E>(d, partial, sums);
+    for (int i = threadIdx.x; i < 8 * E * 16; i += blockDim.x) {
+        const int pair = i / 16, c = c0 + i % 16;
         if (pair >= t.count || c >= hidden) continue;
-        y[(size_t)(t.first + pair) * hidden + c] = sums[0][pair][e % 16] + bias[(size_t)t.expert * hidden + c];
+        y[(size_t)(t.first + pair) * hidden + c] = sums[0][pair][i % 16] + bias[(size_t)t.expert * hidden + c];
     }
 }
+
+// Narrow tiles keep four steps of loads in flight a warp; wide ones, with four times the
+// operands of x a step, two.
+#define MOE_MMA_KERNELS(SUFFIX, E, DEPTH)                                                      \
+    extern "C" __global__ void __launch_bounds__(MOE_MMA_WARPS * 32)                           \
+        moe_gate_up_mma##SUFFIX(float* act, const __nv_bfloat16* x, const int* pair_rows, const uint8_t* blocks, \
+                                const uint8_t* scales, const float* bias, const int* tiles,   \
+                                const int* num_tiles, int hidden, int inter, float alpha, float limit) { \
+        gate_up_mma_tile<E, DEPTH>(act, x, pair_rows, blocks, scales, bias, tiles, num_tiles, hidden, inter, \
+                                   alpha, limit);                                               \
+    }                                                                                          \
+    extern "C" __global__ void __launch_bounds__(MOE_MMA_WARPS * 32)                           \
+        moe_down_mma##SUFFIX(float* y, const float* act, const uint8_t* blocks, const uint8_t* scales, \
+                             const float* bias, const int* tiles, const int* num_tiles, int hidden, int inter) { \
+        down_mma_tile<E, DEPTH>(y, act, blocks, scales, bias, tiles, num_tiles, hidden, inter); \
+    }
+
+MOE_MMA_KERNELS(, MOE_TILE / 8, 4)
+MOE_MMA_KERNELS(_wide, MOE_WIDE_TILE / 8, 2)
 
 // ---- combine -----------------------------------------------------------------------------------
 

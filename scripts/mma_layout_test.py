@@ -89,7 +89,8 @@ E2M1 = [0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6]
 def check_moe(count, rows, inner, c0):
     """moe.cu's mma kernels: a tile's `count` pairs against weight rows c0 .. c0 + 16 of `rows`,
     MXFP4 blocks of 32 (low nibble first) read 4 bytes a lane, bytes 4t .. 4t + 4 of a block
-    being its elements 8t .. 8t + 8."""
+    being its elements 8t .. 8t + 8; the tile's pairs eight at a time (the wide kernels' tiles
+    of up to 32 are eights side by side)."""
     codes = [[random.randrange(16) for _ in range(inner)] for _ in range(rows)]
     scale = [[random.choice([126, 127, 128]) for _ in range(inner // 32)] for _ in range(rows)]
     packed = [bytes(c[i] | c[i + 1] << 4 for i in range(0, inner, 2)) for c in codes]
@@ -105,23 +106,24 @@ def check_moe(count, rows, inner, c0):
         g = lane // 4
         return [dequantize8(r, at) if r < rows else [0] * 8 for r in (c0 + g, c0 + g + 8)]
 
-    def x_rows(lane, at):
-        g = lane // 4
-        return x[g][at:at + 8] if g < count else [0] * 8
+    for eight in range(0, count, 8):
+        def x_rows(lane, at):
+            pair = eight + lane // 4
+            return x[pair][at:at + 8] if pair < count else [0] * 8
 
-    sums = tile_product(w_rows, x_rows, inner)
-    for pair in range(count):
-        for col in range(16):
-            if c0 + col < rows:
-                want = sum(a * b for a, b in zip(x[pair], dense[c0 + col]))
-                assert sums[pair][col] == want, (count, rows, inner, pair, col)
+        sums = tile_product(w_rows, x_rows, inner)
+        for pair in range(eight, min(count, eight + 8)):
+            for col in range(16):
+                if c0 + col < rows:
+                    want = sum(a * b for a, b in zip(x[pair], dense[c0 + col]))
+                    assert sums[pair - eight][col] == want, (count, rows, inner, pair, col)
 
 
 def main():
     random.seed(7)
     for m, n, k in [(1, 20, 64), (3, 17, 96), (9, 33, 320), (8, 16, 32)]:
         check_linear(m, n, k)
-    for count, rows, inner, c0 in [(3, 96, 64, 80), (8, 48, 320, 32), (1, 40, 96, 32)]:
+    for count, rows, inner, c0 in [(3, 96, 64, 80), (8, 48, 320, 32), (1, 40, 96, 32), (27, 48, 64, 16)]:
         check_moe(count, rows, inner, c0)
     print("mma_layout_test.py: ok")
 

@@ -885,6 +885,20 @@ fn borrowed(weights: &[ExpertWeights]) -> Vec<Mxfp4Expert<'_>> {
         .collect()
 }
 
+/// The experts' weights dequantized, for the reference.
+fn dense_experts(weights: &[ExpertWeights]) -> Vec<DenseExpert> {
+    let dense = |w: &Mxfp4Weight| host(&w.dequantize(&Device::Cpu).unwrap());
+    weights
+        .iter()
+        .map(|(gate_up, gate_up_bias, down, down_bias)| DenseExpert {
+            gate_up: dense(gate_up),
+            gate_up_bias: gate_up_bias.clone(),
+            down: dense(down),
+            down_bias: down_bias.clone(),
+        })
+        .collect()
+}
+
 /// The mixture-of-experts block in f64 over the dequantized weights: each row's `top_k` best
 /// experts (ties to the lower index), weighted by a softmax over them (or their shares of one
 /// over all), each a SwiGLU MLP with biases. With `bf16_activations`, the activations are
@@ -965,16 +979,7 @@ fn mxfp4_experts_match_the_reference_and_are_batch_invariant() {
     for (num_experts, hidden, inter, routing) in [(32, 2880, 2880, gpt_oss), (5, 64, 96, plain)] {
         let weights = random_experts(num_experts, hidden, inter);
         let on_gpu = Mxfp4Experts::new(&dev, &borrowed(&weights)).unwrap();
-        let dense = |w: &Mxfp4Weight| host(&w.dequantize(&Device::Cpu).unwrap());
-        let reference_weights: Vec<_> = weights
-            .iter()
-            .map(|(gate_up, gate_up_bias, down, down_bias)| DenseExpert {
-                gate_up: dense(gate_up),
-                gate_up_bias: gate_up_bias.clone(),
-                down: dense(down),
-                down_bias: down_bias.clone(),
-            })
-            .collect();
+        let reference_weights = dense_experts(&weights);
         let rows = 64;
         let x = tensor((rows, hidden), 7, 1.0);
         let logits = router_logits(rows, num_experts);
@@ -1048,6 +1053,63 @@ fn router_logits(rows: usize, experts: usize) -> Tensor {
     }
     v[2 * experts..3 * experts].fill(1.5);
     Tensor::from_vec(v, (rows, experts), &Device::Cpu).unwrap()
+}
+
+/// The tensor cores take tiles of 8 pairs of an expert, or of 32 where a batch gives the
+/// average expert more than 8 (`moe_*_mma_wide`); a row gives the same bits either way. Forty
+/// rows that all favour experts 0 and 1 fill a wide tile of each and part of another: every row
+/// alone (narrow), the first 16 together (64 pairs, still narrow) and all 40 (wide) agree bit
+/// for bit, and the wide launch is within bf16 of the reference.
+#[test]
+fn mxfp4_experts_give_the_same_bits_in_wide_tiles_as_in_narrow_ones() {
+    let Some(dev) = gpu() else { return };
+    let routing = Routing {
+        top_k: 4,
+        normalize: true,
+        clamp: Some((1.702, 7.0)),
+    };
+    let (num_experts, hidden, inter, rows) = (8, 128, 96, 40);
+    let weights = random_experts(num_experts, hidden, inter);
+    let on_gpu = Mxfp4Experts::new(&dev, &borrowed(&weights)).unwrap();
+    let mut scores = values(rows * num_experts, 8, 1.0);
+    for row in scores.chunks_exact_mut(num_experts) {
+        row[0] += 4.0;
+        row[1] += 3.0;
+    }
+    let logits = Tensor::from_vec(scores, (rows, num_experts), &Device::Cpu).unwrap();
+    let x = tensor((rows, hidden), 7, 1.0);
+    let b = |t: &Tensor| t.to_dtype(DType::BF16).unwrap().to_device(&dev).unwrap();
+    let (xb, logits_b) = (b(&x), b(&logits));
+    let forward = |first: usize, n: usize| {
+        let part = |t: &Tensor| t.narrow(0, first, n).unwrap();
+        on_gpu
+            .forward_by(&part(&xb), &part(&logits_b), &routing, CudaMatmul::Mma)
+            .unwrap()
+    };
+    let wide = forward(0, rows);
+    let want = moe_reference(
+        &host(&xb),
+        &host(&logits_b),
+        &dense_experts(&weights),
+        hidden,
+        &routing,
+        true,
+    );
+    let diff = max_rel_diff(&host(&wide), &want);
+    assert!(diff < 2e-2, "wide tiles off the reference by {diff}");
+    let narrow = forward(0, 16);
+    assert_eq!(
+        bits(&narrow),
+        bits(&wide.narrow(0, 0, 16).unwrap()),
+        "the first 16 rows"
+    );
+    for r in 0..rows {
+        assert_eq!(
+            bits(&forward(r, 1)),
+            bits(&wide.narrow(0, r, 1).unwrap()),
+            "row {r} alone"
+        );
+    }
 }
 
 /// A row whose router logits hold NaN (a model gone wrong) routes to valid experts, as the

@@ -8,9 +8,11 @@ use candle_core::cuda_backend::cudarc::driver::{CudaSlice, DeviceRepr, PushKerne
 use candle_core::cuda_backend::{CudaDType, CudaDevice, CudaStorage, WrapErr};
 use candle_core::{DType, Layout, Result, Shape};
 
-/// Pairs per tile, output columns per block and the most experts, as `kernels/moe.cu` has them;
-/// its tensor-core kernels' columns and warps per block, and the threads that route and group.
+/// Pairs per tile (wide: of the wide tensor-core kernels), output columns per block and the
+/// most experts, as `kernels/moe.cu` has them; its tensor-core kernels' columns and warps per
+/// block, and the threads that route and group.
 const TILE: usize = 8;
+const WIDE_TILE: usize = 32;
 const WARPS: usize = 4;
 const ROUTE_THREADS: u32 = MAX_EXPERTS as u32;
 const MMA_COLUMNS: usize = 16;
@@ -48,7 +50,9 @@ pub(crate) fn moe(
     let device = x.0.device.clone();
     let names = |stem: &str| -> Result<String> { Ok(format!("{stem}_{}", dtype_name(OP, dtype)?)) };
     let projections = match (kernel, dtype) {
-        (CudaMatmul::Mma, DType::BF16) => Projections::TensorCores,
+        (CudaMatmul::Mma, DType::BF16) => Projections::TensorCores {
+            wide: rows * routing.top_k > TILE * experts.num_experts,
+        },
         _ => Projections::CudaCores(names("moe_gate_up")?),
     };
     let names = [names("moe_route_group")?, names("moe_combine")?];
@@ -71,25 +75,28 @@ pub(crate) fn moe(
 
 /// The most tiles `pairs` (row, expert) pairs make over `experts` experts, which bounds the
 /// grid of the projections: a tile holds at least one pair, and each expert's tiles hold
-/// `TILE` pairs but its last. Blocks past the tiles there are return at once, but each still
+/// `tile` pairs but its last. Blocks past the tiles there are return at once, but each still
 /// takes a launch slot, so the bound is kept tight.
-fn max_tiles(pairs: usize, experts: usize) -> usize {
-    pairs.min(pairs.div_ceil(TILE) + experts)
+fn max_tiles(pairs: usize, experts: usize, tile: usize) -> usize {
+    pairs.min(pairs.div_ceil(tile) + experts)
 }
 
 /// Which kernels run the expert projections.
 enum Projections {
     /// `moe_gate_up_*` (the named one) and `moe_down_f32`: TILE pairs and WARPS columns a block.
     CudaCores(String),
-    /// `moe_gate_up_mma` and `moe_down_mma`: a tile of pairs and 16 columns a block.
-    TensorCores,
+    /// `moe_gate_up_mma` and `moe_down_mma`: a tile of TILE pairs and 16 columns a block; or
+    /// their `_wide` forms, WIDE_TILE pairs, where the average expert has more than TILE (each
+    /// weight dequantized once for four times the pairs). Both give the same bits.
+    TensorCores { wide: bool },
 }
 
 impl Projections {
     fn names(&self) -> (&str, &str) {
         match self {
             Self::CudaCores(gate_up) => (gate_up, "moe_down_f32"),
-            Self::TensorCores => ("moe_gate_up_mma", "moe_down_mma"),
+            Self::TensorCores { wide: false } => ("moe_gate_up_mma", "moe_down_mma"),
+            Self::TensorCores { wide: true } => ("moe_gate_up_mma_wide", "moe_down_mma_wide"),
         }
     }
 
@@ -97,7 +104,15 @@ impl Projections {
     fn block(&self) -> (usize, u32) {
         match self {
             Self::CudaCores(_) => (WARPS, 32 * WARPS as u32),
-            Self::TensorCores => (MMA_COLUMNS, 32 * MMA_WARPS),
+            Self::TensorCores { .. } => (MMA_COLUMNS, 32 * MMA_WARPS),
+        }
+    }
+
+    /// The most pairs of a tile.
+    fn tile(&self) -> usize {
+        match self {
+            Self::TensorCores { wide: true } => WIDE_TILE,
+            _ => TILE,
         }
     }
 }
@@ -117,7 +132,8 @@ fn launch<T: CudaDType + DeviceRepr>(
     let (rows, k) = (x.1.shape().dims2()?.0, routing.top_k);
     let (num_experts, hidden, inter) = (experts.num_experts, experts.hidden, experts.intermediate);
     let pairs = rows * k;
-    let max_tiles = max_tiles(pairs, num_experts);
+    let tile = projections.tile();
+    let max_tiles = max_tiles(pairs, num_experts, tile);
     if max_tiles > MAX_GRID_Y {
         return Err(bad_input(
             OP,
@@ -125,7 +141,7 @@ fn launch<T: CudaDType + DeviceRepr>(
         ));
     }
     let i = |n| int(OP, n);
-    let (rows_i, experts_i, k_i) = (i(rows)?, i(num_experts)?, i(k)?);
+    let (rows_i, experts_i, k_i, tile_i) = (i(rows)?, i(num_experts)?, i(k)?, i(tile)?);
     // The kernels index pairs with 32-bit integers too.
     i(pairs)?;
     let (hidden_i, inter_i) = (i(hidden)?, i(inter)?);
@@ -146,11 +162,12 @@ fn launch<T: CudaDType + DeviceRepr>(
     b.arg(&mut pair_rows)
         .arg(&mut pair_of)
         .arg(&mut tiles)
-        .arg(&mut num_tiles);
+        .arg(&mut num_tiles)
+        .arg(&tile_i);
     // SAFETY: logits hold rows * experts elements; ids, weights, pair_rows and pair_of rows * k;
     // every id is an expert below `experts`, at most MAX_EXPERTS (checked at load), which the
-    // block's threads cover; an expert's tiles number ceil(its pairs / TILE), so all of them
-    // fit `max_tiles`.
+    // block's threads cover; an expert's tiles number ceil(its pairs / tile), so all of them
+    // fit `max_tiles`, and the projections take tiles of `tile` pairs.
     unsafe { b.launch(grid((1, 1), ROUTE_THREADS)) }.w()?;
 
     let (gate_up_name, down_name) = projections.names();
@@ -202,22 +219,25 @@ fn launch<T: CudaDType + DeviceRepr>(
 mod tests {
     use super::*;
 
-    /// Against every way of routing up to 20 pairs to 3 experts: the bound holds, and some
-    /// routing reaches it.
+    /// Against every way of routing up to 70 pairs to 3 experts, in tiles of either width: the
+    /// bound holds, and some routing reaches it.
     #[test]
     fn max_tiles_bounds_every_routing_tightly() {
         let experts = 3;
-        for pairs in 1..=20 {
-            let mut most = 0;
-            for a in 0..=pairs {
-                for b in 0..=pairs - a {
-                    let tiles: usize = [a, b, pairs - a - b].map(|n: usize| n.div_ceil(TILE)).iter().sum();
-                    most = most.max(tiles);
+        for tile in [TILE, WIDE_TILE] {
+            for pairs in 1..=70 {
+                let mut most = 0;
+                for a in 0..=pairs {
+                    for b in 0..=pairs - a {
+                        let tiles: usize = [a, b, pairs - a - b].map(|n: usize| n.div_ceil(tile)).iter().sum();
+                        most = most.max(tiles);
+                    }
                 }
+                let bound = max_tiles(pairs, experts, tile);
+                assert!(most <= bound, "{pairs} pairs in tiles of {tile}: {most} tiles");
+                assert!(bound - most <= experts, "{pairs} pairs in tiles of {tile}");
             }
-            assert!(most <= max_tiles(pairs, experts), "{pairs} pairs: {most} tiles");
-            assert!(max_tiles(pairs, experts) - most <= experts, "{pairs} pairs");
         }
-        assert_eq!(max_tiles(4, 32), 4, "a decode row's 4 pairs");
+        assert_eq!(max_tiles(4, 32, TILE), 4, "a decode row's 4 pairs");
     }
 }
