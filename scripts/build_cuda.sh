@@ -108,13 +108,15 @@ fi
 
 cargo build --release --locked --features peagle-cli/cuda,peagle-train/cuda \
     -p peagle-cli -p peagle-train -p peagle-bench
-cargo build --release --locked --features peagle-kernels/cuda -p peagle-kernels --example gemm_vs_cublas
+cargo build --release --locked --features peagle-kernels/cuda -p peagle-kernels --example gemm_vs_cublas \
+    --example moe_experts
 gpu_tests >"$target/gpu_tests.txt"
 
 carry=$target/carry
 rm -rf "$carry" && mkdir -p "$carry"
 cp "$target"/release/{peagle-serve,peagle-generate,peagle-bench} "$carry/"
 cp "$target/release/examples/gemm_vs_cublas" "$carry/peagle-gemm-vs-cublas"
+cp "$target/release/examples/moe_experts" "$carry/peagle-moe-experts"
 # PTX for compute 8.0 and the CUDA runtime linked statically: it needs only the host's driver.
 nvcc -O2 -std=c++17 -gencode arch=compute_80,code=compute_80 -L"$cuda_root/lib" \
     -o "$carry/peagle-graph-memcheck-probe" scripts/graph_memcheck_probe.cu

@@ -12,8 +12,9 @@
 #     demo      the matmul against cuBLAS, and what bounds its one-row kernel (where the host
 #               has Nsight Compute's ncu); the demo model's sweeps, without and with CUDA
 #               graphs; transformers as the peer
-#     gpt-oss   a random gpt-oss-20b-shaped MXFP4 target's GPU time by kernel (where the host has
-#               Nsight Compute's ncu) and sweeps (13 GB to write)
+#     gpt-oss   gpt-oss-shaped MXFP4 experts timed alone; a random gpt-oss-20b-shaped MXFP4
+#               target's GPU time by kernel (where the host has Nsight Compute's ncu) and
+#               sweeps (13 GB to write)
 #     llama     a random Llama-8B-shaped target's decode step against the HBM bound, and its GPU
 #               time by kernel (16 GB to write)
 #     bench     demo, gpt-oss and llama; QUICK=1 leaves out gpt-oss and llama
@@ -30,7 +31,8 @@
 #   PROFILE_TIMEOUT=N     the most seconds one kernel profile may take (default 150)
 #   GRAPH_MEMCHECK=1      the tests part also runs the CUDA-graph tests under memcheck
 #   GPT_OSS_STEPS="..."   which of the gpt-oss part's steps run, in their order (default:
-#                         "profiles c1 graphs batched"; "profiles" is the three kernel profiles
+#                         "experts profiles c1 graphs batched"; "experts" times the MXFP4
+#                         experts alone (peagle-moe-experts); "profiles" is the three kernel profiles
 #                         and the experts' kernel details, each of which may also be named alone
 #                         (gpt-oss-decode, gpt-oss-peagle, gpt-oss-prefill, gpt-oss-moe-details);
 #                         "fma" adds the c1 and batched sweeps on the CUDA-core matmul), so that
@@ -244,6 +246,11 @@ run_demo() {
 }
 
 run_gpt_oss() {
+    wanted() { [[ " ${GPT_OSS_STEPS:-experts profiles c1 graphs batched} " == *" $1 "* ]]; }
+    if wanted experts && step "gpt-oss-shaped MXFP4 experts, 1 to 2048 rows: narrow and wide tiles on the tensor cores, and the CUDA cores"; then
+        timed "$bin/peagle-moe-experts" >"$out/moe-experts.jsonl" 2>"$out/moe-experts.log" ||
+            fail "MXFP4 experts (see moe-experts.log)"
+    fi
     step "gpt-oss-20b-shaped random MXFP4 target and random drafters: made on the GPU" || return
     local model=${TMPDIR:-/tmp}/peagle-gpt-oss-20b
     local drafters=$model-drafters
@@ -265,7 +272,6 @@ run_gpt_oss() {
             --num-prompts "$prompts" --concurrency "$concurrency" --max-tokens 128 --out "$out/$name" \
             >"$out/$name.log" 2>&1 || fail "$name (see $name.log)"
     }
-    wanted() { [[ " ${GPT_OSS_STEPS:-profiles c1 graphs batched} " == *" $1 "* ]]; }
     # profile RUN NAME ...: RUN NAME ... (kernel_profile or kernel_details) where the profiles
     # or NAME itself are wanted.
     profile() { if wanted profiles || wanted "$2"; then "$@"; fi; }

@@ -24,7 +24,10 @@ def load(path):
 
 
 def load_lines(path):
-    """The JSON lines of a file; a line cut short by a step's time limit is left out."""
+    """The JSON lines of a file (none where there is no file); a line cut short by a step's time
+    limit is left out."""
+    if not os.path.exists(path):
+        return []
     rows = []
     for line in open(path):
         try:
@@ -47,8 +50,7 @@ def main(out):
             report[name.replace("-", "_")] = demo
             md += section
 
-    gemm_path = os.path.join(out, "gemm-vs-cublas.jsonl")
-    rows = load_lines(gemm_path) if os.path.exists(gemm_path) else []
+    rows = load_lines(os.path.join(out, "gemm-vs-cublas.jsonl"))
     if rows:
         report["gemm_vs_cublas"] = rows
         md += ["", "## Batch-invariant matmul against cuBLAS (bf16, 4096 -> 14336)", "",
@@ -60,6 +62,21 @@ def main(out):
         md += [f"| {r['m']} | {r['fma_ms']:.3f} | {r['mma_ms']:.3f} | {r['cublas_ms']:.3f} | "
                f"{r['fma_ratio']:.2f}x | {r['mma_ratio']:.2f}x | {r['fma_weight_gb_per_s']:.0f} | "
                f"{r['mma_weight_gb_per_s']:.0f} |" for r in rows]
+
+    rows = load_lines(os.path.join(out, "moe-experts.jsonl"))
+    if rows:
+        report["moe_experts"] = rows
+        md += ["", "## gpt-oss-shaped MXFP4 experts (32 of 2880 x 2880, top 4, bf16 rows)", "",
+               "kernels/moe.cu on the tensor cores in tiles of 8 pairs of an expert (narrow) and of 32 "
+               "(wide; the default where a batch gives the average expert more than 8), and on the CUDA "
+               "cores (`PEAGLE_CUDA_MATMUL=fma`). Weight GB/s: the bytes of the experts the batch touches "
+               "over the time.", "",
+               "| rows | experts touched | narrow ms | wide ms | CUDA cores ms | wide / narrow | "
+               "narrow weight GB/s | wide weight GB/s |",
+               "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        md += [f"| {r['rows']} | {r['experts_touched']} | {r['narrow_ms']:.3f} | {r['wide_ms']:.3f} | "
+               f"{r['fma_ms']:.3f} | {r['wide_over_narrow']:.2f}x | {r['narrow_weight_gb_per_s']:.0f} | "
+               f"{r['wide_weight_gb_per_s']:.0f} |" for r in rows]
 
     peer = load(os.path.join(out, "transformers.json"))
     ours = load(os.path.join(out, "peagle-generate-demo.json"))

@@ -46,6 +46,10 @@ def main():
         write(out, "gemm-vs-cublas.jsonl", json.dumps(
             {"m": 1, "n": 8, "k": 32, "fma_ms": 0.074, "mma_ms": 0.037, "cublas_ms": 0.034, "fma_ratio": 2.176,
              "mma_ratio": 1.088, "fma_weight_gb_per_s": 1595.0, "mma_weight_gb_per_s": 3190.0}) + "\n")
+        write(out, "moe-experts.jsonl", json.dumps(
+            {"rows": 512, "pairs": 2048, "experts_touched": 32, "narrow_ms": 2.0, "wide_ms": 0.8, "fma_ms": 9.5,
+             "wide_over_narrow": 0.4, "narrow_weight_gb_per_s": 2124.0, "wide_weight_gb_per_s": 5310.0}) + "\n"
+            + '{"rows": 2048, "pairs": 8192, "exp')
         write(out, "llama-8b-decode-kernels.csv", "\n".join([
             "==PROF== Connected to process 7 (peagle-generate)", NCU_HEADER,
             ncu_row(0, "linear_bf16_bf16_row", "1,000"), ncu_row(1, "rms_norm_bf16_bf16", "250"),
@@ -82,6 +86,9 @@ def main():
     assert "- by the CUDA-core matmul (PEAGLE_CUDA_MATMUL=fma), without CUDA graphs: an engine step 3.75 ms " \
            "(1.00x the bound)" in md, md
     assert "| 1 | 0.074 | 0.037 | 0.034 | 2.18x | 1.09x | 1595 | 3190 |" in md, md
+    # The experts' second line was cut short by a time limit: left out.
+    assert [r["rows"] for r in report["moe_experts"]] == [512], report["moe_experts"]
+    assert "| 512 | 32 | 2.000 | 0.800 | 9.500 | 0.40x | 2124 | 5310 |" in md, md
 
     # gpt-oss: the bound's share and the projection (EAGLE-3 at 2.65 tokens a step of 2.65 ms: 1000
     # tokens/s; P-EAGLE 3.94 a step of 2.63 ms: 1500), on each matmul in its own section.

@@ -5,20 +5,12 @@
 //!
 //!     cargo run --release --example gemm_vs_cublas --features cuda
 
+#[path = "common/timing.rs"]
+mod timing;
+
 use candle_core::{DType, Device, Tensor};
 use peagle_kernels::{invariant_matmul_by, CudaMatmul};
-use std::time::Instant;
-
-fn time(device: &Device, reps: usize, f: impl Fn() -> candle_core::Result<Tensor>) -> candle_core::Result<f64> {
-    f()?;
-    device.synchronize()?;
-    let start = Instant::now();
-    for _ in 0..reps {
-        f()?;
-    }
-    device.synchronize()?;
-    Ok(start.elapsed().as_secs_f64() / reps as f64)
-}
+use timing::time;
 
 fn main() -> candle_core::Result<()> {
     let device = Device::new_cuda(0)?;

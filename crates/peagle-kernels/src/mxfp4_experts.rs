@@ -23,6 +23,19 @@ pub struct Routing {
     pub clamp: Option<(f32, f32)>,
 }
 
+/// How the tensor cores' expert projections tile an expert's pairs (`kernels/moe.cu`): every
+/// choice gives a pair the same bits, so it is a matter of speed alone. The CUDA cores' kernels
+/// take tiles of 8 whatever is asked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExpertTiles {
+    /// Wide where the batch gives the average expert more pairs than a narrow tile holds.
+    ByBatch,
+    /// Tiles of 8 pairs: the most blocks, for decode steps.
+    Narrow,
+    /// Tiles of 32 pairs, each weight dequantized once for all of them.
+    Wide,
+}
+
 /// One expert as loaded: `gate_up` [2I, H] (the I gate rows first) and its bias [2I], `down`
 /// [H, I] and its bias [H].
 pub struct Mxfp4Expert<'a> {
@@ -110,6 +123,18 @@ impl Mxfp4Experts {
     /// `forward` by the projections of `kernel`, whatever the process chose: for comparing
     /// them.
     pub fn forward_by(&self, x: &Tensor, logits: &Tensor, routing: &Routing, kernel: CudaMatmul) -> Result<Tensor> {
+        self.forward_tiled(x, logits, routing, kernel, ExpertTiles::ByBatch)
+    }
+
+    /// `forward_by` in the tiles `tiles` asks for: for comparing them.
+    pub fn forward_tiled(
+        &self,
+        x: &Tensor,
+        logits: &Tensor,
+        routing: &Routing,
+        kernel: CudaMatmul,
+        tiles: ExpertTiles,
+    ) -> Result<Tensor> {
         let (rows, hidden) = x.dims2()?;
         if hidden != self.hidden || logits.dims() != [rows, self.num_experts] {
             return Err(bad_input(
@@ -138,6 +163,7 @@ impl Mxfp4Experts {
                 experts: self,
                 routing,
                 kernel,
+                tiles,
             },
         )
     }
@@ -152,6 +178,7 @@ struct MoeOp<'a> {
     experts: &'a Mxfp4Experts,
     routing: &'a Routing,
     kernel: CudaMatmul,
+    tiles: ExpertTiles,
 }
 
 impl CustomOp2 for MoeOp<'_> {
@@ -180,6 +207,7 @@ impl CustomOp2 for MoeOp<'_> {
             &self.experts.weights,
             self.routing,
             self.kernel,
+            self.tiles,
         )
     }
 }

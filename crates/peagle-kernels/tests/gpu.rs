@@ -10,8 +10,8 @@ use common::{chi_square, draws_of_one_row};
 use peagle_kernels::{
     add_rms_norm, argmax_rows, device_memory, fp8_linear, gumbel_sample, invariant_linear, invariant_matmul,
     invariant_matmul_by, keep_freed_memory, paged_attention, rms_norm, rope, rotated_paged_attention, row_candidates,
-    swiglu, write_kv, write_rotated_kv, AttentionMetadata, AttentionParams, CandidateRequest, CudaMatmul, Fp8Weight,
-    GumbelRequest, KvScale, Mxfp4Expert, Mxfp4Experts, Mxfp4Weight, Rotation, Routing, RowCandidates, Sinks,
+    swiglu, write_kv, write_rotated_kv, AttentionMetadata, AttentionParams, CandidateRequest, CudaMatmul, ExpertTiles,
+    Fp8Weight, GumbelRequest, KvScale, Mxfp4Expert, Mxfp4Experts, Mxfp4Weight, Rotation, Routing, RowCandidates, Sinks,
     MAX_ROW_CANDIDATES, PAD_SLOT,
 };
 
@@ -1055,11 +1055,12 @@ fn router_logits(rows: usize, experts: usize) -> Tensor {
     Tensor::from_vec(v, (rows, experts), &Device::Cpu).unwrap()
 }
 
-/// The tensor cores take tiles of 8 pairs of an expert, or of 32 where a batch gives the
-/// average expert more than 8 (`moe_*_mma_wide`); a row gives the same bits either way. Forty
-/// rows that all favour experts 0 and 1 fill a wide tile of each and part of another: every row
-/// alone (narrow), the first 16 together (64 pairs, still narrow) and all 40 (wide) agree bit
-/// for bit, and the wide launch is within bf16 of the reference.
+/// The tensor cores take tiles of 8 pairs of an expert, or of 32 (`moe_*_mma_wide`), by
+/// default where a batch gives the average expert more than 8; a row gives the same bits
+/// either way. Forty rows that all favour experts 0 and 1 fill a wide tile of each and part of
+/// another: in narrow tiles, in wide ones and as the batch chooses (wide), they agree bit for
+/// bit, within bf16 of the reference, and with each row alone (narrow) and the first 16
+/// together (64 pairs: narrow).
 #[test]
 fn mxfp4_experts_give_the_same_bits_in_wide_tiles_as_in_narrow_ones() {
     let Some(dev) = gpu() else { return };
@@ -1080,13 +1081,13 @@ fn mxfp4_experts_give_the_same_bits_in_wide_tiles_as_in_narrow_ones() {
     let x = tensor((rows, hidden), 7, 1.0);
     let b = |t: &Tensor| t.to_dtype(DType::BF16).unwrap().to_device(&dev).unwrap();
     let (xb, logits_b) = (b(&x), b(&logits));
-    let forward = |first: usize, n: usize| {
+    let forward = |first: usize, n: usize, tiles: ExpertTiles| {
         let part = |t: &Tensor| t.narrow(0, first, n).unwrap();
         on_gpu
-            .forward_by(&part(&xb), &part(&logits_b), &routing, CudaMatmul::Mma)
+            .forward_tiled(&part(&xb), &part(&logits_b), &routing, CudaMatmul::Mma, tiles)
             .unwrap()
     };
-    let wide = forward(0, rows);
+    let wide = forward(0, rows, ExpertTiles::Wide);
     let want = moe_reference(
         &host(&xb),
         &host(&logits_b),
@@ -1097,18 +1098,14 @@ fn mxfp4_experts_give_the_same_bits_in_wide_tiles_as_in_narrow_ones() {
     );
     let diff = max_rel_diff(&host(&wide), &want);
     assert!(diff < 2e-2, "wide tiles off the reference by {diff}");
-    let narrow = forward(0, 16);
-    assert_eq!(
-        bits(&narrow),
-        bits(&wide.narrow(0, 0, 16).unwrap()),
-        "the first 16 rows"
-    );
+    for tiles in [ExpertTiles::Narrow, ExpertTiles::ByBatch] {
+        assert_eq!(bits(&forward(0, rows, tiles)), bits(&wide), "{tiles:?}");
+    }
+    let first = forward(0, 16, ExpertTiles::ByBatch);
+    assert_eq!(bits(&first), bits(&wide.narrow(0, 0, 16).unwrap()), "the first 16 rows");
     for r in 0..rows {
-        assert_eq!(
-            bits(&forward(r, 1)),
-            bits(&wide.narrow(0, r, 1).unwrap()),
-            "row {r} alone"
-        );
+        let alone = forward(r, 1, ExpertTiles::ByBatch);
+        assert_eq!(bits(&alone), bits(&wide.narrow(0, r, 1).unwrap()), "row {r} alone");
     }
 }
 

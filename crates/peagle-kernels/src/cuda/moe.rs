@@ -2,7 +2,7 @@ use super::module::{function, Module};
 use super::{aligned_16, by_dtype, dtype_name, grid, int, output, row_blocks, view, MAX_GRID_Y};
 use crate::cuda_matmul::CudaMatmul;
 use crate::error::bad_input;
-use crate::mxfp4_experts::{Mxfp4Experts, Routing};
+use crate::mxfp4_experts::{ExpertTiles, Mxfp4Experts, Routing};
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{CudaSlice, DeviceRepr, PushKernelArg};
 use candle_core::cuda_backend::{CudaDType, CudaDevice, CudaStorage, WrapErr};
@@ -30,7 +30,7 @@ pub(crate) struct DeviceExperts {
 }
 
 /// `kernels/moe.cu` from the router's `logits` [rows, experts] to [rows, hidden] in x's dtype;
-/// the projections on the tensor cores where `kernel` is `Mma` and x is bf16.
+/// the projections on the tensor cores, in `tiles`, where `kernel` is `Mma` and x is bf16.
 pub(crate) fn moe(
     x: (&CudaStorage, &Layout),
     logits: (&CudaStorage, &Layout),
@@ -38,6 +38,7 @@ pub(crate) fn moe(
     device_experts: &DeviceExperts,
     routing: &Routing,
     kernel: CudaMatmul,
+    tiles: ExpertTiles,
 ) -> Result<(CudaStorage, Shape)> {
     const OP: &str = "moe_mxfp4";
     let (rows, _) = x.1.shape().dims2()?;
@@ -51,7 +52,11 @@ pub(crate) fn moe(
     let names = |stem: &str| -> Result<String> { Ok(format!("{stem}_{}", dtype_name(OP, dtype)?)) };
     let projections = match (kernel, dtype) {
         (CudaMatmul::Mma, DType::BF16) => Projections::TensorCores {
-            wide: rows * routing.top_k > TILE * experts.num_experts,
+            wide: match tiles {
+                ExpertTiles::ByBatch => rows * routing.top_k > TILE * experts.num_experts,
+                ExpertTiles::Narrow => false,
+                ExpertTiles::Wide => true,
+            },
         },
         _ => Projections::CudaCores(names("moe_gate_up")?),
     };
