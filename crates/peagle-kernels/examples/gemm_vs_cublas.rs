@@ -1,7 +1,8 @@
 //! Times the batch-invariant matmul's two kernels (`invariant_matmul_by`: the CUDA cores'
 //! kernels/linear.cu and the tensor cores' kernels/linear_mma.cu) against cuBLAS (candle's
-//! matmul) on the GPU, bf16, for a Llama-8B-shaped projection (4096 -> 14336) at M = 1, 8, 64,
-//! 256 and 2048 rows, and prints a JSON line per M. Run by scripts/gpu_check.sh.
+//! matmul) on the GPU, bf16, for a Llama-8B-shaped projection (4096 -> 14336) at M = 1 to 2048
+//! rows, and the tensor cores' narrow and wide forms side by side at each (the form M picks is
+//! the `mma` column); prints a JSON line per M. Run by scripts/gpu_check.sh.
 //!
 //!     cargo run --release --example gemm_vs_cublas --features cuda
 
@@ -9,7 +10,7 @@
 mod timing;
 
 use candle_core::{DType, Device, Tensor};
-use peagle_kernels::{invariant_matmul_by, CudaMatmul};
+use peagle_kernels::{invariant_matmul_by, invariant_matmul_tiled, CudaMatmul, MmaTiles};
 use timing::time;
 
 fn main() -> candle_core::Result<()> {
@@ -17,17 +18,21 @@ fn main() -> candle_core::Result<()> {
     let (n, k) = (14336, 4096);
     let w = Tensor::randn(0f32, 0.02, (n, k), &device)?.to_dtype(DType::BF16)?;
     let w_t = w.t()?;
-    for m in [1, 8, 64, 256, 2048] {
+    for m in [1, 8, 16, 32, 64, 256, 2048] {
         let x = Tensor::randn(0f32, 1.0, (m, k), &device)?.to_dtype(DType::BF16)?;
         let reps = if m >= 256 { 5 } else { 50 };
         let fma = time(&device, reps, || invariant_matmul_by(&x, &w, CudaMatmul::Fma))?;
         let mma = time(&device, reps, || invariant_matmul_by(&x, &w, CudaMatmul::Mma))?;
+        let tiled = |tiles| time(&device, reps, || invariant_matmul_tiled(&x, &w, CudaMatmul::Mma, tiles));
+        let (narrow, wide) = (tiled(MmaTiles::Narrow)?, tiled(MmaTiles::Wide)?);
         let cublas = time(&device, reps, || x.matmul(&w_t))?;
         let weight_bytes = (n * k * 2) as f64;
         println!(
-            "{{\"m\": {m}, \"n\": {n}, \"k\": {k}, \"fma_ms\": {:.4}, \"mma_ms\": {:.4}, \"cublas_ms\": {:.4}, \"fma_ratio\": {:.3}, \"mma_ratio\": {:.3}, \"fma_weight_gb_per_s\": {:.1}, \"mma_weight_gb_per_s\": {:.1}}}",
+            "{{\"m\": {m}, \"n\": {n}, \"k\": {k}, \"fma_ms\": {:.4}, \"mma_ms\": {:.4}, \"mma_narrow_ms\": {:.4}, \"mma_wide_ms\": {:.4}, \"cublas_ms\": {:.4}, \"fma_ratio\": {:.3}, \"mma_ratio\": {:.3}, \"fma_weight_gb_per_s\": {:.1}, \"mma_weight_gb_per_s\": {:.1}}}",
             fma * 1e3,
             mma * 1e3,
+            narrow * 1e3,
+            wide * 1e3,
             cublas * 1e3,
             fma / cublas,
             mma / cublas,

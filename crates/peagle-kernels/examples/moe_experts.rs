@@ -10,7 +10,7 @@
 mod timing;
 
 use candle_core::{DType, Device, Tensor};
-use peagle_kernels::{CudaMatmul, ExpertTiles, Mxfp4Expert, Mxfp4Experts, Mxfp4Weight, Routing, MXFP4_BLOCK};
+use peagle_kernels::{CudaMatmul, MmaTiles, Mxfp4Expert, Mxfp4Experts, Mxfp4Weight, Routing, MXFP4_BLOCK};
 use timing::time;
 
 const EXPERTS: usize = 32;
@@ -83,9 +83,9 @@ fn main() -> candle_core::Result<()> {
                 experts.forward_tiled(&x, &logits, &routing, kernel, tiles)
             })
         };
-        let narrow = by(CudaMatmul::Mma, ExpertTiles::Narrow)?;
-        let wide = by(CudaMatmul::Mma, ExpertTiles::Wide)?;
-        let fma = by(CudaMatmul::Fma, ExpertTiles::ByBatch)?;
+        let narrow = by(CudaMatmul::Mma, MmaTiles::Narrow)?;
+        let wide = by(CudaMatmul::Mma, MmaTiles::Wide)?;
+        let fma = by(CudaMatmul::Fma, MmaTiles::ByBatch)?;
         let touched = experts_touched(&logits, routing.top_k)?;
         let read = touched as f64 * expert_bytes;
         println!(

@@ -20,6 +20,21 @@ pub enum CudaMatmul {
     Mma,
 }
 
+/// How the tensor-core kernels cover a batch: `kernels/linear_mma.cu` 8 rows of x a block or
+/// 32, `kernels/moe.cu` tiles of 8 pairs of an expert or 32. Every form computes each element
+/// by the same chain, so the choice is one of speed alone; inference takes `ByBatch`, the
+/// others are for comparing the forms. The CUDA cores' kernels choose their own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MmaTiles {
+    /// Narrow for a few rows, wide for many: the matmul wide above 8 rows, the experts where
+    /// the average expert has more than 8 pairs.
+    ByBatch,
+    /// The most blocks, and so the most weight loads in flight: decode steps.
+    Narrow,
+    /// Each weight tile read (or dequantized) once for four times the rows.
+    Wide,
+}
+
 /// The environment variable that chooses the process's kernel.
 pub const CUDA_MATMUL_ENV: &str = "PEAGLE_CUDA_MATMUL";
 

@@ -151,6 +151,7 @@ impl CustomOp3 for Fp8Linear {
             Some(((ss, sl), self.block)),
             None,
             crate::CudaMatmul::Fma,
+            crate::MmaTiles::ByBatch,
         )
     }
 }

@@ -10,7 +10,7 @@
 //! inference has its own invariant kernel, `linear`, with a faster order for CPUs.)
 
 use crate::contiguous::contiguous;
-use crate::cuda_matmul::CudaMatmul;
+use crate::cuda_matmul::{CudaMatmul, MmaTiles};
 use crate::error::matmul_dims;
 use candle_core::{CpuStorage, CustomOp2, CustomOp3, Layout, Result, Shape, Tensor};
 
@@ -27,11 +27,26 @@ pub fn invariant_matmul_by(x: &Tensor, w: &Tensor, kernel: CudaMatmul) -> Result
     invariant_linear(x, w, None, Some(kernel))
 }
 
+/// `invariant_matmul_by` in the tensor cores' tiles `tiles` asks for (by the batch: wide above
+/// 8 rows): for comparing them. Each gives every element the same bits.
+pub fn invariant_matmul_tiled(x: &Tensor, w: &Tensor, kernel: CudaMatmul, tiles: MmaTiles) -> Result<Tensor> {
+    x.apply_op2_no_bwd(
+        w,
+        &InvariantMatmul {
+            kernel: Some(kernel),
+            tiles,
+        },
+    )
+}
+
 /// `invariant_matmul` plus `bias` [N] where given, by `kernel` on CUDA (None: the process's).
 /// The kernel adds the bias to each element's f32 sum before the element's one rounding, in
 /// the launch that computes the sum; the CPU reference adds it to the f32 sum.
 pub fn invariant_linear(x: &Tensor, w: &Tensor, bias: Option<&Tensor>, kernel: Option<CudaMatmul>) -> Result<Tensor> {
-    let op = InvariantMatmul { kernel };
+    let op = InvariantMatmul {
+        kernel,
+        tiles: MmaTiles::ByBatch,
+    };
     match bias {
         None => x.apply_op2_no_bwd(w, &op),
         Some(bias) => x.apply_op3_no_bwd(w, bias, &op),
@@ -42,6 +57,8 @@ struct InvariantMatmul {
     /// The CUDA kernel; None: the process's.
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     kernel: Option<CudaMatmul>,
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    tiles: MmaTiles,
 }
 
 const LANES: usize = 32;
@@ -65,7 +82,7 @@ impl CustomOp2 for InvariantMatmul {
         ws: &candle_core::CudaStorage,
         wl: &Layout,
     ) -> Result<(candle_core::CudaStorage, Shape)> {
-        crate::cuda::linear((xs, xl), (ws, wl), None, None, self.cuda_kernel()?)
+        crate::cuda::linear((xs, xl), (ws, wl), None, None, self.cuda_kernel()?, self.tiles)
     }
 }
 
@@ -107,7 +124,14 @@ impl CustomOp3 for InvariantMatmul {
         bs: &candle_core::CudaStorage,
         bl: &Layout,
     ) -> Result<(candle_core::CudaStorage, Shape)> {
-        crate::cuda::linear((xs, xl), (ws, wl), None, Some((bs, bl)), self.cuda_kernel()?)
+        crate::cuda::linear(
+            (xs, xl),
+            (ws, wl),
+            None,
+            Some((bs, bl)),
+            self.cuda_kernel()?,
+            self.tiles,
+        )
     }
 }
 

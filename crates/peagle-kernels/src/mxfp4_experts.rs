@@ -6,7 +6,7 @@
 //! the linear kernels instead (peagle-models' `Moe`), which is what the GPU tests compare with.
 
 use crate::cuda::{DeviceExperts, MAX_EXPERTS};
-use crate::cuda_matmul::CudaMatmul;
+use crate::cuda_matmul::{CudaMatmul, MmaTiles};
 use crate::error::bad_input;
 use crate::mxfp4::Mxfp4Weight;
 use candle_core::{CpuStorage, CustomOp2, Device, Layout, Result, Shape, Tensor};
@@ -21,19 +21,6 @@ pub struct Routing {
     pub normalize: bool,
     /// gpt-oss's clamped SwiGLU's `(alpha, limit)`; `None` is `silu(gate) * up`.
     pub clamp: Option<(f32, f32)>,
-}
-
-/// How the tensor cores' expert projections tile an expert's pairs (`kernels/moe.cu`): every
-/// choice gives a pair the same bits, so it is a matter of speed alone. The CUDA cores' kernels
-/// take tiles of 8 whatever is asked.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ExpertTiles {
-    /// Wide where the batch gives the average expert more pairs than a narrow tile holds.
-    ByBatch,
-    /// Tiles of 8 pairs: the most blocks, for decode steps.
-    Narrow,
-    /// Tiles of 32 pairs, each weight dequantized once for all of them.
-    Wide,
 }
 
 /// One expert as loaded: `gate_up` [2I, H] (the I gate rows first) and its bias [2I], `down`
@@ -123,17 +110,18 @@ impl Mxfp4Experts {
     /// `forward` by the projections of `kernel`, whatever the process chose: for comparing
     /// them.
     pub fn forward_by(&self, x: &Tensor, logits: &Tensor, routing: &Routing, kernel: CudaMatmul) -> Result<Tensor> {
-        self.forward_tiled(x, logits, routing, kernel, ExpertTiles::ByBatch)
+        self.forward_tiled(x, logits, routing, kernel, MmaTiles::ByBatch)
     }
 
-    /// `forward_by` in the tiles `tiles` asks for: for comparing them.
+    /// `forward_by` in the tensor cores' tiles `tiles` asks for (by the batch: wide where the
+    /// average expert has more than 8 pairs): for comparing them.
     pub fn forward_tiled(
         &self,
         x: &Tensor,
         logits: &Tensor,
         routing: &Routing,
         kernel: CudaMatmul,
-        tiles: ExpertTiles,
+        tiles: MmaTiles,
     ) -> Result<Tensor> {
         let (rows, hidden) = x.dims2()?;
         if hidden != self.hidden || logits.dims() != [rows, self.num_experts] {
@@ -178,7 +166,7 @@ struct MoeOp<'a> {
     experts: &'a Mxfp4Experts,
     routing: &'a Routing,
     kernel: CudaMatmul,
-    tiles: ExpertTiles,
+    tiles: MmaTiles,
 }
 
 impl CustomOp2 for MoeOp<'_> {

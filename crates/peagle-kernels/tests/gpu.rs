@@ -9,10 +9,10 @@ use candle_core::{DType, Device, Tensor};
 use common::{chi_square, draws_of_one_row};
 use peagle_kernels::{
     add_rms_norm, argmax_rows, device_memory, fp8_linear, gumbel_sample, invariant_linear, invariant_matmul,
-    invariant_matmul_by, keep_freed_memory, paged_attention, rms_norm, rope, rotated_paged_attention, row_candidates,
-    swiglu, write_kv, write_rotated_kv, AttentionMetadata, AttentionParams, CandidateRequest, CudaMatmul, ExpertTiles,
-    Fp8Weight, GumbelRequest, KvScale, Mxfp4Expert, Mxfp4Experts, Mxfp4Weight, Rotation, Routing, RowCandidates, Sinks,
-    MAX_ROW_CANDIDATES, PAD_SLOT,
+    invariant_matmul_by, invariant_matmul_tiled, keep_freed_memory, paged_attention, rms_norm, rope,
+    rotated_paged_attention, row_candidates, swiglu, write_kv, write_rotated_kv, AttentionMetadata, AttentionParams,
+    CandidateRequest, CudaMatmul, Fp8Weight, GumbelRequest, KvScale, MmaTiles, Mxfp4Expert, Mxfp4Experts, Mxfp4Weight,
+    Rotation, Routing, RowCandidates, Sinks, MAX_ROW_CANDIDATES, PAD_SLOT,
 };
 
 fn gpu() -> Option<Device> {
@@ -137,8 +137,8 @@ fn invariant_matmul_equals_its_cpu_reference_bitwise_at_every_batch_size() {
 }
 
 /// The tensor-core matmul (the default, `mma`) gives a row the same bits at every batch
-/// size, from 1 (its narrow form) to 2048 (its wide one), and wherever the row sits; its
-/// values are the product's within bf16 rounding. Products it does not take (K not a multiple
+/// size, from 1 (its narrow form) to 2048 (its wide one), wherever the row sits and in either
+/// form asked for; its values are the product's within bf16 rounding. Products it does not take (K not a multiple
 /// of 32, f32 activations) are the CUDA-core kernel's, bit for bit.
 #[test]
 fn tensor_core_matmul_is_batch_invariant_and_within_bf16_of_the_product() {
@@ -157,6 +157,12 @@ fn tensor_core_matmul_is_batch_invariant_and_within_bf16_of_the_product() {
     }
     let alone = bits(&mma(&xg.narrow(0, 777, 1).unwrap(), &wg));
     assert_eq!(alone, all[777 * n..778 * n], "row 777 alone");
+    // Either form at any batch size, against the form its size picks.
+    for (m, tiles) in [(300, MmaTiles::Narrow), (5, MmaTiles::Wide)] {
+        let x = xg.narrow(0, 0, m).unwrap();
+        let got = bits(&invariant_matmul_tiled(&x, &wg, CudaMatmul::Mma, tiles).unwrap());
+        assert_eq!(got, all[..m * n], "{m} rows in {tiles:?} tiles");
+    }
     // With a bias, added to each f32 sum before its rounding.
     let bias = bf16(tensor((1, n), 6, 1.0).flatten_all().unwrap());
     let biased = |x: &Tensor| {
@@ -1081,13 +1087,13 @@ fn mxfp4_experts_give_the_same_bits_in_wide_tiles_as_in_narrow_ones() {
     let x = tensor((rows, hidden), 7, 1.0);
     let b = |t: &Tensor| t.to_dtype(DType::BF16).unwrap().to_device(&dev).unwrap();
     let (xb, logits_b) = (b(&x), b(&logits));
-    let forward = |first: usize, n: usize, tiles: ExpertTiles| {
+    let forward = |first: usize, n: usize, tiles: MmaTiles| {
         let part = |t: &Tensor| t.narrow(0, first, n).unwrap();
         on_gpu
             .forward_tiled(&part(&xb), &part(&logits_b), &routing, CudaMatmul::Mma, tiles)
             .unwrap()
     };
-    let wide = forward(0, rows, ExpertTiles::Wide);
+    let wide = forward(0, rows, MmaTiles::Wide);
     let want = moe_reference(
         &host(&xb),
         &host(&logits_b),
@@ -1098,13 +1104,13 @@ fn mxfp4_experts_give_the_same_bits_in_wide_tiles_as_in_narrow_ones() {
     );
     let diff = max_rel_diff(&host(&wide), &want);
     assert!(diff < 2e-2, "wide tiles off the reference by {diff}");
-    for tiles in [ExpertTiles::Narrow, ExpertTiles::ByBatch] {
+    for tiles in [MmaTiles::Narrow, MmaTiles::ByBatch] {
         assert_eq!(bits(&forward(0, rows, tiles)), bits(&wide), "{tiles:?}");
     }
-    let first = forward(0, 16, ExpertTiles::ByBatch);
+    let first = forward(0, 16, MmaTiles::ByBatch);
     assert_eq!(bits(&first), bits(&wide.narrow(0, 0, 16).unwrap()), "the first 16 rows");
     for r in 0..rows {
-        let alone = forward(r, 1, ExpertTiles::ByBatch);
+        let alone = forward(r, 1, MmaTiles::ByBatch);
         assert_eq!(bits(&alone), bits(&wide.narrow(0, r, 1).unwrap()), "row {r} alone");
     }
 }

@@ -1,6 +1,6 @@
 use super::module::{function, Kernel, Module};
 use super::{aligned_16, by_dtypes_or_fp8, dtype_name, dtype_name_or_fp8, int, output, view};
-use crate::cuda_matmul::CudaMatmul;
+use crate::cuda_matmul::{CudaMatmul, MmaTiles};
 use crate::error::{bad_input, matmul_dims};
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{CudaView, DeviceRepr, LaunchConfig, PushKernelArg};
@@ -26,18 +26,19 @@ enum Form {
 }
 
 impl Form {
-    /// The form for `m` rows by `kernel`. Every form of a kernel computes each element by the
-    /// same chain, so a row's bits do not depend on which one its batch's size picks; which
-    /// kernel runs depends on the dtypes and K alone. Tensor cores take bf16 products with K a
-    /// multiple of 32 (`kernels/linear_mma.cu`), every other product the CUDA cores.
-    fn choose(kernel: CudaMatmul, m: usize, k: usize, dtypes: (DType, DType)) -> Self {
+    /// The form for `m` rows by `kernel`, the tensor cores' in `tiles`. Every form of a kernel
+    /// computes each element by the same chain, so a row's bits do not depend on which one its
+    /// batch's size picks; which kernel runs depends on the dtypes and K alone. Tensor cores
+    /// take bf16 products with K a multiple of 32 (`kernels/linear_mma.cu`), every other
+    /// product the CUDA cores.
+    fn choose(kernel: CudaMatmul, m: usize, k: usize, dtypes: (DType, DType), tiles: MmaTiles) -> Self {
         let tensor_cores = kernel == CudaMatmul::Mma && dtypes == (DType::BF16, DType::BF16) && k.is_multiple_of(32);
-        match (tensor_cores, m) {
-            (true, 1..=8) => Self::Mma,
-            (true, _) => Self::MmaWide,
-            (false, 1) => Self::Row,
-            (false, 2..=8) => Self::Rows,
-            (false, _) => Self::Wide,
+        match (tensor_cores, tiles, m) {
+            (true, MmaTiles::Narrow, _) | (true, MmaTiles::ByBatch, 1..=8) => Self::Mma,
+            (true, _, _) => Self::MmaWide,
+            (false, _, 1) => Self::Row,
+            (false, _, 2..=8) => Self::Rows,
+            (false, _, _) => Self::Wide,
         }
     }
 
@@ -79,14 +80,15 @@ impl Form {
 pub(crate) type BlockScales<'a> = ((&'a CudaStorage, &'a Layout), (usize, usize));
 
 /// `x` [M, K] times `w` [N, K] transposed, plus `bias` [N] (in x's dtype) where given, [M, N]
-/// in x's dtype, by `kernel` where it takes the product (`Form::choose`); an FP8 weight with
-/// its block scales.
+/// in x's dtype, by `kernel` where it takes the product, the tensor cores in `tiles`
+/// (`Form::choose`); an FP8 weight with its block scales.
 pub(crate) fn linear(
     x: (&CudaStorage, &Layout),
     w: (&CudaStorage, &Layout),
     scales: Option<BlockScales>,
     bias: Option<(&CudaStorage, &Layout)>,
     kernel: CudaMatmul,
+    tiles: MmaTiles,
 ) -> Result<(CudaStorage, Shape)> {
     const OP: &str = "linear";
     let (m, k, n) = matmul_dims(OP, x.1.shape(), w.1.shape())?;
@@ -125,7 +127,7 @@ pub(crate) fn linear(
             ));
         }
     }
-    let form = Form::choose(kernel, m, k, (x_dtype, w_dtype));
+    let form = Form::choose(kernel, m, k, (x_dtype, w_dtype), tiles);
     let name = form.name(dtype_name(OP, x_dtype)?, dtype_name_or_fp8(OP, w_dtype)?);
     let (block_n, block_k) = scales.map_or((1, 8), |(_, block)| block);
     let args = Args {

@@ -1,8 +1,8 @@
 use super::module::{function, Module};
 use super::{aligned_16, by_dtype, dtype_name, grid, int, output, row_blocks, view, MAX_GRID_Y};
-use crate::cuda_matmul::CudaMatmul;
+use crate::cuda_matmul::{CudaMatmul, MmaTiles};
 use crate::error::bad_input;
-use crate::mxfp4_experts::{ExpertTiles, Mxfp4Experts, Routing};
+use crate::mxfp4_experts::{Mxfp4Experts, Routing};
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{CudaSlice, DeviceRepr, PushKernelArg};
 use candle_core::cuda_backend::{CudaDType, CudaDevice, CudaStorage, WrapErr};
@@ -38,7 +38,7 @@ pub(crate) fn moe(
     device_experts: &DeviceExperts,
     routing: &Routing,
     kernel: CudaMatmul,
-    tiles: ExpertTiles,
+    tiles: MmaTiles,
 ) -> Result<(CudaStorage, Shape)> {
     const OP: &str = "moe_mxfp4";
     let (rows, _) = x.1.shape().dims2()?;
@@ -53,9 +53,9 @@ pub(crate) fn moe(
     let projections = match (kernel, dtype) {
         (CudaMatmul::Mma, DType::BF16) => Projections::TensorCores {
             wide: match tiles {
-                ExpertTiles::ByBatch => rows * routing.top_k > TILE * experts.num_experts,
-                ExpertTiles::Narrow => false,
-                ExpertTiles::Wide => true,
+                MmaTiles::ByBatch => rows * routing.top_k > TILE * experts.num_experts,
+                MmaTiles::Narrow => false,
+                MmaTiles::Wide => true,
             },
         },
         _ => Projections::CudaCores(names("moe_gate_up")?),
