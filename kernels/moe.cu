@@ -523,23 +523,34 @@ __device__ void down_mma_tile(float* y, const float* act, const uint8_t* blocks,
 }
 
 // Narrow tiles keep four steps of loads in flight a warp; wide ones, with four times the
-// operands of x a step, two.
-#define MOE_MMA_KERNELS(SUFFIX, E, DEPTH)                                                      \
-    extern "C" __global__ void __launch_bounds__(MOE_MMA_WARPS * 32)                           \
+// operands of x a step, two. The narrow gate_up is held to three blocks an SM where that fits
+// in 80 registers without spills (sm_80, sm_90; not sm_100), not the two its 100 registers
+// allow: a decode step's few pairs leave its warps waiting on loads, and more warps hide more
+// of that wait.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000
+#define MOE_NARROW_GATE_UP_BLOCKS 2
+#else
+#define MOE_NARROW_GATE_UP_BLOCKS 3
+#endif
+#define MOE_MMA_GATE_UP(SUFFIX, E, DEPTH, BOUNDS)                                              \
+    extern "C" __global__ void __launch_bounds__ BOUNDS                                        \
         moe_gate_up_mma##SUFFIX(float* act, const __nv_bfloat16* x, const int* pair_rows, const uint8_t* blocks, \
                                 const uint8_t* scales, const float* bias, const int* tiles,   \
                                 const int* num_tiles, int hidden, int inter, float alpha, float limit) { \
         gate_up_mma_tile<E, DEPTH>(act, x, pair_rows, blocks, scales, bias, tiles, num_tiles, hidden, inter, \
-                                   alpha, limit);                                               \
-    }                                                                                          \
+                                   alpha, limit);                                              \
+    }
+#define MOE_MMA_DOWN(SUFFIX, E, DEPTH)                                                         \
     extern "C" __global__ void __launch_bounds__(MOE_MMA_WARPS * 32)                           \
         moe_down_mma##SUFFIX(float* y, const float* act, const uint8_t* blocks, const uint8_t* scales, \
                              const float* bias, const int* tiles, const int* num_tiles, int hidden, int inter) { \
         down_mma_tile<E, DEPTH>(y, act, blocks, scales, bias, tiles, num_tiles, hidden, inter); \
     }
 
-MOE_MMA_KERNELS(, MOE_TILE / 8, 4)
-MOE_MMA_KERNELS(_wide, MOE_WIDE_TILE / 8, 2)
+MOE_MMA_GATE_UP(, MOE_TILE / 8, 4, (MOE_MMA_WARPS * 32, MOE_NARROW_GATE_UP_BLOCKS))
+MOE_MMA_DOWN(, MOE_TILE / 8, 4)
+MOE_MMA_GATE_UP(_wide, MOE_WIDE_TILE / 8, 2, (MOE_MMA_WARPS * 32))
+MOE_MMA_DOWN(_wide, MOE_WIDE_TILE / 8, 2)
 
 // ---- combine -----------------------------------------------------------------------------------
 
