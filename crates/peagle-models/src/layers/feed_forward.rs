@@ -23,12 +23,12 @@ impl FeedForward {
         )?))
     }
 
-    /// `x` [rows, hidden] to [rows, hidden].
     /// Whether the forward reads values back to the host (`TargetModel::reads_back`).
     pub fn reads_back(&self) -> bool {
         matches!(self, Self::Moe(moe) if moe.routes_on_host())
     }
 
+    /// `x` [rows, hidden] to [rows, hidden].
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         match self {
             Self::Dense(mlp) => mlp.forward(x),
