@@ -1,4 +1,5 @@
-// RMSNorm of each row of x [rows, width], optionally fused with the residual add before it:
+// RMSNorm of each row of x [rows, width] (or of a mixture of experts' output, combined as it is
+// read: experts_add_rms_norm_*), optionally fused with the residual add before it:
 // sum = x + residual (rounded to T), then out = weight * T(sum * rsqrt(mean(sum^2) + eps)),
 // the rounding order of HF transformers. With a residual, `out` holds 2 * rows rows: the
 // normed rows, then the sums. One block of RMS_THREADS per row.
@@ -40,20 +41,55 @@ __device__ __forceinline__ void load_round(const T* p, int first, int width, int
     }
 }
 
-template <typename T, typename W>
-__device__ void rms_norm(T* out, const T* x, const T* residual, const W* weight, int width, float eps,
+// The rows added to the residual (or normed alone), read a round at a time: a tensor's.
+template <typename T>
+struct TensorRows {
+    const T* x;
+    __device__ __forceinline__ void load(int row, int first, int width, int vector, float (*v)[8]) const {
+        load_round(x + (size_t)row * width, first, width, vector, v);
+    }
+};
+
+// Or a mixture of experts' output, combined as it is read, to the bits moe.cu's moe_combine
+// writes: its experts' outputs `y` [pairs, width] weighted in rank order, rounded to T.
+template <typename T>
+struct ExpertRows {
+    const float* y;
+    const float* weights;
+    const int* pair_of;
+    int k;
+    __device__ __forceinline__ void load(int row, int first, int width, int, float (*v)[8]) const {
+#pragma unroll
+        for (int j = 0; j < RMS_VECTORS; ++j) {
+            const int e = 8 * (first + j * RMS_THREADS);
+            if (e >= width) break;
+#pragma unroll
+            for (int i = 0; i < 8; ++i) {
+                float o = 0.f;
+                if (e + i < width)
+                    for (int rank = 0; rank < k; ++rank) {
+                        const int p = pair_of[row * k + rank];
+                        o = __fadd_rn(o, __fmul_rn(weights[row * k + rank], y[(size_t)p * width + e + i]));
+                    }
+                v[j][i] = to_f32(from_f32<T>(o));
+            }
+        }
+    }
+};
+
+template <typename T, typename W, typename Rows>
+__device__ void rms_norm(T* out, const Rows x, const T* residual, const W* weight, int width, float eps,
                          int vector) {
     __shared__ float scratch[32];
     const size_t base = (size_t)blockIdx.x * width;
     T* normed = out + base;
     T* sum_out = out + (size_t)gridDim.x * width + base;
-    const T* src = residual ? sum_out : x + base;
     const int vectors = (width + 7) / 8, round = RMS_THREADS * RMS_VECTORS;
 
     float squares = 0.f;
     for (int first = threadIdx.x; first < vectors; first += round) {
         float v[RMS_VECTORS][8], r[RMS_VECTORS][8];
-        load_round(x + base, first, width, vector, v);
+        x.load(blockIdx.x, first, width, vector, v);
         if (residual) load_round(residual + base, first, width, vector, r);
 #pragma unroll
         for (int j = 0; j < RMS_VECTORS; ++j) {
@@ -75,7 +111,10 @@ __device__ void rms_norm(T* out, const T* x, const T* residual, const W* weight,
 
     for (int first = threadIdx.x; first < vectors; first += round) {
         float v[RMS_VECTORS][8], w[RMS_VECTORS][8];
-        load_round(src, first, width, vector, v);
+        if (residual)
+            load_round(sum_out, first, width, vector, v);
+        else
+            x.load(blockIdx.x, first, width, vector, v);
         load_round(weight, first, width, vector, w);
 #pragma unroll
         for (int j = 0; j < RMS_VECTORS; ++j) {
@@ -91,9 +130,23 @@ __device__ void rms_norm(T* out, const T* x, const T* residual, const W* weight,
 #define RMS_NORM(NAME, T, W)                                                                   \
     extern "C" __global__ void __launch_bounds__(RMS_THREADS)                                  \
         NAME(T* out, const T* x, const T* residual, const W* weight, int width, float eps, int vector) { \
-        rms_norm<T, W>(out, x, residual, weight, width, eps, vector);                          \
+        rms_norm<T, W>(out, TensorRows<T>{x}, residual, weight, width, eps, vector);            \
     }
 
 RMS_NORM(rms_norm_f32_f32, float, float)
 RMS_NORM(rms_norm_bf16_bf16, __nv_bfloat16, __nv_bfloat16)
 RMS_NORM(rms_norm_bf16_f32, __nv_bfloat16, float)
+
+// The residual add of a mixture of experts' output and its norm, with moe_combine fused in: as
+// rms_norm with x = moe_combine's output, in one launch and with no [rows, width] tensor between.
+// `vector` speaks for the residual and the weight.
+#define EXPERTS_ADD_RMS_NORM(NAME, T, W)                                                       \
+    extern "C" __global__ void __launch_bounds__(RMS_THREADS)                                  \
+        NAME(T* out, const float* y, const float* weights, const int* pair_of, int k, const T* residual, \
+             const W* weight, int width, float eps, int vector) {                              \
+        rms_norm<T, W>(out, ExpertRows<T>{y, weights, pair_of, k}, residual, weight, width, eps, vector); \
+    }
+
+EXPERTS_ADD_RMS_NORM(experts_add_rms_norm_f32_f32, float, float)
+EXPERTS_ADD_RMS_NORM(experts_add_rms_norm_bf16_bf16, __nv_bfloat16, __nv_bfloat16)
+EXPERTS_ADD_RMS_NORM(experts_add_rms_norm_bf16_f32, __nv_bfloat16, float)

@@ -55,7 +55,7 @@ pub use linear::{linear, PackedWeight};
 pub use masked_softmax::masked_softmax;
 pub use mxfp4::{mxfp4_linear, Mxfp4Weight, MXFP4_BLOCK};
 #[cfg(feature = "cuda")]
-pub use mxfp4_experts::{Mxfp4Expert, Mxfp4Experts, Routing};
+pub use mxfp4_experts::{ExpertOutputs, Mxfp4Expert, Mxfp4Experts, Routing};
 pub use no_rows::no_rows;
 pub use paged_attention::{paged_attention, rotated_paged_attention, AttentionParams, KvScale, Sinks};
 pub use pool::on_pool;

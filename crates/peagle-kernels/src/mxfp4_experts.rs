@@ -9,7 +9,7 @@ use crate::cuda::{DeviceExperts, MAX_EXPERTS};
 use crate::cuda_matmul::{CudaMatmul, MmaTiles};
 use crate::error::bad_input;
 use crate::mxfp4::Mxfp4Weight;
-use candle_core::{CpuStorage, CustomOp2, Device, Layout, Result, Shape, Tensor};
+use candle_core::{DType, Device, Result, Tensor};
 
 /// How rows choose their experts and how the experts gate.
 #[derive(Debug, Clone, Copy)]
@@ -38,7 +38,7 @@ pub struct Mxfp4Experts {
     pub(crate) hidden: usize,
     pub(crate) intermediate: usize,
     device: Device,
-    weights: DeviceExperts,
+    pub(crate) weights: DeviceExperts,
 }
 
 impl Mxfp4Experts {
@@ -104,7 +104,14 @@ impl Mxfp4Experts {
     /// experts], both f32 or both bf16 on the experts' device, in x's dtype. bf16 rows take
     /// the tensor cores where the process's matmul does (`CudaMatmul::chosen`).
     pub fn forward(&self, x: &Tensor, logits: &Tensor, routing: &Routing) -> Result<Tensor> {
-        self.forward_by(x, logits, routing, CudaMatmul::for_op("moe_mxfp4")?)
+        self.outputs(x, logits, routing)?.combine()
+    }
+
+    /// `forward` up to its last step, the weighted sum of each row's experts' outputs: for a
+    /// residual add and norm to read instead (`ExpertOutputs::add_rms_norm`).
+    pub fn outputs(&self, x: &Tensor, logits: &Tensor, routing: &Routing) -> Result<ExpertOutputs> {
+        let kernel = CudaMatmul::for_op("moe_mxfp4")?;
+        self.outputs_tiled(x, logits, routing, kernel, MmaTiles::ByBatch)
     }
 
     /// `forward` by the projections of `kernel`, whatever the process chose: for comparing
@@ -123,6 +130,17 @@ impl Mxfp4Experts {
         kernel: CudaMatmul,
         tiles: MmaTiles,
     ) -> Result<Tensor> {
+        self.outputs_tiled(x, logits, routing, kernel, tiles)?.combine()
+    }
+
+    fn outputs_tiled(
+        &self,
+        x: &Tensor,
+        logits: &Tensor,
+        routing: &Routing,
+        kernel: CudaMatmul,
+        tiles: MmaTiles,
+    ) -> Result<ExpertOutputs> {
         let (rows, hidden) = x.dims2()?;
         if hidden != self.hidden || logits.dims() != [rows, self.num_experts] {
             return Err(bad_input(
@@ -143,59 +161,56 @@ impl Mxfp4Experts {
             ));
         }
         if rows == 0 {
-            return crate::no_rows(hidden, x.dtype(), &self.device);
+            return Ok(ExpertOutputs {
+                y: crate::no_rows(hidden, DType::F32, &self.device)?,
+                weights: Tensor::zeros(0, DType::F32, &self.device)?,
+                pair_of: Tensor::zeros(0, DType::I32, &self.device)?,
+                rows,
+                top_k: routing.top_k,
+                dtype: x.dtype(),
+            });
         }
-        x.contiguous()?.apply_op2_no_bwd(
-            &logits.contiguous()?,
-            &MoeOp {
-                experts: self,
-                routing,
-                kernel,
-                tiles,
-            },
-        )
+        crate::cuda::moe_experts(&x.contiguous()?, &logits.contiguous()?, self, routing, kernel, tiles)
+    }
+}
+
+/// A mixture-of-experts block's result before its last step: each (row, rank) pair's expert
+/// output and routing weight, on the device. `combine` sums each row's in rank order, as
+/// `Mxfp4Experts::forward` does; `add_rms_norm` reads them in the residual add and norm that
+/// follow the block instead, to the same bits, and so launches no sum of its own.
+pub struct ExpertOutputs {
+    /// [rows * top_k, H] f32, grouped by expert.
+    pub(crate) y: Tensor,
+    /// [rows * top_k] f32: each row's routing weights, in rank order.
+    pub(crate) weights: Tensor,
+    /// [rows * top_k] i32: the row of `y` of each (row, rank).
+    pub(crate) pair_of: Tensor,
+    pub(crate) rows: usize,
+    pub(crate) top_k: usize,
+    /// The rows' dtype, which the sum takes.
+    pub(crate) dtype: DType,
+}
+
+impl ExpertOutputs {
+    /// The block's output [rows, H] in the rows' dtype.
+    pub fn combine(&self) -> Result<Tensor> {
+        match self.rows {
+            0 => crate::no_rows(self.y.dim(1)?, self.dtype, self.y.device()),
+            _ => crate::cuda::moe_combine(self),
+        }
+    }
+
+    /// `(sum, rms_norm(sum))` with `sum = combine() + residual` (`crate::add_rms_norm`), the
+    /// combine read as the add reads it: one launch. No rows give the residual's no rows.
+    pub fn add_rms_norm(&self, residual: &Tensor, weight: &Tensor, eps: f32) -> Result<(Tensor, Tensor)> {
+        match self.rows {
+            0 => Ok((residual.clone(), residual.clone())),
+            _ => crate::cuda::experts_add_rms_norm(self, &residual.contiguous()?, weight, eps),
+        }
     }
 }
 
 /// One part of every expert, end to end.
 fn joined<'a, T: Copy + 'a>(experts: &'a [Mxfp4Expert<'a>], part: impl Fn(&'a Mxfp4Expert<'a>) -> &'a [T]) -> Vec<T> {
     experts.iter().map(part).collect::<Vec<_>>().concat()
-}
-
-struct MoeOp<'a> {
-    experts: &'a Mxfp4Experts,
-    routing: &'a Routing,
-    kernel: CudaMatmul,
-    tiles: MmaTiles,
-}
-
-impl CustomOp2 for MoeOp<'_> {
-    fn name(&self) -> &'static str {
-        "peagle-moe-mxfp4"
-    }
-
-    fn cpu_fwd(&self, _: &CpuStorage, _: &Layout, _: &CpuStorage, _: &Layout) -> Result<(CpuStorage, Shape)> {
-        Err(bad_input(
-            "moe_mxfp4",
-            "the experts are on a CUDA device, the rows on the CPU",
-        ))
-    }
-
-    fn cuda_fwd(
-        &self,
-        xs: &candle_core::CudaStorage,
-        xl: &Layout,
-        ls: &candle_core::CudaStorage,
-        ll: &Layout,
-    ) -> Result<(candle_core::CudaStorage, Shape)> {
-        crate::cuda::moe(
-            (xs, xl),
-            (ls, ll),
-            self.experts,
-            &self.experts.weights,
-            self.routing,
-            self.kernel,
-            self.tiles,
-        )
-    }
 }

@@ -1115,6 +1115,65 @@ fn mxfp4_experts_give_the_same_bits_in_wide_tiles_as_in_narrow_ones() {
     }
 }
 
+/// The experts' outputs added to a residual and normed in one launch
+/// (`ExpertOutputs::add_rms_norm`, as the norm after a gpt-oss block does) give the bits of the
+/// block's output added and normed by `add_rms_norm`: f32 rows (CUDA cores), bf16 rows (tensor
+/// cores) with a bf16 or an f32 weight, and a weight that starts off a 16-byte boundary (read
+/// element by element); none of an empty batch.
+#[test]
+fn mxfp4_experts_added_and_normed_in_one_launch_equal_their_sum_added_then_normed() {
+    let Some(dev) = gpu() else { return };
+    let routing = Routing {
+        top_k: 4,
+        normalize: true,
+        clamp: Some((1.702, 7.0)),
+    };
+    let (num_experts, hidden, inter, rows) = (8, 160, 96, 12);
+    let weights = random_experts(num_experts, hidden, inter);
+    let on_gpu = Mxfp4Experts::new(&dev, &borrowed(&weights)).unwrap();
+    let on = |t: Tensor, dtype: DType| t.to_dtype(dtype).unwrap().to_device(&dev).unwrap();
+    let norm_weight = tensor((1, hidden + 1), 9, 1.0).flatten_all().unwrap();
+    for (dtype, w_dtype, offset) in [
+        (DType::F32, DType::F32, 0),
+        (DType::BF16, DType::BF16, 0),
+        (DType::BF16, DType::F32, 0),
+        (DType::BF16, DType::BF16, 1),
+    ] {
+        let what = format!("{dtype:?} rows, {w_dtype:?} weight at element {offset}");
+        let x = on(tensor((rows, hidden), 7, 1.0), dtype);
+        let logits = on(router_logits(rows, num_experts), dtype);
+        let residual = on(tensor((rows, hidden), 11, 1.0), dtype);
+        let weight = on(norm_weight.clone(), w_dtype).narrow(0, offset, hidden).unwrap();
+        let (want_sum, want_normed) = add_rms_norm(
+            &on_gpu.forward(&x, &logits, &routing).unwrap(),
+            &residual,
+            &weight,
+            1e-5,
+        )
+        .unwrap();
+        let outputs = on_gpu.outputs(&x, &logits, &routing).unwrap();
+        let (sum, normed) = outputs.add_rms_norm(&residual, &weight, 1e-5).unwrap();
+        assert_eq!(bits(&sum), bits(&want_sum), "{what}: the sum");
+        assert_eq!(bits(&normed), bits(&want_normed), "{what}: the norm");
+    }
+    let none = |t: Tensor| on(t, DType::BF16).narrow(0, 0, 0).unwrap();
+    let outputs = on_gpu
+        .outputs(
+            &none(tensor((1, hidden), 7, 1.0)),
+            &none(router_logits(3, num_experts)),
+            &routing,
+        )
+        .unwrap();
+    let (sum, normed) = outputs
+        .add_rms_norm(
+            &none(tensor((1, hidden), 11, 1.0)),
+            &on(norm_weight.narrow(0, 0, hidden).unwrap(), DType::BF16),
+            1e-5,
+        )
+        .unwrap();
+    assert_eq!((sum.dims(), normed.dims()), (&[0, hidden][..], &[0, hidden][..]));
+}
+
 /// A row whose router logits hold NaN (a model gone wrong) routes to valid experts, as the
 /// CPU's sort does (NaN ranks above every number), and leaves its neighbours' bits alone.
 #[test]

@@ -20,10 +20,10 @@ pub(crate) use argmax::argmax_rows;
 pub(crate) use kv_write::{kv_write, NewRows};
 pub(crate) use linear::linear;
 pub(crate) use memory::{device_memory, keep_freed_memory, peak_allocated};
-pub(crate) use moe::{moe, DeviceExperts, MAX_EXPERTS};
+pub(crate) use moe::{moe_combine, moe_experts, with_expert_views, DeviceExperts, MAX_EXPERTS};
 pub(crate) use paged_attention::{paged_attention, AttentionInputs};
 pub(crate) use profiler::profiler_range;
-pub(crate) use rms_norm::rms_norm;
+pub(crate) use rms_norm::{experts_add_rms_norm, rms_norm};
 pub(crate) use rope::rope;
 pub(crate) use sampling::{gumbel_sample, row_candidates};
 pub(crate) use swiglu::swiglu;
@@ -31,7 +31,7 @@ pub(crate) use swiglu::swiglu;
 use crate::error::bad_input;
 use candle_core::cuda_backend::cudarc::driver::{CudaSlice, CudaView, DeviceRepr, LaunchConfig};
 use candle_core::cuda_backend::{CudaDType, CudaDevice, CudaStorage};
-use candle_core::{DType, Layout, Result, Storage, Tensor};
+use candle_core::{DType, Layout, Result, Shape, Storage, Tensor};
 
 /// Fails unless `layout`'s first element starts on a 16-byte boundary, as kernels that read
 /// rows by vector loads need.
@@ -96,6 +96,12 @@ fn with_optional_view<T: CudaDType, R>(
         Some(t) => with_view(t, what, |view| f(Some(view))),
         None => f(None),
     }
+}
+
+/// A tensor of `shape` over a buffer a kernel wrote, for a launcher that is no candle op.
+fn tensor<T: CudaDType + DeviceRepr>(slice: CudaSlice<T>, device: &CudaDevice, shape: impl Into<Shape>) -> Tensor {
+    let storage = Storage::Cuda(CudaStorage::wrap_cuda_slice(slice, device.clone()));
+    Tensor::from_storage(storage, shape, candle_core::op::BackpropOp::none(), false)
 }
 
 /// A fresh device buffer of `len` elements that the kernel writes in full.

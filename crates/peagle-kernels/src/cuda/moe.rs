@@ -1,12 +1,11 @@
 use super::module::{function, Module};
-use super::{aligned_16, by_dtype, dtype_name, grid, int, output, row_blocks, view, MAX_GRID_Y};
+use super::{aligned_16, by_dtype, dtype_name, grid, int, output, row_blocks, tensor, view, with_view, MAX_GRID_Y};
 use crate::cuda_matmul::{CudaMatmul, MmaTiles};
 use crate::error::bad_input;
-use crate::mxfp4_experts::{Mxfp4Experts, Routing};
-use candle_core::backend::BackendStorage;
-use candle_core::cuda_backend::cudarc::driver::{CudaSlice, DeviceRepr, PushKernelArg};
+use crate::mxfp4_experts::{ExpertOutputs, Mxfp4Experts, Routing};
+use candle_core::cuda_backend::cudarc::driver::{CudaSlice, CudaView, DeviceRepr, PushKernelArg};
 use candle_core::cuda_backend::{CudaDType, CudaDevice, CudaStorage, WrapErr};
-use candle_core::{DType, Layout, Result, Shape};
+use candle_core::{DType, Device, Layout, Result, Storage, Tensor};
 
 /// Pairs per tile (wide: of the wide tensor-core kernels), output columns per block and the
 /// most experts, as `kernels/moe.cu` has them; its tensor-core kernels' columns and warps per
@@ -29,27 +28,31 @@ pub(crate) struct DeviceExperts {
     pub down_bias: CudaSlice<f32>,
 }
 
-/// `kernels/moe.cu` from the router's `logits` [rows, experts] to [rows, hidden] in x's dtype;
-/// the projections on the tensor cores, in `tiles`, where `kernel` is `Mma` and x is bf16.
-pub(crate) fn moe(
-    x: (&CudaStorage, &Layout),
-    logits: (&CudaStorage, &Layout),
+/// `kernels/moe.cu` from the router's `logits` [rows, experts] up to the combine: each
+/// (row, rank) pair's expert output and routing weight, which `moe_combine` sums; the
+/// projections on the tensor cores, in `tiles`, where `kernel` is `Mma` and x is bf16.
+pub(crate) fn moe_experts(
+    x: &Tensor,
+    logits: &Tensor,
     experts: &Mxfp4Experts,
-    device_experts: &DeviceExperts,
     routing: &Routing,
     kernel: CudaMatmul,
     tiles: MmaTiles,
-) -> Result<(CudaStorage, Shape)> {
+) -> Result<ExpertOutputs> {
     const OP: &str = "moe_mxfp4";
-    let (rows, _) = x.1.shape().dims2()?;
-    let dtype = x.0.dtype();
-    if logits.0.dtype() != dtype {
+    let (rows, _) = x.dims2()?;
+    let dtype = x.dtype();
+    if logits.dtype() != dtype {
         return Err(bad_input(OP, "the router's logits and x differ in dtype"));
     }
+    let (xs, xl) = x.storage_and_layout();
+    let (ls, ll) = logits.storage_and_layout();
+    let (Storage::Cuda(xs), Storage::Cuda(ls)) = (&*xs, &*ls) else {
+        return Err(bad_input(OP, "the experts are on a CUDA device, the rows on the CPU"));
+    };
     // The kernels read x's rows 8 values at a time, by vector loads.
-    aligned_16(OP, "x", x.1, dtype)?;
-    let device = x.0.device.clone();
-    let names = |stem: &str| -> Result<String> { Ok(format!("{stem}_{}", dtype_name(OP, dtype)?)) };
+    aligned_16(OP, "x", xl, dtype)?;
+    let device = xs.device.clone();
     let projections = match (kernel, dtype) {
         (CudaMatmul::Mma, DType::BF16) => Projections::TensorCores {
             wide: match tiles {
@@ -58,24 +61,74 @@ pub(crate) fn moe(
                 MmaTiles::Wide => true,
             },
         },
-        _ => Projections::CudaCores(names("moe_gate_up")?),
+        _ => Projections::CudaCores(format!("moe_gate_up_{}", dtype_name(OP, dtype)?)),
     };
-    let names = [names("moe_route_group")?, names("moe_combine")?];
-    let out = by_dtype!(
+    let route = format!("moe_route_group_{}", dtype_name(OP, dtype)?);
+    let (y, weights, pair_of) = by_dtype!(
         OP,
         dtype,
-        launch(
-            &device,
-            x,
-            logits,
-            experts,
-            device_experts,
-            routing,
-            &names,
-            &projections
-        )
+        launch(&device, (xs, xl), (ls, ll), experts, routing, &route, &projections)
     )?;
-    Ok((out, Shape::from((rows, experts.hidden))))
+    let pairs = rows * routing.top_k;
+    Ok(ExpertOutputs {
+        y: tensor(y, &device, (pairs, experts.hidden)),
+        weights: tensor(weights, &device, pairs),
+        pair_of: tensor(pair_of, &device, pairs),
+        rows,
+        top_k: routing.top_k,
+        dtype,
+    })
+}
+
+/// `moe_combine`: each row's pairs' outputs weighted in rank order, [rows, hidden] in the
+/// rows' dtype.
+pub(crate) fn moe_combine(o: &ExpertOutputs) -> Result<Tensor> {
+    const OP: &str = "moe_combine";
+    let hidden = o.y.dim(1)?;
+    let Device::Cuda(device) = o.y.device() else {
+        return Err(bad_input(OP, "expert outputs off the GPU"));
+    };
+    let name = format!("moe_combine_{}", dtype_name(OP, o.dtype)?);
+    let out = by_dtype!(OP, o.dtype, launch_combine(device, o, hidden, &name))?;
+    Ok(out)
+}
+
+fn launch_combine<T: CudaDType + DeviceRepr>(
+    device: &CudaDevice,
+    o: &ExpertOutputs,
+    hidden: usize,
+    name: &str,
+) -> Result<Tensor> {
+    const OP: &str = "moe_combine";
+    let (hidden_i, k_i) = (int(OP, hidden)?, int(OP, o.top_k)?);
+    let mut out = output::<T>(device, o.rows * hidden)?;
+    let combine = function(device, Module::Moe, name)?;
+    with_expert_views(o, |[y, weights], pair_of| {
+        let mut b = combine.builder();
+        b.arg(&mut out)
+            .arg(&y)
+            .arg(&weights)
+            .arg(&pair_of)
+            .arg(&hidden_i)
+            .arg(&k_i);
+        // SAFETY: `pair_of` maps each row's k pairs into `y` [pairs, hidden].
+        unsafe { b.launch(grid((o.rows as u32, row_blocks(hidden, 256)), 256)) }.w()?;
+        Ok(())
+    })?;
+    Ok(tensor(out, device, (o.rows, hidden)))
+}
+
+/// Calls `f` with views of the experts' outputs and routing weights, and of the pairs'
+/// indices, as the kernels that combine them read them.
+pub(crate) fn with_expert_views<R>(
+    o: &ExpertOutputs,
+    f: impl FnOnce([CudaView<'_, f32>; 2], CudaView<'_, i32>) -> Result<R>,
+) -> Result<R> {
+    with_view::<f32, _>(&o.y, "expert outputs", |y| {
+        with_view::<f32, _>(&o.weights, "routing weights", |weights| {
+            with_view::<i32, _>(&o.pair_of, "pair indices", |pair_of| f([y, weights], pair_of))
+        })
+    })
 }
 
 /// The most tiles `pairs` (row, expert) pairs make over `experts` experts, which bounds the
@@ -122,17 +175,19 @@ impl Projections {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
+/// The buffers `ExpertOutputs` holds: the pairs' outputs, routing weights and indices.
+type ExpertBuffers = (CudaSlice<f32>, CudaSlice<f32>, CudaSlice<i32>);
+
 fn launch<T: CudaDType + DeviceRepr>(
     device: &CudaDevice,
     x: (&CudaStorage, &Layout),
     logits: (&CudaStorage, &Layout),
     experts: &Mxfp4Experts,
-    w: &DeviceExperts,
     routing: &Routing,
-    [route_name, combine_name]: &[String; 2],
+    route_name: &str,
     projections: &Projections,
-) -> Result<CudaStorage> {
+) -> Result<ExpertBuffers> {
+    let w = &experts.weights;
     const OP: &str = "moe_mxfp4";
     let (rows, k) = (x.1.shape().dims2()?.0, routing.top_k);
     let (num_experts, hidden, inter) = (experts.num_experts, experts.hidden, experts.intermediate);
@@ -206,18 +261,7 @@ fn launch<T: CudaDType + DeviceRepr>(
     // SAFETY: as for gate_up, with experts * H rows of I / 32 blocks.
     unsafe { b.launch(grid((hidden.div_ceil(columns) as u32, tiles_y), threads)) }.w()?;
 
-    let mut out = output::<T>(device, rows * hidden)?;
-    let combine = function(device, Module::Moe, combine_name)?;
-    let mut b = combine.builder();
-    b.arg(&mut out)
-        .arg(&y)
-        .arg(&weights)
-        .arg(&pair_of)
-        .arg(&hidden_i)
-        .arg(&k_i);
-    // SAFETY: `pair_of` maps each row's k pairs into `y` [pairs, hidden].
-    unsafe { b.launch(grid((rows as u32, row_blocks(hidden, 256)), 256)) }.w()?;
-    Ok(CudaStorage::wrap_cuda_slice(out, device.clone()))
+    Ok((y, weights, pair_of))
 }
 
 #[cfg(test)]

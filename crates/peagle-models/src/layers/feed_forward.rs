@@ -1,4 +1,4 @@
-use super::{Mlp, Moe};
+use super::{Delta, Mlp, Moe};
 use crate::checkpoint::Checkpoint;
 use crate::config::TextConfig;
 use crate::error::LoadError;
@@ -28,10 +28,10 @@ impl FeedForward {
         matches!(self, Self::Moe(moe) if moe.routes_on_host())
     }
 
-    /// `x` [rows, hidden] to [rows, hidden].
-    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+    /// `x` [rows, hidden] to [rows, hidden], for the residual stream to add.
+    pub fn forward(&self, x: &Tensor) -> Result<Delta> {
         match self {
-            Self::Dense(mlp) => mlp.forward(x),
+            Self::Dense(mlp) => Ok(Delta::Rows(mlp.forward(x)?)),
             Self::Moe(moe) => moe.forward(x),
         }
     }

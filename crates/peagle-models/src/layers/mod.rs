@@ -21,6 +21,6 @@ pub use feed_forward::FeedForward;
 pub use linear::Linear;
 pub use mlp::Mlp;
 pub use moe::{Activation, Moe, MoeConfig};
-pub use residual::Residual;
+pub use residual::{Delta, Residual};
 pub use rms_norm::RmsNorm;
 pub use rope::{RopeTables, RotaryEmbedding};

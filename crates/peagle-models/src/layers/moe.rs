@@ -1,4 +1,4 @@
-use super::Linear;
+use super::{Delta, Linear};
 use crate::checkpoint::Checkpoint;
 use crate::error::LoadError;
 use crate::ops::{self, Weight};
@@ -156,10 +156,11 @@ impl Moe {
         matches!(self.experts, Experts::Each(_))
     }
 
-    /// `x` [rows, hidden] to [rows, hidden].
-    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+    /// `x` [rows, hidden] to [rows, hidden]; on a GPU, the experts' outputs before their
+    /// weighted sum, which the residual stream's next norm computes.
+    pub fn forward(&self, x: &Tensor) -> Result<Delta> {
         match &self.experts {
-            Experts::Each(experts) => self.forward_each(x, experts),
+            Experts::Each(experts) => Ok(Delta::Rows(self.forward_each(x, experts)?)),
             #[cfg(feature = "cuda")]
             Experts::Mxfp4OnDevice(experts) => {
                 let routing = peagle_kernels::Routing {
@@ -170,7 +171,8 @@ impl Moe {
                         Activation::ClampedSwiglu { alpha, limit } => Some((alpha, limit)),
                     },
                 };
-                experts.forward(x, &self.router.forward(x)?, &routing)
+                let outputs = experts.outputs(x, &self.router.forward(x)?, &routing)?;
+                Ok(Delta::Experts(Box::new(outputs)))
             }
         }
     }

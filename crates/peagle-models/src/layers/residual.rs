@@ -7,7 +7,23 @@ use candle_core::{Result, Tensor};
 /// before it is normed, so the bits are those of adding first.
 pub struct Residual {
     base: Tensor,
-    delta: Option<Tensor>,
+    delta: Option<Delta>,
+}
+
+/// A block's output, to be added to the stream.
+pub enum Delta {
+    /// Its rows.
+    Rows(Tensor),
+    /// MXFP4 experts' outputs on a GPU before their weighted sum, which the next norm computes
+    /// as it adds them (`RmsNorm::forward_experts`), one launch fewer again.
+    #[cfg(feature = "cuda")]
+    Experts(Box<peagle_kernels::ExpertOutputs>),
+}
+
+impl From<Tensor> for Delta {
+    fn from(rows: Tensor) -> Self {
+        Self::Rows(rows)
+    }
 }
 
 impl Residual {
@@ -17,10 +33,10 @@ impl Residual {
     }
 
     /// `base + delta`, the add left pending.
-    pub fn pending(base: Tensor, delta: Tensor) -> Self {
+    pub fn pending(base: Tensor, delta: impl Into<Delta>) -> Self {
         Self {
             base,
-            delta: Some(delta),
+            delta: Some(delta.into()),
         }
     }
 
@@ -31,7 +47,9 @@ impl Residual {
                 let normed = norm.forward(&self.base)?;
                 Ok((self.base, normed))
             }
-            Some(delta) => norm.forward_residual(&delta, &self.base),
+            Some(Delta::Rows(delta)) => norm.forward_residual(&delta, &self.base),
+            #[cfg(feature = "cuda")]
+            Some(Delta::Experts(experts)) => norm.forward_experts(&experts, &self.base),
         }
     }
 
@@ -39,7 +57,9 @@ impl Residual {
     pub fn sum(self) -> Result<Tensor> {
         match self.delta {
             None => Ok(self.base),
-            Some(delta) => &self.base + &delta,
+            Some(Delta::Rows(delta)) => &self.base + &delta,
+            #[cfg(feature = "cuda")]
+            Some(Delta::Experts(experts)) => &self.base + &experts.combine()?,
         }
     }
 }

@@ -25,4 +25,14 @@ impl RmsNorm {
     pub fn forward_residual(&self, x: &Tensor, residual: &Tensor) -> Result<(Tensor, Tensor)> {
         ops::add_rms_norm(x, residual, &self.weight, self.eps)
     }
+
+    /// `forward_residual` with x the experts' combined output, combined as it is added.
+    #[cfg(feature = "cuda")]
+    pub fn forward_experts(
+        &self,
+        experts: &peagle_kernels::ExpertOutputs,
+        residual: &Tensor,
+    ) -> Result<(Tensor, Tensor)> {
+        experts.add_rms_norm(residual, &self.weight, self.eps)
+    }
 }
