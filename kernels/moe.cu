@@ -6,9 +6,9 @@
 //   moe_gate_up      per tile, the gate and up projections with their biases and the (clamped)
 //                    SwiGLU: activations [pairs, I] in f32;
 //   moe_down         per tile, the down projection with its bias: [pairs, H] in f32;
-//   moe_combine      each row's experts' outputs weighted, in rank order; in a model, the norm
-//                    after the block does this as it adds them to the residual stream instead
-//                    (rms_norm.cu's experts_add_rms_norm_*), and this launch is left out.
+//   moe_combine      each row's experts' outputs weighted, in rank order; in a model, the next
+//                    block's input norm does this as it adds them to the residual stream instead
+//                    (rms_norm.cu's experts_add_rms_norm_*), and only the last block launches it.
 //
 // Expert weights, per expert: `blocks` [out, in / 32, 16] bytes, two e2m1 values a byte (low
 // nibble first), and `scales` [out, in / 32], each scaling 32 values by 2^(e - 127); gate_up's

@@ -14,8 +14,9 @@ pub struct Residual {
 pub enum Delta {
     /// Its rows.
     Rows(Tensor),
-    /// MXFP4 experts' outputs on a GPU before their weighted sum, which the next norm computes
-    /// as it adds them (`RmsNorm::forward_experts`), one launch fewer again.
+    /// MXFP4 experts' outputs on a GPU before their weighted sum, which the next block's input
+    /// norm computes as it adds them (`RmsNorm::forward_experts`), one launch fewer again;
+    /// `sum` combines them, then adds.
     #[cfg(feature = "cuda")]
     Experts(Box<peagle_kernels::ExpertOutputs>),
 }
