@@ -41,24 +41,25 @@ __device__ __forceinline__ void load_round(const T* p, int first, int width, int
     }
 }
 
-// The rows added to the residual (or normed alone), read a round at a time: a tensor's.
+// The row added to the residual (or normed alone), read a round at a time: a tensor's.
 template <typename T>
-struct TensorRows {
+struct TensorRow {
     const T* x;
-    __device__ __forceinline__ void load(int row, int first, int width, int vector, float (*v)[8]) const {
-        load_round(x + (size_t)row * width, first, width, vector, v);
+    __device__ __forceinline__ void load(int first, int width, int vector, float (*v)[8]) const {
+        load_round(x, first, width, vector, v);
     }
 };
 
 // Or a mixture of experts' output, combined as it is read, to the bits moe.cu's moe_combine
-// writes: its experts' outputs `y` [pairs, width] weighted in rank order, rounded to T.
+// writes: its experts' outputs `y` [pairs, width] weighted in rank order, rounded to T (the
+// row's `k` weights and pair indices).
 template <typename T>
-struct ExpertRows {
+struct ExpertRow {
     const float* y;
     const float* weights;
     const int* pair_of;
     int k;
-    __device__ __forceinline__ void load(int row, int first, int width, int, float (*v)[8]) const {
+    __device__ __forceinline__ void load(int first, int width, int, float (*v)[8]) const {
 #pragma unroll
         for (int j = 0; j < RMS_VECTORS; ++j) {
             const int e = 8 * (first + j * RMS_THREADS);
@@ -68,8 +69,8 @@ struct ExpertRows {
                 float o = 0.f;
                 if (e + i < width)
                     for (int rank = 0; rank < k; ++rank) {
-                        const int p = pair_of[row * k + rank];
-                        o = __fadd_rn(o, __fmul_rn(weights[row * k + rank], y[(size_t)p * width + e + i]));
+                        const int p = pair_of[rank];
+                        o = __fadd_rn(o, __fmul_rn(weights[rank], y[(size_t)p * width + e + i]));
                     }
                 v[j][i] = to_f32(from_f32<T>(o));
             }
@@ -77,20 +78,19 @@ struct ExpertRows {
     }
 };
 
-template <typename T, typename W, typename Rows>
-__device__ void rms_norm(T* out, const Rows x, const T* residual, const W* weight, int width, float eps,
-                         int vector) {
+// One row, by the block: `normed` = weight * norm(x + residual), the sum written to `sum_out`
+// (both null without a residual). The entry points below say where each row lies.
+template <typename T, typename W, typename Row>
+__device__ void rms_norm(T* normed, T* sum_out, const Row x, const T* residual, const W* weight, int width,
+                         float eps, int vector) {
     __shared__ float scratch[32];
-    const size_t base = (size_t)blockIdx.x * width;
-    T* normed = out + base;
-    T* sum_out = out + (size_t)gridDim.x * width + base;
     const int vectors = (width + 7) / 8, round = RMS_THREADS * RMS_VECTORS;
 
     float squares = 0.f;
     for (int first = threadIdx.x; first < vectors; first += round) {
         float v[RMS_VECTORS][8], r[RMS_VECTORS][8];
-        x.load(blockIdx.x, first, width, vector, v);
-        if (residual) load_round(residual + base, first, width, vector, r);
+        x.load(first, width, vector, v);
+        if (residual) load_round(residual, first, width, vector, r);
 #pragma unroll
         for (int j = 0; j < RMS_VECTORS; ++j) {
             const int n = first + j * RMS_THREADS;
@@ -114,7 +114,7 @@ __device__ void rms_norm(T* out, const Rows x, const T* residual, const W* weigh
         if (residual)
             load_round(sum_out, first, width, vector, v);
         else
-            x.load(blockIdx.x, first, width, vector, v);
+            x.load(first, width, vector, v);
         load_round(weight, first, width, vector, w);
 #pragma unroll
         for (int j = 0; j < RMS_VECTORS; ++j) {
@@ -127,10 +127,15 @@ __device__ void rms_norm(T* out, const Rows x, const T* residual, const W* weigh
     }
 }
 
+// Row blockIdx.x of x [rows, width]; with a residual, `out` holds the normed rows, then the
+// sums.
 #define RMS_NORM(NAME, T, W)                                                                   \
     extern "C" __global__ void __launch_bounds__(RMS_THREADS)                                  \
         NAME(T* out, const T* x, const T* residual, const W* weight, int width, float eps, int vector) { \
-        rms_norm<T, W>(out, TensorRows<T>{x}, residual, weight, width, eps, vector);            \
+        const size_t base = (size_t)blockIdx.x * width;                                        \
+        T* sums = residual ? out + (size_t)gridDim.x * width + base : nullptr;                 \
+        rms_norm<T, W>(out + base, sums, TensorRow<T>{x + base}, residual ? residual + base : nullptr, \
+                       weight, width, eps, vector);                                            \
     }
 
 RMS_NORM(rms_norm_f32_f32, float, float)
@@ -144,9 +149,29 @@ RMS_NORM(rms_norm_bf16_f32, __nv_bfloat16, float)
     extern "C" __global__ void __launch_bounds__(RMS_THREADS)                                  \
         NAME(T* out, const float* y, const float* weights, const int* pair_of, int k, const T* residual, \
              const W* weight, int width, float eps, int vector) {                              \
-        rms_norm<T, W>(out, ExpertRows<T>{y, weights, pair_of, k}, residual, weight, width, eps, vector); \
+        const size_t base = (size_t)blockIdx.x * width;                                        \
+        const int pairs = blockIdx.x * k;                                                      \
+        rms_norm<T, W>(out + base, out + (size_t)gridDim.x * width + base,                     \
+                       ExpertRow<T>{y, weights + pairs, pair_of + pairs, k}, residual + base, weight, width, \
+                       eps, vector);                                                           \
     }
 
 EXPERTS_ADD_RMS_NORM(experts_add_rms_norm_f32_f32, float, float)
 EXPERTS_ADD_RMS_NORM(experts_add_rms_norm_bf16_bf16, __nv_bfloat16, __nv_bfloat16)
 EXPERTS_ADD_RMS_NORM(experts_add_rms_norm_bf16_f32, __nv_bfloat16, float)
+
+// Two RMSNorms side by side in one launch: row blockIdx.x of `a` normed by `wa` into the first
+// `width` columns of `out` [rows, 2 * width], of `b` by `wb` into the rest (blockIdx.y picks);
+// an EAGLE drafter's first layer reads its two normed inputs so, with no concatenation.
+#define RMS_NORM_PAIR(NAME, T, W)                                                              \
+    extern "C" __global__ void __launch_bounds__(RMS_THREADS)                                  \
+        NAME(T* out, const T* a, const W* wa, const T* b, const W* wb, int width, float eps, int vector) { \
+        const size_t base = (size_t)blockIdx.x * width;                                        \
+        const T* x = blockIdx.y ? b + base : a + base;                                         \
+        rms_norm<T, W>(out + 2 * base + blockIdx.y * width, nullptr, TensorRow<T>{x}, nullptr,  \
+                       blockIdx.y ? wb : wa, width, eps, vector);                              \
+    }
+
+RMS_NORM_PAIR(rms_norm_pair_f32_f32, float, float)
+RMS_NORM_PAIR(rms_norm_pair_bf16_bf16, __nv_bfloat16, __nv_bfloat16)
+RMS_NORM_PAIR(rms_norm_pair_bf16_f32, __nv_bfloat16, float)

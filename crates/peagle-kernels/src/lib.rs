@@ -59,7 +59,7 @@ pub use mxfp4_experts::{ExpertOutputs, Mxfp4Expert, Mxfp4Experts, Routing};
 pub use no_rows::no_rows;
 pub use paged_attention::{paged_attention, rotated_paged_attention, AttentionParams, KvScale, Sinks};
 pub use pool::on_pool;
-pub use rms_norm::{add_rms_norm, rms_norm};
+pub use rms_norm::{add_rms_norm, rms_norm, rms_norm_pair};
 pub use rope::{rope, Rotation};
 pub use row_candidates::{row_candidates, CandidateRequest, RowCandidates, MAX_ROW_CANDIDATES};
 pub use swiglu::{clamped_swiglu, swiglu};

@@ -13,6 +13,17 @@ pub fn rms_norm(x: &Tensor, weight: &Tensor, eps: f32) -> Result<Tensor> {
     x.apply_op2_no_bwd(weight, &RmsNorm { eps })
 }
 
+/// `[rms_norm(a, wa), rms_norm(b, wb)]` side by side, [rows, 2 * width] for `a` and `b`
+/// [rows, width]: each half's bits those of its own norm. One launch on a GPU, where the
+/// concatenation would be another.
+pub fn rms_norm_pair(a: &Tensor, wa: &Tensor, b: &Tensor, wb: &Tensor, eps: f32) -> Result<Tensor> {
+    #[cfg(feature = "cuda")]
+    if a.device().is_cuda() {
+        return crate::cuda::rms_norm_pair(&a.contiguous()?, wa, &b.contiguous()?, wb, eps);
+    }
+    Tensor::cat(&[&rms_norm(a, wa, eps)?, &rms_norm(b, wb, eps)?], 1)
+}
+
 /// `(sum, rms_norm(sum))` with `sum = x + residual`, both [rows, width], in one pass.
 pub fn add_rms_norm(x: &Tensor, residual: &Tensor, weight: &Tensor, eps: f32) -> Result<(Tensor, Tensor)> {
     let both = x.apply_op3_no_bwd(residual, weight, &RmsNorm { eps })?;
@@ -127,6 +138,32 @@ impl CustomOp3 for RmsNorm {
 mod tests {
     use super::*;
     use candle_core::Device;
+
+    #[test]
+    fn a_pair_of_norms_is_each_norm_side_by_side() {
+        let dev = Device::Cpu;
+        let (a, b) = (
+            Tensor::randn(0f32, 1.0, (3, 40), &dev).unwrap(),
+            Tensor::randn(0f32, 1.0, (3, 40), &dev).unwrap(),
+        );
+        let (wa, wb) = (
+            Tensor::randn(1f32, 0.1, 40, &dev).unwrap(),
+            Tensor::randn(1f32, 0.1, 40, &dev).unwrap(),
+        );
+        let pair = rms_norm_pair(&a, &wa, &b, &wb, 1e-5).unwrap();
+        assert_eq!(pair.dims(), [3, 80]);
+        for (half, (x, w)) in [(&a, &wa), (&b, &wb)].into_iter().enumerate() {
+            let want: Vec<f32> = rms_norm(x, w, 1e-5).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+            let got: Vec<f32> = pair
+                .narrow(1, 40 * half, 40)
+                .unwrap()
+                .flatten_all()
+                .unwrap()
+                .to_vec1()
+                .unwrap();
+            assert_eq!(got, want, "half {half}");
+        }
+    }
 
     #[test]
     fn equals_candles_rms_norm_and_fuses_the_residual() {

@@ -9,7 +9,7 @@ use candle_core::{DType, Device, Tensor};
 use common::{chi_square, draws_of_one_row};
 use peagle_kernels::{
     add_rms_norm, argmax_rows, device_memory, fp8_linear, gumbel_sample, invariant_linear, invariant_matmul,
-    invariant_matmul_by, invariant_matmul_tiled, keep_freed_memory, paged_attention, rms_norm, rope,
+    invariant_matmul_by, invariant_matmul_tiled, keep_freed_memory, paged_attention, rms_norm, rms_norm_pair, rope,
     rotated_paged_attention, row_candidates, swiglu, write_kv, write_rotated_kv, AttentionMetadata, AttentionParams,
     CandidateRequest, CudaMatmul, Fp8Weight, GumbelRequest, KvScale, MmaTiles, Mxfp4Expert, Mxfp4Experts, Mxfp4Weight,
     Rotation, Routing, RowCandidates, Sinks, MAX_ROW_CANDIDATES, PAD_SLOT,
@@ -426,7 +426,8 @@ fn swiglu_and_rms_norm_match_the_cpu_within_a_few_ulp() {
 
 /// RMSNorm reads a row by vectors of 8 where it can and element by element where it cannot
 /// (a width no multiple of 8, rows off a 16-byte boundary), to the same bits; a row wider than
-/// one round of a thread's loads (8192) too; and a row's bits do not depend on the others.
+/// one round of a thread's loads (8192) too; and a row's bits do not depend on the others. Two
+/// norms side by side in one launch (`rms_norm_pair`) give each its own bits.
 #[test]
 fn rms_norm_rows_have_the_same_bits_however_they_are_read() {
     let Some(dev) = gpu() else { return };
@@ -479,6 +480,12 @@ fn rms_norm_rows_have_the_same_bits_however_they_are_read() {
             bits(&rms_norm(&sum, &w, 1e-5).unwrap()),
             "width {width}: fused"
         );
+        // Two norms side by side in one launch (an EAGLE drafter's first layer): each half
+        // the bits of its own norm, the second rows read unaligned.
+        let w2 = on_gpu(tensor((1, width), 11, 1.0).squeeze(0).unwrap());
+        let pair = rms_norm_pair(&x, &w, &shifted, &w2, 1e-5).unwrap();
+        let apart = Tensor::cat(&[&normed, &rms_norm(&x, &w2, 1e-5).unwrap()], 1).unwrap();
+        assert_eq!(bits(&pair), bits(&apart), "width {width}: a pair of norms");
     }
 }
 

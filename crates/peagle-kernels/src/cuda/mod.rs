@@ -23,7 +23,7 @@ pub(crate) use memory::{device_memory, keep_freed_memory, peak_allocated};
 pub(crate) use moe::{moe_combine, moe_experts, with_expert_views, DeviceExperts, MAX_EXPERTS};
 pub(crate) use paged_attention::{paged_attention, AttentionInputs};
 pub(crate) use profiler::profiler_range;
-pub(crate) use rms_norm::{experts_add_rms_norm, rms_norm};
+pub(crate) use rms_norm::{experts_add_rms_norm, rms_norm, rms_norm_pair};
 pub(crate) use rope::rope;
 pub(crate) use sampling::{gumbel_sample, row_candidates};
 pub(crate) use swiglu::swiglu;

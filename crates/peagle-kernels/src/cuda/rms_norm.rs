@@ -148,3 +148,79 @@ fn launch_experts<T: CudaDType + DeviceRepr, W: CudaDType>(
     })?;
     Ok(tensor(out, device, (2, a.rows, a.width as usize)))
 }
+
+/// `rms_norm_pair_*` (`kernels/rms_norm.cu`): `a` normed by `wa` and `b` by `wb`, both
+/// [rows, width] and contiguous, side by side in one [rows, 2 * width] tensor.
+pub(crate) fn rms_norm_pair(a: &Tensor, wa: &Tensor, b: &Tensor, wb: &Tensor, eps: f32) -> Result<Tensor> {
+    const OP: &str = "rms_norm_pair";
+    let (rows, width) = a.dims2()?;
+    let (dtype, w_dtype) = (a.dtype(), wa.dtype());
+    if b.dims() != a.dims()
+        || b.dtype() != dtype
+        || wa.dims() != [width]
+        || wb.dims() != [width]
+        || wb.dtype() != w_dtype
+    {
+        return Err(bad_input(
+            OP,
+            format!(
+                "rows {:?} {dtype:?} and {:?} {:?} with weights {:?} {w_dtype:?} and {:?} {:?}",
+                a.dims(),
+                b.dims(),
+                b.dtype(),
+                wa.dims(),
+                wb.dims(),
+                wb.dtype()
+            ),
+        ));
+    }
+    if (dtype, w_dtype) == (DType::F32, DType::BF16) {
+        return Err(bad_input(OP, "f32 rows with a bf16 weight: cast the weight to f32"));
+    }
+    if rows == 0 {
+        return crate::no_rows(2 * width, dtype, a.device());
+    }
+    let parts = [a, wa, b, wb].map(Tensor::storage_and_layout);
+    let [(as_, al), (was, wal), (bs, bl), (wbs, wbl)] = &parts;
+    let (Storage::Cuda(as_), Storage::Cuda(was), Storage::Cuda(bs), Storage::Cuda(wbs)) =
+        (&**as_, &**was, &**bs, &**wbs)
+    else {
+        return Err(bad_input(OP, "the rows and the weights must be on the GPU"));
+    };
+    let aligned = [(al, dtype), (bl, dtype), (wal, w_dtype), (wbl, w_dtype)]
+        .iter()
+        .all(|(l, d)| starts_aligned_16(l, *d));
+    let name = format!("rms_norm_pair_{}_{}", dtype_name(OP, dtype)?, dtype_name(OP, w_dtype)?);
+    let args = Args {
+        func: function(&as_.device, Module::RmsNorm, &name)?,
+        rows,
+        width: int(OP, width)?,
+        eps,
+        vector: i32::from(width.is_multiple_of(8) && aligned),
+    };
+    by_dtypes!(
+        OP,
+        (dtype, w_dtype),
+        launch_pair([(as_, *al), (bs, *bl)], [(was, *wal), (wbs, *wbl)], &args)
+    )
+}
+
+fn launch_pair<T: CudaDType + DeviceRepr, W: CudaDType>(
+    [a, b]: [(&CudaStorage, &Layout); 2],
+    [wa, wb]: [(&CudaStorage, &Layout); 2],
+    args: &Args,
+) -> Result<Tensor> {
+    let device = &a.0.device;
+    let width = args.width as usize;
+    let mut out = output::<T>(device, 2 * args.rows * width)?;
+    let (a, b) = (view::<T>(a.0, a.1, "a")?, view::<T>(b.0, b.1, "b")?);
+    let (wa, wb) = (view::<W>(wa.0, wa.1, "wa")?, view::<W>(wb.0, wb.1, "wb")?);
+    let mut builder = args.func.builder();
+    builder.arg(&mut out).arg(&a).arg(&wa).arg(&b).arg(&wb);
+    builder.arg(&args.width).arg(&args.eps).arg(&args.vector);
+    // SAFETY: a and b hold rows * width elements, the weights width each, `out` 2 * rows *
+    // width, which the grid's two halves write; `vector` only where all four start 16-byte
+    // aligned and width is a multiple of 8.
+    unsafe { builder.launch(grid((args.rows as u32, 2), 256)) }.w()?;
+    Ok(tensor(out, device, (args.rows, 2 * width)))
+}

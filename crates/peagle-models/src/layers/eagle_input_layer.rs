@@ -43,15 +43,13 @@ impl EagleInputLayer {
         rope: &RopeTables,
         ctx: &AttentionContext,
     ) -> Result<Residual> {
-        let normed_hidden = self.hidden_norm.forward(hidden)?;
-        let residual = if self.norm_before_residual {
-            &normed_hidden
-        } else {
-            hidden
+        let input = self.input_norm.forward_pair(embeds, &self.hidden_norm, hidden)?;
+        let residual = match self.norm_before_residual {
+            true => input.narrow(1, hidden.dim(1)?, hidden.dim(1)?)?,
+            false => hidden.clone(),
         };
-        let input = Tensor::cat(&[&self.input_norm.forward(embeds)?, &normed_hidden], 1)?;
         let attn = self.attn.forward(&input, rope, ctx)?;
-        let (x, normed) = self.post_attention_norm.forward_residual(residual, &attn)?;
+        let (x, normed) = self.post_attention_norm.forward_residual(&residual, &attn)?;
         Ok(Residual::pending(x, self.ffn.forward(&normed)?))
     }
 }

@@ -21,6 +21,15 @@ impl RmsNorm {
         ops::rms_norm(x, &self.weight, self.eps)
     }
 
+    /// `[self(a), other(b)]` side by side, [rows, 2 * width]: one launch on a GPU where the two
+    /// norms share their epsilon.
+    pub fn forward_pair(&self, a: &Tensor, other: &RmsNorm, b: &Tensor) -> Result<Tensor> {
+        if self.eps != other.eps {
+            return Tensor::cat(&[&self.forward(a)?, &other.forward(b)?], 1);
+        }
+        ops::rms_norm_pair(a, &self.weight, b, &other.weight, self.eps)
+    }
+
     /// The residual add `sum = x + residual` and the norm of the sum: `(sum, normed)`.
     pub fn forward_residual(&self, x: &Tensor, residual: &Tensor) -> Result<(Tensor, Tensor)> {
         ops::add_rms_norm(x, residual, &self.weight, self.eps)

@@ -119,6 +119,16 @@ pub fn rms_norm(x: &Tensor, weight: &Tensor, eps: f32) -> Result<Tensor> {
     }
 }
 
+/// `[rms_norm(a, wa), rms_norm(b, wb)]` side by side, [rows, 2 * width]: one launch on a GPU,
+/// the two norms and their concatenation elsewhere, to the same bits.
+pub fn rms_norm_pair(a: &Tensor, wa: &Tensor, b: &Tensor, wb: &Tensor, eps: f32) -> Result<Tensor> {
+    let inference = !wa.track_op() && !wb.track_op() && a.rank() == 2;
+    if inference && path(a) == Path::Device && path(b) == Path::Device {
+        return peagle_kernels::rms_norm_pair(a, wa, b, wb, eps);
+    }
+    Tensor::cat(&[&rms_norm(a, wa, eps)?, &rms_norm(b, wb, eps)?], 1)
+}
+
 /// `(sum, rms_norm(sum))` of the residual add `sum = x + residual`: one pass on a GPU.
 pub fn add_rms_norm(x: &Tensor, residual: &Tensor, weight: &Tensor, eps: f32) -> Result<(Tensor, Tensor)> {
     if path(x) == Path::Device && !weight.track_op() && x.rank() == 2 {
