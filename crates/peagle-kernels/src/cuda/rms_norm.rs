@@ -4,7 +4,7 @@ use crate::error::bad_input;
 use crate::mxfp4_experts::ExpertOutputs;
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{DeviceRepr, PushKernelArg};
-use candle_core::cuda_backend::{CudaDType, CudaStorage, WrapErr};
+use candle_core::cuda_backend::{CudaDType, CudaDevice, CudaStorage, WrapErr};
 use candle_core::{DType, Layout, Result, Shape, Storage, Tensor};
 
 /// `kernels/rms_norm.cu` over `x` [rows, width] (shapes already checked). With a residual the
@@ -18,22 +18,11 @@ pub(crate) fn rms_norm(
     const OP: &str = "rms_norm";
     let (rows, width) = x.1.shape().dims2()?;
     let (dtype, w_dtype) = (x.0.dtype(), weight.0.dtype());
-    if (dtype, w_dtype) == (DType::F32, DType::BF16) {
-        return Err(bad_input(OP, "f32 rows with a bf16 weight: cast the weight to f32"));
-    }
-    let name = format!("rms_norm_{}_{}", dtype_name(OP, dtype)?, dtype_name(OP, w_dtype)?);
-    // Whole vectors of 8 by one load each, where every operand allows it.
     let aligned = [Some(x), residual, Some(weight)]
         .into_iter()
         .flatten()
         .all(|(s, l)| starts_aligned_16(l, s.dtype()));
-    let args = Args {
-        func: function(&x.0.device, Module::RmsNorm, &name)?,
-        rows,
-        width: int(OP, width)?,
-        eps,
-        vector: i32::from(width.is_multiple_of(8) && aligned),
-    };
+    let args = Args::new(OP, &x.0.device, (dtype, w_dtype), (rows, width), eps, aligned)?;
     let out = by_dtypes!(OP, (dtype, w_dtype), launch(x, residual, weight, &args))?;
     let shape = match residual {
         Some(_) => Shape::from((2, rows, width)),
@@ -48,6 +37,32 @@ struct Args {
     width: i32,
     eps: f32,
     vector: i32,
+}
+
+impl Args {
+    /// The launch of kernel `{op}_{rows' dtype}_{weight's dtype}` over `rows` of `width`, whole
+    /// vectors of 8 by one load each where every operand starts `aligned` (16 bytes) and the
+    /// width allows it. f32 rows with a bf16 weight are refused.
+    fn new(
+        op: &'static str,
+        device: &CudaDevice,
+        (dtype, w_dtype): (DType, DType),
+        (rows, width): (usize, usize),
+        eps: f32,
+        aligned: bool,
+    ) -> Result<Self> {
+        if (dtype, w_dtype) == (DType::F32, DType::BF16) {
+            return Err(bad_input(op, "f32 rows with a bf16 weight: cast the weight to f32"));
+        }
+        let name = format!("{op}_{}_{}", dtype_name(op, dtype)?, dtype_name(op, w_dtype)?);
+        Ok(Self {
+            func: function(device, Module::RmsNorm, &name)?,
+            rows,
+            width: int(op, width)?,
+            eps,
+            vector: i32::from(width.is_multiple_of(8) && aligned),
+        })
+    }
 }
 
 fn launch<T: CudaDType + DeviceRepr, W: CudaDType>(
@@ -100,27 +115,13 @@ pub(crate) fn experts_add_rms_norm(
             ),
         ));
     }
-    if (dtype, w_dtype) == (DType::F32, DType::BF16) {
-        return Err(bad_input(OP, "f32 rows with a bf16 weight: cast the weight to f32"));
-    }
     let (rs, rl) = residual.storage_and_layout();
     let (ws, wl) = weight.storage_and_layout();
     let (Storage::Cuda(rs), Storage::Cuda(ws)) = (&*rs, &*ws) else {
         return Err(bad_input(OP, "the residual and the weight must be on the GPU"));
     };
-    let name = format!(
-        "experts_add_rms_norm_{}_{}",
-        dtype_name(OP, dtype)?,
-        dtype_name(OP, w_dtype)?
-    );
-    let vector = width.is_multiple_of(8) && starts_aligned_16(rl, dtype) && starts_aligned_16(wl, w_dtype);
-    let args = Args {
-        func: function(&rs.device, Module::RmsNorm, &name)?,
-        rows: o.rows,
-        width: int(OP, width)?,
-        eps,
-        vector: i32::from(vector),
-    };
+    let aligned = starts_aligned_16(rl, dtype) && starts_aligned_16(wl, w_dtype);
+    let args = Args::new(OP, &rs.device, (dtype, w_dtype), (o.rows, width), eps, aligned)?;
     let both = by_dtypes!(OP, (dtype, w_dtype), launch_experts(o, (rs, rl), (ws, wl), &args))?;
     Ok((both.get(1)?, both.get(0)?))
 }
@@ -174,12 +175,6 @@ pub(crate) fn rms_norm_pair(a: &Tensor, wa: &Tensor, b: &Tensor, wb: &Tensor, ep
             ),
         ));
     }
-    if (dtype, w_dtype) == (DType::F32, DType::BF16) {
-        return Err(bad_input(OP, "f32 rows with a bf16 weight: cast the weight to f32"));
-    }
-    if rows == 0 {
-        return crate::no_rows(2 * width, dtype, a.device());
-    }
     let parts = [a, wa, b, wb].map(Tensor::storage_and_layout);
     let [(as_, al), (was, wal), (bs, bl), (wbs, wbl)] = &parts;
     let (Storage::Cuda(as_), Storage::Cuda(was), Storage::Cuda(bs), Storage::Cuda(wbs)) =
@@ -190,14 +185,10 @@ pub(crate) fn rms_norm_pair(a: &Tensor, wa: &Tensor, b: &Tensor, wb: &Tensor, ep
     let aligned = [(al, dtype), (bl, dtype), (wal, w_dtype), (wbl, w_dtype)]
         .iter()
         .all(|(l, d)| starts_aligned_16(l, *d));
-    let name = format!("rms_norm_pair_{}_{}", dtype_name(OP, dtype)?, dtype_name(OP, w_dtype)?);
-    let args = Args {
-        func: function(&as_.device, Module::RmsNorm, &name)?,
-        rows,
-        width: int(OP, width)?,
-        eps,
-        vector: i32::from(width.is_multiple_of(8) && aligned),
-    };
+    let args = Args::new(OP, &as_.device, (dtype, w_dtype), (rows, width), eps, aligned)?;
+    if rows == 0 {
+        return crate::no_rows(2 * width, dtype, a.device());
+    }
     by_dtypes!(
         OP,
         (dtype, w_dtype),
