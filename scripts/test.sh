@@ -17,7 +17,7 @@ cd "$(dirname "$0")/.."
 mkdir -p target
 {
     bash scripts/build_cuda.sh --check &&
-        EMULATED_CRATES=peagle-kernels EMULATED_SKIP=mxfp4_experts_match_the_reference_and_are_batch_invariant \
+        EMULATED_CRATES=peagle-kernels EMULATED_SKIP=experts::mxfp4_experts_match_the_reference_and_are_batch_invariant \
             TEST_TIMEOUT=600 bash scripts/emulated_gpu_tests.sh
 } >target/cuda-check.log 2>&1 &
 cuda=$!

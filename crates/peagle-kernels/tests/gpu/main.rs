@@ -1,0 +1,85 @@
+//! Every CUDA kernel against its CPU reference, the batch invariance of the GPU path, and the
+//! accounting of the memory the device's pool keeps.
+//! Built with the `cuda` feature only and run by scripts/gpu_check.sh on a GPU host; without a
+//! GPU each test says so and passes, so a CUDA build's tests can run anywhere.
+#![cfg(feature = "cuda")]
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod attention;
+mod experts;
+mod matmul;
+mod row_ops;
+mod sampling;
+
+use candle_core::{DType, Device, Tensor};
+use peagle_kernels::{device_memory, keep_freed_memory};
+
+fn gpu() -> Option<Device> {
+    match Device::new_cuda(0) {
+        Ok(d) => Some(d),
+        Err(e) => {
+            eprintln!("skipped: no CUDA device ({e})");
+            None
+        }
+    }
+}
+
+/// With the pool keeping what is freed for later allocations (`keep_freed_memory`, as a
+/// serving process has it), a freed 256 MiB stays in the pool, and `device_memory` still
+/// counts it as free: the KV cache is sized by it.
+#[test]
+fn memory_the_pool_keeps_counts_as_free() {
+    let Some(dev) = gpu() else { return };
+    keep_freed_memory(&dev).unwrap();
+    let free = || device_memory(&dev).unwrap().unwrap().free;
+    let before = free();
+    drop(Tensor::zeros(256 << 20, DType::U8, &dev).unwrap());
+    let after = free();
+    assert!(
+        before.abs_diff(after) < 32 << 20,
+        "{before} bytes free before a freed allocation, {after} after"
+    );
+}
+
+/// Deterministic values in [-scale, scale).
+fn values(n: usize, seed: u64, scale: f32) -> Vec<f32> {
+    let mut state = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    (0..n)
+        .map(|_| {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((state >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
+        })
+        .collect()
+}
+
+fn tensor(shape: (usize, usize), seed: u64, scale: f32) -> Tensor {
+    Tensor::from_vec(values(shape.0 * shape.1, seed, scale), shape, &Device::Cpu).unwrap()
+}
+
+/// The elements widened to f32 on the host (which converts FP8 on any GPU).
+fn host(t: &Tensor) -> Vec<f32> {
+    t.to_device(&Device::Cpu)
+        .unwrap()
+        .to_dtype(DType::F32)
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .to_vec1()
+        .unwrap()
+}
+
+fn bits(t: &Tensor) -> Vec<u32> {
+    host(t).into_iter().map(f32::to_bits).collect()
+}
+
+fn max_rel_diff(got: &[f32], want: &[f32]) -> f32 {
+    assert_eq!(got.len(), want.len());
+    got.iter()
+        .zip(want)
+        .map(|(g, w)| (g - w).abs() / w.abs().max(1.0))
+        .fold(0.0, f32::max)
+}

@@ -1,0 +1,143 @@
+//! The batch-invariant matmuls: the CUDA cores' against the CPU bit for bit, the tensor cores'
+//! in both forms, and block-scaled FP8 weights.
+use super::{bits, gpu, host, max_rel_diff, tensor};
+use candle_core::{DType, Tensor};
+use peagle_kernels::{
+    fp8_linear, invariant_linear, invariant_matmul, invariant_matmul_by, invariant_matmul_tiled, CudaMatmul, Fp8Weight,
+    MmaTiles,
+};
+
+#[test]
+fn invariant_matmul_equals_its_cpu_reference_bitwise_at_every_batch_size() {
+    let Some(dev) = gpu() else { return };
+    // The CUDA-core kernel, whatever PEAGLE_CUDA_MATMUL chooses for the process.
+    let invariant_matmul = |x: &Tensor, w: &Tensor| invariant_matmul_by(x, w, CudaMatmul::Fma);
+    let (n, k) = (72, 1032);
+    let w = tensor((n, k), 1, 0.1);
+    let bias = tensor((1, n), 5, 1.0).flatten_all().unwrap();
+    // M = 1 takes one form of the kernel (`_row`), 2 to 8 another, more the `_wide` one: 1, 3,
+    // 8, 9 and 13 cross the lines.
+    for m in [1, 3, 8, 9, 13, 64, 256, 2048] {
+        let x = tensor((m, k), 2 + m as u64, 1.0);
+        let want = invariant_matmul(&x, &w).unwrap();
+        let x_gpu = x.to_device(&dev).unwrap();
+        let got = invariant_matmul(&x_gpu, &w.to_device(&dev).unwrap()).unwrap();
+        assert_eq!(bits(&got), bits(&want), "f32, M = {m}");
+        // bf16 weights and activations: the reference on the same (exactly widened) values,
+        // rounded once at the end as the kernel does.
+        let (xb, wb) = (x.to_dtype(DType::BF16).unwrap(), w.to_dtype(DType::BF16).unwrap());
+        let want = invariant_matmul(&xb.to_dtype(DType::F32).unwrap(), &wb.to_dtype(DType::F32).unwrap())
+            .unwrap()
+            .to_dtype(DType::BF16)
+            .unwrap();
+        let got = invariant_matmul(&xb.to_device(&dev).unwrap(), &wb.to_device(&dev).unwrap()).unwrap();
+        assert_eq!(bits(&got), bits(&want), "bf16, M = {m}");
+        // f32 activations with bf16 weights.
+        let got = invariant_matmul(&x_gpu, &wb.to_device(&dev).unwrap()).unwrap();
+        let want = invariant_matmul(&x, &wb.to_dtype(DType::F32).unwrap()).unwrap();
+        assert_eq!(bits(&got), bits(&want), "f32 x bf16, M = {m}");
+        // A bias, added in the same launch to each f32 sum before its one rounding: the
+        // reference adds it to its f32 sum.
+        let biased = |x: &Tensor, w: &Tensor, b: &Tensor| invariant_linear(x, w, Some(b), Some(CudaMatmul::Fma));
+        let g = |t: &Tensor| t.to_device(&dev).unwrap();
+        let want = biased(&x, &w, &bias).unwrap();
+        assert_eq!(
+            bits(&biased(&x_gpu, &g(&w), &g(&bias)).unwrap()),
+            bits(&want),
+            "f32 with a bias, M = {m}"
+        );
+        let bb = bias.to_dtype(DType::BF16).unwrap();
+        let f = |t: &Tensor| t.to_dtype(DType::F32).unwrap();
+        let want = biased(&f(&xb), &f(&wb), &f(&bb))
+            .unwrap()
+            .to_dtype(DType::BF16)
+            .unwrap();
+        let got = biased(&g(&xb), &g(&wb), &g(&bb)).unwrap();
+        assert_eq!(bits(&got), bits(&want), "bf16 with a bias, M = {m}");
+    }
+    let x = tensor((4, 12), 3, 1.0).to_device(&dev).unwrap();
+    let err = invariant_matmul(&x, &tensor((2, 12), 4, 1.0).to_device(&dev).unwrap()).unwrap_err();
+    assert!(err.to_string().contains("8 at a time"), "{err}");
+}
+
+/// The tensor-core matmul (the default, `mma`) gives a row the same bits at every batch
+/// size, from 1 (its narrow form) to 2048 (its wide one), wherever the row sits and in either
+/// form asked for; its values are the product's within bf16 rounding. Products it does not take (K not a multiple
+/// of 32, f32 activations) are the CUDA-core kernel's, bit for bit.
+#[test]
+fn tensor_core_matmul_is_batch_invariant_and_within_bf16_of_the_product() {
+    let Some(dev) = gpu() else { return };
+    // N not a multiple of a block's columns, nor M of its rows.
+    let (n, k) = (72, 1056);
+    let bf16 = |t: Tensor| t.to_dtype(DType::BF16).unwrap();
+    let w = bf16(tensor((n, k), 1, 0.1));
+    let x = bf16(tensor((2048, k), 2, 1.0));
+    let (wg, xg) = (w.to_device(&dev).unwrap(), x.to_device(&dev).unwrap());
+    let mma = |x: &Tensor, w: &Tensor| invariant_matmul_by(x, w, CudaMatmul::Mma).unwrap();
+    let all = bits(&mma(&xg, &wg));
+    for m in [1, 3, 8, 9, 13, 64, 256] {
+        let got = bits(&mma(&xg.narrow(0, 0, m).unwrap(), &wg));
+        assert_eq!(got, all[..m * n], "the first {m} rows");
+    }
+    let alone = bits(&mma(&xg.narrow(0, 777, 1).unwrap(), &wg));
+    assert_eq!(alone, all[777 * n..778 * n], "row 777 alone");
+    // Either form at any batch size, against the form its size picks.
+    for (m, tiles) in [(300, MmaTiles::Narrow), (5, MmaTiles::Wide)] {
+        let x = xg.narrow(0, 0, m).unwrap();
+        let got = bits(&invariant_matmul_tiled(&x, &wg, CudaMatmul::Mma, tiles).unwrap());
+        assert_eq!(got, all[..m * n], "{m} rows in {tiles:?} tiles");
+    }
+    // With a bias, added to each f32 sum before its rounding.
+    let bias = bf16(tensor((1, n), 6, 1.0).flatten_all().unwrap());
+    let biased = |x: &Tensor| {
+        bits(&invariant_linear(x, &wg, Some(&bias.to_device(&dev).unwrap()), Some(CudaMatmul::Mma)).unwrap())
+    };
+    let all_biased = biased(&xg);
+    for m in [1, 9] {
+        assert_eq!(
+            biased(&xg.narrow(0, 0, m).unwrap()),
+            all_biased[..m * n],
+            "the first {m} rows, a bias"
+        );
+    }
+    let widened = |t: &Tensor| t.to_dtype(DType::F32).unwrap();
+    let want = invariant_matmul(&widened(&x.narrow(0, 0, 300).unwrap()), &widened(&w)).unwrap();
+    let diff = max_rel_diff(&host(&mma(&xg.narrow(0, 0, 300).unwrap(), &wg)), &host(&want));
+    assert!(diff < 1e-2, "against the f32 product: {diff}");
+
+    let odd_k = bf16(tensor((n, 1032), 3, 0.1)).to_device(&dev).unwrap();
+    let x_odd = bf16(tensor((9, 1032), 4, 1.0)).to_device(&dev).unwrap();
+    let fma = |x: &Tensor, w: &Tensor| bits(&invariant_matmul_by(x, w, CudaMatmul::Fma).unwrap());
+    assert_eq!(bits(&mma(&x_odd, &odd_k)), fma(&x_odd, &odd_k), "K = 1032");
+    let x32 = widened(&x.narrow(0, 0, 9).unwrap()).to_device(&dev).unwrap();
+    assert_eq!(bits(&mma(&x32, &wg)), fma(&x32, &wg), "f32 activations");
+}
+
+/// A block-scaled FP8 weight's product is the batch-invariant matmul of its dequantized f32
+/// weight, bit for bit, at every batch size; with bf16 rows, within bf16 of the CPU's.
+#[test]
+fn fp8_linear_is_the_invariant_matmul_of_its_dequantized_weight() {
+    let Some(dev) = gpu() else { return };
+    // Blocks of 128 x 128, as FP8 checkpoints have them, over a shape they do not divide.
+    let (n, k, block) = (200, 1032, (128, 128));
+    let weight = tensor((n, k), 20, 300.0).to_dtype(DType::F8E4M3).unwrap();
+    let scales = tensor((2, 9), 21, 1.0).abs().unwrap().affine(1e-3, 1e-4).unwrap();
+    let cpu_weight = Fp8Weight::new(weight.clone(), scales.clone(), block).unwrap();
+    let gpu_weight = Fp8Weight::new(weight.to_device(&dev).unwrap(), scales.to_device(&dev).unwrap(), block).unwrap();
+    let dense = cpu_weight.dequantize().unwrap().to_device(&dev).unwrap();
+    for m in [1, 8, 64, 256] {
+        let x = tensor((m, k), 22 + m as u64, 1.0);
+        let got = fp8_linear(&x.to_device(&dev).unwrap(), &gpu_weight).unwrap();
+        let want = invariant_matmul(&x.to_device(&dev).unwrap(), &dense).unwrap();
+        assert_eq!(bits(&got), bits(&want), "f32, M = {m}");
+        let cpu = fp8_linear(&x, &cpu_weight).unwrap();
+        let diff = max_rel_diff(&host(&got), &host(&cpu));
+        assert!(diff < 1e-4, "f32 against the CPU, M = {m}: {diff}");
+        let xb = x.to_dtype(DType::BF16).unwrap();
+        let got = fp8_linear(&xb.to_device(&dev).unwrap(), &gpu_weight).unwrap();
+        assert_eq!(got.dtype(), DType::BF16);
+        let want = fp8_linear(&xb.to_dtype(DType::F32).unwrap(), &cpu_weight).unwrap();
+        let diff = max_rel_diff(&host(&got), &host(&want));
+        assert!(diff < 1e-2, "bf16, M = {m}: {diff}");
+    }
+}

@@ -1,0 +1,121 @@
+//! Row-wise kernels: RoPE, SwiGLU and RMSNorm (alone, fused with the residual add, and two
+//! side by side).
+use super::{bits, gpu, host, max_rel_diff, tensor};
+use candle_core::{DType, Device, Tensor};
+use peagle_kernels::{add_rms_norm, rms_norm, rms_norm_pair, rope, swiglu};
+
+#[test]
+fn rope_equals_the_cpu_kernel_bitwise_even_on_strided_rows() {
+    let Some(dev) = gpu() else { return };
+    // 384 pairs a row: three blocks of it.
+    let (rows, heads, d) = (9, 12, 64);
+    let wide = tensor((rows, 3 * heads * d), 5, 2.0);
+    let angles = tensor((rows, d / 2), 6, 3.0);
+    let (cos, sin) = (angles.cos().unwrap(), angles.sin().unwrap());
+    let x = wide.narrow(1, heads * d, heads * d).unwrap();
+    let want = rope(&x, &cos, &sin, d).unwrap();
+    let g = |t: &Tensor| t.to_device(&dev).unwrap();
+    let got = rope(
+        &g(&wide).narrow(1, heads * d, heads * d).unwrap(),
+        &g(&cos),
+        &g(&sin),
+        d,
+    )
+    .unwrap();
+    assert_eq!(bits(&got), bits(&want));
+    let got = rope(&g(&x.to_dtype(DType::BF16).unwrap()), &g(&cos), &g(&sin), d).unwrap();
+    assert_eq!(got.dtype(), DType::BF16);
+    assert!(max_rel_diff(&host(&got), &host(&want)) < 2e-2);
+}
+
+#[test]
+fn swiglu_and_rms_norm_match_the_cpu_within_a_few_ulp() {
+    let Some(dev) = gpu() else { return };
+    let g = |t: &Tensor| t.to_device(&dev).unwrap();
+    let gate_up = tensor((7, 2 * 200), 7, 12.0);
+    let diff = max_rel_diff(&host(&swiglu(&g(&gate_up)).unwrap()), &host(&swiglu(&gate_up).unwrap()));
+    assert!(diff < 1e-5, "swiglu {diff}");
+
+    let (x, r) = (tensor((5, 2880), 8, 3.0), tensor((5, 2880), 9, 3.0));
+    let w = tensor((1, 2880), 10, 1.0).squeeze(0).unwrap();
+    let diff = max_rel_diff(
+        &host(&rms_norm(&g(&x), &g(&w), 1e-5).unwrap()),
+        &host(&rms_norm(&x, &w, 1e-5).unwrap()),
+    );
+    assert!(diff < 1e-5, "rms_norm {diff}");
+    let (sum, normed) = add_rms_norm(&g(&x), &g(&r), &g(&w), 1e-5).unwrap();
+    let (want_sum, want_normed) = add_rms_norm(&x, &r, &w, 1e-5).unwrap();
+    assert_eq!(bits(&sum), bits(&want_sum));
+    assert!(max_rel_diff(&host(&normed), &host(&want_normed)) < 1e-5);
+    // bf16 rows and weight: within bf16's rounding of the f32 reference on the same values.
+    let b = |t: &Tensor| g(&t.to_dtype(DType::BF16).unwrap());
+    let (_, normed) = add_rms_norm(&b(&x), &b(&r), &b(&w), 1e-5).unwrap();
+    let f = |t: &Tensor| t.to_dtype(DType::BF16).unwrap().to_dtype(DType::F32).unwrap();
+    let (_, want) = add_rms_norm(&f(&x), &f(&r), &f(&w), 1e-5).unwrap();
+    assert!(max_rel_diff(&host(&normed), &host(&want)) < 2e-2);
+}
+
+/// RMSNorm reads a row by vectors of 8 where it can and element by element where it cannot
+/// (a width no multiple of 8, rows off a 16-byte boundary), to the same bits; a row wider than
+/// one round of a thread's loads (8192) too; and a row's bits do not depend on the others. Two
+/// norms side by side in one launch (`rms_norm_pair`) give each its own bits.
+#[test]
+fn rms_norm_rows_have_the_same_bits_however_they_are_read() {
+    let Some(dev) = gpu() else { return };
+    for (width, dtype) in [
+        (2880, DType::BF16),
+        (2883, DType::BF16),
+        (8200, DType::F32),
+        (61, DType::F32),
+    ] {
+        let rows = 5;
+        let on_gpu = |t: Tensor| t.to_dtype(dtype).unwrap().to_device(&dev).unwrap();
+        let (x, r) = (
+            on_gpu(tensor((rows, width), 8, 3.0)),
+            on_gpu(tensor((rows, width), 9, 3.0)),
+        );
+        let w = on_gpu(tensor((1, width), 10, 1.0).squeeze(0).unwrap());
+        let normed = rms_norm(&x, &w, 1e-5).unwrap();
+        // Against the CPU on the same values, within the rows' rounding.
+        let f32_host = |t: &Tensor| t.to_device(&Device::Cpu).unwrap().to_dtype(DType::F32).unwrap();
+        let want = rms_norm(&f32_host(&x), &f32_host(&w), 1e-5).unwrap();
+        let tolerance = if dtype == DType::BF16 { 2e-2 } else { 1e-5 };
+        let diff = max_rel_diff(&host(&normed), &host(&want));
+        assert!(diff < tolerance, "width {width}: off the CPU by {diff}");
+        // The same rows three elements into a buffer: no row starts 16-byte aligned.
+        let flat = x.flatten_all().unwrap();
+        let shifted = Tensor::cat(&[flat.narrow(0, 0, 3).unwrap(), flat], 0)
+            .unwrap()
+            .narrow(0, 3, rows * width)
+            .unwrap()
+            .reshape((rows, width))
+            .unwrap();
+        assert_eq!(
+            bits(&rms_norm(&shifted, &w, 1e-5).unwrap()),
+            bits(&normed),
+            "width {width}: unaligned"
+        );
+        for row in [0, 3] {
+            let alone = rms_norm(&x.narrow(0, row, 1).unwrap(), &w, 1e-5).unwrap();
+            assert_eq!(
+                bits(&alone),
+                bits(&normed.narrow(0, row, 1).unwrap()),
+                "width {width}: row {row} alone"
+            );
+        }
+        // Fused with the residual add: its sums, then the same norm of them.
+        let (sum, fused) = add_rms_norm(&x, &r, &w, 1e-5).unwrap();
+        assert_eq!(bits(&sum), bits(&(&x + &r).unwrap()), "width {width}: the sums");
+        assert_eq!(
+            bits(&fused),
+            bits(&rms_norm(&sum, &w, 1e-5).unwrap()),
+            "width {width}: fused"
+        );
+        // Two norms side by side in one launch (an EAGLE drafter's first layer): each half
+        // the bits of its own norm, the second rows read unaligned.
+        let w2 = on_gpu(tensor((1, width), 11, 1.0).squeeze(0).unwrap());
+        let pair = rms_norm_pair(&x, &w, &shifted, &w2, 1e-5).unwrap();
+        let apart = Tensor::cat(&[&normed, &rms_norm(&x, &w2, 1e-5).unwrap()], 1).unwrap();
+        assert_eq!(bits(&pair), bits(&apart), "width {width}: a pair of norms");
+    }
+}
