@@ -49,6 +49,10 @@ __device__ __forceinline__ void load8(const __nv_bfloat16* p, float* v) {
     }
 }
 
+// SwiGLU's gating of one gate and up value, in f32: silu(g) * u as g / (1 + e^-g) * u. Every
+// kernel that gates (swiglu.cu, linear_mma.cu's SwiGLU forms) computes it here, to the same bits.
+__device__ __forceinline__ float silu_times(float g, float u) { return g / (1.f + expf(-g)) * u; }
+
 // Rust's total_cmp order as an unsigned integer's: the larger key comes later in the order
 // (-NaN, -inf, ..., -0, +0, ..., +inf, +NaN), so a selection by key is total and matches the
 // CPU's sort whatever the values.

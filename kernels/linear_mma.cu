@@ -12,6 +12,11 @@
 // - linear_mma_bf16: 16 output columns and 8 rows of x a block, for a few rows (decode steps,
 //   verification windows): the most blocks, and so the most weight loads in flight;
 // - linear_mma_bf16_wide: 32 columns and 32 rows a block, where many rows share each weight.
+// Their `_swiglu` forms take a fused gate/up projection (w's first N / 2 rows the gate's, the
+// rest the up's) and write SwiGLU's gating of it, [M, N / 2]: a block covers 16 gate columns
+// and the 16 up columns that pair with them, sums each element as the plain kernels do, rounds
+// it to bf16, and gates the pair as kernels/swiglu.cu does (`silu_times`): the bits of the
+// plain kernel followed by swiglu.cu, in one launch and with no [M, N] tensor between.
 //
 // A step of 32 is laid out so that a lane's loads are 16 contiguous bytes: lane (g, t) (g =
 // lane / 4, t = lane % 4) reads elements 8t .. 8t + 8 of the step from weight rows g and g + 8
@@ -32,17 +37,27 @@ __device__ __forceinline__ uint4 load16(const __nv_bfloat16* base, int row, int 
     return *reinterpret_cast<const uint4*>(base + (size_t)row * K + k);
 }
 
-// F tiles of 16 output columns and G groups of 8 rows of x a block; DEPTH steps of loads in
-// flight a warp.
-template <int F, int G, int DEPTH>
+// F tiles of 16 weight rows and G groups of 8 rows of x a block; DEPTH steps of loads in
+// flight a warp. A plain block's tiles are F consecutive ones, 16 F output columns; a SwiGLU
+// block's (F = 2) are 16 gate rows and the 16 up rows N / 2 further, 16 output columns.
+template <int F, int G, int DEPTH, bool SWIGLU>
 __device__ void linear_mma(__nv_bfloat16* out, const __nv_bfloat16* x, const __nv_bfloat16* w,
                            const __nv_bfloat16* bias, int M, int N, int K) {
+    static_assert(!SWIGLU || F == 2, "a SwiGLU block is a gate tile and an up tile");
     // Each warp's partial sums, [warp][row of x][output column]; a row is padded by one so
     // that the lanes writing their fragments spread over the banks.
     __shared__ float partial[MMA_WARPS][G * 8][F * 16 + 1];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int g = lane / 4, t = lane % 4;
-    const int n0 = blockIdx.y * F * 16, m0 = blockIdx.x * G * 8;
+    const int half = N / 2, m0 = blockIdx.x * G * 8;
+    const int n0 = blockIdx.y * (SWIGLU ? 16 : F * 16);
+    // Tile f's first weight row, and the end of the rows it may read.
+    int tile_row[F], tile_end[F];
+#pragma unroll
+    for (int f = 0; f < F; ++f) {
+        tile_row[f] = SWIGLU ? n0 + f * half : n0 + 16 * f;
+        tile_end[f] = SWIGLU ? (f + 1) * half : N;
+    }
 
     float d[F][G][4];
 #pragma unroll
@@ -64,8 +79,8 @@ __device__ void linear_mma(__nv_bfloat16* out, const __nv_bfloat16* x, const __n
             const bool in_k = k - 8 * t < K;
 #pragma unroll
             for (int f = 0; f < F; ++f) {
-                a[s][f][0] = load16(w, n0 + 16 * f + g, in_k ? N : 0, K, k);
-                a[s][f][1] = load16(w, n0 + 16 * f + g + 8, in_k ? N : 0, K, k);
+                a[s][f][0] = load16(w, tile_row[f] + g, in_k ? tile_end[f] : 0, K, k);
+                a[s][f][1] = load16(w, tile_row[f] + g + 8, in_k ? tile_end[f] : 0, K, k);
             }
 #pragma unroll
             for (int r = 0; r < G; ++r) b[s][r] = load16(x, m0 + 8 * r + g, in_k ? M : 0, K, k);
@@ -84,7 +99,7 @@ __device__ void linear_mma(__nv_bfloat16* out, const __nv_bfloat16* x, const __n
         }
     }
 
-    // Accumulator element i of lane (g, t): output column g (+ 8 for i >= 2) of the tile, row
+    // Accumulator element i of lane (g, t): weight row g (+ 8 for i >= 2) of the tile, row
     // 2t (+ 1 for odd i) of the group.
 #pragma unroll
     for (int f = 0; f < F; ++f)
@@ -93,25 +108,38 @@ __device__ void linear_mma(__nv_bfloat16* out, const __nv_bfloat16* x, const __n
 #pragma unroll
             for (int i = 0; i < 4; ++i) partial[warp][8 * r + 2 * t + (i & 1)][16 * f + g + 8 * (i >> 1)] = d[f][r][i];
     __syncthreads();
-    for (int e = threadIdx.x; e < G * 8 * F * 16; e += blockDim.x) {
-        const int row = e / (F * 16), col = e % (F * 16);
+    // Element (row, col) of the block's sums: its warps' partial sums in warp order, plus the
+    // bias of weight row `bias_row`, rounded to bf16.
+    auto element = [&](int row, int col, int bias_row) {
         float sum = partial[0][row][col];
 #pragma unroll
         for (int v = 1; v < MMA_WARPS; ++v) sum += partial[v][row][col];
-        if (m0 + row >= M || n0 + col >= N) continue;
-        if (bias) sum += __bfloat162float(bias[n0 + col]);
-        out[(size_t)(m0 + row) * N + n0 + col] = __float2bfloat16_rn(sum);
+        if (bias) sum += __bfloat162float(bias[bias_row]);
+        return __float2bfloat16_rn(sum);
+    };
+    const int columns = SWIGLU ? 16 : F * 16, width = SWIGLU ? half : N;
+    for (int e = threadIdx.x; e < G * 8 * columns; e += blockDim.x) {
+        const int row = e / columns, col = e % columns, c = n0 + col;
+        if (m0 + row >= M || c >= width) continue;
+        __nv_bfloat16* o = out + (size_t)(m0 + row) * width + c;
+        if (SWIGLU)
+            *o = __float2bfloat16_rn(silu_times(__bfloat162float(element(row, col, c)),
+                                                __bfloat162float(element(row, 16 + col, half + c))));
+        else
+            *o = element(row, col, c);
     }
 }
 
-extern "C" __global__ void __launch_bounds__(32 * MMA_WARPS)
-    linear_mma_bf16(__nv_bfloat16* out, const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias,
-                    int M, int N, int K) {
-    linear_mma<1, 1, 4>(out, x, w, bias, M, N, K);
-}
+#define LINEAR_MMA(NAME, F, G, DEPTH, SWIGLU)                                                  \
+    extern "C" __global__ void __launch_bounds__(32 * MMA_WARPS)                               \
+        NAME(__nv_bfloat16* out, const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias, \
+             int M, int N, int K) {                                                            \
+        linear_mma<F, G, DEPTH, SWIGLU>(out, x, w, bias, M, N, K);                             \
+    }
 
-extern "C" __global__ void __launch_bounds__(32 * MMA_WARPS)
-    linear_mma_bf16_wide(__nv_bfloat16* out, const __nv_bfloat16* x, const __nv_bfloat16* w,
-                         const __nv_bfloat16* bias, int M, int N, int K) {
-    linear_mma<2, 4, 1>(out, x, w, bias, M, N, K);
-}
+LINEAR_MMA(linear_mma_bf16, 1, 1, 4, false)
+LINEAR_MMA(linear_mma_bf16_wide, 2, 4, 1, false)
+// Two tiles of weight rows a step, so half the steps in flight: the same loads as the plain
+// narrow kernel's, and its registers.
+LINEAR_MMA(linear_mma_swiglu_bf16, 2, 1, 2, true)
+LINEAR_MMA(linear_mma_swiglu_bf16_wide, 2, 4, 1, true)

@@ -262,7 +262,7 @@ __device__ __forceinline__ float swiglu_out(float g, float u, float alpha, float
         u = fminf(fmaxf(u, -limit), limit);
         return (u + 1.f) * (g / (1.f + expf(-g * alpha)));
     }
-    return g / (1.f + expf(-g)) * u;
+    return silu_times(g, u);
 }
 
 // Activations [pairs, I] (f32): for column c, gate = row c and up = row I + c of the expert's

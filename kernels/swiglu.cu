@@ -10,7 +10,7 @@ __device__ void swiglu(T* out, const T* gate_up, int rows, int width) {
         const size_t row = i / width, col = i % width;
         const float g = to_f32(gate_up[row * 2 * width + col]);
         const float u = to_f32(gate_up[row * 2 * width + width + col]);
-        out[i] = from_f32<T>(g / (1.f + expf(-g)) * u);
+        out[i] = from_f32<T>(silu_times(g, u));
     }
 }
 

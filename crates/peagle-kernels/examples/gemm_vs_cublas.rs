@@ -2,7 +2,9 @@
 //! kernels/linear.cu and the tensor cores' kernels/linear_mma.cu) against cuBLAS (candle's
 //! matmul) on the GPU, bf16, for a Llama-8B-shaped projection (4096 -> 14336) at M = 1 to 2048
 //! rows, and the tensor cores' narrow and wide forms side by side at each (the form M picks is
-//! the `mma` column); prints a JSON line per M. Run by scripts/gpu_check.sh.
+//! the `mma` column); then the same weight as a dense MLP's fused gate/up projection, gated in
+//! the matmul's launch (`invariant_linear_swiglu`) and by a `swiglu` launch after it; prints a
+//! JSON line per M. Run by scripts/gpu_check.sh.
 //!
 //!     cargo run --release --example gemm_vs_cublas --features cuda
 
@@ -10,7 +12,9 @@
 mod timing;
 
 use candle_core::{DType, Device, Tensor};
-use peagle_kernels::{invariant_matmul_by, invariant_matmul_tiled, CudaMatmul, MmaTiles};
+use peagle_kernels::{
+    invariant_linear_swiglu, invariant_matmul_by, invariant_matmul_tiled, swiglu, CudaMatmul, MmaTiles,
+};
 use timing::time;
 
 fn main() -> candle_core::Result<()> {
@@ -26,9 +30,13 @@ fn main() -> candle_core::Result<()> {
         let tiled = |tiles| time(&device, reps, || invariant_matmul_tiled(&x, &w, CudaMatmul::Mma, tiles));
         let (narrow, wide) = (tiled(MmaTiles::Narrow)?, tiled(MmaTiles::Wide)?);
         let cublas = time(&device, reps, || x.matmul(&w_t))?;
+        let fused = time(&device, reps, || {
+            invariant_linear_swiglu(&x, &w, None, MmaTiles::ByBatch)
+        })?;
+        let apart = time(&device, reps, || swiglu(&invariant_matmul_by(&x, &w, CudaMatmul::Mma)?))?;
         let weight_bytes = (n * k * 2) as f64;
         println!(
-            "{{\"m\": {m}, \"n\": {n}, \"k\": {k}, \"fma_ms\": {:.4}, \"mma_ms\": {:.4}, \"mma_narrow_ms\": {:.4}, \"mma_wide_ms\": {:.4}, \"cublas_ms\": {:.4}, \"fma_ratio\": {:.3}, \"mma_ratio\": {:.3}, \"fma_weight_gb_per_s\": {:.1}, \"mma_weight_gb_per_s\": {:.1}}}",
+            "{{\"m\": {m}, \"n\": {n}, \"k\": {k}, \"fma_ms\": {:.4}, \"mma_ms\": {:.4}, \"mma_narrow_ms\": {:.4}, \"mma_wide_ms\": {:.4}, \"cublas_ms\": {:.4}, \"fma_ratio\": {:.3}, \"mma_ratio\": {:.3}, \"fma_weight_gb_per_s\": {:.1}, \"mma_weight_gb_per_s\": {:.1}, \"swiglu_fused_ms\": {:.4}, \"swiglu_apart_ms\": {:.4}}}",
             fma * 1e3,
             mma * 1e3,
             narrow * 1e3,
@@ -37,7 +45,9 @@ fn main() -> candle_core::Result<()> {
             fma / cublas,
             mma / cublas,
             weight_bytes / fma / 1e9,
-            weight_bytes / mma / 1e9
+            weight_bytes / mma / 1e9,
+            fused * 1e3,
+            apart * 1e3
         );
     }
     Ok(())

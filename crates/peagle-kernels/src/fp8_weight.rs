@@ -152,6 +152,7 @@ impl CustomOp3 for Fp8Linear {
             None,
             crate::CudaMatmul::Fma,
             crate::MmaTiles::ByBatch,
+            crate::invariant_matmul::MatmulOutput::Sums,
         )
     }
 }

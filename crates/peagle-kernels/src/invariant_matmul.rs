@@ -12,6 +12,7 @@
 use crate::contiguous::contiguous;
 use crate::cuda_matmul::{CudaMatmul, MmaTiles};
 use crate::error::matmul_dims;
+use crate::swiglu::gate_rows;
 use candle_core::{CpuStorage, CustomOp2, CustomOp3, Layout, Result, Shape, Tensor};
 
 /// `x` [M, K] times `w` [N, K] transposed. On CUDA: f32 or bf16 activations, a weight of the
@@ -35,6 +36,7 @@ pub fn invariant_matmul_tiled(x: &Tensor, w: &Tensor, kernel: CudaMatmul, tiles:
         &InvariantMatmul {
             kernel: Some(kernel),
             tiles,
+            output: MatmulOutput::Sums,
         },
     )
 }
@@ -46,11 +48,30 @@ pub fn invariant_linear(x: &Tensor, w: &Tensor, bias: Option<&Tensor>, kernel: O
     let op = InvariantMatmul {
         kernel,
         tiles: MmaTiles::ByBatch,
+        output: MatmulOutput::Sums,
     };
-    match bias {
-        None => x.apply_op2_no_bwd(w, &op),
-        Some(bias) => x.apply_op3_no_bwd(w, bias, &op),
-    }
+    op.apply(x, w, bias)
+}
+
+/// SwiGLU's gating of a fused gate/up projection, `w` [2I, K] with the gate's rows first:
+/// `swiglu(invariant_linear(x, w, bias, None))`, [M, I], with its bits. On the tensor cores
+/// one launch sums and gates (`kernels/linear_mma.cu`'s SwiGLU forms, in `tiles`), with no
+/// [M, 2I] tensor between; elsewhere it is the two ops.
+pub fn invariant_linear_swiglu(x: &Tensor, w: &Tensor, bias: Option<&Tensor>, tiles: MmaTiles) -> Result<Tensor> {
+    let op = InvariantMatmul {
+        kernel: None,
+        tiles,
+        output: MatmulOutput::Swiglu,
+    };
+    op.apply(x, w, bias)
+}
+
+/// What a matmul gives: its sums, or SwiGLU's gating of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum MatmulOutput {
+    Sums,
+    /// Of a fused gate/up projection, the gate's columns first: half the columns.
+    Swiglu,
 }
 
 struct InvariantMatmul {
@@ -59,6 +80,7 @@ struct InvariantMatmul {
     kernel: Option<CudaMatmul>,
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     tiles: MmaTiles,
+    output: MatmulOutput,
 }
 
 const LANES: usize = 32;
@@ -71,7 +93,7 @@ impl CustomOp2 for InvariantMatmul {
 
     fn cpu_fwd(&self, xs: &CpuStorage, xl: &Layout, ws: &CpuStorage, wl: &Layout) -> Result<(CpuStorage, Shape)> {
         let (out, m, n) = reference(xs, xl, ws, wl)?;
-        Ok((CpuStorage::F32(out), Shape::from((m, n))))
+        self.finish(out, m, n)
     }
 
     #[cfg(feature = "cuda")]
@@ -82,7 +104,15 @@ impl CustomOp2 for InvariantMatmul {
         ws: &candle_core::CudaStorage,
         wl: &Layout,
     ) -> Result<(candle_core::CudaStorage, Shape)> {
-        crate::cuda::linear((xs, xl), (ws, wl), None, None, self.cuda_kernel()?, self.tiles)
+        crate::cuda::linear(
+            (xs, xl),
+            (ws, wl),
+            None,
+            None,
+            self.cuda_kernel()?,
+            self.tiles,
+            self.output,
+        )
     }
 }
 
@@ -111,7 +141,7 @@ impl CustomOp3 for InvariantMatmul {
         for row in out.chunks_exact_mut(n.max(1)) {
             row.iter_mut().zip(bias.iter()).for_each(|(o, b)| *o += b);
         }
-        Ok((CpuStorage::F32(out), Shape::from((m, n))))
+        self.finish(out, m, n)
     }
 
     #[cfg(feature = "cuda")]
@@ -131,11 +161,31 @@ impl CustomOp3 for InvariantMatmul {
             Some((bs, bl)),
             self.cuda_kernel()?,
             self.tiles,
+            self.output,
         )
     }
 }
 
 impl InvariantMatmul {
+    fn apply(&self, x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
+        match bias {
+            None => x.apply_op2_no_bwd(w, self),
+            Some(bias) => x.apply_op3_no_bwd(w, bias, self),
+        }
+    }
+
+    /// The CPU's result from the sums `out` [m, n].
+    fn finish(&self, out: Vec<f32>, m: usize, n: usize) -> Result<(CpuStorage, Shape)> {
+        match self.output {
+            MatmulOutput::Sums => Ok((CpuStorage::F32(out), Shape::from((m, n)))),
+            MatmulOutput::Swiglu if !n.is_multiple_of(2) => Err(crate::error::bad_input(
+                "invariant_matmul",
+                format!("{n} output features do not split into gate and up"),
+            )),
+            MatmulOutput::Swiglu => Ok((CpuStorage::F32(gate_rows(&out, n / 2)), Shape::from((m, n / 2)))),
+        }
+    }
+
     /// The kernel asked for, or the process's.
     #[cfg(feature = "cuda")]
     fn cuda_kernel(&self) -> Result<CudaMatmul> {
@@ -214,5 +264,25 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("a bias of 4 for 5 outputs"), "{err}");
+    }
+
+    /// The reference gates a fused projection's sums, bias included, as `swiglu` does, and
+    /// refuses an odd number of features.
+    #[test]
+    fn the_swiglu_form_gates_the_sums() {
+        let dev = Device::Cpu;
+        let x = Tensor::randn(0f32, 1.0, (3, 64), &dev).unwrap();
+        let w = Tensor::randn(0f32, 1.0, (10, 64), &dev).unwrap();
+        let bias = Tensor::randn(0f32, 1.0, 10, &dev).unwrap();
+        for bias in [None, Some(&bias)] {
+            let gated = invariant_linear_swiglu(&x, &w, bias, MmaTiles::ByBatch).unwrap();
+            let want = crate::swiglu(&invariant_linear(&x, &w, bias, None).unwrap()).unwrap();
+            assert_eq!(gated.dims(), [3, 5]);
+            assert_eq!(values(&gated), values(&want));
+        }
+        let err = invariant_linear_swiglu(&x, &w.narrow(0, 0, 9).unwrap(), None, MmaTiles::ByBatch)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("9 output features do not split"), "{err}");
     }
 }

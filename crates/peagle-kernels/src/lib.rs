@@ -49,7 +49,9 @@ pub use error::KernelError;
 pub use exp::exp_in_place;
 pub use fp8_weight::{fp8_linear, Fp8Weight};
 pub use gumbel_sample::{gumbel_sample, splitmix64, GumbelRequest};
-pub use invariant_matmul::{invariant_linear, invariant_matmul, invariant_matmul_by, invariant_matmul_tiled};
+pub use invariant_matmul::{
+    invariant_linear, invariant_linear_swiglu, invariant_matmul, invariant_matmul_by, invariant_matmul_tiled,
+};
 pub use kv_write::{write_kv, write_rotated_kv, PAD_SLOT};
 pub use linear::{linear, PackedWeight};
 pub use masked_softmax::masked_softmax;

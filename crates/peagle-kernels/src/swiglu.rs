@@ -57,22 +57,8 @@ impl CustomOp1 for SwiGlu {
 
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
         let (rows, width) = check(l)?;
-        let both = 2 * width;
         let x = contiguous(s.as_slice::<f32>()?, l, "input")?;
-        // Rows are tasks: a batch's rows take one exp per column each, and left to one thread
-        // the other core idles long enough to fall asleep before the next matmul.
-        let mut out = vec![0f32; rows * width];
-        for_each_chunk(&mut out, width, |i, out| {
-            let (gate, up) = x[i * both..][..both].split_at(width);
-            for (o, g) in out.iter_mut().zip(gate) {
-                *o = -g;
-            }
-            exp_in_place(out);
-            for ((o, g), u) in out.iter_mut().zip(gate).zip(up) {
-                *o = g / (1.0 + *o) * u;
-            }
-        });
-        Ok((CpuStorage::F32(out), Shape::from((rows, width))))
+        Ok((CpuStorage::F32(gate_rows(x, width)), Shape::from((rows, width))))
     }
 
     #[cfg(feature = "cuda")]
@@ -80,6 +66,25 @@ impl CustomOp1 for SwiGlu {
         let (rows, width) = check(l)?;
         crate::cuda::swiglu((s, l), rows, width)
     }
+}
+
+/// SwiGLU's gating of rows of `2 * width` (gate columns first): rows of `width`.
+pub(crate) fn gate_rows(x: &[f32], width: usize) -> Vec<f32> {
+    let both = 2 * width;
+    // Rows are tasks: a batch's rows take one exp per column each, and left to one thread
+    // the other core idles long enough to fall asleep before the next matmul.
+    let mut out = vec![0f32; x.len() / 2];
+    for_each_chunk(&mut out, width, |i, out| {
+        let (gate, up) = x[i * both..][..both].split_at(width);
+        for (o, g) in out.iter_mut().zip(gate) {
+            *o = -g;
+        }
+        exp_in_place(out);
+        for ((o, g), u) in out.iter_mut().zip(gate).zip(up) {
+            *o = g / (1.0 + *o) * u;
+        }
+    });
+    out
 }
 
 /// The rows and the width of each half.

@@ -1,7 +1,8 @@
 use super::module::{function, Kernel, Module};
-use super::{aligned_16, by_dtypes_or_fp8, dtype_name, dtype_name_or_fp8, int, output, view};
+use super::{aligned_16, by_dtypes_or_fp8, dtype_name, dtype_name_or_fp8, int, output, swiglu, view};
 use crate::cuda_matmul::{CudaMatmul, MmaTiles};
 use crate::error::{bad_input, matmul_dims};
+use crate::invariant_matmul::MatmulOutput;
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{CudaView, DeviceRepr, LaunchConfig, PushKernelArg};
 use candle_core::cuda_backend::{CudaDType, CudaStorage, WrapErr};
@@ -42,13 +43,20 @@ impl Form {
         }
     }
 
-    fn name(self, x_dtype: &str, w_dtype: &str) -> String {
+    /// Whether the form's kernel writes SwiGLU's gating itself: the tensor cores' have forms
+    /// that do; after the CUDA cores' kernels, kernels/swiglu.cu gates their sums.
+    fn gates(self, output: MatmulOutput) -> bool {
+        output == MatmulOutput::Swiglu && matches!(self, Self::Mma | Self::MmaWide)
+    }
+
+    fn name(self, x_dtype: &str, w_dtype: &str, gates: bool) -> String {
+        let swiglu = if gates { "swiglu_" } else { "" };
         match self {
             Self::Row => format!("linear_{x_dtype}_{w_dtype}_row"),
             Self::Rows => format!("linear_{x_dtype}_{w_dtype}"),
             Self::Wide => format!("linear_{x_dtype}_{w_dtype}_wide"),
-            Self::Mma => "linear_mma_bf16".into(),
-            Self::MmaWide => "linear_mma_bf16_wide".into(),
+            Self::Mma => format!("linear_mma_{swiglu}bf16"),
+            Self::MmaWide => format!("linear_mma_{swiglu}bf16_wide"),
         }
     }
 
@@ -59,13 +67,15 @@ impl Form {
         }
     }
 
-    /// Rows of x and output columns a block covers: the grid's two dimensions.
-    fn block_tile(self) -> (usize, usize) {
+    /// Rows of x and output columns a block covers: the grid's two dimensions. A block that
+    /// gates covers 16 columns of the gating: 16 gate and 16 up columns of the sums.
+    fn block_tile(self, gates: bool) -> (usize, usize) {
         match self {
             Self::Row => (1, WARPS),
             Self::Rows => (8, WARPS),
             Self::Wide => (8, 4 * WARPS),
             Self::Mma => (8, 16),
+            Self::MmaWide if gates => (32, 16),
             Self::MmaWide => (32, 32),
         }
     }
@@ -81,7 +91,9 @@ pub(crate) type BlockScales<'a> = ((&'a CudaStorage, &'a Layout), (usize, usize)
 
 /// `x` [M, K] times `w` [N, K] transposed, plus `bias` [N] (in x's dtype) where given, [M, N]
 /// in x's dtype, by `kernel` where it takes the product, the tensor cores in `tiles`
-/// (`Form::choose`); an FP8 weight with its block scales.
+/// (`Form::choose`); an FP8 weight with its block scales. With `MatmulOutput::Swiglu`, `w` is
+/// a fused gate/up projection (N even, the gate's rows first) and the result its gating,
+/// [M, N / 2], in one launch where the form gates (`Form::gates`), else in two.
 pub(crate) fn linear(
     x: (&CudaStorage, &Layout),
     w: (&CudaStorage, &Layout),
@@ -89,9 +101,16 @@ pub(crate) fn linear(
     bias: Option<(&CudaStorage, &Layout)>,
     kernel: CudaMatmul,
     tiles: MmaTiles,
+    output: MatmulOutput,
 ) -> Result<(CudaStorage, Shape)> {
     const OP: &str = "linear";
     let (m, k, n) = matmul_dims(OP, x.1.shape(), w.1.shape())?;
+    if output == MatmulOutput::Swiglu && !n.is_multiple_of(2) {
+        return Err(bad_input(
+            OP,
+            format!("{n} output features do not split into gate and up"),
+        ));
+    }
     if k % 8 != 0 {
         return Err(bad_input(
             OP,
@@ -128,22 +147,30 @@ pub(crate) fn linear(
         }
     }
     let form = Form::choose(kernel, m, k, (x_dtype, w_dtype), tiles);
-    let name = form.name(dtype_name(OP, x_dtype)?, dtype_name_or_fp8(OP, w_dtype)?);
+    let gates = form.gates(output);
+    let name = form.name(dtype_name(OP, x_dtype)?, dtype_name_or_fp8(OP, w_dtype)?, gates);
     let (block_n, block_k) = scales.map_or((1, 8), |(_, block)| block);
     let args = Args {
         func: function(&device, form.module(), &name)?,
         form,
+        gates,
         dims: [int(OP, m)?, int(OP, n)?, int(OP, k)?],
         scales: scales.map(|((s, l), _)| view::<f32>(s, l, "scales")).transpose()?,
         block: [int(OP, block_n)?, int(OP, block_k)?],
     };
     let out = by_dtypes_or_fp8!(OP, (x_dtype, w_dtype), launch(x, w, bias, &args))?;
-    Ok((out, Shape::from((m, n))))
+    match output {
+        MatmulOutput::Swiglu if !gates => swiglu((&out, &Layout::contiguous((m, n))), m, n / 2),
+        MatmulOutput::Swiglu => Ok((out, Shape::from((m, n / 2)))),
+        MatmulOutput::Sums => Ok((out, Shape::from((m, n)))),
+    }
 }
 
 struct Args<'a> {
     func: Kernel,
     form: Form,
+    /// The kernel writes SwiGLU's gating of its sums, [M, N / 2].
+    gates: bool,
     /// M, N, K.
     dims: [i32; 3],
     scales: Option<CudaView<'a, f32>>,
@@ -159,7 +186,8 @@ fn launch<T: CudaDType + DeviceRepr, W: CudaDType>(
 ) -> Result<CudaStorage> {
     let device = &x.0.device;
     let [m, n, _] = a.dims.map(|d| d as usize);
-    let mut out = output::<T>(device, m * n)?;
+    let columns = if a.gates { n / 2 } else { n };
+    let mut out = output::<T>(device, m * columns)?;
     let xs = view::<T>(x.0, x.1, "x")?;
     let ws = view::<W>(w.0, w.1, "weight")?;
     let bias = bias.map(|(b, l)| view::<T>(b, l, "bias")).transpose()?;
@@ -180,16 +208,17 @@ fn launch<T: CudaDType + DeviceRepr, W: CudaDType>(
         };
         builder.arg(&a.block[0]).arg(&a.block[1]);
     }
-    let (rows, columns) = a.form.block_tile();
+    let (block_rows, block_columns) = a.form.block_tile(a.gates);
     let config = LaunchConfig {
-        grid_dim: (m.div_ceil(rows) as u32, n.div_ceil(columns) as u32, 1),
+        grid_dim: (m.div_ceil(block_rows) as u32, columns.div_ceil(block_columns) as u32, 1),
         block_dim: (32 * WARPS as u32, 1, 1),
         shared_mem_bytes: 0,
     };
     // SAFETY: shapes checked above, the bias's against N; K is a multiple of 8 (of 32 for the
     // tensor-core forms, `Form::choose`) and both operands are 16-byte aligned, as the
     // kernels' vector loads need; FP8 scales were checked against the weight and its block
-    // (`Fp8Weight::new`), whose width is a multiple of 8.
+    // (`Fp8Weight::new`), whose width is a multiple of 8. A gating form's N is even and its
+    // output holds M * N / 2.
     unsafe { builder.launch(config) }.w()?;
     Ok(CudaStorage::wrap_cuda_slice(out, device.clone()))
 }

@@ -3,8 +3,8 @@
 use super::{bits, gpu, host, max_rel_diff, tensor};
 use candle_core::{DType, Tensor};
 use peagle_kernels::{
-    fp8_linear, invariant_linear, invariant_matmul, invariant_matmul_by, invariant_matmul_tiled, CudaMatmul, Fp8Weight,
-    MmaTiles,
+    fp8_linear, invariant_linear, invariant_linear_swiglu, invariant_matmul, invariant_matmul_by,
+    invariant_matmul_tiled, swiglu, CudaMatmul, Fp8Weight, MmaTiles,
 };
 
 #[test]
@@ -140,4 +140,44 @@ fn fp8_linear_is_the_invariant_matmul_of_its_dequantized_weight() {
         let diff = max_rel_diff(&host(&got), &host(&want));
         assert!(diff < 1e-2, "bf16, M = {m}: {diff}");
     }
+}
+
+/// A fused gate/up projection's SwiGLU (`invariant_linear_swiglu`) has the bits of the
+/// projection followed by `swiglu`: on the tensor cores in one launch, narrow, wide or as the
+/// batch chooses, at every batch size, with a bias and without, for gate widths that fill no
+/// whole tile (40) and one that does (64); where the tensor cores do not take the product (K
+/// no multiple of 32, f32 rows), by the two ops. An odd number of features is refused.
+#[test]
+fn linear_swiglu_has_the_bits_of_the_projection_then_swiglu() {
+    let Some(dev) = gpu() else { return };
+    let g = |t: &Tensor| t.to_device(&dev).unwrap();
+    let bf16 = |t: &Tensor| g(&t.to_dtype(DType::BF16).unwrap());
+    for (inter, k) in [(40, 96), (64, 64), (24, 40)] {
+        let w = tensor((2 * inter, k), 21, 0.3);
+        let bias = tensor((1, 2 * inter), 22, 1.0).flatten_all().unwrap();
+        for m in [1, 5, 8, 9, 40] {
+            let x = tensor((m, k), 23 + m as u64, 1.0);
+            for bias in [None, Some(&bias)] {
+                let (xb, wb, bb) = (bf16(&x), bf16(&w), bias.map(bf16));
+                let want = swiglu(&invariant_linear(&xb, &wb, bb.as_ref(), None).unwrap()).unwrap();
+                for tiles in [MmaTiles::ByBatch, MmaTiles::Narrow, MmaTiles::Wide] {
+                    let got = invariant_linear_swiglu(&xb, &wb, bb.as_ref(), tiles).unwrap();
+                    assert_eq!(got.dims(), [m, inter]);
+                    assert_eq!(
+                        bits(&got),
+                        bits(&want),
+                        "bf16, I = {inter}, K = {k}, M = {m}, {tiles:?}, bias: {}",
+                        bias.is_some()
+                    );
+                }
+                let bg = bias.map(g);
+                let want = swiglu(&invariant_linear(&g(&x), &g(&w), bg.as_ref(), None).unwrap()).unwrap();
+                let got = invariant_linear_swiglu(&g(&x), &g(&w), bg.as_ref(), MmaTiles::ByBatch).unwrap();
+                assert_eq!(bits(&got), bits(&want), "f32, I = {inter}, K = {k}, M = {m}");
+            }
+        }
+    }
+    let x = bf16(&tensor((2, 64), 3, 1.0));
+    let err = invariant_linear_swiglu(&x, &bf16(&tensor((9, 64), 4, 1.0)), None, MmaTiles::ByBatch).unwrap_err();
+    assert!(err.to_string().contains("do not split into gate and up"), "{err}");
 }

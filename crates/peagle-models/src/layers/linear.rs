@@ -89,4 +89,10 @@ impl Linear {
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         ops::linear(x, &self.weight, self.bias.as_ref())
     }
+
+    /// SwiGLU's gating of this fused gate/up projection (the gate's rows first) of `x`:
+    /// [rows, out / 2] (`ops::linear_swiglu`).
+    pub fn forward_swiglu(&self, x: &Tensor) -> Result<Tensor> {
+        ops::linear_swiglu(x, &self.weight, self.bias.as_ref())
+    }
 }

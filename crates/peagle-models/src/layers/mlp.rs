@@ -1,7 +1,6 @@
 use super::Linear;
 use crate::checkpoint::Checkpoint;
 use crate::error::LoadError;
-use crate::ops;
 use candle_core::{Result, Tensor};
 
 /// SwiGLU feed-forward: `down(silu(gate(x)) * up(x))`, gate and up fused.
@@ -26,6 +25,6 @@ impl Mlp {
     }
 
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        self.down.forward(&ops::swiglu(&self.gate_up.forward(x)?)?)
+        self.down.forward(&self.gate_up.forward_swiglu(x)?)
     }
 }

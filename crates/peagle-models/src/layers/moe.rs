@@ -195,10 +195,11 @@ impl Moe {
         for (expert, pairs) in experts.iter().zip(&routed).filter(|(_, p)| !p.is_empty()) {
             let ids: Vec<u32> = pairs.iter().map(|(r, _)| *r as u32).collect();
             let xs = x.index_select(&Tensor::from_vec(ids, pairs.len(), x.device())?, 0)?;
-            let gate_up = expert.gate_up.forward(&xs)?;
             let gated = match self.cfg.activation {
-                Activation::Swiglu => ops::swiglu(&gate_up)?,
-                Activation::ClampedSwiglu { alpha, limit } => ops::clamped_swiglu(&gate_up, alpha, limit)?,
+                Activation::Swiglu => expert.gate_up.forward_swiglu(&xs)?,
+                Activation::ClampedSwiglu { alpha, limit } => {
+                    ops::clamped_swiglu(&expert.gate_up.forward(&xs)?, alpha, limit)?
+                }
             };
             let ys: Vec<f32> = expert
                 .down

@@ -16,7 +16,7 @@ mod weight;
 pub use weight::Weight;
 
 use candle_core::{bail, Device, Result, Tensor};
-use peagle_kernels::{AttentionMetadata, AttentionParams, KvScale, Rotation, Sinks};
+use peagle_kernels::{AttentionMetadata, AttentionParams, KvScale, MmaTiles, Rotation, Sinks};
 
 /// Which implementation an op takes for its input.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,9 +86,20 @@ fn product(x: &Tensor, w: &Weight) -> Result<Tensor> {
     }
 }
 
+/// SwiGLU's gating of the fused gate/up projection of `x` by `w` (the gate's rows first),
+/// `bias` included: `swiglu(linear(x, w, bias))`, [rows, out / 2]. On a GPU a plain weight's
+/// projection and gating are one op (`invariant_linear_swiglu`: one launch on the tensor
+/// cores), to the same bits.
+pub fn linear_swiglu(x: &Tensor, w: &Weight, bias: Option<&Tensor>) -> Result<Tensor> {
+    if let (Weight::Plain(w), Path::Device) = (w, path(x)) {
+        return peagle_kernels::invariant_linear_swiglu(&x.contiguous()?, w, bias, MmaTiles::ByBatch);
+    }
+    swiglu(&linear(x, w, bias)?)
+}
+
 /// SwiGLU's gating `silu(gate) * up` of a fused projection `gate_up` [rows, 2 * width] whose
 /// gate columns come first: [rows, width].
-pub fn swiglu(gate_up: &Tensor) -> Result<Tensor> {
+fn swiglu(gate_up: &Tensor) -> Result<Tensor> {
     if path(gate_up) != Path::Autograd {
         return peagle_kernels::swiglu(gate_up);
     }
