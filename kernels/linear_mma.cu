@@ -7,11 +7,14 @@
 // block sums its warps' partial sums in warp order. The order depends on K alone, and an mma
 // computes each element of its output from that element's own row, column and accumulator,
 // so a row gives the same bits alone, in a verification window or among 2,048 prefill rows.
-// The two kernels differ only in how much of the output a block covers, so a launcher may
-// pick either for any M without changing a bit:
+// The kernels differ only in how much of the output a block covers, so a launcher may pick
+// any for any M without changing a bit:
 // - linear_mma_bf16: 16 output columns and 8 rows of x a block, for a few rows (decode steps,
 //   verification windows): the most blocks, and so the most weight loads in flight;
-// - linear_mma_bf16_wide: 32 columns and 32 rows a block, where many rows share each weight.
+// - linear_mma_bf16_wide: 32 columns and 32 rows a block, where many rows share each weight;
+// - linear_mma_bf16_staged: 64 columns and 64 rows a block, for many rows (prefill chunks,
+//   wide verification batches): its warps share each step's operands through shared memory,
+//   so a block reads a weight tile once for 64 rows (below, "The staged form").
 // Their `_swiglu` forms take a fused gate/up projection (w's first N / 2 rows the gate's, the
 // rest the up's) and write SwiGLU's gating of it, [M, N / 2]: a block covers 16 gate columns
 // and the 16 up columns that pair with them, sums each element as the plain kernels do, rounds
@@ -35,6 +38,20 @@
 __device__ __forceinline__ uint4 load16(const __nv_bfloat16* base, int row, int rows, int K, int k) {
     if (row >= rows) return make_uint4(0, 0, 0, 0);
     return *reinterpret_cast<const uint4*>(base + (size_t)row * K + k);
+}
+
+// An element's sum with the bias of weight row `n` (none where `bias` is null) added in f32,
+// rounded to bf16: every form's last operations on a plain element.
+__device__ __forceinline__ __nv_bfloat16 finish(float sum, const __nv_bfloat16* bias, int n) {
+    if (bias) sum += __bfloat162float(bias[n]);
+    return __float2bfloat16_rn(sum);
+}
+
+// SwiGLU's gating of column n from the sums of gate row n and up row half + n, each finished
+// as a plain element: every SwiGLU form's last operations.
+__device__ __forceinline__ __nv_bfloat16 gated(float gate, float up, const __nv_bfloat16* bias, int n, int half) {
+    return __float2bfloat16_rn(
+        silu_times(__bfloat162float(finish(gate, bias, n)), __bfloat162float(finish(up, bias, half + n))));
 }
 
 // F tiles of 16 weight rows and G groups of 8 rows of x a block; DEPTH steps of loads in
@@ -108,25 +125,19 @@ __device__ void linear_mma(__nv_bfloat16* out, const __nv_bfloat16* x, const __n
 #pragma unroll
             for (int i = 0; i < 4; ++i) partial[warp][8 * r + 2 * t + (i & 1)][16 * f + g + 8 * (i >> 1)] = d[f][r][i];
     __syncthreads();
-    // Element (row, col) of the block's sums: its warps' partial sums in warp order, plus the
-    // bias of weight row `bias_row`, rounded to bf16.
-    auto element = [&](int row, int col, int bias_row) {
-        float sum = partial[0][row][col];
+    // Element (row, col) of the block's sums: its warps' partial sums in warp order.
+    auto sum = [&](int row, int col) {
+        float total = partial[0][row][col];
 #pragma unroll
-        for (int v = 1; v < MMA_WARPS; ++v) sum += partial[v][row][col];
-        if (bias) sum += __bfloat162float(bias[bias_row]);
-        return __float2bfloat16_rn(sum);
+        for (int v = 1; v < MMA_WARPS; ++v) total += partial[v][row][col];
+        return total;
     };
     const int columns = SWIGLU ? 16 : F * 16, width = SWIGLU ? half : N;
     for (int e = threadIdx.x; e < G * 8 * columns; e += blockDim.x) {
         const int row = e / columns, col = e % columns, c = n0 + col;
         if (m0 + row >= M || c >= width) continue;
         __nv_bfloat16* o = out + (size_t)(m0 + row) * width + c;
-        if (SWIGLU)
-            *o = __float2bfloat16_rn(silu_times(__bfloat162float(element(row, col, c)),
-                                                __bfloat162float(element(row, 16 + col, half + c))));
-        else
-            *o = element(row, col, c);
+        *o = SWIGLU ? gated(sum(row, col), sum(row, 16 + col), bias, c, half) : finish(sum(row, col), bias, c);
     }
 }
 
@@ -143,3 +154,151 @@ LINEAR_MMA(linear_mma_bf16_wide, 2, 4, 1, false)
 // narrow kernel's, and its registers.
 LINEAR_MMA(linear_mma_swiglu_bf16, 2, 1, 2, true)
 LINEAR_MMA(linear_mma_swiglu_bf16_wide, 2, 4, 1, true)
+
+// ---- The staged form -----------------------------------------------------------------------------
+//
+// A block of 8 warps covers 64 weight rows (for SwiGLU, 32 gate rows and their 32 up rows) by
+// 64 rows of x; warp (wn, wm) = (warp % 2, warp / 2) covers 32 weight rows (2 tiles of 16: a
+// SwiGLU warp's gate tile and its up tile) by 16 rows of x (2 groups of 8). Every warp runs
+// every step, from a copy of the step's operands the block stages in shared memory,
+// double-buffered: a block reads its operands once a step, 64 rows of each, where in the forms
+// above a step is one warp's alone, of at most 32 rows of each.
+//
+// The chain is theirs. There, warp v sums steps v, v + 8, v + 16, ... in order into an
+// accumulator that starts at zero (its residue's sum), and the block adds the 8 residues' sums
+// in order, the first one first. Here every warp walks the steps residue by residue (steps 0,
+// 8, 16, ..., then 1, 9, 17, ..., then 2, ...) into one accumulator, zeroed at each residue's
+// start, and adds each residue's sum to a second one, the first residue's taken as it is; a
+// residue with no step (K < 256) adds its zero, as a warp with no step does there. So an
+// element is the same mma and additions in the same order, and has the same bits.
+
+#define STAGED_ROWS 64
+#define STAGED_CHUNKS (MMA_STEP / 8)
+
+// The step after step `s` of residue `r` in residue order (K / 32 steps): the next of the
+// residue, else the first of the next residue, which is past the last step where K has
+// fewer steps than there are residues.
+__device__ __forceinline__ void next_step(int* r, int* s, int steps) {
+    *s += MMA_WARPS;
+    if (*s >= steps) *s = ++*r;
+}
+
+template <bool SWIGLU>
+__device__ void linear_mma_staged(__nv_bfloat16* out, const __nv_bfloat16* x, const __nv_bfloat16* w,
+                                  const __nv_bfloat16* bias, int M, int N, int K) {
+    // [buffer][row][16 bytes of the step]: a quarter warp's reads (rows g and g + 1, every t)
+    // are 128 contiguous bytes, so they meet no bank conflict.
+    __shared__ uint4 w_stage[2][STAGED_ROWS][STAGED_CHUNKS];
+    __shared__ uint4 x_stage[2][STAGED_ROWS][STAGED_CHUNKS];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const int wn = warp % 2, wm = warp / 2;
+    const int half = N / 2, steps = K / MMA_STEP;
+    const int n0 = blockIdx.y * (SWIGLU ? STAGED_ROWS / 2 : STAGED_ROWS), m0 = blockIdx.x * STAGED_ROWS;
+
+    // What this thread stages a step: 16 bytes of weight row `row` of the block's and of its
+    // row of x; null for rows past the matrix, which stage zeros.
+    const int row = threadIdx.x / STAGED_CHUNKS, chunk = threadIdx.x % STAGED_CHUNKS;
+    const bool up = SWIGLU && row >= STAGED_ROWS / 2;
+    const int n = up ? half + n0 + row - STAGED_ROWS / 2 : n0 + row;
+    const __nv_bfloat16* w_src = n < (SWIGLU && !up ? half : N) ? w + (size_t)n * K + 8 * chunk : nullptr;
+    const __nv_bfloat16* x_src = m0 + row < M ? x + (size_t)(m0 + row) * K + 8 * chunk : nullptr;
+    auto fetch = [&](const __nv_bfloat16* src, int step) {
+        return src ? *reinterpret_cast<const uint4*>(src + step * MMA_STEP) : make_uint4(0, 0, 0, 0);
+    };
+    // The warp's tiles' first rows among the block's weight rows.
+    const int tile_row[2] = {SWIGLU ? 16 * wn : 32 * wn, SWIGLU ? STAGED_ROWS / 2 + 16 * wn : 32 * wn + 16};
+
+    float acc[2][2][4], total[2][2][4];
+#pragma unroll
+    for (int f = 0; f < 2; ++f)
+#pragma unroll
+        for (int r = 0; r < 2; ++r)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) acc[f][r][i] = total[f][r][i] = 0.f;
+    // A residue's sum into the total (the first residue's as it is, the rest added in order),
+    // and the accumulator zeroed for the next.
+    auto fold = [&](int residue) {
+#pragma unroll
+        for (int f = 0; f < 2; ++f)
+#pragma unroll
+            for (int r = 0; r < 2; ++r)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    total[f][r][i] = residue == 0 ? acc[f][r][i] : total[f][r][i] + acc[f][r][i];
+                    acc[f][r][i] = 0.f;
+                }
+    };
+
+    int residue = 0, step = 0, buffer = 0;
+    w_stage[0][row][chunk] = fetch(w_src, 0);
+    x_stage[0][row][chunk] = fetch(x_src, 0);
+    __syncthreads();
+    for (;;) {
+        int next_residue = residue, next = step;
+        next_step(&next_residue, &next, steps);
+        const bool more = next_residue < MMA_WARPS && next < steps;
+        uint4 w_next = make_uint4(0, 0, 0, 0), x_next = make_uint4(0, 0, 0, 0);
+        if (more) {
+            w_next = fetch(w_src, next);
+            x_next = fetch(x_src, next);
+        }
+        uint4 a[2][2], b[2];
+#pragma unroll
+        for (int f = 0; f < 2; ++f) {
+            a[f][0] = w_stage[buffer][tile_row[f] + g][t];
+            a[f][1] = w_stage[buffer][tile_row[f] + g + 8][t];
+        }
+#pragma unroll
+        for (int r = 0; r < 2; ++r) b[r] = x_stage[buffer][16 * wm + 8 * r + g][t];
+#pragma unroll
+        for (int f = 0; f < 2; ++f)
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const uint4 *lo = &a[f][0], *hi = &a[f][1], *x8 = &b[r];
+                mma_bf16(acc[f][r], lo->x, hi->x, lo->y, hi->y, x8->x, x8->y);
+                mma_bf16(acc[f][r], lo->z, hi->z, lo->w, hi->w, x8->z, x8->w);
+            }
+        if (next_residue != residue) fold(residue);
+        if (!more) break;
+        w_stage[buffer ^ 1][row][chunk] = w_next;
+        x_stage[buffer ^ 1][row][chunk] = x_next;
+        __syncthreads();
+        residue = next_residue;
+        step = next;
+        buffer ^= 1;
+    }
+    // The residues K has no step for, each adding its zero.
+    for (int r = min(steps, MMA_WARPS); r < MMA_WARPS; ++r) fold(r);
+
+    // Accumulator element i of lane (g, t): weight row g (+ 8 for i >= 2) of the tile, row
+    // 2t (+ 1 for odd i) of the group.
+    const int width = SWIGLU ? half : N;
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int m = m0 + 16 * wm + 8 * r + 2 * t + (i & 1);
+            if (m >= M) continue;
+            __nv_bfloat16* o = out + (size_t)m * width;
+            if (SWIGLU) {
+                const int c = n0 + 16 * wn + g + 8 * (i >> 1);
+                if (c < half) o[c] = gated(total[0][r][i], total[1][r][i], bias, c, half);
+                continue;
+            }
+#pragma unroll
+            for (int f = 0; f < 2; ++f) {
+                const int c = n0 + tile_row[f] + g + 8 * (i >> 1);
+                if (c < N) o[c] = finish(total[f][r][i], bias, c);
+            }
+        }
+}
+
+#define LINEAR_MMA_STAGED(NAME, SWIGLU)                                                        \
+    extern "C" __global__ void __launch_bounds__(32 * MMA_WARPS)                               \
+        NAME(__nv_bfloat16* out, const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias, \
+             int M, int N, int K) {                                                            \
+        linear_mma_staged<SWIGLU>(out, x, w, bias, M, N, K);                                   \
+    }
+
+LINEAR_MMA_STAGED(linear_mma_bf16_staged, false)
+LINEAR_MMA_STAGED(linear_mma_swiglu_bf16_staged, true)

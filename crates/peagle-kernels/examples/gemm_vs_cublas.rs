@@ -1,8 +1,8 @@
 //! Times the batch-invariant matmul's two kernels (`invariant_matmul_by`: the CUDA cores'
 //! kernels/linear.cu and the tensor cores' kernels/linear_mma.cu) against cuBLAS (candle's
 //! matmul) on the GPU, bf16, for a Llama-8B-shaped projection (4096 -> 14336) at M = 1 to 2048
-//! rows, and the tensor cores' narrow and wide forms side by side at each (the form M picks is
-//! the `mma` column); then the same weight as a dense MLP's fused gate/up projection, gated in
+//! rows, and the tensor cores' narrow, wide and staged forms side by side at each (the form M
+//! picks is the `mma` column); then the same weight as a dense MLP's fused gate/up projection, gated in
 //! the matmul's launch (`invariant_linear_swiglu`) and by a `swiglu` launch after it; prints a
 //! JSON line per M. Run by scripts/gpu_check.sh.
 //!
@@ -28,7 +28,11 @@ fn main() -> candle_core::Result<()> {
         let fma = time(&device, reps, || invariant_matmul_by(&x, &w, CudaMatmul::Fma))?;
         let mma = time(&device, reps, || invariant_matmul_by(&x, &w, CudaMatmul::Mma))?;
         let tiled = |tiles| time(&device, reps, || invariant_matmul_tiled(&x, &w, CudaMatmul::Mma, tiles));
-        let (narrow, wide) = (tiled(MmaTiles::Narrow)?, tiled(MmaTiles::Wide)?);
+        let (narrow, wide, staged) = (
+            tiled(MmaTiles::Narrow)?,
+            tiled(MmaTiles::Wide)?,
+            tiled(MmaTiles::Staged)?,
+        );
         let cublas = time(&device, reps, || x.matmul(&w_t))?;
         let fused = time(&device, reps, || {
             invariant_linear_swiglu(&x, &w, None, MmaTiles::ByBatch)
@@ -36,11 +40,12 @@ fn main() -> candle_core::Result<()> {
         let apart = time(&device, reps, || swiglu(&invariant_matmul_by(&x, &w, CudaMatmul::Mma)?))?;
         let weight_bytes = (n * k * 2) as f64;
         println!(
-            "{{\"m\": {m}, \"n\": {n}, \"k\": {k}, \"fma_ms\": {:.4}, \"mma_ms\": {:.4}, \"mma_narrow_ms\": {:.4}, \"mma_wide_ms\": {:.4}, \"cublas_ms\": {:.4}, \"fma_ratio\": {:.3}, \"mma_ratio\": {:.3}, \"fma_weight_gb_per_s\": {:.1}, \"mma_weight_gb_per_s\": {:.1}, \"swiglu_fused_ms\": {:.4}, \"swiglu_apart_ms\": {:.4}}}",
+            "{{\"m\": {m}, \"n\": {n}, \"k\": {k}, \"fma_ms\": {:.4}, \"mma_ms\": {:.4}, \"mma_narrow_ms\": {:.4}, \"mma_wide_ms\": {:.4}, \"mma_staged_ms\": {:.4}, \"cublas_ms\": {:.4}, \"fma_ratio\": {:.3}, \"mma_ratio\": {:.3}, \"fma_weight_gb_per_s\": {:.1}, \"mma_weight_gb_per_s\": {:.1}, \"swiglu_fused_ms\": {:.4}, \"swiglu_apart_ms\": {:.4}}}",
             fma * 1e3,
             mma * 1e3,
             narrow * 1e3,
             wide * 1e3,
+            staged * 1e3,
             cublas * 1e3,
             fma / cublas,
             mma / cublas,

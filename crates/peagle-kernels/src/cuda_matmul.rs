@@ -20,19 +20,23 @@ pub enum CudaMatmul {
     Mma,
 }
 
-/// How the tensor-core kernels cover a batch: `kernels/linear_mma.cu` 8 rows of x a block or
-/// 32, `kernels/moe.cu` tiles of 8 pairs of an expert or 32. Every form computes each element
-/// by the same chain, so the choice is one of speed alone; inference takes `ByBatch`, the
-/// others are for comparing the forms. The CUDA cores' kernels choose their own.
+/// How the tensor-core kernels cover a batch: `kernels/linear_mma.cu` 8 rows of x a block, 32
+/// or 64 (staged), `kernels/moe.cu` tiles of 8 pairs of an expert or 32. Every form computes
+/// each element by the same chain, so the choice is one of speed alone; inference takes
+/// `ByBatch`, the others are for comparing the forms. The CUDA cores' kernels choose their own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MmaTiles {
-    /// Narrow for a few rows, wide for many: the matmul wide above 8 rows, the experts where
-    /// the average expert has more than 8 pairs.
+    /// Narrow for a few rows, wide for more, staged for many: the matmul wide above 8 rows and
+    /// staged where that makes 256 blocks or more (from 128 rows of a Llama-8B MLP), the
+    /// experts wide where the average expert has more than 8 pairs.
     ByBatch,
     /// The most blocks, and so the most weight loads in flight: decode steps.
     Narrow,
     /// Each weight tile read (or dequantized) once for four times the rows.
     Wide,
+    /// The matmul's 8 warps sharing each step's operands through shared memory, 64 rows and 64
+    /// columns a block: each weight tile read once for 64 rows. The experts take it as `Wide`.
+    Staged,
 }
 
 /// The environment variable that chooses the process's kernel.

@@ -11,6 +11,11 @@ use candle_core::{DType, Layout, Result, Shape};
 /// Warps per block, as `kernels/linear.cu` and `kernels/linear_mma.cu` have them.
 const WARPS: usize = 8;
 
+/// The fewest blocks of 64 rows by 64 columns a product must make for the tensor cores to take
+/// it in their staged form by the batch: about two for each SM of an H100 (132). With fewer,
+/// the wide form's four times the blocks keep more of the GPU busy.
+const STAGED_BLOCKS: usize = 256;
+
 /// How a kernel of `kernels/linear.cu` or `kernels/linear_mma.cu` splits the work.
 #[derive(Clone, Copy)]
 enum Form {
@@ -24,18 +29,24 @@ enum Form {
     Mma,
     /// `linear_mma_bf16_wide`: 32 rows, 32 columns a block.
     MmaWide,
+    /// `linear_mma_bf16_staged`: 64 rows, 64 columns a block, the operands staged in shared
+    /// memory.
+    MmaStaged,
 }
 
 impl Form {
-    /// The form for `m` rows by `kernel`, the tensor cores' in `tiles`. Every form of a kernel
-    /// computes each element by the same chain, so a row's bits do not depend on which one its
-    /// batch's size picks; which kernel runs depends on the dtypes and K alone. Tensor cores
-    /// take bf16 products with K a multiple of 32 (`kernels/linear_mma.cu`), every other
-    /// product the CUDA cores.
-    fn choose(kernel: CudaMatmul, m: usize, k: usize, dtypes: (DType, DType), tiles: MmaTiles) -> Self {
+    /// The form for an [m, k] by [n, k] product by `kernel`, the tensor cores' in `tiles`.
+    /// Every form of a kernel computes each element by the same chain, so a row's bits do not
+    /// depend on which one its batch's size picks; which kernel runs depends on the dtypes and
+    /// K alone. Tensor cores take bf16 products with K a multiple of 32
+    /// (`kernels/linear_mma.cu`), every other product the CUDA cores.
+    fn choose(kernel: CudaMatmul, [m, n, k]: [usize; 3], dtypes: (DType, DType), tiles: MmaTiles) -> Self {
         let tensor_cores = kernel == CudaMatmul::Mma && dtypes == (DType::BF16, DType::BF16) && k.is_multiple_of(32);
+        let staged_blocks = m.div_ceil(64) * n.div_ceil(64);
         match (tensor_cores, tiles, m) {
             (true, MmaTiles::Narrow, _) | (true, MmaTiles::ByBatch, 1..=8) => Self::Mma,
+            (true, MmaTiles::Staged, _) => Self::MmaStaged,
+            (true, MmaTiles::ByBatch, _) if staged_blocks >= STAGED_BLOCKS => Self::MmaStaged,
             (true, _, _) => Self::MmaWide,
             (false, _, 1) => Self::Row,
             (false, _, 2..=8) => Self::Rows,
@@ -46,7 +57,7 @@ impl Form {
     /// Whether the form's kernel writes SwiGLU's gating itself: the tensor cores' have forms
     /// that do; after the CUDA cores' kernels, kernels/swiglu.cu gates their sums.
     fn gates(self, output: MatmulOutput) -> bool {
-        output == MatmulOutput::Swiglu && matches!(self, Self::Mma | Self::MmaWide)
+        output == MatmulOutput::Swiglu && matches!(self, Self::Mma | Self::MmaWide | Self::MmaStaged)
     }
 
     fn name(self, x_dtype: &str, w_dtype: &str, gates: bool) -> String {
@@ -57,13 +68,14 @@ impl Form {
             Self::Wide => format!("linear_{x_dtype}_{w_dtype}_wide"),
             Self::Mma => format!("linear_mma_{swiglu}bf16"),
             Self::MmaWide => format!("linear_mma_{swiglu}bf16_wide"),
+            Self::MmaStaged => format!("linear_mma_{swiglu}bf16_staged"),
         }
     }
 
     fn module(self) -> Module {
         match self {
             Self::Row | Self::Rows | Self::Wide => Module::Linear,
-            Self::Mma | Self::MmaWide => Module::LinearMma,
+            Self::Mma | Self::MmaWide | Self::MmaStaged => Module::LinearMma,
         }
     }
 
@@ -77,6 +89,8 @@ impl Form {
             Self::Mma => (8, 16),
             Self::MmaWide if gates => (32, 16),
             Self::MmaWide => (32, 32),
+            Self::MmaStaged if gates => (64, 32),
+            Self::MmaStaged => (64, 64),
         }
     }
 
@@ -146,7 +160,7 @@ pub(crate) fn linear(
             ));
         }
     }
-    let form = Form::choose(kernel, m, k, (x_dtype, w_dtype), tiles);
+    let form = Form::choose(kernel, [m, n, k], (x_dtype, w_dtype), tiles);
     let gates = form.gates(output);
     let name = form.name(dtype_name(OP, x_dtype)?, dtype_name_or_fp8(OP, w_dtype)?, gates);
     let (block_n, block_k) = scales.map_or((1, 8), |(_, block)| block);

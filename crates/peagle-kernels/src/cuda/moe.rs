@@ -58,7 +58,7 @@ pub(crate) fn moe_experts(
             wide: match tiles {
                 MmaTiles::ByBatch => rows * routing.top_k > TILE * experts.num_experts,
                 MmaTiles::Narrow => false,
-                MmaTiles::Wide => true,
+                MmaTiles::Wide | MmaTiles::Staged => true,
             },
         },
         _ => Projections::CudaCores(format!("moe_gate_up_{}", dtype_name(OP, dtype)?)),

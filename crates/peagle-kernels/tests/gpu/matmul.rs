@@ -61,39 +61,50 @@ fn invariant_matmul_equals_its_cpu_reference_bitwise_at_every_batch_size() {
 }
 
 /// The tensor-core matmul (the default, `mma`) gives a row the same bits at every batch
-/// size, from 1 (its narrow form) to 2048 (its wide one), wherever the row sits and in either
-/// form asked for; its values are the product's within bf16 rounding. Products it does not take (K not a multiple
-/// of 32, f32 activations) are the CUDA-core kernel's, bit for bit.
+/// size, from 1 (its narrow form) to 2048 (its wide one: 72 columns are too few blocks for the
+/// staged one), wherever the row sits and in any form asked for, with K of 33 steps and of 3
+/// (fewer than the chain's 8 residues); its values are the product's within bf16 rounding. Products it does not take
+/// (K not a multiple of 32, f32 activations) are the CUDA-core kernel's, bit for bit.
 #[test]
 fn tensor_core_matmul_is_batch_invariant_and_within_bf16_of_the_product() {
     let Some(dev) = gpu() else { return };
-    // N not a multiple of a block's columns, nor M of its rows.
-    let (n, k) = (72, 1056);
     let bf16 = |t: Tensor| t.to_dtype(DType::BF16).unwrap();
+    let mma = |x: &Tensor, w: &Tensor| invariant_matmul_by(x, w, CudaMatmul::Mma).unwrap();
+    // N not a multiple of a block's columns, nor M of its rows.
+    for (n, k) in [(72, 1056), (40, 96)] {
+        let w = bf16(tensor((n, k), 1, 0.1)).to_device(&dev).unwrap();
+        let x = bf16(tensor((2048, k), 2, 1.0)).to_device(&dev).unwrap();
+        let all = bits(&mma(&x, &w));
+        for m in [1, 3, 8, 9, 13, 64, 127, 128, 256] {
+            let got = bits(&mma(&x.narrow(0, 0, m).unwrap(), &w));
+            assert_eq!(got, all[..m * n], "K = {k}: the first {m} rows");
+        }
+        let alone = bits(&mma(&x.narrow(0, 777, 1).unwrap(), &w));
+        assert_eq!(alone, all[777 * n..778 * n], "K = {k}: row 777 alone");
+        // Any form at any batch size, against the form its size picks.
+        for (m, tiles) in [
+            (300, MmaTiles::Narrow),
+            (300, MmaTiles::Wide),
+            (5, MmaTiles::Wide),
+            (5, MmaTiles::Staged),
+            (70, MmaTiles::Staged),
+            (2048, MmaTiles::Staged),
+        ] {
+            let got = bits(&invariant_matmul_tiled(&x.narrow(0, 0, m).unwrap(), &w, CudaMatmul::Mma, tiles).unwrap());
+            assert_eq!(got, all[..m * n], "K = {k}: {m} rows in {tiles:?} tiles");
+        }
+    }
+    let (n, k) = (72, 1056);
     let w = bf16(tensor((n, k), 1, 0.1));
     let x = bf16(tensor((2048, k), 2, 1.0));
     let (wg, xg) = (w.to_device(&dev).unwrap(), x.to_device(&dev).unwrap());
-    let mma = |x: &Tensor, w: &Tensor| invariant_matmul_by(x, w, CudaMatmul::Mma).unwrap();
-    let all = bits(&mma(&xg, &wg));
-    for m in [1, 3, 8, 9, 13, 64, 256] {
-        let got = bits(&mma(&xg.narrow(0, 0, m).unwrap(), &wg));
-        assert_eq!(got, all[..m * n], "the first {m} rows");
-    }
-    let alone = bits(&mma(&xg.narrow(0, 777, 1).unwrap(), &wg));
-    assert_eq!(alone, all[777 * n..778 * n], "row 777 alone");
-    // Either form at any batch size, against the form its size picks.
-    for (m, tiles) in [(300, MmaTiles::Narrow), (5, MmaTiles::Wide)] {
-        let x = xg.narrow(0, 0, m).unwrap();
-        let got = bits(&invariant_matmul_tiled(&x, &wg, CudaMatmul::Mma, tiles).unwrap());
-        assert_eq!(got, all[..m * n], "{m} rows in {tiles:?} tiles");
-    }
     // With a bias, added to each f32 sum before its rounding.
     let bias = bf16(tensor((1, n), 6, 1.0).flatten_all().unwrap());
     let biased = |x: &Tensor| {
         bits(&invariant_linear(x, &wg, Some(&bias.to_device(&dev).unwrap()), Some(CudaMatmul::Mma)).unwrap())
     };
     let all_biased = biased(&xg);
-    for m in [1, 9] {
+    for m in [1, 9, 200] {
         assert_eq!(
             biased(&xg.narrow(0, 0, m).unwrap()),
             all_biased[..m * n],
@@ -143,8 +154,8 @@ fn fp8_linear_is_the_invariant_matmul_of_its_dequantized_weight() {
 }
 
 /// A fused gate/up projection's SwiGLU (`invariant_linear_swiglu`) has the bits of the
-/// projection followed by `swiglu`: on the tensor cores in one launch, narrow, wide or as the
-/// batch chooses, at every batch size, with a bias and without, for gate widths that fill no
+/// projection followed by `swiglu`: on the tensor cores in one launch, narrow, wide, staged or
+/// as the batch chooses, at every batch size, with a bias and without, for gate widths that fill no
 /// whole tile (40) and one that does (64); where the tensor cores do not take the product (K
 /// no multiple of 32, f32 rows), by the two ops. An odd number of features is refused.
 #[test]
@@ -155,12 +166,12 @@ fn linear_swiglu_has_the_bits_of_the_projection_then_swiglu() {
     for (inter, k) in [(40, 96), (64, 64), (24, 40)] {
         let w = tensor((2 * inter, k), 21, 0.3);
         let bias = tensor((1, 2 * inter), 22, 1.0).flatten_all().unwrap();
-        for m in [1, 5, 8, 9, 40] {
+        for m in [1, 5, 8, 9, 40, 130] {
             let x = tensor((m, k), 23 + m as u64, 1.0);
             for bias in [None, Some(&bias)] {
                 let (xb, wb, bb) = (bf16(&x), bf16(&w), bias.map(bf16));
                 let want = swiglu(&invariant_linear(&xb, &wb, bb.as_ref(), None).unwrap()).unwrap();
-                for tiles in [MmaTiles::ByBatch, MmaTiles::Narrow, MmaTiles::Wide] {
+                for tiles in [MmaTiles::ByBatch, MmaTiles::Narrow, MmaTiles::Wide, MmaTiles::Staged] {
                     let got = invariant_linear_swiglu(&xb, &wb, bb.as_ref(), tiles).unwrap();
                     assert_eq!(got.dims(), [m, inter]);
                     assert_eq!(
