@@ -5,7 +5,9 @@
 #      pinned because GPU hosts run driver 580, which JIT-compiles PTX of ISA 9.0 and older only;
 #   2. link-time stubs of libcuda, cuBLAS, cuBLASLt, cuRAND and NVRTC, which the real libraries
 #      on the GPU host replace at run time (scripts/gpu_check.sh finds them);
-#   3. the release build, and the binaries, stripped, packed for carrying in one file,
+#   3. the build in the gpu-pack profile (Cargo.toml: release code, link-time optimized, which
+#      leaves out what a binary never calls), and the binaries, stripped, packed for carrying
+#      in one file,
 #      target/gpu/binaries.tar.xz (the GPU test binaries, peagle-serve, peagle-generate,
 #      peagle-bench, the matmul-against-cuBLAS timer and scripts/graph_memcheck_probe.cu),
 #      small enough to carry beside the
@@ -71,18 +73,20 @@ export SKIPPED_SOURCES='*/candle-kernels-*/src/@(moe/*|mmq_gguf/*|mmvq_gguf.cu)'
 # cudaforge's incremental cache knows sources and flags but not which nvcc compiled them: without
 # it, a build script rerun by a change of NVCC recompiles everything. A change of SKIPPED_SOURCES
 # alone reruns nothing: follow it with `cargo clean --release -p candle-kernels`.
-rm -f "$target"/release/build/candle-kernels-*/out/.cudaforge_cache.json
+rm -f "$target"/*/build/candle-kernels-*/out/.cudaforge_cache.json
 
 if [ "$check" = --serve ]; then
     cargo build --release --locked --features peagle-cli/cuda --bin peagle-serve
     exit 0
 fi
 
-# gpu_tests [CARGO_ARGUMENT...]: builds the GPU tests of the crates with CUDA code with their cuda
-# features (and whatever else the arguments add), and lists the GPU test binaries, one
-# "crate path" a line.
+# gpu_tests PROFILE [CARGO_ARGUMENT...]: builds the GPU tests of the crates with CUDA code with
+# their cuda features in PROFILE (and whatever else the arguments add), and lists the GPU test
+# binaries, one "crate path" a line.
 gpu_tests() {
-    cargo test --release --locked --features peagle-kernels/cuda,peagle-models/cuda,peagle-engine/cuda \
+    local profile=$1
+    shift
+    cargo test --profile "$profile" --locked --features peagle-kernels/cuda,peagle-models/cuda,peagle-engine/cuda \
         -p peagle-kernels -p peagle-models -p peagle-engine --test gpu --no-run --message-format json "$@" |
         python3 -c '
 import json, sys
@@ -100,23 +104,24 @@ if [ "$check" = --check ]; then
     # host code is little of theirs.
     export SKIPPED_SOURCES='*/candle-kernels-*/*.cu' CARGO_TARGET_DIR=$target/cuda-check
     mkdir -p "$CARGO_TARGET_DIR"
-    gpu_tests --lib --tests --examples --config profile.release.opt-level=1 --config profile.release.debug=false \
+    gpu_tests release --lib --tests --examples --config profile.release.opt-level=1 --config profile.release.debug=false \
         >"$CARGO_TARGET_DIR/gpu_tests.txt"
     echo "CUDA build check: ok"
     exit 0
 fi
 
-cargo build --release --locked --features peagle-cli/cuda,peagle-train/cuda \
+# The carried binaries in the gpu-pack profile (Cargo.toml): release code, smaller.
+cargo build --profile gpu-pack --locked --features peagle-cli/cuda,peagle-train/cuda \
     -p peagle-cli -p peagle-train -p peagle-bench
-cargo build --release --locked --features peagle-kernels/cuda -p peagle-kernels --example gemm_vs_cublas \
+cargo build --profile gpu-pack --locked --features peagle-kernels/cuda -p peagle-kernels --example gemm_vs_cublas \
     --example moe_experts
-gpu_tests >"$target/gpu_tests.txt"
+gpu_tests gpu-pack >"$target/gpu_tests.txt"
 
 carry=$target/carry
 rm -rf "$carry" && mkdir -p "$carry"
-cp "$target"/release/{peagle-serve,peagle-generate,peagle-bench} "$carry/"
-cp "$target/release/examples/gemm_vs_cublas" "$carry/peagle-gemm-vs-cublas"
-cp "$target/release/examples/moe_experts" "$carry/peagle-moe-experts"
+cp "$target"/gpu-pack/{peagle-serve,peagle-generate,peagle-bench} "$carry/"
+cp "$target/gpu-pack/examples/gemm_vs_cublas" "$carry/peagle-gemm-vs-cublas"
+cp "$target/gpu-pack/examples/moe_experts" "$carry/peagle-moe-experts"
 # PTX for compute 8.0 and the CUDA runtime linked statically: it needs only the host's driver.
 nvcc -O2 -std=c++17 -gencode arch=compute_80,code=compute_80 -L"$cuda_root/lib" \
     -o "$carry/peagle-graph-memcheck-probe" scripts/graph_memcheck_probe.cu
