@@ -9,15 +9,15 @@
 # all ran and passed.
 #   scripts/gpu_check.sh [PART...]   the parts named, in that order (default: all of them):
 #     tests     the GPU tests
-#     demo      the matmul against cuBLAS, and what bounds its one-row kernel (where the host
-#               has Nsight Compute's ncu); the demo model's sweeps, without and with CUDA
-#               graphs; transformers as the peer
-#     gpt-oss   gpt-oss-shaped MXFP4 experts timed alone; a random gpt-oss-20b-shaped MXFP4
-#               target's GPU time by kernel (where the host has Nsight Compute's ncu) and
-#               sweeps (13 GB to write)
+#     kernels   the kernels alone, in seconds and with no model: the matmul's forms against
+#               cuBLAS, and what bounds its one-row kernel (where the host has Nsight Compute's
+#               ncu); gpt-oss-shaped MXFP4 experts in both tile forms
+#     demo      the demo model's sweeps, without and with CUDA graphs; transformers as the peer
+#     gpt-oss   a random gpt-oss-20b-shaped MXFP4 target's GPU time by kernel (where the host
+#               has ncu) and sweeps (13 GB to write)
 #     llama     a random Llama-8B-shaped target's decode step against the HBM bound, and its GPU
 #               time by kernel (16 GB to write)
-#     bench     demo, gpt-oss and llama; QUICK=1 leaves out gpt-oss and llama
+#     bench     kernels, demo, gpt-oss and llama; QUICK=1 leaves out gpt-oss and llama
 #     all       tests, then bench
 # Each part adds to the day's results directory, and the report is remade from whatever is
 # there, so the parts can run as separate commands.
@@ -31,8 +31,7 @@
 #   PROFILE_TIMEOUT=N     the most seconds one kernel profile may take (default 150)
 #   GRAPH_MEMCHECK=1      the tests part also runs the CUDA-graph tests under memcheck
 #   GPT_OSS_STEPS="..."   which of the gpt-oss part's steps run, in their order (default:
-#                         "experts profiles c1 graphs batched"; "experts" times the MXFP4
-#                         experts alone (peagle-moe-experts); "profiles" is the three kernel profiles
+#                         "profiles c1 graphs batched"; "profiles" is the three kernel profiles
 #                         and the experts' kernel details, each of which may also be named alone
 #                         (gpt-oss-decode, gpt-oss-peagle, gpt-oss-prefill, gpt-oss-moe-details);
 #                         "fma" adds the c1 and batched sweeps on the CUDA-core matmul), so that
@@ -43,9 +42,9 @@ parts=("$@")
 [ ${#parts[@]} -gt 0 ] || parts=(all)
 for part in "${parts[@]}"; do
     case $part in
-    tests | demo | llama | gpt-oss | bench | all) ;;
+    tests | kernels | demo | llama | gpt-oss | bench | all) ;;
     *)
-        echo "gpu_check.sh: unknown part '$part' (tests, demo, gpt-oss, llama, bench or all)" >&2
+        echo "gpu_check.sh: unknown part '$part' (tests, kernels, demo, gpt-oss, llama, bench or all)" >&2
         exit 2
         ;;
     esac
@@ -213,14 +212,21 @@ kernel_profile() {
     rm -f "$prompts"
 }
 
-run_demo() {
-    if step "the batch-invariant matmul against cuBLAS, bf16, 4096 -> 14336"; then
+run_kernels() {
+    if step "the batch-invariant matmul's forms against cuBLAS, bf16, 4096 -> 14336"; then
         timed "$bin/peagle-gemm-vs-cublas" >"$out/gemm-vs-cublas.jsonl" 2>"$out/gemm-vs-cublas.log" ||
             fail "gemm vs cuBLAS (see gemm-vs-cublas.log)"
     fi
     # Why the CUDA cores' matmul reads its weights at M = 1 at well under the copy bandwidth
     # (cuBLAS reads them twice as fast): its first timed launch.
     kernel_details linear-row-details 'regex:^linear_bf16_bf16_row$' 1 "$bin/peagle-gemm-vs-cublas"
+    if step "gpt-oss-shaped MXFP4 experts, 1 to 2048 rows: narrow and wide tiles on the tensor cores, and the CUDA cores"; then
+        timed "$bin/peagle-moe-experts" >"$out/moe-experts.jsonl" 2>"$out/moe-experts.log" ||
+            fail "MXFP4 experts (see moe-experts.log)"
+    fi
+}
+
+run_demo() {
     local graphs name
     for graphs in "" --cuda-graphs; do
         name=demo-sweep${graphs:+-graphs}
@@ -246,11 +252,7 @@ run_demo() {
 }
 
 run_gpt_oss() {
-    wanted() { [[ " ${GPT_OSS_STEPS:-experts profiles c1 graphs batched} " == *" $1 "* ]]; }
-    if wanted experts && step "gpt-oss-shaped MXFP4 experts, 1 to 2048 rows: narrow and wide tiles on the tensor cores, and the CUDA cores"; then
-        timed "$bin/peagle-moe-experts" >"$out/moe-experts.jsonl" 2>"$out/moe-experts.log" ||
-            fail "MXFP4 experts (see moe-experts.log)"
-    fi
+    wanted() { [[ " ${GPT_OSS_STEPS:-profiles c1 graphs batched} " == *" $1 "* ]]; }
     step "gpt-oss-20b-shaped random MXFP4 target and random drafters: made on the GPU" || return
     local model=${TMPDIR:-/tmp}/peagle-gpt-oss-20b
     local drafters=$model-drafters
@@ -328,6 +330,7 @@ run_llama() {
 }
 
 run_bench() {
+    run_kernels
     run_demo
     [ -n "${QUICK:-}" ] || { run_gpt_oss; run_llama; }
 }
@@ -335,6 +338,7 @@ run_bench() {
 for part in "${parts[@]}"; do
     case $part in
     tests) run_tests ;;
+    kernels) run_kernels ;;
     demo) run_demo ;;
     gpt-oss) run_gpt_oss ;;
     llama) run_llama ;;
