@@ -80,7 +80,8 @@ impl Form {
     }
 
     /// Rows of x and output columns a block covers: the grid's two dimensions. A block that
-    /// gates covers 16 columns of the gating: 16 gate and 16 up columns of the sums.
+    /// gates writes a column for each pair of a gate and an up column it sums: the narrow form
+    /// 16, as its plain form, the others half their plain forms' columns.
     fn block_tile(self, gates: bool) -> (usize, usize) {
         match self {
             Self::Row => (1, WARPS),
