@@ -61,8 +61,8 @@ def main(out):
         md += ["", "## Batch-invariant matmul against cuBLAS (bf16, 4096 -> 14336)", "",
                "Tensor cores: kernels/linear_mma.cu (the default); CUDA cores: kernels/linear.cu "
                "(`PEAGLE_CUDA_MATMUL=fma`).", "",
-               "Tensor cores ms is the form M picks (narrow up to 8 rows, wide above, staged where that makes 256 "
-               "blocks of 64 x 64: from 128 rows here); "
+               "Tensor cores ms is the form M picks (narrow up to 8 rows, wide above, staged from 64 rows where that "
+               "makes 256 blocks of 64 x 64: from 128 rows here); "
                "every form gives the same bits, and all are timed side by side. SwiGLU: the same weight as a fused gate/up "
                "projection (7168 gate and 7168 up rows), gated in the matmul's launch (fused) or by a "
                "launch of kernels/swiglu.cu after it (apart), on the tensor cores; both give the same bits.", "",

@@ -27,8 +27,8 @@ pub enum CudaMatmul {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MmaTiles {
     /// Narrow for a few rows, wide for more, staged for many: the matmul wide above 8 rows and
-    /// staged where that makes 256 blocks or more (from 128 rows of a Llama-8B MLP), the
-    /// experts wide where the average expert has more than 8 pairs.
+    /// staged from 64 where that makes 256 blocks or more (from 128 rows of a Llama-8B MLP),
+    /// the experts wide where the average expert has more than 8 pairs.
     ByBatch,
     /// The most blocks, and so the most weight loads in flight: decode steps.
     Narrow,

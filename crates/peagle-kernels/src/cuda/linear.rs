@@ -11,9 +11,12 @@ use candle_core::{DType, Layout, Result, Shape};
 /// Warps per block, as `kernels/linear.cu` and `kernels/linear_mma.cu` have them.
 const WARPS: usize = 8;
 
-/// The fewest blocks of 64 rows by 64 columns a product must make for the tensor cores to take
-/// it in their staged form by the batch: about two for each SM of an H100 (132). With fewer,
-/// the wide form's four times the blocks keep more of the GPU busy.
+/// Where the tensor cores take a product in their staged form by the batch: from a whole
+/// block's 64 rows, and where that makes at least 256 blocks of 64 by 64, about two for each SM
+/// of an H100 (132). With fewer rows the wide form's reads are as few and more of them are in
+/// flight (a warp loads its own step, where the staged block shares one), and with fewer
+/// blocks its four times the blocks keep more of the GPU busy.
+const STAGED_ROWS: usize = 64;
 const STAGED_BLOCKS: usize = 256;
 
 /// How a kernel of `kernels/linear.cu` or `kernels/linear_mma.cu` splits the work.
@@ -42,11 +45,11 @@ impl Form {
     /// (`kernels/linear_mma.cu`), every other product the CUDA cores.
     fn choose(kernel: CudaMatmul, [m, n, k]: [usize; 3], dtypes: (DType, DType), tiles: MmaTiles) -> Self {
         let tensor_cores = kernel == CudaMatmul::Mma && dtypes == (DType::BF16, DType::BF16) && k.is_multiple_of(32);
-        let staged_blocks = m.div_ceil(64) * n.div_ceil(64);
+        let staged = m >= STAGED_ROWS && m.div_ceil(64) * n.div_ceil(64) >= STAGED_BLOCKS;
         match (tensor_cores, tiles, m) {
             (true, MmaTiles::Narrow, _) | (true, MmaTiles::ByBatch, 1..=8) => Self::Mma,
             (true, MmaTiles::Staged, _) => Self::MmaStaged,
-            (true, MmaTiles::ByBatch, _) if staged_blocks >= STAGED_BLOCKS => Self::MmaStaged,
+            (true, MmaTiles::ByBatch, _) if staged => Self::MmaStaged,
             (true, _, _) => Self::MmaWide,
             (false, _, 1) => Self::Row,
             (false, _, 2..=8) => Self::Rows,
