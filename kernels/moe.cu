@@ -8,7 +8,8 @@
 //   moe_down         per tile, the down projection with its bias: [pairs, H] in f32;
 //   moe_combine      each row's experts' outputs weighted, in rank order; in a model, the next
 //                    block's input norm does this as it adds them to the residual stream instead
-//                    (rms_norm.cu's experts_add_rms_norm_*), and only the last block launches it.
+//                    (rms_norm.cu's experts_add_rms_norm_*), the final norm too; it serves
+//                    `Mxfp4Experts::forward`, which sums them.
 //
 // Expert weights, per expert: `blocks` [out, in / 32, 16] bytes, two e2m1 values a byte (low
 // nibble first), and `scales` [out, in / 32], each scaling 32 values by 2^(e - 127); gate_up's

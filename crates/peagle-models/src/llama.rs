@@ -98,7 +98,11 @@ impl TargetModel for Llama {
     }
 
     fn logits_from_final(&self, final_hidden: &Tensor) -> Result<Tensor> {
-        self.lm_head.forward(&self.norm.forward(final_hidden)?)
+        self.logits_from_normed(&self.norm.forward(final_hidden)?)
+    }
+
+    fn logits_from_normed(&self, normed: &Tensor) -> Result<Tensor> {
+        self.lm_head.forward(normed)
     }
 
     fn capture_layers(&self) -> &[usize] {
@@ -132,6 +136,9 @@ impl TargetModel for Llama {
             capture.layer_input(i, &input)?;
             x = output;
         }
-        capture.finish(&x.sum()?)
+        // The final norm over every row, fused with the last block's add (and, for MXFP4
+        // experts on a GPU, their sum), as each block's input norm is: the head then selects.
+        let (last, normed) = x.normed(&self.norm)?;
+        capture.finish(&last, &normed)
     }
 }

@@ -22,8 +22,12 @@ pub trait TargetModel: Send + Sync {
     fn lm_head_weight(&self) -> Result<Tensor>;
 
     /// Next-token logits [rows, vocab] from final pre-norm states [rows, hidden], as `forward`
-    /// computes them.
+    /// computes them: the final norm, then `logits_from_normed`.
     fn logits_from_final(&self, final_hidden: &Tensor) -> Result<Tensor>;
+
+    /// Next-token logits [rows, vocab] from final states already normed [rows, hidden]: the LM
+    /// head alone.
+    fn logits_from_normed(&self, normed: &Tensor) -> Result<Tensor>;
 
     /// Layers whose inputs `forward` captures, in concatenation order.
     fn capture_layers(&self) -> &[usize];
@@ -35,8 +39,8 @@ pub trait TargetModel: Send + Sync {
     /// and `kv`.
     fn inputs(&self, batch: &ForwardBatch, kv: &KvCache) -> Result<ForwardInputs>;
 
-    /// Runs a batch's inputs, writing its keys and values to `kv`: the last layer's output at
-    /// its logit rows, and the captured states of its capture rows. Copies nothing from the
+    /// Runs a batch's inputs, writing its keys and values to `kv`: the last layer's output
+    /// after the final norm at its logit rows, and the captured states of its capture rows. Copies nothing from the
     /// host, and reads nothing back unless `reads_back` says so. A CUDA graph captures this
     /// much; the logits, by far the largest output, are made after it (`ForwardStates::logits`).
     fn forward_states(&self, inputs: &ForwardInputs, kv: &KvCache) -> Result<ForwardStates>;
@@ -69,7 +73,7 @@ pub struct ForwardOutput {
 
 /// What one forward computes before the LM head.
 pub struct ForwardStates {
-    /// [logit rows, hidden]: the output of the last layer before the final norm, at the rows
+    /// [logit rows, hidden]: the output of the last layer after the final norm, at the rows
     /// whose logits are wanted.
     pub logit_states: Tensor,
     /// As `ForwardOutput`'s.
@@ -83,7 +87,7 @@ impl ForwardStates {
     pub fn logits(self, target: &(impl TargetModel + ?Sized)) -> Result<ForwardOutput> {
         let logits = match self.logit_states.dim(0)? {
             0 => peagle_kernels::no_rows(target.dims().vocab_size, DType::F32, self.logit_states.device())?,
-            _ => target.logits_from_final(&self.logit_states)?,
+            _ => target.logits_from_normed(&self.logit_states)?,
         };
         Ok(ForwardOutput {
             logits,
@@ -161,8 +165,8 @@ impl<'a> Capture<'a> {
         Ok(())
     }
 
-    /// The states, from the last layer's output `x`.
-    pub fn finish(self, x: &Tensor) -> Result<ForwardStates> {
+    /// The states, from the last layer's output `x` and its final norm `normed`.
+    pub fn finish(self, x: &Tensor, normed: &Tensor) -> Result<ForwardStates> {
         let (aux_hidden, final_hidden) = match self.rows.apply(x)? {
             None => (None, None),
             Some(last) => {
@@ -178,8 +182,8 @@ impl<'a> Capture<'a> {
             }
         };
         Ok(ForwardStates {
-            logit_states: match self.logit_rows.apply(x)? {
-                None => x.narrow(0, 0, 0)?,
+            logit_states: match self.logit_rows.apply(normed)? {
+                None => normed.narrow(0, 0, 0)?,
                 Some(selected) => selected,
             },
             aux_hidden,
