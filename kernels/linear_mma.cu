@@ -108,11 +108,7 @@ __device__ void linear_mma(__nv_bfloat16* out, const __nv_bfloat16* x, const __n
 #pragma unroll
             for (int f = 0; f < F; ++f)
 #pragma unroll
-                for (int r = 0; r < G; ++r) {
-                    const uint4 *lo = &a[s][f][0], *hi = &a[s][f][1], *x8 = &b[s][r];
-                    mma_bf16(d[f][r], lo->x, hi->x, lo->y, hi->y, x8->x, x8->y);
-                    mma_bf16(d[f][r], lo->z, hi->z, lo->w, hi->w, x8->z, x8->w);
-                }
+                for (int r = 0; r < G; ++r) mma_step(d[f][r], a[s][f][0], a[s][f][1], b[s][r]);
         }
     }
 
@@ -253,11 +249,7 @@ __device__ void linear_mma_staged(__nv_bfloat16* out, const __nv_bfloat16* x, co
 #pragma unroll
         for (int f = 0; f < 2; ++f)
 #pragma unroll
-            for (int r = 0; r < 2; ++r) {
-                const uint4 *lo = &a[f][0], *hi = &a[f][1], *x8 = &b[r];
-                mma_bf16(acc[f][r], lo->x, hi->x, lo->y, hi->y, x8->x, x8->y);
-                mma_bf16(acc[f][r], lo->z, hi->z, lo->w, hi->w, x8->z, x8->w);
-            }
+            for (int r = 0; r < 2; ++r) mma_step(acc[f][r], a[f][0], a[f][1], b[r]);
         if (next_residue != residue) fold(residue);
         if (!more) break;
         w_stage[buffer ^ 1][row][chunk] = w_next;
@@ -283,12 +275,12 @@ __device__ void linear_mma_staged(__nv_bfloat16* out, const __nv_bfloat16* x, co
             if (SWIGLU) {
                 const int c = n0 + 16 * wn + g + 8 * (i >> 1);
                 if (c < half) o[c] = gated(total[0][r][i], total[1][r][i], bias, c, half);
-                continue;
-            }
+            } else {
 #pragma unroll
-            for (int f = 0; f < 2; ++f) {
-                const int c = n0 + tile_row[f] + g + 8 * (i >> 1);
-                if (c < N) o[c] = finish(total[f][r][i], bias, c);
+                for (int f = 0; f < 2; ++f) {
+                    const int c = n0 + tile_row[f] + g + 8 * (i >> 1);
+                    if (c < N) o[c] = finish(total[f][r][i], bias, c);
+                }
             }
         }
 }

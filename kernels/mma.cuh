@@ -23,3 +23,12 @@ __device__ __forceinline__ void mma_bf16(float* d, uint32_t a0, uint32_t a1, uin
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 #endif
 }
+
+// d += one step of 32 of the inner dimension, as two mma: `lo` and `hi` hold a lane's 8
+// elements of the step from weight rows g and g + 8 of the tile, `x8` its 8 from column g of
+// x; elements 0..4 of each are the first mma's inner positions 2t, 2t + 1, 2t + 8, 2t + 9,
+// elements 4..8 the second's (the same permutation for both operands).
+__device__ __forceinline__ void mma_step(float* d, const uint4& lo, const uint4& hi, const uint4& x8) {
+    mma_bf16(d, lo.x, hi.x, lo.y, hi.y, x8.x, x8.y);
+    mma_bf16(d, lo.z, hi.z, lo.w, hi.w, x8.z, x8.w);
+}

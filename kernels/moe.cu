@@ -435,8 +435,7 @@ __device__ void mma_tile_dots(const uint8_t* blocks, const uint8_t* scales, cons
 #pragma unroll
                 for (int e = 0; e < E; ++e) {
                     if (e >= live) break;
-                    mma_bf16(d[h][e], a0.x, a1.x, a0.y, a1.y, b[s][e].x, b[s][e].y);
-                    mma_bf16(d[h][e], a0.z, a1.z, a0.w, a1.w, b[s][e].z, b[s][e].w);
+                    mma_step(d[h][e], a0, a1, b[s][e]);
                 }
             }
         }
