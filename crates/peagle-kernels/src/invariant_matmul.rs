@@ -167,21 +167,26 @@ impl CustomOp3 for InvariantMatmul {
 }
 
 impl InvariantMatmul {
+    /// The op over `x`, `w` and `bias`, on whichever device they are. A SwiGLU output needs
+    /// an even number of features, checked here for both devices.
     fn apply(&self, x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
+        let n = w.dim(0)?;
+        if self.output == MatmulOutput::Swiglu && !n.is_multiple_of(2) {
+            return Err(crate::error::bad_input(
+                "invariant_matmul",
+                format!("{n} output features do not split into gate and up"),
+            ));
+        }
         match bias {
             None => x.apply_op2_no_bwd(w, self),
             Some(bias) => x.apply_op3_no_bwd(w, bias, self),
         }
     }
 
-    /// The CPU's result from the sums `out` [m, n].
+    /// The CPU's result from the sums `out` [m, n] (n even for SwiGLU: `apply`).
     fn finish(&self, out: Vec<f32>, m: usize, n: usize) -> Result<(CpuStorage, Shape)> {
         match self.output {
             MatmulOutput::Sums => Ok((CpuStorage::F32(out), Shape::from((m, n)))),
-            MatmulOutput::Swiglu if !n.is_multiple_of(2) => Err(crate::error::bad_input(
-                "invariant_matmul",
-                format!("{n} output features do not split into gate and up"),
-            )),
             MatmulOutput::Swiglu => Ok((CpuStorage::F32(gate_rows(&out, n / 2)), Shape::from((m, n / 2)))),
         }
     }

@@ -12,7 +12,7 @@ use candle_core::{DType, Layout, Result, Shape};
 const WARPS: usize = 8;
 
 /// Where the tensor cores take a product in their staged form by the batch: from a whole
-/// block's 64 rows, and where that makes at least 256 blocks of 64 by 64, about two for each SM
+/// block's 64 rows (a block is 64 by 64), and where that makes at least 256 blocks of 64 by 64, about two for each SM
 /// of an H100 (132). With fewer rows the wide form's reads are as few and more of them are in
 /// flight (a warp loads its own step, where the staged block shares one), and with fewer
 /// blocks its four times the blocks keep more of the GPU busy.
@@ -45,7 +45,7 @@ impl Form {
     /// (`kernels/linear_mma.cu`), every other product the CUDA cores.
     fn choose(kernel: CudaMatmul, [m, n, k]: [usize; 3], dtypes: (DType, DType), tiles: MmaTiles) -> Self {
         let tensor_cores = kernel == CudaMatmul::Mma && dtypes == (DType::BF16, DType::BF16) && k.is_multiple_of(32);
-        let staged = m >= STAGED_ROWS && m.div_ceil(64) * n.div_ceil(64) >= STAGED_BLOCKS;
+        let staged = m >= STAGED_ROWS && m.div_ceil(STAGED_ROWS) * n.div_ceil(STAGED_ROWS) >= STAGED_BLOCKS;
         match (tensor_cores, tiles, m) {
             (true, MmaTiles::Narrow, _) | (true, MmaTiles::ByBatch, 1..=8) => Self::Mma,
             (true, MmaTiles::Staged, _) => Self::MmaStaged,
@@ -110,8 +110,9 @@ pub(crate) type BlockScales<'a> = ((&'a CudaStorage, &'a Layout), (usize, usize)
 /// `x` [M, K] times `w` [N, K] transposed, plus `bias` [N] (in x's dtype) where given, [M, N]
 /// in x's dtype, by `kernel` where it takes the product, the tensor cores in `tiles`
 /// (`Form::choose`); an FP8 weight with its block scales. With `MatmulOutput::Swiglu`, `w` is
-/// a fused gate/up projection (N even, the gate's rows first) and the result its gating,
-/// [M, N / 2], in one launch where the form gates (`Form::gates`), else in two.
+/// a fused gate/up projection (N even, which `InvariantMatmul::apply` checks; the gate's rows
+/// first) and the result its gating, [M, N / 2], in one launch where the form gates
+/// (`Form::gates`), else in two.
 pub(crate) fn linear(
     x: (&CudaStorage, &Layout),
     w: (&CudaStorage, &Layout),
@@ -123,12 +124,6 @@ pub(crate) fn linear(
 ) -> Result<(CudaStorage, Shape)> {
     const OP: &str = "linear";
     let (m, k, n) = matmul_dims(OP, x.1.shape(), w.1.shape())?;
-    if output == MatmulOutput::Swiglu && !n.is_multiple_of(2) {
-        return Err(bad_input(
-            OP,
-            format!("{n} output features do not split into gate and up"),
-        ));
-    }
     if k % 8 != 0 {
         return Err(bad_input(
             OP,
@@ -235,8 +230,8 @@ fn launch<T: CudaDType + DeviceRepr, W: CudaDType>(
     // SAFETY: shapes checked above, the bias's against N; K is a multiple of 8 (of 32 for the
     // tensor-core forms, `Form::choose`) and both operands are 16-byte aligned, as the
     // kernels' vector loads need; FP8 scales were checked against the weight and its block
-    // (`Fp8Weight::new`), whose width is a multiple of 8. A gating form's N is even and its
-    // output holds M * N / 2.
+    // (`Fp8Weight::new`), whose width is a multiple of 8. A gating form's output holds
+    // M * N / 2, its kernel writing columns below N / 2 and reading weight rows below N.
     unsafe { builder.launch(config) }.w()?;
     Ok(CudaStorage::wrap_cuda_slice(out, device.clone()))
 }
