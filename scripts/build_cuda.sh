@@ -114,7 +114,7 @@ fi
 cargo build --profile gpu-pack --locked --features peagle-cli/cuda,peagle-train/cuda \
     -p peagle-cli -p peagle-train -p peagle-bench
 cargo build --profile gpu-pack --locked --features peagle-kernels/cuda -p peagle-kernels --example gemm_vs_cublas \
-    --example moe_experts
+    --example moe_experts --example paged_attention
 gpu_tests gpu-pack >"$target/gpu_tests.txt"
 
 carry=$target/carry
@@ -122,6 +122,7 @@ rm -rf "$carry" && mkdir -p "$carry"
 cp "$target"/gpu-pack/{peagle-serve,peagle-generate,peagle-bench} "$carry/"
 cp "$target/gpu-pack/examples/gemm_vs_cublas" "$carry/peagle-gemm-vs-cublas"
 cp "$target/gpu-pack/examples/moe_experts" "$carry/peagle-moe-experts"
+cp "$target/gpu-pack/examples/paged_attention" "$carry/peagle-paged-attention"
 # PTX for compute 8.0 and the CUDA runtime linked statically: it needs only the host's driver.
 nvcc -O2 -std=c++17 -gencode arch=compute_80,code=compute_80 -L"$cuda_root/lib" \
     -o "$carry/peagle-graph-memcheck-probe" scripts/graph_memcheck_probe.cu

@@ -90,6 +90,20 @@ def main(out):
                f"{r['fma_ms']:.3f} | {r['wide_over_narrow']:.2f}x | {r['narrow_weight_gb_per_s']:.0f} | "
                f"{r['wide_weight_gb_per_s']:.0f} |" for r in rows]
 
+    rows = load_lines(os.path.join(out, "paged-attention.jsonl"))
+    if rows:
+        report["paged_attention"] = rows
+        md += ["", "## Paged attention (bf16 queries and cache)", "",
+               "kernels/paged_attention.cu at gpt-oss-20b's heads (64 query, 8 KV, head_dim 64, sinks) and "
+               "Llama-8B's (32, 8, 128). KV GB/s: the keys and values the sequences hold (each row's window) "
+               "over the time, the least a launch reads; walked GB/s: what its blocks read, each query "
+               "row's head its KV head's window (mostly from L2).", "",
+               "| model | sequences | rows each | context | window | ms | KV MB | KV GB/s | walked GB/s |",
+               "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        md += [f"| {r['model']} | {r['sequences']} | {r['rows_each']} | {r['context']} | "
+               f"{r['window'] if r['window'] is not None else '-'} | {r['ms']:.3f} | {r['kv_mb']:.1f} | "
+               f"{r['kv_gb_per_s']:.0f} | {r['walked_gb_per_s']:.0f} |" for r in rows]
+
     peer = load(os.path.join(out, "transformers.json"))
     ours = load(os.path.join(out, "peagle-generate-demo.json"))
     if peer and ours:

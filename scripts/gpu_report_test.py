@@ -53,6 +53,10 @@ def main():
             {"rows": 512, "pairs": 2048, "experts_touched": 32, "narrow_ms": 2.0, "wide_ms": 0.8, "fma_ms": 9.5,
              "wide_over_narrow": 0.4, "narrow_weight_gb_per_s": 2124.0, "wide_weight_gb_per_s": 5310.0}) + "\n"
             + '{"rows": 2048, "pairs": 8192, "exp')
+        write(out, "paged-attention.jsonl", "\n".join(json.dumps(
+            {"model": "gpt-oss-20b", "sequences": 1, "rows_each": rows, "context": 8192, "window": window,
+             "ms": 0.02, "kv_mb": kv_mb, "kv_gb_per_s": 1678.0, "walked_gb_per_s": 13422.0})
+            for rows, window, kv_mb in ((1, None, 33.55), (2048, 128, 0.52))) + "\n")
         write(out, "llama-8b-decode-kernels.csv", "\n".join([
             "==PROF== Connected to process 7 (peagle-generate)", NCU_HEADER,
             ncu_row(0, "linear_bf16_bf16_row", "1,000"), ncu_row(1, "rms_norm_bf16_bf16", "250"),
@@ -93,6 +97,10 @@ def main():
     # The experts' second line was cut short by a time limit: left out.
     assert [r["rows"] for r in report["moe_experts"]] == [512], report["moe_experts"]
     assert "| 512 | 32 | 2.000 | 0.800 | 9.500 | 0.40x | 2124 | 5310 |" in md, md
+
+    assert [r["rows_each"] for r in report["paged_attention"]] == [1, 2048], report["paged_attention"]
+    assert "| gpt-oss-20b | 1 | 1 | 8192 | - | 0.020 | 33.5 | 1678 | 13422 |" in md, md
+    assert "| gpt-oss-20b | 1 | 2048 | 8192 | 128 | 0.020 | 0.5 | 1678 | 13422 |" in md, md
 
     # gpt-oss: the bound's share and the projection (EAGLE-3 at 2.65 tokens a step of 2.65 ms: 1000
     # tokens/s; P-EAGLE 3.94 a step of 2.63 ms: 1500), on each matmul in its own section.

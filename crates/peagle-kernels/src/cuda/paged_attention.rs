@@ -12,8 +12,9 @@ use candle_core::cuda_backend::cudarc::driver::{CudaView, DeviceRepr, LaunchConf
 use candle_core::cuda_backend::{CudaDType, CudaDevice, CudaStorage, WrapErr};
 use candle_core::{DType, Layout, Result, Shape};
 
-/// Threads per block and the largest head, as `kernels/paged_attention.cu` has them.
-const THREADS: u32 = 128;
+/// Threads per block (ATTN_WARPS warps) and the largest head, as `kernels/paged_attention.cu`
+/// has them.
+const THREADS: u32 = 256;
 const MAX_HEAD_DIM: usize = 256;
 
 /// What attention reads beside its queries and the cache.

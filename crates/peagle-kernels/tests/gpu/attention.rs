@@ -1,6 +1,6 @@
 //! Paged attention and the KV write, against the CPU and batch invariant, and their forms that
 //! rotate what they read.
-use super::{bits, gpu, host, max_rel_diff, tensor, values};
+use super::{bits, gpu, host, interleaved_batch, max_rel_diff, tensor, values};
 use candle_core::{DType, Device, Tensor};
 use peagle_kernels::{
     paged_attention, rotated_paged_attention, write_kv, write_rotated_kv, AttentionMetadata, AttentionParams, KvScale,
@@ -22,21 +22,7 @@ const BLOCK: usize = 16;
 fn batch(seqs: &[(usize, usize)], params: AttentionParams, seed: u64) -> Batch {
     let blocks_each = seqs.iter().map(|(len, _)| len.div_ceil(BLOCK)).max().unwrap();
     let num_blocks = blocks_each * seqs.len();
-    let mut meta = AttentionMetadata {
-        block_size: BLOCK,
-        query_start: vec![0],
-        ..Default::default()
-    };
-    for (s, &(len, rows)) in seqs.iter().enumerate() {
-        let table: Vec<u32> = (0..len.div_ceil(BLOCK)).map(|b| (b * seqs.len() + s) as u32).collect();
-        for pos in len - rows..len {
-            meta.slot_mapping
-                .push(table[pos / BLOCK] * BLOCK as u32 + (pos % BLOCK) as u32);
-        }
-        meta.query_start.push(meta.query_start.last().unwrap() + rows);
-        meta.context_lens.push(len);
-        meta.block_tables.push(table);
-    }
+    let meta = interleaved_batch(seqs, BLOCK);
     let kv_width = params.num_kv_heads * params.head_dim;
     Batch {
         q: tensor((meta.num_rows(), params.num_heads * params.head_dim), seed, 1.0),

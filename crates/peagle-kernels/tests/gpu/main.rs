@@ -6,6 +6,8 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+#[path = "../../examples/common/interleaved_batch.rs"]
+mod interleaved_batch;
 
 mod attention;
 mod experts;
@@ -14,6 +16,7 @@ mod row_ops;
 mod sampling;
 
 use candle_core::{DType, Device, Tensor};
+use interleaved_batch::interleaved_batch;
 use peagle_kernels::{device_memory, keep_freed_memory};
 
 fn gpu() -> Option<Device> {

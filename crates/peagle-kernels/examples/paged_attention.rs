@@ -1,0 +1,108 @@
+//! Times paged attention (kernels/paged_attention.cu) on the GPU, bf16 queries and cache, at
+//! gpt-oss-20b's heads (64 query, 8 KV, head_dim 64, sinks) and Llama-8B's (32, 8, 128): decode
+//! rows, 8-row verification windows and prefill chunks over contexts of 128 to 32,768
+//! positions, on a cache whose blocks interleave the sequences'. One JSON line per case: its
+//! time, the keys and values its sequences hold over it (the bytes a launch must read at
+//! least), and the bytes its blocks walk over it (each query row's head reads its window of its
+//! KV head). Run by scripts/gpu_check.sh.
+//!
+//!     cargo run --release --example paged_attention --features cuda
+
+#[path = "common/interleaved_batch.rs"]
+mod interleaved_batch;
+#[path = "common/timing.rs"]
+mod timing;
+
+use candle_core::{DType, Device, Tensor};
+use interleaved_batch::interleaved_batch;
+use peagle_kernels::{paged_attention, AttentionParams, KvScale, Sinks};
+use timing::time;
+
+const BLOCK: usize = 16;
+
+struct Heads {
+    name: &'static str,
+    heads: usize,
+    kv_heads: usize,
+    head_dim: usize,
+    sinks: bool,
+}
+
+const GPT_OSS: Heads = Heads {
+    name: "gpt-oss-20b",
+    heads: 64,
+    kv_heads: 8,
+    head_dim: 64,
+    sinks: true,
+};
+const LLAMA_8B: Heads = Heads {
+    name: "llama-8b",
+    heads: 32,
+    kv_heads: 8,
+    head_dim: 128,
+    sinks: false,
+};
+
+fn case(
+    device: &Device,
+    h: &Heads,
+    (sequences, rows, context): (usize, usize, usize),
+    window: Option<usize>,
+) -> candle_core::Result<()> {
+    let params = AttentionParams {
+        num_heads: h.heads,
+        num_kv_heads: h.kv_heads,
+        head_dim: h.head_dim,
+        scale: 1.0 / (h.head_dim as f32).sqrt(),
+        sliding_window: window,
+        kv_scale: KvScale::ONE,
+    };
+    let meta = interleaved_batch(&vec![(context, rows); sequences], BLOCK).on_device(device)?;
+    let kv_width = h.kv_heads * h.head_dim;
+    let slots = sequences * context.div_ceil(BLOCK) * BLOCK;
+    let random = |shape: (usize, usize)| Tensor::randn(0f32, 1.0, shape, device)?.to_dtype(DType::BF16);
+    let (k, v) = (random((slots, kv_width))?, random((slots, kv_width))?);
+    let q = random((sequences * rows, h.heads * h.head_dim))?;
+    let sinks = h.sinks.then(|| Sinks::new(vec![0.5; h.heads], device)).transpose()?;
+    let reps = if sequences * rows * context > 1 << 20 { 5 } else { 50 };
+    let seconds = time(device, reps, || {
+        paged_attention(&q, &k, &v, &meta, &params, sinks.as_ref())
+    })?;
+    // A row reads the positions of its window; a sequence's rows together, its last row's.
+    let window_of = |pos: usize| window.map_or(pos + 1, |w| w.min(pos + 1));
+    let bf16_kv = |positions: usize, width: usize| (positions * width * 2 * 2) as f64;
+    let kv_bytes = bf16_kv(sequences * window_of(context - 1), kv_width);
+    // What the blocks walk: each query row's head reads its window of its KV head.
+    let walked: usize = (context - rows..context).map(window_of).sum();
+    let walked = bf16_kv(sequences * walked, h.heads * h.head_dim);
+    println!(
+        "{{\"model\": \"{}\", \"sequences\": {sequences}, \"rows_each\": {rows}, \"context\": {context}, \"window\": {}, \"ms\": {:.4}, \"kv_mb\": {:.2}, \"kv_gb_per_s\": {:.1}, \"walked_gb_per_s\": {:.1}}}",
+        h.name,
+        window.map_or("null".to_string(), |w| w.to_string()),
+        seconds * 1e3,
+        kv_bytes / 1e6,
+        kv_bytes / seconds / 1e9,
+        walked / seconds / 1e9,
+    );
+    Ok(())
+}
+
+fn main() -> candle_core::Result<()> {
+    let device = Device::new_cuda(0)?;
+    for h in [&GPT_OSS, &LLAMA_8B] {
+        for context in [128, 1024, 8192, 32768] {
+            case(&device, h, (1, 1, context), None)?;
+        }
+        for context in [1024, 8192] {
+            case(&device, h, (1, 8, context), None)?;
+            case(&device, h, (16, 1, context), None)?;
+        }
+        case(&device, h, (64, 8, 1024), None)?;
+        // A prefill chunk: the first 2048 positions of a prompt.
+        case(&device, h, (1, 2048, 2048), None)?;
+    }
+    // gpt-oss's other half of layers: a 128-position window, flat in the context.
+    case(&device, &GPT_OSS, (1, 1, 8192), Some(128))?;
+    case(&device, &GPT_OSS, (1, 2048, 2048), Some(128))?;
+    Ok(())
+}
