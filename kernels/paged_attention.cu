@@ -47,6 +47,14 @@ struct AttentionShared {
     float denom[ATTN_WARPS];
 };
 
+// The cache slot of a tile's key for this lane: position t0 + lane, or, for a lane past the
+// row's position `pos`, the tile's first (which the value loop reads with weight 0). t0 <= pos.
+__device__ __forceinline__ uint32_t tile_slot(const uint32_t* table, int t0, int pos, int block_size) {
+    const int lane = threadIdx.x % 32;
+    const int p = t0 + lane <= pos ? t0 + lane : t0;
+    return table[p / block_size] * block_size + p % block_size;
+}
+
 // One warp's online softmax over its tiles. DIMS is the dimensions a lane sums (head_dim <=
 // 32 * DIMS); `acc[i]` is dimension lane + 32 i. `m` is the largest score seen, `denom` the
 // lane's share of the denominator (its keys' weights).
@@ -56,14 +64,16 @@ __device__ void warp_tiles(AttentionShared& s, const C* k_cache, const C* v_cach
                            int vector_keys, float& m, float& denom, float (&acc)[DIMS]) {
     constexpr int keys_at_once = ATTN_TILE / DIMS;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    for (int t0 = first + warp * ATTN_TILE; t0 <= pos; t0 += ATTN_WARPS * ATTN_TILE) {
+    int t0 = first + warp * ATTN_TILE;
+    uint32_t slot = t0 <= pos ? tile_slot(table, t0, pos, block_size) : 0;
+    for (; t0 <= pos; t0 += ATTN_WARPS * ATTN_TILE) {
         const int n = min(ATTN_TILE, pos + 1 - t0);
+        // The warp's next tile's slots, read first, so that the table's load overlaps this
+        // tile rather than delaying the next tile's keys.
+        const int next = t0 + ATTN_WARPS * ATTN_TILE;
+        const uint32_t next_slot = next <= pos ? tile_slot(table, next, pos, block_size) : 0;
         float score = -INFINITY;
-        // A lane past the row's position reads the tile's first key, with weight 0.
-        uint32_t slot = table[t0 / block_size] * block_size + t0 % block_size;
         if (lane < n) {
-            const int p = t0 + lane;
-            slot = table[p / block_size] * block_size + p % block_size;
             const C* key = k_cache + slot * kv_width + kv_offset;
             float dot = 0.f;
             if (vector_keys) {
@@ -105,6 +115,7 @@ __device__ void warp_tiles(AttentionShared& s, const C* k_cache, const C* v_cach
             }
         }
         m = m_new;
+        slot = next_slot;
         // The next tile overwrites the weights and slots this one's lanes read.
         __syncwarp();
     }
