@@ -229,6 +229,9 @@ run_kernels() {
         timed "$bin/peagle-paged-attention" >"$out/paged-attention.jsonl" 2>"$out/paged-attention.log" ||
             fail "paged attention (see paged-attention.log)"
     fi
+    # Whether a long context's decode row waits on memory latency or bandwidth: its first timed
+    # launch, at gpt-oss's heads and 8192 positions.
+    kernel_details attention-details 'regex:^paged_attention_bf16_bf16$' 1 "$bin/peagle-paged-attention" gpt-oss-20b 1 1 8192
 }
 
 run_demo() {

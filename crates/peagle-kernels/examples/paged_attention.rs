@@ -7,6 +7,9 @@
 //! KV head). Run by scripts/gpu_check.sh.
 //!
 //!     cargo run --release --example paged_attention --features cuda
+//!     cargo run --release --example paged_attention --features cuda -- gpt-oss-20b 1 1 8192
+//!
+//! With `MODEL SEQUENCES ROWS CONTEXT [WINDOW]`, it times that case alone.
 
 #[path = "common/interleaved_batch.rs"]
 mod interleaved_batch;
@@ -43,12 +46,24 @@ const LLAMA_8B: Heads = Heads {
     sinks: false,
 };
 
-fn case(
-    device: &Device,
-    h: &Heads,
-    (sequences, rows, context): (usize, usize, usize),
+/// One timed launch shape: `sequences` of `context` positions, the last `rows` of each the
+/// batch's query rows, attending over a `window` of positions (all of them where None).
+struct Case {
+    heads: &'static Heads,
+    sequences: usize,
+    rows: usize,
+    context: usize,
     window: Option<usize>,
-) -> candle_core::Result<()> {
+}
+
+fn case(device: &Device, c: &Case) -> candle_core::Result<()> {
+    let Case {
+        heads: h,
+        sequences,
+        rows,
+        context,
+        window,
+    } = *c;
     let params = AttentionParams {
         num_heads: h.heads,
         num_kv_heads: h.kv_heads,
@@ -87,22 +102,68 @@ fn case(
     Ok(())
 }
 
-fn main() -> candle_core::Result<()> {
+/// The case that `MODEL SEQUENCES ROWS CONTEXT [WINDOW]` names.
+fn named_case(args: &[String]) -> Result<Case, String> {
+    let usage = "usage: paged_attention [gpt-oss-20b|llama-8b SEQUENCES ROWS CONTEXT [WINDOW]]";
+    let heads = [&GPT_OSS, &LLAMA_8B]
+        .into_iter()
+        .find(|h| args.first().is_some_and(|name| name == h.name))
+        .ok_or(usage)?;
+    let numbers = args[1..]
+        .iter()
+        .map(|a| a.parse::<usize>().ok().filter(|n| *n > 0))
+        .collect::<Option<Vec<_>>>()
+        .ok_or(usage)?;
+    let (sequences, rows, context, window) = match numbers[..] {
+        [sequences, rows, context] => (sequences, rows, context, None),
+        [sequences, rows, context, window] => (sequences, rows, context, Some(window)),
+        _ => return Err(usage.to_string()),
+    };
+    if rows > context {
+        return Err(usage.to_string());
+    }
+    Ok(Case {
+        heads,
+        sequences,
+        rows,
+        context,
+        window,
+    })
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    // One case alone, for a profiler to look at one launch of it.
+    let named = (!args.is_empty()).then(|| named_case(&args)).transpose()?;
     let device = Device::new_cuda(0)?;
+    if let Some(named) = named {
+        return Ok(case(&device, &named)?);
+    }
+    let at = |heads, sequences, rows, context, window| Case {
+        heads,
+        sequences,
+        rows,
+        context,
+        window,
+    };
+    let mut cases = Vec::new();
     for h in [&GPT_OSS, &LLAMA_8B] {
         for context in [128, 1024, 8192, 32768] {
-            case(&device, h, (1, 1, context), None)?;
+            cases.push(at(h, 1, 1, context, None));
         }
         for context in [1024, 8192] {
-            case(&device, h, (1, 8, context), None)?;
-            case(&device, h, (16, 1, context), None)?;
+            cases.push(at(h, 1, 8, context, None));
+            cases.push(at(h, 16, 1, context, None));
         }
-        case(&device, h, (64, 8, 1024), None)?;
+        cases.push(at(h, 64, 8, 1024, None));
         // A prefill chunk: the first 2048 positions of a prompt.
-        case(&device, h, (1, 2048, 2048), None)?;
+        cases.push(at(h, 1, 2048, 2048, None));
     }
     // gpt-oss's other half of layers: a 128-position window, flat in the context.
-    case(&device, &GPT_OSS, (1, 1, 8192), Some(128))?;
-    case(&device, &GPT_OSS, (1, 2048, 2048), Some(128))?;
+    cases.push(at(&GPT_OSS, 1, 1, 8192, Some(128)));
+    cases.push(at(&GPT_OSS, 1, 2048, 2048, Some(128)));
+    for c in &cases {
+        case(&device, c)?;
+    }
     Ok(())
 }

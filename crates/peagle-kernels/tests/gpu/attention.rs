@@ -53,9 +53,10 @@ fn paged_attention_matches_the_cpu_kernel_and_is_batch_invariant() {
                 let sinks = sink_values.clone().map(|v| Sinks::new(v, &Device::Cpu).unwrap());
                 let gpu_sinks = sink_values.map(|v| Sinks::new(v, &dev).unwrap());
                 let (sinks, gpu_sinks) = (sinks.as_ref(), gpu_sinks.as_ref());
-                // A prefill chunk over context, a decode row, an 8-row verification window and a
-                // long context of several key tiles.
-                let b = batch(&[(40, 17), (9, 1), (300, 8), (700, 1)], params, 11);
+                // A prefill chunk over context, a decode row, an 8-row verification window, a
+                // long context of several key tiles, and two rows of a context long enough to give
+                // each of the kernel's warps many tiles.
+                let b = batch(&[(40, 17), (9, 1), (300, 8), (700, 1), (2100, 2)], params, 11);
                 let gpu_meta = b.meta.clone().on_device(&dev).unwrap();
                 let what = format!("heads {heads}/{kv_heads}x{d}, window {window:?}, sinks {with_sinks}");
                 let want = paged_attention(&b.q, &b.k, &b.v, &b.meta, &params, sinks).unwrap();
