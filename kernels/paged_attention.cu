@@ -187,22 +187,23 @@ __device__ void paged_attention(AttentionShared& s, T* out, const T* q, const C*
 }
 
 // DIMS, the dimensions a lane sums, from the head's size, so that few of a lane's sums idle
-// (a head of 32 or fewer leaves half of them: rare, and one variant fewer).
-#define PAGED_ATTENTION(NAME, T, C)                                                            \
-    extern "C" __global__ void __launch_bounds__(ATTN_THREADS, 2) NAME(                          \
-        T* out, const T* q, const C* k_cache, const C* v_cache, const uint32_t* meta,         \
-        const float* sinks, const float* rotation, int rows, int seqs, int num_heads,          \
-        int num_kv_heads, int head_dim, int block_size, int q_stride, float scale,             \
-        float v_scale, int window, int vector_keys) {                                         \
-        __shared__ AttentionShared s;                                                          \
-        if (head_dim <= 64)                                                               \
-            paged_attention<T, C, 2>(s, out, q, k_cache, v_cache, meta, sinks, rotation, rows, seqs, num_heads, \
+// (a head of 32 or fewer leaves half of them: rare, and one variant fewer). Two blocks an SM at
+// least: without that bound ptxas holds the kernel to 64 registers and spills.
+#define PAGED_ATTENTION(NAME, T, C)                                                                                    \
+    extern "C" __global__ void __launch_bounds__(ATTN_THREADS, 2) NAME(                                                \
+        T* out, const T* q, const C* k_cache, const C* v_cache, const uint32_t* meta,                                  \
+        const float* sinks, const float* rotation, int rows, int seqs, int num_heads,                                  \
+        int num_kv_heads, int head_dim, int block_size, int q_stride, float scale,                                     \
+        float v_scale, int window, int vector_keys) {                                                                  \
+        __shared__ AttentionShared s;                                                                                  \
+        if (head_dim <= 64)                                                                                            \
+            paged_attention<T, C, 2>(s, out, q, k_cache, v_cache, meta, sinks, rotation, rows, seqs, num_heads,        \
                                      num_kv_heads, head_dim, block_size, q_stride, scale, v_scale, window, vector_keys); \
-        else if (head_dim <= 128)                                                              \
-            paged_attention<T, C, 4>(s, out, q, k_cache, v_cache, meta, sinks, rotation, rows, seqs, num_heads, \
+        else if (head_dim <= 128)                                                                                      \
+            paged_attention<T, C, 4>(s, out, q, k_cache, v_cache, meta, sinks, rotation, rows, seqs, num_heads,        \
                                      num_kv_heads, head_dim, block_size, q_stride, scale, v_scale, window, vector_keys); \
-        else                                                                                   \
-            paged_attention<T, C, 8>(s, out, q, k_cache, v_cache, meta, sinks, rotation, rows, seqs, num_heads, \
+        else                                                                                                           \
+            paged_attention<T, C, 8>(s, out, q, k_cache, v_cache, meta, sinks, rotation, rows, seqs, num_heads,        \
                                      num_kv_heads, head_dim, block_size, q_stride, scale, v_scale, window, vector_keys); \
     }
 
