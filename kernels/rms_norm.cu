@@ -52,29 +52,34 @@ struct TensorRow {
 
 // Or a mixture of experts' output, combined as it is read, to the bits moe.cu's moe_combine
 // writes: its experts' outputs `y` [pairs, width] weighted in rank order, rounded to T (the
-// row's `k` weights and pair indices).
+// row's `k` weights and pair indices). Rank by rank, so that each rank's loads of the round are
+// in flight together and the code holds one copy of them, whatever k is.
 template <typename T>
 struct ExpertRow {
     const float* y;
     const float* weights;
     const int* pair_of;
     int k;
-    __device__ __forceinline__ void load(int first, int width, int, float (*v)[8]) const {
+    __device__ __forceinline__ void load(int first, int width, int vector, float (*v)[8]) const {
 #pragma unroll
-        for (int j = 0; j < RMS_VECTORS; ++j) {
-            const int e = 8 * (first + j * RMS_THREADS);
-            if (e >= width) break;
+        for (int j = 0; j < RMS_VECTORS; ++j)
 #pragma unroll
-            for (int i = 0; i < 8; ++i) {
-                float o = 0.f;
-                if (e + i < width)
-                    for (int rank = 0; rank < k; ++rank) {
-                        const int p = pair_of[rank];
-                        o = __fadd_rn(o, __fmul_rn(weights[rank], y[(size_t)p * width + e + i]));
-                    }
-                v[j][i] = to_f32(from_f32<T>(o));
+            for (int i = 0; i < 8; ++i) v[j][i] = 0.f;
+        for (int rank = 0; rank < k; ++rank) {
+            const float weight = weights[rank];
+            float part[RMS_VECTORS][8];
+            load_round(y + (size_t)pair_of[rank] * width, first, width, vector, part);
+#pragma unroll
+            for (int j = 0; j < RMS_VECTORS; ++j) {
+                if (8 * (first + j * RMS_THREADS) >= width) break;
+#pragma unroll
+                for (int i = 0; i < 8; ++i) v[j][i] = __fadd_rn(v[j][i], __fmul_rn(weight, part[j][i]));
             }
         }
+#pragma unroll
+        for (int j = 0; j < RMS_VECTORS; ++j)
+#pragma unroll
+            for (int i = 0; i < 8; ++i) v[j][i] = to_f32(from_f32<T>(v[j][i]));
     }
 };
 

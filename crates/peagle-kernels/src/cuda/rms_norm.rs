@@ -120,7 +120,9 @@ pub(crate) fn experts_add_rms_norm(
     let (Storage::Cuda(rs), Storage::Cuda(ws)) = (&*rs, &*ws) else {
         return Err(bad_input(OP, "the residual and the weight must be on the GPU"));
     };
-    let aligned = starts_aligned_16(rl, dtype) && starts_aligned_16(wl, w_dtype);
+    // The experts' outputs are read 8 a load too.
+    let aligned =
+        starts_aligned_16(rl, dtype) && starts_aligned_16(wl, w_dtype) && starts_aligned_16(o.y.layout(), DType::F32);
     let args = Args::new(OP, &rs.device, (dtype, w_dtype), (o.rows, width), eps, aligned)?;
     let both = by_dtypes!(OP, (dtype, w_dtype), launch_experts(o, (rs, rl), (ws, wl), &args))?;
     Ok((both.get(1)?, both.get(0)?))
@@ -143,7 +145,7 @@ fn launch_experts<T: CudaDType + DeviceRepr, W: CudaDType>(
         builder.arg(&rs).arg(&ws).arg(&a.width).arg(&a.eps).arg(&a.vector);
         // SAFETY: `pair_of` maps each row's k pairs into `y` [pairs, width]; the residual
         // holds rows * width elements, the weight width, `out` twice rows * width; `vector`
-        // only where both start 16-byte aligned and width is a multiple of 8.
+        // only where the three start 16-byte aligned and width is a multiple of 8.
         unsafe { builder.launch(grid((a.rows as u32, 1), 256)) }.w()?;
         Ok(())
     })?;
