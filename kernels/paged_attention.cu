@@ -12,9 +12,16 @@
 // one of value loads, all in flight at once, with no barrier of the block between tiles, so a
 // long context is walked by all the warps together rather than tile after tile.
 //
-// Batch invariance: the tiles, the warp that takes each and the merge depend only on the row's
-// own window and position, so each output element is the same chain of operations whatever
-// else the launch holds.
+// Under full attention, up to ATTN_GROUP rows of a sequence share a block (the rows of a
+// prefill chunk or a verification window, grouped by aligned positions: joins_previous): their
+// tiles start at position 0 alike, so each of a warp's key and value loads serves every row of
+// the group, which keeps a softmax of its own and sums only its own keys. The blocks of the
+// group's other rows return at once.
+//
+// Batch invariance: a row's tiles, the warp that takes each, the operations of its softmax and
+// sums and the merge depend only on the row's own window and position, never on the rows it
+// is grouped with, so each output element is the same chain of operations whatever else the
+// launch holds.
 //
 // A lane reads its key 8 elements a load where the launcher says the cache's rows allow it
 // (`vector_keys`: head_dim % 8 == 0, the cache 16-byte aligned): each of the warp's loads then
@@ -35,47 +42,60 @@
 #define ATTN_THREADS (ATTN_WARPS * 32)
 #define ATTN_TILE 32
 #define ATTN_MAX_HEAD_DIM 256
+#define ATTN_GROUP 4
 
-// What a block shares: its query, each warp's tile weights and slots, and each warp's partial
-// softmax for the merge.
+// What a block shares: its rows' queries, each warp's tile weights (a row each) and slots, and
+// each warp's partial softmax of one row at a time for the merge.
 struct AttentionShared {
-    float q[ATTN_MAX_HEAD_DIM];
-    float weights[ATTN_WARPS][ATTN_TILE];
+    float q[ATTN_GROUP][ATTN_MAX_HEAD_DIM];
+    float weights[ATTN_WARPS][ATTN_GROUP][ATTN_TILE];
     uint32_t slots[ATTN_WARPS][ATTN_TILE];
     float acc[ATTN_WARPS][ATTN_MAX_HEAD_DIM];
     float max[ATTN_WARPS];
     float denom[ATTN_WARPS];
 };
 
+// Whether `row` is in the group of the row before it: the next position of the same sequence,
+// not at a multiple of ATTN_GROUP, under full attention.
+__device__ __forceinline__ bool joins_previous(const uint32_t* meta, int rows, int row, int window) {
+    if (window > 0 || row == 0) return false;
+    const uint32_t pos = meta[rows + row];
+    return meta[row] == meta[row - 1] && pos == meta[rows + row - 1] + 1 && pos % ATTN_GROUP != 0;
+}
+
 // The cache slot of a tile's key for this lane: position t0 + lane, or, for a lane past the
-// row's position `pos`, the tile's first (which the value loop reads with weight 0). t0 <= pos.
-__device__ __forceinline__ uint32_t tile_slot(const uint32_t* table, int t0, int pos, int block_size) {
+// group's last position `last`, the tile's first (read, never summed). t0 <= last.
+__device__ __forceinline__ uint32_t tile_slot(const uint32_t* table, int t0, int last, int block_size) {
     const int lane = threadIdx.x % 32;
-    const int p = t0 + lane <= pos ? t0 + lane : t0;
+    const int p = t0 + lane <= last ? t0 + lane : t0;
     return table[p / block_size] * block_size + p % block_size;
 }
 
-// One warp's online softmax over its tiles. DIMS is the dimensions a lane sums (head_dim <=
-// 32 * DIMS); `acc[i]` is dimension lane + 32 i. `m` is the largest score seen, `denom` the
-// lane's share of the denominator (its keys' weights).
+// One warp's online softmaxes, a row of the group each, over its tiles. The group's rows are
+// `count` consecutive positions from `pos0`, which share the tiles' keys and values. DIMS is
+// the dimensions a lane sums (head_dim <= 32 * DIMS); `acc[r][i]` is row r's dimension
+// lane + 32 i. `m[r]` is row r's largest score seen, `denom[r]` the lane's share of its
+// denominator (its keys' weights).
 template <typename C, int DIMS>
 __device__ void warp_tiles(AttentionShared& s, const C* k_cache, const C* v_cache, const uint32_t* table, int first,
-                           int pos, size_t kv_width, size_t kv_offset, int head_dim, int block_size, float scale,
-                           int vector_keys, float& m, float& denom, float (&acc)[DIMS]) {
+                           int pos0, int count, size_t kv_width, size_t kv_offset, int head_dim, int block_size,
+                           float scale, int vector_keys, float (&m)[ATTN_GROUP], float (&denom)[ATTN_GROUP],
+                           float (&acc)[ATTN_GROUP][DIMS]) {
     constexpr int keys_at_once = ATTN_TILE / DIMS;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int last = pos0 + count - 1;
     int t0 = first + warp * ATTN_TILE;
-    uint32_t slot = t0 <= pos ? tile_slot(table, t0, pos, block_size) : 0;
-    for (; t0 <= pos; t0 += ATTN_WARPS * ATTN_TILE) {
-        const int n = min(ATTN_TILE, pos + 1 - t0);
+    uint32_t slot = t0 <= last ? tile_slot(table, t0, last, block_size) : 0;
+    for (; t0 <= last; t0 += ATTN_WARPS * ATTN_TILE) {
         // The warp's next tile's slots, read first, so that the table's load overlaps this
         // tile rather than delaying the next tile's keys.
         const int next = t0 + ATTN_WARPS * ATTN_TILE;
-        const uint32_t next_slot = next <= pos ? tile_slot(table, next, pos, block_size) : 0;
-        float score = -INFINITY;
-        if (lane < n) {
+        const uint32_t next_slot = next <= last ? tile_slot(table, next, last, block_size) : 0;
+        float dot[ATTN_GROUP];
+#pragma unroll
+        for (int r = 0; r < ATTN_GROUP; ++r) dot[r] = 0.f;
+        if (t0 + lane <= last) {
             const C* key = k_cache + slot * kv_width + kv_offset;
-            float dot = 0.f;
             if (vector_keys) {
                 // Bounded by DIMS rather than head_dim, so that unrolling leaves no remainder loop.
 #pragma unroll 8
@@ -84,37 +104,56 @@ __device__ void warp_tiles(AttentionShared& s, const C* k_cache, const C* v_cach
                     float k8[8];
                     load8(key + d0, k8);
 #pragma unroll
-                    for (int j = 0; j < 8; ++j) dot = fmaf(s.q[d0 + j], k8[j], dot);
+                    for (int r = 0; r < ATTN_GROUP; ++r) {
+                        if (r >= count) break;
+#pragma unroll
+                        for (int j = 0; j < 8; ++j) dot[r] = fmaf(s.q[r][d0 + j], k8[j], dot[r]);
+                    }
                 }
             } else {
                 // Heads of no multiple of 8 elements, or an unaligned cache: rare, kept short.
 #pragma unroll 1
-                for (int d = 0; d < head_dim; ++d) dot = fmaf(s.q[d], to_f32(key[d]), dot);
+                for (int d = 0; d < head_dim; ++d) {
+                    const float k = to_f32(key[d]);
+#pragma unroll
+                    for (int r = 0; r < ATTN_GROUP; ++r)
+                        if (r < count) dot[r] = fmaf(s.q[r][d], k, dot[r]);
+                }
             }
-            score = dot * scale;
         }
-        const float m_new = fmaxf(m, warp_reduce(score, Max()));
-        const float rescale = expf(m - m_new);
-        const float w = lane < n ? expf(score - m_new) : 0.f;
-        denom = denom * rescale + w;
-        s.weights[warp][lane] = w;
+        // Row r's keys in this tile: none past its own position (or past the group).
+        int n[ATTN_GROUP];
+#pragma unroll
+        for (int r = 0; r < ATTN_GROUP; ++r) {
+            n[r] = r < count ? max(0, min(ATTN_TILE, pos0 + r + 1 - t0)) : 0;
+            if (n[r] == 0) continue;
+            const float score = lane < n[r] ? dot[r] * scale : -INFINITY;
+            const float m_new = fmaxf(m[r], warp_reduce(score, Max()));
+            const float rescale = expf(m[r] - m_new);
+            const float w = lane < n[r] ? expf(score - m_new) : 0.f;
+            denom[r] = denom[r] * rescale + w;
+            s.weights[warp][r][lane] = w;
+#pragma unroll
+            for (int i = 0; i < DIMS; ++i) acc[r][i] *= rescale;
+            m[r] = m_new;
+        }
         s.slots[warp][lane] = slot;
         __syncwarp();
-#pragma unroll
-        for (int i = 0; i < DIMS; ++i) acc[i] *= rescale;
-        // Over the whole tile, so that unrolling leaves no remainder loop: a key past the row's
-        // position adds 0 * (a cached value) to each sum, which leaves it as it is.
+        // Over the whole tile, so that unrolling leaves no remainder loop; each row sums its
+        // own keys only.
 #pragma unroll keys_at_once
         for (int j = 0; j < ATTN_TILE; ++j) {
-            const float wj = s.weights[warp][j];
             const C* value = v_cache + s.slots[warp][j] * kv_width + kv_offset;
 #pragma unroll
             for (int i = 0; i < DIMS; ++i) {
                 const int d = lane + 32 * i;
-                if (d < head_dim) acc[i] = fmaf(wj, to_f32(value[d]), acc[i]);
+                if (d >= head_dim) break;
+                const float v = to_f32(value[d]);
+#pragma unroll
+                for (int r = 0; r < ATTN_GROUP; ++r)
+                    if (j < n[r]) acc[r][i] = fmaf(s.weights[warp][r][j], v, acc[r][i]);
             }
         }
-        m = m_new;
         slot = next_slot;
         // The next tile overwrites the weights and slots this one's lanes read.
         __syncwarp();
@@ -127,62 +166,80 @@ __device__ void paged_attention(AttentionShared& s, T* out, const T* q, const C*
                                 int num_heads, int num_kv_heads, int head_dim, int block_size,
                                 int q_stride, float scale, float v_scale, int window, int vector_keys) {
     const int row = blockIdx.x, head = blockIdx.y, tid = threadIdx.x;
+    // A group's first row's block computes it all; the others' have nothing to do.
+    if (joins_previous(meta, rows, row, window)) return;
+    int count = 1;
+    while (count < ATTN_GROUP && row + count < rows && joins_previous(meta, rows, row + count, window)) ++count;
+
     const int lane = tid % 32, warp = tid / 32;
-    const int pos = (int)meta[rows + row];
+    const int pos0 = (int)meta[rows + row];
     const uint32_t* table = meta + 2 * rows + seqs + meta[2 * rows + meta[row]];
     const int kv_head = head / (num_heads / num_kv_heads);
     const size_t kv_width = (size_t)num_kv_heads * head_dim;
-    const size_t q_offset = (size_t)row * q_stride + (size_t)head * head_dim;
-    const size_t out_offset = (size_t)row * num_heads * head_dim + (size_t)head * head_dim;
 
     const int half = head_dim / 2;
-    for (int d = tid; d < head_dim; d += ATTN_THREADS) {
+    for (int e = tid; e < count * head_dim; e += ATTN_THREADS) {
+        const int r = e / head_dim, d = e % head_dim;
+        const size_t q_offset = (size_t)(row + r) * q_stride + (size_t)head * head_dim;
         if (!rotation) {
-            s.q[d] = to_f32(q[q_offset + d]);
+            s.q[r][d] = to_f32(q[q_offset + d]);
             continue;
         }
         const int j = d % half;
-        const float c = rotation[(size_t)row * half + j], sn = rotation[((size_t)rows + row) * half + j];
+        const size_t at = (size_t)(row + r) * half + j;
+        const float c = rotation[at], sn = rotation[(size_t)rows * half + at];
         const float a = to_f32(q[q_offset + j]), b = to_f32(q[q_offset + j + half]);
-        const float r = d < half ? __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, sn)) : __fadd_rn(__fmul_rn(a, sn), __fmul_rn(b, c));
-        s.q[d] = to_f32(from_f32<T>(r));
+        const float x = d < half ? __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, sn)) : __fadd_rn(__fmul_rn(a, sn), __fmul_rn(b, c));
+        s.q[r][d] = to_f32(from_f32<T>(x));
     }
     __syncthreads();
 
-    float m = -INFINITY, denom = 0.f;
-    float acc[DIMS];
+    float m[ATTN_GROUP], denom[ATTN_GROUP], acc[ATTN_GROUP][DIMS];
 #pragma unroll
-    for (int i = 0; i < DIMS; ++i) acc[i] = 0.f;
-    const int first = window > 0 ? max(0, pos + 1 - window) : 0;
-    warp_tiles<C, DIMS>(s, k_cache, v_cache, table, first, pos, kv_width, (size_t)kv_head * head_dim, head_dim,
-                        block_size, scale, vector_keys, m, denom, acc);
-    denom = warp_sum(denom);
-    if (lane == 0) {
-        s.max[warp] = m;
-        s.denom[warp] = denom;
+    for (int r = 0; r < ATTN_GROUP; ++r) {
+        m[r] = -INFINITY;
+        denom[r] = 0.f;
+#pragma unroll
+        for (int i = 0; i < DIMS; ++i) acc[r][i] = 0.f;
     }
-#pragma unroll
-    for (int i = 0; i < DIMS; ++i)
-        if (lane + 32 * i < head_dim) s.acc[warp][lane + 32 * i] = acc[i];
-    __syncthreads();
+    // A group has full attention; a row alone may have a window.
+    const int first = window > 0 ? max(0, pos0 + 1 - window) : 0;
+    warp_tiles<C, DIMS>(s, k_cache, v_cache, table, first, pos0, count, kv_width, (size_t)kv_head * head_dim,
+                        head_dim, block_size, scale, vector_keys, m, denom, acc);
 
-    // Warp 0 always has the window's first tile, so the largest logit is finite, and a warp
-    // with no tile (max -inf, nothing summed) adds zeros.
-    float top = sinks ? sinks[head] : -INFINITY;
+    // Each row's warps merged in warp order. Warp 0 always has the row's first tile, so its
+    // largest logit is finite, and a warp with no tile (max -inf, nothing summed) adds zeros.
 #pragma unroll
-    for (int w = 0; w < ATTN_WARPS; ++w) top = fmaxf(top, s.max[w]);
-    float factor[ATTN_WARPS];
-    float total = sinks ? expf(sinks[head] - top) : 0.f;
+    for (int r = 0; r < ATTN_GROUP; ++r) {
+        if (r >= count) break;
+        const float row_denom = warp_sum(denom[r]);
+        if (lane == 0) {
+            s.max[warp] = m[r];
+            s.denom[warp] = row_denom;
+        }
 #pragma unroll
-    for (int w = 0; w < ATTN_WARPS; ++w) {
-        factor[w] = expf(s.max[w] - top);
-        total = fmaf(s.denom[w], factor[w], total);
-    }
-    for (int d = tid; d < head_dim; d += ATTN_THREADS) {
-        float sum = 0.f;
+        for (int i = 0; i < DIMS; ++i)
+            if (lane + 32 * i < head_dim) s.acc[warp][lane + 32 * i] = acc[r][i];
+        __syncthreads();
+        float top = sinks ? sinks[head] : -INFINITY;
 #pragma unroll
-        for (int w = 0; w < ATTN_WARPS; ++w) sum = fmaf(s.acc[w][d], factor[w], sum);
-        out[out_offset + d] = from_f32<T>(sum * v_scale / total);
+        for (int w = 0; w < ATTN_WARPS; ++w) top = fmaxf(top, s.max[w]);
+        float factor[ATTN_WARPS];
+        float total = sinks ? expf(sinks[head] - top) : 0.f;
+#pragma unroll
+        for (int w = 0; w < ATTN_WARPS; ++w) {
+            factor[w] = expf(s.max[w] - top);
+            total = fmaf(s.denom[w], factor[w], total);
+        }
+        const size_t out_offset = (size_t)(row + r) * num_heads * head_dim + (size_t)head * head_dim;
+        for (int d = tid; d < head_dim; d += ATTN_THREADS) {
+            float sum = 0.f;
+#pragma unroll
+            for (int w = 0; w < ATTN_WARPS; ++w) sum = fmaf(s.acc[w][d], factor[w], sum);
+            out[out_offset + d] = from_f32<T>(sum * v_scale / total);
+        }
+        // The next row's partials overwrite these.
+        __syncthreads();
     }
 }
 
