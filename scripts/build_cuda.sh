@@ -9,7 +9,8 @@
 #      leaves out what a binary never calls), and the binaries, stripped, packed for carrying
 #      in one file,
 #      target/gpu/binaries.tar.xz (the GPU test binaries, peagle-serve, peagle-generate,
-#      peagle-bench, the matmul-against-cuBLAS timer and scripts/graph_memcheck_probe.cu),
+#      peagle-bench, the timers of the matmul against cuBLAS, the experts and paged attention,
+#      and scripts/graph_memcheck_probe.cu),
 #      small enough to carry beside the
 #      repository (xz with a dictionary wider than the binaries, which share most of their
 #      bytes). scripts/gpu_check.sh unpacks it into target/carry/ with Python's tarfile, which
