@@ -25,9 +25,9 @@
 //
 // A lane reads its key 8 elements a load where the launcher says the cache's rows allow it
 // (`vector_keys`: head_dim % 8 == 0, the cache 16-byte aligned): each of the warp's loads then
-// brings a whole sector of each of its 32 keys. Neither that nor the unrolling of the value
-// loop (ATTN_TILE / DIMS keys at once, so about 32 loads of a lane are in flight) moves the
-// order of the sums.
+// brings a whole sector of each of its 32 keys. Loads never wait behind a branch (a lane
+// past the head rereads its last elements and sums nothing), and the loops are unrolled so that
+// 16 to 32 loads of a lane are in flight at once. Neither moves the order of the sums.
 //
 // `q`'s rows are `q_stride` elements apart (a column range of a wider tensor), `out`'s
 // num_heads * head_dim. Where `rotation` is not null, each query is rotated as it is read by its
@@ -81,7 +81,10 @@ __device__ void warp_tiles(AttentionShared& s, const C* k_cache, const C* v_cach
                            int pos0, int count, size_t kv_width, size_t kv_offset, int head_dim, int block_size,
                            float scale, int vector_keys, float (&m)[ATTN_GROUP], float (&denom)[ATTN_GROUP],
                            float (&acc)[ATTN_GROUP][DIMS]) {
-    constexpr int keys_at_once = ATTN_TILE / DIMS;
+    // Loads of a lane in flight at once, within the registers: a key's whole row up to
+    // head_dim 128 (half of it at 256), and the values of 32 / DIMS keys (2 at 256).
+    constexpr int key_loads_at_once = DIMS < 8 ? 8 : 4;
+    constexpr int keys_at_once = DIMS < 8 ? ATTN_TILE / DIMS : 2;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int last = pos0 + count - 1;
     int t0 = first + warp * ATTN_TILE;
@@ -97,18 +100,18 @@ __device__ void warp_tiles(AttentionShared& s, const C* k_cache, const C* v_cach
         if (t0 + lane <= last) {
             const C* key = k_cache + slot * kv_width + kv_offset;
             if (vector_keys) {
-                // Bounded by DIMS rather than head_dim, so that unrolling leaves no remainder loop.
-#pragma unroll 8
+                // Bounded by DIMS rather than head_dim, so that unrolling leaves no remainder
+                // loop; past the head a lane rereads its last 8 elements and sums nothing, so
+                // that no load waits behind a branch and all of them are in flight at once.
+#pragma unroll key_loads_at_once
                 for (int d0 = 0; d0 < 32 * DIMS; d0 += 8) {
-                    if (d0 >= head_dim) break;
                     float k8[8];
-                    load8(key + d0, k8);
+                    load8(key + min(d0, head_dim - 8), k8);
 #pragma unroll
-                    for (int r = 0; r < ATTN_GROUP; ++r) {
-                        if (r >= count) break;
+                    for (int r = 0; r < ATTN_GROUP; ++r)
 #pragma unroll
-                        for (int j = 0; j < 8; ++j) dot[r] = fmaf(s.q[r][d0 + j], k8[j], dot[r]);
-                    }
+                        for (int j = 0; j < 8; ++j)
+                            if (d0 < head_dim && r < count) dot[r] = fmaf(s.q[r][d0 + j], k8[j], dot[r]);
                 }
             } else {
                 // Heads of no multiple of 8 elements, or an unaligned cache: rare, kept short.
@@ -140,19 +143,19 @@ __device__ void warp_tiles(AttentionShared& s, const C* k_cache, const C* v_cach
         s.slots[warp][lane] = slot;
         __syncwarp();
         // Over the whole tile, so that unrolling leaves no remainder loop; each row sums its
-        // own keys only.
+        // own keys only. A lane's dimensions past the head reread the head's last (summed into
+        // sums never written), so that no load waits behind a branch.
 #pragma unroll keys_at_once
         for (int j = 0; j < ATTN_TILE; ++j) {
             const C* value = v_cache + s.slots[warp][j] * kv_width + kv_offset;
+            float v[DIMS];
 #pragma unroll
-            for (int i = 0; i < DIMS; ++i) {
-                const int d = lane + 32 * i;
-                if (d >= head_dim) break;
-                const float v = to_f32(value[d]);
+            for (int i = 0; i < DIMS; ++i) v[i] = to_f32(value[min(lane + 32 * i, head_dim - 1)]);
 #pragma unroll
-                for (int r = 0; r < ATTN_GROUP; ++r)
-                    if (j < n[r]) acc[r][i] = fmaf(s.weights[warp][r][j], v, acc[r][i]);
-            }
+            for (int r = 0; r < ATTN_GROUP; ++r)
+#pragma unroll
+                for (int i = 0; i < DIMS; ++i)
+                    if (j < n[r]) acc[r][i] = fmaf(s.weights[warp][r][j], v[i], acc[r][i]);
         }
         slot = next_slot;
         // The next tile overwrites the weights and slots this one's lanes read.
