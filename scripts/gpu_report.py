@@ -96,8 +96,9 @@ def main(out):
         md += ["", "## Paged attention (bf16 queries and cache)", "",
                "kernels/paged_attention.cu at gpt-oss-20b's heads (64 query, 8 KV, head_dim 64, sinks) and "
                "Llama-8B's (32, 8, 128). KV GB/s: the keys and values the sequences hold (each row's window) "
-               "over the time, the least a launch reads; walked GB/s: what its blocks read, each query "
-               "row's head its KV head's window (mostly from L2).", "",
+               "over the time, the least a launch reads; walked GB/s: what its rows attend over, each query "
+               "row's head its KV head's window, over the time (a block a row would read all of it, mostly "
+               "from L2; the rows a block groups share their reads).", "",
                "| model | sequences | rows each | context | window | ms | KV MB | KV GB/s | walked GB/s |",
                "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
         md += [f"| {r['model']} | {r['sequences']} | {r['rows_each']} | {r['context']} | "

@@ -3,8 +3,9 @@
 //! rows, 8-row verification windows and prefill chunks over contexts of 128 to 32,768
 //! positions, on a cache whose blocks interleave the sequences'. One JSON line per case: its
 //! time, the keys and values its sequences hold over it (the bytes a launch must read at
-//! least), and the bytes its blocks walk over it (each query row's head reads its window of its
-//! KV head). Run by scripts/gpu_check.sh.
+//! least), and the bytes its rows attend over, over it (each query row's head, its window of its
+//! KV head: what a block a row would read; rows grouped in a block share those reads). Run by
+//! scripts/gpu_check.sh.
 //!
 //!     cargo run --release --example paged_attention --features cuda
 //!     cargo run --release --example paged_attention --features cuda -- gpt-oss-20b 1 1 8192
@@ -87,7 +88,7 @@ fn case(device: &Device, c: &Case) -> candle_core::Result<()> {
     let window_of = |pos: usize| window.map_or(pos + 1, |w| w.min(pos + 1));
     let bf16_kv = |positions: usize, width: usize| (positions * width * 2 * 2) as f64;
     let kv_bytes = bf16_kv(sequences * window_of(context - 1), kv_width);
-    // What the blocks walk: each query row's head reads its window of its KV head.
+    // What the rows attend over: each query row's head, its window of its KV head.
     let walked: usize = (context - rows..context).map(window_of).sum();
     let walked = bf16_kv(sequences * walked, h.heads * h.head_dim);
     println!(

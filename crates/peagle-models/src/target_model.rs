@@ -40,9 +40,10 @@ pub trait TargetModel: Send + Sync {
     fn inputs(&self, batch: &ForwardBatch, kv: &KvCache) -> Result<ForwardInputs>;
 
     /// Runs a batch's inputs, writing its keys and values to `kv`: the last layer's output
-    /// after the final norm at its logit rows, and the captured states of its capture rows. Copies nothing from the
-    /// host, and reads nothing back unless `reads_back` says so. A CUDA graph captures this
-    /// much; the logits, by far the largest output, are made after it (`ForwardStates::logits`).
+    /// after the final norm at its logit rows, and the captured states of its capture rows.
+    /// Copies nothing from the host, and reads nothing back unless `reads_back` says so. A CUDA
+    /// graph captures this much; the logits, by far the largest output, are made after it
+    /// (`ForwardStates::logits`).
     fn forward_states(&self, inputs: &ForwardInputs, kv: &KvCache) -> Result<ForwardStates>;
 
     /// Runs a batch's inputs (`forward_states`), with the logits of its logit rows.

@@ -12,10 +12,10 @@ use candle_core::{DType, Layout, Result, Shape};
 const WARPS: usize = 8;
 
 /// Where the tensor cores take a product in their staged form by the batch: from a whole
-/// block's 64 rows (a block is 64 by 64), and where that makes at least 256 blocks of 64 by 64, about two for each SM
-/// of an H100 (132). With fewer rows the wide form's reads are as few and more of them are in
-/// flight (a warp loads its own step, where the staged block shares one), and with fewer
-/// blocks its four times the blocks keep more of the GPU busy.
+/// block's 64 rows (a block is 64 by 64), and where that makes at least 256 blocks, about two
+/// for each SM of an H100 (132). With fewer rows the wide form's reads are as few and more of
+/// them are in flight (a warp loads its own step, where the staged block shares one), and with
+/// fewer blocks its four times the blocks keep more of the GPU busy.
 const STAGED_ROWS: usize = 64;
 const STAGED_BLOCKS: usize = 256;
 
