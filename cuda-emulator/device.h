@@ -130,6 +130,9 @@ template <typename T, typename U> T atomicAnd(T* p, U v) { const T old = *p; *p 
 inline unsigned atomicInc(unsigned* p, unsigned limit) { const unsigned old = *p; *p = old >= limit ? 0 : old + 1; return old; }
 
 template <typename T> T __ldg(const T* p) { return *p; }
+// Blocks run one after another, so every write is seen by the blocks after it.
+template <typename T> T __ldcg(const T* p) { return *p; }
+inline void __threadfence() {}
 
 // Bit casts and integer intrinsics.
 template <typename To, typename From> To emu_bit_cast(From x) { To y; std::memcpy(&y, &x, sizeof y); return y; }

@@ -3,8 +3,9 @@
 // optional sink logit per query head. `scale` is the score's, the key cache's per-tensor scale
 // included; `v_scale` the value cache's (both 1 but for FP8 caches).
 //
-// One block of ATTN_WARPS warps per (query row, query head). The row's keys, from the first in
-// its window to its own position, are cut into tiles of 32 positions; warp w takes tiles w,
+// Blocks of ATTN_WARPS warps, gridDim.z of them per (query row, query head) (below). The
+// row's keys, from the first in its window to its own position, are cut into parts (below),
+// and a part into tiles of 32 positions; warp w takes tiles w,
 // w + ATTN_WARPS, ... and keeps its own online softmax over them: a lane scores one key of the
 // tile, and then sums the tile's values for its own dimensions (lane, lane + 32, ...), key by
 // key in position order. At the end the warps' partial softmaxes are merged in warp order, the
@@ -18,10 +19,20 @@
 // the group, which keeps a softmax of its own and sums only its own keys. The blocks of the
 // group's other rows return at once.
 //
-// Batch invariance: a row's tiles, the warp that takes each, the operations of its softmax and
-// sums and the merge depend only on the row's own window and position, never on the rows it
-// is grouped with, so each output element is the same chain of operations whatever else the
-// launch holds.
+// A row of up to ATTN_SPLIT_MIN keys is one part, and its warps' softmaxes are merged straight
+// into its output. A longer row's keys are cut into parts of ATTN_SPLIT_MIN positions or more
+// (at most ATTN_MAX_SPLITS parts), each walked as above into a partial softmax, and the
+// parts' partials are folded in part order, the sink first (`Fold`). Where a launch has few
+// rows, the launcher gives each row gridDim.z > 1 blocks, which share its parts (part z,
+// z + gridDim.z, ...) so that a long context is read by many SMs at once: each writes its
+// partials to `partials`, and the last to finish, counted in `counters` (zero before the
+// launch, and left zero by it), folds them all. With one block a row, it walks the parts in
+// order and folds each as it goes.
+//
+// Batch invariance: a row's parts, its tiles, the warp that takes each, the operations of its
+// softmax and sums and the merges and folds depend only on the row's own window and position,
+// never on the rows it is grouped with or on how many blocks share its parts, so each output
+// element is the same chain of operations whatever else the launch holds.
 //
 // A lane reads its key 8 elements a load where the launcher says the cache's rows allow it
 // (`vector_keys`: head_dim % 8 == 0, the cache 16-byte aligned): each of the warp's loads then
@@ -43,6 +54,8 @@
 #define ATTN_TILE 32
 #define ATTN_MAX_HEAD_DIM 256
 #define ATTN_GROUP 4
+#define ATTN_SPLIT_MIN 1024
+#define ATTN_MAX_SPLITS 16
 
 // What a block shares: its rows' queries, each warp's tile weights (a row each) and slots, and
 // each warp's partial softmax of one row at a time for the merge.
@@ -53,7 +66,49 @@ struct AttentionShared {
     float acc[ATTN_WARPS][ATTN_MAX_HEAD_DIM];
     float max[ATTN_WARPS];
     float denom[ATTN_WARPS];
+    // Each row's fold of the parts walked so far, where one block walks them all: its largest
+    // logit and denominator, and a thread's dimension of its sums.
+    float fold_max[ATTN_GROUP];
+    float fold_denom[ATTN_GROUP];
+    float fold_acc[ATTN_GROUP][ATTN_MAX_HEAD_DIM];
+    // Whether this block finished its row's parts last, and so folds them.
+    int folds;
 };
+
+// How a row's keys, from `first` to its position, are cut into parts: `n` parts of `tiles`
+// tiles each, the last part shorter. The rows of a group split alike, as ATTN_GROUP divides
+// ATTN_TILE and ATTN_SPLIT_MIN. Every row has keys in every part: n - 1 parts of
+// ceil(tiles / n) tiles fall short of all the tiles where n <= ATTN_MAX_SPLITS (then
+// (n - 1)^2 < tiles), so the last part starts at or before the last tile, which every row of a
+// group has.
+struct Parts {
+    int n, tiles;
+};
+
+__device__ __forceinline__ Parts parts_of(int first, int pos) {
+    const int span = pos + 1 - first;
+    const int n = min(ATTN_MAX_SPLITS, (span + ATTN_SPLIT_MIN - 1) / ATTN_SPLIT_MIN);
+    const int tiles = (span + ATTN_TILE - 1) / ATTN_TILE;
+    return {n, (tiles + n - 1) / n};
+}
+
+// A row's softmax folded over its parts in order: its largest logit, its denominator and, for
+// the thread's dimension, its weighted sum. It starts at the sink (or nothing), and each part's
+// partial is rescaled into it as an online softmax does a key's.
+struct Fold {
+    float max, denom, acc;
+};
+
+__device__ __forceinline__ Fold fold_start(const float* sinks, int head) {
+    return sinks ? Fold{sinks[head], 1.f, 0.f} : Fold{-INFINITY, 0.f, 0.f};
+}
+
+__device__ __forceinline__ Fold fold(Fold f, float part_max, float part_denom, float part_acc) {
+    const float top = fmaxf(f.max, part_max);
+    const float old_factor = expf(f.max - top), part_factor = expf(part_max - top);
+    return {top, fmaf(part_denom, part_factor, __fmul_rn(f.denom, old_factor)),
+            fmaf(part_acc, part_factor, __fmul_rn(f.acc, old_factor))};
+}
 
 // Whether `row` is in the group of the row before it: the next position of the same sequence,
 // not at a multiple of ATTN_GROUP, under full attention.
@@ -71,14 +126,15 @@ __device__ __forceinline__ uint32_t tile_slot(const uint32_t* table, int t0, int
     return table[p / block_size] * block_size + p % block_size;
 }
 
-// One warp's online softmaxes, a row of the group each, over its tiles. The group's rows are
+// One warp's online softmaxes, a row of the group each, over its tiles of the part from `first`
+// to before `end`. The group's rows are
 // `count` consecutive positions from `pos0`, which share the tiles' keys and values. DIMS is
 // the dimensions a lane sums (head_dim <= 32 * DIMS); `acc[r][i]` is row r's dimension
 // lane + 32 i. `m[r]` is row r's largest score seen, `denom[r]` the lane's share of its
 // denominator (its keys' weights).
 template <typename C, int DIMS>
 __device__ void warp_tiles(AttentionShared& s, const C* k_cache, const C* v_cache, const uint32_t* table, int first,
-                           int pos0, int count, size_t kv_width, size_t kv_offset, int head_dim, int block_size,
+                           int end, int pos0, int count, size_t kv_width, size_t kv_offset, int head_dim, int block_size,
                            float scale, int vector_keys, float (&m)[ATTN_GROUP], float (&denom)[ATTN_GROUP],
                            float (&acc)[ATTN_GROUP][DIMS]) {
     // Loads of a lane in flight at once, within the registers: a key's whole row up to
@@ -86,7 +142,7 @@ __device__ void warp_tiles(AttentionShared& s, const C* k_cache, const C* v_cach
     constexpr int key_loads_at_once = DIMS < 8 ? 8 : 4;
     constexpr int keys_at_once = DIMS < 8 ? ATTN_TILE / DIMS : 2;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    const int last = pos0 + count - 1;
+    const int last = min(pos0 + count, end) - 1;
     int t0 = first + warp * ATTN_TILE;
     uint32_t slot = t0 <= last ? tile_slot(table, t0, last, block_size) : 0;
     for (; t0 <= last; t0 += ATTN_WARPS * ATTN_TILE) {
@@ -163,22 +219,73 @@ __device__ void warp_tiles(AttentionShared& s, const C* k_cache, const C* v_cach
     }
 }
 
+// Row r's warp partials (`warp_tiles`'s) into shared memory, for `merge_warps`.
+template <int DIMS>
+__device__ __forceinline__ void gather_warps(AttentionShared& s, float m, float denom, const float (&acc)[DIMS],
+                                             int head_dim) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const float row_denom = warp_sum(denom);
+    if (lane == 0) {
+        s.max[warp] = m;
+        s.denom[warp] = row_denom;
+    }
+#pragma unroll
+    for (int i = 0; i < DIMS; ++i)
+        if (lane + 32 * i < head_dim) s.acc[warp][lane + 32 * i] = acc[i];
+    __syncthreads();
+}
+
+// The gathered warp partials merged in warp order, `extra` as one more logit of the
+// denominator (the sink, or -inf for none): the largest logit, the denominator and the sum of
+// the thread's dimension (none past the head). Warp 0 always has the part's first tile, so the
+// largest logit is finite, and a warp with no tile (max -inf, nothing summed) adds zeros.
+__device__ __forceinline__ Fold merge_warps(const AttentionShared& s, float extra, int head_dim) {
+    float top = extra;
+#pragma unroll
+    for (int w = 0; w < ATTN_WARPS; ++w) top = fmaxf(top, s.max[w]);
+    float factor[ATTN_WARPS];
+    float total = expf(extra - top);
+#pragma unroll
+    for (int w = 0; w < ATTN_WARPS; ++w) {
+        factor[w] = expf(s.max[w] - top);
+        total = fmaf(s.denom[w], factor[w], total);
+    }
+    float sum = 0.f;
+    if ((int)threadIdx.x < head_dim)
+#pragma unroll
+        for (int w = 0; w < ATTN_WARPS; ++w) sum = fmaf(s.acc[w][threadIdx.x], factor[w], sum);
+    return {top, total, sum};
+}
+
+// Where a part's partial softmax of a row of a head is kept for the block that folds them:
+// its largest logit, its denominator, then its head_dim sums.
+__device__ __forceinline__ float* partial_at(float* partials, int row, int head, int part, int num_heads,
+                                             int head_dim) {
+    return partials + (((size_t)row * num_heads + head) * ATTN_MAX_SPLITS + part) * (head_dim + 2);
+}
+
 template <typename T, typename C, int DIMS>
 __device__ void paged_attention(AttentionShared& s, T* out, const T* q, const C* k_cache, const C* v_cache,
-                                const uint32_t* meta, const float* sinks, const float* rotation, int rows, int seqs,
-                                int num_heads, int num_kv_heads, int head_dim, int block_size,
-                                int q_stride, float scale, float v_scale, int window, int vector_keys) {
-    const int row = blockIdx.x, head = blockIdx.y, tid = threadIdx.x;
+                                const uint32_t* meta, const float* sinks, const float* rotation, float* partials,
+                                uint32_t* counters, int rows, int seqs, int num_heads, int num_kv_heads,
+                                int head_dim, int block_size, int q_stride, float scale, float v_scale, int window,
+                                int vector_keys) {
+    const int row = blockIdx.x, head = blockIdx.y, part = blockIdx.z, blocks = gridDim.z, tid = threadIdx.x;
     // A group's first row's block computes it all; the others' have nothing to do.
     if (joins_previous(meta, rows, row, window)) return;
+    const int pos0 = (int)meta[rows + row];
+    // A group has full attention; a row alone may have a window.
+    const int first = window > 0 ? max(0, pos0 + 1 - window) : 0;
+    const Parts parts = parts_of(first, pos0);
+    if (part >= parts.n) return;
     int count = 1;
     while (count < ATTN_GROUP && row + count < rows && joins_previous(meta, rows, row + count, window)) ++count;
 
-    const int lane = tid % 32, warp = tid / 32;
-    const int pos0 = (int)meta[rows + row];
     const uint32_t* table = meta + 2 * rows + seqs + meta[2 * rows + meta[row]];
     const int kv_head = head / (num_heads / num_kv_heads);
     const size_t kv_width = (size_t)num_kv_heads * head_dim;
+    // One part: merged straight into the output. Several, in one block: folded as they come.
+    const bool whole = parts.n == 1, folds_here = !whole && blocks == 1;
 
     const int half = head_dim / 2;
     for (int e = tid; e < count * head_dim; e += ATTN_THREADS) {
@@ -195,54 +302,92 @@ __device__ void paged_attention(AttentionShared& s, T* out, const T* q, const C*
         const float x = d < half ? __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, sn)) : __fadd_rn(__fmul_rn(a, sn), __fmul_rn(b, c));
         s.q[r][d] = to_f32(from_f32<T>(x));
     }
+    if (folds_here) {
+        const Fold start = fold_start(sinks, head);
+        for (int e = tid; e < count * head_dim; e += ATTN_THREADS) s.fold_acc[e / head_dim][e % head_dim] = start.acc;
+        if (tid < count) {
+            s.fold_max[tid] = start.max;
+            s.fold_denom[tid] = start.denom;
+        }
+    }
     __syncthreads();
 
-    float m[ATTN_GROUP], denom[ATTN_GROUP], acc[ATTN_GROUP][DIMS];
+    for (int p = part; p < parts.n; p += blocks) {
+        const int begin = first + p * parts.tiles * ATTN_TILE;
+        float m[ATTN_GROUP], denom[ATTN_GROUP], acc[ATTN_GROUP][DIMS];
 #pragma unroll
-    for (int r = 0; r < ATTN_GROUP; ++r) {
-        m[r] = -INFINITY;
-        denom[r] = 0.f;
+        for (int r = 0; r < ATTN_GROUP; ++r) {
+            m[r] = -INFINITY;
+            denom[r] = 0.f;
 #pragma unroll
-        for (int i = 0; i < DIMS; ++i) acc[r][i] = 0.f;
+            for (int i = 0; i < DIMS; ++i) acc[r][i] = 0.f;
+        }
+        warp_tiles<C, DIMS>(s, k_cache, v_cache, table, begin, begin + parts.tiles * ATTN_TILE, pos0, count, kv_width,
+                            (size_t)kv_head * head_dim, head_dim, block_size, scale, vector_keys, m, denom, acc);
+#pragma unroll
+        for (int r = 0; r < ATTN_GROUP; ++r) {
+            if (r >= count) break;
+            gather_warps<DIMS>(s, m[r], denom[r], acc[r], head_dim);
+            const Fold merged = merge_warps(s, whole && sinks ? sinks[head] : -INFINITY, head_dim);
+            Fold folded = merged;
+            if (whole) {
+                if (tid < head_dim)
+                    out[(size_t)(row + r) * num_heads * head_dim + (size_t)head * head_dim + tid] =
+                        from_f32<T>(merged.acc * v_scale / merged.denom);
+            } else if (folds_here) {
+                const Fold before = {s.fold_max[r], s.fold_denom[r], tid < head_dim ? s.fold_acc[r][tid] : 0.f};
+                folded = fold(before, merged.max, merged.denom, merged.acc);
+                if (tid < head_dim) s.fold_acc[r][tid] = folded.acc;
+            } else {
+                float* at = partial_at(partials, row + r, head, p, num_heads, head_dim);
+                if (tid == 0) {
+                    at[0] = merged.max;
+                    at[1] = merged.denom;
+                }
+                if (tid < head_dim) at[2 + tid] = merged.acc;
+            }
+            // The next row's partials overwrite these, and every thread has read the fold's.
+            __syncthreads();
+            if (folds_here && tid == 0) {
+                s.fold_max[r] = folded.max;
+                s.fold_denom[r] = folded.denom;
+            }
+        }
     }
-    // A group has full attention; a row alone may have a window.
-    const int first = window > 0 ? max(0, pos0 + 1 - window) : 0;
-    warp_tiles<C, DIMS>(s, k_cache, v_cache, table, first, pos0, count, kv_width, (size_t)kv_head * head_dim,
-                        head_dim, block_size, scale, vector_keys, m, denom, acc);
+    if (whole) return;
+    if (folds_here) {
+        __syncthreads();
+        for (int e = tid; e < count * head_dim; e += ATTN_THREADS) {
+            const int r = e / head_dim, d = e % head_dim;
+            out[(size_t)(row + r) * num_heads * head_dim + (size_t)head * head_dim + d] =
+                from_f32<T>(s.fold_acc[r][d] * v_scale / s.fold_denom[r]);
+        }
+        return;
+    }
 
-    // Each row's warps merged in warp order. Warp 0 always has the row's first tile, so its
-    // largest logit is finite, and a warp with no tile (max -inf, nothing summed) adds zeros.
-#pragma unroll
-    for (int r = 0; r < ATTN_GROUP; ++r) {
-        if (r >= count) break;
-        const float row_denom = warp_sum(denom[r]);
-        if (lane == 0) {
-            s.max[warp] = m[r];
-            s.denom[warp] = row_denom;
+    // Blocks share the row's parts: the last to finish folds what all of them wrote. The
+    // fences order each block's partials before its count, and the count before the reads.
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) {
+        uint32_t* counter = counters + (size_t)row * num_heads + head;
+        const uint32_t mine = (parts.n - part + blocks - 1) / blocks;
+        s.folds = atomicAdd(counter, mine) + mine == (uint32_t)parts.n;
+        // Every block of the row has counted: zero again for the next launch.
+        if (s.folds) *counter = 0;
+    }
+    __syncthreads();
+    if (!s.folds) return;
+    __threadfence();
+    for (int r = 0; r < count; ++r) {
+        Fold f = fold_start(sinks, head);
+        for (int p = 0; p < parts.n; ++p) {
+            const float* at = partial_at(partials, row + r, head, p, num_heads, head_dim);
+            f = fold(f, __ldcg(at), __ldcg(at + 1), tid < head_dim ? __ldcg(at + 2 + tid) : 0.f);
         }
-#pragma unroll
-        for (int i = 0; i < DIMS; ++i)
-            if (lane + 32 * i < head_dim) s.acc[warp][lane + 32 * i] = acc[r][i];
-        __syncthreads();
-        float top = sinks ? sinks[head] : -INFINITY;
-#pragma unroll
-        for (int w = 0; w < ATTN_WARPS; ++w) top = fmaxf(top, s.max[w]);
-        float factor[ATTN_WARPS];
-        float total = sinks ? expf(sinks[head] - top) : 0.f;
-#pragma unroll
-        for (int w = 0; w < ATTN_WARPS; ++w) {
-            factor[w] = expf(s.max[w] - top);
-            total = fmaf(s.denom[w], factor[w], total);
-        }
-        const size_t out_offset = (size_t)(row + r) * num_heads * head_dim + (size_t)head * head_dim;
-        for (int d = tid; d < head_dim; d += ATTN_THREADS) {
-            float sum = 0.f;
-#pragma unroll
-            for (int w = 0; w < ATTN_WARPS; ++w) sum = fmaf(s.acc[w][d], factor[w], sum);
-            out[out_offset + d] = from_f32<T>(sum * v_scale / total);
-        }
-        // The next row's partials overwrite these.
-        __syncthreads();
+        if (tid < head_dim)
+            out[(size_t)(row + r) * num_heads * head_dim + (size_t)head * head_dim + tid] =
+                from_f32<T>(f.acc * v_scale / f.denom);
     }
 }
 
@@ -252,19 +397,22 @@ __device__ void paged_attention(AttentionShared& s, T* out, const T* q, const C*
 #define PAGED_ATTENTION(NAME, T, C)                                                                                    \
     extern "C" __global__ void __launch_bounds__(ATTN_THREADS, 2) NAME(                                                \
         T* out, const T* q, const C* k_cache, const C* v_cache, const uint32_t* meta,                                  \
-        const float* sinks, const float* rotation, int rows, int seqs, int num_heads,                                  \
-        int num_kv_heads, int head_dim, int block_size, int q_stride, float scale,                                     \
-        float v_scale, int window, int vector_keys) {                                                                  \
+        const float* sinks, const float* rotation, float* partials, uint32_t* counters, int rows, int seqs,            \
+        int num_heads, int num_kv_heads, int head_dim, int block_size, int q_stride, float scale, float v_scale,       \
+        int window, int vector_keys) {                                                                                 \
         __shared__ AttentionShared s;                                                                                  \
         if (head_dim <= 64)                                                                                            \
-            paged_attention<T, C, 2>(s, out, q, k_cache, v_cache, meta, sinks, rotation, rows, seqs, num_heads,        \
-                                     num_kv_heads, head_dim, block_size, q_stride, scale, v_scale, window, vector_keys); \
+            paged_attention<T, C, 2>(s, out, q, k_cache, v_cache, meta, sinks, rotation, partials, counters,           \
+                                     rows, seqs, num_heads, num_kv_heads, head_dim, block_size, q_stride, scale,       \
+                                     v_scale, window, vector_keys);                                                    \
         else if (head_dim <= 128)                                                                                      \
-            paged_attention<T, C, 4>(s, out, q, k_cache, v_cache, meta, sinks, rotation, rows, seqs, num_heads,        \
-                                     num_kv_heads, head_dim, block_size, q_stride, scale, v_scale, window, vector_keys); \
+            paged_attention<T, C, 4>(s, out, q, k_cache, v_cache, meta, sinks, rotation, partials, counters,           \
+                                     rows, seqs, num_heads, num_kv_heads, head_dim, block_size, q_stride, scale,       \
+                                     v_scale, window, vector_keys);                                                    \
         else                                                                                                           \
-            paged_attention<T, C, 8>(s, out, q, k_cache, v_cache, meta, sinks, rotation, rows, seqs, num_heads,        \
-                                     num_kv_heads, head_dim, block_size, q_stride, scale, v_scale, window, vector_keys); \
+            paged_attention<T, C, 8>(s, out, q, k_cache, v_cache, meta, sinks, rotation, partials, counters,           \
+                                     rows, seqs, num_heads, num_kv_heads, head_dim, block_size, q_stride, scale,       \
+                                     v_scale, window, vector_keys);                                                    \
     }
 
 PAGED_ATTENTION(paged_attention_f32_f32, float, float)

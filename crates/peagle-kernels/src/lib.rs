@@ -3,6 +3,8 @@
 //! verification of K+1 rows therefore reproduces K+1 single-token decode steps bit for bit.
 
 mod argmax_rows;
+#[cfg(any(feature = "cuda", test))]
+mod attention_blocks;
 mod attention_metadata;
 mod cache_element;
 mod contiguous;

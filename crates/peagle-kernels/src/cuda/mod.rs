@@ -14,6 +14,7 @@ mod profiler;
 mod rms_norm;
 mod rope;
 mod sampling;
+mod split_counters;
 mod swiglu;
 
 pub(crate) use argmax::argmax_rows;

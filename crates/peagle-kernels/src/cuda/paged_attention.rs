@@ -1,14 +1,16 @@
 use super::module::{function, Kernel, Module};
+use super::split_counters::with_split;
 use super::{
     by_dtypes_or_fp8, dtype_name, dtype_name_or_fp8, int, output, starts_aligned_16, strided_view, view,
     with_optional_view, with_view,
 };
+use crate::attention_blocks::MAX_SPLITS;
 use crate::attention_metadata::AttentionMetadata;
 use crate::error::bad_input;
 use crate::paged_attention::{AttentionParams, Sinks};
 use crate::rope::Rotation;
 use candle_core::backend::BackendStorage;
-use candle_core::cuda_backend::cudarc::driver::{CudaView, DeviceRepr, LaunchConfig, PushKernelArg};
+use candle_core::cuda_backend::cudarc::driver::{CudaSlice, CudaView, DeviceRepr, LaunchConfig, PushKernelArg};
 use candle_core::cuda_backend::{CudaDType, CudaDevice, CudaStorage, WrapErr};
 use candle_core::{DType, Layout, Result, Shape};
 
@@ -104,10 +106,19 @@ pub(crate) fn paged_attention(
                     sinks: sinks.as_ref(),
                     tables: tables.as_ref(),
                 };
-                by_dtypes_or_fp8!(
-                    OP,
-                    (q_dtype, cache_dtype),
-                    launch(&device, q, k_cache, v_cache, &reads, &args)
+                with_split(
+                    &device,
+                    inputs.meta,
+                    params.num_heads,
+                    params.sliding_window,
+                    |blocks, counters| {
+                        let split = Split { blocks, counters };
+                        by_dtypes_or_fp8!(
+                            OP,
+                            (q_dtype, cache_dtype),
+                            launch(&device, q, k_cache, v_cache, &reads, &args, split)
+                        )
+                    },
                 )
             })
         })
@@ -135,6 +146,13 @@ struct Reads<'a> {
     tables: Option<&'a CudaView<'a, f32>>,
 }
 
+/// The blocks that share each row's parts of the keys, and the counters they need where more
+/// than one do.
+struct Split<'a> {
+    blocks: usize,
+    counters: Option<&'a mut CudaSlice<u32>>,
+}
+
 fn launch<T: CudaDType + DeviceRepr, C: CudaDType>(
     device: &CudaDevice,
     q: (&CudaStorage, &Layout),
@@ -142,6 +160,7 @@ fn launch<T: CudaDType + DeviceRepr, C: CudaDType>(
     v_cache: (&CudaStorage, &Layout),
     reads: &Reads,
     a: &Args,
+    split: Split,
 ) -> Result<CudaStorage> {
     let (rows, width) = a.out;
     let mut out = output::<T>(device, rows * width)?;
@@ -153,6 +172,14 @@ fn launch<T: CudaDType + DeviceRepr, C: CudaDType>(
     let k = view::<C>(k_cache.0, k_cache.1, "key cache")?;
     let v = view::<C>(v_cache.0, v_cache.1, "value cache")?;
     let null: u64 = 0;
+    // Where blocks share a row's parts, each part's partial softmax of each (row, head): its
+    // largest logit, its denominator and its sums.
+    let heads = a.ints[2] as usize;
+    let head_dim = a.ints[4] as usize;
+    let mut partials = match split.counters {
+        Some(_) => Some(output::<f32>(device, rows * heads * MAX_SPLITS * (head_dim + 2))?),
+        None => None,
+    };
     let mut builder = a.func.builder();
     builder.arg(&mut out).arg(&q).arg(&k).arg(&v).arg(reads.meta);
     for optional in [reads.sinks, reads.tables] {
@@ -161,6 +188,10 @@ fn launch<T: CudaDType + DeviceRepr, C: CudaDType>(
             None => builder.arg(&null),
         };
     }
+    match (&mut partials, split.counters) {
+        (Some(partials), Some(counters)) => builder.arg(partials).arg(counters),
+        _ => builder.arg(&null).arg(&null),
+    };
     for i in &a.ints {
         builder.arg(i);
     }
@@ -171,12 +202,13 @@ fn launch<T: CudaDType + DeviceRepr, C: CudaDType>(
         .arg(&a.window)
         .arg(&a.vector_keys);
     let config = LaunchConfig {
-        grid_dim: (a.ints[0] as u32, a.ints[2] as u32, 1),
+        grid_dim: (a.ints[0] as u32, a.ints[2] as u32, split.blocks as u32),
         block_dim: (THREADS, 1, 1),
         shared_mem_bytes: 0,
     };
     // SAFETY: the metadata was validated against the cache (every block in range, every
-    // sequence's table long enough), the shapes against the head layout.
+    // sequence's table long enough), the shapes against the head layout. Where blocks share
+    // parts, the partials hold every (row, head, part) and the counters every (row, head).
     unsafe { builder.launch(config) }.w()?;
     Ok(CudaStorage::wrap_cuda_slice(out, device.clone()))
 }

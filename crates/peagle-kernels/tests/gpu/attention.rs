@@ -39,7 +39,7 @@ fn paged_attention_matches_the_cpu_kernel_and_is_batch_invariant() {
     // gpt-oss's heads (64 query, 8 KV, head_dim 64), a Llama-like layout, the largest head, and
     // one whose keys are read an element a load (head_dim not a multiple of 8).
     for (heads, kv_heads, d) in [(64, 8, 64), (8, 2, 128), (4, 4, 256), (2, 1, 12)] {
-        for window in [None, Some(128), Some(5)] {
+        for window in [None, Some(128), Some(5), Some(1500)] {
             for with_sinks in [false, true] {
                 let params = AttentionParams {
                     num_heads: heads,
@@ -55,7 +55,8 @@ fn paged_attention_matches_the_cpu_kernel_and_is_batch_invariant() {
                 let (sinks, gpu_sinks) = (sinks.as_ref(), gpu_sinks.as_ref());
                 // A prefill chunk over context, a decode row, an 8-row verification window, a
                 // long context of several key tiles, and two rows of a context long enough to give
-                // each of the kernel's warps many tiles.
+                // each of the kernel's warps many tiles, in three parts of the keys (two under a
+                // window of 1500).
                 let b = batch(&[(40, 17), (9, 1), (300, 8), (700, 1), (2100, 2)], params, 11);
                 let gpu_meta = b.meta.clone().on_device(&dev).unwrap();
                 let what = format!("heads {heads}/{kv_heads}x{d}, window {window:?}, sinks {with_sinks}");
@@ -98,24 +99,27 @@ fn paged_attention_matches_the_cpu_kernel_and_is_batch_invariant() {
                 let diff = max_rel_diff(&host(&got_fp8), &host(&want));
                 assert!(diff < 1e-5, "{what}: fp8 cache off by {diff}");
 
-                // The 8-row window's last row alone gives the same bits as within the batch.
-                let alone = AttentionMetadata {
-                    block_size: BLOCK,
-                    query_start: vec![0, 1],
-                    context_lens: vec![300],
-                    block_tables: vec![b.meta.block_tables[2].clone()],
-                    slot_mapping: vec![b.meta.slot_mapping[17 + 1 + 7]],
-                    device: None,
-                }
-                .on_device(&dev)
-                .unwrap();
-                let q_row = b.q.narrow(0, 17 + 1 + 7, 1).unwrap();
-                let single = paged_attention(&g(&q_row), &g(&b.k), &g(&b.v), &alone, &params, gpu_sinks).unwrap();
-                assert_eq!(
-                    bits(&single),
-                    bits(&got.narrow(0, 17 + 1 + 7, 1).unwrap()),
-                    "{what}: alone"
-                );
+                // Rows alone give the same bits as within the batch: the 8-row window's last,
+                // and the long context's two, whose parts of the keys more blocks share alone.
+                let rows_alone = |seq: usize, rows: std::ops::Range<usize>| {
+                    let alone = AttentionMetadata {
+                        block_size: BLOCK,
+                        query_start: vec![0, rows.len()],
+                        context_lens: vec![b.meta.context_lens[seq]],
+                        block_tables: vec![b.meta.block_tables[seq].clone()],
+                        slot_mapping: b.meta.slot_mapping[rows.clone()].to_vec(),
+                        device: None,
+                    }
+                    .on_device(&dev)
+                    .unwrap();
+                    let q_rows = b.q.narrow(0, rows.start, rows.len()).unwrap();
+                    let single = paged_attention(&g(&q_rows), &g(&b.k), &g(&b.v), &alone, &params, gpu_sinks).unwrap();
+                    let within = got.narrow(0, rows.start, rows.len()).unwrap();
+                    assert_eq!(bits(&single), bits(&within), "{what}: rows {rows:?} alone");
+                    alone
+                };
+                let alone = rows_alone(2, 25..26);
+                rows_alone(4, 27..29);
                 // A device copy of another size of batch is refused.
                 let stale = AttentionMetadata {
                     device: alone.device.clone(),

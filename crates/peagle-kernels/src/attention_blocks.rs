@@ -1,0 +1,69 @@
+//! How `kernels/paged_attention.cu`'s blocks cover a launch: which rows share a block, and how
+//! many blocks share each row's parts of the keys.
+//!
+//! A row's parts are fixed by its position (the kernel's `parts_of`); how many blocks walk them
+//! only changes how soon. A launch of few rows gives each row's parts to several blocks, so
+//! that a long context is read by many SMs at once; a launch of many rows already fills the
+//! GPU, and gives each row one block, which folds its parts as it walks them.
+
+use crate::attention_metadata::AttentionMetadata;
+
+/// The most parts a row has and the most rows a block serves, as the kernel has them
+/// (ATTN_MAX_SPLITS, ATTN_GROUP).
+pub(crate) const MAX_SPLITS: usize = 16;
+const GROUP: usize = 4;
+
+/// The blocks of a head that serve rows: one a row under a window, and under full attention one
+/// a group of up to GROUP consecutive positions of a sequence in an aligned group (the kernel's
+/// `joins_previous`).
+pub(crate) fn serving_blocks(meta: &AttentionMetadata, windowed: bool) -> usize {
+    let rows = meta.rows();
+    if windowed {
+        return rows.len();
+    }
+    let joins = |w: &[(usize, usize)]| w[1].0 == w[0].0 && w[1].1 == w[0].1 + 1 && !w[1].1.is_multiple_of(GROUP);
+    rows.len() - rows.windows(2).filter(|w| joins(w)).count()
+}
+
+/// The blocks each row's parts get so that a launch's serving blocks about fill `resident`, the
+/// blocks the GPU holds at once, given `serving` blocks a head over `num_heads` heads.
+pub(crate) fn blocks_each(resident: usize, serving: usize, num_heads: usize) -> usize {
+    (resident / (serving * num_heads).max(1)).clamp(1, MAX_SPLITS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta(seqs: &[(usize, usize)]) -> AttentionMetadata {
+        let mut query_start = vec![0];
+        for (_, rows) in seqs {
+            query_start.push(query_start.last().unwrap() + rows);
+        }
+        AttentionMetadata {
+            block_size: 16,
+            query_start,
+            context_lens: seqs.iter().map(|(len, _)| *len).collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn rows_of_a_sequence_share_blocks_by_aligned_positions_under_full_attention() {
+        // Positions 10 to 17: blocks for 10-11, 12-15 and 16-17; then a decode row alone.
+        let m = meta(&[(18, 8), (300, 1)]);
+        assert_eq!(serving_blocks(&m, false), 4);
+        assert_eq!(serving_blocks(&m, true), 9);
+        // Two sequences at the same positions never share a block.
+        assert_eq!(serving_blocks(&meta(&[(8, 4), (8, 4)]), false), 2);
+    }
+
+    #[test]
+    fn few_rows_share_parts_and_many_do_not() {
+        // An H100's 132 SMs, two blocks each: a decode row of 64 heads gets 4 blocks.
+        assert_eq!(blocks_each(264, 1, 64), 4);
+        assert_eq!(blocks_each(264, 2, 64), 2);
+        assert_eq!(blocks_each(264, 1, 1), MAX_SPLITS);
+        assert_eq!(blocks_each(264, 16, 64), 1);
+    }
+}
