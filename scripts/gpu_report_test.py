@@ -55,7 +55,7 @@ def main():
             + '{"rows": 2048, "pairs": 8192, "exp')
         write(out, "paged-attention.jsonl", "\n".join(json.dumps(
             {"model": "gpt-oss-20b", "sequences": 1, "rows_each": rows, "context": 8192, "window": window,
-             "ms": 0.02, "kv_mb": kv_mb, "kv_gb_per_s": 1678.0, "walked_gb_per_s": 13422.0})
+             "ms": 0.02, "one_block_ms": 0.05, "kv_mb": kv_mb, "kv_gb_per_s": 1678.0, "walked_gb_per_s": 13422.0})
             for rows, window, kv_mb in ((1, None, 33.55), (2048, 128, 0.52))) + "\n")
         write(out, "llama-8b-decode-kernels.csv", "\n".join([
             "==PROF== Connected to process 7 (peagle-generate)", NCU_HEADER,
@@ -99,8 +99,8 @@ def main():
     assert "| 512 | 32 | 2.000 | 0.800 | 9.500 | 0.40x | 2124 | 5310 |" in md, md
 
     assert [r["rows_each"] for r in report["paged_attention"]] == [1, 2048], report["paged_attention"]
-    assert "| gpt-oss-20b | 1 | 1 | 8192 | - | 0.020 | 33.5 | 1678 | 13422 |" in md, md
-    assert "| gpt-oss-20b | 1 | 2048 | 8192 | 128 | 0.020 | 0.5 | 1678 | 13422 |" in md, md
+    assert "| gpt-oss-20b | 1 | 1 | 8192 | - | 0.020 | 0.050 (2.50x) | 33.5 | 1678 | 13422 |" in md, md
+    assert "| gpt-oss-20b | 1 | 2048 | 8192 | 128 | 0.020 | 0.050 (2.50x) | 0.5 | 1678 | 13422 |" in md, md
 
     # gpt-oss: the bound's share and the projection (EAGLE-3 at 2.65 tokens a step of 2.65 ms: 1000
     # tokens/s; P-EAGLE 3.94 a step of 2.63 ms: 1500), on each matmul in its own section.

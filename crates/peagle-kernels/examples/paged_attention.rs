@@ -2,9 +2,11 @@
 //! gpt-oss-20b's heads (64 query, 8 KV, head_dim 64, sinks) and Llama-8B's (32, 8, 128): decode
 //! rows, 8-row verification windows and prefill chunks over contexts of 128 to 32,768
 //! positions, on a cache whose blocks interleave the sequences'. One JSON line per case: its
-//! time, the keys and values its sequences hold over it (the bytes a launch must read at
-//! least), and the bytes its rows attend over, over it (each query row's head, its window of its
-//! KV head: what a block a row would read; rows grouped in a block share those reads). Run by
+//! time; its time with one block walking each row's parts of the keys
+//! (`AttentionBlocks::OneARow`: the same launch where a batch's rows fill the GPU anyway); the
+//! keys and values its sequences hold over it (the bytes a launch must read at least); and the
+//! bytes its rows attend over, over it (each query row's head, its window of its KV head: what
+//! a block a row would read; rows grouped in a block share those reads). Run by
 //! scripts/gpu_check.sh.
 //!
 //!     cargo run --release --example paged_attention --features cuda
@@ -19,7 +21,7 @@ mod timing;
 
 use candle_core::{DType, Device, Tensor};
 use interleaved_batch::interleaved_batch;
-use peagle_kernels::{paged_attention, AttentionParams, KvScale, Sinks};
+use peagle_kernels::{paged_attention_by, AttentionBlocks, AttentionParams, KvScale, Sinks};
 use timing::time;
 
 const BLOCK: usize = 16;
@@ -81,9 +83,13 @@ fn case(device: &Device, c: &Case) -> candle_core::Result<()> {
     let q = random((sequences * rows, h.heads * h.head_dim))?;
     let sinks = h.sinks.then(|| Sinks::new(vec![0.5; h.heads], device)).transpose()?;
     let reps = if sequences * rows * context > 1 << 20 { 5 } else { 50 };
-    let seconds = time(device, reps, || {
-        paged_attention(&q, &k, &v, &meta, &params, sinks.as_ref())
-    })?;
+    let timed = |blocks| {
+        time(device, reps, || {
+            paged_attention_by(&q, &k, &v, &meta, &params, sinks.as_ref(), blocks)
+        })
+    };
+    let seconds = timed(AttentionBlocks::ByBatch)?;
+    let one_block = timed(AttentionBlocks::OneARow)?;
     // A row reads the positions of its window; a sequence's rows together, its last row's.
     let window_of = |pos: usize| window.map_or(pos + 1, |w| w.min(pos + 1));
     let bf16_kv = |positions: usize, width: usize| (positions * width * 2 * 2) as f64;
@@ -92,10 +98,11 @@ fn case(device: &Device, c: &Case) -> candle_core::Result<()> {
     let walked: usize = (context - rows..context).map(window_of).sum();
     let walked = bf16_kv(sequences * walked, h.heads * h.head_dim);
     println!(
-        "{{\"model\": \"{}\", \"sequences\": {sequences}, \"rows_each\": {rows}, \"context\": {context}, \"window\": {}, \"ms\": {:.4}, \"kv_mb\": {:.2}, \"kv_gb_per_s\": {:.1}, \"walked_gb_per_s\": {:.1}}}",
+        "{{\"model\": \"{}\", \"sequences\": {sequences}, \"rows_each\": {rows}, \"context\": {context}, \"window\": {}, \"ms\": {:.4}, \"one_block_ms\": {:.4}, \"kv_mb\": {:.2}, \"kv_gb_per_s\": {:.1}, \"walked_gb_per_s\": {:.1}}}",
         h.name,
         window.map_or("null".to_string(), |w| w.to_string()),
         seconds * 1e3,
+        one_block * 1e3,
         kv_bytes / 1e6,
         kv_bytes / seconds / 1e9,
         walked / seconds / 1e9,

@@ -61,7 +61,9 @@ pub use mxfp4::{mxfp4_linear, Mxfp4Weight, MXFP4_BLOCK};
 #[cfg(feature = "cuda")]
 pub use mxfp4_experts::{ExpertOutputs, Mxfp4Expert, Mxfp4Experts, Routing};
 pub use no_rows::no_rows;
-pub use paged_attention::{paged_attention, rotated_paged_attention, AttentionParams, KvScale, Sinks};
+pub use paged_attention::{
+    paged_attention, paged_attention_by, rotated_paged_attention, AttentionBlocks, AttentionParams, KvScale, Sinks,
+};
 pub use pool::on_pool;
 pub use rms_norm::{add_rms_norm, rms_norm, rms_norm_pair};
 pub use rope::{rope, Rotation};

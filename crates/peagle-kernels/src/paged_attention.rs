@@ -100,7 +100,35 @@ pub fn paged_attention(
     params: &AttentionParams,
     sinks: Option<&Sinks>,
 ) -> Result<Tensor> {
-    q.apply_op3_no_bwd(k_cache, v_cache, &PagedAttention::plain(meta, params, sinks))
+    paged_attention_by(q, k_cache, v_cache, meta, params, sinks, AttentionBlocks::ByBatch)
+}
+
+/// How a GPU's attention launch gives blocks to a long row's parts of its keys
+/// (`kernels/paged_attention.cu`). Every choice gives the same bits, only sooner or later:
+/// inference takes `ByBatch`, and `OneARow` is for comparing them. The CPU ignores it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttentionBlocks {
+    /// Where a launch has few rows, several blocks share each row's parts.
+    ByBatch,
+    /// One block walks each row's parts.
+    OneARow,
+}
+
+/// `paged_attention`, its blocks given as `blocks` says.
+pub fn paged_attention_by(
+    q: &Tensor,
+    k_cache: &Tensor,
+    v_cache: &Tensor,
+    meta: &AttentionMetadata,
+    params: &AttentionParams,
+    sinks: Option<&Sinks>,
+    blocks: AttentionBlocks,
+) -> Result<Tensor> {
+    let op = PagedAttention {
+        blocks,
+        ..PagedAttention::plain(meta, params, sinks)
+    };
+    q.apply_op3_no_bwd(k_cache, v_cache, &op)
 }
 
 /// `paged_attention` of the queries `q` rotated by `rotation` (as `Rotation::apply` rotates
@@ -131,6 +159,8 @@ struct PagedAttention<'a> {
     /// The queries' rotation, which only the GPU's kernel applies (`rotated_paged_attention`).
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     rotation: Option<Rotation<'a>>,
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    blocks: AttentionBlocks,
 }
 
 impl CustomOp3 for PagedAttention<'_> {
@@ -188,6 +218,7 @@ impl CustomOp3 for PagedAttention<'_> {
             params: self.params,
             sinks: self.sinks,
             rotation,
+            blocks: self.blocks,
         };
         crate::cuda::paged_attention((qs, ql), (ks, kl), (vs, vl), &extra)
     }
@@ -201,6 +232,7 @@ impl<'a> PagedAttention<'a> {
             params,
             sinks,
             rotation: None,
+            blocks: AttentionBlocks::ByBatch,
         }
     }
 

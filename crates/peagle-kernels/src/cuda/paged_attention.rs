@@ -7,7 +7,7 @@ use super::{
 use crate::attention_blocks::MAX_SPLITS;
 use crate::attention_metadata::AttentionMetadata;
 use crate::error::bad_input;
-use crate::paged_attention::{AttentionParams, Sinks};
+use crate::paged_attention::{AttentionBlocks, AttentionParams, Sinks};
 use crate::rope::Rotation;
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{CudaSlice, CudaView, DeviceRepr, LaunchConfig, PushKernelArg};
@@ -26,6 +26,7 @@ pub(crate) struct AttentionInputs<'a> {
     pub sinks: Option<&'a Sinks>,
     /// The queries' rotation, its tables checked, where the kernel rotates them.
     pub rotation: Option<Rotation<'a>>,
+    pub blocks: AttentionBlocks,
 }
 
 /// `kernels/paged_attention.cu` over a batch whose metadata was validated against the cache,
@@ -106,20 +107,15 @@ pub(crate) fn paged_attention(
                     sinks: sinks.as_ref(),
                     tables: tables.as_ref(),
                 };
-                with_split(
-                    &device,
-                    inputs.meta,
-                    params.num_heads,
-                    params.sliding_window,
-                    |blocks, counters| {
-                        let split = Split { blocks, counters };
-                        by_dtypes_or_fp8!(
-                            OP,
-                            (q_dtype, cache_dtype),
-                            launch(&device, q, k_cache, v_cache, &reads, &args, split)
-                        )
-                    },
-                )
+                let one_a_row = inputs.blocks == AttentionBlocks::OneARow;
+                with_split(&device, inputs.meta, params, one_a_row, |blocks, counters| {
+                    let split = Split { blocks, counters };
+                    by_dtypes_or_fp8!(
+                        OP,
+                        (q_dtype, cache_dtype),
+                        launch(&device, q, k_cache, v_cache, &reads, &args, split)
+                    )
+                })
             })
         })
     })?;

@@ -4,6 +4,7 @@
 
 use crate::attention_blocks::{blocks_each, serving_blocks};
 use crate::attention_metadata::AttentionMetadata;
+use crate::paged_attention::AttentionParams;
 use candle_core::cuda_backend::cudarc::driver::sys::{CUdevice_attribute, CUstreamCaptureStatus};
 use candle_core::cuda_backend::cudarc::driver::CudaSlice;
 use candle_core::cuda_backend::{CudaDevice, DeviceId, WrapErr};
@@ -37,17 +38,18 @@ fn all_counters() -> MutexGuard<'static, HashMap<DeviceId, SplitCounters>> {
     all.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// Calls `f` with the blocks each row's parts get in this launch (1 or more) and, where more
-/// than one, the device's counters.
+/// Calls `f` with the blocks each row's parts get in this launch (1 or more; 1 where
+/// `one_a_row`) and, where more than one, the device's counters.
 pub(super) fn with_split<R>(
     device: &CudaDevice,
     meta: &AttentionMetadata,
-    num_heads: usize,
-    window: Option<usize>,
+    params: &AttentionParams,
+    one_a_row: bool,
     f: impl FnOnce(usize, Option<&mut CudaSlice<u32>>) -> Result<R>,
 ) -> Result<R> {
+    let (num_heads, window) = (params.num_heads, params.sliding_window);
     // A window of SPLIT_MIN positions or fewer is always one part.
-    if window.is_some_and(|w| w <= SPLIT_MIN) || meta.num_rows() * num_heads > COUNTERS {
+    if one_a_row || window.is_some_and(|w| w <= SPLIT_MIN) || meta.num_rows() * num_heads > COUNTERS {
         return f(1, None);
     }
     let mut all = all_counters();

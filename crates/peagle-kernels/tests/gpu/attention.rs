@@ -3,8 +3,8 @@
 use super::{bits, gpu, host, interleaved_batch, max_rel_diff, tensor, values};
 use candle_core::{DType, Device, Tensor};
 use peagle_kernels::{
-    paged_attention, rotated_paged_attention, write_kv, write_rotated_kv, AttentionMetadata, AttentionParams, KvScale,
-    Rotation, Sinks, PAD_SLOT,
+    paged_attention, paged_attention_by, rotated_paged_attention, write_kv, write_rotated_kv, AttentionBlocks,
+    AttentionMetadata, AttentionParams, KvScale, Rotation, Sinks, PAD_SLOT,
 };
 
 /// A batch's metadata and queries, and a paged cache of random keys and values.
@@ -64,6 +64,18 @@ fn paged_attention_matches_the_cpu_kernel_and_is_batch_invariant() {
                 let got = paged_attention(&g(&b.q), &g(&b.k), &g(&b.v), &gpu_meta, &params, gpu_sinks).unwrap();
                 let diff = max_rel_diff(&host(&got), &host(&want));
                 assert!(diff < 1e-5, "{what}: f32 cache off by {diff}");
+                // One block walking each row's parts gives the bits of blocks sharing them.
+                let one_block = paged_attention_by(
+                    &g(&b.q),
+                    &g(&b.k),
+                    &g(&b.v),
+                    &gpu_meta,
+                    &params,
+                    gpu_sinks,
+                    AttentionBlocks::OneARow,
+                )
+                .unwrap();
+                assert_eq!(bits(&one_block), bits(&got), "{what}: one block a row");
                 // Queries read in place as a column range of a wider tensor: the same bits.
                 let rows = b.meta.num_rows();
                 let wide = Tensor::cat(&[&tensor((rows, 8), 15, 1.0), &b.q], 1).unwrap();
