@@ -187,19 +187,20 @@ kernel_details() {
         "$@" >/dev/null 2>"$out/$name.log" || fail "$name (see $name.log)"
 }
 
-# kernel_profile NAME MODEL PROMPT STEPS [ARGUMENT...]: the GPU time of every kernel over the
-# STEPS engine steps of a prompt (its prefill first), recorded by Nsight Compute in
-# NAME-kernels.csv, with NAME-kernels.json saying how many steps. The same prompt runs once
-# before, outside the profiled range, to warm the engine up. ARGUMENTs go to peagle-generate.
+# kernel_profile NAME MODEL PROMPT TOKENS [ARGUMENT...]: the GPU time of every kernel over the
+# engine steps that generate TOKENS tokens of a prompt (its prefill first), recorded by Nsight
+# Compute in NAME-kernels.csv, with NAME-kernels.json saying how many steps (a speculative step
+# gives several tokens). The same prompt runs once before, outside the profiled range, to warm
+# the engine up, and takes as many steps (greedy). ARGUMENTs go to peagle-generate.
 # ncu times each kernel alone, with the caches flushed before it, at the clocks it would run.
 kernel_profile() {
-    local name=$1 model=$2 prompt=$3 steps=$4 ncu prompts
+    local name=$1 model=$2 prompt=$3 tokens=$4 ncu prompts
     shift 4
     ncu=$(ncu_path) || {
         echo "no ncu on this host: $name's kernel profile left out" | tee -a "$out/steps.log"
         return
     }
-    step "$name: GPU time by kernel over $steps step(s) (ncu)" || return
+    step "$name: GPU time by kernel over the steps of $tokens token(s) (ncu)" || return
     prompts=$(mktemp)
     python3 -c 'import json, sys; print((json.dumps({"prompt": sys.argv[1]}) + "\n") * 2, end="")' "$prompt" >"$prompts"
     # At most 5000 launches, so that a profile ends within its limit (ncu_limit).
@@ -207,10 +208,12 @@ kernel_profile() {
         "$ncu" --profile-from-start off --launch-count 5000 --metrics gpu__time_duration.sum --csv \
         --print-units base --clock-control none --log-file "$out/$name-kernels.csv" \
         "$bin/peagle-generate" --device cuda --model "$model" --prompts-file "$prompts" \
-        --max-tokens "$steps" --ignore-eos --cuda-profile "$@" >/dev/null 2>"$out/$name-kernels.log" &&
-        echo "{\"steps\": $steps}" >"$out/$name-kernels.json" ||
+        --max-tokens "$tokens" --ignore-eos --cuda-profile --stats-json "$prompts.stats" "$@" \
+        >/dev/null 2>"$out/$name-kernels.log" &&
+        python3 -c 'import json, sys; print(json.dumps({"steps": json.load(open(sys.argv[1]))["step_times"]["steps"] // 2}))' \
+            "$prompts.stats" >"$out/$name-kernels.json" ||
         fail "$name's kernel profile (see $name-kernels.log)"
-    rm -f "$prompts"
+    rm -f "$prompts" "$prompts.stats"
 }
 
 run_kernels() {
@@ -247,6 +250,15 @@ run_demo() {
             --concurrency 1,4,16 --max-tokens 128 --out "$out/$name" >"$out/$name.log" 2>&1 ||
             fail "$name (see $name.log)"
     done
+
+    # Where a step of the demo by CUDA graphs goes, plain and P-EAGLE K=7: its kernels' GPU time
+    # against the sweep's engine time a step says how much of the step waits on the host.
+    local prompt
+    prompt=$(python3 -c 'import json, sys; print(json.loads(open(sys.argv[1]).readline())["prompt"])' \
+        models/pystdlib-12l/eval_prompts.jsonl)
+    kernel_profile demo-decode-graphs models/pystdlib-12l "$prompt" 32 --cuda-graphs
+    kernel_profile demo-peagle-graphs models/pystdlib-12l "$prompt" 32 --cuda-graphs \
+        --draft-model models/pystdlib-12l-peagle --parallel-drafting --k 7
 
     if step "transformers generate on the demo model (the peer)"; then
         timed python3 scripts/gpu_transformers_peer.py --model models/pystdlib-12l \

@@ -398,6 +398,8 @@ KERNEL_PROFILES = {
     "gpt-oss-decode": "gpt-oss-20b-shaped target, no speculation",
     "gpt-oss-peagle": "gpt-oss-20b-shaped target, P-EAGLE K=7 (random drafter)",
     "gpt-oss-prefill": "gpt-oss-20b-shaped target, a 512-word prompt's prefill",
+    "demo-decode-graphs": "demo model by CUDA graphs, no speculation",
+    "demo-peagle-graphs": "demo model by CUDA graphs, P-EAGLE K=7",
 }
 PROFILE_TOP = 15  # kernels listed by name; the rest are summed in one line
 
