@@ -92,7 +92,12 @@ impl Fixture {
     /// A cache on the model's device: f32 (on the CPU) or the activation dtype, unless
     /// `with_cache_dtype` chose another.
     pub fn cache(&self) -> KvCache {
-        KvCache::new(self.model.dims(), 64, BLOCK, self.cache_dtype, &self.options.device).unwrap()
+        self.cache_of(64)
+    }
+
+    /// A cache of `blocks` blocks.
+    pub fn cache_of(&self, blocks: usize) -> KvCache {
+        KvCache::new(self.model.dims(), blocks, BLOCK, self.cache_dtype, &self.options.device).unwrap()
     }
 }
 
@@ -106,10 +111,21 @@ pub type Rowset = (Tensor, Tensor, Tensor);
 
 /// Runs `(sequence id, tokens, start position)` spans as one batch, every row wanted.
 pub fn run(model: &dyn TargetModel, kv: &KvCache, spans: &[(usize, &[u32], usize)]) -> Vec<Rowset> {
+    let tables: Vec<Vec<u32>> = spans.iter().map(|(seq, _, _)| blocks(*seq)).collect();
+    let spans: Vec<_> = spans
+        .iter()
+        .zip(&tables)
+        .map(|((_, tokens, start), table)| (table.as_slice(), *tokens, *start))
+        .collect();
+    run_tables(model, kv, &spans)
+}
+
+/// `run` over `(block table, tokens, start position)` spans.
+pub fn run_tables(model: &dyn TargetModel, kv: &KvCache, spans: &[(&[u32], &[u32], usize)]) -> Vec<Rowset> {
     let mut b = BatchBuilder::new(BLOCK);
     let placed: Vec<_> = spans
         .iter()
-        .map(|(seq, tokens, start)| b.add(tokens, *start, &blocks(*seq), Rows::All, Rows::All).unwrap())
+        .map(|(table, tokens, start)| b.add(tokens, *start, table, Rows::All, Rows::All).unwrap())
         .collect();
     let out = model.forward(&b.build(), kv).unwrap();
     let (aux, fin) = (out.aux_hidden.unwrap(), out.final_hidden.unwrap());
