@@ -126,12 +126,11 @@ __device__ __forceinline__ uint32_t tile_slot(const uint32_t* table, int t0, int
     return table[p / block_size] * block_size + p % block_size;
 }
 
-// One warp's online softmaxes, a row of the group each, over its tiles of the part from `first`
-// to before `end`. The group's rows are
-// `count` consecutive positions from `pos0`, which share the tiles' keys and values. DIMS is
-// the dimensions a lane sums (head_dim <= 32 * DIMS); `acc[r][i]` is row r's dimension
-// lane + 32 i. `m[r]` is row r's largest score seen, `denom[r]` the lane's share of its
-// denominator (its keys' weights).
+// One warp's online softmaxes, a row of the group each, over its tiles of the part from
+// `first` to before `end`. The group's rows are `count` consecutive positions from `pos0`,
+// which share the tiles' keys and values. DIMS is the dimensions a lane sums
+// (head_dim <= 32 * DIMS); `acc[r][i]` is row r's dimension lane + 32 i. `m[r]` is row r's
+// largest score seen, `denom[r]` the lane's share of its denominator (its keys' weights).
 template <typename C, int DIMS>
 __device__ void warp_tiles(AttentionShared& s, const C* k_cache, const C* v_cache, const uint32_t* table, int first,
                            int end, int pos0, int count, size_t kv_width, size_t kv_offset, int head_dim, int block_size,
