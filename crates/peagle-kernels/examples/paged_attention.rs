@@ -156,7 +156,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let mut cases = Vec::new();
     for h in [&GPT_OSS, &LLAMA_8B] {
-        for context in [128, 1024, 8192, 32768] {
+        for context in [128, 1024, 2048, 4096, 8192, 32768] {
             cases.push(at(h, 1, 1, context, None));
         }
         for context in [1024, 8192] {
