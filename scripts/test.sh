@@ -7,17 +7,19 @@
 # --check: the crates with CUDA code built with the cuda feature, the CUDA kernels compiled to
 # PTX; no GPU needed, scripts/gpu_check.sh runs the GPU tests on a GPU host), with the GPU
 # report's assembly over made-up results (scripts/gpu_report_test.py), the tensor-core kernels'
-# operand layout simulated (scripts/mma_layout_test.py), and the kernels' GPU tests on the CUDA
-# emulator (scripts/emulated_gpu_tests.sh, cuda-emulator/: every kernel against its CPU
-# reference, with no GPU; gpt-oss's full-size experts test, minutes there, is left to GPU hosts
-# and to the emulator's own runs). The check and the emulated tests run beside the CPU tests, in
-# a target directory of their own.
+# operand layout simulated (scripts/mma_layout_test.py), and the kernels' and the models' GPU
+# tests on the CUDA emulator (scripts/emulated_gpu_tests.sh, cuda-emulator/: every kernel against
+# its CPU reference, and the fixture models' logits, batch invariance and CUDA graphs on both
+# matmuls, with no GPU; gpt-oss's full-size experts test and the engine's tests, minutes to an
+# hour there, are left to GPU hosts and to the emulator's own runs). The check and the emulated
+# tests run beside the CPU tests, in a target directory of their own.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p target
 {
     bash scripts/build_cuda.sh --check &&
-        EMULATED_CRATES=peagle-kernels EMULATED_SKIP=experts::mxfp4_experts_match_the_reference_and_are_batch_invariant \
+        EMULATED_CRATES="peagle-kernels peagle-models" \
+            EMULATED_SKIP=experts::mxfp4_experts_match_the_reference_and_are_batch_invariant \
             TEST_TIMEOUT=600 bash scripts/emulated_gpu_tests.sh
 } >target/cuda-check.log 2>&1 &
 cuda=$!
@@ -29,8 +31,8 @@ if ! { cargo test --workspace --locked && python3 scripts/gpu_report_test.py && 
 fi
 if ! wait "$cuda"; then
     tail -40 target/cuda-check.log
-    echo "the CUDA build check or the emulated kernel tests failed; the log is target/cuda-check.log"
+    echo "the CUDA build check or the emulated GPU tests failed; the log is target/cuda-check.log"
     exit 1
 fi
 grep "^emulated GPU tests" target/cuda-check.log
-echo "CUDA build check (scripts/build_cuda.sh --check) and the kernels' emulated GPU tests: ok"
+echo "CUDA build check (scripts/build_cuda.sh --check) and the kernels' and models' emulated GPU tests: ok"
