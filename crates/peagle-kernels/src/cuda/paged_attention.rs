@@ -168,14 +168,7 @@ fn launch<T: CudaDType + DeviceRepr, C: CudaDType>(
     let k = view::<C>(k_cache.0, k_cache.1, "key cache")?;
     let v = view::<C>(v_cache.0, v_cache.1, "value cache")?;
     let null: u64 = 0;
-    // Where blocks share a row's parts, each part's partial softmax of each (row, head): its
-    // largest logit, its denominator and its sums.
-    let heads = a.ints[2] as usize;
-    let head_dim = a.ints[4] as usize;
-    let mut partials = match split.counters {
-        Some(_) => Some(output::<f32>(device, rows * heads * MAX_SPLITS * (head_dim + 2))?),
-        None => None,
-    };
+    let mut partials = None;
     let mut builder = a.func.builder();
     builder.arg(&mut out).arg(&q).arg(&k).arg(&v).arg(reads.meta);
     for optional in [reads.sinks, reads.tables] {
@@ -184,9 +177,15 @@ fn launch<T: CudaDType + DeviceRepr, C: CudaDType>(
             None => builder.arg(&null),
         };
     }
-    match (&mut partials, split.counters) {
-        (Some(partials), Some(counters)) => builder.arg(partials).arg(counters),
-        _ => builder.arg(&null).arg(&null),
+    match split.counters {
+        Some(counters) => {
+            // Each part's partial softmax of each (row, head): its largest logit, its
+            // denominator and its sums.
+            let (heads, head_dim) = (a.ints[2] as usize, a.ints[4] as usize);
+            let len = rows * heads * MAX_SPLITS * (head_dim + 2);
+            builder.arg(partials.insert(output::<f32>(device, len)?)).arg(counters)
+        }
+        None => builder.arg(&null).arg(&null),
     };
     for i in &a.ints {
         builder.arg(i);
