@@ -3,7 +3,8 @@
 //! rows themselves.
 
 use crate::contiguous::contiguous;
-use crate::requested_rows::apply_to_rows;
+use crate::error::bad_input;
+use crate::requested_rows::{apply_to_rows, apply_where};
 use candle_core::{CpuStorage, CustomOp1, Layout, Result, Shape, Tensor};
 
 /// The argmax of each of `rows` of `x` [rows, cols] (f32 or bf16): the first index of the
@@ -15,6 +16,20 @@ pub fn argmax_rows(x: &Tensor, rows: &[u32]) -> Result<Vec<u32>> {
     }
     let op = ArgmaxRows { rows: rows.to_vec() };
     apply_to_rows("argmax_rows", x, rows.iter().map(|&r| r as usize), &op)
+}
+
+/// The argmax of every row of `x` [rows, cols] (f32 or bf16, at least one row), as
+/// `argmax_rows` finds it, left on `x`'s device: u32 [rows]. A GPU uploads nothing for it, so a
+/// CUDA graph can capture it.
+pub fn argmax_each_row(x: &Tensor) -> Result<Tensor> {
+    let (rows, _) = x.dims2()?;
+    if rows == 0 {
+        return Err(bad_input("argmax_each_row", "no rows"));
+    }
+    let op = ArgmaxRows {
+        rows: (0..rows as u32).collect(),
+    };
+    apply_where(x, &op)
 }
 
 struct ArgmaxRows {
@@ -56,7 +71,7 @@ fn first_largest(row: &[f32]) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use candle_core::Device;
+    use candle_core::{DType, Device};
 
     #[test]
     fn the_first_largest_value_wins_and_nan_never_does() {
@@ -78,5 +93,9 @@ mod tests {
         assert_eq!(argmax_rows(&x, &[]).unwrap(), Vec::<u32>::new());
         let err = argmax_rows(&x, &[1, 5]).unwrap_err().to_string();
         assert!(err.contains("row 5 of 5"), "{err}");
+        let each = argmax_each_row(&strided.to_dtype(DType::BF16).unwrap()).unwrap();
+        assert_eq!(each.to_vec1::<u32>().unwrap(), [1, 1, 0, 0, 1]);
+        let err = argmax_each_row(&x.narrow(0, 0, 0).unwrap()).unwrap_err().to_string();
+        assert!(err.contains("no rows"), "{err}");
     }
 }

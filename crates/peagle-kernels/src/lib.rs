@@ -18,6 +18,7 @@ mod dot;
 mod error;
 mod exp;
 mod fp8_weight;
+mod gather_rows;
 mod gumbel_sample;
 mod head_rows;
 mod invariant_matmul;
@@ -39,9 +40,10 @@ mod row_candidates;
 mod swiglu;
 #[cfg(test)]
 mod test_util;
+mod upload;
 mod value_sum;
 
-pub use argmax_rows::argmax_rows;
+pub use argmax_rows::{argmax_each_row, argmax_rows};
 pub use attention_metadata::{AttentionMetadata, DeviceMetadata};
 pub use cache_element::CacheElement;
 pub use cuda_matmul::{CudaMatmul, MmaTiles, CUDA_MATMUL_ENV};
@@ -50,6 +52,7 @@ pub use device_memory::{device_memory, keep_freed_memory, peak_allocated, Device
 pub use error::KernelError;
 pub use exp::exp_in_place;
 pub use fp8_weight::{fp8_linear, Fp8Weight};
+pub use gather_rows::{gather_rows, gather_rows_into};
 pub use gumbel_sample::{gumbel_sample, splitmix64, GumbelRequest};
 pub use invariant_matmul::{
     invariant_linear, invariant_linear_swiglu, invariant_matmul, invariant_matmul_by, invariant_matmul_tiled,
@@ -69,3 +72,4 @@ pub use rms_norm::{add_rms_norm, rms_norm, rms_norm_pair};
 pub use rope::{rope, Rotation};
 pub use row_candidates::{row_candidates, CandidateRequest, RowCandidates, MAX_ROW_CANDIDATES};
 pub use swiglu::{clamped_swiglu, swiglu};
+pub use upload::upload_into;

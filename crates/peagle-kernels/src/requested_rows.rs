@@ -17,9 +17,14 @@ pub(crate) fn apply_to_rows(
     if let Some(row) = rows.find(|r| *r >= count) {
         return Err(bad_input(name, format!("row {row} of {count}")));
     }
+    apply_where(logits, op)?.flatten_all()?.to_vec1()
+}
+
+/// `op`'s output over `logits`, left where the logits are: on the CPU over them in f32.
+pub(crate) fn apply_where(logits: &Tensor, op: &impl CustomOp1) -> Result<Tensor> {
     let logits = match logits.device().is_cpu() {
         true => logits.to_dtype(DType::F32)?,
         false => logits.clone(),
     };
-    logits.contiguous()?.apply_op1_no_bwd(op)?.flatten_all()?.to_vec1()
+    logits.contiguous()?.apply_op1_no_bwd(op)
 }

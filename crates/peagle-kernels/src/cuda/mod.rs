@@ -4,6 +4,7 @@
 //! PTX by build.rs; `module` loads them.
 
 mod argmax;
+mod gather;
 mod kv_write;
 mod linear;
 mod memory;
@@ -18,6 +19,7 @@ mod split_counters;
 mod swiglu;
 
 pub(crate) use argmax::argmax_rows;
+pub(crate) use gather::gather_rows;
 pub(crate) use kv_write::{kv_write, NewRows};
 pub(crate) use linear::linear;
 pub(crate) use memory::{device_memory, keep_freed_memory, peak_allocated};
@@ -202,4 +204,31 @@ fn row_blocks(elements: usize, threads: usize) -> u32 {
 /// A size as the kernels' `int`, or an error: the kernels index with 32-bit integers.
 fn int(op: &'static str, n: usize) -> Result<i32> {
     i32::try_from(n).map_err(|_| bad_input(op, format!("{n} does not fit the kernel's 32-bit sizes")))
+}
+
+/// Writes `values` into `dst`'s memory on its device (contiguous, of the values' dtype, u32 or
+/// f32, as many elements: checked by the caller), ordered on the device's stream.
+pub(crate) fn upload_into<T>(dst: &Tensor, values: &[T]) -> Result<()> {
+    let (storage, layout) = dst.storage_and_layout();
+    let Storage::Cuda(s) = &*storage else {
+        return Err(bad_input("upload_into", "the tensor must be on the GPU"));
+    };
+    match dst.dtype() {
+        DType::U32 => copy_into(&view::<u32>(s, layout, "dst")?, &s.device, values),
+        DType::F32 => copy_into(&view::<f32>(s, layout, "dst")?, &s.device, values),
+        other => Err(bad_input("upload_into", format!("{other:?}: u32 or f32"))),
+    }
+}
+
+/// Copies `values` from the host into `target`, which holds as many elements of their size.
+fn copy_into<U, T>(target: &CudaView<'_, U>, device: &CudaDevice, values: &[T]) -> Result<()> {
+    use candle_core::cuda_backend::cudarc::driver::{result, DevicePtr};
+    use candle_core::cuda_backend::WrapErr;
+    let stream = device.cuda_stream();
+    stream.context().bind_to_thread().w()?;
+    let (ptr, _recorded) = target.device_ptr(&stream);
+    // SAFETY: `target` holds `values.len()` elements of T's size, and the copy is ordered on
+    // the stream every kernel of candle's and peagle's runs on. The driver has read `values`
+    // when the call returns, as with candle's own uploads.
+    unsafe { result::memcpy_htod_async(ptr, values, stream.cu_stream()) }.w()
 }

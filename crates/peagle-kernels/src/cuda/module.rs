@@ -11,6 +11,7 @@ use std::sync::Arc;
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Module {
     Argmax,
+    GatherRows,
     GumbelSample,
     KvWrite,
     Linear,
@@ -43,6 +44,7 @@ impl Module {
     fn sources(self) -> (&'static str, [&'static str; 3]) {
         match self {
             Self::Argmax => ptx!("argmax"),
+            Self::GatherRows => ptx!("gather_rows"),
             Self::GumbelSample => ptx!("gumbel_sample"),
             Self::KvWrite => ptx!("kv_write"),
             Self::Linear => ptx!("linear"),

@@ -1,8 +1,8 @@
-//! Row-wise kernels: RoPE, SwiGLU and RMSNorm (alone, fused with the residual add, and two
-//! side by side).
+//! Row-wise kernels: RoPE, SwiGLU, RMSNorm (alone, fused with the residual add, and two side
+//! by side) and the gather of rows from two tables.
 use super::{bits, gpu, host, max_rel_diff, tensor};
 use candle_core::{DType, Device, Tensor};
-use peagle_kernels::{add_rms_norm, rms_norm, rms_norm_pair, rope, swiglu};
+use peagle_kernels::{add_rms_norm, gather_rows, gather_rows_into, rms_norm, rms_norm_pair, rope, swiglu, upload_into};
 
 #[test]
 fn rope_equals_the_cpu_kernel_bitwise_even_on_strided_rows() {
@@ -118,4 +118,59 @@ fn rms_norm_rows_have_the_same_bits_however_they_are_read() {
         let apart = Tensor::cat(&[&normed, &rms_norm(&x, &w2, 1e-5).unwrap()], 1).unwrap();
         assert_eq!(bits(&pair), bits(&apart), "width {width}: a pair of norms");
     }
+}
+
+/// Rows gathered on the GPU from two tables are the CPU's, bit for bit: in f32 and bf16, at
+/// gpt-oss's width and at one that is no multiple of the block's threads, picks from both
+/// tables in any order and repeated, from a strided first table, and from one table alone.
+#[test]
+fn gather_rows_equals_the_cpu_bitwise() {
+    let Some(dev) = gpu() else { return };
+    let g = |t: &Tensor| t.to_device(&dev).unwrap();
+    for cols in [2880, 300] {
+        let wide = tensor((9, 2 * cols), 11, 4.0);
+        let first = wide.narrow(1, cols, cols).unwrap();
+        let second = tensor((2, cols), 12, 4.0);
+        let picks = [9, 0, 10, 8, 9, 3, 3];
+        for dtype in [DType::F32, DType::BF16] {
+            let (first, second) = (first.to_dtype(dtype).unwrap(), second.to_dtype(dtype).unwrap());
+            let want = gather_rows(&first, Some(&second), &picks).unwrap();
+            let got = gather_rows(&g(&first), Some(&g(&second)), &picks).unwrap();
+            assert_eq!(got.dtype(), dtype);
+            assert_eq!(bits(&got), bits(&want), "{dtype:?}, {cols} columns");
+            let want = gather_rows(&first, None, &[8, 1]).unwrap();
+            let got = gather_rows(&g(&first), None, &[8, 1]).unwrap();
+            assert_eq!(bits(&got), bits(&want), "{dtype:?}, {cols} columns, one table");
+
+            // Into rows of a tensor that exists, leaving the others as they were.
+            let out = g(&Tensor::ones((5, cols), dtype, &Device::Cpu).unwrap());
+            let middle = out.narrow(0, 1, picks.len() - 4).unwrap();
+            gather_rows_into(&middle, &g(&first), Some(&g(&second)), &picks[..3]).unwrap();
+            let want = Tensor::cat(
+                &[
+                    &out.narrow(0, 0, 1).unwrap().to_device(&Device::Cpu).unwrap(),
+                    &gather_rows(&first, Some(&second), &picks[..3]).unwrap(),
+                    &Tensor::ones((1, cols), dtype, &Device::Cpu).unwrap(),
+                ],
+                0,
+            )
+            .unwrap();
+            assert_eq!(bits(&out), bits(&want), "{dtype:?}, {cols} columns, into a tensor");
+        }
+    }
+}
+
+/// Values uploaded into a tensor on the GPU land in its elements and no others, and a tensor of
+/// another size or dtype is refused.
+#[test]
+fn upload_into_writes_its_tensor_on_the_gpu() {
+    let Some(dev) = gpu() else { return };
+    let all = Tensor::zeros((3, 4), DType::U32, &dev).unwrap();
+    upload_into(&all.narrow(0, 1, 1).unwrap(), &[5u32, 6, 7, 8]).unwrap();
+    assert_eq!(all.to_vec2::<u32>().unwrap(), [[0; 4], [5, 6, 7, 8], [0; 4]]);
+    let floats = Tensor::zeros(3, DType::F32, &dev).unwrap();
+    upload_into(&floats, &[0.5f32, -1.0, 2.0]).unwrap();
+    assert_eq!(floats.to_vec1::<f32>().unwrap(), [0.5, -1.0, 2.0]);
+    assert!(upload_into(&floats, &[1u32, 2, 3]).is_err());
+    assert!(upload_into(&floats, &[1f32, 2.0]).is_err());
 }

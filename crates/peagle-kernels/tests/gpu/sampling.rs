@@ -4,13 +4,15 @@ use super::{gpu, values};
 use crate::common::{chi_square, draws_of_one_row};
 use candle_core::{DType, Device, Tensor};
 use peagle_kernels::{
-    argmax_rows, gumbel_sample, row_candidates, CandidateRequest, GumbelRequest, RowCandidates, MAX_ROW_CANDIDATES,
+    argmax_each_row, argmax_rows, gumbel_sample, row_candidates, CandidateRequest, GumbelRequest, RowCandidates,
+    MAX_ROW_CANDIDATES,
 };
 
 /// Each requested row's argmax on the GPU is the CPU's (the first largest, NaN never), at a
 /// gpt-oss-sized vocabulary (read eight logits a load) and at one a little smaller that is no
 /// multiple of 8 (read one at a time), with ties and NaN planted, in f32 and bf16, for every
-/// row (which uploads no list of rows) and for a few in another order.
+/// row (which uploads no list of rows) and for a few in another order. The argmax of every row
+/// left on the device (`argmax_each_row`) holds the same ids.
 #[test]
 fn argmax_rows_equals_the_cpu() {
     let Some(dev) = gpu() else { return };
@@ -29,6 +31,16 @@ fn argmax_rows_equals_the_cpu() {
         let x = Tensor::from_vec(v, (rows, vocab), &Device::Cpu).unwrap();
         let xb = x.to_dtype(DType::BF16).unwrap();
         let every: Vec<u32> = (0..rows as u32).collect();
+        for (x, what) in [(&x, "f32"), (&xb, "bf16")] {
+            let on_gpu = argmax_each_row(&x.to_device(&dev).unwrap()).unwrap();
+            assert!(on_gpu.device().is_cuda(), "{what}: left on the device");
+            let want = argmax_rows(&x.to_dtype(DType::F32).unwrap(), &every).unwrap();
+            assert_eq!(
+                on_gpu.to_vec1::<u32>().unwrap(),
+                want,
+                "{what}, every row, vocabulary {vocab}"
+            );
+        }
         for chosen in [every, vec![30, 3, 30, 0, 27]] {
             let want = argmax_rows(&x, &chosen).unwrap();
             assert_eq!(
