@@ -98,10 +98,11 @@ fn step_parts(c: &mut Criterion, label: &str, models: &Path) {
     // the request's slots are those and the bonus token, with the target states before them.
     let start = CONTEXT - ACCEPTED;
     let table: Vec<u32> = (0..16).collect();
+    let states = s.aux.narrow(0, start, ACCEPTED + 1).unwrap();
     let request = DraftRequest {
         tokens: &s.tokens[start + 1..=CONTEXT + 1],
         start,
-        hidden: s.aux.narrow(0, start, ACCEPTED + 1).unwrap(),
+        states: 0..ACCEPTED + 1,
         block_table: &table,
         draft: true,
     };
@@ -115,10 +116,10 @@ fn step_parts(c: &mut Criterion, label: &str, models: &Path) {
             b.iter(|| black_box(s.target.forward(&batch(window, CONTEXT, k + 1), &s.target_kv)))
         });
         g.bench_function(format!("P-EAGLE drafter, K = {k} in one pass"), |b| {
-            b.iter(|| black_box(peagle.propose(std::slice::from_ref(&request), k).unwrap()))
+            b.iter(|| black_box(peagle.propose(&states, std::slice::from_ref(&request), k).unwrap()))
         });
         g.bench_function(format!("EAGLE-3 drafter, K = {k} in {k} passes"), |b| {
-            b.iter(|| black_box(eagle3.propose(std::slice::from_ref(&request), k).unwrap()))
+            b.iter(|| black_box(eagle3.propose(&states, std::slice::from_ref(&request), k).unwrap()))
         });
     }
     g.finish();

@@ -150,13 +150,14 @@ impl EngineBuilder {
             Some((d, k, parallel)) => {
                 let kv = KvCache::new(d.dims(), num_blocks, self.block_size, dtype, &device)?;
                 // A sequence's rows in a pass: its slots, up to a verified window's k + 1, and
-                // P-EAGLE's k - 1 mask slots.
+                // P-EAGLE's k - 1 mask slots; its logit rows: P-EAGLE's k drafts, EAGLE-3's 1.
                 let pass_limits = GraphLimits {
                     max_rows_each: if parallel { 2 * k } else { k + 1 },
                     ..limits
                 };
+                let logits_each = if parallel { k } else { 1 };
                 let graphs = cuda_graphs
-                    .then(|| DrafterGraphs::new(&d, pass_limits))
+                    .then(|| DrafterGraphs::new(&d, pass_limits, logits_each))
                     .transpose()
                     .map_err(|e| GenerateError::Config(e.to_string()))?;
                 let passes = DrafterPasses::new(d, kv, graphs);

@@ -15,6 +15,7 @@ use crate::sequence::{DrafterBacklog, Sequence};
 use crate::verification::Committed;
 use candle_core::Tensor;
 use peagle_models::SequenceRows;
+use std::ops::Range;
 
 pub struct Drafting {
     proposer: Box<dyn Proposer>,
@@ -27,7 +28,8 @@ struct DraftInput {
     index: usize,
     start: usize,
     tokens: Vec<u32>,
-    hidden: Tensor,
+    /// Its rows of the round's target states.
+    states: Range<usize>,
     draft: bool,
 }
 
@@ -61,6 +63,10 @@ impl Drafting {
         k: usize,
     ) -> Result<(), GenerateError> {
         let mut inputs = Vec::new();
+        // The round's target states: the step's captured rows, where most sequences' are, and
+        // after them the backlogs of sequences that catch the drafter up.
+        let mut backlogs = Vec::new();
+        let mut rows_so_far = aux_hidden.map(|aux| aux.dim(0)).transpose()?.unwrap_or(0);
         for (index, (seq, _)) in work.iter_mut().enumerate() {
             let finished = seq.finish.is_some();
             if !self.drafts_for(seq) || finished && !self.complete_finished {
@@ -73,7 +79,8 @@ impl Drafting {
             // Slot p holds the token after position p. A sequence that finished inside a
             // verification window has rows past its last token: they have no slot.
             let slots = c.rows.min((seq.token_ids.len() - 1).saturating_sub(start));
-            let hidden = aux.narrow(0, rows[index].captured.start, slots)?;
+            let captured = rows[index].captured.start;
+            let hidden = aux.narrow(0, captured, slots)?;
             let mut backlog = seq.drafter_backlog.take().unwrap_or(DrafterBacklog {
                 start,
                 hidden: Vec::new(),
@@ -87,29 +94,43 @@ impl Drafting {
             if end == backlog.start {
                 continue;
             }
+            let states = match backlog.hidden.as_slice() {
+                [_] => captured..captured + slots,
+                pieces => {
+                    let caught_up = Tensor::cat(pieces, 0)?;
+                    let first = rows_so_far;
+                    rows_so_far += caught_up.dim(0)?;
+                    backlogs.push(caught_up);
+                    first..rows_so_far
+                }
+            };
             inputs.push(DraftInput {
                 index,
                 start: backlog.start,
                 tokens: seq.token_ids[backlog.start + 1..=end].to_vec(),
-                hidden: Tensor::cat(&backlog.hidden, 0)?,
+                states,
                 draft: c.sampled && !finished,
             });
         }
-        if inputs.is_empty() {
+        let Some(aux) = aux_hidden.filter(|_| !inputs.is_empty()) else {
             return Ok(());
-        }
+        };
+        let states = match backlogs.is_empty() {
+            true => aux.clone(),
+            false => Tensor::cat(&[std::slice::from_ref(aux), &backlogs].concat(), 0)?,
+        };
         let requests: Vec<DraftRequest> = inputs
             .iter()
             .map(|p| DraftRequest {
                 tokens: &p.tokens,
                 start: p.start,
-                hidden: p.hidden.clone(),
+                states: p.states.clone(),
                 block_table: &work[p.index].0.block_table,
                 draft: p.draft,
             })
             .collect();
         // At k = 0 only finishing sequences run, drafting nothing.
-        let drafts = self.proposer.propose(&requests, k.max(1))?;
+        let drafts = self.proposer.propose(&states, &requests, k.max(1))?;
         for (input, d) in inputs.iter().zip(drafts) {
             let seq = &mut work[input.index].0;
             seq.num_drafted = input.start + input.tokens.len();

@@ -58,10 +58,12 @@ fn peagle_drafts_match_the_reference_mask_slots_in_a_mixed_batch() {
         // Two copies of the reference sequence on their own blocks, and in the drafting pass a
         // prefill chunk of other tokens ahead of them, so every request's rows sit at an offset.
         let tables: [&[u32]; 3] = [&[2, 0], &[5, 1], &[3, 7]];
+        // Every request reads its states from `aux`, the reference's, at the rows of its
+        // positions.
         let request = |table, span: std::ops::Range<usize>, draft| DraftRequest {
             tokens: &tokens[span.clone()],
             start: span.start,
-            hidden: aux.narrow(0, span.start, span.len()).unwrap(),
+            states: span,
             block_table: table,
             draft,
         };
@@ -69,12 +71,15 @@ fn peagle_drafts_match_the_reference_mask_slots_in_a_mixed_batch() {
             request(tables[0], 0..PREFILL, false),
             request(tables[1], 0..PREFILL, false),
         ];
-        assert_eq!(proposer.propose(&fill, MASKS + 1).unwrap(), vec![Vec::<u32>::new(); 2]);
+        assert_eq!(
+            proposer.propose(aux, &fill, MASKS + 1).unwrap(),
+            vec![Vec::<u32>::new(); 2]
+        );
 
         let other = DraftRequest {
             tokens: &tokens[PREFILL..real],
             start: 0,
-            hidden: aux.narrow(0, 0, real - PREFILL).unwrap(),
+            states: 0..real - PREFILL,
             block_table: tables[2],
             draft: false,
         };
@@ -83,11 +88,19 @@ fn peagle_drafts_match_the_reference_mask_slots_in_a_mixed_batch() {
             request(tables[0], PREFILL..real, true),
             request(tables[1], PREFILL..real, true),
         ];
-        let drafts = proposer.propose(&batch, MASKS + 1).unwrap();
+        let drafts = proposer.propose(aux, &batch, MASKS + 1).unwrap();
         assert_eq!(drafts, vec![Vec::new(), want.clone(), want.clone()], "{name}");
 
         // Fewer drafts than the proposer's K: the first ones, from fewer mask slots.
         let again = [request(tables[0], PREFILL..real, true)];
-        assert_eq!(proposer.propose(&again, 2).unwrap(), vec![want[..2].to_vec()], "{name}");
+        assert_eq!(
+            proposer.propose(aux, &again, 2).unwrap(),
+            vec![want[..2].to_vec()],
+            "{name}"
+        );
+
+        // A request whose rows the states do not hold is refused.
+        let past = [request(tables[0], real..real + 2, true)];
+        assert!(proposer.propose(&aux.narrow(0, 0, real).unwrap(), &past, 2).is_err());
     }
 }

@@ -5,6 +5,7 @@ use candle_core::{bail, Result};
 use peagle_kernels::{AttentionMetadata, PAD_SLOT};
 use std::ops::Range;
 
+#[derive(Clone)]
 pub struct ForwardBatch {
     pub token_ids: Vec<u32>,
     pub positions: Vec<u32>,

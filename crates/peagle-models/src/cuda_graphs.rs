@@ -152,7 +152,10 @@ impl CudaGraphs {
         };
         let table_width = self.limits.table_width;
         let inputs = || padded_inputs(target, batch, shape, table_width, kv);
-        let write = |from: &ForwardInputs, to: &ForwardInputs| from.write_into(to);
+        let write = |to: &ForwardInputs| {
+            let padded = padded_batch(batch, shape, table_width, kv)?;
+            target.upload_inputs(&padded, kv, to)
+        };
         let forward = |inputs: &ForwardInputs| target.forward_states(inputs, kv);
         match self
             .graphs
@@ -187,8 +190,7 @@ impl CudaGraphs {
     }
 }
 
-/// `batch`'s inputs padded to `shape`, its block tables to `table_width`, checked against the
-/// cache (a replay runs no op that would check them).
+/// `batch`'s inputs padded to `shape`, its block tables to `table_width` (`padded_batch`).
 #[cfg(feature = "cuda")]
 fn padded_inputs(
     target: &dyn TargetModel,
@@ -197,16 +199,23 @@ fn padded_inputs(
     table_width: usize,
     kv: &KvCache,
 ) -> Result<ForwardInputs> {
+    target.inputs(&padded_batch(batch, shape, table_width, kv)?, kv)
+}
+
+/// `batch` padded to `shape`, its block tables to `table_width`, checked against the cache (a
+/// replay runs no op that would check them).
+#[cfg(feature = "cuda")]
+fn padded_batch(batch: &ForwardBatch, shape: GraphShape, table_width: usize, kv: &KvCache) -> Result<ForwardBatch> {
     let padded = batch.padded(shape.sequences, table_width)?;
-    let inputs = target.inputs(&padded, kv)?;
     padded.attn.validate(kv.num_blocks() * kv.block_size())?;
-    Ok(inputs)
+    Ok(padded)
 }
 
 /// Runs `graph` over its inputs as last written: the outputs of the first `rows`, the logits
-/// made from their states by `target`'s head after the graph. The outputs are tensors of
-/// their own: the captured ones are overwritten by the shape's next replay, and a drafter may
-/// keep hidden states for a later step.
+/// made from their states by `target`'s head after the graph. The captured states are tensors
+/// of their own: the graph's are overwritten by the shape's next replay, and a drafter may
+/// keep them for a later step. No final states (`ForwardOutput::final_hidden`) are returned:
+/// only training reads them, and it runs no graph.
 #[cfg(feature = "cuda")]
 fn replay(
     graph: &crate::graph_capture::Captured<ForwardInputs, ForwardStates>,
@@ -215,11 +224,10 @@ fn replay(
 ) -> Result<ForwardOutput> {
     graph.launch()?;
     let first = graph.outputs.first_rows(rows)?;
-    let copy = |t: Option<candle_core::Tensor>| t.map(|t| t.force_contiguous()).transpose();
     ForwardStates {
         logit_states: first.logit_states,
-        aux_hidden: copy(first.aux_hidden)?,
-        final_hidden: copy(first.final_hidden)?,
+        aux_hidden: first.aux_hidden.map(|t| t.force_contiguous()).transpose()?,
+        final_hidden: None,
     }
     .logits(target)
 }

@@ -9,6 +9,7 @@ use crate::batch::ForwardBatch;
 use crate::checkpoint::{Checkpoint, LoadOptions};
 use crate::config::ModelDims;
 use crate::drafter_config::{DraftAlgorithm, DrafterConfig, TensorLayout};
+use crate::drafter_graphs::PassHidden;
 use crate::error::LoadError;
 use crate::forward_inputs::ForwardInputs;
 use crate::kv_cache::KvCache;
@@ -34,6 +35,35 @@ pub struct DraftOutput {
     pub logits: Tensor,
     /// [logit rows, drafter hidden]: what autoregressive drafting feeds back.
     pub hidden: Tensor,
+}
+
+/// A pass's greedy drafts: the argmax of each logit row, found where the logits are, so that
+/// the host receives ids rather than rows.
+pub struct GreedyDrafts {
+    /// The draft id (in the drafter's vocabulary) of each logit row, in order.
+    pub ids: Vec<u32>,
+    /// The logit rows' hidden outputs (`DraftOutput::hidden`), as rows of `hidden`: each
+    /// logit row's at `rows[i]`, or row i where `rows` is None. A pass by a CUDA graph leaves
+    /// them in the graph's outputs, which its shape's next replay overwrites: read them before
+    /// the drafter's next pass runs.
+    hidden: Tensor,
+    rows: Option<Vec<u32>>,
+}
+
+impl GreedyDrafts {
+    /// Drafts whose logit row i has its hidden output at row `rows[i]` of `hidden`, or at row i
+    /// where `rows` is None.
+    pub(crate) fn new(ids: Vec<u32>, hidden: Tensor, rows: Option<Vec<u32>>) -> Self {
+        Self { ids, hidden, rows }
+    }
+
+    /// The logit rows' hidden outputs as the next pass's hidden input.
+    pub fn hidden(&self) -> PassHidden<'_> {
+        match &self.rows {
+            Some(rows) => PassHidden::picked(&self.hidden, None, rows),
+            None => PassHidden::rows(&self.hidden),
+        }
+    }
 }
 
 pub struct Drafter {
@@ -223,6 +253,11 @@ impl Drafter {
         ForwardInputs::new(batch, &self.rope, &self.device)
     }
 
+    /// Writes a batch's inputs into `target`'s, laid out alike (a CUDA graph's).
+    pub fn upload_inputs(&self, batch: &ForwardBatch, target: &ForwardInputs) -> Result<()> {
+        ForwardInputs::upload_into(batch, &self.rope, target)
+    }
+
     /// A pass over the paged cache up to the final norm: the last layer's output for every
     /// row, [rows, drafter hidden]. Copies nothing from the host, so that a CUDA graph can
     /// capture it.
@@ -299,6 +334,13 @@ impl Drafter {
             x = layer.forward(x, rope, &ctx(i + 1))?.1;
         }
         x.sum()
+    }
+
+    /// The greedy drafts of a pass's output: each logit row's argmax, found where the rows are.
+    pub fn greedy(&self, out: DraftOutput) -> Result<GreedyDrafts> {
+        let rows: Vec<u32> = (0..out.logits.dim(0)? as u32).collect();
+        let ids = peagle_kernels::argmax_rows(&out.logits, &rows)?;
+        Ok(GreedyDrafts::new(ids, out.hidden, None))
     }
 
     /// Final norm and draft-vocabulary logits of the selected rows of `forward_states`.

@@ -6,15 +6,18 @@
 //! power of two at or above the rows of the longest (`ForwardBatch::with_rows_each`: new rows
 //! after a sequence's own, writing nothing), then the sequences to a bucket, as the target's
 //! graphs pad theirs (`ForwardBatch::padded`). Rows are batch invariant and attend only to
-//! positions up to their own, so a pass's rows give the same bits padded as not. The graph
-//! holds the pass up to the final norm (`Drafter::forward_states`) over every row; the head
-//! then makes the logits of the pass's own logit rows outside it. Its inputs are a forward's
-//! (`ForwardInputs`) and the hidden input, gathered to the padded rows before each replay
-//! (`PassHidden`: in one gather also where the pass's rows are themselves picked from a table).
+//! positions up to their own, so a pass's rows give the same bits padded as not.
+//!
+//! The graph holds the whole pass to its greedy drafts (`draft_on_device`): the layers, the
+//! head over a fixed number of rows of each sequence (its logit rows, padded to a bucket) and
+//! their argmax. The host then copies back one id a kept row. Its inputs are a forward's
+//! (`ForwardInputs`, whose kept rows say where each sequence's logit rows are) and the hidden
+//! input, gathered to the padded rows before each replay (`PassHidden`: in one gather also
+//! where the pass's rows are themselves picked from a table, or are the last pass's outputs).
 
 use crate::batch::ForwardBatch;
 use crate::cuda_graphs::GraphLimits;
-use crate::drafter::{DraftHidden, DraftOutput, Drafter};
+use crate::drafter::{DraftHidden, Drafter, GreedyDrafts};
 use crate::forward_inputs::ForwardInputs;
 use crate::kv_cache::KvCache;
 use candle_core::{bail, Result, Tensor};
@@ -27,6 +30,9 @@ pub struct DraftShape {
     /// Rows of every sequence: a bucket (a power of two) of the pass's longest. A drafter's
     /// rows are cheap, and each shape keeps its graph's memory, so shapes are few.
     pub rows_each: usize,
+    /// Rows of every sequence that the head runs over: a bucket of the most logit rows of a
+    /// sequence (P-EAGLE's K, EAGLE-3's 1), at most `rows_each`, at which it is every row.
+    pub logits_each: usize,
 }
 
 /// The shape a drafter pass over `batch` runs at by a graph within `limits`; None where it
@@ -48,16 +54,34 @@ pub fn draft_shape(batch: &ForwardBatch, limits: &GraphLimits) -> Option<DraftSh
     let fits = (0..attn.num_sequences()).all(|s| width(s) <= limits.table_width);
     let sequences = attn.num_sequences().next_power_of_two();
     let within = sequences <= limits.max_sequences.next_power_of_two() && sequences * rows_each <= limits.max_rows;
-    (fits && within).then_some(DraftShape { sequences, rows_each })
+    let mut logits = vec![0; attn.num_sequences()];
+    for &row in &batch.logit_rows {
+        logits[sequence_of(&attn.query_start, row)] += 1;
+    }
+    let logits_each = logits.into_iter().max()?.max(1usize).next_power_of_two();
+    (fits && within).then_some(DraftShape {
+        sequences,
+        rows_each,
+        logits_each,
+    })
+}
+
+/// The sequence whose rows `query_start` says `row` is of.
+fn sequence_of(query_start: &[usize], row: u32) -> usize {
+    query_start.partition_point(|&start| start <= row as usize) - 1
 }
 
 /// A drafter pass's hidden input at the drafter's width: its rows in order, or rows picked from
-/// a table (P-EAGLE's first pass: its mask rows all read the mask state), so that a pass by a
-/// graph gathers its padded rows from the table at once rather than the pass's rows first.
+/// a table and the rows past it (P-EAGLE's first pass: its mask rows all read the mask state
+/// past the projected target states; EAGLE-3's later passes: the last pass's logit rows among
+/// its outputs), so that a pass by a graph gathers its padded rows from them at once rather
+/// than the pass's rows first.
 #[derive(Clone, Copy)]
 pub struct PassHidden<'a> {
     table: &'a Tensor,
-    /// The table row each of the pass's rows reads; None: row i reads row i.
+    /// The rows past `table`'s, which picks past it read.
+    more: Option<&'a Tensor>,
+    /// The row each of the pass's rows reads; None: row i reads row i of `table`.
     picks: Option<&'a [u32]>,
 }
 
@@ -66,19 +90,22 @@ impl<'a> PassHidden<'a> {
     pub fn rows(hidden: &'a Tensor) -> Self {
         Self {
             table: hidden,
+            more: None,
             picks: None,
         }
     }
 
-    /// Row i of the pass reads row `picks[i]` of `table` [rows, drafter hidden].
-    pub fn picked(table: &'a Tensor, picks: &'a [u32]) -> Self {
+    /// Row i of the pass reads row `picks[i]` of `table` [rows, drafter hidden], or of `more`
+    /// past `table`'s rows.
+    pub fn picked(table: &'a Tensor, more: Option<&'a Tensor>, picks: &'a [u32]) -> Self {
         Self {
             table,
+            more,
             picks: Some(picks),
         }
     }
 
-    /// The table row that row `row` of the pass reads.
+    /// The row that row `row` of the pass reads.
     fn source(&self, row: u32) -> u32 {
         self.picks.map_or(row, |picks| picks[row as usize])
     }
@@ -87,23 +114,21 @@ impl<'a> PassHidden<'a> {
     pub fn gather(&self) -> Result<Tensor> {
         match self.picks {
             None => Ok(self.table.clone()),
-            Some(picks) => {
-                let picks = Tensor::from_slice(picks, picks.len(), self.table.device())?;
-                self.table.index_select(&picks, 0)
-            }
+            Some(picks) => peagle_kernels::gather_rows(self.table, self.more, picks),
         }
     }
 }
 
 /// A drafter pass laid out at a graph's shape.
 pub struct PaddedPass {
-    /// The pass's rows at the shape, keeping no row's outputs: the graph keeps every row's
-    /// state.
+    /// The pass's rows at the shape, keeping the outputs of `logits_each` rows a sequence:
+    /// every row where that is all of them, else its logit rows first, then its last row
+    /// again. It keeps no row's states.
     pub batch: ForwardBatch,
     /// For each row, the row of the pass's hidden input it reads.
     pub sources: Vec<u32>,
-    /// Where the pass's logit rows landed, in their order.
-    pub logit_rows: Vec<u32>,
+    /// Where each of the pass's logit rows lands among the rows kept, in their order.
+    pub landed: Vec<u32>,
 }
 
 /// `batch` padded to `shape` (see the module's documentation), its block tables to
@@ -112,54 +137,106 @@ pub fn padded_pass(batch: &ForwardBatch, shape: DraftShape, table_width: usize) 
     let (mut grown, mut sources) = batch.with_rows_each(shape.rows_each)?;
     let logit_rows = std::mem::take(&mut grown.logit_rows);
     grown.capture_rows.clear();
-    let batch = grown.padded(shape.sequences, table_width)?;
+    let mut batch = grown.padded(shape.sequences, table_width)?;
     // Padding sequences read the first row's hidden input; their outputs are never kept.
     sources.resize(batch.token_ids.len(), 0);
-    Ok(PaddedPass {
-        batch,
-        sources,
-        logit_rows,
-    })
+    let (kept, landed) = kept_rows(&logit_rows, shape)?;
+    batch.logit_rows = kept;
+    Ok(PaddedPass { batch, sources, landed })
+}
+
+/// The rows a padded pass keeps, and where each of its logit rows `logit_rows` (in the padded
+/// layout, ascending) lands among them.
+fn kept_rows(logit_rows: &[u32], shape: DraftShape) -> Result<(Vec<u32>, Vec<u32>)> {
+    let DraftShape {
+        sequences,
+        rows_each,
+        logits_each,
+    } = shape;
+    if logits_each == rows_each {
+        // Every row: a forward keeps all of them as they are.
+        return Ok(((0..(sequences * rows_each) as u32).collect(), logit_rows.to_vec()));
+    }
+    let mut kept = Vec::with_capacity(sequences * logits_each);
+    let mut landed = Vec::with_capacity(logit_rows.len());
+    let mut rows = logit_rows.iter().peekable();
+    for s in 0..sequences {
+        let end = kept.len() + logits_each;
+        while let Some(&row) = rows.next_if(|&&r| r as usize / rows_each == s) {
+            if kept.len() == end {
+                bail!("sequence {s} has more logit rows than its shape's {logits_each}");
+            }
+            landed.push(kept.len() as u32);
+            kept.push(row);
+        }
+        // The padding keeps the sequence's last row, so that the kept rows ascend.
+        kept.resize(end, ((s + 1) * rows_each - 1) as u32);
+    }
+    Ok((kept, landed))
 }
 
 impl PaddedPass {
-    /// The inputs of the padded pass, with the pass's hidden input gathered to its rows, and
-    /// the indices of its logit rows on the device: one upload of indices for both.
-    pub fn inputs(&self, drafter: &Drafter, hidden: PassHidden) -> Result<(DraftInputs, Tensor)> {
-        let (rows, kept) = (self.sources.len(), self.logit_rows.len());
-        let sources = self.sources.iter().map(|row| hidden.source(*row));
-        let indices: Vec<u32> = sources.chain(self.logit_rows.iter().copied()).collect();
-        let indices = Tensor::from_vec(indices, rows + kept, hidden.table.device())?;
-        let inputs = DraftInputs {
+    /// The inputs of the padded pass, with the pass's hidden input gathered to its rows.
+    pub fn inputs(&self, drafter: &Drafter, hidden: PassHidden) -> Result<DraftInputs> {
+        Ok(DraftInputs {
             forward: drafter.inputs(&self.batch)?,
-            hidden: hidden.table.index_select(&indices.narrow(0, 0, rows)?, 0)?,
-        };
-        Ok((inputs, indices.narrow(0, rows, kept)?))
+            hidden: peagle_kernels::gather_rows(hidden.table, hidden.more, &self.sources_in(hidden))?,
+        })
     }
 
-    /// The pass's output from the last layer's output of every padded row (`states`): the
-    /// head over the rows at `kept`, the indices `inputs` returned.
-    pub fn output(&self, drafter: &Drafter, states: &Tensor, kept: &Tensor) -> Result<DraftOutput> {
-        if self.logit_rows.is_empty() {
-            return drafter.no_logits(states.dtype());
-        }
-        drafter.head(states.index_select(kept, 0)?)
+    /// Writes the padded pass's inputs into `target`'s, laid out alike (a graph's): the
+    /// hidden input gathered straight into its own.
+    pub fn upload_into(&self, drafter: &Drafter, hidden: PassHidden, target: &DraftInputs) -> Result<()> {
+        drafter.upload_inputs(&self.batch, &target.forward)?;
+        peagle_kernels::gather_rows_into(&target.hidden, hidden.table, hidden.more, &self.sources_in(hidden))
+    }
+
+    /// The row of `hidden`'s tables that each padded row reads.
+    fn sources_in(&self, hidden: PassHidden) -> Vec<u32> {
+        self.sources.iter().map(|row| hidden.source(*row)).collect()
+    }
+
+    /// The pass's greedy drafts from what its graph left (`out`): one id a kept row copied to
+    /// the host, and the hidden outputs left where they are.
+    pub fn output(&self, out: &DeviceDrafts) -> Result<GreedyDrafts> {
+        let ids = match self.landed.is_empty() {
+            true => Vec::new(),
+            false => {
+                let kept: Vec<u32> = out.ids.to_vec1()?;
+                self.landed.iter().map(|&at| kept[at as usize]).collect()
+            }
+        };
+        Ok(GreedyDrafts::new(ids, out.hidden.clone(), Some(self.landed.clone())))
     }
 }
 
 /// A pass of every shape `limits` allows, for capturing graphs before the first request:
 /// every bucket of sequences with every bucket of rows up to the one of `max_rows_each`,
-/// within the most rows (`startup_steps`' steps of those row counts).
-pub fn draft_startup_steps(limits: &GraphLimits, block_size: usize) -> Result<Vec<ForwardBatch>> {
+/// within the most rows (`startup_steps`' steps of those row counts), each with every bucket
+/// of logit rows up to the one of `logits_each`, the most a sequence has.
+pub fn draft_startup_steps(limits: &GraphLimits, logits_each: usize, block_size: usize) -> Result<Vec<ForwardBatch>> {
     let limits = GraphLimits {
         max_rows_each: limits.max_rows_each.next_power_of_two(),
         ..*limits
     };
     let steps = crate::cuda_graphs::startup_steps(&limits, block_size, limits.max_rows, false)?;
-    Ok(steps
-        .into_iter()
-        .filter(|s| s.attn.query_start[1].is_power_of_two())
-        .collect())
+    let most = logits_each.max(1).next_power_of_two();
+    let mut passes = Vec::new();
+    for step in steps {
+        let rows_each = step.attn.query_start[1];
+        if !rows_each.is_power_of_two() {
+            continue;
+        }
+        let buckets = std::iter::successors(Some(1usize), |l| Some(2 * l)).take_while(|&l| l <= most.min(rows_each));
+        for logits in buckets {
+            let mut pass = step.clone();
+            pass.logit_rows = (0..pass.token_ids.len() as u32)
+                .filter(|r| (*r as usize) % rows_each >= rows_each - logits)
+                .collect();
+            passes.push(pass);
+        }
+    }
+    Ok(passes)
 }
 
 /// What a drafter pass's graph reads: a forward's inputs and the hidden input of every row.
@@ -169,32 +246,42 @@ pub struct DraftInputs {
     pub hidden: Tensor,
 }
 
-impl DraftInputs {
-    /// Writes these inputs' values into `target`'s tensors, of the same shapes.
-    pub fn write_into(&self, target: &DraftInputs) -> Result<()> {
-        if self.hidden.shape() != target.hidden.shape() {
-            bail!(
-                "a hidden input of shape {:?} written into a graph's of {:?}",
-                self.hidden.shape(),
-                target.hidden.shape()
-            );
-        }
-        self.forward.write_into(&target.forward)?;
-        target.hidden.slice_set(&self.hidden, 0, 0)
-    }
-}
-
-/// The drafter's forward up to the final norm over a graph's inputs: what a graph captures.
+/// The drafter's forward up to the final norm over a graph's inputs, for every row.
 pub fn draft_states(drafter: &Drafter, inputs: &DraftInputs, kv: &KvCache) -> Result<Tensor> {
     drafter.forward_states(&inputs.forward, &DraftHidden::Projected(inputs.hidden.clone()), kv)
+}
+
+/// What a drafter pass's graph leaves, for each row it keeps.
+pub struct DeviceDrafts {
+    /// u32 [kept rows]: the greedy draft id, in the drafter's vocabulary.
+    pub ids: Tensor,
+    /// [kept rows, drafter hidden]: the hidden output of a pass's logit rows.
+    pub hidden: Tensor,
+}
+
+/// The drafter's pass over a graph's inputs to the greedy drafts of the rows they keep: what a
+/// graph captures.
+pub fn draft_on_device(drafter: &Drafter, inputs: &DraftInputs, kv: &KvCache) -> Result<DeviceDrafts> {
+    let states = draft_states(drafter, inputs, kv)?;
+    let Some(kept) = inputs.forward.logit_rows.apply(&states)? else {
+        bail!("a drafter pass by a graph keeps rows");
+    };
+    let out = drafter.head(kept)?;
+    Ok(DeviceDrafts {
+        ids: peagle_kernels::argmax_each_row(&out.logits)?,
+        hidden: out.hidden,
+    })
 }
 
 /// A drafter's captured passes, one per shape, on one CUDA device.
 pub struct DrafterGraphs {
     #[cfg(feature = "cuda")]
     limits: GraphLimits,
+    /// The most logit rows a sequence of a pass has, for the shapes captured at start-up.
     #[cfg(feature = "cuda")]
-    graphs: crate::graph_capture::Graphs<DraftShape, DraftInputs, Tensor>,
+    logits_each: usize,
+    #[cfg(feature = "cuda")]
+    graphs: crate::graph_capture::Graphs<DraftShape, DraftInputs, DeviceDrafts>,
     /// A build without CUDA makes none.
     #[cfg(not(feature = "cuda"))]
     never: std::convert::Infallible,
@@ -202,16 +289,18 @@ pub struct DrafterGraphs {
 
 #[cfg(feature = "cuda")]
 impl DrafterGraphs {
-    /// Graphs for the passes within `limits` of `drafter`, which must be on a GPU.
-    pub fn new(drafter: &Drafter, limits: GraphLimits) -> Result<Self> {
+    /// Graphs for the passes within `limits` of `drafter`, which must be on a GPU, whose
+    /// sequences have up to `logits_each` logit rows.
+    pub fn new(drafter: &Drafter, limits: GraphLimits, logits_each: usize) -> Result<Self> {
         Ok(Self {
             limits,
+            logits_each,
             graphs: crate::graph_capture::Graphs::new(drafter.device())?,
         })
     }
 
-    /// `drafter`'s pass over `batch` with the hidden input `hidden` by a graph, captured now if
-    /// its shape has none yet; None where the pass runs without one
+    /// `drafter`'s greedy drafts of its pass over `batch` with the hidden input `hidden` by a
+    /// graph, captured now if its shape has none yet; None where the pass runs without one
     /// (`draft_shape`, or a capture that failed). A failed capture is the error of its first
     /// pass; the pass's keys and values are written, its outputs are not.
     pub fn forward(
@@ -220,29 +309,24 @@ impl DrafterGraphs {
         batch: &ForwardBatch,
         hidden: PassHidden,
         kv: &KvCache,
-    ) -> Result<Option<DraftOutput>> {
+    ) -> Result<Option<GreedyDrafts>> {
         let Some(shape) = draft_shape(batch, &self.limits) else {
             return Ok(None);
         };
         let pass = padded_pass(batch, shape, self.limits.table_width)?;
-        let mut kept = None;
-        let inputs = || {
-            // A replay runs no op that would check the metadata.
-            pass.batch.attn.validate(kv.num_blocks() * kv.block_size())?;
-            let (inputs, rows) = pass.inputs(drafter, hidden)?;
-            kept = Some(rows);
-            Ok(inputs)
-        };
-        let write = |from: &DraftInputs, to: &DraftInputs| from.write_into(to);
-        let forward = |inputs: &DraftInputs| draft_states(drafter, inputs, kv);
+        // A replay runs no op that would check the metadata.
+        pass.batch.attn.validate(kv.num_blocks() * kv.block_size())?;
+        let inputs = || pass.inputs(drafter, hidden);
+        let write = |to: &DraftInputs| pass.upload_into(drafter, hidden, to);
+        let forward = |inputs: &DraftInputs| draft_on_device(drafter, inputs, kv);
         let graph = self
             .graphs
             .get_or_capture(shape, drafter.device(), inputs, write, forward)?;
-        let (Some(graph), Some(kept)) = (graph, kept) else {
+        let Some(graph) = graph else {
             return Ok(None);
         };
         graph.launch()?;
-        pass.output(drafter, &graph.outputs, &kept).map(Some)
+        pass.output(&graph.outputs).map(Some)
     }
 
     /// Captures a graph of every shape within the limits (`draft_startup_steps`), so that no
@@ -255,14 +339,14 @@ impl DrafterGraphs {
             let pass = padded_pass(step, shape, limits.table_width)?;
             let rows = step.token_ids.len();
             let hidden = Tensor::zeros((rows, drafter.dims().hidden_size), drafter.dtype(), drafter.device())?;
-            Ok(pass.inputs(drafter, PassHidden::rows(&hidden))?.0)
+            pass.inputs(drafter, PassHidden::rows(&hidden))
         };
         self.graphs.capture_at_startup(
             drafter.device(),
-            draft_startup_steps(&limits, kv.block_size())?,
+            draft_startup_steps(&limits, self.logits_each, kv.block_size())?,
             |step| draft_shape(step, &limits),
             inputs_of,
-            |inputs: &DraftInputs| draft_states(drafter, inputs, kv),
+            |inputs: &DraftInputs| draft_on_device(drafter, inputs, kv),
         )
     }
 }
@@ -270,7 +354,7 @@ impl DrafterGraphs {
 #[cfg(not(feature = "cuda"))]
 impl DrafterGraphs {
     /// A build without CUDA has no graphs.
-    pub fn new(drafter: &Drafter, _limits: GraphLimits) -> Result<Self> {
+    pub fn new(drafter: &Drafter, _limits: GraphLimits, _logits_each: usize) -> Result<Self> {
         bail!(
             "CUDA graphs need a CUDA device and a build with CUDA, not {:?}",
             drafter.device()
@@ -283,7 +367,7 @@ impl DrafterGraphs {
         _batch: &ForwardBatch,
         _hidden: PassHidden,
         _kv: &KvCache,
-    ) -> Result<Option<DraftOutput>> {
+    ) -> Result<Option<GreedyDrafts>> {
         match self.never {}
     }
 

@@ -3,7 +3,7 @@
 //! whose outputs are kept. The forward itself then copies nothing from the host, so a GPU can
 //! capture it as a CUDA graph and replay it over new inputs written into the same tensors.
 //! The integer inputs are views of one tensor and the rotary tables of another: two uploads
-//! a forward, and two copies into a graph's inputs, however many inputs there are.
+//! a forward, straight into a graph's inputs on its replays, however many inputs there are.
 
 use crate::batch::ForwardBatch;
 use crate::layers::{RopeTables, RotaryEmbedding};
@@ -29,25 +29,13 @@ impl ForwardInputs {
     pub fn new(batch: &ForwardBatch, rope: &RotaryEmbedding, device: &Device) -> Result<Self> {
         let rows = batch.token_ids.len();
         let mut attn = batch.attn.clone();
-        // The ids, on a GPU the attention metadata and cache slots, then the indices of the
-        // rows kept where not all or none are.
-        let packed = if device.is_cpu() { Vec::new() } else { attn.packed() };
-        let slots: &[u32] = if device.is_cpu() { &[] } else { &attn.slot_mapping };
-        let selected = |r: &[u32]| if r.is_empty() || r.len() == rows { 0 } else { r.len() };
-        let parts = [
-            &batch.token_ids[..],
-            &packed,
-            slots,
-            &batch.logit_rows[..selected(&batch.logit_rows)],
-            &batch.capture_rows[..selected(&batch.capture_rows)],
-        ];
-        let values = parts.concat();
-        let integers = Tensor::from_slice(&values, values.len(), device)?;
-        let mut views = Vec::with_capacity(parts.len());
+        let (values, lengths) = integers(batch, !device.is_cpu());
+        let integers = Tensor::from_vec(values, lengths.iter().sum::<usize>(), device)?;
+        let mut views = Vec::with_capacity(lengths.len());
         let mut at = 0;
-        for part in parts {
-            views.push(integers.narrow(0, at, part.len())?);
-            at += part.len();
+        for length in lengths {
+            views.push(integers.narrow(0, at, length)?);
+            at += length;
         }
         let [ids, packed, slots, logit_rows, capture_rows] = <[Tensor; 5]>::try_from(views).expect("five parts");
         if !device.is_cpu() {
@@ -63,42 +51,46 @@ impl ForwardInputs {
         })
     }
 
-    /// Writes these inputs' values into `target`'s tensors, of the same shapes: the tensors a
-    /// captured CUDA graph reads, before its replay.
-    pub fn write_into(&self, target: &ForwardInputs) -> Result<()> {
-        if self.attn.device.is_none() || target.attn.device.is_none() {
+    /// Writes the inputs of `batch`, its rows rotated by `rope`, into `target`'s tensors, laid
+    /// out alike: the tensors a captured CUDA graph reads, before its replay. Two copies from
+    /// the host, straight into them.
+    pub fn upload_into(batch: &ForwardBatch, rope: &RotaryEmbedding, target: &ForwardInputs) -> Result<()> {
+        let Some(device) = &target.attn.device else {
             bail!("inputs written into a graph's need their metadata on the device");
-        }
+        };
+        let (values, lengths) = integers(batch, true);
+        let rows = batch.token_ids.len();
         // Equal totals of equal parts: the ids and metadata, with the rows kept alike, fix the
         // layout of the rest.
-        let parts = |i: &ForwardInputs| {
-            (
-                i.ids.dims().to_vec(),
-                i.attn.device.as_ref().map(|d| d.packed.dims().to_vec()),
-            )
-        };
-        if parts(self) != parts(target)
-            || !self.logit_rows.alike(&target.logit_rows)
-            || !self.capture_rows.alike(&target.capture_rows)
+        if lengths[0] != target.ids.dim(0)?
+            || lengths[1] != device.packed.dim(0)?
+            || values.len() != target.integers.dim(0)?
+            || !target.logit_rows.matches(batch.logit_rows.len(), rows)
+            || !target.capture_rows.matches(batch.capture_rows.len(), rows)
         {
             bail!("inputs written into a graph's are laid out otherwise");
         }
-        let pairs = [
-            (&self.integers, &target.integers),
-            (self.rope.values(), target.rope.values()),
-        ];
-        for (from, to) in pairs {
-            if from.shape() != to.shape() {
-                bail!(
-                    "inputs of shape {:?} written into a graph's of {:?}",
-                    from.shape(),
-                    to.shape()
-                );
-            }
-            to.slice_set(from, 0, 0)?;
-        }
-        Ok(())
+        peagle_kernels::upload_into(&target.integers, &values)?;
+        peagle_kernels::upload_into(target.rope.values(), &rope.table_values(&batch.positions))
     }
+}
+
+/// Every u32 input of `batch` end to end, and each part's length: the ids, on a GPU
+/// (`on_gpu`) the attention metadata and cache slots, then the indices of the rows kept where
+/// not all or none are.
+fn integers(batch: &ForwardBatch, on_gpu: bool) -> (Vec<u32>, [usize; 5]) {
+    let rows = batch.token_ids.len();
+    let packed = if on_gpu { batch.attn.packed() } else { Vec::new() };
+    let slots: &[u32] = if on_gpu { &batch.attn.slot_mapping } else { &[] };
+    let selected = |r: &[u32]| if r.is_empty() || r.len() == rows { 0 } else { r.len() };
+    let parts = [
+        &batch.token_ids[..],
+        &packed,
+        slots,
+        &batch.logit_rows[..selected(&batch.logit_rows)],
+        &batch.capture_rows[..selected(&batch.capture_rows)],
+    ];
+    (parts.concat(), parts.map(<[u32]>::len))
 }
 
 /// The rows of a batch's activations that an output keeps (their indices ascend).
@@ -120,9 +112,14 @@ impl RowSelection {
         }
     }
 
-    /// Whether both select in the same way, but perhaps for the rows' indices.
-    fn alike(&self, other: &RowSelection) -> bool {
-        std::mem::discriminant(self) == std::mem::discriminant(other)
+    /// Whether a selection of `count` of `total` rows is made as this one is, but perhaps for
+    /// the rows' indices.
+    fn matches(&self, count: usize, total: usize) -> bool {
+        match self {
+            Self::Nothing => count == 0,
+            Self::Everything => count != 0 && count == total,
+            Self::Rows(idx) => count != 0 && count != total && idx.dim(0).is_ok_and(|n| n == count),
+        }
     }
 
     /// The kept rows of `x`, None when none is kept.

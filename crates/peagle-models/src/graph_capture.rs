@@ -74,23 +74,23 @@ impl<S: Hash + Eq + Copy + std::fmt::Debug, I, O> Graphs<S, I, O> {
         })
     }
 
-    /// `shape`'s graph with `inputs()` written into its inputs by `write`; captured now over
-    /// `inputs()` by `forward` if it has none yet; None, making no inputs, where its capture
-    /// failed before. A capture that fails now is this call's error, and its shape runs
-    /// without a graph from then on.
+    /// `shape`'s graph with this step's inputs written into its own by `write`; captured now
+    /// over `inputs()` by `forward` if it has none yet; None, writing nothing, where its
+    /// capture failed before. A capture that fails now is this call's error, and its shape
+    /// runs without a graph from then on.
     pub fn get_or_capture(
         &mut self,
         shape: S,
         device: &Device,
         inputs: impl FnOnce() -> Result<I>,
-        write: impl FnOnce(&I, &I) -> Result<()>,
+        write: impl FnOnce(&I) -> Result<()>,
         forward: impl Fn(&I) -> Result<O>,
     ) -> Result<Option<&Captured<I, O>>> {
         if self.captured.contains_key(&shape) {
             let Some(graph) = self.captured.get(&shape).and_then(Option::as_ref) else {
                 return Ok(None);
             };
-            write(&inputs()?, &graph.inputs)?;
+            write(&graph.inputs)?;
             return Ok(Some(graph));
         }
         let inputs = inputs()?;
@@ -140,7 +140,7 @@ impl<S: Hash + Eq + Copy + std::fmt::Debug, I, O> Graphs<S, I, O> {
 
     /// Captures `shape` over `inputs` and launches it once; says whether it now has a graph.
     fn capture_one(&mut self, shape: S, device: &Device, inputs: I, forward: &impl Fn(&I) -> Result<O>) -> bool {
-        let launched = match self.get_or_capture(shape, device, || Ok(inputs), |_, _| Ok(()), forward) {
+        let launched = match self.get_or_capture(shape, device, || Ok(inputs), |_| Ok(()), forward) {
             Ok(Some(graph)) => graph.launch(),
             Ok(None) => return false,
             Err(e) => Err(e),

@@ -30,10 +30,11 @@ pub use batch::{BatchBuilder, ForwardBatch, Rows, SequenceRows};
 pub use checkpoint::{Checkpoint, LoadOptions};
 pub use config::{ModelDims, TextConfig};
 pub use cuda_graphs::{graph_shape, startup_steps, CudaGraphs, GraphLimits, GraphShape, DEFAULT_GRAPH_MAX_ROWS};
-pub use drafter::{DraftHidden, DraftOutput, Drafter};
+pub use drafter::{DraftHidden, DraftOutput, Drafter, GreedyDrafts};
 pub use drafter_config::{DraftAlgorithm, DrafterConfig};
 pub use drafter_graphs::{
-    draft_shape, draft_startup_steps, padded_pass, DraftInputs, DraftShape, DrafterGraphs, PaddedPass, PassHidden,
+    draft_shape, draft_startup_steps, padded_pass, DeviceDrafts, DraftInputs, DraftShape, DrafterGraphs, PaddedPass,
+    PassHidden,
 };
 pub use error::LoadError;
 pub use forward_inputs::{ForwardInputs, RowSelection};

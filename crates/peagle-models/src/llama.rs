@@ -120,6 +120,11 @@ impl TargetModel for Llama {
         ForwardInputs::new(batch, &self.rope, &self.device)
     }
 
+    fn upload_inputs(&self, batch: &ForwardBatch, kv: &KvCache, target: &ForwardInputs) -> Result<()> {
+        check_batch(batch, kv, &self.dims)?;
+        ForwardInputs::upload_into(batch, &self.rope, target)
+    }
+
     fn reads_back(&self) -> bool {
         self.layers.iter().any(DecoderLayer::reads_back)
     }

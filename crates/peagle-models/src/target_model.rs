@@ -39,6 +39,10 @@ pub trait TargetModel: Send + Sync {
     /// and `kv`.
     fn inputs(&self, batch: &ForwardBatch, kv: &KvCache) -> Result<ForwardInputs>;
 
+    /// Writes the batch's inputs into `target`'s, laid out alike (a CUDA graph's), once the
+    /// batch is checked against the model and `kv`.
+    fn upload_inputs(&self, batch: &ForwardBatch, kv: &KvCache, target: &ForwardInputs) -> Result<()>;
+
     /// Runs a batch's inputs, writing its keys and values to `kv`: the last layer's output
     /// after the final norm at its logit rows, and the captured states of its capture rows.
     /// Copies nothing from the host, and reads nothing back unless `reads_back` says so. A CUDA
@@ -68,7 +72,8 @@ pub struct ForwardOutput {
     /// [capture rows, capture layers * hidden]: the residual stream entering each capture
     /// layer, concatenated in `capture_layers` order. `None` when no row was captured.
     pub aux_hidden: Option<Tensor>,
-    /// [capture rows, hidden]: the output of the last layer before the final norm.
+    /// [capture rows, hidden]: the output of the last layer before the final norm, which
+    /// training reads. `None` also from a forward by a CUDA graph (`CudaGraphs`).
     pub final_hidden: Option<Tensor>,
 }
 

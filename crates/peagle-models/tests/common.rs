@@ -4,8 +4,8 @@
 
 use candle_core::{DType, Device, Tensor};
 use peagle_models::{
-    load_target, BatchBuilder, DraftHidden, DraftOutput, Drafter, ForwardBatch, ForwardOutput, GraphLimits, KvCache,
-    LoadOptions, Rows, TargetModel,
+    load_target, BatchBuilder, DraftHidden, DraftOutput, Drafter, ForwardBatch, ForwardOutput, GraphLimits,
+    GreedyDrafts, KvCache, LoadOptions, Rows, TargetModel,
 };
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -213,6 +213,15 @@ pub fn assert_same_pass(what: &str, got: DraftOutput, got_kv: &KvCache, want: Dr
     assert_same_cache(what, got_kv, kv);
 }
 
+/// Greedy drafts `got` are `want`: the same ids, and the same hidden outputs bit for bit; so
+/// are the caches their passes wrote.
+pub fn assert_same_drafts(what: &str, got: GreedyDrafts, got_kv: &KvCache, want: GreedyDrafts, kv: &KvCache) {
+    assert_eq!(got.ids, want.ids, "{what}: draft ids");
+    let hidden = |d: &GreedyDrafts| bits(&d.hidden().gather().unwrap());
+    assert_eq!(hidden(&got), hidden(&want), "{what}: hidden");
+    assert_same_cache(what, got_kv, kv);
+}
+
 /// The last `window` rows of prompt 2 three ways: one token per forward, as one verification
 /// window, and as that window in a batch with a decode of prompt 0 and a prefill of prompt 1.
 pub fn window_three_ways(f: &Fixture, window: usize) -> (Rowset, Rowset, Rowset) {
@@ -414,6 +423,9 @@ pub const DRAFT_GRAPH_LIMITS: GraphLimits = GraphLimits {
     max_rows_each: 8,
     max_rows: 64,
 };
+
+/// The most logit rows a sequence of `drafter_passes` has.
+pub const DRAFT_LOGITS_EACH: usize = 4;
 
 /// Drafter passes of three sequences after `drafter_prefill`, each at an offset:
 /// - P-EAGLE: two slots and three mask slots, one slot and three, and a prefill chunk that

@@ -309,20 +309,21 @@ fn a_capture_that_reads_back_fails_and_its_shape_runs_without_a_graph() {
     assert!(again.is_none(), "the shape runs without a graph");
 }
 
-/// Drafter passes run by CUDA graphs give the bits, and leave the drafter's KV cache, that
-/// the same passes give without: a P-EAGLE pass captured, the next replayed over new inputs
-/// in the same shape, and an EAGLE-3 pass of one row a sequence; then the same passes by
-/// graphs captured before the first pass (as an engine captures them).
+/// Drafter passes run by CUDA graphs give the drafts and hidden outputs, bit for bit, and leave
+/// the drafter's KV cache, that the same passes give without: a P-EAGLE pass captured, the next
+/// replayed over new inputs in the same shape, and an EAGLE-3 pass of one row a sequence; then
+/// the same passes by graphs captured before the first pass (as an engine captures them).
 #[test]
 fn drafter_passes_by_cuda_graphs_equal_passes_without() {
     let Some(options) = on_gpu(DTypeSpec::Bf16) else { return };
     let d = fixture_drafter(options);
     for at_startup in [false, true] {
-        let mut graphs = DrafterGraphs::new(&d, DRAFT_GRAPH_LIMITS).unwrap();
+        let mut graphs = DrafterGraphs::new(&d, DRAFT_GRAPH_LIMITS, DRAFT_LOGITS_EACH).unwrap();
         let (kv, graph_kv) = (drafter_cache(&d), drafter_cache(&d));
         if at_startup {
             let captured = graphs.capture_at_startup(&d, &graph_kv).unwrap();
-            assert_eq!(captured, draft_startup_steps(&DRAFT_GRAPH_LIMITS, BLOCK).unwrap().len());
+            let steps = draft_startup_steps(&DRAFT_GRAPH_LIMITS, DRAFT_LOGITS_EACH, BLOCK).unwrap();
+            assert_eq!(captured, steps.len());
         }
         drafter_prefill(&d, &kv);
         drafter_prefill(&d, &graph_kv);
@@ -334,7 +335,7 @@ fn drafter_passes_by_cuda_graphs_equal_passes_without() {
                 .forward(&d, &batch, PassHidden::rows(&hidden), &graph_kv)
                 .unwrap();
             let got = got.expect("a graph's shape");
-            assert_same_pass(&what, got, &graph_kv, want, &kv);
+            assert_same_drafts(&what, got, &graph_kv, d.greedy(want).unwrap(), &kv);
         }
     }
 }

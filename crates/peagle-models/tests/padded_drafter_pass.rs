@@ -4,10 +4,10 @@
 //! Which passes run by a graph is `draft_shape`'s choice.
 
 mod common;
-use candle_core::Tensor;
+use candle_core::{Device, Tensor};
 use common::*;
 use peagle_kernels::PAD_SLOT;
-use peagle_models::drafter_graphs::draft_states;
+use peagle_models::drafter_graphs::{draft_on_device, draft_states};
 use peagle_models::{
     draft_shape, draft_startup_steps, padded_pass, DraftHidden, DraftShape, GraphLimits, LoadOptions, PassHidden,
 };
@@ -17,49 +17,68 @@ const LIMITS: GraphLimits = DRAFT_GRAPH_LIMITS;
 #[test]
 fn a_padded_drafter_pass_gives_its_rows_the_same_bits_and_keeps_no_padding() {
     let d = fixture_drafter(LoadOptions::default());
-    let shapes = [(4, 8), (4, 8), (4, 1)];
-    for ((what, batch), (sequences, rows_each)) in drafter_passes().into_iter().zip(shapes) {
+    let shapes = [(4, 8, 4), (4, 8, 4), (4, 1, 1)];
+    for ((what, batch), (sequences, rows_each, logits_each)) in drafter_passes().into_iter().zip(shapes) {
         let (kv, padded_kv) = (drafter_cache(&d), drafter_cache(&d));
         drafter_prefill(&d, &kv);
         drafter_prefill(&d, &padded_kv);
         let h = drafter_hidden(&d, batch.token_ids.len());
-        let want = d.forward(&batch, &DraftHidden::Projected(h.clone()), &kv).unwrap();
+        let unpadded = || d.forward(&batch, &DraftHidden::Projected(h.clone()), &kv).unwrap();
 
         let shape = draft_shape(&batch, &LIMITS).expect("a graph's shape");
-        assert_eq!(shape, DraftShape { sequences, rows_each }, "{what}");
+        let want_shape = DraftShape {
+            sequences,
+            rows_each,
+            logits_each,
+        };
+        assert_eq!(shape, want_shape, "{what}");
         let pass = padded_pass(&batch, shape, LIMITS.table_width).unwrap();
         assert_eq!(pass.batch.token_ids.len(), sequences * rows_each, "{what}");
-        let (inputs, kept) = pass.inputs(&d, PassHidden::rows(&h)).unwrap();
-        // The same rows picked from a table (every row after a row of another value): the
-        // padded pass gathers them from it, to the same hidden input.
+        let inputs = pass.inputs(&d, PassHidden::rows(&h)).unwrap();
+        // The same rows picked from a table of other values and the rows past it, in another
+        // order: the padded pass gathers them from both, to the same hidden input.
         let rows = h.dim(0).unwrap();
-        let table = Tensor::cat(&[&h.narrow(0, rows - 1, 1).unwrap().affine(2.0, 1.0).unwrap(), &h], 0).unwrap();
-        let picks: Vec<u32> = (1..=rows as u32).collect();
-        let picked = PassHidden::picked(&table, &picks);
+        let table = Tensor::cat(&[&h.narrow(0, 2, rows - 2).unwrap(), &h.affine(2.0, 1.0).unwrap()], 0).unwrap();
+        let more = h.narrow(0, 0, 2).unwrap();
+        let picks: Vec<u32> = (0..rows as u32)
+            .map(|r| (r + 2 * rows as u32 - 2) % (2 * rows as u32))
+            .collect();
+        let picked = PassHidden::picked(&table, Some(&more), &picks);
         assert_eq!(bits(&picked.gather().unwrap()), bits(&h), "{what}: picked rows");
-        let (from_table, _) = pass.inputs(&d, picked).unwrap();
+        let from_table = pass.inputs(&d, picked).unwrap();
         assert_eq!(
             bits(&from_table.hidden),
             bits(&inputs.hidden),
             "{what}: padded from a table"
         );
+
+        // The logits of the rows the padded pass keeps, where its logit rows landed.
         let states = draft_states(&d, &inputs, &padded_kv).unwrap();
         assert_eq!(states.dims(), [sequences * rows_each, d.dims().hidden_size]);
-        let got = pass.output(&d, &states, &kept).unwrap();
+        let kept = inputs.forward.logit_rows.apply(&states).unwrap().expect("kept rows");
+        assert_eq!(kept.dim(0).unwrap(), sequences * logits_each, "{what}: kept rows");
+        let landed = Tensor::new(pass.landed.as_slice(), &Device::Cpu).unwrap();
+        let got = d.head(kept.index_select(&landed, 0).unwrap()).unwrap();
+        assert_same_pass(what, got, &padded_kv, unpadded(), &kv);
 
-        assert_same_pass(what, got, &padded_kv, want, &kv);
+        // What a graph captures, to the host's drafts.
+        let got = pass.output(&draft_on_device(&d, &inputs, &padded_kv).unwrap()).unwrap();
+        assert_eq!(got.ids.len(), batch.logit_rows.len(), "{what}: one draft a logit row");
+        assert_same_drafts(what, got, &padded_kv, d.greedy(unpadded()).unwrap(), &kv);
     }
 }
 
 /// How `padded_pass` lays a pass out: each sequence's rows, then its padding rows at the next
 /// positions writing nothing and reading its last row's hidden input; then padding
-/// sequences; the logit rows at their new indices, and no row's outputs kept by the graph.
+/// sequences. It keeps no row's states, and of each sequence `logits_each` rows: its logit
+/// rows at their new indices, then its last row again; or every row, where that is all.
 #[test]
 fn a_padded_pass_grows_each_sequence_after_its_own_rows() {
-    let [(_, batch), ..] = drafter_passes();
+    let [(_, batch), _, (_, eagle3)] = drafter_passes();
     let shape = DraftShape {
         sequences: 4,
         rows_each: 8,
+        logits_each: 4,
     };
     let pass = padded_pass(&batch, shape, 8).unwrap();
     let b = &pass.batch;
@@ -79,8 +98,37 @@ fn a_padded_pass_grows_each_sequence_after_its_own_rows() {
         &[0; 8],
     ];
     assert_eq!(pass.sources, seqs.concat());
-    assert_eq!(pass.logit_rows, [1, 2, 3, 4, 8, 9, 10, 11]);
-    assert!(b.logit_rows.is_empty() && b.capture_rows.is_empty());
+    let kept: [&[u32]; 4] = [&[1, 2, 3, 4], &[8, 9, 10, 11], &[23; 4], &[31; 4]];
+    assert_eq!(b.logit_rows, kept.concat());
+    assert_eq!(pass.landed, [0, 1, 2, 3, 4, 5, 6, 7]);
+    assert!(b.capture_rows.is_empty());
+
+    // A sequence's logit row at a bucket of every row: all rows kept, each where it is.
+    let mut one = eagle3;
+    one.logit_rows = vec![1];
+    let shape = draft_shape(&one, &LIMITS).unwrap();
+    let want = DraftShape {
+        sequences: 4,
+        rows_each: 1,
+        logits_each: 1,
+    };
+    assert_eq!(shape, want);
+    let pass = padded_pass(&one, shape, 8).unwrap();
+    assert_eq!(
+        (pass.batch.logit_rows.as_slice(), pass.landed.as_slice()),
+        ([0, 1, 2, 3].as_slice(), [1].as_slice())
+    );
+    // A sequence of more logit rows than its shape holds is refused.
+    let narrow = DraftShape {
+        logits_each: 2,
+        ..pass_shape(&batch)
+    };
+    assert!(padded_pass(&batch, narrow, 8).is_err());
+}
+
+/// `batch`'s shape within `LIMITS`.
+fn pass_shape(batch: &peagle_models::ForwardBatch) -> DraftShape {
+    draft_shape(batch, &LIMITS).expect("a graph's shape")
 }
 
 #[test]
@@ -95,6 +143,7 @@ fn only_passes_within_the_limits_run_by_a_graph() {
     let bucket = Some(DraftShape {
         sequences: 4,
         rows_each: 8,
+        logits_each: 4,
     });
     assert_eq!(
         shape(|_| {}),
@@ -116,8 +165,8 @@ fn only_passes_within_the_limits_run_by_a_graph() {
 }
 
 /// The passes captured at start-up are every bucket of rows (powers of two, up to the bucket
-/// of the most rows) with every bucket of sequences within the most rows, each a graph's shape
-/// as it stands.
+/// of the most rows) with every bucket of sequences within the most rows, and every bucket of
+/// logit rows up to the most's bucket and the rows', each a graph's shape as it stands.
 #[test]
 fn startup_passes_cover_every_bucket() {
     let limits = GraphLimits {
@@ -126,27 +175,40 @@ fn startup_passes_cover_every_bucket() {
         max_rows_each: 6,
         max_rows: 16,
     };
-    let shapes: Vec<(usize, usize)> = draft_startup_steps(&limits, BLOCK)
+    let shapes: Vec<(usize, usize, usize)> = draft_startup_steps(&limits, 3, BLOCK)
         .unwrap()
         .iter()
         .map(|step| {
             let shape = draft_shape(step, &limits).expect("a graph's shape");
             assert_eq!(shape.sequences * shape.rows_each, step.token_ids.len(), "unpadded");
-            (shape.sequences, shape.rows_each)
+            (shape.sequences, shape.rows_each, shape.logits_each)
         })
         .collect();
     let want = [
-        (1, 1),
-        (2, 1),
-        (4, 1),
-        (1, 2),
-        (2, 2),
-        (4, 2),
-        (1, 4),
-        (2, 4),
-        (4, 4),
-        (1, 8),
-        (2, 8),
+        (1, 1, 1),
+        (2, 1, 1),
+        (4, 1, 1),
+        (1, 2, 1),
+        (1, 2, 2),
+        (2, 2, 1),
+        (2, 2, 2),
+        (4, 2, 1),
+        (4, 2, 2),
+        (1, 4, 1),
+        (1, 4, 2),
+        (1, 4, 4),
+        (2, 4, 1),
+        (2, 4, 2),
+        (2, 4, 4),
+        (4, 4, 1),
+        (4, 4, 2),
+        (4, 4, 4),
+        (1, 8, 1),
+        (1, 8, 2),
+        (1, 8, 4),
+        (2, 8, 1),
+        (2, 8, 2),
+        (2, 8, 4),
     ];
     assert_eq!(shapes, want);
 }

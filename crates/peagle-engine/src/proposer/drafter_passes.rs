@@ -2,7 +2,7 @@
 //! fits the pass's shape (`DrafterGraphs`), else as it is, to the same bits.
 
 use candle_core::Result;
-use peagle_models::{DraftHidden, DraftOutput, Drafter, DrafterGraphs, ForwardBatch, KvCache, PassHidden};
+use peagle_models::{DraftHidden, Drafter, DrafterGraphs, ForwardBatch, GreedyDrafts, KvCache, PassHidden};
 
 /// The drafter with its KV cache, running each pass by a CUDA graph where it has one for the
 /// pass's shape.
@@ -25,9 +25,10 @@ impl DrafterPasses {
         self.kv.block_size()
     }
 
-    /// A pass over `batch` with the hidden input `hidden`, at the drafter's width: by a graph
-    /// where the pass's shape has one, else as it is. A graph gives the same bits.
-    pub(super) fn run(&mut self, batch: &ForwardBatch, hidden: PassHidden) -> Result<DraftOutput> {
+    /// The greedy drafts of a pass over `batch` with the hidden input `hidden`, at the
+    /// drafter's width: by a graph where the pass's shape has one, else as it is. A graph gives
+    /// the same bits.
+    pub(super) fn run(&mut self, batch: &ForwardBatch, hidden: PassHidden) -> Result<GreedyDrafts> {
         if let Some(graphs) = &mut self.graphs {
             match graphs.forward(&self.drafter, batch, hidden, &self.kv) {
                 Ok(Some(out)) => return Ok(out),
@@ -35,8 +36,10 @@ impl DrafterPasses {
                 Err(e) => tracing::warn!("this drafter pass's shape runs without a CUDA graph: {e}"),
             }
         }
-        self.drafter
-            .forward(batch, &DraftHidden::Projected(hidden.gather()?), &self.kv)
+        let out = self
+            .drafter
+            .forward(batch, &DraftHidden::Projected(hidden.gather()?), &self.kv)?;
+        self.drafter.greedy(out)
     }
 
     pub(super) fn capture_graphs(&mut self) -> Result<usize> {

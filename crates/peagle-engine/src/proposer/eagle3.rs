@@ -1,6 +1,6 @@
-use super::{first_pass, greedy_drafts, DraftRequest, DrafterPasses, Proposer};
-use candle_core::Result;
-use peagle_models::{BatchBuilder, PassHidden, Rows};
+use super::{first_pass, target_ids, DraftRequest, DrafterPasses, Proposer};
+use candle_core::{Result, Tensor};
+use peagle_models::{BatchBuilder, Rows};
 
 /// EAGLE-3: K drafter passes. The first covers the request's slots and gives draft 1; each
 /// later pass feeds the previous draft with the drafter's own output as the hidden input.
@@ -24,15 +24,16 @@ impl Proposer for Eagle3Proposer {
         self.passes.drafter().aux_layer_ids()
     }
 
-    fn propose(&mut self, requests: &[DraftRequest], k: usize) -> Result<Vec<Vec<u32>>> {
-        let (out, _) = first_pass(&mut self.passes, requests, None, 0)?;
+    fn propose(&mut self, states: &Tensor, requests: &[DraftRequest], k: usize) -> Result<Vec<Vec<u32>>> {
+        let (out, _) = first_pass(&mut self.passes, states, requests, None, 0)?;
         let mut drafts: Vec<Vec<u32>> = vec![Vec::new(); requests.len()];
         let drafting: Vec<usize> = (0..requests.len()).filter(|i| requests[*i].draft).collect();
         if drafting.is_empty() {
             return Ok(drafts);
         }
-        let mut last = greedy_drafts(self.passes.drafter(), &out.logits)?;
-        let mut hidden = out.hidden;
+        // The drafts as target ids, which the next pass reads, and the pass they came from.
+        let mut last = target_ids(self.passes.drafter(), &out.ids);
+        let mut pass = out;
         for (i, d) in drafting.iter().zip(&last) {
             drafts[*i].push(*d);
         }
@@ -43,9 +44,8 @@ impl Proposer for Eagle3Proposer {
                 let pos = r.start + r.tokens.len() - 1 + step;
                 batch.add(&last[j..j + 1], pos, r.block_table, Rows::Tail(1), Rows::None)?;
             }
-            let out = self.passes.run(&batch.build(), PassHidden::rows(&hidden))?;
-            last = greedy_drafts(self.passes.drafter(), &out.logits)?;
-            hidden = out.hidden;
+            pass = self.passes.run(&batch.build(), pass.hidden())?;
+            last = target_ids(self.passes.drafter(), &pass.ids);
             for (i, d) in drafting.iter().zip(&last) {
                 drafts[*i].push(*d);
             }

@@ -15,16 +15,17 @@ pub use eagle3::Eagle3Proposer;
 pub use none::NoProposer;
 pub use peagle::PEagleProposer;
 
-use candle_core::{Result, Tensor};
-use peagle_kernels::argmax_rows;
-use peagle_models::{BatchBuilder, DraftOutput, Drafter, PassHidden, Rows, SequenceRows};
+use candle_core::{bail, Result, Tensor};
+use peagle_models::{BatchBuilder, Drafter, GreedyDrafts, PassHidden, Rows, SequenceRows};
+use std::ops::Range;
 
 pub struct DraftRequest<'a> {
     /// Slot tokens: the token after each position `start..start + tokens.len()`.
     pub tokens: &'a [u32],
     pub start: usize,
-    /// Target states of those positions, [tokens.len(), aux layers * target hidden].
-    pub hidden: Tensor,
+    /// The rows of the round's target states (`Proposer::propose`'s `states`) that hold those
+    /// positions', one a token.
+    pub states: Range<usize>,
     pub block_table: &'a [u32],
     /// False for a prefill chunk that is not the prompt's last: only the drafter cache is filled.
     pub draft: bool,
@@ -44,8 +45,11 @@ pub trait Proposer: Send {
     }
 
     /// `k` (at most `self.k()`) drafts, as target ids, for each request; none where `draft`
-    /// is false.
-    fn propose(&mut self, requests: &[DraftRequest], k: usize) -> Result<Vec<Vec<u32>>>;
+    /// is false. `states` [rows, aux layers * target hidden] holds the requests' target states,
+    /// each request's at its rows: one tensor for the round, so that the drafter projects them
+    /// in one launch and gathers its pass's rows from the projection without copying them
+    /// together first.
+    fn propose(&mut self, states: &Tensor, requests: &[DraftRequest], k: usize) -> Result<Vec<Vec<u32>>>;
 
     /// Captures the CUDA graphs of the drafter's passes, where it runs them by graphs; says
     /// how many (`DrafterGraphs::capture_at_startup`).
@@ -56,49 +60,48 @@ pub trait Proposer: Send {
 
 /// The first drafter pass over every request, with `mask_slots` mask tokens after each
 /// drafting request's slots; `mask` is the mask token and its hidden input, already through
-/// `fc`. Returns the output and where each request's logits rows landed.
+/// `fc`. Returns its greedy drafts and where each request's logits rows landed.
 fn first_pass(
     passes: &mut DrafterPasses,
+    states: &Tensor,
     requests: &[DraftRequest],
     mask: Option<(u32, &Tensor)>,
     mask_slots: usize,
-) -> Result<(DraftOutput, Vec<SequenceRows>)> {
+) -> Result<(GreedyDrafts, Vec<SequenceRows>)> {
     let mut batch = BatchBuilder::new(passes.block_size());
     let mut placed = Vec::with_capacity(requests.len());
-    let target_rows: usize = requests.iter().map(|r| r.tokens.len()).sum();
-    // Row of [fc(target states); mask state] that each slot reads; the mask state is last.
-    let mut sources: Vec<u32> = Vec::with_capacity(target_rows + requests.len() * mask_slots);
-    let mut next_target_row = 0;
+    // Row of fc(states) that each slot reads, or past them the mask state.
+    let past = states.dim(0)? as u32;
+    let mut sources: Vec<u32> = Vec::new();
     for r in requests {
+        if r.states.len() != r.tokens.len() || r.states.end > past as usize {
+            bail!(
+                "a request of {} slots at rows {:?} of {past} target states",
+                r.tokens.len(),
+                r.states
+            );
+        }
         let extra = if r.draft && mask.is_some() { mask_slots } else { 0 };
         let mut tokens = r.tokens.to_vec();
-        sources.extend(next_target_row as u32..(next_target_row + r.tokens.len()) as u32);
-        next_target_row += r.tokens.len();
+        sources.extend(r.states.start as u32..r.states.end as u32);
         if let Some((token, _)) = mask.filter(|_| extra > 0) {
             tokens.extend(std::iter::repeat_n(token, extra));
-            sources.extend(std::iter::repeat_n(target_rows as u32, extra));
+            sources.extend(std::iter::repeat_n(past, extra));
         }
         let logits = if r.draft { Rows::Tail(1 + extra) } else { Rows::None };
         placed.push(batch.add(&tokens, r.start, r.block_table, logits, Rows::None)?);
     }
-    let aux: Vec<&Tensor> = requests.iter().map(|r| &r.hidden).collect();
-    let hidden = passes.drafter().project_target(&Tensor::cat(&aux, 0)?)?;
-    let out = match mask.filter(|_| sources.len() > target_rows) {
-        Some((_, state)) => {
-            let table = Tensor::cat(&[&hidden, state], 0)?;
-            passes.run(&batch.build(), PassHidden::picked(&table, &sources))?
-        }
-        None => passes.run(&batch.build(), PassHidden::rows(&hidden))?,
+    let hidden = passes.drafter().project_target(states)?;
+    let in_order = sources.len() == past as usize && sources.iter().zip(0..).all(|(s, i)| *s == i);
+    let pass_hidden = match in_order {
+        true => PassHidden::rows(&hidden),
+        false => PassHidden::picked(&hidden, mask.map(|(_, state)| state), &sources),
     };
+    let out = passes.run(&batch.build(), pass_hidden)?;
     Ok((out, placed))
 }
 
-/// Greedy draft ids (as target ids) of the given logits rows: each row's argmax, found where
-/// the rows are, so that a GPU sends the host one id a row rather than the rows.
-fn greedy_drafts(drafter: &Drafter, logits: &Tensor) -> Result<Vec<u32>> {
-    let rows: Vec<u32> = (0..logits.dim(0)? as u32).collect();
-    Ok(argmax_rows(logits, &rows)?
-        .into_iter()
-        .map(|id| drafter.to_target_id(id as usize))
-        .collect())
+/// Draft ids as the target's ids.
+fn target_ids(drafter: &Drafter, draft_ids: &[u32]) -> Vec<u32> {
+    draft_ids.iter().map(|&id| drafter.to_target_id(id as usize)).collect()
 }

@@ -1,5 +1,5 @@
 use super::{DraftRequest, Proposer};
-use candle_core::Result;
+use candle_core::{Result, Tensor};
 
 /// Plain decoding: no drafts, every step verifies a window of one token.
 pub struct NoProposer;
@@ -13,7 +13,7 @@ impl Proposer for NoProposer {
         &[]
     }
 
-    fn propose(&mut self, requests: &[DraftRequest], _k: usize) -> Result<Vec<Vec<u32>>> {
+    fn propose(&mut self, _states: &Tensor, requests: &[DraftRequest], _k: usize) -> Result<Vec<Vec<u32>>> {
         Ok(vec![Vec::new(); requests.len()])
     }
 }

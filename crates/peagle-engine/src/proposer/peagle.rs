@@ -1,4 +1,4 @@
-use super::{first_pass, greedy_drafts, DraftRequest, DrafterPasses, Proposer};
+use super::{first_pass, target_ids, DraftRequest, DrafterPasses, Proposer};
 use candle_core::{Result, Tensor};
 use peagle_models::LoadError;
 
@@ -41,11 +41,11 @@ impl Proposer for PEagleProposer {
         self.passes.drafter().aux_layer_ids()
     }
 
-    fn propose(&mut self, requests: &[DraftRequest], k: usize) -> Result<Vec<Vec<u32>>> {
+    fn propose(&mut self, states: &Tensor, requests: &[DraftRequest], k: usize) -> Result<Vec<Vec<u32>>> {
         let mask = Some((self.mask_token, &self.mask_state));
         let masks = k.min(self.k).saturating_sub(1);
-        let (out, placed) = first_pass(&mut self.passes, requests, mask, masks)?;
-        let drafts = greedy_drafts(self.passes.drafter(), &out.logits)?;
+        let (out, placed) = first_pass(&mut self.passes, states, requests, mask, masks)?;
+        let drafts = target_ids(self.passes.drafter(), &out.ids);
         Ok(placed.iter().map(|p| drafts[p.logits.clone()].to_vec()).collect())
     }
 

@@ -43,6 +43,17 @@ impl RotaryEmbedding {
 
     pub fn tables(&self, positions: &[u32], device: &Device) -> Result<RopeTables> {
         let (rows, half) = (positions.len(), self.inv_freq.len());
+        let values = Tensor::from_vec(self.table_values(positions), (2, rows, half), device)?;
+        Ok(RopeTables {
+            cos: values.get(0)?,
+            sin: values.get(1)?,
+            values,
+        })
+    }
+
+    /// The values of `tables`, on the host: the cos table [rows, head_dim / 2], then the sin.
+    pub fn table_values(&self, positions: &[u32]) -> Vec<f32> {
+        let (rows, half) = (positions.len(), self.inv_freq.len());
         let mut values = vec![0f32; 2 * rows * half];
         let (cos, sin) = values.split_at_mut(rows * half);
         let angles = positions
@@ -52,12 +63,7 @@ impl RotaryEmbedding {
             *c = angle.cos() * self.attention_factor;
             *s = angle.sin() * self.attention_factor;
         }
-        let values = Tensor::from_vec(values, (2, rows, half), device)?;
-        Ok(RopeTables {
-            cos: values.get(0)?,
-            sin: values.get(1)?,
-            values,
-        })
+        values
     }
 }
 
