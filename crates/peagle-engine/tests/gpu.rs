@@ -176,7 +176,8 @@ fn speculative_seeded_sampling_equals_plain_on_the_gpu() {
 
 /// Decode and verification steps by CUDA graphs: plain decoding, P-EAGLE at K = 7 and
 /// EAGLE-3 at K = 3 on the demo model, and gpt-oss with P-EAGLE, give the tokens plain
-/// decoding gives without graphs.
+/// decoding gives without graphs. With a drafter, every step accepts what the same drafter
+/// without graphs accepts: the drafts are the same, which equal outputs alone would not show.
 #[test]
 fn output_by_cuda_graphs_equals_output_without() {
     let Some(options) = gpu() else { return };
@@ -194,11 +195,19 @@ fn output_by_cuda_graphs_equals_output_without() {
         Some(("pystdlib-12l-eagle3", false, 3)),
     ];
     for drafter in drafters {
-        let draft = drafter.map(|(name, parallel, k)| demo_drafter(name, parallel, k));
-        let mut g = demo_with(&options, draft, &with_graphs);
+        let draft = || drafter.map(|(name, parallel, k)| demo_drafter(name, parallel, k));
+        let mut g = demo_with(&options, draft(), &with_graphs);
+        let mut without = drafter.is_some().then(|| demo(&options, draft()));
         for (prompt, want) in prompts.iter().zip(&want) {
             let out = g.generate(prompt, &params, |_| {}).unwrap();
             assert_eq!(&out.token_ids, want, "{drafter:?} by CUDA graphs");
+            if let Some(without) = &mut without {
+                let eager = without.generate(prompt, &params, |_| {}).unwrap();
+                assert_eq!(
+                    out.spec_stats, eager.spec_stats,
+                    "{drafter:?}: acceptance by CUDA graphs"
+                );
+            }
         }
     }
 
@@ -210,16 +219,19 @@ fn output_by_cuda_graphs_equals_output_without() {
         .generate(&prompt, &params, |_| {})
         .unwrap()
         .token_ids;
-    let draft = DraftModel {
+    let draft = || DraftModel {
         dir: fixture("tiny-gpt-oss-peagle"),
         k: Some(7),
         parallel: true,
     };
-    let got = gpt_oss(Some(draft), &with_graphs)
+    let got = gpt_oss(Some(draft()), &with_graphs)
         .generate(&prompt, &params, |_| {})
-        .unwrap()
-        .token_ids;
-    assert_eq!(got, want, "gpt-oss with P-EAGLE by CUDA graphs");
+        .unwrap();
+    assert_eq!(got.token_ids, want, "gpt-oss with P-EAGLE by CUDA graphs");
+    let eager = gpt_oss(Some(draft()), &GeneratorOptions::default())
+        .generate(&prompt, &params, |_| {})
+        .unwrap();
+    assert_eq!(got.spec_stats, eager.spec_stats, "gpt-oss: acceptance by CUDA graphs");
 }
 
 /// With no block count given, the KV cache takes what the GPU memory utilization leaves once
