@@ -22,6 +22,10 @@
 #                                   packing, candle's own kernels compiled from empty sources, and
 #                                   the GPU test binaries, listed in target/cuda-check/gpu_tests.txt,
 #                                   built for the CUDA emulator (scripts/emulated_gpu_tests.sh)
+#   scripts/build_cuda.sh --emulated-generate
+#                                   builds peagle-generate with the cuda feature for the CUDA
+#                                   emulator, as --check builds the tests, in target/cuda-check
+#                                   (scripts/emulated_host_ops.sh runs it)
 #   scripts/build_cuda.sh --serve   builds target/release/peagle-serve only, with the cuda
 #                                   feature (what the Dockerfile runs)
 #   scripts/build_cuda.sh --toolkit installs the toolkit and the stubs only
@@ -98,15 +102,19 @@ for line in sys.stdin:
 '
 }
 
-if [ "$check" = --check ]; then
+if [ "$check" = --check ] || [ "$check" = --emulated-generate ]; then
     # The emulator runs peagle's kernels and candle's from their sources, and no binary built
     # here carries candle's empty PTX elsewhere: in a target directory of its own. Optimized
     # lightly and without debug info: the build is most of the check's time, while the tests'
     # host code is little of theirs.
     export SKIPPED_SOURCES='*/candle-kernels-*/*.cu' CARGO_TARGET_DIR=$target/cuda-check
     mkdir -p "$CARGO_TARGET_DIR"
-    gpu_tests release --lib --tests --examples --config profile.release.opt-level=1 --config profile.release.debug=false \
-        >"$CARGO_TARGET_DIR/gpu_tests.txt"
+    light=(--config profile.release.opt-level=1 --config profile.release.debug=false)
+    if [ "$check" = --emulated-generate ]; then
+        cargo build --release --locked --features peagle-cli/cuda -p peagle-cli --bin peagle-generate "${light[@]}"
+        exit 0
+    fi
+    gpu_tests release --lib --tests --examples "${light[@]}" >"$CARGO_TARGET_DIR/gpu_tests.txt"
     echo "CUDA build check: ok"
     exit 0
 fi

@@ -6,7 +6,8 @@
 # routing, prefix-cache affinity, failover), and the CUDA build check (scripts/build_cuda.sh
 # --check: the crates with CUDA code built with the cuda feature, the CUDA kernels compiled to
 # PTX; no GPU needed, scripts/gpu_check.sh runs the GPU tests on a GPU host), with the GPU
-# report's assembly over made-up results (scripts/gpu_report_test.py), the tensor-core kernels'
+# report's assembly over made-up results (scripts/gpu_report_test.py), the count of a step's host
+# operations over a made-up emulator trace (scripts/host_ops_test.py), the tensor-core kernels'
 # operand layout simulated (scripts/mma_layout_test.py), and the kernels' and the models' GPU
 # tests on the CUDA emulator (scripts/emulated_gpu_tests.sh, cuda-emulator/: every kernel against
 # its CPU reference, and the fixture models' logits, batch invariance and CUDA graphs on both
@@ -23,7 +24,8 @@ mkdir -p target
             TEST_TIMEOUT=600 bash scripts/emulated_gpu_tests.sh
 } >target/cuda-check.log 2>&1 &
 cuda=$!
-if ! { cargo test --workspace --locked && python3 scripts/gpu_report_test.py && python3 scripts/mma_layout_test.py \
+if ! { cargo test --workspace --locked && python3 scripts/gpu_report_test.py && python3 scripts/host_ops_test.py \
+    && python3 scripts/mma_layout_test.py \
     && bash scripts/openai_client_test.sh \
     && bash scripts/fuzz_api.sh && bash scripts/validate_manifests.sh && bash scripts/scaleout_test.sh; }; then
     kill "$cuda" 2>/dev/null

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The operations a decode step by CUDA graphs issues outside its graphs, counted without a GPU:
+# peagle-generate on the CUDA emulator (cuda-emulator/README.md) with PEAGLE_EMULATOR_TRACE,
+# which prints every operation a stream is given. On a small model a GPU step waits mostly on
+# the host, and these are what the host issues: uploads, copies back, synchronizations, device
+# copies and kernel launches, each a call into the driver and most a wait for the GPU.
+#   scripts/emulated_host_ops.sh [TOKENS]   plain decoding, EAGLE-3 K=3 and P-EAGLE K=7 on the
+#                                           demo model, TOKENS (default 24) greedy tokens each
+# Prints a table: for each mode, a middle step's operations by kind (scripts/host_ops.py).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+tokens=${1:-24}
+bash scripts/build_cuda_emulator.sh >/dev/null
+bash scripts/build_cuda.sh --emulated-generate
+export LD_LIBRARY_PATH=$PWD/target/cuda-emulator/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+traces=target/cuda-emulator/host-ops
+mkdir -p "$traces"
+modes=("no speculation|" "EAGLE-3 K=3|--draft-model models/pystdlib-12l-eagle3 --k 3"
+    "P-EAGLE K=7|--draft-model models/pystdlib-12l-peagle --k 7")
+for mode in "${modes[@]}"; do
+    name=${mode%%|*}
+    # shellcheck disable=SC2086 # the mode's arguments are words
+    PEAGLE_EMULATOR_TRACE=1 target/cuda-check/release/peagle-generate --device cuda --cuda-graphs \
+        --prompt "def fibonacci(n):" --max-tokens "$tokens" ${mode#*|} \
+        >/dev/null 2>"$traces/${name// /_}.txt"
+done
+python3 scripts/host_ops.py "$traces"/*.txt

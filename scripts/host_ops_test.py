@@ -1,0 +1,50 @@
+"""host_ops.py over a made-up CUDA emulator trace: a step runs from one launch of the graph of
+the most nodes to the next, and its operations are counted by kind. Run by scripts/test.sh;
+needs no GPU."""
+
+import os
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import host_ops  # noqa: E402
+
+PREFIX = "peagle CUDA emulator: "
+STEP = [
+    "issued copy of 392 bytes, host to device",
+    "issued graph of 10 nodes",
+    "issued linear_bf16<<<(1, 16, 1), (256, 1, 1)>>>",
+    "issued stream synchronization",
+    "issued copy of 32 bytes, device to host",
+    "issued copy of 32 bytes, host to device",
+    "issued graph of 4 nodes",
+    "issued copy of 28 bytes, device to host",
+]
+
+
+def main():
+    # Capture-time lines and the prompt's first step come before the steps that repeat.
+    lines = [PREFIX + "captured gather_rows_bf16<<<(8, 1, 1), (256, 1, 1)>>>", "prompt output"]
+    lines += [PREFIX + line for line in STEP * 3]
+    steps = host_ops.step_counts(lines)
+    assert len(steps) == 2, steps
+    want = {"graph launches": 2, "uploads": 2, "copies back": 2, "synchronizations": 1, "kernels": 1}
+    for step in steps:
+        assert dict(step) == want, step
+    assert host_ops.step_counts([PREFIX + "issued stream synchronization"]) == []
+
+    with tempfile.TemporaryDirectory() as out:
+        path = os.path.join(out, "trace.txt")
+        with open(path, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        table = subprocess.run([sys.executable, os.path.join(HERE, "host_ops.py"), path],
+                               check=True, capture_output=True, text=True).stdout
+    row = table.splitlines()[2]
+    assert row == f"| {path} | 2 | 2 | 2 | 2 | 0 | 1 | 1 | 0 | 6 |", table
+    print("host_ops_test: ok")
+
+
+if __name__ == "__main__":
+    main()
