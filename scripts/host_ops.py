@@ -31,14 +31,16 @@ def step_counts(lines):
     steps = []
     for first, end in zip(starts, starts[1:]):
         counts = collections.Counter()
-        for line in issued[first:end]:
-            kind = "graph launches" if GRAPH.search(line) else "other"
-            for marker, name in KINDS:
-                if marker in line and kind == "other":
-                    kind = name
-            counts[kind] += 1
+        counts.update(kind_of(line) for line in issued[first:end])
         steps.append(counts)
     return steps
+
+
+def kind_of(line):
+    """The kind of operation an issued line is."""
+    if GRAPH.search(line):
+        return "graph launches"
+    return next((name for marker, name in KINDS if marker in line), "other")
 
 
 def main(paths):
