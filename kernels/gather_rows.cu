@@ -2,7 +2,15 @@
 // that is one of its `first_rows` rows, else row picks[b] - first_rows of `second`. A drafter
 // pass's hidden input is gathered so, from the projected target states and, for P-EAGLE's mask
 // slots, the mask state, with no concatenation of the two first. One block per output row; the
-// launcher checks every pick against the tables. A copy: no arithmetic, no order to keep.
+// callers (gather_rows.rs, chain_drafts.rs) check every pick against the tables. A copy: no
+// arithmetic, no order to keep.
+//
+// chain_drafts feeds autoregressive drafting (EAGLE-3's passes after the first) on the device,
+// so that no pass waits for the host to read the last one's drafts: row b of the next pass
+// reads kept row picks[b] of the last pass, its hidden output as the hidden input and its draft
+// id, mapped to the target's vocabulary by `to_target`, as its token. The first `drafts_rows`
+// rows' tokens, the last pass's drafts in order, are also written to `drafts`. An id past the
+// map (argmax gives none) becomes token 0 rather than a read past it.
 #include "common.cuh"
 
 #define GATHER_THREADS 256
@@ -25,3 +33,29 @@ __device__ void gather_rows(T* out, const T* first, const T* second, const uint3
 
 GATHER_ROWS(gather_rows_f32, float)
 GATHER_ROWS(gather_rows_bf16, __nv_bfloat16)
+
+template <typename T>
+__device__ void chain_drafts(T* hidden_out, uint32_t* tokens, uint32_t* drafts, const T* hidden,
+                             const uint32_t* ids, const uint32_t* to_target, const uint32_t* picks,
+                             int vocab, int drafts_rows, int cols) {
+    const uint32_t pick = picks[blockIdx.x];
+    if (threadIdx.x == 0) {
+        const uint32_t id = ids[pick];
+        const uint32_t token = id < (uint32_t)vocab ? to_target[id] : 0;
+        tokens[blockIdx.x] = token;
+        if ((int)blockIdx.x < drafts_rows) drafts[blockIdx.x] = token;
+    }
+    const T* row = hidden + (size_t)pick * cols;
+    T* to = hidden_out + (size_t)blockIdx.x * cols;
+    for (int c = threadIdx.x; c < cols; c += GATHER_THREADS) to[c] = row[c];
+}
+
+#define CHAIN_DRAFTS(NAME, T)                                                                  \
+    extern "C" __global__ void __launch_bounds__(GATHER_THREADS) NAME(                         \
+        T* hidden_out, uint32_t* tokens, uint32_t* drafts, const T* hidden, const uint32_t* ids, \
+        const uint32_t* to_target, const uint32_t* picks, int vocab, int drafts_rows, int cols) { \
+        chain_drafts<T>(hidden_out, tokens, drafts, hidden, ids, to_target, picks, vocab, drafts_rows, cols); \
+    }
+
+CHAIN_DRAFTS(chain_drafts_f32, float)
+CHAIN_DRAFTS(chain_drafts_bf16, __nv_bfloat16)

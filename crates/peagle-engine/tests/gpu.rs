@@ -176,8 +176,9 @@ fn speculative_seeded_sampling_equals_plain_on_the_gpu() {
 
 /// Decode and verification steps by CUDA graphs: plain decoding, P-EAGLE at K = 7 and
 /// EAGLE-3 at K = 3 on the demo model, and gpt-oss with P-EAGLE, give the tokens plain
-/// decoding gives without graphs. With a drafter, every step accepts what the same drafter
-/// without graphs accepts: the drafts are the same, which equal outputs alone would not show.
+/// decoding gives without graphs. With a drafter, each prompt's acceptance counts
+/// (`SpecStats`) are the same as the same drafter's without graphs: drafts that differed would
+/// show there, where equal outputs alone would not.
 #[test]
 fn output_by_cuda_graphs_equals_output_without() {
     let Some(options) = gpu() else { return };

@@ -1,11 +1,12 @@
-//! The P-EAGLE proposer against the PyTorch reference of the drafter fixtures
+//! The proposers' drafts. P-EAGLE's against the PyTorch reference of the drafter fixtures
 //! (scripts/make_drafter_fixtures.py): the K drafts of its one pass are the reference's greedy
 //! tokens at the last real slot and the mask slots after it, for every request of a batch.
+//! EAGLE-3's against its drafter's passes fed one by one from the host.
 
 use candle_core::{DType, Device, Tensor};
-use peagle_engine::proposer::{DraftRequest, DrafterPasses, PEagleProposer, Proposer};
+use peagle_engine::proposer::{DraftRequest, DrafterPasses, Eagle3Proposer, PEagleProposer, Proposer};
 use peagle_engine::sampler::argmax;
-use peagle_models::{load_target, Drafter, KvCache, LoadOptions};
+use peagle_models::{load_target, BatchBuilder, DraftHidden, Drafter, KvCache, LoadOptions, Rows};
 
 mod common;
 use common::fixture;
@@ -99,8 +100,107 @@ fn peagle_drafts_match_the_reference_mask_slots_in_a_mixed_batch() {
             "{name}"
         );
 
-        // A request whose rows the states do not hold is refused.
-        let past = [request(tables[0], real..real + 2, true)];
+        // A request whose rows the states do not hold is refused: one past them would read the
+        // mask state, which the pass's table holds past the states. So is a request of more
+        // rows than slots.
+        let past = [request(tables[0], real - 2..real + 1, true)];
         assert!(proposer.propose(&aux.narrow(0, 0, real).unwrap(), &past, 2).is_err());
+        let mut longer = request(tables[0], PREFILL..real, true);
+        longer.states = PREFILL..real + 1;
+        assert!(proposer.propose(aux, &[longer], 2).is_err());
     }
+}
+
+/// EAGLE-3's K drafts are the drafter's autoregressive greedy drafts: each pass after the first
+/// reads the last one's draft, mapped to a target id (the demo drafter's d2t is no identity),
+/// and its hidden output. The proposer chains its passes on the device; the reference here
+/// reads each pass's drafts back and feeds them by the host, for a batch with a prefill chunk
+/// ahead of two drafting requests, and for fewer drafts than K.
+#[test]
+fn eagle3_drafts_are_the_drafters_autoregressive_greedy_drafts() {
+    let target = load_target(&common::repo("models/pystdlib-12l"), LoadOptions::default())
+        .unwrap()
+        .model;
+    let load = || {
+        Drafter::load(
+            &common::repo("models/pystdlib-12l-eagle3"),
+            target.as_ref(),
+            LoadOptions::default(),
+        )
+    };
+    let (drafter, reference) = (load().unwrap(), load().unwrap());
+    assert!(
+        (0..4096).any(|id| reference.to_target_id(id) != id as u32),
+        "d2t maps ids"
+    );
+    let cache = |d: &Drafter| KvCache::new(d.dims(), 16, BLOCK, d.dtype(), &Device::Cpu).unwrap();
+    let (k, kv) = (3, cache(&reference));
+    let mut proposer = Eagle3Proposer::new(DrafterPasses::new(drafter, cache(&reference), None), k);
+
+    let tokens: Vec<u32> = (0..24).map(|t| 100 + 37 * t % 4000).collect();
+    let width = reference.aux_layer_ids().len() * target.dims().hidden_size;
+    let values: Vec<f32> = (0..tokens.len() * width)
+        .map(|i| ((i * 53 % 97) as f32 - 48.0) / 24.0)
+        .collect();
+    let states = Tensor::from_vec(values, (tokens.len(), width), &Device::Cpu)
+        .unwrap()
+        .to_dtype(reference.dtype())
+        .unwrap();
+    let tables: [&[u32]; 3] = [&[0, 1], &[2, 3], &[4, 5]];
+    // Rows 0..8 are a prefill chunk; rows 8..15 and 15..24 two requests that draft.
+    let spans = [(0..8, 0, false), (8..15, 3, true), (15..24, 5, true)];
+    let requests: Vec<DraftRequest> = spans
+        .iter()
+        .zip(tables)
+        .map(|((rows, start, draft), table)| DraftRequest {
+            tokens: &tokens[rows.clone()],
+            start: *start,
+            states: rows.clone(),
+            block_table: table,
+            draft: *draft,
+        })
+        .collect();
+
+    // The reference: the same first pass, then a pass a draft, fed by the host.
+    let mut batch = BatchBuilder::new(BLOCK);
+    for r in &requests {
+        let logits = if r.draft { Rows::Tail(1) } else { Rows::None };
+        batch.add(r.tokens, r.start, r.block_table, logits, Rows::None).unwrap();
+    }
+    let hidden = DraftHidden::Projected(reference.project_target(&states).unwrap());
+    let mut out = reference
+        .greedy(reference.forward(&batch.build(), &hidden, &kv).unwrap())
+        .unwrap();
+    let mut want = vec![Vec::new(); 2];
+    for step in 0..k {
+        let drafts: Vec<u32> = out
+            .ids()
+            .unwrap()
+            .iter()
+            .map(|&id| reference.to_target_id(id as usize))
+            .collect();
+        for (w, d) in want.iter_mut().zip(&drafts) {
+            w.push(*d);
+        }
+        if step + 1 == k {
+            break;
+        }
+        let mut batch = BatchBuilder::new(BLOCK);
+        for (r, d) in requests[1..].iter().zip(&drafts) {
+            let pos = r.start + r.tokens.len() + step;
+            batch.add(&[*d], pos, r.block_table, Rows::Tail(1), Rows::None).unwrap();
+        }
+        let hidden = DraftHidden::Projected(out.hidden().gather().unwrap());
+        out = reference
+            .greedy(reference.forward(&batch.build(), &hidden, &kv).unwrap())
+            .unwrap();
+    }
+
+    let got = proposer.propose(&states, &requests, k).unwrap();
+    assert_eq!(got, [Vec::new(), want[0].clone(), want[1].clone()]);
+    // One draft is the first pass's alone.
+    let kv_again = cache(&reference);
+    let mut proposer = Eagle3Proposer::new(DrafterPasses::new(load().unwrap(), kv_again, None), k);
+    let got = proposer.propose(&states, &requests, 1).unwrap();
+    assert_eq!(got, [Vec::new(), want[0][..1].to_vec(), want[1][..1].to_vec()]);
 }

@@ -30,16 +30,21 @@ pub fn gather_rows(first: &Tensor, second: Option<&Tensor>, picks: &[u32]) -> Re
 /// GPU into its memory, with no buffer of its own and no copy (a CUDA graph's input).
 pub fn gather_rows_into(out: &Tensor, first: &Tensor, second: Option<&Tensor>, picks: &[u32]) -> Result<()> {
     check(first, second, picks)?;
-    if out.dims() != [picks.len(), first.dim(1)?] || out.dtype() != first.dtype() || !out.is_contiguous() {
+    if out.dims() != [picks.len(), first.dim(1)?]
+        || out.dtype() != first.dtype()
+        || !out.is_contiguous()
+        || !out.device().same_device(first.device())
+    {
         return Err(bad_input(
             "gather_rows_into",
             format!(
-                "{} rows of {:?} {:?} into a {:?} tensor of {:?}",
+                "{} rows of {:?} {:?} into a {:?} tensor of {:?} on {:?}",
                 picks.len(),
                 first.dtype(),
                 first.dims(),
                 out.dtype(),
-                out.dims()
+                out.dims(),
+                out.device().location()
             ),
         ));
     }

@@ -7,6 +7,7 @@ mod argmax_rows;
 mod attention_blocks;
 mod attention_metadata;
 mod cache_element;
+mod chain_drafts;
 mod contiguous;
 #[cfg(feature = "cuda")]
 mod cuda;
@@ -46,6 +47,7 @@ mod value_sum;
 pub use argmax_rows::{argmax_each_row, argmax_rows};
 pub use attention_metadata::{AttentionMetadata, DeviceMetadata};
 pub use cache_element::CacheElement;
+pub use chain_drafts::{chain_drafts, LastPass};
 pub use cuda_matmul::{CudaMatmul, MmaTiles, CUDA_MATMUL_ENV};
 pub use cuda_profiler::cuda_profiler_range;
 pub use device_memory::{device_memory, keep_freed_memory, peak_allocated, DeviceMemory};

@@ -6,8 +6,8 @@
 //! decode row, or a verification window), and the step keeps the logits of all its rows, and
 //! the captured states of all or none. The batch is padded (`ForwardBatch::padded`) to the next
 //! bucket of sequences (1, 2, 4, 8, ... up to the scheduler's most), and every block table to
-//! the longest a sequence can have. Its inputs are made as for any forward
-//! (`TargetModel::inputs`) and written into the tensors the graph was captured over. The graph
+//! the longest a sequence can have. A replay uploads its inputs straight into the tensors the
+//! graph was captured over (`TargetModel::upload_inputs`). The graph
 //! is the forward up to the LM head (`TargetModel::forward_states`); the head then makes the
 //! logits of the batch's own rows outside it, so no shape keeps [rows, vocab] of logits. Rows'
 //! results do not depend on the rest of their batch, so a step gives the same bits by a graph

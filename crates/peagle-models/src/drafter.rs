@@ -37,24 +37,38 @@ pub struct DraftOutput {
     pub hidden: Tensor,
 }
 
-/// A pass's greedy drafts: the argmax of each logit row, found where the logits are, so that
-/// the host receives ids rather than rows.
+/// A pass's greedy drafts: the argmax of each logit row, found where the logits are and left
+/// there, so that the host receives ids rather than rows, and only when it asks for them.
 pub struct GreedyDrafts {
-    /// The draft id (in the drafter's vocabulary) of each logit row, in order.
-    pub ids: Vec<u32>,
-    /// The logit rows' hidden outputs (`DraftOutput::hidden`), as rows of `hidden`: each
-    /// logit row's at `rows[i]`, or row i where `rows` is None. A pass by a CUDA graph leaves
-    /// them in the graph's outputs, which its shape's next replay overwrites: read them before
-    /// the drafter's next pass runs.
+    /// u32 [kept rows], on the drafter's device: each kept row's draft id, in the drafter's
+    /// vocabulary.
+    kept_ids: Tensor,
+    /// [kept rows, drafter hidden]: the kept rows' hidden outputs (`DraftOutput::hidden`).
+    /// A pass by a CUDA graph leaves them and the ids in the graph's outputs, which its
+    /// shape's next replay overwrites: read them before the drafter's next pass runs.
     hidden: Tensor,
+    /// The kept row of each logit row, in order; None: logit row i is kept row i.
     rows: Option<Vec<u32>>,
 }
 
 impl GreedyDrafts {
-    /// Drafts whose logit row i has its hidden output at row `rows[i]` of `hidden`, or at row i
+    /// Drafts whose logit row i is kept row `rows[i]` of `kept_ids` and `hidden`, or kept row i
     /// where `rows` is None.
-    pub(crate) fn new(ids: Vec<u32>, hidden: Tensor, rows: Option<Vec<u32>>) -> Self {
-        Self { ids, hidden, rows }
+    pub(crate) fn new(kept_ids: Tensor, hidden: Tensor, rows: Option<Vec<u32>>) -> Self {
+        Self { kept_ids, hidden, rows }
+    }
+
+    /// The draft id (in the drafter's vocabulary) of each logit row, in order, copied to the
+    /// host: a wait for the pass to finish.
+    pub fn ids(&self) -> Result<Vec<u32>> {
+        match &self.rows {
+            Some(rows) if rows.is_empty() => Ok(Vec::new()),
+            Some(rows) => {
+                let kept: Vec<u32> = self.kept_ids.to_vec1()?;
+                Ok(rows.iter().map(|&at| kept[at as usize]).collect())
+            }
+            None => self.kept_ids.to_vec1(),
+        }
     }
 
     /// The logit rows' hidden outputs as the next pass's hidden input.
@@ -63,6 +77,13 @@ impl GreedyDrafts {
             Some(rows) => PassHidden::picked(&self.hidden, None, rows),
             None => PassHidden::rows(&self.hidden),
         }
+    }
+
+    /// The input of the next pass of autoregressive drafting, fed on the device: row i reads
+    /// logit row i's hidden output and, as its token, its draft mapped to a target id by
+    /// `drafter`, which feeding the next pass also writes into `drafts` (u32 [logit rows]).
+    pub fn chained<'a>(&'a self, drafter: &'a Drafter, drafts: &'a Tensor) -> PassHidden<'a> {
+        self.hidden().chained(&self.kept_ids, &drafter.to_target, drafts)
     }
 }
 
@@ -78,6 +99,8 @@ pub struct Drafter {
     lm_head: Linear,
     /// Target id of each draft id (`i + d2t[i]`).
     draft_to_target: Vec<u32>,
+    /// `draft_to_target` on the drafter's device, u32 [draft vocab], for drafting chained there.
+    to_target: Tensor,
     /// `mask_hidden` as stored, [1, aux layers * target hidden]; P-EAGLE only.
     mask_hidden: Option<Tensor>,
     rope: RotaryEmbedding,
@@ -149,7 +172,11 @@ impl Drafter {
             ..AttentionOptions::default()
         };
         let n_aux = aux_layer_ids.len();
-        let draft_to_target = load_d2t(ckpt, config.draft_vocab_size)?;
+        let draft_to_target = load_d2t(ckpt, config.draft_vocab_size, t.vocab_size)?;
+        let to_target = Tensor::new(draft_to_target.as_slice(), ckpt.device()).map_err(|source| LoadError::Candle {
+            context: "placing d2t on the device".into(),
+            source,
+        })?;
         let mask_hidden = match ckpt.contains("mask_hidden") {
             true => Some(load_mask_hidden(ckpt, n_aux * t.hidden_size)?),
             false => None,
@@ -174,6 +201,7 @@ impl Drafter {
             device: ckpt.device().clone(),
             embed,
             draft_to_target,
+            to_target,
             mask_hidden,
             aux_layer_ids,
             dims,
@@ -239,8 +267,12 @@ impl Drafter {
 
     /// A pass over the paged cache (inference); logits for the batch's logit rows.
     pub fn forward(&self, batch: &ForwardBatch, hidden: &DraftHidden, kv: &KvCache) -> Result<DraftOutput> {
-        let inputs = self.inputs(batch)?;
-        let x = self.forward_states(&inputs, hidden, kv)?;
+        self.forward_inputs(&self.inputs(batch)?, hidden, kv)
+    }
+
+    /// `forward` over a batch's inputs already on the device.
+    pub fn forward_inputs(&self, inputs: &ForwardInputs, hidden: &DraftHidden, kv: &KvCache) -> Result<DraftOutput> {
+        let x = self.forward_states(inputs, hidden, kv)?;
         match inputs.logit_rows.apply(&x)? {
             Some(rows) => self.head(rows),
             // A pass that only fills the drafter's cache (a prefill chunk) wants no logits.
@@ -338,8 +370,10 @@ impl Drafter {
 
     /// The greedy drafts of a pass's output: each logit row's argmax, found where the rows are.
     pub fn greedy(&self, out: DraftOutput) -> Result<GreedyDrafts> {
-        let rows: Vec<u32> = (0..out.logits.dim(0)? as u32).collect();
-        let ids = peagle_kernels::argmax_rows(&out.logits, &rows)?;
+        let ids = match out.logits.dim(0)? {
+            0 => peagle_kernels::no_rows(1, candle_core::DType::U32, &self.device)?.flatten_all()?,
+            _ => peagle_kernels::argmax_each_row(&out.logits)?,
+        };
         Ok(GreedyDrafts::new(ids, out.hidden, None))
     }
 
@@ -358,7 +392,9 @@ pub fn vllm_default_aux_layers(num_layers: usize) -> Vec<usize> {
     vec![2.min(num_layers - 1), num_layers / 2, num_layers.saturating_sub(3)]
 }
 
-fn load_d2t(ckpt: &Checkpoint, draft_vocab: usize) -> std::result::Result<Vec<u32>, LoadError> {
+/// The target id of each draft id, `i + d2t[i]`, each checked to lie in the target's
+/// vocabulary: a draft becomes a token of the target's and of the drafter's next pass.
+fn load_d2t(ckpt: &Checkpoint, draft_vocab: usize, target_vocab: usize) -> std::result::Result<Vec<u32>, LoadError> {
     if !ckpt.contains("d2t") {
         return Ok((0..draft_vocab as u32).collect());
     }
@@ -369,7 +405,17 @@ fn load_d2t(ckpt: &Checkpoint, draft_vocab: usize) -> std::result::Result<Vec<u3
             context: "reading d2t".into(),
             source,
         })?;
-    Ok(offsets.iter().enumerate().map(|(i, o)| (i as i64 + o) as u32).collect())
+    let mapped = |(i, o): (usize, &i64)| {
+        let id = i as i64 + o;
+        u32::try_from(id)
+            .ok()
+            .filter(|id| (*id as usize) < target_vocab)
+            .ok_or_else(|| LoadError::InvalidTensor {
+                name: "d2t".into(),
+                msg: format!("maps draft id {i} to {id}, outside the target's {target_vocab} tokens"),
+            })
+    };
+    offsets.iter().enumerate().map(mapped).collect()
 }
 
 fn load_mask_hidden(ckpt: &Checkpoint, width: usize) -> std::result::Result<Tensor, LoadError> {

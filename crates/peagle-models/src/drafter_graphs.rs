@@ -10,10 +10,11 @@
 //!
 //! The graph holds the whole pass to its greedy drafts (`draft_on_device`): the layers, the
 //! head over a fixed number of rows of each sequence (its logit rows, padded to a bucket) and
-//! their argmax. The host then copies back one id a kept row. Its inputs are a forward's
-//! (`ForwardInputs`, whose kept rows say where each sequence's logit rows are) and the hidden
-//! input, gathered to the padded rows before each replay (`PassHidden`: in one gather also
-//! where the pass's rows are themselves picked from a table, or are the last pass's outputs).
+//! their argmax, whose ids the host copies back when it asks for them (`GreedyDrafts::ids`).
+//! Its inputs are a forward's (`ForwardInputs`, whose kept rows say where each sequence's logit
+//! rows are) and the hidden input, gathered to the padded rows before each replay
+//! (`PassHidden`: in one gather also where the pass's rows are themselves picked from a table,
+//! or are the last pass's outputs, whose drafts a chained pass also reads as its tokens).
 
 use crate::batch::ForwardBatch;
 use crate::cuda_graphs::GraphLimits;
@@ -38,7 +39,8 @@ pub struct DraftShape {
 /// The shape a drafter pass over `batch` runs at by a graph within `limits`; None where it
 /// runs without one: a sequence longer than the bucket of `max_rows_each` (a prompt, or a
 /// backlog of states the drafter has not read), a block table the padding rows would grow
-/// past the graph's width, or more sequences or rows than a graph holds.
+/// past the graph's width, more sequences or rows than a graph holds, or a logit row past the
+/// batch's rows (which the pass without a graph refuses).
 pub fn draft_shape(batch: &ForwardBatch, limits: &GraphLimits) -> Option<DraftShape> {
     let attn = &batch.attn;
     let rows = |s: usize| attn.query_start[s + 1] - attn.query_start[s];
@@ -54,6 +56,13 @@ pub fn draft_shape(batch: &ForwardBatch, limits: &GraphLimits) -> Option<DraftSh
     let fits = (0..attn.num_sequences()).all(|s| width(s) <= limits.table_width);
     let sequences = attn.num_sequences().next_power_of_two();
     let within = sequences <= limits.max_sequences.next_power_of_two() && sequences * rows_each <= limits.max_rows;
+    if batch
+        .logit_rows
+        .iter()
+        .any(|&row| row as usize >= batch.token_ids.len())
+    {
+        return None;
+    }
     let mut logits = vec![0; attn.num_sequences()];
     for &row in &batch.logit_rows {
         logits[sequence_of(&attn.query_start, row)] += 1;
@@ -75,7 +84,8 @@ fn sequence_of(query_start: &[usize], row: u32) -> usize {
 /// a table and the rows past it (P-EAGLE's first pass: its mask rows all read the mask state
 /// past the projected target states; EAGLE-3's later passes: the last pass's logit rows among
 /// its outputs), so that a pass by a graph gathers its padded rows from them at once rather
-/// than the pass's rows first.
+/// than the pass's rows first. Chained (`GreedyDrafts::chained`), it is also the pass's
+/// tokens: the drafts of the pass whose outputs the table holds.
 #[derive(Clone, Copy)]
 pub struct PassHidden<'a> {
     table: &'a Tensor,
@@ -83,6 +93,17 @@ pub struct PassHidden<'a> {
     more: Option<&'a Tensor>,
     /// The row each of the pass's rows reads; None: row i reads row i of `table`.
     picks: Option<&'a [u32]>,
+    chain: Option<Chain<'a>>,
+}
+
+/// The tokens of a chained pass: each row's is the draft id of the table's row it reads
+/// (`ids`, u32 [table rows]) mapped through `to_target`, and the pass's own rows' are written
+/// to `drafts` as well.
+#[derive(Clone, Copy)]
+struct Chain<'a> {
+    ids: &'a Tensor,
+    to_target: &'a Tensor,
+    drafts: &'a Tensor,
 }
 
 impl<'a> PassHidden<'a> {
@@ -92,6 +113,7 @@ impl<'a> PassHidden<'a> {
             table: hidden,
             more: None,
             picks: None,
+            chain: None,
         }
     }
 
@@ -102,6 +124,16 @@ impl<'a> PassHidden<'a> {
             table,
             more,
             picks: Some(picks),
+            chain: None,
+        }
+    }
+
+    /// This input, its table being a pass's kept rows with their draft ids `ids`, as the
+    /// input of a chained pass (`GreedyDrafts::chained`).
+    pub(crate) fn chained(self, ids: &'a Tensor, to_target: &'a Tensor, drafts: &'a Tensor) -> Self {
+        Self {
+            chain: Some(Chain { ids, to_target, drafts }),
+            ..self
         }
     }
 
@@ -116,6 +148,37 @@ impl<'a> PassHidden<'a> {
             None => Ok(self.table.clone()),
             Some(picks) => peagle_kernels::gather_rows(self.table, self.more, picks),
         }
+    }
+
+    /// The hidden input of a pass whose row i is row `rows[i]` of this input's pass (a graph's
+    /// padded rows; None: the same rows), written into `into` where given (a graph's input).
+    /// Chained, each row's token is also written into `tokens` (the pass's ids), and the
+    /// drafts of this input's rows into the chain's drafts.
+    pub fn feed(&self, rows: Option<&[u32]>, tokens: &Tensor, into: Option<&Tensor>) -> Result<Tensor> {
+        let picks: Vec<u32> = match rows {
+            Some(rows) => rows.iter().map(|&row| self.source(row)).collect(),
+            None if self.chain.is_none() && into.is_none() => return self.gather(),
+            None => (0..tokens.dim(0)? as u32).map(|row| self.source(row)).collect(),
+        };
+        let Some(chain) = self.chain else {
+            return match into {
+                Some(into) => {
+                    peagle_kernels::gather_rows_into(into, self.table, self.more, &picks).map(|()| into.clone())
+                }
+                None => peagle_kernels::gather_rows(self.table, self.more, &picks),
+            };
+        };
+        // The drafts are the first rows' tokens: the pass's own rows must lead, in order.
+        let own = chain.drafts.dim(0)?;
+        if picks.len() < own || rows.is_some_and(|rows| rows.iter().copied().take(own).ne(0..own as u32)) {
+            bail!("a chained pass's {own} rows must lead its {} rows", picks.len());
+        }
+        let last = peagle_kernels::LastPass {
+            ids: chain.ids,
+            hidden: self.table,
+            to_target: chain.to_target,
+        };
+        peagle_kernels::chain_drafts(last, &picks, tokens, chain.drafts, into)
     }
 }
 
@@ -172,41 +235,32 @@ fn kept_rows(logit_rows: &[u32], shape: DraftShape) -> Result<(Vec<u32>, Vec<u32
         // The padding keeps the sequence's last row, so that the kept rows ascend.
         kept.resize(end, ((s + 1) * rows_each - 1) as u32);
     }
+    if let Some(row) = rows.next() {
+        bail!("logit row {row} is out of order or past the shape's rows");
+    }
     Ok((kept, landed))
 }
 
 impl PaddedPass {
     /// The inputs of the padded pass, with the pass's hidden input gathered to its rows.
     pub fn inputs(&self, drafter: &Drafter, hidden: PassHidden) -> Result<DraftInputs> {
-        Ok(DraftInputs {
-            forward: drafter.inputs(&self.batch)?,
-            hidden: peagle_kernels::gather_rows(hidden.table, hidden.more, &self.sources_in(hidden))?,
-        })
+        let forward = drafter.inputs(&self.batch)?;
+        let hidden = hidden.feed(Some(&self.sources), &forward.ids, None)?;
+        Ok(DraftInputs { forward, hidden })
     }
 
     /// Writes the padded pass's inputs into `target`'s, laid out alike (a graph's): the
-    /// hidden input gathered straight into its own.
+    /// hidden input gathered straight into its own, and a chained pass's tokens over the
+    /// batch's.
     pub fn upload_into(&self, drafter: &Drafter, hidden: PassHidden, target: &DraftInputs) -> Result<()> {
         drafter.upload_inputs(&self.batch, &target.forward)?;
-        peagle_kernels::gather_rows_into(&target.hidden, hidden.table, hidden.more, &self.sources_in(hidden))
+        hidden.feed(Some(&self.sources), &target.forward.ids, Some(&target.hidden))?;
+        Ok(())
     }
 
-    /// The row of `hidden`'s tables that each padded row reads.
-    fn sources_in(&self, hidden: PassHidden) -> Vec<u32> {
-        self.sources.iter().map(|row| hidden.source(*row)).collect()
-    }
-
-    /// The pass's greedy drafts from what its graph left (`out`): one id a kept row copied to
-    /// the host, and the hidden outputs left where they are.
-    pub fn output(&self, out: &DeviceDrafts) -> Result<GreedyDrafts> {
-        let ids = match self.landed.is_empty() {
-            true => Vec::new(),
-            false => {
-                let kept: Vec<u32> = out.ids.to_vec1()?;
-                self.landed.iter().map(|&at| kept[at as usize]).collect()
-            }
-        };
-        Ok(GreedyDrafts::new(ids, out.hidden.clone(), Some(self.landed.clone())))
+    /// The pass's greedy drafts from what its graph left (`out`), left where they are.
+    pub fn output(&self, out: &DeviceDrafts) -> GreedyDrafts {
+        GreedyDrafts::new(out.ids.clone(), out.hidden.clone(), Some(self.landed.clone()))
     }
 }
 
@@ -326,7 +380,7 @@ impl DrafterGraphs {
             return Ok(None);
         };
         graph.launch()?;
-        pass.output(&graph.outputs).map(Some)
+        Ok(Some(pass.output(&graph.outputs)))
     }
 
     /// Captures a graph of every shape within the limits (`draft_startup_steps`), so that no

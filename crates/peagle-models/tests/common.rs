@@ -215,10 +215,10 @@ pub fn assert_same_pass(what: &str, got: DraftOutput, got_kv: &KvCache, want: Dr
 
 /// Greedy drafts `got` are `want`: the same ids, and the same hidden outputs bit for bit; so
 /// are the caches their passes wrote.
-pub fn assert_same_drafts(what: &str, got: GreedyDrafts, got_kv: &KvCache, want: GreedyDrafts, kv: &KvCache) {
-    assert_eq!(got.ids, want.ids, "{what}: draft ids");
+pub fn assert_same_drafts(what: &str, got: &GreedyDrafts, got_kv: &KvCache, want: &GreedyDrafts, kv: &KvCache) {
+    assert_eq!(got.ids().unwrap(), want.ids().unwrap(), "{what}: draft ids");
     let hidden = |d: &GreedyDrafts| bits(&d.hidden().gather().unwrap());
-    assert_eq!(hidden(&got), hidden(&want), "{what}: hidden");
+    assert_eq!(hidden(got), hidden(want), "{what}: hidden");
     assert_same_cache(what, got_kv, kv);
 }
 
@@ -414,6 +414,39 @@ pub fn drafter_prefill(d: &Drafter, kv: &KvCache) {
         d.forward(&b.build(), &DraftHidden::Projected(drafter_hidden(d, len)), kv)
             .unwrap();
     }
+}
+
+/// The pass after `drafter_passes`' EAGLE-3 pass, chained to it: a row a sequence at the next
+/// position, whose token is a placeholder for that pass's draft.
+pub fn eagle3_chained_pass() -> ForwardBatch {
+    let mut b = BatchBuilder::new(BLOCK);
+    for (seq, (start, table)) in [(26, 2), (19, 2), (34, 3)].into_iter().enumerate() {
+        b.add(&[0], start, &blocks(seq)[..table], Rows::Tail(1), Rows::None)
+            .unwrap();
+    }
+    b.build()
+}
+
+/// What a pass over `next` chained to `last` computes, by the host: `last`'s drafts as target
+/// ids, and the pass over them as tokens with `last`'s hidden outputs as its hidden input.
+pub fn chained_by_host(
+    d: &Drafter,
+    last: &GreedyDrafts,
+    next: &ForwardBatch,
+    kv: &KvCache,
+) -> (Vec<u32>, GreedyDrafts) {
+    let tokens: Vec<u32> = last
+        .ids()
+        .unwrap()
+        .iter()
+        .map(|&id| d.to_target_id(id as usize))
+        .collect();
+    let batch = ForwardBatch {
+        token_ids: tokens.clone(),
+        ..next.clone()
+    };
+    let out = d.forward(&batch, &DraftHidden::Projected(last.hidden().gather().unwrap()), kv);
+    (tokens, d.greedy(out.unwrap()).unwrap())
 }
 
 /// Graphs for `drafter_passes`.

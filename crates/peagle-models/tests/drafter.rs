@@ -164,6 +164,35 @@ fn d2t_maps_draft_ids_to_the_target_ids_t2d_marks() {
     assert_eq!(identity.to_target_id(217), 217);
 }
 
+/// A d2t that maps a draft id outside the target's vocabulary is refused at load: its drafts
+/// would be tokens of neither model.
+#[test]
+fn a_d2t_past_the_target_vocabulary_is_refused() {
+    let dir = edited("tiny-llama-peagle", |_| {}, "");
+    let weights = fixture_dir("tiny-llama-peagle").join("model.safetensors");
+    let bytes = std::fs::read(&weights).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let mut d2t: Vec<i64> = raw_tensor(&weights, "d2t")
+        .chunks(8)
+        .map(|b| i64::from_le_bytes(b.try_into().unwrap()))
+        .collect();
+    let last = d2t.len() - 1;
+    d2t[last] = 10_000;
+    let data: Vec<u8> = d2t.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let mut tensors: Vec<_> = st.tensors().into_iter().filter(|(n, _)| n != "d2t").collect();
+    let edited_d2t = safetensors::tensor::TensorView::new(safetensors::Dtype::I64, vec![d2t.len()], &data).unwrap();
+    tensors.push(("d2t".into(), edited_d2t));
+    safetensors::serialize_to_file(tensors, None, &dir.path().join("model.safetensors")).unwrap();
+    let Err(err) = Drafter::load(dir.path(), target("tiny-llama").as_ref(), LoadOptions::default()) else {
+        panic!("a d2t past the vocabulary loaded");
+    };
+    let err = err.to_string();
+    assert!(
+        err.contains(&format!("maps draft id {last} to {}", last + 10_000)),
+        "{err}"
+    );
+}
+
 #[test]
 fn speculators_config_fields_and_defaults() {
     let d = drafter("tiny-llama", &fixture_dir("tiny-llama-peagle"));

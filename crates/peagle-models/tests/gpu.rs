@@ -4,7 +4,7 @@
 #![cfg(feature = "cuda")]
 
 mod common;
-use candle_core::DType;
+use candle_core::{DType, Tensor};
 use common::*;
 use peagle_models::{
     draft_startup_steps, startup_steps, CudaGraphs, DTypeSpec, DeviceSpec, DraftHidden, DrafterGraphs, GraphLimits,
@@ -311,7 +311,8 @@ fn a_capture_that_reads_back_fails_and_its_shape_runs_without_a_graph() {
 
 /// Drafter passes run by CUDA graphs give the drafts and hidden outputs, bit for bit, and leave
 /// the drafter's KV cache, that the same passes give without: a P-EAGLE pass captured, the next
-/// replayed over new inputs in the same shape, and an EAGLE-3 pass of one row a sequence; then
+/// replayed over new inputs in the same shape, an EAGLE-3 pass of one row a sequence, and the
+/// pass chained to it, which reads its drafts on the device and writes them as target ids; then
 /// the same passes by graphs captured before the first pass (as an engine captures them).
 #[test]
 fn drafter_passes_by_cuda_graphs_equal_passes_without() {
@@ -327,6 +328,7 @@ fn drafter_passes_by_cuda_graphs_equal_passes_without() {
         }
         drafter_prefill(&d, &kv);
         drafter_prefill(&d, &graph_kv);
+        let mut last = None;
         for (pass, batch) in drafter_passes() {
             let what = format!("{pass}, captured at startup: {at_startup}");
             let hidden = drafter_hidden(&d, batch.token_ids.len());
@@ -335,7 +337,30 @@ fn drafter_passes_by_cuda_graphs_equal_passes_without() {
                 .forward(&d, &batch, PassHidden::rows(&hidden), &graph_kv)
                 .unwrap();
             let got = got.expect("a graph's shape");
-            assert_same_drafts(&what, got, &graph_kv, d.greedy(want).unwrap(), &kv);
+            let want = d.greedy(want).unwrap();
+            assert_same_drafts(&what, &got, &graph_kv, &want, &kv);
+            last = Some((got, want));
         }
+
+        // A pass chained to the EAGLE-3 pass, by a graph and without.
+        let (graph_last, last) = last.expect("an EAGLE-3 pass");
+        let what = format!("chained, captured at startup: {at_startup}");
+        let next = eagle3_chained_pass();
+        let drafts = || Tensor::zeros(3, DType::U32, d.device()).unwrap();
+        let (graph_drafts, want_drafts) = (drafts(), drafts());
+        let got = graphs
+            .forward(&d, &next, graph_last.chained(&d, &graph_drafts), &graph_kv)
+            .unwrap()
+            .expect("a graph's shape");
+        let inputs = d.inputs(&next).unwrap();
+        let hidden = last.chained(&d, &want_drafts).feed(None, &inputs.ids, None).unwrap();
+        let want = d.forward_inputs(&inputs, &DraftHidden::Projected(hidden), &kv).unwrap();
+        assert_same_drafts(&what, &got, &graph_kv, &d.greedy(want).unwrap(), &kv);
+        let written = |t: &Tensor| t.to_vec1::<u32>().unwrap();
+        assert_eq!(
+            written(&graph_drafts),
+            written(&want_drafts),
+            "{what}: the drafts written"
+        );
     }
 }

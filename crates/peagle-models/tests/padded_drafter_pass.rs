@@ -9,7 +9,8 @@ use common::*;
 use peagle_kernels::PAD_SLOT;
 use peagle_models::drafter_graphs::{draft_on_device, draft_states};
 use peagle_models::{
-    draft_shape, draft_startup_steps, padded_pass, DraftHidden, DraftShape, GraphLimits, LoadOptions, PassHidden,
+    draft_shape, draft_startup_steps, padded_pass, DraftHidden, DraftShape, GraphLimits, KvCache, LoadOptions,
+    PassHidden,
 };
 
 const LIMITS: GraphLimits = DRAFT_GRAPH_LIMITS;
@@ -62,10 +63,59 @@ fn a_padded_drafter_pass_gives_its_rows_the_same_bits_and_keeps_no_padding() {
         assert_same_pass(what, got, &padded_kv, unpadded(), &kv);
 
         // What a graph captures, to the host's drafts.
-        let got = pass.output(&draft_on_device(&d, &inputs, &padded_kv).unwrap()).unwrap();
-        assert_eq!(got.ids.len(), batch.logit_rows.len(), "{what}: one draft a logit row");
-        assert_same_drafts(what, got, &padded_kv, d.greedy(unpadded()).unwrap(), &kv);
+        let got = pass.output(&draft_on_device(&d, &inputs, &padded_kv).unwrap());
+        assert_eq!(
+            got.ids().unwrap().len(),
+            batch.logit_rows.len(),
+            "{what}: one draft a logit row"
+        );
+        assert_same_drafts(what, &got, &padded_kv, &d.greedy(unpadded()).unwrap(), &kv);
     }
+}
+
+/// A pass chained to EAGLE-3's pass reads that pass's drafts and hidden outputs where they are:
+/// as it is and padded to a graph's shape, it drafts what the same pass does over the drafts
+/// the host read back, to the same bits and cache, and writes those drafts as target ids.
+#[test]
+fn a_chained_pass_drafts_what_the_host_would_feed_it() {
+    let d = fixture_drafter(LoadOptions::default());
+    let [_, _, (_, eagle3)] = drafter_passes();
+    let next = eagle3_chained_pass();
+    let first_pass = |kv: &KvCache| {
+        drafter_prefill(&d, kv);
+        let h = drafter_hidden(&d, eagle3.token_ids.len());
+        d.greedy(d.forward(&eagle3, &DraftHidden::Projected(h), kv).unwrap())
+            .unwrap()
+    };
+    let kv = drafter_cache(&d);
+    let (want_drafts, want) = chained_by_host(&d, &first_pass(&kv), &next, &kv);
+    let drafts_of = |written: &Tensor| written.to_vec1::<u32>().unwrap();
+
+    let chained_kv = drafter_cache(&d);
+    let last = first_pass(&chained_kv);
+    let drafts = Tensor::zeros(3, candle_core::DType::U32, &Device::Cpu).unwrap();
+    let inputs = d.inputs(&next).unwrap();
+    let hidden = last.chained(&d, &drafts).feed(None, &inputs.ids, None).unwrap();
+    let out = d
+        .forward_inputs(&inputs, &DraftHidden::Projected(hidden), &chained_kv)
+        .unwrap();
+    assert_same_drafts("chained", &d.greedy(out).unwrap(), &chained_kv, &want, &kv);
+    assert_eq!(drafts_of(&drafts), want_drafts, "chained: the drafts written");
+    assert_eq!(drafts_of(&inputs.ids), want_drafts, "chained: the pass's tokens");
+
+    let padded_kv = drafter_cache(&d);
+    let last = first_pass(&padded_kv);
+    let drafts = Tensor::zeros(3, candle_core::DType::U32, &Device::Cpu).unwrap();
+    let shape = draft_shape(&next, &LIMITS).expect("a graph's shape");
+    let pass = padded_pass(&next, shape, LIMITS.table_width).unwrap();
+    let inputs = pass.inputs(&d, last.chained(&d, &drafts)).unwrap();
+    let got = pass.output(&draft_on_device(&d, &inputs, &padded_kv).unwrap());
+    assert_same_drafts("chained, padded", &got, &padded_kv, &want, &kv);
+    assert_eq!(drafts_of(&drafts), want_drafts, "chained, padded: the drafts written");
+
+    // Drafts for more rows than the pass has are refused.
+    let more = Tensor::zeros(4, candle_core::DType::U32, &Device::Cpu).unwrap();
+    assert!(pass.inputs(&d, last.chained(&d, &more)).is_err());
 }
 
 /// How `padded_pass` lays a pass out: each sequence's rows, then its padding rows at the next

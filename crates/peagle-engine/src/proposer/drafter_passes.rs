@@ -1,7 +1,7 @@
 //! The drafter with its KV cache, as the proposers run it: each pass by a CUDA graph where one
 //! fits the pass's shape (`DrafterGraphs`), else as it is, to the same bits.
 
-use candle_core::Result;
+use candle_core::{Result, Tensor};
 use peagle_models::{DraftHidden, Drafter, DrafterGraphs, ForwardBatch, GreedyDrafts, KvCache, PassHidden};
 
 /// The drafter with its KV cache, running each pass by a CUDA graph where it has one for the
@@ -29,17 +29,21 @@ impl DrafterPasses {
     /// drafter's width: by a graph where the pass's shape has one, else as it is. A graph gives
     /// the same bits.
     pub(super) fn run(&mut self, batch: &ForwardBatch, hidden: PassHidden) -> Result<GreedyDrafts> {
-        if let Some(graphs) = &mut self.graphs {
-            match graphs.forward(&self.drafter, batch, hidden, &self.kv) {
-                Ok(Some(out)) => return Ok(out),
-                Ok(None) => {}
-                Err(e) => tracing::warn!("this drafter pass's shape runs without a CUDA graph: {e}"),
-            }
-        }
-        let out = self
-            .drafter
-            .forward(batch, &DraftHidden::Projected(hidden.gather()?), &self.kv)?;
-        self.drafter.greedy(out)
+        pass(&self.drafter, &self.kv, self.graphs.as_mut(), batch, hidden)
+    }
+
+    /// The next pass of autoregressive drafting after `last`, as `run`: `batch` has one row for
+    /// each of `last`'s logit rows, in order, whose tokens are placeholders for `last`'s drafts,
+    /// which the pass reads on the device and writes into `drafts` (u32 [logit rows]) as
+    /// target ids.
+    pub(super) fn run_after(
+        &mut self,
+        batch: &ForwardBatch,
+        last: &GreedyDrafts,
+        drafts: &Tensor,
+    ) -> Result<GreedyDrafts> {
+        let input = last.chained(&self.drafter, drafts);
+        pass(&self.drafter, &self.kv, self.graphs.as_mut(), batch, input)
     }
 
     pub(super) fn capture_graphs(&mut self) -> Result<usize> {
@@ -48,4 +52,25 @@ impl DrafterPasses {
             None => Ok(0),
         }
     }
+}
+
+/// `DrafterPasses::run` over the passes' parts.
+fn pass(
+    drafter: &Drafter,
+    kv: &KvCache,
+    graphs: Option<&mut DrafterGraphs>,
+    batch: &ForwardBatch,
+    hidden: PassHidden,
+) -> Result<GreedyDrafts> {
+    if let Some(graphs) = graphs {
+        match graphs.forward(drafter, batch, hidden, kv) {
+            Ok(Some(out)) => return Ok(out),
+            Ok(None) => {}
+            Err(e) => tracing::warn!("this drafter pass's shape runs without a CUDA graph: {e}"),
+        }
+    }
+    let inputs = drafter.inputs(batch)?;
+    let hidden = DraftHidden::Projected(hidden.feed(None, &inputs.ids, None)?);
+    let out = drafter.forward_inputs(&inputs, &hidden, kv)?;
+    drafter.greedy(out)
 }

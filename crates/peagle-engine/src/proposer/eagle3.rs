@@ -1,9 +1,10 @@
 use super::{first_pass, target_ids, DraftRequest, DrafterPasses, Proposer};
-use candle_core::{Result, Tensor};
+use candle_core::{DType, Result, Tensor};
 use peagle_models::{BatchBuilder, Rows};
 
 /// EAGLE-3: K drafter passes. The first covers the request's slots and gives draft 1; each
-/// later pass feeds the previous draft with the drafter's own output as the hidden input.
+/// later pass feeds the previous draft with the drafter's own output as the hidden input, both
+/// on the device (`DrafterPasses::run_after`), as vLLM's EAGLE proposer chains them.
 pub struct Eagle3Proposer {
     passes: DrafterPasses,
     k: usize,
@@ -25,30 +26,36 @@ impl Proposer for Eagle3Proposer {
     }
 
     fn propose(&mut self, states: &Tensor, requests: &[DraftRequest], k: usize) -> Result<Vec<Vec<u32>>> {
-        let (out, _) = first_pass(&mut self.passes, states, requests, None, 0)?;
+        let (first, _) = first_pass(&mut self.passes, states, requests, None, 0)?;
         let mut drafts: Vec<Vec<u32>> = vec![Vec::new(); requests.len()];
         let drafting: Vec<usize> = (0..requests.len()).filter(|i| requests[*i].draft).collect();
         if drafting.is_empty() {
             return Ok(drafts);
         }
-        // The drafts as target ids, which the next pass reads, and the pass they came from.
-        let mut last = target_ids(self.passes.drafter(), &out.ids);
-        let mut pass = out;
-        for (i, d) in drafting.iter().zip(&last) {
-            drafts[*i].push(*d);
+        // Each later pass reads the last one's drafts where they are, and writes them as
+        // target ids into its row of `chained`: the host waits for the drafts once, after the
+        // last pass.
+        let passes = k.min(self.k).max(1);
+        let mut pass = first;
+        let mut earlier: Vec<Vec<u32>> = Vec::new();
+        if passes > 1 {
+            let device = self.passes.drafter().device();
+            let chained = Tensor::zeros((passes - 1, drafting.len()), DType::U32, device)?;
+            for step in 1..passes {
+                let mut batch = BatchBuilder::new(self.passes.block_size());
+                for i in &drafting {
+                    let r = &requests[*i];
+                    let pos = r.start + r.tokens.len() - 1 + step;
+                    // A placeholder token: the pass reads the last pass's draft instead.
+                    batch.add(&[0], pos, r.block_table, Rows::Tail(1), Rows::None)?;
+                }
+                pass = self.passes.run_after(&batch.build(), &pass, &chained.get(step - 1)?)?;
+            }
+            earlier = chained.to_vec2()?;
         }
-        for step in 1..k.min(self.k) {
-            let mut batch = BatchBuilder::new(self.passes.block_size());
-            for (j, i) in drafting.iter().enumerate() {
-                let r = &requests[*i];
-                let pos = r.start + r.tokens.len() - 1 + step;
-                batch.add(&last[j..j + 1], pos, r.block_table, Rows::Tail(1), Rows::None)?;
-            }
-            pass = self.passes.run(&batch.build(), pass.hidden())?;
-            last = target_ids(self.passes.drafter(), &pass.ids);
-            for (i, d) in drafting.iter().zip(&last) {
-                drafts[*i].push(*d);
-            }
+        let last = target_ids(self.passes.drafter(), &pass.ids()?);
+        for (j, i) in drafting.iter().enumerate() {
+            drafts[*i] = earlier.iter().map(|row| row[j]).chain([last[j]]).collect();
         }
         Ok(drafts)
     }

@@ -45,7 +45,7 @@ impl Proposer for PEagleProposer {
         let mask = Some((self.mask_token, &self.mask_state));
         let masks = k.min(self.k).saturating_sub(1);
         let (out, placed) = first_pass(&mut self.passes, states, requests, mask, masks)?;
-        let drafts = target_ids(self.passes.drafter(), &out.ids);
+        let drafts = target_ids(self.passes.drafter(), &out.ids()?);
         Ok(placed.iter().map(|p| drafts[p.logits.clone()].to_vec()).collect())
     }
 

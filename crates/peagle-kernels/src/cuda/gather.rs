@@ -1,8 +1,8 @@
 use super::module::{function, Module};
-use super::{by_dtype, dtype_name, grid, int, output, tensor, with_view};
+use super::{by_dtype, dtype_name, grid, int, output, tensor, with_view, with_views};
 use crate::error::bad_input;
 use candle_core::cuda_backend::cudarc::driver::{CudaView, DeviceRepr, PushKernelArg};
-use candle_core::cuda_backend::{CudaDType, WrapErr};
+use candle_core::cuda_backend::{CudaDType, CudaDevice, WrapErr};
 use candle_core::{DType, Result, Tensor};
 
 /// Threads per row, as `kernels/gather_rows.cu` has them.
@@ -45,15 +45,85 @@ fn launch<T: CudaDType + DeviceRepr>(
             })
         })
     };
+    into_or_new(device, into, (picks.len(), cols as usize), run)
+}
+
+/// The tensors of `kernels/gather_rows.cu`'s chain_drafts (checked by the caller): the last
+/// pass's ids u32 [kept] and hidden outputs [kept, cols], the map u32 [vocab], and the next
+/// pass's tokens u32 [picks] and the drafts u32 [at most picks], contiguous on one GPU.
+pub(crate) struct ChainTensors<'a> {
+    pub ids: &'a Tensor,
+    pub hidden: &'a Tensor,
+    pub to_target: &'a Tensor,
+    pub tokens: &'a Tensor,
+    pub drafts: &'a Tensor,
+}
+
+/// `kernels/gather_rows.cu`'s chain_drafts: the next pass's hidden input, returned (`into`, or a
+/// new tensor [picks, cols]), and its tokens and the drafts written where `t` says.
+pub(crate) fn chain_drafts(t: &ChainTensors, picks: &[u32], into: Option<&Tensor>) -> Result<Tensor> {
+    const OP: &str = "chain_drafts";
+    let dtype = t.hidden.dtype();
+    let name = format!("chain_drafts_{}", dtype_name(OP, dtype)?);
+    by_dtype!(OP, dtype, launch_chain(t, picks, into, &name))
+}
+
+fn launch_chain<T: CudaDType + DeviceRepr>(
+    t: &ChainTensors,
+    picks: &[u32],
+    into: Option<&Tensor>,
+    name: &str,
+) -> Result<Tensor> {
+    const OP: &str = "chain_drafts";
+    let cols = t.hidden.dim(1)?;
+    let vocab = int(OP, t.to_target.dim(0)?)?;
+    let drafts_rows = int(OP, t.drafts.dim(0)?)?;
+    let cols_arg = int(OP, cols)?;
+    let device = t.hidden.device().as_cuda_device()?;
+    let uploaded = device.clone_htod(picks)?;
+    let func = function(device, Module::GatherRows, name)?;
+    let u32s = [
+        (t.ids, "ids"),
+        (t.to_target, "to_target"),
+        (t.tokens, "tokens"),
+        (t.drafts, "drafts"),
+    ];
+    let run = |out: &CudaView<'_, T>| {
+        with_view::<T, _>(t.hidden, "hidden", |hidden| {
+            with_views::<u32, _, 4>(u32s, |[ids, to_target, tokens, drafts]| {
+                let mut builder = func.builder();
+                builder.arg(out).arg(&tokens).arg(&drafts).arg(&hidden).arg(&ids);
+                builder.arg(&to_target).arg(&uploaded);
+                builder.arg(&vocab).arg(&drafts_rows).arg(&cols_arg);
+                // SAFETY: every pick is a row of `ids` and `hidden`, and `tokens` holds a
+                // token a pick (checked by the caller); one block per pick writes its token,
+                // its row of `out` (picks * cols elements) and, among the first drafts_rows
+                // (at most picks), its draft; the kernel reads `to_target` only below its
+                // vocab entries.
+                unsafe { builder.launch(grid((picks.len() as u32, 1), THREADS)) }.w()
+            })
+        })
+    };
+    into_or_new(device, into, (picks.len(), cols), run)
+}
+
+/// `run` over `into`'s memory, returning `into`, or over a new buffer of [rows, cols], returned
+/// as a tensor.
+fn into_or_new<T: CudaDType + DeviceRepr, R>(
+    device: &CudaDevice,
+    into: Option<&Tensor>,
+    (rows, cols): (usize, usize),
+    run: impl FnOnce(&CudaView<'_, T>) -> Result<R>,
+) -> Result<Tensor> {
     match into {
         Some(out) => {
             with_view::<T, _>(out, "out", |view| run(&view))?;
             Ok(out.clone())
         }
         None => {
-            let out = output::<T>(device, picks.len() * cols as usize)?;
+            let out = output::<T>(device, rows * cols)?;
             run(&out.slice(..))?;
-            Ok(tensor(out, device, (picks.len(), cols as usize)))
+            Ok(tensor(out, device, (rows, cols)))
         }
     }
 }

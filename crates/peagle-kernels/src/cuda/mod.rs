@@ -19,7 +19,7 @@ mod split_counters;
 mod swiglu;
 
 pub(crate) use argmax::argmax_rows;
-pub(crate) use gather::gather_rows;
+pub(crate) use gather::{chain_drafts, gather_rows, ChainTensors};
 pub(crate) use kv_write::{kv_write, NewRows};
 pub(crate) use linear::linear;
 pub(crate) use memory::{device_memory, keep_freed_memory, peak_allocated};
@@ -85,6 +85,25 @@ fn with_view<T: CudaDType, R>(tensor: &Tensor, what: &str, f: impl FnOnce(CudaVi
     match &*storage {
         Storage::Cuda(s) => f(view::<T>(s, layout, what)?),
         _ => Err(bad_input("peagle kernel", format!("{what} must be on the GPU"))),
+    }
+}
+
+/// `with_view` over several tensors of one element type at once.
+fn with_views<T: CudaDType, R, const N: usize>(
+    tensors: [(&Tensor, &str); N],
+    f: impl FnOnce([CudaView<'_, T>; N]) -> Result<R>,
+) -> Result<R> {
+    let locked = tensors.map(|(tensor, what)| (tensor.storage_and_layout(), what));
+    let mut views = Vec::with_capacity(N);
+    for ((storage, layout), what) in &locked {
+        match &**storage {
+            Storage::Cuda(s) => views.push(view::<T>(s, layout, what)?),
+            _ => return Err(bad_input("peagle kernel", format!("{what} must be on the GPU"))),
+        }
+    }
+    match <[CudaView<'_, T>; N]>::try_from(views) {
+        Ok(views) => f(views),
+        Err(_) => unreachable!("one view a tensor"),
     }
 }
 

@@ -1,8 +1,11 @@
 //! Row-wise kernels: RoPE, SwiGLU, RMSNorm (alone, fused with the residual add, and two side
-//! by side) and the gather of rows from two tables.
+//! by side), the gather of rows from two tables and the chaining of drafter passes.
 use super::{bits, gpu, host, max_rel_diff, tensor};
 use candle_core::{DType, Device, Tensor};
-use peagle_kernels::{add_rms_norm, gather_rows, gather_rows_into, rms_norm, rms_norm_pair, rope, swiglu, upload_into};
+use peagle_kernels::{
+    add_rms_norm, chain_drafts, gather_rows, gather_rows_into, rms_norm, rms_norm_pair, rope, swiglu, upload_into,
+    LastPass,
+};
 
 #[test]
 fn rope_equals_the_cpu_kernel_bitwise_even_on_strided_rows() {
@@ -148,7 +151,7 @@ fn gather_rows_equals_the_cpu_bitwise() {
             gather_rows_into(&middle, &g(&first), Some(&g(&second)), &picks[..3]).unwrap();
             let want = Tensor::cat(
                 &[
-                    &out.narrow(0, 0, 1).unwrap().to_device(&Device::Cpu).unwrap(),
+                    &Tensor::ones((1, cols), dtype, &Device::Cpu).unwrap(),
                     &gather_rows(&first, Some(&second), &picks[..3]).unwrap(),
                     &Tensor::ones((1, cols), dtype, &Device::Cpu).unwrap(),
                 ],
@@ -173,4 +176,40 @@ fn upload_into_writes_its_tensor_on_the_gpu() {
     assert_eq!(floats.to_vec1::<f32>().unwrap(), [0.5, -1.0, 2.0]);
     assert!(upload_into(&floats, &[1u32, 2, 3]).is_err());
     assert!(upload_into(&floats, &[1f32, 2.0]).is_err());
+}
+
+/// The next drafter pass's inputs chained on the GPU equal the CPU's: the hidden rows bit for
+/// bit, at a width that is no multiple of the block's threads and at gpt-oss's, and the tokens
+/// and drafts (an id past the map included), written into views of larger tensors.
+#[test]
+fn chain_drafts_equals_the_cpu() {
+    let Some(dev) = gpu() else { return };
+    let g = |t: &Tensor| t.to_device(&dev).unwrap();
+    let ids = Tensor::new(&[3u32, 0, 7, 200], &Device::Cpu).unwrap();
+    let to_target: Vec<u32> = (0..8).map(|i| 1000 + 3 * i).collect();
+    let to_target = Tensor::new(to_target.as_slice(), &Device::Cpu).unwrap();
+    let picks = [2, 0, 3, 1, 1, 0];
+    for cols in [300, 2880] {
+        for dtype in [DType::F32, DType::BF16] {
+            let hidden = tensor((4, cols), 13, 4.0).to_dtype(dtype).unwrap();
+            let run = |on: &dyn Fn(&Tensor) -> Tensor, into: bool| {
+                let inputs = on(&Tensor::zeros(9, DType::U32, &Device::Cpu).unwrap());
+                let drafts = on(&Tensor::zeros(5, DType::U32, &Device::Cpu).unwrap());
+                let hidden_into = on(&Tensor::ones((picks.len(), cols), dtype, &Device::Cpu).unwrap());
+                let last = LastPass {
+                    ids: &on(&ids),
+                    hidden: &on(&hidden),
+                    to_target: &on(&to_target),
+                };
+                let tokens = inputs.narrow(0, 2, picks.len()).unwrap();
+                let rows = drafts.narrow(0, 1, 3).unwrap();
+                let got = chain_drafts(last, &picks, &tokens, &rows, into.then_some(&hidden_into)).unwrap();
+                (bits(&got), host(&inputs), host(&drafts))
+            };
+            let want = run(&|t: &Tensor| t.clone(), false);
+            for into in [false, true] {
+                assert_eq!(run(&g, into), want, "{dtype:?}, {cols} columns, into {into}");
+            }
+        }
+    }
 }
