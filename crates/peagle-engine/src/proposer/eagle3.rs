@@ -8,11 +8,28 @@ use peagle_models::{BatchBuilder, Rows};
 pub struct Eagle3Proposer {
     passes: DrafterPasses,
     k: usize,
+    /// The last step's u32 [passes - 1, drafting sequences] that the passes after the first
+    /// wrote their drafts into, kept for the next step of that shape: the host has read it.
+    chained: Option<Tensor>,
 }
 
 impl Eagle3Proposer {
     pub fn new(passes: DrafterPasses, k: usize) -> Self {
-        Self { passes, k }
+        Self {
+            passes,
+            k,
+            chained: None,
+        }
+    }
+
+    /// A [rows, sequences] u32 tensor for the passes to write their drafts into: the last
+    /// step's where it has that shape.
+    fn chained(&mut self, rows: usize, sequences: usize) -> Result<Tensor> {
+        if let Some(kept) = self.chained.as_ref().filter(|t| t.dims() == [rows, sequences]) {
+            return Ok(kept.clone());
+        }
+        let fresh = Tensor::zeros((rows, sequences), DType::U32, self.passes.drafter().device())?;
+        Ok(self.chained.insert(fresh).clone())
     }
 }
 
@@ -39,8 +56,7 @@ impl Proposer for Eagle3Proposer {
         let mut pass = first;
         let mut earlier: Vec<Vec<u32>> = Vec::new();
         if passes > 1 {
-            let device = self.passes.drafter().device();
-            let chained = Tensor::zeros((passes - 1, drafting.len()), DType::U32, device)?;
+            let chained = self.chained(passes - 1, drafting.len())?;
             for step in 1..passes {
                 let mut batch = BatchBuilder::new(self.passes.block_size());
                 for i in &drafting {
