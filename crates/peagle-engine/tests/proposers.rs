@@ -10,6 +10,7 @@ use peagle_models::{load_target, BatchBuilder, DraftHidden, Drafter, KvCache, Lo
 
 mod common;
 use common::fixture;
+use std::path::PathBuf;
 
 const BLOCK: usize = 16;
 /// The reference replaced the last MASKS tokens of its sequence with mask slots.
@@ -112,32 +113,35 @@ fn peagle_drafts_match_the_reference_mask_slots_in_a_mixed_batch() {
 }
 
 /// EAGLE-3's K drafts are the drafter's autoregressive greedy drafts: each pass after the first
-/// reads the last one's draft, mapped to a target id (the demo drafter's d2t is no identity),
-/// and its hidden output. The proposer chains its passes on the device; the reference here
-/// reads each pass's drafts back and feeds them by the host, for a batch with a prefill chunk
-/// ahead of two drafting requests, and for fewer drafts than K.
+/// reads the last one's draft, mapped to a target id, and its hidden output. The proposer
+/// chains its passes on the device; the reference here reads each pass's drafts back and feeds
+/// them by the host, for a batch with a prefill chunk ahead of two drafting requests, twice,
+/// and for fewer drafts than K. The demo drafter (bf16, the speculators layout) has a d2t that is no
+/// identity; the tiny fixture is f32 in the EAGLE-3 `midlayer` layout.
 #[test]
 fn eagle3_drafts_are_the_drafters_autoregressive_greedy_drafts() {
-    let target = load_target(&common::repo("models/pystdlib-12l"), LoadOptions::default())
-        .unwrap()
-        .model;
-    let load = || {
-        Drafter::load(
-            &common::repo("models/pystdlib-12l-eagle3"),
-            target.as_ref(),
-            LoadOptions::default(),
-        )
-    };
-    let (drafter, reference) = (load().unwrap(), load().unwrap());
-    assert!(
-        (0..4096).any(|id| reference.to_target_id(id) != id as u32),
-        "d2t maps ids"
+    let demo = (
+        common::repo("models/pystdlib-12l"),
+        common::repo("models/pystdlib-12l-eagle3"),
     );
+    let mapped = eagle3_drafts_against_passes_fed_by_the_host(demo);
+    assert!(mapped, "the demo drafter's d2t maps ids");
+    eagle3_drafts_against_passes_fed_by_the_host((fixture("tiny-qwen3"), fixture("tiny-qwen3-eagle3")));
+}
+
+/// The check above for one target and EAGLE-3 drafter; says whether the drafter's d2t maps
+/// some id to another.
+fn eagle3_drafts_against_passes_fed_by_the_host((target, drafter): (PathBuf, PathBuf)) -> bool {
+    let target = load_target(&target, LoadOptions::default()).unwrap().model;
+    let load = || Drafter::load(&drafter, target.as_ref(), LoadOptions::default()).unwrap();
+    let (drafter, reference) = (load(), load());
+    let vocab = reference.dims().vocab_size;
+    let mapped = (0..vocab).any(|id| reference.to_target_id(id) != id as u32);
     let cache = |d: &Drafter| KvCache::new(d.dims(), 16, BLOCK, d.dtype(), &Device::Cpu).unwrap();
     let (k, kv) = (3, cache(&reference));
     let mut proposer = Eagle3Proposer::new(DrafterPasses::new(drafter, cache(&reference), None), k);
 
-    let tokens: Vec<u32> = (0..24).map(|t| 100 + 37 * t % 4000).collect();
+    let tokens: Vec<u32> = (0..24).map(|t| (100 + 37 * t) % vocab as u32).collect();
     let width = reference.aux_layer_ids().len() * target.dims().hidden_size;
     let values: Vec<f32> = (0..tokens.len() * width)
         .map(|i| ((i * 53 % 97) as f32 - 48.0) / 24.0)
@@ -196,11 +200,14 @@ fn eagle3_drafts_are_the_drafters_autoregressive_greedy_drafts() {
             .unwrap();
     }
 
-    let got = proposer.propose(&states, &requests, k).unwrap();
-    assert_eq!(got, [Vec::new(), want[0].clone(), want[1].clone()]);
+    // Proposed again over the same slots, which it writes again: the same drafts, the passes
+    // writing into the tensor the first round kept.
+    for round in 0..2 {
+        let got = proposer.propose(&states, &requests, k).unwrap();
+        assert_eq!(got, [Vec::new(), want[0].clone(), want[1].clone()], "round {round}");
+    }
     // One draft is the first pass's alone.
-    let kv_again = cache(&reference);
-    let mut proposer = Eagle3Proposer::new(DrafterPasses::new(load().unwrap(), kv_again, None), k);
     let got = proposer.propose(&states, &requests, 1).unwrap();
     assert_eq!(got, [Vec::new(), want[0][..1].to_vec(), want[1][..1].to_vec()]);
+    mapped
 }
