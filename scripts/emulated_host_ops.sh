@@ -6,7 +6,8 @@
 # copies and kernel launches, each a call into the driver and most a wait for the GPU.
 #   scripts/emulated_host_ops.sh [TOKENS]   plain decoding, EAGLE-3 K=3 and P-EAGLE K=7 on the
 #                                           demo model, TOKENS (default 24) greedy tokens each
-# Prints a table: for each mode, a middle step's operations by kind (scripts/host_ops.py).
+# Prints a table: for each mode, a middle step's operations by kind and its waits for the GPU
+# (scripts/host_ops.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tokens=${1:-24}

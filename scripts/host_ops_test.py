@@ -1,5 +1,6 @@
 """host_ops.py over a made-up CUDA emulator trace: a step runs from one launch of the graph of
-the most nodes to the next, and its operations are counted by kind. Run by scripts/test.sh;
+the most nodes to the next, its operations are counted by kind, and its copies back and
+synchronizations that find work issued since the last are its waits. Run by scripts/test.sh;
 needs no GPU."""
 
 import os
@@ -30,7 +31,8 @@ def main():
     lines += [PREFIX + line for line in STEP * 3]
     steps = host_ops.step_counts(lines)
     assert len(steps) == 2, steps
-    want = {"graph launches": 2, "uploads": 2, "copies back": 2, "synchronizations": 1, "kernels": 1}
+    # The copy back right after the synchronization finds the GPU idle: two waits a step.
+    want = {"graph launches": 2, "uploads": 2, "copies back": 2, "synchronizations": 1, "kernels": 1, "waits": 2}
     for step in steps:
         assert dict(step) == want, step
     assert host_ops.step_counts([PREFIX + "issued stream synchronization"]) == []
@@ -42,7 +44,7 @@ def main():
         table = subprocess.run([sys.executable, os.path.join(HERE, "host_ops.py"), path],
                                check=True, capture_output=True, text=True).stdout
     row = table.splitlines()[2]
-    assert row == f"| {path} | 2 | 2 | 2 | 2 | 0 | 1 | 1 | 0 | 6 |", table
+    assert row == f"| {path} | 2 | 2 | 2 | 2 | 0 | 1 | 1 | 0 | 6 | 2 |", table
     print("host_ops_test: ok")
 
 
