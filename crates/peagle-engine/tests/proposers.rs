@@ -116,7 +116,7 @@ fn peagle_drafts_match_the_reference_mask_slots_in_a_mixed_batch() {
 /// reads the last one's draft, mapped to a target id, and its hidden output. The proposer
 /// chains its passes on the device; the reference here reads each pass's drafts back and feeds
 /// them by the host, for a batch with a prefill chunk ahead of two drafting requests, twice,
-/// and for fewer drafts than K. The demo drafter (bf16, the speculators layout) has a d2t that is no
+/// and for 2 and 1 drafts. The demo drafter (bf16, the speculators layout) has a d2t that is no
 /// identity; the tiny fixture is f32 in the EAGLE-3 `midlayer` layout.
 #[test]
 fn eagle3_drafts_are_the_drafters_autoregressive_greedy_drafts() {
@@ -200,13 +200,15 @@ fn eagle3_drafts_against_passes_fed_by_the_host((target, drafter): (PathBuf, Pat
             .unwrap();
     }
 
-    // Proposed again over the same slots, which it writes again: the same drafts, the passes
-    // writing into the tensor the first round kept.
+    // Proposed again over the same slots, which it writes again: the same drafts.
     for round in 0..2 {
         let got = proposer.propose(&states, &requests, k).unwrap();
         assert_eq!(got, [Vec::new(), want[0].clone(), want[1].clone()], "round {round}");
     }
-    // One draft is the first pass's alone.
+    // Fewer drafts: two (the later drafts' tensor made anew for the new shape), then the first
+    // pass's alone.
+    let got = proposer.propose(&states, &requests, 2).unwrap();
+    assert_eq!(got, [Vec::new(), want[0][..2].to_vec(), want[1][..2].to_vec()]);
     let got = proposer.propose(&states, &requests, 1).unwrap();
     assert_eq!(got, [Vec::new(), want[0][..1].to_vec(), want[1][..1].to_vec()]);
     mapped

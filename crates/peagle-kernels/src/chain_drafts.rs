@@ -23,7 +23,9 @@ pub struct LastPass<'a> {
 /// token ids) and its hidden output is row i of the returned hidden input, written into
 /// `hidden_into` where given (contiguous [picks, cols] of the hidden outputs' dtype: a CUDA
 /// graph's input). The first `drafts.len()` tokens, the last pass's drafts in order, are also
-/// written to `drafts` (u32, contiguous). A draft id past the map becomes token 0.
+/// written to `drafts` (u32, contiguous). A draft id past the map becomes token 0. The outputs
+/// must not share memory with the inputs: a row's token and hidden input are written while
+/// other rows read.
 pub fn chain_drafts(
     last: LastPass,
     picks: &[u32],
@@ -88,7 +90,10 @@ fn check(last: LastPass, picks: &[u32], tokens: &Tensor, drafts: &Tensor, hidden
     if let Some(bad) = picks.iter().find(|&&p| p as usize >= kept) {
         return Err(bad_input(OP, format!("row {bad} of {kept} kept rows")));
     }
-    if tokens.dim(0)? != picks.len() || drafts.dim(0)? > picks.len() || picks.is_empty() {
+    if picks.is_empty() {
+        return Err(bad_input(OP, "a pass needs rows"));
+    }
+    if tokens.dim(0)? != picks.len() || drafts.dim(0)? > picks.len() {
         return Err(bad_input(
             OP,
             format!(

@@ -59,9 +59,10 @@ impl GreedyDrafts {
     }
 
     /// The draft id (in the drafter's vocabulary) of each logit row, in order, copied to the
-    /// host: a wait for the pass to finish.
+    /// host: a wait for the pass to finish, where it has logit rows.
     pub fn ids(&self) -> Result<Vec<u32>> {
         match &self.rows {
+            _ if self.kept_ids.elem_count() == 0 => Ok(Vec::new()),
             Some(rows) if rows.is_empty() => Ok(Vec::new()),
             Some(rows) => {
                 let kept: Vec<u32> = self.kept_ids.to_vec1()?;
@@ -396,6 +397,12 @@ pub fn vllm_default_aux_layers(num_layers: usize) -> Vec<usize> {
 /// vocabulary: a draft becomes a token of the target's and of the drafter's next pass.
 fn load_d2t(ckpt: &Checkpoint, draft_vocab: usize, target_vocab: usize) -> std::result::Result<Vec<u32>, LoadError> {
     if !ckpt.contains("d2t") {
+        if draft_vocab > target_vocab {
+            return Err(LoadError::InvalidTensor {
+                name: "d2t".into(),
+                msg: format!("missing, and {draft_vocab} draft ids are more than the target's {target_vocab} tokens"),
+            });
+        }
         return Ok((0..draft_vocab as u32).collect());
     }
     let offsets: Vec<i64> = ckpt

@@ -151,7 +151,8 @@ impl<'a> PassHidden<'a> {
     }
 
     /// The hidden input of a pass whose row i is row `rows[i]` of this input's pass (a graph's
-    /// padded rows; None: the same rows), written into `into` where given (a graph's input).
+    /// padded rows; None: the same rows, as many as `tokens` holds), written into `into` where
+    /// given (a graph's input).
     /// Chained, each row's token is also written into `tokens` (the pass's ids), and the
     /// drafts of this input's rows into the chain's drafts.
     pub fn feed(&self, rows: Option<&[u32]>, tokens: &Tensor, into: Option<&Tensor>) -> Result<Tensor> {

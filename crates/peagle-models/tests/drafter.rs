@@ -164,31 +164,43 @@ fn d2t_maps_draft_ids_to_the_target_ids_t2d_marks() {
     assert_eq!(identity.to_target_id(217), 217);
 }
 
-/// A d2t that maps a draft id outside the target's vocabulary is refused at load: its drafts
-/// would be tokens of neither model.
+/// A d2t that maps a draft id outside the target's vocabulary, past its end or below 0, is
+/// refused at load, and so is a draft vocabulary larger than the target's without a d2t: their
+/// drafts would be tokens of neither model.
 #[test]
-fn a_d2t_past_the_target_vocabulary_is_refused() {
-    let dir = edited("tiny-llama-peagle", |_| {}, "");
+fn a_d2t_outside_the_target_vocabulary_is_refused() {
     let weights = fixture_dir("tiny-llama-peagle").join("model.safetensors");
-    let bytes = std::fs::read(&weights).unwrap();
-    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
-    let mut d2t: Vec<i64> = raw_tensor(&weights, "d2t")
+    let d2t: Vec<i64> = raw_tensor(&weights, "d2t")
         .chunks(8)
         .map(|b| i64::from_le_bytes(b.try_into().unwrap()))
         .collect();
     let last = d2t.len() - 1;
-    d2t[last] = 10_000;
-    let data: Vec<u8> = d2t.iter().flat_map(|v| v.to_le_bytes()).collect();
-    let mut tensors: Vec<_> = st.tensors().into_iter().filter(|(n, _)| n != "d2t").collect();
-    let edited_d2t = safetensors::tensor::TensorView::new(safetensors::Dtype::I64, vec![d2t.len()], &data).unwrap();
-    tensors.push(("d2t".into(), edited_d2t));
-    safetensors::serialize_to_file(tensors, None, &dir.path().join("model.safetensors")).unwrap();
-    let Err(err) = Drafter::load(dir.path(), target("tiny-llama").as_ref(), LoadOptions::default()) else {
-        panic!("a d2t past the vocabulary loaded");
+    for (at, offset, id) in [(last, 10_000, (last + 10_000) as i64), (0, -1, -1)] {
+        let mut edited_d2t = d2t.clone();
+        edited_d2t[at] = offset;
+        let dir = edited("tiny-llama-peagle", |_| {}, "d2t");
+        let path = dir.path().join("model.safetensors");
+        let bytes = std::fs::read(&path).unwrap();
+        let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+        let data: Vec<u8> = edited_d2t.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let mut tensors = st.tensors();
+        let view = safetensors::tensor::TensorView::new(safetensors::Dtype::I64, vec![d2t.len()], &data).unwrap();
+        tensors.push(("d2t".into(), view));
+        safetensors::serialize_to_file(tensors, None, &path).unwrap();
+        let Err(err) = Drafter::load(dir.path(), target("tiny-llama").as_ref(), LoadOptions::default()) else {
+            panic!("a d2t mapping draft id {at} to {id} loaded");
+        };
+        let err = err.to_string();
+        assert!(err.contains(&format!("maps draft id {at} to {id}")), "{err}");
+    }
+
+    let wider = edited("tiny-qwen3-eagle3", |c| c["draft_vocab_size"] = 400.into(), "");
+    let Err(err) = Drafter::load(wider.path(), target("tiny-qwen3").as_ref(), LoadOptions::default()) else {
+        panic!("400 draft ids without a d2t over 384 target tokens loaded");
     };
     let err = err.to_string();
     assert!(
-        err.contains(&format!("maps draft id {last} to {}", last + 10_000)),
+        err.contains("400 draft ids are more than the target's 384 tokens"),
         "{err}"
     );
 }

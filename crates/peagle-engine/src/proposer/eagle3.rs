@@ -8,8 +8,9 @@ use peagle_models::{BatchBuilder, Rows};
 pub struct Eagle3Proposer {
     passes: DrafterPasses,
     k: usize,
-    /// The last step's u32 [passes - 1, drafting sequences] that the passes after the first
-    /// wrote their drafts into, kept for the next step of that shape: the host has read it.
+    /// The last step's u32 [passes - 1, drafting sequences]: pass s (s >= 1) writes the drafts
+    /// of pass s - 1, which it reads as its tokens, into row s - 1. Kept for the next step of
+    /// that shape: the host has read it.
     chained: Option<Tensor>,
 }
 
@@ -22,8 +23,8 @@ impl Eagle3Proposer {
         }
     }
 
-    /// A [rows, sequences] u32 tensor for the passes to write their drafts into: the last
-    /// step's where it has that shape.
+    /// A [rows, sequences] u32 tensor for the passes to write the drafts they read into: the
+    /// last step's where it has that shape.
     fn chained(&mut self, rows: usize, sequences: usize) -> Result<Tensor> {
         if let Some(kept) = self.chained.as_ref().filter(|t| t.dims() == [rows, sequences]) {
             return Ok(kept.clone());
@@ -50,8 +51,8 @@ impl Proposer for Eagle3Proposer {
             return Ok(drafts);
         }
         // Each later pass reads the last one's drafts where they are, and writes them as
-        // target ids into its row of `chained`: the host waits for the drafts once, after the
-        // last pass.
+        // target ids into its row of `chained`; the last pass's own are read from it. The host
+        // waits for the drafts once, after the last pass.
         let passes = k.min(self.k).max(1);
         let mut pass = first;
         let mut earlier: Vec<Vec<u32>> = Vec::new();
