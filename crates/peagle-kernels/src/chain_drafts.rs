@@ -53,13 +53,12 @@ pub fn chain_drafts(
         .collect();
     crate::upload_into(tokens, &chained)?;
     crate::upload_into(drafts, &chained[..drafts.dim(0)?])?;
-    let hidden = crate::gather_rows(last.hidden, None, picks)?;
     match hidden_into {
         Some(into) => {
-            into.slice_set(&hidden, 0, 0)?;
+            crate::gather_rows_into(into, last.hidden, None, picks)?;
             Ok(into.clone())
         }
-        None => Ok(hidden),
+        None => crate::gather_rows(last.hidden, None, picks),
     }
 }
 
