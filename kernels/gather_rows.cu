@@ -59,3 +59,22 @@ __device__ void chain_drafts(T* hidden_out, uint32_t* tokens, uint32_t* drafts, 
 
 CHAIN_DRAFTS(chain_drafts_f32, float)
 CHAIN_DRAFTS(chain_drafts_bf16, __nv_bfloat16)
+
+// take_ids writes token ids that are already on the device where a forward reads them:
+// out[at[j]] = map[ids[picks[j]]] with a map of `vocab` >= 0 entries, ids[picks[j]] where vocab
+// is negative (no map; `map` is then not read). A proposer's drafts become target ids so (the
+// drafter's draft-to-target table), and the next verification window reads them so (no map),
+// without the host reading them first. `at_picks` holds the n `at` then the n picks; the caller
+// checks both, and that no two `at` are equal. An id past the map becomes 0, as in
+// chain_drafts. One thread an id.
+#define TAKE_THREADS 128
+
+extern "C" __global__ void __launch_bounds__(TAKE_THREADS) take_ids(uint32_t* out, const uint32_t* ids,
+                                                                    const uint32_t* map,
+                                                                    const uint32_t* at_picks, int n,
+                                                                    int vocab) {
+    const int j = blockIdx.x * TAKE_THREADS + threadIdx.x;
+    if (j >= n) return;
+    const uint32_t id = ids[at_picks[n + j]];
+    out[at_picks[j]] = vocab < 0 ? id : (id < (uint32_t)vocab ? map[id] : 0);
+}

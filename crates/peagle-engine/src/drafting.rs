@@ -1,5 +1,7 @@
 //! The drafting round of a step: every drafting sequence hands the drafter the target states
-//! of its newly committed tokens, and one proposer call drafts for all of them.
+//! of its newly committed tokens, and one proposer call drafts for all of them. The drafts stay
+//! on the device: the next step's forward takes them there, and `read_drafts` copies them to
+//! the host while it runs.
 //!
 //! With k = 0 (speculation suspended) the drafter does not run: each sequence keeps the states
 //! the drafter has not read as a backlog, and the next step that drafts catches the drafter up
@@ -14,7 +16,7 @@ use crate::scheduler::Work;
 use crate::sequence::{DrafterBacklog, Sequence};
 use crate::verification::Committed;
 use candle_core::Tensor;
-use peagle_models::SequenceRows;
+use peagle_models::{DeviceIds, SequenceRows};
 use std::ops::Range;
 
 pub struct Drafting {
@@ -135,9 +137,29 @@ impl Drafting {
             let seq = &mut work[input.index].0;
             seq.num_drafted = input.start + input.tokens.len();
             if input.draft {
-                seq.drafts = d;
+                seq.drafts_on_device = d;
             }
         }
         Ok(())
     }
+}
+
+/// Copies to the host the drafts that the step's verification windows took on the device,
+/// once the target's forward is issued: the copy waits for the forward, which verification
+/// waits for anyway, and not for the drafter before the forward is issued.
+pub fn read_drafts(work: &mut [(&mut Sequence, Work)]) -> Result<(), GenerateError> {
+    let on_device: Vec<&DeviceIds> = work
+        .iter()
+        .filter_map(|(seq, _)| seq.drafts_on_device.as_ref())
+        .collect();
+    if on_device.is_empty() {
+        return Ok(());
+    }
+    let mut read = DeviceIds::to_host(&on_device)?.into_iter();
+    for (seq, _) in work.iter_mut() {
+        if seq.drafts_on_device.take().is_some() {
+            seq.drafts = read.next().expect("drafts read for each sequence that has them");
+        }
+    }
+    Ok(())
 }

@@ -1,5 +1,6 @@
 //! The engine: all model state, advanced one step at a time. A step reads top to bottom:
-//! schedule, run the target, sample and verify, draft, then post-process (send tokens, roll
+//! schedule, run the target (whose windows take the last step's drafts on the device; the host
+//! reads them while it runs), sample and verify, draft, then post-process (send tokens, roll
 //! back and free blocks). `EngineHandle` runs it on a thread of its own for the server;
 //! `Generator` steps it directly for one prompt at a time.
 //!
@@ -8,7 +9,7 @@
 //! goodput at the step's batch size (k = 0 turns speculation off); above
 //! `max_speculative_batch` decoding sequences it is off regardless.
 
-use crate::drafting::Drafting;
+use crate::drafting::{read_drafts, Drafting};
 use crate::engine_metrics::EngineMetrics;
 use crate::model_runner::ModelRunner;
 use crate::request::{Event, Request};
@@ -172,6 +173,7 @@ impl Engine {
         on_pool(|| {
             let started = Instant::now();
             let target = runner.run(&work, |seq| drafting.drafts_for(seq))?;
+            read_drafts(&mut work)?;
             // A GPU runs the forward's kernels after their launch returns: waiting for them
             // here charges them to the target, not to the verification that reads their
             // logits first, and costs nothing that verification would not wait for.

@@ -1,5 +1,6 @@
 //! The target model over its paged KV cache: one forward for every scheduled prefill chunk and
-//! verification window `[b, d1..dK]`, as one flattened batch.
+//! verification window `[b, d1..dK]`, as one flattened batch. A window takes drafts that are
+//! still on the device there (`Sequence::drafts_on_device`).
 
 use crate::error::GenerateError;
 use crate::scheduler::Work;
@@ -52,10 +53,6 @@ impl ModelRunner {
                 )));
             }
             let (start, n) = w.span(seq);
-            let tokens = match w {
-                Work::Prefill(_) => seq.token_ids[start..start + n].to_vec(),
-                Work::Decode => [&seq.token_ids[start..], &seq.drafts[..]].concat(),
-            };
             let logits = match w {
                 Work::Prefill(_) if seq.scores_prompt() => Rows::All,
                 Work::Prefill(_) if seq.samples_after(start + n) => Rows::Tail(1),
@@ -63,7 +60,17 @@ impl ModelRunner {
                 Work::Decode => Rows::All,
             };
             let capture = if captures(seq) { Rows::All } else { Rows::None };
-            rows.push(batch.add(&tokens, start, &seq.block_table, logits, capture)?);
+            let table = &seq.block_table;
+            rows.push(match (w, &seq.drafts_on_device) {
+                (Work::Prefill(_), _) => batch.add(&seq.token_ids[start..start + n], start, table, logits, capture),
+                (Work::Decode, Some(drafts)) => {
+                    batch.add_then(&seq.token_ids[start..], drafts, start, table, logits, capture)
+                }
+                (Work::Decode, None) => {
+                    let tokens = [&seq.token_ids[start..], &seq.drafts[..]].concat();
+                    batch.add(&tokens, start, table, logits, capture)
+                }
+            }?);
         }
         let batch = batch.build();
         if let Some(graphs) = &self.graphs {

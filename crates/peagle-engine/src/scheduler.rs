@@ -72,7 +72,7 @@ impl Work {
     pub fn span(self, seq: &Sequence) -> (usize, usize) {
         match self {
             Self::Prefill(n) => (seq.num_cached, n.min(seq.prefill_end() - seq.num_cached)),
-            Self::Decode => (seq.len() - 1, 1 + seq.drafts.len()),
+            Self::Decode => (seq.len() - 1, 1 + seq.num_drafts()),
         }
     }
 }

@@ -5,6 +5,7 @@ use crate::request::{FinishReason, GenerateParams, TokenOutput};
 use crate::sampler::Sampler;
 use crate::spec_stats::SpecStats;
 use candle_core::Tensor;
+use peagle_models::DeviceIds;
 
 pub struct Sequence {
     /// Prompt followed by generated tokens.
@@ -23,6 +24,9 @@ pub struct Sequence {
     pub cached_prompt_tokens: usize,
     /// Proposed continuation of `token_ids`, verified by the next step.
     pub drafts: Vec<u32>,
+    /// Drafts still where the drafter left them on the device: the next verification window
+    /// takes them there, and they move to `drafts` while the target runs (`Drafting::read`).
+    pub drafts_on_device: Option<DeviceIds>,
     pub params: GenerateParams,
     pub sampler: Sampler,
     pub finish: Option<FinishReason>,
@@ -63,6 +67,7 @@ impl Sequence {
             block_hashes: Vec::new(),
             cached_prompt_tokens: 0,
             drafts: Vec::new(),
+            drafts_on_device: None,
             sampler: Sampler::new(params.sampling.seed),
             params,
             finish: None,
@@ -83,6 +88,11 @@ impl Sequence {
 
     pub fn is_empty(&self) -> bool {
         self.token_ids.is_empty()
+    }
+
+    /// Drafts the next verification window holds, wherever they are.
+    pub fn num_drafts(&self) -> usize {
+        self.drafts_on_device.as_ref().map_or(self.drafts.len(), DeviceIds::len)
     }
 
     pub fn generated(&self) -> &[u32] {
@@ -121,6 +131,7 @@ impl Sequence {
         self.num_cached = 0;
         self.num_drafted = 0;
         self.drafts.clear();
+        self.drafts_on_device = None;
         self.drafter_backlog = None;
     }
 

@@ -6,7 +6,7 @@
 use candle_core::{DType, Device, Tensor};
 use peagle_engine::proposer::{DraftRequest, DrafterPasses, Eagle3Proposer, PEagleProposer, Proposer};
 use peagle_engine::sampler::argmax;
-use peagle_models::{load_target, BatchBuilder, DraftHidden, Drafter, KvCache, LoadOptions, Rows};
+use peagle_models::{load_target, BatchBuilder, DeviceIds, DraftHidden, Drafter, KvCache, LoadOptions, Rows};
 
 mod common;
 use common::fixture;
@@ -18,9 +18,16 @@ const MASKS: usize = 4;
 /// Tokens of the first pass, which only fills the drafter cache.
 const PREFILL: usize = 5;
 
+/// Proposed drafts copied to the host, None where a request drafts nothing.
+fn read(drafts: Vec<Option<DeviceIds>>) -> Vec<Option<Vec<u32>>> {
+    let read_one = |d: &DeviceIds| DeviceIds::to_host(&[d]).unwrap().remove(0);
+    drafts.iter().map(|d| d.as_ref().map(read_one)).collect()
+}
+
 /// The reference's greedy draft of each of the last `MASKS + 1` rows, as target ids.
 fn expected_drafts(drafter: &Drafter, mask_logits: &Tensor) -> Vec<u32> {
     let rows: Vec<Vec<f32>> = mask_logits.to_vec2().unwrap();
+    let map: Vec<u32> = drafter.draft_to_target().to_vec1().unwrap();
     rows[rows.len() - MASKS - 1..]
         .iter()
         .map(|row| {
@@ -32,7 +39,7 @@ fn expected_drafts(drafter: &Drafter, mask_logits: &Tensor) -> Vec<u32> {
                 "reference top-2 margin {}",
                 sorted[0] - sorted[1]
             );
-            drafter.to_target_id(argmax(row))
+            map[argmax(row)]
         })
         .collect()
 }
@@ -73,10 +80,7 @@ fn peagle_drafts_match_the_reference_mask_slots_in_a_mixed_batch() {
             request(tables[0], 0..PREFILL, false),
             request(tables[1], 0..PREFILL, false),
         ];
-        assert_eq!(
-            proposer.propose(aux, &fill, MASKS + 1).unwrap(),
-            vec![Vec::<u32>::new(); 2]
-        );
+        assert_eq!(read(proposer.propose(aux, &fill, MASKS + 1).unwrap()), [None, None]);
 
         let other = DraftRequest {
             tokens: &tokens[PREFILL..real],
@@ -90,16 +94,13 @@ fn peagle_drafts_match_the_reference_mask_slots_in_a_mixed_batch() {
             request(tables[0], PREFILL..real, true),
             request(tables[1], PREFILL..real, true),
         ];
-        let drafts = proposer.propose(aux, &batch, MASKS + 1).unwrap();
-        assert_eq!(drafts, vec![Vec::new(), want.clone(), want.clone()], "{name}");
+        let drafts = read(proposer.propose(aux, &batch, MASKS + 1).unwrap());
+        assert_eq!(drafts, [None, Some(want.clone()), Some(want.clone())], "{name}");
 
         // Fewer drafts than the proposer's K: the first ones, from fewer mask slots.
         let again = [request(tables[0], PREFILL..real, true)];
-        assert_eq!(
-            proposer.propose(aux, &again, 2).unwrap(),
-            vec![want[..2].to_vec()],
-            "{name}"
-        );
+        let drafts = read(proposer.propose(aux, &again, 2).unwrap());
+        assert_eq!(drafts, [Some(want[..2].to_vec())], "{name}");
 
         // A request whose rows the states do not hold is refused: one past them would read the
         // mask state, which the pass's table holds past the states. So is a request of more
@@ -136,7 +137,8 @@ fn eagle3_drafts_against_passes_fed_by_the_host((target, drafter): (PathBuf, Pat
     let load = || Drafter::load(&drafter, target.as_ref(), LoadOptions::default()).unwrap();
     let (drafter, reference) = (load(), load());
     let vocab = reference.dims().vocab_size;
-    let mapped = (0..vocab).any(|id| reference.to_target_id(id) != id as u32);
+    let map: Vec<u32> = reference.draft_to_target().to_vec1().unwrap();
+    let mapped = map.iter().enumerate().any(|(id, t)| *t != id as u32);
     let cache = |d: &Drafter| KvCache::new(d.dims(), 16, BLOCK, d.dtype(), &Device::Cpu).unwrap();
     let (k, kv) = (3, cache(&reference));
     let mut proposer = Eagle3Proposer::new(DrafterPasses::new(drafter, cache(&reference), None), k);
@@ -177,12 +179,7 @@ fn eagle3_drafts_against_passes_fed_by_the_host((target, drafter): (PathBuf, Pat
         .unwrap();
     let mut want = vec![Vec::new(); 2];
     for step in 0..k {
-        let drafts: Vec<u32> = out
-            .ids()
-            .unwrap()
-            .iter()
-            .map(|&id| reference.to_target_id(id as usize))
-            .collect();
+        let drafts: Vec<u32> = out.ids().unwrap().iter().map(|&id| map[id as usize]).collect();
         for (w, d) in want.iter_mut().zip(&drafts) {
             w.push(*d);
         }
@@ -200,16 +197,47 @@ fn eagle3_drafts_against_passes_fed_by_the_host((target, drafter): (PathBuf, Pat
             .unwrap();
     }
 
-    // Proposed again over the same slots, which it writes again: the same drafts.
+    // Proposed again over the same slots, which it writes again: the same drafts. The passes
+    // wrote the drafter's cache where the reference's did, to the same bits: each later pass
+    // at its own position (argmax alone may not tell a pass one position off).
     for round in 0..2 {
-        let got = proposer.propose(&states, &requests, k).unwrap();
-        assert_eq!(got, [Vec::new(), want[0].clone(), want[1].clone()], "round {round}");
+        let got = read(proposer.propose(&states, &requests, k).unwrap());
+        assert_eq!(
+            got,
+            [None, Some(want[0].clone()), Some(want[1].clone())],
+            "round {round}"
+        );
+        assert_same_cache(proposer.passes().kv(), &kv);
     }
-    // Fewer drafts: two (the later drafts' tensor made anew for the new shape), then the first
-    // pass's alone.
-    let got = proposer.propose(&states, &requests, 2).unwrap();
-    assert_eq!(got, [Vec::new(), want[0][..2].to_vec(), want[1][..2].to_vec()]);
-    let got = proposer.propose(&states, &requests, 1).unwrap();
-    assert_eq!(got, [Vec::new(), want[0][..1].to_vec(), want[1][..1].to_vec()]);
+    // Fewer drafts: two, then the first pass's alone.
+    let got = read(proposer.propose(&states, &requests, 2).unwrap());
+    assert_eq!(got, [None, Some(want[0][..2].to_vec()), Some(want[1][..2].to_vec())]);
+    let got = read(proposer.propose(&states, &requests, 1).unwrap());
+    assert_eq!(got, [None, Some(want[0][..1].to_vec()), Some(want[1][..1].to_vec())]);
     mapped
+}
+
+/// Every layer's keys and values in `got` equal `want`'s, bit for bit.
+fn assert_same_cache(got: &KvCache, want: &KvCache) {
+    let bits = |kv: &KvCache, layer: usize| -> Vec<f32> {
+        let both = &kv.layer(layer).both;
+        both.to_dtype(DType::F32)
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1()
+            .unwrap()
+    };
+    for layer in 0..want.num_layers() {
+        let (g, w) = (bits(got, layer), bits(want, layer));
+        assert!(
+            w.iter().any(|x| *x != 0.0),
+            "layer {layer} of the reference's cache is written"
+        );
+        let same = g.iter().zip(&w).all(|(a, b)| a.to_bits() == b.to_bits());
+        assert!(
+            same,
+            "layer {layer} of the drafter's cache differs from the reference's"
+        );
+    }
 }

@@ -39,6 +39,7 @@ mod rms_norm;
 mod rope;
 mod row_candidates;
 mod swiglu;
+mod take_ids;
 #[cfg(test)]
 mod test_util;
 mod upload;
@@ -74,4 +75,5 @@ pub use rms_norm::{add_rms_norm, rms_norm, rms_norm_pair};
 pub use rope::{rope, Rotation};
 pub use row_candidates::{row_candidates, CandidateRequest, RowCandidates, MAX_ROW_CANDIDATES};
 pub use swiglu::{clamped_swiglu, swiglu};
+pub use take_ids::take_ids;
 pub use upload::upload_into;

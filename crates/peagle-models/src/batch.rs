@@ -1,6 +1,7 @@
 //! The flattened batch (vLLM v1 style): the tokens of all scheduled sequences in one list, so
 //! prefill chunks, decode tokens and verification windows share one forward.
 
+use crate::device_ids::{DeviceIds, DeviceTokens};
 use candle_core::{bail, Result};
 use peagle_kernels::{AttentionMetadata, PAD_SLOT};
 use std::ops::Range;
@@ -14,6 +15,9 @@ pub struct ForwardBatch {
     pub logit_rows: Vec<u32>,
     /// Rows whose hidden states the forward captures, in this order.
     pub capture_rows: Vec<u32>,
+    /// Rows whose tokens lie on the device (`token_ids` holds placeholders there), one entry
+    /// per tensor they lie in.
+    pub device_tokens: Vec<DeviceTokens>,
 }
 
 impl ForwardBatch {
@@ -50,6 +54,7 @@ impl ForwardBatch {
             },
             logit_rows: self.logit_rows.clone(),
             capture_rows: self.capture_rows.clone(),
+            device_tokens: self.device_tokens.clone(),
         };
         for _ in seqs..sequences {
             let p = &mut padded;
@@ -117,6 +122,14 @@ impl ForwardBatch {
         let moved_rows = |rows: &[u32]| rows.iter().map(|&r| moved[r as usize]).collect();
         grown.logit_rows = moved_rows(&self.logit_rows);
         grown.capture_rows = moved_rows(&self.capture_rows);
+        grown.device_tokens = self
+            .device_tokens
+            .iter()
+            .map(|d| DeviceTokens {
+                rows: moved_rows(&d.rows),
+                ..d.clone()
+            })
+            .collect();
         Ok((grown, sources))
     }
 }
@@ -165,6 +178,7 @@ impl BatchBuilder {
                 },
                 logit_rows: Vec::new(),
                 capture_rows: Vec::new(),
+                device_tokens: Vec::new(),
             },
         }
     }
@@ -208,6 +222,44 @@ impl BatchBuilder {
             logits: logits_at..b.logit_rows.len(),
             captured: captured_at..b.capture_rows.len(),
         })
+    }
+
+    /// Adds a sequence as `add` does, its tokens `tokens` followed by `then`, which lie on the
+    /// device: the forward takes them there (`DeviceTokens`).
+    pub fn add_then(
+        &mut self,
+        tokens: &[u32],
+        then: &DeviceIds,
+        start: usize,
+        block_table: &[u32],
+        logits: Rows,
+        capture: Rows,
+    ) -> Result<SequenceRows> {
+        let first = (self.batch.token_ids.len() + tokens.len()) as u32;
+        let placeholders = std::iter::repeat_n(0, then.len());
+        let all: Vec<u32> = tokens.iter().copied().chain(placeholders).collect();
+        let placed = self.add(&all, start, block_table, logits, capture)?;
+        if then.is_empty() {
+            return Ok(placed);
+        }
+        let rows = first..first + then.len() as u32;
+        let same_tensor = self
+            .batch
+            .device_tokens
+            .iter_mut()
+            .find(|d| d.ids.id() == then.ids.id());
+        match same_tensor {
+            Some(d) => {
+                d.rows.extend(rows);
+                d.picks.extend_from_slice(&then.picks);
+            }
+            None => self.batch.device_tokens.push(DeviceTokens {
+                rows: rows.collect(),
+                ids: then.ids.clone(),
+                picks: then.picks.clone(),
+            }),
+        }
+        Ok(placed)
     }
 
     pub fn is_empty(&self) -> bool {

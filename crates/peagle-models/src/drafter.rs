@@ -18,7 +18,7 @@ use crate::layers::{
     RotaryEmbedding,
 };
 use crate::target_model::TargetModel;
-use candle_core::{bail, Device, Result, Tensor};
+use candle_core::{bail, DType, Device, Result, Tensor};
 use std::path::Path;
 
 /// The hidden input of a drafter pass.
@@ -72,6 +72,25 @@ impl GreedyDrafts {
         }
     }
 
+    /// The draft of each logit row, in order, as a target id mapped by `drafter`, on the
+    /// device: written into `into` (u32 [logit rows], contiguous), or a new tensor. The host
+    /// does not wait: a later forward takes them where they lie (`DeviceIds`). A copy, so a
+    /// graph's next replay does not overwrite them.
+    pub fn target_ids(&self, drafter: &Drafter, into: Option<&Tensor>) -> Result<Tensor> {
+        let picks: Vec<u32> = match &self.rows {
+            Some(rows) => rows.clone(),
+            None => (0..self.kept_ids.dim(0)? as u32).collect(),
+        };
+        let out = match into {
+            Some(t) if t.dims() != [picks.len()] => bail!("{} drafts into a tensor of {:?}", picks.len(), t.dims()),
+            Some(t) => t.clone(),
+            None => Tensor::zeros(picks.len(), DType::U32, self.kept_ids.device())?,
+        };
+        let at: Vec<u32> = (0..picks.len() as u32).collect();
+        peagle_kernels::take_ids(&out, &at, &self.kept_ids, &picks, Some(&drafter.to_target))?;
+        Ok(out)
+    }
+
     /// The logit rows' hidden outputs as the next pass's hidden input.
     pub fn hidden(&self) -> PassHidden<'_> {
         match &self.rows {
@@ -98,9 +117,8 @@ pub struct Drafter {
     layers: Vec<DecoderLayer>,
     norm: RmsNorm,
     lm_head: Linear,
-    /// Target id of each draft id (`i + d2t[i]`).
-    draft_to_target: Vec<u32>,
-    /// `draft_to_target` on the drafter's device, u32 [draft vocab], for drafting chained there.
+    /// Target id of each draft id (`i + d2t[i]`), u32 [draft vocab] on the drafter's device,
+    /// where drafts are mapped.
     to_target: Tensor,
     /// `mask_hidden` as stored, [1, aux layers * target hidden]; P-EAGLE only.
     mask_hidden: Option<Tensor>,
@@ -201,7 +219,6 @@ impl Drafter {
             rope: RotaryEmbedding::new(cfg.head_dim(), &cfg.rope()?),
             device: ckpt.device().clone(),
             embed,
-            draft_to_target,
             to_target,
             mask_hidden,
             aux_layer_ids,
@@ -262,8 +279,9 @@ impl Drafter {
         self.fc.forward(aux)
     }
 
-    pub fn to_target_id(&self, draft_id: usize) -> u32 {
-        self.draft_to_target[draft_id]
+    /// Target id of each draft id (`i + d2t[i]`), u32 [draft vocab] on the drafter's device.
+    pub fn draft_to_target(&self) -> &Tensor {
+        &self.to_target
     }
 
     /// A pass over the paged cache (inference); logits for the batch's logit rows.

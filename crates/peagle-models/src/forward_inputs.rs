@@ -1,6 +1,6 @@
 //! A forward's inputs on the model's device, made from a `ForwardBatch` before the forward
-//! runs: token ids, rotary tables, the attention metadata with its device copy, and the rows
-//! whose outputs are kept. The forward itself then copies nothing from the host, so a GPU can
+//! runs: token ids (those already on the device taken where they lie), rotary tables, the
+//! attention metadata with its device copy, and the rows whose outputs are kept. The forward itself then copies nothing from the host, so a GPU can
 //! capture it as a CUDA graph and replay it over new inputs written into the same tensors.
 //! The integer inputs are views of one tensor and the rotary tables of another: two uploads
 //! a forward, straight into a graph's inputs on its replays, however many inputs there are.
@@ -41,6 +41,9 @@ impl ForwardInputs {
         if !device.is_cpu() {
             attn.device = Some(DeviceMetadata { packed, slots });
         }
+        for tokens in &batch.device_tokens {
+            tokens.write_into(&ids)?;
+        }
         Ok(Self {
             integers,
             ids,
@@ -71,6 +74,9 @@ impl ForwardInputs {
             bail!("inputs written into a graph's are laid out otherwise");
         }
         peagle_kernels::upload_into(&target.integers, &values)?;
+        for tokens in &batch.device_tokens {
+            tokens.write_into(&target.ids)?;
+        }
         peagle_kernels::upload_into(target.rope.values(), &rope.table_values(&batch.positions))
     }
 }

@@ -7,6 +7,7 @@ pub mod batch;
 pub mod checkpoint;
 pub mod config;
 pub mod cuda_graphs;
+mod device_ids;
 pub mod drafter;
 pub mod drafter_config;
 pub mod drafter_graphs;
@@ -30,6 +31,7 @@ pub use batch::{BatchBuilder, ForwardBatch, Rows, SequenceRows};
 pub use checkpoint::{Checkpoint, LoadOptions};
 pub use config::{ModelDims, TextConfig};
 pub use cuda_graphs::{graph_shape, startup_steps, CudaGraphs, GraphLimits, GraphShape, DEFAULT_GRAPH_MAX_ROWS};
+pub use device_ids::{DeviceIds, DeviceTokens};
 pub use drafter::{DraftHidden, DraftOutput, Drafter, GreedyDrafts};
 pub use drafter_config::{DraftAlgorithm, DrafterConfig};
 pub use drafter_graphs::{

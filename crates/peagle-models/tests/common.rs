@@ -4,7 +4,7 @@
 
 use candle_core::{DType, Device, Tensor};
 use peagle_models::{
-    load_target, BatchBuilder, DraftHidden, DraftOutput, Drafter, ForwardBatch, ForwardOutput, GraphLimits,
+    load_target, BatchBuilder, DeviceIds, DraftHidden, DraftOutput, Drafter, ForwardBatch, ForwardOutput, GraphLimits,
     GreedyDrafts, KvCache, LoadOptions, Rows, TargetModel,
 };
 use std::collections::HashMap;
@@ -186,6 +186,36 @@ pub fn graph_steps(f: &Fixture) -> [(&'static str, ForwardBatch); 4] {
         ("decode", decode.build()),
         ("three decodes", decodes.build()),
     ]
+}
+
+/// `batch` (every output kept) rebuilt with each sequence's tokens after its first lying on
+/// `device`, as a proposer leaves its drafts for a verification window: all in one tensor, in
+/// reverse order, the batch holding placeholders for them (`BatchBuilder::add_then`).
+pub fn tokens_on_device(batch: &ForwardBatch, device: &Device) -> ForwardBatch {
+    let spans: Vec<(usize, usize)> = batch.attn.query_start.windows(2).map(|w| (w[0], w[1])).collect();
+    let later: Vec<u32> = spans
+        .iter()
+        .flat_map(|&(first, end)| first + 1..end)
+        .map(|r| r as u32)
+        .collect();
+    let reversed: Vec<u32> = later.iter().rev().map(|&r| batch.token_ids[r as usize]).collect();
+    let ids = Tensor::new(reversed.as_slice(), device).unwrap();
+    let mut b = BatchBuilder::new(batch.attn.block_size);
+    let mut taken = 0;
+    for (s, &(first, end)) in spans.iter().enumerate() {
+        let n = end - first - 1;
+        // Element k of `later` is element len - 1 - k of the reversed tensor.
+        let then = DeviceIds {
+            ids: ids.clone(),
+            picks: (taken..taken + n).map(|k| (later.len() - 1 - k) as u32).collect(),
+        };
+        taken += n;
+        let (start, table) = (batch.positions[first] as usize, &batch.attn.block_tables[s]);
+        let first_token = &batch.token_ids[first..first + 1];
+        b.add_then(first_token, &then, start, table, Rows::All, Rows::All)
+            .unwrap();
+    }
+    b.build()
 }
 
 /// Asserts that a step's outputs `got`, and the cache `got_kv` it left, are bit for bit those
@@ -435,12 +465,8 @@ pub fn chained_by_host(
     next: &ForwardBatch,
     kv: &KvCache,
 ) -> (Vec<u32>, GreedyDrafts) {
-    let tokens: Vec<u32> = last
-        .ids()
-        .unwrap()
-        .iter()
-        .map(|&id| d.to_target_id(id as usize))
-        .collect();
+    let map: Vec<u32> = d.draft_to_target().to_vec1().unwrap();
+    let tokens: Vec<u32> = last.ids().unwrap().iter().map(|&id| map[id as usize]).collect();
     let batch = ForwardBatch {
         token_ids: tokens.clone(),
         ..next.clone()

@@ -156,12 +156,13 @@ fn d2t_maps_draft_ids_to_the_target_ids_t2d_marks() {
         .map(|b| i64::from_le_bytes(b.try_into().unwrap()))
         .collect();
     let t2d = raw_tensor(&weights, "t2d");
-    let mapped: Vec<u32> = (0..d2t.len()).map(|i| d.to_target_id(i)).collect();
+    let mapped: Vec<u32> = d.draft_to_target().to_vec1().unwrap();
     assert!(mapped.iter().enumerate().all(|(i, t)| *t as i64 == i as i64 + d2t[i]));
     let marked: Vec<u32> = (0..t2d.len() as u32).filter(|t| t2d[*t as usize] == 1).collect();
     assert_eq!(mapped, marked);
     let identity = drafter("tiny-qwen3", &fixture_dir("tiny-qwen3-eagle3"));
-    assert_eq!(identity.to_target_id(217), 217);
+    let identity: Vec<u32> = identity.draft_to_target().to_vec1().unwrap();
+    assert!(identity.iter().enumerate().all(|(i, t)| *t == i as u32));
 }
 
 /// A d2t that maps a draft id outside the target's vocabulary, past its end or below 0, is

@@ -21,6 +21,11 @@ impl DrafterPasses {
         &self.drafter
     }
 
+    /// The drafter's KV cache, which the passes write.
+    pub fn kv(&self) -> &KvCache {
+        &self.kv
+    }
+
     pub fn block_size(&self) -> usize {
         self.kv.block_size()
     }

@@ -1,6 +1,6 @@
-use super::{first_pass, target_ids, DraftRequest, DrafterPasses, Proposer};
+use super::{first_pass, DraftRequest, DrafterPasses, Proposer};
 use candle_core::{DType, Result, Tensor};
-use peagle_models::{BatchBuilder, Rows};
+use peagle_models::{BatchBuilder, DeviceIds, Rows};
 
 /// EAGLE-3: K drafter passes. The first covers the request's slots and gives draft 1; each
 /// later pass feeds the previous draft with the drafter's own output as the hidden input, both
@@ -8,29 +8,16 @@ use peagle_models::{BatchBuilder, Rows};
 pub struct Eagle3Proposer {
     passes: DrafterPasses,
     k: usize,
-    /// The last step's u32 [passes - 1, drafting sequences]: pass s (s >= 1) writes the drafts
-    /// of pass s - 1, which it reads as its tokens, into row s - 1. Kept for the next step of
-    /// that shape: the host has read it.
-    chained: Option<Tensor>,
 }
 
 impl Eagle3Proposer {
     pub fn new(passes: DrafterPasses, k: usize) -> Self {
-        Self {
-            passes,
-            k,
-            chained: None,
-        }
+        Self { passes, k }
     }
 
-    /// A [rows, sequences] u32 tensor for the passes to write the drafts they read into: the
-    /// last step's where it has that shape.
-    fn chained(&mut self, rows: usize, sequences: usize) -> Result<Tensor> {
-        if let Some(kept) = self.chained.as_ref().filter(|t| t.dims() == [rows, sequences]) {
-            return Ok(kept.clone());
-        }
-        let fresh = Tensor::zeros((rows, sequences), DType::U32, self.passes.drafter().device())?;
-        Ok(self.chained.insert(fresh).clone())
+    /// The drafter and its cache, as the passes left them.
+    pub fn passes(&self) -> &DrafterPasses {
+        &self.passes
     }
 }
 
@@ -43,36 +30,38 @@ impl Proposer for Eagle3Proposer {
         self.passes.drafter().aux_layer_ids()
     }
 
-    fn propose(&mut self, states: &Tensor, requests: &[DraftRequest], k: usize) -> Result<Vec<Vec<u32>>> {
+    fn propose(&mut self, states: &Tensor, requests: &[DraftRequest], k: usize) -> Result<Vec<Option<DeviceIds>>> {
         let (first, _) = first_pass(&mut self.passes, states, requests, None, 0)?;
-        let mut drafts: Vec<Vec<u32>> = vec![Vec::new(); requests.len()];
         let drafting: Vec<usize> = (0..requests.len()).filter(|i| requests[*i].draft).collect();
+        let mut drafts = vec![None; requests.len()];
         if drafting.is_empty() {
             return Ok(drafts);
         }
-        // Each later pass reads the last one's drafts where they are, and writes them as
-        // target ids into its row of `chained`; the last pass's own are read from it. The host
-        // waits for the drafts once, after the last pass.
-        let passes = k.min(self.k).max(1);
+        // The step's drafts as target ids, pass by pass: pass s's for the drafting requests in
+        // order at s * n. Each later pass reads the last one's drafts where they are and writes
+        // them here; the last pass's own are mapped here after it. A new tensor each step: a
+        // sequence that sits out the next step keeps its drafts in it until it is verified.
+        let (passes, n) = (k.min(self.k).max(1), drafting.len());
+        let all = Tensor::zeros(passes * n, DType::U32, self.passes.drafter().device())?;
         let mut pass = first;
-        let mut earlier: Vec<Vec<u32>> = Vec::new();
-        if passes > 1 {
-            let chained = self.chained(passes - 1, drafting.len())?;
-            for step in 1..passes {
-                let mut batch = BatchBuilder::new(self.passes.block_size());
-                for i in &drafting {
-                    let r = &requests[*i];
-                    let pos = r.start + r.tokens.len() - 1 + step;
-                    // A placeholder token: the pass reads the last pass's draft instead.
-                    batch.add(&[0], pos, r.block_table, Rows::Tail(1), Rows::None)?;
-                }
-                pass = self.passes.run_after(&batch.build(), &pass, &chained.get(step - 1)?)?;
+        for step in 1..passes {
+            let mut batch = BatchBuilder::new(self.passes.block_size());
+            for i in &drafting {
+                let r = &requests[*i];
+                let pos = r.start + r.tokens.len() - 1 + step;
+                // A placeholder token: the pass reads the last pass's draft instead.
+                batch.add(&[0], pos, r.block_table, Rows::Tail(1), Rows::None)?;
             }
-            earlier = chained.to_vec2()?;
+            pass = self
+                .passes
+                .run_after(&batch.build(), &pass, &all.narrow(0, (step - 1) * n, n)?)?;
         }
-        let last = target_ids(self.passes.drafter(), &pass.ids()?);
-        for (j, i) in drafting.iter().enumerate() {
-            drafts[*i] = earlier.iter().map(|row| row[j]).chain([last[j]]).collect();
+        pass.target_ids(self.passes.drafter(), Some(&all.narrow(0, (passes - 1) * n, n)?))?;
+        for (j, i) in drafting.into_iter().enumerate() {
+            drafts[i] = Some(DeviceIds {
+                ids: all.clone(),
+                picks: (0..passes).map(|s| (s * n + j) as u32).collect(),
+            });
         }
         Ok(drafts)
     }

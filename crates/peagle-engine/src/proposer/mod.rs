@@ -16,7 +16,7 @@ pub use none::NoProposer;
 pub use peagle::PEagleProposer;
 
 use candle_core::{bail, Result, Tensor};
-use peagle_models::{BatchBuilder, Drafter, GreedyDrafts, PassHidden, Rows, SequenceRows};
+use peagle_models::{BatchBuilder, DeviceIds, GreedyDrafts, PassHidden, Rows, SequenceRows};
 use std::ops::Range;
 
 pub struct DraftRequest<'a> {
@@ -44,12 +44,13 @@ pub trait Proposer: Send {
         self.k().saturating_sub(1)
     }
 
-    /// `k` (at most `self.k()`) drafts, as target ids, for each request; none where `draft`
-    /// is false. `states` [rows, aux layers * target hidden] holds the requests' target states,
+    /// `k` (at most `self.k()`) drafts, as target ids, for each request; None where `draft`
+    /// is false. The drafts stay on the device: the next verification window takes them
+    /// there, and the host reads them while the target runs. `states` [rows, aux layers * target hidden] holds the requests' target states,
     /// each request's at its rows: one tensor for the round, so that the drafter projects them
     /// in one launch and gathers its pass's rows from the projection, rather than copying
     /// each request's rows together first.
-    fn propose(&mut self, states: &Tensor, requests: &[DraftRequest], k: usize) -> Result<Vec<Vec<u32>>>;
+    fn propose(&mut self, states: &Tensor, requests: &[DraftRequest], k: usize) -> Result<Vec<Option<DeviceIds>>>;
 
     /// Captures the CUDA graphs of the drafter's passes, where it runs them by graphs; says
     /// how many (`DrafterGraphs::capture_at_startup`).
@@ -99,9 +100,4 @@ fn first_pass(
     };
     let out = passes.run(&batch.build(), pass_hidden)?;
     Ok((out, placed))
-}
-
-/// Draft ids as the target's ids.
-fn target_ids(drafter: &Drafter, draft_ids: &[u32]) -> Vec<u32> {
-    draft_ids.iter().map(|&id| drafter.to_target_id(id as usize)).collect()
 }

@@ -1,5 +1,6 @@
 use super::{DraftRequest, Proposer};
 use candle_core::{Result, Tensor};
+use peagle_models::DeviceIds;
 
 /// Plain decoding: no drafts, every step verifies a window of one token.
 pub struct NoProposer;
@@ -13,7 +14,7 @@ impl Proposer for NoProposer {
         &[]
     }
 
-    fn propose(&mut self, _states: &Tensor, requests: &[DraftRequest], _k: usize) -> Result<Vec<Vec<u32>>> {
-        Ok(vec![Vec::new(); requests.len()])
+    fn propose(&mut self, _states: &Tensor, requests: &[DraftRequest], _k: usize) -> Result<Vec<Option<DeviceIds>>> {
+        Ok(vec![None; requests.len()])
     }
 }

@@ -1,6 +1,6 @@
-use super::{first_pass, target_ids, DraftRequest, DrafterPasses, Proposer};
+use super::{first_pass, DraftRequest, DrafterPasses, Proposer};
 use candle_core::{Result, Tensor};
-use peagle_models::LoadError;
+use peagle_models::{DeviceIds, LoadError};
 
 /// P-EAGLE: all K drafts from one drafter pass. After each request's slots come K-1 mask
 /// slots (mask token, shared hidden state `fc(mask_hidden)`); the logits of the last real slot
@@ -41,12 +41,18 @@ impl Proposer for PEagleProposer {
         self.passes.drafter().aux_layer_ids()
     }
 
-    fn propose(&mut self, states: &Tensor, requests: &[DraftRequest], k: usize) -> Result<Vec<Vec<u32>>> {
+    fn propose(&mut self, states: &Tensor, requests: &[DraftRequest], k: usize) -> Result<Vec<Option<DeviceIds>>> {
         let mask = Some((self.mask_token, &self.mask_state));
         let masks = k.min(self.k).saturating_sub(1);
         let (out, placed) = first_pass(&mut self.passes, states, requests, mask, masks)?;
-        let drafts = target_ids(self.passes.drafter(), &out.ids()?);
-        Ok(placed.iter().map(|p| drafts[p.logits.clone()].to_vec()).collect())
+        let ids = out.target_ids(self.passes.drafter(), None)?;
+        let drafts = placed.iter().zip(requests).map(|(p, r)| {
+            r.draft.then(|| DeviceIds {
+                ids: ids.clone(),
+                picks: (p.logits.start as u32..p.logits.end as u32).collect(),
+            })
+        });
+        Ok(drafts.collect())
     }
 
     fn capture_graphs(&mut self) -> Result<usize> {

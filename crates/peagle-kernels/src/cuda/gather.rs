@@ -107,6 +107,37 @@ fn launch_chain<T: CudaDType + DeviceRepr>(
     into_or_new(device, into, (picks.len(), cols), run)
 }
 
+/// Threads a block of `kernels/gather_rows.cu`'s take_ids, one an id.
+const TAKE_THREADS: u32 = 128;
+
+/// `kernels/gather_rows.cu`'s take_ids: `out[at[j]] = map[ids[picks[j]]]`, or `ids[picks[j]]`
+/// without a map (contiguous u32 vectors on one GPU, every place and pick within them, no
+/// place twice, some places: checked by the caller).
+pub(crate) fn take_ids(out: &Tensor, at: &[u32], ids: &Tensor, picks: &[u32], map: Option<&Tensor>) -> Result<()> {
+    const OP: &str = "take_ids";
+    let n = int(OP, at.len())?;
+    // A negative vocabulary tells the kernel there is no map to read.
+    let vocab = map.map(|m| int(OP, m.dim(0)?)).transpose()?.unwrap_or(-1);
+    let device = out.device().as_cuda_device()?;
+    let uploaded = device.clone_htod(&[at, picks].concat())?;
+    let func = function(device, Module::GatherRows, "take_ids")?;
+    let blocks = at.len().div_ceil(TAKE_THREADS as usize) as u32;
+    let launch = |out: &CudaView<'_, u32>, ids: &CudaView<'_, u32>, map: &CudaView<'_, u32>| {
+        let mut builder = func.builder();
+        builder.arg(out).arg(ids).arg(map).arg(&uploaded).arg(&n).arg(&vocab);
+        // SAFETY: `uploaded` holds n places within `out` then n picks within `ids`, and no
+        // place twice (checked by the caller); the kernel reads `map` only below its vocab
+        // entries, and not at all without one.
+        unsafe { builder.launch(grid((blocks, 1), TAKE_THREADS)) }
+            .w()
+            .map(|_| ())
+    };
+    with_views::<u32, _, 2>([(out, "out"), (ids, "ids")], |[out, ids]| match map {
+        Some(map) => with_view::<u32, _>(map, "map", |map| launch(&out, &ids, &map)),
+        None => launch(&out, &ids, &ids),
+    })
+}
+
 /// `run` over `into`'s memory, returning `into`, or over a new buffer of [rows, cols], returned
 /// as a tensor.
 fn into_or_new<T: CudaDType + DeviceRepr, R>(

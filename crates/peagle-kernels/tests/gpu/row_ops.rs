@@ -1,10 +1,11 @@
 //! Row-wise kernels: RoPE, SwiGLU, RMSNorm (alone, fused with the residual add, and two side
-//! by side), the gather of rows from two tables and the chaining of drafter passes.
+//! by side), the gather of rows from two tables, the chaining of drafter passes and the ids
+//! taken where they lie.
 use super::{bits, gpu, host, max_rel_diff, tensor};
 use candle_core::{DType, Device, Tensor};
 use peagle_kernels::{
-    add_rms_norm, chain_drafts, gather_rows, gather_rows_into, rms_norm, rms_norm_pair, rope, swiglu, upload_into,
-    LastPass,
+    add_rms_norm, chain_drafts, gather_rows, gather_rows_into, rms_norm, rms_norm_pair, rope, swiglu, take_ids,
+    upload_into, LastPass,
 };
 
 #[test]
@@ -211,5 +212,35 @@ fn chain_drafts_equals_the_cpu() {
                 assert_eq!(run(&g, into), want, "{dtype:?}, {cols} columns, into {into}");
             }
         }
+    }
+}
+
+/// take_ids writes what its CPU reference writes, mapped and not: over more places than one
+/// block has threads, into a view of a larger tensor whose other elements stay, with an id
+/// past the map.
+#[test]
+fn take_ids_equals_the_cpu() {
+    let Some(dev) = gpu() else { return };
+    let n = 300;
+    let ids: Vec<u32> = (0..n as u32).map(|i| (i * 7) % 61).chain([500]).collect();
+    let ids = Tensor::new(ids.as_slice(), &Device::Cpu).unwrap();
+    let map: Vec<u32> = (0..64).map(|i| 1000 + 3 * i).collect();
+    let map = Tensor::new(map.as_slice(), &Device::Cpu).unwrap();
+    // Every other place of the view, backwards; the picks run over every id, the last included.
+    let at: Vec<u32> = (0..n as u32).rev().map(|i| 2 * i).collect();
+    let picks: Vec<u32> = (0..n as u32).map(|i| (i * 13 + 1) % (n as u32 + 1)).collect();
+    for mapped in [false, true] {
+        let run = |on: &dyn Fn(&Tensor) -> Tensor| {
+            let inputs = on(&Tensor::full(7u32, 2 * n + 5, &Device::Cpu).unwrap());
+            let out = inputs.narrow(0, 3, 2 * n).unwrap();
+            take_ids(&out, &at, &on(&ids), &picks, mapped.then(|| on(&map)).as_ref()).unwrap();
+            inputs.to_vec1::<u32>().unwrap()
+        };
+        let want = run(&|t: &Tensor| t.clone());
+        assert!(
+            want.contains(&7) && (!mapped || want.contains(&0)),
+            "untouched places and an unmapped id"
+        );
+        assert_eq!(run(&|t: &Tensor| t.to_device(&dev).unwrap()), want, "mapped {mapped}");
     }
 }
