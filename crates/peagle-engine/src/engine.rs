@@ -33,6 +33,8 @@ pub struct Engine {
     eos_token_ids: Vec<u32>,
     max_model_len: usize,
     k_in_use: usize,
+    /// The k of the last step that ran.
+    last_k: Option<usize>,
     stats: SpecStats,
     times: StepTimes,
 }
@@ -55,6 +57,7 @@ impl Engine {
             eos_token_ids,
             max_model_len,
             k_in_use: 0,
+            last_k: None,
             stats: SpecStats::default(),
             times: StepTimes::default(),
         }
@@ -126,6 +129,7 @@ impl Engine {
         let drafter_before = self.times.drafter_seconds;
         let result = self.run(&schedule, k);
         self.observe(&schedule, k, started.elapsed().as_secs_f64(), drafter_before);
+        self.last_k = Some(k);
         match result {
             Ok(()) => self.scheduler.finish_step(&schedule),
             Err(e) => {
@@ -166,6 +170,8 @@ impl Engine {
     /// The model work of a step, on the kernels' thread pool (one hand-over per step instead
     /// of one per forward pass): the target forward, verification, then drafting.
     fn run(&mut self, schedule: &Schedule, k: usize) -> Result<(), GenerateError> {
+        // Steps the speculation policy does not time as decoding at k wait for their drafter.
+        let wait_for_drafter = runs_prefill(schedule) || self.last_k != Some(k);
         let mut work = self.scheduler.work(schedule);
         let (runner, drafting) = (&self.runner, &mut self.drafting);
         let (stats, times) = (&mut self.stats, &mut self.times);
@@ -188,6 +194,16 @@ impl Engine {
             let started = Instant::now();
             let aux = target.forward.aux_hidden.as_ref();
             drafting.run(&mut work, aux, &target.rows, &committed, k)?;
+            // A GPU runs the drafter while the host goes on to the next step, whose forward
+            // waits for it: a decode step's drafter time is charged to the next decode step's
+            // target, alike from step to step. A step with prefill work, or the first at a new
+            // k (which catches the drafter up after a suspension), waits for its drafter here
+            // instead: the speculation policy leaves such steps out of its timing of k, or
+            // charges a prompt's drafter pass to drafting, and the next step, which it times,
+            // does not pay for them.
+            if wait_for_drafter {
+                target.forward.logits.device().synchronize()?;
+            }
             times.drafter_seconds += started.elapsed().as_secs_f64();
             Ok(())
         })
@@ -195,7 +211,7 @@ impl Engine {
 
     /// Feeds the speculation policy what the step cost.
     fn observe(&mut self, schedule: &Schedule, k: usize, seconds: f64, drafter_before: f64) {
-        let prefill = schedule.iter().any(|(_, w)| matches!(w, Work::Prefill(_)));
+        let prefill = runs_prefill(schedule);
         let running = self.scheduler.num_running();
         let work = self.scheduler.work(schedule);
         let sample = StepSample {
@@ -213,6 +229,11 @@ impl Engine {
         tracing::trace!(?sample, "engine step");
         self.policy.observe(sample);
     }
+}
+
+/// Whether a step runs prefill work (a prompt chunk) besides decoding.
+fn runs_prefill(schedule: &Schedule) -> bool {
+    schedule.iter().any(|(_, w)| matches!(w, Work::Prefill(_)))
 }
 
 #[cfg(test)]

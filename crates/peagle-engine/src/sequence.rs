@@ -25,7 +25,7 @@ pub struct Sequence {
     /// Proposed continuation of `token_ids`, verified by the next step.
     pub drafts: Vec<u32>,
     /// Drafts still where the drafter left them on the device: the next verification window
-    /// takes them there, and they move to `drafts` while the target runs (`Drafting::read`).
+    /// takes them there, and they move to `drafts` while the target runs (`read_drafts`).
     pub drafts_on_device: Option<DeviceIds>,
     pub params: GenerateParams,
     pub sampler: Sampler,

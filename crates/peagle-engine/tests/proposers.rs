@@ -209,6 +209,13 @@ fn eagle3_drafts_against_passes_fed_by_the_host((target, drafter): (PathBuf, Pat
         );
         assert_same_cache(proposer.passes().kv(), &kv);
     }
+    // Drafts stay as proposed while the next round of the same shape drafts otherwise: a
+    // sequence that sits out a step has its drafts verified later.
+    let kept = proposer.propose(&states, &requests, k).unwrap();
+    let other_states = (&states * -1.0).unwrap();
+    let other = read(proposer.propose(&other_states, &requests, k).unwrap());
+    assert_ne!(other[1], Some(want[0].clone()), "the next round drafts otherwise");
+    assert_eq!(read(kept), [None, Some(want[0].clone()), Some(want[1].clone())]);
     // Fewer drafts: two, then the first pass's alone.
     let got = read(proposer.propose(&states, &requests, 2).unwrap());
     assert_eq!(got, [None, Some(want[0][..2].to_vec()), Some(want[1][..2].to_vec())]);

@@ -1,8 +1,7 @@
 //! Autoregressive drafting fed on the device: EAGLE-3's passes after the first read the last
 //! pass's drafts as their tokens and its hidden outputs as their hidden input. Written there
 //! by one launch (`kernels/gather_rows.cu`), the drafts never wait for the host between
-//! passes: the host reads a step's drafts once, after its last pass. On the CPU the same
-//! values are made by host code, the kernel's reference.
+//! passes. On the CPU the same values are made by host code, the kernel's reference.
 
 use crate::error::bad_input;
 use candle_core::{DType, Result, Tensor};

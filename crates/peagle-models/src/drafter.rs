@@ -38,7 +38,7 @@ pub struct DraftOutput {
 }
 
 /// A pass's greedy drafts: the argmax of each logit row, found where the logits are and left
-/// there, so that the host receives ids rather than rows, and only when it asks for them.
+/// there: the next pass or the next verification window reads them on the device.
 pub struct GreedyDrafts {
     /// u32 [kept rows], on the drafter's device: each kept row's draft id, in the drafter's
     /// vocabulary.
@@ -59,7 +59,8 @@ impl GreedyDrafts {
     }
 
     /// The draft id (in the drafter's vocabulary) of each logit row, in order, copied to the
-    /// host: a wait for the pass to finish, where it has logit rows.
+    /// host (to look at them; the engine reads drafts as target ids, `target_ids`): a wait for
+    /// the pass to finish, where it has logit rows.
     pub fn ids(&self) -> Result<Vec<u32>> {
         match &self.rows {
             _ if self.kept_ids.elem_count() == 0 => Ok(Vec::new()),

@@ -10,7 +10,7 @@
 //!
 //! The graph holds the whole pass to its greedy drafts (`draft_on_device`): the layers, the
 //! head over a fixed number of rows of each sequence (its logit rows, padded to a bucket) and
-//! their argmax, whose ids the host copies back when it asks for them (`GreedyDrafts::ids`).
+//! their argmax, whose ids stay on the device (`GreedyDrafts`).
 //! Its inputs are a forward's (`ForwardInputs`, whose kept rows say where each sequence's logit
 //! rows are) and the hidden input, gathered to the padded rows before each replay
 //! (`PassHidden`: in one gather also where the pass's rows are themselves picked from a table,

@@ -1,7 +1,8 @@
 //! A forward's inputs on the model's device, made from a `ForwardBatch` before the forward
 //! runs: token ids (those already on the device taken where they lie), rotary tables, the
-//! attention metadata with its device copy, and the rows whose outputs are kept. The forward itself then copies nothing from the host, so a GPU can
-//! capture it as a CUDA graph and replay it over new inputs written into the same tensors.
+//! attention metadata with its device copy, and the rows whose outputs are kept. The forward
+//! itself then copies nothing from the host, so a GPU can capture it as a CUDA graph and
+//! replay it over new inputs written into the same tensors.
 //! The integer inputs are views of one tensor and the rotary tables of another: two uploads
 //! a forward, straight into a graph's inputs on its replays, however many inputs there are.
 

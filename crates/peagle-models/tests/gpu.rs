@@ -274,7 +274,8 @@ fn graphs_captured_at_startup_serve_the_steps_after() {
 /// Runs `graph_steps` after `prefill_but` by `graphs` over `graph_kv` and without graphs over
 /// a cache of its own: the same outputs and caches, bit for bit (`name`: the fixture's). Each
 /// step runs again by its graph with its windows' later tokens on the device
-/// (`tokens_on_device`, as a proposer leaves drafts), which the replay takes where they lie.
+/// (`tokens_on_device`, as a proposer leaves drafts), which the replay takes where they lie, and
+/// once more without its graph.
 fn assert_graph_steps_as_without(name: &str, f: &Fixture, graphs: &mut CudaGraphs, graph_kv: &peagle_models::KvCache) {
     let model = f.model.as_ref();
     let kv = f.cache();
@@ -290,13 +291,12 @@ fn assert_graph_steps_as_without(name: &str, f: &Fixture, graphs: &mut CudaGraph
         let on_device = tokens_on_device(&batch, model.device());
         let got = graphs.forward(model, &on_device, graph_kv).unwrap();
         let got = got.expect("a graph's shape");
-        assert_same_step(
-            &format!("{name}, {step}, drafts on the device"),
-            got,
-            graph_kv,
-            want,
-            &kv,
-        );
+        let what = format!("{name}, {step}, drafts on the device");
+        assert_same_step(&what, got, graph_kv, want, &kv);
+        let want = model.forward(&batch, &kv).unwrap();
+        let got = model.forward(&on_device, graph_kv).unwrap();
+        let what = format!("{name}, {step}, drafts on the device, no graph");
+        assert_same_step(&what, got, graph_kv, want, &kv);
     }
 }
 

@@ -46,10 +46,11 @@ pub trait Proposer: Send {
 
     /// `k` (at most `self.k()`) drafts, as target ids, for each request; None where `draft`
     /// is false. The drafts stay on the device: the next verification window takes them
-    /// there, and the host reads them while the target runs. `states` [rows, aux layers * target hidden] holds the requests' target states,
-    /// each request's at its rows: one tensor for the round, so that the drafter projects them
-    /// in one launch and gathers its pass's rows from the projection, rather than copying
-    /// each request's rows together first.
+    /// there, and the host reads them while the target runs. `states` [rows, aux layers *
+    /// target hidden] holds the requests' target states, each request's at its rows: one
+    /// tensor for the round, so that the drafter projects them in one launch and gathers its
+    /// pass's rows from the projection, rather than copying each request's rows together
+    /// first.
     fn propose(&mut self, states: &Tensor, requests: &[DraftRequest], k: usize) -> Result<Vec<Option<DeviceIds>>>;
 
     /// Captures the CUDA graphs of the drafter's passes, where it runs them by graphs; says

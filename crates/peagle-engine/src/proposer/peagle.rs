@@ -45,6 +45,9 @@ impl Proposer for PEagleProposer {
         let mask = Some((self.mask_token, &self.mask_state));
         let masks = k.min(self.k).saturating_sub(1);
         let (out, placed) = first_pass(&mut self.passes, states, requests, mask, masks)?;
+        if !requests.iter().any(|r| r.draft) {
+            return Ok(vec![None; requests.len()]);
+        }
         let ids = out.target_ids(self.passes.drafter(), None)?;
         let drafts = placed.iter().zip(requests).map(|(p, r)| {
             r.draft.then(|| DeviceIds {
