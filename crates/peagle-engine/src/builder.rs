@@ -12,11 +12,12 @@ use crate::model_runner::ModelRunner;
 use crate::prefix_cache::PrefixCache;
 use crate::proposer::{DrafterPasses, Eagle3Proposer, NoProposer, PEagleProposer, Proposer};
 use crate::scheduler::{Scheduler, SchedulerConfig};
+use crate::speculation_policy::draft_counts;
 use candle_core::DType;
 use peagle_kernels::on_pool;
 use peagle_models::{
     ops, CudaGraphs, Drafter, DrafterGraphs, GenerationConfig, GraphLimits, KvCache, KvCacheDtype, LoadOptions,
-    ModelDims, SamplingDefaults, TargetModel, TextConfig, DEFAULT_GRAPH_MAX_ROWS,
+    ModelDims, PassRows, SamplingDefaults, TargetModel, TextConfig, DEFAULT_GRAPH_MAX_ROWS,
 };
 use std::path::PathBuf;
 
@@ -139,6 +140,7 @@ impl EngineBuilder {
         if self.cuda_graphs && !cuda_graphs {
             tracing::warn!("running without CUDA graphs: this model routes its experts on the host");
         }
+        let draft_counts = draft_counts(k, self.scheduler.adaptive_k);
         let limits = GraphLimits {
             table_width: needed,
             max_sequences: self.scheduler.max_num_seqs,
@@ -155,9 +157,9 @@ impl EngineBuilder {
                     max_rows_each: if parallel { 2 * k } else { k + 1 },
                     ..limits
                 };
-                let logits_each = if parallel { k } else { 1 };
+                let kinds = drafter_passes(parallel, k, &draft_counts);
                 let graphs = cuda_graphs
-                    .then(|| DrafterGraphs::new(&d, pass_limits, logits_each))
+                    .then(|| DrafterGraphs::new(&d, pass_limits, kinds))
                     .transpose()
                     .map_err(|e| GenerateError::Config(e.to_string()))?;
                 let passes = DrafterPasses::new(d, kv, graphs);
@@ -184,7 +186,9 @@ impl EngineBuilder {
             // On rayon's pool, whose threads the steps run on and which outlives the graphs:
             // candle keeps what a capture uploads per thread.
             let captured = on_pool(|| -> Result<usize, GenerateError> {
-                Ok(graphs.capture_at_startup(target.as_ref(), &kv, budget, k > 0)? + proposer.capture_graphs()?)
+                let windows: Vec<usize> = draft_counts.iter().map(|c| c + 1).collect();
+                let target_graphs = graphs.capture_at_startup(target.as_ref(), &kv, budget, k > 0, &windows)?;
+                Ok(target_graphs + proposer.capture_graphs()?)
             })?;
             let after = peagle_kernels::device_memory(&device)?;
             let (held, warning) = match before.zip(after) {
@@ -365,8 +369,62 @@ impl EngineBuilder {
     }
 }
 
+/// The drafter passes a proposer of at most `max_k` drafts runs when a step drafts any of
+/// `draft_counts`. A sequence's slots are the tokens its last window committed, 1 to
+/// `max_k + 1`. P-EAGLE adds k - 1 mask slots and keeps k logit rows; EAGLE-3's first pass
+/// keeps one logit row of the slots and each later pass has one row.
+fn drafter_passes(parallel: bool, max_k: usize, draft_counts: &[usize]) -> Vec<PassRows> {
+    match parallel {
+        true => draft_counts
+            .iter()
+            .filter(|&&k| k > 0)
+            .map(|&k| PassRows {
+                rows_each: k..=max_k + k,
+                logits_each: k,
+            })
+            .collect(),
+        false => vec![PassRows {
+            rows_each: 1..=max_k + 1,
+            logits_each: 1,
+        }],
+    }
+}
+
 /// Blocks one sequence can come to need: `max_model_len` tokens, then a verification window
 /// of `k` drafts and the drafter's look-ahead past it.
 fn blocks_per_sequence(max_model_len: usize, k: usize, block_size: usize) -> usize {
     (max_model_len + 2 * k).div_ceil(block_size)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every pass a proposer runs between decode steps is of a kind captured at start-up: a
+    /// sequence whose last window verified k' drafts and accepted a of them has a + 1 slots,
+    /// and P-EAGLE drafting k adds k - 1 mask slots and keeps k logit rows.
+    #[test]
+    fn drafter_passes_cover_every_window_the_policy_can_follow() {
+        for (max_k, adaptive) in [(7, true), (7, false), (3, true), (1, true)] {
+            let counts = draft_counts(max_k, adaptive);
+            let peagle = drafter_passes(true, max_k, &counts);
+            let eagle3 = drafter_passes(false, max_k, &counts);
+            let covered = |kinds: &[PassRows], rows: usize, logits: usize| {
+                kinds
+                    .iter()
+                    .any(|p| p.rows_each.contains(&rows) && p.logits_each == logits)
+            };
+            for &verified in counts.iter().filter(|&&k| k > 0) {
+                for slots in 1..=verified + 1 {
+                    assert!(covered(&eagle3, slots, 1), "EAGLE-3, {slots} slots");
+                    for &k in counts.iter().filter(|&&k| k > 0) {
+                        assert!(covered(&peagle, slots + k - 1, k), "P-EAGLE K = {max_k}, k = {k}");
+                    }
+                }
+            }
+        }
+        let kinds = drafter_passes(true, 7, &draft_counts(7, true));
+        let rows: Vec<_> = kinds.iter().map(|p| (p.rows_each.clone(), p.logits_each)).collect();
+        assert_eq!(rows, [(1..=8, 1), (4..=11, 4), (7..=14, 7)]);
+    }
 }

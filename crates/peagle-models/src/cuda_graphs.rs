@@ -17,7 +17,8 @@
 //! the shapes its own kernels upload (none may be uploaded during capture), then the same
 //! forward under stream capture. An engine captures every shape its scheduler's steps can take,
 //! up to `max_rows` rows, at start-up (`startup_steps`, as vLLM does), so that no request waits
-//! on a capture.
+//! on a capture: the windows of every k its speculation policy may choose, not every row count
+//! up to K + 1, since each graph keeps its memory.
 
 use crate::batch::{BatchBuilder, ForwardBatch, Rows};
 use crate::kv_cache::KvCache;
@@ -78,7 +79,9 @@ pub fn graph_shape(batch: &ForwardBatch, limits: &GraphLimits) -> Option<GraphSh
 
 /// A step of every shape `limits` allows to a scheduler whose steps have at most `budget`
 /// rows, for capturing graphs before the first request (as vLLM does): every bucket of
-/// sequences with every row count up to `max_rows_each`, keeping every row's logits. With
+/// sequences with each row count of `rows_each` up to `max_rows_each` (the row counts a
+/// sequence's steps can have: a decode row, and the windows of each k the speculation policy
+/// may choose), keeping every row's logits. With
 /// `drafter` (a drafter is loaded) they capture every row's states, and the one-row steps
 /// come also without, for decoding the requests that do not speculate. Each row is token 0 at
 /// positions from 0, reading block 0 and writing nothing (`PAD_SLOT`).
@@ -87,10 +90,18 @@ pub fn startup_steps(
     block_size: usize,
     budget: usize,
     drafter: bool,
+    rows_each: &[usize],
 ) -> Result<Vec<ForwardBatch>> {
     let table = vec![0; limits.table_width];
     let mut steps = Vec::new();
-    for rows_each in 1..=limits.max_rows_each {
+    let mut counts: Vec<usize> = rows_each
+        .iter()
+        .copied()
+        .filter(|&r| r > 0 && r <= limits.max_rows_each)
+        .collect();
+    counts.sort_unstable();
+    counts.dedup();
+    for rows_each in counts {
         let captures: &[bool] = match (drafter, rows_each) {
             (false, _) => &[false],
             (true, 1) => &[true, false],
@@ -167,8 +178,8 @@ impl CudaGraphs {
     }
 
     /// Captures a graph of every shape `startup_steps` makes for steps of at most `budget`
-    /// rows (with `drafter`: a drafter is loaded), so that no request waits on a capture; says
-    /// how many were captured. A shape whose capture or first launch fails is logged and runs
+    /// rows whose sequences have `rows_each` rows (with `drafter`: a drafter is loaded), so
+    /// that no request waits on a capture; says how many were captured. A shape whose capture or first launch fails is logged and runs
     /// without a graph. Run it on a thread that lives as long as the graphs (rayon's pool):
     /// candle keeps the inputs a capture uploads per thread. It returns once the device has
     /// run every launch, so that a step on another thread's stream follows them.
@@ -178,11 +189,12 @@ impl CudaGraphs {
         kv: &KvCache,
         budget: usize,
         drafter: bool,
+        rows_each: &[usize],
     ) -> Result<usize> {
         let limits = self.limits;
         self.graphs.capture_at_startup(
             target.device(),
-            startup_steps(&limits, kv.block_size(), budget, drafter)?,
+            startup_steps(&limits, kv.block_size(), budget, drafter, rows_each)?,
             |step| graph_shape(step, &limits),
             |step, shape| padded_inputs(target, step, shape, limits.table_width, kv),
             |inputs: &ForwardInputs| target.forward_states(inputs, kv),
@@ -254,6 +266,7 @@ impl CudaGraphs {
         _kv: &KvCache,
         _budget: usize,
         _drafter: bool,
+        _rows_each: &[usize],
     ) -> Result<usize> {
         match self.never {}
     }

@@ -22,6 +22,7 @@ use crate::drafter::{DraftHidden, Drafter, GreedyDrafts};
 use crate::forward_inputs::ForwardInputs;
 use crate::kv_cache::KvCache;
 use candle_core::{bail, Result, Tensor};
+use std::ops::RangeInclusive;
 
 /// The shape a drafter pass is captured and replayed at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -265,24 +266,39 @@ impl PaddedPass {
     }
 }
 
-/// A pass of every shape `limits` allows, for capturing graphs before the first request:
-/// every bucket of sequences with every bucket of rows up to the one of `max_rows_each`,
-/// within the most rows (`startup_steps`' steps of those row counts), each with every bucket
-/// of logit rows up to the one of `logits_each`, the most a sequence has.
-pub fn draft_startup_steps(limits: &GraphLimits, logits_each: usize, block_size: usize) -> Result<Vec<ForwardBatch>> {
+/// Passes a drafter runs: each sequence has a row count in `rows_each` and `logits_each`
+/// logit rows (at most its fewest rows). A proposer's passes at one k are one such kind.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PassRows {
+    pub rows_each: RangeInclusive<usize>,
+    pub logits_each: usize,
+}
+
+/// A pass of every shape `limits` allows to the passes `kinds`, for capturing graphs before
+/// the first request: every bucket of sequences (within the most rows) with every bucket of
+/// rows a kind's row counts fall in, up to the one of `max_rows_each`, with that kind's bucket
+/// of logit rows.
+pub fn draft_startup_steps(limits: &GraphLimits, kinds: &[PassRows], block_size: usize) -> Result<Vec<ForwardBatch>> {
     let limits = GraphLimits {
         max_rows_each: limits.max_rows_each.next_power_of_two(),
         ..*limits
     };
-    let steps = crate::cuda_graphs::startup_steps(&limits, block_size, limits.max_rows, false)?;
-    let most = logits_each.max(1).next_power_of_two();
+    let row_buckets: Vec<usize> = std::iter::successors(Some(1usize), |r| Some(2 * r))
+        .take_while(|&r| r <= limits.max_rows_each)
+        .collect();
+    let steps = crate::cuda_graphs::startup_steps(&limits, block_size, limits.max_rows, false, &row_buckets)?;
+    let bucket = |n: usize| n.max(1).next_power_of_two();
     let mut passes = Vec::new();
     for step in steps {
         let rows_each = step.attn.query_start[1];
-        if !rows_each.is_power_of_two() {
-            continue;
-        }
-        let buckets = std::iter::successors(Some(1usize), |l| Some(2 * l)).take_while(|&l| l <= most.min(rows_each));
+        let mut buckets: Vec<usize> = kinds
+            .iter()
+            .filter(|k| (bucket(*k.rows_each.start())..=bucket(*k.rows_each.end())).contains(&rows_each))
+            .map(|k| bucket(k.logits_each))
+            .filter(|&logits| logits <= rows_each)
+            .collect();
+        buckets.sort_unstable();
+        buckets.dedup();
         for logits in buckets {
             let mut pass = step.clone();
             pass.logit_rows = (0..pass.token_ids.len() as u32)
@@ -332,9 +348,9 @@ pub fn draft_on_device(drafter: &Drafter, inputs: &DraftInputs, kv: &KvCache) ->
 pub struct DrafterGraphs {
     #[cfg(feature = "cuda")]
     limits: GraphLimits,
-    /// The most logit rows a sequence of a pass has, for the shapes captured at start-up.
+    /// The passes the drafter runs, whose shapes are captured at start-up.
     #[cfg(feature = "cuda")]
-    logits_each: usize,
+    kinds: Vec<PassRows>,
     #[cfg(feature = "cuda")]
     graphs: crate::graph_capture::Graphs<DraftShape, DraftInputs, DeviceDrafts>,
     /// A build without CUDA makes none.
@@ -344,12 +360,12 @@ pub struct DrafterGraphs {
 
 #[cfg(feature = "cuda")]
 impl DrafterGraphs {
-    /// Graphs for the passes within `limits` of `drafter`, which must be on a GPU, whose
-    /// sequences have up to `logits_each` logit rows.
-    pub fn new(drafter: &Drafter, limits: GraphLimits, logits_each: usize) -> Result<Self> {
+    /// Graphs for the passes within `limits` of `drafter`, which must be on a GPU; those of
+    /// `kinds` are captured at start-up (`capture_at_startup`), any other on its first run.
+    pub fn new(drafter: &Drafter, limits: GraphLimits, kinds: Vec<PassRows>) -> Result<Self> {
         Ok(Self {
             limits,
-            logits_each,
+            kinds,
             graphs: crate::graph_capture::Graphs::new(drafter.device())?,
         })
     }
@@ -384,8 +400,8 @@ impl DrafterGraphs {
         Ok(Some(pass.output(&graph.outputs)))
     }
 
-    /// Captures a graph of every shape within the limits (`draft_startup_steps`), so that no
-    /// request waits on a capture; says how many were captured. Run it as
+    /// Captures a graph of every shape of its kinds of passes within the limits
+    /// (`draft_startup_steps`), so that no request waits on a capture; says how many were captured. Run it as
     /// `CudaGraphs::capture_at_startup`, on the thread pool the steps run on; it returns once
     /// the device has run every launch.
     pub fn capture_at_startup(&mut self, drafter: &Drafter, kv: &KvCache) -> Result<usize> {
@@ -398,7 +414,7 @@ impl DrafterGraphs {
         };
         self.graphs.capture_at_startup(
             drafter.device(),
-            draft_startup_steps(&limits, self.logits_each, kv.block_size())?,
+            draft_startup_steps(&limits, &self.kinds, kv.block_size())?,
             |step| draft_shape(step, &limits),
             inputs_of,
             |inputs: &DraftInputs| draft_on_device(drafter, inputs, kv),
@@ -409,7 +425,7 @@ impl DrafterGraphs {
 #[cfg(not(feature = "cuda"))]
 impl DrafterGraphs {
     /// A build without CUDA has no graphs.
-    pub fn new(drafter: &Drafter, _limits: GraphLimits, _logits_each: usize) -> Result<Self> {
+    pub fn new(drafter: &Drafter, _limits: GraphLimits, _kinds: Vec<PassRows>) -> Result<Self> {
         bail!(
             "CUDA graphs need a CUDA device and a build with CUDA, not {:?}",
             drafter.device()

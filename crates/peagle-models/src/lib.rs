@@ -36,7 +36,7 @@ pub use drafter::{DraftHidden, DraftOutput, Drafter, GreedyDrafts};
 pub use drafter_config::{DraftAlgorithm, DrafterConfig};
 pub use drafter_graphs::{
     draft_shape, draft_startup_steps, padded_pass, DeviceDrafts, DraftInputs, DraftShape, DrafterGraphs, PaddedPass,
-    PassHidden,
+    PassHidden, PassRows,
 };
 pub use error::LoadError;
 pub use forward_inputs::{ForwardInputs, RowSelection};

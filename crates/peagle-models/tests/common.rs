@@ -5,7 +5,7 @@
 use candle_core::{DType, Device, Tensor};
 use peagle_models::{
     load_target, BatchBuilder, DeviceIds, DraftHidden, DraftOutput, Drafter, ForwardBatch, ForwardOutput, GraphLimits,
-    GreedyDrafts, KvCache, LoadOptions, Rows, TargetModel,
+    GreedyDrafts, KvCache, LoadOptions, PassRows, Rows, TargetModel,
 };
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -483,8 +483,20 @@ pub const DRAFT_GRAPH_LIMITS: GraphLimits = GraphLimits {
     max_rows: 64,
 };
 
-/// The most logit rows a sequence of `drafter_passes` has.
-pub const DRAFT_LOGITS_EACH: usize = 4;
+/// The kinds of `drafter_passes`, whose shapes are captured at start-up: P-EAGLE drafting 4
+/// (its 1 to 5 slots and 3 mask slots, 4 logit rows), and EAGLE-3's later passes of one row.
+pub fn drafter_pass_kinds() -> Vec<PassRows> {
+    vec![
+        PassRows {
+            rows_each: 4..=8,
+            logits_each: 4,
+        },
+        PassRows {
+            rows_each: 1..=1,
+            logits_each: 1,
+        },
+    ]
+}
 
 /// Drafter passes of three sequences after `drafter_prefill`, each at an offset:
 /// - P-EAGLE: two slots and three mask slots, one slot and three, and a prefill chunk that

@@ -264,10 +264,13 @@ fn graphs_captured_at_startup_serve_the_steps_after() {
     let f = Fixture::load_with("tiny-llama", options.clone());
     let mut graphs = CudaGraphs::new(&options.device, GRAPH_LIMITS).unwrap();
     let graph_kv = f.cache();
+    // Decode rows and windows of 3 rows (K = 2 drafting 2), the rows `graph_steps` has.
+    let rows_each = [1, 3];
     let captured = graphs
-        .capture_at_startup(f.model.as_ref(), &graph_kv, 64, true)
+        .capture_at_startup(f.model.as_ref(), &graph_kv, 64, true, &rows_each)
         .unwrap();
-    assert_eq!(captured, startup_steps(&GRAPH_LIMITS, BLOCK, 64, true).unwrap().len());
+    let steps = startup_steps(&GRAPH_LIMITS, BLOCK, 64, true, &rows_each).unwrap();
+    assert_eq!(captured, steps.len());
     assert_graph_steps_as_without("tiny-llama", &f, &mut graphs, &graph_kv);
 }
 
@@ -333,11 +336,11 @@ fn drafter_passes_by_cuda_graphs_equal_passes_without() {
     let Some(options) = on_gpu(DTypeSpec::Bf16) else { return };
     let d = fixture_drafter(options);
     for at_startup in [false, true] {
-        let mut graphs = DrafterGraphs::new(&d, DRAFT_GRAPH_LIMITS, DRAFT_LOGITS_EACH).unwrap();
+        let mut graphs = DrafterGraphs::new(&d, DRAFT_GRAPH_LIMITS, drafter_pass_kinds()).unwrap();
         let (kv, graph_kv) = (drafter_cache(&d), drafter_cache(&d));
         if at_startup {
             let captured = graphs.capture_at_startup(&d, &graph_kv).unwrap();
-            let steps = draft_startup_steps(&DRAFT_GRAPH_LIMITS, DRAFT_LOGITS_EACH, BLOCK).unwrap();
+            let steps = draft_startup_steps(&DRAFT_GRAPH_LIMITS, &drafter_pass_kinds(), BLOCK).unwrap();
             assert_eq!(captured, steps.len());
         }
         drafter_prefill(&d, &kv);

@@ -105,9 +105,9 @@ fn only_experts_routed_on_the_host_read_back() {
 }
 
 /// The steps captured at start-up are every shape the limits and the scheduler's budget allow
-/// (every bucket of sequences, every row count, within the most rows; with a drafter, the
-/// one-row steps with captured states and without), each a graph's shape as it stands, and
-/// running them writes nothing to the KV cache.
+/// (every bucket of sequences, every row count asked for, within the most rows; with a
+/// drafter, the one-row steps with captured states and without), each a graph's shape as it
+/// stands, and running them writes nothing to the KV cache.
 #[test]
 fn startup_steps_cover_every_shape_and_write_nothing() {
     let f = Fixture::load("tiny-llama");
@@ -126,7 +126,7 @@ fn startup_steps_cover_every_shape_and_write_nothing() {
         };
         steps.iter().map(shape).collect()
     };
-    let budget_bound = startup_steps(&limits, BLOCK, 5, false).unwrap();
+    let budget_bound = startup_steps(&limits, BLOCK, 5, false, &[1, 2, 3]).unwrap();
     assert_eq!(
         shapes_of(&budget_bound),
         [
@@ -138,7 +138,19 @@ fn startup_steps_cover_every_shape_and_write_nothing() {
             (1, 3, false)
         ]
     );
-    let steps = startup_steps(&limits, BLOCK, 100, true).unwrap();
+    // Only the row counts asked for (a policy choosing 0 or 2 drafts), and none past the most.
+    let narrowed = startup_steps(&limits, BLOCK, 100, false, &[3, 1, 4]).unwrap();
+    assert_eq!(
+        shapes_of(&narrowed),
+        [
+            (1, 1, false),
+            (2, 1, false),
+            (4, 1, false),
+            (1, 3, false),
+            (2, 3, false)
+        ]
+    );
+    let steps = startup_steps(&limits, BLOCK, 100, true, &[1, 2, 3]).unwrap();
     assert_eq!(
         shapes_of(&steps),
         [

@@ -114,6 +114,22 @@ pub struct SpeculationPolicy {
     drafted_tokens: f64,
 }
 
+/// Every k a step can propose, ascending: the candidates when `adaptive`, else `max_k`; and 0,
+/// at which a batch above `max_speculative_batch` runs. A step's windows verify the last
+/// step's drafts, so each has k + 1 rows for one of these k (1 for a request that does not
+/// speculate): the shapes CUDA graphs are captured for at start-up.
+pub fn draft_counts(max_k: usize, adaptive: bool) -> Vec<usize> {
+    // Without a drafter the policy chooses K = 0 alone, adaptive or not.
+    let mut ks: Vec<usize> = match adaptive && max_k > 0 {
+        true => candidate::candidates(max_k).iter().map(|c| c.k).collect(),
+        false => vec![max_k],
+    };
+    ks.push(0);
+    ks.sort_unstable();
+    ks.dedup();
+    ks
+}
+
 impl SpeculationPolicy {
     /// `adaptive` false always proposes `max_k` drafts.
     pub fn new(max_k: usize, adaptive: bool) -> Self {

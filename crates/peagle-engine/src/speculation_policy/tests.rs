@@ -345,3 +345,27 @@ fn fixed_policy_and_no_drafter() {
     let mut none = SpeculationPolicy::new(0, true);
     assert_eq!(drive(&mut none, 1, 10, &any, |_| 1.0), [0; 10]);
 }
+
+/// Every k the policy chooses, warming up, re-measuring and switching between batch sizes and
+/// costs, is one of `draft_counts`: the windows CUDA graphs are captured for at start-up.
+#[test]
+fn the_policy_chooses_only_draft_counts() {
+    assert_eq!(draft_counts(7, true), [0, 1, 4, 7]);
+    assert_eq!(draft_counts(7, false), [0, 7]);
+    assert_eq!(draft_counts(3, true), [0, 1, 2, 3]);
+    assert_eq!(draft_counts(0, true), [0]);
+    for max_k in [1, 2, 5, 7] {
+        let counts = draft_counts(max_k, true);
+        let mut p = SpeculationPolicy::new(max_k, true);
+        let mut chosen = Vec::new();
+        for (batch, p_accept) in [(1, 0.8), (4, 0.5), (16, 0.1), (2, 0.9)] {
+            let stats = acceptance(p_accept, max_k);
+            chosen.extend(drive(&mut p, batch, 400, &stats, |k| 1.0 + 0.05 * (k * batch) as f64));
+        }
+        assert!(chosen.iter().all(|k| counts.contains(k)), "K = {max_k}: {chosen:?}");
+        assert!(
+            chosen.iter().filter(|&&k| k > 0).count() > 0,
+            "K = {max_k} drafts at times"
+        );
+    }
+}
