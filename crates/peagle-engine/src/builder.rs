@@ -369,11 +369,18 @@ impl EngineBuilder {
     }
 }
 
-/// The drafter passes a proposer of at most `max_k` drafts runs when a step drafts any of
-/// `draft_counts`. A sequence's slots are the tokens its last window committed, 1 to
-/// `max_k + 1`. P-EAGLE adds k - 1 mask slots and keeps k logit rows; EAGLE-3's first pass
-/// keeps one logit row of the slots and each later pass has one row.
+/// The drafter passes a proposer of at most `max_k` drafts runs between decode steps when a
+/// step drafts any of `draft_counts`. A sequence's slots are the tokens its last window
+/// committed, 1 to `max_k + 1`. P-EAGLE adds k - 1 mask slots and keeps k logit rows, and a
+/// sequence that finishes feeds its slots alone, keeping none (a pass of finishing sequences
+/// only keeps a bucket of one); EAGLE-3's first pass keeps one logit row of the slots and each
+/// later pass has one row. Catching the drafter up on a backlog is left to a capture on first
+/// use: its rows are as many as the steps it was suspended for.
 fn drafter_passes(parallel: bool, max_k: usize, draft_counts: &[usize]) -> Vec<PassRows> {
+    let slots = PassRows {
+        rows_each: 1..=max_k + 1,
+        logits_each: 1,
+    };
     match parallel {
         true => draft_counts
             .iter()
@@ -382,11 +389,9 @@ fn drafter_passes(parallel: bool, max_k: usize, draft_counts: &[usize]) -> Vec<P
                 rows_each: k..=max_k + k,
                 logits_each: k,
             })
+            .chain([slots])
             .collect(),
-        false => vec![PassRows {
-            rows_each: 1..=max_k + 1,
-            logits_each: 1,
-        }],
+        false => vec![slots],
     }
 }
 
@@ -402,7 +407,8 @@ mod tests {
 
     /// Every pass a proposer runs between decode steps is of a kind captured at start-up: a
     /// sequence whose last window verified k' drafts and accepted a of them has a + 1 slots,
-    /// and P-EAGLE drafting k adds k - 1 mask slots and keeps k logit rows.
+    /// P-EAGLE drafting k adds k - 1 mask slots and keeps k logit rows, and a finishing one
+    /// feeds its slots alone (a pass of only those keeps a bucket of one logit row).
     #[test]
     fn drafter_passes_cover_every_window_the_policy_can_follow() {
         for (max_k, adaptive) in [(7, true), (7, false), (3, true), (1, true)] {
@@ -417,6 +423,7 @@ mod tests {
             for &verified in counts.iter().filter(|&&k| k > 0) {
                 for slots in 1..=verified + 1 {
                     assert!(covered(&eagle3, slots, 1), "EAGLE-3, {slots} slots");
+                    assert!(covered(&peagle, slots, 1), "P-EAGLE K = {max_k}, finishing");
                     for &k in counts.iter().filter(|&&k| k > 0) {
                         assert!(covered(&peagle, slots + k - 1, k), "P-EAGLE K = {max_k}, k = {k}");
                     }
@@ -425,6 +432,6 @@ mod tests {
         }
         let kinds = drafter_passes(true, 7, &draft_counts(7, true));
         let rows: Vec<_> = kinds.iter().map(|p| (p.rows_each.clone(), p.logits_each)).collect();
-        assert_eq!(rows, [(1..=8, 1), (4..=11, 4), (7..=14, 7)]);
+        assert_eq!(rows, [(1..=8, 1), (4..=11, 4), (7..=14, 7), (1..=8, 1)]);
     }
 }

@@ -33,8 +33,9 @@ pub struct Engine {
     eos_token_ids: Vec<u32>,
     max_model_len: usize,
     k_in_use: usize,
-    /// The k of the last step that ran.
+    /// The k of the last step that ran, and whether it waited for its drafter.
     last_k: Option<usize>,
+    last_waited: bool,
     stats: SpecStats,
     times: StepTimes,
 }
@@ -58,6 +59,7 @@ impl Engine {
             max_model_len,
             k_in_use: 0,
             last_k: None,
+            last_waited: false,
             stats: SpecStats::default(),
             times: StepTimes::default(),
         }
@@ -127,9 +129,18 @@ impl Engine {
         let k = forced_k.unwrap_or_else(|| self.choose_k());
         let started = Instant::now();
         let drafter_before = self.times.drafter_seconds;
-        let result = self.run(&schedule, k);
+        // A GPU runs a step's drafter while the host goes on to the next step, whose forward
+        // waits for it: a steady decode step's drafter time is charged to the next one's
+        // target, alike from step to step. A step unlike its next waits for its drafter
+        // instead: one with prefill work, so that the policy charges a prompt's drafter pass
+        // to drafting; the first at a new k, whose drafter catches up after a suspension; and
+        // one at k = 0, whose drafter runs only for finishing sequences' last states. The
+        // policy does not time a drafting step after a wait (`StepSample::after_drafter_wait`).
+        let wait = runs_prefill(&schedule) || self.last_k != Some(k) || k == 0;
+        let result = self.run(&schedule, k, wait);
         self.observe(&schedule, k, started.elapsed().as_secs_f64(), drafter_before);
         self.last_k = Some(k);
+        self.last_waited = wait;
         match result {
             Ok(()) => self.scheduler.finish_step(&schedule),
             Err(e) => {
@@ -169,9 +180,8 @@ impl Engine {
 
     /// The model work of a step, on the kernels' thread pool (one hand-over per step instead
     /// of one per forward pass): the target forward, verification, then drafting.
-    fn run(&mut self, schedule: &Schedule, k: usize) -> Result<(), GenerateError> {
-        // Steps the speculation policy does not time as decoding at k wait for their drafter.
-        let wait_for_drafter = runs_prefill(schedule) || self.last_k != Some(k);
+    /// `wait`: the host waits for the drafter's kernels before it returns.
+    fn run(&mut self, schedule: &Schedule, k: usize, wait: bool) -> Result<(), GenerateError> {
         let mut work = self.scheduler.work(schedule);
         let (runner, drafting) = (&self.runner, &mut self.drafting);
         let (stats, times) = (&mut self.stats, &mut self.times);
@@ -194,14 +204,7 @@ impl Engine {
             let started = Instant::now();
             let aux = target.forward.aux_hidden.as_ref();
             drafting.run(&mut work, aux, &target.rows, &committed, k)?;
-            // A GPU runs the drafter while the host goes on to the next step, whose forward
-            // waits for it: a decode step's drafter time is charged to the next decode step's
-            // target, alike from step to step. A step with prefill work, or the first at a new
-            // k (which catches the drafter up after a suspension), waits for its drafter here
-            // instead: the speculation policy leaves such steps out of its timing of k, or
-            // charges a prompt's drafter pass to drafting, and the next step, which it times,
-            // does not pay for them.
-            if wait_for_drafter {
+            if wait {
                 target.forward.logits.device().synchronize()?;
             }
             times.drafter_seconds += started.elapsed().as_secs_f64();
@@ -224,6 +227,7 @@ impl Engine {
             } else {
                 0.0
             },
+            after_drafter_wait: self.last_waited,
             tokens: work.iter().map(|(seq, _)| seq.outputs.len()).sum(),
         };
         tracing::trace!(?sample, "engine step");

@@ -9,9 +9,10 @@ pub struct StepTimes {
     /// Target forward passes (prefill chunks and verification windows), to the end of their
     /// kernels on a GPU.
     pub target_seconds: f64,
-    /// Drafter passes. On a GPU a decode step does not wait for its drafter's kernels: this is
-    /// the host's time to issue them, and their GPU time is in the next step's
-    /// `target_seconds`, whose forward waits for them. A step with prefill work waits for them.
+    /// Drafter passes. On a GPU a steady decode step does not wait for its drafter's kernels:
+    /// this is the host's time to issue them, and their GPU time is in the next step's
+    /// `target_seconds`, whose forward waits for them. A step unlike the next (with prefill
+    /// work, at a new k, or at k = 0) waits for them (`Engine::step_at`).
     pub drafter_seconds: f64,
     /// Verification, sampling, log-probabilities and commits.
     pub verify_seconds: f64,

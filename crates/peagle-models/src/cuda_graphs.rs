@@ -15,10 +15,10 @@
 //!
 //! A shape is captured on its first step: one forward as usual, which fills candle's cache of
 //! the shapes its own kernels upload (none may be uploaded during capture), then the same
-//! forward under stream capture. An engine captures every shape its scheduler's steps can take,
-//! up to `max_rows` rows, at start-up (`startup_steps`, as vLLM does), so that no request waits
-//! on a capture: the windows of every k its speculation policy may choose, not every row count
-//! up to K + 1, since each graph keeps its memory.
+//! forward under stream capture. An engine captures, at start-up (`startup_steps`, as vLLM
+//! does), every shape of up to `max_rows` rows its steps take at the k its speculation policy
+//! may choose, so that no request waits on a capture; not every row count up to K + 1, since
+//! each graph keeps its memory.
 
 use crate::batch::{BatchBuilder, ForwardBatch, Rows};
 use crate::kv_cache::KvCache;
@@ -148,6 +148,11 @@ impl CudaGraphs {
         })
     }
 
+    /// Shapes that have a graph, captured at start-up or on their first step.
+    pub fn count(&self) -> usize {
+        self.graphs.count()
+    }
+
     /// `target`'s forward of `batch` by a graph, captured now if its shape has none yet;
     /// None where the batch's shape runs without one (`graph_shape`, or a capture that
     /// failed). A failed capture is the error of its first step; the step's keys and values
@@ -179,8 +184,8 @@ impl CudaGraphs {
 
     /// Captures a graph of every shape `startup_steps` makes for steps of at most `budget`
     /// rows whose sequences have `rows_each` rows (with `drafter`: a drafter is loaded), so
-    /// that no request waits on a capture; says how many were captured. A shape whose capture or first launch fails is logged and runs
-    /// without a graph. Run it on a thread that lives as long as the graphs (rayon's pool):
+    /// that no request waits on a capture; says how many were captured. A shape whose capture
+    /// or first launch fails is logged and runs without a graph. Run it on a thread that lives as long as the graphs (rayon's pool):
     /// candle keeps the inputs a capture uploads per thread. It returns once the device has
     /// run every launch, so that a step on another thread's stream follows them.
     pub fn capture_at_startup(
@@ -249,6 +254,10 @@ impl CudaGraphs {
     /// A build without CUDA has no graphs.
     pub fn new(device: &Device, _limits: GraphLimits) -> Result<Self> {
         candle_core::bail!("CUDA graphs need a CUDA device and a build with CUDA, not {device:?}")
+    }
+
+    pub fn count(&self) -> usize {
+        match self.never {}
     }
 
     pub fn forward(

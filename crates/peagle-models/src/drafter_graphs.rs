@@ -33,7 +33,7 @@ pub struct DraftShape {
     /// rows are cheap, and each shape keeps its graph's memory, so shapes are few.
     pub rows_each: usize,
     /// Rows of every sequence that the head runs over: a bucket of the most logit rows of a
-    /// sequence (P-EAGLE's K, EAGLE-3's 1), at most `rows_each`, at which it is every row.
+    /// sequence (P-EAGLE's k, EAGLE-3's 1), at most `rows_each`, at which it is every row.
     pub logits_each: usize,
 }
 
@@ -370,6 +370,11 @@ impl DrafterGraphs {
         })
     }
 
+    /// Shapes that have a graph, captured at start-up or on their first pass.
+    pub fn count(&self) -> usize {
+        self.graphs.count()
+    }
+
     /// `drafter`'s greedy drafts of its pass over `batch` with the hidden input `hidden` by a
     /// graph, captured now if its shape has none yet; None where the pass runs without one
     /// (`draft_shape`, or a capture that failed). A failed capture is the error of its first
@@ -430,6 +435,10 @@ impl DrafterGraphs {
             "CUDA graphs need a CUDA device and a build with CUDA, not {:?}",
             drafter.device()
         )
+    }
+
+    pub fn count(&self) -> usize {
+        match self.never {}
     }
 
     pub fn forward(

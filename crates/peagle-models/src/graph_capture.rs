@@ -74,6 +74,11 @@ impl<S: Hash + Eq + Copy + std::fmt::Debug, I, O> Graphs<S, I, O> {
         })
     }
 
+    /// Shapes that have a graph.
+    pub fn count(&self) -> usize {
+        self.captured.values().filter(|g| g.is_some()).count()
+    }
+
     /// `shape`'s graph with this step's inputs written into its own by `write`; captured now
     /// over `inputs()` by `forward` if it has none yet; None, writing nothing, where its
     /// capture failed before. A capture that fails now is this call's error, and its shape

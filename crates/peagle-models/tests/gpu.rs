@@ -272,6 +272,11 @@ fn graphs_captured_at_startup_serve_the_steps_after() {
     let steps = startup_steps(&GRAPH_LIMITS, BLOCK, 64, true, &rows_each).unwrap();
     assert_eq!(captured, steps.len());
     assert_graph_steps_as_without("tiny-llama", &f, &mut graphs, &graph_kv);
+    assert_eq!(
+        graphs.count(),
+        steps.len(),
+        "every step's shape was captured at start-up"
+    );
 }
 
 /// Runs `graph_steps` after `prefill_but` by `graphs` over `graph_kv` and without graphs over
@@ -338,10 +343,10 @@ fn drafter_passes_by_cuda_graphs_equal_passes_without() {
     for at_startup in [false, true] {
         let mut graphs = DrafterGraphs::new(&d, DRAFT_GRAPH_LIMITS, drafter_pass_kinds()).unwrap();
         let (kv, graph_kv) = (drafter_cache(&d), drafter_cache(&d));
+        let steps = draft_startup_steps(&DRAFT_GRAPH_LIMITS, &drafter_pass_kinds(), BLOCK).unwrap();
+        let steps_at_startup = steps.len();
         if at_startup {
-            let captured = graphs.capture_at_startup(&d, &graph_kv).unwrap();
-            let steps = draft_startup_steps(&DRAFT_GRAPH_LIMITS, &drafter_pass_kinds(), BLOCK).unwrap();
-            assert_eq!(captured, steps.len());
+            assert_eq!(graphs.capture_at_startup(&d, &graph_kv).unwrap(), steps_at_startup);
         }
         drafter_prefill(&d, &kv);
         drafter_prefill(&d, &graph_kv);
@@ -379,5 +384,9 @@ fn drafter_passes_by_cuda_graphs_equal_passes_without() {
             written(&want_drafts),
             "{what}: the drafts written"
         );
+        if at_startup {
+            // Start-up captured every shape the passes took: none was captured on first use.
+            assert_eq!(graphs.count(), steps_at_startup, "{what}: graphs");
+        }
     }
 }

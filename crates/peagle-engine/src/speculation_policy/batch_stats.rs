@@ -238,13 +238,13 @@ impl BatchStats {
     }
 
     /// Records a decode-only step: its regret while re-measuring, and its time for its k when
-    /// `steady` (the previous step had the same k).
-    pub(super) fn observe(&mut self, step: &StepSample, steady: bool) {
+    /// `timed` (`SpeculationPolicy::observe` says which steps are).
+    pub(super) fn observe(&mut self, step: &StepSample, timed: bool) {
         let reviewed_rate = self.reviewed_rate;
         if let Some(e) = self.exploring.as_mut().filter(|_| reviewed_rate > 0.0) {
             e.regret += step.seconds - step.tokens as f64 / reviewed_rate;
         }
-        if !steady {
+        if !timed {
             return;
         }
         if let Some(c) = self.candidates.iter_mut().find(|c| c.k == step.k) {

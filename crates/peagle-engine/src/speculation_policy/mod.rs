@@ -7,7 +7,9 @@
 //! - `expected_tokens(k)` is what a verification of k drafts commits by the acceptance counts of
 //!   every verification so far, at any batch size;
 //! - `seconds` is the lower third (the 3rd fastest of 9) of the last `WINDOW` timed steps at B
-//!   with k. A step is timed when it is decode-only and keeps the previous step's k;
+//!   with k. A step is timed when it is decode-only and keeps the previous step's k, and, at
+//!   k > 0, follows a step that did not wait for its drafter: a GPU runs a step's drafter
+//!   while the host issues the next, so a steady step pays for the last step's drafter;
 //! - for k > 0, `seconds` also pays the drafter's pass over new prompts: its time in prefill
 //!   steps while drafting (the step after a switch left out, as it holds a catch-up), per token
 //!   committed while drafting, times the tokens the step is expected to commit.
@@ -92,6 +94,11 @@ pub struct StepSample {
     pub decode_only: bool,
     /// The drafter's time in a step that ran prefill work (0 in other steps).
     pub prefill_drafter_seconds: f64,
+    /// The step before waited for its own drafter (one with prefill work, at a new k or at
+    /// k = 0), so this step's forward waited for no drafter work. A steady step at k > 0 waits
+    /// for the last step's drafter, whose kernels a GPU runs while the host issues the step:
+    /// at k > 0 this one is cheaper by a drafter pass, and is not timed.
+    pub after_drafter_wait: bool,
     /// Tokens the step committed.
     pub tokens: usize,
 }
@@ -193,6 +200,7 @@ impl SpeculationPolicy {
     pub fn observe(&mut self, step: StepSample) {
         let steady = self.previous_k == Some(step.k);
         self.previous_k = Some(step.k);
+        let timed = steady && !(step.k > 0 && step.after_drafter_wait);
         if step.k > 0 {
             self.drafted_tokens += step.tokens as f64;
             // After a switch the drafter time also holds the catch-up, which is not a prompt's.
@@ -201,7 +209,7 @@ impl SpeculationPolicy {
             }
         }
         if self.adaptive && step.decode_only {
-            self.stats(step.batch).observe(&step, steady);
+            self.stats(step.batch).observe(&step, timed);
         }
     }
 

@@ -59,6 +59,7 @@ fn decode_step(batch: usize, k: usize, seconds: f64, acceptance: &SpecStats) -> 
         seconds,
         decode_only: true,
         prefill_drafter_seconds: 0.0,
+        after_drafter_wait: false,
         tokens: batch * acceptance.expected_tokens(k).round() as usize,
     }
 }
@@ -335,6 +336,26 @@ fn ignores_prefill_steps_and_the_step_after_a_change() {
         });
     }
     assert!(p.by_batch[0].candidates[0].recent.is_empty());
+}
+
+/// A drafting step after a step that waited for its own drafter paid for no drafter pass, and
+/// is not timed; a step at k = 0 has none to pay for, and is.
+#[test]
+fn a_drafting_step_after_a_drafter_wait_is_not_timed() {
+    let mut p = SpeculationPolicy::new(3, true);
+    p.choose(1, &SpecStats::default());
+    let step = |k, after_drafter_wait| StepSample {
+        after_drafter_wait,
+        ..decode_step(1, k, 1.0, &SpecStats::default())
+    };
+    let recent = |p: &SpeculationPolicy, i: usize| p.by_batch[0].candidates[i].recent.len();
+    for (k, i) in [(0, 0), (1, 1)] {
+        p.observe(step(k, false));
+        p.observe(step(k, true));
+        assert_eq!(recent(&p, i), usize::from(k == 0), "k = {k} after a wait");
+        p.observe(step(k, false));
+        assert_eq!(recent(&p, i), 1 + usize::from(k == 0), "k = {k} after none");
+    }
 }
 
 #[test]
