@@ -204,7 +204,8 @@ impl Engine {
             let started = Instant::now();
             let aux = target.forward.aux_hidden.as_ref();
             drafting.run(&mut work, aux, &target.rows, &committed, k)?;
-            if wait {
+            // Without a drafter there is nothing to wait for.
+            if wait && drafting.k() > 0 {
                 target.forward.logits.device().synchronize()?;
             }
             times.drafter_seconds += started.elapsed().as_secs_f64();
