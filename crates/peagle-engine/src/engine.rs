@@ -33,8 +33,7 @@ pub struct Engine {
     eos_token_ids: Vec<u32>,
     max_model_len: usize,
     k_in_use: usize,
-    /// The k of the last step that ran, and whether it waited for its drafter.
-    last_k: Option<usize>,
+    /// Whether the last step that ran waited for its drafter.
     last_waited: bool,
     stats: SpecStats,
     times: StepTimes,
@@ -58,7 +57,6 @@ impl Engine {
             eos_token_ids,
             max_model_len,
             k_in_use: 0,
-            last_k: None,
             last_waited: false,
             stats: SpecStats::default(),
             times: StepTimes::default(),
@@ -136,10 +134,9 @@ impl Engine {
         // to drafting; the first at a new k, whose drafter catches up after a suspension; and
         // one at k = 0, whose drafter runs only for finishing sequences' last states. The
         // policy does not time a drafting step after a wait (`StepSample::after_drafter_wait`).
-        let wait = runs_prefill(&schedule) || self.last_k != Some(k) || k == 0;
+        let wait = runs_prefill(&schedule) || self.policy.previous_k() != Some(k) || k == 0;
         let result = self.run(&schedule, k, wait);
         self.observe(&schedule, k, started.elapsed().as_secs_f64(), drafter_before);
-        self.last_k = Some(k);
         self.last_waited = wait;
         match result {
             Ok(()) => self.scheduler.finish_step(&schedule),

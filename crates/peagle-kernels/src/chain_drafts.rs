@@ -44,14 +44,16 @@ pub fn chain_drafts(
         };
         return crate::cuda::chain_drafts(&tensors, picks, hidden_into);
     }
-    let ids: Vec<u32> = last.ids.to_vec1()?;
-    let map: Vec<u32> = last.to_target.to_vec1()?;
-    let chained: Vec<u32> = picks
-        .iter()
-        .map(|&p| map.get(ids[p as usize] as usize).copied().unwrap_or(0))
-        .collect();
-    crate::upload_into(tokens, &chained)?;
-    crate::upload_into(drafts, &chained[..drafts.dim(0)?])?;
+    let places: Vec<u32> = (0..picks.len() as u32).collect();
+    crate::take_ids(tokens, &places, last.ids, picks, Some(last.to_target))?;
+    let written = drafts.dim(0)?;
+    crate::take_ids(
+        drafts,
+        &places[..written],
+        last.ids,
+        &picks[..written],
+        Some(last.to_target),
+    )?;
     match hidden_into {
         Some(into) => {
             crate::gather_rows_into(into, last.hidden, None, picks)?;

@@ -152,6 +152,11 @@ impl SpeculationPolicy {
         }
     }
 
+    /// The k of the last step observed.
+    pub fn previous_k(&self) -> Option<usize> {
+        self.previous_k
+    }
+
     /// Drafts per sequence for a step whose drafts `batch` sequences will verify, given the
     /// acceptance measured so far.
     pub fn choose(&mut self, batch: usize, acceptance: &SpecStats) -> usize {
