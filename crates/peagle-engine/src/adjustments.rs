@@ -22,14 +22,12 @@ impl<'a> Adjuster<'a> {
     /// The adjustments of the window with `drafts` at the end of `seq`, `eos` being the tokens
     /// `min_tokens` holds back with its stop tokens; None when nothing adjusts its rows.
     pub fn of(seq: &'a Sequence, drafts: &'a [u32], eos: &[u32]) -> Option<Self> {
-        let penalties = &seq.params.sampling.penalties;
-        let min_tokens = seq.params.min_tokens;
-        if penalties.is_off() && seq.generated().len() >= min_tokens {
+        if !adjusts_row(seq, 0) {
             return None;
         }
         Some(Self {
-            penalties,
-            min_tokens,
+            penalties: &seq.params.sampling.penalties,
+            min_tokens: seq.params.min_tokens,
             stop_ids: seq.stop_ids(eos),
             drafts,
             history: History::new(&seq.token_ids[..seq.num_prompt_tokens], seq.generated()),
@@ -46,7 +44,7 @@ impl<'a> Adjuster<'a> {
             self.history.pop(draft);
         }
         self.row = row;
-        !self.penalties.is_off() || self.holds_stop_tokens()
+        adjusts(self.penalties, self.min_tokens, self.history.generated())
     }
 
     fn holds_stop_tokens(&self) -> bool {
@@ -78,6 +76,24 @@ impl<'a> Adjuster<'a> {
         tokens.dedup();
         tokens
     }
+}
+
+/// Whether anything adjusts row `row` of a window at the end of `seq`, as `Adjuster::at_row`
+/// says: it depends on how many drafts precede the row, not on which, so it is known before
+/// the drafts are read.
+pub fn adjusts_row(seq: &Sequence, row: usize) -> bool {
+    let params = &seq.params;
+    adjusts(
+        &params.sampling.penalties,
+        params.min_tokens,
+        seq.generated().len() + row,
+    )
+}
+
+/// Whether a row after `generated` tokens is adjusted: by its penalties, or by stop tokens held
+/// back while fewer than `min_tokens` are out.
+fn adjusts(penalties: &Penalties, min_tokens: usize, generated: usize) -> bool {
+    !penalties.is_off() || generated < min_tokens
 }
 
 /// Some of a row's logits, by token: those an adjustment touches (`Adjuster::touched`).

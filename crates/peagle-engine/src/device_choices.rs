@@ -7,6 +7,9 @@
 //! adjusted on the device (`device_adjustments`) as any row does; their log-probabilities
 //! stay those of the step's own rows.
 //!
+//! The choices are issued before the drafts the rows verify are on the host, and read after:
+//! only the adjusted rows, whose copies depend on the drafts, are chosen at the read.
+//!
 //! How a row chooses depends only on its sequence's parameters, never on the step, so a
 //! window's rows choose as the same positions would in plain decoding:
 //! - greedy: the row's argmax (`argmax_rows`), the token the host's argmax finds;
@@ -17,16 +20,18 @@
 //!   sequence's seed and the position. It follows the same distribution as the host's draw
 //!   but is not the same draw, so a seeded request's tokens on a GPU differ from the CPU's.
 
+use crate::adjustments::adjusts_row;
 use crate::device_adjustments::AdjustedRows;
 use crate::logit_rows::{host_readable, with_rows};
 use crate::logprobs::{candidate_output, logprob_request};
 use crate::nucleus::{nucleus_of_candidates, weight_thresholds};
-use crate::rejection_sampler::Window;
+use crate::rejection_sampler::{Window, WindowRows};
 use crate::request::TokenOutput;
 use crate::sequence::Sequence;
 use candle_core::{DType, Result, Tensor};
 use peagle_kernels::{
-    argmax_rows, gumbel_sample, row_candidates, CandidateRequest, GumbelRequest, RowCandidates, MAX_ROW_CANDIDATES,
+    issue_argmax_rows, issue_gumbel_sample, issue_row_candidates, CandidateRequest, GumbelRequest, Issued,
+    RowCandidates, MAX_ROW_CANDIDATES,
 };
 
 /// Tokens the device orders for a sampled row with no top-k: enough for a peaked row's
@@ -101,51 +106,96 @@ impl Choice {
     }
 }
 
-/// The device's choice for each row of `logits` ([rows, vocab], f32 or bf16) that a window's sequence
-/// lets the device make, indexed by row; none at all where the host reads the rows in place.
-/// `eos` are the tokens `min_tokens` holds back with a sequence's stop tokens.
-pub fn device_choices(logits: &Tensor, windows: &[Window], eos: &[u32]) -> Result<Vec<Option<Choice>>> {
-    let rows = logits.dim(0)?;
-    let mut choices: Vec<Option<Choice>> = (0..rows).map(|_| None).collect();
-    if host_readable(logits) {
-        return Ok(choices);
-    }
-    let windows: Vec<(&Window, Way)> = windows.iter().filter_map(|w| Some((w, way(w.seq)?))).collect();
-    let adjusted = AdjustedRows::new(logits, windows.iter().map(|(w, _)| *w), eos)?;
-    let mut on_logits = Launches::default();
-    let mut on_adjusted = Launches::default();
-    for &(w, way) in &windows {
-        let seq = w.seq;
-        for i in 0..=w.drafts.len() {
-            let (row, position) = (w.first_row + i, w.position + i);
-            let raw = logits.narrow(0, row, 1)?;
-            let values = match (&adjusted.tensor, adjusted.index[row]) {
-                (Some(copy), Some(at)) => {
-                    on_adjusted.choose(row, at, way, seq, position, None);
-                    if let Some(top) = seq.logprobs {
-                        on_logits.logprobs(row, row, top);
-                    }
-                    copy.narrow(0, at, 1)?
-                }
-                _ => {
-                    on_logits.choose(row, row, way, seq, position, seq.logprobs);
-                    raw.clone()
-                }
+/// The device's choices of a step's rows, issued behind the forward that makes its logits,
+/// before the drafts its windows verify are on the host: reading the drafts then waits for both.
+/// Only rows that adjustments change (`adjusts_row`) wait for the drafts, which their
+/// adjusted copies depend on; they choose when the choices are read.
+pub struct IssuedChoices {
+    logits: Tensor,
+    /// Where each window the choices were issued for begins, and its rows.
+    windows: Vec<(usize, usize)>,
+    /// Each step row's choice, its token and first tokens to come; None where the host reads
+    /// the row.
+    choices: Vec<Option<Choice>>,
+    on_logits: IssuedLaunches,
+}
+
+impl IssuedChoices {
+    /// Issues the choice of each row of `logits` ([rows, vocab], f32 or bf16) that a window's
+    /// sequence lets the device make; none at all where the host reads the rows in place.
+    pub fn issue(logits: &Tensor, windows: &[WindowRows]) -> Result<Self> {
+        let rows = logits.dim(0)?;
+        let mut choices: Vec<Option<Choice>> = (0..rows).map(|_| None).collect();
+        let mut on_logits = Launches::default();
+        let on_device = match host_readable(logits) {
+            true => &[][..],
+            false => windows,
+        };
+        for w in on_device {
+            let Some(way) = way(w.seq) else {
+                continue;
             };
-            choices[row] = Some(Choice {
-                values,
-                raw,
-                token: None,
-                candidates: None,
-                logprob_candidates: None,
-            });
+            let seq = w.seq;
+            for i in 0..w.len {
+                let (row, position) = (w.first_row + i, w.position + i);
+                match adjusts_row(seq, i) {
+                    true => {
+                        if let Some(top) = seq.logprobs {
+                            on_logits.logprobs(row, row, top);
+                        }
+                    }
+                    false => on_logits.choose(row, row, way, seq, position, seq.logprobs),
+                }
+                let raw = logits.narrow(0, row, 1)?;
+                choices[row] = Some(Choice {
+                    values: raw.clone(),
+                    raw,
+                    token: None,
+                    candidates: None,
+                    logprob_candidates: None,
+                });
+            }
         }
+        Ok(Self {
+            logits: logits.clone(),
+            windows: windows.iter().map(|w| (w.first_row, w.len)).collect(),
+            choices,
+            on_logits: on_logits.issue(logits)?,
+        })
     }
-    on_logits.run(logits, &mut choices)?;
-    if let Some(copy) = &adjusted.tensor {
-        on_adjusted.run(copy, &mut choices)?;
+
+    /// The choice of each row, indexed by row, once `windows` (those the choices were issued
+    /// for, their drafts now read) are known: the adjusted rows choose from their copies
+    /// adjusted on the device, `eos` being the tokens `min_tokens` holds back with a
+    /// sequence's stop tokens.
+    pub fn read(self, windows: &[Window], eos: &[u32]) -> Result<Vec<Option<Choice>>> {
+        let issued_for = windows.iter().map(|w| (w.first_row, w.drafts.len() + 1));
+        if !issued_for.eq(self.windows.iter().copied()) {
+            candle_core::bail!("choices issued for other windows than those verified");
+        }
+        let mut choices = self.choices;
+        self.on_logits.read(&mut choices)?;
+        if host_readable(&self.logits) {
+            return Ok(choices);
+        }
+        let windows: Vec<(&Window, Way)> = windows.iter().filter_map(|w| Some((w, way(w.seq)?))).collect();
+        let adjusted = AdjustedRows::new(&self.logits, windows.iter().map(|(w, _)| *w), eos)?;
+        let Some(copy) = &adjusted.tensor else {
+            return Ok(choices);
+        };
+        let mut on_adjusted = Launches::default();
+        for (w, way) in windows {
+            for i in 0..=w.drafts.len() {
+                let row = w.first_row + i;
+                if let Some(at) = adjusted.index[row] {
+                    on_adjusted.choose(row, at, way, w.seq, w.position + i, None);
+                    at_row(&mut choices, row).values = copy.narrow(0, at, 1)?;
+                }
+            }
+        }
+        on_adjusted.issue(copy)?.read(&mut choices)?;
+        Ok(choices)
     }
-    Ok(choices)
 }
 
 /// How the rows of `seq` choose on the device, or None where the host needs them: they need
@@ -232,25 +282,63 @@ impl Launches {
         self.count = self.count.max(top);
     }
 
-    /// Runs the work over `tensor`'s rows and gives each result to its row's choice.
-    fn run(&self, tensor: &Tensor, choices: &mut [Option<Choice>]) -> Result<()> {
-        if !self.argmax.is_empty() {
-            let rows: Vec<u32> = self.argmax.iter().map(|&(_, at)| at as u32).collect();
-            for (&(row, _), token) in self.argmax.iter().zip(argmax_rows(tensor, &rows)?) {
-                at(choices, row).token = Some(token);
+    /// Issues the work over `tensor`'s rows.
+    fn issue(self, tensor: &Tensor) -> Result<IssuedLaunches> {
+        let argmax = match self.argmax.is_empty() {
+            true => None,
+            false => {
+                let rows: Vec<u32> = self.argmax.iter().map(|&(_, at)| at as u32).collect();
+                Some(issue_argmax_rows(tensor, &rows)?)
+            }
+        };
+        let gumbel = match self.gumbel.is_empty() {
+            true => None,
+            false => {
+                let requests: Vec<GumbelRequest> = self.gumbel.iter().map(|(_, r)| *r).collect();
+                Some(issue_gumbel_sample(tensor, &requests)?)
+            }
+        };
+        let candidates = match self.candidates.is_empty() {
+            true => None,
+            false => {
+                let requests: Vec<CandidateRequest> = self.candidates.iter().map(|(_, _, r)| *r).collect();
+                Some(issue_row_candidates(tensor, &requests, self.count.max(1))?)
+            }
+        };
+        Ok(IssuedLaunches {
+            launches: self,
+            argmax,
+            gumbel,
+            candidates,
+        })
+    }
+}
+
+/// `Launches` issued, their results to be read.
+struct IssuedLaunches {
+    launches: Launches,
+    argmax: Option<Issued<u32>>,
+    gumbel: Option<Issued<u32>>,
+    candidates: Option<Issued<RowCandidates>>,
+}
+
+impl IssuedLaunches {
+    /// Reads the results and gives each to its row's choice.
+    fn read(self, choices: &mut [Option<Choice>]) -> Result<()> {
+        let launches = self.launches;
+        if let Some(tokens) = self.argmax {
+            for (&(row, _), token) in launches.argmax.iter().zip(tokens.read()?) {
+                at_row(choices, row).token = Some(token);
             }
         }
-        if !self.gumbel.is_empty() {
-            let requests: Vec<GumbelRequest> = self.gumbel.iter().map(|(_, r)| *r).collect();
-            for ((row, _), token) in self.gumbel.iter().zip(gumbel_sample(tensor, &requests)?) {
-                at(choices, *row).token = Some(token);
+        if let Some(tokens) = self.gumbel {
+            for ((row, _), token) in launches.gumbel.iter().zip(tokens.read()?) {
+                at_row(choices, *row).token = Some(token);
             }
         }
-        if !self.candidates.is_empty() {
-            let requests: Vec<CandidateRequest> = self.candidates.iter().map(|(_, _, r)| *r).collect();
-            let results = row_candidates(tensor, &requests, self.count.max(1))?;
-            for ((row, serves, _), candidates) in self.candidates.iter().zip(results) {
-                let choice = at(choices, *row);
+        if let Some(results) = self.candidates {
+            for ((row, serves, _), candidates) in launches.candidates.iter().zip(results.read()?) {
+                let choice = at_row(choices, *row);
                 if serves.cut {
                     choice.candidates = Some(candidates.clone());
                 }
@@ -263,6 +351,47 @@ impl Launches {
     }
 }
 
-fn at(choices: &mut [Option<Choice>], row: usize) -> &mut Choice {
+fn at_row(choices: &mut [Option<Choice>], row: usize) -> &mut Choice {
     choices[row].as_mut().expect("a row the device chooses")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::request::GenerateParams;
+    use candle_core::Device;
+
+    /// Only the rows an adjustment changes wait for the drafts: here the two whose stop tokens
+    /// `min_tokens` holds back. The others' argmax is issued with the forward, and every row
+    /// ends with a token from the device.
+    #[test]
+    fn only_adjusted_rows_wait_for_the_drafts() {
+        let values: Vec<f32> = (0..4 * 8).map(|i| ((i * 7) % 11) as f32).collect();
+        let logits = Tensor::from_vec(values, (4, 8), &Device::Cpu).unwrap();
+        // Strided, the host cannot read it in place, as a GPU's logits.
+        let strided = logits.t().unwrap().contiguous().unwrap().t().unwrap();
+        let params = GenerateParams {
+            max_tokens: 10,
+            min_tokens: 2,
+            ..GenerateParams::default()
+        };
+        let seq = Sequence::new(vec![1, 2, 3], params);
+        let rows = WindowRows {
+            first_row: 0,
+            len: 4,
+            position: 3,
+            seq: &seq,
+        };
+        let issued = IssuedChoices::issue(&strided, &[rows]).unwrap();
+        let issued_rows: Vec<usize> = issued.on_logits.launches.argmax.iter().map(|&(row, _)| row).collect();
+        assert_eq!(issued_rows, [2, 3]);
+        let window = Window {
+            first_row: 0,
+            drafts: &[1, 1, 1],
+            position: 3,
+            seq: &seq,
+        };
+        let choices = issued.read(&[window], &[0]).unwrap();
+        assert!(choices.iter().all(|c| c.as_ref().is_some_and(|c| c.token.is_some())));
+    }
 }

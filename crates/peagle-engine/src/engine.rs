@@ -18,7 +18,7 @@ use crate::sequence::Sequence;
 use crate::spec_stats::SpecStats;
 use crate::speculation_policy::{SpeculationPolicy, StepSample};
 use crate::step_times::StepTimes;
-use crate::verification::sample_and_verify;
+use crate::verification::{issue_choices, sample_and_verify};
 use crate::GenerateError;
 use peagle_kernels::on_pool;
 use peagle_models::TargetModel;
@@ -186,16 +186,20 @@ impl Engine {
         on_pool(|| {
             let started = Instant::now();
             let target = runner.run(&work, |seq| drafting.drafts_for(seq))?;
+            let logits = &target.forward.logits;
+            // Issued behind the forward, the device's choices of its rows are ready when the
+            // host first waits, for the drafts or the forward: one wait for both.
+            let choices = issue_choices(&work, logits, &target.rows)?;
             read_drafts(&mut work)?;
             // A GPU runs the forward's kernels after their launch returns: waiting for them
-            // here charges them to the target, not to the verification that reads their
-            // logits first, and costs nothing that verification would not wait for.
-            target.forward.logits.device().synchronize()?;
+            // here charges them (and the choices issued behind them) to the target, not to the
+            // verification that reads their results, and costs nothing that verification would
+            // not wait for.
+            logits.device().synchronize()?;
             times.target_seconds += started.elapsed().as_secs_f64();
 
             let started = Instant::now();
-            let logits = &target.forward.logits;
-            let committed = sample_and_verify(&mut work, logits, &target.rows, eos, max_len, stats)?;
+            let committed = sample_and_verify(&mut work, choices, logits, &target.rows, eos, max_len, stats)?;
             times.verify_seconds += started.elapsed().as_secs_f64();
 
             let started = Instant::now();

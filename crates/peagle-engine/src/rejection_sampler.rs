@@ -11,7 +11,7 @@
 //! `verify` does: the tokens are those plain decoding would choose.
 
 use crate::adjustments::Adjuster;
-use crate::device_choices::device_choices;
+use crate::device_choices::IssuedChoices;
 use crate::logit_rows::with_rows;
 use crate::logprobs::token_outputs;
 use crate::request::TokenOutput;
@@ -33,6 +33,29 @@ pub struct Window<'a> {
     pub seq: &'a Sequence,
 }
 
+impl<'a> Window<'a> {
+    /// Its rows, as they are known before its drafts are read.
+    pub fn rows(&self) -> WindowRows<'a> {
+        WindowRows {
+            first_row: self.first_row,
+            len: self.drafts.len() + 1,
+            position: self.position,
+            seq: self.seq,
+        }
+    }
+}
+
+/// Where a window's rows lie and whose they are, known before its drafts are on the host:
+/// what the device's choices of its rows are issued from (`IssuedChoices`).
+#[derive(Clone, Copy)]
+pub struct WindowRows<'a> {
+    pub first_row: usize,
+    /// The window's rows: its drafts and one.
+    pub len: usize,
+    pub position: usize,
+    pub seq: &'a Sequence,
+}
+
 /// What one window commits: its verdict and the committed tokens' outputs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Verified {
@@ -48,7 +71,19 @@ pub struct Verified {
 /// rows choose on the device (`device_choices`), and a window reads no row but where the
 /// device's values leave a cut undecided.
 pub fn rejection_sample(logits: &Tensor, windows: &[Window], eos: &[u32]) -> candle_core::Result<Vec<Verified>> {
-    let choices = device_choices(logits, windows, eos)?;
+    let rows: Vec<WindowRows> = windows.iter().map(Window::rows).collect();
+    rejection_sample_with(IssuedChoices::issue(logits, &rows)?, logits, windows, eos)
+}
+
+/// `rejection_sample` with the device's choices issued for the windows' rows before their
+/// drafts were read (a step's, as soon as its forward is).
+pub fn rejection_sample_with(
+    choices: IssuedChoices,
+    logits: &Tensor,
+    windows: &[Window],
+    eos: &[u32],
+) -> candle_core::Result<Vec<Verified>> {
+    let choices = choices.read(windows, eos)?;
     windows
         .iter()
         .map(|w| {
@@ -211,6 +246,38 @@ mod tests {
         // one through an adjusted copy of its row.
         let strided = logits.t().unwrap().contiguous().unwrap().t().unwrap();
         assert_eq!(rejection_sample(&strided, &windows, &eos).unwrap(), verified);
+    }
+
+    /// Choices issued for some windows' rows are read only for those windows: drafts read
+    /// short of those counted, or another window, are refused, on either device.
+    #[test]
+    fn choices_are_read_only_for_the_windows_they_were_issued_for() {
+        let logits = Tensor::ones((8, VOCAB), candle_core::DType::F32, &Device::Cpu).unwrap();
+        let strided = logits.t().unwrap().contiguous().unwrap().t().unwrap();
+        let seq = sequence(SamplingParams::default(), 0, None);
+        let rows = |first_row, len| WindowRows {
+            first_row,
+            len,
+            position: 3,
+            seq: &seq,
+        };
+        let window = |first_row, drafts| Window {
+            first_row,
+            drafts,
+            position: 3,
+            seq: &seq,
+        };
+        for logits in [&logits, &strided] {
+            let read = |issued: &[WindowRows], verified: &[Window]| {
+                let choices = IssuedChoices::issue(logits, issued).unwrap();
+                rejection_sample_with(choices, logits, verified, &[]).map(|v| v.len())
+            };
+            assert_eq!(read(&[rows(0, 3)], &[window(0, &[1, 1])]).unwrap(), 1);
+            for verified in [&[window(0, &[1])][..], &[window(0, &[1, 1]), window(3, &[])], &[]] {
+                let err = read(&[rows(0, 3)], verified).unwrap_err().to_string();
+                assert!(err.contains("other windows"), "{err}");
+            }
+        }
     }
 
     /// The Gumbel-max draw of `seq`'s token at `position` from `row`.

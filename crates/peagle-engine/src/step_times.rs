@@ -7,7 +7,7 @@ use serde::Serialize;
 pub struct StepTimes {
     pub steps: u64,
     /// Target forward passes (prefill chunks and verification windows), to the end of their
-    /// kernels on a GPU.
+    /// kernels on a GPU, and of the device's choices of their rows issued behind them.
     pub target_seconds: f64,
     /// Drafter passes. On a GPU a steady decode step does not wait for its drafter's kernels:
     /// this is the host's time to issue them, and their GPU time is in the next step's

@@ -1,11 +1,13 @@
 //! Sampling and verification of one step's logits: each scheduled sequence's rows choose its
 //! tokens (a prompt's first token, or the accepted drafts and one target token of a
 //! verification window), which are committed to the sequence. Every window goes through one
-//! `rejection_sample` call over the step's logits tensor.
+//! `rejection_sample_with` call over the step's logits tensor, with the device's choices issued
+//! (`issue_choices`) as soon as the forward is, before the drafts are read.
 
+use crate::device_choices::IssuedChoices;
 use crate::error::GenerateError;
 use crate::logprobs::score_prompt;
-use crate::rejection_sampler::{rejection_sample, Verified, Window};
+use crate::rejection_sampler::{rejection_sample_with, Verified, Window, WindowRows};
 use crate::scheduler::Work;
 use crate::sequence::Sequence;
 use crate::spec_stats::SpecStats;
@@ -24,10 +26,27 @@ pub struct Committed {
     pub sampled: bool,
 }
 
+/// Issues the device's choices of the step's rows of `logits` [logit rows, vocab], where
+/// `rows[i]` says which rows are sequence i's: drafts still on the device are counted, not read.
+pub fn issue_choices(
+    work: &[(&mut Sequence, Work)],
+    logits: &Tensor,
+    rows: &[SequenceRows],
+) -> Result<IssuedChoices, GenerateError> {
+    let windows: Vec<WindowRows> = work
+        .iter()
+        .zip(rows)
+        .filter_map(|((seq, w), placed)| window_rows(seq, *w, placed))
+        .collect();
+    Ok(IssuedChoices::issue(logits, &windows)?)
+}
+
 /// Chooses and commits each sequence's tokens from `logits` [logit rows, vocab], where
-/// `rows[i]` says which rows are sequence i's; counts every verification in `stats`.
+/// `rows[i]` says which rows are sequence i's, with the device's `choices` issued for them
+/// (`issue_choices`) and the drafts read; counts every verification in `stats`.
 pub fn sample_and_verify(
     work: &mut [(&mut Sequence, Work)],
+    choices: IssuedChoices,
     logits: &Tensor,
     rows: &[SequenceRows],
     eos_token_ids: &[u32],
@@ -39,7 +58,7 @@ pub fn sample_and_verify(
         .zip(rows)
         .filter_map(|((seq, w), placed)| window(seq, *w, placed))
         .collect();
-    let mut verified = rejection_sample(logits, &windows, eos_token_ids)?.into_iter();
+    let mut verified = rejection_sample_with(choices, logits, &windows, eos_token_ids)?.into_iter();
     let mut committed = Vec::with_capacity(work.len());
     for ((seq, w), placed) in work.iter_mut().zip(rows) {
         let (start, n) = w.span(seq);
@@ -85,17 +104,32 @@ pub fn sample_and_verify(
 
 /// The rows that choose `seq`'s tokens this step: the last row of the chunk that ends a new
 /// prompt, or a whole verification window; none for a chunk short of the prompt's end.
-fn window<'a>(seq: &'a Sequence, work: Work, rows: &SequenceRows) -> Option<Window<'a>> {
+fn window_rows<'a>(seq: &'a Sequence, work: Work, rows: &SequenceRows) -> Option<WindowRows<'a>> {
     let (start, n) = work.span(seq);
-    let (first_row, drafts) = match work {
+    let (first_row, len) = match work {
         Work::Prefill(_) if !seq.samples_after(start + n) => return None,
-        Work::Prefill(_) => (rows.logits.end - 1, &[][..]),
-        Work::Decode => (rows.logits.start, &seq.drafts[..]),
+        Work::Prefill(_) => (rows.logits.end - 1, 1),
+        Work::Decode => (rows.logits.start, seq.num_drafts() + 1),
+    };
+    Some(WindowRows {
+        first_row,
+        len,
+        position: seq.len(),
+        seq,
+    })
+}
+
+/// `window_rows` with the drafts they verify, once read.
+fn window<'a>(seq: &'a Sequence, work: Work, rows: &SequenceRows) -> Option<Window<'a>> {
+    let w = window_rows(seq, work, rows)?;
+    let drafts = match work {
+        Work::Prefill(_) => &[][..],
+        Work::Decode => &seq.drafts[..],
     };
     Some(Window {
-        first_row,
+        first_row: w.first_row,
         drafts,
-        position: seq.len(),
+        position: w.position,
         seq,
     })
 }

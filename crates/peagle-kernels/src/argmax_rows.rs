@@ -4,18 +4,26 @@
 
 use crate::contiguous::contiguous;
 use crate::error::bad_input;
-use crate::requested_rows::{apply_to_rows, apply_where};
-use candle_core::{CpuStorage, CustomOp1, Layout, Result, Shape, Tensor};
+use crate::requested_rows::{apply_to_rows, apply_where, Issued};
+use candle_core::{CpuStorage, CustomOp1, DType, Layout, Result, Shape, Tensor};
 
 /// The argmax of each of `rows` of `x` [rows, cols] (f32 or bf16): the first index of the
 /// row's largest value, as a scan in index order finds it. NaN is never chosen; a row with
 /// nothing else gives 0.
 pub fn argmax_rows(x: &Tensor, rows: &[u32]) -> Result<Vec<u32>> {
-    if rows.is_empty() {
-        return Ok(Vec::new());
-    }
-    let op = ArgmaxRows { rows: rows.to_vec() };
-    apply_to_rows("argmax_rows", x, rows.iter().map(|&r| r as usize), &op)
+    issue_argmax_rows(x, rows)?.read()
+}
+
+/// `argmax_rows`, issued where `x` is and read later.
+pub fn issue_argmax_rows(x: &Tensor, rows: &[u32]) -> Result<Issued<u32>> {
+    let words = match rows.is_empty() {
+        true => Tensor::zeros(0, DType::U32, x.device())?,
+        false => {
+            let op = ArgmaxRows { rows: rows.to_vec() };
+            apply_to_rows("argmax_rows", x, rows.iter().map(|&r| r as usize), &op)?
+        }
+    };
+    Ok(Issued::tokens(words))
 }
 
 /// The argmax of every row of `x` [rows, cols] (f32 or bf16, at least one row), as

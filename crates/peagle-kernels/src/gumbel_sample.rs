@@ -13,7 +13,7 @@
 //! scores within an ulp of each other.
 
 use crate::contiguous::contiguous;
-use crate::requested_rows::apply_to_rows;
+use crate::requested_rows::{apply_to_rows, Issued};
 use candle_core::{CpuStorage, CustomOp1, Layout, Result, Shape, Tensor};
 
 /// One row to sample, its temperature (> 0) and the key of its noise.
@@ -26,12 +26,14 @@ pub struct GumbelRequest {
 
 /// The token drawn from each requested row of `logits` ([rows, cols], f32 or bf16), in order.
 pub fn gumbel_sample(logits: &Tensor, requests: &[GumbelRequest]) -> Result<Vec<u32>> {
-    apply_to_rows(
-        "gumbel_sample",
-        logits,
-        requests.iter().map(|r| r.row),
-        &GumbelSample(requests),
-    )
+    issue_gumbel_sample(logits, requests)?.read()
+}
+
+/// `gumbel_sample`, issued where the logits are and read later.
+pub fn issue_gumbel_sample(logits: &Tensor, requests: &[GumbelRequest]) -> Result<Issued<u32>> {
+    let rows = requests.iter().map(|r| r.row);
+    let words = apply_to_rows("gumbel_sample", logits, rows, &GumbelSample(requests))?;
+    Ok(Issued::tokens(words))
 }
 
 struct GumbelSample<'a>(&'a [GumbelRequest]);

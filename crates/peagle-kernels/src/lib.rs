@@ -45,7 +45,7 @@ mod test_util;
 mod upload;
 mod value_sum;
 
-pub use argmax_rows::{argmax_each_row, argmax_rows};
+pub use argmax_rows::{argmax_each_row, argmax_rows, issue_argmax_rows};
 pub use attention_metadata::{AttentionMetadata, DeviceMetadata};
 pub use cache_element::CacheElement;
 pub use chain_drafts::{chain_drafts, LastPass};
@@ -56,7 +56,7 @@ pub use error::KernelError;
 pub use exp::exp_in_place;
 pub use fp8_weight::{fp8_linear, Fp8Weight};
 pub use gather_rows::{gather_rows, gather_rows_into};
-pub use gumbel_sample::{gumbel_sample, splitmix64, GumbelRequest};
+pub use gumbel_sample::{gumbel_sample, issue_gumbel_sample, splitmix64, GumbelRequest};
 pub use invariant_matmul::{
     invariant_linear, invariant_linear_swiglu, invariant_matmul, invariant_matmul_by, invariant_matmul_tiled,
 };
@@ -71,9 +71,10 @@ pub use paged_attention::{
     paged_attention, paged_attention_by, rotated_paged_attention, AttentionBlocks, AttentionParams, KvScale, Sinks,
 };
 pub use pool::on_pool;
+pub use requested_rows::Issued;
 pub use rms_norm::{add_rms_norm, rms_norm, rms_norm_pair};
 pub use rope::{rope, Rotation};
-pub use row_candidates::{row_candidates, CandidateRequest, RowCandidates, MAX_ROW_CANDIDATES};
+pub use row_candidates::{issue_row_candidates, row_candidates, CandidateRequest, RowCandidates, MAX_ROW_CANDIDATES};
 pub use swiglu::{clamped_swiglu, swiglu};
 pub use take_ids::take_ids;
 pub use upload::upload_into;

@@ -12,7 +12,7 @@
 
 use crate::contiguous::contiguous;
 use crate::error::bad_input;
-use crate::requested_rows::apply_to_rows;
+use crate::requested_rows::{apply_to_rows, Issued};
 use candle_core::{CpuStorage, CustomOp1, Layout, Result, Shape, Tensor};
 
 /// The most tokens a request may ask for, as `kernels/row_candidates.cu` has it.
@@ -43,6 +43,15 @@ pub struct RowCandidates {
 /// The first `count` tokens of each requested row of `logits` ([rows, cols], f32 or bf16) and
 /// the sums of the others' weights, one result per request, in order.
 pub fn row_candidates(logits: &Tensor, requests: &[CandidateRequest], count: usize) -> Result<Vec<RowCandidates>> {
+    issue_row_candidates(logits, requests, count)?.read()
+}
+
+/// `row_candidates`, issued where the logits are and read later.
+pub fn issue_row_candidates(
+    logits: &Tensor,
+    requests: &[CandidateRequest],
+    count: usize,
+) -> Result<Issued<RowCandidates>> {
     const OP: &str = "row_candidates";
     if count == 0 || count > MAX_ROW_CANDIDATES {
         return Err(bad_input(
@@ -53,10 +62,7 @@ pub fn row_candidates(logits: &Tensor, requests: &[CandidateRequest], count: usi
     let count = count.min(logits.dims2()?.1);
     let op = RowCandidatesOp { requests, count };
     let words = apply_to_rows(OP, logits, requests.iter().map(|r| r.row), &op)?;
-    Ok(words
-        .chunks_exact(words_per_row(count))
-        .map(|w| RowCandidates::unpacked(w, count))
-        .collect())
+    Ok(Issued::new(words, words_per_row(count), RowCandidates::unpacked))
 }
 
 /// The words a request's result takes: the tokens, their logits' bits, then the bits of the
@@ -116,8 +122,9 @@ impl RowCandidates {
         tokens.chain(logits).chain(sums).collect()
     }
 
-    /// From `words_per_row(count)` words.
-    fn unpacked(words: &[u32], count: usize) -> Self {
+    /// From `words_per_row(count)` words, whose number gives `count`.
+    fn unpacked(words: &[u32]) -> Self {
+        let count = (words.len() - words_per_row(0)) / 2;
         let (tokens, rest) = words.split_at(count);
         let (logits, sums) = rest.split_at(count);
         let f64_at = |i: usize| f64::from_bits(sums[i] as u64 | (sums[i + 1] as u64) << 32);
