@@ -56,6 +56,7 @@
 #define ATTN_GROUP 4
 #define ATTN_SPLIT_MIN 1024
 #define ATTN_MAX_SPLITS 16
+#define ATTN_BLOCKS_PER_SM 2
 
 // What a block shares: its rows' queries, each warp's tile weights (a row each) and slots, and
 // each warp's partial softmax of one row at a time for the merge.
@@ -391,10 +392,10 @@ __device__ void paged_attention(AttentionShared& s, T* out, const T* q, const C*
 }
 
 // DIMS, the dimensions a lane sums, from the head's size, so that few of a lane's sums idle
-// (a head of 32 or fewer leaves half of them: rare, and one variant fewer). Two blocks an SM at
-// least: without that bound ptxas holds the kernel to 64 registers and spills.
+// (a head of 32 or fewer leaves half of them: rare, and one variant fewer). ATTN_BLOCKS_PER_SM
+// blocks an SM at least: without that bound ptxas holds the kernel to 64 registers and spills.
 #define PAGED_ATTENTION(NAME, T, C)                                                                                    \
-    extern "C" __global__ void __launch_bounds__(ATTN_THREADS, 2) NAME(                                                \
+    extern "C" __global__ void __launch_bounds__(ATTN_THREADS, ATTN_BLOCKS_PER_SM) NAME(                               \
         T* out, const T* q, const C* k_cache, const C* v_cache, const uint32_t* meta,                                  \
         const float* sinks, const float* rotation, float* partials, uint32_t* counters, int rows, int seqs,            \
         int num_heads, int num_kv_heads, int head_dim, int block_size, int q_stride, float scale, float v_scale,       \

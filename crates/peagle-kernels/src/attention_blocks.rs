@@ -7,11 +7,11 @@
 //! GPU, and gives each row one block, which folds its parts as it walks them.
 
 use crate::attention_metadata::AttentionMetadata;
+use crate::kernel_constants::{ATTN_GROUP, ATTN_MAX_SPLITS};
 
-/// The most parts a row has and the most rows a block serves, as the kernel has them
-/// (ATTN_MAX_SPLITS, ATTN_GROUP).
-pub(crate) const MAX_SPLITS: usize = 16;
-const GROUP: usize = 4;
+/// The most parts a row has and the most rows a block serves.
+pub(crate) const MAX_SPLITS: usize = ATTN_MAX_SPLITS;
+const GROUP: usize = ATTN_GROUP;
 
 /// The blocks of a head that serve rows: one a row under a window, and under full attention one
 /// a group of up to GROUP consecutive positions of a sequence in an aligned group (the kernel's

@@ -12,11 +12,12 @@
 
 use crate::contiguous::contiguous;
 use crate::error::bad_input;
+use crate::kernel_constants;
 use crate::requested_rows::{apply_to_rows, Issued};
 use candle_core::{CpuStorage, CustomOp1, Layout, Result, Shape, Tensor};
 
-/// The most tokens a request may ask for, as `kernels/row_candidates.cu` has it.
-pub const MAX_ROW_CANDIDATES: usize = 1024;
+/// The most tokens a request may ask for.
+pub const MAX_ROW_CANDIDATES: usize = kernel_constants::MAX_ROW_CANDIDATES;
 
 /// One row to take candidates from, and how its weights are computed and split.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -1,13 +1,14 @@
 use super::module::{function, Module};
 use super::{by_dtype, dtype_name, grid, int, output, starts_aligned_16, view};
 use crate::error::bad_input;
+use crate::kernel_constants::ARGMAX_THREADS;
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{DeviceRepr, PushKernelArg};
 use candle_core::cuda_backend::{CudaDType, CudaStorage, WrapErr};
 use candle_core::{DType, Layout, Result, Shape};
 
-/// Threads per row, as `kernels/argmax.cu` has them.
-const THREADS: u32 = 256;
+/// Threads per row.
+const THREADS: u32 = ARGMAX_THREADS as u32;
 
 /// `kernels/argmax.cu`: the argmax of each of `rows` of `x` [rows, cols], u32 [rows.len()]
 /// (the rows checked and not empty).

@@ -1,12 +1,13 @@
 use super::module::{function, Module};
 use super::{by_dtype, dtype_name, grid, int, output, tensor, with_view, with_views};
 use crate::error::bad_input;
+use crate::kernel_constants::{GATHER_THREADS, TAKE_THREADS};
 use candle_core::cuda_backend::cudarc::driver::{CudaView, DeviceRepr, PushKernelArg};
 use candle_core::cuda_backend::{CudaDType, CudaDevice, WrapErr};
 use candle_core::{DType, Result, Tensor};
 
-/// Threads per row, as `kernels/gather_rows.cu` has them.
-const THREADS: u32 = 256;
+/// Threads per row.
+const THREADS: u32 = GATHER_THREADS as u32;
 
 /// `kernels/gather_rows.cu`: row i of the output [picks, cols] is row `picks[i]` of `first`
 /// [a, cols], or of `second` past its a rows (the tables contiguous on one GPU, of one dtype,
@@ -107,8 +108,8 @@ fn launch_chain<T: CudaDType + DeviceRepr>(
     into_or_new(device, into, (picks.len(), cols), run)
 }
 
-/// Threads a block of `kernels/gather_rows.cu`'s take_ids, one an id.
-const TAKE_THREADS: u32 = 128;
+/// Threads a block of take_ids, one an id.
+const TAKE_BLOCK: u32 = TAKE_THREADS as u32;
 
 /// `kernels/gather_rows.cu`'s take_ids: `out[at[j]] = map[ids[picks[j]]]`, or `ids[picks[j]]`
 /// without a map (contiguous u32 vectors on one GPU, every place and pick within them, no
@@ -121,16 +122,14 @@ pub(crate) fn take_ids(out: &Tensor, at: &[u32], ids: &Tensor, picks: &[u32], ma
     let device = out.device().as_cuda_device()?;
     let uploaded = device.clone_htod(&[at, picks].concat())?;
     let func = function(device, Module::GatherRows, "take_ids")?;
-    let blocks = at.len().div_ceil(TAKE_THREADS as usize) as u32;
+    let blocks = at.len().div_ceil(TAKE_THREADS) as u32;
     let launch = |out: &CudaView<'_, u32>, ids: &CudaView<'_, u32>, map: &CudaView<'_, u32>| {
         let mut builder = func.builder();
         builder.arg(out).arg(ids).arg(map).arg(&uploaded).arg(&n).arg(&vocab);
         // SAFETY: `uploaded` holds n places within `out` then n picks within `ids`, and no
         // place twice (checked by the caller); the kernel reads `map` only below its vocab
         // entries, and not at all without one.
-        unsafe { builder.launch(grid((blocks, 1), TAKE_THREADS)) }
-            .w()
-            .map(|_| ())
+        unsafe { builder.launch(grid((blocks, 1), TAKE_BLOCK)) }.w().map(|_| ())
     };
     with_views::<u32, _, 2>([(out, "out"), (ids, "ids")], |[out, ids]| match map {
         Some(map) => with_view::<u32, _>(map, "map", |map| launch(&out, &ids, &map)),

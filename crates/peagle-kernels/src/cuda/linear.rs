@@ -3,20 +3,17 @@ use super::{aligned_16, by_dtypes_or_fp8, dtype_name, dtype_name_or_fp8, int, ou
 use crate::cuda_matmul::{CudaMatmul, MmaTiles};
 use crate::error::{bad_input, matmul_dims};
 use crate::invariant_matmul::MatmulOutput;
+use crate::kernel_constants::{LINEAR_ROWS, LINEAR_WARPS, LINEAR_WIDE_COLUMNS, MMA_WARPS, STAGED_ROWS};
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{CudaView, DeviceRepr, LaunchConfig, PushKernelArg};
 use candle_core::cuda_backend::{CudaDType, CudaStorage, WrapErr};
 use candle_core::{DType, Layout, Result, Shape};
 
-/// Warps per block, as `kernels/linear.cu` and `kernels/linear_mma.cu` have them.
-const WARPS: usize = 8;
-
 /// Where the tensor cores take a product in their staged form by the batch: from a whole
-/// block's 64 rows (a block is 64 by 64), and where that makes at least 256 blocks, about two
-/// for each SM of an H100 (132). With fewer rows the wide form's reads are as few and more of
-/// them are in flight (a warp loads its own step, where the staged block shares one), and with
-/// fewer blocks its four times the blocks keep more of the GPU busy.
-const STAGED_ROWS: usize = 64;
+/// block's 64 rows (`STAGED_ROWS`: a block is 64 by 64), and where that makes at least 256
+/// blocks, about two for each SM of an H100 (132). With fewer rows the wide form's reads are
+/// as few and more of them are in flight (a warp loads its own step, where the staged block
+/// shares one), and with fewer blocks its four times the blocks keep more of the GPU busy.
 const STAGED_BLOCKS: usize = 256;
 
 /// How a kernel of `kernels/linear.cu` or `kernels/linear_mma.cu` splits the work.
@@ -82,19 +79,26 @@ impl Form {
         }
     }
 
+    fn warps(self) -> usize {
+        match self.module() {
+            Module::LinearMma => MMA_WARPS,
+            _ => LINEAR_WARPS,
+        }
+    }
+
     /// Rows of x and output columns a block covers: the grid's two dimensions. A block that
     /// gates writes a column for each pair of a gate and an up column it sums: the narrow form
     /// 16, as its plain form, the others half their plain forms' columns.
     fn block_tile(self, gates: bool) -> (usize, usize) {
         match self {
-            Self::Row => (1, WARPS),
-            Self::Rows => (8, WARPS),
-            Self::Wide => (8, 4 * WARPS),
+            Self::Row => (1, LINEAR_WARPS),
+            Self::Rows => (LINEAR_ROWS, LINEAR_WARPS),
+            Self::Wide => (LINEAR_ROWS, LINEAR_WIDE_COLUMNS * LINEAR_WARPS),
             Self::Mma => (8, 16),
             Self::MmaWide if gates => (32, 16),
             Self::MmaWide => (32, 32),
-            Self::MmaStaged if gates => (64, 32),
-            Self::MmaStaged => (64, 64),
+            Self::MmaStaged if gates => (STAGED_ROWS, STAGED_ROWS / 2),
+            Self::MmaStaged => (STAGED_ROWS, STAGED_ROWS),
         }
     }
 
@@ -224,7 +228,7 @@ fn launch<T: CudaDType + DeviceRepr, W: CudaDType>(
     let (block_rows, block_columns) = a.form.block_tile(a.gates);
     let config = LaunchConfig {
         grid_dim: (m.div_ceil(block_rows) as u32, columns.div_ceil(block_columns) as u32, 1),
-        block_dim: (32 * WARPS as u32, 1, 1),
+        block_dim: (32 * a.form.warps() as u32, 1, 1),
         shared_mem_bytes: 0,
     };
     // SAFETY: shapes checked above, the bias's against N; K is a multiple of 8 (of 32 for the

@@ -2,21 +2,22 @@ use super::module::{function, Module};
 use super::{aligned_16, by_dtype, dtype_name, grid, int, output, row_blocks, tensor, view, with_view, MAX_GRID_Y};
 use crate::cuda_matmul::{CudaMatmul, MmaTiles};
 use crate::error::bad_input;
+use crate::kernel_constants::{MOE_MAX_EXPERTS, MOE_MMA_WARPS, MOE_TILE, MOE_WARPS, MOE_WIDE_TILE};
 use crate::mxfp4_experts::{ExpertOutputs, Mxfp4Experts, Routing};
 use candle_core::cuda_backend::cudarc::driver::{CudaSlice, CudaView, DeviceRepr, PushKernelArg};
 use candle_core::cuda_backend::{CudaDType, CudaDevice, CudaStorage, WrapErr};
 use candle_core::{DType, Device, Layout, Result, Storage, Tensor};
 
 /// Pairs per tile (wide: of the wide tensor-core kernels), output columns per block and the
-/// most experts, as `kernels/moe.cu` has them; its tensor-core kernels' columns and warps per
-/// block, and the threads that route and group.
-const TILE: usize = 8;
-const WIDE_TILE: usize = 32;
-const WARPS: usize = 4;
-const ROUTE_THREADS: u32 = MAX_EXPERTS as u32;
+/// most experts; the tensor-core kernels' columns (two m16n8k16 tiles' 8) and warps per
+/// block, and the threads that route and group (one an expert).
+const TILE: usize = MOE_TILE;
+const WIDE_TILE: usize = MOE_WIDE_TILE;
+const WARPS: usize = MOE_WARPS;
+pub(crate) const MAX_EXPERTS: usize = MOE_MAX_EXPERTS;
 const MMA_COLUMNS: usize = 16;
-const MMA_WARPS: u32 = 8;
-pub(crate) const MAX_EXPERTS: usize = 1024;
+const MMA_WARPS: u32 = MOE_MMA_WARPS as u32;
+const ROUTE_THREADS: u32 = MAX_EXPERTS as u32;
 
 /// The device's copy of the experts' weights, one buffer per tensor over all experts.
 pub(crate) struct DeviceExperts {

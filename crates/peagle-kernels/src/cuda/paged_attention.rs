@@ -7,6 +7,7 @@ use super::{
 use crate::attention_blocks::MAX_SPLITS;
 use crate::attention_metadata::AttentionMetadata;
 use crate::error::bad_input;
+use crate::kernel_constants::{ATTN_MAX_HEAD_DIM, ATTN_WARPS};
 use crate::paged_attention::{AttentionBlocks, AttentionParams, Sinks};
 use crate::rope::Rotation;
 use candle_core::backend::BackendStorage;
@@ -14,10 +15,9 @@ use candle_core::cuda_backend::cudarc::driver::{CudaSlice, CudaView, DeviceRepr,
 use candle_core::cuda_backend::{CudaDType, CudaDevice, CudaStorage, WrapErr};
 use candle_core::{DType, Layout, Result, Shape};
 
-/// Threads per block (ATTN_WARPS warps) and the largest head, as `kernels/paged_attention.cu`
-/// has them.
-const THREADS: u32 = 256;
-const MAX_HEAD_DIM: usize = 256;
+/// Threads per block, and the largest head.
+const THREADS: u32 = 32 * ATTN_WARPS as u32;
+const MAX_HEAD_DIM: usize = ATTN_MAX_HEAD_DIM;
 
 /// What attention reads beside its queries and the cache.
 pub(crate) struct AttentionInputs<'a> {

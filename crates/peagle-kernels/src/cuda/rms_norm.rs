@@ -1,11 +1,15 @@
 use super::module::{function, Kernel, Module};
 use super::{by_dtypes, dtype_name, grid, int, output, starts_aligned_16, tensor, view, with_expert_views};
 use crate::error::bad_input;
+use crate::kernel_constants::RMS_THREADS;
 use crate::mxfp4_experts::ExpertOutputs;
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{DeviceRepr, PushKernelArg};
 use candle_core::cuda_backend::{CudaDType, CudaDevice, CudaStorage, WrapErr};
 use candle_core::{DType, Layout, Result, Shape, Storage, Tensor};
+
+/// Threads a block, one block a row.
+const RMS_BLOCK: u32 = RMS_THREADS as u32;
 
 /// `kernels/rms_norm.cu` over `x` [rows, width] (shapes already checked). With a residual the
 /// result is [2, rows, width]: the normed rows, then the sums `x + residual`.
@@ -88,7 +92,7 @@ fn launch<T: CudaDType + DeviceRepr, W: CudaDType>(
     // SAFETY: x and the residual hold rows * width elements, the weight width, `out` one or
     // two times rows * width as the kernel writes; `vector` only where all start 16-byte
     // aligned and width is a multiple of 8.
-    unsafe { builder.launch(grid((a.rows as u32, 1), 256)) }.w()?;
+    unsafe { builder.launch(grid((a.rows as u32, 1), RMS_BLOCK)) }.w()?;
     Ok(CudaStorage::wrap_cuda_slice(out, device.clone()))
 }
 
@@ -146,7 +150,7 @@ fn launch_experts<T: CudaDType + DeviceRepr, W: CudaDType>(
         // SAFETY: `pair_of` maps each row's k pairs into `y` [pairs, width]; the residual
         // holds rows * width elements, the weight width, `out` twice rows * width; `vector`
         // only where the three start 16-byte aligned and width is a multiple of 8.
-        unsafe { builder.launch(grid((a.rows as u32, 1), 256)) }.w()?;
+        unsafe { builder.launch(grid((a.rows as u32, 1), RMS_BLOCK)) }.w()?;
         Ok(())
     })?;
     Ok(tensor(out, device, (2, a.rows, a.width as usize)))
@@ -214,6 +218,6 @@ fn launch_pair<T: CudaDType + DeviceRepr, W: CudaDType>(
     // SAFETY: a and b hold rows * width elements, the weights width each, `out` 2 * rows *
     // width, which the grid's two halves write; `vector` only where all four start 16-byte
     // aligned and width is a multiple of 8.
-    unsafe { builder.launch(grid((args.rows as u32, 2), 256)) }.w()?;
+    unsafe { builder.launch(grid((args.rows as u32, 2), RMS_BLOCK)) }.w()?;
     Ok(tensor(out, device, (args.rows, 2 * width)))
 }

@@ -5,6 +5,7 @@ use super::module::{function, Module};
 use super::{by_dtype, dtype_name, grid, int, output, view};
 use crate::error::bad_input;
 use crate::gumbel_sample::GumbelRequest;
+use crate::kernel_constants::{GUMBEL_CHUNK, GUMBEL_THREADS, ROW_CANDIDATE_THREADS};
 use crate::row_candidates::CandidateRequest;
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{CudaSlice, DeviceRepr, PushKernelArg};
@@ -33,8 +34,8 @@ pub(crate) fn row_candidates(
     Ok(CudaStorage::wrap_cuda_slice(out, device.clone()))
 }
 
-/// Threads per block, as `kernels/row_candidates.cu` has them.
-const CANDIDATE_THREADS: u32 = 1024;
+/// Threads per block.
+const CANDIDATE_THREADS: u32 = ROW_CANDIDATE_THREADS as u32;
 
 fn launch_row_candidates<T: CudaDType + DeviceRepr>(
     logits: (&CudaStorage, &Layout),
@@ -85,10 +86,8 @@ fn upload<P: DeviceRepr + 'static>(
     })
 }
 
-/// Logits a block of `kernels/gumbel_sample.cu` draws from, and its threads, as the file has
-/// them.
-const GUMBEL_CHUNK: usize = 4096;
-const GUMBEL_THREADS: u32 = 256;
+/// Threads a block of `kernels/gumbel_sample.cu`.
+const GUMBEL_BLOCK: u32 = GUMBEL_THREADS as u32;
 
 /// `kernels/gumbel_sample.cu`: one token per request, each row dealt to blocks a chunk at a
 /// time (one launch where a row is one chunk, three where it is more).
@@ -134,7 +133,7 @@ fn launch_gumbel<T: CudaDType + DeviceRepr>(
         b.arg(&mut maxes).arg(&input).arg(&up.rows).arg(&cols_i);
         // SAFETY: every requested row lies in `logits` (checked by the caller); block (r, c)
         // reads chunk c of request r's row and writes maxes[r * chunks + c].
-        unsafe { b.launch(grid(blocks, GUMBEL_THREADS)) }.w()?;
+        unsafe { b.launch(grid(blocks, GUMBEL_BLOCK)) }.w()?;
     }
     let func = function(device, Module::GumbelSample, &format!("gumbel_sample_{dtype}"))?;
     let mut b = func.builder();
@@ -145,7 +144,7 @@ fn launch_gumbel<T: CudaDType + DeviceRepr>(
         .arg(&up.per_request)
         .arg(&cols_i);
     // SAFETY: as above; one chunk a row writes out[r], more write their partials.
-    unsafe { b.launch(grid(blocks, GUMBEL_THREADS)) }.w()?;
+    unsafe { b.launch(grid(blocks, GUMBEL_BLOCK)) }.w()?;
     if chunks > 1 {
         let func = function(device, Module::GumbelSample, "gumbel_pick")?;
         let mut b = func.builder();

@@ -4,6 +4,7 @@
 
 use crate::attention_blocks::{blocks_each, serving_blocks};
 use crate::attention_metadata::AttentionMetadata;
+use crate::kernel_constants::{ATTN_BLOCKS_PER_SM, ATTN_SPLIT_MIN};
 use crate::paged_attention::AttentionParams;
 use candle_core::cuda_backend::cudarc::driver::sys::{CUdevice_attribute, CUstreamCaptureStatus};
 use candle_core::cuda_backend::cudarc::driver::CudaSlice;
@@ -13,11 +14,11 @@ use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
-/// The fewest positions a part of a row's keys holds, as the kernel has it (ATTN_SPLIT_MIN).
-const SPLIT_MIN: usize = 1024;
+/// The fewest positions a part of a row's keys holds.
+const SPLIT_MIN: usize = ATTN_SPLIT_MIN;
 
 /// The kernel's blocks an SM holds at once (its launch bounds' minimum).
-const BLOCKS_PER_SM: usize = 2;
+const BLOCKS_PER_SM: usize = ATTN_BLOCKS_PER_SM;
 
 /// Counters for (row, head) pairs, enough for any launch that shares parts: one shares them
 /// only while its serving blocks are fewer than the blocks the GPU holds at once, and a block
