@@ -45,29 +45,43 @@ fn main() {
 }
 
 /// Writes each `#define NAME <decimal integer>` of `sources` as `pub const NAME: usize` to
-/// `to`. A name defined more than once (under an `#if`) is left out: it has no one value.
+/// `to`. A name with no one value is left out: one defined more than once, or inside an `#if`
+/// (which may not hold), or as an expression, or in another base.
 fn write_constants(sources: &[PathBuf], to: &Path) {
-    let mut found: Vec<(String, String, String)> = Vec::new();
+    let mut defines: Vec<(String, Option<String>, String)> = Vec::new();
     for source in sources {
         let text = std::fs::read_to_string(source).unwrap_or_else(|e| panic!("reading {}: {e}", source.display()));
         let file = source.file_name().unwrap().to_str().unwrap();
+        let mut depth = 0usize;
         for line in text.lines() {
-            let mut words = line.split_whitespace();
-            let (Some("#define"), Some(name), Some(value), None) =
-                (words.next(), words.next(), words.next(), words.next())
-            else {
-                continue;
-            };
-            if value.bytes().all(|b| b.is_ascii_digit()) {
-                found.push((name.to_owned(), value.to_owned(), file.to_owned()));
+            let code = line.split("//").next().unwrap_or_default();
+            let words: Vec<&str> = code.split_whitespace().collect();
+            match words.as_slice() {
+                [w, ..] if w.starts_with("#if") => depth += 1,
+                ["#endif", ..] => depth = depth.saturating_sub(1),
+                ["#define", name, rest @ ..] => {
+                    let name = name.split('(').next().unwrap_or_default().to_owned();
+                    let decimal = match rest {
+                        [v] if depth == 0 && is_decimal(v) => Some(v.to_string()),
+                        _ => None,
+                    };
+                    defines.push((name, decimal, file.to_owned()));
+                }
+                _ => {}
             }
         }
     }
     let mut rust = String::new();
-    for (name, value, file) in &found {
-        if found.iter().filter(|(other, ..)| other == name).count() == 1 {
+    for (name, value, file) in &defines {
+        let once = defines.iter().filter(|(other, ..)| other == name).count() == 1;
+        if let Some(value) = value.as_ref().filter(|_| once) {
             rust += &format!("/// `kernels/{file}`.\npub const {name}: usize = {value};\n");
         }
     }
     std::fs::write(to, rust).unwrap_or_else(|e| panic!("writing {}: {e}", to.display()));
+}
+
+/// A decimal literal as C and Rust read it alike: digits, with no leading 0 (C's octal).
+fn is_decimal(value: &str) -> bool {
+    value.bytes().all(|b| b.is_ascii_digit()) && (value == "0" || !value.starts_with('0')) && !value.is_empty()
 }

@@ -112,8 +112,8 @@ impl Choice {
 /// adjusted copies depend on; they choose when the choices are read.
 pub struct IssuedChoices {
     logits: Tensor,
-    /// Where each window the choices were issued for begins, and its rows.
-    windows: Vec<(usize, usize)>,
+    /// Where each window the choices were issued for begins, its rows and its position.
+    windows: Vec<(usize, usize, usize)>,
     /// Each step row's choice, its token and first tokens to come; None where the host reads
     /// the row.
     choices: Vec<Option<Choice>>,
@@ -121,8 +121,10 @@ pub struct IssuedChoices {
 }
 
 impl IssuedChoices {
-    /// Issues the choice of each row of `logits` ([rows, vocab], f32 or bf16) that a window's
-    /// sequence lets the device make; none at all where the host reads the rows in place.
+    /// Issues the device's work over the rows of `logits` ([rows, vocab], f32 or bf16) whose
+    /// sequence lets the device choose them: the choice of each row no adjustment changes, and
+    /// the first tokens of each adjusted row whose log-probabilities are asked for (the row
+    /// itself chooses at `read`). Nothing where the host reads the rows in place.
     pub fn issue(logits: &Tensor, windows: &[WindowRows]) -> Result<Self> {
         let rows = logits.dim(0)?;
         let mut choices: Vec<Option<Choice>> = (0..rows).map(|_| None).collect();
@@ -158,7 +160,7 @@ impl IssuedChoices {
         }
         Ok(Self {
             logits: logits.clone(),
-            windows: windows.iter().map(|w| (w.first_row, w.len)).collect(),
+            windows: windows.iter().map(|w| (w.first_row, w.len, w.position)).collect(),
             choices,
             on_logits: on_logits.issue(logits)?,
         })
@@ -169,7 +171,7 @@ impl IssuedChoices {
     /// adjusted on the device, `eos` being the tokens `min_tokens` holds back with a
     /// sequence's stop tokens.
     pub fn read(self, windows: &[Window], eos: &[u32]) -> Result<Vec<Option<Choice>>> {
-        let issued_for = windows.iter().map(|w| (w.first_row, w.drafts.len() + 1));
+        let issued_for = windows.iter().map(|w| (w.first_row, w.drafts.len() + 1, w.position));
         if !issued_for.eq(self.windows.iter().copied()) {
             candle_core::bail!("choices issued for other windows than those verified");
         }

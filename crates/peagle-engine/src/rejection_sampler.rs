@@ -45,6 +45,18 @@ impl<'a> Window<'a> {
     }
 }
 
+impl<'a> WindowRows<'a> {
+    /// The window of these rows, verifying `drafts` (one fewer than its rows).
+    pub fn with_drafts(self, drafts: &'a [u32]) -> Window<'a> {
+        Window {
+            first_row: self.first_row,
+            drafts,
+            position: self.position,
+            seq: self.seq,
+        }
+    }
+}
+
 /// Where a window's rows lie and whose they are, known before its drafts are on the host:
 /// what the device's choices of its rows are issued from (`IssuedChoices`).
 #[derive(Clone, Copy)]
@@ -68,7 +80,7 @@ pub struct Verified {
 /// sequence's `min_tokens` holds back with its stop tokens. One result per window, in order.
 ///
 /// Logits the host cannot read in place (on a GPU) cost a copy of every row read, so there
-/// rows choose on the device (`device_choices`), and a window reads no row but where the
+/// rows choose on the device (`IssuedChoices`), and a window reads no row but where the
 /// device's values leave a cut undecided.
 pub fn rejection_sample(logits: &Tensor, windows: &[Window], eos: &[u32]) -> candle_core::Result<Vec<Verified>> {
     let rows: Vec<WindowRows> = windows.iter().map(Window::rows).collect();

@@ -121,15 +121,9 @@ fn window_rows<'a>(seq: &'a Sequence, work: Work, rows: &SequenceRows) -> Option
 
 /// `window_rows` with the drafts they verify, once read.
 fn window<'a>(seq: &'a Sequence, work: Work, rows: &SequenceRows) -> Option<Window<'a>> {
-    let w = window_rows(seq, work, rows)?;
     let drafts = match work {
         Work::Prefill(_) => &[][..],
         Work::Decode => &seq.drafts[..],
     };
-    Some(Window {
-        first_row: w.first_row,
-        drafts,
-        position: w.position,
-        seq,
-    })
+    Some(window_rows(seq, work, rows)?.with_drafts(drafts))
 }

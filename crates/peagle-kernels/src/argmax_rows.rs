@@ -5,7 +5,7 @@
 use crate::contiguous::contiguous;
 use crate::error::bad_input;
 use crate::requested_rows::{apply_to_rows, apply_where, Issued};
-use candle_core::{CpuStorage, CustomOp1, DType, Layout, Result, Shape, Tensor};
+use candle_core::{CpuStorage, CustomOp1, DType, Device, Layout, Result, Shape, Tensor};
 
 /// The argmax of each of `rows` of `x` [rows, cols] (f32 or bf16): the first index of the
 /// row's largest value, as a scan in index order finds it. NaN is never chosen; a row with
@@ -17,7 +17,8 @@ pub fn argmax_rows(x: &Tensor, rows: &[u32]) -> Result<Vec<u32>> {
 /// `argmax_rows`, issued where `x` is and read later.
 pub fn issue_argmax_rows(x: &Tensor, rows: &[u32]) -> Result<Issued<u32>> {
     let words = match rows.is_empty() {
-        true => Tensor::zeros(0, DType::U32, x.device())?,
+        // No launch, and no allocation a GPU would refuse.
+        true => Tensor::zeros(0, DType::U32, &Device::Cpu)?,
         false => {
             let op = ArgmaxRows { rows: rows.to_vec() };
             apply_to_rows("argmax_rows", x, rows.iter().map(|&r| r as usize), &op)?

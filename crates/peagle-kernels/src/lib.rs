@@ -24,9 +24,9 @@ mod gumbel_sample;
 mod head_rows;
 mod invariant_matmul;
 mod isa;
-/// The kernels' shapes and limits, each an integer `#define` of `kernels/*.cu` written as Rust
-/// by build.rs: the launchers read them from the kernels' sources, so the two cannot disagree.
-/// The host needs only some of them.
+/// The kernels' shapes and limits: each `#define` of `kernels/` with one decimal value, written
+/// as Rust by build.rs. The launchers read a kernel's block size, tiles and limits from here,
+/// not from copies of their own. The host needs only some of them.
 #[allow(dead_code)]
 mod kernel_constants {
     include!(concat!(env!("OUT_DIR"), "/kernel_constants.rs"));

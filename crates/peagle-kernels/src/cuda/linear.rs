@@ -3,7 +3,7 @@ use super::{aligned_16, by_dtypes_or_fp8, dtype_name, dtype_name_or_fp8, int, ou
 use crate::cuda_matmul::{CudaMatmul, MmaTiles};
 use crate::error::{bad_input, matmul_dims};
 use crate::invariant_matmul::MatmulOutput;
-use crate::kernel_constants::{LINEAR_ROWS, LINEAR_WARPS, LINEAR_WIDE_COLUMNS, MMA_WARPS, STAGED_ROWS};
+use crate::kernel_constants::{LINEAR_ROWS, LINEAR_WARPS, LINEAR_WIDE_COLUMNS, MMA_STEP, MMA_WARPS, STAGED_ROWS};
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{CudaView, DeviceRepr, LaunchConfig, PushKernelArg};
 use candle_core::cuda_backend::{CudaDType, CudaStorage, WrapErr};
@@ -41,7 +41,8 @@ impl Form {
     /// K alone. Tensor cores take bf16 products with K a multiple of 32
     /// (`kernels/linear_mma.cu`), every other product the CUDA cores.
     fn choose(kernel: CudaMatmul, [m, n, k]: [usize; 3], dtypes: (DType, DType), tiles: MmaTiles) -> Self {
-        let tensor_cores = kernel == CudaMatmul::Mma && dtypes == (DType::BF16, DType::BF16) && k.is_multiple_of(32);
+        let tensor_cores =
+            kernel == CudaMatmul::Mma && dtypes == (DType::BF16, DType::BF16) && k.is_multiple_of(MMA_STEP);
         let staged = m >= STAGED_ROWS && m.div_ceil(STAGED_ROWS) * n.div_ceil(STAGED_ROWS) >= STAGED_BLOCKS;
         match (tensor_cores, tiles, m) {
             (true, MmaTiles::Narrow, _) | (true, MmaTiles::ByBatch, 1..=8) => Self::Mma,
@@ -49,7 +50,7 @@ impl Form {
             (true, MmaTiles::ByBatch, _) if staged => Self::MmaStaged,
             (true, _, _) => Self::MmaWide,
             (false, _, 1) => Self::Row,
-            (false, _, 2..=8) => Self::Rows,
+            (false, _, 2..=LINEAR_ROWS) => Self::Rows,
             (false, _, _) => Self::Wide,
         }
     }
