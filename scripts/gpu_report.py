@@ -348,7 +348,8 @@ def gpt_oss(out, suffix=""):
     timed = [(c, n, m) for c in sorted(levels) for n, m in levels[c].items() if m["step_ms"]]
     if timed:
         md += ["", "Engine time per step by phase (ms; means over each level's steps, its prompts' "
-                   "prefill included; a steady decode step's drafter kernels run while the host issues "
+                   "prefill included; the target column holds the device's choices of the step's rows, "
+                   "issued behind its forward; a steady decode step's drafter kernels run while the host issues "
                    "the next step, so their GPU time is in the next step's target column and the drafter "
                    "column is the host's time to issue them):", "",
                "| concurrency | mode | steps | target | drafter | verify | other | total |",
