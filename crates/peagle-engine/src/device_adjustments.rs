@@ -4,7 +4,7 @@
 //! and the device scatters them back, so each copy holds the host's adjusted row bit for bit.
 
 use crate::adjustments::{Adjuster, SparseLogits};
-use crate::rejection_sampler::Window;
+use crate::window::Window;
 use candle_core::{DType, Result, Tensor};
 use std::iter::repeat;
 

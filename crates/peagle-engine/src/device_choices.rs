@@ -25,9 +25,9 @@ use crate::device_adjustments::AdjustedRows;
 use crate::logit_rows::{host_readable, with_rows};
 use crate::logprobs::{candidate_output, logprob_request};
 use crate::nucleus::{nucleus_of_candidates, weight_thresholds};
-use crate::rejection_sampler::{Window, WindowRows};
 use crate::request::TokenOutput;
 use crate::sequence::Sequence;
+use crate::window::{Window, WindowRows};
 use candle_core::{DType, Result, Tensor};
 use peagle_kernels::{
     issue_argmax_rows, issue_gumbel_sample, issue_row_candidates, CandidateRequest, GumbelRequest, Issued,

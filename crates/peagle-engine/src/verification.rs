@@ -7,10 +7,11 @@
 use crate::device_choices::IssuedChoices;
 use crate::error::GenerateError;
 use crate::logprobs::score_prompt;
-use crate::rejection_sampler::{rejection_sample_with, Verified, Window, WindowRows};
+use crate::rejection_sampler::{rejection_sample_with, Verified};
 use crate::scheduler::Work;
 use crate::sequence::Sequence;
 use crate::spec_stats::SpecStats;
+use crate::window::{Window, WindowRows};
 use candle_core::Tensor;
 use peagle_models::SequenceRows;
 
