@@ -207,7 +207,7 @@ impl Engine {
             drafting.run(&mut work, aux, &target.rows, &committed, k)?;
             // Without a drafter there is nothing to wait for.
             if wait && drafting.k() > 0 {
-                target.forward.logits.device().synchronize()?;
+                logits.device().synchronize()?;
             }
             times.drafter_seconds += started.elapsed().as_secs_f64();
             Ok(())

@@ -185,9 +185,10 @@ impl CudaGraphs {
     /// Captures a graph of every shape `startup_steps` makes for steps of at most `budget`
     /// rows whose sequences have `rows_each` rows (with `drafter`: a drafter is loaded), so
     /// that no request waits on a capture; says how many were captured. A shape whose capture
-    /// or first launch fails is logged and runs without a graph. Run it on a thread that lives as long as the graphs (rayon's pool):
-    /// candle keeps the inputs a capture uploads per thread. It returns once the device has
-    /// run every launch, so that a step on another thread's stream follows them.
+    /// or first launch fails is logged and runs without a graph. Run it on a thread that lives
+    /// as long as the graphs (rayon's pool): candle keeps the inputs a capture uploads per
+    /// thread. It returns once the device has run every launch, so that a step on another
+    /// thread's stream follows them.
     pub fn capture_at_startup(
         &mut self,
         target: &dyn TargetModel,
