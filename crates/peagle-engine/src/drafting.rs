@@ -1,10 +1,13 @@
 //! The drafting round of a step: every drafting sequence hands the drafter the target states
-//! of its newly committed tokens, and one proposer call drafts for all of them. The drafts stay
-//! on the device: the next step's forward takes them there, and `read_drafts` copies them to
-//! the host while it runs.
+//! of its newly committed tokens, and one proposer call drafts for all of them. The states are
+//! projected to the drafter's width as soon as the forward is issued (`project`), while the
+//! host waits for it anyway, so a graph's captured states are read before its next replay and
+//! the drafting that follows verification issues one launch fewer. The drafts stay on the
+//! device: the next step's forward takes them there, and `read_drafts` copies them to the host
+//! while it runs.
 //!
-//! With k = 0 (speculation suspended) the drafter does not run: each sequence keeps the states
-//! the drafter has not read as a backlog, and the next step that drafts catches the drafter up
+//! With k = 0 (speculation suspended) the drafter does not run: each sequence keeps the
+//! projected states the drafter has not read as a backlog, and the next step that drafts catches the drafter up
 //! on them in the same pass. With prefix caching on, a sequence that finishes catches its
 //! drafter up in its last step, drafting nothing: a cached block serves a drafting request only
 //! with the drafter's rows in it, and otherwise blocks computed while speculation was
@@ -53,13 +56,22 @@ impl Drafting {
         self.k() > 0 && seq.speculate
     }
 
-    /// Gives the drafter each sequence's new target states `aux_hidden` (the captured rows of
-    /// the step's forward, `rows[i].captured` being sequence i's) and sets `k` new drafts on
-    /// every sequence that chose a token.
+    /// The drafter's hidden input from the captured rows of a step's forward `aux_hidden`
+    /// (`Proposer::project`), for `run`; None without a drafter or captured rows.
+    pub fn project(&self, aux_hidden: Option<&Tensor>) -> Result<Option<Tensor>, GenerateError> {
+        match aux_hidden {
+            Some(aux) if self.k() > 0 => Ok(Some(self.proposer.project(aux)?)),
+            _ => Ok(None),
+        }
+    }
+
+    /// Gives the drafter each sequence's new target states `states` (the captured rows of the
+    /// step's forward, projected by `project`, `rows[i].captured` being sequence i's) and sets
+    /// `k` new drafts on every sequence that chose a token.
     pub fn run(
         &mut self,
         work: &mut [(&mut Sequence, Work)],
-        aux_hidden: Option<&Tensor>,
+        states: Option<&Tensor>,
         rows: &[SequenceRows],
         committed: &[Committed],
         k: usize,
@@ -68,13 +80,13 @@ impl Drafting {
         // The round's target states: the step's captured rows, where most sequences' are, and
         // after them the backlogs of sequences that catch the drafter up.
         let mut backlogs = Vec::new();
-        let mut rows_so_far = aux_hidden.map(|aux| aux.dim(0)).transpose()?.unwrap_or(0);
+        let mut rows_so_far = states.map(|s| s.dim(0)).transpose()?.unwrap_or(0);
         for (index, (seq, _)) in work.iter_mut().enumerate() {
             let finished = seq.finish.is_some();
             if !self.drafts_for(seq) || finished && !self.complete_finished {
                 continue;
             }
-            let aux = aux_hidden
+            let projected = states
                 .ok_or_else(|| GenerateError::Config("the target returned no hidden states for the drafter".into()))?;
             let c = committed[index];
             let start = c.start;
@@ -82,7 +94,7 @@ impl Drafting {
             // verification window has rows past its last token: they have no slot.
             let slots = c.rows.min((seq.token_ids.len() - 1).saturating_sub(start));
             let captured = rows[index].captured.start;
-            let hidden = aux.narrow(0, captured, slots)?;
+            let hidden = projected.narrow(0, captured, slots)?;
             let mut backlog = seq.drafter_backlog.take().unwrap_or(DrafterBacklog {
                 start,
                 hidden: Vec::new(),
@@ -114,12 +126,12 @@ impl Drafting {
                 draft: c.sampled && !finished,
             });
         }
-        let Some(aux) = aux_hidden.filter(|_| !inputs.is_empty()) else {
+        let Some(projected) = states.filter(|_| !inputs.is_empty()) else {
             return Ok(());
         };
         let states = match backlogs.is_empty() {
-            true => aux.clone(),
-            false => Tensor::cat(&[std::slice::from_ref(aux), &backlogs].concat(), 0)?,
+            true => projected.clone(),
+            false => Tensor::cat(&[std::slice::from_ref(projected), &backlogs].concat(), 0)?,
         };
         let requests: Vec<DraftRequest> = inputs
             .iter()

@@ -187,14 +187,17 @@ impl Engine {
             let started = Instant::now();
             let target = runner.run(&work, |seq| drafting.drafts_for(seq))?;
             let logits = &target.forward.logits;
-            // Issued behind the forward, the device's choices of its rows are ready when the
-            // host first waits, for the drafts or the forward: one wait for both.
+            // Issued behind the forward, the device's choices of its rows and the drafter's
+            // projection of its captured states are done when the host first waits, for the
+            // drafts or the forward: one wait for all. A graph's captured states are its own,
+            // which its next replay overwrites: projected now, they are read first.
             let choices = issue_choices(&work, logits, &target.rows)?;
+            let states = drafting.project(target.forward.aux_hidden.as_ref())?;
             read_drafts(&mut work)?;
             // A GPU runs the forward's kernels after their launch returns: waiting for them
-            // here charges them (and the choices issued behind them) to the target, not to the
-            // verification that reads their results, and costs nothing that verification would
-            // not wait for.
+            // here charges them (and the choices and projection issued behind them) to the
+            // target, not to the verification that reads their results, and costs nothing that
+            // verification would not wait for.
             logits.device().synchronize()?;
             times.target_seconds += started.elapsed().as_secs_f64();
 
@@ -203,8 +206,7 @@ impl Engine {
             times.verify_seconds += started.elapsed().as_secs_f64();
 
             let started = Instant::now();
-            let aux = target.forward.aux_hidden.as_ref();
-            drafting.run(&mut work, aux, &target.rows, &committed, k)?;
+            drafting.run(&mut work, states.as_ref(), &target.rows, &committed, k)?;
             // Without a drafter there is nothing to wait for.
             if wait && drafting.k() > 0 {
                 logits.device().synchronize()?;

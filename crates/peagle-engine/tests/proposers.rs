@@ -58,16 +58,16 @@ fn peagle_drafts_match_the_reference_mask_slots_in_a_mixed_batch() {
             .iter()
             .map(|t| *t as u32)
             .collect();
-        let aux = &r["aux"];
         let real = tokens.len() - MASKS;
         let want = expected_drafts(&drafter, &r["mask_logits"]);
         let kv = KvCache::new(drafter.dims(), 8, BLOCK, DType::F32, &Device::Cpu).unwrap();
         let mut proposer = PEagleProposer::new(DrafterPasses::new(drafter, kv, None), MASKS + 1).unwrap();
+        let states = &proposer.project(&r["aux"]).unwrap();
 
         // Two copies of the reference sequence on their own blocks, and in the drafting pass a
         // prefill chunk of other tokens ahead of them, so every request's rows sit at an offset.
         let tables: [&[u32]; 3] = [&[2, 0], &[5, 1], &[3, 7]];
-        // Every request reads its states from `aux`, the reference's, at the rows of its
+        // Every request reads its states from the reference's, projected, at the rows of its
         // positions.
         let request = |table, span: std::ops::Range<usize>, draft| DraftRequest {
             tokens: &tokens[span.clone()],
@@ -80,7 +80,7 @@ fn peagle_drafts_match_the_reference_mask_slots_in_a_mixed_batch() {
             request(tables[0], 0..PREFILL, false),
             request(tables[1], 0..PREFILL, false),
         ];
-        assert_eq!(read(proposer.propose(aux, &fill, MASKS + 1).unwrap()), [None, None]);
+        assert_eq!(read(proposer.propose(states, &fill, MASKS + 1).unwrap()), [None, None]);
 
         let other = DraftRequest {
             tokens: &tokens[PREFILL..real],
@@ -94,22 +94,22 @@ fn peagle_drafts_match_the_reference_mask_slots_in_a_mixed_batch() {
             request(tables[0], PREFILL..real, true),
             request(tables[1], PREFILL..real, true),
         ];
-        let drafts = read(proposer.propose(aux, &batch, MASKS + 1).unwrap());
+        let drafts = read(proposer.propose(states, &batch, MASKS + 1).unwrap());
         assert_eq!(drafts, [None, Some(want.clone()), Some(want.clone())], "{name}");
 
         // Fewer drafts than the proposer's K: the first ones, from fewer mask slots.
         let again = [request(tables[0], PREFILL..real, true)];
-        let drafts = read(proposer.propose(aux, &again, 2).unwrap());
+        let drafts = read(proposer.propose(states, &again, 2).unwrap());
         assert_eq!(drafts, [Some(want[..2].to_vec())], "{name}");
 
         // A request whose rows the states do not hold is refused: one past them would read the
         // mask state, which the pass's table holds past the states. So is a request of more
         // rows than slots.
         let past = [request(tables[0], real - 2..real + 1, true)];
-        assert!(proposer.propose(&aux.narrow(0, 0, real).unwrap(), &past, 2).is_err());
+        assert!(proposer.propose(&states.narrow(0, 0, real).unwrap(), &past, 2).is_err());
         let mut longer = request(tables[0], PREFILL..real, true);
         longer.states = PREFILL..real + 1;
-        assert!(proposer.propose(aux, &[longer], 2).is_err());
+        assert!(proposer.propose(states, &[longer], 2).is_err());
     }
 }
 
@@ -200,8 +200,9 @@ fn eagle3_drafts_against_passes_fed_by_the_host((target, drafter): (PathBuf, Pat
     // Proposed again over the same slots, which it writes again: the same drafts. The passes
     // wrote the drafter's cache where the reference's did, to the same bits: each later pass
     // at its own position (argmax alone may not tell a pass one position off).
+    let projected = proposer.project(&states).unwrap();
     for round in 0..2 {
-        let got = read(proposer.propose(&states, &requests, k).unwrap());
+        let got = read(proposer.propose(&projected, &requests, k).unwrap());
         assert_eq!(
             got,
             [None, Some(want[0].clone()), Some(want[1].clone())],
@@ -211,15 +212,15 @@ fn eagle3_drafts_against_passes_fed_by_the_host((target, drafter): (PathBuf, Pat
     }
     // Drafts stay as proposed while the next round of the same shape drafts otherwise: a
     // sequence that sits out a step has its drafts verified later.
-    let kept = proposer.propose(&states, &requests, k).unwrap();
-    let other_states = (&states * -1.0).unwrap();
+    let kept = proposer.propose(&projected, &requests, k).unwrap();
+    let other_states = proposer.project(&(&states * -1.0).unwrap()).unwrap();
     let other = read(proposer.propose(&other_states, &requests, k).unwrap());
     assert_ne!(other[1], Some(want[0].clone()), "the next round drafts otherwise");
     assert_eq!(read(kept), [None, Some(want[0].clone()), Some(want[1].clone())]);
     // Fewer drafts: two, then the first pass's alone.
-    let got = read(proposer.propose(&states, &requests, 2).unwrap());
+    let got = read(proposer.propose(&projected, &requests, 2).unwrap());
     assert_eq!(got, [None, Some(want[0][..2].to_vec()), Some(want[1][..2].to_vec())]);
-    let got = read(proposer.propose(&states, &requests, 1).unwrap());
+    let got = read(proposer.propose(&projected, &requests, 1).unwrap());
     assert_eq!(got, [None, Some(want[0][..1].to_vec()), Some(want[1][..1].to_vec())]);
     mapped
 }

@@ -4,6 +4,7 @@
 //! passes. On the CPU the same values are made by host code, the kernel's reference.
 
 use crate::error::bad_input;
+use crate::indices::Indices;
 use candle_core::{DType, Result, Tensor};
 
 /// What the last drafter pass left, on its device.
@@ -27,12 +28,12 @@ pub struct LastPass<'a> {
 /// other rows read.
 pub fn chain_drafts(
     last: LastPass,
-    picks: &[u32],
+    picks: &Indices,
     tokens: &Tensor,
     drafts: &Tensor,
     hidden_into: Option<&Tensor>,
 ) -> Result<Tensor> {
-    check(last, picks, tokens, drafts, hidden_into)?;
+    check(last, picks.values(), tokens, drafts, hidden_into)?;
     #[cfg(feature = "cuda")]
     if last.hidden.device().is_cuda() {
         let tensors = crate::cuda::ChainTensors {
@@ -44,15 +45,12 @@ pub fn chain_drafts(
         };
         return crate::cuda::chain_drafts(&tensors, picks, hidden_into);
     }
-    let places: Vec<u32> = (0..picks.len() as u32).collect();
-    crate::take_ids(tokens, &places, last.ids, picks, Some(last.to_target))?;
-    let written = drafts.dim(0)?;
-    crate::take_ids(
-        drafts,
-        &places[..written],
+    crate::pick_ids(last.ids, picks, Some(last.to_target), Some(tokens))?;
+    crate::pick_ids(
         last.ids,
-        &picks[..written],
+        &picks.first(drafts.dim(0)?)?,
         Some(last.to_target),
+        Some(drafts),
     )?;
     match hidden_into {
         Some(into) => {
@@ -140,7 +138,7 @@ mod tests {
         let inputs = Tensor::zeros(6, DType::U32, &dev).unwrap();
         let tokens = inputs.narrow(0, 0, 4).unwrap();
         let drafts = Tensor::zeros(2, DType::U32, &dev).unwrap();
-        let got = chain_drafts(last, &[1, 0, 2, 1], &tokens, &drafts, None).unwrap();
+        let got = chain_drafts(last, &Indices::new(&[1, 0, 2, 1]), &tokens, &drafts, None).unwrap();
         assert_eq!(got.to_vec2::<f32>().unwrap(), [[3., 4.], [1., 2.], [5., 6.], [3., 4.]]);
         // Id 9 is past the map: token 0.
         assert_eq!(inputs.to_vec1::<u32>().unwrap(), [10, 12, 0, 10, 0, 0]);
@@ -149,7 +147,7 @@ mod tests {
         let into = Tensor::zeros((1, 2), DType::F32, &dev).unwrap();
         chain_drafts(
             last,
-            &[2],
+            &Indices::new(&[2]),
             &inputs.narrow(0, 5, 1).unwrap(),
             &drafts.narrow(0, 0, 0).unwrap(),
             Some(&into),
@@ -157,8 +155,9 @@ mod tests {
         .unwrap();
         assert_eq!(into.to_vec2::<f32>().unwrap(), [[5., 6.]]);
 
-        let refused =
-            |picks: &[u32], tokens: &Tensor, drafts: &Tensor| chain_drafts(last, picks, tokens, drafts, None).is_err();
+        let refused = |picks: &[u32], tokens: &Tensor, drafts: &Tensor| {
+            chain_drafts(last, &Indices::new(picks), tokens, drafts, None).is_err()
+        };
         assert!(
             refused(&[3], &tokens.narrow(0, 0, 1).unwrap(), &drafts),
             "a row past the kept rows"

@@ -1,17 +1,18 @@
 //! Rows gathered from two tables in one op: a drafter pass's hidden input, each row from the
-//! projected target states or (P-EAGLE's mask slots) the mask state. On a GPU it is one upload
-//! of the picks and one launch (`kernels/gather_rows.cu`), where concatenating the tables and
-//! candle's gather would take four operations; on the CPU it is those two candle ops, the
-//! kernel's reference.
+//! projected target states or (P-EAGLE's mask slots) the mask state. On a GPU it is one launch
+//! (`kernels/gather_rows.cu`), with an upload of the picks unless they came with the forward's
+//! inputs (`Indices`), where concatenating the tables and candle's gather would take four
+//! operations; on the CPU it is those two candle ops, the kernel's reference.
 
 use crate::error::bad_input;
+use crate::indices::Indices;
 use candle_core::{Result, Tensor};
 
 /// Row i is row `picks[i]` of `first` [a, cols] where that is below a, else row
 /// `picks[i] - a` of `second` [b, cols] (None: no rows past `first`'s); both tables of one
 /// dtype on one device. A pick past both tables is an error.
-pub fn gather_rows(first: &Tensor, second: Option<&Tensor>, picks: &[u32]) -> Result<Tensor> {
-    check(first, second, picks)?;
+pub fn gather_rows(first: &Tensor, second: Option<&Tensor>, picks: &Indices) -> Result<Tensor> {
+    check(first, second, picks.values())?;
     if picks.is_empty() {
         return crate::no_rows(first.dim(1)?, first.dtype(), first.device());
     }
@@ -23,13 +24,13 @@ pub fn gather_rows(first: &Tensor, second: Option<&Tensor>, picks: &[u32]) -> Re
         Some(s) => Tensor::cat(&[first, s], 0)?,
         None => first.contiguous()?,
     };
-    table.index_select(&Tensor::from_slice(picks, picks.len(), first.device())?, 0)
+    table.index_select(&Tensor::from_slice(picks.values(), picks.len(), first.device())?, 0)
 }
 
 /// `gather_rows` written into `out` [picks, cols], contiguous and of the tables' dtype: on a
 /// GPU into its memory, with no buffer of its own and no copy (a CUDA graph's input).
-pub fn gather_rows_into(out: &Tensor, first: &Tensor, second: Option<&Tensor>, picks: &[u32]) -> Result<()> {
-    check(first, second, picks)?;
+pub fn gather_rows_into(out: &Tensor, first: &Tensor, second: Option<&Tensor>, picks: &Indices) -> Result<()> {
+    check(first, second, picks.values())?;
     if out.dims() != [picks.len(), first.dim(1)?]
         || out.dtype() != first.dtype()
         || !out.is_contiguous()
@@ -57,10 +58,10 @@ pub fn gather_rows_into(out: &Tensor, first: &Tensor, second: Option<&Tensor>, p
 
 /// `kernels/gather_rows.cu` over the tables made contiguous, into `out` or a new tensor.
 #[cfg(feature = "cuda")]
-fn on_the_gpu(first: &Tensor, second: Option<&Tensor>, picks: &[u32], out: Option<&Tensor>) -> Result<Tensor> {
+fn on_the_gpu(first: &Tensor, second: Option<&Tensor>, picks: &Indices, out: Option<&Tensor>) -> Result<Tensor> {
     let first = first.contiguous()?;
     let second = second.map(Tensor::contiguous).transpose()?;
-    crate::cuda::gather_rows(&first, second.as_ref().unwrap_or(&first), picks, out)
+    crate::cuda::gather_rows(&first, second.as_ref(), picks, out)
 }
 
 /// Checks the tables against each other and the picks against the tables.
@@ -102,23 +103,25 @@ mod tests {
         let dev = Device::Cpu;
         let first = Tensor::arange(0f32, 6., &dev).unwrap().reshape((3, 2)).unwrap();
         let second = Tensor::new(&[[10f32, 11.]], &dev).unwrap();
-        let got = gather_rows(&first, Some(&second), &[3, 0, 2, 3]).unwrap();
+        let got = gather_rows(&first, Some(&second), &Indices::new(&[3, 0, 2, 3])).unwrap();
         assert_eq!(
             got.to_vec2::<f32>().unwrap(),
             [[10., 11.], [0., 1.], [4., 5.], [10., 11.]]
         );
-        let got = gather_rows(&first.t().unwrap(), None, &[1, 1]).unwrap();
+        let got = gather_rows(&first.t().unwrap(), None, &Indices::new(&[1, 1])).unwrap();
         assert_eq!(got.to_vec2::<f32>().unwrap(), [[1., 3., 5.], [1., 3., 5.]]);
-        assert_eq!(gather_rows(&first, None, &[]).unwrap().dims(), [0, 2]);
-        let err = gather_rows(&first, Some(&second), &[4]).unwrap_err().to_string();
+        assert_eq!(gather_rows(&first, None, &Indices::new(&[])).unwrap().dims(), [0, 2]);
+        let err = gather_rows(&first, Some(&second), &Indices::new(&[4]))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("row 4 of tables of 3 and 1 rows"), "{err}");
         let other = second.to_dtype(DType::BF16).unwrap();
-        assert!(gather_rows(&first, Some(&other), &[0]).is_err());
+        assert!(gather_rows(&first, Some(&other), &Indices::new(&[0])).is_err());
 
         // Into a tensor that exists: the same rows, and a tensor of another shape refused.
         let out = Tensor::zeros((2, 2), DType::F32, &dev).unwrap();
-        gather_rows_into(&out, &first, Some(&second), &[3, 1]).unwrap();
+        gather_rows_into(&out, &first, Some(&second), &Indices::new(&[3, 1])).unwrap();
         assert_eq!(out.to_vec2::<f32>().unwrap(), [[10., 11.], [2., 3.]]);
-        assert!(gather_rows_into(&out, &first, None, &[1]).is_err());
+        assert!(gather_rows_into(&out, &first, None, &Indices::new(&[1])).is_err());
     }
 }

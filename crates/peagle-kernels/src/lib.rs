@@ -22,6 +22,7 @@ mod fp8_weight;
 mod gather_rows;
 mod gumbel_sample;
 mod head_rows;
+mod indices;
 mod invariant_matmul;
 mod isa;
 /// The kernels' shapes and limits: each `#define` of `kernels/` with one decimal value, written
@@ -64,6 +65,7 @@ pub use exp::exp_in_place;
 pub use fp8_weight::{fp8_linear, Fp8Weight};
 pub use gather_rows::{gather_rows, gather_rows_into};
 pub use gumbel_sample::{gumbel_sample, issue_gumbel_sample, splitmix64, GumbelRequest};
+pub use indices::Indices;
 pub use invariant_matmul::{
     invariant_linear, invariant_linear_swiglu, invariant_matmul, invariant_matmul_by, invariant_matmul_tiled,
 };
@@ -83,5 +85,5 @@ pub use rms_norm::{add_rms_norm, rms_norm, rms_norm_pair};
 pub use rope::{rope, Rotation};
 pub use row_candidates::{issue_row_candidates, row_candidates, CandidateRequest, RowCandidates, MAX_ROW_CANDIDATES};
 pub use swiglu::{clamped_swiglu, swiglu};
-pub use take_ids::take_ids;
+pub use take_ids::{ids_to_write, pick_ids, take_ids};
 pub use upload::upload_into;

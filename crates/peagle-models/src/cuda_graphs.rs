@@ -230,9 +230,9 @@ fn padded_batch(batch: &ForwardBatch, shape: GraphShape, table_width: usize, kv:
 }
 
 /// Runs `graph` over its inputs as last written: the outputs of the first `rows`, the logits
-/// made from their states by `target`'s head after the graph. The captured states are tensors
-/// of their own: the graph's are overwritten by the shape's next replay, and a drafter may
-/// keep them for a later step. No final states (`ForwardOutput::final_hidden`) are returned:
+/// made from their states by `target`'s head after the graph. The captured states are the
+/// graph's own, which the shape's next replay overwrites: the engine projects them for its
+/// drafter before then, and keeps only the projection. No final states (`ForwardOutput::final_hidden`) are returned:
 /// only training reads them, and it runs no graph.
 #[cfg(feature = "cuda")]
 fn replay(
@@ -244,7 +244,7 @@ fn replay(
     let first = graph.outputs.first_rows(rows)?;
     ForwardStates {
         logit_states: first.logit_states,
-        aux_hidden: first.aux_hidden.map(|t| t.force_contiguous()).transpose()?,
+        aux_hidden: first.aux_hidden,
         final_hidden: None,
     }
     .logits(target)

@@ -4,6 +4,7 @@
 //! target's forward; it reads them while that forward runs, to verify them after it.
 
 use candle_core::{Result, Tensor};
+use peagle_kernels::Indices;
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 
@@ -54,8 +55,12 @@ pub struct DeviceTokens {
 }
 
 impl DeviceTokens {
-    /// Writes these rows' tokens into `ids_input`, a forward's u32 [rows] token input.
-    pub fn write_into(&self, ids_input: &Tensor) -> Result<()> {
-        peagle_kernels::take_ids(ids_input, &self.rows, &self.ids, &self.picks, None)
+    /// Writes these rows' tokens into `ids_input`, a forward's u32 [rows] token input, with
+    /// `rows` and `picks` holding this set's (`ForwardInputs` may have uploaded them).
+    pub fn write_into(&self, ids_input: &Tensor, rows: &Indices, picks: &Indices) -> Result<()> {
+        if rows.values() != self.rows || picks.values() != self.picks {
+            candle_core::bail!("device tokens written with other rows or picks than theirs");
+        }
+        peagle_kernels::take_ids(ids_input, rows, &self.ids, picks, None)
     }
 }

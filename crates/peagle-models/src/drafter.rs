@@ -18,7 +18,8 @@ use crate::layers::{
     RotaryEmbedding,
 };
 use crate::target_model::TargetModel;
-use candle_core::{bail, DType, Device, Result, Tensor};
+use candle_core::{bail, Device, Result, Tensor};
+use peagle_kernels::Indices;
 use std::path::Path;
 
 /// The hidden input of a drafter pass.
@@ -49,13 +50,29 @@ pub struct GreedyDrafts {
     hidden: Tensor,
     /// The kept row of each logit row, in order; None: logit row i is kept row i.
     rows: Option<Vec<u32>>,
+    /// `rows` on the device, where the pass's inputs carried them (a graph's, which its
+    /// shape's next replay overwrites, as it does the outputs).
+    rows_uploaded: Option<Tensor>,
 }
 
 impl GreedyDrafts {
     /// Drafts whose logit row i is kept row `rows[i]` of `kept_ids` and `hidden`, or kept row i
     /// where `rows` is None.
     pub(crate) fn new(kept_ids: Tensor, hidden: Tensor, rows: Option<Vec<u32>>) -> Self {
-        Self { kept_ids, hidden, rows }
+        Self {
+            kept_ids,
+            hidden,
+            rows,
+            rows_uploaded: None,
+        }
+    }
+
+    /// `new`'s drafts, with `rows` also on the device: `uploaded` holds them.
+    pub(crate) fn with_rows_uploaded(kept_ids: Tensor, hidden: Tensor, rows: Vec<u32>, uploaded: Tensor) -> Self {
+        Self {
+            rows_uploaded: Some(uploaded),
+            ..Self::new(kept_ids, hidden, Some(rows))
+        }
     }
 
     /// The draft id (in the drafter's vocabulary) of each logit row, in order, copied to the
@@ -78,18 +95,16 @@ impl GreedyDrafts {
     /// does not wait: a later forward takes them where they lie (`DeviceIds`). A copy, so a
     /// graph's next replay does not overwrite them.
     pub fn target_ids(&self, drafter: &Drafter, into: Option<&Tensor>) -> Result<Tensor> {
-        let picks: Vec<u32> = match &self.rows {
-            Some(rows) => rows.clone(),
-            None => (0..self.kept_ids.dim(0)? as u32).collect(),
+        let identity: Vec<u32>;
+        let picks = match (&self.rows, &self.rows_uploaded) {
+            (Some(rows), Some(uploaded)) => Indices::uploaded(rows, uploaded.clone())?,
+            (Some(rows), None) => Indices::new(rows),
+            (None, _) => {
+                identity = (0..self.kept_ids.dim(0)? as u32).collect();
+                Indices::new(&identity)
+            }
         };
-        let out = match into {
-            Some(t) if t.dims() != [picks.len()] => bail!("{} drafts into a tensor of {:?}", picks.len(), t.dims()),
-            Some(t) => t.clone(),
-            None => Tensor::zeros(picks.len(), DType::U32, self.kept_ids.device())?,
-        };
-        let at: Vec<u32> = (0..picks.len() as u32).collect();
-        peagle_kernels::take_ids(&out, &at, &self.kept_ids, &picks, Some(&drafter.to_target))?;
-        Ok(out)
+        peagle_kernels::pick_ids(&self.kept_ids, &picks, Some(&drafter.to_target), into)
     }
 
     /// The logit rows' hidden outputs as the next pass's hidden input.
@@ -287,7 +302,7 @@ impl Drafter {
 
     /// A pass over the paged cache (inference); logits for the batch's logit rows.
     pub fn forward(&self, batch: &ForwardBatch, hidden: &DraftHidden, kv: &KvCache) -> Result<DraftOutput> {
-        self.forward_inputs(&self.inputs(batch)?, hidden, kv)
+        self.forward_inputs(&self.inputs(batch, &[])?, hidden, kv)
     }
 
     /// `forward` over a batch's inputs already on the device.
@@ -300,14 +315,16 @@ impl Drafter {
         }
     }
 
-    /// A batch's inputs on the drafter's device.
-    pub fn inputs(&self, batch: &ForwardBatch) -> Result<ForwardInputs> {
-        ForwardInputs::new(batch, &self.rope, &self.device)
+    /// A batch's inputs on the drafter's device, with the kernel indices `indices`
+    /// (`ForwardInputs::new`).
+    pub fn inputs(&self, batch: &ForwardBatch, indices: &[u32]) -> Result<ForwardInputs> {
+        ForwardInputs::new(batch, &self.rope, &self.device, indices)
     }
 
-    /// Writes a batch's inputs into `target`'s, laid out alike (a CUDA graph's).
-    pub fn upload_inputs(&self, batch: &ForwardBatch, target: &ForwardInputs) -> Result<()> {
-        ForwardInputs::upload_into(batch, &self.rope, target)
+    /// Writes a batch's inputs and the kernel indices `indices` into `target`'s, laid out
+    /// alike (a CUDA graph's).
+    pub fn upload_inputs(&self, batch: &ForwardBatch, target: &ForwardInputs, indices: &[u32]) -> Result<()> {
+        ForwardInputs::upload_into(batch, &self.rope, target, indices)
     }
 
     /// A pass over the paged cache up to the final norm: the last layer's output for every

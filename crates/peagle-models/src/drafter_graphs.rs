@@ -22,6 +22,7 @@ use crate::drafter::{DraftHidden, Drafter, GreedyDrafts};
 use crate::forward_inputs::ForwardInputs;
 use crate::kv_cache::KvCache;
 use candle_core::{bail, Result, Tensor};
+use peagle_kernels::Indices;
 use std::ops::RangeInclusive;
 
 /// The shape a drafter pass is captured and replayed at.
@@ -147,40 +148,52 @@ impl<'a> PassHidden<'a> {
     pub fn gather(&self) -> Result<Tensor> {
         match self.picks {
             None => Ok(self.table.clone()),
-            Some(picks) => peagle_kernels::gather_rows(self.table, self.more, picks),
+            Some(picks) => peagle_kernels::gather_rows(self.table, self.more, &Indices::new(picks)),
         }
     }
 
-    /// The hidden input of a pass whose row i is row `rows[i]` of this input's pass (a graph's
-    /// padded rows; None: the same rows, as many as `tokens` holds), written into `into` where
-    /// given (a graph's input).
+    /// The row of this input's table (past it, of `more`) that each row of a pass whose row i
+    /// is row `rows[i]` of this input's pass reads (a graph's padded rows). Chained, the pass's
+    /// own rows must lead, in order: their tokens are the drafts.
+    pub fn picks(&self, rows: &[u32]) -> Result<Vec<u32>> {
+        if let Some(chain) = self.chain {
+            let own = chain.drafts.dim(0)?;
+            if rows.len() < own || rows.iter().copied().take(own).ne(0..own as u32) {
+                bail!("a chained pass's {own} rows must lead its {} rows", rows.len());
+            }
+        }
+        Ok(rows.iter().map(|&row| self.source(row)).collect())
+    }
+
+    /// The hidden input of this input's pass itself, its rows as many as `tokens` holds
+    /// (`feed` over them).
+    pub fn feed_own_rows(&self, tokens: &Tensor) -> Result<Tensor> {
+        if self.chain.is_none() {
+            return self.gather();
+        }
+        let picks = self.picks(&(0..tokens.dim(0)? as u32).collect::<Vec<_>>())?;
+        self.feed(&Indices::new(&picks), tokens, None)
+    }
+
+    /// The hidden input of a pass whose row i reads row `picks[i]` of this input's table (as
+    /// `picks` gives them), written into `into` where given (a graph's input).
     /// Chained, each row's token is also written into `tokens` (the pass's ids), and the
     /// drafts of this input's rows into the chain's drafts.
-    pub fn feed(&self, rows: Option<&[u32]>, tokens: &Tensor, into: Option<&Tensor>) -> Result<Tensor> {
-        let picks: Vec<u32> = match rows {
-            Some(rows) => rows.iter().map(|&row| self.source(row)).collect(),
-            None if self.chain.is_none() && into.is_none() => return self.gather(),
-            None => (0..tokens.dim(0)? as u32).map(|row| self.source(row)).collect(),
-        };
+    pub fn feed(&self, picks: &Indices, tokens: &Tensor, into: Option<&Tensor>) -> Result<Tensor> {
         let Some(chain) = self.chain else {
             return match into {
                 Some(into) => {
-                    peagle_kernels::gather_rows_into(into, self.table, self.more, &picks).map(|()| into.clone())
+                    peagle_kernels::gather_rows_into(into, self.table, self.more, picks).map(|()| into.clone())
                 }
-                None => peagle_kernels::gather_rows(self.table, self.more, &picks),
+                None => peagle_kernels::gather_rows(self.table, self.more, picks),
             };
         };
-        // The drafts are the first rows' tokens: the pass's own rows must lead, in order.
-        let own = chain.drafts.dim(0)?;
-        if picks.len() < own || rows.is_some_and(|rows| rows.iter().copied().take(own).ne(0..own as u32)) {
-            bail!("a chained pass's {own} rows must lead its {} rows", picks.len());
-        }
         let last = peagle_kernels::LastPass {
             ids: chain.ids,
             hidden: self.table,
             to_target: chain.to_target,
         };
-        peagle_kernels::chain_drafts(last, &picks, tokens, chain.drafts, into)
+        peagle_kernels::chain_drafts(last, picks, tokens, chain.drafts, into)
     }
 }
 
@@ -246,8 +259,10 @@ fn kept_rows(logit_rows: &[u32], shape: DraftShape) -> Result<(Vec<u32>, Vec<u32
 impl PaddedPass {
     /// The inputs of the padded pass, with the pass's hidden input gathered to its rows.
     pub fn inputs(&self, drafter: &Drafter, hidden: PassHidden) -> Result<DraftInputs> {
-        let forward = drafter.inputs(&self.batch)?;
-        let hidden = hidden.feed(Some(&self.sources), &forward.ids, None)?;
+        let indices = self.kernel_indices(&hidden)?;
+        let forward = drafter.inputs(&self.batch, &indices)?;
+        let picks = self.gather_indices(&forward, &indices)?;
+        let hidden = hidden.feed(&picks, &forward.ids, None)?;
         Ok(DraftInputs { forward, hidden })
     }
 
@@ -255,14 +270,38 @@ impl PaddedPass {
     /// hidden input gathered straight into its own, and a chained pass's tokens over the
     /// batch's.
     pub fn upload_into(&self, drafter: &Drafter, hidden: PassHidden, target: &DraftInputs) -> Result<()> {
-        drafter.upload_inputs(&self.batch, &target.forward)?;
-        hidden.feed(Some(&self.sources), &target.forward.ids, Some(&target.hidden))?;
+        let indices = self.kernel_indices(&hidden)?;
+        drafter.upload_inputs(&self.batch, &target.forward, &indices)?;
+        let picks = self.gather_indices(&target.forward, &indices)?;
+        hidden.feed(&picks, &target.forward.ids, Some(&target.hidden))?;
         Ok(())
     }
 
-    /// The pass's greedy drafts from what its graph left (`out`), left where they are.
-    pub fn output(&self, out: &DeviceDrafts) -> GreedyDrafts {
-        GreedyDrafts::new(out.ids.clone(), out.hidden.clone(), Some(self.landed.clone()))
+    /// The pass's greedy drafts from what its graph left (`out`) over its inputs `inputs`,
+    /// left where they are.
+    pub fn output(&self, inputs: &DraftInputs, out: &DeviceDrafts) -> Result<GreedyDrafts> {
+        let rows = self.sources.len();
+        let landed = rows..rows + self.landed.len();
+        let (ids, hidden) = (out.ids.clone(), out.hidden.clone());
+        Ok(match inputs.forward.uploaded_indices(landed)? {
+            Some(uploaded) => GreedyDrafts::with_rows_uploaded(ids, hidden, self.landed.clone(), uploaded),
+            None => GreedyDrafts::new(ids, hidden, Some(self.landed.clone())),
+        })
+    }
+
+    /// The kernel indices the pass's inputs carry: the row of `hidden`'s table that each row
+    /// reads, then where each logit row lands among the rows kept.
+    fn kernel_indices(&self, hidden: &PassHidden) -> Result<Vec<u32>> {
+        let mut indices = hidden.picks(&self.sources)?;
+        indices.extend_from_slice(&self.landed);
+        Ok(indices)
+    }
+
+    /// The rows of the hidden input's table that the pass's rows read, from its kernel
+    /// indices `indices` as `forward` holds them.
+    fn gather_indices<'a>(&self, forward: &ForwardInputs, indices: &'a [u32]) -> Result<Indices<'a>> {
+        let rows = self.sources.len();
+        forward.indices(0..rows, &indices[..rows])
     }
 }
 
@@ -402,7 +441,7 @@ impl DrafterGraphs {
             return Ok(None);
         };
         graph.launch()?;
-        Ok(Some(pass.output(&graph.outputs)))
+        pass.output(&graph.inputs, &graph.outputs).map(Some)
     }
 
     /// Captures a graph of every shape of its kinds of passes within the limits

@@ -5,11 +5,19 @@
 //! replay it over new inputs written into the same tensors.
 //! The integer inputs are views of one tensor and the rotary tables of another: two uploads
 //! a forward, straight into a graph's inputs on its replays, however many inputs there are.
+//! On a GPU the integers also carry the indices of the kernels issued beside the forward (the
+//! device tokens' places and picks, a drafter pass's gather), so those add no upload of their
+//! own.
 
 use crate::batch::ForwardBatch;
 use crate::layers::{RopeTables, RotaryEmbedding};
 use candle_core::{bail, Device, Result, Tensor};
-use peagle_kernels::{AttentionMetadata, DeviceMetadata};
+use peagle_kernels::{AttentionMetadata, DeviceMetadata, Indices};
+use std::ops::Range;
+
+/// Kernel indices the integers hold a row, at most: a device token's place and pick, or a
+/// drafter pass's row to gather and a logit row's place.
+const INDICES_A_ROW: usize = 2;
 
 pub struct ForwardInputs {
     /// Every u32 input end to end, in the order `new` lays them out.
@@ -23,14 +31,18 @@ pub struct ForwardInputs {
     pub logit_rows: RowSelection,
     /// The rows whose hidden states the forward captures.
     pub capture_rows: RowSelection,
+    /// On a GPU, the kernel indices (`INDICES_A_ROW` a row): the caller's, then the device
+    /// tokens' places and picks, then zeros. None on the CPU, whose kernels read the host's.
+    kernel_indices: Option<Tensor>,
 }
 
 impl ForwardInputs {
-    /// The inputs of `batch` on `device`, its rows rotated by `rope`.
-    pub fn new(batch: &ForwardBatch, rope: &RotaryEmbedding, device: &Device) -> Result<Self> {
+    /// The inputs of `batch` on `device`, its rows rotated by `rope`; `indices` are kernel
+    /// indices the caller reads back by `indices` (on a GPU, uploaded with the rest).
+    pub fn new(batch: &ForwardBatch, rope: &RotaryEmbedding, device: &Device, indices: &[u32]) -> Result<Self> {
         let rows = batch.token_ids.len();
         let mut attn = batch.attn.clone();
-        let (values, lengths) = integers(batch, !device.is_cpu());
+        let (values, lengths) = integers(batch, !device.is_cpu(), indices)?;
         let integers = Tensor::from_vec(values, lengths.iter().sum::<usize>(), device)?;
         let mut views = Vec::with_capacity(lengths.len());
         let mut at = 0;
@@ -38,31 +50,38 @@ impl ForwardInputs {
             views.push(integers.narrow(0, at, length)?);
             at += length;
         }
-        let [ids, packed, slots, logit_rows, capture_rows] = <[Tensor; 5]>::try_from(views).expect("five parts");
+        let [ids, packed, slots, logit_rows, capture_rows, kernel_indices] =
+            <[Tensor; 6]>::try_from(views).expect("six parts");
+        let kernel_indices = (!device.is_cpu()).then_some(kernel_indices);
         if !device.is_cpu() {
             attn.device = Some(DeviceMetadata { packed, slots });
         }
-        for tokens in &batch.device_tokens {
-            tokens.write_into(&ids)?;
-        }
-        Ok(Self {
+        let inputs = Self {
             integers,
             ids,
             rope: rope.tables(&batch.positions, device)?,
             attn,
             logit_rows: RowSelection::new(logit_rows, batch.logit_rows.len(), rows),
             capture_rows: RowSelection::new(capture_rows, batch.capture_rows.len(), rows),
-        })
+            kernel_indices,
+        };
+        inputs.write_device_tokens(batch, indices.len())?;
+        Ok(inputs)
     }
 
-    /// Writes the inputs of `batch`, its rows rotated by `rope`, into `target`'s tensors, laid
-    /// out alike: the tensors a captured CUDA graph reads, before its replay. Two copies from
-    /// the host, straight into them.
-    pub fn upload_into(batch: &ForwardBatch, rope: &RotaryEmbedding, target: &ForwardInputs) -> Result<()> {
+    /// Writes the inputs of `batch`, its rows rotated by `rope`, and the kernel indices
+    /// `indices` into `target`'s tensors, laid out alike: the tensors a captured CUDA graph
+    /// reads, before its replay. Two copies from the host, straight into them.
+    pub fn upload_into(
+        batch: &ForwardBatch,
+        rope: &RotaryEmbedding,
+        target: &ForwardInputs,
+        indices: &[u32],
+    ) -> Result<()> {
         let Some(device) = &target.attn.device else {
             bail!("inputs written into a graph's need their metadata on the device");
         };
-        let (values, lengths) = integers(batch, true);
+        let (values, lengths) = integers(batch, true, indices)?;
         let rows = batch.token_ids.len();
         // Equal totals of equal parts: the ids and metadata, with the rows kept alike, fix the
         // layout of the rest.
@@ -75,29 +94,79 @@ impl ForwardInputs {
             bail!("inputs written into a graph's are laid out otherwise");
         }
         peagle_kernels::upload_into(&target.integers, &values)?;
-        for tokens in &batch.device_tokens {
-            tokens.write_into(&target.ids)?;
-        }
+        target.write_device_tokens(batch, indices.len())?;
         peagle_kernels::upload_into(target.rope.values(), &rope.table_values(&batch.positions))
+    }
+
+    /// `values`, the kernel indices at `range` of those the inputs were made or written with:
+    /// on a GPU, where the upload put them.
+    pub fn indices<'a>(&self, range: Range<usize>, values: &'a [u32]) -> Result<Indices<'a>> {
+        if values.len() != range.len() {
+            bail!("{} kernel indices read as {range:?}", values.len());
+        }
+        match self.uploaded_indices(range)? {
+            Some(uploaded) => Indices::uploaded(values, uploaded),
+            None => Ok(Indices::new(values)),
+        }
+    }
+
+    /// The kernel indices at `range` where the upload put them, on a GPU; None on the CPU.
+    pub fn uploaded_indices(&self, range: Range<usize>) -> Result<Option<Tensor>> {
+        self.kernel_indices
+            .as_ref()
+            .map(|all| all.narrow(0, range.start, range.len()))
+            .transpose()
+    }
+
+    /// Writes the batch's device tokens into the token ids, their places and picks read where
+    /// `integers` put them, after the caller's `before` kernel indices.
+    fn write_device_tokens(&self, batch: &ForwardBatch, before: usize) -> Result<()> {
+        let mut at = before;
+        for tokens in &batch.device_tokens {
+            let n = tokens.rows.len();
+            let rows = self.indices(at..at + n, &tokens.rows)?;
+            let picks = self.indices(at + n..at + 2 * n, &tokens.picks)?;
+            tokens.write_into(&self.ids, &rows, &picks)?;
+            at += 2 * n;
+        }
+        Ok(())
     }
 }
 
 /// Every u32 input of `batch` end to end, and each part's length: the ids, on a GPU
 /// (`on_gpu`) the attention metadata and cache slots, then the indices of the rows kept where
-/// not all or none are.
-fn integers(batch: &ForwardBatch, on_gpu: bool) -> (Vec<u32>, [usize; 5]) {
+/// not all or none are, then on a GPU the kernel indices: `indices`, the device tokens' places
+/// and picks, and zeros to `INDICES_A_ROW` a row, so that the layout depends on the rows alone.
+fn integers(batch: &ForwardBatch, on_gpu: bool, indices: &[u32]) -> Result<(Vec<u32>, [usize; 6])> {
     let rows = batch.token_ids.len();
     let packed = if on_gpu { batch.attn.packed() } else { Vec::new() };
     let slots: &[u32] = if on_gpu { &batch.attn.slot_mapping } else { &[] };
     let selected = |r: &[u32]| if r.is_empty() || r.len() == rows { 0 } else { r.len() };
+    let mut kernel_indices = Vec::new();
+    if on_gpu {
+        kernel_indices.extend_from_slice(indices);
+        for tokens in &batch.device_tokens {
+            kernel_indices.extend_from_slice(&tokens.rows);
+            kernel_indices.extend_from_slice(&tokens.picks);
+        }
+        let room = INDICES_A_ROW * rows;
+        if kernel_indices.len() > room {
+            bail!(
+                "{} kernel indices for a forward of {rows} rows, which holds {room}",
+                kernel_indices.len()
+            );
+        }
+        kernel_indices.resize(room, 0);
+    }
     let parts = [
         &batch.token_ids[..],
         &packed,
         slots,
         &batch.logit_rows[..selected(&batch.logit_rows)],
         &batch.capture_rows[..selected(&batch.capture_rows)],
+        &kernel_indices,
     ];
-    (parts.concat(), parts.map(<[u32]>::len))
+    Ok((parts.concat(), parts.map(<[u32]>::len)))
 }
 
 /// The rows of a batch's activations that an output keeps (their indices ascend).
@@ -144,6 +213,7 @@ mod tests {
     use super::*;
     use crate::batch::{BatchBuilder, Rows};
     use crate::config::{RopeConfig, RopeScaling};
+    use crate::device_ids::DeviceIds;
 
     /// The inputs are views of two uploads, each holding what the batch says.
     #[test]
@@ -159,7 +229,7 @@ mod tests {
                 scaling: RopeScaling::None,
             },
         );
-        let inputs = ForwardInputs::new(&batch, &rope, &Device::Cpu).unwrap();
+        let inputs = ForwardInputs::new(&batch, &rope, &Device::Cpu, &[]).unwrap();
         assert_eq!(inputs.ids.to_vec1::<u32>().unwrap(), [5, 6, 7, 8, 9]);
         let RowSelection::Rows(kept) = &inputs.logit_rows else {
             panic!("3 of 5 rows are kept")
@@ -172,5 +242,28 @@ mod tests {
         let (position, freq) = (batch.positions[1] as f32, rope.inv_freq()[3]);
         assert_eq!(cos.to_vec2::<f32>().unwrap()[1][3], (position * freq).cos());
         assert_eq!(sin.to_vec2::<f32>().unwrap()[1][3], (position * freq).sin());
+    }
+
+    /// On a GPU the integers end in room for two kernel indices a row, whatever the batch
+    /// asks, so a graph's layout depends on its rows alone: the caller's indices, then each
+    /// tensor's device tokens' places and picks, then zeros. More than fit is an error.
+    #[test]
+    fn kernel_indices_end_the_integers_in_room_fixed_by_the_rows() {
+        let ids = Tensor::new(&[40u32, 41, 42], &Device::Cpu).unwrap();
+        let drafts = DeviceIds {
+            ids: ids.clone(),
+            picks: vec![2, 0],
+        };
+        let mut batch = BatchBuilder::new(4);
+        batch.add_then(&[5], &drafts, 0, &[0], Rows::All, Rows::None).unwrap();
+        batch.add(&[8], 0, &[1], Rows::All, Rows::None).unwrap();
+        let batch = batch.build();
+        let (values, lengths) = integers(&batch, true, &[9, 9]).unwrap();
+        let kernel_indices = &values[values.len() - lengths[5]..];
+        // Places 1 and 2 of the four rows take picks 2 and 0.
+        assert_eq!(kernel_indices, [9, 9, 1, 2, 2, 0, 0, 0]);
+        assert!(integers(&batch, true, &[9; 5]).is_err(), "nine indices for four rows");
+        let (_, lengths) = integers(&batch, false, &[9, 9]).unwrap();
+        assert_eq!(lengths[5], 0, "the CPU's kernels read the host's indices");
     }
 }

@@ -117,12 +117,12 @@ impl TargetModel for Llama {
 
     fn inputs(&self, batch: &ForwardBatch, kv: &KvCache) -> Result<ForwardInputs> {
         check_batch(batch, kv, &self.dims)?;
-        ForwardInputs::new(batch, &self.rope, &self.device)
+        ForwardInputs::new(batch, &self.rope, &self.device, &[])
     }
 
     fn upload_inputs(&self, batch: &ForwardBatch, kv: &KvCache, target: &ForwardInputs) -> Result<()> {
         check_batch(batch, kv, &self.dims)?;
-        ForwardInputs::upload_into(batch, &self.rope, target)
+        ForwardInputs::upload_into(batch, &self.rope, target, &[])
     }
 
     fn reads_back(&self) -> bool {

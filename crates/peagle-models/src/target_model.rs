@@ -70,7 +70,8 @@ pub struct ForwardOutput {
     /// [logit rows, vocab], f32.
     pub logits: Tensor,
     /// [capture rows, capture layers * hidden]: the residual stream entering each capture
-    /// layer, concatenated in `capture_layers` order. `None` when no row was captured.
+    /// layer, concatenated in `capture_layers` order. `None` when no row was captured. From
+    /// a forward by a CUDA graph, the graph's own: read it before the shape's next replay.
     pub aux_hidden: Option<Tensor>,
     /// [capture rows, hidden]: the output of the last layer before the final norm, which
     /// training reads. `None` also from a forward by a CUDA graph (`CudaGraphs`).

@@ -374,8 +374,8 @@ fn drafter_passes_by_cuda_graphs_equal_passes_without() {
             .forward(&d, &next, graph_last.chained(&d, &graph_drafts), &graph_kv)
             .unwrap()
             .expect("a graph's shape");
-        let inputs = d.inputs(&next).unwrap();
-        let hidden = last.chained(&d, &want_drafts).feed(None, &inputs.ids, None).unwrap();
+        let inputs = d.inputs(&next, &[]).unwrap();
+        let hidden = last.chained(&d, &want_drafts).feed_own_rows(&inputs.ids).unwrap();
         let want = d.forward_inputs(&inputs, &DraftHidden::Projected(hidden), &kv).unwrap();
         assert_same_drafts(&what, &got, &graph_kv, &d.greedy(want).unwrap(), &kv);
         let written = |t: &Tensor| t.to_vec1::<u32>().unwrap();

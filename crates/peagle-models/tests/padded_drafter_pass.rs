@@ -63,7 +63,9 @@ fn a_padded_drafter_pass_gives_its_rows_the_same_bits_and_keeps_no_padding() {
         assert_same_pass(what, got, &padded_kv, unpadded(), &kv);
 
         // What a graph captures, to the host's drafts.
-        let got = pass.output(&draft_on_device(&d, &inputs, &padded_kv).unwrap());
+        let got = pass
+            .output(&inputs, &draft_on_device(&d, &inputs, &padded_kv).unwrap())
+            .unwrap();
         assert_eq!(
             got.ids().unwrap().len(),
             batch.logit_rows.len(),
@@ -94,8 +96,8 @@ fn a_chained_pass_drafts_what_the_host_would_feed_it() {
     let chained_kv = drafter_cache(&d);
     let last = first_pass(&chained_kv);
     let drafts = Tensor::zeros(3, candle_core::DType::U32, &Device::Cpu).unwrap();
-    let inputs = d.inputs(&next).unwrap();
-    let hidden = last.chained(&d, &drafts).feed(None, &inputs.ids, None).unwrap();
+    let inputs = d.inputs(&next, &[]).unwrap();
+    let hidden = last.chained(&d, &drafts).feed_own_rows(&inputs.ids).unwrap();
     let out = d
         .forward_inputs(&inputs, &DraftHidden::Projected(hidden), &chained_kv)
         .unwrap();
@@ -109,7 +111,9 @@ fn a_chained_pass_drafts_what_the_host_would_feed_it() {
     let shape = draft_shape(&next, &LIMITS).expect("a graph's shape");
     let pass = padded_pass(&next, shape, LIMITS.table_width).unwrap();
     let inputs = pass.inputs(&d, last.chained(&d, &drafts)).unwrap();
-    let got = pass.output(&draft_on_device(&d, &inputs, &padded_kv).unwrap());
+    let got = pass
+        .output(&inputs, &draft_on_device(&d, &inputs, &padded_kv).unwrap())
+        .unwrap();
     assert_same_drafts("chained, padded", &got, &padded_kv, &want, &kv);
     assert_eq!(drafts_of(&drafts), want_drafts, "chained, padded: the drafts written");
 

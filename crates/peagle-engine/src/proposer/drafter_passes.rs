@@ -74,8 +74,8 @@ fn pass(
             Err(e) => tracing::warn!("this drafter pass's shape runs without a CUDA graph: {e}"),
         }
     }
-    let inputs = drafter.inputs(batch)?;
-    let hidden = DraftHidden::Projected(hidden.feed(None, &inputs.ids, None)?);
+    let inputs = drafter.inputs(batch, &[])?;
+    let hidden = DraftHidden::Projected(hidden.feed_own_rows(&inputs.ids)?);
     let out = drafter.forward_inputs(&inputs, &hidden, kv)?;
     drafter.greedy(out)
 }

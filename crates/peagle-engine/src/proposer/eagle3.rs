@@ -1,5 +1,5 @@
 use super::{first_pass, DraftRequest, DrafterPasses, Proposer};
-use candle_core::{DType, Result, Tensor};
+use candle_core::{Result, Tensor};
 use peagle_models::{BatchBuilder, DeviceIds, Rows};
 
 /// EAGLE-3: K drafter passes. The first covers the request's slots and gives draft 1; each
@@ -30,6 +30,10 @@ impl Proposer for Eagle3Proposer {
         self.passes.drafter().aux_layer_ids()
     }
 
+    fn project(&self, aux: &Tensor) -> Result<Tensor> {
+        self.passes.drafter().project_target(aux)
+    }
+
     fn propose(&mut self, states: &Tensor, requests: &[DraftRequest], k: usize) -> Result<Vec<Option<DeviceIds>>> {
         let (first, _) = first_pass(&mut self.passes, states, requests, None, 0)?;
         let drafting: Vec<usize> = (0..requests.len()).filter(|i| requests[*i].draft).collect();
@@ -39,10 +43,11 @@ impl Proposer for Eagle3Proposer {
         }
         // The step's drafts as target ids, pass by pass: pass s's for the drafting requests in
         // order at s * n. Each later pass reads the last one's drafts where they are and writes
-        // them here; the last pass's own are mapped here after it. A new tensor each step: a
-        // sequence that sits out the next step keeps its drafts in it until it is verified.
+        // them here; the last pass's own are mapped here after it, so every element is written
+        // before anything reads it. A new tensor each step: a sequence that sits out the next
+        // step keeps its drafts in it until it is verified.
         let (passes, n) = (k.min(self.k).max(1), drafting.len());
-        let all = Tensor::zeros(passes * n, DType::U32, self.passes.drafter().device())?;
+        let all = peagle_kernels::ids_to_write(passes * n, self.passes.drafter().device())?;
         let mut pass = first;
         for step in 1..passes {
             let mut batch = BatchBuilder::new(self.passes.block_size());

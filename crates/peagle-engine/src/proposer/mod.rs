@@ -44,13 +44,18 @@ pub trait Proposer: Send {
         self.k().saturating_sub(1)
     }
 
+    /// The drafter's hidden input from captured target states `aux` [rows, aux layers *
+    /// target hidden]: [rows, drafter hidden], through the drafter's `fc`. The engine projects
+    /// a step's captured rows as soon as its forward is issued, in one launch, and keeps
+    /// backlogs projected.
+    fn project(&self, aux: &Tensor) -> Result<Tensor>;
+
     /// `k` (at most `self.k()`) drafts, as target ids, for each request; None where `draft`
     /// is false. The drafts stay on the device: the next verification window takes them
-    /// there, and the host reads them while the target runs. `states` [rows, aux layers *
-    /// target hidden] holds the requests' target states, each request's at its rows: one
-    /// tensor for the round, so that the drafter projects them in one launch and gathers its
-    /// pass's rows from the projection, rather than copying each request's rows together
-    /// first.
+    /// there, and the host reads them while the target runs. `states` [rows, drafter hidden]
+    /// holds the requests' projected target states (`project`), each request's at its rows:
+    /// one tensor for the round, so that the drafter gathers its pass's rows from it rather
+    /// than copying each request's rows together first.
     fn propose(&mut self, states: &Tensor, requests: &[DraftRequest], k: usize) -> Result<Vec<Option<DeviceIds>>>;
 
     /// Captures the CUDA graphs of the drafter's passes, where it runs them by graphs; says
@@ -61,8 +66,9 @@ pub trait Proposer: Send {
 }
 
 /// The first drafter pass over every request, with `mask_slots` mask tokens after each
-/// drafting request's slots; `mask` is the mask token and its hidden input, already through
-/// `fc`. Returns its greedy drafts and where each request's logits rows landed.
+/// drafting request's slots, over the projected target states `states`; `mask` is the mask
+/// token and its hidden input, already through `fc`. Returns its greedy drafts and where each
+/// request's logits rows landed.
 fn first_pass(
     passes: &mut DrafterPasses,
     states: &Tensor,
@@ -93,11 +99,10 @@ fn first_pass(
         let logits = if r.draft { Rows::Tail(1 + extra) } else { Rows::None };
         placed.push(batch.add(&tokens, r.start, r.block_table, logits, Rows::None)?);
     }
-    let hidden = passes.drafter().project_target(states)?;
     let in_order = sources.len() == past as usize && sources.iter().zip(0..).all(|(s, i)| *s == i);
     let pass_hidden = match in_order {
-        true => PassHidden::rows(&hidden),
-        false => PassHidden::picked(&hidden, mask.map(|(_, state)| state), &sources),
+        true => PassHidden::rows(states),
+        false => PassHidden::picked(states, mask.map(|(_, state)| state), &sources),
     };
     let out = passes.run(&batch.build(), pass_hidden)?;
     Ok((out, placed))

@@ -1,5 +1,5 @@
 use super::{DraftRequest, Proposer};
-use candle_core::{Result, Tensor};
+use candle_core::{bail, Result, Tensor};
 use peagle_models::DeviceIds;
 
 /// Plain decoding: no drafts, every step verifies a window of one token.
@@ -12,6 +12,10 @@ impl Proposer for NoProposer {
 
     fn aux_layer_ids(&self) -> &[usize] {
         &[]
+    }
+
+    fn project(&self, _aux: &Tensor) -> Result<Tensor> {
+        bail!("plain decoding has no drafter to project target states for")
     }
 
     fn propose(&mut self, _states: &Tensor, requests: &[DraftRequest], _k: usize) -> Result<Vec<Option<DeviceIds>>> {

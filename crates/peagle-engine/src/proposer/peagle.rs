@@ -41,6 +41,10 @@ impl Proposer for PEagleProposer {
         self.passes.drafter().aux_layer_ids()
     }
 
+    fn project(&self, aux: &Tensor) -> Result<Tensor> {
+        self.passes.drafter().project_target(aux)
+    }
+
     fn propose(&mut self, states: &Tensor, requests: &[DraftRequest], k: usize) -> Result<Vec<Option<DeviceIds>>> {
         let mask = Some((self.mask_token, &self.mask_state));
         let masks = k.min(self.k).saturating_sub(1);

@@ -19,7 +19,7 @@ mod split_counters;
 mod swiglu;
 
 pub(crate) use argmax::argmax_rows;
-pub(crate) use gather::{chain_drafts, gather_rows, take_ids, ChainTensors};
+pub(crate) use gather::{chain_drafts, gather_rows, take_ids, uninitialized_u32, ChainTensors};
 pub(crate) use kv_write::{kv_write, NewRows};
 pub(crate) use linear::linear;
 pub(crate) use memory::{device_memory, keep_freed_memory, peak_allocated};

@@ -4,8 +4,8 @@
 use super::{bits, gpu, host, max_rel_diff, tensor};
 use candle_core::{DType, Device, Tensor};
 use peagle_kernels::{
-    add_rms_norm, chain_drafts, gather_rows, gather_rows_into, rms_norm, rms_norm_pair, rope, swiglu, take_ids,
-    upload_into, LastPass,
+    add_rms_norm, chain_drafts, gather_rows, gather_rows_into, pick_ids, rms_norm, rms_norm_pair, rope, swiglu,
+    take_ids, upload_into, Indices, LastPass,
 };
 
 #[test]
@@ -126,42 +126,73 @@ fn rms_norm_rows_have_the_same_bits_however_they_are_read() {
 
 /// Rows gathered on the GPU from two tables are the CPU's, bit for bit: in f32 and bf16, at
 /// gpt-oss's width and at one that is no multiple of the block's threads, picks from both
-/// tables in any order and repeated, from a strided first table, and from one table alone.
+/// tables in any order and repeated, uploaded by the launch or already on the device, from a
+/// strided first table, and from one table alone.
 #[test]
 fn gather_rows_equals_the_cpu_bitwise() {
     let Some(dev) = gpu() else { return };
     let g = |t: &Tensor| t.to_device(&dev).unwrap();
+    let picks = [9, 0, 10, 8, 9, 3, 3];
+    let on_host = Indices::new(&picks);
+    let on_device = uploaded(&picks, &dev);
     for cols in [2880, 300] {
         let wide = tensor((9, 2 * cols), 11, 4.0);
         let first = wide.narrow(1, cols, cols).unwrap();
         let second = tensor((2, cols), 12, 4.0);
-        let picks = [9, 0, 10, 8, 9, 3, 3];
         for dtype in [DType::F32, DType::BF16] {
             let (first, second) = (first.to_dtype(dtype).unwrap(), second.to_dtype(dtype).unwrap());
-            let want = gather_rows(&first, Some(&second), &picks).unwrap();
-            let got = gather_rows(&g(&first), Some(&g(&second)), &picks).unwrap();
-            assert_eq!(got.dtype(), dtype);
-            assert_eq!(bits(&got), bits(&want), "{dtype:?}, {cols} columns");
-            let want = gather_rows(&first, None, &[8, 1]).unwrap();
-            let got = gather_rows(&g(&first), None, &[8, 1]).unwrap();
+            let want = gather_rows(&first, Some(&second), &on_host).unwrap();
+            for (picks, what) in [(&on_host, "uploaded by the launch"), (&on_device, "on the device")] {
+                let got = gather_rows(&g(&first), Some(&g(&second)), picks).unwrap();
+                assert_eq!(got.dtype(), dtype);
+                assert_eq!(bits(&got), bits(&want), "{dtype:?}, {cols} columns, picks {what}");
+            }
+            let want = gather_rows(&first, None, &Indices::new(&[8, 1])).unwrap();
+            let got = gather_rows(&g(&first), None, &Indices::new(&[8, 1])).unwrap();
             assert_eq!(bits(&got), bits(&want), "{dtype:?}, {cols} columns, one table");
 
             // Into rows of a tensor that exists, leaving the others as they were.
             let out = g(&Tensor::ones((5, cols), dtype, &Device::Cpu).unwrap());
             let middle = out.narrow(0, 1, picks.len() - 4).unwrap();
-            gather_rows_into(&middle, &g(&first), Some(&g(&second)), &picks[..3]).unwrap();
+            gather_rows_into(&middle, &g(&first), Some(&g(&second)), &on_device.first(3).unwrap()).unwrap();
             let want = Tensor::cat(
                 &[
                     &Tensor::ones((1, cols), dtype, &Device::Cpu).unwrap(),
-                    &gather_rows(&first, Some(&second), &picks[..3]).unwrap(),
+                    &gather_rows(&first, Some(&second), &on_host.first(3).unwrap()).unwrap(),
                     &Tensor::ones((1, cols), dtype, &Device::Cpu).unwrap(),
                 ],
                 0,
             )
             .unwrap();
             assert_eq!(bits(&out), bits(&want), "{dtype:?}, {cols} columns, into a tensor");
+
+            // A device copy past the tables, which the host's cannot show, writes nothing.
+            let out = g(&Tensor::ones((2, cols), dtype, &Device::Cpu).unwrap());
+            let wrong = Indices::uploaded(&[0, 1], g(&Tensor::new(&[11u32, 1], &Device::Cpu).unwrap())).unwrap();
+            gather_rows_into(&out, &g(&first), Some(&g(&second)), &wrong).unwrap();
+            let want = Tensor::cat(
+                &[
+                    &Tensor::ones((1, cols), dtype, &Device::Cpu).unwrap(),
+                    &first.narrow(0, 1, 1).unwrap(),
+                ],
+                0,
+            )
+            .unwrap();
+            assert_eq!(
+                bits(&out),
+                bits(&want),
+                "{dtype:?}, {cols} columns, a pick past the tables"
+            );
         }
     }
+}
+
+/// `values` as indices already on `dev`: a view into the middle of a larger upload, as a
+/// forward's inputs hold them.
+fn uploaded<'a>(values: &'a [u32], dev: &Device) -> Indices<'a> {
+    let all: Vec<u32> = [&[77u32, 78][..], values, &[79]].concat();
+    let all = Tensor::new(all.as_slice(), dev).unwrap();
+    Indices::uploaded(values, all.narrow(0, 2, values.len()).unwrap()).unwrap()
 }
 
 /// Values uploaded into a tensor on the GPU land in its elements and no others, and a tensor of
@@ -204,6 +235,11 @@ fn chain_drafts_equals_the_cpu() {
                 };
                 let tokens = inputs.narrow(0, 2, picks.len()).unwrap();
                 let rows = drafts.narrow(0, 1, 3).unwrap();
+                // On the GPU, the picks come as a forward's inputs hold them.
+                let picks = match on(&ids).device().is_cuda() {
+                    true => uploaded(&picks, &dev),
+                    false => Indices::new(&picks),
+                };
                 let got = chain_drafts(last, &picks, &tokens, &rows, into.then_some(&hidden_into)).unwrap();
                 (bits(&got), host(&inputs), host(&drafts))
             };
@@ -217,7 +253,8 @@ fn chain_drafts_equals_the_cpu() {
 
 /// take_ids writes what its CPU reference writes, mapped and not: over more places than one
 /// block has threads, into a view of a larger tensor whose other elements stay, with an id
-/// past the map.
+/// past the map, its places and picks uploaded by the launch or already on the device. A
+/// device copy of the indices that disagrees with the host's, past the tensors, writes nothing.
 #[test]
 fn take_ids_equals_the_cpu() {
     let Some(dev) = gpu() else { return };
@@ -229,18 +266,57 @@ fn take_ids_equals_the_cpu() {
     // Every other place of the view, backwards; the picks run over every id, the last included.
     let at: Vec<u32> = (0..n as u32).rev().map(|i| 2 * i).collect();
     let picks: Vec<u32> = (0..n as u32).map(|i| (i * 13 + 1) % (n as u32 + 1)).collect();
+    let on_gpu = |t: &Tensor| t.to_device(&dev).unwrap();
     for mapped in [false, true] {
-        let run = |on: &dyn Fn(&Tensor) -> Tensor| {
+        let run = |on: &dyn Fn(&Tensor) -> Tensor, at: &Indices, picks: &Indices| {
             let inputs = on(&Tensor::full(7u32, 2 * n + 5, &Device::Cpu).unwrap());
             let out = inputs.narrow(0, 3, 2 * n).unwrap();
-            take_ids(&out, &at, &on(&ids), &picks, mapped.then(|| on(&map)).as_ref()).unwrap();
+            take_ids(&out, at, &on(&ids), picks, mapped.then(|| on(&map)).as_ref()).unwrap();
             inputs.to_vec1::<u32>().unwrap()
         };
-        let want = run(&|t: &Tensor| t.clone());
+        let (at_host, picks_host) = (Indices::new(&at), Indices::new(&picks));
+        let want = run(&|t: &Tensor| t.clone(), &at_host, &picks_host);
         assert!(
             want.contains(&7) && (!mapped || want.contains(&0)),
             "untouched places and an unmapped id"
         );
-        assert_eq!(run(&|t: &Tensor| t.to_device(&dev).unwrap()), want, "mapped {mapped}");
+        assert_eq!(run(&on_gpu, &at_host, &picks_host), want, "mapped {mapped}");
+        let (at_dev, picks_dev) = (uploaded(&at, &dev), uploaded(&picks, &dev));
+        assert_eq!(
+            run(&on_gpu, &at_dev, &picks_dev),
+            want,
+            "mapped {mapped}, indices on the device"
+        );
+
+        // pick_ids: element j of a new tensor, or of one given, is the take of pick j.
+        let want: Vec<u32> = at.iter().map(|&place| want[3 + place as usize]).collect();
+        let map = mapped.then(|| on_gpu(&map));
+        let got = pick_ids(&on_gpu(&ids), &picks_dev, map.as_ref(), None).unwrap();
+        assert_eq!(got.to_vec1::<u32>().unwrap(), want, "mapped {mapped}, picked");
+        let into = on_gpu(&Tensor::full(7u32, n + 2, &Device::Cpu).unwrap());
+        pick_ids(
+            &on_gpu(&ids),
+            &picks_host,
+            map.as_ref(),
+            Some(&into.narrow(0, 1, n).unwrap()),
+        )
+        .unwrap();
+        let got = into.to_vec1::<u32>().unwrap();
+        assert_eq!(
+            (got[0], &got[1..=n], got[n + 1]),
+            (7, &want[..], 7),
+            "mapped {mapped}, picked into"
+        );
     }
+
+    let out = on_gpu(&Tensor::full(7u32, 4, &Device::Cpu).unwrap());
+    let wrong = |values: &[u32]| on_gpu(&Tensor::new(values, &Device::Cpu).unwrap());
+    let at = Indices::uploaded(&[0, 1], wrong(&[4, 1])).unwrap();
+    let picks = Indices::uploaded(&[0, 1], wrong(&[0, 301])).unwrap();
+    take_ids(&out, &at, &on_gpu(&ids), &picks, None).unwrap();
+    assert_eq!(
+        out.to_vec1::<u32>().unwrap(),
+        [7; 4],
+        "a place past out, a pick past ids"
+    );
 }
