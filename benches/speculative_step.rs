@@ -95,7 +95,8 @@ fn step_parts(c: &mut Criterion, label: &str, models: &Path) {
     });
 
     // The proposers as the engine runs them: the previous step accepted ACCEPTED drafts, so
-    // the request's slots are those and the bonus token, with the target states before them.
+    // the request's slots are those and the bonus token, with the target states before them,
+    // which each drafter projects first (the engine does so with the target's forward).
     let start = CONTEXT - ACCEPTED;
     let table: Vec<u32> = (0..16).collect();
     let states = s.aux.narrow(0, start, ACCEPTED + 1).unwrap();
@@ -116,10 +117,16 @@ fn step_parts(c: &mut Criterion, label: &str, models: &Path) {
             b.iter(|| black_box(s.target.forward(&batch(window, CONTEXT, k + 1), &s.target_kv)))
         });
         g.bench_function(format!("P-EAGLE drafter, K = {k} in one pass"), |b| {
-            b.iter(|| black_box(peagle.propose(&states, std::slice::from_ref(&request), k).unwrap()))
+            b.iter(|| {
+                let projected = peagle.project(&states).unwrap();
+                black_box(peagle.propose(&projected, std::slice::from_ref(&request), k).unwrap())
+            })
         });
         g.bench_function(format!("EAGLE-3 drafter, K = {k} in {k} passes"), |b| {
-            b.iter(|| black_box(eagle3.propose(&states, std::slice::from_ref(&request), k).unwrap()))
+            b.iter(|| {
+                let projected = eagle3.project(&states).unwrap();
+                black_box(eagle3.propose(&projected, std::slice::from_ref(&request), k).unwrap())
+            })
         });
     }
     g.finish();

@@ -47,9 +47,10 @@ pub struct Sequence {
     pub drafter_backlog: Option<DrafterBacklog>,
 }
 
-/// Target states the drafter still has to read, projected to its width (`Proposer::project`):
-/// positions `start..start + rows`, where `rows` is the total row count of `hidden`. Kept so that a suspended sequence costs no
-/// drafter work per step; when drafting resumes, one drafter pass catches up.
+/// Target states the drafter still has to read, projected to its width
+/// (`Proposer::project`): positions `start..start + rows`, where `rows` is the total row
+/// count of `hidden`. Kept so that a suspended sequence costs no drafter work per step; when
+/// drafting resumes, one drafter pass catches up.
 #[derive(Debug, Clone)]
 pub struct DrafterBacklog {
     pub start: usize,

@@ -179,7 +179,7 @@ impl<'a> PassHidden<'a> {
     /// `picks` gives them), written into `into` where given (a graph's input).
     /// Chained, each row's token is also written into `tokens` (the pass's ids), and the
     /// drafts of this input's rows into the chain's drafts.
-    pub fn feed(&self, picks: &Indices, tokens: &Tensor, into: Option<&Tensor>) -> Result<Tensor> {
+    fn feed(&self, picks: &Indices, tokens: &Tensor, into: Option<&Tensor>) -> Result<Tensor> {
         let Some(chain) = self.chain else {
             return match into {
                 Some(into) => {

@@ -78,7 +78,7 @@ fn first_pass(
 ) -> Result<(GreedyDrafts, Vec<SequenceRows>)> {
     let mut batch = BatchBuilder::new(passes.block_size());
     let mut placed = Vec::with_capacity(requests.len());
-    // Row of fc(states) that each slot reads, or past them the mask state.
+    // Row of the projected states that each slot reads, or past them the mask state.
     let past = states.dim(0)? as u32;
     let mut sources: Vec<u32> = Vec::new();
     for r in requests {

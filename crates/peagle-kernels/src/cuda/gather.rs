@@ -140,7 +140,16 @@ pub(crate) fn take_ids(
     let has_at = i32::from(at.is_some());
     let device = out.device().as_cuda_device()?;
     // Without places, the picks stand in for them: the kernel does not read them.
-    let [at, picks] = Indices::on_device([at.unwrap_or(picks), picks], out.device())?;
+    let (at, picks) = match at {
+        Some(at) => {
+            let [at, picks] = Indices::on_device([at, picks], out.device())?;
+            (at, picks)
+        }
+        None => {
+            let [picks] = Indices::on_device([picks], out.device())?;
+            (picks.clone(), picks)
+        }
+    };
     let func = function(device, Module::GatherRows, "take_ids")?;
     let blocks = n.unsigned_abs().div_ceil(TAKE_BLOCK);
     let tensors = [
