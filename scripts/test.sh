@@ -1,19 +1,19 @@
 #!/usr/bin/env bash
-# The whole test suite, as CI runs it (.ci/run): the Rust tests, the official openai client
-# against a real peagle-serve, Schemathesis fuzzing it against its /openapi.json
-# (scripts/fuzz_api.sh), the Kubernetes manifests validated offline
+# The whole test suite, as CI runs it (.ci/run): the Rust tests, each benchmark run once, the
+# official openai client against a real peagle-serve, Schemathesis fuzzing it against its
+# /openapi.json (scripts/fuzz_api.sh), the Kubernetes manifests validated offline
 # (scripts/validate_manifests.sh), three replicas behind vllm-router (scripts/scaleout_test.sh:
 # routing, prefix-cache affinity, failover), and the CUDA build check (scripts/build_cuda.sh
-# --check: the crates with CUDA code built with the cuda feature, the CUDA kernels compiled to
-# PTX; no GPU needed, scripts/gpu_check.sh runs the GPU tests on a GPU host), with the GPU
-# report's assembly over made-up results (scripts/gpu_report_test.py), the count of a step's host
-# operations over a made-up emulator trace (scripts/host_ops_test.py), the tensor-core kernels'
-# operand layout simulated (scripts/mma_layout_test.py), and the kernels' and the models' GPU
-# tests on the CUDA emulator (scripts/emulated_gpu_tests.sh, cuda-emulator/: every kernel against
-# its CPU reference, and the fixture models' logits, batch invariance and CUDA graphs on both
-# matmuls, with no GPU; gpt-oss's full-size experts test and the engine's tests, minutes to an
-# hour there, are left to GPU hosts and to the emulator's own runs). The check and the emulated
-# tests run beside the CPU tests, in a target directory of their own.
+# --check: the crates with CUDA code built with the cuda feature, the CUDA kernels compiled to PTX;
+# no GPU needed, scripts/gpu_check.sh runs the GPU tests on a GPU host), with the GPU report's
+# assembly over made-up results (scripts/gpu_report_test.py), the count of a step's host operations
+# over a made-up emulator trace (scripts/host_ops_test.py), the tensor-core kernels' operand layout
+# simulated (scripts/mma_layout_test.py), and the kernels' and the models' GPU tests on the CUDA
+# emulator (scripts/emulated_gpu_tests.sh, cuda-emulator/: every kernel against its CPU reference,
+# and the fixture models' logits, batch invariance and CUDA graphs on both matmuls, with no GPU;
+# gpt-oss's full-size experts test and the engine's tests, minutes to an hour there, are left to GPU
+# hosts and to the emulator's own runs). The check and the emulated tests run beside the CPU tests,
+# in a target directory of their own.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p target
@@ -24,7 +24,10 @@ mkdir -p target
             TEST_TIMEOUT=600 bash scripts/emulated_gpu_tests.sh
 } >target/cuda-check.log 2>&1 &
 cuda=$!
-if ! { cargo test --workspace --locked && python3 scripts/gpu_report_test.py && python3 scripts/host_ops_test.py \
+# The benchmarks run once each (criterion's test mode), so that one broken by a change fails here
+# rather than when someone next measures.
+if ! { cargo test --workspace --locked && cargo test -p peagle-benches --benches --locked \
+    && python3 scripts/gpu_report_test.py && python3 scripts/host_ops_test.py \
     && python3 scripts/mma_layout_test.py \
     && bash scripts/openai_client_test.sh \
     && bash scripts/fuzz_api.sh && bash scripts/validate_manifests.sh && bash scripts/scaleout_test.sh; }; then
