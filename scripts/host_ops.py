@@ -6,9 +6,16 @@ nodes: the operations from one launch of it to the next are one step's. Prints, 
 a middle step's operations by kind, the count besides graph launches, and its waits: the copies
 back and synchronizations that find work issued since the last, so that the host waits for the
 GPU to finish it.
+
+    host_ops.py [--at-most NAME=OPERATIONS/WAITS ...] TRACE...
+
+With --at-most, it also fails (exit 1) where the middle step of the trace named NAME (its file
+name without .txt) issues more operations besides graph launches, or waits more, than given,
+or where no such trace has steps: the limits guard what earlier work took off a step.
 """
 
 import collections
+import os
 import re
 import sys
 
@@ -59,21 +66,59 @@ def kind_of(line):
     return next((name for marker, name in KINDS if marker in line), "other")
 
 
-def main(paths):
+def middle_step(path):
+    """The middle step of the trace at `path`: its operations by kind, besides graph launches
+    and waits, and its waits; None where it has no step."""
+    with open(path) as f:
+        steps = step_counts(f.read().splitlines())
+    if not steps:
+        return None
+    middle = steps[len(steps) // 2]
+    besides = sum(n for kind, n in middle.items() if kind not in ("graph launches", "waits"))
+    return middle, besides, len(steps)
+
+
+def over_limits(paths, limits):
+    """Each limit ("NAME=OPERATIONS/WAITS") that its trace's middle step exceeds, or that no
+    trace with steps meets, as a line to print."""
+    by_name = {os.path.basename(p).removesuffix(".txt"): p for p in paths}
+    over = []
+    for limit in limits:
+        name, _, most = limit.rpartition("=")
+        operations, waits = (int(n) for n in most.split("/"))
+        step = middle_step(by_name[name]) if name in by_name else None
+        if step is None:
+            over.append(f"{name}: no trace with steps")
+            continue
+        middle, besides, _ = step
+        if besides > operations or middle["waits"] > waits:
+            over.append(f"{name}: {besides} operations and {middle['waits']} waits a step, "
+                        f"more than {operations} and {waits}")
+    return over
+
+
+def main(args):
+    limits = []
+    while args[:1] == ["--at-most"]:
+        limits.append(args[1])
+        args = args[2:]
+    paths = args
     names = ["graph launches"] + [name for _, name in KINDS] + ["other"]
     print("| trace | steps | " + " | ".join(names) + " | besides graph launches | waits for the GPU |")
     print("| --- " * (len(names) + 4) + "|")
     for path in paths:
-        with open(path) as f:
-            steps = step_counts(f.read().splitlines())
-        if not steps:
+        step = middle_step(path)
+        if step is None:
             print(f"| {path} | 0 |" + " |" * (len(names) + 2))
             continue
-        middle = steps[len(steps) // 2]
-        besides = sum(n for kind, n in middle.items() if kind not in ("graph launches", "waits"))
+        middle, besides, count = step
         cells = " | ".join(str(middle[name]) for name in names)
-        print(f"| {path} | {len(steps)} | {cells} | {besides} | {middle['waits']} |")
+        print(f"| {path} | {count} | {cells} | {besides} | {middle['waits']} |")
+    over = over_limits(paths, limits)
+    for line in over:
+        print(f"host operations over their limit: {line}", file=sys.stderr)
+    return 1 if over else 0
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    sys.exit(main(sys.argv[1:]))

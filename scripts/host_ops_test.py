@@ -1,7 +1,7 @@
 """host_ops.py over a made-up CUDA emulator trace: a step runs from one launch of the graph of
 the most nodes to the next, its operations are counted by kind, and its copies back and
-synchronizations that find work issued since the last are its waits. Run by scripts/test.sh;
-needs no GPU."""
+synchronizations that find work issued since the last are its waits; a step over a limit
+fails. Run by scripts/test.sh; needs no GPU."""
 
 import os
 import subprocess
@@ -43,8 +43,19 @@ def main():
             f.write("\n".join(lines) + "\n")
         table = subprocess.run([sys.executable, os.path.join(HERE, "host_ops.py"), path],
                                check=True, capture_output=True, text=True).stdout
-    row = table.splitlines()[2]
-    assert row == f"| {path} | 2 | 2 | 2 | 2 | 0 | 1 | 1 | 0 | 6 | 2 |", table
+        row = table.splitlines()[2]
+        assert row == f"| {path} | 2 | 2 | 2 | 2 | 0 | 1 | 1 | 0 | 6 | 2 |", table
+
+        # Limits: met at 6 operations and 2 waits, exceeded by one fewer of either, and a
+        # limit whose trace is missing fails too.
+        assert host_ops.over_limits([path], ["trace=6/2"]) == []
+        assert host_ops.over_limits([path], ["trace=5/2"]) == [
+            "trace: 6 operations and 2 waits a step, more than 5 and 2"]
+        assert len(host_ops.over_limits([path], ["trace=6/1"])) == 1
+        assert host_ops.over_limits([path], ["other=9/9"]) == ["other: no trace with steps"]
+        run = subprocess.run([sys.executable, os.path.join(HERE, "host_ops.py"), "--at-most", "trace=5/2", path],
+                             capture_output=True, text=True)
+        assert run.returncode == 1 and "more than 5 and 2" in run.stderr, run
     print("host_ops_test: ok")
 
 

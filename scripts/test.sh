@@ -12,8 +12,9 @@
 # emulator (scripts/emulated_gpu_tests.sh, cuda-emulator/: every kernel against its CPU reference,
 # and the fixture models' logits, batch invariance and CUDA graphs on both matmuls, with no GPU;
 # gpt-oss's full-size experts test and the engine's tests, minutes to an hour there, are left to GPU
-# hosts and to the emulator's own runs). The check and the emulated tests run beside the CPU tests,
-# in a target directory of their own.
+# hosts and to the emulator's own runs), then a decode step's host operations by CUDA graphs counted
+# there against their limits (scripts/emulated_host_ops.sh --check). The check and the emulated runs
+# go beside the CPU tests, in a target directory of their own.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p target
@@ -21,7 +22,8 @@ mkdir -p target
     bash scripts/build_cuda.sh --check &&
         EMULATED_CRATES="peagle-kernels peagle-models" \
             EMULATED_SKIP=experts::mxfp4_experts_match_the_reference_and_are_batch_invariant \
-            TEST_TIMEOUT=600 bash scripts/emulated_gpu_tests.sh
+            TEST_TIMEOUT=600 bash scripts/emulated_gpu_tests.sh &&
+        bash scripts/emulated_host_ops.sh --check
 } >target/cuda-check.log 2>&1 &
 cuda=$!
 # The benchmarks run once each (criterion's test mode), so that one broken by a change fails here
@@ -40,4 +42,5 @@ if ! wait "$cuda"; then
     exit 1
 fi
 grep "^emulated GPU tests" target/cuda-check.log
-echo "CUDA build check (scripts/build_cuda.sh --check) and the kernels' and models' emulated GPU tests: ok"
+grep "^| target/cuda-emulator/host-ops" target/cuda-check.log
+echo "CUDA build check (scripts/build_cuda.sh --check), the kernels' and models' emulated GPU tests, and a step's host operations: ok"
