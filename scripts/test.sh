@@ -27,8 +27,9 @@ mkdir -p target
 } >target/cuda-check.log 2>&1 &
 cuda=$!
 # The benchmarks run once each (criterion's test mode), so that one broken by a change fails here
-# rather than when someone next measures.
-if ! { cargo test --workspace --locked && cargo test -p peagle-benches --benches --locked \
+# rather than when someone next measures; selected across the workspace, so that they build with
+# the features the tests did (`-p peagle-benches` alone would rebuild candle and its dependencies).
+if ! { cargo test --workspace --locked && cargo test --workspace --locked --bench '*' \
     && python3 scripts/gpu_report_test.py && python3 scripts/host_ops_test.py \
     && python3 scripts/mma_layout_test.py \
     && bash scripts/openai_client_test.sh \
