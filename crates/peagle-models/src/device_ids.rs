@@ -4,7 +4,6 @@
 //! target's forward; it reads them while that forward runs, to verify them after it.
 
 use candle_core::{Result, Tensor};
-use peagle_kernels::Indices;
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 
@@ -52,15 +51,4 @@ pub struct DeviceTokens {
     pub rows: Vec<u32>,
     pub ids: Tensor,
     pub picks: Vec<u32>,
-}
-
-impl DeviceTokens {
-    /// Writes these rows' tokens into `ids_input`, a forward's u32 [rows] token input, with
-    /// `rows` and `picks` holding this set's (`ForwardInputs` may have uploaded them).
-    pub fn write_into(&self, ids_input: &Tensor, rows: &Indices, picks: &Indices) -> Result<()> {
-        if rows.values() != self.rows || picks.values() != self.picks {
-            candle_core::bail!("device tokens written with other rows or picks than theirs");
-        }
-        peagle_kernels::take_ids(ids_input, rows, &self.ids, picks, None)
-    }
 }

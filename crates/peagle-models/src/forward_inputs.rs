@@ -126,7 +126,7 @@ impl ForwardInputs {
             let n = tokens.rows.len();
             let rows = self.indices(at..at + n, &tokens.rows)?;
             let picks = self.indices(at + n..at + 2 * n, &tokens.picks)?;
-            tokens.write_into(&self.ids, &rows, &picks)?;
+            peagle_kernels::take_ids(&self.ids, &rows, &tokens.ids, &picks, None)?;
             at += 2 * n;
         }
         Ok(())
