@@ -94,8 +94,8 @@ struct SweepArgs {
     /// Passes over all modes; the modes interleave within each pass.
     #[arg(long, default_value_t = 1, value_parser = positive)]
     repeats: usize,
-    /// Where every server runs its models: cpu, cuda or cuda:N (peagle-serve's --device).
-    #[arg(long, default_value = "cpu")]
+    /// Where every server runs its models: auto, cpu, cuda or cuda:N (peagle-serve's --device).
+    #[arg(long, default_value = "auto")]
     device: String,
     /// Every server's activation dtype: auto, f32, bf16 or f16 (peagle-serve's --dtype).
     #[arg(long, default_value = "auto")]

@@ -55,6 +55,28 @@ fn seeded_sampling_repeats() {
     assert_eq!(generate(&args).stdout, generate(&args).stdout);
 }
 
+/// `--device auto`, the default, is the CPU in a build without CUDA: the same text as `cpu`.
+#[cfg(not(feature = "cuda"))]
+#[test]
+fn auto_is_the_cpu_without_cuda() {
+    let model = fixture("tiny-llama");
+    let on = |device: &str| {
+        let out = generate(&[
+            "--model",
+            &model,
+            "--prompt",
+            "def f(x):",
+            "--max-tokens",
+            "8",
+            "--device",
+            device,
+        ]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        out.stdout
+    };
+    assert_eq!(on("auto"), on("cpu"));
+}
+
 #[test]
 fn errors_are_one_line_with_non_zero_exit() {
     let model = fixture("tiny-llama");

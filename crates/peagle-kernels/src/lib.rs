@@ -20,6 +20,7 @@ mod error;
 mod exp;
 mod fp8_weight;
 mod gather_rows;
+mod gpus;
 mod gumbel_sample;
 mod head_rows;
 mod indices;
@@ -64,6 +65,7 @@ pub use error::KernelError;
 pub use exp::exp_in_place;
 pub use fp8_weight::{fp8_linear, Fp8Weight};
 pub use gather_rows::{gather_rows, gather_rows_into};
+pub use gpus::cuda_devices;
 pub use gumbel_sample::{gumbel_sample, issue_gumbel_sample, splitmix64, GumbelRequest};
 pub use indices::Indices;
 pub use invariant_matmul::{

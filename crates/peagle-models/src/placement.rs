@@ -7,10 +7,13 @@ use candle_core::{DType, Device};
 use std::fmt;
 use std::str::FromStr;
 
-/// A device by name: `cpu`, `cuda` (GPU 0) or `cuda:N`.
+/// A device by name: `auto`, `cpu`, `cuda` (GPU 0) or `cuda:N`. `auto` is GPU 0 where the
+/// build has CUDA and the driver sees a GPU, else the CPU: a GPU host serves on its GPU, as
+/// vLLM does, and a build or host without one on the CPU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum DeviceSpec {
     #[default]
+    Auto,
     Cpu,
     Cuda(usize),
 }
@@ -20,13 +23,14 @@ impl FromStr for DeviceSpec {
 
     fn from_str(s: &str) -> Result<Self, String> {
         match s.split_once(':') {
+            None if s == "auto" => Ok(Self::Auto),
             None if s == "cpu" => Ok(Self::Cpu),
             None if s == "cuda" => Ok(Self::Cuda(0)),
             Some(("cuda", n)) => n
                 .parse()
                 .map(Self::Cuda)
                 .map_err(|_| format!("bad GPU number in {s:?}")),
-            _ => Err(format!("unknown device {s:?}: expected cpu, cuda or cuda:N")),
+            _ => Err(format!("unknown device {s:?}: expected auto, cpu, cuda or cuda:N")),
         }
     }
 }
@@ -34,6 +38,7 @@ impl FromStr for DeviceSpec {
 impl fmt::Display for DeviceSpec {
     fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
         match self {
+            Self::Auto => f.write_str("auto"),
             Self::Cpu => f.write_str("cpu"),
             Self::Cuda(n) => write!(f, "cuda:{n}"),
         }
@@ -43,6 +48,20 @@ impl fmt::Display for DeviceSpec {
 impl DeviceSpec {
     pub fn open(self) -> Result<Device, LoadError> {
         match self {
+            Self::Auto => match peagle_kernels::cuda_devices() {
+                Ok(0) => {
+                    tracing::info!("device auto: no GPU, running on the CPU");
+                    Ok(Device::Cpu)
+                }
+                Ok(gpus) => {
+                    tracing::info!("device auto: running on cuda:0, the first of {gpus} GPUs");
+                    Self::Cuda(0).open()
+                }
+                Err(e) => {
+                    tracing::warn!("device auto: the CUDA driver fails ({e}), running on the CPU");
+                    Ok(Device::Cpu)
+                }
+            },
             Self::Cpu => Ok(Device::Cpu),
             Self::Cuda(n) => {
                 // The matmul kernel a GPU process keeps to, checked before anything loads.
@@ -138,12 +157,14 @@ mod tests {
 
     #[test]
     fn devices_parse_and_print() {
+        assert_eq!("auto".parse(), Ok(DeviceSpec::Auto));
+        assert_eq!(DeviceSpec::default().to_string(), "auto");
         assert_eq!("cpu".parse(), Ok(DeviceSpec::Cpu));
         assert_eq!("cuda".parse(), Ok(DeviceSpec::Cuda(0)));
         assert_eq!("cuda:3".parse(), Ok(DeviceSpec::Cuda(3)));
         assert_eq!(DeviceSpec::Cuda(3).to_string(), "cuda:3");
         assert!("cuda:x".parse::<DeviceSpec>().unwrap_err().contains("GPU number"));
-        assert!("tpu".parse::<DeviceSpec>().unwrap_err().contains("expected cpu"));
+        assert!("tpu".parse::<DeviceSpec>().unwrap_err().contains("expected auto, cpu"));
     }
 
     #[test]
@@ -170,5 +191,13 @@ mod tests {
     fn cuda_without_the_feature_is_one_clear_error() {
         let err = DeviceSpec::Cuda(0).open().unwrap_err().to_string();
         assert!(err.starts_with("cannot open cuda:0") && !err.contains('\n'), "{err}");
+    }
+
+    #[cfg(not(feature = "cuda"))]
+    #[test]
+    fn auto_without_cuda_is_the_cpu() {
+        let placed = LoadOptions::place(DeviceSpec::Auto, DTypeSpec::Auto).unwrap();
+        assert!(placed.device.is_cpu());
+        assert_eq!(placed.dtype, DType::F32);
     }
 }

@@ -61,7 +61,7 @@ enum Command {
         /// Storage dtype of the captured states.
         #[arg(long, value_enum, default_value = "bf16")]
         dtype: StoreDtype,
-        /// Where the target runs: cpu, cuda or cuda:N.
+        /// Where the target runs: cpu, cuda, cuda:N or auto (GPU 0 where there is one).
         #[arg(long, default_value_t = DeviceSpec::Cpu)]
         device: DeviceSpec,
         /// Capture only the first N examples.
@@ -85,7 +85,8 @@ enum Command {
         shape: Shape,
         #[arg(long, default_value_t = 4096)]
         draft_vocab_size: usize,
-        /// `cpu`, or `cuda` / `cuda:N` in a build with `--features cuda`.
+        /// `cpu`, or `cuda` / `cuda:N` in a build with `--features cuda`, or `auto` (GPU 0 where
+        /// there is one).
         #[arg(long, default_value_t = DeviceSpec::Cpu)]
         device: DeviceSpec,
         /// Compute dtype: auto or f32 (training computes in f32).
@@ -169,7 +170,8 @@ struct FitArgs {
     /// Storage dtype of the exported weights.
     #[arg(long, value_enum, default_value = "bf16")]
     export_dtype: StoreDtype,
-    /// `cpu`, or `cuda` / `cuda:N` in a build with `--features cuda`.
+    /// `cpu`, or `cuda` / `cuda:N` in a build with `--features cuda`, or `auto` (GPU 0 where
+    /// there is one).
     #[arg(long, default_value_t = DeviceSpec::Cpu)]
     device: DeviceSpec,
     /// Compute dtype: auto or f32 (training computes in f32).

@@ -383,7 +383,7 @@ fn bad_input_is_a_one_line_error() {
     assert!(stderr.contains("data_config.json"), "{stderr}");
 
     // Devices: a name that is none, and CUDA in a build without it.
-    let mut devices = vec![("tpu", "expected cpu, cuda or cuda:N")];
+    let mut devices = vec![("tpu", "expected auto, cpu, cuda or cuda:N")];
     if cfg!(not(feature = "cuda")) {
         devices.push(("cuda:0", "a build with the cuda feature"));
     }

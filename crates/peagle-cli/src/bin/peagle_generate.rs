@@ -64,7 +64,7 @@ struct Args {
     #[arg(long, default_value_t = KvCacheDtype::Auto)]
     kv_cache_dtype: KvCacheDtype,
     /// Run decode and verification steps, and the drafter's passes, by CUDA graphs, captured at
-    /// start-up for every batch shape of up to 512 rows (with --device cuda).
+    /// start-up for every batch shape of up to 512 rows (on a GPU).
     #[arg(long)]
     cuda_graphs: bool,
     /// The share of the GPU's memory the engine may fill; the KV cache gets what the weights
@@ -74,7 +74,7 @@ struct Args {
     /// For a CUDA profiler: every prompt of --prompts-file after the first runs inside the
     /// CUDA profiler API's capture range, which `ncu --profile-from-start off` and `nsys
     /// profile --capture-range=cudaProfilerApi` record; loading and the first prompt, which
-    /// warms the engine up, stay out of the profile (with --device cuda).
+    /// warms the engine up, stay out of the profile (on a GPU).
     #[arg(long, requires = "prompts_file")]
     cuda_profile: bool,
     /// EAGLE-3 or P-EAGLE drafter directory: enables speculative decoding.
@@ -87,8 +87,9 @@ struct Args {
     /// Drafts per step. Default: the drafter's published value, else 3.
     #[arg(long, requires = "draft_model")]
     k: Option<usize>,
-    /// Where the model runs: cpu, cuda or cuda:N.
-    #[arg(long, default_value_t = DeviceSpec::Cpu)]
+    /// Where the model runs: auto (GPU 0 where the build has CUDA and the host a GPU, else
+    /// the CPU), cpu, cuda or cuda:N.
+    #[arg(long, default_value_t = DeviceSpec::Auto)]
     device: DeviceSpec,
     /// Activation dtype: auto (f32 on the CPU, bf16 on a GPU), f32, bf16 or f16.
     #[arg(long, default_value_t = DTypeSpec::Auto)]

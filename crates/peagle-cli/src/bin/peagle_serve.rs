@@ -92,8 +92,9 @@ struct Args {
     /// Recompute every prompt from its first token.
     #[arg(long, overrides_with = "enable_prefix_caching")]
     no_enable_prefix_caching: bool,
-    /// Where the model runs: cpu, cuda or cuda:N.
-    #[arg(long, default_value_t = DeviceSpec::Cpu)]
+    /// Where the model runs: auto (GPU 0 where the build has CUDA and the host a GPU, else
+    /// the CPU), cpu, cuda or cuda:N.
+    #[arg(long, default_value_t = DeviceSpec::Auto)]
     device: DeviceSpec,
     /// Activation dtype: auto (f32 on the CPU, bf16 on a GPU), f32, bf16 or f16.
     #[arg(long, default_value_t = DTypeSpec::Auto)]
@@ -104,7 +105,7 @@ struct Args {
     #[arg(long, default_value_t = KvCacheDtype::Auto)]
     kv_cache_dtype: KvCacheDtype,
     /// Run decode and verification steps, and the drafter's passes, by CUDA graphs, captured at
-    /// start-up for every batch shape of up to 512 rows (with --device cuda).
+    /// start-up for every batch shape of up to 512 rows (on a GPU).
     #[arg(long)]
     cuda_graphs: bool,
     /// Larger request bodies get 413.
