@@ -7,7 +7,9 @@
 # --check: the crates with CUDA code built with the cuda feature, the CUDA kernels compiled to PTX;
 # no GPU needed, scripts/gpu_check.sh runs the GPU tests on a GPU host), with the GPU report's
 # assembly over made-up results (scripts/gpu_report_test.py), the count of a step's host operations
-# over a made-up emulator trace (scripts/host_ops_test.py), the tensor-core kernels' operand layout
+# over a made-up emulator trace (scripts/host_ops_test.py), each kernel's spills by ptxas held to
+# their limits (scripts/kernel_resources.sh --check, its parsing tested by
+# scripts/kernel_resources_test.py), the tensor-core kernels' operand layout
 # simulated (scripts/mma_layout_test.py), and the kernels' and the models' GPU tests on the CUDA
 # emulator (scripts/emulated_gpu_tests.sh, cuda-emulator/: every kernel against its CPU reference,
 # and the fixture models' logits, batch invariance and CUDA graphs on both matmuls, with no GPU;
@@ -19,7 +21,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p target
 {
-    bash scripts/build_cuda.sh --check &&
+    bash scripts/build_cuda.sh --check && bash scripts/kernel_resources.sh --check &&
         EMULATED_CRATES="peagle-kernels peagle-models" \
             EMULATED_SKIP=experts::mxfp4_experts_match_the_reference_and_are_batch_invariant \
             TEST_TIMEOUT=600 bash scripts/emulated_gpu_tests.sh &&
@@ -31,6 +33,7 @@ cuda=$!
 # the features the tests did (`-p peagle-benches` alone would rebuild candle and its dependencies).
 if ! { cargo test --workspace --locked && cargo test --workspace --locked --bench '*' \
     && python3 scripts/gpu_report_test.py && python3 scripts/host_ops_test.py \
+    && python3 scripts/kernel_resources_test.py \
     && python3 scripts/mma_layout_test.py \
     && bash scripts/openai_client_test.sh \
     && bash scripts/fuzz_api.sh && bash scripts/validate_manifests.sh && bash scripts/scaleout_test.sh; }; then
@@ -44,4 +47,4 @@ if ! wait "$cuda"; then
 fi
 grep "^emulated GPU tests" target/cuda-check.log
 grep "^| target/cuda-emulator/host-ops" target/cuda-check.log
-echo "CUDA build check (scripts/build_cuda.sh --check), the kernels' and models' emulated GPU tests, and a step's host operations: ok"
+echo "CUDA build check (scripts/build_cuda.sh --check), the kernels' spills, the kernels' and models' emulated GPU tests, and a step's host operations: ok"
