@@ -49,6 +49,25 @@ __device__ __forceinline__ void load8(const __nv_bfloat16* p, float* v) {
     }
 }
 
+// Rotary tables [2, table_len, half] (cos, then sin) as the KV write and attention read them:
+// the cos and sin of pair j for row t, from table row `table_rows[t]` where that is not null
+// (a table of every position, indexed by each row's position), else from table row t (a
+// batch's own tables). An index past the table reads its last row: the host checks indices
+// before they reach a kernel, and no launch reads out of bounds whatever they hold.
+__device__ __forceinline__ float2 rotary_pair(const float* tables, const uint32_t* table_rows, int table_len,
+                                              int t, int j, int half) {
+    const size_t r = table_rows ? min(table_rows[t], (uint32_t)table_len - 1) : (size_t)t;
+    return make_float2(tables[r * half + j], tables[((size_t)table_len + r) * half + j]);
+}
+
+// One element of a head rotated by rope.cu's arithmetic (two products and a difference or sum,
+// no fused multiply-add): `a` and `b` are pair j's elements in the head's two halves, `first`
+// whether the element is in the first half.
+__device__ __forceinline__ float rotate_element(float a, float b, float2 cos_sin, bool first) {
+    return first ? __fsub_rn(__fmul_rn(a, cos_sin.x), __fmul_rn(b, cos_sin.y))
+                 : __fadd_rn(__fmul_rn(a, cos_sin.y), __fmul_rn(b, cos_sin.x));
+}
+
 // SwiGLU's gating of one gate and up value, in f32: silu(g) * u as g / (1 + e^-g) * u. Every
 // kernel that gates (swiglu.cu, linear_mma.cu's SwiGLU forms) computes it here, to the same bits.
 __device__ __forceinline__ float silu_times(float g, float u) { return g / (1.f + expf(-g)) * u; }

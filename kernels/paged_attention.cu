@@ -42,8 +42,9 @@
 //
 // `q`'s rows are `q_stride` elements apart (a column range of a wider tensor), `out`'s
 // num_heads * head_dim. Where `rotation` is not null, each query is rotated as it is read by its
-// row's tables [2, rows, head_dim / 2] (cos, then sin): each element by rope.cu's arithmetic,
-// rounded to T, as a launch of rope.cu would have written it.
+// row of the tables [2, table_len, head_dim / 2] (cos, then sin): row `table_rows[row]`, or
+// the row's own where that is null (common.cuh's rotary_pair); each element by rope.cu's
+// arithmetic, rounded to T, as a launch of rope.cu would have written it.
 //
 // `meta` packs the batch's layout as u32: the sequence of each row [rows], the position of
 // each row [rows], the offset of each sequence's block table [seqs], then the block tables.
@@ -266,10 +267,10 @@ __device__ __forceinline__ float* partial_at(float* partials, int row, int head,
 
 template <typename T, typename C, int DIMS>
 __device__ void paged_attention(AttentionShared& s, T* out, const T* q, const C* k_cache, const C* v_cache,
-                                const uint32_t* meta, const float* sinks, const float* rotation, float* partials,
-                                uint32_t* counters, int rows, int seqs, int num_heads, int num_kv_heads,
-                                int head_dim, int block_size, int q_stride, float scale, float v_scale, int window,
-                                int vector_keys) {
+                                const uint32_t* meta, const float* sinks, const float* rotation,
+                                const uint32_t* table_rows, int table_len, float* partials, uint32_t* counters,
+                                int rows, int seqs, int num_heads, int num_kv_heads, int head_dim, int block_size,
+                                int q_stride, float scale, float v_scale, int window, int vector_keys) {
     const int row = blockIdx.x, head = blockIdx.y, part = blockIdx.z, blocks = gridDim.z, tid = threadIdx.x;
     // A group's first row's block computes it all; the others' have nothing to do.
     if (joins_previous(meta, rows, row, window)) return;
@@ -296,10 +297,8 @@ __device__ void paged_attention(AttentionShared& s, T* out, const T* q, const C*
             continue;
         }
         const int j = d % half;
-        const size_t at = (size_t)(row + r) * half + j;
-        const float c = rotation[at], sn = rotation[(size_t)rows * half + at];
-        const float a = to_f32(q[q_offset + j]), b = to_f32(q[q_offset + j + half]);
-        const float x = d < half ? __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, sn)) : __fadd_rn(__fmul_rn(a, sn), __fmul_rn(b, c));
+        const float2 cos_sin = rotary_pair(rotation, table_rows, table_len, row + r, j, half);
+        const float x = rotate_element(to_f32(q[q_offset + j]), to_f32(q[q_offset + j + half]), cos_sin, d < half);
         s.q[r][d] = to_f32(from_f32<T>(x));
     }
     if (folds_here) {
@@ -394,25 +393,25 @@ __device__ void paged_attention(AttentionShared& s, T* out, const T* q, const C*
 // DIMS, the dimensions a lane sums, from the head's size, so that few of a lane's sums idle
 // (a head of 32 or fewer leaves half of them: rare, and one variant fewer). ATTN_BLOCKS_PER_SM
 // blocks an SM at least: without that bound ptxas holds the kernel to 64 registers and spills.
-#define PAGED_ATTENTION(NAME, T, C)                                                                                    \
-    extern "C" __global__ void __launch_bounds__(ATTN_THREADS, ATTN_BLOCKS_PER_SM) NAME(                               \
-        T* out, const T* q, const C* k_cache, const C* v_cache, const uint32_t* meta,                                  \
-        const float* sinks, const float* rotation, float* partials, uint32_t* counters, int rows, int seqs,            \
-        int num_heads, int num_kv_heads, int head_dim, int block_size, int q_stride, float scale, float v_scale,       \
-        int window, int vector_keys) {                                                                                 \
-        __shared__ AttentionShared s;                                                                                  \
-        if (head_dim <= 64)                                                                                            \
-            paged_attention<T, C, 2>(s, out, q, k_cache, v_cache, meta, sinks, rotation, partials, counters,           \
-                                     rows, seqs, num_heads, num_kv_heads, head_dim, block_size, q_stride, scale,       \
-                                     v_scale, window, vector_keys);                                                    \
-        else if (head_dim <= 128)                                                                                      \
-            paged_attention<T, C, 4>(s, out, q, k_cache, v_cache, meta, sinks, rotation, partials, counters,           \
-                                     rows, seqs, num_heads, num_kv_heads, head_dim, block_size, q_stride, scale,       \
-                                     v_scale, window, vector_keys);                                                    \
-        else                                                                                                           \
-            paged_attention<T, C, 8>(s, out, q, k_cache, v_cache, meta, sinks, rotation, partials, counters,           \
-                                     rows, seqs, num_heads, num_kv_heads, head_dim, block_size, q_stride, scale,       \
-                                     v_scale, window, vector_keys);                                                    \
+#define PAGED_ATTENTION(NAME, T, C)                                                                                   \
+    extern "C" __global__ void __launch_bounds__(ATTN_THREADS, ATTN_BLOCKS_PER_SM) NAME(                              \
+        T* out, const T* q, const C* k_cache, const C* v_cache, const uint32_t* meta, const float* sinks,             \
+        const float* rotation, const uint32_t* table_rows, int table_len, float* partials, uint32_t* counters,        \
+        int rows, int seqs, int num_heads, int num_kv_heads, int head_dim, int block_size, int q_stride, float scale, \
+        float v_scale, int window, int vector_keys) {                                                                 \
+        __shared__ AttentionShared s;                                                                                 \
+        if (head_dim <= 64)                                                                                           \
+            paged_attention<T, C, 2>(s, out, q, k_cache, v_cache, meta, sinks, rotation, table_rows, table_len,       \
+                                     partials, counters, rows, seqs, num_heads, num_kv_heads, head_dim, block_size,   \
+                                     q_stride, scale, v_scale, window, vector_keys);                                  \
+        else if (head_dim <= 128)                                                                                     \
+            paged_attention<T, C, 4>(s, out, q, k_cache, v_cache, meta, sinks, rotation, table_rows, table_len,       \
+                                     partials, counters, rows, seqs, num_heads, num_kv_heads, head_dim, block_size,   \
+                                     q_stride, scale, v_scale, window, vector_keys);                                  \
+        else                                                                                                          \
+            paged_attention<T, C, 8>(s, out, q, k_cache, v_cache, meta, sinks, rotation, table_rows, table_len,       \
+                                     partials, counters, rows, seqs, num_heads, num_kv_heads, head_dim, block_size,   \
+                                     q_stride, scale, v_scale, window, vector_keys);                                  \
     }
 
 PAGED_ATTENTION(paged_attention_f32_f32, float, float)

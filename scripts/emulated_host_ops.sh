@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 limits=()
 if [ "${1:-}" = --check ]; then
     # Operations besides graph launches / waits for the GPU, a middle step of each mode.
-    limits=(--at-most "no_speculation=6/1" --at-most "EAGLE-3_K=3=19/1" --at-most "P-EAGLE_K=7=13/1")
+    limits=(--at-most "no_speculation=5/1" --at-most "EAGLE-3_K=3=15/1" --at-most "P-EAGLE_K=7=11/1")
     shift
 fi
 tokens=${1:-24}

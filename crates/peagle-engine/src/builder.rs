@@ -107,20 +107,30 @@ impl EngineBuilder {
         }
         let chosen_defaults = self.chosen_sampling_defaults()?;
         tracing::info!(model = %self.model_dir.display(), device = ?self.load.device, "loading the model");
-        let loaded = peagle_models::load_target(&self.model_dir, self.load.clone())?;
+        let mut loaded = peagle_models::load_target(&self.model_dir, self.load.clone())?;
         let max_model_len = self.max_model_len(&loaded.config)?;
-        let drafter = match &self.draft {
+        let mut drafter = match &self.draft {
             None => None,
             Some(d) => Some(self.load_drafter(d, loaded.model.as_ref())?),
         };
         let k = drafter.as_ref().map_or(0, |(_, k, _)| *k);
+        let needed = blocks_per_sequence(max_model_len, k, self.block_size);
+        if !self.load.device.is_cpu() {
+            // Every position a sequence's rows can take has a slot of its own: on a GPU the
+            // rotary tables of them all are made once and read by position, not uploaded every
+            // forward. Made before the KV cache's budget is measured, which they then come out of.
+            let positions = needed * self.block_size;
+            loaded.model.place_rotary_table(positions)?;
+            if let Some((d, ..)) = drafter.as_mut() {
+                d.place_rotary_table(positions)?;
+            }
+        }
         let dtype = self.kv_cache_dtype.resolve(&loaded.config);
         let gpu_budget = match self.kv_cache_blocks {
             Some(_) => None,
             None => self.gpu_kv_bytes(loaded.model.as_ref(), max_model_len, dtype, k)?,
         };
         let num_blocks = self.num_blocks(loaded.model.dims(), drafter.as_ref(), max_model_len, dtype, gpu_budget);
-        let needed = blocks_per_sequence(max_model_len, k, self.block_size);
         if num_blocks < needed {
             // vLLM refuses to start here too: a sequence that outgrows the whole cache could
             // only preempt itself and start over, forever.

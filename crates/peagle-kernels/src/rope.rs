@@ -20,19 +20,32 @@ pub fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor, head_dim: usize) -> Result<T
 /// `rope`'s arithmetic and rounded to the rows' dtype before use, so the bits are the same.
 #[derive(Clone, Copy)]
 pub struct Rotation<'a> {
-    /// [2, rows, head_dim / 2] f32, contiguous: cos for every row, then sin.
+    /// [2, n, head_dim / 2] f32, contiguous: cos for n table rows, then sin.
     pub tables: &'a Tensor,
+    /// [rows] u32, contiguous, on the tables' device: the table row of each row rotated (a
+    /// table of every position read by the rows' positions). None: row t is table row t (a
+    /// batch's own tables, n = rows). The kernels read an index past the table as its last
+    /// row, so whoever writes these checks them against n.
+    pub table_rows: Option<&'a Tensor>,
     pub head_dim: usize,
 }
 
 impl<'a> Rotation<'a> {
     /// `x` rotated by `rope`.
     pub fn apply(&self, x: &Tensor) -> Result<Tensor> {
-        rope(x, &self.tables.get(0)?, &self.tables.get(1)?, self.head_dim)
+        let own;
+        let tables = match self.table_rows {
+            Some(rows) => {
+                own = self.tables.index_select(rows, 1)?;
+                &own
+            }
+            None => self.tables,
+        };
+        rope(x, &tables.get(0)?, &tables.get(1)?, self.head_dim)
     }
 
-    /// This rotation, its tables checked against `rows` rows of `width` as the kernels read
-    /// them.
+    /// This rotation, its tables and table rows checked against `rows` rows of `width` as the
+    /// kernels read them.
     #[cfg(feature = "cuda")]
     pub(crate) fn checked(self, op: &'static str, rows: usize, width: usize) -> Result<Self> {
         let d = self.head_dim;
@@ -43,15 +56,34 @@ impl<'a> Rotation<'a> {
             ));
         }
         let dims = self.tables.dims();
-        if dims != [2, rows, d / 2] || !self.tables.is_contiguous() || self.tables.dtype() != candle_core::DType::F32 {
+        let n = match self.table_rows {
+            Some(_) => dims.get(1).copied().filter(|&n| n > 0).unwrap_or(rows),
+            None => rows,
+        };
+        if dims != [2, n, d / 2] || !self.tables.is_contiguous() || self.tables.dtype() != candle_core::DType::F32 {
             return Err(bad_input(
                 op,
                 format!(
-                    "rotary tables {dims:?} of {:?}, expected [2, {rows}, {}] of f32, contiguous",
+                    "rotary tables {dims:?} of {:?}, expected [2, {n}, {}] of f32, contiguous",
                     self.tables.dtype(),
                     d / 2
                 ),
             ));
+        }
+        if let Some(table_rows) = self.table_rows {
+            if table_rows.dims() != [rows]
+                || !table_rows.is_contiguous()
+                || table_rows.dtype() != candle_core::DType::U32
+            {
+                return Err(bad_input(
+                    op,
+                    format!(
+                        "rotary table rows {:?} of {:?}, expected [{rows}] of u32, contiguous",
+                        table_rows.dims(),
+                        table_rows.dtype()
+                    ),
+                ));
+            }
         }
         Ok(self)
     }

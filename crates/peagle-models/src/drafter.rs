@@ -243,6 +243,11 @@ impl Drafter {
         })
     }
 
+    /// `TargetModel::place_rotary_table` for the drafter's own rotary embedding.
+    pub fn place_rotary_table(&mut self, positions: usize) -> Result<()> {
+        self.rope.place_table(positions, &self.device)
+    }
+
     pub fn config(&self) -> &DrafterConfig {
         &self.config
     }

@@ -3,8 +3,10 @@
 //! attention metadata with its device copy, and the rows whose outputs are kept. The forward
 //! itself then copies nothing from the host, so a GPU can capture it as a CUDA graph and
 //! replay it over new inputs written into the same tensors.
-//! The integer inputs are views of one tensor and the rotary tables of another: two uploads
-//! a forward, straight into a graph's inputs on its replays, however many inputs there are.
+//! The integer inputs are views of one tensor, uploaded at once, straight into a graph's inputs
+//! on its replays, however many inputs there are. The rotary tables are the table of every
+//! position, read by the rows' positions, where the model placed one on its GPU
+//! (`RotaryEmbedding::place_table`); else the rows' own, a second upload.
 //! On a GPU the integers also carry the indices of the kernels issued beside the forward (the
 //! device tokens' places and picks, a drafter pass's gather), so those add no upload of their
 //! own.
@@ -50,16 +52,17 @@ impl ForwardInputs {
             views.push(integers.narrow(0, at, length)?);
             at += length;
         }
-        let [ids, packed, slots, logit_rows, capture_rows, kernel_indices] =
-            <[Tensor; 6]>::try_from(views).expect("six parts");
-        let kernel_indices = (!device.is_cpu()).then_some(kernel_indices);
-        if !device.is_cpu() {
+        let [ids, packed, slots, logit_rows, capture_rows, positions, kernel_indices] =
+            <[Tensor; 7]>::try_from(views).expect("seven parts");
+        let on_gpu = !device.is_cpu();
+        let kernel_indices = on_gpu.then_some(kernel_indices);
+        if on_gpu {
             attn.device = Some(DeviceMetadata { packed, slots });
         }
         let inputs = Self {
             integers,
             ids,
-            rope: rope.tables(&batch.positions, device)?,
+            rope: rope.forward_tables(&batch.positions, on_gpu.then_some(positions), device)?,
             attn,
             logit_rows: RowSelection::new(logit_rows, batch.logit_rows.len(), rows),
             capture_rows: RowSelection::new(capture_rows, batch.capture_rows.len(), rows),
@@ -71,7 +74,8 @@ impl ForwardInputs {
 
     /// Writes the inputs of `batch`, its rows rotated by `rope`, and the kernel indices
     /// `indices` into `target`'s tensors, laid out alike: the tensors a captured CUDA graph
-    /// reads, before its replay. Two copies from the host, straight into them.
+    /// reads, before its replay. One copy from the host, straight into them; two where the rows
+    /// have their own rotary tables.
     pub fn upload_into(
         batch: &ForwardBatch,
         rope: &RotaryEmbedding,
@@ -93,9 +97,13 @@ impl ForwardInputs {
         {
             bail!("inputs written into a graph's are laid out otherwise");
         }
+        target.rope.check_positions(&batch.positions)?;
         peagle_kernels::upload_into(&target.integers, &values)?;
         target.write_device_tokens(batch, indices.len())?;
-        peagle_kernels::upload_into(target.rope.values(), &rope.table_values(&batch.positions))
+        match target.rope.by_position() {
+            true => Ok(()),
+            false => peagle_kernels::upload_into(target.rope.values(), &rope.table_values(&batch.positions)),
+        }
     }
 
     /// `values`, the kernel indices at `range` of those the inputs were made or written with:
@@ -135,12 +143,14 @@ impl ForwardInputs {
 
 /// Every u32 input of `batch` end to end, and each part's length: the ids, on a GPU
 /// (`on_gpu`) the attention metadata and cache slots, then the indices of the rows kept where
-/// not all or none are, then on a GPU the kernel indices: `indices`, the device tokens' places
-/// and picks, and zeros to `INDICES_A_ROW` a row, so that the layout depends on the rows alone.
-fn integers(batch: &ForwardBatch, on_gpu: bool, indices: &[u32]) -> Result<(Vec<u32>, [usize; 6])> {
+/// not all or none are, then on a GPU the rows' positions (which the table of every position
+/// is read by) and the kernel indices: `indices`, the device tokens' places and picks, and
+/// zeros to `INDICES_A_ROW` a row, so that the layout depends on the rows alone.
+fn integers(batch: &ForwardBatch, on_gpu: bool, indices: &[u32]) -> Result<(Vec<u32>, [usize; 7])> {
     let rows = batch.token_ids.len();
     let packed = if on_gpu { batch.attn.packed() } else { Vec::new() };
     let slots: &[u32] = if on_gpu { &batch.attn.slot_mapping } else { &[] };
+    let positions: &[u32] = if on_gpu { &batch.positions } else { &[] };
     let selected = |r: &[u32]| if r.is_empty() || r.len() == rows { 0 } else { r.len() };
     let mut kernel_indices = Vec::new();
     if on_gpu {
@@ -164,6 +174,7 @@ fn integers(batch: &ForwardBatch, on_gpu: bool, indices: &[u32]) -> Result<(Vec<
         slots,
         &batch.logit_rows[..selected(&batch.logit_rows)],
         &batch.capture_rows[..selected(&batch.capture_rows)],
+        positions,
         &kernel_indices,
     ];
     Ok((parts.concat(), parts.map(<[u32]>::len)))
@@ -215,7 +226,7 @@ mod tests {
     use crate::config::{RopeConfig, RopeScaling};
     use crate::device_ids::DeviceIds;
 
-    /// The inputs are views of two uploads, each holding what the batch says.
+    /// The inputs are views of two tensors, each holding what the batch says.
     #[test]
     fn the_views_hold_the_batch() {
         let mut batch = BatchBuilder::new(4);
@@ -237,11 +248,56 @@ mod tests {
         assert_eq!(kept.to_vec1::<u32>().unwrap(), batch.logit_rows);
         assert_eq!(batch.logit_rows, [2, 3, 4]);
         assert!(matches!(inputs.capture_rows, RowSelection::Nothing));
-        let (cos, sin) = (inputs.rope.cos(), inputs.rope.sin());
-        assert_eq!((cos.dims(), sin.dims()), ([5, 4].as_slice(), [5, 4].as_slice()));
+        assert!(!inputs.rope.by_position(), "the CPU rotates by the rows' own tables");
+        let tables = inputs.rope.values().to_vec3::<f32>().unwrap();
+        assert_eq!((tables.len(), tables[0].len(), tables[0][0].len()), (2, 5, 4));
         let (position, freq) = (batch.positions[1] as f32, rope.inv_freq()[3]);
-        assert_eq!(cos.to_vec2::<f32>().unwrap()[1][3], (position * freq).cos());
-        assert_eq!(sin.to_vec2::<f32>().unwrap()[1][3], (position * freq).sin());
+        assert_eq!(tables[0][1][3], (position * freq).cos());
+        assert_eq!(tables[1][1][3], (position * freq).sin());
+    }
+
+    /// A placed table holds, for each position, what a batch's own tables hold for it; a
+    /// forward reads it only with its positions on the device, and a position past it is an
+    /// error.
+    #[test]
+    fn the_table_of_every_position_holds_each_rows_tables() {
+        let config = RopeConfig {
+            theta: 10_000.0,
+            scaling: RopeScaling::None,
+        };
+        let mut rope = RotaryEmbedding::new(8, &config);
+        rope.place_table(6, &Device::Cpu).unwrap();
+        let positions = [4u32, 0, 5];
+        let own = rope.tables(&positions, &Device::Cpu).unwrap();
+        let on_device = Tensor::new(&positions, &Device::Cpu).unwrap();
+        let by_position = rope.forward_tables(&positions, Some(on_device), &Device::Cpu).unwrap();
+        assert!(by_position.by_position() && !own.by_position());
+        let gathered = by_position
+            .rotation(8)
+            .tables
+            .index_select(&Tensor::new(&positions, &Device::Cpu).unwrap(), 1);
+        assert_eq!(
+            gathered.unwrap().to_vec3::<f32>().unwrap(),
+            own.values().to_vec3::<f32>().unwrap()
+        );
+        let x = Tensor::arange(0f32, 24.0, &Device::Cpu)
+            .unwrap()
+            .reshape((3, 8))
+            .unwrap();
+        let (a, b) = (by_position.apply(&x, 1, 8).unwrap(), own.apply(&x, 1, 8).unwrap());
+        assert_eq!(a.to_vec2::<f32>().unwrap(), b.to_vec2::<f32>().unwrap());
+        assert!(!rope
+            .forward_tables(&positions, None, &Device::Cpu)
+            .unwrap()
+            .by_position());
+        own.check_positions(&[2, 6]).unwrap();
+        let err = by_position.check_positions(&[2, 6]).unwrap_err().to_string();
+        assert!(
+            err.contains("position 6 is past the rotary table's 6 positions"),
+            "{err}"
+        );
+        let on_device = Tensor::new(&[6u32], &Device::Cpu).unwrap();
+        assert!(rope.forward_tables(&[6], Some(on_device), &Device::Cpu).is_err());
     }
 
     /// On a GPU the integers end in room for two kernel indices a row, whatever the batch
@@ -259,11 +315,17 @@ mod tests {
         batch.add(&[8], 0, &[1], Rows::All, Rows::None).unwrap();
         let batch = batch.build();
         let (values, lengths) = integers(&batch, true, &[9, 9]).unwrap();
-        let kernel_indices = &values[values.len() - lengths[5]..];
+        let kernel_indices = &values[values.len() - lengths[6]..];
+        // Before them, the rows' positions.
+        assert_eq!(
+            &values[values.len() - lengths[6] - lengths[5]..][..lengths[5]],
+            batch.positions
+        );
         // Places 1 and 2 of the four rows take picks 2 and 0.
         assert_eq!(kernel_indices, [9, 9, 1, 2, 2, 0, 0, 0]);
         assert!(integers(&batch, true, &[9; 5]).is_err(), "nine indices for four rows");
         let (_, lengths) = integers(&batch, false, &[9, 9]).unwrap();
-        assert_eq!(lengths[5], 0, "the CPU's kernels read the host's indices");
+        assert_eq!(lengths[6], 0, "the CPU's kernels read the host's indices");
+        assert_eq!(lengths[5], 0, "the CPU rotates by the rows' own tables");
     }
 }

@@ -115,6 +115,10 @@ impl TargetModel for Llama {
         Ok(())
     }
 
+    fn place_rotary_table(&mut self, positions: usize) -> Result<()> {
+        self.rope.place_table(positions, &self.device)
+    }
+
     fn inputs(&self, batch: &ForwardBatch, kv: &KvCache) -> Result<ForwardInputs> {
         check_batch(batch, kv, &self.dims)?;
         ForwardInputs::new(batch, &self.rope, &self.device, &[])

@@ -35,6 +35,11 @@ pub trait TargetModel: Send + Sync {
     /// Chooses the captured layers (a drafter's `eagle_aux_hidden_state_layer_ids`).
     fn set_capture_layers(&mut self, layers: Vec<usize>) -> Result<()>;
 
+    /// Makes the rotary table of positions 0 to `positions - 1` on the model's device, which
+    /// forwards on a GPU then read by their rows' positions instead of uploading their own
+    /// (`RotaryEmbedding::place_table`); a row past it is an error.
+    fn place_rotary_table(&mut self, positions: usize) -> Result<()>;
+
     /// The batch's inputs on the model's device, once the batch is checked against the model
     /// and `kv`.
     fn inputs(&self, batch: &ForwardBatch, kv: &KvCache) -> Result<ForwardInputs>;

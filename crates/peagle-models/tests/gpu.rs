@@ -256,12 +256,41 @@ fn steps_by_cuda_graphs_equal_steps_without() {
     }
 }
 
-/// Graphs of every shape captured before the first step (as an engine captures them) serve
-/// the steps after it with the bits those steps have without graphs.
+/// A model that reads the rotary table of every position, as an engine on a GPU places it,
+/// gives the bits, and leaves the KV cache, of one that uploads each forward's own tables.
+#[test]
+fn the_rotary_table_gives_the_bits_of_each_forwards_own() {
+    let Some(options) = on_gpu(DTypeSpec::Bf16) else { return };
+    let own = Fixture::load_with("tiny-llama", options.clone());
+    let mut placed = Fixture::load_with("tiny-llama", options);
+    placed
+        .model
+        .place_rotary_table(GRAPH_LIMITS.table_width * BLOCK)
+        .unwrap();
+    let (own_kv, placed_kv) = (own.cache(), placed.cache());
+    prefill_but(&own, 6, &own_kv);
+    prefill_but(&placed, 6, &placed_kv);
+    for (step, batch) in graph_steps(&own) {
+        let want = own.model.forward(&batch, &own_kv).unwrap();
+        let got = placed.model.forward(&batch, &placed_kv).unwrap();
+        assert_same_step(
+            &format!("tiny-llama, {step}, by the table"),
+            got,
+            &placed_kv,
+            want,
+            &own_kv,
+        );
+    }
+}
+
+/// Graphs of every shape captured before the first step (as an engine captures them, over the
+/// rotary table of every position) serve the steps after it with the bits those steps have
+/// without graphs.
 #[test]
 fn graphs_captured_at_startup_serve_the_steps_after() {
     let Some(options) = on_gpu(DTypeSpec::Bf16) else { return };
-    let f = Fixture::load_with("tiny-llama", options.clone());
+    let mut f = Fixture::load_with("tiny-llama", options.clone());
+    f.model.place_rotary_table(GRAPH_LIMITS.table_width * BLOCK).unwrap();
     let mut graphs = CudaGraphs::new(&options.device, GRAPH_LIMITS).unwrap();
     let graph_kv = f.cache();
     // Decode rows and windows of 3 rows (K = 2 drafting 2), the rows `graph_steps` has.

@@ -51,20 +51,26 @@ pub(crate) fn kv_write(
         .contiguous_offsets()
         .ok_or_else(|| bad_input("write_kv", "cache must be contiguous"))?;
     let tables = new.rotation.map(|r| r.tables);
+    let table_rows = new.rotation.and_then(|r| r.table_rows);
     let head_dim = int("write_kv", new.rotation.map_or(0, |r| r.head_dim))?;
+    let table_len = int("write_kv", tables.map_or(Ok(0), |t| t.dim(1))?)?;
     with_view::<u32, _>(slots, "cache slots", |slots| {
         with_optional_view::<f32, _>(tables, "rotary tables", |tables| {
-            let args = Args {
-                func: &func,
-                new,
-                tokens: int("write_kv", tokens)? as u32,
-                slots: &slots,
-                tables: tables.as_ref(),
-                num_slots: int("write_kv", num_slots)?,
-                width: int("write_kv", width)?,
-                head_dim,
-            };
-            by_dtypes_or_fp8!("write_kv", (src_dtype, cache.dtype()), launch(cache, start, &args))
+            with_optional_view::<u32, _>(table_rows, "rotary table rows", |table_rows| {
+                let args = Args {
+                    func: &func,
+                    new,
+                    tokens: int("write_kv", tokens)? as u32,
+                    slots: &slots,
+                    tables: tables.as_ref(),
+                    table_rows: table_rows.as_ref(),
+                    table_len,
+                    num_slots: int("write_kv", num_slots)?,
+                    width: int("write_kv", width)?,
+                    head_dim,
+                };
+                by_dtypes_or_fp8!("write_kv", (src_dtype, cache.dtype()), launch(cache, start, &args))
+            })
         })
     })
 }
@@ -75,6 +81,10 @@ struct Args<'a> {
     slots: &'a CudaView<'a, u32>,
     /// The keys' rotary tables; none: the keys as they are.
     tables: Option<&'a CudaView<'a, f32>>,
+    /// The table row of each row; none: its own.
+    table_rows: Option<&'a CudaView<'a, u32>>,
+    /// The tables' rows.
+    table_len: i32,
     tokens: u32,
     num_slots: i32,
     width: i32,
@@ -92,7 +102,12 @@ fn launch<S: CudaDType, C: CudaDType>(cache: &mut CudaStorage, start: usize, a: 
         Some(tables) => builder.arg(tables),
         None => builder.arg(&null),
     };
+    match a.table_rows {
+        Some(rows) => builder.arg(rows),
+        None => builder.arg(&null),
+    };
     builder
+        .arg(&a.table_len)
         .arg(&a.num_slots)
         .arg(&a.width)
         .arg(&k_stride)
@@ -101,8 +116,9 @@ fn launch<S: CudaDType, C: CudaDType>(cache: &mut CudaStorage, start: usize, a: 
         .arg(&a.new.scale.k)
         .arg(&a.new.scale.v);
     // SAFETY: the slots were checked against the cache's slots, the rows against `width`, the
-    // cache against [2, num_slots, width], the tables against [2, tokens, head_dim / 2]; the
-    // views span the sources' rows, their strides apart.
+    // cache against [2, num_slots, width], the tables against [2, n, head_dim / 2] (n = tokens
+    // without table rows; with them, one a token, each read as at most n - 1 by the kernel);
+    // the views span the sources' rows, their strides apart.
     unsafe { builder.launch(grid((a.tokens, 2), 256)) }.w()?;
     Ok(())
 }

@@ -99,22 +99,28 @@ pub(crate) fn paged_attention(
         vector_keys: i32::from(params.head_dim.is_multiple_of(8) && starts_aligned_16(k_cache.1, cache_dtype)),
     };
     let tables = inputs.rotation.map(|r| r.tables);
+    let table_rows = inputs.rotation.and_then(|r| r.table_rows);
+    let table_len = int(OP, tables.map_or(Ok(0), |t| t.dim(1))?)?;
     let out = with_view::<u32, _>(packed, "attention metadata", |meta| {
         with_optional_view::<f32, _>(sinks, "sinks", |sinks| {
             with_optional_view::<f32, _>(tables, "rotary tables", |tables| {
-                let reads = Reads {
-                    meta: &meta,
-                    sinks: sinks.as_ref(),
-                    tables: tables.as_ref(),
-                };
-                let one_a_row = inputs.blocks == AttentionBlocks::OneARow;
-                with_split(&device, inputs.meta, params, one_a_row, |blocks, counters| {
-                    let split = Split { blocks, counters };
-                    by_dtypes_or_fp8!(
-                        OP,
-                        (q_dtype, cache_dtype),
-                        launch(&device, q, k_cache, v_cache, &reads, &args, split)
-                    )
+                with_optional_view::<u32, _>(table_rows, "rotary table rows", |table_rows| {
+                    let reads = Reads {
+                        meta: &meta,
+                        sinks: sinks.as_ref(),
+                        tables: tables.as_ref(),
+                        table_rows: table_rows.as_ref(),
+                        table_len,
+                    };
+                    let one_a_row = inputs.blocks == AttentionBlocks::OneARow;
+                    with_split(&device, inputs.meta, params, one_a_row, |blocks, counters| {
+                        let split = Split { blocks, counters };
+                        by_dtypes_or_fp8!(
+                            OP,
+                            (q_dtype, cache_dtype),
+                            launch(&device, q, k_cache, v_cache, &reads, &args, split)
+                        )
+                    })
                 })
             })
         })
@@ -140,6 +146,10 @@ struct Reads<'a> {
     meta: &'a CudaView<'a, u32>,
     sinks: Option<&'a CudaView<'a, f32>>,
     tables: Option<&'a CudaView<'a, f32>>,
+    /// The table row of each query row; none: its own.
+    table_rows: Option<&'a CudaView<'a, u32>>,
+    /// The tables' rows.
+    table_len: i32,
 }
 
 /// The blocks that share each row's parts of the keys, and the counters they need where more
@@ -177,6 +187,11 @@ fn launch<T: CudaDType + DeviceRepr, C: CudaDType>(
             None => builder.arg(&null),
         };
     }
+    match reads.table_rows {
+        Some(view) => builder.arg(view),
+        None => builder.arg(&null),
+    };
+    builder.arg(&reads.table_len);
     match split.counters {
         Some(counters) => {
             // Each part's partial softmax of each (row, head): its largest logit, its
@@ -202,7 +217,8 @@ fn launch<T: CudaDType + DeviceRepr, C: CudaDType>(
         shared_mem_bytes: 0,
     };
     // SAFETY: the metadata was validated against the cache (every block in range, every
-    // sequence's table long enough), the shapes against the head layout. Where blocks share
+    // sequence's table long enough), the shapes against the head layout, the rotary tables as
+    // the KV write's are (each table row read as at most the last). Where blocks share
     // parts, the partials hold every (row, head, part) and the counters every (row, head).
     unsafe { builder.launch(config) }.w()?;
     Ok(CudaStorage::wrap_cuda_slice(out, device.clone()))

@@ -260,10 +260,12 @@ fn rotating_kv_write_and_attention_equal_rope_first() {
     let gpu_tables = g(&tables);
     let rotation = Rotation {
         tables: &tables,
+        table_rows: None,
         head_dim: 64,
     };
     let gpu_rotation = Rotation {
         tables: &gpu_tables,
+        table_rows: None,
         head_dim: 64,
     };
     // A fused projection's output: queries, keys and values side by side.
@@ -340,10 +342,12 @@ fn rotating_kv_write_and_attention_equal_rope_first() {
             }
         }
     }
+    by_table_rows_equals_own_tables(&b, &gpu_meta, &qkv, params, &tables);
     // Tables of another batch's rows are refused.
     let short = g(&rotary_tables(rows - 1, 64));
     let wrong = Rotation {
         tables: &short,
+        table_rows: None,
         head_dim: 64,
     };
     let q = g(&tensor((rows, q_width), 23, 1.0));
@@ -362,4 +366,75 @@ fn rotating_kv_write_and_attention_equal_rope_first() {
     )
     .unwrap_err();
     assert!(err.to_string().contains("rotary tables"), "{err}");
+}
+
+/// The rows' tables read from a larger table by each row's index into it (a table of every
+/// position read by the rows' positions) give the bits of the rows' own tables, in the KV
+/// write and in attention; indices of another batch's rows are refused.
+fn by_table_rows_equals_own_tables(
+    b: &Batch,
+    gpu_meta: &AttentionMetadata,
+    qkv: &Tensor,
+    params: AttentionParams,
+    own: &Tensor,
+) {
+    let dev = gpu_meta.device.as_ref().unwrap().packed.device().clone();
+    let g = |t: &Tensor| t.to_device(&dev).unwrap();
+    let rows = b.meta.num_rows();
+    // Row r's tables at row 3 r + 2 of a table of 3 rows + 2, the rows between them others'.
+    let table_rows: Vec<u32> = (0..rows as u32).map(|r| 3 * r + 2).collect();
+    let mut table = rotary_tables(3 * rows + 2, 64).to_vec3::<f32>().unwrap();
+    for (half, own_half) in table.iter_mut().zip(own.to_vec3::<f32>().unwrap()) {
+        for (&at, row) in table_rows.iter().zip(own_half) {
+            half[at as usize] = row;
+        }
+    }
+    let table = Tensor::new(table, &Device::Cpu).unwrap();
+    let (gpu_own, gpu_table) = (g(own), g(&table));
+    let gpu_rows = g(&Tensor::new(table_rows.as_slice(), &Device::Cpu).unwrap());
+    let by_rows = Rotation {
+        tables: &gpu_table,
+        table_rows: Some(&gpu_rows),
+        head_dim: 64,
+    };
+    let own = Rotation {
+        tables: &gpu_own,
+        table_rows: None,
+        head_dim: 64,
+    };
+    let (q_width, kv_width) = (8 * 64, 2 * 64);
+    let qkv = g(&qkv.to_dtype(DType::BF16).unwrap());
+    let (q, k, v) = (
+        qkv.narrow(1, 0, q_width).unwrap(),
+        qkv.narrow(1, q_width, kv_width).unwrap(),
+        qkv.narrow(1, q_width + kv_width, kv_width).unwrap(),
+    );
+    let fresh = || {
+        let both = Tensor::zeros((2, b.k.dim(0).unwrap(), kv_width), DType::BF16, &dev).unwrap();
+        both.slice_set(&g(&b.k.to_dtype(DType::BF16).unwrap()).unsqueeze(0).unwrap(), 0, 0)
+            .unwrap();
+        both.slice_set(&g(&b.v.to_dtype(DType::BF16).unwrap()).unsqueeze(0).unwrap(), 0, 1)
+            .unwrap();
+        both
+    };
+    let (read, kept) = (fresh(), fresh());
+    write_rotated_kv(&read, &k, &v, gpu_meta, KvScale::ONE, by_rows).unwrap();
+    write_rotated_kv(&kept, &k, &v, gpu_meta, KvScale::ONE, own).unwrap();
+    assert_eq!(bits(&read), bits(&kept), "the cache, by table rows");
+    let attend = |cache: &Tensor, rotation| {
+        let (kc, vc) = (cache.get(0).unwrap(), cache.get(1).unwrap());
+        rotated_paged_attention(&q, &kc, &vc, gpu_meta, &params, None, rotation).unwrap()
+    };
+    assert_eq!(
+        bits(&attend(&read, by_rows)),
+        bits(&attend(&kept, own)),
+        "attention, by table rows"
+    );
+    let too_few = g(&Tensor::new(&table_rows[1..], &Device::Cpu).unwrap());
+    let wrong = Rotation {
+        table_rows: Some(&too_few),
+        ..by_rows
+    };
+    let err = write_rotated_kv(&read, &k, &v, gpu_meta, KvScale::ONE, wrong).unwrap_err();
+    assert!(err.to_string().contains("rotary table rows"), "{err}");
 }

@@ -5,7 +5,7 @@ use crate::error::LoadError;
 use crate::kv_cache::LayerKv;
 use crate::ops::{masked_softmax, paged_attention, write_kv};
 use candle_core::{bail, DType, Result, Tensor};
-use peagle_kernels::{AttentionMetadata, AttentionParams, KvScale, Rotation, Sinks};
+use peagle_kernels::{AttentionMetadata, AttentionParams, KvScale, Sinks};
 
 /// Architecture switches of one layer's attention block.
 #[derive(Debug, Clone, Copy, Default)]
@@ -112,10 +112,7 @@ impl Attention {
                     ..*p
                 };
                 // The KV write rotates the keys and attention the queries as they read them.
-                let rotation = Rotation {
-                    tables: rope.values(),
-                    head_dim: p.head_dim,
-                };
+                let rotation = rope.rotation(p.head_dim);
                 write_kv(&kv.both, &k, &v, meta, p.kv_scale, rotation)?;
                 paged_attention(&q, &kv.k, &kv.v, meta, &p, self.sinks.as_ref(), rotation)?
             }

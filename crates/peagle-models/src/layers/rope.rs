@@ -1,23 +1,28 @@
 use crate::config::{RopeConfig, RopeScaling};
 use crate::ops;
-use candle_core::{Device, Result, Tensor};
+use candle_core::{bail, Device, Result, Tensor};
+use peagle_kernels::Rotation;
 
 /// Rotary position embedding in the rotate-halves layout (HF Llama, Qwen3).
 ///
-/// Frequencies follow transformers' f32 arithmetic so cos/sin match the reference closely; the
-/// tables are built per batch for just the positions in it, once for all layers.
+/// Frequencies follow transformers' f32 arithmetic so cos/sin match the reference closely. A
+/// forward's tables are built for just the positions in it, once for all layers; on a GPU, once
+/// `place_table` has made the table of every position there, a forward reads that instead, by
+/// its rows' positions, and uploads none (vLLM's cos/sin cache).
 pub struct RotaryEmbedding {
     inv_freq: Vec<f32>,
     /// Multiplies cos and sin (YaRN's attention factor; 1 otherwise).
     attention_factor: f32,
+    /// [2, positions, head_dim / 2] on the model's device, by `place_table`.
+    table: Option<Tensor>,
 }
 
-/// cos and sin for every row of one batch, [rows, head_dim / 2] each: the two halves of one
-/// tensor, uploaded at once.
+/// The cos and sin a forward's rows are rotated by, [2, n, head_dim / 2] (cos, then sin): the
+/// rows' own (n = rows), or the table of every position read by the rows' positions.
 pub struct RopeTables {
     values: Tensor,
-    cos: Tensor,
-    sin: Tensor,
+    /// Where `values` is the table of every position: each row's position, on its device.
+    positions: Option<Tensor>,
 }
 
 impl RotaryEmbedding {
@@ -33,6 +38,32 @@ impl RotaryEmbedding {
         Self {
             inv_freq,
             attention_factor: cfg.scaling.attention_factor() as f32,
+            table: None,
+        }
+    }
+
+    /// Makes the table of positions 0 to `positions - 1` on `device`, which every forward's
+    /// rows then read by position: their positions must be fewer than `positions`. Each entry
+    /// is the value `tables` computes for that position, so the bits do not change.
+    pub fn place_table(&mut self, positions: usize, device: &Device) -> Result<()> {
+        let all: Vec<u32> = (0..positions as u32).collect();
+        self.table = Some(self.tables(&all, device)?.values);
+        Ok(())
+    }
+
+    /// The tables of a forward's rows at `positions`: with a placed table and the positions on
+    /// its device (`on_device`), that table; otherwise the rows' own, made on `device`.
+    pub fn forward_tables(&self, positions: &[u32], on_device: Option<Tensor>, device: &Device) -> Result<RopeTables> {
+        match (&self.table, on_device) {
+            (Some(table), Some(on_device)) => {
+                let tables = RopeTables {
+                    values: table.clone(),
+                    positions: Some(on_device),
+                };
+                tables.check_positions(positions)?;
+                Ok(tables)
+            }
+            _ => self.tables(positions, device),
         }
     }
 
@@ -41,13 +72,13 @@ impl RotaryEmbedding {
         &self.inv_freq
     }
 
+    /// The rows' own tables, made on `device`.
     pub fn tables(&self, positions: &[u32], device: &Device) -> Result<RopeTables> {
         let (rows, half) = (positions.len(), self.inv_freq.len());
         let values = Tensor::from_vec(self.table_values(positions), (2, rows, half), device)?;
         Ok(RopeTables {
-            cos: values.get(0)?,
-            sin: values.get(1)?,
             values,
+            positions: None,
         })
     }
 
@@ -135,21 +166,45 @@ fn scale(inv_freq: f32, scaling: &RopeScaling) -> f32 {
 }
 
 impl RopeTables {
-    /// Both tables, [2, rows, head_dim / 2]: what a CUDA graph's inputs are written into.
+    /// [2, n, head_dim / 2]: the rows' own tables, what a CUDA graph's inputs are written into,
+    /// or the table of every position.
     pub fn values(&self) -> &Tensor {
         &self.values
     }
 
-    pub fn cos(&self) -> &Tensor {
-        &self.cos
+    /// Whether the rows read the table of every position (`RotaryEmbedding::place_table`).
+    pub fn by_position(&self) -> bool {
+        self.positions.is_some()
     }
 
-    pub fn sin(&self) -> &Tensor {
-        &self.sin
+    /// Fails where the rows read the table of every position and one of `positions` is past
+    /// it: the kernels would read it as the table's last row.
+    pub fn check_positions(&self, positions: &[u32]) -> Result<()> {
+        if !self.by_position() {
+            return Ok(());
+        }
+        let rows = self.values.dim(1)?;
+        match positions.iter().find(|&&p| p as usize >= rows) {
+            Some(p) => bail!("position {p} is past the rotary table's {rows} positions"),
+            None => Ok(()),
+        }
+    }
+
+    /// As the kernels that rotate what they read take it.
+    pub fn rotation(&self, head_dim: usize) -> Rotation<'_> {
+        Rotation {
+            tables: &self.values,
+            table_rows: self.positions.as_ref(),
+            head_dim,
+        }
     }
 
     /// Rotates `x` [rows, heads * head_dim].
     pub fn apply(&self, x: &Tensor, heads: usize, head_dim: usize) -> Result<Tensor> {
-        ops::rope(x, &self.cos, &self.sin, heads, head_dim)
+        let rows = match &self.positions {
+            Some(positions) => self.values.index_select(positions, 1)?,
+            None => self.values.clone(),
+        };
+        ops::rope(x, &rows.get(0)?, &rows.get(1)?, heads, head_dim)
     }
 }
