@@ -24,6 +24,6 @@ for source in kernels/*.cu; do
     # The flags build.rs compiles with, to machine code for each architecture at once.
     "$nvcc" -fatbin -O3 -std=c++17 -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
         -gencode arch=compute_100,code=sm_100 -Xptxas -v -o "$out/kernel.fatbin" "$source" 2>&1 ||
-        { echo "nvcc failed on $source" >&2; exit 1; }
+        { cat "$out/ptxas.txt" >&2; echo "nvcc failed on $source" >&2; exit 1; }
 done >"$out/ptxas.txt"
-python3 scripts/kernel_resources.py "${limits[@]}" <"$out/ptxas.txt"
+python3 scripts/kernel_resources.py ${limits[@]+"${limits[@]}"} <"$out/ptxas.txt"

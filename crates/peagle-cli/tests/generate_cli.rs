@@ -83,8 +83,16 @@ fn errors_are_one_line_with_non_zero_exit() {
     let prompts = format!("{model}/eval_prompts.jsonl");
     let cases: [(&[&str], &str); 4] = [
         (
-            &["--model", &model, "--prompts-file", &prompts, "--cuda-profile"],
-            "--cuda-profile needs --device cuda",
+            &[
+                "--model",
+                &model,
+                "--prompts-file",
+                &prompts,
+                "--device",
+                "cpu",
+                "--cuda-profile",
+            ],
+            "--cuda-profile needs a GPU, and this run is on the CPU",
         ),
         (
             &["--model", "/no/such/model", "--prompt", "x"],

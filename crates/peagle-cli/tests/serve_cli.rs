@@ -251,7 +251,10 @@ fn fails_with(args: &[&str], env: &[(&str, &str)], message: &str) {
 #[test]
 fn startup_errors_are_one_line_with_non_zero_exit() {
     let model = fixture("tiny-llama");
-    fails(&["--model", &model, "--dtype", "bf16"], "compute in f32");
+    fails(
+        &["--model", &model, "--device", "cpu", "--dtype", "bf16"],
+        "compute in f32",
+    );
     fails(&["--model", &model, "--device", "cuda"], "cannot open cuda:0");
     fails_with(
         &["--model", &model, "--device", "cuda"],
@@ -259,8 +262,8 @@ fn startup_errors_are_one_line_with_non_zero_exit() {
         "PEAGLE_CUDA_MATMUL must be mma or fma, not \"cublas\"",
     );
     fails(
-        &["--model", &model, "--cuda-graphs"],
-        "CUDA graphs need a GPU: --device cuda",
+        &["--model", &model, "--device", "cpu", "--cuda-graphs"],
+        "CUDA graphs need a GPU, and this engine runs on the CPU",
     );
     fails(
         &["--model", "acme/not-cached"],

@@ -103,7 +103,9 @@ impl EngineBuilder {
         self.check_sizes()?;
         ops::check_inference_device(&self.load.device).map_err(|e| GenerateError::Config(e.to_string()))?;
         if self.cuda_graphs && !self.load.device.is_cuda() {
-            return Err(GenerateError::Config("CUDA graphs need a GPU: --device cuda".into()));
+            return Err(GenerateError::Config(
+                "CUDA graphs need a GPU, and this engine runs on the CPU".into(),
+            ));
         }
         let chosen_defaults = self.chosen_sampling_defaults()?;
         tracing::info!(model = %self.model_dir.display(), device = ?self.load.device, "loading the model");

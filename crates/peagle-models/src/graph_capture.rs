@@ -67,7 +67,7 @@ impl<S: Hash + Eq + Copy + std::fmt::Debug, I, O> Graphs<S, I, O> {
     /// None yet, for forwards on `device`, which must be a GPU.
     pub fn new(device: &Device) -> Result<Self> {
         if !device.is_cuda() {
-            candle_core::bail!("CUDA graphs need a CUDA device (--device cuda)");
+            candle_core::bail!("CUDA graphs need a CUDA device");
         }
         Ok(Self {
             captured: HashMap::new(),

@@ -9,7 +9,8 @@ use std::str::FromStr;
 
 /// A device by name: `auto`, `cpu`, `cuda` (GPU 0) or `cuda:N`. `auto` is GPU 0 where the
 /// build has CUDA and the driver sees a GPU, else the CPU: a GPU host serves on its GPU, as
-/// vLLM does, and a build or host without one on the CPU.
+/// vLLM does, and a build without CUDA, or a host whose driver finds no GPU, on the CPU. A
+/// driver that fails otherwise is an error, not a quiet fall back to the CPU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum DeviceSpec {
     #[default]
@@ -54,13 +55,16 @@ impl DeviceSpec {
                     Ok(Device::Cpu)
                 }
                 Ok(gpus) => {
-                    tracing::info!("device auto: running on cuda:0, the first of {gpus} GPUs");
-                    Self::Cuda(0).open()
+                    tracing::info!("device auto: running on cuda:0 of {gpus} GPUs");
+                    Self::Cuda(0).open().map_err(|e| {
+                        LoadError::Placement(format!(
+                            "device auto chose cuda:0 of {gpus} GPUs: {e}; --device cpu runs on the CPU"
+                        ))
+                    })
                 }
-                Err(e) => {
-                    tracing::warn!("device auto: the CUDA driver fails ({e}), running on the CPU");
-                    Ok(Device::Cpu)
-                }
+                Err(e) => Err(LoadError::Placement(format!(
+                    "device auto: the CUDA driver fails ({e}); --device cpu runs on the CPU"
+                ))),
             },
             Self::Cpu => Ok(Device::Cpu),
             Self::Cuda(n) => {

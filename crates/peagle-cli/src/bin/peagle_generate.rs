@@ -130,7 +130,7 @@ fn run(args: Args) -> Result<()> {
     };
     let load = LoadOptions::place(args.device, args.dtype).context("--device / --dtype")?;
     if args.cuda_profile && load.device.is_cpu() {
-        bail!("--cuda-profile needs --device cuda");
+        bail!("--cuda-profile needs a GPU, and this run is on the CPU");
     }
     let device = load.device.clone();
     let mut generator = Generator::from_dir(&dir, draft.as_ref(), load, &opts)
