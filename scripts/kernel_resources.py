@@ -17,17 +17,24 @@ import re
 import sys
 
 ENTRY = re.compile(r"Compiling entry function '(\w+)' for '(sm_\w+)'")
+PROPERTIES = re.compile(r"Function properties for (\w+)")
+ARCH = re.compile(r"sm_(\d+)")
 SPILLS = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")
 REGISTERS = re.compile(r"Used (\d+) registers")
 
 
 def parse(text):
-    """{kernel: {arch: {"registers": n, "spills": bytes}}} from ptxas's verbose output."""
-    kernels, current = {}, None
+    """{kernel: {arch: {"registers": n, "spills": bytes}}} from ptxas's verbose output. A
+    device function that was not inlined has properties of its own, which are not its
+    caller's: only an entry's own properties line is read as its spills."""
+    kernels, current, name, properties_of = {}, None, None, None
     for line in text.splitlines():
         if m := ENTRY.search(line):
-            current = kernels.setdefault(m.group(1), {}).setdefault(m.group(2), {"registers": 0, "spills": 0})
-        elif current is not None and (m := SPILLS.search(line)):
+            name = m.group(1)
+            current = kernels.setdefault(name, {}).setdefault(m.group(2), {"registers": 0, "spills": 0})
+        elif m := PROPERTIES.search(line):
+            properties_of = m.group(1)
+        elif current is not None and properties_of == name and (m := SPILLS.search(line)):
             current["spills"] = int(m.group(1)) + int(m.group(2))
         elif current is not None and (m := REGISTERS.search(line)):
             current["registers"] = int(m.group(1))
@@ -50,7 +57,7 @@ def over_limits(kernels, limits):
 
 def table(kernels):
     """The Markdown table: a row a kernel, registers (and spilled bytes where any) by arch."""
-    archs = sorted({arch for by_arch in kernels.values() for arch in by_arch}, key=lambda a: int(a[3:].rstrip("a")))
+    archs = sorted({arch for by_arch in kernels.values() for arch in by_arch}, key=lambda a: (int(ARCH.match(a).group(1)), a))
     lines = ["| kernel | " + " | ".join(archs) + " |", "| --- " + "| ---: " * len(archs) + "|"]
     for name, by_arch in sorted(kernels.items()):
         cells = []

@@ -1,6 +1,7 @@
 """kernel_resources.py over made-up ptxas output: each kernel's registers and spilled bytes per
-architecture are read, a kernel that spills past its limit fails the check, and output that
-names no kernel fails it too. Run by scripts/test.sh; needs no toolkit."""
+architecture are read (a device function's own properties are not its caller's; architectures
+sort by number), a kernel that spills past its limit fails the check, and output that names no
+kernel fails it too. Run by scripts/test.sh; needs no toolkit."""
 
 import os
 import subprocess
@@ -20,7 +21,9 @@ ptxas info    : Compiling entry function 'spilling' for 'sm_90'
 ptxas info    : Function properties for spilling
     8 bytes stack frame, 4 bytes spill stores, 12 bytes spill loads
 ptxas info    : Used 80 registers, used 0 barriers, 8 bytes cumulative stack size
-ptxas info    : Compiling entry function 'spilling' for 'sm_100'
+ptxas info    : Function properties for helper_not_inlined
+    24 bytes stack frame, 20 bytes spill stores, 20 bytes spill loads
+ptxas info    : Compiling entry function 'spilling' for 'sm_100a'
 ptxas info    : Function properties for spilling
     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
 ptxas info    : Used 96 registers, used 0 barriers
@@ -36,9 +39,10 @@ def main():
     kernels = kernel_resources.parse(PTXAS)
     assert kernels == {
         "fast": {"sm_90": {"registers": 40, "spills": 0}},
-        "spilling": {"sm_90": {"registers": 80, "spills": 16}, "sm_100": {"registers": 96, "spills": 0}},
+        "spilling": {"sm_90": {"registers": 80, "spills": 16}, "sm_100a": {"registers": 96, "spills": 0}},
     }, kernels
     table = kernel_resources.table(kernels)
+    assert table.startswith("| kernel | sm_90 | sm_100a |"), table
     assert "| spilling | 80 (16 B spilled) | 96 |" in table, table
     assert "| fast | 40 |  |" in table, table
 
