@@ -1,8 +1,9 @@
 // libcuda's driver API on the host: what cudarc and candle call, over the emulator's memory
 // (memory.cpp) and kernels (fibers.cpp). One device; every stream runs its work as it is
 // issued, in issue order, so an asynchronous call has finished when it returns. A stream under
-// capture records its launches, copies and sets into a graph instead, as CUDA's does, and
-// refuses what CUDA refuses there (a copy to or from the host, a synchronization).
+// capture records its launches, copies, sets, allocations and frees into a graph instead, as
+// CUDA's does, and refuses what CUDA refuses there (a copy to or from the host, a
+// synchronization, a free of memory the capture did not allocate).
 #include "launch.h"
 #include "memory.h"
 
@@ -41,18 +42,36 @@ struct Set {
     unsigned char value;
     size_t bytes;
 };
-using Node = std::variant<Launch, Copy, Set>;
+// A graph's allocation and free nodes: a launch allocates the memory at the address the capture
+// gave it, with contents undefined, and frees it again.
+struct Alloc {
+    CUdeviceptr p;
+};
+struct Free {
+    CUdeviceptr p;
+};
+using Node = std::variant<Launch, Copy, Set, Alloc, Free>;
 
+// CUDA's rules for a graph's memory, which the emulator enforces: an allocation keeps its
+// address for the graph's life, and holds memory only from its allocation node in a launch to
+// its free (a node of the graph, or a free after the launch); outside that, it is barred
+// (memory.h), so that any use of it faults. One the graph frees itself may be freed nowhere
+// else. A launch finds every allocation free, or frees what the last launch left where the
+// graph was instantiated to (CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH); otherwise it is
+// refused.
 struct Graph {
     std::vector<Node> nodes;
-    // What the capture allocated: kept mapped until the graph is destroyed, since every launch
-    // of an auto-freeing graph allocates them again at the same addresses.
+    // What the capture allocated: mapped until the graph is destroyed.
     std::set<CUdeviceptr> allocations;
+    // Those of them that the graph frees itself.
+    std::set<CUdeviceptr> freed_inside;
+    bool auto_free = false;
     bool invalid = false;
 };
 
 std::map<CUstream, Graph*> captures;
-std::set<CUdeviceptr> graph_owned;
+// Each graph allocation's graph.
+std::map<CUdeviceptr, Graph*> graph_owned;
 int context_tag, pool_tag;
 thread_local CUcontext current_context = nullptr;
 
@@ -77,14 +96,34 @@ Graph* capture_of(CUstream stream) {
     return it == captures.end() ? nullptr : it->second;
 }
 
+// A copy or set over memory that holds none (a graph's allocation while it is free) is
+// reported as a kernel's fault is, and ends the process, as it would end the context on a GPU.
+void require_usable(CUdeviceptr p, size_t bytes, const char* what) {
+    if (bytes == 0 || emu::usable(p, bytes)) return;
+    char where[256];
+    emu::describe(p, where, sizeof where);
+    std::fprintf(stderr, "peagle CUDA emulator: invalid access to %p (%s) by %s of %zu bytes\n",
+                 reinterpret_cast<void*>(p), where, what, bytes);
+    _exit(134);
+}
+
 void run(const Launch& l) {
     std::vector<void*> args;
     for (const auto& a : l.args) args.push_back(const_cast<char*>(a.data()));
     emu::run_grid(*l.kernel, l.grid, l.block, args.data());
 }
 
-void run(const Copy& c) { std::memmove(reinterpret_cast<void*>(c.dst), reinterpret_cast<void*>(c.src), c.bytes); }
-void run(const Set& s) { std::memset(reinterpret_cast<void*>(s.dst), s.value, s.bytes); }
+void run(const Copy& c) {
+    require_usable(c.src, c.bytes, "a copy's source");
+    require_usable(c.dst, c.bytes, "a copy's destination");
+    std::memmove(reinterpret_cast<void*>(c.dst), reinterpret_cast<void*>(c.src), c.bytes);
+}
+void run(const Set& s) {
+    require_usable(s.dst, s.bytes, "a set");
+    std::memset(reinterpret_cast<void*>(s.dst), s.value, s.bytes);
+}
+void run(const Alloc& a) { emu::unbar(a.p); }
+void run(const Free& f) { emu::bar(f.p); }
 void run(const Node& node) {
     std::visit([](const auto& n) { run(n); }, node);
 }
@@ -125,14 +164,36 @@ CUresult allocate(CUdeviceptr* p, size_t bytes, CUstream stream) {
     *p = start;
     if (Graph* g = capture_of(stream)) {
         g->allocations.insert(start);
-        graph_owned.insert(start);
+        graph_owned[start] = g;
+        g->nodes.push_back(Alloc{start});
+        emu::bar(start);
     }
     return CUDA_SUCCESS;
 }
 
-CUresult release(CUdeviceptr p) {
-    if (graph_owned.count(p)) return CUDA_SUCCESS;
-    return emu::release(p) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+// A free in a capture is the graph's free node, of one of its own allocations that it does not
+// free yet (CUDA allows a graph to free another graph's too; nothing here does, and the
+// emulator does not model it); anything else invalidates the capture, as CUDA refuses it. A
+// graph's allocation freed outside a capture holds no memory until its graph's next launch.
+CUresult release(CUdeviceptr p, CUstream stream) {
+    const auto owned = graph_owned.find(p);
+    if (Graph* g = capture_of(stream)) {
+        if (owned == graph_owned.end() || owned->second != g || g->freed_inside.count(p)) {
+            std::fprintf(stderr,
+                         "peagle CUDA emulator: a capture frees %p, which it did not allocate or frees already; "
+                         "the capture is invalidated\n",
+                         reinterpret_cast<void*>(p));
+            g->invalid = true;
+            return CUDA_ERROR_INVALID_VALUE;
+        }
+        g->nodes.push_back(Free{p});
+        g->freed_inside.insert(p);
+        return CUDA_SUCCESS;
+    }
+    if (owned == graph_owned.end()) return emu::release(p) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    if (owned->second->freed_inside.count(p) || emu::barred(p)) return CUDA_ERROR_INVALID_VALUE;
+    emu::bar(p);
+    return CUDA_SUCCESS;
 }
 
 // A fault in a kernel names the kernel, the thread and the address; any other is the
@@ -333,11 +394,11 @@ CUresult cuMemAllocAsync(CUdeviceptr* p, size_t bytes, CUstream stream) {
 }
 CUresult cuMemFree_v2(CUdeviceptr p) {
     const Guard held(driver_lock);
-    return release(p);
+    return release(p, nullptr);
 }
-CUresult cuMemFreeAsync(CUdeviceptr p, CUstream) {
+CUresult cuMemFreeAsync(CUdeviceptr p, CUstream stream) {
     const Guard held(driver_lock);
-    return release(p);
+    return release(p, stream);
 }
 CUresult cuMemAllocHost_v2(void** p, size_t bytes) {
     *p = std::malloc(bytes ? bytes : 1);
@@ -387,6 +448,7 @@ CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size_t bytes, CU
     trace(stream, "copy of %zu bytes, host to device", bytes);
     if (CUresult e = refuse_in_capture(stream)) return e;
     if (!device_range(dst, bytes)) return CUDA_ERROR_INVALID_VALUE;
+    require_usable(dst, bytes, "a copy from the host");
     std::memcpy(reinterpret_cast<void*>(dst), src, bytes);
     return CUDA_SUCCESS;
 }
@@ -395,6 +457,7 @@ CUresult cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, size_t bytes, CUstream
     trace(stream, "copy of %zu bytes, device to host", bytes);
     if (CUresult e = refuse_in_capture(stream)) return e;
     if (!device_range(src, bytes)) return CUDA_ERROR_INVALID_VALUE;
+    require_usable(src, bytes, "a copy to the host");
     std::memcpy(dst, reinterpret_cast<void*>(src), bytes);
     return CUDA_SUCCESS;
 }
@@ -515,7 +578,8 @@ CUresult cuStreamIsCapturing(CUstream stream, CUstreamCaptureStatus* status) {
                         : (captured->invalid ? CU_STREAM_CAPTURE_STATUS_INVALIDATED : CU_STREAM_CAPTURE_STATUS_ACTIVE);
     return CUDA_SUCCESS;
 }
-CUresult cuGraphInstantiateWithFlags(CUgraphExec* exec, CUgraph graph, unsigned long long) {
+CUresult cuGraphInstantiateWithFlags(CUgraphExec* exec, CUgraph graph, unsigned long long flags) {
+    reinterpret_cast<Graph*>(graph)->auto_free = flags & CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH;
     *exec = reinterpret_cast<CUgraphExec>(graph);
     return CUDA_SUCCESS;
 }
@@ -523,6 +587,11 @@ CUresult cuGraphLaunch(CUgraphExec exec, CUstream stream) {
     const Guard held(driver_lock);
     if (capture_of(stream)) return CUDA_ERROR_NOT_SUPPORTED;
     const Graph* graph = reinterpret_cast<Graph*>(exec);
+    std::vector<CUdeviceptr> left;
+    for (CUdeviceptr p : graph->allocations)
+        if (!graph->freed_inside.count(p) && !emu::barred(p)) left.push_back(p);
+    if (!left.empty() && !graph->auto_free) return CUDA_ERROR_INVALID_VALUE;
+    for (CUdeviceptr p : left) emu::bar(p);
     trace(stream, "graph of %zu nodes", graph->nodes.size());
     for (const Node& node : graph->nodes) run(node);
     return CUDA_SUCCESS;

@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <iterator>
 #include <map>
 #include <mutex>
@@ -12,10 +13,15 @@ namespace emu {
 namespace {
 
 constexpr size_t PAGE = 4096, ALIGN = 256;
+// New memory holds anything on a GPU; here, up to this size, every byte 0xFF (NaN as a float,
+// -1 as an integer), so that a read of what nothing wrote shows. Larger allocations (a KV
+// cache, weights) stay zero, untouched pages costing the host nothing.
+constexpr size_t POISONED_UP_TO = size_t(64) << 20;
 
 struct Allocation {
     char* map;
     size_t map_bytes, bytes;
+    bool barred = false;
 };
 
 struct Memory {
@@ -66,6 +72,7 @@ uintptr_t allocate(size_t bytes) {
     char* guard_page = static_cast<char*>(map) + map_bytes - PAGE;
     mprotect(guard_page, PAGE, PROT_NONE);
     const auto start = reinterpret_cast<uintptr_t>(guard_page - rounded);
+    if (bytes <= POISONED_UP_TO) std::memset(reinterpret_cast<void*>(start), 0xFF, bytes);
     m.allocations[start] = Allocation{static_cast<char*>(map), map_bytes, bytes};
     m.used += rounded;
     if (m.used > m.high) m.high = m.used;
@@ -90,6 +97,35 @@ bool in_allocation(uintptr_t p, size_t bytes) {
     return it != m.allocations.end() && p + bytes <= it->first + it->second.bytes;
 }
 
+bool usable(uintptr_t p, size_t bytes) {
+    Memory& m = memory();
+    std::lock_guard<std::mutex> guard(m.lock);
+    auto it = containing(m, p);
+    return it != m.allocations.end() && p + bytes <= it->first + it->second.bytes && !it->second.barred;
+}
+
+// Opens or closes every page of an allocation's mapping but its guard page.
+void set_barred(uintptr_t start, bool barred) {
+    Memory& m = memory();
+    std::lock_guard<std::mutex> guard(m.lock);
+    auto it = m.allocations.find(start);
+    if (it == m.allocations.end()) std::abort();
+    Allocation& a = it->second;
+    if (mprotect(a.map, a.map_bytes - PAGE, barred ? PROT_NONE : PROT_READ | PROT_WRITE) != 0) std::abort();
+    if (!barred) std::memset(reinterpret_cast<void*>(start), 0xFF, a.bytes);
+    a.barred = barred;
+}
+
+void bar(uintptr_t start) { set_barred(start, true); }
+void unbar(uintptr_t start) { set_barred(start, false); }
+
+bool barred(uintptr_t start) {
+    Memory& m = memory();
+    std::lock_guard<std::mutex> guard(m.lock);
+    auto it = m.allocations.find(start);
+    return it != m.allocations.end() && it->second.barred;
+}
+
 // Called from the fault handler: takes no lock, as the faulting thread may hold none and no
 // other thread allocates while a launch runs under the driver's lock.
 void describe(uintptr_t p, char* out, size_t len) {
@@ -102,7 +138,10 @@ void describe(uintptr_t p, char* out, size_t len) {
     --it;
     const uintptr_t end = it->first + it->second.bytes;
     if (p < end)
-        std::snprintf(out, len, "byte %zu of an allocation of %zu bytes", size_t(p - it->first), it->second.bytes);
+        std::snprintf(out, len, "byte %zu of an allocation of %zu bytes%s", size_t(p - it->first), it->second.bytes,
+                      it->second.barred ? " that a CUDA graph holds no memory for now: freed, or not yet allocated "
+                                          "by a launch"
+                                        : "");
     else
         std::snprintf(out, len, "%zu bytes past the end of an allocation of %zu bytes", size_t(p - end),
                       it->second.bytes);

@@ -1,6 +1,7 @@
 // The emulator's own tests, through the driver API as a binary calls it: warp collectives
 // against their definitions, mma against a plain matrix product, graph capture and what it
-// refuses, and the reports of a fault and of a deadlock, which end a child process. Run by
+// refuses, a graph's memory by CUDA's rules, and the reports of a fault, of a use of a graph's
+// freed memory and of a deadlock, which end a child process. Run by
 // scripts/build_cuda_emulator.sh after each build; exits non-zero on the first failure.
 #include "device.h"
 #include "launch.h"
@@ -195,6 +196,73 @@ void graphs() {
           "a capture that was refused something ends invalidated");
 }
 
+// A graph that allocates `kept` and `scratch`, zeroes both, adds one to each, and frees
+// `scratch`, on `stream`, instantiated with `flags`.
+struct AllocatingGraph {
+    CUdeviceptr kept, scratch;
+    CUgraphExec exec;
+};
+
+AllocatingGraph allocating_graph(CUstream stream, unsigned long long flags) {
+    static int n = 100;
+    AllocatingGraph g{};
+    cuStreamBeginCapture_v2(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+    for (CUdeviceptr* p : {&g.kept, &g.scratch}) {
+        check(cuMemAllocAsync(p, 4 * n, stream) == CUDA_SUCCESS, "an allocation in a capture");
+        cuMemsetD8Async(*p, 0, 4 * n, stream);
+        launch("add_one", 1, 128, {p, &n}, stream);
+    }
+    check(cuMemFreeAsync(g.scratch, stream) == CUDA_SUCCESS, "a capture frees what it allocated");
+    CUgraph graph;
+    check(cuStreamEndCapture(stream, &graph) == CUDA_SUCCESS, "ending a capture that allocates");
+    cuGraphInstantiateWithFlags(&g.exec, graph, flags);
+    return g;
+}
+
+void graph_memory() {
+    CUstream stream;
+    cuStreamCreate(&stream, 0);
+    const auto auto_free = CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH;
+    AllocatingGraph g = allocating_graph(stream, auto_free);
+    check(cuGraphLaunch(g.exec, stream) == CUDA_SUCCESS, "a graph's first launch");
+    check(read<int>(g.kept, 100) == std::vector<int>(100, 1), "a graph's allocation outlives its launch");
+    std::vector<int> sevens(100, 7);
+    cuMemcpyHtoD_v2(g.kept, sevens.data(), 400);
+    check(cuGraphLaunch(g.exec, stream) == CUDA_SUCCESS, "an auto-freeing graph launched while it holds memory");
+    check(read<int>(g.kept, 100) == std::vector<int>(100, 1),
+          "a launch allocates anew what the last one left: the host's sevens are gone");
+    check(cuMemFreeAsync(g.scratch, stream) == CUDA_ERROR_INVALID_VALUE,
+          "what a graph frees itself cannot be freed outside it");
+    check(cuMemFreeAsync(g.kept, stream) == CUDA_SUCCESS, "a graph's allocation freed after its launch");
+    check(cuMemFreeAsync(g.kept, stream) == CUDA_ERROR_INVALID_VALUE, "a graph's allocation freed twice");
+    check(cuGraphLaunch(g.exec, stream) == CUDA_SUCCESS, "a graph launched after its allocations were freed");
+
+    CUdeviceptr fresh, untouched;
+    cuMemAlloc_v2(&fresh, 8);
+    check(read<int>(fresh, 2) == std::vector<int>(2, -1), "new memory starts with every byte 0xFF");
+    cuStreamBeginCapture_v2(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+    cuMemAllocAsync(&untouched, 8, stream);
+    CUgraph graph;
+    cuStreamEndCapture(stream, &graph);
+    CUgraphExec exec;
+    cuGraphInstantiateWithFlags(&exec, graph, auto_free);
+    cuGraphLaunch(exec, stream);
+    check(read<int>(untouched, 2) == std::vector<int>(2, -1), "a graph's allocation starts with every byte 0xFF");
+
+    AllocatingGraph held = allocating_graph(stream, 0);
+    check(cuGraphLaunch(held.exec, stream) == CUDA_SUCCESS, "a graph that does not free on launch, launched");
+    check(cuGraphLaunch(held.exec, stream) == CUDA_ERROR_INVALID_VALUE,
+          "a graph that does not free on launch, launched again while it holds memory, is refused");
+
+    CUdeviceptr outside = device(std::vector<int>(4));
+    cuStreamBeginCapture_v2(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+    check(cuMemFreeAsync(outside, stream) == CUDA_ERROR_INVALID_VALUE,
+          "a capture may not free what it did not allocate");
+    check(cuStreamEndCapture(stream, &graph) == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED,
+          "a capture that frees what it did not allocate ends invalidated");
+    check(read<int>(outside, 4) == std::vector<int>(4, 0), "a free a capture refused frees nothing");
+}
+
 // Runs `body` in a child process: its exit status and what it wrote to stderr.
 std::pair<int, std::string> in_child(void (*body)()) {
     int fds[2];
@@ -225,6 +293,27 @@ void reports() {
               err.find("past the end of an allocation of 400 bytes") != std::string::npos,
           "a write past an allocation is reported: " + err);
     std::tie(status, err) = in_child([] {
+        CUstream stream;
+        cuStreamCreate(&stream, 0);
+        AllocatingGraph g = allocating_graph(stream, CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH);
+        cuGraphLaunch(g.exec, stream);
+        int n = 100;
+        launch("add_one", 1, 128, {&g.scratch, &n});
+    });
+    check(status != 0 && err.find("invalid access") != std::string::npos &&
+              err.find("kernel add_one") != std::string::npos &&
+              err.find("byte 0 of an allocation of 400 bytes that a CUDA graph holds no memory for now") !=
+                  std::string::npos,
+          "a kernel's use of memory its graph freed is reported: " + err);
+    std::tie(status, err) = in_child([] {
+        CUstream stream;
+        cuStreamCreate(&stream, 0);
+        AllocatingGraph g = allocating_graph(stream, CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH);
+        read<int>(g.kept, 100);
+    });
+    check(status != 0 && err.find("by a copy to the host of 400 bytes") != std::string::npos,
+          "a copy from a graph's allocation before its graph's first launch is reported: " + err);
+    std::tie(status, err) = in_child([] {
         CUdeviceptr x = device(std::vector<int>(64));
         launch("diverged_barrier", 1, 64, {&x});
     });
@@ -240,6 +329,7 @@ int main() {
     collectives();
     tensor_core();
     graphs();
+    graph_memory();
     reports();
     if (failures) return 1;
     std::printf("CUDA emulator self test: ok\n");
