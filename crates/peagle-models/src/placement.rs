@@ -56,7 +56,7 @@ impl DeviceSpec {
                 }
                 Ok(gpus) => {
                     tracing::info!("device auto: running on cuda:0 of {gpus} GPUs");
-                    Self::Cuda(0).open().map_err(|e| {
+                    open_gpu(0, "").map_err(|e| {
                         LoadError::Placement(format!(
                             "device auto chose cuda:0 of {gpus} GPUs: {e}; --device cpu runs on the CPU"
                         ))
@@ -68,20 +68,20 @@ impl DeviceSpec {
             },
             Self::Cpu => Ok(Device::Cpu),
             Self::Cuda(n) => {
-                // The matmul kernel a GPU process keeps to, checked before anything loads.
-                peagle_kernels::CudaMatmul::chosen().map_err(LoadError::Placement)?;
-                let device = Device::new_cuda(n).map_err(|e| {
-                    LoadError::Placement(format!(
-                        "cannot open {self}: {e} (CUDA needs a GPU and a build with the cuda feature)"
-                    ))
-                })?;
-                // Each step's activations then come from memory the last step freed.
-                peagle_kernels::keep_freed_memory(&device)
-                    .map_err(|e| LoadError::Placement(format!("cannot set up {self}'s memory pool: {e}")))?;
-                Ok(device)
+                open_gpu(n, " (CUDA needs a GPU and a build with the cuda feature)").map_err(LoadError::Placement)
             }
         }
     }
+}
+
+/// GPU `n`, ready for a model; `hint` follows the driver's error where it cannot be opened.
+fn open_gpu(n: usize, hint: &str) -> Result<Device, String> {
+    // The matmul kernel a GPU process keeps to, checked before anything loads.
+    peagle_kernels::CudaMatmul::chosen()?;
+    let device = Device::new_cuda(n).map_err(|e| format!("cannot open cuda:{n}: {e}{hint}"))?;
+    // Each step's activations then come from memory the last step freed.
+    peagle_kernels::keep_freed_memory(&device).map_err(|e| format!("cannot set up cuda:{n}'s memory pool: {e}"))?;
+    Ok(device)
 }
 
 /// The dtype activations are computed in; `auto` is f32 on the CPU and bf16 on a GPU.
