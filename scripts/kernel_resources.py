@@ -26,16 +26,21 @@ REGISTERS = re.compile(r"Used (\d+) registers")
 def parse(text):
     """{kernel: {arch: {"registers": n, "spills": bytes}}} from ptxas's verbose output. A
     device function that was not inlined has properties of its own, which are not its
-    caller's: only an entry's own properties line is read as its spills."""
-    kernels, current, name, properties_of = {}, None, None, None
+    caller's: its spills are listed under its own name, held to a limit as a kernel's are, and
+    its registers (which ptxas counts only for entries) are None."""
+    kernels, current, name, arch, properties_of = {}, None, None, None, None
     for line in text.splitlines():
         if m := ENTRY.search(line):
-            name = m.group(1)
-            current = kernels.setdefault(name, {}).setdefault(m.group(2), {"registers": 0, "spills": 0})
+            name, arch = m.group(1), m.group(2)
+            current = kernels.setdefault(name, {}).setdefault(arch, {"registers": 0, "spills": 0})
         elif m := PROPERTIES.search(line):
             properties_of = m.group(1)
-        elif current is not None and properties_of == name and (m := SPILLS.search(line)):
-            current["spills"] = int(m.group(1)) + int(m.group(2))
+        elif current is not None and (m := SPILLS.search(line)):
+            spills = int(m.group(1)) + int(m.group(2))
+            if properties_of == name:
+                current["spills"] = spills
+            else:
+                kernels.setdefault(properties_of, {})[arch] = {"registers": None, "spills": spills}
         elif current is not None and (m := REGISTERS.search(line)):
             current["registers"] = int(m.group(1))
     return kernels
@@ -66,8 +71,9 @@ def table(kernels):
             if cost is None:
                 cells.append("")
             else:
+                registers = "-" if cost["registers"] is None else cost["registers"]
                 spills = f" ({cost['spills']} B spilled)" if cost["spills"] else ""
-                cells.append(f"{cost['registers']}{spills}")
+                cells.append(f"{registers}{spills}")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -77,12 +83,12 @@ def main(args, text):
     while args:
         if args[0] == "--check":
             check, args = True, args[1:]
-        elif args[0] == "--at-most" and len(args) > 1:
+        elif args[0] == "--at-most" and len(args) > 1 and re.fullmatch(r"\w+=\d+", args[1]):
             name, _, most = args[1].rpartition("=")
             limits[name] = int(most)
             args = args[2:]
         else:
-            print(f"unknown argument {args[0]!r}: expected --at-most KERNEL=BYTES or --check", file=sys.stderr)
+            print(f"bad argument {args[0]!r}: expected --at-most KERNEL=BYTES or --check", file=sys.stderr)
             return 2
     kernels = parse(text)
     print(table(kernels))

@@ -1,7 +1,8 @@
 """kernel_resources.py over made-up ptxas output: each kernel's registers and spilled bytes per
-architecture are read (a device function's own properties are not its caller's; architectures
-sort by number), a kernel that spills past its limit fails the check, and output that names no
-kernel fails it too. Run by scripts/test.sh; needs no toolkit."""
+architecture are read (a device function's own properties are not its caller's but its own,
+held to a limit too; architectures sort by number), a kernel that spills past its limit fails
+the check, and output that names no kernel fails it too. Run by scripts/test.sh; needs no
+toolkit."""
 
 import os
 import subprocess
@@ -40,22 +41,26 @@ def main():
     assert kernels == {
         "fast": {"sm_90": {"registers": 40, "spills": 0}},
         "spilling": {"sm_90": {"registers": 80, "spills": 16}, "sm_100a": {"registers": 96, "spills": 0}},
+        "helper_not_inlined": {"sm_90": {"registers": None, "spills": 40}},
     }, kernels
     table = kernel_resources.table(kernels)
     assert table.startswith("| kernel | sm_90 | sm_100a |"), table
     assert "| spilling | 80 (16 B spilled) | 96 |" in table, table
     assert "| fast | 40 |  |" in table, table
+    assert "| helper_not_inlined | - (40 B spilled) |  |" in table, table
 
     # Without --check, the table only; with it, a spill past its limit (0 unless given) fails.
     assert run().returncode == 0
     over = run("--check")
     assert over.returncode == 1 and "spilling on sm_90: 16 bytes spilled, more than 0" in over.stderr, over
-    assert run("--check", "--at-most", "spilling=16").returncode == 0
+    assert run("--check", "--at-most", "spilling=16").returncode == 1
+    assert run("--check", "--at-most", "spilling=16", "--at-most", "helper_not_inlined=40").returncode == 0
     over = run("--check", "--at-most", "spilling=15")
     assert over.returncode == 1 and "more than 15" in over.stderr, over
     empty = run("--check", text="nvcc fatal : something\n")
     assert empty.returncode == 1 and "no kernel in the output" in empty.stderr, empty
     assert run("--limit").returncode == 2
+    assert run("--check", "--at-most", "spilling=lots").returncode == 2
     print("kernel_resources_test: ok")
 
 
