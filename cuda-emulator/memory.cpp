@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <iterator>
 #include <map>
 #include <mutex>
@@ -18,15 +19,22 @@ constexpr size_t PAGE = 4096, ALIGN = 256;
 // cache, weights) stay zero, untouched pages costing the host nothing.
 constexpr size_t POISONED_UP_TO = size_t(64) << 20;
 
+// Freed allocations keep their pages' addresses, closed and given back to the host, for this
+// many frees after theirs: a stale pointer into one then faults, where a new allocation at the
+// same address would have let it read another's data unseen.
+constexpr size_t QUARANTINED = 4096;
+
 struct Allocation {
     char* map;
     size_t map_bytes, bytes;
-    bool barred = false;
+    bool barred = false, freed = false;
 };
 
 struct Memory {
     std::mutex lock;
+    // Live allocations and quarantined freed ones, by start.
     std::map<uintptr_t, Allocation> allocations;
+    std::deque<uintptr_t> quarantine;
     size_t total, used = 0, high = 0;
 };
 
@@ -51,12 +59,12 @@ Memory& memory() {
     return *m;
 }
 
-// The allocation that `p` lies in, or end().
+// The live allocation that `p` lies in, or end().
 std::map<uintptr_t, Allocation>::iterator containing(Memory& m, uintptr_t p) {
     auto it = m.allocations.upper_bound(p);
     if (it == m.allocations.begin()) return m.allocations.end();
     --it;
-    return p < it->first + it->second.bytes ? it : m.allocations.end();
+    return p < it->first + it->second.bytes && !it->second.freed ? it : m.allocations.end();
 }
 
 }  // namespace
@@ -83,10 +91,18 @@ bool release(uintptr_t start) {
     Memory& m = memory();
     std::lock_guard<std::mutex> guard(m.lock);
     auto it = m.allocations.find(start);
-    if (it == m.allocations.end()) return false;
-    m.used -= footprint(it->second.bytes);
-    munmap(it->second.map, it->second.map_bytes);
-    m.allocations.erase(it);
+    if (it == m.allocations.end() || it->second.freed) return false;
+    Allocation& a = it->second;
+    m.used -= footprint(a.bytes);
+    if (madvise(a.map, a.map_bytes, MADV_DONTNEED) != 0 || mprotect(a.map, a.map_bytes, PROT_NONE) != 0) std::abort();
+    a.freed = true;
+    m.quarantine.push_back(start);
+    if (m.quarantine.size() > QUARANTINED) {
+        auto oldest = m.allocations.find(m.quarantine.front());
+        munmap(oldest->second.map, oldest->second.map_bytes);
+        m.allocations.erase(oldest);
+        m.quarantine.pop_front();
+    }
     return true;
 }
 
@@ -109,7 +125,7 @@ void set_barred(uintptr_t start, bool barred) {
     Memory& m = memory();
     std::lock_guard<std::mutex> guard(m.lock);
     auto it = m.allocations.find(start);
-    if (it == m.allocations.end()) std::abort();
+    if (it == m.allocations.end() || it->second.freed) std::abort();
     Allocation& a = it->second;
     if (mprotect(a.map, a.map_bytes - PAGE, barred ? PROT_NONE : PROT_READ | PROT_WRITE) != 0) std::abort();
     if (!barred) std::memset(reinterpret_cast<void*>(start), 0xFF, a.bytes);
@@ -123,7 +139,7 @@ bool barred(uintptr_t start) {
     Memory& m = memory();
     std::lock_guard<std::mutex> guard(m.lock);
     auto it = m.allocations.find(start);
-    return it != m.allocations.end() && it->second.barred;
+    return it != m.allocations.end() && !it->second.freed && it->second.barred;
 }
 
 // Called from the fault handler: takes no lock, as the faulting thread may hold none and no
@@ -137,14 +153,16 @@ void describe(uintptr_t p, char* out, size_t len) {
     }
     --it;
     const uintptr_t end = it->first + it->second.bytes;
+    const char* state = it->second.freed    ? ", which was freed"
+                        : it->second.barred ? " that a CUDA graph holds no memory for now: freed, or not yet "
+                                              "allocated by a launch"
+                                            : "";
     if (p < end)
         std::snprintf(out, len, "byte %zu of an allocation of %zu bytes%s", size_t(p - it->first), it->second.bytes,
-                      it->second.barred ? " that a CUDA graph holds no memory for now: freed, or not yet allocated "
-                                          "by a launch"
-                                        : "");
+                      state);
     else
-        std::snprintf(out, len, "%zu bytes past the end of an allocation of %zu bytes", size_t(p - end),
-                      it->second.bytes);
+        std::snprintf(out, len, "%zu bytes past the end of an allocation of %zu bytes%s", size_t(p - end),
+                      it->second.bytes, state);
 }
 
 Usage usage() {

@@ -13,7 +13,8 @@ namespace emu {
 // A new allocation of `bytes`, 256-byte aligned, each byte 0xFF up to 64 MiB (memory.cpp);
 // 0 when the emulated device is full.
 uintptr_t allocate(size_t bytes);
-// Frees an allocation by its start; false if `start` begins none.
+// Frees an allocation by its start; false if `start` begins none. Its addresses stay closed
+// for a while (memory.cpp), so that a use after the free faults.
 bool release(uintptr_t start);
 // Whether [p, p + bytes) lies in one allocation, barred or not.
 bool in_allocation(uintptr_t p, size_t bytes);

@@ -293,6 +293,15 @@ void reports() {
               err.find("past the end of an allocation of 400 bytes") != std::string::npos,
           "a write past an allocation is reported: " + err);
     std::tie(status, err) = in_child([] {
+        CUdeviceptr x = device(std::vector<int>(100));
+        cuMemFree_v2(x);
+        int n = 100;
+        launch("add_one", 1, 128, {&x, &n});
+    });
+    check(status != 0 && err.find("kernel add_one") != std::string::npos &&
+              err.find("byte 0 of an allocation of 400 bytes, which was freed") != std::string::npos,
+          "a kernel's use of freed memory is reported: " + err);
+    std::tie(status, err) = in_child([] {
         CUstream stream;
         cuStreamCreate(&stream, 0);
         AllocatingGraph g = allocating_graph(stream, CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH);
