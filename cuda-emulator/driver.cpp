@@ -172,9 +172,10 @@ CUresult allocate(CUdeviceptr* p, size_t bytes, CUstream stream) {
 }
 
 // A free in a capture is the graph's free node, of one of its own allocations that it does not
-// free yet (CUDA allows a graph to free another graph's too; nothing here does, and the
-// emulator does not model it); anything else invalidates the capture, as CUDA refuses it. A
-// graph's allocation freed outside a capture holds no memory until its graph's next launch.
+// free yet; anything else invalidates the capture. CUDA refuses a free in a capture of memory
+// no graph allocated, and a second free; it allows a graph to free another graph's allocation,
+// which nothing here does and the emulator does not model. A graph's allocation freed outside a
+// capture holds no memory until its graph's next launch.
 CUresult release(CUdeviceptr p, CUstream stream) {
     const auto owned = graph_owned.find(p);
     if (Graph* g = capture_of(stream)) {
