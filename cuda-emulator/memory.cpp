@@ -18,6 +18,7 @@ constexpr size_t PAGE = 4096, ALIGN = 256;
 // -1 as an integer), so that a read of what nothing wrote shows. Larger allocations (a KV
 // cache, weights) stay zero, untouched pages costing the host nothing.
 constexpr size_t POISONED_UP_TO = size_t(64) << 20;
+constexpr int POISON = 0xFF;
 
 // Freed allocations keep their pages' addresses, closed and given back to the host, for this
 // many frees after theirs: a stale pointer into one then faults, where a new allocation at the
@@ -67,6 +68,12 @@ std::map<uintptr_t, Allocation>::iterator containing(Memory& m, uintptr_t p) {
     return p < it->first + it->second.bytes && !it->second.freed ? it : m.allocations.end();
 }
 
+// The live allocation that [p, p + bytes) lies in, or null.
+const Allocation* spanning(Memory& m, uintptr_t p, size_t bytes) {
+    auto it = containing(m, p);
+    return it != m.allocations.end() && p + bytes <= it->first + it->second.bytes ? &it->second : nullptr;
+}
+
 }  // namespace
 
 uintptr_t allocate(size_t bytes) {
@@ -80,7 +87,7 @@ uintptr_t allocate(size_t bytes) {
     char* guard_page = static_cast<char*>(map) + map_bytes - PAGE;
     mprotect(guard_page, PAGE, PROT_NONE);
     const auto start = reinterpret_cast<uintptr_t>(guard_page - rounded);
-    if (bytes <= POISONED_UP_TO) std::memset(reinterpret_cast<void*>(start), 0xFF, bytes);
+    if (bytes <= POISONED_UP_TO) std::memset(reinterpret_cast<void*>(start), POISON, bytes);
     m.allocations[start] = Allocation{static_cast<char*>(map), map_bytes, bytes};
     m.used += rounded;
     if (m.used > m.high) m.high = m.used;
@@ -109,15 +116,14 @@ bool release(uintptr_t start) {
 bool in_allocation(uintptr_t p, size_t bytes) {
     Memory& m = memory();
     std::lock_guard<std::mutex> guard(m.lock);
-    auto it = containing(m, p);
-    return it != m.allocations.end() && p + bytes <= it->first + it->second.bytes;
+    return spanning(m, p, bytes) != nullptr;
 }
 
 bool usable(uintptr_t p, size_t bytes) {
     Memory& m = memory();
     std::lock_guard<std::mutex> guard(m.lock);
-    auto it = containing(m, p);
-    return it != m.allocations.end() && p + bytes <= it->first + it->second.bytes && !it->second.barred;
+    const Allocation* a = spanning(m, p, bytes);
+    return a && !a->barred;
 }
 
 // Opens or closes every page of an allocation's mapping but its guard page.
@@ -128,7 +134,7 @@ void set_barred(uintptr_t start, bool barred) {
     if (it == m.allocations.end() || it->second.freed) std::abort();
     Allocation& a = it->second;
     if (mprotect(a.map, a.map_bytes - PAGE, barred ? PROT_NONE : PROT_READ | PROT_WRITE) != 0) std::abort();
-    if (!barred) std::memset(reinterpret_cast<void*>(start), 0xFF, a.bytes);
+    if (!barred) std::memset(reinterpret_cast<void*>(start), POISON, a.bytes);
     a.barred = barred;
 }
 
