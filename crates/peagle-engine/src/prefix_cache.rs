@@ -6,7 +6,7 @@
 //! The drafter's KV shares the blocks, and its row at position p pairs token p + 1 with the
 //! target's state at p. So a block's drafter rows are valid only once the drafter has read
 //! them, and its last row depends on the token after the block: each cached block records
-//! that token, and a hit whose next token differs stops one block earlier (vLLM instead
+//! that token, and a hit stops at the first block whose next token differs (vLLM instead
 //! always recomputes the last hit block when a drafter runs).
 
 use std::collections::{BTreeMap, HashMap};
@@ -85,17 +85,14 @@ impl PrefixCache {
                 .as_ref()
                 .expect("indexed blocks have entries");
             let span = &tokens[b * block_size..(b + 1) * block_size];
-            if entry.tokens != span || (drafter && entry.drafter_next.is_none()) {
+            // Every block's, not only the last's: a chain's blocks may come from sequences
+            // that went on differently after them (the hash of a block computed again stays
+            // with the first that had drafter rows).
+            let next = tokens.get((b + 1) * block_size).copied();
+            if entry.tokens != span || (drafter && entry.drafter_next != next) {
                 break;
             }
             blocks.push(block);
-        }
-        if drafter {
-            let end = blocks.len() * block_size;
-            let last = blocks.last().and_then(|b| self.entries[*b as usize].as_ref());
-            if last.is_some_and(|e| e.drafter_next != tokens.get(end).copied()) {
-                blocks.pop();
-            }
         }
         blocks
     }
@@ -171,5 +168,37 @@ impl PrefixCache {
                 self.by_hash.remove(&entry.hash);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BS: usize = 4;
+
+    /// A hit with a drafter takes no block whose drafter rows were computed with another next
+    /// token, though a later block of the chain was computed with the right ones.
+    #[test]
+    fn a_drafter_hit_stops_at_the_first_block_that_went_on_differently() {
+        let mut cache = PrefixCache::new(8, true, "model");
+        let first = [1, 2, 3, 4, 5, 6, 7, 8, 9];
+        let then = [1, 2, 3, 4, 7, 7, 7, 7, 9];
+        let hashes = |tokens: &[u32]| {
+            let mut hashes = Vec::new();
+            cache.extend_hashes(&mut hashes, tokens, BS);
+            hashes
+        };
+        let (a, c) = (hashes(&first), hashes(&then));
+        cache.register(0, a[0], &first[..4], Some(5));
+        cache.register(1, a[1], &first[4..8], Some(9));
+        // `then` computed its first block again, which stays unindexed, then its own second.
+        cache.register(2, c[0], &then[..4], Some(7));
+        cache.register(3, c[1], &then[4..8], Some(9));
+        assert_eq!(cache.lookup(&a, &first, 2, true, BS), [0, 1]);
+        assert_eq!(cache.lookup(&c, &then, 2, true, BS), [] as [u32; 0]);
+        assert_eq!(cache.lookup(&c, &then, 2, false, BS), [0, 3]);
+        // The last block's next token decides too; without one, the block is left out.
+        assert_eq!(cache.lookup(&a, &first[..8], 2, true, BS), [0]);
     }
 }

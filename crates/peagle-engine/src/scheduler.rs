@@ -11,7 +11,9 @@
 //! With prefix caching, a sequence being admitted first takes the cached blocks its tokens
 //! start with (only blocks with drafter rows when it drafts) and prefills from there; after
 //! every step, the full blocks a sequence has computed join the cache. A preempted sequence's
-//! blocks stay cached, so its recompute mostly finds them again.
+//! blocks stay cached, so its recompute mostly finds them again; but a drafting sequence
+//! preempted while speculation was suspended finds only the blocks its drafter had read, as
+//! the drafter's rows need the target's states of a recompute.
 
 use crate::block_manager::BlockManager;
 use crate::engine_metrics::EngineMetrics;

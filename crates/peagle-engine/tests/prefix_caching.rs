@@ -224,15 +224,16 @@ fn cache_hits_draft_and_accept_as_misses_do() {
         })
         .collect();
     let (a, b, c) = (&eval[0], &eval[1], &eval[2]);
-    assert!(a.len() > 40 && b.len() > 8, "eval prompts too short");
+    assert!(a.len() > 40 && b.len() > 16, "eval prompts too short");
     let a_then_b = [&a[..32], &b[..]].concat();
     // (prompt, speculate)
     let requests = [
         (a.clone(), true),
-        (a_then_b, true),
+        (a_then_b.clone(), true),
         (c.clone(), false),
         (c.clone(), true),
         (a.clone(), true),
+        (a_then_b, true),
     ];
     for (drafter, parallel) in [("pystdlib-12l-peagle", true), ("pystdlib-12l-eagle3", false)] {
         let run = |caching: bool| {
@@ -267,8 +268,11 @@ fn cache_hits_draft_and_accept_as_misses_do() {
         let accepted: u64 = cached.iter().map(|(_, _, s)| s.num_accepted_tokens).sum();
         assert!(accepted > 0, "{drafter} accepted nothing");
         let hits: Vec<usize> = cached.iter().map(|(_, hit, _)| *hit).collect();
-        // a_then_b keeps only a's first block; c with a drafter finds no drafter rows.
+        // a_then_b keeps only a's first block, and again when run again: its own third block
+        // follows a's second, whose last drafter row saw a's next token; c with a drafter
+        // finds no drafter rows.
         assert_eq!(&hits[..4], [0, 16, 0, 0], "{drafter}");
         assert!(hits[4] > 0, "{drafter}");
+        assert_eq!(hits[5], 16, "{drafter}");
     }
 }
