@@ -6,7 +6,7 @@ use thiserror::Error;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct SamplingParams {
-    /// 0 means greedy.
+    /// Below `GREEDY_BELOW` (0 included) means greedy.
     pub temperature: f32,
     /// 0 means no top-k cut.
     pub top_k: usize,
@@ -31,6 +31,9 @@ impl Default for SamplingParams {
     }
 }
 
+/// Temperatures below this choose greedily, as vLLM's do: dividing logits by a smaller one
+/// only overflows them, and the choice would be the argmax, but with ties drawn at random.
+pub const GREEDY_BELOW: f32 = 1e-5;
 /// The most a presence or frequency penalty may be, either way (OpenAI's range).
 pub const MAX_PENALTY: f32 = 2.0;
 /// The most a logit bias may be, either way (OpenAI's range).
@@ -99,7 +102,7 @@ impl SamplingParams {
     }
 
     pub fn is_greedy(&self) -> bool {
-        self.temperature == 0.0
+        self.temperature < GREEDY_BELOW
     }
 }
 
@@ -152,5 +155,17 @@ mod tests {
             ..SamplingParams::default()
         };
         assert_eq!(min_p.validate(), Err(InvalidSampling::MinP(-0.1)));
+    }
+
+    #[test]
+    fn temperatures_below_vllms_epsilon_are_greedy() {
+        let at = |temperature| SamplingParams {
+            temperature,
+            ..SamplingParams::default()
+        };
+        assert!(at(0.0).is_greedy());
+        assert!(at(0.9e-5).is_greedy());
+        assert!(!at(1e-5).is_greedy());
+        assert!(!at(0.7).is_greedy());
     }
 }

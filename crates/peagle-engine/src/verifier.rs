@@ -50,8 +50,10 @@ pub fn verify<R: AsRef<[f32]>>(
         let row = rows.next().expect("a row per draft");
         let p = params.probabilities(row.as_ref());
         let q_d = q[i][d as usize];
+        // A draft its drafter gave no chance was not drawn from q: rejected, as vLLM does, so
+        // that no token the target rules out (p(d) = 0) is ever committed.
         let accept = if q_d <= 0.0 {
-            1.0
+            0.0
         } else {
             (p[d as usize] / q_d).min(1.0)
         };
@@ -139,6 +141,23 @@ mod tests {
             },
             "no drafts is plain decoding"
         );
+    }
+
+    /// A draft the drafter's distribution gives no chance is rejected, so a token the target
+    /// rules out (here by its top-k cut) is never committed.
+    #[test]
+    fn a_draft_outside_the_drafters_distribution_is_rejected() {
+        let rows = vec![vec![2.0, 1.0, 0.5, 0.0], vec![0.0; 4]];
+        let q = vec![vec![0.0, 1.0, 0.0, 0.0]];
+        let params = SamplingParams {
+            temperature: 1.0,
+            top_k: 1,
+            ..SamplingParams::default()
+        };
+        for seed in 0..50 {
+            let v = verify(&[2], &rows, Some(&q), &params, &Sampler::new(Some(seed)), 0);
+            assert_eq!((v.accepted, v.tokens), (0, vec![0]), "seed {seed}");
+        }
     }
 
     /// With temperature and greedy drafts, the committed tokens are exactly the target's own
