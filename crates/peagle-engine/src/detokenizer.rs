@@ -19,6 +19,9 @@ pub fn special_token_ids(tokenizer: &Tokenizer) -> HashSet<u32> {
         .collect()
 }
 
+/// Prompt tokens a decoder decodes the output after, as vLLM's detokenizer does.
+const PROMPT_CONTEXT: usize = 5;
+
 pub struct IncrementalDecoder {
     ids: Vec<u32>,
     /// Start of the window whose decode is compared.
@@ -27,19 +30,22 @@ pub struct IncrementalDecoder {
     read_offset: usize,
 }
 
-impl Default for IncrementalDecoder {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 impl IncrementalDecoder {
-    pub fn new() -> Self {
-        Self {
-            ids: Vec::new(),
-            prefix_offset: 0,
-            read_offset: 0,
+    /// A decoder for the tokens that follow `prompt`. Its text is decoded after the prompt's
+    /// last few tokens, not alone: SentencePiece decoders (Metaspace, Llama 2's Strip) drop the
+    /// space a decode starts with, which would take the space off the first token's text (" Paris"
+    /// after "is"). A tail that ends in an unfinished character would hold the output back, so
+    /// then the output is decoded alone.
+    pub fn after(tokenizer: &Tokenizer, prompt: &[u32]) -> tokenizers::Result<Self> {
+        let mut tail = &prompt[prompt.len().saturating_sub(PROMPT_CONTEXT)..];
+        if tokenizer.decode(tail, false)?.ends_with('\u{FFFD}') {
+            tail = &[];
         }
+        Ok(Self {
+            ids: tail.to_vec(),
+            prefix_offset: 0,
+            read_offset: tail.len(),
+        })
     }
 
     /// Adds one token and returns the newly stable text (possibly empty).
@@ -78,7 +84,11 @@ mod tests {
     }
 
     fn decode_all(tokenizer: &Tokenizer, ids: &[u32]) -> String {
-        let mut decoder = IncrementalDecoder::new();
+        decode_after(tokenizer, &[], ids)
+    }
+
+    fn decode_after(tokenizer: &Tokenizer, prompt: &[u32], ids: &[u32]) -> String {
+        let mut decoder = IncrementalDecoder::after(tokenizer, prompt).unwrap();
         let mut text: String = ids.iter().map(|id| decoder.push(tokenizer, *id).unwrap()).collect();
         text.push_str(&decoder.flush(tokenizer).unwrap());
         text
@@ -96,5 +106,56 @@ mod tests {
             .unwrap()
             .ends_with('\u{FFFD}'));
         assert_eq!(decode_all(&tokenizer, &cut[..cut.len() - 1]), "x = '");
+    }
+
+    /// A SentencePiece tokenizer as Llama 2's is built: words that start with "▁", and a
+    /// decoder that drops the space a decode starts with.
+    fn sentencepiece_tokenizer() -> Tokenizer {
+        let vocab = [
+            "<unk>",
+            "▁The",
+            "▁capital",
+            "▁is",
+            "▁Paris",
+            ".",
+            "<0xE6>",
+            "<0x97>",
+            "<0xA5>",
+        ];
+        let vocab: serde_json::Map<String, serde_json::Value> = vocab
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.to_string(), i.into()))
+            .collect();
+        let metaspace =
+            serde_json::json!({"type": "Metaspace", "replacement": "▁", "prepend_scheme": "first", "split": true});
+        let json = serde_json::json!({
+            "version": "1.0",
+            "truncation": null,
+            "padding": null,
+            "added_tokens": [],
+            "normalizer": null,
+            "pre_tokenizer": metaspace,
+            "post_processor": null,
+            "decoder": {"type": "Sequence", "decoders": [metaspace, {"type": "ByteFallback"}, {"type": "Fuse"}]},
+            "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "<unk>"}
+        });
+        json.to_string().parse().unwrap()
+    }
+
+    #[test]
+    fn the_first_token_keeps_its_space_after_the_prompt() {
+        let tokenizer = sentencepiece_tokenizer();
+        let prompt = tokenizer.encode("The capital is", false).unwrap().get_ids().to_vec();
+        assert_eq!(prompt, [1, 2, 3]);
+        assert_eq!(
+            tokenizer.decode(&[4, 5], false).unwrap(),
+            "Paris.",
+            "a decode drops its first space"
+        );
+        assert_eq!(decode_after(&tokenizer, &prompt, &[4, 5]), " Paris.");
+        // A prompt that ends inside a character (token ids, cut) is not decoded before it.
+        assert_eq!(decode_after(&tokenizer, &[1, 6, 7], &[4]), "Paris");
+        assert_eq!(decode_after(&tokenizer, &[1, 6, 7, 8], &[4]), " Paris");
     }
 }

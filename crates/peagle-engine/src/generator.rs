@@ -130,7 +130,8 @@ impl Generator {
     ) -> Result<GenerateOutput, GenerateError> {
         let tokenizer = self.required_tokenizer()?.clone();
         let special = special_token_ids(&tokenizer);
-        let mut decoder = IncrementalDecoder::new();
+        let mut decoder =
+            IncrementalDecoder::after(&tokenizer, prompt).map_err(|e| GenerateError::Tokenizer(e.to_string()))?;
         let mut failure = None;
         let out = self.generate(prompt, params, |id| {
             if special.contains(&id) {

@@ -54,33 +54,39 @@ impl ChoiceText {
         text: &TextOptions,
         arrived: Instant,
     ) -> Result<Vec<Self>, ApiError> {
-        let settings: Vec<(bool, usize, usize)> = requests
+        let tokenizer = state.model.tokenizer();
+        let settings = requests
             .iter()
-            .map(|r| (r.logprobs.is_some(), r.params.min_tokens, r.prompt.len()))
-            .collect();
+            .map(|r| {
+                let decoder = IncrementalDecoder::after(tokenizer, &r.prompt)
+                    .map_err(|e| ApiError::internal(format!("detokenizing the prompt: {e}")))?;
+                Ok((decoder, r.logprobs.is_some(), r.params.min_tokens, r.prompt.len()))
+            })
+            .collect::<Result<Vec<_>, ApiError>>()?;
         let receivers = state.engine.submit_all(requests)?;
-        let choices = receivers
-            .into_iter()
-            .zip(settings)
-            .map(|(events, (logprobs, min_tokens, prompt_tokens))| Self {
-                state: state.clone(),
-                events: Some(events),
-                decoder: IncrementalDecoder::new(),
-                stop: StopChecker::new(text.stop.clone(), text.include_stop),
-                include_stop: text.include_stop,
-                skip_special: text.skip_special,
-                min_tokens,
-                logprobs,
-                arrived,
-                scheduled: None,
-                first_token: None,
-                last_event: None,
-                prompt_tokens,
-                completion_tokens: 0,
-                cached_tokens: 0,
-                text_offset: 0,
-                finished: false,
-            });
+        let choices =
+            receivers
+                .into_iter()
+                .zip(settings)
+                .map(|(events, (decoder, logprobs, min_tokens, prompt_tokens))| Self {
+                    state: state.clone(),
+                    events: Some(events),
+                    decoder,
+                    stop: StopChecker::new(text.stop.clone(), text.include_stop),
+                    include_stop: text.include_stop,
+                    skip_special: text.skip_special,
+                    min_tokens,
+                    logprobs,
+                    arrived,
+                    scheduled: None,
+                    first_token: None,
+                    last_event: None,
+                    prompt_tokens,
+                    completion_tokens: 0,
+                    cached_tokens: 0,
+                    text_offset: 0,
+                    finished: false,
+                });
         Ok(choices.collect())
     }
 
