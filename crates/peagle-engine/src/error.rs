@@ -37,4 +37,7 @@ pub enum SubmitError {
     QueueFull { waiting: usize, limit: usize },
     #[error("the server is shutting down")]
     ShuttingDown,
+    /// The engine thread died (a step panicked): nothing runs any more.
+    #[error("the engine failed: {0}")]
+    EngineDead(String),
 }

@@ -77,7 +77,8 @@ impl ApiError {
         }
     }
 
-    fn unavailable(code: &'static str, message: String) -> Self {
+    /// 503: the server cannot serve now; `code` says why.
+    pub fn unavailable(code: &'static str, message: String) -> Self {
         Self {
             code: Some(code),
             ..Self::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", message)
@@ -120,6 +121,10 @@ impl From<SubmitError> for ApiError {
             SubmitError::Invalid(invalid) => Self::invalid(Some(invalid.param()), invalid.to_string()),
             SubmitError::QueueFull { .. } => Self::unavailable("server_busy", e.to_string()),
             SubmitError::ShuttingDown => Self::unavailable("shutting_down", e.to_string()),
+            SubmitError::EngineDead(_) => Self {
+                code: Some("engine_dead"),
+                ..Self::internal(e.to_string())
+            },
         }
     }
 }

@@ -1,4 +1,5 @@
-//! Serving and graceful shutdown. On the shutdown signal: refuse new engine requests (503,
+//! Serving and graceful shutdown. On the shutdown signal, or when the engine thread dies (the
+//! embedder then finds why in `EngineHandle::failure`): refuse new engine requests (503,
 //! and /health turns 503 so load balancers route elsewhere), let running requests finish for
 //! up to `shutdown_timeout`, then end the rest cleanly (finish_reason "abort", streams still
 //! close with `data: [DONE]`). Connections are accepted until the last one closes (see
@@ -78,7 +79,10 @@ impl Server {
         let timeout = config.shutdown_timeout;
         let (stopping, abort) = (self.stopping, self.abort);
         tokio::spawn(async move {
-            shutdown.await;
+            tokio::select! {
+                _ = shutdown => {}
+                why = engine.failed() => tracing::error!(why, "the engine died: shutting down"),
+            }
             tracing::info!(?timeout, "shutting down: no new requests; waiting for running ones");
             engine.shutdown();
             let _ = stopping.send(true);

@@ -251,10 +251,14 @@ fn run(args: Args) -> Result<()> {
         tracing::info!(%addr, model = %model.name, "listening");
         eprintln!("peagle-serve: listening on http://{addr}");
         let shutdown = shutdown_signal()?;
+        let watched = engine.clone();
         Server::new(engine, model, config)
             .context("starting the text worker threads")?
             .serve(listener, shutdown)
             .await?;
+        if let Some(why) = watched.failure() {
+            bail!("the engine failed: {why}");
+        }
         tracing::info!("stopped");
         Ok(())
     })

@@ -52,7 +52,7 @@ pub struct ModelPermission {
     is_blocking: bool,
 }
 
-#[derive(Serialize, ToSchema)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct Health {
     /// "ok".
     status: &'static str,
@@ -103,11 +103,21 @@ fn card(state: &AppState) -> ModelCard {
     }
 }
 
-/// 200 while the server runs, 503 once it is shutting down, so load balancers stop sending
-/// it work; the test scripts wait for the 200.
+/// 200 while the server runs; 503 once it is shutting down or its engine has died, so load
+/// balancers stop sending it work (vLLM's). The test scripts wait for the 200.
 #[utoipa::path(get, path = "/health", tag = "Probes", responses((status = 200, body = Health), ApiErrors))]
 pub async fn health(State(state): State<Arc<AppState>>) -> Result<Json<Health>, ApiError> {
-    match *state.stopping.borrow() {
+    health_of(state.engine.failure(), *state.stopping.borrow())
+}
+
+fn health_of(engine_failure: Option<String>, stopping: bool) -> Result<Json<Health>, ApiError> {
+    if let Some(why) = engine_failure {
+        return Err(ApiError::unavailable(
+            "engine_dead",
+            SubmitError::EngineDead(why).to_string(),
+        ));
+    }
+    match stopping {
         true => Err(SubmitError::ShuttingDown.into()),
         false => Ok(Json(Health { status: "ok" })),
     }
@@ -119,4 +129,26 @@ pub async fn health(State(state): State<Arc<AppState>>) -> Result<Json<Health>, 
 pub async fn metrics(State(state): State<Arc<AppState>>) -> impl IntoResponse {
     let text = state.metrics.render(&state.engine.metrics(), &state.model.name);
     ([(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::StatusCode;
+
+    #[test]
+    fn health_is_503_once_the_server_stops_or_its_engine_dies() {
+        assert!(health_of(None, false).is_ok());
+        let stopping = health_of(None, true).unwrap_err();
+        assert_eq!(
+            (stopping.status, stopping.code),
+            (StatusCode::SERVICE_UNAVAILABLE, Some("shutting_down"))
+        );
+        let dead = health_of(Some("index out of bounds".into()), false).unwrap_err();
+        assert_eq!(
+            (dead.status, dead.code),
+            (StatusCode::SERVICE_UNAVAILABLE, Some("engine_dead"))
+        );
+        assert_eq!(dead.message, "the engine failed: index out of bounds");
+    }
 }
