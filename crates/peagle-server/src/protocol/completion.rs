@@ -9,7 +9,9 @@ use utoipa::ToSchema;
 pub struct CompletionRequest {
     pub model: Option<String>,
     pub prompt: PromptInput,
-    #[schema(minimum = 1)]
+    /// 0 only with `echo`: the prompt is scored (its logprobs, when asked for) and nothing
+    /// is generated.
+    #[schema(minimum = 0)]
     pub max_tokens: Option<i64>,
     /// Number of most likely alternatives to report with each token's log-probability.
     #[schema(minimum = 0, maximum = 20)]
@@ -21,6 +23,9 @@ pub struct CompletionRequest {
     pub best_of: Option<i64>,
     /// Not supported: the model has no fill-in-the-middle mode.
     pub suffix: Option<String>,
+    /// vLLM extension: let the tokenizer add its special tokens (a BOS) to a text prompt
+    /// (default true).
+    pub add_special_tokens: Option<bool>,
 }
 
 /// `prompt`: text or token ids, one prompt or a list of them.

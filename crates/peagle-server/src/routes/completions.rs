@@ -22,6 +22,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use futures_util::future::try_join_all;
 use futures_util::{Stream, StreamExt};
+use peagle_engine::FinishReason;
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Instant;
@@ -98,10 +99,15 @@ pub async fn completions(
     check_sequences(req.prompt.count(), template.n, state.config.max_sequences_per_request)?;
     let logprobs = req.logprobs.map(|v| logprobs_count(v, "logprobs")).transpose()?;
     let echo = req.echo.unwrap_or(false);
+    // OpenAI's legacy scoring request: the prompt echoed (with its logprobs when asked for)
+    // and nothing generated. The engine generates one token, which the response leaves out.
+    let scoring = echo && req.max_tokens == Some(0);
+    let max_tokens = if scoring { Some(1) } else { req.max_tokens };
     let input = req.prompt;
+    let add_special_tokens = req.add_special_tokens.unwrap_or(true);
     let prompts = off_runtime({
         let state = state.clone();
-        move || prompts(&state, &input)
+        move || prompts(&state, &input, add_special_tokens)
     })
     .await?;
     // Check every prompt before submitting any, so a bad one leaves nothing running.
@@ -110,7 +116,7 @@ pub async fn completions(
         .iter()
         .map(|p| {
             check_prompt(p.ids.len(), max_len, "prompt")?;
-            template.budget(req.max_tokens, "max_tokens", DEFAULT_MAX_TOKENS, p.ids.len(), max_len)
+            template.budget(max_tokens, "max_tokens", DEFAULT_MAX_TOKENS, p.ids.len(), max_len)
         })
         .collect::<Result<Vec<_>, ApiError>>()?;
     let mut requests = Vec::new();
@@ -136,10 +142,22 @@ pub async fn completions(
         .flat_map(|p| std::iter::repeat_n(p.ids.len(), template.n))
         .collect();
     if streaming {
-        return Ok(stream(meta, choices, echoes, prompt_lens, template.n, usage).into_response());
+        let shape = StreamShape {
+            n: template.n,
+            scoring,
+            usage,
+        };
+        return Ok(stream(meta, choices, echoes, prompt_lens, shape).into_response());
     }
     let prompt_tokens = prompts.iter().map(|p| p.ids.len()).sum();
-    let outcomes = try_join_all(choices.into_iter().map(Choice::collect)).await?;
+    let mut outcomes = try_join_all(choices.into_iter().map(Choice::collect)).await?;
+    if scoring {
+        for (o, prompt_len) in outcomes.iter_mut().zip(&prompt_lens) {
+            o.text.clear();
+            o.logprobs.truncate(*prompt_len);
+            scored(&mut o.finish);
+        }
+    }
     let completion_tokens = outcomes.iter().map(|o| o.finish.completion_tokens).sum();
     // A prompt's cached tokens count once, as its tokens do.
     let cached_tokens = outcomes
@@ -163,6 +181,14 @@ pub async fn completions(
     Ok(Json(meta.response(choices, Some(usage))).into_response())
 }
 
+/// A scoring request's choice, whose one generated token the response leaves out: it ends at
+/// its length, 0.
+fn scored(finish: &mut Finish) {
+    finish.reason = FinishReason::Length;
+    finish.stop_reason = None;
+    finish.completion_tokens = 0;
+}
+
 /// Legacy fields vLLM refuses too, rather than ignoring what the client asked for.
 fn check_unsupported(req: &CompletionRequest, n: usize) -> Result<(), ApiError> {
     if req.best_of.is_some_and(|b| b != n as i64) {
@@ -177,7 +203,7 @@ fn check_unsupported(req: &CompletionRequest, n: usize) -> Result<(), ApiError> 
     Ok(())
 }
 
-fn prompts(state: &AppState, input: &PromptInput) -> Result<Vec<Prompt>, ApiError> {
+fn prompts(state: &AppState, input: &PromptInput, add_special_tokens: bool) -> Result<Vec<Prompt>, ApiError> {
     let model = &state.model;
     let max_len = state.engine.max_model_len();
     let from_text = |text: &String| -> Result<Prompt, ApiError> {
@@ -186,7 +212,7 @@ fn prompts(state: &AppState, input: &PromptInput) -> Result<Vec<Prompt>, ApiErro
             return Err(ApiError::invalid(Some("prompt"), "prompt is empty"));
         }
         Ok(Prompt {
-            ids: model.encode(text, true, max_len, "prompt")?,
+            ids: model.encode(text, add_special_tokens, max_len, "prompt")?,
             text: text.clone(),
         })
     };
@@ -209,16 +235,24 @@ fn prompts(state: &AppState, input: &PromptInput) -> Result<Vec<Prompt>, ApiErro
     Ok(prompts)
 }
 
-/// Streams the choices; `prompt_lens[i]` is choice i's prompt length, and each prompt has `n`
-/// choices (its tokens count once in the total, as vLLM counts them).
+/// How a stream's chunks are made.
+struct StreamShape {
+    /// Choices a prompt has: its tokens count once in the usage, as vLLM counts them.
+    n: usize,
+    /// Only the echoed prompt is sent: the generated token's text and logprobs are not.
+    scoring: bool,
+    usage: StreamUsage,
+}
+
+/// Streams the choices; `prompt_lens[i]` is choice i's prompt length.
 fn stream(
     meta: Meta,
     choices: Vec<Choice>,
     echoes: Vec<String>,
     prompt_lens: Vec<usize>,
-    n: usize,
-    usage: StreamUsage,
+    shape: StreamShape,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+    let StreamShape { n, scoring, usage } = shape;
     let with_logprobs = |tokens: &[TokenLogprob]| (!tokens.is_empty()).then(|| CompletionLogprobs::new(tokens));
     let prompt_tokens = prompt_lens.iter().step_by(n.max(1)).sum();
     let mut generated = vec![0; choices.len()];
@@ -237,7 +271,17 @@ fn stream(
                     break;
                 }
             };
-            let finish = update.finish;
+            let mut update = update;
+            let mut finish = update.finish.take();
+            if scoring {
+                // The prompt's logprobs come in an update of no tokens; the rest is generated.
+                if update.tokens > 0 {
+                    update.logprobs.clear();
+                }
+                update.text.clear();
+                update.tokens = 0;
+                finish.iter_mut().for_each(scored);
+            }
             let text = std::mem::take(&mut echoes[index]) + &update.text;
             if text.is_empty() && update.logprobs.is_empty() && finish.is_none() {
                 continue;

@@ -225,6 +225,73 @@ async fn echo_and_token_id_prompts() {
     assert_eq!(body["usage"]["prompt_tokens"].as_u64(), Some(2 * ids.len() as u64));
 }
 
+/// `add_special_tokens: false` leaves the tokenizer's BOS off a text prompt: the same
+/// completion as the prompt's ids without it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn add_special_tokens_false_leaves_the_bos_off_a_text_prompt() {
+    let server = TestServer::start().await;
+    let tokenizer = tokenizers::Tokenizer::from_file(crate::common::model_dir(MODEL).join("tokenizer.json")).unwrap();
+    let bare = tokenizer.encode("x = [", false).unwrap().get_ids().to_vec();
+    let with_bos = tokenizer.encode("x = [", true).unwrap().get_ids().to_vec();
+    assert_eq!(with_bos.len(), bare.len() + 1, "the demo tokenizer adds a BOS");
+    let mut by_text = greedy("x = [", 8);
+    by_text["add_special_tokens"] = json!(false);
+    let mut by_ids = greedy("", 8);
+    by_ids["prompt"] = json!(bare);
+    let (text, ids) = (
+        server.ok("/v1/completions", by_text).await,
+        server.ok("/v1/completions", by_ids).await,
+    );
+    assert_eq!(text["usage"]["prompt_tokens"], bare.len());
+    assert_eq!(texts(&text), texts(&ids));
+}
+
+/// Echo with `max_tokens: 0` scores the prompt, as OpenAI's legacy API and vLLM do: the prompt
+/// and its logprobs, nothing generated, streamed or not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn echo_with_no_tokens_scores_the_prompt_alone() {
+    let server = TestServer::start().await;
+    let prompt = "def area(radius):";
+    let mut full = greedy(prompt, 3);
+    full["echo"] = json!(true);
+    full["logprobs"] = json!(1);
+    let full = server.ok("/v1/completions", full).await;
+    let mut scoring = greedy(prompt, 0);
+    scoring["echo"] = json!(true);
+    scoring["logprobs"] = json!(1);
+    let body = server.ok("/v1/completions", scoring.clone()).await;
+    let choice = &body["choices"][0];
+    assert_eq!(choice["text"], prompt);
+    assert_eq!(choice["finish_reason"], "length");
+    assert_eq!(body["usage"]["completion_tokens"], 0);
+    let prompt_len = body["usage"]["prompt_tokens"].as_u64().unwrap() as usize;
+    let tokens = choice["logprobs"]["tokens"].as_array().unwrap();
+    assert_eq!(tokens.len(), prompt_len);
+    assert_eq!(
+        tokens[..],
+        full["choices"][0]["logprobs"]["tokens"].as_array().unwrap()[..prompt_len]
+    );
+
+    scoring["stream"] = json!(true);
+    scoring["stream_options"] = json!({"include_usage": true});
+    let chunks = server.stream("/v1/completions", scoring).await;
+    let streamed: String = chunks.iter().filter_map(|c| c["choices"][0]["text"].as_str()).collect();
+    assert_eq!(streamed, prompt);
+    let entries: Vec<&Value> = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["logprobs"]["tokens"].as_array())
+        .flatten()
+        .collect();
+    assert_eq!(entries.len(), prompt_len);
+    let last = chunks.last().unwrap();
+    assert_eq!(last["usage"]["completion_tokens"], 0, "{last}");
+
+    let mut unscored = greedy(prompt, 0);
+    unscored["logprobs"] = json!(1);
+    let (status, _) = server.call("/v1/completions", unscored).await;
+    assert_eq!(status, reqwest::StatusCode::BAD_REQUEST, "no tokens without echo");
+}
+
 /// Echo with logprobs scores the prompt: one entry per prompt token (the first, BOS, has
 /// none and adds no text), then the completion's, with offsets into the echoed text. Each prompt row is the
 /// model's distribution there: the alternatives at the last prompt token include what a
