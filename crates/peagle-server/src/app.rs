@@ -25,7 +25,8 @@ pub fn routes(state: Arc<AppState>) -> Router {
         .route("/v1/completions", post(completions::completions))
         .route("/v1/chat/completions", post(chat::chat_completions))
         .route("/v1/models", get(info::models))
-        .route("/v1/models/{id}", get(info::model))
+        // A catch-all: served names such as openai/gpt-oss-20b hold slashes.
+        .route("/v1/models/{*id}", get(info::model))
         .route("/tokenize", post(tokenize::tokenize))
         .route("/detokenize", post(tokenize::detokenize))
         .route("/reset_prefix_cache", post(prefix_cache::reset_prefix_cache))

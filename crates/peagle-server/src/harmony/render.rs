@@ -35,9 +35,7 @@ pub fn render(messages: &[ChatMessage], effort: ReasoningEffort, date: &str) -> 
     }];
     for (i, m) in messages.iter().enumerate() {
         let field = |name: &str| format!("messages[{i}].{name}");
-        if m.tool_calls.as_ref().is_some_and(|c| !c.is_null()) || m.role == "tool" {
-            return Err(ApiError::invalid(Some(&field("role")), "tool calling is not supported"));
-        }
+        m.refuse_tool_calling(i)?;
         let text = m.text(i, "")?.unwrap_or_default();
         match m.role.as_str() {
             "system" | "developer" => turns.push(Turn {

@@ -83,12 +83,24 @@ pub struct ChatMessage {
     /// A past assistant turn's reasoning (vLLM also reads it as `reasoning`).
     #[serde(default, alias = "reasoning")]
     pub reasoning_content: Option<String>,
-    /// A past assistant turn's tool calls: refused where they would be rendered.
+    /// A past assistant turn's tool calls: refused, as tool calling is.
     #[serde(default)]
     pub tool_calls: Option<serde_json::Value>,
 }
 
 impl ChatMessage {
+    /// Refuses message `i` when it holds tool calls or is a tool's result: tool calling is not
+    /// supported, and rendering the message without them would misstate the conversation.
+    pub fn refuse_tool_calling(&self, i: usize) -> Result<(), ApiError> {
+        if self.tool_calls.as_ref().is_some_and(|c| !c.is_null()) || self.role == "tool" {
+            return Err(ApiError::invalid(
+                Some(&format!("messages[{i}].role")),
+                "tool calling is not supported",
+            ));
+        }
+        Ok(())
+    }
+
     /// The content of message `i` as one string, text parts joined by `separator`; None for
     /// null content. Other parts are refused.
     pub fn text(&self, i: usize, separator: &str) -> Result<Option<String>, ApiError> {

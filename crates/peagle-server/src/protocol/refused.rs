@@ -1,6 +1,7 @@
 //! Fields of OpenAI's and vLLM's APIs that peagle does not implement: structured output, tool
-//! calling and `prompt_logprobs`. Each is refused with a 400 naming it, since ignoring it would hand the client
-//! text that does not honour what it asked for. Held as raw JSON, so no value is a type error.
+//! calling, `prompt_logprobs`, beam search and token constraints. Each is refused with a 400
+//! naming it, since ignoring it would hand the client text that does not honour what it asked
+//! for. Held as raw JSON, so no value is a type error.
 
 use crate::error::ApiError;
 use serde::Deserialize;
@@ -8,7 +9,8 @@ use serde_json::Value;
 use utoipa::ToSchema;
 
 /// Each is refused unless null (or, for `response_format`, `{"type": "text"}`; for
-/// `tools` and `functions`, empty).
+/// `tools` and `functions`, empty; for `tool_choice`, "none" or "auto"; for
+/// `use_beam_search`, false).
 #[derive(Debug, Clone, Default, Deserialize, ToSchema)]
 pub struct Refused {
     response_format: Option<Value>,
@@ -19,7 +21,11 @@ pub struct Refused {
     guided_grammar: Option<Value>,
     tools: Option<Value>,
     functions: Option<Value>,
+    tool_choice: Option<Value>,
     prompt_logprobs: Option<Value>,
+    use_beam_search: Option<Value>,
+    bad_words: Option<Value>,
+    allowed_token_ids: Option<Value>,
 }
 
 impl Refused {
@@ -52,6 +58,24 @@ impl Refused {
             .find(|(_, v)| v.as_ref().is_some_and(|v| !is_null_or(v, empty)))
         {
             return Err(refuse(name, "tool calling is not supported"));
+        }
+        // "required" or a named function asks for a call the model is never made to give.
+        if let Some(choice) = self.tool_choice.as_ref() {
+            if !is_null_or(choice, |c| c == "none" || c == "auto") {
+                return Err(refuse("tool_choice", "tool calling is not supported"));
+            }
+        }
+        if let Some(beam) = self.use_beam_search.as_ref() {
+            if !is_null_or(beam, |b| *b == false) {
+                return Err(refuse("use_beam_search", "beam search is not supported"));
+            }
+        }
+        let constraints = [
+            ("bad_words", &self.bad_words),
+            ("allowed_token_ids", &self.allowed_token_ids),
+        ];
+        if let Some((name, _)) = constraints.iter().find(|(_, v)| !is_none(v)) {
+            return Err(refuse(name, "constraining tokens is not supported"));
         }
         Ok(())
     }
@@ -89,6 +113,8 @@ mod tests {
             json!({"response_format": {"type": "text"}}),
             json!({"response_format": null, "guided_json": null}),
             json!({"tools": [], "functions": null}),
+            json!({"tool_choice": "none", "use_beam_search": false, "bad_words": null}),
+            json!({"tool_choice": "auto", "allowed_token_ids": null}),
         ] {
             assert_eq!(param(fine.clone()), None, "{fine}");
         }
@@ -102,6 +128,14 @@ mod tests {
             ),
             ("functions", json!({"functions": [{"name": "f"}]})),
             ("prompt_logprobs", json!({"prompt_logprobs": 1})),
+            ("tool_choice", json!({"tool_choice": "required"})),
+            (
+                "tool_choice",
+                json!({"tool_choice": {"type": "function", "function": {"name": "f"}}}),
+            ),
+            ("use_beam_search", json!({"use_beam_search": true})),
+            ("bad_words", json!({"bad_words": ["x"]})),
+            ("allowed_token_ids", json!({"allowed_token_ids": [5, 6]})),
         ];
         for (name, body) in refused {
             assert_eq!(param(body).as_deref(), Some(name));

@@ -240,7 +240,10 @@ fn prompt_text(state: &AppState, messages: &[ChatMessage], render: &ChatRender) 
     let messages = messages
         .iter()
         .enumerate()
-        .map(|(i, m)| Ok(json!({"role": m.role, "content": m.text(i, "\n")?})))
+        .map(|(i, m)| {
+            m.refuse_tool_calling(i)?;
+            Ok(json!({"role": m.role, "content": m.text(i, "\n")?}))
+        })
         .collect::<Result<Vec<Value>, ApiError>>()?;
     let mut extra = render.template_kwargs.clone();
     if let Some(effort) = render.reasoning_effort {

@@ -109,6 +109,8 @@ async fn invalid_requests_get_400_naming_the_field() {
         ("prompt_logprobs", json!(1), "prompt_logprobs"),
         ("stream_options", json!({"include_usage": true}), "stream_options"),
         ("guided_regex", json!("[0-9]+"), "guided_regex"),
+        ("allowed_token_ids", json!([5, 6]), "allowed_token_ids"),
+        ("use_beam_search", json!(true), "use_beam_search"),
     ] {
         bad_request(&server, cmpl, with(key, value), Some(param)).await;
     }
@@ -132,6 +134,19 @@ async fn invalid_requests_get_400_naming_the_field() {
     let mut r = message(json!("hi"));
     r["response_format"] = json!({"type": "json_object"});
     bad_request(&server, chat, r, Some("response_format")).await;
+    let mut r = message(json!("hi"));
+    r["tool_choice"] = json!("required");
+    bad_request(&server, chat, r, Some("tool_choice")).await;
+    // A past tool call and its result: the template would render the turns without them.
+    let call = json!({"id": "c1", "type": "function", "function": {"name": "now", "arguments": "{}"}});
+    let turns = json!([
+        {"role": "user", "content": "what time is it?"},
+        {"role": "assistant", "content": null, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "noon"},
+    ]);
+    bad_request(&server, chat, json!({"messages": turns}), Some("messages[1].role")).await;
+    let results = json!([{"role": "user", "content": "hi"}, {"role": "tool", "content": "noon"}]);
+    bad_request(&server, chat, json!({"messages": results}), Some("messages[1].role")).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -382,6 +397,9 @@ async fn request_ids_model_cards_and_untyped_bodies() {
     assert!(permission["id"].as_str().unwrap().starts_with("modelperm-"));
     let missing = server.get("/v1/models/gpt-4").await;
     assert_eq!(error(missing, StatusCode::NOT_FOUND).await["code"], "model_not_found");
+    // A name with a slash (a hub id) is a model's name too, not another route.
+    let hub_id = server.get("/v1/models/openai/gpt-oss-20b").await;
+    assert_eq!(error(hub_id, StatusCode::NOT_FOUND).await["code"], "model_not_found");
 }
 
 /// `--enable-request-id-headers`: each response carries the client's X-Request-Id or a new
