@@ -49,7 +49,7 @@ fn cached(num_blocks: usize) -> BlockManager {
 
 fn hashes(m: &BlockManager, tokens: &[u32]) -> Vec<BlockHash> {
     let mut h = Vec::new();
-    m.cache().extend_hashes(&mut h, tokens, BS);
+    m.cache().extend_hashes(&mut h, tokens, BS, None);
     h
 }
 

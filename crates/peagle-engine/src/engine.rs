@@ -103,6 +103,7 @@ impl Engine {
         seq.speculate = request.speculate;
         seq.logprobs = request.logprobs;
         seq.prompt_logprobs = request.prompt_logprobs;
+        seq.cache_salt = request.cache_salt;
         self.scheduler.add(Entry {
             seq,
             events,

@@ -42,6 +42,7 @@ fn add(engine: &mut Engine, prompt: Vec<u32>) {
         speculate: true,
         logprobs: None,
         prompt_logprobs: None,
+        cache_salt: None,
     };
     // The events are not read: the sequence is looked at directly.
     let (events, rx) = unbounded_channel();

@@ -168,6 +168,7 @@ impl Generator {
             speculate: true,
             logprobs: None,
             prompt_logprobs: None,
+            cache_salt: None,
         };
         request.validate(self.engine.max_model_len(), self.vocab_size())?;
         let (events, mut rx) = unbounded_channel();

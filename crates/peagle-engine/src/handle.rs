@@ -264,6 +264,7 @@ mod tests {
             speculate: true,
             logprobs: None,
             prompt_logprobs: None,
+            cache_salt: None,
         }
     }
 

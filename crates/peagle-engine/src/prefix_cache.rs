@@ -1,7 +1,8 @@
 //! Automatic prefix caching, vLLM's: every full KV block a sequence has computed is kept
 //! under a hash of its tokens and its parent block's hash (the model identity seeds the
 //! chain), so a later prompt that starts with the same tokens takes those blocks instead of
-//! recomputing them. The block manager owns the blocks; this is the index over them.
+//! recomputing them; a request's cache salt seeds its chain too, so that only requests with
+//! the same salt share blocks. The block manager owns the blocks; this is the index over them.
 //!
 //! The drafter's KV shares the blocks, and its row at position p pairs token p + 1 with the
 //! target's state at p. So a block's drafter rows are valid only once the drafter has read
@@ -55,12 +56,20 @@ impl PrefixCache {
         self.enabled
     }
 
-    /// Extends `hashes` to every full block of `tokens`.
-    pub fn extend_hashes(&self, hashes: &mut Vec<BlockHash>, tokens: &[u32], block_size: usize) {
+    /// Extends `hashes` to every full block of `tokens`, a chain that `salt` seeds when given.
+    pub fn extend_hashes(&self, hashes: &mut Vec<BlockHash>, tokens: &[u32], block_size: usize, salt: Option<&str>) {
+        let root = || match salt {
+            None => self.root,
+            Some(salt) => {
+                let mut h = DefaultHasher::new();
+                (self.root, salt).hash(&mut h);
+                h.finish()
+            }
+        };
         while (hashes.len() + 1) * block_size <= tokens.len() {
             let b = hashes.len();
             let mut h = DefaultHasher::new();
-            hashes.last().copied().unwrap_or(self.root).hash(&mut h);
+            hashes.last().copied().unwrap_or_else(root).hash(&mut h);
             tokens[b * block_size..(b + 1) * block_size].hash(&mut h);
             hashes.push(h.finish());
         }
@@ -186,7 +195,7 @@ mod tests {
         let then = [1, 2, 3, 4, 7, 7, 7, 7, 9];
         let hashes = |tokens: &[u32]| {
             let mut hashes = Vec::new();
-            cache.extend_hashes(&mut hashes, tokens, BS);
+            cache.extend_hashes(&mut hashes, tokens, BS, None);
             hashes
         };
         let (a, c) = (hashes(&first), hashes(&then));

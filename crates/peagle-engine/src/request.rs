@@ -43,6 +43,10 @@ pub struct Request {
     /// Also return the prompt tokens' log-probabilities (none for the first) with this many
     /// alternatives, as vLLM's `prompt_logprobs`.
     pub prompt_logprobs: Option<usize>,
+    /// Cached prefix blocks are shared only among requests with the same salt, and those
+    /// without one (vLLM's `cache_salt`): a tenant's prompts cannot be probed by another's
+    /// timing. Never empty.
+    pub cache_salt: Option<String>,
 }
 
 /// Why the engine refuses a request: every way in (the server, `Generator`) checks requests
@@ -55,6 +59,8 @@ pub enum InvalidRequest {
     PromptTooLong { tokens: usize, max_model_len: usize },
     #[error("max_tokens must be at least 1")]
     NoTokens,
+    #[error("cache_salt must not be empty")]
+    EmptyCacheSalt,
     #[error(transparent)]
     Sampling(#[from] InvalidSampling),
     #[error("token id {token} is outside the vocabulary (size {vocab_size})")]
@@ -71,6 +77,7 @@ impl InvalidRequest {
         match self {
             Self::EmptyPrompt | Self::PromptTooLong { .. } => "prompt",
             Self::NoTokens => "max_tokens",
+            Self::EmptyCacheSalt => "cache_salt",
             Self::Sampling(e) => e.param(),
             Self::OutsideVocabulary { param, .. } => param,
         }
@@ -87,6 +94,9 @@ impl Request {
         let params = &self.params;
         if params.max_tokens == 0 {
             return Err(InvalidRequest::NoTokens);
+        }
+        if self.cache_salt.as_ref().is_some_and(String::is_empty) {
+            return Err(InvalidRequest::EmptyCacheSalt);
         }
         params.sampling.validate()?;
         let stops = params.stop_token_ids.iter().map(|t| ("stop_token_ids", *t));

@@ -244,6 +244,7 @@ impl Scheduler {
                     &mut seq.block_hashes,
                     &seq.token_ids[..computed],
                     self.blocks.block_size(),
+                    seq.cache_salt.as_deref(),
                 );
                 self.blocks
                     .register(&seq.block_table, &seq.block_hashes, &seq.token_ids, computed, drafted);
@@ -310,7 +311,7 @@ impl Scheduler {
         let bs = self.blocks.block_size();
         self.blocks
             .cache()
-            .extend_hashes(&mut seq.block_hashes, &seq.token_ids, bs);
+            .extend_hashes(&mut seq.block_hashes, &seq.token_ids, bs, seq.cache_salt.as_deref());
         let drafter = self.window > 1 && seq.speculate;
         let keep_out = seq.len() - seq.prefill_end() + 1;
         let hit = self.blocks.lookup(&seq.block_hashes, &seq.token_ids, keep_out, drafter);

@@ -45,6 +45,8 @@ pub struct Sequence {
     pub prompt_scored: usize,
     /// Positions the drafter has not cached yet, left behind while speculation was suspended.
     pub drafter_backlog: Option<DrafterBacklog>,
+    /// Seeds the chain of `block_hashes` (`Request::cache_salt`).
+    pub cache_salt: Option<String>,
 }
 
 /// Target states the drafter still has to read, projected to its width
@@ -80,6 +82,7 @@ impl Sequence {
             prompt_outputs: Vec::new(),
             prompt_scored: 0,
             drafter_backlog: None,
+            cache_salt: None,
         }
     }
 

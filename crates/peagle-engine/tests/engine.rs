@@ -59,6 +59,7 @@ fn request(prompt: Vec<u32>, max_tokens: usize) -> Request {
         speculate: true,
         logprobs: None,
         prompt_logprobs: None,
+        cache_salt: None,
     }
 }
 

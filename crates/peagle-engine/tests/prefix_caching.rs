@@ -6,7 +6,8 @@
 //! preemption. When all requests are done, the only blocks left are free cached ones.
 
 use peagle_engine::{
-    DraftModel, EngineBuilder, EngineHandle, Event, GenerateParams, Request, SamplingParams, SchedulerConfig, SpecStats,
+    DraftModel, EngineBuilder, EngineHandle, Event, GenerateParams, Request, SamplingParams, SchedulerConfig,
+    SpecStats, SubmitError,
 };
 use peagle_models::KvCacheDtype;
 mod common;
@@ -75,6 +76,7 @@ fn request(prompt: &[u32], i: usize, seeded: bool) -> Request {
         speculate: i % 4 != 3,
         logprobs: None,
         prompt_logprobs: None,
+        cache_salt: None,
     }
 }
 
@@ -172,6 +174,38 @@ fn reset_forgets_the_cached_prefixes() {
     assert_eq!(collect(e.submit(request(&prompt, 0, false)).unwrap()).1, 32);
     e.reset_prefix_cache();
     assert_eq!(collect(e.submit(request(&prompt, 0, false)).unwrap()).1, 0);
+}
+
+/// A cache salt (vLLM's) keeps requests from finding blocks cached under another salt, or
+/// under none; the same salt shares them as usual, and the output is the same either way.
+#[test]
+fn only_requests_with_the_same_salt_share_blocks() {
+    let e = engine(None, true, 64, 2048);
+    let prompt = prompts()[0].clone();
+    let salted = |salt: Option<&str>| {
+        let request = Request {
+            cache_salt: salt.map(str::to_owned),
+            ..request(&prompt, 0, false)
+        };
+        collect(e.submit(request).unwrap())
+    };
+    let first = salted(None);
+    assert_eq!(first.1, 0);
+    let (tenant_a, tenant_a_again, tenant_b) = (salted(Some("a")), salted(Some("a")), salted(Some("b")));
+    assert_eq!((tenant_a.1, tenant_a_again.1, tenant_b.1), (0, 32, 0));
+    assert_eq!(salted(None).1, 32);
+    for done in [tenant_a, tenant_a_again, tenant_b] {
+        assert_eq!(done.0, first.0);
+    }
+    let empty = Request {
+        cache_salt: Some(String::new()),
+        ..request(&prompt, 0, false)
+    };
+    let refused = e.submit(empty).unwrap_err();
+    assert!(
+        matches!(&refused, SubmitError::Invalid(e) if e.param() == "cache_salt"),
+        "{refused:?}"
+    );
 }
 
 /// The demo model's trained P-EAGLE and EAGLE-3 drafters accept drafts, so a drafter row

@@ -32,6 +32,16 @@ pub struct ChoiceTemplate {
     speculate: bool,
     /// The model's `max_new_tokens`: no choice generates more (vLLM's rule).
     max_tokens_cap: Option<usize>,
+    truncation: Option<Truncation>,
+    cache_salt: Option<String>,
+}
+
+/// vLLM's `truncate_prompt_tokens`: a prompt keeps only its last tokens.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Truncation {
+    Last(usize),
+    /// As many as the context holds (-1).
+    Context,
 }
 
 /// How a choice's tokens become its text.
@@ -92,6 +102,17 @@ impl SamplingRequest {
         }
         let stop = self.stop.as_ref().map(|s| s.strings()).unwrap_or_default();
         check_stop_strings(&stop)?;
+        let truncation = match self.truncate_prompt_tokens {
+            None => None,
+            Some(-1) => Some(Truncation::Context),
+            Some(k) if k >= 1 => Some(Truncation::Last(k as usize)),
+            Some(k) => {
+                return Err(ApiError::invalid(
+                    Some("truncate_prompt_tokens"),
+                    format!("truncate_prompt_tokens must be -1 or at least 1, got {k}"),
+                ))
+            }
+        };
         Ok(ChoiceTemplate {
             n: n as usize,
             text: TextOptions {
@@ -113,6 +134,8 @@ impl SamplingRequest {
             stop_token_ids,
             speculate: self.speculative.unwrap_or(true),
             max_tokens_cap: defaults.max_new_tokens,
+            truncation,
+            cache_salt: self.cache_salt.clone(),
         })
     }
 
@@ -149,6 +172,32 @@ impl ChoiceTemplate {
         self.text.skip_special = false;
     }
 
+    /// The most tokens a prompt's text may make before it is cut (the context's length, or
+    /// none when the request truncates its prompt), for `ServedModel::encode`'s check.
+    pub fn tokens_before_truncation(&self, max_model_len: usize) -> usize {
+        match self.truncation {
+            Some(_) => usize::MAX,
+            None => max_model_len,
+        }
+    }
+
+    /// The prompt's last tokens, as many as `truncate_prompt_tokens` keeps (all without it).
+    pub fn truncate(&self, mut ids: Vec<u32>, max_model_len: usize) -> Result<Vec<u32>, ApiError> {
+        let keep = match self.truncation {
+            None => return Ok(ids),
+            Some(Truncation::Context) => max_model_len,
+            Some(Truncation::Last(k)) if k > max_model_len => {
+                return Err(ApiError::invalid(
+                    Some("truncate_prompt_tokens"),
+                    format!("truncate_prompt_tokens ({k}) must be at most the context length ({max_model_len})"),
+                ))
+            }
+            Some(Truncation::Last(k)) => k,
+        };
+        ids.drain(..ids.len().saturating_sub(keep));
+        Ok(ids)
+    }
+
     /// The engine request for choice `i`. Seeded requests give their choices the seeds
     /// seed, seed + 1, ...: different from each other, the same on every run.
     pub fn request(&self, prompt: &[u32], max_tokens: usize, logprobs: Option<usize>, i: usize) -> Request {
@@ -166,6 +215,7 @@ impl ChoiceTemplate {
             speculate: self.speculate,
             logprobs,
             prompt_logprobs: None,
+            cache_salt: self.cache_salt.clone(),
         }
     }
 

@@ -47,6 +47,12 @@ pub struct SamplingRequest {
     pub ignore_eos: Option<bool>,
     /// peagle extension: `false` turns speculative decoding off for this request.
     pub speculative: Option<bool>,
+    /// vLLM extension: keep only the prompt's last this many tokens; -1 keeps as many as the
+    /// context holds.
+    #[schema(minimum = -1)]
+    pub truncate_prompt_tokens: Option<i64>,
+    /// vLLM extension: only requests with the same salt share cached prefixes.
+    pub cache_salt: Option<String>,
     /// Raw JSON only, so flattening it costs no field its error path.
     #[serde(flatten)]
     pub refused: Refused,

@@ -124,12 +124,14 @@ pub async fn chat_completions(
         ));
     }
     let role = answer_role(&req.messages, &render);
-    let prompt = prompt_ids(&state, req.messages.clone(), render, req.add_special_tokens).await?;
+    let max_len = state.engine.max_model_len();
+    let limit = template.tokens_before_truncation(max_len);
+    let prompt = prompt_ids(&state, req.messages.clone(), render, req.add_special_tokens, limit).await?;
+    let prompt = template.truncate(prompt, max_len)?;
     let echo = match req.echo.unwrap_or(false) {
         true => echoed(&req.messages, &role)?,
         false => String::new(),
     };
-    let max_len = state.engine.max_model_len();
     check_prompt(prompt.len(), max_len, "messages")?;
     let (requested, param) = match req.max_completion_tokens {
         Some(m) => (Some(m), "max_completion_tokens"),
@@ -196,21 +198,22 @@ pub async fn chat_completions(
 }
 
 /// The conversation's token ids through the model's chat template, rendered and tokenized
-/// off the async workers. The rendered template holds the special tokens it wants (BOS
-/// included), so the tokenizer adds its own only when `add_special_tokens` asks.
+/// off the async workers; a text too long in bytes to make fewer than `limit` tokens is
+/// refused before it is tokenized. The rendered template holds the special tokens it wants
+/// (BOS included), so the tokenizer adds its own only when `add_special_tokens` asks.
 pub(crate) async fn prompt_ids(
     state: &Arc<AppState>,
     messages: Vec<ChatMessage>,
     render: ChatRender,
     add_special_tokens: Option<bool>,
+    limit: usize,
 ) -> Result<Vec<u32>, ApiError> {
     let state = state.clone();
     off_runtime(move || {
         let text = prompt_text(&state, &messages, &render)?;
-        let max_len = state.engine.max_model_len();
         state
             .model
-            .encode(&text, add_special_tokens.unwrap_or(false), max_len, "messages")
+            .encode(&text, add_special_tokens.unwrap_or(false), limit, "messages")
     })
     .await
 }

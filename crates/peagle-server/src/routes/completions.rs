@@ -6,7 +6,7 @@ use crate::choice::{Choice, Finish};
 use crate::error::ApiError;
 use crate::json_body::ApiJsonViews;
 use crate::openapi::{ApiErrors, StreamEvent};
-use crate::params::{check_prompt, check_sequences, check_token_ids, logprobs_count};
+use crate::params::{check_prompt, check_sequences, check_token_ids, logprobs_count, ChoiceTemplate};
 use crate::protocol::completion::{
     CompletionChoice, CompletionLogprobs, CompletionRequest, CompletionResponse, PromptInput,
 };
@@ -106,8 +106,8 @@ pub async fn completions(
     let input = req.prompt;
     let add_special_tokens = req.add_special_tokens.unwrap_or(true);
     let prompts = off_runtime({
-        let state = state.clone();
-        move || prompts(&state, &input, add_special_tokens)
+        let (state, template) = (state.clone(), template.clone());
+        move || prompts(&state, &input, add_special_tokens, &template)
     })
     .await?;
     // Check every prompt before submitting any, so a bad one leaves nothing running.
@@ -203,25 +203,34 @@ fn check_unsupported(req: &CompletionRequest, n: usize) -> Result<(), ApiError> 
     Ok(())
 }
 
-fn prompts(state: &AppState, input: &PromptInput, add_special_tokens: bool) -> Result<Vec<Prompt>, ApiError> {
+/// The prompts' token ids, cut as `truncate_prompt_tokens` asks (an echo then gives the
+/// tokens kept).
+fn prompts(
+    state: &AppState,
+    input: &PromptInput,
+    add_special_tokens: bool,
+    template: &ChoiceTemplate,
+) -> Result<Vec<Prompt>, ApiError> {
     let model = &state.model;
     let max_len = state.engine.max_model_len();
+    let truncated = |ids: Vec<u32>, text: &dyn Fn() -> Result<String, ApiError>| -> Result<Prompt, ApiError> {
+        let len = ids.len();
+        let ids = template.truncate(ids, max_len)?;
+        let text = if ids.len() < len { model.decode(&ids)? } else { text()? };
+        Ok(Prompt { ids, text })
+    };
     let from_text = |text: &String| -> Result<Prompt, ApiError> {
         // Judged on the text: a tokenizer that adds BOS would make "" one token long.
         if text.is_empty() {
             return Err(ApiError::invalid(Some("prompt"), "prompt is empty"));
         }
-        Ok(Prompt {
-            ids: model.encode(text, add_special_tokens, max_len, "prompt")?,
-            text: text.clone(),
-        })
+        let limit = template.tokens_before_truncation(max_len);
+        let ids = model.encode(text, add_special_tokens, limit, "prompt")?;
+        truncated(ids, &|| Ok(text.clone()))
     };
     let from_ids = |ids: &Vec<u32>| -> Result<Prompt, ApiError> {
         check_token_ids(ids, model.vocab_size(), "prompt")?;
-        Ok(Prompt {
-            ids: ids.clone(),
-            text: model.decode(ids)?,
-        })
+        truncated(ids.clone(), &|| model.decode(ids))
     };
     let prompts = match input {
         PromptInput::Text(text) => vec![from_text(text)?],

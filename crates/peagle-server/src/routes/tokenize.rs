@@ -76,7 +76,14 @@ pub async fn tokenize(
                 req.chat_template_kwargs.as_ref(),
                 req.reasoning_effort.as_deref(),
             )?;
-            prompt_ids(&state, messages.clone(), render, req.add_special_tokens).await?
+            prompt_ids(
+                &state,
+                messages.clone(),
+                render,
+                req.add_special_tokens,
+                state.engine.max_model_len(),
+            )
+            .await?
         }
         _ => return Err(ApiError::invalid(None, "give either prompt or messages")),
     };

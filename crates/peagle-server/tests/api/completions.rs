@@ -1,6 +1,6 @@
 //! /v1/completions: plain and streamed, n, stop strings, logprobs, seeds, echo, token prompts.
 
-use crate::common::{greedy, streamed, texts, token_id, Options, TestServer, MODEL};
+use crate::common::{greedy, streamed, texts, token_id, Options, TestServer, MAX_MODEL_LEN, MODEL};
 use peagle_engine::GenerationDefaults;
 use serde_json::{json, Value};
 
@@ -244,6 +244,53 @@ async fn add_special_tokens_false_leaves_the_bos_off_a_text_prompt() {
     );
     assert_eq!(text["usage"]["prompt_tokens"], bare.len());
     assert_eq!(texts(&text), texts(&ids));
+}
+
+/// `truncate_prompt_tokens` keeps a prompt's last tokens, as vLLM does: the completion of
+/// those tokens alone, even for a prompt longer than the context; chats alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn truncate_prompt_tokens_keeps_the_last_tokens() {
+    let server = TestServer::start().await;
+    let tokenizer = tokenizers::Tokenizer::from_file(crate::common::model_dir(MODEL).join("tokenizer.json")).unwrap();
+    let prompt = "import os\nimport sys\n\ndef main(argv):\n    return";
+    let ids = tokenizer.encode(prompt, true).unwrap().get_ids().to_vec();
+    let last = ids[ids.len() - 6..].to_vec();
+    let mut cut = greedy(prompt, 6);
+    cut["truncate_prompt_tokens"] = json!(6);
+    cut["echo"] = json!(true);
+    let mut alone = greedy("", 6);
+    alone["prompt"] = json!(last);
+    alone["echo"] = json!(true);
+    let (cut, alone) = (
+        server.ok("/v1/completions", cut).await,
+        server.ok("/v1/completions", alone).await,
+    );
+    assert_eq!(cut["usage"]["prompt_tokens"], 6);
+    assert_eq!(texts(&cut), texts(&alone));
+
+    let long = "x = 1\n".repeat(MAX_MODEL_LEN);
+    let mut request = greedy(&long, 2);
+    let (status, _) = server.call("/v1/completions", request.clone()).await;
+    assert_eq!(status, reqwest::StatusCode::BAD_REQUEST, "too long without truncation");
+    request["truncate_prompt_tokens"] = json!(10);
+    let body = server.ok("/v1/completions", request).await;
+    assert_eq!(body["usage"]["prompt_tokens"], 10);
+
+    let chat = json!({"messages": [{"role": "user", "content": long}], "max_tokens": 2, "truncate_prompt_tokens": 12});
+    let body = server.ok("/v1/chat/completions", chat).await;
+    assert_eq!(body["usage"]["prompt_tokens"], 12);
+
+    for (bad, why) in [
+        (json!(0), "zero"),
+        (json!(-2), "below -1"),
+        (json!(MAX_MODEL_LEN + 1), "past the context"),
+    ] {
+        let mut request = greedy(prompt, 2);
+        request["truncate_prompt_tokens"] = bad;
+        let (status, error) = server.call("/v1/completions", request).await;
+        assert_eq!(status, reqwest::StatusCode::BAD_REQUEST, "{why}");
+        assert_eq!(error["error"]["param"], "truncate_prompt_tokens", "{why}");
+    }
 }
 
 /// Echo with `max_tokens: 0` scores the prompt, as OpenAI's legacy API and vLLM do: the prompt

@@ -66,3 +66,38 @@ async fn shared_prefixes_are_reported_counted_and_reset() {
     assert_eq!(response.status(), 200);
     assert_eq!(cached_tokens(&server, "Sort a list").await, 0);
 }
+
+/// `cache_salt`: a request finds only prefixes cached under its own salt; an empty one is a
+/// 400 naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cache_salt_shares_prefixes_only_with_the_same_salt() {
+    let server = TestServer::with(Options {
+        speculative: false,
+        ..Default::default()
+    })
+    .await;
+    let cached = |question: &str, salt: &str| {
+        let mut request = chat(question, false);
+        request["cache_salt"] = json!(salt);
+        let server = &server;
+        async move {
+            let body = server.ok("/v1/chat/completions", request).await;
+            body["usage"]["prompt_tokens_details"]["cached_tokens"]
+                .as_u64()
+                .unwrap()
+        }
+    };
+    assert_eq!(cached("Sort a list", "tenant-a").await, 0);
+    assert_eq!(cached("Reverse a string", "tenant-b").await, 0);
+    assert!(cached("Merge two dicts", "tenant-a").await >= 16);
+    assert_eq!(
+        cached_tokens(&server, "Split a path").await,
+        0,
+        "no salt is a salt of its own"
+    );
+    let mut empty = chat("Sort a list", false);
+    empty["cache_salt"] = json!("");
+    let (status, error) = server.call("/v1/chat/completions", empty).await;
+    assert_eq!(status, reqwest::StatusCode::BAD_REQUEST);
+    assert_eq!(error["error"]["param"], "cache_salt");
+}
