@@ -298,6 +298,14 @@ fn startup_errors_are_one_line_with_non_zero_exit() {
         &["--model", &model, "--allowed-origins", "*"],
         "expected a JSON list of origins",
     );
+    fails(
+        &["--model", &model, "--chat-template", "/no/such/template.jinja"],
+        "--chat-template /no/such/template.jinja: no such file",
+    );
+    fails(
+        &["--model", &model, "--chat-template", "{% for %}"],
+        "invalid chat template",
+    );
     for flag in [
         "--block-size",
         "--max-num-seqs",

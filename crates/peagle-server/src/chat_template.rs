@@ -18,6 +18,8 @@ pub enum TemplateError {
     Json { path: String, source: serde_json::Error },
     #[error("{path}: invalid chat template: {source}")]
     Compile { path: String, source: Error },
+    #[error("--chat-template {0}: no such file, and not a template either (it has no braces or newlines)")]
+    NotFound(String),
 }
 
 pub struct ChatTemplate {
@@ -29,35 +31,29 @@ pub struct ChatTemplate {
 const NAME: &str = "chat";
 
 impl ChatTemplate {
-    /// The template of a model directory, or None when it has none.
-    pub fn from_dir(dir: &Path) -> Result<Option<Self>, TemplateError> {
+    /// The template of a model directory, or None when it has none; `chosen` (vLLM's
+    /// `--chat-template`: a file, or the template itself) replaces the directory's own.
+    pub fn from_dir(dir: &Path, chosen: Option<&str>) -> Result<Option<Self>, TemplateError> {
         let config_path = dir.join("tokenizer_config.json");
         let config = match config_path.exists() {
             true => read_json(&config_path)?,
             false => Json::Null,
         };
         let jinja_path = dir.join("chat_template.jinja");
-        let (source, path) = if jinja_path.exists() {
-            let text = std::fs::read_to_string(&jinja_path).map_err(|source| TemplateError::Read {
-                path: jinja_path.display().to_string(),
-                source,
-            })?;
-            (text, jinja_path)
-        } else {
-            match template_in_config(&config) {
-                Some(text) => (text, config_path),
+        let (source, path) = match chosen {
+            Some(chosen) => read_chosen(chosen)?,
+            None if jinja_path.exists() => (read_text(&jinja_path)?, jinja_path.display().to_string()),
+            None => match template_in_config(&config) {
+                Some(text) => (text, config_path.display().to_string()),
                 None => return Ok(None),
-            }
+            },
         };
         let template = Self::new(
             &source,
             special_token(&config, "bos_token"),
             special_token(&config, "eos_token"),
         )
-        .map_err(|source| TemplateError::Compile {
-            path: path.display().to_string(),
-            source,
-        })?;
+        .map_err(|source| TemplateError::Compile { path, source })?;
         Ok(Some(template))
     }
 
@@ -109,11 +105,29 @@ impl ChatTemplate {
     }
 }
 
-fn read_json(path: &Path) -> Result<Json, TemplateError> {
-    let text = std::fs::read_to_string(path).map_err(|source| TemplateError::Read {
+/// A template given on the command line, with what names it in errors: the file it names,
+/// else the text itself when it looks like a template (vLLM's rule), so that a mistyped path
+/// is an error rather than a template that renders it.
+fn read_chosen(chosen: &str) -> Result<(String, String), TemplateError> {
+    let path = Path::new(chosen);
+    if path.is_file() {
+        return Ok((read_text(path)?, chosen.to_owned()));
+    }
+    if chosen.contains(['{', '}', '\n']) {
+        return Ok((chosen.to_owned(), "--chat-template".to_owned()));
+    }
+    Err(TemplateError::NotFound(chosen.to_owned()))
+}
+
+fn read_text(path: &Path) -> Result<String, TemplateError> {
+    std::fs::read_to_string(path).map_err(|source| TemplateError::Read {
         path: path.display().to_string(),
         source,
-    })?;
+    })
+}
+
+fn read_json(path: &Path) -> Result<Json, TemplateError> {
+    let text = read_text(path)?;
     serde_json::from_str(&text).map_err(|source| TemplateError::Json {
         path: path.display().to_string(),
         source,
@@ -146,6 +160,33 @@ fn special_token(config: &Json, key: &str) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// `--chat-template`: a file, or the template itself, replaces the directory's own and
+    /// keeps its special tokens; a path that names nothing is an error, not a template.
+    #[test]
+    fn a_chosen_template_replaces_the_models_own() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("tokenizer_config.json"),
+            json!({"chat_template": "own", "bos_token": "<s>"}).to_string(),
+        )
+        .unwrap();
+        let messages = [json!({"role": "user", "content": "hi"})];
+        let render = |chosen: Option<&str>| {
+            let template = ChatTemplate::from_dir(dir.path(), chosen).unwrap().unwrap();
+            template.render(&messages, false, &JsonMap::new()).unwrap()
+        };
+        assert_eq!(render(None), "own");
+        let inline = "{{ bos_token }}{{ messages[0].content }}";
+        assert_eq!(render(Some(inline)), "<s>hi");
+        let file = dir.path().join("mine.jinja");
+        std::fs::write(&file, "[{{ messages[0].role }}]").unwrap();
+        assert_eq!(render(Some(file.to_str().unwrap())), "[user]");
+        let missing = ChatTemplate::from_dir(dir.path(), Some("templates/missing.jinja")).err();
+        assert!(matches!(missing, Some(TemplateError::NotFound(_))), "{missing:?}");
+        let broken = ChatTemplate::from_dir(dir.path(), Some("{% for %}")).err();
+        assert!(matches!(broken, Some(TemplateError::Compile { .. })), "{broken:?}");
+    }
 
     #[test]
     fn renders_like_transformers() {

@@ -14,9 +14,14 @@ pub enum StartError {
     ModelFiles(#[from] ModelFilesError),
 }
 
-/// Loads everything and starts the engine; the model is served under `name`.
-pub fn start_engine(name: String, builder: &EngineBuilder) -> Result<(EngineHandle, ServedModel), StartError> {
-    let mut served = ServedModel::from_dir(name, &builder.model_dir)?;
+/// Loads everything and starts the engine; the model is served under `name`, its chats
+/// rendered by `chat_template` (a file or the template itself) when given.
+pub fn start_engine(
+    name: String,
+    builder: &EngineBuilder,
+    chat_template: Option<&str>,
+) -> Result<(EngineHandle, ServedModel), StartError> {
+    let mut served = ServedModel::from_dir(name, &builder.model_dir, chat_template)?;
     let built = builder.build()?;
     served.sampling_defaults = built.sampling_defaults;
     if served.sampling_defaults != SamplingDefaults::default() {

@@ -47,8 +47,9 @@ const NORMALIZER_SHRINK: usize = 3;
 const TRIM_AFTER_BYTES: usize = 1 << 20;
 
 impl ServedModel {
-    /// Reads `tokenizer.json` and the chat template of a model directory.
-    pub fn from_dir(name: String, dir: &Path) -> Result<Self, ModelFilesError> {
+    /// Reads `tokenizer.json` and the chat template of a model directory, or `chat_template`
+    /// (a file or the template itself) instead of the directory's.
+    pub fn from_dir(name: String, dir: &Path, chat_template: Option<&str>) -> Result<Self, ModelFilesError> {
         let path = dir.join("tokenizer.json");
         let tokenizer = Tokenizer::from_file(&path).map_err(|e| ModelFilesError::Tokenizer {
             path: path.display().to_string(),
@@ -57,7 +58,7 @@ impl ServedModel {
         let harmony = Harmony::detect(dir, &tokenizer);
         Ok(Self {
             harmony,
-            ..Self::new(name, tokenizer, ChatTemplate::from_dir(dir)?)
+            ..Self::new(name, tokenizer, ChatTemplate::from_dir(dir, chat_template)?)
         })
     }
 

@@ -108,6 +108,10 @@ struct Args {
     /// start-up for every batch shape of up to 512 rows (on a GPU).
     #[arg(long)]
     cuda_graphs: bool,
+    /// vLLM's: run every step eagerly, without CUDA graphs (peagle's default until
+    /// --cuda-graphs), so vLLM command lines that pass it work unchanged.
+    #[arg(long, conflicts_with = "cuda_graphs")]
+    enforce_eager: bool,
     /// Larger request bodies get 413.
     #[arg(long, default_value_t = 4 << 20)]
     max_body_bytes: usize,
@@ -132,6 +136,10 @@ struct Args {
     /// generation_config.json.
     #[arg(long, default_value = "auto")]
     generation_config: String,
+    /// The chat template: a Jinja file, or the template itself; replaces the model's own
+    /// (chat_template.jinja or tokenizer_config.json's). gpt-oss chats are harmony either way.
+    #[arg(long)]
+    chat_template: Option<String>,
     /// Origins browsers may call the API from (CORS), as a JSON list as vLLM takes it.
     #[arg(long, default_value = r#"["*"]"#)]
     allowed_origins: String,
@@ -205,7 +213,7 @@ fn run(args: Args) -> Result<()> {
         gpu_memory_utilization: args.gpu_memory_utilization,
         block_size: args.block_size,
         kv_cache_dtype: args.kv_cache_dtype,
-        cuda_graphs: args.cuda_graphs,
+        cuda_graphs: args.cuda_graphs && !args.enforce_eager,
         scheduler: SchedulerConfig {
             max_num_seqs: args.max_num_seqs.unwrap_or(defaults.max_num_seqs),
             max_num_batched_tokens: args.max_num_batched_tokens.unwrap_or(defaults.max_num_batched_tokens),
@@ -225,8 +233,8 @@ fn run(args: Args) -> Result<()> {
         ..EngineBuilder::new(source.target.clone())
     };
     let name = args.served_model_name.unwrap_or(name);
-    let (engine, model) =
-        start_engine(name, &builder).with_context(|| format!("cannot load {}", source.target.display()))?;
+    let (engine, model) = start_engine(name, &builder, args.chat_template.as_deref())
+        .with_context(|| format!("cannot load {}", source.target.display()))?;
     let config = ServerConfig {
         api_key: args.api_key,
         max_body_bytes: args.max_body_bytes,

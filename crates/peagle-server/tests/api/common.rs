@@ -97,7 +97,7 @@ impl TestServer {
         if let Some(n) = opts.max_num_seqs {
             engine_opts.scheduler.max_num_seqs = n;
         }
-        let (engine, model) = start_engine(MODEL.into(), &engine_opts).unwrap();
+        let (engine, model) = start_engine(MODEL.into(), &engine_opts, None).unwrap();
         let server = Server::new(engine, model, opts.config).unwrap();
         let routes = match opts.extra {
             Some(extra) => server.routes().merge(extra),
