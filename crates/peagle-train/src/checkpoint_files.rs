@@ -51,13 +51,21 @@ pub fn resumed(out: &Path, resume: bool, algo: Algo) -> Result<Option<Resumed>, 
     let dir = out.join(CHECKPOINT);
     let state_path = dir.join("state.json");
     if !resume {
-        // A fresh run would overwrite the checkpoint: the earlier run's work.
-        return match state_path.exists() {
-            true => Err(TrainError::Invalid(format!(
+        // A fresh run would overwrite the checkpoint (the earlier run's work), or a model: a
+        // drafter exported by hand or downloaded, the target itself.
+        let model = ["config.json", "model.safetensors"]
+            .iter()
+            .find(|f| out.join(f).exists());
+        return match (state_path.exists(), model) {
+            (true, _) => Err(TrainError::Invalid(format!(
                 "{} already holds a training run: resume it, or choose another output directory",
                 out.display()
             ))),
-            false => Ok(None),
+            (false, Some(file)) => Err(TrainError::Invalid(format!(
+                "{} already holds a model ({file}): choose another output directory",
+                out.display()
+            ))),
+            (false, None) => Ok(None),
         };
     }
     let state: TrainState = read_json(&state_path)?;

@@ -59,7 +59,9 @@ impl CodLayout {
         for d in 1..cfg.depths {
             let share = cfg.ratio.powi(d as i32).max(cfg.ratio_min);
             let count = (seed.saturating_sub(d) as f64 * share).floor() as usize;
-            let mut chosen: Vec<usize> = if count >= pool.len() {
+            // A share of 1 down-samples nothing: every chain goes on, where the count would
+            // drop one when position 0 is not trained (it anchors no depth-1 element).
+            let mut chosen: Vec<usize> = if count >= pool.len() || share >= 1.0 {
                 pool.clone()
             } else {
                 sample(rng, pool.len(), count).into_iter().map(|i| pool[i]).collect()
@@ -139,6 +141,21 @@ mod tests {
 
     fn layout(valid: &[bool], docs: &[u32], cfg: &CodConfig, seed: u64) -> CodLayout {
         CodLayout::sample(valid, docs, cfg, &mut StdRng::seed_from_u64(seed))
+    }
+
+    /// A ratio of 1 (EAGLE-3's training-time test) keeps every chain, also where the first
+    /// position is not trained (a prompt before the response).
+    #[test]
+    fn a_ratio_of_one_keeps_every_chain() {
+        let all = CodConfig {
+            depths: 3,
+            ratio: 1.0,
+            ratio_min: 1.0,
+        };
+        let valid = [false, true, true, true, true];
+        for seed in 0..8 {
+            assert_eq!(layout(&valid, &[0; 5], &all, seed).depth_counts(), [5, 4, 3]);
+        }
     }
 
     #[test]

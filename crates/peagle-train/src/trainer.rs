@@ -133,6 +133,7 @@ impl Run {
         let data = TrainingData::open(&opts.data)?;
         let data_config = &data.config;
         let target_dir = opts.target.clone().unwrap_or_else(|| data_config.source.target.clone());
+        validate(&opts, &data)?;
         let load = LoadOptions {
             device: opts.device.clone(),
             ..LoadOptions::default()
@@ -147,7 +148,6 @@ impl Run {
                 target.dims().hidden_size
             )));
         }
-        validate(&opts, &data)?;
         let counts = &data.counts;
         if opts.out.exists() && !opts.out.is_dir() {
             return Err(TrainError::Invalid(format!(
@@ -157,7 +157,13 @@ impl Run {
         }
         let resumed = checkpoint_files::resumed(&opts.out, opts.resume, opts.algo)?;
         let exported = match &opts.init_from {
-            Some(dir) => Some(Exported::open(dir, opts.algo, counts.len(), &opts.device)?),
+            Some(dir) => Some(Exported::open(
+                dir,
+                opts.algo,
+                counts.len(),
+                &data_config.source.aux_layer_ids,
+                &opts.device,
+            )?),
             None => None,
         };
         let choice = match (&resumed, &exported) {
@@ -227,6 +233,14 @@ impl Run {
             .max_steps
             .map_or(per_epoch * opts.epochs, |m| m.min(per_epoch * opts.epochs));
         let state = match resumed {
+            // A shorter schedule than the steps already taken would never end.
+            Some(r) if r.state.step > total_steps => {
+                return Err(TrainError::Invalid(format!(
+                    "the run is at step {}, past the {total_steps} steps these options make: resume with as \
+                     many steps at least (--max-steps, --epochs, --batch-size)",
+                    r.state.step
+                )))
+            }
             Some(r) => TrainState { total_steps, ..r.state },
             None => TrainState {
                 algo: opts.algo.name().into(),
@@ -361,6 +375,9 @@ fn validate(opts: &FitOptions, data: &TrainingData) -> Result<(), TrainError> {
         return invalid(
             "the drafter's layers, the depths, the batch size and the epochs must each be at least 1".into(),
         );
+    }
+    if opts.max_steps == Some(0) {
+        return invalid("the most steps must be at least 1".into());
     }
     if !(0.0..=1.0).contains(&opts.down_sample_ratio) || !(0.0..=1.0).contains(&opts.down_sample_ratio_min) {
         return invalid("the COD down-sample ratio and its floor must lie in [0, 1]".into());

@@ -8,7 +8,7 @@ use crate::error::TrainError;
 use crate::export::{D2T, T2D};
 use crate::files::read_json;
 use candle_core::{DType, Device, Tensor};
-use peagle_models::{Checkpoint, LoadOptions};
+use peagle_models::{Checkpoint, DrafterConfig, LoadOptions};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -25,15 +25,31 @@ pub struct Exported {
 
 impl Exported {
     /// Opens `dir`'s config.json and model.safetensors, checking the drafter is an `algo` one
-    /// for a target of `target_vocab_size` tokens.
-    pub fn open(dir: &Path, algo: Algo, target_vocab_size: usize, device: &Device) -> Result<Self, TrainError> {
-        let config: serde_json::Value = read_json(&dir.join("config.json"))?;
+    /// for a target of `target_vocab_size` tokens that reads the target layers the data holds,
+    /// `aux_layer_ids` (where its config names them; without, it serves vLLM's default ones).
+    pub fn open(
+        dir: &Path,
+        algo: Algo,
+        target_vocab_size: usize,
+        aux_layer_ids: &[usize],
+        device: &Device,
+    ) -> Result<Self, TrainError> {
+        let config_path = dir.join("config.json");
+        let config: serde_json::Value = read_json(&config_path)?;
         let kind = config["speculators_model_type"].as_str().unwrap_or("unknown");
         if kind != algo.name() {
             return Err(TrainError::Invalid(format!(
                 "{} holds a drafter of kind {kind}, but this run trains {}",
                 dir.display(),
                 algo.name()
+            )));
+        }
+        // Read as the server reads it, so that training continues the drafter it serves.
+        let drafter = DrafterConfig::from_value(&config, &config_path)?;
+        if let Some(ids) = drafter.aux_layer_ids.as_deref().filter(|ids| *ids != aux_layer_ids) {
+            return Err(TrainError::Invalid(format!(
+                "{} reads the target's layers {ids:?}, but the data holds layers {aux_layer_ids:?}",
+                dir.display()
             )));
         }
         let options = LoadOptions {
@@ -71,8 +87,7 @@ impl Exported {
             checkpoint,
             draft_vocab,
             mask_token_id,
-            // Absent means false, as speculators and vLLM read it.
-            norm_before_residual: config["norm_before_residual"].as_bool().unwrap_or(false),
+            norm_before_residual: drafter.norm_before_residual,
         })
     }
 

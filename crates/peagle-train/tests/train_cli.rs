@@ -196,6 +196,23 @@ fn capture_fit_resume_and_serve() {
         train(&[&resume[..], &["--num-layers", "3", "--num-depths", "4"]].concat()),
         "another shape than this run's",
     );
+    // A schedule shorter than the steps taken would never end; no steps is no run.
+    refused(
+        train(&[&resume[..], &shape[..], &["--max-steps", "10"]].concat()),
+        "the run is at step 20, past the",
+    );
+    refused(
+        train(&[&resume[..], &shape[..], &["--max-steps", "0"]].concat()),
+        "the most steps must be at least 1",
+    );
+    // A fresh run does not overwrite a model, a drafter exported by hand or the target.
+    let model = dir.path().join("model");
+    std::fs::create_dir(&model).unwrap();
+    std::fs::write(model.join("config.json"), "{}").unwrap();
+    refused(
+        train(&["fit", "--data", captured_s, "--out", model.to_str().unwrap()]),
+        "already holds a model (config.json): choose another output directory",
+    );
     let only_weights: Vec<_> = std::fs::read_dir(peagle.join("checkpoint"))
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
@@ -298,6 +315,18 @@ fn capture_fit_resume_and_serve() {
     refused(init_from(mismatch_s, &eagle3, &["--num-layers", "2"]), "of kind eagle3");
     let two_layers = ["--algo", "eagle3", "--num-layers", "2"];
     refused(init_from(mismatch_s, &eagle3, &two_layers), "layers.1");
+    // Nor one that reads other target layers than the data holds.
+    let other_layers = dir.path().join("other-layers");
+    std::fs::create_dir(&other_layers).unwrap();
+    std::fs::copy(eagle3.join("model.safetensors"), other_layers.join("model.safetensors")).unwrap();
+    let mut reads = config(&eagle3);
+    reads["eagle_aux_hidden_state_layer_ids"] = serde_json::json!([0, 1, 2]);
+    std::fs::write(other_layers.join("config.json"), reads.to_string()).unwrap();
+    let one_layer = ["--algo", "eagle3", "--num-layers", "1"];
+    refused(
+        init_from(mismatch_s, &other_layers, &one_layer),
+        "reads the target's layers [0, 1, 2], but the data holds layers",
+    );
     // The trained drafters serve: greedy output equals the target's alone.
     let opts = GeneratorOptions::default();
     let params = GenerateParams {
