@@ -19,7 +19,7 @@ pub struct Workload {
     #[arg(long)]
     pub dataset: PathBuf,
     /// Prompts per level: the dataset's first N, cycled if it has fewer.
-    #[arg(long, default_value_t = 100, value_parser = positive)]
+    #[arg(long, default_value_t = 100, value_parser = prompt_count)]
     pub num_prompts: usize,
     /// Comma-separated maximum requests in flight, one level each.
     #[arg(long, value_delimiter = ',', default_value = "1", value_parser = positive)]
@@ -50,6 +50,17 @@ impl Endpoint {
             Endpoint::Completions => "completions",
             Endpoint::Chat => "chat",
         }
+    }
+}
+
+/// The most prompts a level sends: each is held in memory before the level starts.
+pub const MAX_PROMPTS: usize = 1_000_000;
+
+/// A count of prompts per level: positive, and at most `MAX_PROMPTS`.
+fn prompt_count(text: &str) -> Result<usize, String> {
+    match positive(text)? {
+        n if n > MAX_PROMPTS => Err(format!("must be at most {MAX_PROMPTS}")),
+        n => Ok(n),
     }
 }
 

@@ -173,6 +173,8 @@ async fn prefix(args: PrefixArgs) -> Result<()> {
         max_tokens: args.max_tokens,
     };
     peagle_bench::load_prompts(&config.dataset, 1)?;
+    // Before the servers run, so an --out that cannot be written fails at once, not after them.
+    std::fs::create_dir_all(&args.out).with_context(|| format!("cannot create --out {}", args.out.display()))?;
     let report = peagle_bench::run_prefix(&config).await?;
     peagle_bench::write_prefix_report(&report, &args.out)?;
     print!("{}", report.table());
@@ -197,6 +199,16 @@ async fn sweep(args: SweepArgs) -> Result<()> {
         .concat(),
         workload: args.workload,
     };
+    // Each mode's runs share a directory: a K listed twice would overwrite its own results.
+    for (flag, ks) in [("--peagle-k", &config.peagle_k), ("--eagle3-k", &config.eagle3_k)] {
+        if let Some(k) = ks
+            .iter()
+            .enumerate()
+            .find_map(|(i, k)| ks[..i].contains(k).then_some(k))
+        {
+            anyhow::bail!("{flag} lists {k} twice");
+        }
+    }
     // Read the dataset before starting any server, so a bad file fails at once.
     peagle_bench::load_prompts(&config.workload.dataset, config.workload.num_prompts)?;
     let outcome = run_sweep(&config, &args.out).await?;

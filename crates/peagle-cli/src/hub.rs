@@ -81,6 +81,7 @@ impl Hub {
             });
         };
         let repo = api.repo(Repo::new(id.to_string(), RepoType::Model));
+        tracing::info!(model = id, endpoint = %self.endpoint, "asking the hub for the model's files");
         let info = match repo.info() {
             Ok(info) => info,
             Err(e) => {

@@ -43,7 +43,9 @@ impl Preset {
     }
 }
 
-pub fn resolve_model(arg: &str, hub: &Hub) -> Result<ModelSource> {
+/// `--model`'s directories; a preset's drafter (and its K) only `with_preset_drafter`, so that
+/// a drafter of the user's own is not fetched for nothing.
+pub fn resolve_model(arg: &str, hub: &Hub, with_preset_drafter: bool) -> Result<ModelSource> {
     if Path::new(arg).is_dir() {
         return Ok(ModelSource {
             target: arg.into(),
@@ -53,12 +55,14 @@ pub fn resolve_model(arg: &str, hub: &Hub) -> Result<ModelSource> {
     }
     if let Some(preset) = Preset::named(arg) {
         let preset = preset?;
+        let drafter = preset.drafter.as_deref().filter(|_| with_preset_drafter);
         return Ok(ModelSource {
             target: resolve_dir(&preset.target, hub)?,
-            drafter: preset.drafter.as_deref().map(|d| resolve_dir(d, hub)).transpose()?,
-            k: preset.k,
+            drafter: drafter.map(|d| resolve_dir(d, hub)).transpose()?,
+            k: preset.k.filter(|_| with_preset_drafter),
         });
     }
+    refuse_missing_path(arg)?;
     if is_hf_id(arg) {
         return Ok(ModelSource {
             target: hub.snapshot(arg)?,
@@ -78,10 +82,21 @@ pub fn resolve_dir(spec: &str, hub: &Hub) -> Result<PathBuf> {
     if Path::new(spec).is_dir() {
         return Ok(spec.into());
     }
+    refuse_missing_path(spec)?;
     if is_hf_id(spec) {
         return hub.snapshot(spec);
     }
     bail!("{spec}: no such directory, and not a Hugging Face id (org/name)")
+}
+
+/// Refuses a name whose parent is a local directory (`models/tiny-lama`, mistyped): it names a
+/// missing directory, not a Hugging Face id to look up.
+fn refuse_missing_path(spec: &str) -> Result<()> {
+    let parent = Path::new(spec).parent().filter(|p| !p.as_os_str().is_empty());
+    if parent.is_some_and(Path::is_dir) {
+        bail!("{spec}: no such directory");
+    }
+    Ok(())
 }
 
 /// `org/name`: exactly one slash between two non-empty parts.
@@ -117,9 +132,9 @@ mod tests {
     #[test]
     fn finds_cached_models_and_names_missing_ones() {
         let (root, hub) = hub_with("acme/tiny");
-        let dir = resolve_model("acme/tiny", &hub).unwrap().target;
+        let dir = resolve_model("acme/tiny", &hub, true).unwrap().target;
         assert_eq!(dir, root.path().join("models--acme--tiny/snapshots/abc123"));
-        let err = resolve_model("acme/other", &hub).unwrap_err().to_string();
+        let err = resolve_model("acme/other", &hub, true).unwrap_err().to_string();
         assert!(
             err.contains("acme/other") && err.contains("not in the local Hugging Face cache"),
             "{err}"
@@ -131,8 +146,33 @@ mod tests {
         let (root, hub) = hub_with("acme/tiny");
         let dir = root.path().to_str().unwrap();
         assert_eq!(resolve_dir(dir, &hub).unwrap(), root.path());
-        let err = resolve_model("no-such-preset", &hub).unwrap_err().to_string();
+        let err = resolve_model("no-such-preset", &hub, true).unwrap_err().to_string();
         assert!(err.contains("a preset (gpt-oss-20b, "), "{err}");
+    }
+
+    /// With a drafter of the user's own, a preset's is neither fetched nor its K taken.
+    #[test]
+    fn a_preset_with_an_own_drafter_resolves_its_target_alone() {
+        let (_root, hub) = hub_with("openai/gpt-oss-20b");
+        let own = resolve_model("gpt-oss-20b", &hub, false).unwrap();
+        assert_eq!((own.drafter, own.k), (None, None));
+        let err = resolve_model("gpt-oss-20b", &hub, true).unwrap_err().to_string();
+        assert!(err.contains("not in the local Hugging Face cache"), "{err}");
+    }
+
+    /// A mistyped local path of a Hugging Face id's shape is not looked up on the hub (tests
+    /// run in the crate's directory, which holds src/).
+    #[test]
+    fn a_missing_directory_under_a_local_one_is_named_as_such() {
+        let (_root, hub) = hub_with("acme/tiny");
+        let typo = "src/no-such-model";
+        assert!(is_hf_id(typo));
+        for err in [
+            resolve_model(typo, &hub, true).unwrap_err(),
+            resolve_dir(typo, &hub).unwrap_err(),
+        ] {
+            assert_eq!(err.to_string(), format!("{typo}: no such directory"));
+        }
     }
 
     #[test]

@@ -81,7 +81,9 @@ fn auto_is_the_cpu_without_cuda() {
 fn errors_are_one_line_with_non_zero_exit() {
     let model = fixture("tiny-llama");
     let prompts = format!("{model}/eval_prompts.jsonl");
-    let cases: [(&[&str], &str); 4] = [
+    // A file that exists, to name as both the prompts and the stats.
+    let config = format!("{model}/config.json");
+    let cases: [(&[&str], &str); 7] = [
         (
             &[
                 "--model",
@@ -105,6 +107,25 @@ fn errors_are_one_line_with_non_zero_exit() {
         (
             &["--model", &model, "--prompt", "x", "--max-tokens", "0"],
             "max_tokens must be at least 1",
+        ),
+        (
+            &["--model", &model, "--prompt", "x", "--max-batched-tokens", "0"],
+            "--max-batched-tokens must be at least 1",
+        ),
+        (
+            &[
+                "--model",
+                &model,
+                "--prompts-file",
+                &prompts,
+                "--stats-json",
+                "/no/such/dir/stats.json",
+            ],
+            "--stats-json /no/such/dir/stats.json: no such directory",
+        ),
+        (
+            &["--model", &model, "--prompts-file", &config, "--stats-json", &config],
+            "is the prompts file",
         ),
     ];
     for (args, message) in cases {

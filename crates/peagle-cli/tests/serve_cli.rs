@@ -298,6 +298,15 @@ fn startup_errors_are_one_line_with_non_zero_exit() {
         &["--model", &model, "--allowed-origins", "*"],
         "expected a JSON list of origins",
     );
+    // The port is taken before the model loads: a directory that is no model is not read.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port().to_string();
+    let not_a_model = tempfile::tempdir().unwrap();
+    let dir = not_a_model.path().to_str().unwrap();
+    fails(
+        &["--model", dir, "--host", "127.0.0.1", "--port", &port],
+        &format!("cannot listen on 127.0.0.1:{port}"),
+    );
     fails(
         &["--model", &model, "--chat-template", "/no/such/template.jinja"],
         "--chat-template /no/such/template.jinja: no such file",
@@ -311,9 +320,33 @@ fn startup_errors_are_one_line_with_non_zero_exit() {
         "--max-num-seqs",
         "--max-num-batched-tokens",
         "--max-waiting-requests",
+        "--max-body-bytes",
     ] {
         fails(&["--model", &model, flag, "0"], &format!("{flag} must be at least 1"));
     }
+    for flag in ["--header-timeout", "--body-timeout", "--timeout-keep-alive"] {
+        for seconds in ["0", "18446744073709551615"] {
+            fails(
+                &["--model", &model, flag, seconds],
+                &format!("{flag} must be 1 to 86400 seconds, not {seconds}"),
+            );
+        }
+    }
+    fails(
+        &["--model", &model, "--shutdown-timeout", "18446744073709551615"],
+        "--shutdown-timeout must be at most 86400 seconds",
+    );
+    fails(
+        &[
+            "--model",
+            &model,
+            "--draft-model",
+            &fixture("tiny-llama-peagle"),
+            "--k",
+            "100000",
+        ],
+        "a draft model drafts 1 to 64 tokens a step, not 100000",
+    );
     fails(
         &["--model", &model, "--kv-cache-blocks", "8"],
         "cannot hold one sequence of the maximum length",

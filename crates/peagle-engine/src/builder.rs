@@ -264,6 +264,10 @@ impl EngineBuilder {
         if let Some((what, _)) = sizes.iter().find(|(_, n)| *n == 0) {
             return Err(GenerateError::Config(format!("{what} must be at least 1")));
         }
+        // Before the model loads; a drafter's own count is checked as it loads.
+        if let Some(k) = self.draft.as_ref().and_then(|d| d.k) {
+            check_drafts(k)?;
+        }
         kv_budget::check_utilization(self.gpu_memory_utilization)
     }
 
@@ -303,11 +307,7 @@ impl EngineBuilder {
     fn load_drafter(&self, d: &DraftModel, target: &dyn TargetModel) -> Result<(Drafter, usize, bool), GenerateError> {
         let drafter = Drafter::load(&d.dir, target, self.load.clone())?;
         let k = d.k.or(drafter.config().num_speculative_tokens).unwrap_or(DEFAULT_K);
-        if k == 0 {
-            return Err(GenerateError::Config(
-                "a draft model needs at least 1 draft per step".into(),
-            ));
-        }
+        check_drafts(k)?;
         let parallel = d.parallel || drafter.is_parallel();
         Ok((drafter, k, parallel))
     }
@@ -405,6 +405,20 @@ fn drafter_passes(parallel: bool, max_k: usize, draft_counts: &[usize]) -> Vec<P
             .collect(),
         false => vec![slots],
     }
+}
+
+/// The most drafts a step: well past what drafters are trained to fill (P-EAGLE's K up to
+/// about 16), and far below what would overflow a sequence's sizes.
+pub const MAX_DRAFTS: usize = 64;
+
+/// Refuses a count of drafts per step outside 1 ..= MAX_DRAFTS.
+fn check_drafts(k: usize) -> Result<(), GenerateError> {
+    if !(1..=MAX_DRAFTS).contains(&k) {
+        return Err(GenerateError::Config(format!(
+            "a draft model drafts 1 to {MAX_DRAFTS} tokens a step, not {k}"
+        )));
+    }
+    Ok(())
 }
 
 /// Blocks one sequence can come to need: `max_model_len` tokens, then a verification window

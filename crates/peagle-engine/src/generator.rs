@@ -83,7 +83,7 @@ impl Generator {
             gpu_memory_utilization: opts.gpu_memory_utilization,
             scheduler: SchedulerConfig {
                 max_num_seqs: 1,
-                max_num_batched_tokens: opts.max_batched_tokens.max(1),
+                max_num_batched_tokens: opts.max_batched_tokens,
                 adaptive_k: false,
                 ..SchedulerConfig::default()
             },

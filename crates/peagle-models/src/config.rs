@@ -215,7 +215,9 @@ impl TextConfig {
     }
 
     pub fn head_dim(&self) -> usize {
-        self.head_dim.unwrap_or(self.hidden_size / self.num_attention_heads)
+        // 0 without heads, for `validate` to refuse rather than divide by.
+        let derived = || self.hidden_size.checked_div(self.num_attention_heads).unwrap_or(0);
+        self.head_dim.unwrap_or_else(derived)
     }
 
     pub fn num_kv_heads(&self) -> usize {
@@ -328,6 +330,16 @@ mod tests {
         });
         json.as_object_mut().unwrap().extend(rope.as_object().unwrap().clone());
         TextConfig::from_value(json, Path::new("config.json"))
+    }
+
+    /// A zero a dimension is derived from is refused by name, not divided by.
+    #[test]
+    fn zero_heads_are_refused_by_name() {
+        let mut config = gpt_oss(serde_json::json!({})).unwrap();
+        config.num_attention_heads = 0;
+        config.head_dim = None;
+        let err = config.validate().unwrap_err().to_string();
+        assert!(err.contains("num_attention_heads must be positive"), "{err}");
     }
 
     #[test]

@@ -11,7 +11,7 @@ use peagle_engine::{
 use peagle_kernels::cuda_profiler_range;
 use peagle_models::{DTypeSpec, DeviceSpec, KvCacheDtype, LoadOptions};
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 #[derive(Parser)]
 #[command(version, about = "Generate completions with a local Hugging Face model")]
@@ -114,6 +114,25 @@ fn run(args: Args) -> Result<()> {
     };
     if args.k == Some(0) {
         bail!("--k must be at least 1");
+    }
+    if args.max_batched_tokens == 0 {
+        bail!("--max-batched-tokens must be at least 1");
+    }
+    // The stats are written once every prompt has run: a path that cannot take them, or that
+    // would replace the prompts, fails now instead.
+    if let Some(path) = &args.stats_json {
+        let parent = path.parent().filter(|p| !p.as_os_str().is_empty());
+        if parent.is_some_and(|p| !p.is_dir()) {
+            bail!("--stats-json {}: no such directory", path.display());
+        }
+        let same_file = |a: &Path, b: &Path| a.canonicalize().ok().is_some_and(|a| Some(a) == b.canonicalize().ok());
+        if args
+            .prompts_file
+            .as_deref()
+            .is_some_and(|prompts| same_file(path, prompts))
+        {
+            bail!("--stats-json {} is the prompts file", path.display());
+        }
     }
     let draft = args.draft_model.as_ref().map(|dir| DraftModel {
         dir: dir.clone(),

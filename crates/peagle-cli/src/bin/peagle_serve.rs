@@ -157,7 +157,25 @@ fn main() {
     }
 }
 
+/// The longest a connection timeout may be: a day. More is no timeout at all in practice,
+/// and near u64::MAX seconds a deadline overflows.
+const MAX_TIMEOUT_SECONDS: u64 = 24 * 3600;
+
 fn run(args: Args) -> Result<()> {
+    let timeouts = [
+        ("--header-timeout", args.header_timeout),
+        ("--body-timeout", args.body_timeout),
+        ("--timeout-keep-alive", args.timeout_keep_alive),
+    ];
+    if let Some((flag, seconds)) = timeouts.iter().find(|(_, s)| !(1..=MAX_TIMEOUT_SECONDS).contains(s)) {
+        bail!("{flag} must be 1 to {MAX_TIMEOUT_SECONDS} seconds, not {seconds}");
+    }
+    if args.shutdown_timeout > MAX_TIMEOUT_SECONDS {
+        bail!(
+            "--shutdown-timeout must be at most {MAX_TIMEOUT_SECONDS} seconds, not {}",
+            args.shutdown_timeout
+        );
+    }
     let allowed_origins: Vec<String> = serde_json::from_str(&args.allowed_origins).with_context(|| {
         format!(
             "--allowed-origins {}: expected a JSON list of origins such as '[\"https://example.com\"]'",
@@ -172,7 +190,10 @@ fn run(args: Args) -> Result<()> {
         .map(SpeculativeConfig::parse)
         .transpose()?;
     let (name, source) = match &args.model {
-        Some(model) => (model.clone(), resolve_model(model, &hub)?),
+        Some(model) => {
+            let own_drafter = speculative.is_some() || args.draft_model.is_some();
+            (model.clone(), resolve_model(model, &hub, !own_drafter)?)
+        }
         None => demo()?,
     };
     let drafter = match (&speculative, &args.draft_model) {
@@ -196,6 +217,7 @@ fn run(args: Args) -> Result<()> {
         ("--max-num-batched-tokens", args.max_num_batched_tokens),
         ("--max-waiting-requests", args.max_waiting_requests),
         ("--max-sequences-per-request", Some(args.max_sequences_per_request)),
+        ("--max-body-bytes", Some(args.max_body_bytes)),
     ];
     if let Some((flag, _)) = counts.iter().find(|(_, n)| *n == Some(0)) {
         bail!("{flag} must be at least 1");
@@ -232,6 +254,12 @@ fn run(args: Args) -> Result<()> {
         },
         ..EngineBuilder::new(source.target.clone())
     };
+    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    // Bound before the model loads, as vLLM does: a port in use or a bad --host fails at once,
+    // not after a download. Clients that connect meanwhile wait for the model.
+    let listener = runtime
+        .block_on(tokio::net::TcpListener::bind((args.host.as_str(), args.port)))
+        .with_context(|| format!("cannot listen on {}:{}", args.host, args.port))?;
     let name = args.served_model_name.unwrap_or(name);
     let (engine, model) = start_engine(name, &builder, args.chat_template.as_deref())
         .with_context(|| format!("cannot load {}", source.target.display()))?;
@@ -250,11 +278,7 @@ fn run(args: Args) -> Result<()> {
         Ok(limit) => tracing::info!(limit, "open-file limit"),
         Err(e) => tracing::warn!(error = %e, "cannot raise the open-file limit"),
     }
-    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     runtime.block_on(async {
-        let listener = tokio::net::TcpListener::bind((args.host.as_str(), args.port))
-            .await
-            .with_context(|| format!("cannot listen on {}:{}", args.host, args.port))?;
         let addr = listener.local_addr()?;
         tracing::info!(%addr, model = %model.name, "listening");
         eprintln!("peagle-serve: listening on http://{addr}");
