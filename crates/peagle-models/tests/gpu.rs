@@ -419,3 +419,36 @@ fn drafter_passes_by_cuda_graphs_equal_passes_without() {
         }
     }
 }
+
+/// A trained weight projecting data that tracks no gradient (EAGLE-3's fc over captured
+/// target states) gets its gradient on the GPU, as on the CPU: the ops take the kernels,
+/// which have no backward, only when nothing is trained.
+#[test]
+fn a_trained_weight_over_untracked_input_gets_its_gradient() {
+    let Some(options) = on_gpu(DTypeSpec::F32) else { return };
+    let gradients = |device: &candle_core::Device| {
+        let values =
+            |n: usize, scale: f32| -> Vec<f32> { (0..n).map(|i| ((i * 37 % 23) as f32 - 11.0) * scale).collect() };
+        let x = Tensor::from_vec(values(3 * 64, 0.05), (3, 64), device).unwrap();
+        let w = candle_core::Var::from_vec(values(32 * 64, 0.01), (32, 64), device).unwrap();
+        let b = candle_core::Var::from_vec(values(32, 0.1), 32, device).unwrap();
+        let weight = peagle_models::ops::Weight::new(w.as_tensor().clone()).unwrap();
+        let y = peagle_models::ops::linear(&x, &weight, Some(b.as_tensor())).unwrap();
+        let gated = peagle_models::ops::linear_swiglu(&x, &weight, Some(b.as_tensor())).unwrap();
+        let loss = (y.sqr().unwrap().sum_all().unwrap() + gated.sum_all().unwrap()).unwrap();
+        let grads = loss.backward().unwrap();
+        let host = |v: &candle_core::Var| {
+            grads
+                .get(v.as_tensor())
+                .map(|g| g.to_device(&candle_core::Device::Cpu).unwrap())
+        };
+        (host(&w), host(&b))
+    };
+    let (gpu_w, gpu_b) = gradients(&options.device);
+    let (cpu_w, cpu_b) = gradients(&candle_core::Device::Cpu);
+    for (name, gpu, cpu) in [("weight", gpu_w, cpu_w), ("bias", gpu_b, cpu_b)] {
+        let gpu = gpu.unwrap_or_else(|| panic!("no gradient for the {name} on the GPU"));
+        let diff = max_abs_diff(&gpu, &cpu.unwrap());
+        assert!(diff < 1e-4, "the {name}'s gradient is off by {diff}");
+    }
+}

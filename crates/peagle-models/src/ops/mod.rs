@@ -7,7 +7,9 @@
 //! - a CUDA tensor in an inference pass takes `peagle-kernels`' CUDA kernel (`kernels/*.cu`),
 //!   batch invariant too: the matmul is `invariant_matmul`, never cuBLAS, whose choice of
 //!   algorithm changes with the number of rows;
-//! - a pass that tracks gradients (training) takes composed candle ops, which have a backward.
+//! - a pass that tracks gradients (training) takes composed candle ops, which have a backward:
+//!   an op whose input or whose parameter is tracked (a trained weight projecting captured
+//!   data that is not).
 //!
 //! `check_inference_device` refuses a device with no kernels before a model is loaded.
 
@@ -58,11 +60,20 @@ fn device_name(device: &Device) -> String {
     }
 }
 
+/// A plain weight and a bias in an inference pass on a GPU, for its kernel: None where either
+/// is trained (the kernels have no backward) or `x` is not on a GPU in an inference pass.
+fn inference_weight<'a>(x: &Tensor, w: &'a Weight, bias: Option<&Tensor>) -> Option<&'a Tensor> {
+    match (w, path(x)) {
+        (Weight::Plain(w), Path::Device) if !w.track_op() && !bias.is_some_and(Tensor::track_op) => Some(w),
+        _ => None,
+    }
+}
+
 /// `x` [rows, in] times `w` [out, in] transposed, plus `bias` [out] where given: [rows, out].
 /// On a GPU a plain weight's bias is added in the matmul's own launch, to each element's f32
 /// sum before its rounding; elsewhere it is added to the product.
 pub fn linear(x: &Tensor, w: &Weight, bias: Option<&Tensor>) -> Result<Tensor> {
-    if let (Weight::Plain(w), Path::Device) = (w, path(x)) {
+    if let Some(w) = inference_weight(x, w, bias) {
         return peagle_kernels::invariant_linear(&x.contiguous()?, w, bias, None);
     }
     let product = product(x, w)?;
@@ -91,7 +102,7 @@ fn product(x: &Tensor, w: &Weight) -> Result<Tensor> {
 /// projection and gating are one op (`invariant_linear_swiglu`: one launch on the tensor
 /// cores), to the same bits.
 pub fn linear_swiglu(x: &Tensor, w: &Weight, bias: Option<&Tensor>) -> Result<Tensor> {
-    if let (Weight::Plain(w), Path::Device) = (w, path(x)) {
+    if let Some(w) = inference_weight(x, w, bias) {
         return peagle_kernels::invariant_linear_swiglu(&x.contiguous()?, w, bias, MmaTiles::ByBatch);
     }
     swiglu(&linear(x, w, bias)?)
