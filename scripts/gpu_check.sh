@@ -89,17 +89,30 @@ export LD_LIBRARY_PATH=$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 # The driver JIT-compiles the binaries' PTX when a process first loads it, and keeps the result
 # in its cache for the next process: room for all of it, so that only the first test pays.
 export CUDA_CACHE_MAXSIZE=${CUDA_CACHE_MAXSIZE:-4294967296}
-# The test binaries find the repository's models at the path they were built in.
+# The test binaries find the repository's models at the path they were built in. Without the
+# pack, or that path, every step would fail on its own: stop now, saying why.
+if [ ! -f "$bin/BUILD_ROOT" ]; then
+    echo "FAILED: no packed binaries (carry target/gpu/binaries.tar.xz from scripts/build_cuda.sh)" |
+        tee -a "$out/steps.log"
+    save
+    exit 2
+fi
 built_in=$(cat "$bin/BUILD_ROOT")
 if [ "$built_in" != "$PWD" ] && [ ! -e "$built_in" ]; then
-    mkdir -p "$(dirname "$built_in")" && ln -s "$PWD" "$built_in"
+    if ! { mkdir -p "$(dirname "$built_in")" && ln -s "$PWD" "$built_in"; }; then
+        echo "FAILED: cannot link $built_in, where the test binaries read the models" | tee -a "$out/steps.log"
+        save
+        exit 2
+    fi
 fi
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv >"$out/gpu.csv" ||
     fail "nvidia-smi"
 
-# A GPU test that failed by a fault (a CUDA error, or no result within its time) runs again
-# under compute-sanitizer's memcheck, where the host has it and time is left, to name the kernel
-# and the access; one that failed an assertion does not, as memcheck would only slow it down.
+# A GPU test that failed by a fault (a CUDA error or a crash) runs again under compute-sanitizer's
+# memcheck, where the host has it, to name the kernel and the access; one that failed an
+# assertion or ran out of time does not, as memcheck would only slow it down. The reruns wait
+# for the end of every part, and take only the time left then (a minute each at most), so a
+# kernel that faults many tests costs no part its time.
 source scripts/gpu_test_lib.sh
 export GPU_TESTS_DEADLINE=$deadline
 sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
@@ -118,13 +131,26 @@ run_test_binary() {
         fail "$name $case (see $name/)"
     done
     for case in "${gpu_tests_faulted[@]}"; do
-        if [ -n "$sanitizer" ] && [ "$(left)" -ge 60 ]; then
-            env "$@" timeout "$(gpu_test_limit)" "$sanitizer" --tool memcheck "$test" \
-                --exact "$case" --test-threads=1 >"$out/$name/$case.memcheck.log" 2>&1
-            grep -E "^========= (Invalid|Program hit|ERROR SUMMARY)" "$out/$name/$case.memcheck.log" | head -5
-        fi
+        faulted+=("$name $test $case $*")
     done
     save
+}
+faulted=()
+
+# The faulted tests under memcheck, in the time left.
+memcheck_faulted() {
+    local entry name test case vars
+    [ -n "$sanitizer" ] && [ ${#faulted[@]} -gt 0 ] || return 0
+    step "memcheck of the ${#faulted[@]} faulted GPU tests" || return
+    for entry in "${faulted[@]}"; do
+        read -r name test case vars <<<"$entry"
+        [ "$(left)" -ge 60 ] || break
+        # shellcheck disable=SC2086 # the VAR=VALUE words, none with spaces
+        env $vars timeout --kill-after=10 "$(min 60 "$(left)")" "$sanitizer" --tool memcheck "$test" \
+            --exact "$case" --test-threads=1 >"$out/$name/$case.memcheck.log" 2>&1
+        echo "memcheck of $name $case: $(grep -hE "^========= (Invalid|Program hit)" \
+            "$out/$name/$case.memcheck.log" | head -1)" | tee -a "$out/steps.log"
+    done
 }
 
 run_tests() {
@@ -142,7 +168,8 @@ run_tests() {
     timed "$bin/peagle-graph-memcheck-probe" >"$out/graph-memcheck-probe.log" 2>&1 ||
         fail "the graph memcheck probe (see graph-memcheck-probe.log)"
     if [ -n "$sanitizer" ]; then
-        timed "$sanitizer" --tool memcheck "$bin/peagle-graph-memcheck-probe" >>"$out/graph-memcheck-probe.log" 2>&1
+        timeout --kill-after=10 "$(min 60 "$(max 1 "$(left)")")" "$sanitizer" --tool memcheck \
+            "$bin/peagle-graph-memcheck-probe" >>"$out/graph-memcheck-probe.log" 2>&1
         echo "graph memcheck probe: $(grep -h 'graph memcheck probe' "$out/graph-memcheck-probe.log" | tail -1 |
             sed 's/^graph memcheck probe: //'); memcheck: $(grep -h 'ERROR SUMMARY' "$out/graph-memcheck-probe.log" |
             tail -1 | sed 's/^========= //')" | tee -a "$out/steps.log"
@@ -153,7 +180,7 @@ run_tests() {
         [ -n "${GRAPH_MEMCHECK:-}" ] || return 0
         for case in steps_by_cuda_graphs_equal_steps_without drafter_passes_by_cuda_graphs_equal_passes_without; do
             [ "$(left)" -ge 120 ] || break
-            timeout "$(min 240 "$(left)")" "$sanitizer" --tool memcheck "$bin/gpu-peagle-models" --exact "$case" \
+            timeout --kill-after=10 "$(min 240 "$(left)")" "$sanitizer" --tool memcheck "$bin/gpu-peagle-models" --exact "$case" \
                 --test-threads=1 >"$out/memcheck-$case.log" 2>&1
             echo "memcheck of $case: $(grep -h 'ERROR SUMMARY' "$out/memcheck-$case.log" | tail -1 |
                 sed 's/^========= //'), test: $(grep -h '^test result' "$out/memcheck-$case.log" | tail -1)" |
@@ -370,6 +397,7 @@ for part in "${parts[@]}"; do
     esac
 done
 
+memcheck_faulted
 # The report is made whatever the time left: it takes a second.
 echo "== report" | tee -a "$out/steps.log"
 python3 scripts/gpu_report.py "$out" || fail "report"

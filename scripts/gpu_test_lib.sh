@@ -10,7 +10,8 @@
 # does a binary that lists no tests.
 # Prints a line a test and keeps its output in LOGS/LABEL/TEST.log. Sets gpu_tests_passed and
 # gpu_tests_unrun (counts; unrun: out of time), gpu_tests_failed and gpu_tests_faulted (names;
-# faulted: failed by a CUDA error, a crash or no result in time, rather than an assertion).
+# faulted: failed by a CUDA error or a crash, rather than an assertion or its time running out,
+# which memcheck, many times slower, could only run out of again).
 
 # gpu_test_wanted NAME: whether to run the test NAME; a caller may define its own.
 gpu_test_wanted() { return 0; }
@@ -27,7 +28,7 @@ gpu_test_limit() {
 }
 
 run_gpu_tests() {
-    local binary=$1 label=$2 logs=$3/$2 name log limit start listed=0
+    local binary=$1 label=$2 logs=$3/$2 name log limit start code listed=0
     shift 3
     gpu_tests_passed=0 gpu_tests_unrun=0 gpu_tests_failed=() gpu_tests_faulted=()
     mkdir -p "$logs"
@@ -40,14 +41,18 @@ run_gpu_tests() {
             continue
         fi
         log=$logs/$name.log start=$(date +%s)
-        if env "$@" timeout --kill-after=10 "$limit" "$binary" --exact "$name" --test-threads=1 --nocapture \
-            >"$log" 2>&1 && ! grep -q "^skipped: " "$log"; then
+        env "$@" timeout --kill-after=10 "$limit" "$binary" --exact "$name" --test-threads=1 --nocapture \
+            >"$log" 2>&1
+        code=$?
+        if [ $code -eq 0 ] && ! grep -q "^skipped: " "$log"; then
             gpu_tests_passed=$((gpu_tests_passed + 1))
             echo "ok      $label $name ($(($(date +%s) - start)) s)"
             continue
         fi
         gpu_tests_failed+=("$name")
-        if grep -qE "CUDA_ERROR|DriverError|illegal|misaligned|^peagle CUDA emulator" "$log" ||
+        if [ $code -eq 124 ] || [ $code -eq 137 ]; then
+            echo "        (out of its $limit s)" >>"$log"
+        elif grep -qE "CUDA_ERROR|DriverError|illegal|misaligned|^peagle CUDA emulator" "$log" ||
             ! grep -q "^test result" "$log"; then
             gpu_tests_faulted+=("$name")
         fi
