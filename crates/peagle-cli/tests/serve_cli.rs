@@ -233,7 +233,12 @@ fn fails(args: &[&str], message: &str) {
 /// `fails`, with `env` set for the server.
 fn fails_with(args: &[&str], env: &[(&str, &str)], message: &str) {
     let hf_home = tempfile::tempdir().unwrap();
-    let out: Output = serve_command(args)
+    // The port is bound first: a free one, so that runs at once do not take each other's.
+    let port: &[&str] = match args.contains(&"--port") {
+        true => &[],
+        false => &["--port", "0"],
+    };
+    let out: Output = serve_command(&[args, port].concat())
         .env("HF_HOME", hf_home.path())
         .env("HF_HUB_OFFLINE", "1")
         .envs(env.iter().copied())
@@ -297,6 +302,16 @@ fn startup_errors_are_one_line_with_non_zero_exit() {
     fails(
         &["--model", &model, "--allowed-origins", "*"],
         "expected a JSON list of origins",
+    );
+    // Checked before any model is looked for.
+    fails(
+        &[
+            "--model",
+            "/no/such/model",
+            "--allowed-origins",
+            r#"["https://a.example\nb"]"#,
+        ],
+        "is not a valid header value",
     );
     // The port is taken before the model loads: a directory that is no model is not read.
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

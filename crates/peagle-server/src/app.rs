@@ -54,6 +54,13 @@ pub fn app(routes: Router, config: &ServerConfig) -> Result<Router, InvalidOrigi
 #[error("allowed origin {0:?} is not a valid header value")]
 pub struct InvalidOrigin(String);
 
+impl ServerConfig {
+    /// Checks what serving would refuse, so that a binary can refuse it before loading a model.
+    pub fn check(&self) -> Result<(), InvalidOrigin> {
+        cors_layer(&self.allowed_origins).map(|_| ())
+    }
+}
+
 /// Any method and header from `origins` (`*`: from anywhere), vLLM's defaults. Methods and
 /// headers are echoed rather than answered with `*`, which browsers do not take to cover
 /// `Authorization` (as Starlette's middleware behind vLLM does).

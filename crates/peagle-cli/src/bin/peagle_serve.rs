@@ -183,6 +183,24 @@ fn run(args: Args) -> Result<()> {
         )
     })?;
     let load = LoadOptions::place(args.device, args.dtype).context("--device / --dtype")?;
+    let config = ServerConfig {
+        api_key: args.api_key,
+        max_body_bytes: args.max_body_bytes,
+        shutdown_timeout: Duration::from_secs(args.shutdown_timeout),
+        allowed_origins,
+        request_id_headers: args.enable_request_id_headers,
+        header_timeout: Duration::from_secs(args.header_timeout),
+        body_timeout: Duration::from_secs(args.body_timeout),
+        keep_alive_timeout: Duration::from_secs(args.timeout_keep_alive),
+        max_sequences_per_request: args.max_sequences_per_request,
+    };
+    config.check()?;
+    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    // Bound before the model loads, as vLLM does: a port in use or a bad --host fails at once,
+    // not after a download. Clients that connect meanwhile wait for the model.
+    let listener = runtime
+        .block_on(tokio::net::TcpListener::bind((args.host.as_str(), args.port)))
+        .with_context(|| format!("cannot listen on {}:{}", args.host, args.port))?;
     let hub = Hub::from_env(args.offline)?;
     let speculative = args
         .speculative_config
@@ -254,26 +272,9 @@ fn run(args: Args) -> Result<()> {
         },
         ..EngineBuilder::new(source.target.clone())
     };
-    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
-    // Bound before the model loads, as vLLM does: a port in use or a bad --host fails at once,
-    // not after a download. Clients that connect meanwhile wait for the model.
-    let listener = runtime
-        .block_on(tokio::net::TcpListener::bind((args.host.as_str(), args.port)))
-        .with_context(|| format!("cannot listen on {}:{}", args.host, args.port))?;
     let name = args.served_model_name.unwrap_or(name);
     let (engine, model) = start_engine(name, &builder, args.chat_template.as_deref())
         .with_context(|| format!("cannot load {}", source.target.display()))?;
-    let config = ServerConfig {
-        api_key: args.api_key,
-        max_body_bytes: args.max_body_bytes,
-        shutdown_timeout: Duration::from_secs(args.shutdown_timeout),
-        allowed_origins,
-        request_id_headers: args.enable_request_id_headers,
-        header_timeout: Duration::from_secs(args.header_timeout),
-        body_timeout: Duration::from_secs(args.body_timeout),
-        keep_alive_timeout: Duration::from_secs(args.timeout_keep_alive),
-        max_sequences_per_request: args.max_sequences_per_request,
-    };
     match raise_open_files_limit() {
         Ok(limit) => tracing::info!(limit, "open-file limit"),
         Err(e) => tracing::warn!(error = %e, "cannot raise the open-file limit"),
