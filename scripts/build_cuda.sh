@@ -11,10 +11,11 @@
 #      target/gpu/binaries.tar.xz (the GPU test binaries, peagle-serve, peagle-generate,
 #      peagle-bench, the timers of the matmul against cuBLAS, the experts and paged attention,
 #      and scripts/graph_memcheck_probe.cu),
-#      small enough to carry beside the
-#      repository (xz with a dictionary wider than the binaries, which share most of their
-#      bytes). scripts/gpu_check.sh unpacks it into target/carry/ with Python's tarfile, which
-#      every GPU host has.
+#      to carry beside the repository (xz with a dictionary wider than the binaries, which
+#      share most of their bytes), and in two smaller ones for when that one and the working
+#      tree are over a host's 64 MiB: target/gpu/tests.tar.xz (gpu_check.sh's tests part) and
+#      target/gpu/bench.tar.xz (its other parts). scripts/gpu_check.sh unpacks whichever it is
+#      given into target/carry/ with Python's tarfile, which every GPU host has.
 #   scripts/build_cuda.sh --check   the CUDA build check, what CI runs: the crates with CUDA
 #                                   code (kernels, models, engine: libraries, tests, examples)
 #                                   built with the cuda feature, which checks every line of it,
@@ -140,17 +141,32 @@ strip --strip-all "$carry"/peagle-* "$carry"/gpu-*
 # The test binaries read the repository's models at this path; gpu_check.sh links it.
 echo "$PWD" >"$carry/BUILD_ROOT"
 rm -rf "$target/gpu" && mkdir -p "$target/gpu"
-(cd "$carry" && tar cf - BUILD_ROOT gpu-* peagle-* | xz -9e --lzma2=preset=9e,dict=512MiB -T1 >"$target/gpu/binaries.tar.xz")
-# What travels to a GPU host with the pack: the working tree, tracked files and the untracked
-# ones git does not ignore. Hosts lent for a few minutes take 64 MiB at most: a pack that does
-# not fit cannot be carried, so this fails.
-mib() { echo $((($1 + 1048575) / 1048576)); }
-pack=$(stat -c %s "$target/gpu/binaries.tar.xz")
+# pack NAME PATTERN...: the files of target/carry that the PATTERNs name, with BUILD_ROOT, in
+# target/gpu/NAME.tar.xz.
+pack() {
+    local name=$1
+    shift
+    # shellcheck disable=SC2068 # the patterns match in target/carry
+    (cd "$carry" && tar cf - BUILD_ROOT $@ | xz -9e --lzma2=preset=9e,dict=512MiB -T1 >"$target/gpu/$name.tar.xz")
+}
+# Every binary in one pack, and the same binaries in two, for when one pack and the working
+# tree do not fit a host together: the tests' part, and the other parts' (one command each).
+pack binaries 'gpu-*' 'peagle-*'
+pack tests 'gpu-*' peagle-graph-memcheck-probe
+pack bench peagle-serve peagle-generate peagle-bench peagle-gemm-vs-cublas peagle-moe-experts peagle-paged-attention
+# What travels to a GPU host with a pack: the working tree, tracked files and the untracked
+# ones git does not ignore. Hosts lent for a few minutes take 64 MiB at most: where not even
+# the split packs fit, none can be carried, so this fails.
 tree=$({ git ls-files -z && git ls-files -z -o --exclude-standard; } | xargs -0 stat -c %s |
     awk '{ n += $1 } END { print n + 0 }')
-left=$(((64 << 20) - pack - tree))
-echo "target/gpu/binaries.tar.xz: $(mib "$pack") MiB; with the working tree, $((left / 1024)) KiB left under 64 MiB"
-if [ "$left" -lt 0 ]; then
-    echo "build_cuda.sh: the pack and the working tree are over 64 MiB together: a GPU host cannot take them" >&2
+fits=1
+for name in binaries tests bench; do
+    size=$(stat -c %s "$target/gpu/$name.tar.xz")
+    left=$(((64 << 20) - size - tree))
+    echo "target/gpu/$name.tar.xz: $((size / 1024)) KiB; with the working tree, $((left / 1024)) KiB left under 64 MiB"
+    [ "$name" = binaries ] || [ "$left" -ge 0 ] || fits=0
+done
+if [ $fits -eq 0 ]; then
+    echo "build_cuda.sh: a pack and the working tree are over 64 MiB together: a GPU host cannot take them" >&2
     exit 1
 fi

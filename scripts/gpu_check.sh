@@ -2,8 +2,8 @@
 # One command for a GPU host: the GPU tests, then the GPU bench, into
 # benches/results/gpu-<date>/ (report.md, report.json, logs, the sweeps' JSON and PNG).
 #
-# Needs the packed binaries of scripts/build_cuda.sh, target/gpu/binaries.tar.xz (built
-# elsewhere: the GPU host has no Rust toolchain), an NVIDIA driver, and Python with PyTorch,
+# Needs the packed binaries of scripts/build_cuda.sh, target/gpu/binaries.tar.xz, or the
+# part's own of tests.tar.xz and bench.tar.xz (built elsewhere: the GPU host has no Rust toolchain), an NVIDIA driver, and Python with PyTorch,
 # transformers and safetensors, whose CUDA wheels also provide cuBLAS, cuRAND, NVRTC and the
 # CUDA runtime. Every step runs even when one before it failed; the exit status says whether
 # all ran and passed.
@@ -92,7 +92,7 @@ export CUDA_CACHE_MAXSIZE=${CUDA_CACHE_MAXSIZE:-4294967296}
 # The test binaries find the repository's models at the path they were built in. Without the
 # pack, or that path, every step would fail on its own: stop now, saying why.
 if [ ! -f "$bin/BUILD_ROOT" ]; then
-    echo "FAILED: no packed binaries (carry target/gpu/binaries.tar.xz from scripts/build_cuda.sh)" |
+    echo "FAILED: no packed binaries (carry a pack of target/gpu/ from scripts/build_cuda.sh)" |
         tee -a "$out/steps.log"
     save
     exit 2
