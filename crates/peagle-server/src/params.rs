@@ -40,7 +40,8 @@ pub struct ChoiceTemplate {
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Truncation {
     Last(usize),
-    /// As many as the context holds (-1).
+    /// The context's length of them (-1), as vLLM reads it: a prompt that long leaves no room
+    /// for the answer and is then refused as too long.
     Context,
 }
 

@@ -47,8 +47,8 @@ pub struct SamplingRequest {
     pub ignore_eos: Option<bool>,
     /// peagle extension: `false` turns speculative decoding off for this request.
     pub speculative: Option<bool>,
-    /// vLLM extension: keep only the prompt's last this many tokens; -1 keeps as many as the
-    /// context holds.
+    /// vLLM extension: keep only the prompt's last this many tokens; -1 keeps the context's
+    /// length of them (max_model_len), as vLLM does.
     #[schema(minimum = -1)]
     pub truncate_prompt_tokens: Option<i64>,
     /// vLLM extension: only requests with the same salt share cached prefixes.
