@@ -32,18 +32,12 @@ fn demo(drafter: &str, parallel: bool) -> Engine {
 }
 
 fn add(engine: &mut Engine, prompt: Vec<u32>) {
-    let request = Request {
-        prompt,
-        params: GenerateParams {
-            max_tokens: 64,
-            ignore_eos: true,
-            ..GenerateParams::default()
-        },
-        speculate: true,
-        logprobs: None,
-        prompt_logprobs: None,
-        cache_salt: None,
+    let params = GenerateParams {
+        max_tokens: 64,
+        ignore_eos: true,
+        ..GenerateParams::default()
     };
+    let request = Request::new(prompt, params);
     // The events are not read: the sequence is looked at directly.
     let (events, rx) = unbounded_channel();
     std::mem::forget(rx);

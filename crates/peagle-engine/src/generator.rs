@@ -162,14 +162,7 @@ impl Generator {
         params: &GenerateParams,
         mut on_token: impl FnMut(u32),
     ) -> Result<GenerateOutput, GenerateError> {
-        let request = Request {
-            prompt: prompt.to_vec(),
-            params: params.clone(),
-            speculate: true,
-            logprobs: None,
-            prompt_logprobs: None,
-            cache_salt: None,
-        };
+        let request = Request::new(prompt.to_vec(), params.clone());
         request.validate(self.engine.max_model_len(), self.vocab_size())?;
         let (events, mut rx) = unbounded_channel();
         self.engine.add(request, events);

@@ -106,10 +106,8 @@ impl EngineHandle {
         }
     }
 
-    /// The state the engine thread publishes. A panic while it held the lock left nothing
-    /// half-written that matters here: counts, read for metrics and the queue limit.
     fn shared(&self) -> MutexGuard<'_, Shared> {
-        self.shared.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.shared)
     }
 
     pub fn max_model_len(&self) -> usize {
@@ -230,11 +228,17 @@ impl EngineLoop {
     }
 
     fn publish(&mut self) {
-        let mut shared = self.shared.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut shared = lock(&self.shared);
         shared.in_transit -= std::mem::take(&mut self.taken);
         self.engine.fill_metrics(&mut shared.metrics);
         shared.metrics.waiting += shared.in_transit;
     }
+}
+
+/// The state the engine thread publishes. A panic while it held the lock left nothing
+/// half-written that matters here: counts, read for metrics and the queue limit.
+fn lock(shared: &Mutex<Shared>) -> MutexGuard<'_, Shared> {
+    shared.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// A panic's payload as text: what `panic!` and `expect` give, a `String` or a `&str`.
@@ -254,18 +258,12 @@ mod tests {
     use std::path::PathBuf;
 
     fn request(max_tokens: usize) -> Request {
-        Request {
-            prompt: vec![5, 6, 7],
-            params: GenerateParams {
-                max_tokens,
-                ignore_eos: true,
-                ..GenerateParams::default()
-            },
-            speculate: true,
-            logprobs: None,
-            prompt_logprobs: None,
-            cache_salt: None,
-        }
+        let params = GenerateParams {
+            max_tokens,
+            ignore_eos: true,
+            ..GenerateParams::default()
+        };
+        Request::new(vec![5, 6, 7], params)
     }
 
     #[tokio::test]

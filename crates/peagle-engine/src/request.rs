@@ -85,6 +85,19 @@ impl InvalidRequest {
 }
 
 impl Request {
+    /// A request for `prompt` under `params` that may speculate, with no log-probabilities and
+    /// no cache salt.
+    pub fn new(prompt: Vec<u32>, params: GenerateParams) -> Self {
+        Self {
+            prompt,
+            params,
+            speculate: true,
+            logprobs: None,
+            prompt_logprobs: None,
+            cache_salt: None,
+        }
+    }
+
     /// A request the engine can run with a model of `vocab_size` tokens and a context of
     /// `max_model_len`: a prompt that leaves room for one token, at least one token asked
     /// for, sampling fields in range, and prompt, stop and biased tokens in the vocabulary (a

@@ -48,19 +48,12 @@ fn build(
 }
 
 fn request(prompt: Vec<u32>, max_tokens: usize) -> Request {
-    Request {
-        prompt,
-        params: GenerateParams {
-            max_tokens,
-            sampling: SamplingParams::default(),
-            ignore_eos: true,
-            ..GenerateParams::default()
-        },
-        speculate: true,
-        logprobs: None,
-        prompt_logprobs: None,
-        cache_salt: None,
-    }
+    let params = GenerateParams {
+        max_tokens,
+        ignore_eos: true,
+        ..GenerateParams::default()
+    };
+    Request::new(prompt, params)
 }
 
 /// Collects a request's tokens until it finishes, checking that it was scheduled once, first

@@ -64,19 +64,16 @@ fn request(prompt: &[u32], i: usize, seeded: bool) -> Request {
         },
         false => SamplingParams::default(),
     };
+    let params = GenerateParams {
+        max_tokens: 16,
+        sampling,
+        ignore_eos: true,
+        ..GenerateParams::default()
+    };
     Request {
-        prompt: prompt.to_vec(),
-        params: GenerateParams {
-            max_tokens: 16,
-            sampling,
-            ignore_eos: true,
-            ..GenerateParams::default()
-        },
         // Some requests never draft: their blocks have no drafter rows.
         speculate: i % 4 != 3,
-        logprobs: None,
-        prompt_logprobs: None,
-        cache_salt: None,
+        ..Request::new(prompt.to_vec(), params)
     }
 }
 

@@ -213,10 +213,14 @@ fn prompts(
 ) -> Result<Vec<Prompt>, ApiError> {
     let model = &state.model;
     let max_len = state.engine.max_model_len();
-    let truncated = |ids: Vec<u32>, text: &dyn Fn() -> Result<String, ApiError>| -> Result<Prompt, ApiError> {
+    // The echo is the text as sent where the prompt is kept whole, else its kept tokens'.
+    let truncated = |ids: Vec<u32>, sent: Option<&String>| -> Result<Prompt, ApiError> {
         let len = ids.len();
         let ids = template.truncate(ids, max_len)?;
-        let text = if ids.len() < len { model.decode(&ids)? } else { text()? };
+        let text = match sent {
+            Some(text) if ids.len() == len => text.clone(),
+            _ => model.decode(&ids)?,
+        };
         Ok(Prompt { ids, text })
     };
     let from_text = |text: &String| -> Result<Prompt, ApiError> {
@@ -226,11 +230,11 @@ fn prompts(
         }
         let limit = template.tokens_before_truncation(max_len);
         let ids = model.encode(text, add_special_tokens, limit, "prompt")?;
-        truncated(ids, &|| Ok(text.clone()))
+        truncated(ids, Some(text))
     };
     let from_ids = |ids: &Vec<u32>| -> Result<Prompt, ApiError> {
         check_token_ids(ids, model.vocab_size(), "prompt")?;
-        truncated(ids.clone(), &|| model.decode(ids))
+        truncated(ids.clone(), None)
     };
     let prompts = match input {
         PromptInput::Text(text) => vec![from_text(text)?],
