@@ -1,13 +1,18 @@
 //! Model repositories from the Hugging Face hub, as vLLM fetches them: the local cache first
 //! (`HF_HOME`, laid out as huggingface_hub writes it), then a download of the files a model
 //! needs, with a progress bar, resuming partial files. `HF_ENDPOINT` names another hub,
-//! `HF_TOKEN` (else the cache's `token` file) authenticates, and `HF_HUB_OFFLINE=1` or
-//! `--offline` turns downloading off.
+//! `HF_TOKEN` (else the cache's `token` file) authenticates, `HF_HUB_OFFLINE=1` or
+//! `--offline` turns downloading off, and `HF_HUB_DOWNLOAD_TIMEOUT` is how many seconds a
+//! request may go without receiving anything before it fails (10, as in huggingface_hub).
 
+use crate::stall::{unless_stalled, Beat};
 use anyhow::{anyhow, bail, Context, Result};
 use hf_hub::api::sync::{Api, ApiBuilder, ApiError, ApiRepo};
+use hf_hub::api::Progress;
 use hf_hub::{Cache, Repo, RepoType};
+use indicatif::{ProgressBar, ProgressStyle};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// The files of a repository that loading a model reads: its top-level configs, weights and
 /// tokenizer. Subdirectories (gpt-oss's `original/` and `metal/` copies) are left out.
@@ -21,20 +26,42 @@ pub struct HubSettings {
     pub token: Option<String>,
     /// Keep to the cache.
     pub offline: bool,
+    /// The longest a request may go without receiving anything (`HF_HUB_DOWNLOAD_TIMEOUT`).
+    pub stall_limit: Duration,
 }
 
+/// huggingface_hub's default `HF_HUB_DOWNLOAD_TIMEOUT`.
+pub const DEFAULT_STALL_LIMIT: Duration = Duration::from_secs(10);
+
 impl HubSettings {
-    /// `HF_HOME`, `HF_ENDPOINT`, `HF_TOKEN` (else the cache's token file) and `HF_HUB_OFFLINE`;
-    /// `offline` is the `--offline` flag.
-    pub fn from_env(offline: bool) -> Self {
+    /// `HF_HOME`, `HF_ENDPOINT`, `HF_TOKEN` (else the cache's token file), `HF_HUB_OFFLINE` and
+    /// `HF_HUB_DOWNLOAD_TIMEOUT`; `offline` is the `--offline` flag.
+    pub fn from_env(offline: bool) -> Result<Self> {
         let cache = Cache::from_env();
-        Self {
+        Ok(Self {
             endpoint: std::env::var("HF_ENDPOINT").unwrap_or_else(|_| "https://huggingface.co".into()),
             token: std::env::var("HF_TOKEN").ok().or_else(|| cache.token()),
             offline: offline || env_flag("HF_HUB_OFFLINE"),
+            stall_limit: match std::env::var("HF_HUB_DOWNLOAD_TIMEOUT") {
+                Ok(seconds) => stall_limit(&seconds)?,
+                Err(_) => DEFAULT_STALL_LIMIT,
+            },
             cache,
-        }
+        })
     }
+}
+
+/// `HF_HUB_DOWNLOAD_TIMEOUT`'s seconds: a positive number, as huggingface_hub takes it.
+fn stall_limit(seconds: &str) -> Result<Duration> {
+    seconds
+        .trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|s| s.is_finite() && *s > 0.0 && *s <= 86_400.0)
+        .map(Duration::from_secs_f64)
+        .ok_or_else(|| {
+            anyhow!("HF_HUB_DOWNLOAD_TIMEOUT must be a number of seconds over 0 and at most 86400, not {seconds:?}")
+        })
 }
 
 pub struct Hub {
@@ -42,6 +69,14 @@ pub struct Hub {
     /// None when downloads are off.
     api: Option<Api>,
     endpoint: String,
+    stall_limit: Duration,
+}
+
+/// Why a call to the hub gave nothing.
+enum Failure {
+    Api(ApiError),
+    /// Nothing received for this long.
+    Stalled(Duration),
 }
 
 impl Hub {
@@ -61,11 +96,12 @@ impl Hub {
             cache: settings.cache,
             api,
             endpoint: settings.endpoint,
+            stall_limit: settings.stall_limit,
         })
     }
 
     pub fn from_env(offline: bool) -> Result<Self> {
-        Self::new(HubSettings::from_env(offline))
+        Self::new(HubSettings::from_env(offline)?)
     }
 
     /// The local snapshot directory of model repository `id` (`org/name`), downloading what
@@ -80,16 +116,16 @@ impl Hub {
                 )
             });
         };
-        let repo = api.repo(Repo::new(id.to_string(), RepoType::Model));
         tracing::info!(model = id, endpoint = %self.endpoint, "asking the hub for the model's files");
-        let info = match repo.info() {
+        let info = match self.call(api, id, |repo, _| repo.info())? {
             Ok(info) => info,
             Err(e) => {
+                let e = hub_error(e, id, &self.endpoint, "asking for its files");
                 if let Some(dir) = self.cached(id) {
                     tracing::warn!(model = id, error = %e, "hub unreachable; using the cached snapshot");
                     return Ok(dir);
                 }
-                return Err(hub_error(e, id, &self.endpoint));
+                return Err(e);
             }
         };
         let files: Vec<&str> = info
@@ -109,7 +145,7 @@ impl Hub {
             .join(&info.sha);
         for file in &files {
             if !dir.join(file).exists() {
-                download(&repo, id, file, &self.endpoint)?;
+                self.download(api, id, file)?;
             }
         }
         if let Some(missing) = files.iter().find(|f| !dir.join(f).exists()) {
@@ -126,23 +162,87 @@ impl Hub {
         let config = self.cache.model(id.to_string()).get("config.json")?;
         config.parent().map(Path::to_path_buf)
     }
+
+    fn download(&self, api: &Api, id: &str, file: &str) -> Result<()> {
+        tracing::info!(model = id, file, "downloading");
+        eprintln!("downloading {id}/{file}");
+        let name = file.to_string();
+        self.call(api, id, move |repo, beat| {
+            repo.download_with_progress(&name, DownloadBar { bar: None, beat })
+        })?
+        .map_err(|e| hub_error(e, id, &self.endpoint, &format!("downloading {file}")))?;
+        Ok(())
+    }
+
+    /// `request` on model repository `id`, given up on after `stall_limit` with nothing
+    /// received. The outer error is the process's (no thread for the call).
+    fn call<T: Send + 'static>(
+        &self,
+        api: &Api,
+        id: &str,
+        request: impl FnOnce(ApiRepo, &Beat) -> Result<T, ApiError> + Send + 'static,
+    ) -> Result<Result<T, Failure>> {
+        let (api, repo) = (api.clone(), Repo::new(id.to_string(), RepoType::Model));
+        Ok(
+            match unless_stalled(self.stall_limit, move |beat| request(api.repo(repo), beat))? {
+                Some(result) => result.map_err(Failure::Api),
+                None => Err(Failure::Stalled(self.stall_limit)),
+            },
+        )
+    }
 }
 
-fn download(repo: &ApiRepo, id: &str, file: &str, endpoint: &str) -> Result<()> {
-    tracing::info!(model = id, file, "downloading");
-    eprintln!("downloading {id}/{file}");
-    repo.download(file).map_err(|e| hub_error(e, id, endpoint))?;
-    Ok(())
+/// A file's download progress: a bar on stderr, and a beat for each piece received.
+struct DownloadBar<'a> {
+    /// Made when the download learns the file's size.
+    bar: Option<ProgressBar>,
+    beat: &'a Beat,
+}
+
+impl Progress for DownloadBar<'_> {
+    fn init(&mut self, size: usize, filename: &str) {
+        let style = ProgressStyle::with_template("{msg} [{bar:40}] {bytes}/{total_bytes} {bytes_per_sec}, {eta}")
+            .expect("a valid progress template")
+            .progress_chars("=> ");
+        let bar = ProgressBar::new(size as u64)
+            .with_style(style)
+            .with_message(filename.to_string());
+        self.bar = Some(bar);
+        self.beat.now();
+    }
+
+    fn update(&mut self, size: usize) {
+        if let Some(bar) = &self.bar {
+            bar.inc(size as u64);
+        }
+        self.beat.now();
+    }
+
+    fn finish(&mut self) {
+        if let Some(bar) = &self.bar {
+            bar.finish();
+        }
+    }
 }
 
 fn wanted(file: &str) -> bool {
     !file.contains('/') && WANTED_SUFFIXES.iter().any(|s| file.ends_with(s))
 }
 
-/// What went wrong talking to the hub, with what to do about the usual causes.
-fn hub_error(e: ApiError, id: &str, endpoint: &str) -> anyhow::Error {
-    let hint = hint(&e);
-    anyhow!("cannot fetch {id} from {endpoint}: {e}{hint}")
+/// What went wrong talking to the hub while `doing` something, with what to do about the
+/// usual causes.
+fn hub_error(failure: Failure, id: &str, endpoint: &str, doing: &str) -> anyhow::Error {
+    match failure {
+        Failure::Api(e) => {
+            let hint = hint(&e);
+            anyhow!("cannot fetch {id} from {endpoint}: {e}{hint}")
+        }
+        Failure::Stalled(limit) => anyhow!(
+            "cannot fetch {id} from {endpoint}: nothing received for {} s while {doing} \
+             (HF_HUB_DOWNLOAD_TIMEOUT sets the limit; HF_HUB_OFFLINE=1 uses only the local cache)",
+            limit.as_secs_f64()
+        ),
+    }
 }
 
 fn hint(e: &ApiError) -> &'static str {
@@ -168,6 +268,16 @@ fn env_flag(name: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_stall_limit_is_a_positive_number_of_seconds() {
+        assert_eq!(stall_limit("2.5").unwrap(), Duration::from_millis(2500));
+        assert_eq!(stall_limit(" 30 ").unwrap(), Duration::from_secs(30));
+        for bad in ["0", "-1", "ten", "", "NaN", "inf", "1e9"] {
+            let err = stall_limit(bad).unwrap_err().to_string();
+            assert!(err.contains("HF_HUB_DOWNLOAD_TIMEOUT"), "{bad}: {err}");
+        }
+    }
 
     #[test]
     fn only_top_level_model_files_are_wanted() {

@@ -4,6 +4,7 @@ pub mod hub;
 pub mod model_source;
 pub mod report;
 pub mod speculative_config;
+pub mod stall;
 
 use anyhow::{bail, Result};
 use std::path::PathBuf;

@@ -124,6 +124,7 @@ mod tests {
             endpoint: String::new(),
             token: None,
             offline: true,
+            stall_limit: crate::hub::DEFAULT_STALL_LIMIT,
         })
         .unwrap();
         (root, hub)

@@ -1,13 +1,15 @@
 //! Models fetched from a hub: downloaded into an empty cache, served from the cache after,
-//! resumed from a partial file, authenticated with a token, and refused with a clear error
-//! offline or for an unknown repository. The hub is a loopback stand-in, never the network.
+//! resumed from a partial file, authenticated with a token, given up on when the hub stops
+//! sending (but not while it sends slowly), and refused with a clear error offline or for an
+//! unknown repository. The hub is a loopback stand-in, never the network.
 
 mod common;
 
-use common::fake_hub::{etag, FakeHub, COMMIT};
+use common::fake_hub::{etag, FakeHub, Pace, COMMIT};
 use hf_hub::Cache;
-use peagle_cli::hub::{Hub, HubSettings};
+use peagle_cli::hub::{Hub, HubSettings, DEFAULT_STALL_LIMIT};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -16,11 +18,16 @@ fn fixture(name: &str) -> PathBuf {
 }
 
 fn hub(cache: &Path, endpoint: &str, token: Option<&str>, offline: bool) -> Hub {
+    hub_with_limit(cache, endpoint, token, offline, DEFAULT_STALL_LIMIT)
+}
+
+fn hub_with_limit(cache: &Path, endpoint: &str, token: Option<&str>, offline: bool, stall_limit: Duration) -> Hub {
     Hub::new(HubSettings {
         cache: Cache::new(cache.to_path_buf()),
         endpoint: endpoint.to_string(),
         token: token.map(str::to_owned),
         offline,
+        stall_limit,
     })
     .unwrap()
 }
@@ -93,6 +100,44 @@ fn a_partial_download_resumes_where_it_stopped() {
     assert!(
         requests.contains(&format!("model.safetensors bytes={half}-")),
         "the download restarts at byte {half}: {requests:?}"
+    );
+}
+
+#[test]
+fn a_hub_that_stops_sending_is_given_up_on_with_a_clear_error() {
+    let server = FakeHub::start_paced(&[("acme/tiny", fixture("tiny-llama"))], None, Pace::StopHalfway);
+    let cache = tempfile::tempdir().unwrap();
+    let limit = Duration::from_secs(1);
+    let started = Instant::now();
+    let err = format!(
+        "{:#}",
+        hub_with_limit(cache.path(), &server.url, None, false, limit)
+            .snapshot("acme/tiny")
+            .unwrap_err()
+    );
+    assert!(
+        err.contains("acme/tiny")
+            && err.contains("nothing received for 1 s while downloading")
+            && err.contains("HF_HUB_DOWNLOAD_TIMEOUT"),
+        "{err}"
+    );
+    // One file's limit, not the default's ten seconds, nor forever.
+    assert!(started.elapsed() < Duration::from_secs(8), "{:?}", started.elapsed());
+}
+
+#[test]
+fn a_download_slower_than_the_limit_completes_while_bytes_keep_coming() {
+    // Each file in 6 pieces 200 ms apart: 1.2 s a file, longer than the 1 s limit, which
+    // counts from the last piece received.
+    let pace = Pace::Pieces(6, Duration::from_millis(200));
+    let server = FakeHub::start_paced(&[("acme/tiny", fixture("tiny-llama"))], None, pace);
+    let cache = tempfile::tempdir().unwrap();
+    let dir = hub_with_limit(cache.path(), &server.url, None, false, Duration::from_secs(1))
+        .snapshot("acme/tiny")
+        .unwrap();
+    assert_eq!(
+        std::fs::read(dir.join("model.safetensors")).unwrap(),
+        std::fs::read(fixture("tiny-llama").join("model.safetensors")).unwrap()
     );
 }
 

@@ -1,15 +1,31 @@
 //! A stand-in for the Hugging Face hub on loopback, serving fixture directories under
 //! repository ids with the endpoints and headers hf-hub's client reads: the repository
 //! info (`/api/models/ID/revision/main`) and ranged file downloads (`/ID/resolve/main/FILE`)
-//! with `etag`, `x-repo-commit` and `content-range`.
+//! with `etag`, `x-repo-commit` and `content-range`, sent whole, a piece at a time, or cut off
+//! halfway.
 
+use axum::body::{Body, Bytes};
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
+use futures_util::StreamExt;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// How a file's bytes are sent. A one-byte range (the client's request for a file's size and
+/// etag) is always sent at once.
+#[derive(Clone, Copy)]
+pub enum Pace {
+    Whole,
+    /// In this many pieces, each this long after the last.
+    Pieces(usize, Duration),
+    /// Half the bytes, and then nothing until the hub stops.
+    StopHalfway,
+}
 
 /// The commit every repository is at.
 pub const COMMIT: &str = "0123456789abcdef0123456789abcdef01234567";
@@ -21,11 +37,15 @@ struct Hub {
     token: Option<String>,
     /// "FILE RANGE" for each file request served.
     log: Arc<Mutex<Vec<String>>>,
+    pace: Pace,
+    /// True once the hub stops: a file stopped halfway ends then.
+    stopping: watch::Receiver<bool>,
 }
 
 pub struct FakeHub {
     pub url: String,
     log: Arc<Mutex<Vec<String>>>,
+    stopping: watch::Sender<bool>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -33,11 +53,19 @@ pub struct FakeHub {
 impl FakeHub {
     /// Serves each (repository id, directory) pair until dropped.
     pub fn start(repos: &[(&str, std::path::PathBuf)], token: Option<&str>) -> Self {
+        Self::start_paced(repos, token, Pace::Whole)
+    }
+
+    /// As `start`, sending files at `pace`.
+    pub fn start_paced(repos: &[(&str, std::path::PathBuf)], token: Option<&str>, pace: Pace) -> Self {
         let log = Arc::new(Mutex::new(Vec::new()));
+        let (stopping, stopping_seen) = watch::channel(false);
         let state = Hub {
             repos: Arc::new(repos.iter().map(|(id, dir)| (id.to_string(), dir.clone())).collect()),
             token: token.map(str::to_owned),
             log: log.clone(),
+            pace,
+            stopping: stopping_seen,
         };
         let app = Router::new()
             .route("/api/models/{org}/{name}/revision/{rev}", get(info))
@@ -63,6 +91,7 @@ impl FakeHub {
         Self {
             url,
             log,
+            stopping,
             stop: Some(stop),
             thread: Some(thread),
         }
@@ -76,6 +105,8 @@ impl FakeHub {
 
 impl Drop for FakeHub {
     fn drop(&mut self) {
+        // Responses still sending end first: the graceful shutdown waits for them.
+        let _ = self.stopping.send(true);
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
@@ -135,6 +166,13 @@ async fn file(
     hub.log.lock().unwrap().push(format!("{file} {range}"));
     let (start, end) = parse_range(&range, bytes.len());
     let etag = format!("\"{}\"", etag(&bytes));
+    let body = bytes[start..end].to_vec();
+    let body = match hub.pace {
+        _ if body.len() <= 1 => Body::from(body),
+        Pace::Whole => Body::from(body),
+        Pace::Pieces(pieces, gap) => paced(body, pieces, gap),
+        Pace::StopHalfway => stop_halfway(body, hub.stopping.clone()),
+    };
     (
         StatusCode::PARTIAL_CONTENT,
         [
@@ -145,9 +183,29 @@ async fn file(
                 format!("bytes {start}-{}/{}", end.max(start + 1) - 1, bytes.len()),
             ),
         ],
-        bytes[start..end].to_vec(),
+        body,
     )
         .into_response()
+}
+
+/// `bytes` in `pieces` pieces, each `gap` after the last.
+fn paced(bytes: Vec<u8>, pieces: usize, gap: Duration) -> Body {
+    let size = bytes.len().div_ceil(pieces);
+    let chunks: Vec<Bytes> = bytes.chunks(size).map(Bytes::copy_from_slice).collect();
+    Body::from_stream(futures_util::stream::iter(chunks).then(move |chunk| async move {
+        tokio::time::sleep(gap).await;
+        Ok::<_, std::io::Error>(chunk)
+    }))
+}
+
+/// The first half of `bytes`; the rest never comes, and the body fails once the hub stops.
+fn stop_halfway(bytes: Vec<u8>, mut stopping: watch::Receiver<bool>) -> Body {
+    let half = Bytes::copy_from_slice(&bytes[..bytes.len() / 2]);
+    let cut_off = async move {
+        let _ = stopping.wait_for(|stopped| *stopped).await;
+        Err(std::io::Error::other("the hub stopped"))
+    };
+    Body::from_stream(futures_util::stream::once(async { Ok(half) }).chain(futures_util::stream::once(cut_off)))
 }
 
 /// `bytes=A-B` or `bytes=A-` as a half-open range within `len`; the whole file without one.
