@@ -5,7 +5,7 @@
 //! `--offline` turns downloading off, and `HF_HUB_DOWNLOAD_TIMEOUT` is how many seconds a
 //! request may go without receiving anything before it fails (10, as in huggingface_hub).
 
-use crate::stall::{unless_stalled, Beat};
+use crate::stall::{unless_stalled, Beat, Quiet, Stalled};
 use anyhow::{anyhow, bail, Context, Result};
 use hf_hub::api::sync::{Api, ApiBuilder, ApiError, ApiRepo};
 use hf_hub::api::Progress;
@@ -51,18 +51,19 @@ impl HubSettings {
     }
 }
 
-/// `HF_HUB_DOWNLOAD_TIMEOUT`'s seconds: a positive number, as huggingface_hub takes it.
+/// `HF_HUB_DOWNLOAD_TIMEOUT`'s whole seconds, as huggingface_hub takes them: 0 is the default.
 fn stall_limit(seconds: &str) -> Result<Duration> {
-    seconds
-        .trim()
-        .parse::<f64>()
-        .ok()
-        .filter(|s| s.is_finite() && *s > 0.0 && *s <= 86_400.0)
-        .map(Duration::from_secs_f64)
-        .ok_or_else(|| {
-            anyhow!("HF_HUB_DOWNLOAD_TIMEOUT must be a number of seconds over 0 and at most 86400, not {seconds:?}")
-        })
+    match seconds.trim().parse::<u64>() {
+        Ok(0) => Ok(DEFAULT_STALL_LIMIT),
+        Ok(s) if s <= 86_400 => Ok(Duration::from_secs(s)),
+        _ => bail!("HF_HUB_DOWNLOAD_TIMEOUT must be whole seconds, at most 86400, not {seconds:?}"),
+    }
 }
+
+/// How many stall limits a request may take before anything arrives. A download makes up to
+/// three requests before its first byte (the file's size and etag, a redirect, the ranged
+/// request) and may wait up to 5 s for another process's lock on the file.
+const SETUP_LIMITS: u32 = 3;
 
 pub struct Hub {
     cache: Cache,
@@ -76,7 +77,7 @@ pub struct Hub {
 enum Failure {
     Api(ApiError),
     /// Nothing received for this long.
-    Stalled(Duration),
+    Stalled(Stalled),
 }
 
 impl Hub {
@@ -168,14 +169,22 @@ impl Hub {
         eprintln!("downloading {id}/{file}");
         let name = file.to_string();
         self.call(api, id, move |repo, beat| {
-            repo.download_with_progress(&name, DownloadBar { bar: None, beat })
+            repo.download_with_progress(
+                &name,
+                DownloadBar {
+                    bar: None,
+                    started: false,
+                    beat,
+                },
+            )
         })?
         .map_err(|e| hub_error(e, id, &self.endpoint, &format!("downloading {file}")))?;
         Ok(())
     }
 
     /// `request` on model repository `id`, given up on after `stall_limit` with nothing
-    /// received. The outer error is the process's (no thread for the call).
+    /// received (SETUP_LIMITS of them before the first byte). The outer error is the
+    /// process's (no thread for the call).
     fn call<T: Send + 'static>(
         &self,
         api: &Api,
@@ -183,10 +192,14 @@ impl Hub {
         request: impl FnOnce(ApiRepo, &Beat) -> Result<T, ApiError> + Send + 'static,
     ) -> Result<Result<T, Failure>> {
         let (api, repo) = (api.clone(), Repo::new(id.to_string(), RepoType::Model));
+        let limits = Quiet {
+            first: SETUP_LIMITS * self.stall_limit,
+            then: self.stall_limit,
+        };
         Ok(
-            match unless_stalled(self.stall_limit, move |beat| request(api.repo(repo), beat))? {
-                Some(result) => result.map_err(Failure::Api),
-                None => Err(Failure::Stalled(self.stall_limit)),
+            match unless_stalled(limits, move |beat| request(api.repo(repo), beat))? {
+                Ok(result) => result.map_err(Failure::Api),
+                Err(stalled) => Err(Failure::Stalled(stalled)),
             },
         )
     }
@@ -194,8 +207,10 @@ impl Hub {
 
 /// A file's download progress: a bar on stderr, and a beat for each piece received.
 struct DownloadBar<'a> {
-    /// Made when the download learns the file's size.
+    /// Made when the download learns the file's size (again on a retry).
     bar: Option<ProgressBar>,
+    /// Whether the bar has had its first update: the bytes a resumed download already had.
+    started: bool,
     beat: &'a Beat,
 }
 
@@ -208,12 +223,20 @@ impl Progress for DownloadBar<'_> {
             .with_style(style)
             .with_message(filename.to_string());
         self.bar = Some(bar);
+        self.started = false;
         self.beat.now();
     }
 
     fn update(&mut self, size: usize) {
         if let Some(bar) = &self.bar {
-            bar.inc(size as u64);
+            if self.started {
+                bar.inc(size as u64);
+            } else {
+                // Bytes already on disk are not a rate: the estimate starts after them.
+                bar.set_position(size as u64);
+                bar.reset_eta();
+                self.started = true;
+            }
         }
         self.beat.now();
     }
@@ -237,7 +260,7 @@ fn hub_error(failure: Failure, id: &str, endpoint: &str, doing: &str) -> anyhow:
             let hint = hint(&e);
             anyhow!("cannot fetch {id} from {endpoint}: {e}{hint}")
         }
-        Failure::Stalled(limit) => anyhow!(
+        Failure::Stalled(Stalled(limit)) => anyhow!(
             "cannot fetch {id} from {endpoint}: nothing received for {} s while {doing} \
              (HF_HUB_DOWNLOAD_TIMEOUT sets the limit; HF_HUB_OFFLINE=1 uses only the local cache)",
             limit.as_secs_f64()
@@ -270,10 +293,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_stall_limit_is_a_positive_number_of_seconds() {
-        assert_eq!(stall_limit("2.5").unwrap(), Duration::from_millis(2500));
+    fn the_stall_limit_is_whole_seconds_as_huggingface_hub_reads_them() {
         assert_eq!(stall_limit(" 30 ").unwrap(), Duration::from_secs(30));
-        for bad in ["0", "-1", "ten", "", "NaN", "inf", "1e9"] {
+        assert_eq!(stall_limit("0").unwrap(), DEFAULT_STALL_LIMIT);
+        for bad in ["2.5", "-1", "ten", "", "86401"] {
             let err = stall_limit(bad).unwrap_err().to_string();
             assert!(err.contains("HF_HUB_DOWNLOAD_TIMEOUT"), "{bad}: {err}");
         }

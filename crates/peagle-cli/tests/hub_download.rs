@@ -107,14 +107,18 @@ fn a_partial_download_resumes_where_it_stopped() {
 fn a_hub_that_stops_sending_is_given_up_on_with_a_clear_error() {
     let server = FakeHub::start_paced(&[("acme/tiny", fixture("tiny-llama"))], None, Pace::StopHalfway);
     let cache = tempfile::tempdir().unwrap();
-    let limit = Duration::from_secs(1);
+    let (url, root) = (server.url.clone(), cache.path().to_path_buf());
     let started = Instant::now();
-    let err = format!(
-        "{:#}",
-        hub_with_limit(cache.path(), &server.url, None, false, limit)
-            .snapshot("acme/tiny")
-            .unwrap_err()
-    );
+    // On a thread of its own, so that a regression fails here rather than hanging the suite.
+    let (sender, receiver) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let hub = hub_with_limit(&root, &url, None, false, Duration::from_secs(1));
+        let _ = sender.send(hub.snapshot("acme/tiny").map_err(|e| format!("{e:#}")));
+    });
+    let err = receiver
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the stalled download was not given up on")
+        .unwrap_err();
     assert!(
         err.contains("acme/tiny")
             && err.contains("nothing received for 1 s while downloading")
@@ -127,9 +131,9 @@ fn a_hub_that_stops_sending_is_given_up_on_with_a_clear_error() {
 
 #[test]
 fn a_download_slower_than_the_limit_completes_while_bytes_keep_coming() {
-    // Each file in 6 pieces 200 ms apart: 1.2 s a file, longer than the 1 s limit, which
+    // Each file in 12 pieces 100 ms apart: 1.2 s a file, longer than the 1 s limit, which
     // counts from the last piece received.
-    let pace = Pace::Pieces(6, Duration::from_millis(200));
+    let pace = Pace::Pieces(12, Duration::from_millis(100));
     let server = FakeHub::start_paced(&[("acme/tiny", fixture("tiny-llama"))], None, pace);
     let cache = tempfile::tempdir().unwrap();
     let dir = hub_with_limit(cache.path(), &server.url, None, false, Duration::from_secs(1))
