@@ -13,11 +13,15 @@
 // one of value loads, all in flight at once, with no barrier of the block between tiles, so a
 // long context is walked by all the warps together rather than tile after tile.
 //
-// Under full attention, up to ATTN_GROUP rows of a sequence share a block (the rows of a
-// prefill chunk or a verification window, grouped by aligned positions: joins_previous): their
-// tiles start at position 0 alike, so each of a warp's key and value loads serves every row of
-// the group, which keeps a softmax of its own and sums only its own keys. The blocks of the
-// group's other rows return at once.
+// A block serves up to ATTN_GROUP members, (query row, query head) pairs that read the same keys
+// and values, and each of a warp's key and value loads serves every member, which keeps a
+// softmax of its own and sums only its own keys. In `paged_attention_*` the members are up to
+// ATTN_GROUP rows of a sequence at one head, under full attention (the rows of a prefill chunk
+// or a verification window, grouped by aligned positions: joins_previous; the blocks of the
+// group's other rows return at once). In `paged_attention_heads_*`, for launches where no rows
+// would share a block (decode rows, or any under a window), they are `head_group` query heads of
+// one KV head at one row, so that GQA's heads read their KV head's keys once rather than once
+// each; blockIdx.y then counts groups of heads.
 //
 // A row of up to ATTN_SPLIT_MIN keys is one part, and its warps' softmaxes are merged straight
 // into its output. A longer row's keys are cut into parts of ATTN_SPLIT_MIN positions or more
@@ -31,8 +35,9 @@
 //
 // Batch invariance: a row's parts, its tiles, the warp that takes each, the operations of its
 // softmax and sums and the merges and folds depend only on the row's own window and position,
-// never on the rows it is grouped with or on how many blocks share its parts, so each output
-// element is the same chain of operations whatever else the launch holds.
+// never on the rows or heads it is grouped with or on how many blocks share its parts, so each
+// output element is the same chain of operations whatever else the launch holds, and whichever
+// of the two kernels computes it.
 //
 // A lane reads its key 8 elements a load where the launcher says the cache's rows allow it
 // (`vector_keys`: head_dim % 8 == 0, the cache 16-byte aligned): each of the warp's loads then
@@ -128,12 +133,13 @@ __device__ __forceinline__ uint32_t tile_slot(const uint32_t* table, int t0, int
     return table[p / block_size] * block_size + p % block_size;
 }
 
-// One warp's online softmaxes, a row of the group each, over its tiles of the part from
-// `first` to before `end`. The group's rows are `count` consecutive positions from `pos0`,
-// which share the tiles' keys and values. DIMS is the dimensions a lane sums
-// (head_dim <= 32 * DIMS); `acc[r][i]` is row r's dimension lane + 32 i. `m[r]` is row r's
-// largest score seen, `denom[r]` the lane's share of its denominator (its keys' weights).
-template <typename C, int DIMS>
+// One warp's online softmaxes, a member each, over its tiles of the part from `first` to
+// before `end`. The `count` members are at positions pos0 + r * ROW_STEP (consecutive rows, or
+// one row's heads with ROW_STEP 0), and share the tiles' keys and values. DIMS is the
+// dimensions a lane sums (head_dim <= 32 * DIMS); `acc[r][i]` is member r's dimension
+// lane + 32 i. `m[r]` is its largest score seen, `denom[r]` the lane's share of its
+// denominator (its keys' weights).
+template <typename C, int DIMS, int ROW_STEP>
 __device__ void warp_tiles(AttentionShared& s, const C* k_cache, const C* v_cache, const uint32_t* table, int first,
                            int end, int pos0, int count, size_t kv_width, size_t kv_offset, int head_dim, int block_size,
                            float scale, int vector_keys, float (&m)[ATTN_GROUP], float (&denom)[ATTN_GROUP],
@@ -143,7 +149,7 @@ __device__ void warp_tiles(AttentionShared& s, const C* k_cache, const C* v_cach
     constexpr int key_loads_at_once = DIMS < 8 ? 8 : 4;
     constexpr int keys_at_once = DIMS < 8 ? ATTN_TILE / DIMS : 2;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    const int last = min(pos0 + count, end) - 1;
+    const int last = min(pos0 + (count - 1) * ROW_STEP + 1, end) - 1;
     int t0 = first + warp * ATTN_TILE;
     uint32_t slot = t0 <= last ? tile_slot(table, t0, last, block_size) : 0;
     for (; t0 <= last; t0 += ATTN_WARPS * ATTN_TILE) {
@@ -181,17 +187,17 @@ __device__ void warp_tiles(AttentionShared& s, const C* k_cache, const C* v_cach
                 }
             }
         }
-        // Row r's keys in this tile: none past its own position (or past the group).
+        // Member r's keys in this tile: none past its own position (or past the group).
         int n[ATTN_GROUP];
 #pragma unroll
         for (int r = 0; r < ATTN_GROUP; ++r) {
-            n[r] = r < count ? max(0, min(ATTN_TILE, pos0 + r + 1 - t0)) : 0;
+            n[r] = r < count ? max(0, min(ATTN_TILE, pos0 + r * ROW_STEP + 1 - t0)) : 0;
             if (n[r] == 0) continue;
             const float score = lane < n[r] ? dot[r] * scale : -INFINITY;
             const float m_new = fmaxf(m[r], warp_reduce(score, Max()));
             const float rescale = expf(m[r] - m_new);
             const float w = lane < n[r] ? expf(score - m_new) : 0.f;
-            denom[r] = denom[r] * rescale + w;
+            denom[r] = fmaf(denom[r], rescale, w);
             s.weights[warp][r][lane] = w;
 #pragma unroll
             for (int i = 0; i < DIMS; ++i) acc[r][i] *= rescale;
@@ -220,7 +226,7 @@ __device__ void warp_tiles(AttentionShared& s, const C* k_cache, const C* v_cach
     }
 }
 
-// Row r's warp partials (`warp_tiles`'s) into shared memory, for `merge_warps`.
+// Member r's warp partials (`warp_tiles`'s) into shared memory, for `merge_warps`.
 template <int DIMS>
 __device__ __forceinline__ void gather_warps(AttentionShared& s, float m, float denom, const float (&acc)[DIMS],
                                              int head_dim) {
@@ -265,22 +271,29 @@ __device__ __forceinline__ float* partial_at(float* partials, int row, int head,
     return partials + (((size_t)row * num_heads + head) * ATTN_MAX_SPLITS + part) * (head_dim + 2);
 }
 
-template <typename T, typename C, int DIMS>
+// The members of a block (see the top): ROW_STEP 1 for rows of a sequence at one head, 0 for
+// heads of one row. Member r's row is row + r * ROW_STEP, its head head + r * (1 - ROW_STEP),
+// its position pos0 + r * ROW_STEP.
+template <typename T, typename C, int DIMS, int ROW_STEP>
 __device__ void paged_attention(AttentionShared& s, T* out, const T* q, const C* k_cache, const C* v_cache,
                                 const uint32_t* meta, const float* sinks, const float* rotation,
                                 const uint32_t* table_rows, int table_len, float* partials, uint32_t* counters,
                                 int rows, int seqs, int num_heads, int num_kv_heads, int head_dim, int block_size,
-                                int q_stride, float scale, float v_scale, int window, int vector_keys) {
-    const int row = blockIdx.x, head = blockIdx.y, part = blockIdx.z, blocks = gridDim.z, tid = threadIdx.x;
+                                int q_stride, float scale, float v_scale, int window, int vector_keys,
+                                int head_group) {
+    constexpr int HEAD_STEP = 1 - ROW_STEP;
+    const int row = blockIdx.x, head = blockIdx.y * (ROW_STEP ? 1 : head_group), part = blockIdx.z,
+              blocks = gridDim.z, tid = threadIdx.x;
     // A group's first row's block computes it all; the others' have nothing to do.
-    if (joins_previous(meta, rows, row, window)) return;
+    if (ROW_STEP && joins_previous(meta, rows, row, window)) return;
     const int pos0 = (int)meta[rows + row];
-    // A group has full attention; a row alone may have a window.
+    // A group of rows has full attention; a row alone, or a group of heads, may have a window.
     const int first = window > 0 ? max(0, pos0 + 1 - window) : 0;
     const Parts parts = parts_of(first, pos0);
     if (part >= parts.n) return;
-    int count = 1;
-    while (count < ATTN_GROUP && row + count < rows && joins_previous(meta, rows, row + count, window)) ++count;
+    int count = ROW_STEP ? 1 : head_group;
+    if (ROW_STEP)
+        while (count < ATTN_GROUP && row + count < rows && joins_previous(meta, rows, row + count, window)) ++count;
 
     const uint32_t* table = meta + 2 * rows + seqs + meta[2 * rows + meta[row]];
     const int kv_head = head / (num_heads / num_kv_heads);
@@ -291,20 +304,21 @@ __device__ void paged_attention(AttentionShared& s, T* out, const T* q, const C*
     const int half = head_dim / 2;
     for (int e = tid; e < count * head_dim; e += ATTN_THREADS) {
         const int r = e / head_dim, d = e % head_dim;
-        const size_t q_offset = (size_t)(row + r) * q_stride + (size_t)head * head_dim;
+        const size_t q_offset = (size_t)(row + r * ROW_STEP) * q_stride + (size_t)(head + r * HEAD_STEP) * head_dim;
         if (!rotation) {
             s.q[r][d] = to_f32(q[q_offset + d]);
             continue;
         }
         const int j = d % half;
-        const float2 cos_sin = rotary_pair(rotation, table_rows, table_len, row + r, j, half);
+        const float2 cos_sin = rotary_pair(rotation, table_rows, table_len, row + r * ROW_STEP, j, half);
         const float x = rotate_element(to_f32(q[q_offset + j]), to_f32(q[q_offset + j + half]), cos_sin, d < half);
         s.q[r][d] = to_f32(from_f32<T>(x));
     }
     if (folds_here) {
-        const Fold start = fold_start(sinks, head);
-        for (int e = tid; e < count * head_dim; e += ATTN_THREADS) s.fold_acc[e / head_dim][e % head_dim] = start.acc;
+        for (int e = tid; e < count * head_dim; e += ATTN_THREADS)
+            s.fold_acc[e / head_dim][e % head_dim] = fold_start(sinks, head + e / head_dim * HEAD_STEP).acc;
         if (tid < count) {
+            const Fold start = fold_start(sinks, head + tid * HEAD_STEP);
             s.fold_max[tid] = start.max;
             s.fold_denom[tid] = start.denom;
         }
@@ -321,24 +335,26 @@ __device__ void paged_attention(AttentionShared& s, T* out, const T* q, const C*
 #pragma unroll
             for (int i = 0; i < DIMS; ++i) acc[r][i] = 0.f;
         }
-        warp_tiles<C, DIMS>(s, k_cache, v_cache, table, begin, begin + parts.tiles * ATTN_TILE, pos0, count, kv_width,
-                            (size_t)kv_head * head_dim, head_dim, block_size, scale, vector_keys, m, denom, acc);
+        warp_tiles<C, DIMS, ROW_STEP>(s, k_cache, v_cache, table, begin, begin + parts.tiles * ATTN_TILE, pos0, count,
+                                      kv_width, (size_t)kv_head * head_dim, head_dim, block_size, scale, vector_keys, m,
+                                      denom, acc);
 #pragma unroll
         for (int r = 0; r < ATTN_GROUP; ++r) {
             if (r >= count) break;
+            const int member_row = row + r * ROW_STEP, member_head = head + r * HEAD_STEP;
             gather_warps<DIMS>(s, m[r], denom[r], acc[r], head_dim);
-            const Fold merged = merge_warps(s, whole && sinks ? sinks[head] : -INFINITY, head_dim);
+            const Fold merged = merge_warps(s, whole && sinks ? sinks[member_head] : -INFINITY, head_dim);
             Fold folded = merged;
             if (whole) {
                 if (tid < head_dim)
-                    out[(size_t)(row + r) * num_heads * head_dim + (size_t)head * head_dim + tid] =
+                    out[(size_t)member_row * num_heads * head_dim + (size_t)member_head * head_dim + tid] =
                         from_f32<T>(merged.acc * v_scale / merged.denom);
             } else if (folds_here) {
                 const Fold before = {s.fold_max[r], s.fold_denom[r], tid < head_dim ? s.fold_acc[r][tid] : 0.f};
                 folded = fold(before, merged.max, merged.denom, merged.acc);
                 if (tid < head_dim) s.fold_acc[r][tid] = folded.acc;
             } else {
-                float* at = partial_at(partials, row + r, head, p, num_heads, head_dim);
+                float* at = partial_at(partials, member_row, member_head, p, num_heads, head_dim);
                 if (tid == 0) {
                     at[0] = merged.max;
                     at[1] = merged.denom;
@@ -358,14 +374,15 @@ __device__ void paged_attention(AttentionShared& s, T* out, const T* q, const C*
         __syncthreads();
         for (int e = tid; e < count * head_dim; e += ATTN_THREADS) {
             const int r = e / head_dim, d = e % head_dim;
-            out[(size_t)(row + r) * num_heads * head_dim + (size_t)head * head_dim + d] =
+            out[(size_t)(row + r * ROW_STEP) * num_heads * head_dim + (size_t)(head + r * HEAD_STEP) * head_dim + d] =
                 from_f32<T>(s.fold_acc[r][d] * v_scale / s.fold_denom[r]);
         }
         return;
     }
 
-    // Blocks share the row's parts: the last to finish folds what all of them wrote. The
-    // fences order each block's partials before its count, and the count before the reads.
+    // Blocks share the members' parts: the last to finish folds what all of them wrote, counted
+    // under the first member's (row, head). The fences order each block's partials before its
+    // count, and the count before the reads.
     __threadfence();
     __syncthreads();
     if (tid == 0) {
@@ -379,13 +396,14 @@ __device__ void paged_attention(AttentionShared& s, T* out, const T* q, const C*
     if (!s.folds) return;
     __threadfence();
     for (int r = 0; r < count; ++r) {
-        Fold f = fold_start(sinks, head);
+        const int member_row = row + r * ROW_STEP, member_head = head + r * HEAD_STEP;
+        Fold f = fold_start(sinks, member_head);
         for (int p = 0; p < parts.n; ++p) {
-            const float* at = partial_at(partials, row + r, head, p, num_heads, head_dim);
+            const float* at = partial_at(partials, member_row, member_head, p, num_heads, head_dim);
             f = fold(f, __ldcg(at), __ldcg(at + 1), tid < head_dim ? __ldcg(at + 2 + tid) : 0.f);
         }
         if (tid < head_dim)
-            out[(size_t)(row + r) * num_heads * head_dim + (size_t)head * head_dim + tid] =
+            out[(size_t)member_row * num_heads * head_dim + (size_t)member_head * head_dim + tid] =
                 from_f32<T>(f.acc * v_scale / f.denom);
     }
 }
@@ -393,30 +411,46 @@ __device__ void paged_attention(AttentionShared& s, T* out, const T* q, const C*
 // DIMS, the dimensions a lane sums, from the head's size, so that few of a lane's sums idle
 // (a head of 32 or fewer leaves half of them: rare, and one variant fewer). ATTN_BLOCKS_PER_SM
 // blocks an SM at least: without that bound ptxas holds the kernel to 64 registers and spills.
-#define PAGED_ATTENTION(NAME, T, C)                                                                                   \
-    extern "C" __global__ void __launch_bounds__(ATTN_THREADS, ATTN_BLOCKS_PER_SM) NAME(                              \
-        T* out, const T* q, const C* k_cache, const C* v_cache, const uint32_t* meta, const float* sinks,             \
-        const float* rotation, const uint32_t* table_rows, int table_len, float* partials, uint32_t* counters,        \
-        int rows, int seqs, int num_heads, int num_kv_heads, int head_dim, int block_size, int q_stride, float scale, \
-        float v_scale, int window, int vector_keys) {                                                                 \
-        __shared__ AttentionShared s;                                                                                 \
-        if (head_dim <= 64)                                                                                           \
-            paged_attention<T, C, 2>(s, out, q, k_cache, v_cache, meta, sinks, rotation, table_rows, table_len,       \
-                                     partials, counters, rows, seqs, num_heads, num_kv_heads, head_dim, block_size,   \
-                                     q_stride, scale, v_scale, window, vector_keys);                                  \
-        else if (head_dim <= 128)                                                                                     \
-            paged_attention<T, C, 4>(s, out, q, k_cache, v_cache, meta, sinks, rotation, table_rows, table_len,       \
-                                     partials, counters, rows, seqs, num_heads, num_kv_heads, head_dim, block_size,   \
-                                     q_stride, scale, v_scale, window, vector_keys);                                  \
-        else                                                                                                          \
-            paged_attention<T, C, 8>(s, out, q, k_cache, v_cache, meta, sinks, rotation, table_rows, table_len,       \
-                                     partials, counters, rows, seqs, num_heads, num_kv_heads, head_dim, block_size,   \
-                                     q_stride, scale, v_scale, window, vector_keys);                                  \
+// The kernel of groups of heads serves heads of up to ATTN_HEAD_GROUPS_MAX_DIM: the registers of
+// a larger head's sums leave no room for another kernel body.
+#define ATTN_HEAD_GROUPS_MAX_DIM 128
+
+#define PAGED_ATTENTION_ARGS(T, C)                                                                             \
+    T *out, const T *q, const C *k_cache, const C *v_cache, const uint32_t *meta, const float *sinks,          \
+        const float *rotation, const uint32_t *table_rows, int table_len, float *partials, uint32_t *counters, \
+        int rows, int seqs, int num_heads, int num_kv_heads, int head_dim, int block_size, int q_stride,       \
+        float scale, float v_scale, int window, int vector_keys, int head_group
+#define PAGED_ATTENTION_CALL(T, C, DIMS, ROW_STEP)                                                             \
+    paged_attention<T, C, DIMS, ROW_STEP>(s, out, q, k_cache, v_cache, meta, sinks, rotation, table_rows,      \
+                                          table_len, partials, counters, rows, seqs, num_heads, num_kv_heads,  \
+                                          head_dim, block_size, q_stride, scale, v_scale, window, vector_keys, \
+                                          head_group)
+
+// paged_attention_T_C (rows of a sequence share a block) and paged_attention_heads_T_C (heads of
+// a row do, `head_group` of them).
+#define PAGED_ATTENTION(TYPES, T, C)                                                                           \
+    extern "C" __global__ void __launch_bounds__(ATTN_THREADS, ATTN_BLOCKS_PER_SM)                             \
+        paged_attention_##TYPES(PAGED_ATTENTION_ARGS(T, C)) {                                                  \
+        __shared__ AttentionShared s;                                                                          \
+        if (head_dim <= 64)                                                                                    \
+            PAGED_ATTENTION_CALL(T, C, 2, 1);                                                                  \
+        else if (head_dim <= 128)                                                                              \
+            PAGED_ATTENTION_CALL(T, C, 4, 1);                                                                  \
+        else                                                                                                   \
+            PAGED_ATTENTION_CALL(T, C, 8, 1);                                                                  \
+    }                                                                                                          \
+    extern "C" __global__ void __launch_bounds__(ATTN_THREADS, ATTN_BLOCKS_PER_SM)                             \
+        paged_attention_heads_##TYPES(PAGED_ATTENTION_ARGS(T, C)) {                                            \
+        __shared__ AttentionShared s;                                                                          \
+        if (head_dim <= 64)                                                                                    \
+            PAGED_ATTENTION_CALL(T, C, 2, 0);                                                                  \
+        else                                                                                                   \
+            PAGED_ATTENTION_CALL(T, C, 4, 0);                                                                  \
     }
 
-PAGED_ATTENTION(paged_attention_f32_f32, float, float)
-PAGED_ATTENTION(paged_attention_f32_bf16, float, __nv_bfloat16)
-PAGED_ATTENTION(paged_attention_bf16_f32, __nv_bfloat16, float)
-PAGED_ATTENTION(paged_attention_bf16_bf16, __nv_bfloat16, __nv_bfloat16)
-PAGED_ATTENTION(paged_attention_f32_f8e4m3, float, __nv_fp8_e4m3)
-PAGED_ATTENTION(paged_attention_bf16_f8e4m3, __nv_bfloat16, __nv_fp8_e4m3)
+PAGED_ATTENTION(f32_f32, float, float)
+PAGED_ATTENTION(f32_bf16, float, __nv_bfloat16)
+PAGED_ATTENTION(bf16_f32, __nv_bfloat16, float)
+PAGED_ATTENTION(bf16_bf16, __nv_bfloat16, __nv_bfloat16)
+PAGED_ATTENTION(f32_f8e4m3, float, __nv_fp8_e4m3)
+PAGED_ATTENTION(bf16_f8e4m3, __nv_bfloat16, __nv_fp8_e4m3)

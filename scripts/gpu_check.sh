@@ -261,7 +261,8 @@ run_kernels() {
     fi
     # Whether a long context's decode row waits on memory latency or bandwidth: its first timed
     # launch, at gpt-oss's heads and 8192 positions.
-    kernel_details attention-details 'regex:^paged_attention_bf16_bf16$' 1 "$bin/peagle-paged-attention" gpt-oss-20b 1 1 8192
+    kernel_details attention-details 'regex:^paged_attention_(heads_)?bf16_bf16$' 1 "$bin/peagle-paged-attention" \
+        gpt-oss-20b 1 1 8192
 }
 
 run_demo() {

@@ -98,9 +98,9 @@ def main(out):
                "Llama-8B's (32, 8, 128). KV GB/s: the keys and values the sequences hold (each row's window) "
                "over the time, the least a launch reads; walked GB/s: what its rows attend over, each query "
                "row's head its KV head's window, over the time (a block a row would read all of it, mostly "
-               "from L2; the rows a block groups share their reads). One block a row: the time with one "
-               "block walking each row's parts of the keys, where the launch gives a long row's parts to "
-               "several.", "",
+               "from L2; the rows or heads a block groups share their reads). One block a row: the time "
+               "with one block for each row and head, walking the row's parts of the keys, where the launch "
+               "gives a long row's parts to several blocks and a row's heads of one KV head to one.", "",
                "| model | sequences | rows each | context | window | ms | one block a row | KV MB | KV GB/s | "
                "walked GB/s |",
                "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]

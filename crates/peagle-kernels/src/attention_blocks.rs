@@ -7,7 +7,8 @@
 //! GPU, and gives each row one block, which folds its parts as it walks them.
 
 use crate::attention_metadata::AttentionMetadata;
-use crate::kernel_constants::{ATTN_GROUP, ATTN_MAX_SPLITS};
+use crate::kernel_constants::{ATTN_GROUP, ATTN_HEAD_GROUPS_MAX_DIM, ATTN_MAX_SPLITS};
+use crate::paged_attention::AttentionParams;
 
 /// The most parts a row has and the most rows a block serves.
 pub(crate) const MAX_SPLITS: usize = ATTN_MAX_SPLITS;
@@ -25,10 +26,23 @@ pub(crate) fn serving_blocks(meta: &AttentionMetadata, windowed: bool) -> usize 
     rows.len() - rows.windows(2).filter(|w| joins(w)).count()
 }
 
+/// The query heads a block serves at one row (the kernel's `head_group`): where no rows share a
+/// block and the head is small enough for the kernel of groups of heads, the most heads of one
+/// KV head, up to GROUP, that divide its heads evenly, so that they read its keys once rather
+/// than once each; else 1.
+pub(crate) fn head_group(meta: &AttentionMetadata, windowed: bool, params: &AttentionParams) -> usize {
+    if params.head_dim > ATTN_HEAD_GROUPS_MAX_DIM || serving_blocks(meta, windowed) != meta.num_rows() {
+        return 1;
+    }
+    let per_kv_head = params.num_heads / params.num_kv_heads.max(1);
+    (1..=GROUP).rev().find(|g| per_kv_head.is_multiple_of(*g)).unwrap_or(1)
+}
+
 /// The blocks each row's parts get so that a launch's serving blocks about fill `resident`, the
-/// blocks the GPU holds at once, given `serving` blocks a head over `num_heads` heads.
-pub(crate) fn blocks_each(resident: usize, serving: usize, num_heads: usize) -> usize {
-    (resident / (serving * num_heads).max(1)).clamp(1, MAX_SPLITS)
+/// blocks the GPU holds at once, given `serving` blocks of a column over `columns` columns (the
+/// heads, or the groups of heads a block serves).
+pub(crate) fn blocks_each(resident: usize, serving: usize, columns: usize) -> usize {
+    (resident / (serving * columns).max(1)).clamp(1, MAX_SPLITS)
 }
 
 #[cfg(test)]
@@ -56,6 +70,33 @@ mod tests {
         assert_eq!(serving_blocks(&m, true), 9);
         // Two sequences at the same positions never share a block.
         assert_eq!(serving_blocks(&meta(&[(8, 4), (8, 4)]), false), 2);
+    }
+
+    fn heads(num_heads: usize, num_kv_heads: usize, head_dim: usize) -> AttentionParams {
+        AttentionParams {
+            num_heads,
+            num_kv_heads,
+            head_dim,
+            scale: 1.0,
+            sliding_window: None,
+            kv_scale: crate::KvScale::ONE,
+        }
+    }
+
+    #[test]
+    fn heads_of_a_kv_head_share_blocks_where_rows_do_not() {
+        // Decode rows: gpt-oss's 8 heads a KV head in groups of 4, Llama's 4, 6 in 3, none for
+        // MHA or a head past the kernel's largest.
+        let decode = meta(&[(300, 1), (20, 1)]);
+        assert_eq!(head_group(&decode, false, &heads(64, 8, 64)), 4);
+        assert_eq!(head_group(&decode, false, &heads(32, 8, 128)), 4);
+        assert_eq!(head_group(&decode, false, &heads(12, 2, 64)), 3);
+        assert_eq!(head_group(&decode, false, &heads(8, 8, 64)), 1);
+        assert_eq!(head_group(&decode, false, &heads(8, 2, 256)), 1);
+        // A verification window's rows share blocks under full attention, not under a window.
+        let window = meta(&[(18, 8)]);
+        assert_eq!(head_group(&window, false, &heads(64, 8, 64)), 1);
+        assert_eq!(head_group(&window, true, &heads(64, 8, 64)), 4);
     }
 
     #[test]

@@ -110,7 +110,7 @@ pub fn paged_attention(
 pub enum AttentionBlocks {
     /// Where a launch has few rows, several blocks share each row's parts.
     ByBatch,
-    /// One block walks each row's parts.
+    /// One block walks each row's parts, for one head.
     OneARow,
 }
 

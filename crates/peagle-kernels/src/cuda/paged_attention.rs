@@ -4,7 +4,7 @@ use super::{
     by_dtypes_or_fp8, dtype_name, dtype_name_or_fp8, int, output, starts_aligned_16, strided_view, view,
     with_optional_view, with_view,
 };
-use crate::attention_blocks::MAX_SPLITS;
+use crate::attention_blocks::{head_group, MAX_SPLITS};
 use crate::attention_metadata::AttentionMetadata;
 use crate::error::bad_input;
 use crate::kernel_constants::{ATTN_MAX_HEAD_DIM, ATTN_WARPS};
@@ -74,8 +74,15 @@ pub(crate) fn paged_attention(
         .transpose()?;
     let device = q.0.device.clone();
     let (q_dtype, cache_dtype) = (q.0.dtype(), k_cache.0.dtype());
+    let one_a_row = inputs.blocks == AttentionBlocks::OneARow;
+    // One block a row serves one head too: the plainest launch, for comparing.
+    let head_group = match one_a_row {
+        true => 1,
+        false => head_group(meta, params.sliding_window.is_some(), params),
+    };
     let name = format!(
-        "paged_attention_{}_{}",
+        "paged_attention_{}{}_{}",
+        if head_group > 1 { "heads_" } else { "" },
         dtype_name(OP, q_dtype)?,
         dtype_name_or_fp8(OP, cache_dtype)?
     );
@@ -97,6 +104,7 @@ pub(crate) fn paged_attention(
         window: int(OP, params.sliding_window.unwrap_or(0))?,
         // Every key row then starts on a 16-byte boundary (8 for FP8), as 8-element loads need.
         vector_keys: i32::from(params.head_dim.is_multiple_of(8) && starts_aligned_16(k_cache.1, cache_dtype)),
+        head_group: int(OP, head_group)?,
     };
     let tables = inputs.rotation.map(|r| r.tables);
     let table_rows = inputs.rotation.and_then(|r| r.table_rows);
@@ -112,15 +120,21 @@ pub(crate) fn paged_attention(
                         table_rows: table_rows.as_ref(),
                         table_len,
                     };
-                    let one_a_row = inputs.blocks == AttentionBlocks::OneARow;
-                    with_split(&device, inputs.meta, params, one_a_row, |blocks, counters| {
-                        let split = Split { blocks, counters };
-                        by_dtypes_or_fp8!(
-                            OP,
-                            (q_dtype, cache_dtype),
-                            launch(&device, q, k_cache, v_cache, &reads, &args, split)
-                        )
-                    })
+                    with_split(
+                        &device,
+                        inputs.meta,
+                        params,
+                        head_group,
+                        one_a_row,
+                        |blocks, counters| {
+                            let split = Split { blocks, counters };
+                            by_dtypes_or_fp8!(
+                                OP,
+                                (q_dtype, cache_dtype),
+                                launch(&device, q, k_cache, v_cache, &reads, &args, split)
+                            )
+                        },
+                    )
                 })
             })
         })
@@ -139,6 +153,9 @@ struct Args {
     window: i32,
     /// Whether the kernel reads keys 8 elements a load.
     vector_keys: i32,
+    /// The query heads of one KV head a block serves at one row (`paged_attention_heads_*`),
+    /// or 1 (`paged_attention_*`: rows of a sequence may share a block).
+    head_group: i32,
 }
 
 /// The device buffers the kernel reads beside the queries and the cache; null where absent.
@@ -210,9 +227,10 @@ fn launch<T: CudaDType + DeviceRepr, C: CudaDType>(
         .arg(&a.scale)
         .arg(&a.v_scale)
         .arg(&a.window)
-        .arg(&a.vector_keys);
+        .arg(&a.vector_keys)
+        .arg(&a.head_group);
     let config = LaunchConfig {
-        grid_dim: (a.ints[0] as u32, a.ints[2] as u32, split.blocks as u32),
+        grid_dim: (a.ints[0] as u32, (a.ints[2] / a.head_group) as u32, split.blocks as u32),
         block_dim: (THREADS, 1, 1),
         shared_mem_bytes: 0,
     };

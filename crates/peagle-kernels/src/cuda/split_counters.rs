@@ -40,11 +40,13 @@ fn all_counters() -> MutexGuard<'static, HashMap<DeviceId, SplitCounters>> {
 }
 
 /// Calls `f` with the blocks each row's parts get in this launch (1 or more; 1 where
-/// `one_a_row`) and, where more than one, the device's counters.
+/// `one_a_row`) and, where more than one, the device's counters; a block serves `head_group`
+/// heads of a row where that is more than 1.
 pub(super) fn with_split<R>(
     device: &CudaDevice,
     meta: &AttentionMetadata,
     params: &AttentionParams,
+    head_group: usize,
     one_a_row: bool,
     f: impl FnOnce(usize, Option<&mut CudaSlice<u32>>) -> Result<R>,
 ) -> Result<R> {
@@ -75,7 +77,7 @@ pub(super) fn with_split<R>(
     match blocks_each(
         mine.sms * BLOCKS_PER_SM,
         serving_blocks(meta, window.is_some()),
-        num_heads,
+        num_heads / head_group,
     ) {
         1 => f(1, None),
         blocks => f(blocks, Some(&mut mine.counters)),
