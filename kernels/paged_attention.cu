@@ -3,9 +3,9 @@
 // optional sink logit per query head. `scale` is the score's, the key cache's per-tensor scale
 // included; `v_scale` the value cache's (both 1 but for FP8 caches).
 //
-// Blocks of ATTN_WARPS warps, gridDim.z of them per (query row, query head) (below). The
-// row's keys, from the first in its window to its own position, are cut into parts (below),
-// and a part into tiles of 32 positions; warp w takes tiles w,
+// Blocks of ATTN_WARPS warps, gridDim.z of them per group of members, query rows and heads
+// (below). A row's keys, from the first in its window to its own position, are cut into parts
+// (below), and a part into tiles of 32 positions; warp w takes tiles w,
 // w + ATTN_WARPS, ... and keeps its own online softmax over them: a lane scores one key of the
 // tile, and then sums the tile's values for its own dimensions (lane, lane + 32, ...), key by
 // key in position order. At the end the warps' partial softmaxes are merged in warp order, the
@@ -444,8 +444,10 @@ __device__ void paged_attention(AttentionShared& s, T* out, const T* q, const C*
         __shared__ AttentionShared s;                                                                          \
         if (head_dim <= 64)                                                                                    \
             PAGED_ATTENTION_CALL(T, C, 2, 0);                                                                  \
-        else                                                                                                   \
+        else if (head_dim <= ATTN_HEAD_GROUPS_MAX_DIM)                                                         \
             PAGED_ATTENTION_CALL(T, C, 4, 0);                                                                  \
+        else                                                                                                   \
+            __trap();                                                                                          \
     }
 
 PAGED_ATTENTION(f32_f32, float, float)

@@ -99,8 +99,9 @@ def main(out):
                "over the time, the least a launch reads; walked GB/s: what its rows attend over, each query "
                "row's head its KV head's window, over the time (a block a row would read all of it, mostly "
                "from L2; the rows or heads a block groups share their reads). One block a row: the time "
-               "with one block for each row and head, walking the row's parts of the keys, where the launch "
-               "gives a long row's parts to several blocks and a row's heads of one KV head to one.", "",
+               "with one block for each head and row (or group of rows, under full attention), walking the "
+               "row's parts of the keys, where the launch gives a long row's parts to several blocks and a "
+               "row's heads of one KV head to one.", "",
                "| model | sequences | rows each | context | window | ms | one block a row | KV MB | KV GB/s | "
                "walked GB/s |",
                "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]

@@ -2,9 +2,9 @@
 //! gpt-oss-20b's heads (64 query, 8 KV, head_dim 64, sinks) and Llama-8B's (32, 8, 128): decode
 //! rows, 8-row verification windows and prefill chunks over contexts of 128 to 32,768
 //! positions, on a cache whose blocks interleave the sequences'. One JSON line per case: its
-//! time; its time with one block for each row and head walking the row's parts of the keys
-//! (`AttentionBlocks::OneARow`: where the launch would give a long row's parts to several
-//! blocks, or a row's heads of one KV head to one); the keys and values its sequences hold over
+//! time; its time with one block for each head and row (or group of rows, under full
+//! attention) walking the row's parts of the keys (`AttentionBlocks::OneARow`: where the launch
+//! would give a long row's parts to several blocks, or a row's heads of one KV head to one); the keys and values its sequences hold over
 //! it (the bytes a launch must read at least); and the bytes its rows attend over, over it (each
 //! query row's head, its window of its KV head: what a block a row would read; the rows or
 //! heads grouped in a block share those reads). Run by scripts/gpu_check.sh.
