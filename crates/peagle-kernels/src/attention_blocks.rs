@@ -17,7 +17,7 @@ const GROUP: usize = ATTN_GROUP;
 /// The blocks of a head that serve rows: one a row under a window, and under full attention one
 /// a group of up to GROUP consecutive positions of a sequence in an aligned group (the kernel's
 /// `joins_previous`).
-pub(crate) fn serving_blocks(meta: &AttentionMetadata, windowed: bool) -> usize {
+fn serving_blocks(meta: &AttentionMetadata, windowed: bool) -> usize {
     let rows = meta.rows();
     if windowed {
         return rows.len();
@@ -26,16 +26,36 @@ pub(crate) fn serving_blocks(meta: &AttentionMetadata, windowed: bool) -> usize 
     rows.len() - rows.windows(2).filter(|w| joins(w)).count()
 }
 
-/// The query heads a block serves at one row (the kernel's `head_group`): where no rows share a
-/// block and the head is small enough for the kernel of groups of heads, the most heads of one
-/// KV head, up to GROUP, that divide its heads evenly, so that they read its keys once rather
-/// than once each; else 1.
-pub(crate) fn head_group(meta: &AttentionMetadata, windowed: bool, params: &AttentionParams) -> usize {
-    if params.head_dim > ATTN_HEAD_GROUPS_MAX_DIM || serving_blocks(meta, windowed) != meta.num_rows() {
-        return 1;
+/// How a launch's blocks cover its rows and heads, worked out once a launch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Cover {
+    /// The blocks of a head (or group of heads) that serve rows (`serving_blocks`).
+    pub serving: usize,
+    /// The query heads a block serves at one row (the kernel's `head_group`).
+    pub head_group: usize,
+    /// One block for each row (or group of rows) and head, walking the row's parts alone
+    /// (`AttentionBlocks::OneARow`).
+    pub one_a_row: bool,
+}
+
+impl Cover {
+    /// Where no rows share a block, the head is small enough for the kernel of groups of heads
+    /// and `one_a_row` is not asked for, a block serves the most heads of one KV head, up to
+    /// GROUP, that divide its heads evenly, so that they read its keys once rather than once
+    /// each; else one head.
+    pub(crate) fn of(meta: &AttentionMetadata, params: &AttentionParams, one_a_row: bool) -> Self {
+        let serving = serving_blocks(meta, params.sliding_window.is_some());
+        let per_kv_head = params.num_heads / params.num_kv_heads.max(1);
+        let head_group = match one_a_row || params.head_dim > ATTN_HEAD_GROUPS_MAX_DIM || serving != meta.num_rows() {
+            true => 1,
+            false => (1..=GROUP).rev().find(|g| per_kv_head.is_multiple_of(*g)).unwrap_or(1),
+        };
+        Self {
+            serving,
+            head_group,
+            one_a_row,
+        }
     }
-    let per_kv_head = params.num_heads / params.num_kv_heads.max(1);
-    (1..=GROUP).rev().find(|g| per_kv_head.is_multiple_of(*g)).unwrap_or(1)
 }
 
 /// The blocks each row's parts get so that a launch's serving blocks about fill `resident`, the
@@ -85,18 +105,32 @@ mod tests {
 
     #[test]
     fn heads_of_a_kv_head_share_blocks_where_rows_do_not() {
+        let head_group = |meta: &AttentionMetadata, params: AttentionParams| Cover::of(meta, &params, false).head_group;
         // Decode rows: gpt-oss's 8 heads a KV head in groups of 4, Llama's 4, 6 in 3, none for
         // MHA or a head past the kernel's largest.
         let decode = meta(&[(300, 1), (20, 1)]);
-        assert_eq!(head_group(&decode, false, &heads(64, 8, 64)), 4);
-        assert_eq!(head_group(&decode, false, &heads(32, 8, 128)), 4);
-        assert_eq!(head_group(&decode, false, &heads(12, 2, 64)), 3);
-        assert_eq!(head_group(&decode, false, &heads(8, 8, 64)), 1);
-        assert_eq!(head_group(&decode, false, &heads(8, 2, 256)), 1);
+        assert_eq!(head_group(&decode, heads(64, 8, 64)), 4);
+        assert_eq!(head_group(&decode, heads(32, 8, 128)), 4);
+        assert_eq!(head_group(&decode, heads(12, 2, 64)), 3);
+        assert_eq!(head_group(&decode, heads(8, 8, 64)), 1);
+        assert_eq!(head_group(&decode, heads(8, 2, 256)), 1);
+        // One block a row serves one head.
+        assert_eq!(Cover::of(&decode, &heads(64, 8, 64), true).head_group, 1);
         // A verification window's rows share blocks under full attention, not under a window.
         let window = meta(&[(18, 8)]);
-        assert_eq!(head_group(&window, false, &heads(64, 8, 64)), 1);
-        assert_eq!(head_group(&window, true, &heads(64, 8, 64)), 4);
+        assert_eq!(head_group(&window, heads(64, 8, 64)), 1);
+        let windowed = AttentionParams {
+            sliding_window: Some(128),
+            ..heads(64, 8, 64)
+        };
+        assert_eq!(
+            Cover::of(&window, &windowed, false),
+            Cover {
+                serving: 8,
+                head_group: 4,
+                one_a_row: false
+            }
+        );
     }
 
     #[test]

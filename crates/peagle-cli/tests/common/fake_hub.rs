@@ -168,10 +168,9 @@ async fn file(
     let etag = format!("\"{}\"", etag(&bytes));
     let body = bytes[start..end].to_vec();
     let body = match hub.pace {
-        _ if body.len() <= 1 => Body::from(body),
-        Pace::Whole => Body::from(body),
-        Pace::Pieces(pieces, gap) => paced(body, pieces, gap),
-        Pace::StopHalfway => stop_halfway(body, hub.stopping.clone()),
+        Pace::Pieces(pieces, gap) if body.len() > 1 => paced(body, pieces, gap),
+        Pace::StopHalfway if body.len() > 1 => stop_halfway(body, hub.stopping.clone()),
+        _ => Body::from(body),
     };
     (
         StatusCode::PARTIAL_CONTENT,

@@ -4,7 +4,7 @@ use super::{
     by_dtypes_or_fp8, dtype_name, dtype_name_or_fp8, int, output, starts_aligned_16, strided_view, view,
     with_optional_view, with_view,
 };
-use crate::attention_blocks::{head_group, MAX_SPLITS};
+use crate::attention_blocks::{Cover, MAX_SPLITS};
 use crate::attention_metadata::AttentionMetadata;
 use crate::error::bad_input;
 use crate::kernel_constants::{ATTN_MAX_HEAD_DIM, ATTN_WARPS};
@@ -74,15 +74,10 @@ pub(crate) fn paged_attention(
         .transpose()?;
     let device = q.0.device.clone();
     let (q_dtype, cache_dtype) = (q.0.dtype(), k_cache.0.dtype());
-    let one_a_row = inputs.blocks == AttentionBlocks::OneARow;
-    // One block a row serves one head too: the plainest launch, for comparing.
-    let head_group = match one_a_row {
-        true => 1,
-        false => head_group(meta, params.sliding_window.is_some(), params),
-    };
+    let cover = Cover::of(meta, params, inputs.blocks == AttentionBlocks::OneARow);
     let name = format!(
         "paged_attention_{}{}_{}",
-        if head_group > 1 { "heads_" } else { "" },
+        if cover.head_group > 1 { "heads_" } else { "" },
         dtype_name(OP, q_dtype)?,
         dtype_name_or_fp8(OP, cache_dtype)?
     );
@@ -104,7 +99,7 @@ pub(crate) fn paged_attention(
         window: int(OP, params.sliding_window.unwrap_or(0))?,
         // Every key row then starts on a 16-byte boundary (8 for FP8), as 8-element loads need.
         vector_keys: i32::from(params.head_dim.is_multiple_of(8) && starts_aligned_16(k_cache.1, cache_dtype)),
-        head_group: int(OP, head_group)?,
+        head_group: int(OP, cover.head_group)?,
     };
     let tables = inputs.rotation.map(|r| r.tables);
     let table_rows = inputs.rotation.and_then(|r| r.table_rows);
@@ -120,21 +115,14 @@ pub(crate) fn paged_attention(
                         table_rows: table_rows.as_ref(),
                         table_len,
                     };
-                    with_split(
-                        &device,
-                        inputs.meta,
-                        params,
-                        head_group,
-                        one_a_row,
-                        |blocks, counters| {
-                            let split = Split { blocks, counters };
-                            by_dtypes_or_fp8!(
-                                OP,
-                                (q_dtype, cache_dtype),
-                                launch(&device, q, k_cache, v_cache, &reads, &args, split)
-                            )
-                        },
-                    )
+                    with_split(&device, inputs.meta, params, &cover, |blocks, counters| {
+                        let split = Split { blocks, counters };
+                        by_dtypes_or_fp8!(
+                            OP,
+                            (q_dtype, cache_dtype),
+                            launch(&device, q, k_cache, v_cache, &reads, &args, split)
+                        )
+                    })
                 })
             })
         })

@@ -2,7 +2,7 @@
 //! `kernels/paged_attention.cu` knows to fold them, one set a device, and the blocks each row's
 //! parts get in a launch (`attention_blocks`).
 
-use crate::attention_blocks::{blocks_each, serving_blocks};
+use crate::attention_blocks::{blocks_each, Cover};
 use crate::attention_metadata::AttentionMetadata;
 use crate::kernel_constants::{ATTN_BLOCKS_PER_SM, ATTN_SPLIT_MIN};
 use crate::paged_attention::AttentionParams;
@@ -39,20 +39,18 @@ fn all_counters() -> MutexGuard<'static, HashMap<DeviceId, SplitCounters>> {
     all.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// Calls `f` with the blocks each row's parts get in this launch (1 or more; 1 where
-/// `one_a_row`) and, where more than one, the device's counters; a block serves `head_group`
-/// heads of a row where that is more than 1.
+/// Calls `f` with the blocks each row's parts get in this launch, covered as `cover` says (1 or
+/// more; 1 where one block a row is asked for) and, where more than one, the device's counters.
 pub(super) fn with_split<R>(
     device: &CudaDevice,
     meta: &AttentionMetadata,
     params: &AttentionParams,
-    head_group: usize,
-    one_a_row: bool,
+    cover: &Cover,
     f: impl FnOnce(usize, Option<&mut CudaSlice<u32>>) -> Result<R>,
 ) -> Result<R> {
     let (num_heads, window) = (params.num_heads, params.sliding_window);
     // A window of SPLIT_MIN positions or fewer is always one part.
-    if one_a_row || window.is_some_and(|w| w <= SPLIT_MIN) || meta.num_rows() * num_heads > COUNTERS {
+    if cover.one_a_row || window.is_some_and(|w| w <= SPLIT_MIN) || meta.num_rows() * num_heads > COUNTERS {
         return f(1, None);
     }
     let mut all = all_counters();
@@ -74,11 +72,7 @@ pub(super) fn with_split<R>(
             })
         }
     };
-    match blocks_each(
-        mine.sms * BLOCKS_PER_SM,
-        serving_blocks(meta, window.is_some()),
-        num_heads / head_group,
-    ) {
+    match blocks_each(mine.sms * BLOCKS_PER_SM, cover.serving, num_heads / cover.head_group) {
         1 => f(1, None),
         blocks => f(blocks, Some(&mut mine.counters)),
     }
