@@ -26,6 +26,8 @@
 # A GPU lease is short, so a run can be held to a time and keep its results when it is cut off:
 #   GPU_CHECK_SECONDS=N   no step starts after N seconds, each runs under a limit of the time
 #                         left, and the steps not started are logged as skipped (exit status 3)
+#   GPU_CHECK_OUT=DIR     the results directory (default benches/results/gpu-<date>), for a
+#                         second run on a day that already has one
 #   GPU_CHECK_TAR=FILE    the results directory packed into FILE (.tgz) after every step, so
 #                         that a command stopped at its limit still leaves what it measured
 #   TEST_TIMEOUT=N        the most seconds one GPU test may take (default 120)
@@ -58,7 +60,7 @@ mkdir -p "$bin"
 for pack in target/gpu/*.tar.xz; do
     [ -e "$pack" ] && python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$pack" "$bin"
 done
-out=benches/results/gpu-$(date -u +%Y-%m-%d)
+out=${GPU_CHECK_OUT:-benches/results/gpu-$(date -u +%Y-%m-%d)}
 mkdir -p "$out"
 status=0 skipped=0
 left() { echo $((deadline - $(date +%s))); }
@@ -182,8 +184,13 @@ run_tests() {
             [ "$(left)" -ge 120 ] || break
             timeout --kill-after=10 "$(min 240 "$(left)")" "$sanitizer" --tool memcheck "$bin/gpu-peagle-models" --exact "$case" \
                 --test-threads=1 >"$out/memcheck-$case.log" 2>&1
-            echo "memcheck of $case: $(grep -h 'ERROR SUMMARY' "$out/memcheck-$case.log" | tail -1 |
-                sed 's/^========= //'), test: $(grep -h '^test result' "$out/memcheck-$case.log" | tail -1)" |
+            # A test whose graph launch memcheck stopped may then hang until cut off: its first
+            # report still says which kernel and access.
+            local log=$out/memcheck-$case.log summary first result
+            summary=$(grep -h 'ERROR SUMMARY' "$log" | tail -1 | sed 's/^========= //')
+            first=$(grep -hm1 -E '^========= (Invalid|Program hit)' "$log" | sed 's/^========= //')
+            result=$(grep -h '^test result' "$log" | tail -1)
+            echo "memcheck of $case: ${summary:-no summary (cut off)}; first report: ${first:-none}; test: ${result:-no result}" |
                 tee -a "$out/steps.log"
         done
     fi
