@@ -4,8 +4,11 @@
 //! positions, on a cache whose blocks interleave the sequences'. One JSON line per case: its
 //! time; its time with one block for each head and row (or group of rows, under full
 //! attention) walking the row's parts of the keys (`AttentionBlocks::OneARow`: where the launch
-//! would give a long row's parts to several blocks, or a row's heads of one KV head to one); the keys and values its sequences hold over
-//! it (the bytes a launch must read at least); and the bytes its rows attend over, over it (each
+//! would give a long row's parts to several blocks, or a row's heads of one KV head to one);
+//! its time with a row's heads of one KV head in one block wherever rows do not share one
+//! (`AttentionBlocks::HeadGroups`: where the launch would give them a block each); the keys and
+//! values its sequences hold over it (the bytes a launch must read at least); and the bytes its
+//! rows attend over, over it (each
 //! query row's head, its window of its KV head: what a block a row would read; the rows or
 //! heads grouped in a block share those reads). Run by scripts/gpu_check.sh.
 //!
@@ -90,6 +93,7 @@ fn case(device: &Device, c: &Case) -> candle_core::Result<()> {
     };
     let seconds = timed(AttentionBlocks::ByBatch)?;
     let one_block = timed(AttentionBlocks::OneARow)?;
+    let head_groups = timed(AttentionBlocks::HeadGroups)?;
     // A row reads the positions of its window; a sequence's rows together, its last row's.
     let window_of = |pos: usize| window.map_or(pos + 1, |w| w.min(pos + 1));
     let bf16_kv = |positions: usize, width: usize| (positions * width * 2 * 2) as f64;
@@ -98,11 +102,12 @@ fn case(device: &Device, c: &Case) -> candle_core::Result<()> {
     let walked: usize = (context - rows..context).map(window_of).sum();
     let walked = bf16_kv(sequences * walked, h.heads * h.head_dim);
     println!(
-        "{{\"model\": \"{}\", \"sequences\": {sequences}, \"rows_each\": {rows}, \"context\": {context}, \"window\": {}, \"ms\": {:.4}, \"one_block_ms\": {:.4}, \"kv_mb\": {:.2}, \"kv_gb_per_s\": {:.1}, \"walked_gb_per_s\": {:.1}}}",
+        "{{\"model\": \"{}\", \"sequences\": {sequences}, \"rows_each\": {rows}, \"context\": {context}, \"window\": {}, \"ms\": {:.4}, \"one_block_ms\": {:.4}, \"head_groups_ms\": {:.4}, \"kv_mb\": {:.2}, \"kv_gb_per_s\": {:.1}, \"walked_gb_per_s\": {:.1}}}",
         h.name,
         window.map_or("null".to_string(), |w| w.to_string()),
         seconds * 1e3,
         one_block * 1e3,
+        head_groups * 1e3,
         kv_bytes / 1e6,
         kv_bytes / seconds / 1e9,
         walked / seconds / 1e9,

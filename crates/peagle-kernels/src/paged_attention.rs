@@ -103,15 +103,20 @@ pub fn paged_attention(
     paged_attention_by(q, k_cache, v_cache, meta, params, sinks, AttentionBlocks::ByBatch)
 }
 
-/// How a GPU's attention launch gives blocks to a long row's parts of its keys
-/// (`kernels/paged_attention.cu`). Every choice gives the same bits, only sooner or later:
-/// inference takes `ByBatch`, and `OneARow` is for comparing them. The CPU ignores it.
+/// How a GPU's attention launch gives blocks to a long row's parts of its keys and to a row's
+/// query heads (`kernels/paged_attention.cu`). Every choice gives the same bits, only sooner or
+/// later: inference takes `ByBatch`, and the others are for comparing with it. The CPU ignores
+/// it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AttentionBlocks {
-    /// Where a launch has few rows, several blocks share each row's parts.
+    /// Where a launch has few rows, several blocks share each row's parts; where one head a
+    /// block would more than fill the GPU, a row's query heads of one KV head share a block.
     ByBatch,
     /// One block walks each row's parts, for one head.
     OneARow,
+    /// As `ByBatch`, but a row's query heads of one KV head share a block wherever no rows
+    /// share one, however few the blocks.
+    HeadGroups,
 }
 
 /// `paged_attention`, its blocks given as `blocks` says.

@@ -1,5 +1,5 @@
 use super::module::{function, Kernel, Module};
-use super::split_counters::with_split;
+use super::split_counters::{resident_blocks, with_split};
 use super::{
     by_dtypes_or_fp8, dtype_name, dtype_name_or_fp8, int, output, starts_aligned_16, strided_view, view,
     with_optional_view, with_view,
@@ -74,7 +74,7 @@ pub(crate) fn paged_attention(
         .transpose()?;
     let device = q.0.device.clone();
     let (q_dtype, cache_dtype) = (q.0.dtype(), k_cache.0.dtype());
-    let cover = Cover::of(meta, params, inputs.blocks == AttentionBlocks::OneARow);
+    let cover = Cover::of(meta, params, inputs.blocks, resident_blocks(&device)?);
     let name = format!(
         "paged_attention_{}{}_{}",
         if cover.head_group > 1 { "heads_" } else { "" },

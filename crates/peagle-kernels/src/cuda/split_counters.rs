@@ -1,10 +1,10 @@
 //! The counters by which the last of the blocks that share a row's parts in
-//! `kernels/paged_attention.cu` knows to fold them, one set a device, and the blocks each row's
-//! parts get in a launch (`attention_blocks`).
+//! `kernels/paged_attention.cu` knows to fold them, one set a device, and the blocks of the
+//! kernel a device holds at once (`attention_blocks`).
 
-use crate::attention_blocks::{blocks_each, Cover};
+use crate::attention_blocks::{Cover, SPLIT_MIN};
 use crate::attention_metadata::AttentionMetadata;
-use crate::kernel_constants::{ATTN_BLOCKS_PER_SM, ATTN_SPLIT_MIN};
+use crate::kernel_constants::ATTN_BLOCKS_PER_SM;
 use crate::paged_attention::AttentionParams;
 use candle_core::cuda_backend::cudarc::driver::sys::{CUdevice_attribute, CUstreamCaptureStatus};
 use candle_core::cuda_backend::cudarc::driver::CudaSlice;
@@ -14,9 +14,6 @@ use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
-/// The fewest positions a part of a row's keys holds.
-const SPLIT_MIN: usize = ATTN_SPLIT_MIN;
-
 /// The kernel's blocks an SM holds at once (its launch bounds' minimum).
 const BLOCKS_PER_SM: usize = ATTN_BLOCKS_PER_SM;
 
@@ -25,22 +22,29 @@ const BLOCKS_PER_SM: usize = ATTN_BLOCKS_PER_SM;
 /// serves at most 4 rows.
 const COUNTERS: usize = 1 << 16;
 
-/// A device's counters, all zero between launches (the kernel leaves them so), and its SMs.
-struct SplitCounters {
-    counters: CudaSlice<u32>,
-    sms: usize,
-}
-
-/// Every device's counters, made on its first launch that may share parts and kept for the
-/// process: a captured CUDA graph holds their address.
-fn all_counters() -> MutexGuard<'static, HashMap<DeviceId, SplitCounters>> {
-    static ALL: OnceLock<Mutex<HashMap<DeviceId, SplitCounters>>> = OnceLock::new();
+/// Every device's counters, all zero between launches (the kernel leaves them so), made on its
+/// first launch that shares parts and kept for the process: a captured CUDA graph holds their
+/// address.
+fn all_counters() -> MutexGuard<'static, HashMap<DeviceId, CudaSlice<u32>>> {
+    static ALL: OnceLock<Mutex<HashMap<DeviceId, CudaSlice<u32>>>> = OnceLock::new();
     let all = ALL.get_or_init(Default::default);
     all.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// Calls `f` with the blocks each row's parts get in this launch, covered as `cover` says (1 or
-/// more; 1 where one block a row is asked for) and, where more than one, the device's counters.
+/// The blocks of the kernel `device` holds at once: its SMs, each holding the launch bounds'
+/// minimum.
+pub(super) fn resident_blocks(device: &CudaDevice) -> Result<usize> {
+    let sms = device
+        .cuda_stream()
+        .context()
+        .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+        .w()?;
+    Ok(sms.max(1) as usize * BLOCKS_PER_SM)
+}
+
+/// Calls `f` with the blocks each row's parts get in this launch, covered as `cover` says (1
+/// where they get one, or where they would need counters that cannot be made now) and, where
+/// more than one, the device's counters.
 pub(super) fn with_split<R>(
     device: &CudaDevice,
     meta: &AttentionMetadata,
@@ -48,9 +52,9 @@ pub(super) fn with_split<R>(
     cover: &Cover,
     f: impl FnOnce(usize, Option<&mut CudaSlice<u32>>) -> Result<R>,
 ) -> Result<R> {
-    let (num_heads, window) = (params.num_heads, params.sliding_window);
     // A window of SPLIT_MIN positions or fewer is always one part.
-    if cover.one_a_row || window.is_some_and(|w| w <= SPLIT_MIN) || meta.num_rows() * num_heads > COUNTERS {
+    let one_part = params.sliding_window.is_some_and(|w| w <= SPLIT_MIN);
+    if cover.split == 1 || one_part || meta.num_rows() * params.num_heads > COUNTERS {
         return f(1, None);
     }
     let mut all = all_counters();
@@ -62,18 +66,8 @@ pub(super) fn with_split<R>(
             if stream.capture_status().w()? != CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
                 return f(1, None);
             }
-            let sms = stream
-                .context()
-                .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
-                .w()?;
-            entry.insert(SplitCounters {
-                counters: stream.alloc_zeros::<u32>(COUNTERS).w()?,
-                sms: sms.max(1) as usize,
-            })
+            entry.insert(stream.alloc_zeros::<u32>(COUNTERS).w()?)
         }
     };
-    match blocks_each(mine.sms * BLOCKS_PER_SM, cover.serving, num_heads / cover.head_group) {
-        1 => f(1, None),
-        blocks => f(blocks, Some(&mut mine.counters)),
-    }
+    f(cover.split, Some(mine))
 }

@@ -64,18 +64,12 @@ fn paged_attention_matches_the_cpu_kernel_and_is_batch_invariant() {
                 let got = paged_attention(&g(&b.q), &g(&b.k), &g(&b.v), &gpu_meta, &params, gpu_sinks).unwrap();
                 let diff = max_rel_diff(&host(&got), &host(&want));
                 assert!(diff < 1e-5, "{what}: f32 cache off by {diff}");
-                // One block walking each row's parts gives the bits of blocks sharing them.
-                let one_block = paged_attention_by(
-                    &g(&b.q),
-                    &g(&b.k),
-                    &g(&b.v),
-                    &gpu_meta,
-                    &params,
-                    gpu_sinks,
-                    AttentionBlocks::OneARow,
-                )
-                .unwrap();
-                assert_eq!(bits(&one_block), bits(&got), "{what}: one block a row");
+                // One block walking each row's parts, and a row's heads of a KV head sharing a
+                // block wherever rows do not, give the bits of the launch's own choice.
+                for blocks in [AttentionBlocks::OneARow, AttentionBlocks::HeadGroups] {
+                    let by = paged_attention_by(&g(&b.q), &g(&b.k), &g(&b.v), &gpu_meta, &params, gpu_sinks, blocks);
+                    assert_eq!(bits(&by.unwrap()), bits(&got), "{what}: {blocks:?}");
+                }
                 // Queries read in place as a column range of a wider tensor: the same bits.
                 let rows = b.meta.num_rows();
                 let wide = Tensor::cat(&[&tensor((rows, 8), 15, 1.0), &b.q], 1).unwrap();
@@ -111,8 +105,9 @@ fn paged_attention_matches_the_cpu_kernel_and_is_batch_invariant() {
                 let diff = max_rel_diff(&host(&got_fp8), &host(&want));
                 assert!(diff < 1e-5, "{what}: fp8 cache off by {diff}");
 
-                // Rows alone give the same bits as within the batch: the 8-row window's last,
-                // and the long context's two, whose parts of the keys more blocks share alone.
+                // Rows alone give the same bits as within the batch, with their heads grouped
+                // or not: the 8-row window's last, and the long context's two, whose parts of
+                // the keys more blocks share alone.
                 let rows_alone = |seq: usize, rows: std::ops::Range<usize>| {
                     let alone = AttentionMetadata {
                         block_size: BLOCK,
@@ -124,10 +119,17 @@ fn paged_attention_matches_the_cpu_kernel_and_is_batch_invariant() {
                     }
                     .on_device(&dev)
                     .unwrap();
-                    let q_rows = b.q.narrow(0, rows.start, rows.len()).unwrap();
-                    let single = paged_attention(&g(&q_rows), &g(&b.k), &g(&b.v), &alone, &params, gpu_sinks).unwrap();
+                    let q_rows = g(&b.q.narrow(0, rows.start, rows.len()).unwrap());
                     let within = got.narrow(0, rows.start, rows.len()).unwrap();
-                    assert_eq!(bits(&single), bits(&within), "{what}: rows {rows:?} alone");
+                    for blocks in [AttentionBlocks::ByBatch, AttentionBlocks::HeadGroups] {
+                        let single =
+                            paged_attention_by(&q_rows, &g(&b.k), &g(&b.v), &alone, &params, gpu_sinks, blocks);
+                        assert_eq!(
+                            bits(&single.unwrap()),
+                            bits(&within),
+                            "{what}: rows {rows:?} alone, {blocks:?}"
+                        );
+                    }
                     alone
                 };
                 let alone = rows_alone(2, 25..26);
