@@ -12,10 +12,13 @@
 // it, as the LM head reads a replay's states. Every access is in bounds by construction.
 //
 // It prints whether any allocation took an address inside one freed before it (reuse, the
-// case in question) and whether the output holds the chain's value, and exits 0 when it does.
-// Run alone it must pass; under `compute-sanitizer --tool memcheck`, errors with reuse mean
-// memcheck misreads graph memory reuse, and none with reuse mean it reads it right, so
-// peagle's reports would be real. scripts/gpu_check.sh runs it both ways.
+// case in question), over how many intermediates the output lies (which the next launch
+// writes while the last launch's output is still allocated, until that launch frees it), and
+// whether the output holds the chain's value, and exits 0 when it does. Run alone it must
+// pass; under `compute-sanitizer --tool memcheck`, errors with reuse mean memcheck misreads
+// graph memory reuse, and none with reuse mean it reads it right, so peagle's reports would be
+// real; the same for an output over intermediates and memcheck's reading of a launch freeing
+// the last one's output. scripts/gpu_check.sh runs it both ways.
 #include <cstdint>
 #include <cstdio>
 #include <cuda_runtime.h>
@@ -99,8 +102,19 @@ int main() {
                 break;
             }
         }
-    std::printf("graph memcheck probe: %d of %d allocations took a freed one's address (%s); %d values wrong\n",
-                reused, STEPS, reused ? "reuse" : "no reuse", wrong);
+    // The output over an intermediate: each launch then writes that intermediate where the
+    // launch before left its output, freed only by this launch (AUTO_FREE_ON_LAUNCH), as a
+    // replay of peagle's graphs writes where the last replay's states lay.
+    int covered = 0;
+    const uintptr_t out_start = reinterpret_cast<uintptr_t>(buffers[last]);
+    const uintptr_t out_end = out_start + size_of(last) * sizeof(float);
+    for (int step = 0; step < last; ++step) {
+        const uintptr_t start = reinterpret_cast<uintptr_t>(buffers[step]);
+        covered += start < out_end && out_start < start + size_of(step) * sizeof(float);
+    }
+    std::printf("graph memcheck probe: %d of %d allocations took a freed one's address (%s); the output lies over "
+                "%d intermediate(s); %d values wrong\n",
+                reused, STEPS, reused ? "reuse" : "no reuse", covered, wrong);
     CHECK(cudaFreeAsync(check, stream));
     CHECK(cudaFreeAsync(buffers[last], stream));
     CHECK(cudaStreamSynchronize(stream));
