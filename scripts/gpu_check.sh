@@ -34,7 +34,8 @@
 #   PROFILE_TIMEOUT=N     the most seconds one kernel profile may take (default 150)
 #   GRAPH_MEMCHECK=1      the tests part also runs the CUDA-graph tests under memcheck
 #   GPT_OSS_STEPS="..."   which of the gpt-oss part's steps run, in their order (default:
-#                         "profiles c1 graphs batched"; "profiles" is the three kernel profiles
+#                         "profiles c1 graphs batched policy"; "policy" is concurrency 64 with k
+#                         left to the speculation policy; "profiles" is the three kernel profiles
 #                         and the experts' kernel details, each of which may also be named alone
 #                         (gpt-oss-decode, gpt-oss-peagle, gpt-oss-prefill, gpt-oss-moe-details);
 #                         "fma" adds the c1 and batched sweeps on the CUDA-core matmul), so that
@@ -270,6 +271,10 @@ run_kernels() {
     # launch, at gpt-oss's heads and 8192 positions.
     kernel_details attention-details 'regex:^paged_attention_(heads_)?bf16_bf16$' 1 "$bin/peagle-paged-attention" \
         gpt-oss-20b 1 1 8192
+    # And a short decode row's, at 128 positions: how much of its time is the latency of the
+    # kernel's chain of dependent loads and of its warps' merge.
+    kernel_details attention-details-short 'regex:^paged_attention_(heads_)?bf16_bf16$' 1 \
+        "$bin/peagle-paged-attention" gpt-oss-20b 1 1 128
 }
 
 run_demo() {
@@ -307,7 +312,7 @@ run_demo() {
 }
 
 run_gpt_oss() {
-    wanted() { [[ " ${GPT_OSS_STEPS:-profiles c1 graphs batched} " == *" $1 "* ]]; }
+    wanted() { [[ " ${GPT_OSS_STEPS:-profiles c1 graphs batched policy} " == *" $1 "* ]]; }
     step "gpt-oss-20b-shaped random MXFP4 target and random drafters: made on the GPU" || return
     local model=${TMPDIR:-/tmp}/peagle-gpt-oss-20b
     local drafters=$model-drafters
@@ -318,14 +323,17 @@ run_gpt_oss() {
         fail "making the gpt-oss checkpoint and drafters (see gpt-oss-make.log)"
         return
     }
-    # Random drafters accept nothing: every step drafts K (--fixed-k), so the step times are the modes' own.
+    # Random drafters accept nothing: every step drafts K (--fixed-k), so the step times are the
+    # modes' own; the policy sweep leaves k to the speculation policy, as a server does by
+    # default, which must find that drafting does not pay and keep plain decoding's pace.
     gpt_oss_sweep() { # NAME PROMPTS CONCURRENCY [SERVER ARGUMENT...]
-        local name=$1 prompts=$2 concurrency=$3
+        local name=$1 prompts=$2 concurrency=$3 fixed=(--server-arg=--fixed-k)
         shift 3
+        [[ $name == *policy* ]] && fixed=()
         step "gpt-oss: plain, EAGLE-3 K=3 and P-EAGLE K=7 at concurrency $concurrency ($name)" || return
         timed "$bin/peagle-bench" sweep --serve-bin "$bin/peagle-serve" --device cuda --model "$model" \
             --draft-model "$drafters/peagle" --peagle-k 7 --eagle3-draft-model "$drafters/eagle3" --eagle3-k 3 \
-            --server-arg=--fixed-k --server-arg=--max-model-len=1024 "$@" --dataset "$model/prompts.jsonl" \
+            "${fixed[@]}" --server-arg=--max-model-len=1024 "$@" --dataset "$model/prompts.jsonl" \
             --num-prompts "$prompts" --concurrency "$concurrency" --max-tokens 128 --out "$out/$name" \
             >"$out/$name.log" 2>&1 || fail "$name (see $name.log)"
     }
@@ -352,6 +360,7 @@ run_gpt_oss() {
     if wanted c1; then gpt_oss_sweep gpt-oss-sweep-c1 8 8,1; fi
     if wanted graphs; then gpt_oss_sweep gpt-oss-sweep-c1-graphs 8 8,1 --server-arg=--cuda-graphs; fi
     if wanted batched; then gpt_oss_sweep gpt-oss-sweep 64 16,64; fi
+    if wanted policy; then gpt_oss_sweep gpt-oss-sweep-policy 64 64; fi
     # The same sweeps on the CUDA-core matmul, which the servers read from the environment.
     if wanted fma; then
         PEAGLE_CUDA_MATMUL=fma gpt_oss_sweep gpt-oss-sweep-c1-fma 8 8,1
