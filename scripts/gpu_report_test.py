@@ -53,10 +53,12 @@ def main():
             {"rows": 512, "pairs": 2048, "experts_touched": 32, "narrow_ms": 2.0, "wide_ms": 0.8, "fma_ms": 9.5,
              "wide_over_narrow": 0.4, "narrow_weight_gb_per_s": 2124.0, "wide_weight_gb_per_s": 5310.0}) + "\n"
             + '{"rows": 2048, "pairs": 8192, "exp')
-        write(out, "paged-attention.jsonl", "\n".join(json.dumps(
-            {"model": "gpt-oss-20b", "sequences": 1, "rows_each": rows, "context": 8192, "window": window,
-             "ms": 0.02, "one_block_ms": 0.05, "kv_mb": kv_mb, "kv_gb_per_s": 1678.0, "walked_gb_per_s": 13422.0})
-            for rows, window, kv_mb in ((1, None, 33.55), (2048, 128, 0.52))) + "\n")
+        # An older run's line without heads grouped, then one with them.
+        attention = {"model": "gpt-oss-20b", "sequences": 1, "rows_each": 1, "context": 8192, "window": None,
+                     "ms": 0.02, "one_block_ms": 0.05, "kv_mb": 33.55, "kv_gb_per_s": 1678.0,
+                     "walked_gb_per_s": 13422.0}
+        write(out, "paged-attention.jsonl", json.dumps(attention) + "\n" + json.dumps(
+            dict(attention, rows_each=2048, window=128, kv_mb=0.52, head_groups_ms=0.04)) + "\n")
         write(out, "llama-8b-decode-kernels.csv", "\n".join([
             "==PROF== Connected to process 7 (peagle-generate)", NCU_HEADER,
             ncu_row(0, "linear_bf16_bf16_row", "1,000"), ncu_row(1, "rms_norm_bf16_bf16", "250"),
@@ -74,6 +76,10 @@ def main():
                 sweep_row(1, "none", 0, "no speculation", plain_ms),
                 sweep_row(1, "eagle3", 3, "EAGLE-3 K=3", 2.65 * plain_ms / 2),
                 sweep_row(1, "peagle", 7, "P-EAGLE K=7", 3.94 * plain_ms / 3)]}))
+        # k left to the speculation policy at concurrency 64: P-EAGLE at 0.98x plain.
+        os.makedirs(os.path.join(out, "gpt-oss-sweep-policy"))
+        write(os.path.join(out, "gpt-oss-sweep-policy"), "sweep.json", json.dumps({"rows": [
+            sweep_row(64, "none", 0, "no speculation", 2.0), sweep_row(64, "peagle", 7, "P-EAGLE K=7", 2.0 / 0.98)]}))
         subprocess.run([sys.executable, os.path.join(HERE, "gpu_report.py"), out], check=True,
                        stdout=subprocess.DEVNULL)
         with open(os.path.join(out, "report.json")) as f:
@@ -99,8 +105,9 @@ def main():
     assert "| 512 | 32 | 2.000 | 0.800 | 9.500 | 0.40x | 2124 | 5310 |" in md, md
 
     assert [r["rows_each"] for r in report["paged_attention"]] == [1, 2048], report["paged_attention"]
-    assert "| gpt-oss-20b | 1 | 1 | 8192 | - | 0.020 | 0.050 (2.50x) | 33.5 | 1678 | 13422 |" in md, md
-    assert "| gpt-oss-20b | 1 | 2048 | 8192 | 128 | 0.020 | 0.050 (2.50x) | 0.5 | 1678 | 13422 |" in md, md
+    assert "| gpt-oss-20b | 1 | 1 | 8192 | - | 0.020 | 0.050 (2.50x) | - | 33.5 | 1678 | 13422 |" in md, md
+    assert "| gpt-oss-20b | 1 | 2048 | 8192 | 128 | 0.020 | 0.050 (2.50x) | 0.040 (2.00x) | 0.5 | 1678 | 13422 |" \
+        in md, md
 
     # gpt-oss: the bound's share and the projection (EAGLE-3 at 2.65 tokens a step of 2.65 ms: 1000
     # tokens/s; P-EAGLE 3.94 a step of 2.63 ms: 1500), on each matmul in its own section.
@@ -115,6 +122,10 @@ def main():
     assert abs(report["gpt_oss"]["peagle_over_eagle3_at_the_bound"] - 3.94 * 6.4 / (8.8 * 2.65)) < 1e-9
     assert "P-EAGLE K=7 over EAGLE-3 K=3 projected 1.08x (a window of 8 rows reads 8.80 GB, one of 4 6.40 GB" in md, md
     assert "## gpt-oss-20b-shaped random MXFP4 target on the CUDA cores (PEAGLE_CUDA_MATMUL=fma)" in md, md
+    policy = report["gpt_oss"]["targets"][3]
+    assert abs(policy["value"] - 0.98) < 1e-9 and policy["met"] is False, policy
+    assert "| 64 | 500.0 | - | 490.0 (0.98x) |" in md, md
+    assert "k left to the speculation policy, measured: 0.98x, not met" in md, md
 
     kernels = report["kernel_profiles"]["llama-8b-decode"]["kernels"]
     assert list(kernels) == ["linear_bf16_bf16_row", "rms_norm_bf16_bf16"], kernels
