@@ -481,10 +481,22 @@ def kernel_profiles(out):
     return data, md
 
 
+def graph_memory(sweep_dir, mode):
+    """The bytes a sweep's server of `mode` (a sweep row's) said its CUDA graphs hold, from its
+    first run's log; None where it said nothing."""
+    slug = "none" if mode["method"] == "none" else f"{mode['method']}-k{mode['k']}"
+    path = os.path.join(sweep_dir, "runs", f"{slug}-r1", "server.log")
+    if not os.path.exists(path):
+        return None
+    held = [line.split(" bytes=")[1].split()[0] for line in open(path, errors="replace")
+            if "captured CUDA graphs" in line and " bytes=" in line]
+    return int(held[-1]) if held else None
+
+
 def graph_gains(out):
     """Each mode without CUDA graphs and with them (`--cuda-graphs`), from sweeps run both ways:
-    the demo model at every concurrency, gpt-oss at 1. report.json's part (None when no pair
-    finished) and report.md's lines."""
+    the demo model at every concurrency, gpt-oss at 1, with the memory its graphs hold.
+    report.json's part (None when no pair finished) and report.md's lines."""
     pairs = [("demo model", "demo-sweep", "demo-sweep-graphs", None),
              ("gpt-oss-20b-shaped", "gpt-oss-sweep-c1", "gpt-oss-sweep-c1-graphs", 1)]
     data = []
@@ -497,20 +509,23 @@ def graph_gains(out):
                 continue
             data.append({"model": model, "concurrency": r["concurrency"], "mode": r["mode"]["name"],
                          "tokens_per_s": r["mean_output_throughput"], "tokens_per_s_graphs": g["mean_output_throughput"],
-                         "step_ms": step_ms(r), "step_ms_graphs": step_ms(g)})
+                         "step_ms": step_ms(r), "step_ms_graphs": step_ms(g),
+                         "graph_bytes": graph_memory(os.path.join(out, with_graphs), g["mode"])})
     if not data:
         return None, []
     md = ["", "## CUDA graphs", "",
           "Output tokens/s and engine time per step without CUDA graphs and with them (`--cuda-graphs`), "
-          "from sweeps run both ways in this run.", "",
-          "| model | concurrency | mode | tokens/s | with graphs | step ms | with graphs |",
-          "| --- | ---: | --- | ---: | ---: | ---: | ---: |"]
+          "from sweeps run both ways in this run; graphs GB: the device memory the server's graphs took at "
+          "start-up, by its log.", "",
+          "| model | concurrency | mode | tokens/s | with graphs | step ms | with graphs | graphs GB |",
+          "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |"]
     for d in data:
         ratio = d["tokens_per_s_graphs"] / d["tokens_per_s"] if d["tokens_per_s"] else None
         ms = lambda v: f"{v:.3f}" if v else "-"
+        held = f"{d['graph_bytes'] / 1e9:.2f}" if d["graph_bytes"] is not None else "-"
         md.append(f"| {d['model']} | {d['concurrency']} | {d['mode']} | {d['tokens_per_s']:.1f} | "
                   f"{d['tokens_per_s_graphs']:.1f}{f' ({ratio:.2f}x)' if ratio else ''} | "
-                  f"{ms(d['step_ms'])} | {ms(d['step_ms_graphs'])} |")
+                  f"{ms(d['step_ms'])} | {ms(d['step_ms_graphs'])} | {held} |")
     return data, md
 
 

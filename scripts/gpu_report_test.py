@@ -76,6 +76,14 @@ def main():
                 sweep_row(1, "none", 0, "no speculation", plain_ms),
                 sweep_row(1, "eagle3", 3, "EAGLE-3 K=3", 2.65 * plain_ms / 2),
                 sweep_row(1, "peagle", 7, "P-EAGLE K=7", 3.94 * plain_ms / 3)]}))
+        # gpt-oss at concurrency 1 by CUDA graphs: plain at 1.6 ms a step, its server's graphs
+        # holding 0.25 GB by its log.
+        os.makedirs(os.path.join(out, "gpt-oss-sweep-c1-graphs", "runs", "none-r1"))
+        write(os.path.join(out, "gpt-oss-sweep-c1-graphs"), "sweep.json", json.dumps({"rows": [
+            sweep_row(1, "none", 0, "no speculation", 1.6)]}))
+        write(os.path.join(out, "gpt-oss-sweep-c1-graphs", "runs", "none-r1"), "server.log",
+              "2026-11-30T14:54:24.874922Z  INFO peagle_engine::builder: captured CUDA graphs captured=7 "
+              "seconds=0.02 bytes=250000000\n")
         # k left to the speculation policy at concurrency 64: P-EAGLE at 0.98x plain.
         os.makedirs(os.path.join(out, "gpt-oss-sweep-policy"))
         write(os.path.join(out, "gpt-oss-sweep-policy"), "sweep.json", json.dumps({"rows": [
@@ -126,6 +134,8 @@ def main():
     assert abs(policy["value"] - 0.98) < 1e-9 and policy["met"] is False, policy
     assert "| 64 | 500.0 | - | 490.0 (0.98x) |" in md, md
     assert "k left to the speculation policy, measured: 0.98x, not met" in md, md
+
+    assert "| gpt-oss-20b-shaped | 1 | no speculation | 500.0 | 625.0 (1.25x) | 2.000 | 1.600 | 0.25 |" in md, md
 
     kernels = report["kernel_profiles"]["llama-8b-decode"]["kernels"]
     assert list(kernels) == ["linear_bf16_bf16_row", "rms_norm_bf16_bf16"], kernels
