@@ -18,7 +18,7 @@
 //! forward under stream capture. An engine captures, at start-up (`startup_steps`, as vLLM
 //! does), every shape of up to `max_rows` rows its steps take at the k its speculation policy
 //! may choose, so that no request waits on a capture; not every row count up to K + 1, since
-//! each graph keeps its memory.
+//! each graph keeps its outputs and takes time to capture.
 
 use crate::batch::{BatchBuilder, ForwardBatch, Rows};
 use crate::kv_cache::KvCache;
@@ -208,6 +208,20 @@ impl CudaGraphs {
     }
 }
 
+#[cfg(feature = "cuda")]
+impl crate::graph_capture::GraphOutputs for ForwardStates {
+    fn tensors(&self) -> Vec<&candle_core::Tensor> {
+        [
+            Some(&self.logit_states),
+            self.aux_hidden.as_ref(),
+            self.final_hidden.as_ref(),
+        ]
+        .into_iter()
+        .flatten()
+        .collect()
+    }
+}
+
 /// `batch`'s inputs padded to `shape`, its block tables to `table_width` (`padded_batch`).
 #[cfg(feature = "cuda")]
 fn padded_inputs(
@@ -230,8 +244,8 @@ fn padded_batch(batch: &ForwardBatch, shape: GraphShape, table_width: usize, kv:
 }
 
 /// Runs `graph` over its inputs as last written: the outputs of the first `rows`, the logits
-/// made from their states by `target`'s head after the graph. The captured states are the
-/// graph's own, which the shape's next replay overwrites: the engine projects them for its
+/// made from their states by `target`'s head after the graph. The captured states lie in the
+/// graph's outputs, which the shape's next replay overwrites: the engine projects them for its
 /// drafter before then, and keeps only the projection. No final states (`ForwardOutput::final_hidden`) are returned:
 /// only training reads them, and it runs no graph.
 #[cfg(feature = "cuda")]

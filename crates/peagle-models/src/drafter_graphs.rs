@@ -31,7 +31,7 @@ pub struct DraftShape {
     /// Sequences, padding included: a bucket.
     pub sequences: usize,
     /// Rows of every sequence: a bucket (a power of two) of the pass's longest. A drafter's
-    /// rows are cheap, and each shape keeps its graph's memory, so shapes are few.
+    /// rows are cheap, and each shape keeps its outputs, so shapes are few.
     pub rows_each: usize,
     /// Rows of every sequence that the head runs over: a bucket of the most logit rows of a
     /// sequence (P-EAGLE's k, EAGLE-3's 1), at most `rows_each`, at which it is every row.
@@ -367,6 +367,13 @@ pub struct DeviceDrafts {
     pub ids: Tensor,
     /// [kept rows, drafter hidden]: the hidden output of a pass's logit rows.
     pub hidden: Tensor,
+}
+
+#[cfg(feature = "cuda")]
+impl crate::graph_capture::GraphOutputs for DeviceDrafts {
+    fn tensors(&self) -> Vec<&Tensor> {
+        vec![&self.ids, &self.hidden]
+    }
 }
 
 /// The drafter's pass over a graph's inputs to the greedy drafts of the rows they keep: what a

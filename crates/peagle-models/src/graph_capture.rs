@@ -2,21 +2,34 @@
 //! target's graphs (`cuda_graphs.rs`) and the drafter's (`drafter_graphs.rs`) share.
 //!
 //! A capture runs the forward once as usual, which fills candle's cache of the shapes its own
-//! kernels upload (none may be uploaded during capture), then the same forward under stream
-//! capture over the same input tensors. A replay writes new values into those tensors and
-//! launches the graph; its outputs land where the capture's did.
+//! kernels upload (none may be uploaded during capture) and leaves the tensors the graph's
+//! outputs are copied into, then the same forward under stream capture over the same input
+//! tensors. A replay writes new values into those tensors and launches the graph; its outputs
+//! land where the first forward's did.
+//!
+//! A graph frees everything it allocates before it ends, its outputs included once copied out:
+//! graphs that hold no allocation between launches can share their memory (CUDA may give
+//! graphs that never run at once the same physical pages, but not pages under an allocation
+//! still held), where each graph's unfreed outputs would pin pages of its own.
 
 use candle_core::cuda_backend::cudarc::driver::{sys, CudaGraph, CudaStream};
 use candle_core::cuda_backend::WrapErr;
-use candle_core::{Device, Result};
+use candle_core::{Device, Result, Tensor};
 use std::collections::HashMap;
 use std::hash::Hash;
 use std::sync::Arc;
 
-/// One captured forward with the tensors it reads and writes. Fields drop in order: the
-/// outputs, which the graph allocated, are freed before the graph is destroyed.
+/// What a captured forward leaves: tensors a graph copies its own outputs into.
+pub(crate) trait GraphOutputs {
+    /// Every tensor, in an order that the same forward keeps.
+    fn tensors(&self) -> Vec<&Tensor>;
+}
+
+/// One captured forward with the tensors it reads and writes.
 pub(crate) struct Captured<I, O> {
     pub inputs: I,
+    /// Allocated outside the graph, by the forward before the capture; each launch overwrites
+    /// them.
     pub outputs: O,
     graph: CudaGraph,
 }
@@ -25,28 +38,21 @@ pub(crate) struct Captured<I, O> {
 // and each launch binds the graph's context to the launching thread first.
 unsafe impl<I, O> Send for Captured<I, O> {}
 
-impl<I, O> Captured<I, O> {
+impl<I, O: GraphOutputs> Captured<I, O> {
     /// Captures `forward` over `inputs`, which become the tensors it reads.
     fn new(device: &Device, inputs: I, forward: impl Fn(&I) -> Result<O>) -> Result<Self> {
         let device = device.as_cuda_device()?;
         let _cached_shapes = device.enable_cuda_graph_htod_cache();
-        forward(&inputs)?;
+        let outputs = forward(&inputs)?;
         let capture = Capture::begin(device.cuda_stream())?;
-        let outputs = forward(&inputs);
+        // The graph's own outputs are freed here, inside it, once copied.
+        let copied = forward(&inputs).and_then(|captured| copy_outputs(&captured, &outputs));
         let graph = capture.end();
         // The forward's error says why a capture failed; the capture's error follows from it.
-        let outputs = outputs?;
-        match graph {
-            Ok(Some(graph)) => Ok(Self { inputs, outputs, graph }),
-            failed => {
-                // The outputs' addresses were the graph's, which is gone: freeing them now
-                // would fail, and the failure would surface at some later call.
-                std::mem::forget(outputs);
-                match failed {
-                    Err(e) => Err(e),
-                    _ => candle_core::bail!("capturing a forward gave no CUDA graph"),
-                }
-            }
+        copied?;
+        match graph? {
+            Some(graph) => Ok(Self { inputs, outputs, graph }),
+            None => candle_core::bail!("capturing a forward gave no CUDA graph"),
         }
     }
 
@@ -57,13 +63,38 @@ impl<I, O> Captured<I, O> {
     }
 }
 
+/// Copies each tensor of `from` into its counterpart in `to`, in place.
+fn copy_outputs<O: GraphOutputs>(from: &O, to: &O) -> Result<()> {
+    let (from, to) = (from.tensors(), to.tensors());
+    if from.len() != to.len() {
+        candle_core::bail!(
+            "a captured forward left {} outputs, the forward before it {}",
+            from.len(),
+            to.len()
+        );
+    }
+    for (from, to) in from.into_iter().zip(to) {
+        if from.dims() != to.dims() {
+            candle_core::bail!(
+                "a captured forward's output is {:?}, the forward before it {:?}",
+                from.dims(),
+                to.dims()
+            );
+        }
+        if from.elem_count() > 0 {
+            to.slice_set(&from.contiguous()?, 0, 0)?;
+        }
+    }
+    Ok(())
+}
+
 /// The graphs of one forward, one per shape `S`; a shape whose capture failed runs without a
 /// graph from then on.
 pub(crate) struct Graphs<S, I, O> {
     captured: HashMap<S, Option<Captured<I, O>>>,
 }
 
-impl<S: Hash + Eq + Copy + std::fmt::Debug, I, O> Graphs<S, I, O> {
+impl<S: Hash + Eq + Copy + std::fmt::Debug, I, O: GraphOutputs> Graphs<S, I, O> {
     /// None yet, for forwards on `device`, which must be a GPU.
     pub fn new(device: &Device) -> Result<Self> {
         if !device.is_cuda() {
@@ -116,8 +147,8 @@ impl<S: Hash + Eq + Copy + std::fmt::Debug, I, O> Graphs<S, I, O> {
 
     /// Captures the shape of every step of `steps` that has one (`shape_of`) and no graph
     /// yet, over the inputs `inputs_of` makes for it, so that no request waits on a capture;
-    /// says how many were captured. Each graph is launched once, so that its outputs are
-    /// allocated before anything frees them. A shape whose capture or first launch fails is
+    /// says how many were captured. Each graph is launched once, so that a graph that cannot
+    /// run is found now. A shape whose capture or first launch fails is
     /// logged and runs without a graph. Returns once the device has run every launch, so that
     /// a step on another thread's stream follows them.
     pub fn capture_at_startup<T>(
@@ -153,11 +184,8 @@ impl<S: Hash + Eq + Copy + std::fmt::Debug, I, O> Graphs<S, I, O> {
         let Err(e) = launched else {
             return true;
         };
-        // A failed capture is kept as None already. A graph whose launch failed never
-        // allocated its outputs, and freeing them would fail a later call: it is left as it is.
-        if let Some(Some(graph)) = self.captured.insert(shape, None) {
-            std::mem::forget(graph);
-        }
+        // A failed capture is kept as None already.
+        self.captured.insert(shape, None);
         tracing::warn!(?shape, "this step shape runs without a CUDA graph: {e}");
         false
     }
@@ -178,8 +206,8 @@ impl Capture {
         Ok(Self { stream, open: true })
     }
 
-    /// Ends the capture and instantiates its graph, whose every launch frees what the graph
-    /// allocated and the last launch left: the outputs, which keep their addresses.
+    /// Ends the capture and instantiates its graph. The graph frees what it allocates; should
+    /// anything it allocated outlive it, each launch frees what the last one left.
     fn end(mut self) -> Result<Option<CudaGraph>> {
         self.open = false;
         Self::forget_stale_error(&self.stream);

@@ -76,7 +76,7 @@ pub struct ForwardOutput {
     pub logits: Tensor,
     /// [capture rows, capture layers * hidden]: the residual stream entering each capture
     /// layer, concatenated in `capture_layers` order. `None` when no row was captured. From
-    /// a forward by a CUDA graph, the graph's own: read it before the shape's next replay.
+    /// a forward by a CUDA graph, in the graph's outputs: read it before the shape's next replay.
     pub aux_hidden: Option<Tensor>,
     /// [capture rows, hidden]: the output of the last layer before the final norm, which
     /// training reads. `None` also from a forward by a CUDA graph (`CudaGraphs`).
