@@ -19,8 +19,8 @@
 // ATTN_GROUP rows of a sequence at one head, under full attention (the rows of a prefill chunk
 // or a verification window, grouped by aligned positions: joins_previous; the blocks of the
 // group's other rows return at once). In `paged_attention_heads_*`, for launches where no rows
-// would share a block (decode rows, or any under a window) and a block a head would overfill the
-// GPU (the launcher's choice), they are `head_group` query heads of one KV head at one row, so
+// would share a block (decode rows, or any under a window) and, unless told to group them, where a
+// block a head would overfill the GPU (the launcher's choice), they are `head_group` query heads of one KV head at one row, so
 // that GQA's heads read their KV head's keys once rather than once each; blockIdx.y then counts
 // groups of heads.
 //

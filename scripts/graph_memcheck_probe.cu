@@ -1,15 +1,16 @@
 // Does compute-sanitizer's memcheck misread a correct CUDA graph whose later allocations take
 // the addresses of earlier ones freed inside the same graph?
 //
-// peagle's graphs draw memcheck reports (writes "after the nearest allocation of 512 bytes",
+// peagle's graphs drew memcheck reports (writes "after the nearest allocation of 512 bytes",
 // reads "out of bounds ... inside the nearest allocation") from kernels that run clean without
 // a graph, and their outputs equal the eager ones bit for bit. This program captures the
 // pattern of a forward and nothing else: a chain of STEPS intermediates of varied sizes, each
 // allocated, written whole by a kernel that reads the one before it whole, after which the one
 // before is freed, as candle allocates and drops tensors in a captured forward; the last is
 // kept as the graph's output. The graph is instantiated to free its outputs on each launch, as
-// `cuda_graphs.rs` does, launched three times, and its output then read by a kernel outside
-// it, as the LM head reads a replay's states. Every access is in bounds by construction.
+// peagle's graphs were until they freed all they allocate, launched three times, and its output
+// then read by a kernel outside it, as the LM head read a replay's states. Every access is in
+// bounds by construction.
 //
 // It prints whether any allocation took an address inside one freed before it (reuse, the
 // case in question), over how many intermediates the output lies (which the next launch
@@ -104,7 +105,7 @@ int main() {
         }
     // The output over an intermediate: each launch then writes that intermediate where the
     // launch before left its output, freed only by this launch (AUTO_FREE_ON_LAUNCH), as a
-    // replay of peagle's graphs writes where the last replay's states lay.
+    // replay of peagle's graphs wrote where the last replay's states lay.
     int covered = 0;
     const uintptr_t out_start = reinterpret_cast<uintptr_t>(buffers[last]);
     const uintptr_t out_end = out_start + size_of(last) * sizeof(float);

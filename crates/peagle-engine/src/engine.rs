@@ -190,8 +190,8 @@ impl Engine {
             let logits = &target.forward.logits;
             // Issued behind the forward, the device's choices of its rows and the drafter's
             // projection of its captured states are done when the host first waits, for the
-            // drafts or the forward: one wait for all. A graph's captured states are its own,
-            // which its next replay overwrites: projected now, they are read first.
+            // drafts or the forward: one wait for all. A graph's captured states lie in its
+            // outputs, which its next replay overwrites: projected now, they are read first.
             let choices = issue_choices(&work, logits, &target.rows)?;
             let states = drafting.project(target.forward.aux_hidden.as_ref())?;
             read_drafts(&mut work)?;

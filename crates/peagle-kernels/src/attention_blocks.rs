@@ -56,9 +56,9 @@ impl Cover {
     /// heads evenly, so that they read its keys once rather than once each. That leaves a
     /// launch a group's fraction of the blocks, each with the group's work. `ByBatch` groups
     /// them only where one head a block would have more blocks than the GPU holds, every part
-    /// of every row a block (many rows, or rows long enough for many parts): there the blocks
-    /// would queue, and the reads saved are time saved. A few short rows keep a block a head,
-    /// every part in flight at once. `HeadGroups` groups wherever the kernel can; `OneARow`
+    /// of every row a block (many rows, or rows long enough for many parts): there the launch
+    /// waits on its reads, and the reads saved are time saved. A few short rows keep a block a
+    /// head, every part in flight at once. `HeadGroups` groups wherever the kernel can; `OneARow`
     /// never.
     ///
     /// Parts: `OneARow` gives each row one block; else a launch whose serving blocks leave

@@ -20,9 +20,14 @@ use std::hash::Hash;
 use std::sync::Arc;
 
 /// What a captured forward leaves: tensors a graph copies its own outputs into.
-pub(crate) trait GraphOutputs {
-    /// Every tensor, in an order that the same forward keeps.
+pub(crate) trait GraphOutputs: Sized {
+    /// The outputs that replays read, in an order that the same forward keeps.
     fn tensors(&self) -> Vec<&Tensor>;
+
+    /// These outputs without those replays do not read.
+    fn for_replays(self) -> Self {
+        self
+    }
 }
 
 /// One captured forward with the tensors it reads and writes.
@@ -43,7 +48,8 @@ impl<I, O: GraphOutputs> Captured<I, O> {
     fn new(device: &Device, inputs: I, forward: impl Fn(&I) -> Result<O>) -> Result<Self> {
         let device = device.as_cuda_device()?;
         let _cached_shapes = device.enable_cuda_graph_htod_cache();
-        let outputs = forward(&inputs)?;
+        let outputs = forward(&inputs)?.for_replays();
+        load_copy_kernels(&outputs)?;
         let capture = Capture::begin(device.cuda_stream())?;
         // The graph's own outputs are freed here, inside it, once copied.
         let copied = forward(&inputs).and_then(|captured| copy_outputs(&captured, &outputs));
@@ -61,6 +67,18 @@ impl<I, O: GraphOutputs> Captured<I, O> {
     pub fn launch(&self) -> Result<()> {
         self.graph.launch().w()
     }
+}
+
+/// Copies each output onto itself through a copy of it, before the capture, so that the
+/// kernel `copy_outputs` launches for its dtype is loaded when the capture launches it: a
+/// forward need not have used it.
+fn load_copy_kernels<O: GraphOutputs>(outputs: &O) -> Result<()> {
+    for t in outputs.tensors() {
+        if t.elem_count() > 0 {
+            t.slice_set(&t.copy()?, 0, 0)?;
+        }
+    }
+    Ok(())
 }
 
 /// Copies each tensor of `from` into its counterpart in `to`, in place.
