@@ -19,10 +19,10 @@
 // ATTN_GROUP rows of a sequence at one head, under full attention (the rows of a prefill chunk
 // or a verification window, grouped by aligned positions: joins_previous; the blocks of the
 // group's other rows return at once). In `paged_attention_heads_*`, for launches where no rows
-// would share a block (decode rows, or any under a window) and, unless told to group them, where a
-// block a head would overfill the GPU (the launcher's choice), they are `head_group` query heads of one KV head at one row, so
-// that GQA's heads read their KV head's keys once rather than once each; blockIdx.y then counts
-// groups of heads.
+// would share a block (decode rows, or any under a window) and, unless told to group them, where
+// a block a head would overfill the GPU (the launcher's choice), they are `head_group` query
+// heads of one KV head at one row, so that GQA's heads read their KV head's keys once rather
+// than once each; blockIdx.y then counts groups of heads.
 //
 // A row of up to ATTN_SPLIT_MIN keys is one part, and its warps' softmaxes are merged straight
 // into its output. A longer row's keys are cut into parts of ATTN_SPLIT_MIN positions or more

@@ -208,24 +208,6 @@ impl CudaGraphs {
     }
 }
 
-#[cfg(feature = "cuda")]
-impl crate::graph_capture::GraphOutputs for ForwardStates {
-    fn tensors(&self) -> Vec<&candle_core::Tensor> {
-        [Some(&self.logit_states), self.aux_hidden.as_ref()]
-            .into_iter()
-            .flatten()
-            .collect()
-    }
-
-    /// Replays return no final states (`replay`).
-    fn for_replays(self) -> Self {
-        Self {
-            final_hidden: None,
-            ..self
-        }
-    }
-}
-
 /// `batch`'s inputs padded to `shape`, its block tables to `table_width` (`padded_batch`).
 #[cfg(feature = "cuda")]
 fn padded_inputs(

@@ -369,13 +369,6 @@ pub struct DeviceDrafts {
     pub hidden: Tensor,
 }
 
-#[cfg(feature = "cuda")]
-impl crate::graph_capture::GraphOutputs for DeviceDrafts {
-    fn tensors(&self) -> Vec<&Tensor> {
-        vec![&self.ids, &self.hidden]
-    }
-}
-
 /// The drafter's pass over a graph's inputs to the greedy drafts of the rows they keep: what a
 /// graph captures.
 pub fn draft_on_device(drafter: &Drafter, inputs: &DraftInputs, kv: &KvCache) -> Result<DeviceDrafts> {

@@ -12,6 +12,8 @@
 //! graphs that never run at once the same physical pages, but not pages under an allocation
 //! still held), where each graph's unfreed outputs would pin pages of its own.
 
+use crate::drafter_graphs::DeviceDrafts;
+use crate::target_model::ForwardStates;
 use candle_core::cuda_backend::cudarc::driver::{sys, CudaGraph, CudaStream};
 use candle_core::cuda_backend::WrapErr;
 use candle_core::{Device, Result, Tensor};
@@ -27,6 +29,29 @@ pub(crate) trait GraphOutputs: Sized {
     /// These outputs without those replays do not read.
     fn for_replays(self) -> Self {
         self
+    }
+}
+
+impl GraphOutputs for ForwardStates {
+    fn tensors(&self) -> Vec<&Tensor> {
+        [Some(&self.logit_states), self.aux_hidden.as_ref()]
+            .into_iter()
+            .flatten()
+            .collect()
+    }
+
+    /// The target's replays return no final states (`cuda_graphs::replay`).
+    fn for_replays(self) -> Self {
+        Self {
+            final_hidden: None,
+            ..self
+        }
+    }
+}
+
+impl GraphOutputs for DeviceDrafts {
+    fn tensors(&self) -> Vec<&Tensor> {
+        vec![&self.ids, &self.hidden]
     }
 }
 
