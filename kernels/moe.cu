@@ -11,9 +11,10 @@
 //                    (rms_norm.cu's experts_add_rms_norm_*), the final norm too; it serves
 //                    `Mxfp4Experts::forward`, which sums them.
 //
-// Expert weights, per expert: `blocks` [out, in / 32, 16] bytes, two e2m1 values a byte (low
-// nibble first), and `scales` [out, in / 32], each scaling 32 values by 2^(e - 127); gate_up's
-// rows are the I gate rows, then the I up rows. Weights are dequantized in registers as read.
+// Expert weights, per expert as loaded: `blocks` [out, in / 32, 16] bytes, two e2m1 values a
+// byte (low nibble first), and `scales` [out, in / 32], each scaling 32 values by 2^(e - 127);
+// gate_up's rows are the I gate rows, then the I up rows. The device keeps them in its own
+// order (`block_index`, below) and dequantizes them in registers as read.
 //
 // Batch invariance: one warp computes one output column for the pairs of its tile; lane l sums
 // MXFP4 blocks l, l + 32, ... of the inner dimension in order, 32 products each (their inputs
@@ -147,6 +148,57 @@ __device__ void moe_route_group(const T* logits, int rows, int experts, int k, i
 MOE_ROUTE_GROUP(moe_route_group_f32, float)
 MOE_ROUTE_GROUP(moe_route_group_bf16, __nv_bfloat16)
 
+// ---- the experts' weights on the device ----------------------------------------------------------
+
+// Each expert's weight [rows, groups] (its blocks and its scales alike) is kept in tiles of
+// MOE_LAYOUT_ROWS rows, tile after tile; a tile's blocks in quads of MOE_LAYOUT_QUAD
+// consecutive blocks of a row, quad after quad, and a quad's rows in order. The tensor-core
+// kernels read a quad of 8 rows a warp load, 16 bytes a lane (a whole block), so that load
+// reads 512 contiguous bytes and the blocks' scales 32, where the checkpoint's order would
+// scatter both over 8 rows. A row's last quad (and an expert's last tile) may be shorter:
+// `block_index` is where block `group` of row `row` lies, counted in blocks from the expert's
+// first, and mxfp4_experts.rs lays the weights out on upload by the same arithmetic
+// (expert_layout.rs). Every expert's weight has rows * groups blocks, as loaded.
+#define MOE_LAYOUT_ROWS 16
+#define MOE_LAYOUT_QUAD 4
+
+// Where row `row`'s blocks lie in a weight [rows, groups]: `block_index` with the row's part
+// worked out once.
+struct RowBlocks {
+    size_t tile_first;
+    int tile_rows, in_tile, groups;
+
+    __device__ __forceinline__ size_t at(int group) const {
+        const int quad = group / MOE_LAYOUT_QUAD;
+        const int quad_blocks = min(MOE_LAYOUT_QUAD, groups - quad * MOE_LAYOUT_QUAD);
+        return tile_first + (size_t)quad * MOE_LAYOUT_QUAD * tile_rows + in_tile * quad_blocks +
+               group % MOE_LAYOUT_QUAD;
+    }
+};
+
+__device__ __forceinline__ RowBlocks row_blocks(int rows, int groups, int row) {
+    const int tile = row / MOE_LAYOUT_ROWS;
+    return {(size_t)tile * MOE_LAYOUT_ROWS * groups, min(MOE_LAYOUT_ROWS, rows - tile * MOE_LAYOUT_ROWS),
+            row % MOE_LAYOUT_ROWS, groups};
+}
+
+__device__ __forceinline__ size_t block_index(int rows, int groups, int row, int group) {
+    return row_blocks(rows, groups, row).at(group);
+}
+
+// One expert's weight as the kernels address it: its first block and scale, rows and groups.
+struct ExpertWeight {
+    const uint8_t* blocks;
+    const uint8_t* scales;
+    int rows, groups;
+};
+
+__device__ __forceinline__ ExpertWeight expert_weight(const uint8_t* blocks, const uint8_t* scales, int expert,
+                                                      int rows, int groups) {
+    const size_t first = (size_t)expert * rows * groups;
+    return {blocks + 16 * first, scales + first, rows, groups};
+}
+
 // ---- expert projections ------------------------------------------------------------------------
 
 // The tile this block serves, or false when the grid's bound exceeds the tiles there are.
@@ -224,18 +276,20 @@ __device__ __forceinline__ void dequantize_block(const uint8_t* block, uint8_t s
     for (int q = 0; q < 4; ++q) dequantize8(words[q], scale, w + 8 * q);
 }
 
-// acc[j] = the dot product of weight row `row` (of `groups` blocks) and input row `inputs[j]`
-// (`in_dim` = 32 groups wide), for the tile's pairs; every lane ends with the sums.
+// acc[j] = the dot product of row `row` of `weight` and input row `input_rows[j]` (the
+// weight's groups * 32 wide), for the tile's pairs; every lane ends with the sums.
 template <typename X>
-__device__ void tile_dots(const uint8_t* blocks, const uint8_t* scales, size_t row, int groups, const X* x,
-                          const int* input_rows, int count, float* acc) {
+__device__ void tile_dots(const ExpertWeight& weight, int row, const X* x, const int* input_rows, int count,
+                          float* acc) {
     const int lane = threadIdx.x % 32;
-    const size_t in_dim = (size_t)groups * 32;
+    const size_t in_dim = (size_t)weight.groups * 32;
 #pragma unroll
     for (int j = 0; j < MOE_TILE; ++j) acc[j] = 0.f;
-    for (int g = lane; g < groups; g += 32) {
+    const RowBlocks row_at = row_blocks(weight.rows, weight.groups, row);
+    for (int g = lane; g < weight.groups; g += 32) {
+        const size_t block = row_at.at(g);
         float w[32];
-        dequantize_block(blocks + (row * groups + g) * 16, scales[row * groups + g], w);
+        dequantize_block(weight.blocks + 16 * block, weight.scales[block], w);
 #pragma unroll
         for (int j = 0; j < MOE_TILE; ++j) {
             if (j >= count) break;
@@ -277,12 +331,12 @@ __device__ void moe_gate_up(float* act, const X* x, const int* pair_rows, const 
     if (!tile_of(tiles, num_tiles, &t)) return;
     const int c = blockIdx.x * MOE_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (c >= inter) return;
-    const int groups = hidden / 32;
     const int* rows = pair_rows + t.first;
     const size_t base = (size_t)t.expert * 2 * inter;
+    const ExpertWeight weight = expert_weight(blocks, scales, t.expert, 2 * inter, hidden / 32);
     float gate[MOE_TILE], up[MOE_TILE];
-    tile_dots(blocks, scales, base + c, groups, x, rows, t.count, gate);
-    tile_dots(blocks, scales, base + inter + c, groups, x, rows, t.count, up);
+    tile_dots(weight, c, x, rows, t.count, gate);
+    tile_dots(weight, inter + c, x, rows, t.count, up);
     if (lane >= t.count) return;
     float g = 0.f, u = 0.f;
 #pragma unroll
@@ -306,7 +360,7 @@ __device__ void moe_down(float* y, const float* act, const uint8_t* blocks, cons
     for (int j = 0; j < MOE_TILE; ++j) rows[j] = t.first + min(j, t.count - 1);
     const size_t row = (size_t)t.expert * hidden + c;
     float acc[MOE_TILE];
-    tile_dots(blocks, scales, row, inter / 32, act, rows, t.count, acc);
+    tile_dots(expert_weight(blocks, scales, t.expert, hidden, inter / 32), c, act, rows, t.count, acc);
     if (lane >= t.count) return;
     float v = 0.f;
 #pragma unroll
@@ -335,21 +389,29 @@ extern "C" __global__ void __launch_bounds__(MOE_WARPS * 32)
 
 // ---- expert projections on the tensor cores (PEAGLE_CUDA_MATMUL=mma) ---------------------------
 
-// The same projections by mma.sync, in kernels/linear_mma.cu's layout and order: a tile's pairs
+// The same projections by mma.sync, in kernels/linear_mma.cu's fragment layout: a tile's pairs
 // are the columns of x, eight to an mma; 16 weight rows a tile of the mma, dequantized to bf16
-// as they are read (exactly: an e2m1 value times a power of two has two significant bits); the
-// inner dimension in steps of one MXFP4 block (32), dealt to the block's warps in turn, each
-// warp's steps in order, then the warps' sums in warp order. A pair's result depends on the
-// inner dimension alone. The operands of x are bf16: the down projection's f32 activations are
-// rounded to bf16 as they are read.
+// as they are read (exactly: an e2m1 value times a power of two has two significant bits). The
+// inner dimension goes in quads of MOE_LAYOUT_QUAD MXFP4 blocks (128 elements), quad q to warp
+// q % MOE_MMA_WARPS, each warp's quads in order, then the warps' sums in warp order. Lane
+// (g, t) reads the whole of block 4q + t of its weight rows g and g + 8 (one 16-byte load each,
+// the device layout's quads making a warp's load 512 contiguous bytes) and elements 32t ..
+// 32t + 32 of the quad from its column of x; mma j of the quad's four (two m16n8k16 each,
+// mma.cuh's `mma_step`) takes word j of each lane's block, elements 8j .. 8j + 8 of it, on
+// both sides: a permutation of the inner dimension, the same for both operands. A pair's
+// result depends on the inner dimension alone. The operands of x are bf16: the down
+// projection's f32 activations are rounded to bf16 as they are read.
 //
 // Two forms, as linear_mma.cu has: `_mma` takes tiles of MOE_TILE pairs, `_mma_wide` tiles of
-// MOE_WIDE_TILE, each weight step dequantized once for four mma of eight pairs. Dequantization
-// bounds an expert projection, so where a batch gives an expert many pairs the wide form does a
-// quarter of it. They differ only in how many pairs a block covers: a pair's column is the same
-// chain of mma either way, so a launcher may pick either without changing a bit.
+// MOE_WIDE_TILE, each weight quad dequantized once for four mma of eight pairs. Dequantization
+// bounds an expert projection of many pairs, so where a batch gives an expert many the wide form
+// does a quarter of it. They differ only in how many pairs a block covers: a pair's column is
+// the same chain of mma either way, so a launcher may pick either without changing a bit.
 
 #define MOE_MMA_WARPS 8
+#if MOE_LAYOUT_QUAD != 4 || MOE_LAYOUT_ROWS != 16
+#error "a quad is the blocks of an mma fragment's four lanes t, a layout tile its 16 rows"
+#endif
 
 // Eight elements of x from `p` as bf16 pairs in the operand order (f32 rounded to nearest).
 __device__ __forceinline__ uint4 operand8(const __nv_bfloat16* p) { return *reinterpret_cast<const uint4*>(p); }
@@ -365,77 +427,60 @@ __device__ __forceinline__ uint4 operand8(const float* p) {
     return make_uint4(q[0], q[1], q[2], q[3]);
 }
 
-// One weight row as a lane reads it, addressed once: words t of its MXFP4 blocks (a block is
-// four words, eight codes each) and the blocks' scales; null past the expert's rows.
-struct WeightRow {
-    const uint32_t* words;
-    const uint8_t* scales;
-};
-
-__device__ __forceinline__ WeightRow weight_row(const uint8_t* blocks, const uint8_t* scales, size_t row, bool real,
-                                                int groups, int t) {
-    if (!real) return {nullptr, nullptr};
-    return {reinterpret_cast<const uint32_t*>(blocks + row * groups * 16) + t, scales + row * groups};
-}
-
-// A weight row's part of a step as read: its word of block `group` and the block's scale;
-// zeros past the expert's rows or the inner dimension.
-struct RowPart {
-    uint32_t word;
+// A lane's part of a quad of one weight row (row -1: past the expert's rows): block 4 quad + t
+// and its scale; zeros past the row's blocks or the expert's rows.
+struct QuadPart {
+    uint4 codes;
     uint8_t scale;
 };
 
-__device__ __forceinline__ RowPart row_part(const WeightRow& row, int group, bool in_k) {
-    if (!in_k || !row.words) return {0u, (uint8_t)0};
-    return {row.words[4 * group], row.scales[group]};
+__device__ __forceinline__ QuadPart quad_part(const ExpertWeight& weight, int row, int quad) {
+    const int group = MOE_LAYOUT_QUAD * quad + threadIdx.x % 4;
+    if (row < 0 || group >= weight.groups) return {make_uint4(0, 0, 0, 0), (uint8_t)0};
+    const size_t block = block_index(weight.rows, weight.groups, row, group);
+    return {*reinterpret_cast<const uint4*>(weight.blocks + 16 * block), weight.scales[block]};
 }
 
-// d[h][e] += the tile of weight rows `rows[h]` .. + 16 (each a row of `groups` MXFP4 blocks;
-// rows at or past `real_rows` read as zeros) times eight e of the tile's pairs (`x_rows[e]`:
-// the row of x of this lane's pair among them, null past the tile's pairs), for H tiles of rows
-// and the first `live` of E eights of pairs; every lane ends with its accumulator fragments,
-// this warp's steps summed. DEPTH steps of loads are in flight a warp; it changes when a load
-// is issued, never the order of the mma.
-template <int H, int E, int DEPTH, typename X>
-__device__ void mma_tile_dots(const uint8_t* blocks, const uint8_t* scales, const size_t* rows, int real_rows,
-                              int first_row, int groups, const X* const* x_rows, int live, float (*d)[E][4]) {
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    WeightRow lo_rows[H], hi_rows[H];
+// Word j of a block's codes.
+__device__ __forceinline__ uint32_t codes_word(const uint4& codes, int j) {
+    return j == 0 ? codes.x : j == 1 ? codes.y : j == 2 ? codes.z : codes.w;
+}
+
+// d[h][e] += the tile of `weight`'s rows lo_rows[h] and hi_rows[h] (this lane's rows g and
+// g + 8 of tile h; -1 past the expert's rows, which read as zeros) times eight e of the tile's
+// pairs (`x_rows[e]`: the row of x of this lane's pair among them, null past the tile's pairs),
+// for H tiles of rows and the first `live` of E eights of pairs; every lane ends with its
+// accumulator fragments, this warp's quads summed. A warp loads a quad's weights at once and
+// its x for one mma at a time: x is read by every block of the launch, so it is mostly in
+// cache, and the weights are what must be in flight.
+template <int H, int E, typename X>
+__device__ void mma_tile_dots(const ExpertWeight& weight, const int (&lo_rows)[H], const int (&hi_rows)[H],
+                              const X* const* x_rows, int live, float (*d)[E][4]) {
+    const int warp = threadIdx.x / 32, t = threadIdx.x % 4;
+    const int quads = (weight.groups + MOE_LAYOUT_QUAD - 1) / MOE_LAYOUT_QUAD;
+    for (int quad = warp; quad < quads; quad += MOE_MMA_WARPS) {
+        QuadPart lo[H], hi[H];
 #pragma unroll
-    for (int h = 0; h < H; ++h) {
-        lo_rows[h] = weight_row(blocks, scales, rows[h] + g, first_row + g < real_rows, groups, t);
-        hi_rows[h] = weight_row(blocks, scales, rows[h] + g + 8, first_row + g + 8 < real_rows, groups, t);
-    }
-    const X* x_lane[E];
+        for (int h = 0; h < H; ++h) {
+            lo[h] = quad_part(weight, lo_rows[h], quad);
+            hi[h] = quad_part(weight, hi_rows[h], quad);
+        }
+        const bool has_block = MOE_LAYOUT_QUAD * quad + t < weight.groups;
+        const size_t k = (size_t)quad * MOE_LAYOUT_QUAD * 32 + 32 * t;
 #pragma unroll
-    for (int e = 0; e < E; ++e) x_lane[e] = x_rows[e] ? x_rows[e] + 8 * t : nullptr;
-    for (int first = warp; first < groups; first += DEPTH * MOE_MMA_WARPS) {
-        RowPart lo[DEPTH][H], hi[DEPTH][H];
-        uint4 b[DEPTH][E];
-#pragma unroll
-        for (int s = 0; s < DEPTH; ++s) {
-            const int group = first + s * MOE_MMA_WARPS;
-            const bool in_k = group < groups;
-#pragma unroll
-            for (int h = 0; h < H; ++h) {
-                lo[s][h] = row_part(lo_rows[h], group, in_k);
-                hi[s][h] = row_part(hi_rows[h], group, in_k);
-            }
+        for (int j = 0; j < 4; ++j) {
+            uint4 b[E];
 #pragma unroll
             for (int e = 0; e < E; ++e)
-                b[s][e] = in_k && x_lane[e] ? operand8(x_lane[e] + (size_t)group * 32) : make_uint4(0, 0, 0, 0);
-        }
-#pragma unroll
-        for (int s = 0; s < DEPTH; ++s) {
-            if (first + s * MOE_MMA_WARPS >= groups) break;
+                b[e] = e < live && has_block && x_rows[e] ? operand8(x_rows[e] + k + 8 * j) : make_uint4(0, 0, 0, 0);
 #pragma unroll
             for (int h = 0; h < H; ++h) {
-                const uint4 a0 = dequantize8_bf16(lo[s][h].word, lo[s][h].scale);
-                const uint4 a1 = dequantize8_bf16(hi[s][h].word, hi[s][h].scale);
+                const uint4 a0 = dequantize8_bf16(codes_word(lo[h].codes, j), lo[h].scale);
+                const uint4 a1 = dequantize8_bf16(codes_word(hi[h].codes, j), hi[h].scale);
 #pragma unroll
                 for (int e = 0; e < E; ++e) {
                     if (e >= live) break;
-                    mma_step(d[h][e], a0, a1, b[s][e]);
+                    mma_step(d[h][e], a0, a1, b[e]);
                 }
             }
         }
@@ -466,7 +511,7 @@ __device__ void sum_warps(float (*d)[E][4], float (*partial)[H][8 * E][17], floa
 
 // As moe_gate_up, for 16 columns and a tile of up to 8E pairs a block: gate rows c0 .. c0 + 16
 // and up rows I + c0 .. .
-template <int E, int DEPTH>
+template <int E>
 __device__ void gate_up_mma_tile(float* act, const __nv_bfloat16* x, const int* pair_rows, const uint8_t* blocks,
                                 const uint8_t* scales, const float* bias, const int* tiles, const int* num_tiles,
                                 int hidden, int inter, float alpha, float limit) {
@@ -476,7 +521,9 @@ __device__ void gate_up_mma_tile(float* act, const __nv_bfloat16* x, const int* 
     if (!tile_of(tiles, num_tiles, &t)) return;
     const int c0 = blockIdx.x * 16, g = threadIdx.x % 32 / 4;
     const size_t base = (size_t)t.expert * 2 * inter;
-    const size_t rows[2] = {base + c0, base + inter + c0};
+    const bool lo_real = c0 + g < inter, hi_real = c0 + g + 8 < inter;
+    const int lo_rows[2] = {lo_real ? c0 + g : -1, lo_real ? inter + c0 + g : -1};
+    const int hi_rows[2] = {hi_real ? c0 + g + 8 : -1, hi_real ? inter + c0 + g + 8 : -1};
     const __nv_bfloat16* x_rows[E];
     float d[2][E][4];
 #pragma unroll
@@ -486,7 +533,8 @@ __device__ void gate_up_mma_tile(float* act, const __nv_bfloat16* x, const int* 
 #pragma unroll
         for (int i = 0; i < 4; ++i) d[0][e][i] = d[1][e][i] = 0.f;
     }
-    mma_tile_dots<2, E, DEPTH>(blocks, scales, rows, inter, c0, hidden / 32, x_rows, (t.count + 7) / 8, d);
+    mma_tile_dots<2, E>(expert_weight(blocks, scales, t.expert, 2 * inter, hidden / 32), lo_rows, hi_rows,
+                               x_rows, (t.count + 7) / 8, d);
     sum_warps<2, E>(d, partial, sums);
     for (int i = threadIdx.x; i < 8 * E * 16; i += blockDim.x) {
         const int pair = i / 16, c = c0 + i % 16;
@@ -497,7 +545,7 @@ __device__ void gate_up_mma_tile(float* act, const __nv_bfloat16* x, const int* 
 }
 
 // As moe_down, for 16 columns and a tile of up to 8E pairs a block.
-template <int E, int DEPTH>
+template <int E>
 __device__ void down_mma_tile(float* y, const float* act, const uint8_t* blocks, const uint8_t* scales,
                              const float* bias, const int* tiles, const int* num_tiles, int hidden, int inter) {
     __shared__ float partial[MOE_MMA_WARPS][1][8 * E][17];
@@ -505,7 +553,7 @@ __device__ void down_mma_tile(float* y, const float* act, const uint8_t* blocks,
     Tile t;
     if (!tile_of(tiles, num_tiles, &t)) return;
     const int c0 = blockIdx.x * 16, g = threadIdx.x % 32 / 4;
-    const size_t rows[1] = {(size_t)t.expert * hidden + c0};
+    const int lo_rows[1] = {c0 + g < hidden ? c0 + g : -1}, hi_rows[1] = {c0 + g + 8 < hidden ? c0 + g + 8 : -1};
     const float* x_rows[E];
     float d[1][E][4];
 #pragma unroll
@@ -515,7 +563,8 @@ __device__ void down_mma_tile(float* y, const float* act, const uint8_t* blocks,
 #pragma unroll
         for (int i = 0; i < 4; ++i) d[0][e][i] = 0.f;
     }
-    mma_tile_dots<1, E, DEPTH>(blocks, scales, rows, hidden, c0, inter / 32, x_rows, (t.count + 7) / 8, d);
+    mma_tile_dots<1, E>(expert_weight(blocks, scales, t.expert, hidden, inter / 32), lo_rows, hi_rows, x_rows,
+                               (t.count + 7) / 8, d);
     sum_warps<1, E>(d, partial, sums);
     for (int i = threadIdx.x; i < 8 * E * 16; i += blockDim.x) {
         const int pair = i / 16, c = c0 + i % 16;
@@ -524,35 +573,25 @@ __device__ void down_mma_tile(float* y, const float* act, const uint8_t* blocks,
     }
 }
 
-// Narrow tiles keep four steps of loads in flight a warp; wide ones, with four times the
-// operands of x a step, two. The narrow gate_up is held to three blocks an SM where that fits
-// in 80 registers without spills (sm_80, sm_90; not sm_100), not the two its 100 registers
-// allow: a decode step's few pairs leave its warps waiting on loads, and more warps hide more
-// of that wait.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000
-#define MOE_NARROW_GATE_UP_BLOCKS 2
-#else
-#define MOE_NARROW_GATE_UP_BLOCKS 3
-#endif
-#define MOE_MMA_GATE_UP(SUFFIX, E, DEPTH, BOUNDS)                                              \
-    extern "C" __global__ void __launch_bounds__ BOUNDS                                        \
+#define MOE_MMA_GATE_UP(SUFFIX, E)                                                             \
+    extern "C" __global__ void __launch_bounds__(MOE_MMA_WARPS * 32)                           \
         moe_gate_up_mma##SUFFIX(float* act, const __nv_bfloat16* x, const int* pair_rows, const uint8_t* blocks, \
                                 const uint8_t* scales, const float* bias, const int* tiles,   \
                                 const int* num_tiles, int hidden, int inter, float alpha, float limit) { \
-        gate_up_mma_tile<E, DEPTH>(act, x, pair_rows, blocks, scales, bias, tiles, num_tiles, hidden, inter, \
-                                   alpha, limit);                                              \
+        gate_up_mma_tile<E>(act, x, pair_rows, blocks, scales, bias, tiles, num_tiles, hidden, inter, alpha, \
+                            limit);                                                            \
     }
-#define MOE_MMA_DOWN(SUFFIX, E, DEPTH)                                                         \
+#define MOE_MMA_DOWN(SUFFIX, E)                                                                \
     extern "C" __global__ void __launch_bounds__(MOE_MMA_WARPS * 32)                           \
         moe_down_mma##SUFFIX(float* y, const float* act, const uint8_t* blocks, const uint8_t* scales, \
                              const float* bias, const int* tiles, const int* num_tiles, int hidden, int inter) { \
-        down_mma_tile<E, DEPTH>(y, act, blocks, scales, bias, tiles, num_tiles, hidden, inter); \
+        down_mma_tile<E>(y, act, blocks, scales, bias, tiles, num_tiles, hidden, inter);         \
     }
 
-MOE_MMA_GATE_UP(, MOE_TILE / 8, 4, (MOE_MMA_WARPS * 32, MOE_NARROW_GATE_UP_BLOCKS))
-MOE_MMA_DOWN(, MOE_TILE / 8, 4)
-MOE_MMA_GATE_UP(_wide, MOE_WIDE_TILE / 8, 2, (MOE_MMA_WARPS * 32))
-MOE_MMA_DOWN(_wide, MOE_WIDE_TILE / 8, 2)
+MOE_MMA_GATE_UP(, MOE_TILE / 8)
+MOE_MMA_DOWN(, MOE_TILE / 8)
+MOE_MMA_GATE_UP(_wide, MOE_WIDE_TILE / 8)
+MOE_MMA_DOWN(_wide, MOE_WIDE_TILE / 8)
 
 // ---- combine -----------------------------------------------------------------------------------
 

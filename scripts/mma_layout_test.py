@@ -9,7 +9,9 @@ Change this file with the kernels' indexing, or it proves nothing about them."""
 import random
 
 WARPS = 8  # a block's warps, MMA_WARPS and MOE_MMA_WARPS
-STEP = 32  # the inner dimension a warp's step covers: two mma of 16
+STEP = 32  # the inner dimension of one mma_step: two mma of 16
+QUAD = 4  # MXFP4 blocks in moe.cu's quads (MOE_LAYOUT_QUAD), 128 elements
+LAYOUT_ROWS = 16  # rows in a tile of moe.cu's device layout (MOE_LAYOUT_ROWS)
 
 
 def mma(d, a_regs, b_regs):
@@ -36,19 +38,32 @@ def pairs(eight):
     return [eight[0:2], eight[2:4], eight[4:6], eight[6:8]]
 
 
-def tile_product(w_rows, x_rows, inner):
+def linear_steps(warp, inner):
+    """linear_mma.cu's mma_steps of a warp, in order: for each, the element a lane's 8 start at
+    (8t into steps of 32 dealt to the warps in turn)."""
+    return [lambda lane, step=step: step + 8 * (lane % 4) for step in range(warp * STEP, inner, WARPS * STEP)]
+
+
+def moe_steps(warp, inner):
+    """moe.cu's mma_steps of a warp: its quads of 128 (dealt to the warps in turn), each four
+    mma_steps j, lane t's elements 8j .. 8j + 8 of block t of the quad."""
+    quads = range(warp, (inner + QUAD * STEP - 1) // (QUAD * STEP), WARPS)
+    return [lambda lane, q=q, j=j: QUAD * STEP * q + STEP * (lane % 4) + 8 * j for q in quads for j in range(4)]
+
+
+def tile_product(w_rows, x_rows, inner, steps):
     """Every warp's accumulators for one tile of 16 weight rows by 8 rows of x, summed in warp
     order, as the kernels compute them: [x row][weight row]. w_rows(lane, k) and x_rows(lane, k)
-    are the 8 elements a lane reads from element k (its weight rows g and g + 8; its x row g)."""
+    are the 8 elements a lane reads from element k (its weight rows g and g + 8; its x row g),
+    zeros from the inner dimension's end; steps(warp, inner) the warp's mma_steps."""
     sums = [[0] * 16 for _ in range(8)]
     for warp in range(WARPS):
         d = [[0] * 4 for _ in range(32)]
-        for step in range(warp * STEP, inner, WARPS * STEP):
+        for step in steps(warp, inner):
             lanes = []
             for lane in range(32):
-                t = lane % 4
-                lo, hi = w_rows(lane, step + 8 * t)
-                lanes.append((pairs(lo), pairs(hi), pairs(x_rows(lane, step + 8 * t))))
+                lo, hi = w_rows(lane, step(lane))
+                lanes.append((pairs(lo), pairs(hi), pairs(x_rows(lane, step(lane)))))
             # Elements 8t .. 8t + 4 feed the first mma, 8t + 4 .. 8t + 8 the second.
             mma(d, [(lo[0], hi[0], lo[1], hi[1]) for lo, hi, _ in lanes], [(x[0], x[1]) for _, _, x in lanes])
             mma(d, [(lo[2], hi[2], lo[3], hi[3]) for lo, hi, _ in lanes], [(x[2], x[3]) for _, _, x in lanes])
@@ -75,7 +90,7 @@ def check_linear(m, n, k):
                 r = m0 + lane // 4
                 return x[r][at:at + 8] if r < m else zeros
 
-            sums = tile_product(w_rows, x_rows, k)
+            sums = tile_product(w_rows, x_rows, k, linear_steps)
             for row in range(8):
                 for col in range(16):
                     if m0 + row < m and n0 + col < n:
@@ -86,32 +101,52 @@ def check_linear(m, n, k):
 E2M1 = [0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6]
 
 
+def block_index(rows, groups, row, group):
+    """moe.cu's block_index (and expert_layout.rs's): where block `group` of row `row` of an
+    expert's weight [rows, groups] lies in the device's layout, in blocks."""
+    tile, in_tile = divmod(row, LAYOUT_ROWS)
+    tile_rows = min(LAYOUT_ROWS, rows - tile * LAYOUT_ROWS)
+    quad, in_quad = divmod(group, QUAD)
+    quad_blocks = min(QUAD, groups - quad * QUAD)
+    return tile * LAYOUT_ROWS * groups + quad * QUAD * tile_rows + in_tile * quad_blocks + in_quad
+
+
 def check_moe(count, rows, inner, c0):
     """moe.cu's mma kernels: a tile's `count` pairs against weight rows c0 .. c0 + 16 of `rows`,
-    MXFP4 blocks of 32 (low nibble first) read 4 bytes a lane, bytes 4t .. 4t + 4 of a block
-    being its elements 8t .. 8t + 8; the tile's pairs eight at a time (the wide kernels' tiles
-    of up to 32 are eights side by side)."""
+    MXFP4 blocks of 32 (low nibble first) in the device's layout, a lane reading a whole block
+    and each mma_step one of its 4-byte words, bytes 4j .. 4j + 4 being the block's elements
+    8j .. 8j + 8; the tile's pairs eight at a time (the wide kernels' tiles of up to 32 are
+    eights side by side)."""
+    groups = inner // 32
     codes = [[random.randrange(16) for _ in range(inner)] for _ in range(rows)]
-    scale = [[random.choice([126, 127, 128]) for _ in range(inner // 32)] for _ in range(rows)]
-    packed = [bytes(c[i] | c[i + 1] << 4 for i in range(0, inner, 2)) for c in codes]
+    scale = [[random.choice([126, 127, 128]) for _ in range(groups)] for _ in range(rows)]
+    device = bytearray(rows * groups * 16)
+    device_scales = bytearray(rows * groups)
+    for r in range(rows):
+        for b in range(groups):
+            at = block_index(rows, groups, r, b)
+            device[16 * at:16 * at + 16] = bytes(codes[r][i] | codes[r][i + 1] << 4 for i in range(32 * b, 32 * b + 32, 2))
+            device_scales[at] = scale[r][b]
+    assert sorted(block_index(rows, groups, r, b) for r in range(rows) for b in range(groups)) == list(range(rows * groups))
     dense = [[E2M1[c] * 2.0 ** (scale[r][j // 32] - 127) for j, c in enumerate(codes[r])] for r in range(rows)]
     x = [[random.randint(-3, 3) for _ in range(inner)] for _ in range(count)]
 
     def dequantize8(r, at):
-        block, t = at // 32, at % 32 // 8
-        word = int.from_bytes(packed[r][block * 16 + 4 * t:block * 16 + 4 * t + 4], "little")
-        return [E2M1[word >> 4 * i & 15] * 2.0 ** (scale[r][block] - 127) for i in range(8)]
+        block, j = at // 32, at % 32 // 8
+        where = block_index(rows, groups, r, block)
+        word = int.from_bytes(device[16 * where + 4 * j:16 * where + 4 * j + 4], "little")
+        return [E2M1[word >> 4 * i & 15] * 2.0 ** (device_scales[where] - 127) for i in range(8)]
 
     def w_rows(lane, at):
         g = lane // 4
-        return [dequantize8(r, at) if r < rows else [0] * 8 for r in (c0 + g, c0 + g + 8)]
+        return [dequantize8(r, at) if r < rows and at < inner else [0] * 8 for r in (c0 + g, c0 + g + 8)]
 
     for eight in range(0, count, 8):
         def x_rows(lane, at):
             pair = eight + lane // 4
-            return x[pair][at:at + 8] if pair < count else [0] * 8
+            return x[pair][at:at + 8] if pair < count and at < inner else [0] * 8
 
-        sums = tile_product(w_rows, x_rows, inner)
+        sums = tile_product(w_rows, x_rows, inner, moe_steps)
         for pair in range(eight, min(count, eight + 8)):
             for col in range(16):
                 if c0 + col < rows:
@@ -123,7 +158,8 @@ def main():
     random.seed(7)
     for m, n, k in [(1, 20, 64), (3, 17, 96), (9, 33, 320), (8, 16, 32)]:
         check_linear(m, n, k)
-    for count, rows, inner, c0 in [(3, 96, 64, 80), (8, 48, 320, 32), (1, 40, 96, 32), (27, 48, 64, 16)]:
+    for count, rows, inner, c0 in [(3, 96, 64, 80), (8, 48, 320, 32), (1, 40, 96, 32), (27, 48, 64, 16),
+                                   (2, 37, 1440, 16), (5, 20, 2880, 0), (4, 37, 160, 32)]:
         check_moe(count, rows, inner, c0)
     print("mma_layout_test.py: ok")
 

@@ -184,11 +184,16 @@ fn mxfp4_experts_match_the_reference_and_are_batch_invariant() {
         // bf16 rows by the CUDA cores and by the tensor cores, which also round the down
         // projection's inputs to bf16, an error of the size of the projection's terms, not of
         // its output where those cancel: so against a reference that rounds them too, where an
-        // activation a few ulps from its f64 value may still round the other way (one bf16 ulp
-        // of one term). Each batch invariant.
+        // activation a few ulps from its f64 value may still round the other way. Each such
+        // activation moves an output by one bf16 ulp of one term: at gpt-oss's clamp an
+        // activation reaches 56, whose ulp is 0.25, times a weight of up to 1.5 here. Which
+        // activations sit that near a tie is a draw that the order of the sums sets (0.015 and
+        // 0.025 in two orders on the emulator), so the tolerance leaves room for a few; one
+        // block of 32 terms lost or misscaled moves outputs by tenths, and the f32 rows above,
+        // read in the same layout, are held to 1e-3. Each batch invariant.
         let b = |t: &Tensor| t.to_dtype(DType::BF16).unwrap().to_device(&dev).unwrap();
         let (xb, logits_b) = (b(&x), b(&logits));
-        for (kernel, bf16_activations, tolerance) in [(CudaMatmul::Fma, false, 1e-2), (CudaMatmul::Mma, true, 2e-2)] {
+        for (kernel, bf16_activations, tolerance) in [(CudaMatmul::Fma, false, 1e-2), (CudaMatmul::Mma, true, 4e-2)] {
             let want = moe_reference(
                 &host(&xb),
                 &host(&logits_b),
