@@ -152,6 +152,11 @@ inline unsigned __brev(unsigned x) {
     return r;
 }
 inline unsigned __umulhi(unsigned a, unsigned b) { return static_cast<unsigned>((static_cast<unsigned long long>(a) * b) >> 32); }
+// The high word of hi:lo shifted left by shift % 32 (a rotation where lo == hi).
+inline unsigned __funnelshift_l(unsigned lo, unsigned hi, unsigned shift) {
+    const unsigned long long both = static_cast<unsigned long long>(hi) << 32 | lo;
+    return static_cast<unsigned>(both << (shift & 31) >> 32);
+}
 // Byte i of the result is byte (s >> 4i) & 7 of the eight bytes y:x.
 inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
     const unsigned long long bytes = static_cast<unsigned long long>(y) << 32 | x;

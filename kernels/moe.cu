@@ -218,48 +218,44 @@ __device__ __forceinline__ bool tile_of(const int* tiles, const int* num_tiles, 
 __device__ __forceinline__ __nv_bfloat162 bf16_pair(uint32_t bits) { return *reinterpret_cast<__nv_bfloat162*>(&bits); }
 __device__ __forceinline__ uint32_t bf16_pair_bits(__nv_bfloat162 pair) { return *reinterpret_cast<uint32_t*>(&pair); }
 
-// Codes 0..7's magnitudes {0, 0.5, 1, 1.5, 2, 3, 4, 6} as bf16, byte by byte, for
-// __byte_perm's lookup of four codes at a time: their low bytes (byte i of the pair of words
-// is code i's), then their high bytes.
-#define E2M1_LOW_BYTES_0 0xC0800000u
-#define E2M1_LOW_BYTES_1 0xC0804000u
-#define E2M1_HIGH_BYTES_0 0x3F3F3F00u
-#define E2M1_HIGH_BYTES_1 0x40404040u
-
-// The eight weights whose codes `word` holds (low nibble first) of an MXFP4 block with scale
-// `scale`, as bf16 pairs in order (pair i: weights 2i and 2i + 1, the first in the low half):
-// each e2m1 value times 2^(scale - 127), where scale 0 is the subnormal 2^-127 and 255
-// infinity, as the CPU's table has them. A code's magnitude is looked up by byte permutes, its
-// sign moved in, and each pair multiplied by the scale in bf16, which is exact: an e2m1 value
-// times a power of two has two significant bits, and bf16 has f32's range, subnormals
-// included (a product past it overflows to infinity, as the CPU's f32 does). Every instruction
-// here counts: where a projection has few rows, dequantization, not memory, bounds it.
+// The eight weights of a word of an MXFP4 block with scale `scale`, as bf16 pairs in order
+// (pair i: weights 2i and 2i + 1, the first in the low half): each e2m1 value times
+// 2^(scale - 127), where scale 0 is the subnormal 2^-127 and 255 infinity, as the CPU's table
+// has them.
+//
+// The word is as the device keeps it (expert_layout.rs), its codes' bits moved so that each
+// pair's come out where a bf16 pair wants them by a rotation and a mask: a code's sign at bit
+// 15 of its half and its three magnitude bits (e1 e0 m) at bits 8..6, which makes a bf16 of
+// exactly its value times 2^-126 (e = 0: the subnormal m 2^-127; else 2^(e - 127) (1 + m / 2)).
+// Pair 0 lies in place, pair 1 four bits further, pair 2 ten; pair 3 fills the rest, its
+// magnitudes' top bits two above the others'. Then each pair is multiplied by 2^(scale - 1), a
+// bf16 where scale <= 128 (SMALL_SCALE: the caller's promise); else by 2^126 and then by
+// 2^(scale - 127). Each product is exact: an e2m1 value times a power of two has two
+// significant bits, and bf16 has f32's range, subnormals included (a product past it
+// overflows to infinity, as the CPU's f32 does). Every instruction here counts: where a
+// projection has few rows, dequantization, not memory, bounds it.
+#define E2M1_PAIR_BITS 0x81C081C0u
+template <bool SMALL_SCALE>
 __device__ __forceinline__ uint4 dequantize8_bf16(uint32_t word, uint8_t scale) {
-    const uint32_t magnitudes = word & 0x77777777u;
-    // The sign of code 2i + 1 is the top bit of byte i of `word`; that of code 2i, of `word << 4`.
-    const uint32_t even_signs = word << 4;
-    const uint32_t scale_bits = max((uint32_t)scale << 7, 0x40u);
-    const __nv_bfloat162 scale2 = bf16_pair(scale_bits | scale_bits << 16);
-    uint32_t p[4];
+    const uint32_t p[4] = {
+        word & E2M1_PAIR_BITS,
+        __funnelshift_l(word, word, 4) & E2M1_PAIR_BITS,
+        __funnelshift_l(word, word, 10) & E2M1_PAIR_BITS,
+        (__funnelshift_l(word, word, 6) & 0x80C080C0u) | (__funnelshift_l(word, word, 30) & 0x01000100u),
+    };
+    const uint32_t factor_bits = SMALL_SCALE ? ((uint32_t)scale + 126) << 7 : max((uint32_t)scale << 7, 0x40u);
+    const __nv_bfloat162 factor = bf16_pair(factor_bits | factor_bits << 16);
+    const __nv_bfloat162 unbias = bf16_pair(0x7E807E80u);  // 2^126, twice
+    uint32_t q[4];
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-        const uint32_t codes = magnitudes >> (16 * half);
-        const uint32_t low = __byte_perm(E2M1_LOW_BYTES_0, E2M1_LOW_BYTES_1, codes);
-        const uint32_t high = __byte_perm(E2M1_HIGH_BYTES_0, E2M1_HIGH_BYTES_1, codes);
-        p[2 * half] = __byte_perm(low, high, 0x5140);
-        p[2 * half + 1] = __byte_perm(low, high, 0x7362);
-    }
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const uint32_t signs = __byte_perm(even_signs, word, i << 4 | (4 + i) << 12) & 0x80008000u;
-        p[i] = bf16_pair_bits(__hmul2(bf16_pair(p[i] | signs), scale2));
-    }
-    return make_uint4(p[0], p[1], p[2], p[3]);
+    for (int i = 0; i < 4; ++i)
+        q[i] = bf16_pair_bits(__hmul2(SMALL_SCALE ? bf16_pair(p[i]) : __hmul2(bf16_pair(p[i]), unbias), factor));
+    return make_uint4(q[0], q[1], q[2], q[3]);
 }
 
 // `dequantize8_bf16`'s weights widened to f32 (exactly).
 __device__ __forceinline__ void dequantize8(uint32_t word, uint8_t scale, float* w) {
-    const uint4 packed = dequantize8_bf16(word, scale);
+    const uint4 packed = dequantize8_bf16<false>(word, scale);
     const uint32_t p[4] = {packed.x, packed.y, packed.z, packed.w};
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
@@ -427,23 +423,65 @@ __device__ __forceinline__ uint4 operand8(const float* p) {
     return make_uint4(q[0], q[1], q[2], q[3]);
 }
 
-// A lane's part of a quad of one weight row (row -1: past the expert's rows): block 4 quad + t
-// and its scale; zeros past the row's blocks or the expert's rows.
+// A lane's weight row as its quads' blocks lie in the device layout: where its block t of quad
+// 0 would be were that quad whole, how far each quad's is from the last's, and how much nearer
+// a short last quad's is (quad 0 too, where it is the only one); or none, past the expert's rows.
+struct LaneRow {
+    const uint8_t* codes;
+    const uint8_t* scales;
+    int quad_stride, short_quad_shift;
+};
+
+__device__ __forceinline__ LaneRow lane_row(const ExpertWeight& weight, int row) {
+    if (row < 0) return {nullptr, nullptr, 0, 0};
+    const RowBlocks at = row_blocks(weight.rows, weight.groups, row);
+    const size_t first = at.tile_first + (size_t)at.in_tile * MOE_LAYOUT_QUAD + threadIdx.x % 4;
+    const int last_quad_blocks = weight.groups - (weight.groups - 1) / MOE_LAYOUT_QUAD * MOE_LAYOUT_QUAD;
+    return {weight.blocks + 16 * first, weight.scales + first, MOE_LAYOUT_QUAD * at.tile_rows,
+            at.in_tile * (last_quad_blocks - MOE_LAYOUT_QUAD)};
+}
+
+// A lane's part of quad `quad` (of `quads`) of its row: block 4 quad + t and its scale; zeros
+// past the row's blocks (`has_block` false) or the expert's rows.
 struct QuadPart {
     uint4 codes;
     uint8_t scale;
 };
 
-__device__ __forceinline__ QuadPart quad_part(const ExpertWeight& weight, int row, int quad) {
-    const int group = MOE_LAYOUT_QUAD * quad + threadIdx.x % 4;
-    if (row < 0 || group >= weight.groups) return {make_uint4(0, 0, 0, 0), (uint8_t)0};
-    const size_t block = block_index(weight.rows, weight.groups, row, group);
-    return {*reinterpret_cast<const uint4*>(weight.blocks + 16 * block), weight.scales[block]};
+__device__ __forceinline__ QuadPart quad_part(const LaneRow& row, int quad, int quads, bool has_block) {
+    if (!row.codes || !has_block) return {make_uint4(0, 0, 0, 0), (uint8_t)0};
+    const int block = quad * row.quad_stride + (quad == quads - 1 ? row.short_quad_shift : 0);
+    return {*reinterpret_cast<const uint4*>(row.codes + 16 * block), row.scales[block]};
 }
 
 // Word j of a block's codes.
 __device__ __forceinline__ uint32_t codes_word(const uint4& codes, int j) {
     return j == 0 ? codes.x : j == 1 ? codes.y : j == 2 ? codes.z : codes.w;
+}
+
+// A quad's four mma_steps for each tile of rows h and eight of pairs e, from the lane's parts
+// of the quad (`lo`, `hi`) and its column of x from element k; SMALL_SCALE where every part's
+// scale is at most 128 (`dequantize8_bf16`), which the warp decides as one so as to branch.
+template <bool SMALL_SCALE, int H, int E, typename X>
+__device__ __forceinline__ void quad_mma(const QuadPart (&lo)[H], const QuadPart (&hi)[H], const X* const* x_rows,
+                                         size_t k, bool has_block, int live, float (*d)[E][4]) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        uint4 b[E];
+#pragma unroll
+        for (int e = 0; e < E; ++e)
+            b[e] = e < live && has_block && x_rows[e] ? operand8(x_rows[e] + k + 8 * j) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+        for (int h = 0; h < H; ++h) {
+            const uint4 a0 = dequantize8_bf16<SMALL_SCALE>(codes_word(lo[h].codes, j), lo[h].scale);
+            const uint4 a1 = dequantize8_bf16<SMALL_SCALE>(codes_word(hi[h].codes, j), hi[h].scale);
+#pragma unroll
+            for (int e = 0; e < E; ++e) {
+                if (e >= live) break;
+                mma_step(d[h][e], a0, a1, b[e]);
+            }
+        }
+    }
 }
 
 // d[h][e] += the tile of `weight`'s rows lo_rows[h] and hi_rows[h] (this lane's rows g and
@@ -458,32 +496,28 @@ __device__ void mma_tile_dots(const ExpertWeight& weight, const int (&lo_rows)[H
                               const X* const* x_rows, int live, float (*d)[E][4]) {
     const int warp = threadIdx.x / 32, t = threadIdx.x % 4;
     const int quads = (weight.groups + MOE_LAYOUT_QUAD - 1) / MOE_LAYOUT_QUAD;
+    LaneRow lo_lane[H], hi_lane[H];
+#pragma unroll
+    for (int h = 0; h < H; ++h) {
+        lo_lane[h] = lane_row(weight, lo_rows[h]);
+        hi_lane[h] = lane_row(weight, hi_rows[h]);
+    }
     for (int quad = warp; quad < quads; quad += MOE_MMA_WARPS) {
+        const bool has_block = MOE_LAYOUT_QUAD * quad + t < weight.groups;
         QuadPart lo[H], hi[H];
 #pragma unroll
         for (int h = 0; h < H; ++h) {
-            lo[h] = quad_part(weight, lo_rows[h], quad);
-            hi[h] = quad_part(weight, hi_rows[h], quad);
+            lo[h] = quad_part(lo_lane[h], quad, quads, has_block);
+            hi[h] = quad_part(hi_lane[h], quad, quads, has_block);
         }
-        const bool has_block = MOE_LAYOUT_QUAD * quad + t < weight.groups;
         const size_t k = (size_t)quad * MOE_LAYOUT_QUAD * 32 + 32 * t;
+        bool small = true;
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            uint4 b[E];
-#pragma unroll
-            for (int e = 0; e < E; ++e)
-                b[e] = e < live && has_block && x_rows[e] ? operand8(x_rows[e] + k + 8 * j) : make_uint4(0, 0, 0, 0);
-#pragma unroll
-            for (int h = 0; h < H; ++h) {
-                const uint4 a0 = dequantize8_bf16(codes_word(lo[h].codes, j), lo[h].scale);
-                const uint4 a1 = dequantize8_bf16(codes_word(hi[h].codes, j), hi[h].scale);
-#pragma unroll
-                for (int e = 0; e < E; ++e) {
-                    if (e >= live) break;
-                    mma_step(d[h][e], a0, a1, b[e]);
-                }
-            }
-        }
+        for (int h = 0; h < H; ++h) small = small && lo[h].scale <= 128 && hi[h].scale <= 128;
+        if (__all_sync(0xffffffff, small))
+            quad_mma<true, H, E>(lo, hi, x_rows, k, has_block, live, d);
+        else
+            quad_mma<false, H, E>(lo, hi, x_rows, k, has_block, live, d);
     }
 }
 

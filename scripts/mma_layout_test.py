@@ -116,7 +116,9 @@ def check_moe(count, rows, inner, c0):
     MXFP4 blocks of 32 (low nibble first) in the device's layout, a lane reading a whole block
     and each mma_step one of its 4-byte words, bytes 4j .. 4j + 4 being the block's elements
     8j .. 8j + 8; the tile's pairs eight at a time (the wide kernels' tiles of up to 32 are
-    eights side by side)."""
+    eights side by side). A word's codes are read here as nibbles in order; the device also
+    moves each code's bits within its word, which expert_layout.rs's unit tests check against
+    the kernels' rotations."""
     groups = inner // 32
     codes = [[random.randrange(16) for _ in range(inner)] for _ in range(rows)]
     scale = [[random.choice([126, 127, 128]) for _ in range(groups)] for _ in range(rows)]
