@@ -157,8 +157,9 @@ MOE_ROUTE_GROUP(moe_route_group_bf16, __nv_bfloat16)
 // reads 512 contiguous bytes and the blocks' scales 32, where the checkpoint's order would
 // scatter both over 8 rows. A row's last quad (and an expert's last tile) may be shorter:
 // `block_index` is where block `group` of row `row` lies, counted in blocks from the expert's
-// first, and mxfp4_experts.rs lays the weights out on upload by the same arithmetic
-// (expert_layout.rs). Every expert's weight has rows * groups blocks, as loaded.
+// first. Every expert's weight has rows * groups blocks, as loaded. Within each 4-byte word of
+// a block, each code's bits are moved too (`MOE_CODE_BITS`, for `dequantize8_bf16`).
+// `moe_lay_out` puts the checkpoint's weights in this order once, on upload.
 #define MOE_LAYOUT_ROWS 16
 #define MOE_LAYOUT_QUAD 4
 
@@ -184,6 +185,43 @@ __device__ __forceinline__ RowBlocks row_blocks(int rows, int groups, int row) {
 
 __device__ __forceinline__ size_t block_index(int rows, int groups, int row, int group) {
     return row_blocks(rows, groups, row).at(group);
+}
+
+// Where the bits of code k of a checkpoint's word (nibble k, low nibble first; its bits m, e0,
+// e1 and the sign) lie in the device's word. `dequantize8_bf16` reads codes 2i and 2i + 1 as
+// the low and high halves of a bf16 pair: each code's magnitude (e1 e0 m) at bits 8..6 of its
+// half and its sign at bit 15. Pair 0 lies there already, pair 1 4 bits below, pair 2 10 (a
+// rotation); pair 3 takes the bits left, its magnitudes' top bits 2 above their places and the
+// rest 6 below. scripts/mma_layout_test.py reads this table to check the rotations against it.
+#define MOE_CODE_BITS                                                                           \
+    {6, 7, 8, 15}, {22, 23, 24, 31}, {2, 3, 4, 11}, {18, 19, 20, 27}, {28, 29, 30, 5}, {12, 13, 14, 21}, \
+        {0, 1, 10, 9}, {16, 17, 26, 25}
+
+__device__ __forceinline__ uint32_t device_word(uint32_t word) {
+    const uint8_t places[8][4] = {MOE_CODE_BITS};
+    uint32_t moved = 0;
+#pragma unroll
+    for (int k = 0; k < 8; ++k)
+#pragma unroll
+        for (int b = 0; b < 4; ++b) moved |= (word >> (4 * k + b) & 1u) << places[k][b];
+    return moved;
+}
+
+// `experts` weights [rows, groups] end to end, from the checkpoint's order (`from_codes`,
+// `from_scales`) to the device's, a thread a block.
+extern "C" __global__ void moe_lay_out(uint8_t* codes, uint8_t* scales, const uint8_t* from_codes,
+                                       const uint8_t* from_scales, int experts, int rows, int groups) {
+    const long long per_expert = (long long)rows * groups, blocks = per_expert * experts;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < blocks;
+         i += (long long)gridDim.x * blockDim.x) {
+        const long long in_expert = i % per_expert;
+        const size_t to = (size_t)(i - in_expert) + block_index(rows, groups, (int)(in_expert / groups),
+                                                                (int)(in_expert % groups));
+        const uint4 word = *reinterpret_cast<const uint4*>(from_codes + 16 * i);
+        *reinterpret_cast<uint4*>(codes + 16 * to) =
+            make_uint4(device_word(word.x), device_word(word.y), device_word(word.z), device_word(word.w));
+        scales[to] = from_scales[i];
+    }
 }
 
 // One expert's weight as the kernels address it: its first block and scale, rows and groups.
@@ -223,7 +261,7 @@ __device__ __forceinline__ uint32_t bf16_pair_bits(__nv_bfloat162 pair) { return
 // 2^(scale - 127), where scale 0 is the subnormal 2^-127 and 255 infinity, as the CPU's table
 // has them.
 //
-// The word is as the device keeps it (expert_layout.rs), its codes' bits moved so that each
+// The word is as the device keeps it (MOE_CODE_BITS), its codes' bits moved so that each
 // pair's come out where a bf16 pair wants them by a rotation and a mask: a code's sign at bit
 // 15 of its half and its three magnitude bits (e1 e0 m) at bits 8..6, which makes a bf16 of
 // exactly its value times 2^-126 (e = 0: the subnormal m 2^-127; else 2^(e - 127) (1 + m / 2)).

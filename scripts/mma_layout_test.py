@@ -2,11 +2,14 @@
 kernels/linear_mma.cu and kernels/moe.cu's _mma kernels index them, placed where the PTX ISA
 puts an m16n8k16 mma's fragments (kernels/mma.cuh), multiplied, and the accumulators written
 back as the kernels index them, must give the plain product. Integer operands keep every sum
-exact, so the check is equality. Run by scripts/test.sh; plain Python.
+exact, so the check is equality. Also moe.cu's places for the bits of MXFP4 codes against the
+rotations that read them. Run by scripts/test.sh; plain Python.
 
 Change this file with the kernels' indexing, or it proves nothing about them."""
 
+import os
 import random
+import re
 
 WARPS = 8  # a block's warps, MMA_WARPS and MOE_MMA_WARPS
 STEP = 32  # the inner dimension of one mma_step: two mma of 16
@@ -102,7 +105,7 @@ E2M1 = [0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6]
 
 
 def block_index(rows, groups, row, group):
-    """moe.cu's block_index (and expert_layout.rs's): where block `group` of row `row` of an
+    """moe.cu's block_index: where block `group` of row `row` of an
     expert's weight [rows, groups] lies in the device's layout, in blocks."""
     tile, in_tile = divmod(row, LAYOUT_ROWS)
     tile_rows = min(LAYOUT_ROWS, rows - tile * LAYOUT_ROWS)
@@ -117,8 +120,7 @@ def check_moe(count, rows, inner, c0):
     and each mma_step one of its 4-byte words, bytes 4j .. 4j + 4 being the block's elements
     8j .. 8j + 8; the tile's pairs eight at a time (the wide kernels' tiles of up to 32 are
     eights side by side). A word's codes are read here as nibbles in order; the device also
-    moves each code's bits within its word, which expert_layout.rs's unit tests check against
-    the kernels' rotations."""
+    moves each code's bits within its word, which check_code_bits checks."""
     groups = inner // 32
     codes = [[random.randrange(16) for _ in range(inner)] for _ in range(rows)]
     scale = [[random.choice([126, 127, 128]) for _ in range(groups)] for _ in range(rows)]
@@ -156,6 +158,45 @@ def check_moe(count, rows, inner, c0):
                     assert sums[pair - eight][col] == want, (count, rows, inner, pair, col)
 
 
+def code_bits():
+    """moe.cu's MOE_CODE_BITS: [code k][bit b] = its place in the device's word."""
+    source = open(os.path.join(os.path.dirname(__file__), "..", "kernels", "moe.cu")).read()
+    table = re.search(r"#define MOE_CODE_BITS((?:[^\n]*\\\n)*[^\n]*)", source).group(1)
+    rows = [[int(v) for v in row.split(",")] for row in re.findall(r"\{([^}]*)\}", table)]
+    assert len(rows) == 8 and all(len(r) == 4 for r in rows), rows
+    return rows
+
+
+def rotl(w, n):
+    return (w << n | w >> (32 - n)) & 0xFFFFFFFF if n else w
+
+
+def check_code_bits():
+    """moe_lay_out's move of each code's bits (device_word) and dequantize8_bf16's rotations and
+    masks: pair i of the device's word must be codes 2i and 2i + 1 of the checkpoint's, each as
+    a bf16 half of its magnitude (e1 e0 m) at bits 8..6 and its sign at 15, for every value of
+    every byte; and every bit must have a place of its own."""
+    places = code_bits()
+    assert sorted(p for row in places for p in row) == list(range(32)), places
+    pair = 0x81C081C0
+
+    def device_word(w):
+        return sum((w >> (4 * k + b) & 1) << places[k][b] for k in range(8) for b in range(4))
+
+    def pairs(w):
+        return [w & pair, rotl(w, 4) & pair, rotl(w, 10) & pair,
+                (rotl(w, 6) & 0x80C080C0) | (rotl(w, 30) & 0x01000100)]
+
+    def half(code):
+        return (code & 7) << 6 | (code >> 3) << 15
+
+    for j in range(4):
+        for value in range(256):
+            got = pairs(device_word(value << 8 * j))
+            want = [half(value & 15) | half(value >> 4) << 16 if i == j else 0 for i in range(4)]
+            assert got == want, (j, value, [hex(v) for v in got], [hex(v) for v in want])
+
+
 def main():
     random.seed(7)
     for m, n, k in [(1, 20, 64), (3, 17, 96), (9, 33, 320), (8, 16, 32)]:
@@ -163,6 +204,7 @@ def main():
     for count, rows, inner, c0 in [(3, 96, 64, 80), (8, 48, 320, 32), (1, 40, 96, 32), (27, 48, 64, 16),
                                    (2, 37, 1440, 16), (5, 20, 2880, 0), (4, 37, 160, 32)]:
         check_moe(count, rows, inner, c0)
+    check_code_bits()
     print("mma_layout_test.py: ok")
 
 

@@ -18,8 +18,6 @@ mod device_memory;
 mod dot;
 mod error;
 mod exp;
-#[cfg(any(feature = "cuda", test))]
-mod expert_layout;
 mod fp8_weight;
 mod gather_rows;
 mod gpus;

@@ -60,7 +60,7 @@ impl Mxfp4Weight {
     }
 
     /// The blocks and scales, as `new` describes them.
-    #[cfg(any(feature = "cuda", test))]
+    #[cfg(feature = "cuda")]
     pub(crate) fn packed(&self) -> (&[u8], &[u8]) {
         (&self.blocks, &self.scales)
     }

@@ -1,5 +1,5 @@
 //! gpt-oss's experts on a CUDA device: every expert's MXFP4 weights in one device buffer per
-//! tensor, in the order the kernels read best (`expert_layout.rs`), and the whole
+//! tensor, in the order the kernels read best (kernels/moe.cu's `moe_lay_out`), and the whole
 //! mixture-of-experts block, from the router's logits to its output, in `kernels/moe.cu`:
 //! routing, grouping by expert, the projections with the MXFP4 weights dequantized in
 //! registers, the biases and the SwiGLU fused, and the weighted sum. A row's result does not
@@ -9,8 +9,7 @@
 use crate::cuda::{DeviceExperts, MAX_EXPERTS};
 use crate::cuda_matmul::{CudaMatmul, MmaTiles};
 use crate::error::bad_input;
-use crate::expert_layout::device_order;
-use crate::mxfp4::Mxfp4Weight;
+use crate::mxfp4::{Mxfp4Weight, MXFP4_BLOCK};
 use candle_core::{DType, Device, Result, Tensor};
 
 /// How rows choose their experts and how the experts gate.
@@ -85,14 +84,30 @@ impl Mxfp4Experts {
                 ));
             }
         }
-        let (gate_up_blocks, gate_up_scales) = device_order(experts.iter().map(|e| e.gate_up));
-        let (down_blocks, down_scales) = device_order(experts.iter().map(|e| e.down));
+        let (gate_up_blocks, gate_up_scales) = crate::cuda::lay_out_experts(
+            cuda,
+            (
+                &joined(experts, |e| e.gate_up.packed().0),
+                &joined(experts, |e| e.gate_up.packed().1),
+            ),
+            experts.len(),
+            (2 * intermediate, hidden / MXFP4_BLOCK),
+        )?;
+        let (down_blocks, down_scales) = crate::cuda::lay_out_experts(
+            cuda,
+            (
+                &joined(experts, |e| e.down.packed().0),
+                &joined(experts, |e| e.down.packed().1),
+            ),
+            experts.len(),
+            (hidden, intermediate / MXFP4_BLOCK),
+        )?;
         let weights = DeviceExperts {
-            gate_up_blocks: cuda.clone_htod(&gate_up_blocks)?,
-            gate_up_scales: cuda.clone_htod(&gate_up_scales)?,
+            gate_up_blocks,
+            gate_up_scales,
             gate_up_bias: cuda.clone_htod(&joined(experts, |e| e.gate_up_bias))?,
-            down_blocks: cuda.clone_htod(&down_blocks)?,
-            down_scales: cuda.clone_htod(&down_scales)?,
+            down_blocks,
+            down_scales,
             down_bias: cuda.clone_htod(&joined(experts, |e| e.down_bias))?,
         };
         Ok(Self {

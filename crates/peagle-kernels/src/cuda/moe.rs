@@ -29,6 +29,44 @@ pub(crate) struct DeviceExperts {
     pub down_bias: CudaSlice<f32>,
 }
 
+/// `experts` MXFP4 weights of `(rows, groups)` end to end, as loaded (`codes` 16 bytes a block,
+/// `scales` one), on the device in the order the kernels read them (`moe_lay_out`): the
+/// checkpoint's order goes up, and the kernel writes the device's from it.
+pub(crate) fn lay_out_experts(
+    device: &CudaDevice,
+    (codes, scales): (&[u8], &[u8]),
+    experts: usize,
+    (rows, groups): (usize, usize),
+) -> Result<(CudaSlice<u8>, CudaSlice<u8>)> {
+    const OP: &str = "moe_lay_out";
+    let blocks = experts * rows * groups;
+    if codes.len() != 16 * blocks || scales.len() != blocks {
+        return Err(bad_input(
+            OP,
+            format!(
+                "{} bytes of codes and {} scales for {blocks} blocks",
+                codes.len(),
+                scales.len()
+            ),
+        ));
+    }
+    let (experts_i, rows_i, groups_i) = (int(OP, experts)?, int(OP, rows)?, int(OP, groups)?);
+    let (from_codes, from_scales) = (device.clone_htod(codes)?, device.clone_htod(scales)?);
+    let mut to_codes = output::<u8>(device, codes.len())?;
+    let mut to_scales = output::<u8>(device, blocks)?;
+    let lay_out = function(device, Module::Moe, "moe_lay_out")?;
+    let mut b = lay_out.builder();
+    b.arg(&mut to_codes)
+        .arg(&mut to_scales)
+        .arg(&from_codes)
+        .arg(&from_scales);
+    b.arg(&experts_i).arg(&rows_i).arg(&groups_i);
+    // SAFETY: the buffers hold 16 bytes and one scale for each of the experts' blocks (checked
+    // above), which block_index maps one to one; the kernel loops over the blocks past its grid.
+    unsafe { b.launch(grid((blocks.div_ceil(256).clamp(1, 4096) as u32, 1), 256)) }.w()?;
+    Ok((to_codes, to_scales))
+}
+
 /// `kernels/moe.cu` from the router's `logits` [rows, experts] up to the combine: each
 /// (row, rank) pair's expert output and routing weight, which `moe_combine` sums; the
 /// projections on the tensor cores, in `tiles`, where `kernel` is `Mma` and x is bf16.
