@@ -81,51 +81,73 @@ __device__ void route_row(const T* logits, int row, int experts, int k, int norm
         for (int rank = 0; rank < k; ++rank) weights[row * k + rank] /= sum;
 }
 
-// The pairs grouped by expert, by one block of at least `experts` threads (at most
-// MOE_MAX_EXPERTS): thread e counts the pairs routed to expert e and, after a prefix sum, writes
-// them in (row, rank) order: `pair_rows[p]` is the row of sorted pair p and
-// `pair_of[row * k + rank]` its index. Tiles list each expert's pairs `tile` at a time:
-// `tiles[3 t ..]` = (expert, first pair, pairs); `num_tiles[0]` says how many there are.
+// The pairs grouped by expert, by one block of whole warps: `pair_rows[p]` is the row of sorted
+// pair p and `pair_of[row * k + rank]` its index, each expert's pairs in (row, rank) order.
+// Tiles list each expert's pairs `tile` at a time: `tiles[3 t ..]` = (expert, first pair,
+// pairs); `num_tiles[0]` says how many there are. Warp w takes experts w, w + warps, ...; its
+// lanes look at 32 pairs at a time, and a ballot counts the expert's among them, then places
+// each at the count of those before it. Warp 0 sums the counts (and the tiles they make) by
+// warp scans, 32 experts at a time.
 __device__ void group_pairs(const int* ids, int pairs, int experts, int* pair_rows, int* pair_of, int* tiles,
                             int* num_tiles, int k, int tile) {
-    __shared__ int offsets[MOE_MAX_EXPERTS + 1];
-    const int e = threadIdx.x;
-    int count = 0;
-    if (e < experts)
-        for (int i = 0; i < pairs; ++i) count += ids[i] == e;
-    if (e < experts) offsets[e + 1] = count;
-    __syncthreads();
-    if (e == 0) {
-        offsets[0] = 0;
-        int t = 0;
-        for (int x = 0; x < experts; ++x) {
-            const int n = offsets[x + 1];
-            offsets[x + 1] = offsets[x] + n;
-            for (int first = 0; first < n; first += tile) {
-                tiles[3 * t] = x;
-                tiles[3 * t + 1] = offsets[x] + first;
-                tiles[3 * t + 2] = min(tile, n - first);
-                ++t;
-            }
-        }
-        num_tiles[0] = t;
+    __shared__ int counts[MOE_MAX_EXPERTS], offsets[MOE_MAX_EXPERTS], first_tiles[MOE_MAX_EXPERTS];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+    for (int e = warp; e < experts; e += warps) {
+        int n = 0;
+        for (int i = lane; i - lane < pairs; i += 32) n += __popc(__ballot_sync(0xffffffffu, i < pairs && ids[i] == e));
+        if (lane == 0) counts[e] = n;
     }
     __syncthreads();
-    if (e >= experts) return;
-    int next = offsets[e];
-    for (int i = 0; i < pairs; ++i) {
-        if (ids[i] != e) continue;
-        pair_rows[next] = i / k;
-        pair_of[i] = next;
-        ++next;
+    if (warp == 0) {
+        int pairs_before = 0, tiles_before = 0;
+        for (int e = lane; e - lane < experts; e += 32) {
+            const int n = e < experts ? counts[e] : 0, t = (n + tile - 1) / tile;
+            int n_through = n, t_through = t;
+            for (int d = 1; d < 32; d *= 2) {
+                const int n_below = __shfl_up_sync(0xffffffffu, n_through, d);
+                const int t_below = __shfl_up_sync(0xffffffffu, t_through, d);
+                if (lane >= d) {
+                    n_through += n_below;
+                    t_through += t_below;
+                }
+            }
+            if (e < experts) {
+                offsets[e] = pairs_before + n_through - n;
+                first_tiles[e] = tiles_before + t_through - t;
+            }
+            pairs_before += __shfl_sync(0xffffffffu, n_through, 31);
+            tiles_before += __shfl_sync(0xffffffffu, t_through, 31);
+        }
+        if (lane == 0) num_tiles[0] = tiles_before;
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < experts; e += blockDim.x)
+        for (int first = 0, t = first_tiles[e]; first < counts[e]; first += tile, ++t) {
+            tiles[3 * t] = e;
+            tiles[3 * t + 1] = offsets[e] + first;
+            tiles[3 * t + 2] = min(tile, counts[e] - first);
+        }
+    for (int e = warp; e < experts; e += warps) {
+        int next = offsets[e];
+        for (int i = lane; i - lane < pairs; i += 32) {
+            const bool mine = i < pairs && ids[i] == e;
+            const uint32_t ballot = __ballot_sync(0xffffffffu, mine);
+            if (mine) {
+                const int p = next + __popc(ballot & ((1u << lane) - 1));
+                pair_rows[p] = i / k;
+                pair_of[i] = p;
+            }
+            next += __popc(ballot);
+        }
     }
 }
 
 // Routing and grouping in one launch of one block of MOE_ROUTE_THREADS: its warps route rows
 // warp, warp + 32, ... (`route_row`), then, once every row's experts are written (a barrier
 // makes a block's global writes visible to the whole block), it groups the pairs
-// (`group_pairs`), a thread an expert. A decode step's few rows would leave a launch of their
-// own mostly waiting.
+// (`group_pairs`), a warp an expert. A decode step's few rows would leave a launch of their
+// own mostly waiting. A launch is one block, which the bound says: without it ptxas holds
+// sm_100 to 32 registers and spills.
 #define MOE_ROUTE_THREADS MOE_MAX_EXPERTS
 
 template <typename T>
@@ -138,7 +160,7 @@ __device__ void moe_route_group(const T* logits, int rows, int experts, int k, i
 }
 
 #define MOE_ROUTE_GROUP(NAME, T)                                                               \
-    extern "C" __global__ void __launch_bounds__(MOE_ROUTE_THREADS)                            \
+    extern "C" __global__ void __launch_bounds__(MOE_ROUTE_THREADS, 1)                         \
         NAME(const T* logits, int rows, int experts, int k, int normalize, int* ids, float* weights, \
              int* pair_rows, int* pair_of, int* tiles, int* num_tiles, int tile) {              \
         moe_route_group<T>(logits, rows, experts, k, normalize, ids, weights, pair_rows, pair_of, tiles, \

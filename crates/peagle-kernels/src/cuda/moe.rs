@@ -265,7 +265,7 @@ fn launch<T: CudaDType + DeviceRepr>(
         .arg(&tile_i);
     // SAFETY: logits hold rows * experts elements; ids, weights, pair_rows and pair_of rows * k;
     // every id is an expert below `experts`, at most MAX_EXPERTS (checked at load), which the
-    // block's threads cover; an expert's tiles number ceil(its pairs / tile), so all of them
+    // block's shared counts cover; an expert's tiles number ceil(its pairs / tile), so all of them
     // fit `max_tiles`, and the projections take tiles of `tile` pairs.
     unsafe { b.launch(grid((1, 1), ROUTE_THREADS)) }.w()?;
 
