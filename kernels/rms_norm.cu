@@ -7,8 +7,8 @@
 // A row is read as vectors of 8 elements (the last one partial): thread i sums the squares of
 // vectors i, i + RMS_THREADS, ... in order, then the block reduces by a fixed tree, so the
 // order depends on the width alone. A decode step's row is one block's work, so a thread
-// issues the loads of up to RMS_VECTORS vectors before it uses any: the block waits on memory
-// twice (the row, then the weight and the row again), not once per element. Where the
+// issues the loads of up to RMS_VECTORS vectors before it uses any, and keeps them for the
+// output (`rms_norm`): the block waits on memory once, not once per element. Where the
 // launcher says the rows allow it (`vector`: width % 8 == 0, every operand 16-byte aligned) a
 // vector is one load; otherwise its elements are read one by one, to the same values.
 #include "common.cuh"
@@ -83,52 +83,76 @@ struct ExpertRow {
     }
 };
 
+// One round of a row from vector `first` (`load_round`'s): x plus the residual where there is
+// one, each sum rounded to T, written to `sum_out` and left in `v` as f32; returns the thread's
+// running sum of their squares from `squares`.
+template <typename T, typename Row>
+__device__ __forceinline__ float add_round(T* sum_out, const Row& x, const T* residual, int first, int width,
+                                           int vector, float squares, float (*v)[8]) {
+    const int vectors = (width + 7) / 8;
+    float r[RMS_VECTORS][8];
+    x.load(first, width, vector, v);
+    if (residual) load_round(residual, first, width, vector, r);
+#pragma unroll
+    for (int j = 0; j < RMS_VECTORS; ++j) {
+        const int n = first + j * RMS_THREADS;
+        if (n >= vectors) break;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            if (residual && 8 * n + i < width) {
+                const T sum = from_f32<T>(v[j][i] + r[j][i]);
+                sum_out[8 * n + i] = sum;
+                v[j][i] = to_f32(sum);
+            }
+            squares = fmaf(v[j][i], v[j][i], squares);
+        }
+    }
+    return squares;
+}
+
+// One round of the normed row from vector `first`: weight * T(v * inv), as T.
+template <typename T>
+__device__ __forceinline__ void write_round(T* normed, int first, int width, float inv, const float (*v)[8],
+                                            const float (*w)[8]) {
+    const int vectors = (width + 7) / 8;
+#pragma unroll
+    for (int j = 0; j < RMS_VECTORS; ++j) {
+        const int n = first + j * RMS_THREADS;
+        if (n >= vectors) break;
+#pragma unroll
+        for (int i = 0; i < 8; ++i)
+            if (8 * n + i < width) normed[8 * n + i] = from_f32<T>(w[j][i] * to_f32(from_f32<T>(v[j][i] * inv)));
+    }
+}
+
 // One row, by the block: `normed` = weight * norm(x + residual), the sum written to `sum_out`
-// (both null without a residual). The entry points below say where each row lies.
+// (both null without a residual). The entry points below say where each row lies. A row of
+// one round (up to RMS_THREADS * RMS_VECTORS * 8 wide: every decode step's) stays in registers
+// between the sum of squares and the output, and its weight is read with it, so the block
+// waits on memory once; a wider row is read again, a round at a time, after the sum.
 template <typename T, typename W, typename Row>
 __device__ void rms_norm(T* normed, T* sum_out, const Row x, const T* residual, const W* weight, int width,
                          float eps, int vector) {
     __shared__ float scratch[32];
     const int vectors = (width + 7) / 8, round = RMS_THREADS * RMS_VECTORS;
-
-    float squares = 0.f;
-    for (int first = threadIdx.x; first < vectors; first += round) {
-        float v[RMS_VECTORS][8], r[RMS_VECTORS][8];
-        x.load(first, width, vector, v);
-        if (residual) load_round(residual, first, width, vector, r);
-#pragma unroll
-        for (int j = 0; j < RMS_VECTORS; ++j) {
-            const int n = first + j * RMS_THREADS;
-            if (n >= vectors) break;
-#pragma unroll
-            for (int i = 0; i < 8; ++i) {
-                float s = v[j][i];
-                if (residual && 8 * n + i < width) {
-                    const T sum = from_f32<T>(s + r[j][i]);
-                    sum_out[8 * n + i] = sum;
-                    s = to_f32(sum);
-                }
-                squares = fmaf(s, s, squares);
-            }
-        }
+    float v[RMS_VECTORS][8], w[RMS_VECTORS][8];
+    if (vectors <= round) {
+        load_round(weight, threadIdx.x, width, vector, w);
+        const float squares = add_round(sum_out, x, residual, threadIdx.x, width, vector, 0.f, v);
+        write_round(normed, threadIdx.x, width, rsqrtf(block_sum(squares, scratch) / width + eps), v, w);
+        return;
     }
+    float squares = 0.f;
+    for (int first = threadIdx.x; first < vectors; first += round)
+        squares = add_round(sum_out, x, residual, first, width, vector, squares, v);
     const float inv = rsqrtf(block_sum(squares, scratch) / width + eps);
-
     for (int first = threadIdx.x; first < vectors; first += round) {
-        float v[RMS_VECTORS][8], w[RMS_VECTORS][8];
         if (residual)
             load_round(sum_out, first, width, vector, v);
         else
             x.load(first, width, vector, v);
         load_round(weight, first, width, vector, w);
-#pragma unroll
-        for (int j = 0; j < RMS_VECTORS; ++j) {
-            const int n = first + j * RMS_THREADS;
-            if (n >= vectors) break;
-#pragma unroll
-            for (int i = 0; i < 8; ++i)
-                if (8 * n + i < width) normed[8 * n + i] = from_f32<T>(w[j][i] * to_f32(from_f32<T>(v[j][i] * inv)));
-        }
+        write_round(normed, first, width, inv, v, w);
     }
 }
 
