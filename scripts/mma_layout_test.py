@@ -114,13 +114,25 @@ def block_index(rows, groups, row, group):
     return tile * LAYOUT_ROWS * groups + quad * QUAD * tile_rows + in_tile * quad_blocks + in_quad
 
 
+def kernel_block(rows, groups, row, group):
+    """moe.cu's lane_row and quad_part: where the mma kernels read block `group` of row `row`,
+    from the row's first quad as if whole, a quad's stride and a short last quad's shift."""
+    tile, in_tile = divmod(row, LAYOUT_ROWS)
+    tile_rows = min(LAYOUT_ROWS, rows - tile * LAYOUT_ROWS)
+    first = tile * LAYOUT_ROWS * groups + in_tile * QUAD + group % QUAD
+    quads, quad = (groups + QUAD - 1) // QUAD, group // QUAD
+    last_quad_blocks = groups - (groups - 1) // QUAD * QUAD
+    return first + quad * QUAD * tile_rows + (in_tile * (last_quad_blocks - QUAD) if quad == quads - 1 else 0)
+
+
 def check_moe(count, rows, inner, c0):
     """moe.cu's mma kernels: a tile's `count` pairs against weight rows c0 .. c0 + 16 of `rows`,
     MXFP4 blocks of 32 (low nibble first) in the device's layout, a lane reading a whole block
     and each mma_step one of its 4-byte words, bytes 4j .. 4j + 4 being the block's elements
     8j .. 8j + 8; the tile's pairs eight at a time (the wide kernels' tiles of up to 32 are
-    eights side by side). A word's codes are read here as nibbles in order; the device also
-    moves each code's bits within its word, which check_code_bits checks."""
+    eights side by side). The weights are placed by block_index (moe_lay_out's) and read where
+    the kernels look for them (kernel_block). A word's codes are read here as nibbles in order;
+    the device also moves each code's bits within its word, which check_code_bits checks."""
     groups = inner // 32
     codes = [[random.randrange(16) for _ in range(inner)] for _ in range(rows)]
     scale = [[random.choice([126, 127, 128]) for _ in range(groups)] for _ in range(rows)]
@@ -137,7 +149,7 @@ def check_moe(count, rows, inner, c0):
 
     def dequantize8(r, at):
         block, j = at // 32, at % 32 // 8
-        where = block_index(rows, groups, r, block)
+        where = kernel_block(rows, groups, r, block)
         word = int.from_bytes(device[16 * where + 4 * j:16 * where + 4 * j + 4], "little")
         return [E2M1[word >> 4 * i & 15] * 2.0 ** (device_scales[where] - 127) for i in range(8)]
 
@@ -172,10 +184,11 @@ def rotl(w, n):
 
 
 def check_code_bits():
-    """moe_lay_out's move of each code's bits (device_word) and dequantize8_bf16's rotations and
-    masks: pair i of the device's word must be codes 2i and 2i + 1 of the checkpoint's, each as
-    a bf16 half of its magnitude (e1 e0 m) at bits 8..6 and its sign at 15, for every value of
-    every byte; and every bit must have a place of its own."""
+    """moe_lay_out's move of each code's bits (device_word, by MOE_CODE_BITS as moe.cu has it)
+    and dequantize8_bf16's rotations and masks (restated here: change them together): pair i of
+    the device's word must be codes 2i and 2i + 1 of the checkpoint's, each as a bf16 half of
+    its magnitude (e1 e0 m) at bits 8..6 and its sign at 15, for every value of every byte; and
+    every bit must have a place of its own. The values' scaling is the GPU tests' to check."""
     places = code_bits()
     assert sorted(p for row in places for p in row) == list(range(32)), places
     pair = 0x81C081C0

@@ -10,7 +10,7 @@ use candle_core::{DType, Device, Layout, Result, Storage, Tensor};
 
 /// Pairs per tile (wide: of the wide tensor-core kernels), output columns per block and the
 /// most experts; the tensor-core kernels' columns (two m16n8k16 tiles' 8) and warps per
-/// block, and the threads that route and group (one an expert).
+/// block, and the threads that route and group (a warp a row, then a warp an expert).
 const TILE: usize = MOE_TILE;
 const WIDE_TILE: usize = MOE_WIDE_TILE;
 const WARPS: usize = MOE_WARPS;
