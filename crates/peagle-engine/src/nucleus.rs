@@ -1,8 +1,9 @@
 //! The tokens a sampled row draws from and their probabilities, as the definition below has
 //! them bit for bit, without sorting the vocabulary.
 //!
-//! The definition (`SamplingParams::probabilities`): order the row by logit (`top_tokens`),
-//! cut the order to the top-k, weigh each token `exp((logit - max) / T)` in f64, drop the
+//! The definition (`SamplingParams::probabilities`): take a NaN logit for negative infinity,
+//! so that it is never kept (as `argmax` and the device's Gumbel draw never choose it), order
+//! the row by logit (`top_tokens`), cut the order to the top-k, weigh each token `exp((logit - max) / T)` in f64, drop the
 //! weights below min_p (a tail: the first token weighs 1 and weights fall along the order),
 //! then keep the shortest prefix whose running f64 sum reaches top_p times the sum of all the
 //! weights left, the total. A kept token's probability is its weight over that running sum.
@@ -36,9 +37,17 @@ const CHUNK: usize = 256;
 /// Partial sums the vector `exp`'s results go to.
 const LANES: usize = 8;
 
-/// The kept tokens of `logits` (which hold no NaN) under `params` (not greedy), in index
-/// order, with their probabilities.
+/// The kept tokens of `logits` under `params` (not greedy), in index order, with their
+/// probabilities.
 pub fn nucleus(logits: &[f32], params: &SamplingParams) -> Vec<(u32, f32)> {
+    // One pass the compiler vectorises; a row with NaN, a model gone wrong, pays for a copy.
+    if logits.iter().fold(false, |any, l| any | l.is_nan()) {
+        let scrubbed: Vec<f32> = logits
+            .iter()
+            .map(|&l| if l.is_nan() { f32::NEG_INFINITY } else { l })
+            .collect();
+        return nucleus(&scrubbed, params);
+    }
     let len = order_len(params, logits.len());
     let mut order = top_tokens(logits, if params.top_k > 0 { len } else { len.min(FIRST_COUNT) }, None);
     let Some(&first) = order.first() else {
@@ -77,8 +86,10 @@ pub fn nucleus_of_candidates(
     let len = order_len(params, vocab);
     let prefix = &candidates.first[..candidates.first.len().min(len)];
     // The rest's sums cover every other token of the row: past a top-k they would count
-    // tokens the cut never sees.
-    if prefix.is_empty() || (params.top_k > 0 && prefix.len() < len) {
+    // tokens the cut never sees. A NaN in the order (first, or last with its sign bit set)
+    // puts it where the definition's negative infinity is not, and spoils the sums' maximum:
+    // the row decides.
+    if prefix.is_empty() || (params.top_k > 0 && prefix.len() < len) || prefix.iter().any(|(_, l)| l.is_nan()) {
         return None;
     }
     let rest = || VectorSums {
@@ -266,6 +277,10 @@ mod tests {
 
     /// The definition as a full sort computes it: the reference for `nucleus`.
     fn sorted_probabilities(params: &SamplingParams, logits: &[f32]) -> Vec<f32> {
+        let logits: Vec<f32> = logits
+            .iter()
+            .map(|&l| if l.is_nan() { f32::NEG_INFINITY } else { l })
+            .collect();
         let mut probs = vec![0f32; logits.len()];
         let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
         let mut order: Vec<usize> = (0..logits.len()).collect();
@@ -303,7 +318,8 @@ mod tests {
     }
 
     /// Rows of every shape the cut meets: flat and peaked, wide-ranged (terms vanishing in
-    /// the total), ties everywhere, and tokens held back at negative infinity.
+    /// the total), ties everywhere, tokens held back at negative infinity, and NaN of either
+    /// sign.
     fn rows(rng: &mut StdRng) -> Vec<Vec<f32>> {
         let mut rows = Vec::new();
         for n in [1, 3, 50, 700, 5000] {
@@ -318,6 +334,11 @@ mod tests {
                 *l = f32::NEG_INFINITY;
             }
             rows.push(held);
+            let mut broken: Vec<f32> = (0..n).map(|_| rng.random::<f32>() * 6.0).collect();
+            for (j, l) in broken.iter_mut().step_by(4).enumerate() {
+                *l = if j % 2 == 0 { f32::NAN } else { -f32::NAN };
+            }
+            rows.push(broken);
         }
         rows
     }
@@ -395,7 +416,7 @@ mod tests {
                             cases += 1;
                             let Some(kept) = got else {
                                 let whole = row.len() <= 100 || (1..=100).contains(&top_k);
-                                assert!(!whole, "row {r} under {params:?}");
+                                assert!(!whole || row.iter().any(|l| l.is_nan()), "row {r} under {params:?}");
                                 continue;
                             };
                             decided += 1;

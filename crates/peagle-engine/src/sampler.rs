@@ -194,6 +194,31 @@ mod tests {
         assert!((p[0] + p[1] - 1.0).abs() < 1e-6);
     }
 
+    /// A NaN logit is never drawn, whatever the cut, as the device's Gumbel draw and argmax
+    /// never choose one: the other tokens share the row as if it were not there.
+    #[test]
+    fn a_nan_logit_is_never_drawn() {
+        let nan = f32::NAN;
+        let logits = [nan, 0.0, 1.0, -nan, 0.5];
+        let s = Sampler::new(Some(3));
+        for (top_k, top_p) in [(0, 1.0), (2, 1.0), (0, 0.9), (5, 0.5)] {
+            let pr = params(1.0, top_k, top_p);
+            let mut seen = [0usize; 5];
+            for position in 0..500 {
+                seen[s.sample(&logits, &pr, position) as usize] += 1;
+            }
+            assert_eq!(
+                (seen[0], seen[3]),
+                (0, 0),
+                "{seen:?} under top_k {top_k}, top_p {top_p}"
+            );
+            assert!(seen[2] > 0, "{seen:?}");
+            let probs = pr.probabilities(&logits);
+            let without: Vec<f32> = [f32::NEG_INFINITY, 0.0, 1.0, f32::NEG_INFINITY, 0.5].to_vec();
+            assert_eq!(probs, pr.probabilities(&without));
+        }
+    }
+
     #[test]
     fn seeded_sampling_is_reproducible_and_follows_the_distribution() {
         let logits = [1.0f32, 0.0, 0.5];
