@@ -4,7 +4,8 @@ Everything here comes from OpenAI's own `openai-harmony` package (the Rust rende
 behind it, encoding HarmonyEncodingName.HARMONY_GPT_OSS), so peagle's Rust renderer and
 parser can be tested against it without Python at test time:
 
-  renders.json  OpenAI chat-completions requests (messages, reasoning_effort, tools) and
+  renders.json  OpenAI chat-completions requests (messages, reasoning_effort, tools,
+                tool_choice; SCHEMA_TOOLS covers the JSON Schema shapes harmony renders) and
                 the prompt that harmony renders for them, as decoded text ending in
                 "<|start|>assistant", plus its o200k_harmony token ids.
   parses.json   completions as the model emits them (the text after "<|start|>assistant"),
@@ -17,6 +18,7 @@ How an OpenAI request becomes harmony messages follows vLLM's gpt-oss chat-compl
 serving (vllm/entrypoints/openai/parser/harmony_utils.py, _make_request_with_harmony), as of
 its "GPT-OSS instruction rendering" and "Autodrop reasoning" fixes:
 
+  * tools are offered unless tool_choice is "none".
   * system message: harmony's SystemContent defaults (model identity "You are ChatGPT, a
     large language model trained by OpenAI.", knowledge cutoff 2024-06, valid channels
     analysis/commentary/final, required), with the request's reasoning_effort when given
@@ -122,6 +124,98 @@ WEATHER_TOOL = {
     },
 }
 
+# Parameter schemas of every shape harmony's TypeScript rendering distinguishes: each JSON
+# type, enums, defaults (strings with and without an enum, numbers, objects), nullable, type
+# lists, oneOf at the top and at a property (descriptions shared or not, defaults, nullable
+# variants), titles, examples, nested objects and arrays, multi-line descriptions, keys in
+# non-alphabetical order, and schemas with no type at all.
+SCHEMA_TOOLS = [
+    {"type": "function", "function": {"name": "get_location", "description": "Gets the location of the user."}},
+    {"type": "function", "function": {"name": "no_description", "parameters": {"type": "object", "properties": {}}}},
+    {"type": "function", "function": {"name": "untyped", "description": "Takes anything.", "parameters": {}}},
+    {
+        "type": "function",
+        "function": {
+            "name": "kinds",
+            "description": "Line one of the tool.\nLine two of the tool.",
+            "parameters": {
+                "type": "object",
+                "description": "The arguments.",
+                "properties": {
+                    "zeta": {"type": "integer", "description": "an int"},
+                    "alpha": {"type": "number", "default": 1.5},
+                    "flag": {"type": "boolean", "default": False},
+                    "mode": {"type": "string", "enum": ["fast", "slow"], "default": "fast", "description": "how"},
+                    "name": {"type": "string", "default": "anon"},
+                    "tags": {"type": "array", "items": {"type": "string"}},
+                    "points": {
+                        "type": "array",
+                        "items": {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]},
+                    },
+                    "loose": {"type": "array"},
+                    "nested": {
+                        "type": "object",
+                        "description": "a nested object",
+                        "properties": {"y": {"type": "string", "description": "why"}, "z": {"type": ["number", "null"]}},
+                    },
+                    "bag": {"type": "object"},
+                    "maybe": {"type": ["string", "null"]},
+                    "nullable_count": {"type": "integer", "nullable": True},
+                    "either": {"anyOf": [{"type": "string"}, {"type": "null"}], "description": "any of two"},
+                    "fixed": {"const": "x"},
+                    "anything": {},
+                    "options": {"type": "object", "default": {"b": 1, "a": [True, None]}},
+                    "multi": {"type": "string", "description": "line one\nline two"},
+                    "titled": {"type": "string", "title": "A Title", "examples": ["e1", "e2"]},
+                    "weird": {"type": "date"},
+                },
+                "required": ["zeta", "flag", "points"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "unions",
+            "description": "oneOf at a property.",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "shared": {
+                        "description": "same",
+                        "oneOf": [{"type": "string", "description": "same"}, {"type": "integer", "description": "other"}],
+                    },
+                    "own": {
+                        "description": "the property",
+                        "default": "d",
+                        "oneOf": [
+                            {"type": "string", "description": "text", "default": "t"},
+                            {"type": "number", "nullable": True, "default": 2},
+                            {"type": "string", "enum": ["p", "q"], "default": "p"},
+                        ],
+                    },
+                    "bare": {"oneOf": [{"type": "boolean"}, {"type": "object", "properties": {"k": {"type": "string"}}}]},
+                },
+                "required": ["shared"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "top_union",
+            "description": "oneOf at the top.",
+            "parameters": {
+                "oneOf": [
+                    {"type": "object", "properties": {"a": {"type": "string"}}, "description": "first", "default": "x"},
+                    {"type": "string", "enum": ["e"], "default": "e", "nullable": True},
+                    {"type": "number", "default": 3},
+                ]
+            },
+        },
+    },
+]
+
 RENDER_CASES = [
     {
         "name": "single_user_default_effort",
@@ -220,6 +314,48 @@ RENDER_CASES = [
         ],
         "reasoning_effort": None,
         "tools": [WEATHER_TOOL],
+    },
+    {
+        # Tools without instructions: the developer message holds the tools alone.
+        "name": "tool_schemas",
+        "messages": [{"role": "user", "content": "Use any tool."}],
+        "reasoning_effort": "low",
+        "tools": SCHEMA_TOOLS,
+    },
+    {
+        # tool_choice "none": the tools are not offered, and neither line about them is there.
+        "name": "tool_choice_none",
+        "messages": [
+            {"role": "system", "content": "Be helpful."},
+            {"role": "user", "content": "Weather in Paris?"},
+        ],
+        "reasoning_effort": None,
+        "tools": [WEATHER_TOOL],
+        "tool_choice": "none",
+    },
+    {
+        # A finished turn of two calls, with a preamble and reasoning, then the answer: the
+        # reasoning before that final answer is dropped, the calls and results stay.
+        "name": "completed_tool_turn",
+        "messages": [
+            {"role": "user", "content": "Weather in Paris and Rome?"},
+            {
+                "role": "assistant",
+                "content": "Checking both cities.",
+                "reasoning_content": "Two calls needed.",
+                "tool_calls": [
+                    {"id": "a", "type": "function", "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'}},
+                    {"id": "b", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Rome", "unit": "celsius"}'}},
+                ],
+            },
+            {"role": "tool", "tool_call_id": "a", "content": "21"},
+            {"role": "tool", "tool_call_id": "b", "content": [{"type": "text", "text": "2"}, {"type": "text", "text": "5"}]},
+            {"role": "assistant", "content": "Paris 21, Rome 25.", "reasoning_content": "Both known."},
+            {"role": "user", "content": "Thanks. And Oslo?"},
+        ],
+        "reasoning_effort": "high",
+        "tools": [WEATHER_TOOL],
+        "tool_choice": "auto",
     },
 ]
 
@@ -347,7 +483,10 @@ def _drop_completed_analysis(msgs):
     return [m for i, m in enumerate(msgs) if not (i < last_final and m.channel == "analysis")]
 
 
-def request_to_harmony(messages, reasoning_effort, tools):
+def request_to_harmony(messages, reasoning_effort, tools, tool_choice=None):
+    # vLLM offers the tools only where tool_choice is not "none".
+    if tool_choice == "none":
+        tools = None
     messages = list(messages)
     instructions = None
     if messages and messages[0]["role"] in ("system", "developer"):
@@ -374,7 +513,7 @@ def request_to_harmony(messages, reasoning_effort, tools):
 
 def render_case(case):
     tools = case.get("tools")
-    harmony = request_to_harmony(case["messages"], case["reasoning_effort"], tools)
+    harmony = request_to_harmony(case["messages"], case["reasoning_effort"], tools, case.get("tool_choice"))
     ids = ENC.render_conversation_for_completion(
         Conversation.from_messages(harmony),
         Role.ASSISTANT,
@@ -387,6 +526,7 @@ def render_case(case):
         "messages": case["messages"],
         "reasoning_effort": case["reasoning_effort"],
         "tools": tools,
+        "tool_choice": case.get("tool_choice"),
         "rendered": rendered,
         "prompt_token_ids": ids,
     }

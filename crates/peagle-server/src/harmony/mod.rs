@@ -1,11 +1,13 @@
 //! Harmony, gpt-oss's chat format: conversations rendered as harmony messages
-//! (`render`), the answer's channels parsed back out of the generated text (`parser`), and
-//! the stop tokens that end an assistant turn. A model speaks harmony when its config says
+//! (`render`, the offered tools' parameters by `typescript`), the answer's channels and tool
+//! calls parsed back out of the generated text (`parser`), and the stop tokens that end an
+//! assistant turn. A model speaks harmony when its config says
 //! `model_type: gpt_oss` and its tokenizer has harmony's special tokens; its chat template
 //! is then not used, as vLLM does.
 
 mod parser;
 mod render;
+mod typescript;
 
 pub use parser::{Event, Parser};
 pub use render::render;
@@ -27,30 +29,94 @@ pub const RETURN: &str = "<|return|>";
 pub const CALL: &str = "<|call|>";
 const MARKERS: [&str; 7] = [START, END, MESSAGE, CHANNEL, CONSTRAIN, RETURN, CALL];
 
-/// A harmony answer's text split by channel as it streams: `analysis` is reasoning, every
-/// other message (`final`, a `commentary` preamble) is content.
+/// What a piece of a harmony answer adds to each part of the response (vLLM's split):
+/// `analysis` is reasoning; a message to a function tool (`functions.NAME`) is a call, its
+/// text the arguments; every other message to no one (`final`, a `commentary` preamble, or
+/// output that is not harmony at all) is content. A message to another recipient, a built-in
+/// tool that is never offered, is dropped.
+#[derive(Debug, Default, PartialEq)]
+pub struct Split {
+    pub reasoning: String,
+    pub content: String,
+    /// Pieces of calls in order: a call's first piece names its function.
+    pub calls: Vec<CallPiece>,
+}
+
+/// A piece of the answer's tool call `index` (counted from 0 over the answer).
+#[derive(Debug, PartialEq)]
+pub struct CallPiece {
+    pub index: usize,
+    /// The function, in the call's first piece.
+    pub name: Option<String>,
+    pub arguments: String,
+}
+
+/// Where the current message's text goes.
+#[derive(Debug, Clone, Copy, Default)]
+enum Route {
+    Reasoning,
+    #[default]
+    Content,
+    Call(usize),
+    Dropped,
+}
+
+/// A harmony answer split as it streams (`Split`).
 #[derive(Default)]
 pub struct Channels {
     parser: Parser,
-    reasoning: bool,
+    route: Route,
+    calls: usize,
 }
 
 impl Channels {
-    /// The reasoning and content that `text` adds; `last` flushes what the parser held back.
-    pub fn split(&mut self, text: &str, last: bool) -> (String, String) {
+    /// What `text` adds; `last` flushes what the parser held back.
+    pub fn split(&mut self, text: &str, last: bool) -> Split {
         let mut events = self.parser.feed(text);
         if last {
             events.extend(self.parser.finish());
         }
-        let (mut reasoning, mut content) = (String::new(), String::new());
+        let mut split = Split::default();
         for event in events {
             match event {
-                Event::Message { channel, .. } => self.reasoning = channel.as_deref() == Some("analysis"),
-                Event::Text(text) if self.reasoning => reasoning += &text,
-                Event::Text(text) => content += &text,
+                Event::Message { channel, recipient } => self.route = self.begin(channel, recipient, &mut split),
+                Event::Text(text) => match self.route {
+                    Route::Reasoning => split.reasoning += &text,
+                    Route::Content => split.content += &text,
+                    Route::Call(index) => match split.calls.last_mut() {
+                        Some(piece) if piece.index == index => piece.arguments += &text,
+                        _ => split.calls.push(CallPiece {
+                            index,
+                            name: None,
+                            arguments: text,
+                        }),
+                    },
+                    Route::Dropped => {}
+                },
             }
         }
-        (reasoning, content)
+        split
+    }
+
+    /// Where a new message's text goes; a call's begins with its name.
+    fn begin(&mut self, channel: Option<String>, recipient: Option<String>, split: &mut Split) -> Route {
+        let Some(recipient) = recipient else {
+            return match channel.as_deref() {
+                Some("analysis") => Route::Reasoning,
+                _ => Route::Content,
+            };
+        };
+        let Some(name) = recipient.strip_prefix("functions.") else {
+            return Route::Dropped;
+        };
+        let index = self.calls;
+        self.calls += 1;
+        split.calls.push(CallPiece {
+            index,
+            name: Some(name.to_string()),
+            arguments: String::new(),
+        });
+        Route::Call(index)
     }
 }
 
@@ -146,6 +212,72 @@ fn civil_date(days: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The completions of tests/fixtures/harmony/parses.json (openai-harmony's parse of each)
+    /// split whole, a character at a time and in 5s: analysis is reasoning, a message to
+    /// `functions.NAME` a call of NAME with its text as arguments, the rest content.
+    #[test]
+    fn answers_split_into_reasoning_content_and_calls_however_they_stream() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/harmony/parses.json");
+        let file: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let mut calls_seen = 0;
+        for case in file["cases"].as_array().unwrap() {
+            let (mut reasoning, mut content, mut calls) = (String::new(), String::new(), Vec::new());
+            for m in case["messages"].as_array().unwrap() {
+                let text = m["content"].as_str().unwrap();
+                match (m["recipient"].as_str(), m["channel"].as_str()) {
+                    (Some(to), _) => calls.push((to.strip_prefix("functions.").unwrap().to_string(), text.to_string())),
+                    (None, Some("analysis")) => reasoning += text,
+                    (None, _) => content += text,
+                }
+            }
+            calls_seen += calls.len();
+            let completion: Vec<char> = case["completion"].as_str().unwrap().chars().collect();
+            for piece in [completion.len(), 1, 5] {
+                let mut channels = Channels::default();
+                let pieces: Vec<String> = completion.chunks(piece).map(|c| c.iter().collect()).collect();
+                let mut got = (String::new(), String::new(), Vec::<(String, String)>::new());
+                for (i, text) in pieces.iter().enumerate() {
+                    let split = channels.split(text, i + 1 == pieces.len());
+                    got.0 += &split.reasoning;
+                    got.1 += &split.content;
+                    for call in split.calls {
+                        match call.name {
+                            Some(name) => {
+                                assert_eq!(call.index, got.2.len());
+                                got.2.push((name, call.arguments));
+                            }
+                            None => got.2[call.index].1 += &call.arguments,
+                        }
+                    }
+                }
+                assert_eq!(
+                    got,
+                    (reasoning.clone(), content.clone(), calls.clone()),
+                    "{} in {piece}s",
+                    case["name"]
+                );
+            }
+        }
+        assert_eq!(calls_seen, 3);
+    }
+
+    /// A message to a recipient that is not a function tool (a built-in tool, never offered)
+    /// is dropped, and the calls after it keep counting from 0.
+    #[test]
+    fn messages_to_other_recipients_are_dropped() {
+        let text = "<|channel|>analysis<|message|>a<|end|><|start|>assistant<|channel|>commentary to=browser.search \
+                    <|constrain|>json<|message|>{\"q\":1}<|call|><|start|>assistant<|channel|>commentary \
+                    to=functions.f<|message|>{}<|call|>";
+        let split = Channels::default().split(text, true);
+        assert_eq!((split.reasoning.as_str(), split.content.as_str()), ("a", ""));
+        let call = CallPiece {
+            index: 0,
+            name: Some("f".into()),
+            arguments: "{}".into(),
+        };
+        assert_eq!(split.calls, [call]);
+    }
 
     #[test]
     fn dates_count_from_the_epoch() {

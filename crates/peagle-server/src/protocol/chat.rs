@@ -1,6 +1,7 @@
 //! `POST /v1/chat/completions`: the request with its messages, the `chat.completion` response
 //! and the `chat.completion.chunk` stream chunks.
 
+use super::tools::{DeltaToolCall, FunctionDefinition, Tool, ToolCall};
 use super::{StopReason, StreamOptions, TokenLogprob, Usage};
 use crate::chat_template::JsonMap;
 use crate::error::ApiError;
@@ -40,6 +41,13 @@ pub struct ChatRequest {
     /// low, medium or high: how long a reasoning model thinks (harmony's system message;
     /// other models' chat templates get it as a variable).
     pub reasoning_effort: Option<String>,
+    /// Function tools the model may call: harmony (gpt-oss) models only.
+    pub tools: Option<Vec<Tool>>,
+    /// "auto" (the default) or "none"; a call cannot be forced.
+    #[schema(value_type = Option<String>)]
+    pub tool_choice: Option<serde_json::Value>,
+    /// Accepted: the model calls at most one tool a turn.
+    pub parallel_tool_calls: Option<bool>,
 }
 
 /// How a conversation is rendered (vLLM's chat options).
@@ -49,6 +57,8 @@ pub struct ChatRender {
     pub continue_final_message: bool,
     pub template_kwargs: JsonMap,
     pub reasoning_effort: Option<ReasoningEffort>,
+    /// The function tools offered to the model (`offered_tools`).
+    pub tools: Vec<FunctionDefinition>,
 }
 
 impl ChatRender {
@@ -64,6 +74,7 @@ impl ChatRender {
             continue_final_message: continue_final_message.unwrap_or(false),
             template_kwargs: template_kwargs.cloned().unwrap_or_default(),
             reasoning_effort: reasoning_effort.map(ReasoningEffort::parse).transpose()?,
+            tools: Vec::new(),
         };
         if render.add_generation_prompt && render.continue_final_message {
             return Err(ApiError::invalid(
@@ -83,19 +94,23 @@ pub struct ChatMessage {
     /// A past assistant turn's reasoning (vLLM also reads it as `reasoning`).
     #[serde(default, alias = "reasoning")]
     pub reasoning_content: Option<String>,
-    /// A past assistant turn's tool calls: refused, as tool calling is.
+    /// A past assistant turn's tool calls.
     #[serde(default)]
-    pub tool_calls: Option<serde_json::Value>,
+    pub tool_calls: Option<Vec<ToolCall>>,
+    /// A tool message's: the id of the call it answers.
+    #[serde(default)]
+    pub tool_call_id: Option<String>,
 }
 
 impl ChatMessage {
-    /// Refuses message `i` when it holds tool calls or is a tool's result: tool calling is not
-    /// supported, and rendering the message without them would misstate the conversation.
+    /// Refuses message `i` when it holds tool calls or is a tool's result, for a model whose
+    /// chat template renders the conversation: tool calling is for harmony models only, and
+    /// rendering the message without them would misstate the conversation.
     pub fn refuse_tool_calling(&self, i: usize) -> Result<(), ApiError> {
-        if self.tool_calls.as_ref().is_some_and(|c| !c.is_null()) || self.role == "tool" {
+        if self.tool_calls.as_ref().is_some_and(|c| !c.is_empty()) || self.role == "tool" {
             return Err(ApiError::invalid(
                 Some(&format!("messages[{i}].role")),
-                "tool calling is not supported",
+                format!("messages[{i}]: {TOOLS_NEED_HARMONY}"),
             ));
         }
         Ok(())
@@ -168,13 +183,19 @@ pub struct ChatChoice {
     pub stop_reason: Option<StopReason>,
 }
 
+/// Why a chat template's model refuses tools.
+pub const TOOLS_NEED_HARMONY: &str = "tool calling is supported for harmony (gpt-oss) models only by this server";
+
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Message {
     pub role: String,
-    pub content: String,
+    /// The answer's text; null for a turn that only called a tool.
+    pub content: Option<String>,
     /// A reasoning model's thinking (harmony's `analysis` channel), as vLLM returns it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reasoning_content: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<ToolCall>>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, ToSchema)]
@@ -185,6 +206,8 @@ pub struct Delta {
     pub content: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reasoning_content: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<DeltaToolCall>>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]

@@ -26,6 +26,9 @@ pub struct CompletionRequest {
     /// vLLM extension: let the tokenizer add its special tokens (a BOS) to a text prompt
     /// (default true).
     pub add_special_tokens: Option<bool>,
+    /// Refused unless empty: tools are offered in chat.
+    #[schema(value_type = Option<Vec<Object>>)]
+    pub tools: Option<serde_json::Value>,
 }
 
 /// `prompt`: text or token ids, one prompt or a list of them.

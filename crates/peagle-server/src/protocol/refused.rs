@@ -1,5 +1,6 @@
-//! Fields of OpenAI's and vLLM's APIs that peagle does not implement: structured output, tool
-//! calling, `prompt_logprobs`, beam search and token constraints. Each is refused with a 400
+//! Fields of OpenAI's and vLLM's APIs that peagle does not implement: structured output, the
+//! legacy `functions` (chat's `tools` replace them), `prompt_logprobs`, beam search and token
+//! constraints. Each is refused with a 400
 //! naming it, since ignoring it would hand the client text that does not honour what it asked
 //! for. Held as raw JSON, so no value is a type error.
 
@@ -9,8 +10,7 @@ use serde_json::Value;
 use utoipa::ToSchema;
 
 /// Each is refused unless null (or, for `response_format`, `{"type": "text"}`; for
-/// `tools` and `functions`, empty; for `tool_choice`, "none" or "auto"; for
-/// `use_beam_search`, false).
+/// `functions`, empty; for `use_beam_search`, false).
 #[derive(Debug, Clone, Default, Deserialize, ToSchema)]
 pub struct Refused {
     response_format: Option<Value>,
@@ -19,9 +19,7 @@ pub struct Refused {
     guided_regex: Option<Value>,
     guided_choice: Option<Value>,
     guided_grammar: Option<Value>,
-    tools: Option<Value>,
     functions: Option<Value>,
-    tool_choice: Option<Value>,
     prompt_logprobs: Option<Value>,
     use_beam_search: Option<Value>,
     bad_words: Option<Value>,
@@ -51,19 +49,12 @@ impl Refused {
             // Completions score the prompt with echo and logprobs instead.
             return Err(refuse("prompt_logprobs", "prompt log-probabilities are not supported"));
         }
-        let calls = [("tools", &self.tools), ("functions", &self.functions)];
         let empty = |v: &Value| v.as_array().is_some_and(Vec::is_empty);
-        if let Some((name, _)) = calls
-            .iter()
-            .find(|(_, v)| v.as_ref().is_some_and(|v| !is_null_or(v, empty)))
-        {
-            return Err(refuse(name, "tool calling is not supported"));
-        }
-        // "required" or a named function asks for a call the model is never made to give.
-        if let Some(choice) = self.tool_choice.as_ref() {
-            if !is_null_or(choice, |c| c == "none" || c == "auto") {
-                return Err(refuse("tool_choice", "tool calling is not supported"));
-            }
+        if self.functions.as_ref().is_some_and(|v| !is_null_or(v, empty)) {
+            return Err(refuse(
+                "functions",
+                "the legacy functions are not supported (chat's tools are)",
+            ));
         }
         if let Some(beam) = self.use_beam_search.as_ref() {
             if !is_null_or(beam, |b| *b == false) {
@@ -112,9 +103,9 @@ mod tests {
             json!({}),
             json!({"response_format": {"type": "text"}}),
             json!({"response_format": null, "guided_json": null}),
-            json!({"tools": [], "functions": null}),
-            json!({"tool_choice": "none", "use_beam_search": false, "bad_words": null}),
-            json!({"tool_choice": "auto", "allowed_token_ids": null}),
+            json!({"functions": []}),
+            json!({"functions": null, "use_beam_search": false, "bad_words": null}),
+            json!({"allowed_token_ids": null}),
         ] {
             assert_eq!(param(fine.clone()), None, "{fine}");
         }
@@ -122,17 +113,8 @@ mod tests {
             ("response_format", json!({"response_format": {"type": "json_object"}})),
             ("guided_choice", json!({"guided_choice": ["a", "b"]})),
             ("structured_outputs", json!({"structured_outputs": {"regex": "a+"}})),
-            (
-                "tools",
-                json!({"tools": [{"type": "function", "function": {"name": "f"}}]}),
-            ),
             ("functions", json!({"functions": [{"name": "f"}]})),
             ("prompt_logprobs", json!({"prompt_logprobs": 1})),
-            ("tool_choice", json!({"tool_choice": "required"})),
-            (
-                "tool_choice",
-                json!({"tool_choice": {"type": "function", "function": {"name": "f"}}}),
-            ),
             ("use_beam_search", json!({"use_beam_search": true})),
             ("bad_words", json!({"bad_words": ["x"]})),
             ("allowed_token_ids", json!({"allowed_token_ids": [5, 6]})),

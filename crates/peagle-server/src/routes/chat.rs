@@ -10,9 +10,10 @@ use crate::json_body::ApiJsonViews;
 use crate::openapi::{ApiErrors, StreamEvent};
 use crate::params::{check_prompt, check_sequences, logprobs_count};
 use crate::protocol::chat::{
-    ChatChoice, ChatLogprobs, ChatMessage, ChatRender, ChatRequest, ChatResponse, Delta, Message,
+    ChatChoice, ChatLogprobs, ChatMessage, ChatRender, ChatRequest, ChatResponse, Delta, Message, TOOLS_NEED_HARMONY,
 };
 use crate::protocol::sampling::SamplingRequest;
+use crate::protocol::tools::{offered_tools, DeltaToolCall, ToolCall};
 use crate::protocol::TokenLogprob;
 use crate::protocol::{response_id, unix_time, StreamUsage, Usage};
 use crate::sse::{done_event, error_event, json_event, merged};
@@ -51,12 +52,13 @@ impl Meta {
         }
     }
 
+    /// A chunk of choice `index`; `finish` on its last, with whether it called a tool.
     fn chunk(
         &self,
         index: usize,
         delta: Delta,
         logprobs: Option<ChatLogprobs>,
-        finish: Option<&Finish>,
+        finish: Option<(&Finish, bool)>,
         usage: Option<Usage>,
     ) -> ChatResponse {
         let choice = ChatChoice {
@@ -64,8 +66,8 @@ impl Meta {
             message: None,
             delta: Some(delta),
             logprobs,
-            finish_reason: finish.map(|f| f.reason.as_str()),
-            stop_reason: finish.and_then(|f| f.stop_reason.clone()),
+            finish_reason: finish.map(|(f, called)| finish_reason(f, called)),
+            stop_reason: finish.and_then(|(f, _)| f.stop_reason.clone()),
         };
         self.response("chat.completion.chunk", vec![choice], usage)
     }
@@ -110,12 +112,13 @@ pub async fn chat_completions(
             ))
         }
     };
-    let render = ChatRender::new(
+    let mut render = ChatRender::new(
         req.add_generation_prompt,
         req.continue_final_message,
         req.chat_template_kwargs.as_ref(),
         req.reasoning_effort.as_deref(),
     )?;
+    render.tools = offered_tools(req.tools.as_deref(), req.tool_choice.as_ref())?;
     let harmony = state.model.harmony.clone();
     if harmony.is_some() && req.echo.unwrap_or(false) {
         return Err(ApiError::invalid(
@@ -156,7 +159,7 @@ pub async fn chat_completions(
         let opening = Delta {
             role: Some(role),
             content: Some(echo),
-            reasoning_content: None,
+            ..Delta::default()
         };
         let channels = harmony
             .is_some()
@@ -169,32 +172,59 @@ pub async fn chat_completions(
     let choices = outcomes
         .into_iter()
         .enumerate()
-        .map(|(index, o)| ChatChoice {
-            index,
-            message: Some(match harmony {
-                Some(_) => {
-                    let mut channels = harmony::Channels::default();
-                    let (reasoning, content) = channels.split(&o.text, true);
-                    Message {
-                        role: role.clone(),
-                        content,
-                        reasoning_content: (!reasoning.is_empty()).then_some(reasoning),
-                    }
-                }
+        .map(|(index, o)| {
+            let message = match harmony {
+                Some(_) => harmony_message(role.clone(), &o.text),
                 None => Message {
                     role: role.clone(),
-                    content: echo.clone() + &o.text,
+                    content: Some(echo.clone() + &o.text),
                     reasoning_content: None,
+                    tool_calls: None,
                 },
-            }),
-            delta: None,
-            logprobs: logprobs.map(|_| ChatLogprobs::new(&o.logprobs)),
-            finish_reason: Some(o.finish.reason.as_str()),
-            stop_reason: o.finish.stop_reason,
+            };
+            ChatChoice {
+                index,
+                finish_reason: Some(finish_reason(&o.finish, message.tool_calls.is_some())),
+                message: Some(message),
+                delta: None,
+                logprobs: logprobs.map(|_| ChatLogprobs::new(&o.logprobs)),
+                stop_reason: o.finish.stop_reason,
+            }
         })
         .collect();
     let usage = Usage::finished(prompt.len(), completion_tokens, cached_tokens);
     Ok(Json(meta.response("chat.completion", choices, Some(usage))).into_response())
+}
+
+/// A harmony answer as a message: its reasoning, its content (null where it only called a
+/// tool) and its tool calls, each with a new id.
+fn harmony_message(role: String, text: &str) -> Message {
+    let split = harmony::Channels::default().split(text, true);
+    let mut tool_calls: Vec<ToolCall> = Vec::new();
+    for piece in split.calls {
+        match (piece.name, tool_calls.get_mut(piece.index)) {
+            (Some(name), _) => tool_calls.push(ToolCall::new(name, piece.arguments)),
+            (None, Some(call)) => call.function.arguments += &piece.arguments,
+            // A whole answer's split names each call in its first piece.
+            (None, None) => {}
+        }
+    }
+    let only_calls = split.content.is_empty() && !tool_calls.is_empty();
+    Message {
+        role,
+        content: (!only_calls).then_some(split.content),
+        reasoning_content: (!split.reasoning.is_empty()).then_some(split.reasoning),
+        tool_calls: (!tool_calls.is_empty()).then_some(tool_calls),
+    }
+}
+
+/// OpenAI's finish reason: a turn that stopped on a tool call (harmony's `<|call|>`) ends
+/// for "tool_calls".
+fn finish_reason(finish: &Finish, called: bool) -> &'static str {
+    match (finish.reason.as_str(), called) {
+        ("stop", true) => "tool_calls",
+        (reason, _) => reason,
+    }
 }
 
 /// The conversation's token ids through the model's chat template, rendered and tokenized
@@ -232,7 +262,10 @@ fn prompt_text(state: &AppState, messages: &[ChatMessage], render: &ChatRender) 
             ));
         }
         let effort = render.reasoning_effort.unwrap_or_default();
-        return harmony::render(messages, effort, &harmony::today());
+        return harmony::render(messages, effort, &harmony::today(), &render.tools);
+    }
+    if !render.tools.is_empty() {
+        return Err(ApiError::invalid(Some("tools"), format!("tools: {TOOLS_NEED_HARMONY}")));
     }
     let template = state.model.chat_template.as_ref().ok_or_else(|| {
         ApiError::invalid(
@@ -289,6 +322,7 @@ fn stream(
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
     let with_logprobs = |tokens: &[TokenLogprob]| (!tokens.is_empty()).then(|| ChatLogprobs::new(tokens));
     let mut generated = vec![0; choices.len()];
+    let mut called = vec![false; choices.len()];
     let events = async_stream::stream! {
         for index in 0..choices.len() {
             let delta = opening.clone();
@@ -316,19 +350,20 @@ fn stream(
             }
             generated[index] += update.tokens;
             let so_far = usage.per_chunk.then(|| Usage::new(prompt_tokens, generated[index]));
-            let (reasoning, content) = match channels.as_mut() {
+            let split = match channels.as_mut() {
                 Some(channels) => channels[index].split(&update.text, finish.is_some()),
-                None => (String::new(), update.text),
+                None => harmony::Split { content: update.text, ..harmony::Split::default() },
             };
-            if reasoning.is_empty() && content.is_empty() && update.logprobs.is_empty() && finish.is_none() {
+            let delta = delta(split);
+            if delta.tool_calls.is_some() {
+                called[index] = true;
+            }
+            let empty = delta.content.is_none() && delta.reasoning_content.is_none() && delta.tool_calls.is_none();
+            if empty && update.logprobs.is_empty() && finish.is_none() {
                 continue;
             }
-            let delta = Delta {
-                role: None,
-                content: (!content.is_empty()).then_some(content),
-                reasoning_content: (!reasoning.is_empty()).then_some(reasoning),
-            };
-            yield json_event(&meta.chunk(index, delta, with_logprobs(&update.logprobs), finish.as_ref(), so_far));
+            let finish = finish.as_ref().map(|f| (f, called[index]));
+            yield json_event(&meta.chunk(index, delta, with_logprobs(&update.logprobs), finish, so_far));
         }
         if usage.at_end {
             let usage = Usage::finished(prompt_tokens, completion_tokens, cached_tokens);
@@ -337,4 +372,107 @@ fn stream(
         yield done_event();
     };
     Sse::new(events.map(Ok))
+}
+
+/// A stream chunk's delta from what an update added.
+fn delta(split: harmony::Split) -> Delta {
+    let calls: Vec<DeltaToolCall> = split
+        .calls
+        .into_iter()
+        .map(|piece| match piece.name {
+            Some(name) => DeltaToolCall::start(piece.index, name, piece.arguments),
+            None => DeltaToolCall::more(piece.index, piece.arguments),
+        })
+        .collect();
+    Delta {
+        role: None,
+        content: (!split.content.is_empty()).then_some(split.content),
+        reasoning_content: (!split.reasoning.is_empty()).then_some(split.reasoning),
+        tool_calls: (!calls.is_empty()).then_some(calls),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use peagle_engine::FinishReason;
+
+    const PREAMBLE_AND_CALL: &str = "<|channel|>commentary<|message|>Let me check.<|end|><|start|>assistant\
+        <|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\":\"Rome\"}";
+
+    #[test]
+    fn an_answer_that_calls_a_tool_holds_the_call() {
+        let message = serde_json::to_value(harmony_message("assistant".into(), PREAMBLE_AND_CALL)).unwrap();
+        assert_eq!(message["content"], "Let me check.");
+        let calls = message["tool_calls"].as_array().unwrap();
+        assert_eq!(calls.len(), 1, "{message}");
+        assert_eq!(calls[0]["type"], "function");
+        assert!(calls[0]["id"].as_str().unwrap().starts_with("call_"), "{message}");
+        assert_eq!(
+            calls[0]["function"],
+            json!({"name": "get_weather", "arguments": "{\"city\":\"Rome\"}"})
+        );
+
+        let only_call = "<|channel|>analysis<|message|>Need it.<|end|><|start|>assistant<|channel|>commentary \
+            to=functions.now<|message|>{}";
+        let message = serde_json::to_value(harmony_message("assistant".into(), only_call)).unwrap();
+        assert_eq!(message["content"], Value::Null, "{message}");
+        assert_eq!(message["reasoning_content"], "Need it.");
+        assert_eq!(message["tool_calls"][0]["function"]["name"], "now");
+
+        let answer = "<|channel|>final<|message|>Sunny.";
+        let message = serde_json::to_value(harmony_message("assistant".into(), answer)).unwrap();
+        assert_eq!(message, json!({"role": "assistant", "content": "Sunny."}));
+    }
+
+    /// A client that joins the deltas' pieces by index (as OpenAI's SDKs do) gets the call
+    /// the whole answer holds, however the text streams.
+    #[test]
+    fn streamed_pieces_join_into_the_call() {
+        let chars: Vec<char> = PREAMBLE_AND_CALL.chars().collect();
+        for piece in [1, 3, 7] {
+            let mut channels = harmony::Channels::default();
+            let (mut content, mut calls) = (String::new(), Vec::<Value>::new());
+            let pieces: Vec<String> = chars.chunks(piece).map(|c| c.iter().collect()).collect();
+            for (i, text) in pieces.iter().enumerate() {
+                let delta = serde_json::to_value(delta(channels.split(text, i + 1 == pieces.len()))).unwrap();
+                content += delta["content"].as_str().unwrap_or("");
+                for call in delta["tool_calls"].as_array().into_iter().flatten() {
+                    let index = call["index"].as_u64().unwrap() as usize;
+                    if index == calls.len() {
+                        assert!(call["id"].as_str().unwrap().starts_with("call_"), "{call}");
+                        assert_eq!(call["type"], "function");
+                        calls.push(call["function"].clone());
+                    } else {
+                        assert!(
+                            call.get("id").is_none() && call["function"].get("name").is_none(),
+                            "{call}"
+                        );
+                        let more = call["function"]["arguments"].as_str().unwrap();
+                        let joined = calls[index]["arguments"].as_str().unwrap().to_string() + more;
+                        calls[index]["arguments"] = json!(joined);
+                    }
+                }
+            }
+            assert_eq!(content, "Let me check.");
+            assert_eq!(
+                calls,
+                [json!({"name": "get_weather", "arguments": "{\"city\":\"Rome\"}"})],
+                "in {piece}s"
+            );
+        }
+    }
+
+    #[test]
+    fn a_turn_that_stops_on_a_call_finishes_for_tool_calls() {
+        let finish = |reason| Finish {
+            reason,
+            stop_reason: None,
+            completion_tokens: 1,
+            cached_tokens: 0,
+        };
+        assert_eq!(finish_reason(&finish(FinishReason::StopToken(383)), true), "tool_calls");
+        assert_eq!(finish_reason(&finish(FinishReason::StopToken(383)), false), "stop");
+        assert_eq!(finish_reason(&finish(FinishReason::Length), true), "length");
+    }
 }

@@ -200,6 +200,16 @@ fn check_unsupported(req: &CompletionRequest, n: usize) -> Result<(), ApiError> 
     if req.suffix.as_ref().is_some_and(|s| !s.is_empty()) {
         return Err(ApiError::invalid(Some("suffix"), "suffix is not supported"));
     }
+    if req
+        .tools
+        .as_ref()
+        .is_some_and(|t| !t.is_null() && t.as_array().is_none_or(|t| !t.is_empty()))
+    {
+        return Err(ApiError::invalid(
+            Some("tools"),
+            "tools: tool calling is offered in /v1/chat/completions, not in completions",
+        ));
+    }
     Ok(())
 }
 

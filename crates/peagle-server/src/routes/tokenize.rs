@@ -10,6 +10,7 @@ use crate::json_body::ApiJson;
 use crate::openapi::ApiErrors;
 use crate::params::check_token_ids;
 use crate::protocol::chat::{ChatMessage, ChatRender};
+use crate::protocol::tools::{offered_tools, Tool};
 use crate::state::AppState;
 use axum::extract::State;
 use axum::Json;
@@ -30,6 +31,8 @@ pub struct TokenizeRequest {
     #[schema(value_type = Option<Object>)]
     pub chat_template_kwargs: Option<JsonMap>,
     pub reasoning_effort: Option<String>,
+    /// For messages: the tools offered, counted as chat renders them.
+    pub tools: Option<Vec<Tool>>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -70,12 +73,13 @@ pub async fn tokenize(
             .await?
         }
         (None, Some(messages)) => {
-            let render = ChatRender::new(
+            let mut render = ChatRender::new(
                 req.add_generation_prompt,
                 req.continue_final_message,
                 req.chat_template_kwargs.as_ref(),
                 req.reasoning_effort.as_deref(),
             )?;
+            render.tools = offered_tools(req.tools.as_deref(), None)?;
             prompt_ids(
                 &state,
                 messages.clone(),

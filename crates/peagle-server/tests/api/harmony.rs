@@ -1,6 +1,7 @@
-//! gpt-oss chats over HTTP: prompts rendered as harmony (not by the chat template), and the
-//! answer's channels split into `reasoning_content` and `content`, streamed or not, exactly
-//! as parsing the raw completion gives them. The model is the tiny MXFP4 gpt-oss with
+//! gpt-oss chats over HTTP: prompts rendered as harmony (not by the chat template), with the
+//! offered tools and past tool calls and results, and the answer's channels split into
+//! `reasoning_content`, `content` and `tool_calls`, streamed or not, exactly as parsing the
+//! raw completion gives them. The model is the tiny MXFP4 gpt-oss with
 //! harmony's special tokens in place of its tokenizer's last seven merges, drafted for by
 //! its P-EAGLE head.
 
@@ -8,6 +9,7 @@ use crate::common::{Options, TestServer};
 use peagle_engine::DraftModel;
 use peagle_server::harmony::{self, Channels, ReasoningEffort};
 use peagle_server::protocol::chat::ChatMessage;
+use peagle_server::protocol::tools::{offered_tools, Tool};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 
@@ -29,8 +31,8 @@ fn fixture(name: &str) -> PathBuf {
 
 /// tiny-gpt-oss-mxfp4 whose tokenizer has harmony's tokens (ids 377..=383), with room for
 /// harmony's system message (byte-level, it is most of 200 tokens): 256 positions, as its
-/// drafter has.
-fn harmony_gpt_oss() -> tempfile::TempDir {
+/// drafter has, or `positions` for chats with tools.
+fn harmony_gpt_oss(positions: usize) -> tempfile::TempDir {
     let src = fixture("tiny-gpt-oss-mxfp4");
     let dir = tempfile::tempdir().unwrap();
     for entry in std::fs::read_dir(&src).unwrap() {
@@ -53,23 +55,27 @@ fn harmony_gpt_oss() -> tempfile::TempDir {
     }
     std::fs::write(dir.path().join("tokenizer.json"), tokenizer.to_string()).unwrap();
     let mut config: Value = serde_json::from_str(&std::fs::read_to_string(src.join("config.json")).unwrap()).unwrap();
-    config["max_position_embeddings"] = json!(256);
+    config["max_position_embeddings"] = json!(positions);
     std::fs::write(dir.path().join("config.json"), config.to_string()).unwrap();
     dir
 }
 
-async fn server(model: &Path) -> TestServer {
+/// A server of `model`, drafted for by its P-EAGLE head where `drafted`.
+async fn server(model: &Path, drafted: bool) -> TestServer {
     let draft = DraftModel {
         dir: fixture("tiny-gpt-oss-peagle"),
         k: Some(3),
         parallel: true,
     };
     TestServer::with(Options {
-        target: Some((model.to_path_buf(), Some(draft))),
+        target: Some((model.to_path_buf(), drafted.then_some(draft))),
         ..Default::default()
     })
     .await
 }
+
+/// Room for a conversation with tools: the drafter's 256 positions are too few.
+const TOOL_POSITIONS: usize = 1024;
 
 fn messages() -> Value {
     json!([
@@ -82,8 +88,8 @@ fn messages() -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chat_prompts_are_rendered_as_harmony() {
-    let model = harmony_gpt_oss();
-    let server = server(model.path()).await;
+    let model = harmony_gpt_oss(256);
+    let server = server(model.path(), true).await;
     let body = server
         .ok("/tokenize", json!({"messages": messages(), "reasoning_effort": "high"}))
         .await;
@@ -93,7 +99,7 @@ async fn chat_prompts_are_rendered_as_harmony() {
         .unwrap()
         .to_string();
     let parsed: Vec<ChatMessage> = serde_json::from_value(messages()).unwrap();
-    let want = harmony::render(&parsed, ReasoningEffort::High, &harmony::today()).unwrap();
+    let want = harmony::render(&parsed, ReasoningEffort::High, &harmony::today(), &[]).unwrap();
     assert_eq!(text, want);
     assert!(text.starts_with("<|start|>system<|message|>You are ChatGPT"), "{text}");
     assert!(text.contains("Reasoning: high") && !text.contains("think"), "{text}");
@@ -119,14 +125,14 @@ async fn chat_prompts_are_rendered_as_harmony() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn answers_split_reasoning_from_content_streamed_or_not() {
-    let model = harmony_gpt_oss();
-    let server = server(model.path()).await;
+    let model = harmony_gpt_oss(256);
+    let server = server(model.path(), true).await;
     let messages = json!([{"role": "user", "content": "def count"}]);
     let request = json!({"messages": messages, "temperature": 0, "max_tokens": 40});
     let body = server.ok("/v1/chat/completions", request.clone()).await;
     let message = &body["choices"][0]["message"];
     let reasoning = message["reasoning_content"].as_str().unwrap_or("").to_string();
-    let content = message["content"].as_str().unwrap().to_string();
+    let content = message["content"].as_str().unwrap_or("").to_string();
     for text in [&reasoning, &content] {
         assert!(MARKERS.iter().all(|m| !text.contains(m)), "{body}");
     }
@@ -155,13 +161,142 @@ async fn answers_split_reasoning_from_content_streamed_or_not() {
         )
         .await;
     let text = raw["choices"][0]["text"].as_str().unwrap();
-    assert_eq!(
-        Channels::default().split(text, true),
-        (reasoning, content),
-        "raw: {text:?}"
-    );
+    let split = Channels::default().split(text, true);
+    assert_eq!((split.reasoning, split.content), (reasoning, content), "raw: {text:?}");
     assert_eq!(
         body["usage"]["completion_tokens"], raw["usage"]["completion_tokens"],
         "{body} {raw}"
     );
+}
+
+fn weather_tool() -> Value {
+    json!({"type": "function", "function": {
+        "name": "get_weather",
+        "description": "Weather for a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+        "strict": true
+    }})
+}
+
+/// A turn that called the tool, its result, and a question after it.
+fn tool_turns() -> Value {
+    json!([
+        {"role": "user", "content": "def weather"},
+        {"role": "assistant", "content": null, "reasoning_content": "call it",
+         "tool_calls": [{"id": "call_1", "type": "function",
+                         "function": {"name": "get_weather", "arguments": "{\"city\":\"Oslo\"}"}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "cold"},
+    ])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tools_are_offered_and_past_calls_rendered() {
+    let model = harmony_gpt_oss(TOOL_POSITIONS);
+    let server = server(model.path(), false).await;
+    let tools = json!([weather_tool()]);
+    let body = server
+        .ok("/tokenize", json!({"messages": tool_turns(), "tools": tools}))
+        .await;
+    let text = server.ok("/detokenize", json!({"tokens": body["tokens"]})).await["prompt"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let parsed: Vec<ChatMessage> = serde_json::from_value(tool_turns()).unwrap();
+    let tools_parsed: Vec<Tool> = serde_json::from_value(tools.clone()).unwrap();
+    let offered = offered_tools(Some(&tools_parsed), None).unwrap();
+    let want = harmony::render(&parsed, ReasoningEffort::Medium, &harmony::today(), &offered).unwrap();
+    assert_eq!(text, want);
+    for part in [
+        "// Weather for a city.\ntype get_weather = (_: {\ncity: string,\n}) => any;",
+        "<|channel|>analysis<|message|>call it<|end|>",
+        "<|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>{\"city\":\"Oslo\"}<|call|>",
+        "<|start|>functions.get_weather to=assistant<|channel|>commentary<|message|>cold<|end|>",
+    ] {
+        assert!(text.contains(part), "{part} not in {text}");
+    }
+
+    // Answered streamed or not alike, whatever the random model makes of it: every call
+    // named, and a turn that called a tool finishing for "tool_calls".
+    let request = json!({"messages": tool_turns(), "tools": tools, "temperature": 0, "max_tokens": 30});
+    let body = server.ok("/v1/chat/completions", request.clone()).await;
+    let choice = &body["choices"][0];
+    let calls = choice["message"]["tool_calls"].as_array().cloned().unwrap_or_default();
+    let finish = choice["finish_reason"].as_str().unwrap();
+    assert!(["stop", "length", "tool_calls"].contains(&finish), "{body}");
+    assert_eq!(
+        finish == "tool_calls",
+        !calls.is_empty() && choice["stop_reason"] == 383,
+        "{body}"
+    );
+    let mut streamed = request.clone();
+    streamed["stream"] = json!(true);
+    let (mut content, mut s_calls) = (String::new(), Vec::<Value>::new());
+    let mut s_finish = String::new();
+    for chunk in server.stream("/v1/chat/completions", streamed).await {
+        let choice = &chunk["choices"][0];
+        content += choice["delta"]["content"].as_str().unwrap_or("");
+        for call in choice["delta"]["tool_calls"].as_array().into_iter().flatten() {
+            match call["index"].as_u64().unwrap() as usize {
+                i if i == s_calls.len() => s_calls.push(call["function"].clone()),
+                i => {
+                    let more = call["function"]["arguments"].as_str().unwrap();
+                    let joined = s_calls[i]["arguments"].as_str().unwrap().to_string() + more;
+                    s_calls[i]["arguments"] = json!(joined);
+                }
+            }
+        }
+        s_finish += choice["finish_reason"].as_str().unwrap_or("");
+    }
+    assert_eq!(content, choice["message"]["content"].as_str().unwrap_or(""));
+    let functions: Vec<Value> = calls.iter().map(|c| c["function"].clone()).collect();
+    assert_eq!((s_calls, s_finish.as_str()), (functions, finish));
+
+    // tool_choice "none": the same conversation with no tools offered.
+    let mut none = request.clone();
+    none["tool_choice"] = json!("none");
+    server.ok("/v1/chat/completions", none).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_requests_that_cannot_be_honoured_are_refused() {
+    let model = harmony_gpt_oss(TOOL_POSITIONS);
+    let server = server(model.path(), false).await;
+    let chat = "/v1/chat/completions";
+    let request = |tools: Value, choice: Value, messages: Value| json!({"messages": messages, "tools": tools, "tool_choice": choice, "max_tokens": 4});
+    let mut unanswered = tool_turns();
+    unanswered[2]["tool_call_id"] = json!("call_2");
+    for (body, param) in [
+        (
+            request(json!([weather_tool()]), json!("required"), tool_turns()),
+            "tool_choice",
+        ),
+        (
+            request(json!([{"type": "web_search"}]), Value::Null, tool_turns()),
+            "tools[0]",
+        ),
+        (
+            request(
+                json!([{"type": "web_search", "function": {"name": "f"}}]),
+                Value::Null,
+                tool_turns(),
+            ),
+            "tools[0].type",
+        ),
+        (
+            request(
+                json!([{"type": "function", "function": {"name": "get weather"}}]),
+                Value::Null,
+                tool_turns(),
+            ),
+            "tools[0].function.name",
+        ),
+        (
+            request(json!([weather_tool()]), Value::Null, unanswered),
+            "messages[2].tool_call_id",
+        ),
+    ] {
+        let (status, error) = server.call(chat, body).await;
+        assert_eq!(status, 400, "{error}");
+        assert_eq!(error["error"]["param"], param, "{error}");
+    }
 }

@@ -1,0 +1,236 @@
+//! Function tools in chat: the `tools` and `tool_choice` a request offers, the calls in past
+//! assistant turns and in answers, and a call's pieces in stream chunks, as OpenAI has them.
+//! The model calls at most one tool a turn (harmony ends the turn on a call), so
+//! `parallel_tool_calls` asks nothing of it.
+
+use crate::error::ApiError;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::ToSchema;
+
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+pub struct Tool {
+    /// "function", the only kind.
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub function: FunctionDefinition,
+}
+
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+pub struct FunctionDefinition {
+    pub name: String,
+    pub description: Option<String>,
+    /// A JSON Schema object; its properties are shown to the model in the order given.
+    #[schema(value_type = Option<Object>)]
+    pub parameters: Option<Value>,
+    /// Accepted for clients that always send it; the arguments are not held to the schema.
+    pub strict: Option<bool>,
+}
+
+/// A tool call, in a past assistant turn or in an answer.
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
+pub struct ToolCall {
+    pub id: String,
+    /// "function".
+    #[serde(rename = "type", default = "function_kind")]
+    pub kind: String,
+    pub function: FunctionCall,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
+pub struct FunctionCall {
+    pub name: String,
+    /// The arguments as the model wrote them: JSON text, not checked against the schema.
+    pub arguments: String,
+}
+
+fn function_kind() -> String {
+    "function".into()
+}
+
+impl ToolCall {
+    /// A call of `name` with a new id.
+    pub fn new(name: String, arguments: String) -> Self {
+        Self {
+            id: call_id(),
+            kind: function_kind(),
+            function: FunctionCall { name, arguments },
+        }
+    }
+}
+
+/// A call's piece in a stream chunk: the first holds its id, type and name, each later one
+/// more of its arguments.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct DeltaToolCall {
+    /// The call's place among the choice's calls.
+    pub index: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    pub kind: Option<&'static str>,
+    pub function: DeltaFunctionCall,
+}
+
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct DeltaFunctionCall {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    pub arguments: String,
+}
+
+impl DeltaToolCall {
+    /// Call `index` begins: a new id, its name and its first arguments.
+    pub fn start(index: usize, name: String, arguments: String) -> Self {
+        Self {
+            index,
+            id: Some(call_id()),
+            kind: Some("function"),
+            function: DeltaFunctionCall {
+                name: Some(name),
+                arguments,
+            },
+        }
+    }
+
+    /// More of call `index`'s arguments.
+    pub fn more(index: usize, arguments: String) -> Self {
+        Self {
+            index,
+            id: None,
+            kind: None,
+            function: DeltaFunctionCall { name: None, arguments },
+        }
+    }
+}
+
+/// A new tool call id, as OpenAI spells them.
+fn call_id() -> String {
+    format!("call_{}", super::random_id())
+}
+
+/// The function tools a chat request offers the model: its `tools` under `tool_choice`
+/// "auto" (the default), none under "none". Forcing a call ("required", or a named function)
+/// is refused, as nothing makes the model produce one. Names are OpenAI's (letters, digits,
+/// `_` and `-`, at most 64), since the model names its call in a message header.
+pub fn offered_tools(tools: Option<&[Tool]>, tool_choice: Option<&Value>) -> Result<Vec<FunctionDefinition>, ApiError> {
+    let offered = match tool_choice {
+        None | Some(Value::Null) => true,
+        Some(Value::String(choice)) if choice == "auto" => true,
+        Some(Value::String(choice)) if choice == "none" => false,
+        Some(_) => {
+            return Err(ApiError::invalid(
+                Some("tool_choice"),
+                "tool_choice: only \"auto\" and \"none\" are supported by this server: it cannot force a call",
+            ))
+        }
+    };
+    let mut functions: Vec<FunctionDefinition> = Vec::new();
+    for (i, tool) in tools.unwrap_or_default().iter().enumerate() {
+        let field = |name: &str| format!("tools[{i}].{name}");
+        if tool.kind != "function" {
+            return Err(ApiError::invalid(
+                Some(&field("type")),
+                format!(
+                    "{}: only function tools are supported, not {:?}",
+                    field("type"),
+                    tool.kind
+                ),
+            ));
+        }
+        let name = &tool.function.name;
+        let valid = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
+        if name.is_empty() || name.len() > 64 || !name.chars().all(valid) {
+            return Err(ApiError::invalid(
+                Some(&field("function.name")),
+                format!(
+                    "{}: {name:?} is not 1 to 64 letters, digits, underscores or dashes",
+                    field("function.name")
+                ),
+            ));
+        }
+        if functions.iter().any(|f| f.name == *name) {
+            return Err(ApiError::invalid(
+                Some(&field("function.name")),
+                format!("{}: a second tool named {name:?}", field("function.name")),
+            ));
+        }
+        if tool.function.parameters.as_ref().is_some_and(|p| !p.is_object()) {
+            return Err(ApiError::invalid(
+                Some(&field("function.parameters")),
+                format!("{}: a JSON Schema object is expected", field("function.parameters")),
+            ));
+        }
+        functions.push(tool.function.clone());
+    }
+    Ok(if offered { functions } else { Vec::new() })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn offered(tools: Value, choice: Value) -> Result<Vec<String>, Option<String>> {
+        let tools: Vec<Tool> = serde_json::from_value(tools).unwrap();
+        let choice = (!choice.is_null()).then_some(choice);
+        offered_tools(Some(&tools), choice.as_ref())
+            .map(|f| f.into_iter().map(|f| f.name).collect())
+            .map_err(|e| e.param)
+    }
+
+    fn tool(name: &str) -> Value {
+        json!({"type": "function", "function": {"name": name, "parameters": {"type": "object"}}})
+    }
+
+    #[test]
+    fn auto_offers_the_tools_and_none_offers_none() {
+        let tools = json!([tool("get_weather"), tool("find-2")]);
+        let both = Ok(vec!["get_weather".to_string(), "find-2".to_string()]);
+        assert_eq!(offered(tools.clone(), Value::Null), both);
+        assert_eq!(offered(tools.clone(), json!("auto")), both);
+        assert_eq!(offered(tools.clone(), json!("none")), Ok(vec![]));
+        assert_eq!(offered_tools(None, None).unwrap().len(), 0);
+    }
+
+    #[test]
+    fn what_cannot_be_honoured_is_refused_by_its_field() {
+        let named = json!({"type": "function", "function": {"name": "f"}});
+        for (tools, choice, field) in [
+            (json!([tool("f")]), json!("required"), "tool_choice"),
+            (json!([tool("f")]), named, "tool_choice"),
+            (
+                json!([{"type": "code_interpreter", "function": {"name": "f"}}]),
+                Value::Null,
+                "tools[0].type",
+            ),
+            (json!([tool("f"), tool("a b")]), Value::Null, "tools[1].function.name"),
+            (json!([tool(&"x".repeat(65))]), Value::Null, "tools[0].function.name"),
+            (json!([tool("")]), Value::Null, "tools[0].function.name"),
+            (json!([tool("f"), tool("f")]), Value::Null, "tools[1].function.name"),
+            (
+                json!([{"type": "function", "function": {"name": "f", "parameters": "x"}}]),
+                Value::Null,
+                "tools[0].function.parameters",
+            ),
+        ] {
+            assert_eq!(offered(tools, choice), Err(Some(field.to_string())), "{field}");
+        }
+    }
+
+    #[test]
+    fn calls_serialize_as_openai_has_them() {
+        let call = ToolCall::new("get_weather".into(), "{\"city\":\"Paris\"}".into());
+        let json = serde_json::to_value(&call).unwrap();
+        assert!(call.id.starts_with("call_") && call.id.len() == 37, "{}", call.id);
+        assert_eq!(json["type"], "function");
+        assert_eq!(
+            json["function"],
+            json!({"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"})
+        );
+        let start = serde_json::to_value(DeltaToolCall::start(0, "f".into(), String::new())).unwrap();
+        assert_eq!(start["function"], json!({"name": "f", "arguments": ""}));
+        let more = serde_json::to_value(DeltaToolCall::more(0, "{}".into())).unwrap();
+        assert_eq!(more, json!({"index": 0, "function": {"arguments": "{}"}}));
+    }
+}
