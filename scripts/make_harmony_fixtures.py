@@ -18,7 +18,8 @@ How an OpenAI request becomes harmony messages follows vLLM's gpt-oss chat-compl
 serving (vllm/entrypoints/openai/parser/harmony_utils.py, _make_request_with_harmony), as of
 its "GPT-OSS instruction rendering" and "Autodrop reasoning" fixes:
 
-  * tools are offered unless tool_choice is "none".
+  * tools are offered unless tool_choice is "none" (vLLM's --exclude-tools-when-tool-choice-none;
+    by default vLLM renders them even then).
   * system message: harmony's SystemContent defaults (model identity "You are ChatGPT, a
     large language model trained by OpenAI.", knowledge cutoff 2024-06, valid channels
     analysis/commentary/final, required), with the request's reasoning_effort when given
@@ -32,12 +33,12 @@ its "GPT-OSS instruction rendering" and "Autodrop reasoning" fixes:
     of its own, in place.
   * "user" messages map as they are (a list of text parts becomes text contents rendered
     back to back, no separator).
-  * an "assistant" message maps to: its reasoning (vLLM reads "reasoning"; this script also
-    accepts "reasoning_content") as an `analysis` message, then, with tool_calls, its text
-    content (if any) as a `commentary` message and one `commentary` message per call with
-    recipient "functions.<name>" and content type "json" (vLLM's choice, rendered as
-    " json", not " <|constrain|>json"); without tool_calls, its text content (if non-empty)
-    as a `final` message.
+  * an "assistant" message with tool_calls maps to its text content (if any) as a
+    `commentary` message, its reasoning (vLLM reads "reasoning"; this script also accepts
+    "reasoning_content") as an `analysis` message, then one `commentary` message per call
+    with recipient "functions.<name>" and content type "json" (vLLM's choice, rendered as
+    " json", not " <|constrain|>json"); one without, to its reasoning as `analysis` and its
+    text content (if non-empty) as a `final` message.
   * a "tool" message becomes a message from author "functions.<name>" (the name found through
     tool_call_id) to "assistant" on `commentary`.
   * then every `analysis` message before the last assistant `final` message is dropped (the

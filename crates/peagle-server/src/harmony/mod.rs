@@ -29,11 +29,12 @@ pub const RETURN: &str = "<|return|>";
 pub const CALL: &str = "<|call|>";
 const MARKERS: [&str; 7] = [START, END, MESSAGE, CHANNEL, CONSTRAIN, RETURN, CALL];
 
-/// What a piece of a harmony answer adds to each part of the response (vLLM's split):
-/// `analysis` is reasoning; a message to a function tool (`functions.NAME`) is a call, its
-/// text the arguments; every other message to no one (`final`, a `commentary` preamble, or
-/// output that is not harmony at all) is content. A message to another recipient, a built-in
-/// tool that is never offered, is dropped.
+/// What a piece of a harmony answer adds to each part of the response, split as vLLM splits
+/// it: `analysis` is reasoning; a message to an offered function tool (`functions.NAME`) is a
+/// call, its text the arguments; every other message to no one (`final`, a `commentary`
+/// preamble, or output that is not harmony at all) is content. A message to another
+/// recipient (a function not offered, a built-in tool) is dropped, as vLLM drops a call it
+/// has no tool parser for.
 #[derive(Debug, Default, PartialEq)]
 pub struct Split {
     pub reasoning: String,
@@ -67,9 +68,24 @@ pub struct Channels {
     parser: Parser,
     route: Route,
     calls: usize,
+    /// The names of the function tools offered.
+    tools: Vec<String>,
 }
 
 impl Channels {
+    /// A split that takes messages to the function tools named `tools` for calls.
+    pub fn offering(tools: Vec<String>) -> Self {
+        Self {
+            tools,
+            ..Self::default()
+        }
+    }
+
+    /// Whether the answer so far ends in a call: a turn that stops there stops to call.
+    pub fn in_call(&self) -> bool {
+        matches!(self.route, Route::Call(_))
+    }
+
     /// What `text` adds; `last` flushes what the parser held back.
     pub fn split(&mut self, text: &str, last: bool) -> Split {
         let mut events = self.parser.feed(text);
@@ -106,7 +122,8 @@ impl Channels {
                 _ => Route::Content,
             };
         };
-        let Some(name) = recipient.strip_prefix("functions.") else {
+        let offered = |name: &&str| self.tools.iter().any(|t| t == name);
+        let Some(name) = recipient.strip_prefix("functions.").filter(offered) else {
             return Route::Dropped;
         };
         let index = self.calls;
@@ -118,6 +135,21 @@ impl Channels {
         });
         Route::Call(index)
     }
+}
+
+/// Calls whole, (name, arguments), from their pieces in order: a split's, or those of a
+/// stream's splits in turn.
+pub fn join_calls(pieces: impl IntoIterator<Item = CallPiece>) -> Vec<(String, String)> {
+    let mut calls: Vec<(String, String)> = Vec::new();
+    for piece in pieces {
+        match (piece.name, calls.get_mut(piece.index)) {
+            (Some(name), _) => calls.push((name, piece.arguments)),
+            (None, Some((_, arguments))) => *arguments += &piece.arguments,
+            // `Channels` names a call in its first piece, so every later one finds it.
+            (None, None) => {}
+        }
+    }
+    calls
 }
 
 /// A model's harmony tokens.
@@ -234,42 +266,37 @@ mod tests {
             calls_seen += calls.len();
             let completion: Vec<char> = case["completion"].as_str().unwrap().chars().collect();
             for piece in [completion.len(), 1, 5] {
-                let mut channels = Channels::default();
+                let mut channels = Channels::offering(vec!["get_weather".into()]);
                 let pieces: Vec<String> = completion.chunks(piece).map(|c| c.iter().collect()).collect();
-                let mut got = (String::new(), String::new(), Vec::<(String, String)>::new());
+                let (mut got_reasoning, mut got_content, mut got_calls) = (String::new(), String::new(), Vec::new());
                 for (i, text) in pieces.iter().enumerate() {
                     let split = channels.split(text, i + 1 == pieces.len());
-                    got.0 += &split.reasoning;
-                    got.1 += &split.content;
-                    for call in split.calls {
-                        match call.name {
-                            Some(name) => {
-                                assert_eq!(call.index, got.2.len());
-                                got.2.push((name, call.arguments));
-                            }
-                            None => got.2[call.index].1 += &call.arguments,
-                        }
-                    }
+                    got_reasoning += &split.reasoning;
+                    got_content += &split.content;
+                    got_calls.extend(split.calls);
                 }
+                let got = (got_reasoning, got_content, join_calls(got_calls));
                 assert_eq!(
                     got,
                     (reasoning.clone(), content.clone(), calls.clone()),
                     "{} in {piece}s",
                     case["name"]
                 );
+                assert_eq!(channels.in_call(), !calls.is_empty(), "{}", case["name"]);
             }
         }
         assert_eq!(calls_seen, 3);
     }
 
-    /// A message to a recipient that is not a function tool (a built-in tool, never offered)
-    /// is dropped, and the calls after it keep counting from 0.
+    /// A message to a recipient that is not an offered function tool (a built-in tool, or a
+    /// function the request did not offer) is dropped, and the calls after it count from 0.
     #[test]
     fn messages_to_other_recipients_are_dropped() {
         let text = "<|channel|>analysis<|message|>a<|end|><|start|>assistant<|channel|>commentary to=browser.search \
                     <|constrain|>json<|message|>{\"q\":1}<|call|><|start|>assistant<|channel|>commentary \
+                    to=functions.g<|message|>{}<|call|><|start|>assistant<|channel|>commentary \
                     to=functions.f<|message|>{}<|call|>";
-        let split = Channels::default().split(text, true);
+        let split = Channels::offering(vec!["f".into()]).split(text, true);
         assert_eq!((split.reasoning.as_str(), split.content.as_str()), ("a", ""));
         let call = CallPiece {
             index: 0,

@@ -142,7 +142,8 @@ fn message_turns(
             if let Some(reasoning) = m.reasoning_content.as_ref().filter(|r| !r.is_empty()) {
                 turns.push(Turn::new("assistant", Some("analysis"), reasoning.clone()));
             }
-            for call in calls {
+            for (j, call) in calls.iter().enumerate() {
+                call.check(i, j)?;
                 turns.push(Turn {
                     recipient: Some(format!("functions.{}", call.function.name)),
                     content_type: Some("json"),

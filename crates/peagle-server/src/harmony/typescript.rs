@@ -6,8 +6,9 @@
 //!
 //! - An object is `{`, a line a property (`name?:` where it is not required), then `}`.
 //!   Above a property go its title (and an empty comment line), its description and its
-//!   examples; after it, its default. Nested levels indent by four spaces, but the braces'
-//!   lines keep the parent's indent as harmony has them.
+//!   examples; after it, its default. A nested object's lines, its closing brace among them,
+//!   indent by four more spaces; its opening brace follows its property's name, or opens a
+//!   line of its own after the object's description, as harmony writes them.
 //! - A string with an enum is the union of its quoted values; integer and number are
 //!   `number`; an array is its items' type with `[]`, or `Array<any>` without items; a list
 //!   of types is their union; `nullable: true` adds `| null`; anything else (`anyOf`,

@@ -1,7 +1,7 @@
 //! `POST /v1/chat/completions`: the request with its messages, the `chat.completion` response
 //! and the `chat.completion.chunk` stream chunks.
 
-use super::tools::{DeltaToolCall, FunctionDefinition, Tool, ToolCall};
+use super::tools::{offered_tools, DeltaToolCall, FunctionDefinition, Tool, ToolCall};
 use super::{StopReason, StreamOptions, TokenLogprob, Usage};
 use crate::chat_template::JsonMap;
 use crate::error::ApiError;
@@ -62,19 +62,22 @@ pub struct ChatRender {
 }
 
 impl ChatRender {
-    /// vLLM's defaults, and its refusal to both open a new turn and continue the last one.
+    /// vLLM's defaults, its refusal to both open a new turn and continue the last one, and
+    /// the tools `tool_choice` offers (`offered_tools`).
     pub fn new(
         add_generation_prompt: Option<bool>,
         continue_final_message: Option<bool>,
         template_kwargs: Option<&JsonMap>,
         reasoning_effort: Option<&str>,
+        tools: Option<&[Tool]>,
+        tool_choice: Option<&serde_json::Value>,
     ) -> Result<Self, ApiError> {
         let render = Self {
             add_generation_prompt: add_generation_prompt.unwrap_or(true),
             continue_final_message: continue_final_message.unwrap_or(false),
             template_kwargs: template_kwargs.cloned().unwrap_or_default(),
             reasoning_effort: reasoning_effort.map(ReasoningEffort::parse).transpose()?,
-            tools: Vec::new(),
+            tools: offered_tools(tools, tool_choice)?,
         };
         if render.add_generation_prompt && render.continue_final_message {
             return Err(ApiError::invalid(

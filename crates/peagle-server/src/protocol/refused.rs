@@ -1,16 +1,17 @@
 //! Fields of OpenAI's and vLLM's APIs that peagle does not implement: structured output, the
-//! legacy `functions` (chat's `tools` replace them), `prompt_logprobs`, beam search and token
-//! constraints. Each is refused with a 400
+//! legacy `functions` (chat's `tools` replace them), a forced tool call, `prompt_logprobs`,
+//! beam search and token constraints. Each is refused with a 400
 //! naming it, since ignoring it would hand the client text that does not honour what it asked
 //! for. Held as raw JSON, so no value is a type error.
 
+use super::tools::offers_tools;
 use crate::error::ApiError;
 use serde::Deserialize;
 use serde_json::Value;
 use utoipa::ToSchema;
 
 /// Each is refused unless null (or, for `response_format`, `{"type": "text"}`; for
-/// `functions`, empty; for `use_beam_search`, false).
+/// `functions`, empty; for `tool_choice`, "auto" or "none"; for `use_beam_search`, false).
 #[derive(Debug, Clone, Default, Deserialize, ToSchema)]
 pub struct Refused {
     response_format: Option<Value>,
@@ -20,6 +21,7 @@ pub struct Refused {
     guided_choice: Option<Value>,
     guided_grammar: Option<Value>,
     functions: Option<Value>,
+    tool_choice: Option<Value>,
     prompt_logprobs: Option<Value>,
     use_beam_search: Option<Value>,
     bad_words: Option<Value>,
@@ -49,13 +51,13 @@ impl Refused {
             // Completions score the prompt with echo and logprobs instead.
             return Err(refuse("prompt_logprobs", "prompt log-probabilities are not supported"));
         }
-        let empty = |v: &Value| v.as_array().is_some_and(Vec::is_empty);
-        if self.functions.as_ref().is_some_and(|v| !is_null_or(v, empty)) {
+        if asks_for(&self.functions) {
             return Err(refuse(
                 "functions",
                 "the legacy functions are not supported (chat's tools are)",
             ));
         }
+        offers_tools(self.tool_choice.as_ref())?;
         if let Some(beam) = self.use_beam_search.as_ref() {
             if !is_null_or(beam, |b| *b == false) {
                 return Err(refuse("use_beam_search", "beam search is not supported"));
@@ -70,6 +72,12 @@ impl Refused {
         }
         Ok(())
     }
+}
+
+/// Whether a list field asks for something: neither null nor empty.
+pub fn asks_for(value: &Option<Value>) -> bool {
+    let empty = |v: &Value| v.as_array().is_some_and(Vec::is_empty);
+    value.as_ref().is_some_and(|v| !is_null_or(v, empty))
 }
 
 fn is_none(value: &Option<Value>) -> bool {
@@ -105,7 +113,8 @@ mod tests {
             json!({"response_format": null, "guided_json": null}),
             json!({"functions": []}),
             json!({"functions": null, "use_beam_search": false, "bad_words": null}),
-            json!({"allowed_token_ids": null}),
+            json!({"allowed_token_ids": null, "tool_choice": "auto"}),
+            json!({"tool_choice": "none"}),
         ] {
             assert_eq!(param(fine.clone()), None, "{fine}");
         }
@@ -114,6 +123,11 @@ mod tests {
             ("guided_choice", json!({"guided_choice": ["a", "b"]})),
             ("structured_outputs", json!({"structured_outputs": {"regex": "a+"}})),
             ("functions", json!({"functions": [{"name": "f"}]})),
+            ("tool_choice", json!({"tool_choice": "required"})),
+            (
+                "tool_choice",
+                json!({"tool_choice": {"type": "function", "function": {"name": "f"}}}),
+            ),
             ("prompt_logprobs", json!({"prompt_logprobs": 1})),
             ("use_beam_search", json!({"use_beam_search": true})),
             ("bad_words", json!({"bad_words": ["x"]})),

@@ -10,8 +10,8 @@ use utoipa::ToSchema;
 
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 pub struct Tool {
-    /// "function", the only kind.
-    #[serde(rename = "type")]
+    /// "function" (the default), the only kind.
+    #[serde(rename = "type", default = "function_kind")]
     pub kind: String,
     pub function: FunctionDefinition,
 }
@@ -109,46 +109,32 @@ fn call_id() -> String {
     format!("call_{}", super::random_id())
 }
 
-/// The function tools a chat request offers the model: its `tools` under `tool_choice`
-/// "auto" (the default), none under "none". Forcing a call ("required", or a named function)
-/// is refused, as nothing makes the model produce one. Names are OpenAI's (letters, digits,
-/// `_` and `-`, at most 64), since the model names its call in a message header.
+/// Whether `tool_choice` offers the tools: "auto" (the default) does, "none" does not.
+/// Forcing a call ("required", or a named function) is refused, as nothing makes the model
+/// produce one.
+pub fn offers_tools(tool_choice: Option<&Value>) -> Result<bool, ApiError> {
+    match tool_choice {
+        None | Some(Value::Null) => Ok(true),
+        Some(Value::String(choice)) if choice == "auto" => Ok(true),
+        Some(Value::String(choice)) if choice == "none" => Ok(false),
+        Some(_) => Err(ApiError::invalid(
+            Some("tool_choice"),
+            "tool_choice: only \"auto\" and \"none\" are supported by this server: it cannot force a call",
+        )),
+    }
+}
+
+/// The function tools a chat request offers the model: its `tools`, unless `tool_choice` is
+/// "none" (as vLLM's `--exclude-tools-when-tool-choice-none` has it). Only function tools, with
+/// OpenAI's names (`valid_name`), each once, and a JSON Schema object as parameters.
 pub fn offered_tools(tools: Option<&[Tool]>, tool_choice: Option<&Value>) -> Result<Vec<FunctionDefinition>, ApiError> {
-    let offered = match tool_choice {
-        None | Some(Value::Null) => true,
-        Some(Value::String(choice)) if choice == "auto" => true,
-        Some(Value::String(choice)) if choice == "none" => false,
-        Some(_) => {
-            return Err(ApiError::invalid(
-                Some("tool_choice"),
-                "tool_choice: only \"auto\" and \"none\" are supported by this server: it cannot force a call",
-            ))
-        }
-    };
+    let offered = offers_tools(tool_choice)?;
     let mut functions: Vec<FunctionDefinition> = Vec::new();
     for (i, tool) in tools.unwrap_or_default().iter().enumerate() {
         let field = |name: &str| format!("tools[{i}].{name}");
-        if tool.kind != "function" {
-            return Err(ApiError::invalid(
-                Some(&field("type")),
-                format!(
-                    "{}: only function tools are supported, not {:?}",
-                    field("type"),
-                    tool.kind
-                ),
-            ));
-        }
+        check_kind(&tool.kind, &field("type"))?;
         let name = &tool.function.name;
-        let valid = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
-        if name.is_empty() || name.len() > 64 || !name.chars().all(valid) {
-            return Err(ApiError::invalid(
-                Some(&field("function.name")),
-                format!(
-                    "{}: {name:?} is not 1 to 64 letters, digits, underscores or dashes",
-                    field("function.name")
-                ),
-            ));
-        }
+        check_name(name, &field("function.name"))?;
         if functions.iter().any(|f| f.name == *name) {
             return Err(ApiError::invalid(
                 Some(&field("function.name")),
@@ -164,6 +150,39 @@ pub fn offered_tools(tools: Option<&[Tool]>, tool_choice: Option<&Value>) -> Res
         functions.push(tool.function.clone());
     }
     Ok(if offered { functions } else { Vec::new() })
+}
+
+impl ToolCall {
+    /// Refuses call `j` of message `i` unless it calls a function by a valid name: the name
+    /// goes into a harmony message header.
+    pub fn check(&self, i: usize, j: usize) -> Result<(), ApiError> {
+        let field = |name: &str| format!("messages[{i}].tool_calls[{j}].{name}");
+        check_kind(&self.kind, &field("type"))?;
+        check_name(&self.function.name, &field("function.name"))
+    }
+}
+
+fn check_kind(kind: &str, field: &str) -> Result<(), ApiError> {
+    match kind {
+        "function" => Ok(()),
+        other => Err(ApiError::invalid(
+            Some(field),
+            format!("{field}: only function tools are supported, not {other:?}"),
+        )),
+    }
+}
+
+/// OpenAI's rule for a function's name: 1 to 64 letters, digits, underscores or dashes. The
+/// model names its call in a message header, where other characters would end the name.
+fn check_name(name: &str, field: &str) -> Result<(), ApiError> {
+    let valid = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
+    if name.is_empty() || name.len() > 64 || !name.chars().all(valid) {
+        return Err(ApiError::invalid(
+            Some(field),
+            format!("{field}: {name:?} is not 1 to 64 letters, digits, underscores or dashes"),
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -191,6 +210,26 @@ mod tests {
         assert_eq!(offered(tools.clone(), json!("auto")), both);
         assert_eq!(offered(tools.clone(), json!("none")), Ok(vec![]));
         assert_eq!(offered_tools(None, None).unwrap().len(), 0);
+        let untyped = json!([{"function": {"name": "f"}}]);
+        assert_eq!(offered(untyped, Value::Null), Ok(vec!["f".to_string()]));
+    }
+
+    #[test]
+    fn past_calls_name_a_function_validly() {
+        let call = |kind: &str, name: &str| -> ToolCall {
+            serde_json::from_value(json!({"id": "c", "type": kind, "function": {"name": name, "arguments": "{}"}}))
+                .unwrap()
+        };
+        assert!(call("function", "get_weather").check(1, 0).is_ok());
+        let param = |c: ToolCall| c.check(1, 2).unwrap_err().param;
+        assert_eq!(
+            param(call("function", "a<|end|>")).as_deref(),
+            Some("messages[1].tool_calls[2].function.name")
+        );
+        assert_eq!(
+            param(call("web", "f")).as_deref(),
+            Some("messages[1].tool_calls[2].type")
+        );
     }
 
     #[test]

@@ -13,9 +13,9 @@ use crate::protocol::chat::{
     ChatChoice, ChatLogprobs, ChatMessage, ChatRender, ChatRequest, ChatResponse, Delta, Message, TOOLS_NEED_HARMONY,
 };
 use crate::protocol::sampling::SamplingRequest;
-use crate::protocol::tools::{offered_tools, DeltaToolCall, ToolCall};
+use crate::protocol::tools::{DeltaToolCall, ToolCall};
 use crate::protocol::TokenLogprob;
-use crate::protocol::{response_id, unix_time, StreamUsage, Usage};
+use crate::protocol::{response_id, unix_time, StopReason, StreamUsage, Usage};
 use crate::sse::{done_event, error_event, json_event, merged};
 use crate::state::AppState;
 use axum::extract::State;
@@ -52,7 +52,7 @@ impl Meta {
         }
     }
 
-    /// A chunk of choice `index`; `finish` on its last, with whether it called a tool.
+    /// A chunk of choice `index`; `finish` on its last, with whether the choice ends in a call.
     fn chunk(
         &self,
         index: usize,
@@ -66,7 +66,7 @@ impl Meta {
             message: None,
             delta: Some(delta),
             logprobs,
-            finish_reason: finish.map(|(f, called)| finish_reason(f, called)),
+            finish_reason: finish.map(|(f, ends_in_call)| finish_reason(f, ends_in_call)),
             stop_reason: finish.and_then(|(f, _)| f.stop_reason.clone()),
         };
         self.response("chat.completion.chunk", vec![choice], usage)
@@ -112,13 +112,14 @@ pub async fn chat_completions(
             ))
         }
     };
-    let mut render = ChatRender::new(
+    let render = ChatRender::new(
         req.add_generation_prompt,
         req.continue_final_message,
         req.chat_template_kwargs.as_ref(),
         req.reasoning_effort.as_deref(),
+        req.tools.as_deref(),
+        req.tool_choice.as_ref(),
     )?;
-    render.tools = offered_tools(req.tools.as_deref(), req.tool_choice.as_ref())?;
     let harmony = state.model.harmony.clone();
     if harmony.is_some() && req.echo.unwrap_or(false) {
         return Err(ApiError::invalid(
@@ -127,6 +128,7 @@ pub async fn chat_completions(
         ));
     }
     let role = answer_role(&req.messages, &render);
+    let tool_names: Vec<String> = render.tools.iter().map(|t| t.name.clone()).collect();
     let max_len = state.engine.max_model_len();
     let limit = template.tokens_before_truncation(max_len);
     let prompt = prompt_ids(&state, req.messages.clone(), render, req.add_special_tokens, limit).await?;
@@ -161,9 +163,12 @@ pub async fn chat_completions(
             content: Some(echo),
             ..Delta::default()
         };
-        let channels = harmony
-            .is_some()
-            .then(|| choices.iter().map(|_| harmony::Channels::default()).collect());
+        let channels = harmony.is_some().then(|| {
+            choices
+                .iter()
+                .map(|_| harmony::Channels::offering(tool_names.clone()))
+                .collect()
+        });
         return Ok(stream(meta, choices, opening, prompt.len(), usage, channels).into_response());
     }
     let outcomes = try_join_all(choices.into_iter().map(Choice::collect)).await?;
@@ -173,18 +178,21 @@ pub async fn chat_completions(
         .into_iter()
         .enumerate()
         .map(|(index, o)| {
-            let message = match harmony {
-                Some(_) => harmony_message(role.clone(), &o.text),
-                None => Message {
-                    role: role.clone(),
-                    content: Some(echo.clone() + &o.text),
-                    reasoning_content: None,
-                    tool_calls: None,
-                },
+            let (message, ends_in_call) = match harmony {
+                Some(_) => harmony_message(role.clone(), &o.text, tool_names.clone()),
+                None => (
+                    Message {
+                        role: role.clone(),
+                        content: Some(echo.clone() + &o.text),
+                        reasoning_content: None,
+                        tool_calls: None,
+                    },
+                    false,
+                ),
             };
             ChatChoice {
                 index,
-                finish_reason: Some(finish_reason(&o.finish, message.tool_calls.is_some())),
+                finish_reason: Some(finish_reason(&o.finish, ends_in_call)),
                 message: Some(message),
                 delta: None,
                 logprobs: logprobs.map(|_| ChatLogprobs::new(&o.logprobs)),
@@ -197,33 +205,33 @@ pub async fn chat_completions(
 }
 
 /// A harmony answer as a message: its reasoning, its content (null where it only called a
-/// tool) and its tool calls, each with a new id.
-fn harmony_message(role: String, text: &str) -> Message {
-    let split = harmony::Channels::default().split(text, true);
-    let mut tool_calls: Vec<ToolCall> = Vec::new();
-    for piece in split.calls {
-        match (piece.name, tool_calls.get_mut(piece.index)) {
-            (Some(name), _) => tool_calls.push(ToolCall::new(name, piece.arguments)),
-            (None, Some(call)) => call.function.arguments += &piece.arguments,
-            // A whole answer's split names each call in its first piece.
-            (None, None) => {}
-        }
-    }
-    let only_calls = split.content.is_empty() && !tool_calls.is_empty();
-    Message {
+/// tool) and its calls of the `tools` offered, each with a new id; and whether it ends in a
+/// call.
+fn harmony_message(role: String, text: &str, tools: Vec<String>) -> (Message, bool) {
+    let mut channels = harmony::Channels::offering(tools);
+    let split = channels.split(text, true);
+    let calls: Vec<ToolCall> = harmony::join_calls(split.calls)
+        .into_iter()
+        .map(|(name, arguments)| ToolCall::new(name, arguments))
+        .collect();
+    let only_calls = split.content.is_empty() && !calls.is_empty();
+    let message = Message {
         role,
         content: (!only_calls).then_some(split.content),
         reasoning_content: (!split.reasoning.is_empty()).then_some(split.reasoning),
-        tool_calls: (!tool_calls.is_empty()).then_some(tool_calls),
-    }
+        tool_calls: (!calls.is_empty()).then_some(calls),
+    };
+    (message, channels.in_call())
 }
 
-/// OpenAI's finish reason: a turn that stopped on a tool call (harmony's `<|call|>`) ends
-/// for "tool_calls".
-fn finish_reason(finish: &Finish, called: bool) -> &'static str {
-    match (finish.reason.as_str(), called) {
-        ("stop", true) => "tool_calls",
-        (reason, _) => reason,
+/// OpenAI's finish reason: a turn that stopped in a call (on harmony's `<|call|>`, or an end
+/// token) ends for "tool_calls"; one cut short in a call keeps its own reason, "length", or
+/// "stop" for a stop string, as its arguments may be cut too.
+fn finish_reason(finish: &Finish, ends_in_call: bool) -> &'static str {
+    let stop_string = matches!(finish.stop_reason, Some(StopReason::Text(_)));
+    match finish.reason.as_str() {
+        "stop" if ends_in_call && !stop_string => "tool_calls",
+        reason => reason,
     }
 }
 
@@ -322,7 +330,6 @@ fn stream(
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
     let with_logprobs = |tokens: &[TokenLogprob]| (!tokens.is_empty()).then(|| ChatLogprobs::new(tokens));
     let mut generated = vec![0; choices.len()];
-    let mut called = vec![false; choices.len()];
     let events = async_stream::stream! {
         for index in 0..choices.len() {
             let delta = opening.clone();
@@ -355,14 +362,12 @@ fn stream(
                 None => harmony::Split { content: update.text, ..harmony::Split::default() },
             };
             let delta = delta(split);
-            if delta.tool_calls.is_some() {
-                called[index] = true;
-            }
             let empty = delta.content.is_none() && delta.reasoning_content.is_none() && delta.tool_calls.is_none();
             if empty && update.logprobs.is_empty() && finish.is_none() {
                 continue;
             }
-            let finish = finish.as_ref().map(|f| (f, called[index]));
+            let ends_in_call = channels.as_ref().is_some_and(|c| c[index].in_call());
+            let finish = finish.as_ref().map(|f| (f, ends_in_call));
             yield json_event(&meta.chunk(index, delta, with_logprobs(&update.logprobs), finish, so_far));
         }
         if usage.at_end {
@@ -400,9 +405,15 @@ mod tests {
     const PREAMBLE_AND_CALL: &str = "<|channel|>commentary<|message|>Let me check.<|end|><|start|>assistant\
         <|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\":\"Rome\"}";
 
+    fn message(text: &str) -> (Value, bool) {
+        let (message, ends_in_call) = harmony_message("assistant".into(), text, vec!["get_weather".into()]);
+        (serde_json::to_value(message).unwrap(), ends_in_call)
+    }
+
     #[test]
     fn an_answer_that_calls_a_tool_holds_the_call() {
-        let message = serde_json::to_value(harmony_message("assistant".into(), PREAMBLE_AND_CALL)).unwrap();
+        let (message, ends_in_call) = message(PREAMBLE_AND_CALL);
+        assert!(ends_in_call);
         assert_eq!(message["content"], "Let me check.");
         let calls = message["tool_calls"].as_array().unwrap();
         assert_eq!(calls.len(), 1, "{message}");
@@ -414,15 +425,25 @@ mod tests {
         );
 
         let only_call = "<|channel|>analysis<|message|>Need it.<|end|><|start|>assistant<|channel|>commentary \
-            to=functions.now<|message|>{}";
-        let message = serde_json::to_value(harmony_message("assistant".into(), only_call)).unwrap();
+            to=functions.get_weather<|message|>{}";
+        let (message, _) = self::message(only_call);
         assert_eq!(message["content"], Value::Null, "{message}");
         assert_eq!(message["reasoning_content"], "Need it.");
-        assert_eq!(message["tool_calls"][0]["function"]["name"], "now");
+        assert_eq!(message["tool_calls"][0]["function"]["name"], "get_weather");
 
-        let answer = "<|channel|>final<|message|>Sunny.";
-        let message = serde_json::to_value(harmony_message("assistant".into(), answer)).unwrap();
+        let (message, ends_in_call) = self::message("<|channel|>final<|message|>Sunny.");
         assert_eq!(message, json!({"role": "assistant", "content": "Sunny."}));
+        assert!(!ends_in_call);
+    }
+
+    /// A call of a function the request did not offer (tool_choice "none", or a name it never
+    /// gave) is dropped, as vLLM drops it without a tool parser: no call, no tool_calls finish.
+    #[test]
+    fn a_call_of_a_function_not_offered_is_dropped() {
+        let (message, ends_in_call) = harmony_message("assistant".into(), PREAMBLE_AND_CALL, Vec::new());
+        let message = serde_json::to_value(message).unwrap();
+        assert_eq!(message, json!({"role": "assistant", "content": "Let me check."}));
+        assert!(!ends_in_call);
     }
 
     /// A client that joins the deltas' pieces by index (as OpenAI's SDKs do) gets the call
@@ -431,7 +452,7 @@ mod tests {
     fn streamed_pieces_join_into_the_call() {
         let chars: Vec<char> = PREAMBLE_AND_CALL.chars().collect();
         for piece in [1, 3, 7] {
-            let mut channels = harmony::Channels::default();
+            let mut channels = harmony::Channels::offering(vec!["get_weather".into()]);
             let (mut content, mut calls) = (String::new(), Vec::<Value>::new());
             let pieces: Vec<String> = chars.chunks(piece).map(|c| c.iter().collect()).collect();
             for (i, text) in pieces.iter().enumerate() {
@@ -460,19 +481,32 @@ mod tests {
                 [json!({"name": "get_weather", "arguments": "{\"city\":\"Rome\"}"})],
                 "in {piece}s"
             );
+            assert!(channels.in_call());
         }
     }
 
     #[test]
-    fn a_turn_that_stops_on_a_call_finishes_for_tool_calls() {
-        let finish = |reason| Finish {
+    fn a_turn_that_stops_in_a_call_finishes_for_tool_calls() {
+        let finish = |reason, stop_reason| Finish {
             reason,
-            stop_reason: None,
+            stop_reason,
             completion_tokens: 1,
             cached_tokens: 0,
         };
-        assert_eq!(finish_reason(&finish(FinishReason::StopToken(383)), true), "tool_calls");
-        assert_eq!(finish_reason(&finish(FinishReason::StopToken(383)), false), "stop");
-        assert_eq!(finish_reason(&finish(FinishReason::Length), true), "length");
+        let call_token = Some(StopReason::Token(383));
+        assert_eq!(
+            finish_reason(&finish(FinishReason::StopToken(383), call_token.clone()), true),
+            "tool_calls"
+        );
+        // An end-of-sequence token that ends the call (gpt-oss's generation config lists <|call|>).
+        assert_eq!(finish_reason(&finish(FinishReason::Stop, None), true), "tool_calls");
+        assert_eq!(
+            finish_reason(&finish(FinishReason::StopToken(383), call_token), false),
+            "stop"
+        );
+        // Cut short in the call: its arguments may be cut too.
+        assert_eq!(finish_reason(&finish(FinishReason::Length, None), true), "length");
+        let stop_string = Some(StopReason::Text("}".into()));
+        assert_eq!(finish_reason(&finish(FinishReason::Stop, stop_string), true), "stop");
     }
 }

@@ -10,6 +10,7 @@ use crate::params::{check_prompt, check_sequences, check_token_ids, logprobs_cou
 use crate::protocol::completion::{
     CompletionChoice, CompletionLogprobs, CompletionRequest, CompletionResponse, PromptInput,
 };
+use crate::protocol::refused::asks_for;
 use crate::protocol::sampling::SamplingRequest;
 use crate::protocol::TokenLogprob;
 use crate::protocol::{response_id, unix_time, StreamUsage, Usage};
@@ -200,11 +201,7 @@ fn check_unsupported(req: &CompletionRequest, n: usize) -> Result<(), ApiError> 
     if req.suffix.as_ref().is_some_and(|s| !s.is_empty()) {
         return Err(ApiError::invalid(Some("suffix"), "suffix is not supported"));
     }
-    if req
-        .tools
-        .as_ref()
-        .is_some_and(|t| !t.is_null() && t.as_array().is_none_or(|t| !t.is_empty()))
-    {
+    if asks_for(&req.tools) {
         return Err(ApiError::invalid(
             Some("tools"),
             "tools: tool calling is offered in /v1/chat/completions, not in completions",

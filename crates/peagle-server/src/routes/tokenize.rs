@@ -10,7 +10,7 @@ use crate::json_body::ApiJson;
 use crate::openapi::ApiErrors;
 use crate::params::check_token_ids;
 use crate::protocol::chat::{ChatMessage, ChatRender};
-use crate::protocol::tools::{offered_tools, Tool};
+use crate::protocol::tools::Tool;
 use crate::state::AppState;
 use axum::extract::State;
 use axum::Json;
@@ -33,6 +33,8 @@ pub struct TokenizeRequest {
     pub reasoning_effort: Option<String>,
     /// For messages: the tools offered, counted as chat renders them.
     pub tools: Option<Vec<Tool>>,
+    #[schema(value_type = Option<String>)]
+    pub tool_choice: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -73,13 +75,14 @@ pub async fn tokenize(
             .await?
         }
         (None, Some(messages)) => {
-            let mut render = ChatRender::new(
+            let render = ChatRender::new(
                 req.add_generation_prompt,
                 req.continue_final_message,
                 req.chat_template_kwargs.as_ref(),
                 req.reasoning_effort.as_deref(),
+                req.tools.as_deref(),
+                req.tool_choice.as_ref(),
             )?;
-            render.tools = offered_tools(req.tools.as_deref(), None)?;
             prompt_ids(
                 &state,
                 messages.clone(),

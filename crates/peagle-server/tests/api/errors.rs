@@ -117,6 +117,7 @@ async fn invalid_requests_get_400_naming_the_field() {
             "tools",
         ),
         ("functions", json!([{"name": "now"}]), "functions"),
+        ("tool_choice", json!("required"), "tool_choice"),
     ] {
         bad_request(&server, cmpl, with(key, value), Some(param)).await;
     }

@@ -194,26 +194,32 @@ async fn tools_are_offered_and_past_calls_rendered() {
     let model = harmony_gpt_oss(TOOL_POSITIONS);
     let server = server(model.path(), false).await;
     let tools = json!([weather_tool()]);
-    let body = server
-        .ok("/tokenize", json!({"messages": tool_turns(), "tools": tools}))
-        .await;
-    let text = server.ok("/detokenize", json!({"tokens": body["tokens"]})).await["prompt"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let text = prompt_text(&server, json!({"messages": tool_turns(), "tools": tools})).await;
     let parsed: Vec<ChatMessage> = serde_json::from_value(tool_turns()).unwrap();
     let tools_parsed: Vec<Tool> = serde_json::from_value(tools.clone()).unwrap();
     let offered = offered_tools(Some(&tools_parsed), None).unwrap();
     let want = harmony::render(&parsed, ReasoningEffort::Medium, &harmony::today(), &offered).unwrap();
     assert_eq!(text, want);
+    let call =
+        "<|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>{\"city\":\"Oslo\"}<|call|>";
+    let result = "<|start|>functions.get_weather to=assistant<|channel|>commentary<|message|>cold<|end|>";
     for part in [
+        "Calls to these tools must go to the commentary channel: 'functions'.",
         "// Weather for a city.\ntype get_weather = (_: {\ncity: string,\n}) => any;",
         "<|channel|>analysis<|message|>call it<|end|>",
-        "<|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>{\"city\":\"Oslo\"}<|call|>",
-        "<|start|>functions.get_weather to=assistant<|channel|>commentary<|message|>cold<|end|>",
+        call,
+        result,
     ] {
         assert!(text.contains(part), "{part} not in {text}");
     }
+    // tool_choice "none" offers no tools; the past call and its result stay.
+    let none = json!({"messages": tool_turns(), "tools": tools, "tool_choice": "none"});
+    let text = prompt_text(&server, none).await;
+    assert!(
+        !text.contains("namespace functions") && !text.contains("Calls to these tools"),
+        "{text}"
+    );
+    assert!(text.contains(call) && text.contains(result), "{text}");
 
     // Answered streamed or not alike, whatever the random model makes of it: every call
     // named, and a turn that called a tool finishing for "tool_calls".
@@ -251,10 +257,18 @@ async fn tools_are_offered_and_past_calls_rendered() {
     let functions: Vec<Value> = calls.iter().map(|c| c["function"].clone()).collect();
     assert_eq!((s_calls, s_finish.as_str()), (functions, finish));
 
-    // tool_choice "none": the same conversation with no tools offered.
+    // tool_choice "none": answered with no tool offered, so with no call.
     let mut none = request.clone();
     none["tool_choice"] = json!("none");
-    server.ok("/v1/chat/completions", none).await;
+    let body = server.ok("/v1/chat/completions", none).await;
+    assert!(body["choices"][0]["message"].get("tool_calls").is_none(), "{body}");
+}
+
+/// The prompt a /tokenize request renders, as text.
+async fn prompt_text(server: &TestServer, request: Value) -> String {
+    let tokens = server.ok("/tokenize", request).await["tokens"].clone();
+    let text = server.ok("/detokenize", json!({"tokens": tokens})).await["prompt"].clone();
+    text.as_str().unwrap().to_string()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -265,6 +279,8 @@ async fn tool_requests_that_cannot_be_honoured_are_refused() {
     let request = |tools: Value, choice: Value, messages: Value| json!({"messages": messages, "tools": tools, "tool_choice": choice, "max_tokens": 4});
     let mut unanswered = tool_turns();
     unanswered[2]["tool_call_id"] = json!("call_2");
+    let mut misnamed = tool_turns();
+    misnamed[1]["tool_calls"][0]["function"]["name"] = json!("get_weather<|end|>");
     for (body, param) in [
         (
             request(json!([weather_tool()]), json!("required"), tool_turns()),
