@@ -303,6 +303,14 @@ fn startup_errors_are_one_line_with_non_zero_exit() {
         &["--model", &model, "--allowed-origins", "*"],
         "expected a JSON list of origins",
     );
+    fails(
+        &["--model", &model, "--tool-call-parser", "openai"],
+        "--tool-call-parser openai: this model does not speak harmony",
+    );
+    fails(
+        &["--model", &model, "--enable-auto-tool-choice"],
+        "--enable-auto-tool-choice needs --tool-call-parser",
+    );
     // Checked before any model is looked for.
     fails(
         &[

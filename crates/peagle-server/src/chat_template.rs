@@ -1,7 +1,9 @@
 //! The model's chat template (Jinja, from `chat_template.jinja` or tokenizer_config.json's
 //! `chat_template`), rendered with minijinja the way transformers renders it: trim_blocks,
-//! lstrip_blocks, loop controls, Python string methods and `raise_exception`.
+//! lstrip_blocks, loop controls, Python string methods, `raise_exception`, `tojson` as Python
+//! writes JSON (`python_json`), and mappings in their keys' order.
 
+use crate::python_json::tojson;
 use minijinja::{context, Environment, Error, ErrorKind, Value};
 use serde_json::{Map, Value as Json};
 use std::path::Path;
@@ -65,6 +67,7 @@ impl ChatTemplate {
         env.add_function("raise_exception", |message: String| -> Result<Value, Error> {
             Err(Error::new(ErrorKind::InvalidOperation, message))
         });
+        env.add_filter("tojson", tojson);
         env.add_template_owned(NAME, source.to_owned())?;
         Ok(Self {
             env,

@@ -2,6 +2,7 @@
 //! `/v1/models`, `/health` and Prometheus `/metrics`, streamed over SSE or not, on top of the
 //! engine thread of peagle-engine (docs/ARCHITECTURE.md).
 
+pub mod answer;
 mod app;
 mod auth;
 pub mod chat_template;
@@ -11,6 +12,7 @@ mod connection;
 pub mod error;
 pub mod fd_limit;
 pub mod harmony;
+pub mod hermes;
 mod histogram;
 mod json_body;
 pub mod loader;
@@ -18,6 +20,7 @@ pub mod metrics;
 mod openapi;
 mod params;
 pub mod protocol;
+mod python_json;
 mod request_id;
 mod routes;
 pub mod served_model;
@@ -31,6 +34,6 @@ pub use error::ApiError;
 pub use loader::{start_engine, StartError};
 /// What `start_engine` builds from.
 pub use peagle_engine::{DraftModel, EngineBuilder, GenerationDefaults};
-pub use served_model::ServedModel;
+pub use served_model::{ServedModel, ToolCallParser};
 pub use server::Server;
 pub use state::ServerConfig;

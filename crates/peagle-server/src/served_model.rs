@@ -19,6 +19,31 @@ pub enum ModelFilesError {
     Tokenizer { path: String, message: String },
     #[error(transparent)]
     Template(#[from] TemplateError),
+    #[error("--tool-call-parser {0}")]
+    ToolCallParser(String),
+}
+
+/// How a model's answers carry tool calls (`--tool-call-parser`, vLLM's names): `openai`,
+/// harmony's messages to `functions.NAME` (gpt-oss, which has no other way), or `hermes`,
+/// `<tool_call>` blocks in the text (`hermes`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ToolCallParser {
+    Openai,
+    Hermes,
+}
+
+impl std::str::FromStr for ToolCallParser {
+    type Err = String;
+
+    fn from_str(name: &str) -> Result<Self, String> {
+        match name {
+            "openai" => Ok(Self::Openai),
+            "hermes" => Ok(Self::Hermes),
+            other => Err(format!(
+                "{other:?} is not a tool call parser: expected openai or hermes"
+            )),
+        }
+    }
 }
 
 pub struct ServedModel {
@@ -30,6 +55,9 @@ pub struct ServedModel {
     pub chat_template: Option<ChatTemplate>,
     /// Set for gpt-oss: chats are rendered and parsed as harmony, not by the template.
     pub harmony: Option<Harmony>,
+    /// How answers carry tool calls: `Openai` for harmony, `Hermes` where the server was told;
+    /// none, and a chat offers no tools.
+    pub tool_call_parser: Option<ToolCallParser>,
     /// What requests that leave sampling fields out get (`--generation-config`).
     pub sampling_defaults: SamplingDefaults,
     /// Unix time the server started, reported as the model's `created`.
@@ -48,16 +76,37 @@ const TRIM_AFTER_BYTES: usize = 1 << 20;
 
 impl ServedModel {
     /// Reads `tokenizer.json` and the chat template of a model directory, or `chat_template`
-    /// (a file or the template itself) instead of the directory's.
-    pub fn from_dir(name: String, dir: &Path, chat_template: Option<&str>) -> Result<Self, ModelFilesError> {
+    /// (a file or the template itself) instead of the directory's. A harmony model's tool calls
+    /// are harmony's (`openai`); another's are parsed by `tool_call_parser` where given.
+    pub fn from_dir(
+        name: String,
+        dir: &Path,
+        chat_template: Option<&str>,
+        tool_call_parser: Option<ToolCallParser>,
+    ) -> Result<Self, ModelFilesError> {
         let path = dir.join("tokenizer.json");
         let tokenizer = Tokenizer::from_file(&path).map_err(|e| ModelFilesError::Tokenizer {
             path: path.display().to_string(),
             message: e.to_string(),
         })?;
         let harmony = Harmony::detect(dir, &tokenizer);
+        let tool_call_parser =
+            match (&harmony, tool_call_parser) {
+                (Some(_), None | Some(ToolCallParser::Openai)) => Some(ToolCallParser::Openai),
+                (Some(_), Some(ToolCallParser::Hermes)) => {
+                    return Err(ModelFilesError::ToolCallParser(
+                        "hermes: this model speaks harmony, whose tool calls are openai's".into(),
+                    ))
+                }
+                (None, Some(ToolCallParser::Openai)) => return Err(ModelFilesError::ToolCallParser(
+                    "openai: this model does not speak harmony (gpt-oss's format); hermes parses <tool_call> blocks"
+                        .into(),
+                )),
+                (None, parser) => parser,
+            };
         Ok(Self {
             harmony,
+            tool_call_parser,
             ..Self::new(name, tokenizer, ChatTemplate::from_dir(dir, chat_template)?)
         })
     }
@@ -74,6 +123,7 @@ impl ServedModel {
             special_ids,
             chat_template,
             harmony: None,
+            tool_call_parser: None,
             sampling_defaults: SamplingDefaults::default(),
             created: unix_time(),
         }

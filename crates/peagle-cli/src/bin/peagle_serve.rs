@@ -10,7 +10,7 @@ use peagle_cli::{demo_model_dir, init_tracing_at};
 use peagle_engine::{DraftModel, EngineBuilder, GenerationDefaults, SchedulerConfig, DEFAULT_GPU_MEMORY_UTILIZATION};
 use peagle_models::{DTypeSpec, DeviceSpec, KvCacheDtype, LoadOptions};
 use peagle_server::fd_limit::raise_open_files_limit;
-use peagle_server::{start_engine, Server, ServerConfig};
+use peagle_server::{start_engine, Server, ServerConfig, ToolCallParser};
 use std::time::Duration;
 use tokio::signal::unix::{signal, SignalKind};
 
@@ -140,6 +140,15 @@ struct Args {
     /// (chat_template.jinja or tokenizer_config.json's). gpt-oss chats are harmony either way.
     #[arg(long)]
     chat_template: Option<String>,
+    /// How answers carry tool calls, so that chats may offer tools: `hermes` for models whose
+    /// chat template offers tools and which answer `<tool_call>` blocks (Qwen2.5, Qwen3,
+    /// Hermes); `openai` is harmony's, which gpt-oss always has.
+    #[arg(long)]
+    tool_call_parser: Option<ToolCallParser>,
+    /// vLLM's companion of --tool-call-parser, accepted with it: a parser is what lets a chat
+    /// offer tools.
+    #[arg(long)]
+    enable_auto_tool_choice: bool,
     /// Origins browsers may call the API from (CORS), as a JSON list as vLLM takes it.
     #[arg(long, default_value = r#"["*"]"#)]
     allowed_origins: String,
@@ -169,6 +178,9 @@ fn run(args: Args) -> Result<()> {
     ];
     if let Some((flag, seconds)) = timeouts.iter().find(|(_, s)| !(1..=MAX_TIMEOUT_SECONDS).contains(s)) {
         bail!("{flag} must be 1 to {MAX_TIMEOUT_SECONDS} seconds, not {seconds}");
+    }
+    if args.enable_auto_tool_choice && args.tool_call_parser.is_none() {
+        bail!("--enable-auto-tool-choice needs --tool-call-parser (hermes, or openai for gpt-oss)");
     }
     if args.shutdown_timeout > MAX_TIMEOUT_SECONDS {
         bail!(
@@ -273,7 +285,7 @@ fn run(args: Args) -> Result<()> {
         ..EngineBuilder::new(source.target.clone())
     };
     let name = args.served_model_name.unwrap_or(name);
-    let (engine, model) = start_engine(name, &builder, args.chat_template.as_deref())
+    let (engine, model) = start_engine(name, &builder, args.chat_template.as_deref(), args.tool_call_parser)
         .with_context(|| format!("cannot load {}", source.target.display()))?;
     match raise_open_files_limit() {
         Ok(limit) => tracing::info!(limit, "open-file limit"),

@@ -10,6 +10,8 @@ mod render;
 mod typescript;
 
 pub use parser::{Event, Parser};
+
+use crate::answer::{CallPiece, Split};
 pub use render::render;
 
 use crate::error::ApiError;
@@ -29,29 +31,6 @@ pub const RETURN: &str = "<|return|>";
 pub const CALL: &str = "<|call|>";
 const MARKERS: [&str; 7] = [START, END, MESSAGE, CHANNEL, CONSTRAIN, RETURN, CALL];
 
-/// What a piece of a harmony answer adds to each part of the response, split as vLLM splits
-/// it: `analysis` is reasoning; a message to an offered function tool (`functions.NAME`) is a
-/// call, its text the arguments; every other message to no one (`final`, a `commentary`
-/// preamble, or output that is not harmony at all) is content. A message to another
-/// recipient (a function not offered, a built-in tool) is dropped, as vLLM drops a call it
-/// has no tool parser for.
-#[derive(Debug, Default, PartialEq)]
-pub struct Split {
-    pub reasoning: String,
-    pub content: String,
-    /// Pieces of calls in order: a call's first piece names its function.
-    pub calls: Vec<CallPiece>,
-}
-
-/// A piece of the answer's tool call `index` (counted from 0 over the answer).
-#[derive(Debug, PartialEq)]
-pub struct CallPiece {
-    pub index: usize,
-    /// The function, in the call's first piece.
-    pub name: Option<String>,
-    pub arguments: String,
-}
-
 /// Where the current message's text goes.
 #[derive(Debug, Clone, Copy, Default)]
 enum Route {
@@ -62,7 +41,11 @@ enum Route {
     Dropped,
 }
 
-/// A harmony answer split as it streams (`Split`).
+/// A harmony answer split as it streams, as vLLM splits it: `analysis` is reasoning; a
+/// message to an offered function tool (`functions.NAME`) is a call, its text the
+/// arguments; every other message to no one (`final`, a `commentary` preamble, or output that
+/// is not harmony at all) is content. A message to another recipient (a function not
+/// offered, a built-in tool) is dropped, as vLLM drops a call it has no tool parser for.
 #[derive(Default)]
 pub struct Channels {
     parser: Parser,
@@ -135,21 +118,6 @@ impl Channels {
         });
         Route::Call(index)
     }
-}
-
-/// Calls whole, (name, arguments), from their pieces in order: a split's, or those of a
-/// stream's splits in turn.
-pub fn join_calls(pieces: impl IntoIterator<Item = CallPiece>) -> Vec<(String, String)> {
-    let mut calls: Vec<(String, String)> = Vec::new();
-    for piece in pieces {
-        match (piece.name, calls.get_mut(piece.index)) {
-            (Some(name), _) => calls.push((name, piece.arguments)),
-            (None, Some((_, arguments))) => *arguments += &piece.arguments,
-            // `Channels` names a call in its first piece, so every later one finds it.
-            (None, None) => {}
-        }
-    }
-    calls
 }
 
 /// A model's harmony tokens.
@@ -244,6 +212,7 @@ fn civil_date(days: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::answer::join_calls;
 
     /// The completions of tests/fixtures/harmony/parses.json (openai-harmony's parse of each)
     /// split whole, a character at a time and in 5s: analysis is reasoning, a message to

@@ -41,7 +41,8 @@ pub struct ChatRequest {
     /// low, medium or high: how long a reasoning model thinks (harmony's system message;
     /// other models' chat templates get it as a variable).
     pub reasoning_effort: Option<String>,
-    /// Function tools the model may call: harmony (gpt-oss) models only.
+    /// Function tools the model may call: a harmony (gpt-oss) model's, or one whose server
+    /// parses its tool calls (`--tool-call-parser`).
     pub tools: Option<Vec<Tool>>,
     /// "auto" (the default) or "none"; a call cannot be forced.
     #[schema(value_type = Option<String>)]
@@ -107,13 +108,13 @@ pub struct ChatMessage {
 
 impl ChatMessage {
     /// Refuses message `i` when it holds tool calls or is a tool's result, for a model whose
-    /// chat template renders the conversation: tool calling is for harmony models only, and
-    /// rendering the message without them would misstate the conversation.
+    /// tool calls the server does not parse: rendering the message without them would
+    /// misstate the conversation.
     pub fn refuse_tool_calling(&self, i: usize) -> Result<(), ApiError> {
         if self.tool_calls.as_ref().is_some_and(|c| !c.is_empty()) || self.role == "tool" {
             return Err(ApiError::invalid(
                 Some(&format!("messages[{i}].role")),
-                format!("messages[{i}]: {TOOLS_NEED_HARMONY}"),
+                format!("messages[{i}]: {TOOLS_NEED_A_PARSER}"),
             ));
         }
         Ok(())
@@ -186,8 +187,9 @@ pub struct ChatChoice {
     pub stop_reason: Option<StopReason>,
 }
 
-/// Why a chat template's model refuses tools.
-pub const TOOLS_NEED_HARMONY: &str = "tool calling is supported for harmony (gpt-oss) models only by this server";
+/// Why a model without a tool call parser refuses tools.
+pub const TOOLS_NEED_A_PARSER: &str = "tool calling needs a harmony (gpt-oss) model, or a server started with \
+     --tool-call-parser hermes for a model whose chat template offers tools";
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Message {

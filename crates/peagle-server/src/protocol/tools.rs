@@ -16,14 +16,17 @@ pub struct Tool {
     pub function: FunctionDefinition,
 }
 
-#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
 pub struct FunctionDefinition {
     pub name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
     /// A JSON Schema object; its properties are shown to the model in the order given.
     #[schema(value_type = Option<Object>)]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub parameters: Option<Value>,
     /// Accepted for clients that always send it; the arguments are not held to the schema.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub strict: Option<bool>,
 }
 
@@ -159,6 +162,20 @@ impl ToolCall {
         let field = |name: &str| format!("messages[{i}].tool_calls[{j}].{name}");
         check_kind(&self.kind, &field("type"))?;
         check_name(&self.function.name, &field("function.name"))
+    }
+}
+
+impl ToolCall {
+    /// Call `j` of message `i`'s arguments as the JSON value a chat template reads (an empty
+    /// object for none, as vLLM gives it).
+    pub fn arguments_json(&self, i: usize, j: usize) -> Result<Value, ApiError> {
+        if self.function.arguments.trim().is_empty() {
+            return Ok(Value::Object(Default::default()));
+        }
+        serde_json::from_str(&self.function.arguments).map_err(|e| {
+            let field = format!("messages[{i}].tool_calls[{j}].function.arguments");
+            ApiError::invalid(Some(&field), format!("{field}: not JSON: {e}"))
+        })
     }
 }
 

@@ -3,19 +3,22 @@
 //! streamed as `chat.completion.chunk` deltas or answered as one `chat.completion`.
 
 use super::{check_model, off_runtime};
+use crate::answer::{join_calls, AnswerParser, Split};
 use crate::choice::{Choice, Finish};
 use crate::error::ApiError;
 use crate::harmony;
+use crate::hermes::Hermes;
 use crate::json_body::ApiJsonViews;
 use crate::openapi::{ApiErrors, StreamEvent};
 use crate::params::{check_prompt, check_sequences, logprobs_count};
 use crate::protocol::chat::{
-    ChatChoice, ChatLogprobs, ChatMessage, ChatRender, ChatRequest, ChatResponse, Delta, Message, TOOLS_NEED_HARMONY,
+    ChatChoice, ChatLogprobs, ChatMessage, ChatRender, ChatRequest, ChatResponse, Delta, Message, TOOLS_NEED_A_PARSER,
 };
 use crate::protocol::sampling::SamplingRequest;
 use crate::protocol::tools::{DeltaToolCall, ToolCall};
 use crate::protocol::TokenLogprob;
 use crate::protocol::{response_id, unix_time, StopReason, StreamUsage, Usage};
+use crate::served_model::{ServedModel, ToolCallParser};
 use crate::sse::{done_event, error_event, json_event, merged};
 use crate::state::AppState;
 use axum::extract::State;
@@ -163,13 +166,11 @@ pub async fn chat_completions(
             content: Some(echo),
             ..Delta::default()
         };
-        let channels = harmony.is_some().then(|| {
-            choices
-                .iter()
-                .map(|_| harmony::Channels::offering(tool_names.clone()))
-                .collect()
-        });
-        return Ok(stream(meta, choices, opening, prompt.len(), usage, channels).into_response());
+        let parsers = choices
+            .iter()
+            .map(|_| answer_parser(&state.model, &tool_names))
+            .collect();
+        return Ok(stream(meta, choices, opening, prompt.len(), usage, parsers).into_response());
     }
     let outcomes = try_join_all(choices.into_iter().map(Choice::collect)).await?;
     let completion_tokens = outcomes.iter().map(|o| o.finish.completion_tokens).sum();
@@ -178,18 +179,8 @@ pub async fn chat_completions(
         .into_iter()
         .enumerate()
         .map(|(index, o)| {
-            let (message, ends_in_call) = match harmony {
-                Some(_) => harmony_message(role.clone(), &o.text, tool_names.clone()),
-                None => (
-                    Message {
-                        role: role.clone(),
-                        content: Some(echo.clone() + &o.text),
-                        reasoning_content: None,
-                        tool_calls: None,
-                    },
-                    false,
-                ),
-            };
+            let parser = answer_parser(&state.model, &tool_names);
+            let (message, ends_in_call) = answer_message(role.clone(), &echo, &o.text, parser);
             ChatChoice {
                 index,
                 finish_reason: Some(finish_reason(&o.finish, ends_in_call)),
@@ -204,24 +195,33 @@ pub async fn chat_completions(
     Ok(Json(meta.response("chat.completion", choices, Some(usage))).into_response())
 }
 
-/// A harmony answer as a message: its reasoning, its content (null where it only called a
-/// tool) and its calls of the `tools` offered, each with a new id; and whether it ends in a
-/// call.
-fn harmony_message(role: String, text: &str, tools: Vec<String>) -> (Message, bool) {
-    let mut channels = harmony::Channels::offering(tools);
-    let split = channels.split(text, true);
-    let calls: Vec<ToolCall> = harmony::join_calls(split.calls)
+/// How a choice's answer is split: by harmony's channels, by Hermes `<tool_call>` blocks where
+/// the server parses them, or all content; calls only of the `tools` offered.
+fn answer_parser(model: &ServedModel, tools: &[String]) -> AnswerParser {
+    match model.tool_call_parser {
+        _ if model.harmony.is_some() => AnswerParser::Harmony(harmony::Channels::offering(tools.to_vec())),
+        Some(ToolCallParser::Hermes) => AnswerParser::Hermes(Hermes::offering(tools.to_vec())),
+        _ => AnswerParser::Plain,
+    }
+}
+
+/// An answer as a message, after `echo`: its reasoning, its content (null where it only
+/// called tools) and its calls, each with a new id; and whether it ends in a call.
+fn answer_message(role: String, echo: &str, text: &str, mut parser: AnswerParser) -> (Message, bool) {
+    let split = parser.split(text, true);
+    let calls: Vec<ToolCall> = join_calls(split.calls)
         .into_iter()
         .map(|(name, arguments)| ToolCall::new(name, arguments))
         .collect();
-    let only_calls = split.content.is_empty() && !calls.is_empty();
+    let content = echo.to_string() + &split.content;
+    let only_calls = content.is_empty() && !calls.is_empty();
     let message = Message {
         role,
-        content: (!only_calls).then_some(split.content),
+        content: (!only_calls).then_some(content),
         reasoning_content: (!split.reasoning.is_empty()).then_some(split.reasoning),
         tool_calls: (!calls.is_empty()).then_some(calls),
     };
-    (message, channels.in_call())
+    (message, parser.ends_in_call())
 }
 
 /// OpenAI's finish reason: a turn that stopped in a call (on harmony's `<|call|>`, or an end
@@ -256,7 +256,9 @@ pub(crate) async fn prompt_ids(
     .await
 }
 
-/// The conversation as prompt text: harmony for a gpt-oss model, else the model's chat template.
+/// The conversation as prompt text: harmony for a gpt-oss model, else the model's chat
+/// template, which gets the offered tools as `tools` and past calls and results where the
+/// server parses tool calls (`template_message`).
 fn prompt_text(state: &AppState, messages: &[ChatMessage], render: &ChatRender) -> Result<String, ApiError> {
     if messages.is_empty() {
         return Err(ApiError::invalid(Some("messages"), "messages is empty"));
@@ -272,8 +274,12 @@ fn prompt_text(state: &AppState, messages: &[ChatMessage], render: &ChatRender) 
         let effort = render.reasoning_effort.unwrap_or_default();
         return harmony::render(messages, effort, &harmony::today(), &render.tools);
     }
-    if !render.tools.is_empty() {
-        return Err(ApiError::invalid(Some("tools"), format!("tools: {TOOLS_NEED_HARMONY}")));
+    let tool_calling = state.model.tool_call_parser.is_some();
+    if !render.tools.is_empty() && !tool_calling {
+        return Err(ApiError::invalid(
+            Some("tools"),
+            format!("tools: {TOOLS_NEED_A_PARSER}"),
+        ));
     }
     let template = state.model.chat_template.as_ref().ok_or_else(|| {
         ApiError::invalid(
@@ -284,12 +290,17 @@ fn prompt_text(state: &AppState, messages: &[ChatMessage], render: &ChatRender) 
     let messages = messages
         .iter()
         .enumerate()
-        .map(|(i, m)| {
-            m.refuse_tool_calling(i)?;
-            Ok(json!({"role": m.role, "content": m.text(i, "\n")?}))
-        })
+        .map(|(i, m)| template_message(m, i, tool_calling))
         .collect::<Result<Vec<Value>, ApiError>>()?;
     let mut extra = render.template_kwargs.clone();
+    if !render.tools.is_empty() {
+        let tools: Vec<Value> = render
+            .tools
+            .iter()
+            .map(|f| json!({"type": "function", "function": f}))
+            .collect();
+        extra.insert("tools".into(), Value::Array(tools));
+    }
     if let Some(effort) = render.reasoning_effort {
         extra.entry("reasoning_effort").or_insert(effort.as_str().into());
     }
@@ -298,6 +309,35 @@ fn prompt_text(state: &AppState, messages: &[ChatMessage], render: &ChatRender) 
         false => template.render(&messages, render.add_generation_prompt, &extra),
     };
     rendered.map_err(|e| ApiError::invalid(Some("messages"), format!("chat template: {e}")))
+}
+
+/// Message `i` as a chat template reads it: role and content, and where the server parses tool
+/// calls (`tool_calling`), an assistant's calls with their arguments as JSON values and a tool
+/// result's call id, as transformers and vLLM give them; elsewhere those are refused.
+fn template_message(m: &ChatMessage, i: usize, tool_calling: bool) -> Result<Value, ApiError> {
+    let mut message = json!({"role": m.role, "content": m.text(i, "\n")?});
+    if !tool_calling {
+        m.refuse_tool_calling(i)?;
+        return Ok(message);
+    }
+    let calls = m.tool_calls.as_deref().unwrap_or_default();
+    if !calls.is_empty() {
+        let calls = calls
+            .iter()
+            .enumerate()
+            .map(|(j, call)| {
+                call.check(i, j)?;
+                let arguments = call.arguments_json(i, j)?;
+                Ok(json!({"id": call.id, "type": "function",
+                          "function": {"name": call.function.name, "arguments": arguments}}))
+            })
+            .collect::<Result<Vec<Value>, ApiError>>()?;
+        message["tool_calls"] = Value::Array(calls);
+    }
+    if let Some(id) = &m.tool_call_id {
+        message["tool_call_id"] = json!(id);
+    }
+    Ok(message)
 }
 
 /// The answer's role: the assistant's for a new turn, else (continuing or not) the final
@@ -318,15 +358,15 @@ fn echoed(messages: &[ChatMessage], role: &str) -> Result<String, ApiError> {
     Ok(last.text(messages.len() - 1, "\n")?.unwrap_or_default())
 }
 
-/// Streams the choices, each opening with `opening` (the role and any echo); a harmony
-/// answer's text goes through its choice's `channels`.
+/// Streams the choices, each opening with `opening` (the role and any echo), each choice's
+/// text split by its parser.
 fn stream(
     meta: Meta,
     choices: Vec<Choice>,
     opening: Delta,
     prompt_tokens: usize,
     usage: StreamUsage,
-    mut channels: Option<Vec<harmony::Channels>>,
+    mut parsers: Vec<AnswerParser>,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
     let with_logprobs = |tokens: &[TokenLogprob]| (!tokens.is_empty()).then(|| ChatLogprobs::new(tokens));
     let mut generated = vec![0; choices.len()];
@@ -357,17 +397,12 @@ fn stream(
             }
             generated[index] += update.tokens;
             let so_far = usage.per_chunk.then(|| Usage::new(prompt_tokens, generated[index]));
-            let split = match channels.as_mut() {
-                Some(channels) => channels[index].split(&update.text, finish.is_some()),
-                None => harmony::Split { content: update.text, ..harmony::Split::default() },
-            };
-            let delta = delta(split);
+            let delta = delta(parsers[index].split(&update.text, finish.is_some()));
             let empty = delta.content.is_none() && delta.reasoning_content.is_none() && delta.tool_calls.is_none();
             if empty && update.logprobs.is_empty() && finish.is_none() {
                 continue;
             }
-            let ends_in_call = channels.as_ref().is_some_and(|c| c[index].in_call());
-            let finish = finish.as_ref().map(|f| (f, ends_in_call));
+            let finish = finish.as_ref().map(|f| (f, parsers[index].ends_in_call()));
             yield json_event(&meta.chunk(index, delta, with_logprobs(&update.logprobs), finish, so_far));
         }
         if usage.at_end {
@@ -380,7 +415,7 @@ fn stream(
 }
 
 /// A stream chunk's delta from what an update added.
-fn delta(split: harmony::Split) -> Delta {
+fn delta(split: Split) -> Delta {
     let calls: Vec<DeltaToolCall> = split
         .calls
         .into_iter()
@@ -405,8 +440,14 @@ mod tests {
     const PREAMBLE_AND_CALL: &str = "<|channel|>commentary<|message|>Let me check.<|end|><|start|>assistant\
         <|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\":\"Rome\"}";
 
+    fn harmony(tools: &[&str]) -> AnswerParser {
+        AnswerParser::Harmony(harmony::Channels::offering(
+            tools.iter().map(|t| t.to_string()).collect(),
+        ))
+    }
+
     fn message(text: &str) -> (Value, bool) {
-        let (message, ends_in_call) = harmony_message("assistant".into(), text, vec!["get_weather".into()]);
+        let (message, ends_in_call) = answer_message("assistant".into(), "", text, harmony(&["get_weather"]));
         (serde_json::to_value(message).unwrap(), ends_in_call)
     }
 
@@ -440,9 +481,31 @@ mod tests {
     /// gave) is dropped, as vLLM drops it without a tool parser: no call, no tool_calls finish.
     #[test]
     fn a_call_of_a_function_not_offered_is_dropped() {
-        let (message, ends_in_call) = harmony_message("assistant".into(), PREAMBLE_AND_CALL, Vec::new());
+        let (message, ends_in_call) = answer_message("assistant".into(), "", PREAMBLE_AND_CALL, harmony(&[]));
         let message = serde_json::to_value(message).unwrap();
         assert_eq!(message, json!({"role": "assistant", "content": "Let me check."}));
+        assert!(!ends_in_call);
+    }
+
+    /// A Hermes answer's calls come back the same way, after any echo; a model without a
+    /// parser answers all content.
+    #[test]
+    fn hermes_and_plain_answers_are_messages_too() {
+        let text = "Looking.<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}</tool_call>";
+        let parser = AnswerParser::Hermes(Hermes::offering(vec!["get_weather".into()]));
+        let (message, ends_in_call) = answer_message("assistant".into(), "I am ", text, parser);
+        let message = serde_json::to_value(message).unwrap();
+        assert_eq!(message["content"], "I am Looking.");
+        assert_eq!(
+            message["tool_calls"][0]["function"],
+            json!({"name": "get_weather", "arguments": "{\"city\":\"Rome\"}"})
+        );
+        assert!(ends_in_call);
+        let (message, ends_in_call) = answer_message("assistant".into(), "", text, AnswerParser::Plain);
+        assert_eq!(
+            serde_json::to_value(message).unwrap(),
+            json!({"role": "assistant", "content": text})
+        );
         assert!(!ends_in_call);
     }
 
@@ -452,7 +515,7 @@ mod tests {
     fn streamed_pieces_join_into_the_call() {
         let chars: Vec<char> = PREAMBLE_AND_CALL.chars().collect();
         for piece in [1, 3, 7] {
-            let mut channels = harmony::Channels::offering(vec!["get_weather".into()]);
+            let mut channels = harmony(&["get_weather"]);
             let (mut content, mut calls) = (String::new(), Vec::<Value>::new());
             let pieces: Vec<String> = chars.chunks(piece).map(|c| c.iter().collect()).collect();
             for (i, text) in pieces.iter().enumerate() {
@@ -481,7 +544,7 @@ mod tests {
                 [json!({"name": "get_weather", "arguments": "{\"city\":\"Rome\"}"})],
                 "in {piece}s"
             );
-            assert!(channels.in_call());
+            assert!(channels.ends_in_call());
         }
     }
 

@@ -3,7 +3,7 @@
 
 use axum::Router;
 use peagle_engine::{DraftModel, EngineBuilder, GenerationDefaults};
-use peagle_server::{start_engine, Server, ServerConfig};
+use peagle_server::{start_engine, Server, ServerConfig, ToolCallParser};
 use reqwest::{Client, Response, StatusCode};
 use serde_json::Value;
 use std::path::PathBuf;
@@ -40,6 +40,8 @@ pub struct Options {
     pub extra: Option<Router>,
     /// Another model directory and its drafter, served under the demo's name.
     pub target: Option<(PathBuf, Option<DraftModel>)>,
+    /// `--tool-call-parser`.
+    pub tool_call_parser: Option<ToolCallParser>,
 }
 
 impl Default for Options {
@@ -52,6 +54,7 @@ impl Default for Options {
             max_num_seqs: None,
             extra: None,
             target: None,
+            tool_call_parser: None,
         }
     }
 }
@@ -97,7 +100,7 @@ impl TestServer {
         if let Some(n) = opts.max_num_seqs {
             engine_opts.scheduler.max_num_seqs = n;
         }
-        let (engine, model) = start_engine(MODEL.into(), &engine_opts, None).unwrap();
+        let (engine, model) = start_engine(MODEL.into(), &engine_opts, None, opts.tool_call_parser).unwrap();
         let server = Server::new(engine, model, opts.config).unwrap();
         let routes = match opts.extra {
             Some(extra) => server.routes().merge(extra),

@@ -10,6 +10,7 @@ use peagle_engine::DraftModel;
 use peagle_server::harmony::{self, Channels, ReasoningEffort};
 use peagle_server::protocol::chat::ChatMessage;
 use peagle_server::protocol::tools::{offered_tools, Tool};
+use peagle_server::{ServedModel, ToolCallParser};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 
@@ -269,6 +270,18 @@ async fn prompt_text(server: &TestServer, request: Value) -> String {
     let tokens = server.ok("/tokenize", request).await["tokens"].clone();
     let text = server.ok("/detokenize", json!({"tokens": tokens})).await["prompt"].clone();
     text.as_str().unwrap().to_string()
+}
+
+/// A harmony model's tool calls are harmony's: `--tool-call-parser hermes` does not fit it.
+#[test]
+fn a_harmony_model_takes_no_hermes_parser() {
+    let model = harmony_gpt_oss(256);
+    let err = ServedModel::from_dir("m".into(), model.path(), None, Some(ToolCallParser::Hermes))
+        .err()
+        .unwrap();
+    assert!(err.to_string().starts_with("--tool-call-parser hermes: "), "{err}");
+    let openai = ServedModel::from_dir("m".into(), model.path(), None, None).unwrap();
+    assert_eq!(openai.tool_call_parser, Some(ToolCallParser::Openai));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -10,6 +10,7 @@ mod engine_metrics;
 mod errors;
 mod hardening;
 mod harmony;
+mod hermes;
 mod openapi;
 mod prefix_cache;
 mod shutdown;

@@ -1,0 +1,212 @@
+//! Tool calls of Hermes-style chat models (Qwen2.5, Qwen3, Hermes 2 Pro; vLLM's `hermes`
+//! tool call parser): the chat template offers the tools, and the model answers a call as
+//! `<tool_call>{"name": NAME, "arguments": {...}}</tool_call>`.
+//!
+//! As vLLM's parser has it, the text before the first call is content and text after a call
+//! is dropped. A call whose JSON does not parse to a name and arguments, or that names a
+//! function the request did not offer, stays in the content as the model wrote it. A call
+//! cut off at the end of the answer counts if its JSON is whole. Streamed, text that may
+//! begin a `<tool_call>` is held back, and a call is given whole once it closes.
+
+use crate::answer::{CallPiece, Split};
+use serde_json::Value;
+
+const OPEN: &str = "<tool_call>";
+const CLOSE: &str = "</tool_call>";
+
+#[derive(Default)]
+pub struct Hermes {
+    /// The names of the function tools offered.
+    tools: Vec<String>,
+    /// Text not yet given out: a tail that may begin the marker looked for, or an open call.
+    held: String,
+    in_call: bool,
+    /// Whether a call has begun: text outside calls is dropped from then on.
+    called: bool,
+    calls: usize,
+}
+
+impl Hermes {
+    /// A parser that takes calls of the function tools named `tools`.
+    pub fn offering(tools: Vec<String>) -> Self {
+        Self {
+            tools,
+            ..Self::default()
+        }
+    }
+
+    /// What `text` adds; `last` gives out what was held back.
+    pub fn split(&mut self, text: &str, last: bool) -> Split {
+        self.held += text;
+        let mut split = Split::default();
+        loop {
+            let marker = if self.in_call { CLOSE } else { OPEN };
+            if let Some(at) = self.held.find(marker) {
+                let before = self.held[..at].to_string();
+                self.held.drain(..at + marker.len());
+                match self.in_call {
+                    true => self.call(&before, true, &mut split),
+                    false => self.text(&before, &mut split),
+                }
+                self.in_call = !self.in_call;
+                self.called = true;
+                continue;
+            }
+            if last {
+                let rest = std::mem::take(&mut self.held);
+                match self.in_call {
+                    true => self.call(&rest, false, &mut split),
+                    false => self.text(&rest, &mut split),
+                }
+                self.in_call = false;
+            } else if !self.in_call {
+                let keep = partial_marker_len(&self.held, OPEN);
+                let out: String = self.held.drain(..self.held.len() - keep).collect();
+                self.text(&out, &mut split);
+            }
+            return split;
+        }
+    }
+
+    /// Whether the answer ends in a call: one was made, and none is open.
+    pub fn ends_in_call(&self) -> bool {
+        self.calls > 0 && !self.in_call
+    }
+
+    /// Text outside calls: content until the first call.
+    fn text(&self, text: &str, split: &mut Split) {
+        if !self.called {
+            split.content += text;
+        }
+    }
+
+    /// A call's text, `closed` by its marker or cut off at the end.
+    fn call(&mut self, body: &str, closed: bool, split: &mut Split) {
+        match self.parse(body) {
+            Some((name, arguments)) => {
+                split.calls.push(CallPiece {
+                    index: self.calls,
+                    name: Some(name),
+                    arguments,
+                });
+                self.calls += 1;
+            }
+            None => {
+                split.content += OPEN;
+                split.content += body;
+                if closed {
+                    split.content += CLOSE;
+                }
+            }
+        }
+    }
+
+    /// The offered function and the arguments (as compact JSON) a call's text names.
+    fn parse(&self, body: &str) -> Option<(String, String)> {
+        let call: Value = serde_json::from_str(body.trim()).ok()?;
+        let name = call.get("name")?.as_str()?;
+        let arguments = call.get("arguments")?;
+        self.tools
+            .iter()
+            .any(|t| t == name)
+            .then(|| (name.to_string(), arguments.to_string()))
+    }
+}
+
+/// The length of the longest tail of `text` that is a proper start of `marker` (ASCII).
+fn partial_marker_len(text: &str, marker: &str) -> usize {
+    (1..marker.len())
+        .rev()
+        .find(|&n| text.ends_with(&marker[..n]))
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::answer::join_calls;
+
+    /// The answer split a character at a time, in 4s and whole: (content, calls, whether it
+    /// ends in a call), the same every way.
+    fn parse(text: &str, tools: &[&str]) -> (String, Vec<(String, String)>, bool) {
+        let chars: Vec<char> = text.chars().collect();
+        let mut results = Vec::new();
+        for piece in [1, 4, chars.len().max(1)] {
+            let mut hermes = Hermes::offering(tools.iter().map(|t| t.to_string()).collect());
+            let pieces: Vec<String> = chars.chunks(piece).map(|c| c.iter().collect()).collect();
+            let (mut content, mut calls) = (String::new(), Vec::new());
+            for (i, text) in pieces.iter().enumerate() {
+                let split = hermes.split(text, i + 1 == pieces.len());
+                assert!(split.reasoning.is_empty());
+                content += &split.content;
+                calls.extend(split.calls);
+            }
+            results.push((content, join_calls(calls), hermes.ends_in_call()));
+        }
+        assert!(results.windows(2).all(|w| w[0] == w[1]), "{text:?}: {results:?}");
+        results.remove(0)
+    }
+
+    fn call(name: &str, arguments: &str) -> (String, String) {
+        (name.to_string(), arguments.to_string())
+    }
+
+    #[test]
+    fn calls_come_out_of_the_text_and_content_stays_before_them() {
+        let text = "Let me look.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n</tool_call>\n\
+                    <tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>";
+        let (content, calls, ends_in_call) = parse(text, &["get_weather", "now"]);
+        assert_eq!(content, "Let me look.\n");
+        assert_eq!(calls, [call("get_weather", "{\"city\":\"Oslo\"}"), call("now", "{}")]);
+        assert!(ends_in_call);
+        let text = "Ünïcode ✓ <tool_call>{\"name\": \"now\", \"arguments\": {\"tz\": \"Oslo ✓\"}}</tool_call>";
+        let (content, calls, _) = parse(text, &["now"]);
+        assert_eq!(
+            (content.as_str(), calls),
+            ("Ünïcode ✓ ", vec![call("now", "{\"tz\":\"Oslo ✓\"}")])
+        );
+        // Text after a call is dropped, as vLLM's parser drops it.
+        let (content, calls, _) = parse(
+            "<tool_call>{\"name\": \"now\", \"arguments\": {}}</tool_call> done",
+            &["now"],
+        );
+        assert_eq!((content.as_str(), calls), ("", vec![call("now", "{}")]));
+    }
+
+    #[test]
+    fn text_without_calls_is_content_even_where_it_looks_like_one() {
+        for text in ["Plain words.", "a < b and <tool_ca", "<tool", "x <tool_call"] {
+            let (content, calls, ends_in_call) = parse(text, &["now"]);
+            assert_eq!(
+                (content.as_str(), calls.len(), ends_in_call),
+                (text, 0, false),
+                "{text}"
+            );
+        }
+    }
+
+    /// A call that names no offered function, or whose JSON does not say one, is content as
+    /// written; one cut off counts if its JSON is whole.
+    #[test]
+    fn calls_that_are_not_calls_stay_text() {
+        for text in [
+            "<tool_call>{\"name\": \"rm\", \"arguments\": {}}</tool_call>",
+            "<tool_call>{\"name\": \"now\"}</tool_call>",
+            "<tool_call>not json</tool_call>",
+            "<tool_call>{\"name\": \"now\", \"argu",
+        ] {
+            let (content, calls, ends_in_call) = parse(text, &["now"]);
+            assert_eq!(
+                (content.as_str(), calls.len(), ends_in_call),
+                (text, 0, false),
+                "{text}"
+            );
+        }
+        let (content, calls, ends_in_call) =
+            parse("<tool_call>{\"name\": \"now\", \"arguments\": {\"a\": 1}}", &["now"]);
+        assert_eq!(
+            (content.as_str(), calls, ends_in_call),
+            ("", vec![call("now", "{\"a\":1}")], true)
+        );
+    }
+}
