@@ -23,7 +23,7 @@ async fn start_server() -> String {
     });
     // The fixture's drafter is random: left adaptive, the server would rightly stop drafting.
     opts.scheduler.adaptive_k = false;
-    let (engine, model) = start_engine("tiny-llama".into(), &opts, None, None).unwrap();
+    let (engine, model) = start_engine("tiny-llama".into(), &opts, None, Default::default()).unwrap();
     let server = Server::new(engine, model, ServerConfig::default()).unwrap();
     let routes = server.routes();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

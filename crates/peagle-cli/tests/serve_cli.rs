@@ -311,6 +311,10 @@ fn startup_errors_are_one_line_with_non_zero_exit() {
         &["--model", &model, "--enable-auto-tool-choice"],
         "--enable-auto-tool-choice needs --tool-call-parser",
     );
+    fails(
+        &["--model", &model, "--reasoning-parser", "openai_gptoss"],
+        "--reasoning-parser openai_gptoss: this model does not speak harmony",
+    );
     // Checked before any model is looked for.
     fails(
         &[

@@ -1,10 +1,12 @@
 //! A chat answer's text split into the parts of a response, reasoning, content and tool calls,
 //! as it streams. How depends on the model's chat format (`AnswerParser`): harmony's channels
-//! for gpt-oss, `<tool_call>` blocks for a model served with `--tool-call-parser hermes`, or
-//! all content.
+//! for gpt-oss; for a chat template's model, `<think>` reasoning where the server was given a
+//! `--reasoning-parser` and `<tool_call>` blocks where it was given `--tool-call-parser
+//! hermes`, the rest content.
 
 use crate::harmony::Channels;
 use crate::hermes::Hermes;
+use crate::thinking::Thinking;
 
 /// What a piece of an answer adds to each part of the response.
 #[derive(Debug, Default, PartialEq)]
@@ -41,31 +43,54 @@ pub fn join_calls(pieces: impl IntoIterator<Item = CallPiece>) -> Vec<(String, S
 
 /// How one choice's answer is split.
 pub enum AnswerParser {
-    /// All content: a chat template's model without a tool call parser.
-    Plain,
     Harmony(Channels),
-    Hermes(Hermes),
+    /// A chat template's model: reasoning split off first where the server has a reasoning
+    /// parser, then calls where it has a tool call parser; the rest is content.
+    Template {
+        thinking: Option<Thinking>,
+        hermes: Option<Hermes>,
+    },
 }
 
 impl AnswerParser {
+    /// All content.
+    pub const PLAIN: Self = Self::Template {
+        thinking: None,
+        hermes: None,
+    };
+
     /// What `text`, the answer's next piece, adds; `last` flushes what was held back.
     pub fn split(&mut self, text: &str, last: bool) -> Split {
-        match self {
-            Self::Plain => Split {
-                content: text.to_string(),
+        let (thinking, hermes) = match self {
+            Self::Harmony(channels) => return channels.split(text, last),
+            Self::Template { thinking, hermes } => (thinking, hermes),
+        };
+        let (reasoning, rest) = match thinking {
+            Some(thinking) => thinking.split(text, last),
+            None => (String::new(), text.to_string()),
+        };
+        let split = match hermes {
+            Some(hermes) => hermes.split(&rest, last),
+            None => Split {
+                content: rest,
                 ..Split::default()
             },
-            Self::Harmony(channels) => channels.split(text, last),
-            Self::Hermes(hermes) => hermes.split(text, last),
-        }
+        };
+        Split { reasoning, ..split }
     }
 
     /// Whether the answer so far ends in a call: a turn that stops there stops to call.
     pub fn ends_in_call(&self) -> bool {
         match self {
-            Self::Plain => false,
             Self::Harmony(channels) => channels.in_call(),
-            Self::Hermes(hermes) => hermes.ends_in_call(),
+            Self::Template { hermes, .. } => hermes.as_ref().is_some_and(Hermes::ends_in_call),
         }
     }
+}
+
+/// `text` cut into pieces of `size` characters, as a stream might bring it (tests).
+#[cfg(test)]
+pub fn pieces(text: &str, size: usize) -> Vec<String> {
+    let chars: Vec<char> = text.chars().collect();
+    chars.chunks(size.max(1)).map(|c| c.iter().collect()).collect()
 }

@@ -2,13 +2,16 @@
 //! tool call parser): the chat template offers the tools, and the model answers a call as
 //! `<tool_call>{"name": NAME, "arguments": {...}}</tool_call>`.
 //!
-//! As vLLM's parser has it, the text before the first call is content and text after a call
-//! is dropped. A call whose JSON does not parse to a name and arguments, or that names a
-//! function the request did not offer, stays in the content as the model wrote it. A call
-//! cut off at the end of the answer counts if its JSON is whole. Streamed, text that may
-//! begin a `<tool_call>` is held back, and a call is given whole once it closes.
+//! As vLLM's parser has it, the text before the first call is content and what follows a
+//! call, but another call, is dropped. A block whose JSON does not parse to a name and
+//! arguments, or that names a function the request did not offer, is no call: before the
+//! first call it stays in the content as the model wrote it. A call cut off at the end of the
+//! answer counts if its JSON is whole. Streamed, text that may begin a `<tool_call>` is held
+//! back, and a call is given whole once it closes. With `parallel_tool_calls: false` only the
+//! first call is taken, as vLLM keeps only the first.
 
 use crate::answer::{CallPiece, Split};
+use crate::thinking::partial_marker_len;
 use serde_json::Value;
 
 const OPEN: &str = "<tool_call>";
@@ -21,16 +24,19 @@ pub struct Hermes {
     /// Text not yet given out: a tail that may begin the marker looked for, or an open call.
     held: String,
     in_call: bool,
-    /// Whether a call has begun: text outside calls is dropped from then on.
-    called: bool,
+    /// Calls taken: once there is one, what is not a call is dropped.
     calls: usize,
+    /// Most calls taken: one where the request does not allow parallel calls.
+    most_calls: usize,
 }
 
 impl Hermes {
-    /// A parser that takes calls of the function tools named `tools`.
-    pub fn offering(tools: Vec<String>) -> Self {
+    /// A parser that takes calls of the function tools named `tools`, several where
+    /// `parallel`.
+    pub fn offering(tools: Vec<String>, parallel: bool) -> Self {
         Self {
             tools,
+            most_calls: if parallel { usize::MAX } else { 1 },
             ..Self::default()
         }
     }
@@ -49,7 +55,6 @@ impl Hermes {
                     false => self.text(&before, &mut split),
                 }
                 self.in_call = !self.in_call;
-                self.called = true;
                 continue;
             }
             if last {
@@ -68,14 +73,14 @@ impl Hermes {
         }
     }
 
-    /// Whether the answer ends in a call: one was made, and none is open.
+    /// Whether the answer, split to its end, made a call: after one, nothing else is kept.
     pub fn ends_in_call(&self) -> bool {
-        self.calls > 0 && !self.in_call
+        self.calls > 0
     }
 
-    /// Text outside calls: content until the first call.
+    /// Text that is no call: content until the first call.
     fn text(&self, text: &str, split: &mut Split) {
-        if !self.called {
+        if self.calls == 0 {
             split.content += text;
         }
     }
@@ -84,19 +89,18 @@ impl Hermes {
     fn call(&mut self, body: &str, closed: bool, split: &mut Split) {
         match self.parse(body) {
             Some((name, arguments)) => {
-                split.calls.push(CallPiece {
-                    index: self.calls,
-                    name: Some(name),
-                    arguments,
-                });
+                if self.calls < self.most_calls {
+                    split.calls.push(CallPiece {
+                        index: self.calls,
+                        name: Some(name),
+                        arguments,
+                    });
+                }
                 self.calls += 1;
             }
             None => {
-                split.content += OPEN;
-                split.content += body;
-                if closed {
-                    split.content += CLOSE;
-                }
+                let end = if closed { CLOSE } else { "" };
+                self.text(&format!("{OPEN}{body}{end}"), split);
             }
         }
     }
@@ -113,27 +117,18 @@ impl Hermes {
     }
 }
 
-/// The length of the longest tail of `text` that is a proper start of `marker` (ASCII).
-fn partial_marker_len(text: &str, marker: &str) -> usize {
-    (1..marker.len())
-        .rev()
-        .find(|&n| text.ends_with(&marker[..n]))
-        .unwrap_or(0)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::answer::join_calls;
+    use crate::answer::{join_calls, pieces};
 
     /// The answer split a character at a time, in 4s and whole: (content, calls, whether it
     /// ends in a call), the same every way.
     fn parse(text: &str, tools: &[&str]) -> (String, Vec<(String, String)>, bool) {
-        let chars: Vec<char> = text.chars().collect();
         let mut results = Vec::new();
-        for piece in [1, 4, chars.len().max(1)] {
-            let mut hermes = Hermes::offering(tools.iter().map(|t| t.to_string()).collect());
-            let pieces: Vec<String> = chars.chunks(piece).map(|c| c.iter().collect()).collect();
+        for piece in [1, 4, text.len()] {
+            let mut hermes = Hermes::offering(tools.iter().map(|t| t.to_string()).collect(), true);
+            let pieces = pieces(text, piece);
             let (mut content, mut calls) = (String::new(), Vec::new());
             for (i, text) in pieces.iter().enumerate() {
                 let split = hermes.split(text, i + 1 == pieces.len());
@@ -185,10 +180,13 @@ mod tests {
         }
     }
 
-    /// A call that names no offered function, or whose JSON does not say one, is content as
-    /// written; one cut off counts if its JSON is whole.
+    /// A block that names no offered function, or whose JSON does not say one, is content as
+    /// written, and so is the text after it; one cut off counts if its JSON is whole.
     #[test]
     fn calls_that_are_not_calls_stay_text() {
+        let text = "<tool_call>{\"name\": \"rm\", \"arguments\": {}}</tool_call> Sorry, I can't.";
+        assert_eq!(parse(text, &["now"]), (text.to_string(), Vec::new(), false));
+        assert_eq!(parse(text, &[]), (text.to_string(), Vec::new(), false));
         for text in [
             "<tool_call>{\"name\": \"rm\", \"arguments\": {}}</tool_call>",
             "<tool_call>{\"name\": \"now\"}</tool_call>",

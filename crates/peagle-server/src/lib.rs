@@ -29,11 +29,13 @@ mod sse;
 pub mod state;
 mod stop;
 mod text_workers;
+pub mod thinking;
 
 pub use error::ApiError;
 pub use loader::{start_engine, StartError};
 /// What `start_engine` builds from.
 pub use peagle_engine::{DraftModel, EngineBuilder, GenerationDefaults};
-pub use served_model::{ServedModel, ToolCallParser};
+pub use served_model::{Parsers, ServedModel, ToolCallParser};
 pub use server::Server;
 pub use state::ServerConfig;
+pub use thinking::ReasoningParser;

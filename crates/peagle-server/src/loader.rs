@@ -1,7 +1,7 @@
 //! From model directories to a running engine: build it (see `peagle_engine::EngineBuilder`),
 //! start its thread, and read the tokenizer and chat template for the HTTP side.
 
-use crate::served_model::{ModelFilesError, ServedModel, ToolCallParser};
+use crate::served_model::{ModelFilesError, Parsers, ServedModel};
 use peagle_engine::{EngineBuilder, EngineHandle, GenerateError};
 use peagle_models::SamplingDefaults;
 use thiserror::Error;
@@ -15,15 +15,15 @@ pub enum StartError {
 }
 
 /// Loads everything and starts the engine; the model is served under `name`, its chats
-/// rendered by `chat_template` (a file or the template itself) when given, their tool calls
-/// parsed by `tool_call_parser` (`ServedModel::from_dir`).
+/// rendered by `chat_template` (a file or the template itself) when given, their answers
+/// split by `parsers` (`ServedModel::from_dir`).
 pub fn start_engine(
     name: String,
     builder: &EngineBuilder,
     chat_template: Option<&str>,
-    tool_call_parser: Option<ToolCallParser>,
+    parsers: Parsers,
 ) -> Result<(EngineHandle, ServedModel), StartError> {
-    let mut served = ServedModel::from_dir(name, &builder.model_dir, chat_template, tool_call_parser)?;
+    let mut served = ServedModel::from_dir(name, &builder.model_dir, chat_template, parsers)?;
     let built = builder.build()?;
     served.sampling_defaults = built.sampling_defaults;
     if served.sampling_defaults != SamplingDefaults::default() {

@@ -6,6 +6,7 @@ use crate::error::ApiError;
 use crate::harmony::Harmony;
 use crate::params::prompt_too_long;
 use crate::protocol::unix_time;
+use crate::thinking::ReasoningParser;
 use peagle_engine::special_token_ids;
 use peagle_models::SamplingDefaults;
 use std::collections::HashSet;
@@ -21,15 +22,34 @@ pub enum ModelFilesError {
     Template(#[from] TemplateError),
     #[error("--tool-call-parser {0}")]
     ToolCallParser(String),
+    #[error("--reasoning-parser {0}")]
+    ReasoningParser(String),
+}
+
+/// The parsers the server was told to split answers with (`--tool-call-parser`,
+/// `--reasoning-parser`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Parsers {
+    pub tool_call: Option<ToolCallParser>,
+    pub reasoning: Option<ReasoningParser>,
 }
 
 /// How a model's answers carry tool calls (`--tool-call-parser`, vLLM's names): `openai`,
 /// harmony's messages to `functions.NAME` (gpt-oss, which has no other way), or `hermes`,
-/// `<tool_call>` blocks in the text (`hermes`).
+/// `<tool_call>` blocks in the text (`hermes.rs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ToolCallParser {
     Openai,
     Hermes,
+}
+
+impl std::fmt::Display for ToolCallParser {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Openai => "openai",
+            Self::Hermes => "hermes",
+        })
+    }
 }
 
 impl std::str::FromStr for ToolCallParser {
@@ -55,15 +75,51 @@ pub struct ServedModel {
     pub chat_template: Option<ChatTemplate>,
     /// Set for gpt-oss: chats are rendered and parsed as harmony, not by the template.
     pub harmony: Option<Harmony>,
-    /// How answers carry tool calls: `Openai` for harmony, `Hermes` where the server was told;
-    /// none, and a chat offers no tools.
+    /// A chat template's model's tool call parser, where the server was given one; a harmony
+    /// model's calls are harmony's, and it has none here.
     pub tool_call_parser: Option<ToolCallParser>,
+    /// A chat template's model's reasoning parser, likewise.
+    pub reasoning_parser: Option<ReasoningParser>,
     /// What requests that leave sampling fields out get (`--generation-config`).
     pub sampling_defaults: SamplingDefaults,
     /// Unix time the server started, reported as the model's `created`.
     pub created: u64,
     /// Text of more than this many bytes per token of the limit cannot fit (see `encode`).
     max_bytes_per_token: usize,
+}
+
+type ChosenParsers = (Option<ToolCallParser>, Option<ReasoningParser>);
+
+/// A harmony model's parsers: harmony's own, which its channels are, so none here; naming
+/// them is allowed, as vLLM's command lines do.
+fn harmony_parsers(parsers: Parsers) -> Result<ChosenParsers, ModelFilesError> {
+    if let Some(parser) = parsers.tool_call.filter(|p| *p != ToolCallParser::Openai) {
+        return Err(ModelFilesError::ToolCallParser(format!(
+            "{parser}: this model speaks harmony, whose tool calls are openai's"
+        )));
+    }
+    if let Some(parser) = parsers.reasoning.filter(|p| *p != ReasoningParser::OpenaiGptoss) {
+        return Err(ModelFilesError::ReasoningParser(format!(
+            "{parser}: this model speaks harmony, whose reasoning is openai_gptoss's"
+        )));
+    }
+    Ok((None, None))
+}
+
+/// A chat template's model's parsers: those given, but harmony's.
+fn template_parsers(parsers: Parsers) -> Result<ChosenParsers, ModelFilesError> {
+    let not_harmony = "this model does not speak harmony (gpt-oss's format)";
+    if parsers.tool_call == Some(ToolCallParser::Openai) {
+        return Err(ModelFilesError::ToolCallParser(format!(
+            "openai: {not_harmony}; hermes parses <tool_call> blocks"
+        )));
+    }
+    if parsers.reasoning == Some(ReasoningParser::OpenaiGptoss) {
+        return Err(ModelFilesError::ReasoningParser(format!(
+            "openai_gptoss: {not_harmony}; qwen3 and deepseek_r1 parse <think>"
+        )));
+    }
+    Ok((parsers.tool_call, parsers.reasoning))
 }
 
 /// How much a normalizer can shrink text: composing characters (NFC, NFKC) turns at most three
@@ -77,12 +133,13 @@ const TRIM_AFTER_BYTES: usize = 1 << 20;
 impl ServedModel {
     /// Reads `tokenizer.json` and the chat template of a model directory, or `chat_template`
     /// (a file or the template itself) instead of the directory's. A harmony model's tool calls
-    /// are harmony's (`openai`); another's are parsed by `tool_call_parser` where given.
+    /// and reasoning are harmony's (`openai`, `openai_gptoss`); another's are split by the
+    /// `parsers` given, which must not be harmony's.
     pub fn from_dir(
         name: String,
         dir: &Path,
         chat_template: Option<&str>,
-        tool_call_parser: Option<ToolCallParser>,
+        parsers: Parsers,
     ) -> Result<Self, ModelFilesError> {
         let path = dir.join("tokenizer.json");
         let tokenizer = Tokenizer::from_file(&path).map_err(|e| ModelFilesError::Tokenizer {
@@ -90,23 +147,14 @@ impl ServedModel {
             message: e.to_string(),
         })?;
         let harmony = Harmony::detect(dir, &tokenizer);
-        let tool_call_parser =
-            match (&harmony, tool_call_parser) {
-                (Some(_), None | Some(ToolCallParser::Openai)) => Some(ToolCallParser::Openai),
-                (Some(_), Some(ToolCallParser::Hermes)) => {
-                    return Err(ModelFilesError::ToolCallParser(
-                        "hermes: this model speaks harmony, whose tool calls are openai's".into(),
-                    ))
-                }
-                (None, Some(ToolCallParser::Openai)) => return Err(ModelFilesError::ToolCallParser(
-                    "openai: this model does not speak harmony (gpt-oss's format); hermes parses <tool_call> blocks"
-                        .into(),
-                )),
-                (None, parser) => parser,
-            };
+        let (tool_call_parser, reasoning_parser) = match harmony {
+            Some(_) => harmony_parsers(parsers)?,
+            None => template_parsers(parsers)?,
+        };
         Ok(Self {
             harmony,
             tool_call_parser,
+            reasoning_parser,
             ..Self::new(name, tokenizer, ChatTemplate::from_dir(dir, chat_template)?)
         })
     }
@@ -124,6 +172,7 @@ impl ServedModel {
             chat_template,
             harmony: None,
             tool_call_parser: None,
+            reasoning_parser: None,
             sampling_defaults: SamplingDefaults::default(),
             created: unix_time(),
         }

@@ -10,7 +10,7 @@ use peagle_cli::{demo_model_dir, init_tracing_at};
 use peagle_engine::{DraftModel, EngineBuilder, GenerationDefaults, SchedulerConfig, DEFAULT_GPU_MEMORY_UTILIZATION};
 use peagle_models::{DTypeSpec, DeviceSpec, KvCacheDtype, LoadOptions};
 use peagle_server::fd_limit::raise_open_files_limit;
-use peagle_server::{start_engine, Server, ServerConfig, ToolCallParser};
+use peagle_server::{start_engine, Parsers, ReasoningParser, Server, ServerConfig, ToolCallParser};
 use std::time::Duration;
 use tokio::signal::unix::{signal, SignalKind};
 
@@ -149,6 +149,11 @@ struct Args {
     /// offer tools.
     #[arg(long)]
     enable_auto_tool_choice: bool,
+    /// How answers carry reasoning, given as `reasoning_content`: `qwen3` (an answer that
+    /// opens `<think>` reasons up to `</think>`) or `deepseek_r1` (the template opens it);
+    /// `openai_gptoss` is harmony's, which gpt-oss always has.
+    #[arg(long)]
+    reasoning_parser: Option<ReasoningParser>,
     /// Origins browsers may call the API from (CORS), as a JSON list as vLLM takes it.
     #[arg(long, default_value = r#"["*"]"#)]
     allowed_origins: String,
@@ -285,7 +290,11 @@ fn run(args: Args) -> Result<()> {
         ..EngineBuilder::new(source.target.clone())
     };
     let name = args.served_model_name.unwrap_or(name);
-    let (engine, model) = start_engine(name, &builder, args.chat_template.as_deref(), args.tool_call_parser)
+    let parsers = Parsers {
+        tool_call: args.tool_call_parser,
+        reasoning: args.reasoning_parser,
+    };
+    let (engine, model) = start_engine(name, &builder, args.chat_template.as_deref(), parsers)
         .with_context(|| format!("cannot load {}", source.target.display()))?;
     match raise_open_files_limit() {
         Ok(limit) => tracing::info!(limit, "open-file limit"),

@@ -53,13 +53,17 @@ pub struct Channels {
     calls: usize,
     /// The names of the function tools offered.
     tools: Vec<String>,
+    /// Most calls taken: one where the request does not allow parallel calls.
+    most_calls: usize,
 }
 
 impl Channels {
-    /// A split that takes messages to the function tools named `tools` for calls.
-    pub fn offering(tools: Vec<String>) -> Self {
+    /// A split that takes messages to the function tools named `tools` for calls, several
+    /// where `parallel` (the model ends its turn on a call, but `min_tokens` may hold it open).
+    pub fn offering(tools: Vec<String>, parallel: bool) -> Self {
         Self {
             tools,
+            most_calls: if parallel { usize::MAX } else { 1 },
             ..Self::default()
         }
     }
@@ -106,7 +110,8 @@ impl Channels {
             };
         };
         let offered = |name: &&str| self.tools.iter().any(|t| t == name);
-        let Some(name) = recipient.strip_prefix("functions.").filter(offered) else {
+        let name = recipient.strip_prefix("functions.").filter(offered);
+        let Some(name) = name.filter(|_| self.calls < self.most_calls) else {
             return Route::Dropped;
         };
         let index = self.calls;
@@ -212,7 +217,7 @@ fn civil_date(days: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::answer::join_calls;
+    use crate::answer::{join_calls, pieces};
 
     /// The completions of tests/fixtures/harmony/parses.json (openai-harmony's parse of each)
     /// split whole, a character at a time and in 5s: analysis is reasoning, a message to
@@ -233,10 +238,10 @@ mod tests {
                 }
             }
             calls_seen += calls.len();
-            let completion: Vec<char> = case["completion"].as_str().unwrap().chars().collect();
+            let completion = case["completion"].as_str().unwrap();
             for piece in [completion.len(), 1, 5] {
-                let mut channels = Channels::offering(vec!["get_weather".into()]);
-                let pieces: Vec<String> = completion.chunks(piece).map(|c| c.iter().collect()).collect();
+                let mut channels = Channels::offering(vec!["get_weather".into()], true);
+                let pieces = pieces(completion, piece);
                 let (mut got_reasoning, mut got_content, mut got_calls) = (String::new(), String::new(), Vec::new());
                 for (i, text) in pieces.iter().enumerate() {
                     let split = channels.split(text, i + 1 == pieces.len());
@@ -265,7 +270,7 @@ mod tests {
                     <|constrain|>json<|message|>{\"q\":1}<|call|><|start|>assistant<|channel|>commentary \
                     to=functions.g<|message|>{}<|call|><|start|>assistant<|channel|>commentary \
                     to=functions.f<|message|>{}<|call|>";
-        let split = Channels::offering(vec!["f".into()]).split(text, true);
+        let split = Channels::offering(vec!["f".into()], true).split(text, true);
         assert_eq!((split.reasoning.as_str(), split.content.as_str()), ("a", ""));
         let call = CallPiece {
             index: 0,

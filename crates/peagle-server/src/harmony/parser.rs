@@ -218,10 +218,9 @@ mod tests {
 
     fn parse_in_pieces(text: &str, piece: usize) -> Vec<Event> {
         let mut parser = Parser::default();
-        let chars: Vec<char> = text.chars().collect();
-        let mut events: Vec<Event> = chars
-            .chunks(piece)
-            .flat_map(|c| parser.feed(&c.iter().collect::<String>()))
+        let mut events: Vec<Event> = crate::answer::pieces(text, piece)
+            .iter()
+            .flat_map(|p| parser.feed(p))
             .collect();
         events.extend(parser.finish());
         events

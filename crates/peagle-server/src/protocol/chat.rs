@@ -47,7 +47,7 @@ pub struct ChatRequest {
     /// "auto" (the default) or "none"; a call cannot be forced.
     #[schema(value_type = Option<String>)]
     pub tool_choice: Option<serde_json::Value>,
-    /// Accepted: the model calls at most one tool a turn.
+    /// false keeps an answer to its first call (default true).
     pub parallel_tool_calls: Option<bool>,
 }
 

@@ -1,7 +1,6 @@
 //! Function tools in chat: the `tools` and `tool_choice` a request offers, the calls in past
 //! assistant turns and in answers, and a call's pieces in stream chunks, as OpenAI has them.
-//! The model calls at most one tool a turn (harmony ends the turn on a call), so
-//! `parallel_tool_calls` asks nothing of it.
+//! `parallel_tool_calls: false` keeps an answer to its first call (the answer's parser).
 
 use crate::error::ApiError;
 use serde::{Deserialize, Serialize};
@@ -59,6 +58,26 @@ impl ToolCall {
             kind: function_kind(),
             function: FunctionCall { name, arguments },
         }
+    }
+
+    /// Refuses call `j` of message `i` unless it calls a function by a valid name: the name
+    /// goes into a harmony message header.
+    pub fn check(&self, i: usize, j: usize) -> Result<(), ApiError> {
+        let field = |name: &str| format!("messages[{i}].tool_calls[{j}].{name}");
+        check_kind(&self.kind, &field("type"))?;
+        check_name(&self.function.name, &field("function.name"))
+    }
+
+    /// Call `j` of message `i`'s arguments as the JSON value a chat template reads (an empty
+    /// object for none, as vLLM gives it).
+    pub fn arguments_json(&self, i: usize, j: usize) -> Result<Value, ApiError> {
+        if self.function.arguments.trim().is_empty() {
+            return Ok(Value::Object(Default::default()));
+        }
+        serde_json::from_str(&self.function.arguments).map_err(|e| {
+            let field = format!("messages[{i}].tool_calls[{j}].function.arguments");
+            ApiError::invalid(Some(&field), format!("{field}: not JSON: {e}"))
+        })
     }
 }
 
@@ -153,30 +172,6 @@ pub fn offered_tools(tools: Option<&[Tool]>, tool_choice: Option<&Value>) -> Res
         functions.push(tool.function.clone());
     }
     Ok(if offered { functions } else { Vec::new() })
-}
-
-impl ToolCall {
-    /// Refuses call `j` of message `i` unless it calls a function by a valid name: the name
-    /// goes into a harmony message header.
-    pub fn check(&self, i: usize, j: usize) -> Result<(), ApiError> {
-        let field = |name: &str| format!("messages[{i}].tool_calls[{j}].{name}");
-        check_kind(&self.kind, &field("type"))?;
-        check_name(&self.function.name, &field("function.name"))
-    }
-}
-
-impl ToolCall {
-    /// Call `j` of message `i`'s arguments as the JSON value a chat template reads (an empty
-    /// object for none, as vLLM gives it).
-    pub fn arguments_json(&self, i: usize, j: usize) -> Result<Value, ApiError> {
-        if self.function.arguments.trim().is_empty() {
-            return Ok(Value::Object(Default::default()));
-        }
-        serde_json::from_str(&self.function.arguments).map_err(|e| {
-            let field = format!("messages[{i}].tool_calls[{j}].function.arguments");
-            ApiError::invalid(Some(&field), format!("{field}: not JSON: {e}"))
-        })
-    }
 }
 
 fn check_kind(kind: &str, field: &str) -> Result<(), ApiError> {

@@ -21,6 +21,7 @@ use crate::protocol::{response_id, unix_time, StopReason, StreamUsage, Usage};
 use crate::served_model::{ServedModel, ToolCallParser};
 use crate::sse::{done_event, error_event, json_event, merged};
 use crate::state::AppState;
+use crate::thinking::Thinking;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::sse::{Event, Sse};
@@ -132,6 +133,7 @@ pub async fn chat_completions(
     }
     let role = answer_role(&req.messages, &render);
     let tool_names: Vec<String> = render.tools.iter().map(|t| t.name.clone()).collect();
+    let parallel = req.parallel_tool_calls.unwrap_or(true);
     let max_len = state.engine.max_model_len();
     let limit = template.tokens_before_truncation(max_len);
     let prompt = prompt_ids(&state, req.messages.clone(), render, req.add_special_tokens, limit).await?;
@@ -168,7 +170,7 @@ pub async fn chat_completions(
         };
         let parsers = choices
             .iter()
-            .map(|_| answer_parser(&state.model, &tool_names))
+            .map(|_| answer_parser(&state.model, &tool_names, parallel))
             .collect();
         return Ok(stream(meta, choices, opening, prompt.len(), usage, parsers).into_response());
     }
@@ -179,7 +181,7 @@ pub async fn chat_completions(
         .into_iter()
         .enumerate()
         .map(|(index, o)| {
-            let parser = answer_parser(&state.model, &tool_names);
+            let parser = answer_parser(&state.model, &tool_names, parallel);
             let (message, ends_in_call) = answer_message(role.clone(), &echo, &o.text, parser);
             ChatChoice {
                 index,
@@ -195,13 +197,17 @@ pub async fn chat_completions(
     Ok(Json(meta.response("chat.completion", choices, Some(usage))).into_response())
 }
 
-/// How a choice's answer is split: by harmony's channels, by Hermes `<tool_call>` blocks where
-/// the server parses them, or all content; calls only of the `tools` offered.
-fn answer_parser(model: &ServedModel, tools: &[String]) -> AnswerParser {
-    match model.tool_call_parser {
-        _ if model.harmony.is_some() => AnswerParser::Harmony(harmony::Channels::offering(tools.to_vec())),
-        Some(ToolCallParser::Hermes) => AnswerParser::Hermes(Hermes::offering(tools.to_vec())),
-        _ => AnswerParser::Plain,
+/// How a choice's answer is split: by harmony's channels, or by the parsers the server has
+/// for its chat template's model; calls only of the `tools` offered (none looked for where
+/// none are), one where not `parallel`.
+fn answer_parser(model: &ServedModel, tools: &[String], parallel: bool) -> AnswerParser {
+    if model.harmony.is_some() {
+        return AnswerParser::Harmony(harmony::Channels::offering(tools.to_vec(), parallel));
+    }
+    let hermes = model.tool_call_parser == Some(ToolCallParser::Hermes) && !tools.is_empty();
+    AnswerParser::Template {
+        thinking: model.reasoning_parser.map(Thinking::new),
+        hermes: hermes.then(|| Hermes::offering(tools.to_vec(), parallel)),
     }
 }
 
@@ -311,11 +317,16 @@ fn prompt_text(state: &AppState, messages: &[ChatMessage], render: &ChatRender) 
     rendered.map_err(|e| ApiError::invalid(Some("messages"), format!("chat template: {e}")))
 }
 
-/// Message `i` as a chat template reads it: role and content, and where the server parses tool
-/// calls (`tool_calling`), an assistant's calls with their arguments as JSON values and a tool
-/// result's call id, as transformers and vLLM give them; elsewhere those are refused.
+/// Message `i` as a chat template reads it: role, content and an assistant's reasoning (as
+/// `reasoning_content` and `reasoning`), and where the server parses tool calls
+/// (`tool_calling`), an assistant's calls with their arguments as JSON values and a tool
+/// result's call id, as vLLM gives them; elsewhere those are refused.
 fn template_message(m: &ChatMessage, i: usize, tool_calling: bool) -> Result<Value, ApiError> {
     let mut message = json!({"role": m.role, "content": m.text(i, "\n")?});
+    if let Some(reasoning) = m.reasoning_content.as_ref().filter(|_| m.role == "assistant") {
+        message["reasoning_content"] = json!(reasoning);
+        message["reasoning"] = json!(reasoning);
+    }
     if !tool_calling {
         m.refuse_tool_calling(i)?;
         return Ok(message);
@@ -435,15 +446,17 @@ fn delta(split: Split) -> Delta {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::served_model::Parsers;
+    use crate::thinking::ReasoningParser;
     use peagle_engine::FinishReason;
+    use std::path::Path;
 
     const PREAMBLE_AND_CALL: &str = "<|channel|>commentary<|message|>Let me check.<|end|><|start|>assistant\
         <|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\":\"Rome\"}";
 
     fn harmony(tools: &[&str]) -> AnswerParser {
-        AnswerParser::Harmony(harmony::Channels::offering(
-            tools.iter().map(|t| t.to_string()).collect(),
-        ))
+        let tools = tools.iter().map(|t| t.to_string()).collect();
+        AnswerParser::Harmony(harmony::Channels::offering(tools, true))
     }
 
     fn message(text: &str) -> (Value, bool) {
@@ -492,7 +505,10 @@ mod tests {
     #[test]
     fn hermes_and_plain_answers_are_messages_too() {
         let text = "Looking.<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}</tool_call>";
-        let parser = AnswerParser::Hermes(Hermes::offering(vec!["get_weather".into()]));
+        let parser = AnswerParser::Template {
+            thinking: None,
+            hermes: Some(Hermes::offering(vec!["get_weather".into()], true)),
+        };
         let (message, ends_in_call) = answer_message("assistant".into(), "I am ", text, parser);
         let message = serde_json::to_value(message).unwrap();
         assert_eq!(message["content"], "I am Looking.");
@@ -501,7 +517,7 @@ mod tests {
             json!({"name": "get_weather", "arguments": "{\"city\":\"Rome\"}"})
         );
         assert!(ends_in_call);
-        let (message, ends_in_call) = answer_message("assistant".into(), "", text, AnswerParser::Plain);
+        let (message, ends_in_call) = answer_message("assistant".into(), "", text, AnswerParser::PLAIN);
         assert_eq!(
             serde_json::to_value(message).unwrap(),
             json!({"role": "assistant", "content": text})
@@ -509,43 +525,95 @@ mod tests {
         assert!(!ends_in_call);
     }
 
-    /// A client that joins the deltas' pieces by index (as OpenAI's SDKs do) gets the call
-    /// the whole answer holds, however the text streams.
-    #[test]
-    fn streamed_pieces_join_into_the_call() {
-        let chars: Vec<char> = PREAMBLE_AND_CALL.chars().collect();
-        for piece in [1, 3, 7] {
-            let mut channels = harmony(&["get_weather"]);
-            let (mut content, mut calls) = (String::new(), Vec::<Value>::new());
-            let pieces: Vec<String> = chars.chunks(piece).map(|c| c.iter().collect()).collect();
-            for (i, text) in pieces.iter().enumerate() {
-                let delta = serde_json::to_value(delta(channels.split(text, i + 1 == pieces.len()))).unwrap();
-                content += delta["content"].as_str().unwrap_or("");
-                for call in delta["tool_calls"].as_array().into_iter().flatten() {
-                    let index = call["index"].as_u64().unwrap() as usize;
-                    if index == calls.len() {
-                        assert!(call["id"].as_str().unwrap().starts_with("call_"), "{call}");
-                        assert_eq!(call["type"], "function");
-                        calls.push(call["function"].clone());
-                    } else {
-                        assert!(
-                            call.get("id").is_none() && call["function"].get("name").is_none(),
-                            "{call}"
-                        );
-                        let more = call["function"]["arguments"].as_str().unwrap();
-                        let joined = calls[index]["arguments"].as_str().unwrap().to_string() + more;
-                        calls[index]["arguments"] = json!(joined);
-                    }
+    /// `text` streamed through `parser` in pieces of `piece` characters, joined as a client
+    /// joins the deltas (OpenAI's SDKs join a call's pieces by index): (reasoning, content,
+    /// calls' functions), and whether it ends in a call.
+    fn streamed(mut parser: AnswerParser, text: &str, piece: usize) -> (String, String, Vec<Value>, bool) {
+        let (mut reasoning, mut content, mut calls) = (String::new(), String::new(), Vec::<Value>::new());
+        let pieces = crate::answer::pieces(text, piece);
+        for (i, text) in pieces.iter().enumerate() {
+            let delta = serde_json::to_value(delta(parser.split(text, i + 1 == pieces.len()))).unwrap();
+            reasoning += delta["reasoning_content"].as_str().unwrap_or("");
+            content += delta["content"].as_str().unwrap_or("");
+            for call in delta["tool_calls"].as_array().into_iter().flatten() {
+                let index = call["index"].as_u64().unwrap() as usize;
+                if index == calls.len() {
+                    assert!(call["id"].as_str().unwrap().starts_with("call_"), "{call}");
+                    assert_eq!(call["type"], "function");
+                    calls.push(call["function"].clone());
+                } else {
+                    assert!(
+                        call.get("id").is_none() && call["function"].get("name").is_none(),
+                        "{call}"
+                    );
+                    let more = call["function"]["arguments"].as_str().unwrap();
+                    let joined = calls[index]["arguments"].as_str().unwrap().to_string() + more;
+                    calls[index]["arguments"] = json!(joined);
                 }
             }
+        }
+        (reasoning, content, calls, parser.ends_in_call())
+    }
+
+    /// A client gets the call the whole answer holds, however the text streams.
+    #[test]
+    fn streamed_pieces_join_into_the_call() {
+        for piece in [1, 3, 7] {
+            let (_, content, calls, ends_in_call) = streamed(harmony(&["get_weather"]), PREAMBLE_AND_CALL, piece);
             assert_eq!(content, "Let me check.");
             assert_eq!(
                 calls,
                 [json!({"name": "get_weather", "arguments": "{\"city\":\"Rome\"}"})],
                 "in {piece}s"
             );
-            assert!(channels.ends_in_call());
+            assert!(ends_in_call);
         }
+    }
+
+    /// A chat template's model's answer goes through the parsers its server has: reasoning,
+    /// then calls of the offered tools (none looked for where none are offered), the rest
+    /// content; the same streamed as whole.
+    #[test]
+    fn a_template_models_answer_is_split_by_its_servers_parsers() {
+        let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/tiny-qwen3");
+        let model = |tool_call, reasoning| {
+            let parsers = Parsers { tool_call, reasoning };
+            ServedModel::from_dir("m".into(), &fixture, None, parsers).unwrap()
+        };
+        let qwen = model(Some(ToolCallParser::Hermes), Some(ReasoningParser::Qwen3));
+        let call = "<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}</tool_call>";
+        let text = format!("<think>\nweather?\n</think>\n\nLooking.{call}");
+        let weather = ["get_weather".to_string()];
+        let function = json!({"name": "get_weather", "arguments": "{\"city\":\"Rome\"}"});
+        for piece in [1, 4, text.len()] {
+            let got = streamed(answer_parser(&qwen, &weather, true), &text, piece);
+            let want = (
+                "\nweather?\n".to_string(),
+                "\n\nLooking.".to_string(),
+                vec![function.clone()],
+                true,
+            );
+            assert_eq!(got, want, "in {piece}s");
+            let got = streamed(answer_parser(&qwen, &[], true), &text, piece);
+            let want = (
+                "\nweather?\n".to_string(),
+                format!("\n\nLooking.{call}"),
+                Vec::new(),
+                false,
+            );
+            assert_eq!(got, want, "no tools, in {piece}s");
+        }
+        let (message, ends_in_call) =
+            answer_message("assistant".into(), "", &text, answer_parser(&qwen, &weather, true));
+        let message = serde_json::to_value(message).unwrap();
+        assert_eq!(
+            (&message["reasoning_content"], &message["content"]),
+            (&json!("\nweather?\n"), &json!("\n\nLooking."))
+        );
+        assert_eq!(message["tool_calls"][0]["function"], function);
+        assert!(ends_in_call);
+        let plain = streamed(answer_parser(&model(None, None), &weather, true), &text, 3);
+        assert_eq!(plain, (String::new(), text.clone(), Vec::new(), false));
     }
 
     #[test]

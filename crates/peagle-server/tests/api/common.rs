@@ -3,7 +3,7 @@
 
 use axum::Router;
 use peagle_engine::{DraftModel, EngineBuilder, GenerationDefaults};
-use peagle_server::{start_engine, Server, ServerConfig, ToolCallParser};
+use peagle_server::{start_engine, Parsers, Server, ServerConfig};
 use reqwest::{Client, Response, StatusCode};
 use serde_json::Value;
 use std::path::PathBuf;
@@ -40,8 +40,8 @@ pub struct Options {
     pub extra: Option<Router>,
     /// Another model directory and its drafter, served under the demo's name.
     pub target: Option<(PathBuf, Option<DraftModel>)>,
-    /// `--tool-call-parser`.
-    pub tool_call_parser: Option<ToolCallParser>,
+    /// `--tool-call-parser` and `--reasoning-parser`.
+    pub parsers: Parsers,
 }
 
 impl Default for Options {
@@ -54,7 +54,7 @@ impl Default for Options {
             max_num_seqs: None,
             extra: None,
             target: None,
-            tool_call_parser: None,
+            parsers: Parsers::default(),
         }
     }
 }
@@ -100,7 +100,7 @@ impl TestServer {
         if let Some(n) = opts.max_num_seqs {
             engine_opts.scheduler.max_num_seqs = n;
         }
-        let (engine, model) = start_engine(MODEL.into(), &engine_opts, None, opts.tool_call_parser).unwrap();
+        let (engine, model) = start_engine(MODEL.into(), &engine_opts, None, opts.parsers).unwrap();
         let server = Server::new(engine, model, opts.config).unwrap();
         let routes = match opts.extra {
             Some(extra) => server.routes().merge(extra),

@@ -10,7 +10,7 @@ use peagle_engine::DraftModel;
 use peagle_server::harmony::{self, Channels, ReasoningEffort};
 use peagle_server::protocol::chat::ChatMessage;
 use peagle_server::protocol::tools::{offered_tools, Tool};
-use peagle_server::{ServedModel, ToolCallParser};
+use peagle_server::{Parsers, ReasoningParser, ServedModel, ToolCallParser};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 
@@ -272,16 +272,32 @@ async fn prompt_text(server: &TestServer, request: Value) -> String {
     text.as_str().unwrap().to_string()
 }
 
-/// A harmony model's tool calls are harmony's: `--tool-call-parser hermes` does not fit it.
+/// A harmony model's tool calls and reasoning are harmony's: other parsers do not fit it.
 #[test]
 fn a_harmony_model_takes_no_hermes_parser() {
     let model = harmony_gpt_oss(256);
-    let err = ServedModel::from_dir("m".into(), model.path(), None, Some(ToolCallParser::Hermes))
+    let hermes = Parsers {
+        tool_call: Some(ToolCallParser::Hermes),
+        reasoning: None,
+    };
+    let err = ServedModel::from_dir("m".into(), model.path(), None, hermes)
         .err()
         .unwrap();
     assert!(err.to_string().starts_with("--tool-call-parser hermes: "), "{err}");
-    let openai = ServedModel::from_dir("m".into(), model.path(), None, None).unwrap();
-    assert_eq!(openai.tool_call_parser, Some(ToolCallParser::Openai));
+    let qwen3 = Parsers {
+        tool_call: None,
+        reasoning: Some(ReasoningParser::Qwen3),
+    };
+    let err = ServedModel::from_dir("m".into(), model.path(), None, qwen3)
+        .err()
+        .unwrap();
+    assert!(err.to_string().starts_with("--reasoning-parser qwen3: "), "{err}");
+    let own = Parsers {
+        tool_call: Some(ToolCallParser::Openai),
+        reasoning: Some(ReasoningParser::OpenaiGptoss),
+    };
+    let model = ServedModel::from_dir("m".into(), model.path(), None, own).unwrap();
+    assert!(model.harmony.is_some() && model.tool_call_parser.is_none() && model.reasoning_parser.is_none());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,7 +5,7 @@
 //! this test's own in the Hermes style.
 
 use crate::common::{Options, TestServer};
-use peagle_server::{ServedModel, ToolCallParser};
+use peagle_server::{Parsers, ReasoningParser, ServedModel, ToolCallParser};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 
@@ -57,7 +57,10 @@ fn qwen_with_tools() -> tempfile::TempDir {
 async fn server(model: &Path) -> TestServer {
     TestServer::with(Options {
         target: Some((model.to_path_buf(), None)),
-        tool_call_parser: Some(ToolCallParser::Hermes),
+        parsers: Parsers {
+            tool_call: Some(ToolCallParser::Hermes),
+            reasoning: None,
+        },
         ..Default::default()
     })
     .await
@@ -142,7 +145,11 @@ async fn calls_that_cannot_be_rendered_are_refused() {
 /// A parser that does not fit the model's format is a startup error, in one line.
 #[test]
 fn a_parser_must_fit_the_models_format() {
-    let err = ServedModel::from_dir("m".into(), &fixture("tiny-qwen3"), None, Some(ToolCallParser::Openai))
+    let openai = Parsers {
+        tool_call: Some(ToolCallParser::Openai),
+        reasoning: None,
+    };
+    let err = ServedModel::from_dir("m".into(), &fixture("tiny-qwen3"), None, openai)
         .err()
         .unwrap()
         .to_string();
@@ -150,6 +157,23 @@ fn a_parser_must_fit_the_models_format() {
         err.starts_with("--tool-call-parser openai: ") && !err.contains('\n'),
         "{err}"
     );
-    let hermes = ServedModel::from_dir("m".into(), &fixture("tiny-qwen3"), None, Some(ToolCallParser::Hermes));
-    assert_eq!(hermes.unwrap().tool_call_parser, Some(ToolCallParser::Hermes));
+    let gptoss = Parsers {
+        tool_call: None,
+        reasoning: Some(ReasoningParser::OpenaiGptoss),
+    };
+    let err = ServedModel::from_dir("m".into(), &fixture("tiny-qwen3"), None, gptoss)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        err.starts_with("--reasoning-parser openai_gptoss: ") && !err.contains('\n'),
+        "{err}"
+    );
+    let qwen = Parsers {
+        tool_call: Some(ToolCallParser::Hermes),
+        reasoning: Some(ReasoningParser::Qwen3),
+    };
+    let model = ServedModel::from_dir("m".into(), &fixture("tiny-qwen3"), None, qwen).unwrap();
+    assert_eq!(model.tool_call_parser, Some(ToolCallParser::Hermes));
+    assert_eq!(model.reasoning_parser, Some(ReasoningParser::Qwen3));
 }
