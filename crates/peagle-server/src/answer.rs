@@ -1,11 +1,12 @@
 //! A chat answer's text split into the parts of a response, reasoning, content and tool calls,
 //! as it streams. How depends on the model's chat format (`AnswerParser`): harmony's channels
 //! for gpt-oss; for a chat template's model, `<think>` reasoning where the server was given a
-//! `--reasoning-parser` and `<tool_call>` blocks where it was given `--tool-call-parser
-//! hermes`, the rest content.
+//! `--reasoning-parser` and calls where it was given a `--tool-call-parser` (`<tool_call>`
+//! blocks for `hermes`, JSON objects for `llama3_json`), the rest content.
 
 use crate::harmony::Channels;
 use crate::hermes::Hermes;
+use crate::llama3_json::Llama3Json;
 use crate::thinking::Thinking;
 
 /// What a piece of an answer adds to each part of the response.
@@ -48,29 +49,36 @@ pub enum AnswerParser {
     /// parser, then calls where it has a tool call parser; the rest is content.
     Template {
         thinking: Option<Thinking>,
-        hermes: Option<Hermes>,
+        calls: Option<CallParser>,
     },
+}
+
+/// A chat template's model's tool call parser.
+pub enum CallParser {
+    Hermes(Hermes),
+    Llama3Json(Llama3Json),
 }
 
 impl AnswerParser {
     /// All content.
     pub const PLAIN: Self = Self::Template {
         thinking: None,
-        hermes: None,
+        calls: None,
     };
 
     /// What `text`, the answer's next piece, adds; `last` flushes what was held back.
     pub fn split(&mut self, text: &str, last: bool) -> Split {
-        let (thinking, hermes) = match self {
+        let (thinking, calls) = match self {
             Self::Harmony(channels) => return channels.split(text, last),
-            Self::Template { thinking, hermes } => (thinking, hermes),
+            Self::Template { thinking, calls } => (thinking, calls),
         };
         let (reasoning, rest) = match thinking {
             Some(thinking) => thinking.split(text, last),
             None => (String::new(), text.to_string()),
         };
-        let split = match hermes {
-            Some(hermes) => hermes.split(&rest, last),
+        let split = match calls {
+            Some(CallParser::Hermes(hermes)) => hermes.split(&rest, last),
+            Some(CallParser::Llama3Json(llama)) => llama.split(&rest, last),
             None => Split {
                 content: rest,
                 ..Split::default()
@@ -83,7 +91,11 @@ impl AnswerParser {
     pub fn ends_in_call(&self) -> bool {
         match self {
             Self::Harmony(channels) => channels.in_call(),
-            Self::Template { hermes, .. } => hermes.as_ref().is_some_and(Hermes::ends_in_call),
+            Self::Template { calls, .. } => match calls {
+                Some(CallParser::Hermes(hermes)) => hermes.ends_in_call(),
+                Some(CallParser::Llama3Json(llama)) => llama.ends_in_call(),
+                None => false,
+            },
         }
     }
 }
@@ -93,4 +105,25 @@ impl AnswerParser {
 pub fn pieces(text: &str, size: usize) -> Vec<String> {
     let chars: Vec<char> = text.chars().collect();
     chars.chunks(size.max(1)).map(|c| c.iter().collect()).collect()
+}
+
+/// `text` split by parsers from `make` a character at a time, in 4s and whole, checked to be
+/// the same every way: (reasoning, content, calls, whether it ends in a call) (tests).
+#[cfg(test)]
+pub fn split_every_way(make: impl Fn() -> AnswerParser, text: &str) -> (String, String, Vec<(String, String)>, bool) {
+    let mut results = Vec::new();
+    for size in [1, 4, text.len()] {
+        let mut parser = make();
+        let pieces = pieces(text, size);
+        let (mut reasoning, mut content, mut calls) = (String::new(), String::new(), Vec::new());
+        for (i, piece) in pieces.iter().enumerate() {
+            let split = parser.split(piece, i + 1 == pieces.len());
+            reasoning += &split.reasoning;
+            content += &split.content;
+            calls.extend(split.calls);
+        }
+        results.push((reasoning, content, join_calls(calls), parser.ends_in_call()));
+    }
+    assert!(results.windows(2).all(|w| w[0] == w[1]), "{text:?}: {results:?}");
+    results.remove(0)
 }

@@ -120,26 +120,18 @@ impl Hermes {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::answer::{join_calls, pieces};
+    use crate::answer::{join_calls, split_every_way, AnswerParser, CallParser};
 
-    /// The answer split a character at a time, in 4s and whole: (content, calls, whether it
-    /// ends in a call), the same every way.
+    /// (content, calls, whether it ends in a call) of `text`, split every way alike.
     fn parse(text: &str, tools: &[&str]) -> (String, Vec<(String, String)>, bool) {
-        let mut results = Vec::new();
-        for piece in [1, 4, text.len()] {
-            let mut hermes = Hermes::offering(tools.iter().map(|t| t.to_string()).collect(), true);
-            let pieces = pieces(text, piece);
-            let (mut content, mut calls) = (String::new(), Vec::new());
-            for (i, text) in pieces.iter().enumerate() {
-                let split = hermes.split(text, i + 1 == pieces.len());
-                assert!(split.reasoning.is_empty());
-                content += &split.content;
-                calls.extend(split.calls);
-            }
-            results.push((content, join_calls(calls), hermes.ends_in_call()));
-        }
-        assert!(results.windows(2).all(|w| w[0] == w[1]), "{text:?}: {results:?}");
-        results.remove(0)
+        let tools: Vec<String> = tools.iter().map(|t| t.to_string()).collect();
+        let make = || AnswerParser::Template {
+            thinking: None,
+            calls: Some(CallParser::Hermes(Hermes::offering(tools.clone(), true))),
+        };
+        let (reasoning, content, calls, ends_in_call) = split_every_way(make, text);
+        assert!(reasoning.is_empty());
+        (content, calls, ends_in_call)
     }
 
     fn call(name: &str, arguments: &str) -> (String, String) {
@@ -206,5 +198,19 @@ mod tests {
             (content.as_str(), calls, ends_in_call),
             ("", vec![call("now", "{\"a\":1}")], true)
         );
+        // After a call, a block that is none is dropped like any other text.
+        let text = "<tool_call>{\"name\": \"now\", \"arguments\": {}}</tool_call><tool_call>{\"name\": \"now\", \"argu";
+        assert_eq!(parse(text, &["now"]), (String::new(), vec![call("now", "{}")], true));
+    }
+
+    /// With `parallel_tool_calls: false`, the first call is the answer's only one.
+    #[test]
+    fn one_call_where_calls_are_not_parallel() {
+        let text = "<tool_call>{\"name\": \"a\", \"arguments\": {}}</tool_call>\n\
+                    <tool_call>{\"name\": \"b\", \"arguments\": {}}</tool_call>";
+        let mut hermes = Hermes::offering(vec!["a".into(), "b".into()], false);
+        let split = hermes.split(text, true);
+        assert_eq!(join_calls(split.calls), [call("a", "{}")]);
+        assert!(hermes.ends_in_call());
     }
 }

@@ -15,6 +15,7 @@ pub mod harmony;
 pub mod hermes;
 mod histogram;
 mod json_body;
+pub mod llama3_json;
 pub mod loader;
 pub mod metrics;
 mod openapi;

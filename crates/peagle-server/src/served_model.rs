@@ -35,12 +35,14 @@ pub struct Parsers {
 }
 
 /// How a model's answers carry tool calls (`--tool-call-parser`, vLLM's names): `openai`,
-/// harmony's messages to `functions.NAME` (gpt-oss, which has no other way), or `hermes`,
-/// `<tool_call>` blocks in the text (`hermes.rs`).
+/// harmony's messages to `functions.NAME` (gpt-oss, which has no other way), `hermes`,
+/// `<tool_call>` blocks in the text (`hermes.rs`), or `llama3_json`, an answer of JSON objects
+/// (`llama3_json.rs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ToolCallParser {
     Openai,
     Hermes,
+    Llama3Json,
 }
 
 impl std::fmt::Display for ToolCallParser {
@@ -48,6 +50,7 @@ impl std::fmt::Display for ToolCallParser {
         f.write_str(match self {
             Self::Openai => "openai",
             Self::Hermes => "hermes",
+            Self::Llama3Json => "llama3_json",
         })
     }
 }
@@ -59,8 +62,9 @@ impl std::str::FromStr for ToolCallParser {
         match name {
             "openai" => Ok(Self::Openai),
             "hermes" => Ok(Self::Hermes),
+            "llama3_json" => Ok(Self::Llama3Json),
             other => Err(format!(
-                "{other:?} is not a tool call parser: expected openai or hermes"
+                "{other:?} is not a tool call parser: expected openai, hermes or llama3_json"
             )),
         }
     }
@@ -111,7 +115,7 @@ fn template_parsers(parsers: Parsers) -> Result<ChosenParsers, ModelFilesError> 
     let not_harmony = "this model does not speak harmony (gpt-oss's format)";
     if parsers.tool_call == Some(ToolCallParser::Openai) {
         return Err(ModelFilesError::ToolCallParser(format!(
-            "openai: {not_harmony}; hermes parses <tool_call> blocks"
+            "openai: {not_harmony}; hermes and llama3_json parse other models' calls"
         )));
     }
     if parsers.reasoning == Some(ReasoningParser::OpenaiGptoss) {

@@ -140,9 +140,10 @@ struct Args {
     /// (chat_template.jinja or tokenizer_config.json's). gpt-oss chats are harmony either way.
     #[arg(long)]
     chat_template: Option<String>,
-    /// How answers carry tool calls, so that chats may offer tools: `hermes` for models whose
-    /// chat template offers tools and which answer `<tool_call>` blocks (Qwen2.5, Qwen3,
-    /// Hermes); `openai` is harmony's, which gpt-oss always has.
+    /// How answers carry tool calls, so that chats may offer tools, for models whose chat
+    /// template offers them: `hermes` (`<tool_call>` blocks: Qwen2.5, Qwen3, Hermes) or
+    /// `llama3_json` (JSON objects: Llama 3.1 and later); `openai` is harmony's, which gpt-oss
+    /// always has.
     #[arg(long)]
     tool_call_parser: Option<ToolCallParser>,
     /// vLLM's companion of --tool-call-parser, accepted with it: a parser is what lets a chat
@@ -185,7 +186,7 @@ fn run(args: Args) -> Result<()> {
         bail!("{flag} must be 1 to {MAX_TIMEOUT_SECONDS} seconds, not {seconds}");
     }
     if args.enable_auto_tool_choice && args.tool_call_parser.is_none() {
-        bail!("--enable-auto-tool-choice needs --tool-call-parser (hermes, or openai for gpt-oss)");
+        bail!("--enable-auto-tool-choice needs --tool-call-parser (hermes, llama3_json, or openai for gpt-oss)");
     }
     if args.shutdown_timeout > MAX_TIMEOUT_SECONDS {
         bail!(

@@ -3,12 +3,13 @@
 //! streamed as `chat.completion.chunk` deltas or answered as one `chat.completion`.
 
 use super::{check_model, off_runtime};
-use crate::answer::{join_calls, AnswerParser, Split};
+use crate::answer::{join_calls, AnswerParser, CallParser, Split};
 use crate::choice::{Choice, Finish};
 use crate::error::ApiError;
 use crate::harmony;
 use crate::hermes::Hermes;
 use crate::json_body::ApiJsonViews;
+use crate::llama3_json::Llama3Json;
 use crate::openapi::{ApiErrors, StreamEvent};
 use crate::params::{check_prompt, check_sequences, logprobs_count};
 use crate::protocol::chat::{
@@ -204,10 +205,16 @@ fn answer_parser(model: &ServedModel, tools: &[String], parallel: bool) -> Answe
     if model.harmony.is_some() {
         return AnswerParser::Harmony(harmony::Channels::offering(tools.to_vec(), parallel));
     }
-    let hermes = model.tool_call_parser == Some(ToolCallParser::Hermes) && !tools.is_empty();
+    let calls = match model.tool_call_parser.filter(|_| !tools.is_empty()) {
+        Some(ToolCallParser::Hermes) => Some(CallParser::Hermes(Hermes::offering(tools.to_vec(), parallel))),
+        Some(ToolCallParser::Llama3Json) => {
+            Some(CallParser::Llama3Json(Llama3Json::offering(tools.to_vec(), parallel)))
+        }
+        Some(ToolCallParser::Openai) | None => None,
+    };
     AnswerParser::Template {
         thinking: model.reasoning_parser.map(Thinking::new),
-        hermes: hermes.then(|| Hermes::offering(tools.to_vec(), parallel)),
+        calls,
     }
 }
 
@@ -507,7 +514,7 @@ mod tests {
         let text = "Looking.<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}</tool_call>";
         let parser = AnswerParser::Template {
             thinking: None,
-            hermes: Some(Hermes::offering(vec!["get_weather".into()], true)),
+            calls: Some(CallParser::Hermes(Hermes::offering(vec!["get_weather".into()], true))),
         };
         let (message, ends_in_call) = answer_message("assistant".into(), "I am ", text, parser);
         let message = serde_json::to_value(message).unwrap();
@@ -614,6 +621,16 @@ mod tests {
         assert!(ends_in_call);
         let plain = streamed(answer_parser(&model(None, None), &weather, true), &text, 3);
         assert_eq!(plain, (String::new(), text.clone(), Vec::new(), false));
+        let llama = model(Some(ToolCallParser::Llama3Json), None);
+        let text = "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Rome\"}}";
+        for piece in [1, 4, text.len()] {
+            let got = streamed(answer_parser(&llama, &weather, true), text, piece);
+            assert_eq!(
+                got,
+                (String::new(), String::new(), vec![function.clone()], true),
+                "in {piece}s"
+            );
+        }
     }
 
     #[test]

@@ -1,0 +1,181 @@
+//! Tool calls of Llama 3.1 and later (vLLM's `llama3_json` tool call parser): the chat
+//! template offers the tools, and an answer that calls them is one or more JSON objects
+//! `{"name": NAME, "parameters": {...}}` (or `"arguments"`), separated by `;`, after the
+//! special `<|python_tag|>` where the model writes one (left out of the text, or kept).
+//!
+//! As vLLM's parser has it, an answer that begins with neither `{` nor `<|python_tag|>` is
+//! content, and one that does is calls if the whole of it parses to calls of offered
+//! functions, else content. So an answer's first character says which it may be, and a
+//! streamed one that may be calls is held until its end.
+
+use crate::answer::{CallPiece, Split};
+use serde_json::Value;
+
+const PYTHON_TAG: &str = "<|python_tag|>";
+
+/// What the answer is, as far as it has come.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Kind {
+    /// Nothing but whitespace yet.
+    Unknown,
+    Content,
+    /// It may be calls: held to its end.
+    MaybeCalls,
+}
+
+pub struct Llama3Json {
+    /// The names of the function tools offered.
+    tools: Vec<String>,
+    /// Most calls taken: one where the request does not allow parallel calls.
+    most_calls: usize,
+    kind: Kind,
+    held: String,
+    calls: usize,
+}
+
+impl Llama3Json {
+    /// A parser that takes calls of the function tools named `tools`, several where
+    /// `parallel`.
+    pub fn offering(tools: Vec<String>, parallel: bool) -> Self {
+        Self {
+            tools,
+            most_calls: if parallel { usize::MAX } else { 1 },
+            kind: Kind::Unknown,
+            held: String::new(),
+            calls: 0,
+        }
+    }
+
+    /// What `text` adds; `last` gives out what was held back.
+    pub fn split(&mut self, text: &str, last: bool) -> Split {
+        self.held += text;
+        if self.kind == Kind::Unknown {
+            let start = self.held.trim_start();
+            // Nothing yet, or what may begin the tag: the next piece says.
+            if PYTHON_TAG.starts_with(start) && start.len() < PYTHON_TAG.len() && !last {
+                return Split::default();
+            }
+            let calls = start.starts_with('{') || start.starts_with(PYTHON_TAG);
+            self.kind = if calls { Kind::MaybeCalls } else { Kind::Content };
+        }
+        match (self.kind, last) {
+            (Kind::MaybeCalls, false) => Split::default(),
+            (Kind::MaybeCalls, true) => {
+                let held = std::mem::take(&mut self.held);
+                match self.parse(&held) {
+                    Some(calls) => self.take(calls),
+                    None => content(held),
+                }
+            }
+            _ => content(std::mem::take(&mut self.held)),
+        }
+    }
+
+    /// Whether the answer, split to its end, made a call.
+    pub fn ends_in_call(&self) -> bool {
+        self.calls > 0
+    }
+
+    /// The calls, (name, arguments as compact JSON), the whole answer holds; None where it
+    /// is not calls of offered functions alone.
+    fn parse(&self, answer: &str) -> Option<Vec<(String, String)>> {
+        let text = answer.trim_start();
+        let mut rest = text.strip_prefix(PYTHON_TAG).unwrap_or(text);
+        let mut calls = Vec::new();
+        loop {
+            rest = rest.trim_start_matches(|c: char| c.is_whitespace() || c == ';');
+            if rest.is_empty() {
+                return (!calls.is_empty()).then_some(calls);
+            }
+            let mut values = serde_json::Deserializer::from_str(rest).into_iter::<Value>();
+            let call = values.next()?.ok()?;
+            rest = &rest[values.byte_offset()..];
+            let name = call.get("name")?.as_str()?;
+            let arguments = call.get("parameters").or_else(|| call.get("arguments"))?;
+            if !self.tools.iter().any(|t| t == name) {
+                return None;
+            }
+            calls.push((name.to_string(), arguments.to_string()));
+        }
+    }
+
+    fn take(&mut self, calls: Vec<(String, String)>) -> Split {
+        let pieces = calls.into_iter().take(self.most_calls).enumerate();
+        let calls: Vec<CallPiece> = pieces
+            .map(|(index, (name, arguments))| CallPiece {
+                index,
+                name: Some(name),
+                arguments,
+            })
+            .collect();
+        self.calls = calls.len();
+        Split {
+            calls,
+            ..Split::default()
+        }
+    }
+}
+
+fn content(text: String) -> Split {
+    Split {
+        content: text,
+        ..Split::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::answer::{split_every_way, AnswerParser, CallParser};
+
+    /// (content, calls, whether it made one) of `text`, split every way alike.
+    fn parse(text: &str, tools: &[&str], parallel: bool) -> (String, Vec<(String, String)>, bool) {
+        let tools: Vec<String> = tools.iter().map(|t| t.to_string()).collect();
+        let make = || AnswerParser::Template {
+            thinking: None,
+            calls: Some(CallParser::Llama3Json(Llama3Json::offering(tools.clone(), parallel))),
+        };
+        let (reasoning, content, calls, made_one) = split_every_way(make, text);
+        assert!(reasoning.is_empty());
+        (content, calls, made_one)
+    }
+
+    fn call(name: &str, arguments: &str) -> (String, String) {
+        (name.to_string(), arguments.to_string())
+    }
+
+    #[test]
+    fn an_answer_of_json_objects_is_calls() {
+        let text = "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Oslo ✓\"}}; \
+                    {\"name\": \"now\", \"arguments\": {}}";
+        let both = vec![call("get_weather", "{\"city\":\"Oslo ✓\"}"), call("now", "{}")];
+        assert_eq!(parse(text, &["get_weather", "now"], true), (String::new(), both, true));
+        let tagged = format!("<|python_tag|>{text}");
+        let first = vec![call("get_weather", "{\"city\":\"Oslo ✓\"}")];
+        assert_eq!(
+            parse(&tagged, &["get_weather", "now"], false),
+            (String::new(), first, true)
+        );
+    }
+
+    /// Anything else is content: prose, a JSON object that is no call of an offered function,
+    /// calls followed by prose, or calls cut off.
+    #[test]
+    fn anything_else_is_content() {
+        for text in [
+            "It is sunny.",
+            " The JSON {\"name\": \"now\", \"parameters\": {}} is a call.",
+            "{\"name\": \"rm\", \"parameters\": {}}",
+            "{\"city\": \"Oslo\"}",
+            "{\"name\": \"now\", \"parameters\": {}} and more",
+            "{\"name\": \"now\", \"param",
+            "",
+        ] {
+            assert_eq!(
+                parse(text, &["now"], true),
+                (text.to_string(), Vec::new(), false),
+                "{text}"
+            );
+        }
+    }
+}
