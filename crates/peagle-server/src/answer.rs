@@ -59,6 +59,41 @@ pub enum CallParser {
     Llama3Json(Llama3Json),
 }
 
+impl CallParser {
+    fn split(&mut self, text: &str, last: bool) -> Split {
+        match self {
+            Self::Hermes(hermes) => hermes.split(text, last),
+            Self::Llama3Json(llama) => llama.split(text, last),
+        }
+    }
+
+    fn ends_in_call(&self) -> bool {
+        match self {
+            Self::Hermes(hermes) => hermes.ends_in_call(),
+            Self::Llama3Json(llama) => llama.ends_in_call(),
+        }
+    }
+}
+
+/// The most calls an answer's parser takes: one where the request does not allow parallel
+/// calls (`parallel_tool_calls: false`), as vLLM keeps only the first.
+pub fn most_calls(parallel: bool) -> usize {
+    if parallel {
+        usize::MAX
+    } else {
+        1
+    }
+}
+
+/// The length of the longest tail of `text` that is a proper start of `marker` (ASCII): what
+/// a streaming parser holds back until the next piece says whether the marker follows.
+pub fn partial_marker_len(text: &str, marker: &str) -> usize {
+    (1..marker.len())
+        .rev()
+        .find(|&n| text.ends_with(&marker[..n]))
+        .unwrap_or(0)
+}
+
 impl AnswerParser {
     /// All content.
     pub const PLAIN: Self = Self::Template {
@@ -77,8 +112,7 @@ impl AnswerParser {
             None => (String::new(), text.to_string()),
         };
         let split = match calls {
-            Some(CallParser::Hermes(hermes)) => hermes.split(&rest, last),
-            Some(CallParser::Llama3Json(llama)) => llama.split(&rest, last),
+            Some(calls) => calls.split(&rest, last),
             None => Split {
                 content: rest,
                 ..Split::default()
@@ -91,20 +125,20 @@ impl AnswerParser {
     pub fn ends_in_call(&self) -> bool {
         match self {
             Self::Harmony(channels) => channels.in_call(),
-            Self::Template { calls, .. } => match calls {
-                Some(CallParser::Hermes(hermes)) => hermes.ends_in_call(),
-                Some(CallParser::Llama3Json(llama)) => llama.ends_in_call(),
-                None => false,
-            },
+            Self::Template { calls, .. } => calls.as_ref().is_some_and(CallParser::ends_in_call),
         }
     }
 }
 
-/// `text` cut into pieces of `size` characters, as a stream might bring it (tests).
+/// `text` cut into pieces of `size` characters, as a stream might bring it; an empty text is
+/// one empty piece, as an answer's last update may be (tests).
 #[cfg(test)]
 pub fn pieces(text: &str, size: usize) -> Vec<String> {
     let chars: Vec<char> = text.chars().collect();
-    chars.chunks(size.max(1)).map(|c| c.iter().collect()).collect()
+    match chars.is_empty() {
+        true => vec![String::new()],
+        false => chars.chunks(size.max(1)).map(|c| c.iter().collect()).collect(),
+    }
 }
 
 /// `text` split by parsers from `make` a character at a time, in 4s and whole, checked to be

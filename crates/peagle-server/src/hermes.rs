@@ -10,14 +10,12 @@
 //! back, and a call is given whole once it closes. With `parallel_tool_calls: false` only the
 //! first call is taken, as vLLM keeps only the first.
 
-use crate::answer::{CallPiece, Split};
-use crate::thinking::partial_marker_len;
+use crate::answer::{most_calls, partial_marker_len, CallPiece, Split};
 use serde_json::Value;
 
 const OPEN: &str = "<tool_call>";
 const CLOSE: &str = "</tool_call>";
 
-#[derive(Default)]
 pub struct Hermes {
     /// The names of the function tools offered.
     tools: Vec<String>,
@@ -36,8 +34,10 @@ impl Hermes {
     pub fn offering(tools: Vec<String>, parallel: bool) -> Self {
         Self {
             tools,
-            most_calls: if parallel { usize::MAX } else { 1 },
-            ..Self::default()
+            held: String::new(),
+            in_call: false,
+            calls: 0,
+            most_calls: most_calls(parallel),
         }
     }
 

@@ -3,12 +3,14 @@
 //! `{"name": NAME, "parameters": {...}}` (or `"arguments"`), separated by `;`, after the
 //! special `<|python_tag|>` where the model writes one (left out of the text, or kept).
 //!
-//! As vLLM's parser has it, an answer that begins with neither `{` nor `<|python_tag|>` is
-//! content, and one that does is calls if the whole of it parses to calls of offered
-//! functions, else content. So an answer's first character says which it may be, and a
-//! streamed one that may be calls is held until its end.
+//! As vLLM's streaming parser has it, an answer that begins with neither `{` nor
+//! `<|python_tag|>` is content. One that does is calls if the whole of it parses to calls of
+//! offered functions, and content otherwise (vLLM's whole-answer parser also takes JSON from
+//! the middle of prose, and calls of functions not offered; streamed and whole answers agree
+//! here). So an answer's first character says which it may be, and a streamed one that may
+//! be calls is held until its end.
 
-use crate::answer::{CallPiece, Split};
+use crate::answer::{most_calls, CallPiece, Split};
 use serde_json::Value;
 
 const PYTHON_TAG: &str = "<|python_tag|>";
@@ -39,7 +41,7 @@ impl Llama3Json {
     pub fn offering(tools: Vec<String>, parallel: bool) -> Self {
         Self {
             tools,
-            most_calls: if parallel { usize::MAX } else { 1 },
+            most_calls: most_calls(parallel),
             kind: Kind::Unknown,
             held: String::new(),
             calls: 0,
@@ -91,7 +93,7 @@ impl Llama3Json {
             let call = values.next()?.ok()?;
             rest = &rest[values.byte_offset()..];
             let name = call.get("name")?.as_str()?;
-            let arguments = call.get("parameters").or_else(|| call.get("arguments"))?;
+            let arguments = call.get("arguments").or_else(|| call.get("parameters"))?;
             if !self.tools.iter().any(|t| t == name) {
                 return None;
             }

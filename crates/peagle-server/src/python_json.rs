@@ -67,12 +67,12 @@ fn sort(json: &mut serde_json::Value) {
     }
 }
 
-/// JSON text with every character past ASCII escaped as `\uXXXX` (UTF-16, lower case), as
-/// `ensure_ascii` writes it: such characters occur only inside strings.
+/// JSON text with DEL and every character past ASCII escaped as `\uXXXX` (UTF-16, lower
+/// case), as `ensure_ascii` writes them: such characters occur only inside strings.
 fn ascii(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
-        if c.is_ascii() {
+        if c < '\x7f' {
             out.push(c);
             continue;
         }
@@ -234,10 +234,10 @@ mod tests {
             render(floats, "tojson"),
             "[1e-05, 1e-06, 1e+16, 1.5e+300, 0.0001, 123.0, -0.0, 1000000000000000.0, 12345.678, 1e+22, 5e-324]"
         );
-        let nested = json!({"a": [1, {"b": "é😀"}], "c": []});
+        let nested = json!({"a": [1, {"b": "é😀\u{7f}"}], "c": []});
         assert_eq!(
             render(nested.clone(), "tojson(ensure_ascii=true)"),
-            r#"{"a": [1, {"b": "\u00e9\ud83d\ude00"}], "c": []}"#
+            r#"{"a": [1, {"b": "\u00e9\ud83d\ude00\u007f"}], "c": []}"#
         );
         let small = json!({"a": [1, 2], "c": {}});
         assert_eq!(

@@ -1,15 +1,42 @@
 //! Reasoning in `<think>…</think>`, split from a chat template's model's answer as vLLM's
-//! reasoning parsers split it (`--reasoning-parser`):
-//! - `deepseek_r1`: the template opens the thinking, so the answer is reasoning from its start
-//!   (a `<think>` there is dropped) up to `</think>`, and content after it;
+//! reasoning parsers split it (`--reasoning-parser`). Where the prompt leaves the thinking
+//! open (a template that opens it, as Qwen3's thinking models' do), the answer is reasoning
+//! up to `</think>`; where it closed it (a hybrid model's thinking turned off), the answer is
+//! content. Otherwise:
+//! - `deepseek_r1`: the answer is reasoning from its start (a leading `<think>` dropped) up
+//!   to `</think>`, and content after it;
 //! - `qwen3`: an answer that begins with `<think>` is reasoning up to `</think>` and content
-//!   after it; one that does not (thinking turned off) is all content.
+//!   after it; one that does not is all content.
 //!
 //! An answer cut off before `</think>` is all reasoning. Streamed, text that may begin a
 //! marker is held back until the next piece says what it is.
 
+use crate::answer::partial_marker_len;
+
 const OPEN: &str = "<think>";
 const CLOSE: &str = "</think>";
+
+/// Where a prompt leaves the thinking.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PromptThinking {
+    /// Its last `<think>` is not closed: the answer starts in the reasoning.
+    Open,
+    /// Its last `</think>` comes after any `<think>`: the answer is content.
+    Closed,
+    Neither,
+}
+
+impl PromptThinking {
+    /// Where `prompt_end`, the text of a prompt's last tokens, leaves the thinking.
+    pub fn of(prompt_end: &str) -> Self {
+        match (prompt_end.rfind(OPEN), prompt_end.rfind(CLOSE)) {
+            (Some(open), Some(close)) if open < close => Self::Closed,
+            (Some(_), _) => Self::Open,
+            (None, Some(_)) => Self::Closed,
+            (None, None) => Self::Neither,
+        }
+    }
+}
 
 /// Which of vLLM's reasoning parsers splits the answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,10 +92,16 @@ pub struct Thinking {
 }
 
 impl Thinking {
-    /// The split of `parser`'s answers (a chat template's model's: never harmony's).
-    pub fn new(parser: ReasoningParser) -> Self {
+    /// The split of `parser`'s answers (a chat template's model's: never harmony's) to a
+    /// prompt that leaves the thinking as `prompt` says.
+    pub fn new(parser: ReasoningParser, prompt: PromptThinking) -> Self {
+        let part = match prompt {
+            PromptThinking::Open => Part::Reasoning,
+            PromptThinking::Closed => Part::Content,
+            PromptThinking::Neither => Part::Start,
+        };
         Self {
-            part: Part::Start,
+            part,
             opened_by_template: parser == ReasoningParser::DeepseekR1,
             held: String::new(),
         }
@@ -109,36 +142,24 @@ impl Thinking {
     }
 }
 
-/// The length of the longest tail of `text` that is a proper start of `marker` (ASCII).
-pub fn partial_marker_len(text: &str, marker: &str) -> usize {
-    (1..marker.len())
-        .rev()
-        .find(|&n| text.ends_with(&marker[..n]))
-        .unwrap_or(0)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::answer::pieces;
+    use crate::answer::{split_every_way, AnswerParser};
 
-    /// (reasoning, content) of `text` split a character at a time, in 3s and whole: the same
-    /// every way.
+    /// (reasoning, content) of `text` after a prompt that leaves the thinking as `prompt`,
+    /// split every way alike.
+    fn split_after(parser: ReasoningParser, prompt: PromptThinking, text: &str) -> (String, String) {
+        let make = || AnswerParser::Template {
+            thinking: Some(Thinking::new(parser, prompt)),
+            calls: None,
+        };
+        let (reasoning, content, _, _) = split_every_way(make, text);
+        (reasoning, content)
+    }
+
     fn split(parser: ReasoningParser, text: &str) -> (String, String) {
-        let mut results = Vec::new();
-        for piece in [1, 3, text.len()] {
-            let mut thinking = Thinking::new(parser);
-            let pieces = pieces(text, piece);
-            let mut got = (String::new(), String::new());
-            for (i, text) in pieces.iter().enumerate() {
-                let (reasoning, content) = thinking.split(text, i + 1 == pieces.len());
-                got.0 += &reasoning;
-                got.1 += &content;
-            }
-            results.push(got);
-        }
-        assert!(results.windows(2).all(|w| w[0] == w[1]), "{text:?}: {results:?}");
-        results.remove(0)
+        split_after(parser, PromptThinking::Neither, text)
     }
 
     fn pair(reasoning: &str, content: &str) -> (String, String) {
@@ -168,6 +189,28 @@ mod tests {
         assert_eq!(split(r1, "hmm</think>Yes."), pair("hmm", "Yes."));
         assert_eq!(split(r1, "<think>hmm</think>Yes."), pair("hmm", "Yes."));
         assert_eq!(split(r1, "still thinking"), pair("still thinking", ""));
+    }
+
+    /// A prompt that opens the thinking (Qwen3's thinking models) starts the answer in it; one
+    /// that closed it (thinking turned off) makes it content, whichever the parser.
+    #[test]
+    fn the_prompt_says_where_the_answer_starts() {
+        assert_eq!(
+            PromptThinking::of("<|im_start|>assistant\n<think>\n"),
+            PromptThinking::Open
+        );
+        assert_eq!(
+            PromptThinking::of("assistant\n<think>\n\n</think>\n\n"),
+            PromptThinking::Closed
+        );
+        assert_eq!(PromptThinking::of("</think>x<think>"), PromptThinking::Open);
+        assert_eq!(PromptThinking::of("<|im_start|>assistant\n"), PromptThinking::Neither);
+        for parser in [ReasoningParser::Qwen3, ReasoningParser::DeepseekR1] {
+            let open = split_after(parser, PromptThinking::Open, "hmm</think>\n\nYes.");
+            assert_eq!(open, pair("hmm", "\n\nYes."));
+            let closed = split_after(parser, PromptThinking::Closed, "Yes.");
+            assert_eq!(closed, pair("", "Yes."));
+        }
     }
 
     #[test]

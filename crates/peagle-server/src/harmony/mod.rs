@@ -11,7 +11,7 @@ mod typescript;
 
 pub use parser::{Event, Parser};
 
-use crate::answer::{CallPiece, Split};
+use crate::answer::{most_calls, CallPiece, Split};
 pub use render::render;
 
 use crate::error::ApiError;
@@ -38,6 +38,8 @@ enum Route {
     #[default]
     Content,
     Call(usize),
+    /// A call past the most taken (`parallel_tool_calls: false`): dropped, but a call.
+    SurplusCall,
     Dropped,
 }
 
@@ -46,7 +48,6 @@ enum Route {
 /// arguments; every other message to no one (`final`, a `commentary` preamble, or output that
 /// is not harmony at all) is content. A message to another recipient (a function not
 /// offered, a built-in tool) is dropped, as vLLM drops a call it has no tool parser for.
-#[derive(Default)]
 pub struct Channels {
     parser: Parser,
     route: Route,
@@ -62,15 +63,17 @@ impl Channels {
     /// where `parallel` (the model ends its turn on a call, but `min_tokens` may hold it open).
     pub fn offering(tools: Vec<String>, parallel: bool) -> Self {
         Self {
+            parser: Parser::default(),
+            route: Route::default(),
+            calls: 0,
             tools,
-            most_calls: if parallel { usize::MAX } else { 1 },
-            ..Self::default()
+            most_calls: most_calls(parallel),
         }
     }
 
     /// Whether the answer so far ends in a call: a turn that stops there stops to call.
     pub fn in_call(&self) -> bool {
-        matches!(self.route, Route::Call(_))
+        matches!(self.route, Route::Call(_) | Route::SurplusCall)
     }
 
     /// What `text` adds; `last` flushes what the parser held back.
@@ -94,7 +97,7 @@ impl Channels {
                             arguments: text,
                         }),
                     },
-                    Route::Dropped => {}
+                    Route::SurplusCall | Route::Dropped => {}
                 },
             }
         }
@@ -110,10 +113,12 @@ impl Channels {
             };
         };
         let offered = |name: &&str| self.tools.iter().any(|t| t == name);
-        let name = recipient.strip_prefix("functions.").filter(offered);
-        let Some(name) = name.filter(|_| self.calls < self.most_calls) else {
+        let Some(name) = recipient.strip_prefix("functions.").filter(offered) else {
             return Route::Dropped;
         };
+        if self.calls >= self.most_calls {
+            return Route::SurplusCall;
+        }
         let index = self.calls;
         self.calls += 1;
         split.calls.push(CallPiece {
@@ -260,6 +265,18 @@ mod tests {
             }
         }
         assert_eq!(calls_seen, 3);
+    }
+
+    /// With `parallel_tool_calls: false`, a second call is dropped, and the answer still ends
+    /// in a call.
+    #[test]
+    fn one_call_where_calls_are_not_parallel() {
+        let call = "<|channel|>commentary to=functions.f<|message|>{}<|call|>";
+        let text = format!("{call}<|start|>assistant{call}");
+        let mut channels = Channels::offering(vec!["f".into()], false);
+        let split = channels.split(&text, true);
+        assert_eq!(join_calls(split.calls), [("f".to_string(), "{}".to_string())]);
+        assert!(channels.in_call());
     }
 
     /// A message to a recipient that is not an offered function tool (a built-in tool, or a

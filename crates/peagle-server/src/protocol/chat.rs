@@ -189,7 +189,7 @@ pub struct ChatChoice {
 
 /// Why a model without a tool call parser refuses tools.
 pub const TOOLS_NEED_A_PARSER: &str = "tool calling needs a harmony (gpt-oss) model, or a server started with \
-     --tool-call-parser hermes for a model whose chat template offers tools";
+     --tool-call-parser hermes or llama3_json for a model whose chat template offers tools";
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Message {

@@ -22,7 +22,7 @@ use crate::protocol::{response_id, unix_time, StopReason, StreamUsage, Usage};
 use crate::served_model::{ServedModel, ToolCallParser};
 use crate::sse::{done_event, error_event, json_event, merged};
 use crate::state::AppState;
-use crate::thinking::Thinking;
+use crate::thinking::{PromptThinking, Thinking};
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::sse::{Event, Sse};
@@ -133,7 +133,7 @@ pub async fn chat_completions(
         ));
     }
     let role = answer_role(&req.messages, &render);
-    let tool_names: Vec<String> = render.tools.iter().map(|t| t.name.clone()).collect();
+    let tools: Vec<String> = render.tools.iter().map(|t| t.name.clone()).collect();
     let parallel = req.parallel_tool_calls.unwrap_or(true);
     let max_len = state.engine.max_model_len();
     let limit = template.tokens_before_truncation(max_len);
@@ -144,6 +144,11 @@ pub async fn chat_completions(
         false => String::new(),
     };
     check_prompt(prompt.len(), max_len, "messages")?;
+    let setup = AnswerSetup {
+        tools,
+        parallel,
+        thinking: prompt_thinking(&state.model, &prompt)?,
+    };
     let (requested, param) = match req.max_completion_tokens {
         Some(m) => (Some(m), "max_completion_tokens"),
         None => (req.max_tokens, "max_tokens"),
@@ -169,10 +174,7 @@ pub async fn chat_completions(
             content: Some(echo),
             ..Delta::default()
         };
-        let parsers = choices
-            .iter()
-            .map(|_| answer_parser(&state.model, &tool_names, parallel))
-            .collect();
+        let parsers = choices.iter().map(|_| answer_parser(&state.model, &setup)).collect();
         return Ok(stream(meta, choices, opening, prompt.len(), usage, parsers).into_response());
     }
     let outcomes = try_join_all(choices.into_iter().map(Choice::collect)).await?;
@@ -182,7 +184,7 @@ pub async fn chat_completions(
         .into_iter()
         .enumerate()
         .map(|(index, o)| {
-            let parser = answer_parser(&state.model, &tool_names, parallel);
+            let parser = answer_parser(&state.model, &setup);
             let (message, ends_in_call) = answer_message(role.clone(), &echo, &o.text, parser);
             ChatChoice {
                 index,
@@ -198,22 +200,46 @@ pub async fn chat_completions(
     Ok(Json(meta.response("chat.completion", choices, Some(usage))).into_response())
 }
 
-/// How a choice's answer is split: by harmony's channels, or by the parsers the server has
-/// for its chat template's model; calls only of the `tools` offered (none looked for where
-/// none are), one where not `parallel`.
-fn answer_parser(model: &ServedModel, tools: &[String], parallel: bool) -> AnswerParser {
-    if model.harmony.is_some() {
-        return AnswerParser::Harmony(harmony::Channels::offering(tools.to_vec(), parallel));
+/// What a request tells each of its choices' answer parsers.
+struct AnswerSetup {
+    /// The names of the function tools offered.
+    tools: Vec<String>,
+    /// Whether an answer may make several calls (`parallel_tool_calls`).
+    parallel: bool,
+    /// Where the prompt leaves a template model's thinking.
+    thinking: PromptThinking,
+}
+
+/// Prompt tokens whose text says where the prompt leaves the thinking: a generation prompt's
+/// `<think>\n\n</think>\n\n` and its turn header fit.
+const PROMPT_END_TOKENS: usize = 16;
+
+/// Where `prompt` leaves the thinking, for a model whose reasoning the server parses.
+fn prompt_thinking(model: &ServedModel, prompt: &[u32]) -> Result<PromptThinking, ApiError> {
+    if model.reasoning_parser.is_none() {
+        return Ok(PromptThinking::Neither);
     }
-    let calls = match model.tool_call_parser.filter(|_| !tools.is_empty()) {
-        Some(ToolCallParser::Hermes) => Some(CallParser::Hermes(Hermes::offering(tools.to_vec(), parallel))),
-        Some(ToolCallParser::Llama3Json) => {
-            Some(CallParser::Llama3Json(Llama3Json::offering(tools.to_vec(), parallel)))
-        }
+    let end = &prompt[prompt.len().saturating_sub(PROMPT_END_TOKENS)..];
+    Ok(PromptThinking::of(&model.decode(end)?))
+}
+
+/// How a choice's answer is split: by harmony's channels, or by the parsers the server has
+/// for its chat template's model; calls only of the tools offered (none looked for where none
+/// are), one where not parallel.
+fn answer_parser(model: &ServedModel, setup: &AnswerSetup) -> AnswerParser {
+    let tools = || setup.tools.clone();
+    if model.harmony.is_some() {
+        return AnswerParser::Harmony(harmony::Channels::offering(tools(), setup.parallel));
+    }
+    let calls = match model.tool_call_parser.filter(|_| !setup.tools.is_empty()) {
+        Some(ToolCallParser::Hermes) => Some(CallParser::Hermes(Hermes::offering(tools(), setup.parallel))),
+        Some(ToolCallParser::Llama3Json) => Some(CallParser::Llama3Json(Llama3Json::offering(tools(), setup.parallel))),
         Some(ToolCallParser::Openai) | None => None,
     };
     AnswerParser::Template {
-        thinking: model.reasoning_parser.map(Thinking::new),
+        thinking: model
+            .reasoning_parser
+            .map(|parser| Thinking::new(parser, setup.thinking)),
         calls,
     }
 }
@@ -227,10 +253,11 @@ fn answer_message(role: String, echo: &str, text: &str, mut parser: AnswerParser
         .map(|(name, arguments)| ToolCall::new(name, arguments))
         .collect();
     let content = echo.to_string() + &split.content;
-    let only_calls = content.is_empty() && !calls.is_empty();
+    // Null where the answer was only reasoning or calls, as vLLM has it.
+    let nothing_else = split.reasoning.is_empty() && calls.is_empty();
     let message = Message {
         role,
-        content: (!only_calls).then_some(content),
+        content: (!content.is_empty() || nothing_else).then_some(content),
         reasoning_content: (!split.reasoning.is_empty()).then_some(split.reasoning),
         tool_calls: (!calls.is_empty()).then_some(calls),
     };
@@ -591,9 +618,14 @@ mod tests {
         let call = "<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}</tool_call>";
         let text = format!("<think>\nweather?\n</think>\n\nLooking.{call}");
         let weather = ["get_weather".to_string()];
+        let setup = |tools: &[String]| AnswerSetup {
+            tools: tools.to_vec(),
+            parallel: true,
+            thinking: PromptThinking::Neither,
+        };
         let function = json!({"name": "get_weather", "arguments": "{\"city\":\"Rome\"}"});
         for piece in [1, 4, text.len()] {
-            let got = streamed(answer_parser(&qwen, &weather, true), &text, piece);
+            let got = streamed(answer_parser(&qwen, &setup(&weather)), &text, piece);
             let want = (
                 "\nweather?\n".to_string(),
                 "\n\nLooking.".to_string(),
@@ -601,7 +633,7 @@ mod tests {
                 true,
             );
             assert_eq!(got, want, "in {piece}s");
-            let got = streamed(answer_parser(&qwen, &[], true), &text, piece);
+            let got = streamed(answer_parser(&qwen, &setup(&[])), &text, piece);
             let want = (
                 "\nweather?\n".to_string(),
                 format!("\n\nLooking.{call}"),
@@ -611,7 +643,7 @@ mod tests {
             assert_eq!(got, want, "no tools, in {piece}s");
         }
         let (message, ends_in_call) =
-            answer_message("assistant".into(), "", &text, answer_parser(&qwen, &weather, true));
+            answer_message("assistant".into(), "", &text, answer_parser(&qwen, &setup(&weather)));
         let message = serde_json::to_value(message).unwrap();
         assert_eq!(
             (&message["reasoning_content"], &message["content"]),
@@ -619,12 +651,12 @@ mod tests {
         );
         assert_eq!(message["tool_calls"][0]["function"], function);
         assert!(ends_in_call);
-        let plain = streamed(answer_parser(&model(None, None), &weather, true), &text, 3);
+        let plain = streamed(answer_parser(&model(None, None), &setup(&weather)), &text, 3);
         assert_eq!(plain, (String::new(), text.clone(), Vec::new(), false));
         let llama = model(Some(ToolCallParser::Llama3Json), None);
         let text = "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Rome\"}}";
         for piece in [1, 4, text.len()] {
-            let got = streamed(answer_parser(&llama, &weather, true), text, piece);
+            let got = streamed(answer_parser(&llama, &setup(&weather)), text, piece);
             assert_eq!(
                 got,
                 (String::new(), String::new(), vec![function.clone()], true),

@@ -162,7 +162,7 @@ async fn answers_split_reasoning_from_content_streamed_or_not() {
         )
         .await;
     let text = raw["choices"][0]["text"].as_str().unwrap();
-    let split = Channels::default().split(text, true);
+    let split = Channels::offering(Vec::new(), true).split(text, true);
     assert_eq!((split.reasoning, split.content), (reasoning, content), "raw: {text:?}");
     assert_eq!(
         body["usage"]["completion_tokens"], raw["usage"]["completion_tokens"],
