@@ -1,12 +1,13 @@
 //! The tokens a sampled row draws from and their probabilities, as the definition below has
 //! them bit for bit, without sorting the vocabulary.
 //!
-//! The definition (`SamplingParams::probabilities`): take a NaN logit for negative infinity,
-//! so that it is never kept (as `argmax` and the device's Gumbel draw never choose it), order
-//! the row by logit (`top_tokens`), cut the order to the top-k, weigh each token `exp((logit - max) / T)` in f64, drop the
-//! weights below min_p (a tail: the first token weighs 1 and weights fall along the order),
-//! then keep the shortest prefix whose running f64 sum reaches top_p times the sum of all the
-//! weights left, the total. A kept token's probability is its weight over that running sum.
+//! The definition (`SamplingParams::probabilities`): take a NaN logit for negative infinity, so
+//! that it is never kept (as `argmax` and the device's Gumbel draw never choose it), order the
+//! row by logit (`top_tokens`), cut the order to the top-k, weigh each token
+//! `exp((logit - max) / T)` in f64, drop the weights below min_p (a tail: the first token
+//! weighs 1 and weights fall along the order), then keep the shortest prefix whose running
+//! f64 sum reaches top_p times the sum of all the weights left, the total. A kept token's
+//! probability is its weight over that running sum.
 //!
 //! Here only a prefix of the order is ordered, by partial selection, and extended until the
 //! cut is decided; its running sums are the definition's own. The total is the definition's

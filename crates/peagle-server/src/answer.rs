@@ -75,13 +75,34 @@ impl CallParser {
     }
 }
 
-/// The most calls an answer's parser takes: one where the request does not allow parallel
-/// calls (`parallel_tool_calls: false`), as vLLM keeps only the first.
-pub fn most_calls(parallel: bool) -> usize {
-    if parallel {
-        usize::MAX
-    } else {
-        1
+/// The function tools a request offers, by name, and how many calls an answer may make of
+/// them: one where the request does not allow parallel calls (`parallel_tool_calls: false`),
+/// as vLLM keeps only the first.
+#[derive(Debug, Clone)]
+pub struct Offer {
+    tools: Vec<String>,
+    most_calls: usize,
+}
+
+impl Offer {
+    pub fn new(tools: Vec<String>, parallel: bool) -> Self {
+        Self {
+            tools,
+            most_calls: if parallel { usize::MAX } else { 1 },
+        }
+    }
+
+    pub fn offers(&self, name: &str) -> bool {
+        self.tools.iter().any(|t| t == name)
+    }
+
+    /// Whether an answer that has made `calls` takes another.
+    pub fn takes(&self, calls: usize) -> bool {
+        calls < self.most_calls
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tools.is_empty()
     }
 }
 
@@ -94,13 +115,17 @@ pub fn partial_marker_len(text: &str, marker: &str) -> usize {
         .unwrap_or(0)
 }
 
-impl AnswerParser {
+impl Split {
     /// All content.
-    pub const PLAIN: Self = Self::Template {
-        thinking: None,
-        calls: None,
-    };
+    pub fn content(text: String) -> Self {
+        Self {
+            content: text,
+            ..Self::default()
+        }
+    }
+}
 
+impl AnswerParser {
     /// What `text`, the answer's next piece, adds; `last` flushes what was held back.
     pub fn split(&mut self, text: &str, last: bool) -> Split {
         let (thinking, calls) = match self {
@@ -113,10 +138,7 @@ impl AnswerParser {
         };
         let split = match calls {
             Some(calls) => calls.split(&rest, last),
-            None => Split {
-                content: rest,
-                ..Split::default()
-            },
+            None => Split::content(rest),
         };
         Split { reasoning, ..split }
     }
@@ -124,7 +146,7 @@ impl AnswerParser {
     /// Whether the answer so far ends in a call: a turn that stops there stops to call.
     pub fn ends_in_call(&self) -> bool {
         match self {
-            Self::Harmony(channels) => channels.in_call(),
+            Self::Harmony(channels) => channels.ends_in_call(),
             Self::Template { calls, .. } => calls.as_ref().is_some_and(CallParser::ends_in_call),
         }
     }

@@ -10,34 +10,29 @@
 //! back, and a call is given whole once it closes. With `parallel_tool_calls: false` only the
 //! first call is taken, as vLLM keeps only the first.
 
-use crate::answer::{most_calls, partial_marker_len, CallPiece, Split};
+use crate::answer::{partial_marker_len, CallPiece, Offer, Split};
 use serde_json::Value;
 
 const OPEN: &str = "<tool_call>";
 const CLOSE: &str = "</tool_call>";
 
 pub struct Hermes {
-    /// The names of the function tools offered.
-    tools: Vec<String>,
+    offer: Offer,
     /// Text not yet given out: a tail that may begin the marker looked for, or an open call.
     held: String,
     in_call: bool,
-    /// Calls taken: once there is one, what is not a call is dropped.
+    /// Calls made: once there is one, what is not a call is dropped.
     calls: usize,
-    /// Most calls taken: one where the request does not allow parallel calls.
-    most_calls: usize,
 }
 
 impl Hermes {
-    /// A parser that takes calls of the function tools named `tools`, several where
-    /// `parallel`.
-    pub fn offering(tools: Vec<String>, parallel: bool) -> Self {
+    /// A parser that takes calls as `offer` allows.
+    pub fn offering(offer: Offer) -> Self {
         Self {
-            tools,
+            offer,
             held: String::new(),
             in_call: false,
             calls: 0,
-            most_calls: most_calls(parallel),
         }
     }
 
@@ -89,7 +84,7 @@ impl Hermes {
     fn call(&mut self, body: &str, closed: bool, split: &mut Split) {
         match self.parse(body) {
             Some((name, arguments)) => {
-                if self.calls < self.most_calls {
+                if self.offer.takes(self.calls) {
                     split.calls.push(CallPiece {
                         index: self.calls,
                         name: Some(name),
@@ -110,9 +105,8 @@ impl Hermes {
         let call: Value = serde_json::from_str(body.trim()).ok()?;
         let name = call.get("name")?.as_str()?;
         let arguments = call.get("arguments")?;
-        self.tools
-            .iter()
-            .any(|t| t == name)
+        self.offer
+            .offers(name)
             .then(|| (name.to_string(), arguments.to_string()))
     }
 }
@@ -120,14 +114,14 @@ impl Hermes {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::answer::{join_calls, split_every_way, AnswerParser, CallParser};
+    use crate::answer::{join_calls, split_every_way, AnswerParser, CallParser, Offer};
 
     /// (content, calls, whether it ends in a call) of `text`, split every way alike.
     fn parse(text: &str, tools: &[&str]) -> (String, Vec<(String, String)>, bool) {
         let tools: Vec<String> = tools.iter().map(|t| t.to_string()).collect();
         let make = || AnswerParser::Template {
             thinking: None,
-            calls: Some(CallParser::Hermes(Hermes::offering(tools.clone(), true))),
+            calls: Some(CallParser::Hermes(Hermes::offering(Offer::new(tools.clone(), true)))),
         };
         let (reasoning, content, calls, ends_in_call) = split_every_way(make, text);
         assert!(reasoning.is_empty());
@@ -208,7 +202,7 @@ mod tests {
     fn one_call_where_calls_are_not_parallel() {
         let text = "<tool_call>{\"name\": \"a\", \"arguments\": {}}</tool_call>\n\
                     <tool_call>{\"name\": \"b\", \"arguments\": {}}</tool_call>";
-        let mut hermes = Hermes::offering(vec!["a".into(), "b".into()], false);
+        let mut hermes = Hermes::offering(Offer::new(vec!["a".into(), "b".into()], false));
         let split = hermes.split(text, true);
         assert_eq!(join_calls(split.calls), [call("a", "{}")]);
         assert!(hermes.ends_in_call());

@@ -10,7 +10,7 @@
 //! here). So an answer's first character says which it may be, and a streamed one that may
 //! be calls is held until its end.
 
-use crate::answer::{most_calls, CallPiece, Split};
+use crate::answer::{CallPiece, Offer, Split};
 use serde_json::Value;
 
 const PYTHON_TAG: &str = "<|python_tag|>";
@@ -26,22 +26,17 @@ enum Kind {
 }
 
 pub struct Llama3Json {
-    /// The names of the function tools offered.
-    tools: Vec<String>,
-    /// Most calls taken: one where the request does not allow parallel calls.
-    most_calls: usize,
+    offer: Offer,
     kind: Kind,
     held: String,
     calls: usize,
 }
 
 impl Llama3Json {
-    /// A parser that takes calls of the function tools named `tools`, several where
-    /// `parallel`.
-    pub fn offering(tools: Vec<String>, parallel: bool) -> Self {
+    /// A parser that takes calls as `offer` allows.
+    pub fn offering(offer: Offer) -> Self {
         Self {
-            tools,
-            most_calls: most_calls(parallel),
+            offer,
             kind: Kind::Unknown,
             held: String::new(),
             calls: 0,
@@ -66,10 +61,10 @@ impl Llama3Json {
                 let held = std::mem::take(&mut self.held);
                 match self.parse(&held) {
                     Some(calls) => self.take(calls),
-                    None => content(held),
+                    None => Split::content(held),
                 }
             }
-            _ => content(std::mem::take(&mut self.held)),
+            _ => Split::content(std::mem::take(&mut self.held)),
         }
     }
 
@@ -94,7 +89,7 @@ impl Llama3Json {
             rest = &rest[values.byte_offset()..];
             let name = call.get("name")?.as_str()?;
             let arguments = call.get("arguments").or_else(|| call.get("parameters"))?;
-            if !self.tools.iter().any(|t| t == name) {
+            if !self.offer.offers(name) {
                 return None;
             }
             calls.push((name.to_string(), arguments.to_string()));
@@ -102,8 +97,11 @@ impl Llama3Json {
     }
 
     fn take(&mut self, calls: Vec<(String, String)>) -> Split {
-        let pieces = calls.into_iter().take(self.most_calls).enumerate();
-        let calls: Vec<CallPiece> = pieces
+        let taken = calls
+            .into_iter()
+            .enumerate()
+            .take_while(|(index, _)| self.offer.takes(*index));
+        let calls: Vec<CallPiece> = taken
             .map(|(index, (name, arguments))| CallPiece {
                 index,
                 name: Some(name),
@@ -118,24 +116,20 @@ impl Llama3Json {
     }
 }
 
-fn content(text: String) -> Split {
-    Split {
-        content: text,
-        ..Split::default()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::answer::{split_every_way, AnswerParser, CallParser};
+    use crate::answer::{split_every_way, AnswerParser, CallParser, Offer};
 
     /// (content, calls, whether it made one) of `text`, split every way alike.
     fn parse(text: &str, tools: &[&str], parallel: bool) -> (String, Vec<(String, String)>, bool) {
         let tools: Vec<String> = tools.iter().map(|t| t.to_string()).collect();
         let make = || AnswerParser::Template {
             thinking: None,
-            calls: Some(CallParser::Llama3Json(Llama3Json::offering(tools.clone(), parallel))),
+            calls: Some(CallParser::Llama3Json(Llama3Json::offering(Offer::new(
+                tools.clone(),
+                parallel,
+            )))),
         };
         let (reasoning, content, calls, made_one) = split_every_way(make, text);
         assert!(reasoning.is_empty());

@@ -151,8 +151,9 @@ struct Args {
     #[arg(long)]
     enable_auto_tool_choice: bool,
     /// How answers carry reasoning, given as `reasoning_content`: `qwen3` (an answer that
-    /// opens `<think>` reasons up to `</think>`) or `deepseek_r1` (the template opens it);
-    /// `openai_gptoss` is harmony's, which gpt-oss always has.
+    /// opens `<think>` reasons up to `</think>`) or `deepseek_r1` (from its start); where the
+    /// generation prompt opens or closes the thinking, that decides. `openai_gptoss` is
+    /// harmony's, which gpt-oss always has.
     #[arg(long)]
     reasoning_parser: Option<ReasoningParser>,
     /// Origins browsers may call the API from (CORS), as a JSON list as vLLM takes it.

@@ -11,7 +11,7 @@ mod typescript;
 
 pub use parser::{Event, Parser};
 
-use crate::answer::{most_calls, CallPiece, Split};
+use crate::answer::{CallPiece, Offer, Split};
 pub use render::render;
 
 use crate::error::ApiError;
@@ -52,27 +52,23 @@ pub struct Channels {
     parser: Parser,
     route: Route,
     calls: usize,
-    /// The names of the function tools offered.
-    tools: Vec<String>,
-    /// Most calls taken: one where the request does not allow parallel calls.
-    most_calls: usize,
+    offer: Offer,
 }
 
 impl Channels {
-    /// A split that takes messages to the function tools named `tools` for calls, several
-    /// where `parallel` (the model ends its turn on a call, but `min_tokens` may hold it open).
-    pub fn offering(tools: Vec<String>, parallel: bool) -> Self {
+    /// A split that takes messages to offered functions for calls, as `offer` allows (the
+    /// model ends its turn on a call, but `min_tokens` may hold it open).
+    pub fn offering(offer: Offer) -> Self {
         Self {
             parser: Parser::default(),
             route: Route::default(),
             calls: 0,
-            tools,
-            most_calls: most_calls(parallel),
+            offer,
         }
     }
 
     /// Whether the answer so far ends in a call: a turn that stops there stops to call.
-    pub fn in_call(&self) -> bool {
+    pub fn ends_in_call(&self) -> bool {
         matches!(self.route, Route::Call(_) | Route::SurplusCall)
     }
 
@@ -112,11 +108,11 @@ impl Channels {
                 _ => Route::Content,
             };
         };
-        let offered = |name: &&str| self.tools.iter().any(|t| t == name);
+        let offered = |name: &&str| self.offer.offers(name);
         let Some(name) = recipient.strip_prefix("functions.").filter(offered) else {
             return Route::Dropped;
         };
-        if self.calls >= self.most_calls {
+        if !self.offer.takes(self.calls) {
             return Route::SurplusCall;
         }
         let index = self.calls;
@@ -245,7 +241,7 @@ mod tests {
             calls_seen += calls.len();
             let completion = case["completion"].as_str().unwrap();
             for piece in [completion.len(), 1, 5] {
-                let mut channels = Channels::offering(vec!["get_weather".into()], true);
+                let mut channels = Channels::offering(Offer::new(vec!["get_weather".into()], true));
                 let pieces = pieces(completion, piece);
                 let (mut got_reasoning, mut got_content, mut got_calls) = (String::new(), String::new(), Vec::new());
                 for (i, text) in pieces.iter().enumerate() {
@@ -261,7 +257,7 @@ mod tests {
                     "{} in {piece}s",
                     case["name"]
                 );
-                assert_eq!(channels.in_call(), !calls.is_empty(), "{}", case["name"]);
+                assert_eq!(channels.ends_in_call(), !calls.is_empty(), "{}", case["name"]);
             }
         }
         assert_eq!(calls_seen, 3);
@@ -273,10 +269,10 @@ mod tests {
     fn one_call_where_calls_are_not_parallel() {
         let call = "<|channel|>commentary to=functions.f<|message|>{}<|call|>";
         let text = format!("{call}<|start|>assistant{call}");
-        let mut channels = Channels::offering(vec!["f".into()], false);
+        let mut channels = Channels::offering(Offer::new(vec!["f".into()], false));
         let split = channels.split(&text, true);
         assert_eq!(join_calls(split.calls), [("f".to_string(), "{}".to_string())]);
-        assert!(channels.in_call());
+        assert!(channels.ends_in_call());
     }
 
     /// A message to a recipient that is not an offered function tool (a built-in tool, or a
@@ -287,7 +283,7 @@ mod tests {
                     <|constrain|>json<|message|>{\"q\":1}<|call|><|start|>assistant<|channel|>commentary \
                     to=functions.g<|message|>{}<|call|><|start|>assistant<|channel|>commentary \
                     to=functions.f<|message|>{}<|call|>";
-        let split = Channels::offering(vec!["f".into()], true).split(text, true);
+        let split = Channels::offering(Offer::new(vec!["f".into()], true)).split(text, true);
         assert_eq!((split.reasoning.as_str(), split.content.as_str()), ("a", ""));
         let call = CallPiece {
             index: 0,

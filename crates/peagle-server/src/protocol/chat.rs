@@ -111,13 +111,15 @@ impl ChatMessage {
     /// tool calls the server does not parse: rendering the message without them would
     /// misstate the conversation.
     pub fn refuse_tool_calling(&self, i: usize) -> Result<(), ApiError> {
-        if self.tool_calls.as_ref().is_some_and(|c| !c.is_empty()) || self.role == "tool" {
-            return Err(ApiError::invalid(
-                Some(&format!("messages[{i}].role")),
-                format!("messages[{i}]: {TOOLS_NEED_A_PARSER}"),
-            ));
-        }
-        Ok(())
+        let field = match (&self.tool_calls, self.role.as_str()) {
+            (Some(calls), _) if !calls.is_empty() => "tool_calls",
+            (_, "tool") => "role",
+            _ => return Ok(()),
+        };
+        Err(ApiError::invalid(
+            Some(&format!("messages[{i}].{field}")),
+            format!("messages[{i}]: {TOOLS_NEED_A_PARSER}"),
+        ))
     }
 
     /// The content of message `i` as one string, text parts joined by `separator`; None for
@@ -194,9 +196,10 @@ pub const TOOLS_NEED_A_PARSER: &str = "tool calling needs a harmony (gpt-oss) mo
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Message {
     pub role: String,
-    /// The answer's text; null for a turn that only called a tool.
+    /// The answer's text; null for one that was only reasoning or tool calls.
     pub content: Option<String>,
-    /// A reasoning model's thinking (harmony's `analysis` channel), as vLLM returns it.
+    /// A reasoning model's thinking (harmony's `analysis` channel, or `<think>` where the
+    /// server has a reasoning parser), as vLLM returns it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reasoning_content: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -1,9 +1,10 @@
 //! `POST /v1/chat/completions`: messages rendered with the model's chat template (or as
-//! harmony for gpt-oss, whose answers are split into reasoning and content), n choices,
-//! streamed as `chat.completion.chunk` deltas or answered as one `chat.completion`.
+//! harmony for gpt-oss), each choice's answer split into reasoning, content and tool calls by
+//! its parser (`answer`), n choices, streamed as `chat.completion.chunk` deltas or answered as
+//! one `chat.completion`.
 
 use super::{check_model, off_runtime};
-use crate::answer::{join_calls, AnswerParser, CallParser, Split};
+use crate::answer::{join_calls, AnswerParser, CallParser, Offer, Split};
 use crate::choice::{Choice, Finish};
 use crate::error::ApiError;
 use crate::harmony;
@@ -133,22 +134,18 @@ pub async fn chat_completions(
         ));
     }
     let role = answer_role(&req.messages, &render);
-    let tools: Vec<String> = render.tools.iter().map(|t| t.name.clone()).collect();
-    let parallel = req.parallel_tool_calls.unwrap_or(true);
+    let tools = render.tools.iter().map(|t| t.name.clone()).collect();
+    let offer = Offer::new(tools, req.parallel_tool_calls.unwrap_or(true));
     let max_len = state.engine.max_model_len();
     let limit = template.tokens_before_truncation(max_len);
-    let prompt = prompt_ids(&state, req.messages.clone(), render, req.add_special_tokens, limit).await?;
+    let (prompt, thinking) = prompt_ids(&state, req.messages.clone(), render, req.add_special_tokens, limit).await?;
     let prompt = template.truncate(prompt, max_len)?;
     let echo = match req.echo.unwrap_or(false) {
         true => echoed(&req.messages, &role)?,
         false => String::new(),
     };
     check_prompt(prompt.len(), max_len, "messages")?;
-    let setup = AnswerSetup {
-        tools,
-        parallel,
-        thinking: prompt_thinking(&state.model, &prompt)?,
-    };
+    let setup = AnswerSetup { offer, thinking };
     let (requested, param) = match req.max_completion_tokens {
         Some(m) => (Some(m), "max_completion_tokens"),
         None => (req.max_tokens, "max_tokens"),
@@ -158,6 +155,11 @@ pub async fn chat_completions(
     let mut template = template;
     if let Some(harmony) = &harmony {
         template.speak_harmony(harmony);
+    }
+    // A Hermes model's call markers may be special tokens, which the text would leave out
+    // (vLLM's parser keeps them likewise).
+    if state.model.tool_call_parser == Some(ToolCallParser::Hermes) && !setup.offer.is_empty() {
+        template.text.skip_special = false;
     }
     let requests = (0..template.n)
         .map(|i| template.request(&prompt, budget, logprobs, i))
@@ -202,38 +204,23 @@ pub async fn chat_completions(
 
 /// What a request tells each of its choices' answer parsers.
 struct AnswerSetup {
-    /// The names of the function tools offered.
-    tools: Vec<String>,
-    /// Whether an answer may make several calls (`parallel_tool_calls`).
-    parallel: bool,
+    /// The function tools offered, and how many calls an answer may make.
+    offer: Offer,
     /// Where the prompt leaves a template model's thinking.
     thinking: PromptThinking,
 }
 
-/// Prompt tokens whose text says where the prompt leaves the thinking: a generation prompt's
-/// `<think>\n\n</think>\n\n` and its turn header fit.
-const PROMPT_END_TOKENS: usize = 16;
-
-/// Where `prompt` leaves the thinking, for a model whose reasoning the server parses.
-fn prompt_thinking(model: &ServedModel, prompt: &[u32]) -> Result<PromptThinking, ApiError> {
-    if model.reasoning_parser.is_none() {
-        return Ok(PromptThinking::Neither);
-    }
-    let end = &prompt[prompt.len().saturating_sub(PROMPT_END_TOKENS)..];
-    Ok(PromptThinking::of(&model.decode(end)?))
-}
-
 /// How a choice's answer is split: by harmony's channels, or by the parsers the server has
-/// for its chat template's model; calls only of the tools offered (none looked for where none
-/// are), one where not parallel.
+/// for its chat template's model; calls as the offer allows (none looked for where no tool
+/// is offered).
 fn answer_parser(model: &ServedModel, setup: &AnswerSetup) -> AnswerParser {
-    let tools = || setup.tools.clone();
+    let offer = || setup.offer.clone();
     if model.harmony.is_some() {
-        return AnswerParser::Harmony(harmony::Channels::offering(tools(), setup.parallel));
+        return AnswerParser::Harmony(harmony::Channels::offering(offer()));
     }
-    let calls = match model.tool_call_parser.filter(|_| !setup.tools.is_empty()) {
-        Some(ToolCallParser::Hermes) => Some(CallParser::Hermes(Hermes::offering(tools(), setup.parallel))),
-        Some(ToolCallParser::Llama3Json) => Some(CallParser::Llama3Json(Llama3Json::offering(tools(), setup.parallel))),
+    let calls = match model.tool_call_parser.filter(|_| !setup.offer.is_empty()) {
+        Some(ToolCallParser::Hermes) => Some(CallParser::Hermes(Hermes::offering(offer()))),
+        Some(ToolCallParser::Llama3Json) => Some(CallParser::Llama3Json(Llama3Json::offering(offer()))),
         Some(ToolCallParser::Openai) | None => None,
     };
     AnswerParser::Template {
@@ -276,30 +263,36 @@ fn finish_reason(finish: &Finish, ends_in_call: bool) -> &'static str {
 }
 
 /// The conversation's token ids through the model's chat template, rendered and tokenized
-/// off the async workers; a text too long in bytes to make fewer than `limit` tokens is
-/// refused before it is tokenized. The rendered template holds the special tokens it wants
-/// (BOS included), so the tokenizer adds its own only when `add_special_tokens` asks.
+/// off the async workers, and where the prompt leaves the thinking; a text too long in bytes
+/// to make fewer than `limit` tokens is refused before it is tokenized. The rendered template
+/// holds the special tokens it wants (BOS included), so the tokenizer adds its own only when
+/// `add_special_tokens` asks.
 pub(crate) async fn prompt_ids(
     state: &Arc<AppState>,
     messages: Vec<ChatMessage>,
     render: ChatRender,
     add_special_tokens: Option<bool>,
     limit: usize,
-) -> Result<Vec<u32>, ApiError> {
+) -> Result<(Vec<u32>, PromptThinking), ApiError> {
     let state = state.clone();
     off_runtime(move || {
-        let text = prompt_text(&state, &messages, &render)?;
-        state
+        let (text, thinking) = prompt_text(&state, &messages, &render)?;
+        let ids = state
             .model
-            .encode(&text, add_special_tokens.unwrap_or(false), limit, "messages")
+            .encode(&text, add_special_tokens.unwrap_or(false), limit, "messages")?;
+        Ok((ids, thinking))
     })
     .await
 }
 
 /// The conversation as prompt text: harmony for a gpt-oss model, else the model's chat
 /// template, which gets the offered tools as `tools` and past calls and results where the
-/// server parses tool calls (`template_message`).
-fn prompt_text(state: &AppState, messages: &[ChatMessage], render: &ChatRender) -> Result<String, ApiError> {
+/// server parses tool calls (`template_message`); and where the prompt leaves the thinking.
+fn prompt_text(
+    state: &AppState,
+    messages: &[ChatMessage],
+    render: &ChatRender,
+) -> Result<(String, PromptThinking), ApiError> {
     if messages.is_empty() {
         return Err(ApiError::invalid(Some("messages"), "messages is empty"));
     }
@@ -312,7 +305,8 @@ fn prompt_text(state: &AppState, messages: &[ChatMessage], render: &ChatRender) 
             ));
         }
         let effort = render.reasoning_effort.unwrap_or_default();
-        return harmony::render(messages, effort, &harmony::today(), &render.tools);
+        let text = harmony::render(messages, effort, &harmony::today(), &render.tools)?;
+        return Ok((text, PromptThinking::Neither));
     }
     let tool_calling = state.model.tool_call_parser.is_some();
     if !render.tools.is_empty() && !tool_calling {
@@ -344,11 +338,26 @@ fn prompt_text(state: &AppState, messages: &[ChatMessage], render: &ChatRender) 
     if let Some(effort) = render.reasoning_effort {
         extra.entry("reasoning_effort").or_insert(effort.as_str().into());
     }
-    let rendered = match render.continue_final_message {
-        true => template.render_continuing(&messages, &extra),
-        false => template.render(&messages, render.add_generation_prompt, &extra),
+    let failed = |e: minijinja::Error| ApiError::invalid(Some("messages"), format!("chat template: {e}"));
+    if render.continue_final_message || !render.add_generation_prompt {
+        let text = match render.continue_final_message {
+            true => template.render_continuing(&messages, &extra),
+            false => template.render(&messages, false, &extra),
+        };
+        return Ok((text.map_err(failed)?, PromptThinking::Neither));
+    }
+    let text = template.render(&messages, true, &extra).map_err(failed)?;
+    // The generation prompt alone (what rendering it adds) says where the thinking is left,
+    // never the conversation's own text.
+    let thinking = match state.model.reasoning_parser {
+        Some(_) => {
+            let without = template.render(&messages, false, &extra).map_err(failed)?;
+            text.strip_prefix(without.as_str())
+                .map_or(PromptThinking::Neither, PromptThinking::of)
+        }
+        None => PromptThinking::Neither,
     };
-    rendered.map_err(|e| ApiError::invalid(Some("messages"), format!("chat template: {e}")))
+    Ok((text, thinking))
 }
 
 /// Message `i` as a chat template reads it: role, content and an assistant's reasoning (as
@@ -488,9 +497,16 @@ mod tests {
     const PREAMBLE_AND_CALL: &str = "<|channel|>commentary<|message|>Let me check.<|end|><|start|>assistant\
         <|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\":\"Rome\"}";
 
+    fn plain() -> AnswerParser {
+        AnswerParser::Template {
+            thinking: None,
+            calls: None,
+        }
+    }
+
     fn harmony(tools: &[&str]) -> AnswerParser {
         let tools = tools.iter().map(|t| t.to_string()).collect();
-        AnswerParser::Harmony(harmony::Channels::offering(tools, true))
+        AnswerParser::Harmony(harmony::Channels::offering(Offer::new(tools, true)))
     }
 
     fn message(text: &str) -> (Value, bool) {
@@ -541,7 +557,10 @@ mod tests {
         let text = "Looking.<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}</tool_call>";
         let parser = AnswerParser::Template {
             thinking: None,
-            calls: Some(CallParser::Hermes(Hermes::offering(vec!["get_weather".into()], true))),
+            calls: Some(CallParser::Hermes(Hermes::offering(Offer::new(
+                vec!["get_weather".into()],
+                true,
+            )))),
         };
         let (message, ends_in_call) = answer_message("assistant".into(), "I am ", text, parser);
         let message = serde_json::to_value(message).unwrap();
@@ -551,7 +570,7 @@ mod tests {
             json!({"name": "get_weather", "arguments": "{\"city\":\"Rome\"}"})
         );
         assert!(ends_in_call);
-        let (message, ends_in_call) = answer_message("assistant".into(), "", text, AnswerParser::PLAIN);
+        let (message, ends_in_call) = answer_message("assistant".into(), "", text, plain());
         assert_eq!(
             serde_json::to_value(message).unwrap(),
             json!({"role": "assistant", "content": text})
@@ -619,8 +638,7 @@ mod tests {
         let text = format!("<think>\nweather?\n</think>\n\nLooking.{call}");
         let weather = ["get_weather".to_string()];
         let setup = |tools: &[String]| AnswerSetup {
-            tools: tools.to_vec(),
-            parallel: true,
+            offer: Offer::new(tools.to_vec(), true),
             thinking: PromptThinking::Neither,
         };
         let function = json!({"name": "get_weather", "arguments": "{\"city\":\"Rome\"}"});

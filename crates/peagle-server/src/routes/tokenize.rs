@@ -91,6 +91,7 @@ pub async fn tokenize(
                 state.engine.max_model_len(),
             )
             .await?
+            .0
         }
         _ => return Err(ApiError::invalid(None, "give either prompt or messages")),
     };

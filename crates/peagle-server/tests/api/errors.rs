@@ -136,7 +136,7 @@ async fn invalid_requests_get_400_naming_the_field() {
     r["max_completion_tokens"] = json!(0);
     bad_request(&server, chat, r, Some("max_completion_tokens")).await;
     let mut r = message(json!("hi"));
-    // Tools are for harmony (gpt-oss) models; this one renders chats by its template.
+    // Tools need a harmony (gpt-oss) model or a tool call parser; this server has neither.
     r["tools"] = json!([{"type": "function", "function": {"name": "now", "parameters": {}}}]);
     bad_request(&server, chat, r.clone(), Some("tools")).await;
     r["tool_choice"] = json!("none");
@@ -156,7 +156,13 @@ async fn invalid_requests_get_400_naming_the_field() {
         {"role": "assistant", "content": null, "tool_calls": [call]},
         {"role": "tool", "tool_call_id": "c1", "content": "noon"},
     ]);
-    bad_request(&server, chat, json!({"messages": turns}), Some("messages[1].role")).await;
+    bad_request(
+        &server,
+        chat,
+        json!({"messages": turns}),
+        Some("messages[1].tool_calls"),
+    )
+    .await;
     let results = json!([{"role": "user", "content": "hi"}, {"role": "tool", "content": "noon"}]);
     bad_request(&server, chat, json!({"messages": results}), Some("messages[1].role")).await;
 }

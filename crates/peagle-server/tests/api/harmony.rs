@@ -7,6 +7,7 @@
 
 use crate::common::{Options, TestServer};
 use peagle_engine::DraftModel;
+use peagle_server::answer::Offer;
 use peagle_server::harmony::{self, Channels, ReasoningEffort};
 use peagle_server::protocol::chat::ChatMessage;
 use peagle_server::protocol::tools::{offered_tools, Tool};
@@ -162,7 +163,7 @@ async fn answers_split_reasoning_from_content_streamed_or_not() {
         )
         .await;
     let text = raw["choices"][0]["text"].as_str().unwrap();
-    let split = Channels::offering(Vec::new(), true).split(text, true);
+    let split = Channels::offering(Offer::new(Vec::new(), true)).split(text, true);
     assert_eq!((split.reasoning, split.content), (reasoning, content), "raw: {text:?}");
     assert_eq!(
         body["usage"]["completion_tokens"], raw["usage"]["completion_tokens"],
@@ -338,6 +339,10 @@ async fn tool_requests_that_cannot_be_honoured_are_refused() {
         (
             request(json!([weather_tool()]), Value::Null, unanswered),
             "messages[2].tool_call_id",
+        ),
+        (
+            request(json!([weather_tool()]), Value::Null, misnamed),
+            "messages[1].tool_calls[0].function.name",
         ),
     ] {
         let (status, error) = server.call(chat, body).await;

@@ -31,7 +31,8 @@ const TEMPLATE: &str = r#"{%- if tools %}[system]
 {%- endif %}
 {%- endfor %}
 {%- if add_generation_prompt %}[assistant]
-{% endif %}"#;
+{% if enable_thinking %}<think>
+{% endif %}{% endif %}"#;
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -59,7 +60,7 @@ async fn server(model: &Path) -> TestServer {
         target: Some((model.to_path_buf(), None)),
         parsers: Parsers {
             tool_call: Some(ToolCallParser::Hermes),
-            reasoning: None,
+            reasoning: Some(ReasoningParser::Qwen3),
         },
         ..Default::default()
     })
@@ -120,6 +121,30 @@ async fn the_template_gets_tools_calls_and_results() {
         .filter_map(|chunk| chunk["choices"][0]["delta"]["content"].as_str().map(str::to_string))
         .collect();
     assert_eq!(content, message["content"].as_str().unwrap_or(""), "{body}");
+}
+
+/// A generation prompt that opens the thinking makes the answer reasoning up to `</think>`
+/// (this random model never writes one, so all of it); one that does not leaves the answer
+/// content. The conversation's own text does not count: a user who writes `</think>` or
+/// `<think>` changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_generation_prompt_says_whether_the_answer_starts_thinking() {
+    let model = qwen_with_tools();
+    let server = server(model.path()).await;
+    for user in ["Weather?", "What does </think> do?", "Say <think>"] {
+        for thinking in [true, false] {
+            let request = json!({"messages": [{"role": "user", "content": user}], "temperature": 0,
+                                 "max_tokens": 8, "chat_template_kwargs": {"enable_thinking": thinking}});
+            let body = server.ok("/v1/chat/completions", request).await;
+            let message = &body["choices"][0]["message"];
+            let reasoning = message["reasoning_content"].as_str().unwrap_or("");
+            let content = message["content"].as_str().unwrap_or("");
+            match thinking {
+                true => assert!(!reasoning.is_empty() && content.is_empty(), "{user}: {body}"),
+                false => assert!(reasoning.is_empty() && !content.is_empty(), "{user}: {body}"),
+            }
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
