@@ -1,16 +1,19 @@
 //! What adjusts the rows of a sequence's verification window before its tokens are chosen:
-//! its penalties and logit bias, and its stop tokens held back while fewer than `min_tokens`
-//! tokens are out (`penalties` has the order and the rule for drafts). The host applies it
+//! its penalties and logit bias, its stop tokens held back while fewer than `min_tokens`
+//! tokens are out (`penalties` has the order and the rule for drafts), and the tokens its
+//! constraints ban (`token_bans`). The host applies it
 //! to a whole row, or to the few values of a row it touches, with the same arithmetic, so a
 //! row adjusted where it lies (on a GPU) takes the values the host's copy would.
 
 use crate::penalties::{History, LogitsMut, Penalties};
 use crate::sequence::Sequence;
+use crate::token_bans::TokenBans;
 
 /// One window's adjustments, row by row: row i follows the sequence's tokens and the
 /// window's first i drafts.
 pub struct Adjuster<'a> {
     penalties: &'a Penalties,
+    bans: &'a TokenBans,
     min_tokens: usize,
     stop_ids: Vec<u32>,
     drafts: &'a [u32],
@@ -27,6 +30,7 @@ impl<'a> Adjuster<'a> {
         }
         Some(Self {
             penalties: &seq.params.sampling.penalties,
+            bans: &seq.params.sampling.bans,
             min_tokens: seq.params.min_tokens,
             stop_ids: seq.stop_ids(eos),
             drafts,
@@ -44,7 +48,7 @@ impl<'a> Adjuster<'a> {
             self.history.pop(draft);
         }
         self.row = row;
-        adjusts(self.penalties, self.min_tokens, self.history.generated())
+        adjusts(self.penalties, self.bans, self.min_tokens, self.history.generated())
     }
 
     fn holds_stop_tokens(&self) -> bool {
@@ -61,6 +65,12 @@ impl<'a> Adjuster<'a> {
                 }
             }
         }
+        let vocab = logits.vocab();
+        for token in self.bans.banned(self.history.tokens(), vocab) {
+            if let Some(l) = logits.logit_mut(token) {
+                *l = f32::NEG_INFINITY;
+            }
+        }
     }
 
     /// The tokens of a `vocab`-wide row that `apply` may change, ascending.
@@ -70,6 +80,7 @@ impl<'a> Adjuster<'a> {
             .penalties
             .touched(&self.history)
             .chain(held.copied())
+            .chain(self.bans.banned(self.history.tokens(), vocab))
             .filter(|&t| (t as usize) < vocab)
             .collect();
         tokens.sort_unstable();
@@ -85,28 +96,31 @@ pub fn adjusts_row(seq: &Sequence, row: usize) -> bool {
     let params = &seq.params;
     adjusts(
         &params.sampling.penalties,
+        &params.sampling.bans,
         params.min_tokens,
         seq.generated().len() + row,
     )
 }
 
-/// Whether a row after `generated` tokens is adjusted: by its penalties, or by stop tokens held
-/// back while fewer than `min_tokens` are out.
-fn adjusts(penalties: &Penalties, min_tokens: usize, generated: usize) -> bool {
-    !penalties.is_off() || generated < min_tokens
+/// Whether a row after `generated` tokens is adjusted: by its penalties, by stop tokens held
+/// back while fewer than `min_tokens` are out, or by constraints (every row of a sequence that
+/// has them, banning tokens there or not, so that the answer does not depend on the drafts).
+fn adjusts(penalties: &Penalties, bans: &TokenBans, min_tokens: usize, generated: usize) -> bool {
+    !penalties.is_off() || !bans.is_off() || generated < min_tokens
 }
 
 /// Some of a row's logits, by token: those an adjustment touches (`Adjuster::touched`).
 pub struct SparseLogits {
     tokens: Vec<u32>,
     values: Vec<f32>,
+    vocab: usize,
 }
 
 impl SparseLogits {
-    /// `values[i]` is the logit of `tokens[i]`; the tokens ascend.
-    pub fn new(tokens: Vec<u32>, values: Vec<f32>) -> Self {
+    /// `values[i]` is the logit of `tokens[i]` in a row of `vocab`; the tokens ascend.
+    pub fn new(tokens: Vec<u32>, values: Vec<f32>, vocab: usize) -> Self {
         assert_eq!(tokens.len(), values.len(), "a value per token");
-        Self { tokens, values }
+        Self { tokens, values, vocab }
     }
 
     /// The logit of `token`, if held.
@@ -120,6 +134,10 @@ impl LogitsMut for SparseLogits {
         let i = self.tokens.binary_search(&token).ok()?;
         Some(&mut self.values[i])
     }
+
+    fn vocab(&self) -> usize {
+        self.vocab
+    }
 }
 
 #[cfg(test)]
@@ -127,6 +145,7 @@ mod tests {
     use super::*;
     use crate::request::GenerateParams;
     use crate::sampling_params::SamplingParams;
+    use crate::token_bans::TokenBans;
     use rand::rngs::StdRng;
     use rand::{Rng, SeedableRng};
 
@@ -165,7 +184,7 @@ mod tests {
             assert!(touched.windows(2).all(|w| w[0] < w[1]));
             assert_eq!(touched.contains(&0), row < 2, "eos is held for the first two rows");
             let values = touched.iter().map(|&t| logits[t as usize]).collect();
-            let mut sparse = SparseLogits::new(touched.clone(), values);
+            let mut sparse = SparseLogits::new(touched.clone(), values, VOCAB);
             adjuster.apply(&mut sparse);
             for token in 0..VOCAB as u32 {
                 let want = dense[token as usize].to_bits();
@@ -212,6 +231,54 @@ mod tests {
         let back: Vec<_> = (0..=drafts.len()).rev().map(&mut row_at).collect();
         assert_eq!(back.into_iter().rev().collect::<Vec<_>>(), forward);
         assert_ne!(forward[0], forward[1], "the rows differ");
+    }
+
+    /// Bans on every row of a window: the tokens outside the allowed ones, and a bad word's
+    /// last token where the drafts before the row complete the rest of it; touched alone, they
+    /// are adjusted as in the whole row.
+    #[test]
+    fn bans_follow_the_drafts_and_are_touched_alone_as_in_the_row() {
+        const VOCAB: usize = 12;
+        let params = GenerateParams {
+            max_tokens: 100,
+            sampling: SamplingParams {
+                bans: TokenBans::new(Some((0..10).collect()), vec![vec![5, 6, 7], vec![3]]),
+                ..SamplingParams::default()
+            },
+            ..GenerateParams::default()
+        };
+        let mut seq = Sequence::new(vec![1, 5, 6], params);
+        seq.token_ids.extend([5]);
+        let drafts = [6, 7, 1];
+        let mut adjuster = Adjuster::of(&seq, &drafts, &[0]).expect("bans apply");
+        let logits: Vec<f32> = (0..VOCAB).map(|t| t as f32 - 5.5).collect();
+        let mut banned_by_row = Vec::new();
+        for row in 0..=drafts.len() {
+            assert!(adjuster.at_row(row), "every row of a sequence with bans is adjusted");
+            let mut dense = logits.clone();
+            adjuster.apply(&mut dense[..]);
+            let banned: Vec<u32> = (0..VOCAB as u32)
+                .filter(|&t| dense[t as usize] == f32::NEG_INFINITY)
+                .collect();
+            let touched = adjuster.touched(VOCAB);
+            let values = touched.iter().map(|&t| logits[t as usize]).collect();
+            let mut sparse = SparseLogits::new(touched, values, VOCAB);
+            adjuster.apply(&mut sparse);
+            for token in 0..VOCAB as u32 {
+                let value = sparse.get(token).unwrap_or(logits[token as usize]);
+                assert_eq!(
+                    value.to_bits(),
+                    dense[token as usize].to_bits(),
+                    "row {row}, token {token}"
+                );
+            }
+            banned_by_row.push(banned);
+        }
+        // Row 1 follows the generated 5 and the drafted 6: 7 completes the bad word there.
+        assert_eq!(
+            banned_by_row,
+            [vec![3, 10, 11], vec![3, 7, 10, 11], vec![3, 10, 11], vec![3, 10, 11]]
+        );
     }
 
     #[test]

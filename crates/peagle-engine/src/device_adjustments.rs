@@ -1,4 +1,4 @@
-//! The rows of a step that penalties, logit bias or held-back stop tokens adjust, copied and
+//! The rows of a step that penalties, logit bias, held-back stop tokens or bans adjust, copied and
 //! adjusted where the logits are (on a GPU): the device gathers the values each adjustment
 //! touches, the host adjusts them with the arithmetic it uses on a whole row (`adjustments`),
 //! and the device scatters them back, so each copy holds the host's adjusted row bit for bit.
@@ -74,7 +74,7 @@ impl AdjustedRows {
                 let own = std::mem::take(&mut touched[k]);
                 let row = &mut values[k * width..][..width];
                 let old = row[..own.len()].to_vec();
-                let mut sparse = SparseLogits::new(own, old);
+                let mut sparse = SparseLogits::new(own, old, vocab);
                 adjuster.apply(&mut sparse);
                 for (value, &token) in row.iter_mut().zip(&tokens[k * width..][..width]) {
                     *value = sparse.get(token).unwrap_or(*value);
@@ -97,12 +97,14 @@ mod tests {
     use crate::request::GenerateParams;
     use crate::sampling_params::SamplingParams;
     use crate::sequence::Sequence;
+    use crate::token_bans::TokenBans;
     use candle_core::Device;
     use rand::rngs::StdRng;
     use rand::{Rng, SeedableRng};
 
-    /// bf16 logits (a GPU's) give f32 copies whose adjusted rows are the host's adjustment of
-    /// the rows widened to f32, bit for bit; unadjusted rows are not copied.
+    /// bf16 logits (a GPU's) give f32 copies whose adjusted rows (penalties, bias, held-back
+    /// stop tokens and bans) are the host's adjustment of the rows widened to f32, bit for bit;
+    /// unadjusted rows are not copied.
     #[test]
     fn bf16_rows_are_adjusted_in_f32_as_the_host_adjusts_them() {
         const VOCAB: usize = 40;
@@ -122,6 +124,7 @@ mod tests {
                     repetition: 1.2,
                     logit_bias: vec![(13, 3.0)],
                 },
+                bans: TokenBans::new(Some((0..30).collect()), vec![vec![7, 2]]),
                 ..SamplingParams::default()
             },
             ..GenerateParams::default()

@@ -430,4 +430,38 @@ mod tests {
         }
         assert!(decided * 10 > cases * 7, "{decided} of {cases} decided");
     }
+
+    /// A row with no token left (every logit negative infinity, as constraints can leave one)
+    /// keeps none, from the row and from its first tokens alike, and so draws token 0: what
+    /// `argmax` chooses there, and the device's Gumbel draw.
+    #[test]
+    fn a_row_with_no_token_left_draws_token_0() {
+        let row = [f32::NEG_INFINITY; 300];
+        let logits = candle_core::Tensor::from_slice(&row, (1, row.len()), &candle_core::Device::Cpu).unwrap();
+        assert_eq!(crate::sampler::argmax(&row), 0);
+        for (top_k, top_p, min_p) in [(0, 1.0, 0.0), (5, 0.9, 0.0), (0, 0.5, 0.1), (50, 1e-6, 1.0)] {
+            let params = SamplingParams {
+                temperature: 0.8,
+                top_k,
+                top_p,
+                min_p,
+                ..SamplingParams::default()
+            };
+            let kept = nucleus(&row, &params);
+            assert_eq!(kept, [], "{params:?}");
+            assert_eq!(crate::sampler::draw_kept(&mut StdRng::seed_from_u64(1), &kept), 0);
+            let (lo, hi) = weight_thresholds(min_p);
+            let request = peagle_kernels::CandidateRequest {
+                row: 0,
+                temperature: 0.8,
+                lo,
+                hi,
+            };
+            let candidates = peagle_kernels::row_candidates(&logits, &[request], 100)
+                .unwrap()
+                .remove(0);
+            let from_candidates = nucleus_of_candidates(&candidates, row.len(), &params);
+            assert_eq!(from_candidates, Some(kept), "{params:?}");
+        }
+    }
 }

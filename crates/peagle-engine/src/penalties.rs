@@ -80,11 +80,18 @@ impl Penalties {
 pub trait LogitsMut {
     /// The token's logit; None for a token outside the row.
     fn logit_mut(&mut self, token: u32) -> Option<&mut f32>;
+
+    /// The tokens of the whole row: 0 to this.
+    fn vocab(&self) -> usize;
 }
 
 impl LogitsMut for [f32] {
     fn logit_mut(&mut self, token: u32) -> Option<&mut f32> {
         self.get_mut(token as usize)
+    }
+
+    fn vocab(&self) -> usize {
+        self.len()
     }
 }
 
@@ -94,7 +101,8 @@ pub struct History {
     output: HashMap<u32, u32>,
     /// The prompt's distinct tokens.
     prompt: HashSet<u32>,
-    generated: usize,
+    /// The generated tokens, in order.
+    generated: Vec<u32>,
 }
 
 impl History {
@@ -102,7 +110,7 @@ impl History {
         let mut history = Self {
             output: HashMap::new(),
             prompt: prompt.iter().copied().collect(),
-            generated: 0,
+            generated: Vec::with_capacity(generated.len()),
         };
         for &token in generated {
             history.push(token);
@@ -112,12 +120,17 @@ impl History {
 
     /// Tokens generated so far.
     pub fn generated(&self) -> usize {
-        self.generated
+        self.generated.len()
+    }
+
+    /// The tokens generated so far, in order.
+    pub fn tokens(&self) -> &[u32] {
+        &self.generated
     }
 
     pub fn push(&mut self, token: u32) {
         *self.output.entry(token).or_default() += 1;
-        self.generated += 1;
+        self.generated.push(token);
     }
 
     /// Undoes the last `push`, which was of `token`.
@@ -129,7 +142,11 @@ impl History {
             Some(count) => *count -= 1,
             None => panic!("popped token {token}, which was never pushed"),
         }
-        self.generated -= 1;
+        assert_eq!(
+            self.generated.pop(),
+            Some(token),
+            "popped a token that was not the last pushed"
+        );
     }
 
     /// Prompt tokens that were not generated: the repetition penalty applies once per token.

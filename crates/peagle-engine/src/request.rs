@@ -100,7 +100,7 @@ impl Request {
 
     /// A request the engine can run with a model of `vocab_size` tokens and a context of
     /// `max_model_len`: a prompt that leaves room for one token, at least one token asked
-    /// for, sampling fields in range, and prompt, stop and biased tokens in the vocabulary (a
+    /// for, sampling fields in range, and prompt, stop, biased, allowed and banned tokens in the vocabulary (a
     /// token outside it would fail the whole step it ran in, other requests' included).
     pub fn validate(&self, max_model_len: usize, vocab_size: usize) -> Result<(), InvalidRequest> {
         validate_prompt(&self.prompt, max_model_len, vocab_size)?;
@@ -119,7 +119,10 @@ impl Request {
             .logit_bias
             .iter()
             .map(|(t, _)| ("logit_bias", *t));
-        in_vocabulary(stops.chain(biased), vocab_size)
+        let bans = &params.sampling.bans;
+        let allowed = bans.allowed.iter().flatten().map(|t| ("allowed_token_ids", *t));
+        let bad = bans.bad_words.iter().flatten().map(|t| ("bad_words", *t));
+        in_vocabulary(stops.chain(biased).chain(allowed).chain(bad), vocab_size)
     }
 }
 

@@ -2,6 +2,7 @@
 //! shares.
 
 use crate::penalties::Penalties;
+use crate::token_bans::{InvalidBans, TokenBans};
 use thiserror::Error;
 
 #[derive(Debug, Clone, PartialEq)]
@@ -16,6 +17,8 @@ pub struct SamplingParams {
     pub seed: Option<u64>,
     /// Applied to the logits before the choice, greedy or not.
     pub penalties: Penalties,
+    /// Tokens that may not be chosen, greedy or not.
+    pub bans: TokenBans,
 }
 
 impl Default for SamplingParams {
@@ -27,6 +30,7 @@ impl Default for SamplingParams {
             min_p: 0.0,
             seed: None,
             penalties: Penalties::default(),
+            bans: TokenBans::default(),
         }
     }
 }
@@ -56,6 +60,8 @@ pub enum InvalidSampling {
     FrequencyPenalty(f32),
     #[error("logit_bias for token {token} must be between -100 and 100, got {bias}")]
     LogitBias { token: u32, bias: f32 },
+    #[error(transparent)]
+    Bans(#[from] InvalidBans),
 }
 
 impl InvalidSampling {
@@ -69,6 +75,7 @@ impl InvalidSampling {
             Self::PresencePenalty(_) => "presence_penalty",
             Self::FrequencyPenalty(_) => "frequency_penalty",
             Self::LogitBias { .. } => "logit_bias",
+            Self::Bans(e) => e.param(),
         }
     }
 }
@@ -98,7 +105,7 @@ impl SamplingParams {
         if let Some(&(token, bias)) = p.logit_bias.iter().find(|(_, b)| !within(*b, MAX_BIAS)) {
             return Err(InvalidSampling::LogitBias { token, bias });
         }
-        Ok(())
+        Ok(self.bans.validate()?)
     }
 
     pub fn is_greedy(&self) -> bool {

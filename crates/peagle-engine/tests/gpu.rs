@@ -6,7 +6,7 @@
 
 use peagle_engine::{
     DraftModel, EngineBuilder, GenerateParams, Generator, GeneratorOptions, Penalties, SamplingParams, SchedulerConfig,
-    SpecStats,
+    SpecStats, TokenBans,
 };
 use peagle_models::{DTypeSpec, DeviceSpec, KvCacheDtype, LoadOptions};
 mod common;
@@ -120,8 +120,8 @@ fn speculative_greedy_output_equals_plain_on_the_gpu() {
 
 /// Seeded sampling on the GPU, with a top-p cut (chosen from the device's first tokens, or
 /// the row where those leave the cut undecided), with no cut (Gumbel-max on the device), with
-/// `min_tokens` holding the end of text back at first, and with penalties and logit bias
-/// (rows adjusted on the device), sampled and greedy: P-EAGLE at K = 7 and EAGLE-3 at K = 3
+/// `min_tokens` holding the end of text back at first, and with penalties and logit bias or
+/// banned tokens (rows adjusted on the device), sampled and greedy: P-EAGLE at K = 7 and EAGLE-3 at K = 3
 /// commit exactly the tokens plain decoding does.
 #[test]
 fn speculative_seeded_sampling_equals_plain_on_the_gpu() {
@@ -151,6 +151,14 @@ fn speculative_seeded_sampling_equals_plain_on_the_gpu() {
         },
         ..params
     };
+    // Half the vocabulary allowed, and a token and a pair banned.
+    let banned = |params: GenerateParams| GenerateParams {
+        sampling: SamplingParams {
+            bans: TokenBans::new(Some((0..4096).collect()), vec![vec![13], vec![198, 198]]),
+            ..params.sampling
+        },
+        ..params
+    };
     let cases = [
         sampled(0.8, 0.9, 0, 1),
         sampled(0.8, 1.0, 0, 2),
@@ -158,6 +166,8 @@ fn speculative_seeded_sampling_equals_plain_on_the_gpu() {
         penalised(sampled(0.8, 0.9, 4, 4)),
         penalised(sampled(0.8, 1.0, 0, 5)),
         penalised(sampled(0.0, 1.0, 0, 6)),
+        banned(sampled(0.8, 0.9, 2, 7)),
+        banned(sampled(0.0, 1.0, 0, 8)),
     ];
     let want: Vec<Vec<Vec<u32>>> = cases
         .iter()

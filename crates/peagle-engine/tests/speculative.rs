@@ -3,7 +3,7 @@
 //! mostly accepted (a drafter that always proposes the token the target repeats).
 
 use candle_core::Device;
-use peagle_engine::{DraftModel, GenerateParams, Generator, GeneratorOptions, Penalties, SamplingParams};
+use peagle_engine::{DraftModel, GenerateParams, Generator, GeneratorOptions, Penalties, SamplingParams, TokenBans};
 use peagle_models::{KvCacheDtype, LoadOptions};
 mod common;
 use common::fixture;
@@ -238,17 +238,7 @@ fn penalties_keep_greedy_speculative_output_exact() {
         outputs(&mut generator("tiny-llama", None, 512), &prompts, 24),
         "the penalties change the output"
     );
-    for parallel in [true, false] {
-        for k in [3, 7] {
-            let drafter = fixture("tiny-llama-peagle");
-            let mut g = generator("tiny-llama", Some((&drafter, k, parallel)), 512);
-            assert_eq!(
-                outputs_with(&mut g, &prompts, &penalised),
-                plain,
-                "parallel={parallel} k={k}"
-            );
-        }
-    }
+    assert_random_drafters_keep(&prompts, &penalised, &plain);
 
     // A frequency penalty ends the run of 203s part way through a window of accepted drafts.
     let prompt = repeating_prompt();
@@ -268,14 +258,82 @@ fn penalties_keep_greedy_speculative_output_exact() {
         .token_ids;
     let repeats = plain.iter().filter(|t| **t == 203).count();
     assert!((2..30).contains(&repeats), "203 repeats {repeats} times: {plain:?}");
+    assert_accepted_drafts_keep(&prompt, &frequency, &plain);
+}
+
+/// Tiny-llama's output under `params` with its random P-EAGLE drafter, drafting in parallel
+/// and not, at K = 3 and 7, is `plain`.
+fn assert_random_drafters_keep(prompts: &[Vec<u32>], params: &GenerateParams, plain: &[Vec<u32>]) {
+    let drafter = fixture("tiny-llama-peagle");
+    for parallel in [true, false] {
+        for k in [3, 7] {
+            let mut g = generator("tiny-llama", Some((&drafter, k, parallel)), 512);
+            assert_eq!(
+                outputs_with(&mut g, prompts, params),
+                plain,
+                "parallel={parallel} k={k}"
+            );
+        }
+    }
+}
+
+/// Tiny-qwen3's output under `params` with a drafter that always proposes 203, at K = 3 and
+/// 7, is `plain`, with some drafts accepted.
+fn assert_accepted_drafts_keep(prompt: &[u32], params: &GenerateParams, plain: &[u32]) {
     let dir = constant_drafter(203);
     for k in [3, 7] {
         let mut g = generator("tiny-qwen3", Some((dir.path(), k, false)), 512);
-        let out = g.generate(&prompt, &frequency, |_| {}).unwrap();
+        let out = g.generate(prompt, params, |_| {}).unwrap();
         assert_eq!(out.token_ids, plain, "k={k}");
         assert!(
             out.spec_stats.per_position_acceptance()[0] > 0.0,
             "drafts were accepted"
         );
     }
+}
+
+/// Banned tokens are never emitted, and a window row bans what plain decoding would after the
+/// drafts before it, so greedy speculative output under bans equals plain output under them:
+/// with random drafters, and with drafts mostly accepted until a bad word turns them away.
+#[test]
+fn bans_keep_greedy_speculative_output_exact() {
+    let with = |bans: TokenBans, max_tokens| GenerateParams {
+        sampling: SamplingParams {
+            bans,
+            ..SamplingParams::default()
+        },
+        ..greedy(max_tokens)
+    };
+    let prompts = prompts();
+    let unbanned = outputs(&mut generator("tiny-llama", None, 512), &prompts, 24);
+    // Every other token of the ones the model generates unbanned, and two of its pairs.
+    let mut seen: Vec<u32> = unbanned.iter().flatten().copied().collect();
+    seen.sort_unstable();
+    seen.dedup();
+    let allowed: Vec<u32> = seen.iter().copied().step_by(2).collect();
+    let pairs: Vec<Vec<u32>> = [&unbanned[0], &unbanned[1]].iter().map(|o| o[2..4].to_vec()).collect();
+    let banned = with(TokenBans::new(Some(allowed.clone()), pairs.clone()), 24);
+    let plain = outputs_with(&mut generator("tiny-llama", None, 512), &prompts, &banned);
+    assert_ne!(plain, unbanned, "the bans change the output");
+    for out in &plain {
+        assert!(
+            out.iter().all(|t| allowed.contains(t)),
+            "{out:?} has a token not allowed"
+        );
+        for pair in &pairs {
+            assert!(!out.windows(2).any(|w| w == &pair[..]), "{out:?} has {pair:?}");
+        }
+    }
+    assert_random_drafters_keep(&prompts, &banned, &plain);
+
+    // A run of 203s is cut at two each time, part way through windows of accepted drafts.
+    let prompt = repeating_prompt();
+    let no_triples = with(TokenBans::new(None, vec![vec![203, 203, 203]]), 40);
+    let plain = generator("tiny-qwen3", None, 512)
+        .generate(&prompt, &no_triples, |_| {})
+        .unwrap()
+        .token_ids;
+    assert!(plain.windows(2).any(|w| w == [203, 203]), "{plain:?}");
+    assert!(!plain.windows(3).any(|w| w == [203, 203, 203]), "{plain:?}");
+    assert_accepted_drafts_keep(&prompt, &no_triples, &plain);
 }

@@ -6,7 +6,7 @@
 use crate::error::ApiError;
 use crate::harmony::Harmony;
 use crate::protocol::sampling::SamplingRequest;
-use peagle_engine::{GenerateParams, Penalties, Request, SamplingParams};
+use peagle_engine::{GenerateParams, Penalties, Request, SamplingParams, TokenBans};
 use peagle_models::SamplingDefaults;
 
 /// Most choices per request.
@@ -19,6 +19,10 @@ pub const MAX_STOP_STRINGS: usize = 256;
 pub const MAX_STOP_BYTES: usize = 16 << 10;
 /// Most stop token ids per request.
 pub const MAX_STOP_TOKEN_IDS: usize = 1024;
+/// Most bad words, and most bytes in all of them, per request: each is checked after every
+/// token, as a stop string is.
+pub const MAX_BAD_WORDS: usize = 256;
+pub const MAX_BAD_WORD_BYTES: usize = 16 << 10;
 
 /// The sampling settings a request's choices share.
 #[derive(Debug, Clone)]
@@ -58,8 +62,13 @@ pub struct TextOptions {
 
 impl SamplingRequest {
     /// Reads the fields (400 naming one that cannot be read as the engine's). Fields the
-    /// request leaves out take the model's `defaults`, then OpenAI's.
-    pub fn check(&self, defaults: &SamplingDefaults) -> Result<ChoiceTemplate, ApiError> {
+    /// request leaves out take the model's `defaults`, then OpenAI's; `encode` is the model's
+    /// tokenizer, without special tokens, for `bad_words`.
+    pub fn check(
+        &self,
+        defaults: &SamplingDefaults,
+        encode: impl Fn(&str) -> Result<Vec<u32>, ApiError>,
+    ) -> Result<ChoiceTemplate, ApiError> {
         self.refused.check()?;
         let n = self.n.unwrap_or(1);
         if !(1..=MAX_N).contains(&n) {
@@ -102,7 +111,9 @@ impl SamplingRequest {
             ));
         }
         let stop = self.stop.as_ref().map(|s| s.strings()).unwrap_or_default();
-        check_stop_strings(&stop)?;
+        check_strings(&stop, "stop", MAX_STOP_STRINGS, MAX_STOP_BYTES)?;
+        let bad_words = self.bad_words.as_deref().unwrap_or_default();
+        check_strings(bad_words, "bad_words", MAX_BAD_WORDS, MAX_BAD_WORD_BYTES)?;
         let truncation = match self.truncate_prompt_tokens {
             None => None,
             Some(-1) => Some(Truncation::Context),
@@ -129,6 +140,7 @@ impl SamplingRequest {
                 // A negative seed is its two's complement bits.
                 seed: self.seed.map(|s| s as u64),
                 penalties: self.penalties(defaults)?,
+                bans: TokenBans::new(self.allowed_token_ids.clone(), bad_word_ids(bad_words, encode)?),
             },
             ignore_eos: self.ignore_eos.unwrap_or(false),
             min_tokens,
@@ -261,18 +273,45 @@ impl ChoiceTemplate {
     }
 }
 
-fn check_stop_strings(stop: &[String]) -> Result<(), ApiError> {
-    let bytes: usize = stop.iter().map(String::len).sum();
-    if stop.len() > MAX_STOP_STRINGS || bytes > MAX_STOP_BYTES {
+/// At most `count` strings of `max_bytes` in all in the list field `param`.
+fn check_strings(strings: &[String], param: &str, count: usize, max_bytes: usize) -> Result<(), ApiError> {
+    let bytes: usize = strings.iter().map(String::len).sum();
+    if strings.len() > count || bytes > max_bytes {
         return Err(ApiError::invalid(
-            Some("stop"),
+            Some(param),
             format!(
-                "at most {MAX_STOP_STRINGS} stop strings of {MAX_STOP_BYTES} bytes in all, got {} of {bytes} bytes",
-                stop.len()
+                "at most {count} {param} of {max_bytes} bytes in all, got {} of {bytes} bytes",
+                strings.len()
             ),
         ));
     }
     Ok(())
+}
+
+/// The token sequences `words` ban, as vLLM encodes them: each word without its leading
+/// whitespace, then with one space before it where that encodes to as many tokens and begins
+/// with another (a word-initial token, which the word has mid-text).
+fn bad_word_ids(
+    words: &[String],
+    encode: impl Fn(&str) -> Result<Vec<u32>, ApiError>,
+) -> Result<Vec<Vec<u32>>, ApiError> {
+    let mut ids = Vec::new();
+    for word in words {
+        let bare = encode(word.trim_start())?;
+        if bare.is_empty() {
+            return Err(ApiError::invalid(
+                Some("bad_words"),
+                format!("bad word {word:?} encodes to no token"),
+            ));
+        }
+        let spaced = encode(&format!(" {}", word.trim_start()))?;
+        let distinct = spaced.len() == bare.len() && spaced.first() != bare.first();
+        ids.push(bare);
+        if distinct {
+            ids.push(spaced);
+        }
+    }
+    Ok(ids)
 }
 
 /// Every id in `ids` (the field `param`) must be below `vocab_size`.
@@ -341,6 +380,11 @@ mod tests {
     use super::*;
     use std::collections::BTreeMap;
 
+    /// A tokenizer of one token a character, its code point.
+    fn chars(text: &str) -> Result<Vec<u32>, ApiError> {
+        Ok(text.chars().map(u32::from).collect())
+    }
+
     fn fields() -> SamplingRequest {
         SamplingRequest {
             seed: Some(7),
@@ -351,7 +395,7 @@ mod tests {
 
     #[test]
     fn choices_get_consecutive_seeds() {
-        let template = fields().check(&SamplingDefaults::default()).unwrap();
+        let template = fields().check(&SamplingDefaults::default(), chars).unwrap();
         let seeds: Vec<_> = (0..template.n)
             .map(|i| template.request(&[1], 4, None, i).params.sampling.seed)
             .collect();
@@ -373,7 +417,7 @@ mod tests {
             stop_token_ids: Some(vec![9, 11]),
             ..fields()
         }
-        .check(&SamplingDefaults::default())
+        .check(&SamplingDefaults::default(), chars)
         .unwrap();
         let params = template.request(&[1], 4, None, 0).params;
         assert_eq!(
@@ -396,7 +440,7 @@ mod tests {
     /// are the engine's to check (the API tests send each out of range).
     #[test]
     fn unreadable_fields_name_the_param() {
-        let bad = |f: SamplingRequest| f.check(&SamplingDefaults::default()).unwrap_err().param.unwrap();
+        let bad = |f: SamplingRequest| f.check(&SamplingDefaults::default(), chars).unwrap_err().param.unwrap();
         let cases = [
             (
                 "n",
@@ -443,7 +487,7 @@ mod tests {
             repetition_penalty: Some(1.1),
             max_new_tokens: Some(32),
         };
-        let template = fields().check(&defaults).unwrap();
+        let template = fields().check(&defaults, chars).unwrap();
         let sampling = template.request(&[1], 4, None, 0).params.sampling;
         assert_eq!(
             (sampling.temperature, sampling.top_p, sampling.top_k, sampling.min_p),
@@ -460,7 +504,7 @@ mod tests {
             ..fields()
         };
         let sampling = explicit
-            .check(&defaults)
+            .check(&defaults, chars)
             .unwrap()
             .request(&[1], 4, None, 0)
             .params
@@ -470,7 +514,7 @@ mod tests {
 
     #[test]
     fn budgets_fit_the_context() {
-        let template = fields().check(&SamplingDefaults::default()).unwrap();
+        let template = fields().check(&SamplingDefaults::default(), chars).unwrap();
         let max_tokens = |requested, prompt_len| template.budget(requested, "max_tokens", 16, prompt_len, 100);
         assert_eq!(max_tokens(None, 10).unwrap(), 16);
         assert_eq!(max_tokens(None, 95).unwrap(), 5);

@@ -210,15 +210,24 @@ impl ServedModel {
                 param,
             ));
         }
-        let ids = self
-            .tokenizer
-            .encode_fast(text, add_special_tokens)
-            .map(|e| e.get_ids().to_vec())
-            .map_err(|e| ApiError::internal(format!("tokenizer: {e}")));
+        let ids = self.ids(text, add_special_tokens);
         if text.len() > TRIM_AFTER_BYTES {
             give_back_freed_memory();
         }
         ids
+    }
+
+    /// Token ids of a short `text` that is not a prompt (a bad word), without the special
+    /// tokens a prompt's post-processor adds.
+    pub fn encode_words(&self, text: &str) -> Result<Vec<u32>, ApiError> {
+        self.ids(text, false)
+    }
+
+    fn ids(&self, text: &str, add_special_tokens: bool) -> Result<Vec<u32>, ApiError> {
+        self.tokenizer
+            .encode_fast(text, add_special_tokens)
+            .map(|e| e.get_ids().to_vec())
+            .map_err(|e| ApiError::internal(format!("tokenizer: {e}")))
     }
 
     pub fn decode(&self, ids: &[u32]) -> Result<String, ApiError> {

@@ -6,7 +6,8 @@ use clap::Parser;
 use peagle_cli::report::{read_prompts, Report};
 use peagle_cli::{demo_model_dir, init_tracing};
 use peagle_engine::{
-    DraftModel, GenerateParams, Generator, GeneratorOptions, Penalties, SamplingParams, DEFAULT_GPU_MEMORY_UTILIZATION,
+    DraftModel, GenerateParams, Generator, GeneratorOptions, Penalties, SamplingParams, TokenBans,
+    DEFAULT_GPU_MEMORY_UTILIZATION,
 };
 use peagle_kernels::cuda_profiler_range;
 use peagle_models::{DTypeSpec, DeviceSpec, KvCacheDtype, LoadOptions};
@@ -168,6 +169,7 @@ fn run(args: Args) -> Result<()> {
                 repetition: args.repetition_penalty,
                 logit_bias: Vec::new(),
             },
+            bans: TokenBans::default(),
         },
         ignore_eos: args.ignore_eos,
         ..GenerateParams::default()

@@ -1,6 +1,6 @@
 //! Fields of OpenAI's and vLLM's APIs that peagle does not implement: structured output, the
-//! legacy `functions` (chat's `tools` replace them), a forced tool call, `prompt_logprobs`,
-//! beam search and token constraints. Each is refused with a 400
+//! legacy `functions` (chat's `tools` replace them), a forced tool call, `prompt_logprobs`
+//! and beam search. Each is refused with a 400
 //! naming it, since ignoring it would hand the client text that does not honour what it asked
 //! for. Held as raw JSON, so no value is a type error.
 
@@ -24,8 +24,6 @@ pub struct Refused {
     tool_choice: Option<Value>,
     prompt_logprobs: Option<Value>,
     use_beam_search: Option<Value>,
-    bad_words: Option<Value>,
-    allowed_token_ids: Option<Value>,
 }
 
 impl Refused {
@@ -62,13 +60,6 @@ impl Refused {
             if !is_null_or(beam, |b| *b == false) {
                 return Err(refuse("use_beam_search", "beam search is not supported"));
             }
-        }
-        let constraints = [
-            ("bad_words", &self.bad_words),
-            ("allowed_token_ids", &self.allowed_token_ids),
-        ];
-        if let Some((name, _)) = constraints.iter().find(|(_, v)| !is_none(v)) {
-            return Err(refuse(name, "constraining tokens is not supported"));
         }
         Ok(())
     }
@@ -112,8 +103,8 @@ mod tests {
             json!({"response_format": {"type": "text"}}),
             json!({"response_format": null, "guided_json": null}),
             json!({"functions": []}),
-            json!({"functions": null, "use_beam_search": false, "bad_words": null}),
-            json!({"allowed_token_ids": null, "tool_choice": "auto"}),
+            json!({"functions": null, "use_beam_search": false}),
+            json!({"tool_choice": "auto"}),
             json!({"tool_choice": "none"}),
         ] {
             assert_eq!(param(fine.clone()), None, "{fine}");
@@ -130,8 +121,6 @@ mod tests {
             ),
             ("prompt_logprobs", json!({"prompt_logprobs": 1})),
             ("use_beam_search", json!({"use_beam_search": true})),
-            ("bad_words", json!({"bad_words": ["x"]})),
-            ("allowed_token_ids", json!({"allowed_token_ids": [5, 6]})),
         ];
         for (name, body) in refused {
             assert_eq!(param(body).as_deref(), Some(name));

@@ -39,6 +39,13 @@ pub struct SamplingRequest {
     /// vLLM extension: token ids that end the choice.
     #[schema(max_items = 1024)]
     pub stop_token_ids: Option<Vec<u32>>,
+    /// vLLM extension: the only token ids the choice may generate.
+    #[schema(min_items = 1)]
+    pub allowed_token_ids: Option<Vec<u32>>,
+    /// vLLM extension: words the choice never generates (the last token of each, with and
+    /// without a leading space, is banned after the rest of it).
+    #[schema(max_items = 256)]
+    pub bad_words: Option<Vec<String>>,
     /// vLLM extension: keep the stop string or stop token that ended the choice in its text.
     pub include_stop_str_in_output: Option<bool>,
     /// vLLM extension: false puts special tokens' text in the output.

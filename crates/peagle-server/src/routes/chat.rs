@@ -102,7 +102,7 @@ pub async fn chat_completions(
     }
     let streaming = req.stream.unwrap_or(false);
     let usage = StreamUsage::of(streaming, req.stream_options.as_ref())?;
-    let template = sampling.check(&state.model.sampling_defaults)?;
+    let template = sampling.check(&state.model.sampling_defaults, |w| state.model.encode_words(w))?;
     check_sequences(1, template.n, state.config.max_sequences_per_request)?;
     let top = req
         .top_logprobs

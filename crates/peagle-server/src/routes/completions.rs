@@ -95,7 +95,7 @@ pub async fn completions(
     check_model(&state, req.model.as_deref())?;
     let streaming = req.stream.unwrap_or(false);
     let usage = StreamUsage::of(streaming, req.stream_options.as_ref())?;
-    let template = sampling.check(&state.model.sampling_defaults)?;
+    let template = sampling.check(&state.model.sampling_defaults, |w| state.model.encode_words(w))?;
     check_unsupported(&req, template.n)?;
     check_sequences(req.prompt.count(), template.n, state.config.max_sequences_per_request)?;
     let logprobs = req.logprobs.map(|v| logprobs_count(v, "logprobs")).transpose()?;

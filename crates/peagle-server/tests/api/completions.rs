@@ -1,4 +1,5 @@
-//! /v1/completions: plain and streamed, n, stop strings, logprobs, seeds, echo, token prompts.
+//! /v1/completions: plain and streamed, n, stop strings, logprobs, seeds, echo, token prompts,
+//! penalties and token constraints.
 
 use crate::common::{greedy, streamed, texts, token_id, Options, TestServer, MAX_MODEL_LEN, MODEL};
 use peagle_engine::GenerationDefaults;
@@ -450,6 +451,46 @@ async fn penalties_and_logit_bias_steer_greedy_text_alike_with_and_without_specu
         texts(&server.ok("/v1/completions", biased).await),
         vec![" pass".repeat(6)]
     );
+}
+
+/// vLLM's token constraints steer greedy text alike with and without speculation:
+/// `bad_words` keeps a word's tokens (with and without a leading space) out of it, and
+/// `allowed_token_ids` keeps every token in the set.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_words_and_allowed_token_ids_constrain_greedy_text_alike_with_and_without_speculation() {
+    let server = TestServer::start().await;
+    let tokens_of = |body: &Value| -> Vec<String> {
+        let tokens = body["choices"][0]["logprobs"]["tokens"].as_array().unwrap();
+        tokens.iter().map(|t| t.as_str().unwrap().to_owned()).collect()
+    };
+    let mut request = greedy("import os\nimport sys\n", 32);
+    request["logprobs"] = json!(0);
+    let free = tokens_of(&server.ok("/v1/completions", request.clone()).await);
+    assert!(free.iter().any(|t| t == "import"), "{free:?}");
+
+    let mut banned = request.clone();
+    banned["bad_words"] = json!([" import"]);
+    let speculative = tokens_of(&server.ok("/v1/completions", banned.clone()).await);
+    assert_ne!(speculative, free);
+    assert!(
+        !speculative.iter().any(|t| t == "import" || t == " import"),
+        "{speculative:?}"
+    );
+    banned["speculative"] = json!(false);
+    assert_eq!(tokens_of(&server.ok("/v1/completions", banned).await), speculative);
+
+    // The free text's tokens but its first.
+    let allowed: Vec<u32> = free[1..].iter().map(|t| token_id(t)).collect();
+    let mut only = request;
+    only["allowed_token_ids"] = json!(allowed);
+    let speculative = tokens_of(&server.ok("/v1/completions", only.clone()).await);
+    assert!(
+        speculative.iter().all(|t| allowed.contains(&token_id(t))),
+        "{speculative:?} leaves {allowed:?}"
+    );
+    assert_ne!(speculative[0], free[0]);
+    only["speculative"] = json!(false);
+    assert_eq!(tokens_of(&server.ok("/v1/completions", only).await), speculative);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

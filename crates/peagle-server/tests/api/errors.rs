@@ -109,7 +109,11 @@ async fn invalid_requests_get_400_naming_the_field() {
         ("prompt_logprobs", json!(1), "prompt_logprobs"),
         ("stream_options", json!({"include_usage": true}), "stream_options"),
         ("guided_regex", json!("[0-9]+"), "guided_regex"),
-        ("allowed_token_ids", json!([5, 6]), "allowed_token_ids"),
+        ("allowed_token_ids", json!([]), "allowed_token_ids"),
+        ("allowed_token_ids", json!([5, 100000]), "allowed_token_ids"),
+        ("allowed_token_ids", json!([-1]), "allowed_token_ids[0]"),
+        ("bad_words", json!(["  "]), "bad_words"),
+        ("bad_words", json!("import"), "bad_words"),
         ("use_beam_search", json!(true), "use_beam_search"),
         (
             "tools",
