@@ -86,12 +86,7 @@ impl Choice {
     /// outside the row's first tokens has its logit read.
     pub fn output(&self, token: u32, seq: &Sequence) -> Result<TokenOutput> {
         let (Some(top), Some(candidates)) = (seq.logprobs, &self.logprob_candidates) else {
-            return Ok(TokenOutput {
-                id: token,
-                logprob: None,
-                top_logprobs: Vec::new(),
-                stops: false,
-            });
+            return Ok(TokenOutput::bare(token));
         };
         let logit = match candidates.first.iter().find(|(t, _)| *t == token) {
             Some(&(_, logit)) => logit,

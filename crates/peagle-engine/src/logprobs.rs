@@ -21,12 +21,7 @@ pub fn score_prompt(seq: &mut Sequence, start: usize, logits: &Tensor, rows: Ran
         return Ok(());
     }
     if seq.prompt_scored == 0 {
-        seq.prompt_outputs.push(TokenOutput {
-            id: seq.token_ids[0],
-            logprob: None,
-            top_logprobs: Vec::new(),
-            stops: false,
-        });
+        seq.prompt_outputs.push(TokenOutput::bare(seq.token_ids[0]));
         seq.prompt_scored = 1;
     }
     let from = seq.prompt_scored;
@@ -40,29 +35,38 @@ pub fn score_prompt(seq: &mut Sequence, start: usize, logits: &Tensor, rows: Ran
     Ok(())
 }
 
-/// The outputs of `tokens` with `top` log-probabilities, token i from row `first + i` of
-/// `logits`: read in place on the host; on a device, from each row's first tokens and total
-/// (`row_candidates`) and the tokens' own logits, a few values a row.
+/// The outputs of `tokens` with `top` log-probabilities and their ranks, token i from row
+/// `first + i` of `logits`: read in place on the host; on a device, from each row's first
+/// tokens and total (`row_candidates`), the tokens' own logits and the count of logits above
+/// each, a few values a row.
 fn scored_rows(tokens: &[u32], logits: &Tensor, first: usize, top: usize) -> candle_core::Result<Vec<TokenOutput>> {
     let rows = first..first + tokens.len();
     if host_readable(logits) || top > MAX_ROW_CANDIDATES {
-        return with_rows(logits, rows, |rows| token_outputs(tokens, rows, Some(top)));
+        return with_rows(logits, rows, |rows| {
+            let mut outputs = token_outputs(tokens, rows.clone(), Some(top));
+            for ((output, row), &token) in outputs.iter_mut().zip(rows).zip(tokens) {
+                let own = row[token as usize];
+                output.rank = Some(1 + row.iter().filter(|&&l| l > own).count() as u32);
+            }
+            outputs
+        });
     }
     let requests: Vec<CandidateRequest> = rows.map(logprob_request).collect();
     let candidates = row_candidates(logits, &requests, top.max(1))?;
     let ids = Tensor::from_slice(tokens, (tokens.len(), 1), logits.device())?;
-    let own: Vec<f32> = logits
-        .narrow(0, first, tokens.len())?
-        .contiguous()?
-        .gather(&ids, 1)?
-        .to_dtype(DType::F32)?
-        .flatten_all()?
-        .to_vec1()?;
+    let scored = logits.narrow(0, first, tokens.len())?.contiguous()?;
+    let own = scored.gather(&ids, 1)?;
+    let above: Vec<u32> = scored.broadcast_gt(&own)?.to_dtype(DType::U32)?.sum(1)?.to_vec1()?;
+    let own: Vec<f32> = own.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?;
     Ok(tokens
         .iter()
         .zip(own)
         .zip(&candidates)
-        .map(|((&token, logit), candidates)| candidate_output(token, logit, candidates, top))
+        .zip(above)
+        .map(|(((&token, logit), candidates), above)| TokenOutput {
+            rank: Some(1 + above),
+            ..candidate_output(token, logit, candidates, top)
+        })
         .collect())
 }
 
@@ -87,12 +91,7 @@ pub fn token_outputs<'a>(
         .iter()
         .zip(rows)
         .map(|(&id, row)| match logprobs {
-            None => TokenOutput {
-                id,
-                logprob: None,
-                top_logprobs: Vec::new(),
-                stops: false,
-            },
+            None => TokenOutput::bare(id),
             Some(top) => {
                 let lp = log_softmax(row);
                 let mut order: Vec<usize> = (0..lp.len()).collect();
@@ -106,6 +105,7 @@ pub fn token_outputs<'a>(
                     id,
                     logprob: Some(lp[id as usize]),
                     top_logprobs: order.into_iter().map(|i| (i as u32, lp[i])).collect(),
+                    rank: None,
                     stops: false,
                 }
             }
@@ -137,6 +137,7 @@ pub fn candidate_output(token: u32, logit: f32, candidates: &RowCandidates, top:
             .iter()
             .map(|&(t, l)| (t, l - max - log_sum))
             .collect(),
+        rank: None,
         stops: false,
     }
 }
@@ -150,8 +151,8 @@ mod tests {
     use rand::{Rng, SeedableRng};
 
     /// A prompt scored in two chunks from logits the host cannot read in place (a strided
-    /// tensor stands for a GPU's) gets the host's outputs, but for the last bits of each
-    /// row's normaliser.
+    /// tensor stands for a GPU's) gets the host's outputs, ranks included, but for the last
+    /// bits of each row's normaliser.
     #[test]
     fn a_prompt_scored_on_a_device_gets_the_hosts_log_probabilities() {
         const VOCAB: usize = 700;
@@ -171,8 +172,19 @@ mod tests {
             };
             let (host, device) = (scored(&logits), scored(&strided));
             assert_eq!(host.len(), prompt.len());
+            // Each token's rank: one more than the logits above its own in its row.
+            let rows: Vec<Vec<f32>> = logits.to_vec2().unwrap();
+            for (i, output) in host.iter().enumerate() {
+                let want = i.checked_sub(1).map(|r| {
+                    let row = &rows[1 + r];
+                    let own = row[prompt[i] as usize];
+                    1 + row.iter().filter(|&&l| l > own).count() as u32
+                });
+                assert_eq!(output.rank, want, "token {i}");
+            }
+            assert!(host[1..].iter().any(|o| o.rank > Some(1)), "ranks past the first");
             for (got, want) in device.iter().zip(&host) {
-                assert_eq!(got.id, want.id);
+                assert_eq!((got.id, got.rank), (want.id, want.rank));
                 assert_eq!(got.logprob.is_some(), want.logprob.is_some());
                 if let (Some(g), Some(w)) = (got.logprob, want.logprob) {
                     assert!((g - w).abs() < 1e-5, "{got:?} vs {want:?}");

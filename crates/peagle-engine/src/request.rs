@@ -25,10 +25,26 @@ pub struct TokenOutput {
     pub logprob: Option<f32>,
     /// The most likely tokens at this position, most likely first.
     pub top_logprobs: Vec<(u32, f32)>,
+    /// The token's rank in its row, 1 for the most likely (vLLM's: one more than the tokens
+    /// more likely); given for scored prompt tokens.
+    pub rank: Option<u32>,
     /// This token ended the sequence: an end-of-sequence or stop token. It counts as
     /// generated, with its log-probability, but its text is not part of the output unless the
     /// request asks for it (vLLM's rule).
     pub stops: bool,
+}
+
+impl TokenOutput {
+    /// `id` without log-probabilities.
+    pub fn bare(id: u32) -> Self {
+        Self {
+            id,
+            logprob: None,
+            top_logprobs: Vec::new(),
+            rank: None,
+            stops: false,
+        }
+    }
 }
 
 /// One generation request, already tokenized.

@@ -39,12 +39,7 @@ fn fake_step(s: &mut Scheduler, schedule: &Schedule) {
         let (start, rows) = work.span(seq);
         seq.num_cached = start + rows;
         if work == Work::Decode || seq.num_cached == seq.len() {
-            let token = TokenOutput {
-                id: 7,
-                logprob: None,
-                top_logprobs: Vec::new(),
-                stops: false,
-            };
+            let token = TokenOutput::bare(7);
             seq.commit(&[token], &[], usize::MAX);
             seq.num_cached = seq.len() - 1;
         }

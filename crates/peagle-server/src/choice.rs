@@ -5,7 +5,7 @@
 use crate::choice_text::ChoiceText;
 use crate::error::ApiError;
 use crate::params::TextOptions;
-use crate::protocol::{StopReason, TokenLogprob};
+use crate::protocol::{PromptPosition, StopReason, TokenLogprob};
 use crate::state::AppState;
 use peagle_engine::{FinishReason, Request};
 use std::sync::Arc;
@@ -27,6 +27,8 @@ pub struct Finish {
 pub struct Update {
     pub text: String,
     pub logprobs: Vec<TokenLogprob>,
+    /// Positions of the prompt scored (`prompt_logprobs`).
+    pub prompt_logprobs: Vec<Option<PromptPosition>>,
     /// Generated tokens this update adds to the choice's count.
     pub tokens: usize,
     /// Set on the last update.
@@ -38,6 +40,7 @@ pub struct Update {
 pub struct Outcome {
     pub text: String,
     pub logprobs: Vec<TokenLogprob>,
+    pub prompt_logprobs: Vec<Option<PromptPosition>>,
     pub finish: Finish,
 }
 
@@ -73,12 +76,19 @@ impl Choice {
     pub async fn collect(mut self) -> Result<Outcome, ApiError> {
         let mut text = String::new();
         let mut logprobs = Vec::new();
+        let mut prompt_logprobs = Vec::new();
         while let Some(update) = self.next().await {
             let update = update?;
             text.push_str(&update.text);
             logprobs.extend(update.logprobs);
+            prompt_logprobs.extend(update.prompt_logprobs);
             if let Some(finish) = update.finish {
-                return Ok(Outcome { text, logprobs, finish });
+                return Ok(Outcome {
+                    text,
+                    logprobs,
+                    prompt_logprobs,
+                    finish,
+                });
             }
         }
         Err(ApiError::internal("the choice ended without finishing"))

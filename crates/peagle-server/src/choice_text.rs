@@ -8,7 +8,7 @@ use crate::choice::{Finish, Update};
 use crate::error::ApiError;
 use crate::metrics::ChoiceEnd;
 use crate::params::TextOptions;
-use crate::protocol::{StopReason, TokenLogprob};
+use crate::protocol::{PromptLogprob, PromptPosition, StopReason, TokenLogprob};
 use crate::state::AppState;
 use crate::stop::StopChecker;
 use peagle_engine::{Event, FinishReason, IncrementalDecoder, Request, TokenOutput};
@@ -28,6 +28,10 @@ pub struct ChoiceText {
     /// Stop strings are looked for only in the text after this many tokens (vLLM's rule).
     min_tokens: usize,
     logprobs: bool,
+    /// The prompt's scores lead the logprobs (echo), with this many alternatives.
+    echo_logprobs: Option<usize>,
+    /// The prompt's scores as `prompt_logprobs`, with this many alternatives.
+    prompt_logprobs: Option<usize>,
     arrived: Instant,
     /// When the engine first scheduled it.
     scheduled: Option<Instant>,
@@ -77,6 +81,8 @@ impl ChoiceText {
                     skip_special: text.skip_special,
                     min_tokens,
                     logprobs,
+                    echo_logprobs: text.echo_logprobs,
+                    prompt_logprobs: text.prompt_logprobs,
                     arrived,
                     scheduled: None,
                     first_token: None,
@@ -124,13 +130,55 @@ impl ChoiceText {
         Some(result)
     }
 
-    /// The prompt's tokens with their log-probabilities (echo with logprobs): entries only,
-    /// the echoed text is the route's.
+    /// The prompt's tokens with their log-probabilities: leading the logprobs where echoed
+    /// (entries only, the echoed text is the route's), and as `prompt_logprobs` where asked
+    /// for, each with as many alternatives as its field asked for (the engine scored the
+    /// larger count).
     fn prompt(&mut self, tokens: Vec<TokenOutput>) -> Result<Update, ApiError> {
-        Ok(Update {
-            logprobs: tokens.iter().map(|t| self.logprob(t)).collect::<Result<_, _>>()?,
-            ..Update::default()
-        })
+        let mut update = Update::default();
+        if let Some(top) = self.echo_logprobs {
+            for t in &tokens {
+                let alternatives = t.top_logprobs[..top.min(t.top_logprobs.len())].to_vec();
+                let entry = self.logprob(&TokenOutput {
+                    top_logprobs: alternatives,
+                    ..t.clone()
+                })?;
+                update.logprobs.push(entry);
+            }
+        }
+        if let Some(top) = self.prompt_logprobs {
+            update.prompt_logprobs = tokens
+                .iter()
+                .map(|t| self.prompt_position(t, top))
+                .collect::<Result<_, _>>()?;
+        }
+        Ok(update)
+    }
+
+    /// A prompt token's `prompt_logprobs` entry: the token, then its `top` alternatives (rank
+    /// 1 first), each once; None for the first, which nothing predicts.
+    fn prompt_position(&self, t: &TokenOutput, top: usize) -> Result<Option<PromptPosition>, ApiError> {
+        let (Some(logprob), Some(rank)) = (t.logprob, t.rank) else {
+            return Ok(None);
+        };
+        let model = &self.state.model;
+        let entry = |id: u32, logprob: f32, rank: u32| {
+            model.decode(&[id]).map(|decoded_token| {
+                let entry = PromptLogprob {
+                    logprob,
+                    rank,
+                    decoded_token,
+                };
+                (id, entry)
+            })
+        };
+        let mut entries = vec![entry(t.id, logprob, rank)?];
+        for (i, &(id, lp)) in t.top_logprobs.iter().take(top).enumerate() {
+            if id != t.id {
+                entries.push(entry(id, lp, i as u32 + 1)?);
+            }
+        }
+        Ok(Some(PromptPosition(entries)))
     }
 
     fn scheduled(&mut self, at: Instant) {

@@ -49,7 +49,7 @@ enum Truncation {
     Context,
 }
 
-/// How a choice's tokens become its text.
+/// How a choice's tokens become its text, and what it reports of its prompt's scores.
 #[derive(Debug, Clone)]
 pub struct TextOptions {
     pub stop: Vec<String>,
@@ -58,6 +58,11 @@ pub struct TextOptions {
     pub include_stop: bool,
     /// Leave special tokens out of the text (vLLM's `skip_special_tokens`, default true).
     pub skip_special: bool,
+    /// The prompt's tokens lead the choice's logprobs, with this many alternatives (a
+    /// completion's `echo` with `logprobs`).
+    pub echo_logprobs: Option<usize>,
+    /// vLLM's `prompt_logprobs`: the prompt's scores apart, with this many alternatives.
+    pub prompt_logprobs: Option<usize>,
 }
 
 impl SamplingRequest {
@@ -131,6 +136,11 @@ impl SamplingRequest {
                 stop,
                 include_stop: self.include_stop_str_in_output.unwrap_or(false),
                 skip_special: self.skip_special_tokens.unwrap_or(true),
+                echo_logprobs: None,
+                prompt_logprobs: self
+                    .prompt_logprobs
+                    .map(|v| logprobs_count(v, "prompt_logprobs"))
+                    .transpose()?,
             },
             sampling: SamplingParams {
                 temperature,
@@ -227,7 +237,7 @@ impl ChoiceTemplate {
             },
             speculate: self.speculate,
             logprobs,
-            prompt_logprobs: None,
+            prompt_logprobs: self.text.echo_logprobs.max(self.text.prompt_logprobs),
             cache_salt: self.cache_salt.clone(),
         }
     }
@@ -362,6 +372,18 @@ pub fn prompt_too_long(tokens: impl std::fmt::Display, max_model_len: usize, par
              input tokens. Please reduce the length of the input."
         ),
     )
+}
+
+/// `prompt_logprobs` come in a response, not a stream (vLLM's rule); with none asked for, a
+/// stream is fine.
+pub fn check_prompt_logprobs(template: &ChoiceTemplate, streaming: bool) -> Result<(), ApiError> {
+    if streaming && template.text.prompt_logprobs.is_some_and(|k| k > 0) {
+        return Err(ApiError::invalid(
+            Some("prompt_logprobs"),
+            "prompt_logprobs are not available when stream is true",
+        ));
+    }
+    Ok(())
 }
 
 /// A logprobs count in 0..=MAX_LOGPROBS.

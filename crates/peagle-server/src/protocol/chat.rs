@@ -2,7 +2,7 @@
 //! and the `chat.completion.chunk` stream chunks.
 
 use super::tools::{offered_tools, DeltaToolCall, FunctionDefinition, Tool, ToolCall};
-use super::{StopReason, StreamOptions, TokenLogprob, Usage};
+use super::{PromptLogprob, PromptPosition, StopReason, StreamOptions, TokenLogprob, Usage};
 use crate::chat_template::JsonMap;
 use crate::error::ApiError;
 use crate::harmony::ReasoningEffort;
@@ -173,6 +173,10 @@ pub struct ChatResponse {
     pub choices: Vec<ChatChoice>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub usage: Option<Usage>,
+    /// vLLM extension: the prompt's tokens scored, when asked for (`prompt_logprobs`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Vec<Option<HashMap<String, PromptLogprob>>>>)]
+    pub prompt_logprobs: Option<Vec<Option<PromptPosition>>>,
 }
 
 /// One choice: `message` in a response, `delta` in a stream chunk.

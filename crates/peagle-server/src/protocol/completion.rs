@@ -1,6 +1,6 @@
 //! `POST /v1/completions`: the request and the `text_completion` response and stream chunks.
 
-use super::{StopReason, StreamOptions, TokenLogprob, Usage};
+use super::{PromptLogprob, PromptPosition, StopReason, StreamOptions, TokenLogprob, Usage};
 use serde::ser::SerializeMap;
 use serde::{Deserialize, Serialize, Serializer};
 use utoipa::ToSchema;
@@ -75,6 +75,10 @@ pub struct CompletionChoice {
     pub finish_reason: Option<&'static str>,
     /// vLLM extension: the stop string or stop token id that ended the choice.
     pub stop_reason: Option<StopReason>,
+    /// vLLM extension: the prompt's tokens scored, when asked for (`prompt_logprobs`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Vec<Option<HashMap<String, PromptLogprob>>>>)]
+    pub prompt_logprobs: Option<Vec<Option<PromptPosition>>>,
 }
 
 /// The legacy completions logprobs layout: parallel lists, one entry per token.

@@ -32,6 +32,30 @@ impl Stop {
     }
 }
 
+/// One position of vLLM's `prompt_logprobs` (null for the prompt's first token, which nothing
+/// predicts): the prompt token, then its most likely alternatives, by token id, each once.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PromptPosition(pub Vec<(u32, PromptLogprob)>);
+
+/// A token's entry in a `PromptPosition`: its rank is 1 for the row's most likely token.
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+pub struct PromptLogprob {
+    pub logprob: f32,
+    pub rank: u32,
+    pub decoded_token: String,
+}
+
+impl Serialize for PromptPosition {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = serializer.serialize_map(Some(self.0.len()))?;
+        for (id, entry) in &self.0 {
+            map.serialize_entry(&id.to_string(), entry)?;
+        }
+        map.end()
+    }
+}
+
 /// One token's log-probability entry, as a response shows it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TokenLogprob {

@@ -1,6 +1,6 @@
 //! Fields of OpenAI's and vLLM's APIs that peagle does not implement: structured output, the
-//! legacy `functions` (chat's `tools` replace them), a forced tool call, `prompt_logprobs`
-//! and beam search. Each is refused with a 400
+//! legacy `functions` (chat's `tools` replace them), a forced tool call and beam search. Each
+//! is refused with a 400
 //! naming it, since ignoring it would hand the client text that does not honour what it asked
 //! for. Held as raw JSON, so no value is a type error.
 
@@ -22,7 +22,6 @@ pub struct Refused {
     guided_grammar: Option<Value>,
     functions: Option<Value>,
     tool_choice: Option<Value>,
-    prompt_logprobs: Option<Value>,
     use_beam_search: Option<Value>,
 }
 
@@ -44,10 +43,6 @@ impl Refused {
         ];
         if let Some((name, _)) = constraints.iter().find(|(_, v)| !is_none(v)) {
             return Err(refuse(name, "structured output is not supported"));
-        }
-        if !is_none(&self.prompt_logprobs) {
-            // Completions score the prompt with echo and logprobs instead.
-            return Err(refuse("prompt_logprobs", "prompt log-probabilities are not supported"));
         }
         if asks_for(&self.functions) {
             return Err(refuse(
@@ -119,7 +114,6 @@ mod tests {
                 "tool_choice",
                 json!({"tool_choice": {"type": "function", "function": {"name": "f"}}}),
             ),
-            ("prompt_logprobs", json!({"prompt_logprobs": 1})),
             ("use_beam_search", json!({"use_beam_search": true})),
         ];
         for (name, body) in refused {

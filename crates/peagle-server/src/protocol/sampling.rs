@@ -39,6 +39,10 @@ pub struct SamplingRequest {
     /// vLLM extension: token ids that end the choice.
     #[schema(max_items = 1024)]
     pub stop_token_ids: Option<Vec<u32>>,
+    /// vLLM extension: the prompt tokens' log-probabilities with this many alternatives
+    /// (`prompt_logprobs` in the response); not with a stream.
+    #[schema(minimum = 0, maximum = 20)]
+    pub prompt_logprobs: Option<i64>,
     /// vLLM extension: the only token ids the choice may generate.
     #[schema(min_items = 1)]
     pub allowed_token_ids: Option<Vec<u32>>,

@@ -12,7 +12,7 @@ use crate::hermes::Hermes;
 use crate::json_body::ApiJsonViews;
 use crate::llama3_json::Llama3Json;
 use crate::openapi::{ApiErrors, StreamEvent};
-use crate::params::{check_prompt, check_sequences, logprobs_count};
+use crate::params::{check_prompt, check_prompt_logprobs, check_sequences, logprobs_count};
 use crate::protocol::chat::{
     ChatChoice, ChatLogprobs, ChatMessage, ChatRender, ChatRequest, ChatResponse, Delta, Message, TOOLS_NEED_A_PARSER,
 };
@@ -55,6 +55,7 @@ impl Meta {
             model: self.model.clone(),
             choices,
             usage,
+            prompt_logprobs: None,
         }
     }
 
@@ -104,6 +105,7 @@ pub async fn chat_completions(
     let usage = StreamUsage::of(streaming, req.stream_options.as_ref())?;
     let template = sampling.check(&state.model.sampling_defaults, |w| state.model.encode_words(w))?;
     check_sequences(1, template.n, state.config.max_sequences_per_request)?;
+    check_prompt_logprobs(&template, streaming)?;
     let top = req
         .top_logprobs
         .map(|v| logprobs_count(v, "top_logprobs"))
@@ -179,9 +181,14 @@ pub async fn chat_completions(
         let parsers = choices.iter().map(|_| answer_parser(&state.model, &setup)).collect();
         return Ok(stream(meta, choices, opening, prompt.len(), usage, parsers).into_response());
     }
-    let outcomes = try_join_all(choices.into_iter().map(Choice::collect)).await?;
+    let mut outcomes = try_join_all(choices.into_iter().map(Choice::collect)).await?;
     let completion_tokens = outcomes.iter().map(|o| o.finish.completion_tokens).sum();
     let cached_tokens = outcomes[0].finish.cached_tokens;
+    // Every choice scores the same prompt.
+    let prompt_logprobs = template
+        .text
+        .prompt_logprobs
+        .map(|_| std::mem::take(&mut outcomes[0].prompt_logprobs));
     let choices = outcomes
         .into_iter()
         .enumerate()
@@ -199,7 +206,11 @@ pub async fn chat_completions(
         })
         .collect();
     let usage = Usage::finished(prompt.len(), completion_tokens, cached_tokens);
-    Ok(Json(meta.response("chat.completion", choices, Some(usage))).into_response())
+    let response = ChatResponse {
+        prompt_logprobs,
+        ..meta.response("chat.completion", choices, Some(usage))
+    };
+    Ok(Json(response).into_response())
 }
 
 /// What a request tells each of its choices' answer parsers.

@@ -6,7 +6,9 @@ use crate::choice::{Choice, Finish};
 use crate::error::ApiError;
 use crate::json_body::ApiJsonViews;
 use crate::openapi::{ApiErrors, StreamEvent};
-use crate::params::{check_prompt, check_sequences, check_token_ids, logprobs_count, ChoiceTemplate};
+use crate::params::{
+    check_prompt, check_prompt_logprobs, check_sequences, check_token_ids, logprobs_count, ChoiceTemplate,
+};
 use crate::protocol::completion::{
     CompletionChoice, CompletionLogprobs, CompletionRequest, CompletionResponse, PromptInput,
 };
@@ -73,6 +75,7 @@ impl Meta {
             logprobs,
             finish_reason: finish.map(|f| f.reason.as_str()),
             stop_reason: finish.and_then(|f| f.stop_reason.clone()),
+            prompt_logprobs: None,
         };
         self.response(vec![choice], usage)
     }
@@ -95,11 +98,14 @@ pub async fn completions(
     check_model(&state, req.model.as_deref())?;
     let streaming = req.stream.unwrap_or(false);
     let usage = StreamUsage::of(streaming, req.stream_options.as_ref())?;
-    let template = sampling.check(&state.model.sampling_defaults, |w| state.model.encode_words(w))?;
+    let mut template = sampling.check(&state.model.sampling_defaults, |w| state.model.encode_words(w))?;
     check_unsupported(&req, template.n)?;
     check_sequences(req.prompt.count(), template.n, state.config.max_sequences_per_request)?;
+    check_prompt_logprobs(&template, streaming)?;
     let logprobs = req.logprobs.map(|v| logprobs_count(v, "logprobs")).transpose()?;
     let echo = req.echo.unwrap_or(false);
+    // Echo with logprobs scores the prompt too (the first token gets null), as in vLLM.
+    template.text.echo_logprobs = logprobs.filter(|_| echo);
     // OpenAI's legacy scoring request: the prompt echoed (with its logprobs when asked for)
     // and nothing generated. The engine generates one token, which the response leaves out.
     let scoring = echo && req.max_tokens == Some(0);
@@ -124,10 +130,7 @@ pub async fn completions(
     let mut echoes = Vec::new();
     for (prompt, budget) in prompts.iter().zip(budgets) {
         for i in 0..template.n {
-            let mut request = template.request(&prompt.ids, budget, logprobs, i);
-            // Echo with logprobs scores the prompt too (the first token gets null), as in vLLM.
-            request.prompt_logprobs = logprobs.filter(|_| echo);
-            requests.push(request);
+            requests.push(template.request(&prompt.ids, budget, logprobs, i));
             echoes.push(if echo { prompt.text.clone() } else { String::new() });
         }
     }
@@ -176,6 +179,7 @@ pub async fn completions(
             logprobs: logprobs.map(|_| CompletionLogprobs::new(&o.logprobs)),
             finish_reason: Some(o.finish.reason.as_str()),
             stop_reason: o.finish.stop_reason,
+            prompt_logprobs: template.text.prompt_logprobs.map(|_| o.prompt_logprobs),
         })
         .collect();
     let usage = Usage::finished(prompt_tokens, completion_tokens, cached_tokens);

@@ -1,6 +1,6 @@
 //! /v1/chat/completions: the chat template, plain and streamed answers, logprobs, budgets.
 
-use crate::common::{greedy, model_dir, streamed, texts, Options, TestServer, MAX_MODEL_LEN, MODEL};
+use crate::common::{greedy, streamed, texts, Options, TestServer, MAX_MODEL_LEN, MODEL};
 use peagle_engine::GenerationDefaults;
 use serde_json::{json, Value};
 
@@ -37,7 +37,7 @@ fn prompt_tokens() -> u64 {
 
 /// Token ids of rendered prompt text (which holds its own special tokens).
 fn encode(text: &str) -> Vec<u32> {
-    let tokenizer = tokenizers::Tokenizer::from_file(model_dir(MODEL).join("tokenizer.json")).unwrap();
+    let tokenizer = crate::common::tokenizer();
     tokenizer.encode(text, false).unwrap().get_ids().to_vec()
 }
 

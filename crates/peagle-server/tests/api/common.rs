@@ -23,8 +23,13 @@ pub fn model_dir(name: &str) -> PathBuf {
 }
 
 /// The demo tokenizer's id of `token`, a whole token's text.
+/// The demo model's tokenizer.
+pub fn tokenizer() -> tokenizers::Tokenizer {
+    tokenizers::Tokenizer::from_file(model_dir(MODEL).join("tokenizer.json")).unwrap()
+}
+
 pub fn token_id(token: &str) -> u32 {
-    let tokenizer = tokenizers::Tokenizer::from_file(model_dir(MODEL).join("tokenizer.json")).unwrap();
+    let tokenizer = tokenizer();
     let ids = tokenizer.encode(token, false).unwrap().get_ids().to_vec();
     assert_eq!(ids.len(), 1, "{token:?} is not one token: {ids:?}");
     ids[0]

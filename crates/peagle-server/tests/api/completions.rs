@@ -217,7 +217,7 @@ async fn echo_and_token_id_prompts() {
     assert_eq!(echoed, format!("x = [{plain}"));
 
     // The same prompt as token ids, twice in one request: two choices, prompts counted twice.
-    let tokenizer = tokenizers::Tokenizer::from_file(crate::common::model_dir(MODEL).join("tokenizer.json")).unwrap();
+    let tokenizer = crate::common::tokenizer();
     let ids = tokenizer.encode("x = [", true).unwrap().get_ids().to_vec();
     let mut request = greedy("", 8);
     request["prompt"] = json!([ids, ids]);
@@ -231,7 +231,7 @@ async fn echo_and_token_id_prompts() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn add_special_tokens_false_leaves_the_bos_off_a_text_prompt() {
     let server = TestServer::start().await;
-    let tokenizer = tokenizers::Tokenizer::from_file(crate::common::model_dir(MODEL).join("tokenizer.json")).unwrap();
+    let tokenizer = crate::common::tokenizer();
     let bare = tokenizer.encode("x = [", false).unwrap().get_ids().to_vec();
     let with_bos = tokenizer.encode("x = [", true).unwrap().get_ids().to_vec();
     assert_eq!(with_bos.len(), bare.len() + 1, "the demo tokenizer adds a BOS");
@@ -252,7 +252,7 @@ async fn add_special_tokens_false_leaves_the_bos_off_a_text_prompt() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn truncate_prompt_tokens_keeps_the_last_tokens() {
     let server = TestServer::start().await;
-    let tokenizer = tokenizers::Tokenizer::from_file(crate::common::model_dir(MODEL).join("tokenizer.json")).unwrap();
+    let tokenizer = crate::common::tokenizer();
     let prompt = "import os\nimport sys\n\ndef main(argv):\n    return";
     let ids = tokenizer.encode(prompt, true).unwrap().get_ids().to_vec();
     let last = ids[ids.len() - 6..].to_vec();
@@ -348,7 +348,7 @@ async fn echo_with_no_tokens_scores_the_prompt_alone() {
 async fn echo_with_logprobs_scores_the_prompt() {
     let server = TestServer::start().await;
     let prompt = "def area(radius):";
-    let tokenizer = tokenizers::Tokenizer::from_file(crate::common::model_dir(MODEL).join("tokenizer.json")).unwrap();
+    let tokenizer = crate::common::tokenizer();
     let ids = tokenizer.encode(prompt, true).unwrap().get_ids().to_vec();
     let mut request = greedy(prompt, 4);
     request["echo"] = json!(true);
@@ -411,6 +411,100 @@ async fn echo_with_logprobs_scores_the_prompt() {
     assert_eq!(first["logprobs"]["tokens"].as_array().unwrap().len(), ids.len());
     assert_eq!(first["logprobs"]["top_logprobs"][0], Value::Null);
     assert_eq!(logprobs["top_logprobs"][0], Value::Null);
+}
+
+/// vLLM's `prompt_logprobs`: each prompt token but the first (null) with its log-probability
+/// and rank, then its most likely alternatives ranked from 1, by token id: the echoed
+/// logprobs' values, whatever count of alternatives each field asks for. Not in a stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prompt_logprobs_score_the_prompt_with_ranks() {
+    let server = TestServer::start().await;
+    let prompt = "def area(radius):";
+    let tokenizer = crate::common::tokenizer();
+    let ids = tokenizer.encode(prompt, true).unwrap().get_ids().to_vec();
+    let mut request = greedy(prompt, 4);
+    request["prompt_logprobs"] = json!(3);
+    request["echo"] = json!(true);
+    request["logprobs"] = json!(1);
+    let body = server.ok("/v1/completions", request.clone()).await;
+    let choice = &body["choices"][0];
+    let positions = choice["prompt_logprobs"].as_array().unwrap();
+    assert_eq!(positions.len(), ids.len(), "{body}");
+    assert_eq!(positions[0], Value::Null);
+    let echoed = &choice["logprobs"];
+    for (i, position) in positions.iter().enumerate().skip(1) {
+        let entries = position.as_object().unwrap();
+        let own = &entries[&ids[i].to_string()];
+        assert_eq!(
+            own["logprob"].as_f64(),
+            echoed["token_logprobs"][i].as_f64(),
+            "{position}"
+        );
+        assert_eq!(own["decoded_token"], echoed["tokens"][i]);
+        let rank = own["rank"].as_u64().unwrap();
+        assert!(rank >= 1, "{position}");
+        // The token and 3 alternatives, the token once where it is one of them.
+        assert_eq!(entries.len(), if rank <= 3 { 3 } else { 4 }, "{position}");
+        let mut ranked: Vec<(u64, f64)> = entries
+            .values()
+            .map(|e| (e["rank"].as_u64().unwrap(), e["logprob"].as_f64().unwrap()))
+            .collect();
+        ranked.sort_by_key(|r| r.0);
+        assert_eq!(
+            ranked[..3].iter().map(|r| r.0).collect::<Vec<_>>(),
+            [1, 2, 3],
+            "{position}"
+        );
+        assert!(ranked.windows(2).all(|w| w[0].1 >= w[1].1), "{position}");
+        // The echo's one alternative is the most likely.
+        let top = echoed["top_logprobs"][i].as_object().unwrap();
+        assert!(
+            top.values().any(|lp| lp.as_f64() == Some(ranked[0].1)),
+            "{top:?} {position}"
+        );
+    }
+    assert!(
+        positions[1..].iter().any(|p| p.as_object().unwrap().len() == 4),
+        "some prompt token is not its row's most likely"
+    );
+
+    // Asked for alone, the same positions, and no logprobs.
+    let mut alone = greedy(prompt, 4);
+    alone["prompt_logprobs"] = json!(3);
+    let body = server.ok("/v1/completions", alone.clone()).await;
+    assert_eq!(&body["choices"][0]["prompt_logprobs"], &choice["prompt_logprobs"]);
+    assert_eq!(body["choices"][0]["logprobs"], Value::Null);
+    alone["prompt_logprobs"] = json!(0);
+    let body = server.ok("/v1/completions", alone.clone()).await;
+    let first = body["choices"][0]["prompt_logprobs"][1].as_object().unwrap();
+    assert_eq!(first.keys().collect::<Vec<_>>(), [&ids[1].to_string()]);
+
+    alone["stream"] = json!(true);
+    let chunks = server.stream("/v1/completions", alone.clone()).await;
+    assert!(chunks.iter().all(|c| c["choices"][0].get("prompt_logprobs").is_none()));
+    alone["prompt_logprobs"] = json!(1);
+    let (status, e) = server.call("/v1/completions", alone).await;
+    assert_eq!(
+        (status.as_u16(), &e["error"]["param"]),
+        (400, &json!("prompt_logprobs")),
+        "{e}"
+    );
+
+    // Chat has them once, beside the choices.
+    let chat = json!({
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "def f():"}],
+        "max_tokens": 2,
+        "temperature": 0,
+        "n": 2,
+        "prompt_logprobs": 1,
+    });
+    let body = server.ok("/v1/chat/completions", chat).await;
+    let positions = body["prompt_logprobs"].as_array().unwrap();
+    assert_eq!(positions.len() as u64, body["usage"]["prompt_tokens"].as_u64().unwrap());
+    assert_eq!(positions[0], Value::Null);
+    assert!(positions[1].as_object().is_some_and(|p| !p.is_empty()), "{body}");
+    assert!(body["choices"][0].get("prompt_logprobs").is_none());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

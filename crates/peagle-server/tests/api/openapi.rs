@@ -1,5 +1,6 @@
 //! `/openapi.json` describes what the server serves: every route, the request bodies (both
-//! views of the completions and chat bodies) and the responses, errors included.
+//! views of the completions and chat bodies) and the responses, errors included, every schema
+//! it refers to defined.
 
 use crate::common::TestServer;
 use peagle_server::ServerConfig;
@@ -63,4 +64,25 @@ async fn the_spec_describes_every_route_and_needs_no_key() {
     assert_eq!(too_large, "#/components/schemas/ErrorResponse");
     let stop = &spec["components"]["schemas"]["SamplingRequest"]["allOf"][1]["properties"]["stop"];
     assert!(stop.is_object(), "{stop}");
+    let mut refs = Vec::new();
+    references(&spec, &mut refs);
+    for reference in refs {
+        let name = reference.strip_prefix("#/components/schemas/").unwrap_or(reference);
+        assert!(
+            spec["components"]["schemas"][name].is_object(),
+            "{reference} names no schema"
+        );
+    }
+}
+
+/// Every `$ref` in `value`.
+fn references<'a>(value: &'a Value, refs: &mut Vec<&'a str>) {
+    match value {
+        Value::Object(map) => {
+            refs.extend(map.get("$ref").and_then(Value::as_str));
+            map.values().for_each(|v| references(v, refs));
+        }
+        Value::Array(items) => items.iter().for_each(|v| references(v, refs)),
+        _ => {}
+    }
 }
