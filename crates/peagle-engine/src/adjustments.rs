@@ -41,6 +41,11 @@ impl<'a> Adjuster<'a> {
 
     /// Moves to row `row`, forward or back, and says whether anything adjusts it.
     pub fn at_row(&mut self, row: usize) -> bool {
+        assert!(
+            row <= self.drafts.len(),
+            "row {row} of a window of {} drafts",
+            self.drafts.len()
+        );
         for &draft in self.drafts.get(self.row..row).unwrap_or_default() {
             self.history.push(draft);
         }

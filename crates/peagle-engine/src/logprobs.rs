@@ -46,7 +46,7 @@ fn scored_rows(tokens: &[u32], logits: &Tensor, first: usize, top: usize) -> can
             let mut outputs = token_outputs(tokens, rows.clone(), Some(top));
             for ((output, row), &token) in outputs.iter_mut().zip(rows).zip(tokens) {
                 let own = row[token as usize];
-                output.rank = Some(1 + row.iter().filter(|&&l| l > own).count() as u32);
+                output.rank = Some(row.iter().filter(|&&l| l >= own).count() as u32);
             }
             outputs
         });
@@ -56,18 +56,35 @@ fn scored_rows(tokens: &[u32], logits: &Tensor, first: usize, top: usize) -> can
     let ids = Tensor::from_slice(tokens, (tokens.len(), 1), logits.device())?;
     let scored = logits.narrow(0, first, tokens.len())?.contiguous()?;
     let own = scored.gather(&ids, 1)?;
-    let above: Vec<u32> = scored.broadcast_gt(&own)?.to_dtype(DType::U32)?.sum(1)?.to_vec1()?;
+    let ranks = ranks(&scored, &own)?;
     let own: Vec<f32> = own.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?;
     Ok(tokens
         .iter()
         .zip(own)
         .zip(&candidates)
-        .zip(above)
-        .map(|(((&token, logit), candidates), above)| TokenOutput {
-            rank: Some(1 + above),
+        .zip(ranks)
+        .map(|(((&token, logit), candidates), rank)| TokenOutput {
+            rank: Some(rank),
             ..candidate_output(token, logit, candidates, top)
         })
         .collect())
+}
+
+/// Rows whose comparisons `ranks` holds at once: a prefill chunk's rows by a vocabulary of
+/// comparisons would take gigabytes.
+const RANK_ROWS: usize = 256;
+
+/// Each row's rank of its value in `own` ([rows, 1]): the count of the row's logits at least
+/// as large (vLLM's rule: a token tied with others ranks last among them), where they lie.
+fn ranks(rows: &Tensor, own: &Tensor) -> candle_core::Result<Vec<u32>> {
+    let count = rows.dim(0)?;
+    let mut ranks = Vec::with_capacity(count);
+    for start in (0..count).step_by(RANK_ROWS) {
+        let len = RANK_ROWS.min(count - start);
+        let at_least = rows.narrow(0, start, len)?.broadcast_ge(&own.narrow(0, start, len)?)?;
+        ranks.extend(at_least.to_dtype(DType::U32)?.sum(1)?.to_vec1::<u32>()?);
+    }
+    Ok(ranks)
 }
 
 /// The request for row `row`'s first tokens and total, all that its log-probabilities need.
@@ -172,13 +189,13 @@ mod tests {
             };
             let (host, device) = (scored(&logits), scored(&strided));
             assert_eq!(host.len(), prompt.len());
-            // Each token's rank: one more than the logits above its own in its row.
+            // Each token's rank: the logits at least its own in its row.
             let rows: Vec<Vec<f32>> = logits.to_vec2().unwrap();
             for (i, output) in host.iter().enumerate() {
                 let want = i.checked_sub(1).map(|r| {
                     let row = &rows[1 + r];
                     let own = row[prompt[i] as usize];
-                    1 + row.iter().filter(|&&l| l > own).count() as u32
+                    row.iter().filter(|&&l| l >= own).count() as u32
                 });
                 assert_eq!(output.rank, want, "token {i}");
             }

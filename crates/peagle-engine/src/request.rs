@@ -25,8 +25,8 @@ pub struct TokenOutput {
     pub logprob: Option<f32>,
     /// The most likely tokens at this position, most likely first.
     pub top_logprobs: Vec<(u32, f32)>,
-    /// The token's rank in its row, 1 for the most likely (vLLM's: one more than the tokens
-    /// more likely); given for scored prompt tokens.
+    /// The token's rank in its row, 1 for the most likely (vLLM's: the tokens at least as
+    /// likely, itself included); given for scored prompt tokens.
     pub rank: Option<u32>,
     /// This token ended the sequence: an end-of-sequence or stop token. It counts as
     /// generated, with its log-probability, but its text is not part of the output unless the

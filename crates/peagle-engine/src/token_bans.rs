@@ -87,16 +87,6 @@ impl TokenBans {
         });
         outside.chain(words)
     }
-
-    /// The tokens of `generated`'s end that `banned` reads: the longest bad word's all but
-    /// last.
-    pub fn memory(&self) -> usize {
-        self.bad_words
-            .iter()
-            .map(|w| w.len().saturating_sub(1))
-            .max()
-            .unwrap_or(0)
-    }
 }
 
 /// The tokens below `vocab` missing from `sorted` (ascending, distinct), ascending.
@@ -135,7 +125,6 @@ mod tests {
         assert_eq!(banned(&bans, &[9, 1], 10), [4]);
         assert_eq!(banned(&bans, &[9, 1, 2], 10), [3, 4, 6], "both words ending in 2");
         assert_eq!(banned(&bans, &[1, 2, 5], 10), [4]);
-        assert_eq!(bans.memory(), 2);
     }
 
     #[test]

@@ -31,6 +31,7 @@ pub fn routes(state: Arc<AppState>) -> Router {
         .route("/detokenize", post(tokenize::detokenize))
         .route("/reset_prefix_cache", post(prefix_cache::reset_prefix_cache))
         .route("/health", get(info::health))
+        .route("/version", get(info::version))
         .route("/metrics", get(info::metrics))
         .route("/openapi.json", get(openapi_json))
         .with_state(state)

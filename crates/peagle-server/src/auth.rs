@@ -1,6 +1,6 @@
 //! `--api-key`: every path needs `Authorization: Bearer <key>`, unknown ones included (a 404
-//! or 405 would tell a client without the key which routes exist); /health and /metrics stay
-//! open for probes and scrapers, as in vLLM, and so does /openapi.json.
+//! or 405 would tell a client without the key which routes exist); /health, /version and
+//! /metrics stay open for probes and scrapers, as in vLLM, and so does /openapi.json.
 
 use crate::error::ApiError;
 use axum::extract::{Request, State};
@@ -9,7 +9,7 @@ use axum::middleware::Next;
 use axum::response::Response;
 
 /// Paths open without the key.
-const OPEN_PATHS: [&str; 3] = ["/health", "/metrics", "/openapi.json"];
+const OPEN_PATHS: [&str; 4] = ["/health", "/version", "/metrics", "/openapi.json"];
 
 pub async fn require_api_key(
     State(key): State<Option<String>>,

@@ -32,6 +32,8 @@ pub struct ChoiceText {
     echo_logprobs: Option<usize>,
     /// The prompt's scores as `prompt_logprobs`, with this many alternatives.
     prompt_logprobs: Option<usize>,
+    /// Logprobs name tokens by id (`token_id:{id}`), not by text.
+    tokens_as_ids: bool,
     arrived: Instant,
     /// When the engine first scheduled it.
     scheduled: Option<Instant>,
@@ -83,6 +85,7 @@ impl ChoiceText {
                     logprobs,
                     echo_logprobs: text.echo_logprobs,
                     prompt_logprobs: text.prompt_logprobs,
+                    tokens_as_ids: text.tokens_as_ids,
                     arrived,
                     scheduled: None,
                     first_token: None,
@@ -156,7 +159,8 @@ impl ChoiceText {
     }
 
     /// A prompt token's `prompt_logprobs` entry: the token, then its `top` alternatives (rank
-    /// 1 first), each once; None for the first, which nothing predicts.
+    /// 1 first), each once, a token among them taking its place's rank (as vLLM's entries do);
+    /// None for the first, which nothing predicts.
     fn prompt_position(&self, t: &TokenOutput, top: usize) -> Result<Option<PromptPosition>, ApiError> {
         let (Some(logprob), Some(rank)) = (t.logprob, t.rank) else {
             return Ok(None);
@@ -174,8 +178,9 @@ impl ChoiceText {
         };
         let mut entries = vec![entry(t.id, logprob, rank)?];
         for (i, &(id, lp)) in t.top_logprobs.iter().take(top).enumerate() {
-            if id != t.id {
-                entries.push(entry(id, lp, i as u32 + 1)?);
+            match id == t.id {
+                true => entries[0].1.rank = i as u32 + 1,
+                false => entries.push(entry(id, lp, i as u32 + 1)?),
             }
         }
         Ok(Some(PromptPosition(entries)))
@@ -285,24 +290,41 @@ impl ChoiceText {
 
     fn logprob(&mut self, t: &TokenOutput) -> Result<TokenLogprob, ApiError> {
         let model = &self.state.model;
-        let token = model.decode(&[t.id])?;
+        let text = model.decode(&[t.id])?;
         let top = t
             .top_logprobs
             .iter()
-            .map(|(id, lp)| model.decode(&[*id]).map(|s| (s, *lp)))
+            .map(|(id, lp)| self.shown(*id).map(|s| (s, *lp)))
             .collect::<Result<_, _>>()?;
         let entry = TokenLogprob {
             logprob: t.logprob,
             top,
             text_offset: self.text_offset,
-            token,
+            token: match self.tokens_as_ids {
+                true => token_id_name(t.id),
+                false => text.clone(),
+            },
         };
         // Special tokens keep their name in the entry but add no text (BOS, an ignored EOS).
         if !(self.skip_special && model.is_special(t.id)) {
-            self.text_offset += entry.token.chars().count();
+            self.text_offset += text.chars().count();
         }
         Ok(entry)
     }
+
+    /// How a logprobs entry names token `id`: its text, or vLLM's `token_id:{id}`
+    /// (`return_tokens_as_token_ids`).
+    fn shown(&self, id: u32) -> Result<String, ApiError> {
+        match self.tokens_as_ids {
+            true => Ok(token_id_name(id)),
+            false => self.state.model.decode(&[id]),
+        }
+    }
+}
+
+/// vLLM's name of a token in logprobs under `return_tokens_as_token_ids`.
+fn token_id_name(id: u32) -> String {
+    format!("token_id:{id}")
 }
 
 impl Drop for ChoiceText {

@@ -20,7 +20,7 @@ use utoipa::{IntoResponses, Modify, OpenApi, PartialSchema, ToSchema};
     info(
         title = "peagle",
         description = "An OpenAI-compatible LLM server with P-EAGLE speculative decoding: OpenAI's completions, \
-                       chat and models routes, and vLLM's tokenize, detokenize, prefix-cache, health and metrics routes."
+                       chat and models routes, and vLLM's tokenize, detokenize, prefix-cache, health, version and metrics routes."
     ),
     paths(
         completions::completions,
@@ -31,6 +31,7 @@ use utoipa::{IntoResponses, Modify, OpenApi, PartialSchema, ToSchema};
         tokenize::detokenize,
         prefix_cache::reset_prefix_cache,
         info::health,
+        info::version,
         info::metrics,
     ),
     components(schemas(ErrorResponse)),

@@ -63,6 +63,8 @@ pub struct TextOptions {
     pub echo_logprobs: Option<usize>,
     /// vLLM's `prompt_logprobs`: the prompt's scores apart, with this many alternatives.
     pub prompt_logprobs: Option<usize>,
+    /// vLLM's `return_tokens_as_token_ids`: logprobs name each token `token_id:{id}`.
+    pub tokens_as_ids: bool,
 }
 
 impl SamplingRequest {
@@ -141,6 +143,7 @@ impl SamplingRequest {
                     .prompt_logprobs
                     .map(|v| logprobs_count(v, "prompt_logprobs"))
                     .transpose()?,
+                tokens_as_ids: self.return_tokens_as_token_ids.unwrap_or(false),
             },
             sampling: SamplingParams {
                 temperature,

@@ -40,14 +40,18 @@ pub struct SamplingRequest {
     #[schema(max_items = 1024)]
     pub stop_token_ids: Option<Vec<u32>>,
     /// vLLM extension: the prompt tokens' log-probabilities with this many alternatives
-    /// (`prompt_logprobs` in the response); not with a stream.
+    /// (`prompt_logprobs` in the response); above 0, not with a stream.
     #[schema(minimum = 0, maximum = 20)]
     pub prompt_logprobs: Option<i64>,
+    /// vLLM extension: logprobs name tokens `token_id:{id}` rather than by their text, which
+    /// may not be valid UTF-8 alone.
+    pub return_tokens_as_token_ids: Option<bool>,
     /// vLLM extension: the only token ids the choice may generate.
     #[schema(min_items = 1)]
     pub allowed_token_ids: Option<Vec<u32>>,
-    /// vLLM extension: words the choice never generates (the last token of each, with and
-    /// without a leading space, is banned after the rest of it).
+    /// vLLM extension: words whose tokens the choice never generates in that order (the last
+    /// token of each, encoded with and without a leading space, is banned where the tokens
+    /// generated before it end with the rest of it).
     #[schema(max_items = 256)]
     pub bad_words: Option<Vec<String>>,
     /// vLLM extension: keep the stop string or stop token that ended the choice in its text.

@@ -103,6 +103,20 @@ fn card(state: &AppState) -> ModelCard {
     }
 }
 
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Version {
+    /// peagle's version.
+    version: &'static str,
+}
+
+/// The server's version, as vLLM's `/version` gives it; no key needed.
+#[utoipa::path(get, path = "/version", tag = "Probes", responses((status = 200, body = Version)))]
+pub async fn version() -> Json<Version> {
+    Json(Version {
+        version: env!("CARGO_PKG_VERSION"),
+    })
+}
+
 /// 200 while the server runs; 503 once it is shutting down or its engine has died, so load
 /// balancers stop sending it work (vLLM's). The test scripts wait for the 200.
 #[utoipa::path(get, path = "/health", tag = "Probes", responses((status = 200, body = Health), ApiErrors))]

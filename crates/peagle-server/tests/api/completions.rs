@@ -178,7 +178,7 @@ async fn logprobs_come_with_top_alternatives_and_offsets() {
     let server = TestServer::start().await;
     let mut request = greedy("def g(", 6);
     request["logprobs"] = json!(2);
-    let body = server.ok("/v1/completions", request).await;
+    let body = server.ok("/v1/completions", request.clone()).await;
     let logprobs = &body["choices"][0]["logprobs"];
     let tokens = logprobs["tokens"].as_array().unwrap();
     let token_logprobs = logprobs["token_logprobs"].as_array().unwrap();
@@ -204,6 +204,27 @@ async fn logprobs_come_with_top_alternatives_and_offsets() {
         if i > 0 {
             assert!(offsets[i].as_u64() >= offsets[i - 1].as_u64());
         }
+    }
+
+    // vLLM's return_tokens_as_token_ids: the same entries, each token named by its id.
+    request["return_tokens_as_token_ids"] = json!(true);
+    let by_id = server.ok("/v1/completions", request).await;
+    assert_eq!(by_id["choices"][0]["text"], body["choices"][0]["text"]);
+    let by_id = &by_id["choices"][0]["logprobs"];
+    let names: Vec<String> = tokens
+        .iter()
+        .map(|t| format!("token_id:{}", token_id(t.as_str().unwrap())))
+        .collect();
+    assert_eq!(by_id["tokens"], json!(names));
+    assert_eq!(by_id["token_logprobs"], logprobs["token_logprobs"]);
+    assert_eq!(by_id["text_offset"], logprobs["text_offset"]);
+    for (i, name) in names.iter().enumerate() {
+        let alternatives = by_id["top_logprobs"][i].as_object().unwrap();
+        assert!(
+            alternatives.keys().all(|k| k.starts_with("token_id:")),
+            "{alternatives:?}"
+        );
+        assert_eq!(alternatives[name], token_logprobs[i]);
     }
 }
 

@@ -273,6 +273,8 @@ async fn an_api_key_guards_the_v1_routes() {
     // Probes and scrapers need no key.
     assert_eq!(server.get("/health").await.status(), StatusCode::OK);
     assert_eq!(server.get("/metrics").await.status(), StatusCode::OK);
+    let version: serde_json::Value = server.get("/version").await.json().await.unwrap();
+    assert_eq!(version["version"], env!("CARGO_PKG_VERSION"));
 
     // An empty key is no key.
     let open = TestServer::with_config(ServerConfig {

@@ -31,6 +31,7 @@ async fn the_spec_describes_every_route_and_needs_no_key() {
         ("/detokenize", "post"),
         ("/reset_prefix_cache", "post"),
         ("/health", "get"),
+        ("/version", "get"),
         ("/metrics", "get"),
     ];
     let paths = spec["paths"].as_object().unwrap();
