@@ -7,7 +7,8 @@
 #   scripts/emulated_gpu_tests.sh [FILTER...]   the tests whose names contain a FILTER (all
 #                                               without one)
 # EMULATED_CRATES="CRATE..." keeps to the GPU tests of those crates (default peagle-kernels,
-# peagle-models and peagle-engine); EMULATED_SKIP="NAME..." leaves out tests by name;
+# peagle-models and peagle-engine); EMULATED_SKIP="NAME..." leaves out tests by name, or by
+# LABEL:NAME from one run alone (LABEL as the lines print it: peagle-models-fma, say);
 # TEST_TIMEOUT (default 3600) bounds each: the engine's demo-model tests take over 20 minutes
 # each on the emulator.
 # The models' and the engine's tests run again on the CUDA-core matmul (PEAGLE_CUDA_MATMUL=fma),
@@ -25,14 +26,18 @@ export TEST_TIMEOUT=${TEST_TIMEOUT:-3600}
 filters=("$@")
 gpu_test_wanted() {
     local name=$1 f
-    for f in ${EMULATED_SKIP:-}; do [ "$name" = "$f" ] && return 1; done
+    for f in ${EMULATED_SKIP:-}; do
+        if [ "$name" = "$f" ] || [ "$label:$name" = "$f" ]; then return 1; fi
+    done
     [ ${#filters[@]} -eq 0 ] && return 0
     for f in "${filters[@]}"; do [[ $name == *"$f"* ]] && return 0; done
     return 1
 }
 passed=0 failed=0
 # run LABEL BINARY [VAR=VALUE...]: the wanted tests of BINARY, counted.
+label=
 run() {
+    label=$1
     run_gpu_tests "$2" "$1" "$logs" "${@:3}"
     passed=$((passed + gpu_tests_passed)) failed=$((failed + ${#gpu_tests_failed[@]}))
 }

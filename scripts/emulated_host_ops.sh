@@ -26,11 +26,17 @@ traces=target/cuda-emulator/host-ops
 mkdir -p "$traces"
 modes=("no speculation|" "EAGLE-3 K=3|--draft-model models/pystdlib-12l-eagle3 --k 3"
     "P-EAGLE K=7|--draft-model models/pystdlib-12l-peagle --k 7")
+# The modes run at once: each is one thread on the emulator, a minute or two.
+runs=()
 for mode in "${modes[@]}"; do
     name=${mode%%|*}
     # shellcheck disable=SC2086 # the mode's arguments are words
     PEAGLE_EMULATOR_TRACE=1 target/cuda-check/release/peagle-generate --device cuda --cuda-graphs \
         --prompt "def fibonacci(n):" --max-tokens "$tokens" ${mode#*|} \
-        >/dev/null 2>"$traces/${name// /_}.txt"
+        >/dev/null 2>"$traces/${name// /_}.txt" &
+    runs+=($!)
+done
+for run in "${runs[@]}"; do
+    wait "$run" || { echo "emulated_host_ops.sh: a mode failed; the traces are in $traces" >&2; exit 1; }
 done
 python3 scripts/host_ops.py "${limits[@]}" "$traces"/*.txt
