@@ -183,3 +183,29 @@ pub fn split_every_way(make: impl Fn() -> AnswerParser, text: &str) -> (String, 
     assert!(results.windows(2).all(|w| w[0] == w[1]), "{text:?}: {results:?}");
     results.remove(0)
 }
+
+/// `text` split every way (`split_every_way`) by a template model's parser with no reasoning
+/// parser and the call parser `calls` makes of the offer of `tools`: (content, calls, whether
+/// it ends in a call) (tests).
+#[cfg(test)]
+pub fn split_calls_every_way(
+    calls: impl Fn(Offer) -> CallParser,
+    tools: &[&str],
+    parallel: bool,
+    text: &str,
+) -> (String, Vec<(String, String)>, bool) {
+    let tools: Vec<String> = tools.iter().map(|t| t.to_string()).collect();
+    let make = || AnswerParser::Template {
+        thinking: None,
+        calls: Some(calls(Offer::new(tools.clone(), parallel))),
+    };
+    let (reasoning, content, calls, ends_in_call) = split_every_way(make, text);
+    assert!(reasoning.is_empty());
+    (content, calls, ends_in_call)
+}
+
+/// A call of `name` with `arguments`, as the parsers' tests expect them.
+#[cfg(test)]
+pub fn call(name: &str, arguments: &str) -> (String, String) {
+    (name.to_string(), arguments.to_string())
+}

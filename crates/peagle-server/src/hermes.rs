@@ -114,22 +114,11 @@ impl Hermes {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::answer::{join_calls, split_every_way, AnswerParser, CallParser, Offer};
+    use crate::answer::{call, join_calls, split_calls_every_way, CallParser};
 
     /// (content, calls, whether it ends in a call) of `text`, split every way alike.
     fn parse(text: &str, tools: &[&str]) -> (String, Vec<(String, String)>, bool) {
-        let tools: Vec<String> = tools.iter().map(|t| t.to_string()).collect();
-        let make = || AnswerParser::Template {
-            thinking: None,
-            calls: Some(CallParser::Hermes(Hermes::offering(Offer::new(tools.clone(), true)))),
-        };
-        let (reasoning, content, calls, ends_in_call) = split_every_way(make, text);
-        assert!(reasoning.is_empty());
-        (content, calls, ends_in_call)
-    }
-
-    fn call(name: &str, arguments: &str) -> (String, String) {
-        (name.to_string(), arguments.to_string())
+        split_calls_every_way(|offer| CallParser::Hermes(Hermes::offering(offer)), tools, true, text)
     }
 
     #[test]

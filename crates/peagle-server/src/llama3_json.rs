@@ -119,25 +119,16 @@ impl Llama3Json {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::answer::{split_every_way, AnswerParser, CallParser, Offer};
+    use crate::answer::{call, split_calls_every_way, CallParser};
 
     /// (content, calls, whether it made one) of `text`, split every way alike.
     fn parse(text: &str, tools: &[&str], parallel: bool) -> (String, Vec<(String, String)>, bool) {
-        let tools: Vec<String> = tools.iter().map(|t| t.to_string()).collect();
-        let make = || AnswerParser::Template {
-            thinking: None,
-            calls: Some(CallParser::Llama3Json(Llama3Json::offering(Offer::new(
-                tools.clone(),
-                parallel,
-            )))),
-        };
-        let (reasoning, content, calls, made_one) = split_every_way(make, text);
-        assert!(reasoning.is_empty());
-        (content, calls, made_one)
-    }
-
-    fn call(name: &str, arguments: &str) -> (String, String) {
-        (name.to_string(), arguments.to_string())
+        split_calls_every_way(
+            |offer| CallParser::Llama3Json(Llama3Json::offering(offer)),
+            tools,
+            parallel,
+            text,
+        )
     }
 
     #[test]

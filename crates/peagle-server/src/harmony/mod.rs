@@ -218,11 +218,12 @@ fn civil_date(days: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::answer::{join_calls, pieces};
+    use crate::answer::{join_calls, split_every_way, AnswerParser};
 
     /// The completions of tests/fixtures/harmony/parses.json (openai-harmony's parse of each)
-    /// split whole, a character at a time and in 5s: analysis is reasoning, a message to
-    /// `functions.NAME` a call of NAME with its text as arguments, the rest content.
+    /// split whole, a character at a time and in 4s, alike (`split_every_way`): analysis is
+    /// reasoning, a message to `functions.NAME` a call of NAME with its text as arguments, the
+    /// rest content.
     #[test]
     fn answers_split_into_reasoning_content_and_calls_however_they_stream() {
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/harmony/parses.json");
@@ -240,25 +241,15 @@ mod tests {
             }
             calls_seen += calls.len();
             let completion = case["completion"].as_str().unwrap();
-            for piece in [completion.len(), 1, 5] {
-                let mut channels = Channels::offering(Offer::new(vec!["get_weather".into()], true));
-                let pieces = pieces(completion, piece);
-                let (mut got_reasoning, mut got_content, mut got_calls) = (String::new(), String::new(), Vec::new());
-                for (i, text) in pieces.iter().enumerate() {
-                    let split = channels.split(text, i + 1 == pieces.len());
-                    got_reasoning += &split.reasoning;
-                    got_content += &split.content;
-                    got_calls.extend(split.calls);
-                }
-                let got = (got_reasoning, got_content, join_calls(got_calls));
-                assert_eq!(
-                    got,
-                    (reasoning.clone(), content.clone(), calls.clone()),
-                    "{} in {piece}s",
-                    case["name"]
-                );
-                assert_eq!(channels.ends_in_call(), !calls.is_empty(), "{}", case["name"]);
-            }
+            let parser = || AnswerParser::Harmony(Channels::offering(Offer::new(vec!["get_weather".into()], true)));
+            let (got_reasoning, got_content, got_calls, ends_in_call) = split_every_way(parser, completion);
+            assert_eq!(
+                (got_reasoning, got_content, got_calls),
+                (reasoning, content, calls.clone()),
+                "{}",
+                case["name"]
+            );
+            assert_eq!(ends_in_call, !calls.is_empty(), "{}", case["name"]);
         }
         assert_eq!(calls_seen, 3);
     }

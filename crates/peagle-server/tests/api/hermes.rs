@@ -170,26 +170,24 @@ async fn calls_that_cannot_be_rendered_are_refused() {
 /// A parser that does not fit the model's format is a startup error, in one line.
 #[test]
 fn a_parser_must_fit_the_models_format() {
-    let openai = Parsers {
+    let startup_error = |parsers: Parsers| {
+        ServedModel::from_dir("m".into(), &fixture("tiny-qwen3"), None, parsers)
+            .err()
+            .unwrap()
+            .to_string()
+    };
+    let err = startup_error(Parsers {
         tool_call: Some(ToolCallParser::Openai),
         reasoning: None,
-    };
-    let err = ServedModel::from_dir("m".into(), &fixture("tiny-qwen3"), None, openai)
-        .err()
-        .unwrap()
-        .to_string();
+    });
     assert!(
         err.starts_with("--tool-call-parser openai: ") && !err.contains('\n'),
         "{err}"
     );
-    let gptoss = Parsers {
+    let err = startup_error(Parsers {
         tool_call: None,
         reasoning: Some(ReasoningParser::OpenaiGptoss),
-    };
-    let err = ServedModel::from_dir("m".into(), &fixture("tiny-qwen3"), None, gptoss)
-        .err()
-        .unwrap()
-        .to_string();
+    });
     assert!(
         err.starts_with("--reasoning-parser openai_gptoss: ") && !err.contains('\n'),
         "{err}"
