@@ -1,6 +1,7 @@
 //! The HTTP handlers, one file per endpoint family.
 
 pub mod chat;
+mod chat_prompt;
 pub mod completions;
 pub mod info;
 pub mod prefix_cache;

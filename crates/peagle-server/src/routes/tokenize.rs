@@ -2,7 +2,7 @@
 //! or of chat messages as the chat route renders them, and the text of token ids. Clients use
 //! them to count tokens and to find the ids `logit_bias` and `stop_token_ids` take.
 
-use super::chat::prompt_ids;
+use super::chat_prompt::prompt_ids;
 use super::{check_model, off_runtime};
 use crate::chat_template::JsonMap;
 use crate::error::ApiError;
