@@ -34,6 +34,49 @@ fn streams_a_completion_and_reports_speed() {
     );
 }
 
+/// `--json-schema` and `--regex` constrain the text: JSON the schema accepts, ended by the
+/// model's end-of-sequence once whole, and text the regex matches.
+#[test]
+fn a_json_schema_or_a_regex_constrains_the_text() {
+    let model = fixture("tiny-llama");
+    let schema = r#"{"type": "object", "properties": {"k": {"enum": ["x", "yy"]}, "n": {"type": "integer"}}, "required": ["k", "n"]}"#;
+    let out = generate(&[
+        "--model",
+        &model,
+        "--prompt",
+        "def f(x):",
+        "--max-tokens",
+        "60",
+        "--json-schema",
+        schema,
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let value: serde_json::Value = serde_json::from_str(text.trim_end()).unwrap_or_else(|e| panic!("{e}: {text:?}"));
+    assert!(
+        ["x", "yy"].contains(&value["k"].as_str().unwrap()) && value["n"].is_i64(),
+        "{value}"
+    );
+
+    let out = generate(&[
+        "--model",
+        &model,
+        "--prompt",
+        "def f(x):",
+        "--max-tokens",
+        "8",
+        "--ignore-eos",
+        "--regex",
+        "[a-c]+",
+    ]);
+    let text = String::from_utf8(out.stdout).unwrap();
+    let text = text.trim_end_matches('\n');
+    assert!(
+        !text.is_empty() && text.bytes().all(|b| (b'a'..=b'c').contains(&b)),
+        "{text:?}"
+    );
+}
+
 #[test]
 fn seeded_sampling_repeats() {
     let model = fixture("tiny-qwen3");
@@ -83,7 +126,22 @@ fn errors_are_one_line_with_non_zero_exit() {
     let prompts = format!("{model}/eval_prompts.jsonl");
     // A file that exists, to name as both the prompts and the stats.
     let config = format!("{model}/config.json");
-    let cases: [(&[&str], &str); 7] = [
+    let cases: [(&[&str], &str); 9] = [
+        (
+            &[
+                "--model",
+                &model,
+                "--prompt",
+                "x",
+                "--json-schema",
+                "{\"type\": \"integer\", \"maximum\": 3}",
+            ],
+            "--json-schema: JSON schema keyword not supported at #: maximum",
+        ),
+        (
+            &["--model", &model, "--prompt", "x", "--regex", "a("],
+            "--regex: invalid regex",
+        ),
         (
             &[
                 "--model",

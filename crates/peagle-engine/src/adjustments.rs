@@ -1,12 +1,13 @@
 //! What adjusts the rows of a sequence's verification window before its tokens are chosen:
 //! its penalties and logit bias, its stop tokens held back while fewer than `min_tokens`
 //! tokens are out (`penalties` has the order and the rule for drafts), and the tokens its
-//! constraints ban (`token_bans`). The host applies it
+//! constraints ban (`token_bans`), and those outside its grammar (`structured`). The host applies it
 //! to a whole row, or to the few values of a row it touches, with the same arithmetic, so a
 //! row adjusted where it lies (on a GPU) takes the values the host's copy would.
 
 use crate::penalties::{History, LogitsMut, Penalties};
 use crate::sequence::Sequence;
+use crate::structured::{Cursor, StructuredOutput};
 use crate::token_bans::TokenBans;
 
 /// One window's adjustments, row by row: row i follows the sequence's tokens and the
@@ -19,6 +20,9 @@ pub struct Adjuster<'a> {
     drafts: &'a [u32],
     history: History,
     row: usize,
+    structured: Option<&'a StructuredOutput>,
+    /// The structured output's cursor at each row visited so far (row 0 first).
+    cursors: Vec<Cursor>,
 }
 
 impl<'a> Adjuster<'a> {
@@ -36,6 +40,8 @@ impl<'a> Adjuster<'a> {
             drafts,
             history: History::new(&seq.token_ids[..seq.num_prompt_tokens], seq.generated()),
             row: 0,
+            structured: seq.params.sampling.structured.as_ref(),
+            cursors: seq.structured.iter().cloned().collect(),
         })
     }
 
@@ -53,7 +59,30 @@ impl<'a> Adjuster<'a> {
             self.history.pop(draft);
         }
         self.row = row;
-        adjusts(self.penalties, self.bans, self.min_tokens, self.history.generated())
+        if let Some(s) = self.structured {
+            while self.cursors.len() <= row {
+                let next = s.advance(
+                    self.cursors.last().expect("row 0's cursor"),
+                    self.drafts[self.cursors.len() - 1],
+                );
+                self.cursors.push(next);
+            }
+        }
+        adjusts(
+            self.penalties,
+            self.bans,
+            self.structured,
+            self.min_tokens,
+            self.history.generated(),
+        )
+    }
+
+    /// The tokens the structured output bans at the current row.
+    fn off_grammar(&self, vocab: usize) -> Vec<u32> {
+        match self.structured {
+            Some(s) => s.banned(&self.cursors[self.row], &self.stop_ids, vocab),
+            None => Vec::new(),
+        }
     }
 
     fn holds_stop_tokens(&self) -> bool {
@@ -71,7 +100,8 @@ impl<'a> Adjuster<'a> {
             }
         }
         let vocab = logits.vocab();
-        for token in self.bans.banned(self.history.tokens(), vocab) {
+        let banned = self.bans.banned(self.history.tokens(), vocab);
+        for token in banned.chain(self.off_grammar(vocab)) {
             if let Some(l) = logits.logit_mut(token) {
                 *l = f32::NEG_INFINITY;
             }
@@ -86,6 +116,7 @@ impl<'a> Adjuster<'a> {
             .touched(&self.history)
             .chain(held.copied())
             .chain(self.bans.banned(self.history.tokens(), vocab))
+            .chain(self.off_grammar(vocab))
             .filter(|&t| (t as usize) < vocab)
             .collect();
         tokens.sort_unstable();
@@ -102,16 +133,24 @@ pub fn adjusts_row(seq: &Sequence, row: usize) -> bool {
     adjusts(
         &params.sampling.penalties,
         &params.sampling.bans,
+        params.sampling.structured.as_ref(),
         params.min_tokens,
         seq.generated().len() + row,
     )
 }
 
 /// Whether a row after `generated` tokens is adjusted: by its penalties, by stop tokens held
-/// back while fewer than `min_tokens` are out, or by constraints (every row of a sequence that
-/// has them, banning tokens there or not, so that the answer does not depend on the drafts).
-fn adjusts(penalties: &Penalties, bans: &TokenBans, min_tokens: usize, generated: usize) -> bool {
-    !penalties.is_off() || !bans.is_off() || generated < min_tokens
+/// back while fewer than `min_tokens` are out, or by constraints or a grammar (every row of a
+/// sequence that has them, banning tokens there or not, so that the answer does not depend on
+/// the drafts).
+fn adjusts(
+    penalties: &Penalties,
+    bans: &TokenBans,
+    structured: Option<&StructuredOutput>,
+    min_tokens: usize,
+    generated: usize,
+) -> bool {
+    !penalties.is_off() || !bans.is_off() || structured.is_some() || generated < min_tokens
 }
 
 /// Some of a row's logits, by token: those an adjustment touches (`Adjuster::touched`).
@@ -150,9 +189,34 @@ mod tests {
     use super::*;
     use crate::request::GenerateParams;
     use crate::sampling_params::SamplingParams;
+    use crate::structured::StructuredOutput;
     use crate::token_bans::TokenBans;
+    use peagle_grammar::{Constraint, Spec, Vocabulary};
     use rand::rngs::StdRng;
     use rand::{Rng, SeedableRng};
+    use std::sync::Arc;
+
+    /// `logits` adjusted at the adjuster's row, after checking that the touched values
+    /// adjusted alone equal the adjusted row's, bit for bit, and that the others are left alone.
+    fn adjusted_as_touched(adjuster: &Adjuster, logits: &[f32], row: usize) -> Vec<f32> {
+        let vocab = logits.len();
+        let mut dense = logits.to_vec();
+        adjuster.apply(&mut dense[..]);
+        let touched = adjuster.touched(vocab);
+        assert!(touched.windows(2).all(|w| w[0] < w[1]));
+        let values = touched.iter().map(|&t| logits[t as usize]).collect();
+        let mut sparse = SparseLogits::new(touched, values, vocab);
+        adjuster.apply(&mut sparse);
+        for token in 0..vocab as u32 {
+            let value = sparse.get(token).unwrap_or(logits[token as usize]);
+            assert_eq!(
+                value.to_bits(),
+                dense[token as usize].to_bits(),
+                "row {row}, token {token}"
+            );
+        }
+        dense
+    }
 
     /// On every row of a window, the touched values adjusted alone equal the whole row
     /// adjusted, bit for bit, and the row's other values are left alone.
@@ -183,21 +247,12 @@ mod tests {
         for row in 0..=drafts.len() {
             assert!(adjuster.at_row(row));
             let logits: Vec<f32> = (0..VOCAB).map(|_| rng.random::<f32>() * 6.0 - 3.0).collect();
-            let mut dense = logits.clone();
-            adjuster.apply(&mut dense[..]);
-            let touched = adjuster.touched(VOCAB);
-            assert!(touched.windows(2).all(|w| w[0] < w[1]));
-            assert_eq!(touched.contains(&0), row < 2, "eos is held for the first two rows");
-            let values = touched.iter().map(|&t| logits[t as usize]).collect();
-            let mut sparse = SparseLogits::new(touched.clone(), values, VOCAB);
-            adjuster.apply(&mut sparse);
-            for token in 0..VOCAB as u32 {
-                let want = dense[token as usize].to_bits();
-                match sparse.get(token) {
-                    Some(value) => assert_eq!(value.to_bits(), want, "row {row}, token {token}"),
-                    None => assert_eq!(logits[token as usize].to_bits(), want, "row {row}, token {token}"),
-                }
-            }
+            adjusted_as_touched(&adjuster, &logits, row);
+            assert_eq!(
+                adjuster.touched(VOCAB).contains(&0),
+                row < 2,
+                "eos is held for the first two rows"
+            );
         }
     }
 
@@ -260,23 +315,10 @@ mod tests {
         let mut banned_by_row = Vec::new();
         for row in 0..=drafts.len() {
             assert!(adjuster.at_row(row), "every row of a sequence with bans is adjusted");
-            let mut dense = logits.clone();
-            adjuster.apply(&mut dense[..]);
+            let dense = adjusted_as_touched(&adjuster, &logits, row);
             let banned: Vec<u32> = (0..VOCAB as u32)
                 .filter(|&t| dense[t as usize] == f32::NEG_INFINITY)
                 .collect();
-            let touched = adjuster.touched(VOCAB);
-            let values = touched.iter().map(|&t| logits[t as usize]).collect();
-            let mut sparse = SparseLogits::new(touched, values, VOCAB);
-            adjuster.apply(&mut sparse);
-            for token in 0..VOCAB as u32 {
-                let value = sparse.get(token).unwrap_or(logits[token as usize]);
-                assert_eq!(
-                    value.to_bits(),
-                    dense[token as usize].to_bits(),
-                    "row {row}, token {token}"
-                );
-            }
             banned_by_row.push(banned);
         }
         // Row 1 follows the generated 5 and the drafted 6: 7 completes the bad word there.
@@ -284,6 +326,48 @@ mod tests {
             banned_by_row,
             [vec![3, 10, 11], vec![3, 7, 10, 11], vec![3, 10, 11], vec![3, 10, 11]]
         );
+    }
+
+    /// A grammar's bans on every row of a window follow the drafts before the row (here the
+    /// regex `ab|ac|b`, one byte a token), stop tokens are allowed once the text is whole,
+    /// and the touched values adjusted alone equal the adjusted row.
+    #[test]
+    fn grammar_bans_follow_the_drafts_and_are_touched_alone_as_in_the_row() {
+        const VOCAB: usize = 5;
+        let tokens = [
+            None,
+            Some(b"a".to_vec()),
+            Some(b"b".to_vec()),
+            Some(b"c".to_vec()),
+            None,
+        ];
+        let grammar = Spec::Regex("ab|ac|b".into()).compile().unwrap();
+        let constraint = Constraint::new(grammar, Arc::new(Vocabulary::new(tokens.to_vec())));
+        let params = GenerateParams {
+            max_tokens: 100,
+            sampling: SamplingParams {
+                structured: Some(StructuredOutput {
+                    constraint: Arc::new(constraint),
+                    trigger: Vec::new(),
+                }),
+                ..SamplingParams::default()
+            },
+            ..GenerateParams::default()
+        };
+        let seq = Sequence::new(vec![4, 4], params);
+        let drafts = [1, 3, 2];
+        let mut adjuster = Adjuster::of(&seq, &drafts, &[0]).expect("the grammar applies");
+        let logits: Vec<f32> = (0..VOCAB).map(|t| t as f32).collect();
+        let mut allowed_by_row = Vec::new();
+        for row in 0..=drafts.len() {
+            assert!(adjuster.at_row(row));
+            let dense = adjusted_as_touched(&adjuster, &logits, row);
+            let allowed: Vec<u32> = (0..VOCAB as u32).filter(|&t| dense[t as usize].is_finite()).collect();
+            allowed_by_row.push(allowed);
+        }
+        // Start: a or b; after a: b or c; after "ac": only the stop token; after "acb" (off
+        // the grammar, which a draft can be): only the stop token.
+        assert_eq!(allowed_by_row, [vec![1, 2], vec![2, 3], vec![0], vec![0]]);
     }
 
     #[test]

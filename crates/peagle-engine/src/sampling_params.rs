@@ -2,6 +2,7 @@
 //! shares.
 
 use crate::penalties::Penalties;
+use crate::structured::StructuredOutput;
 use crate::token_bans::{InvalidBans, TokenBans};
 use thiserror::Error;
 
@@ -19,6 +20,8 @@ pub struct SamplingParams {
     pub penalties: Penalties,
     /// Tokens that may not be chosen, greedy or not.
     pub bans: TokenBans,
+    /// The grammar the text must follow (structured output), greedy or not.
+    pub structured: Option<StructuredOutput>,
 }
 
 impl Default for SamplingParams {
@@ -31,6 +34,7 @@ impl Default for SamplingParams {
             seed: None,
             penalties: Penalties::default(),
             bans: TokenBans::default(),
+            structured: None,
         }
     }
 }

@@ -4,6 +4,7 @@ use crate::prefix_cache::BlockHash;
 use crate::request::{FinishReason, GenerateParams, TokenOutput};
 use crate::sampler::Sampler;
 use crate::spec_stats::SpecStats;
+use crate::structured::Cursor;
 use candle_core::Tensor;
 use peagle_models::DeviceIds;
 
@@ -47,6 +48,8 @@ pub struct Sequence {
     pub drafter_backlog: Option<DrafterBacklog>,
     /// Seeds the chain of `block_hashes` (`Request::cache_salt`).
     pub cache_salt: Option<String>,
+    /// Where the structured output stands after the generated tokens, if the request has one.
+    pub structured: Option<Cursor>,
 }
 
 /// Target states the drafter still has to read, projected to its width
@@ -72,6 +75,7 @@ impl Sequence {
             drafts: Vec::new(),
             drafts_on_device: None,
             sampler: Sampler::new(params.sampling.seed),
+            structured: params.sampling.structured.as_ref().map(|s| s.start()),
             params,
             finish: None,
             spec_stats: SpecStats::default(),
@@ -152,6 +156,9 @@ impl Sequence {
                 None
             };
             self.token_ids.push(t.id);
+            if let (Some(cursor), Some(s)) = (&mut self.structured, &self.params.sampling.structured) {
+                *cursor = s.advance(cursor, t.id);
+            }
             self.outputs.push(TokenOutput {
                 stops: finish.is_some(),
                 ..t.clone()

@@ -3,8 +3,13 @@
 //! mostly accepted (a drafter that always proposes the token the target repeats).
 
 use candle_core::Device;
-use peagle_engine::{DraftModel, GenerateParams, Generator, GeneratorOptions, Penalties, SamplingParams, TokenBans};
+use peagle_engine::{
+    DraftModel, GenerateParams, Generator, GeneratorOptions, Penalties, SamplingParams, StructuredOutput, TokenBans,
+};
+use peagle_grammar::{Constraint, Spec, Vocabulary};
 use peagle_models::{KvCacheDtype, LoadOptions};
+use serde_json::json;
+use std::sync::Arc;
 mod common;
 use common::fixture;
 use std::path::Path;
@@ -336,4 +341,87 @@ fn bans_keep_greedy_speculative_output_exact() {
     assert!(plain.windows(2).any(|w| w == [203, 203]), "{plain:?}");
     assert!(!plain.windows(3).any(|w| w == [203, 203, 203]), "{plain:?}");
     assert_accepted_drafts_keep(&prompt, &no_triples, &plain);
+}
+
+/// A grammar bans every token its text cannot go on with, and a window row bans what plain
+/// decoding would after the drafts before it, so greedy speculative output under structured
+/// output equals plain output under it: a JSON schema with random drafters (the text is JSON
+/// the schema accepts, ended by end-of-sequence once whole), and a regex whose repeated
+/// character a constant drafter proposes, accepted until the grammar turns it away.
+#[test]
+fn structured_output_keeps_greedy_speculative_output_exact() {
+    let structured = |target: &str, spec: Spec, trigger: Vec<u32>| {
+        let tokenizer = tokenizers::Tokenizer::from_file(fixture(target).join("tokenizer.json")).unwrap();
+        let vocab = Arc::new(Vocabulary::from_tokenizer(&tokenizer, 384).unwrap());
+        let constraint = Arc::new(Constraint::new(spec.compile().unwrap(), vocab.clone()));
+        let structured = StructuredOutput { constraint, trigger };
+        let text = move |ids: &[u32]| -> String {
+            String::from_utf8(ids.iter().flat_map(|&t| vocab.bytes(t).unwrap().to_vec()).collect()).unwrap()
+        };
+        (structured, text)
+    };
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "word": {"type": "string", "maxLength": 6},
+            "n": {"type": "integer"},
+            "ok": {"type": "boolean"},
+            "kind": {"enum": ["a", "bb"]}
+        },
+        "required": ["word", "n", "ok", "kind"]
+    });
+    let spec = Spec::JsonSchema {
+        schema,
+        whitespace: None,
+    };
+    let (json_output, text) = structured("tiny-llama", spec, Vec::new());
+    let params = GenerateParams {
+        max_tokens: 160,
+        ignore_eos: false,
+        sampling: SamplingParams {
+            structured: Some(json_output),
+            ..SamplingParams::default()
+        },
+        ..GenerateParams::default()
+    };
+    let prompts = prompts();
+    let plain = outputs_with(&mut generator("tiny-llama", None, 512), &prompts, &params);
+    let mut whole = 0;
+    for out in &plain {
+        let Some((&1, body)) = out.split_last() else {
+            continue;
+        };
+        let value: serde_json::Value =
+            serde_json::from_str(&text(body)).unwrap_or_else(|e| panic!("{e}: {:?}", text(body)));
+        assert!(
+            value["word"].as_str().is_some_and(|w| w.chars().count() <= 6),
+            "{value}"
+        );
+        assert!(value["n"].is_i64() && value["ok"].is_boolean(), "{value}");
+        assert!(["a", "bb"].contains(&value["kind"].as_str().unwrap()), "{value}");
+        whole += 1;
+    }
+    assert!(whole >= 10, "{whole} of {} outputs ended whole", plain.len());
+    assert_random_drafters_keep(&prompts, &params, &plain);
+
+    // Tiny-qwen3 repeats token 203 (a carriage return); the grammar cuts the run at five.
+    let (cut, text) = structured("tiny-qwen3", Spec::Regex(r"\r{0,5}[a-z]+".into()), Vec::new());
+    let params = GenerateParams {
+        sampling: SamplingParams {
+            structured: Some(cut),
+            ..SamplingParams::default()
+        },
+        ..greedy(40)
+    };
+    let prompt = repeating_prompt();
+    let plain = generator("tiny-qwen3", None, 512)
+        .generate(&prompt, &params, |_| {})
+        .unwrap()
+        .token_ids;
+    let out = text(&plain);
+    assert!(
+        out.starts_with("\r\r\r\r\r") && out[5..].bytes().all(|b| b.is_ascii_lowercase()),
+        "{out:?}"
+    );
+    assert_accepted_drafts_keep(&prompt, &params, &plain);
 }

@@ -9,6 +9,7 @@ pub mod chat_template;
 pub mod choice;
 mod choice_text;
 mod connection;
+mod constraints;
 pub mod error;
 pub mod fd_limit;
 pub mod harmony;

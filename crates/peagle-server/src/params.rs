@@ -6,7 +6,8 @@
 use crate::error::ApiError;
 use crate::harmony::Harmony;
 use crate::protocol::sampling::SamplingRequest;
-use peagle_engine::{GenerateParams, Penalties, Request, SamplingParams, TokenBans};
+use crate::protocol::structured::Asked;
+use peagle_engine::{GenerateParams, Penalties, Request, SamplingParams, StructuredOutput, TokenBans};
 use peagle_models::SamplingDefaults;
 
 /// Most choices per request.
@@ -38,6 +39,8 @@ pub struct ChoiceTemplate {
     max_tokens_cap: Option<usize>,
     truncation: Option<Truncation>,
     cache_salt: Option<String>,
+    /// The structured output asked for; the route compiles it (`constrain`).
+    pub structured: Option<Asked>,
 }
 
 /// vLLM's `truncate_prompt_tokens`: a prompt keeps only its last tokens.
@@ -154,6 +157,7 @@ impl SamplingRequest {
                 seed: self.seed.map(|s| s as u64),
                 penalties: self.penalties(defaults)?,
                 bans: TokenBans::new(self.allowed_token_ids.clone(), bad_word_ids(bad_words, encode)?),
+                structured: None,
             },
             ignore_eos: self.ignore_eos.unwrap_or(false),
             min_tokens,
@@ -162,6 +166,7 @@ impl SamplingRequest {
             max_tokens_cap: defaults.max_new_tokens,
             truncation,
             cache_salt: self.cache_salt.clone(),
+            structured: self.structured.asked()?,
         })
     }
 
@@ -187,6 +192,11 @@ impl SamplingRequest {
 }
 
 impl ChoiceTemplate {
+    /// Every choice's text follows `structured` (the compiled `self.structured`).
+    pub fn constrain(&mut self, structured: StructuredOutput) {
+        self.sampling.structured = Some(structured);
+    }
+
     /// Choices of a harmony conversation: they end with the assistant's turn (on `<|return|>`
     /// or `<|call|>`), and keep harmony's special tokens in their text for the channel parser.
     pub fn speak_harmony(&mut self, harmony: &Harmony) {

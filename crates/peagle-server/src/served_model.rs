@@ -2,6 +2,7 @@
 //! format (a chat template, or harmony for gpt-oss). The weights live in the engine.
 
 use crate::chat_template::{ChatTemplate, TemplateError};
+use crate::constraints::Constraints;
 use crate::error::ApiError;
 use crate::harmony::Harmony;
 use crate::params::prompt_too_long;
@@ -90,6 +91,8 @@ pub struct ServedModel {
     pub created: u64,
     /// Text of more than this many bytes per token of the limit cannot fit (see `encode`).
     max_bytes_per_token: usize,
+    /// Structured outputs compiled for this model's vocabulary.
+    pub constraints: Constraints,
 }
 
 type ChosenParsers = (Option<ToolCallParser>, Option<ReasoningParser>);
@@ -179,6 +182,7 @@ impl ServedModel {
             reasoning_parser: None,
             sampling_defaults: SamplingDefaults::default(),
             created: unix_time(),
+            constraints: Constraints::default(),
         }
     }
 

@@ -6,13 +6,15 @@ use clap::Parser;
 use peagle_cli::report::{read_prompts, Report};
 use peagle_cli::{demo_model_dir, init_tracing};
 use peagle_engine::{
-    DraftModel, GenerateParams, Generator, GeneratorOptions, Penalties, SamplingParams, TokenBans,
+    DraftModel, GenerateParams, Generator, GeneratorOptions, Penalties, SamplingParams, StructuredOutput, TokenBans,
     DEFAULT_GPU_MEMORY_UTILIZATION,
 };
+use peagle_grammar::{Constraint, Spec, Vocabulary};
 use peagle_kernels::cuda_profiler_range;
 use peagle_models::{DTypeSpec, DeviceSpec, KvCacheDtype, LoadOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 #[derive(Parser)]
 #[command(version, about = "Generate completions with a local Hugging Face model")]
@@ -52,6 +54,12 @@ struct Args {
     /// Continue past end-of-sequence tokens.
     #[arg(long)]
     ignore_eos: bool,
+    /// The text is JSON this JSON schema accepts (given inline).
+    #[arg(long, conflicts_with = "regex")]
+    json_schema: Option<String>,
+    /// The text matches this regex whole.
+    #[arg(long)]
+    regex: Option<String>,
     /// Longest prefill chunk, in tokens.
     #[arg(long, default_value_t = 512)]
     max_batched_tokens: usize,
@@ -106,6 +114,31 @@ fn main() {
         eprintln!("peagle-generate: {e:#}");
         std::process::exit(1);
     }
+}
+
+/// The grammar `--json-schema` or `--regex` asks the text to follow, over the model's tokens.
+fn structured_output(args: &Args, generator: &Generator) -> Result<Option<StructuredOutput>> {
+    let (spec, flag) = match (&args.json_schema, &args.regex) {
+        (Some(schema), _) => {
+            let schema = serde_json::from_str(schema).context("--json-schema is not JSON")?;
+            let spec = Spec::JsonSchema {
+                schema,
+                whitespace: None,
+            };
+            (spec, "--json-schema")
+        }
+        (None, Some(pattern)) => (Spec::Regex(pattern.clone()), "--regex"),
+        (None, None) => return Ok(None),
+    };
+    let tokenizer = generator
+        .tokenizer()
+        .with_context(|| format!("{flag} needs the model's tokenizer.json"))?;
+    let vocabulary = Vocabulary::from_tokenizer(tokenizer, tokenizer.get_vocab_size(true)).context(flag)?;
+    let grammar = spec.compile().context(flag)?;
+    Ok(Some(StructuredOutput {
+        constraint: Arc::new(Constraint::new(grammar, Arc::new(vocabulary))),
+        trigger: Vec::new(),
+    }))
 }
 
 fn run(args: Args) -> Result<()> {
@@ -170,6 +203,7 @@ fn run(args: Args) -> Result<()> {
                 logit_bias: Vec::new(),
             },
             bans: TokenBans::default(),
+            structured: structured_output(&args, &generator)?,
         },
         ignore_eos: args.ignore_eos,
         ..GenerateParams::default()

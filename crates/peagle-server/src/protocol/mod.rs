@@ -5,6 +5,7 @@ pub mod chat;
 pub mod completion;
 pub mod refused;
 pub mod sampling;
+pub mod structured;
 pub mod tools;
 
 use crate::error::ApiError;

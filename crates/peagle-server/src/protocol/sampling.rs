@@ -2,6 +2,7 @@
 //! stops. Read from the same body as the route's own fields.
 
 use super::refused::Refused;
+use super::structured::StructuredRequest;
 use super::Stop;
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -71,4 +72,6 @@ pub struct SamplingRequest {
     /// Raw JSON only, so flattening it costs no field its error path.
     #[serde(flatten)]
     pub refused: Refused,
+    #[serde(flatten)]
+    pub structured: StructuredRequest,
 }

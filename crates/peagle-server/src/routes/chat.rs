@@ -4,7 +4,7 @@
 //! one `chat.completion`.
 
 use super::chat_prompt::{answer_role, echoed, prompt_ids};
-use super::check_model;
+use super::{check_model, constrain};
 use crate::answer::{join_calls, AnswerParser, CallParser, Offer, Split};
 use crate::choice::{Choice, Finish};
 use crate::error::ApiError;
@@ -22,7 +22,7 @@ use crate::protocol::{response_id, unix_time, StopReason, StreamUsage, Usage};
 use crate::served_model::{ServedModel, ToolCallParser};
 use crate::sse::{done_event, error_event, json_event, merged};
 use crate::state::AppState;
-use crate::thinking::{PromptThinking, Thinking};
+use crate::thinking::{PromptThinking, ReasoningParser, Thinking};
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::sse::{Event, Sse};
@@ -156,6 +156,8 @@ pub async fn chat_completions(
     if let Some(harmony) = &harmony {
         template.speak_harmony(harmony);
     }
+    let trigger = answer_trigger(&state.model, thinking)?;
+    constrain(&state, &mut template, trigger).await?;
     // A Hermes model's call markers may be special tokens, which the text would leave out
     // (vLLM's parser keeps them likewise).
     if state.model.tool_call_parser == Some(ToolCallParser::Hermes) && !setup.offer.is_empty() {
@@ -209,6 +211,25 @@ pub async fn chat_completions(
         ..meta.response("chat.completion", choices, Some(usage))
     };
     Ok(Json(response).into_response())
+}
+
+/// Where a chat's structured output starts: after the reasoning, as vLLM's reasoning parsers
+/// have it. A harmony answer's final message follows its analysis (`<|channel|>final<|message|>`
+/// opens it); a template model's answer that starts in its thinking (the prompt left it open,
+/// or deepseek_r1's, which always thinks first) is constrained after `</think>`. Others are
+/// constrained from their first token.
+fn answer_trigger(model: &ServedModel, thinking: PromptThinking) -> Result<Vec<u32>, ApiError> {
+    let opener = if model.harmony.is_some() {
+        "<|channel|>final<|message|>"
+    } else {
+        match (model.reasoning_parser, thinking) {
+            (Some(_), PromptThinking::Open) | (Some(ReasoningParser::DeepseekR1), PromptThinking::Neither) => {
+                "</think>"
+            }
+            _ => return Ok(Vec::new()),
+        }
+    };
+    model.encode_words(opener)
 }
 
 /// What a request tells each of its choices' answer parsers.

@@ -1,7 +1,7 @@
 //! `POST /v1/completions`: one or more prompts (text or token ids), n choices each, streamed
 //! or not. Choice indices run prompt by prompt: prompt p's choice i is p * n + i.
 
-use super::{check_model, off_runtime};
+use super::{check_model, constrain, off_runtime};
 use crate::choice::{Choice, Finish};
 use crate::error::ApiError;
 use crate::json_body::ApiJsonViews;
@@ -102,6 +102,7 @@ pub async fn completions(
     check_unsupported(&req, template.n)?;
     check_sequences(req.prompt.count(), template.n, state.config.max_sequences_per_request)?;
     check_prompt_logprobs(&template, streaming)?;
+    constrain(&state, &mut template, Vec::new()).await?;
     let logprobs = req.logprobs.map(|v| logprobs_count(v, "logprobs")).transpose()?;
     let echo = req.echo.unwrap_or(false);
     // Echo with logprobs scores the prompt too (the first token gets null), as in vLLM.

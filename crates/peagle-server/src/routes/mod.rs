@@ -8,7 +8,10 @@ pub mod prefix_cache;
 pub mod tokenize;
 
 use crate::error::ApiError;
+use crate::params::ChoiceTemplate;
 use crate::state::AppState;
+use peagle_engine::StructuredOutput;
+use std::sync::Arc;
 
 /// Runs CPU-heavy request preparation (tokenizing, rendering the chat template) on the
 /// blocking pool, so a huge prompt does not stall the async workers every connection shares.
@@ -18,6 +21,18 @@ async fn off_runtime<T: Send + 'static>(
     tokio::task::spawn_blocking(work)
         .await
         .map_err(|e| ApiError::internal(format!("preparing the request failed: {e}")))?
+}
+
+/// Compiles the structured output `template` asks for (off the async workers: the first
+/// state's tokens are a walk of the vocabulary), to start after `trigger` (empty: at once).
+async fn constrain(state: &Arc<AppState>, template: &mut ChoiceTemplate, trigger: Vec<u32>) -> Result<(), ApiError> {
+    let Some(asked) = template.structured.clone() else {
+        return Ok(());
+    };
+    let state = state.clone();
+    let constraint = off_runtime(move || state.model.constraints.compile(state.model.tokenizer(), &asked)).await?;
+    template.constrain(StructuredOutput { constraint, trigger });
+    Ok(())
 }
 
 /// Requests name the served model (or leave `model` out); anything else is 404, as OpenAI

@@ -109,7 +109,8 @@ async fn invalid_requests_get_400_naming_the_field() {
         ("prompt_logprobs", json!(21), "prompt_logprobs"),
         ("prompt_logprobs", json!(-1), "prompt_logprobs"),
         ("stream_options", json!({"include_usage": true}), "stream_options"),
-        ("guided_regex", json!("[0-9]+"), "guided_regex"),
+        ("guided_regex", json!("[0-9"), "guided_regex"),
+        ("guided_grammar", json!("root ::= [0-9]+"), "guided_grammar"),
         ("allowed_token_ids", json!([]), "allowed_token_ids"),
         ("allowed_token_ids", json!([5, 100000]), "allowed_token_ids"),
         ("allowed_token_ids", json!([-1]), "allowed_token_ids[0]"),
@@ -149,7 +150,7 @@ async fn invalid_requests_get_400_naming_the_field() {
     let body = server.ok(chat, r).await;
     assert_eq!(body["choices"][0]["message"]["role"], "assistant", "{body}");
     let mut r = message(json!("hi"));
-    r["response_format"] = json!({"type": "json_object"});
+    r["response_format"] = json!({"type": "yaml"});
     bad_request(&server, chat, r, Some("response_format")).await;
     let mut r = message(json!("hi"));
     r["tool_choice"] = json!("required");

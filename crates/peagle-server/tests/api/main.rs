@@ -14,4 +14,5 @@ mod hermes;
 mod openapi;
 mod prefix_cache;
 mod shutdown;
+mod structured;
 mod tokenize;

@@ -1,0 +1,160 @@
+//! A compiled constraint on a request's text: its grammar, the model's vocabulary, and the
+//! tokens each parse state allows, remembered per state (a JSON string's inside, say, is one
+//! state however long the string runs), so the vocabulary is walked once per state met.
+
+use crate::grammar::Grammar;
+use crate::state::State;
+use crate::vocabulary::Vocabulary;
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+
+/// The most states whose tokens are remembered; past it the memory starts over.
+const REMEMBERED_STATES: usize = 4096;
+
+pub struct Constraint {
+    grammar: Grammar,
+    vocab: Arc<Vocabulary>,
+    masks: Mutex<HashMap<State, Arc<TokenMask>>>,
+}
+
+/// The tokens a state allows: those whose bytes continue its text.
+pub struct TokenMask {
+    bits: Vec<u64>,
+    len: usize,
+}
+
+impl TokenMask {
+    pub fn allows(&self, token: u32) -> bool {
+        (token as usize) < self.len && self.bits[token as usize / 64] & (1 << (token % 64)) != 0
+    }
+
+    /// The tokens not allowed, ascending.
+    pub fn banned(&self) -> impl Iterator<Item = u32> + '_ {
+        (0..self.len as u32).filter(|&t| !self.allows(t))
+    }
+
+    /// How many tokens are allowed.
+    pub fn count(&self) -> usize {
+        self.bits.iter().map(|w| w.count_ones() as usize).sum()
+    }
+}
+
+impl Constraint {
+    pub fn new(grammar: Grammar, vocab: Arc<Vocabulary>) -> Self {
+        Self {
+            grammar,
+            vocab,
+            masks: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The state before any token.
+    pub fn start(&self) -> State {
+        self.grammar.start()
+    }
+
+    /// The state after `token` follows `state`; a token that is not text leaves no text.
+    pub fn advance(&self, state: &State, token: u32) -> State {
+        match self.vocab.bytes(token) {
+            Some(bytes) => self.grammar.advance_bytes(state, bytes),
+            None => State::dead(),
+        }
+    }
+
+    /// The tokens `state` allows.
+    pub fn allowed(&self, state: &State) -> Arc<TokenMask> {
+        if let Some(mask) = self.masks.lock().expect("no panic holds the lock").get(state) {
+            return mask.clone();
+        }
+        let mask = Arc::new(self.walk(state));
+        let mut masks = self.masks.lock().expect("no panic holds the lock");
+        if masks.len() >= REMEMBERED_STATES {
+            masks.clear();
+        }
+        masks.insert(state.clone(), mask.clone());
+        mask
+    }
+
+    /// Walks the vocabulary's trie from `state`, leaving each branch where no text goes on.
+    fn walk(&self, state: &State) -> TokenMask {
+        let len = self.vocab.len();
+        let mut bits = vec![0u64; len.div_ceil(64)];
+        let mut todo = vec![(self.vocab.root(), state.clone())];
+        while let Some((node, state)) = todo.pop() {
+            for &(byte, child) in self.vocab.children(node) {
+                let next = self.grammar.advance(&state, byte);
+                if next.is_dead() {
+                    continue;
+                }
+                for &t in self.vocab.ending(child) {
+                    bits[t as usize / 64] |= 1 << (t % 64);
+                }
+                if !self.vocab.children(child).is_empty() {
+                    todo.push((child, next));
+                }
+            }
+        }
+        TokenMask { bits, len }
+    }
+}
+
+impl fmt::Debug for Constraint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Constraint")
+            .field("vocab", &self.vocab.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Constraints are equal when they are the same compiled constraint.
+impl PartialEq for Constraint {
+    fn eq(&self, other: &Self) -> bool {
+        std::ptr::eq(self, other)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::json_schema::schema_grammar;
+    use serde_json::json;
+
+    /// Each allowed token is one whose bytes the grammar takes from the state, and each
+    /// banned one is not, checked token by token against the parser on every state of a
+    /// JSON text's way.
+    #[test]
+    fn a_state_allows_exactly_the_tokens_its_text_may_go_on_with() {
+        let pieces = [
+            "{", "}", "\"", "\"a", "a", "b\"", ":", ": ", " ", "1", "12", "true", "tr", "\n", ",", "\"b\": ", "}\n",
+            "é", "\u{e9}",
+        ];
+        let mut tokens: Vec<Option<Vec<u8>>> = pieces.iter().map(|p| Some(p.as_bytes().to_vec())).collect();
+        tokens.push(Some(vec![0xc3]));
+        tokens.push(Some(vec![0xa9, b'"']));
+        tokens.push(None);
+        let vocab = Arc::new(Vocabulary::new(tokens));
+        let schema = json!({"type": "object", "properties": {"a": {"type": "boolean"}, "b": {"type": "string"}}, "required": ["a"]});
+        let constraint = Constraint::new(schema_grammar(&schema, None).unwrap(), vocab.clone());
+        let text = "{\"a\": true, \"b\": \"é\u{e9}\"}";
+        let mut state = constraint.start();
+        for (i, byte) in text.bytes().enumerate() {
+            let mask = constraint.allowed(&state);
+            for t in 0..vocab.len() as u32 {
+                let fits = vocab
+                    .bytes(t)
+                    .is_some_and(|b| !constraint.grammar.advance_bytes(&state, b).is_dead());
+                assert_eq!(mask.allows(t), fits, "after {:?}, token {t}", &text[..i]);
+            }
+            state = constraint.grammar.advance(&state, byte);
+        }
+        assert!(state.accepts() && state.is_final());
+        assert_eq!(constraint.allowed(&state).count(), 0);
+        assert!(
+            constraint
+                .advance(&constraint.start(), vocab.len() as u32 - 1)
+                .is_dead(),
+            "not text"
+        );
+    }
+}

@@ -1,0 +1,185 @@
+//! A grammar over bytes: rules, each a list of alternatives, each a sequence of elements that
+//! match one byte of a set or a whole rule. The compilers (`regex`, `json_schema`, `choice`)
+//! build one with `GrammarBuilder`; `state` runs it.
+//!
+//! Repetition is right recursion (`R ::= x R | ε`), which the parser follows without growing
+//! its stacks; text over characters becomes UTF-8 byte sequences, so a token's bytes (which may
+//! end inside a character) are matched as they are.
+
+use crate::error::GrammarError;
+use regex_syntax::utf8::Utf8Sequences;
+
+pub type RuleId = u32;
+
+/// The most elements a grammar may have: what the compilers build stays far below it, and a
+/// schema or regex that would exceed it (a repetition count in the millions) is refused.
+pub const MAX_ELEMENTS: usize = 500_000;
+
+/// A set of bytes.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default)]
+pub struct ByteSet([u64; 4]);
+
+impl ByteSet {
+    /// The bytes `lo..=hi`.
+    pub fn range(lo: u8, hi: u8) -> Self {
+        let mut set = Self::default();
+        for b in lo..=hi {
+            set.0[(b / 64) as usize] |= 1 << (b % 64);
+        }
+        set
+    }
+
+    pub fn byte(b: u8) -> Self {
+        Self::range(b, b)
+    }
+
+    pub fn contains(&self, b: u8) -> bool {
+        self.0[(b / 64) as usize] & (1 << (b % 64)) != 0
+    }
+
+    pub fn union(self, other: Self) -> Self {
+        Self(std::array::from_fn(|i| self.0[i] | other.0[i]))
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Element {
+    /// One byte of the set.
+    Bytes(ByteSet),
+    /// Any alternative of the rule.
+    Rule(RuleId),
+}
+
+/// Elements matched one after another.
+pub type Seq = Vec<Element>;
+
+/// A compiled grammar: its text is what its start rule matches.
+#[derive(Debug)]
+pub struct Grammar {
+    pub(crate) rules: Vec<Vec<Seq>>,
+    pub(crate) start: RuleId,
+}
+
+/// Builds a grammar rule by rule; every helper that makes a rule counts its elements against
+/// `MAX_ELEMENTS`.
+#[derive(Default)]
+pub struct GrammarBuilder {
+    rules: Vec<Option<Vec<Seq>>>,
+    elements: usize,
+}
+
+impl GrammarBuilder {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A rule defined later with `define`, so that rules can refer to themselves.
+    pub fn reserve(&mut self) -> RuleId {
+        self.rules.push(None);
+        (self.rules.len() - 1) as RuleId
+    }
+
+    pub fn define(&mut self, id: RuleId, alternatives: Vec<Seq>) -> Result<(), GrammarError> {
+        self.elements += alternatives.iter().map(|a| a.len().max(1)).sum::<usize>();
+        if self.elements > MAX_ELEMENTS {
+            return Err(GrammarError::TooLarge(MAX_ELEMENTS));
+        }
+        self.rules[id as usize] = Some(alternatives);
+        Ok(())
+    }
+
+    /// A new rule matching any of `alternatives`.
+    pub fn rule(&mut self, alternatives: Vec<Seq>) -> Result<Element, GrammarError> {
+        let id = self.reserve();
+        self.define(id, alternatives)?;
+        Ok(Element::Rule(id))
+    }
+
+    /// One element standing for `seq`: itself when it is one element, else a rule.
+    pub fn unit(&mut self, seq: Seq) -> Result<Element, GrammarError> {
+        match seq[..] {
+            [one] => Ok(one),
+            _ => self.rule(vec![seq]),
+        }
+    }
+
+    /// The bytes of `text`, one after another.
+    pub fn literal(text: &[u8]) -> Seq {
+        text.iter().map(|&b| Element::Bytes(ByteSet::byte(b))).collect()
+    }
+
+    /// Any one character in the inclusive `ranges`, as its UTF-8 bytes (surrogates excluded).
+    pub fn chars(&mut self, ranges: &[(char, char)]) -> Result<Element, GrammarError> {
+        let mut ascii = ByteSet::default();
+        let mut wider = Vec::new();
+        for &(lo, hi) in ranges {
+            for seq in Utf8Sequences::new(lo, hi) {
+                match seq.as_slice() {
+                    [one] => ascii = ascii.union(ByteSet::range(one.start, one.end)),
+                    many => wider.push(
+                        many.iter()
+                            .map(|r| Element::Bytes(ByteSet::range(r.start, r.end)))
+                            .collect(),
+                    ),
+                }
+            }
+        }
+        if wider.is_empty() {
+            return Ok(Element::Bytes(ascii));
+        }
+        if ascii != ByteSet::default() {
+            wider.push(vec![Element::Bytes(ascii)]);
+        }
+        self.rule(wider)
+    }
+
+    /// `seq` or nothing.
+    pub fn optional(&mut self, seq: Seq) -> Result<Element, GrammarError> {
+        self.rule(vec![seq, Vec::new()])
+    }
+
+    /// `seq` any number of times, none included.
+    pub fn star(&mut self, seq: Seq) -> Result<Element, GrammarError> {
+        let id = self.reserve();
+        let mut again = seq;
+        again.push(Element::Rule(id));
+        self.define(id, vec![again, Vec::new()])?;
+        Ok(Element::Rule(id))
+    }
+
+    /// `seq` at least `min` times and at most `max` (no limit when None).
+    pub fn repeat(&mut self, seq: Seq, min: u32, max: Option<u32>) -> Result<Seq, GrammarError> {
+        let unit = self.unit(seq)?;
+        let extra = match max {
+            Some(max) => max.saturating_sub(min) as usize,
+            None => 0,
+        };
+        if min as usize + extra > MAX_ELEMENTS {
+            return Err(GrammarError::TooLarge(MAX_ELEMENTS));
+        }
+        let mut out = vec![unit; min as usize];
+        if max.is_none() {
+            out.push(self.star(vec![unit])?);
+            return Ok(out);
+        }
+        // Up to `extra` more: each optional copy holds the next.
+        let mut tail: Option<Element> = None;
+        for _ in 0..extra {
+            let mut more = vec![unit];
+            more.extend(tail);
+            tail = Some(self.optional(more)?);
+        }
+        out.extend(tail);
+        Ok(out)
+    }
+
+    /// The grammar whose text is what `start` matches.
+    pub fn build(self, start: RuleId) -> Grammar {
+        let rules = self
+            .rules
+            .into_iter()
+            .map(|r| r.expect("every reserved rule is defined"))
+            .collect();
+        Grammar { rules, start }
+    }
+}

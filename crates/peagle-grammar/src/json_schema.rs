@@ -1,0 +1,768 @@
+//! JSON schemas (and "any JSON object") to grammars, for `response_format` and `guided_json`.
+//!
+//! What is supported, and how the text looks:
+//! - `type` (one or a list), `enum`, `const`, `anyOf`, `oneOf` (as anyOf), `allOf` of one
+//!   schema, local `$ref`s (`#`, `#/$defs/...`, any JSON pointer into the schema; recursion
+//!   included), `true` and `{}` for any value.
+//! - Objects: `properties` in the order the schema lists them, each required one present,
+//!   optional ones possibly left out; `additionalProperties` false, true or a schema. Left out,
+//!   it allows no other property where `properties` are listed and any where none are (as
+//!   OpenAI's strict mode and xgrammar have it). Other members come after the listed ones,
+//!   and their names are any string: a grammar does not keep them from repeating one.
+//! - Arrays: `items`, `prefixItems`, `minItems`, `maxItems`.
+//! - Strings: `minLength`, `maxLength`, `pattern` (matching the whole string), and `format`
+//!   date, time, date-time, uuid, email and ipv4 (other formats are annotations, as JSON
+//!   Schema allows).
+//! - Numbers: any JSON number, integers without fraction or exponent, at most 16 integral
+//!   digits (and 16 decimals), so that a model cannot run on forever in one number.
+//! - Whitespace between tokens: nothing, a space, or a newline and up to 40 spaces or tabs of
+//!   indentation (unless the request gives its own pattern).
+//!
+//! Keywords that assert what the grammar cannot (numeric bounds, `uniqueItems`, `not`, ...)
+//! are refused with the keyword named; keywords unknown to JSON Schema are ignored, as the
+//! specification says.
+
+use crate::error::GrammarError;
+use crate::grammar::{ByteSet, Element, Grammar, GrammarBuilder, RuleId, Seq};
+use crate::regex::{self, Chars};
+use serde_json::{Map, Value};
+use std::collections::HashMap;
+
+/// Asserting keywords the grammar does not enforce: a schema with one is refused.
+const UNSUPPORTED: &[&str] = &[
+    "minimum",
+    "maximum",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
+    "multipleOf",
+    "uniqueItems",
+    "contains",
+    "minContains",
+    "maxContains",
+    "minProperties",
+    "maxProperties",
+    "patternProperties",
+    "propertyNames",
+    "dependentRequired",
+    "dependentSchemas",
+    "dependencies",
+    "not",
+    "if",
+    "then",
+    "else",
+    "unevaluatedProperties",
+    "unevaluatedItems",
+    "$dynamicRef",
+    "$recursiveRef",
+];
+
+/// The default whitespace between JSON tokens.
+const WHITESPACE: &str = r"( |\n[ \t]{0,40})?";
+
+/// A grammar for JSON text that `schema` accepts; `whitespace` is the pattern between tokens.
+pub fn schema_grammar(schema: &Value, whitespace: Option<&str>) -> Result<Grammar, GrammarError> {
+    let mut c = JsonCompiler::new(schema, whitespace)?;
+    let root = c.schema(schema, "#")?;
+    c.finish(root)
+}
+
+/// A grammar for any JSON object (`response_format: {"type": "json_object"}`).
+pub fn object_grammar(whitespace: Option<&str>) -> Result<Grammar, GrammarError> {
+    let mut c = JsonCompiler::new(&Value::Null, whitespace)?;
+    let root = c.any_object()?;
+    c.finish(root)
+}
+
+struct JsonCompiler<'a> {
+    b: GrammarBuilder,
+    root: &'a Value,
+    ws: Element,
+    refs: HashMap<String, RuleId>,
+    primitives: HashMap<&'static str, Element>,
+    any_value: Option<RuleId>,
+}
+
+fn err(path: &str, why: impl Into<String>) -> GrammarError {
+    GrammarError::Schema {
+        path: path.to_string(),
+        why: why.into(),
+    }
+}
+
+impl<'a> JsonCompiler<'a> {
+    fn new(root: &'a Value, whitespace: Option<&str>) -> Result<Self, GrammarError> {
+        let mut b = GrammarBuilder::new();
+        let ws = regex::compile(&mut b, whitespace.unwrap_or(WHITESPACE), Chars::Raw)?;
+        let ws = b.rule(vec![ws])?;
+        Ok(Self {
+            b,
+            root,
+            ws,
+            refs: HashMap::new(),
+            primitives: HashMap::new(),
+            any_value: None,
+        })
+    }
+
+    fn finish(mut self, root: Element) -> Result<Grammar, GrammarError> {
+        let start = self.b.reserve();
+        self.b.define(start, vec![vec![root]])?;
+        Ok(self.b.build(start))
+    }
+
+    fn schema(&mut self, schema: &Value, path: &str) -> Result<Element, GrammarError> {
+        let object = match schema {
+            Value::Bool(true) => return self.any_value(),
+            Value::Bool(false) => return Err(err(path, "the schema `false` matches nothing")),
+            Value::Object(object) => object,
+            _ => return Err(err(path, "a schema must be an object or a boolean")),
+        };
+        if let Some(keyword) = UNSUPPORTED.iter().find(|k| object.contains_key(**k)) {
+            return Err(GrammarError::SchemaKeyword {
+                path: path.to_string(),
+                keyword: keyword.to_string(),
+            });
+        }
+        if let Some(reference) = object.get("$ref") {
+            only_annotations_beside(object, "$ref", path)?;
+            return self.reference(reference, path);
+        }
+        for key in ["anyOf", "oneOf"] {
+            if let Some(options) = object.get(key) {
+                only_annotations_beside(object, key, path)?;
+                return self.any_of(options, &format!("{path}/{key}"));
+            }
+        }
+        if let Some(all) = object.get("allOf") {
+            only_annotations_beside(object, "allOf", path)?;
+            return match all.as_array().map(Vec::as_slice) {
+                Some([one]) => self.schema(one, &format!("{path}/allOf/0")),
+                _ => Err(GrammarError::SchemaKeyword {
+                    path: path.to_string(),
+                    keyword: "allOf (of more than one schema)".into(),
+                }),
+            };
+        }
+        if let Some(value) = object.get("const") {
+            return self.literal_json(value);
+        }
+        if let Some(values) = object.get("enum") {
+            let values = values
+                .as_array()
+                .filter(|v| !v.is_empty())
+                .ok_or_else(|| err(path, "enum must be a non-empty array"))?;
+            let alternatives = values
+                .iter()
+                .map(|v| GrammarBuilder::literal(json_text(v).as_bytes()))
+                .collect();
+            return self.b.rule(alternatives);
+        }
+        match object.get("type") {
+            None => self.untyped(object, path),
+            Some(Value::String(t)) => self.typed(t, object, path),
+            Some(Value::Array(types)) if !types.is_empty() => {
+                let mut alternatives = Vec::new();
+                for t in types {
+                    let t = t
+                        .as_str()
+                        .ok_or_else(|| err(path, "type must be a string or a list of strings"))?;
+                    alternatives.push(vec![self.typed(t, object, path)?]);
+                }
+                self.b.rule(alternatives)
+            }
+            Some(_) => Err(err(path, "type must be a string or a non-empty list of strings")),
+        }
+    }
+
+    /// A schema without `type`: an object or array where its keywords say so, else any value.
+    fn untyped(&mut self, object: &Map<String, Value>, path: &str) -> Result<Element, GrammarError> {
+        let has = |keys: &[&str]| keys.iter().any(|k| object.contains_key(*k));
+        if has(&["properties", "required", "additionalProperties"]) {
+            self.typed("object", object, path)
+        } else if has(&["items", "prefixItems", "minItems", "maxItems"]) {
+            self.typed("array", object, path)
+        } else if has(&["minLength", "maxLength", "pattern"]) {
+            self.typed("string", object, path)
+        } else {
+            self.any_value()
+        }
+    }
+
+    fn typed(&mut self, t: &str, object: &Map<String, Value>, path: &str) -> Result<Element, GrammarError> {
+        match t {
+            "object" => self.object(object, path),
+            "array" => self.array(object, path),
+            "string" => self.string(object, path),
+            "number" => self.primitive("number"),
+            "integer" => self.primitive("integer"),
+            "boolean" => self.primitive("boolean"),
+            "null" => self.primitive("null"),
+            other => Err(err(path, format!("unknown type {other:?}"))),
+        }
+    }
+
+    fn reference(&mut self, reference: &Value, path: &str) -> Result<Element, GrammarError> {
+        let reference = reference.as_str().ok_or_else(|| err(path, "$ref must be a string"))?;
+        if let Some(&id) = self.refs.get(reference) {
+            return Ok(Element::Rule(id));
+        }
+        let pointer = reference.strip_prefix('#').ok_or_else(|| {
+            err(
+                path,
+                format!("only references inside the schema (#...) are supported, not {reference:?}"),
+            )
+        })?;
+        let target = self
+            .root
+            .pointer(pointer)
+            .ok_or_else(|| err(path, format!("$ref {reference:?} names nothing in the schema")))?;
+        let id = self.b.reserve();
+        self.refs.insert(reference.to_string(), id);
+        let element = self.schema(target, reference)?;
+        self.b.define(id, vec![vec![element]])?;
+        Ok(Element::Rule(id))
+    }
+
+    fn any_of(&mut self, options: &Value, path: &str) -> Result<Element, GrammarError> {
+        let options = options
+            .as_array()
+            .filter(|o| !o.is_empty())
+            .ok_or_else(|| err(path, "must be a non-empty array"))?;
+        let mut alternatives = Vec::new();
+        for (i, option) in options.iter().enumerate() {
+            alternatives.push(vec![self.schema(option, &format!("{path}/{i}"))?]);
+        }
+        self.b.rule(alternatives)
+    }
+
+    fn literal_json(&mut self, value: &Value) -> Result<Element, GrammarError> {
+        self.b.unit(GrammarBuilder::literal(json_text(value).as_bytes()))
+    }
+
+    fn object(&mut self, object: &Map<String, Value>, path: &str) -> Result<Element, GrammarError> {
+        let empty = Map::new();
+        let properties = match object.get("properties") {
+            None => &empty,
+            Some(Value::Object(p)) => p,
+            Some(_) => return Err(err(path, "properties must be an object")),
+        };
+        let required: Vec<&str> = match object.get("required") {
+            None => Vec::new(),
+            Some(Value::Array(names)) => names
+                .iter()
+                .map(|n| n.as_str().ok_or_else(|| err(path, "required must list strings")))
+                .collect::<Result<_, _>>()?,
+            Some(_) => return Err(err(path, "required must be an array")),
+        };
+        if let Some(missing) = required.iter().find(|n| !properties.contains_key(**n)) {
+            return Err(err(path, format!("required property {missing:?} is not in properties")));
+        }
+        let extra = match object.get("additionalProperties") {
+            None if properties.is_empty() => Some(self.any_value()?),
+            None | Some(Value::Bool(false)) => None,
+            Some(schema) => Some(self.schema(schema, &format!("{path}/additionalProperties"))?),
+        };
+        let mut members = Vec::new();
+        for (name, schema) in properties {
+            let value = self.schema(schema, &format!("{path}/properties/{name}"))?;
+            let member = self.member(
+                GrammarBuilder::literal(json_text(&Value::String(name.clone())).as_bytes()),
+                value,
+            )?;
+            members.push((member, required.contains(&name.as_str())));
+        }
+        // Other members after the listed ones, as one optional "member": the first without
+        // a comma before it.
+        if let Some(value) = extra {
+            let key = self.primitive("string")?;
+            let member = self.member(vec![key], value)?;
+            let comma_member = self.comma(member);
+            let more = self.b.star(comma_member)?;
+            members.push((self.b.unit(vec![member, more])?, false));
+        }
+        let open = GrammarBuilder::literal(b"{");
+        let close = GrammarBuilder::literal(b"}");
+        let body = self.members(&members)?;
+        let mut seq = open;
+        seq.push(self.ws);
+        seq.extend(body);
+        seq.extend(close);
+        self.b.unit(seq)
+    }
+
+    /// `"key": value` with whitespace around the colon.
+    fn member(&mut self, key: Seq, value: Element) -> Result<Element, GrammarError> {
+        let mut seq = key;
+        seq.push(self.ws);
+        seq.extend(GrammarBuilder::literal(b":"));
+        seq.extend([self.ws, value]);
+        self.b.unit(seq)
+    }
+
+    /// `, element` with whitespace before and after the comma.
+    fn comma(&self, element: Element) -> Seq {
+        let mut seq = vec![self.ws];
+        seq.extend(GrammarBuilder::literal(b","));
+        seq.extend([self.ws, element]);
+        seq
+    }
+
+    /// The members in order, each present if required (true) or possibly left out, separated
+    /// by commas, then the whitespace before the closing brace when any is present.
+    fn members(&mut self, members: &[(Element, bool)]) -> Result<Seq, GrammarError> {
+        // first[i]: the members from i on when none came before; after: with one before.
+        let mut first: Vec<Seq> = vec![Vec::new(); members.len() + 1];
+        let mut after: Seq = Vec::new();
+        for (i, &(member, required)) in members.iter().enumerate().rev() {
+            let mut present = vec![member];
+            present.extend(after.iter().copied());
+            present.push(self.ws);
+            first[i] = if required {
+                present
+            } else {
+                let skipped = first[i + 1].clone();
+                vec![self.b.rule(vec![present, skipped])?]
+            };
+            let comma_member = self.comma(member);
+            after = if required {
+                let mut seq = comma_member;
+                seq.extend(after);
+                seq
+            } else {
+                let mut seq = vec![self.b.optional(comma_member)?];
+                seq.extend(after);
+                seq
+            };
+            after = vec![self.b.unit(after)?];
+        }
+        Ok(first.swap_remove(0))
+    }
+
+    fn array(&mut self, object: &Map<String, Value>, path: &str) -> Result<Element, GrammarError> {
+        let min = count(object, "minItems", path)?.unwrap_or(0);
+        let max = count(object, "maxItems", path)?;
+        if max.is_some_and(|max| max < min) {
+            return Err(err(path, "maxItems is less than minItems"));
+        }
+        let prefix = match object.get("prefixItems") {
+            None => Vec::new(),
+            Some(Value::Array(items)) => items
+                .iter()
+                .enumerate()
+                .map(|(i, s)| self.schema(s, &format!("{path}/prefixItems/{i}")))
+                .collect::<Result<Vec<_>, _>>()?,
+            Some(_) => return Err(err(path, "prefixItems must be an array")),
+        };
+        let rest = match object.get("items") {
+            Some(Value::Bool(false)) => None,
+            None => Some(self.any_value()?),
+            Some(schema) => Some(self.schema(schema, &format!("{path}/items"))?),
+        };
+        // One alternative per count of prefix items present; rest items only after them all.
+        let within = |n: usize| n as u32 >= min && max.is_none_or(|m| n as u32 <= m);
+        let mut alternatives = Vec::new();
+        for n in 0..prefix.len() {
+            if within(n) {
+                alternatives.push(self.items(&prefix[..n], None)?);
+            }
+        }
+        let p = prefix.len() as u32;
+        match rest {
+            Some(item) if max.is_none_or(|m| m >= p) => {
+                let counts = (min.saturating_sub(p), max.map(|m| m - p));
+                alternatives.push(self.items(&prefix, Some((item, counts.0, counts.1)))?);
+            }
+            _ if within(prefix.len()) => alternatives.push(self.items(&prefix, None)?),
+            _ => {}
+        }
+        if alternatives.is_empty() {
+            return Err(err(path, "no item count satisfies minItems, maxItems and the items"));
+        }
+        self.b.rule(alternatives)
+    }
+
+    /// `[ items ]`: `prefix`, then `rest.0` between `rest.1` and `rest.2` times.
+    fn items(&mut self, prefix: &[Element], rest: Option<(Element, u32, Option<u32>)>) -> Result<Seq, GrammarError> {
+        let mut content = Vec::new();
+        for (i, &item) in prefix.iter().enumerate() {
+            match i {
+                0 => content.push(item),
+                _ => content.extend(self.comma(item)),
+            }
+        }
+        let mut may_be_empty = prefix.is_empty();
+        if let Some((item, min, max)) = rest.filter(|r| r.2 != Some(0)) {
+            let more = self.comma(item);
+            if prefix.is_empty() {
+                // The first has no comma before it.
+                content.push(item);
+                content.extend(self.b.repeat(more, min.saturating_sub(1), max.map(|m| m - 1))?);
+                may_be_empty = min == 0;
+            } else {
+                content.extend(self.b.repeat(more, min, max)?);
+            }
+        }
+        let mut seq = GrammarBuilder::literal(b"[");
+        seq.push(self.ws);
+        if !content.is_empty() {
+            content.push(self.ws);
+            match may_be_empty {
+                true => seq.push(self.b.optional(content)?),
+                false => seq.extend(content),
+            }
+        }
+        seq.extend(GrammarBuilder::literal(b"]"));
+        Ok(seq)
+    }
+
+    fn string(&mut self, object: &Map<String, Value>, path: &str) -> Result<Element, GrammarError> {
+        let (min, max) = (count(object, "minLength", path)?, count(object, "maxLength", path)?);
+        let pattern = match (object.get("pattern"), object.get("format").and_then(Value::as_str)) {
+            (Some(p), _) => Some(p.as_str().ok_or_else(|| err(path, "pattern must be a string"))?),
+            (None, Some(format)) => format_pattern(format),
+            (None, None) => None,
+        };
+        let content = match pattern {
+            Some(pattern) if min.is_some() || max.is_some() => {
+                return Err(GrammarError::SchemaKeyword {
+                    path: path.to_string(),
+                    keyword: format!("minLength or maxLength beside the pattern {pattern:?}"),
+                })
+            }
+            Some(pattern) => regex::compile(&mut self.b, pattern, Chars::InJsonString)?,
+            None if min.is_none() && max.is_none() => return self.primitive("string"),
+            None => {
+                if max.is_some_and(|max| max < min.unwrap_or(0)) {
+                    return Err(err(path, "maxLength is less than minLength"));
+                }
+                let char = self.string_char()?;
+                self.b.repeat(vec![char], min.unwrap_or(0), max)?
+            }
+        };
+        let mut seq = GrammarBuilder::literal(b"\"");
+        seq.extend(content);
+        seq.extend(GrammarBuilder::literal(b"\""));
+        self.b.unit(seq)
+    }
+
+    /// One character of a JSON string: raw, or any of JSON's escapes.
+    fn string_char(&mut self) -> Result<Element, GrammarError> {
+        if let Some(&e) = self.primitives.get("char") {
+            return Ok(e);
+        }
+        let raw = self.b.chars(&[(' ', '!'), ('#', '['), (']', char::MAX)])?;
+        let mut short = GrammarBuilder::literal(b"\\");
+        short.push(Element::Bytes(
+            b"\"\\/bfnrt"
+                .iter()
+                .fold(ByteSet::default(), |s, &c| s.union(ByteSet::byte(c))),
+        ));
+        let hex = Element::Bytes(
+            ByteSet::range(b'0', b'9')
+                .union(ByteSet::range(b'a', b'f'))
+                .union(ByteSet::range(b'A', b'F')),
+        );
+        let mut unicode = GrammarBuilder::literal(b"\\u");
+        unicode.extend([hex; 4]);
+        let e = self.b.rule(vec![vec![raw], short, unicode])?;
+        self.primitives.insert("char", e);
+        Ok(e)
+    }
+
+    fn primitive(&mut self, name: &'static str) -> Result<Element, GrammarError> {
+        if let Some(&e) = self.primitives.get(name) {
+            return Ok(e);
+        }
+        let seq = match name {
+            "string" => {
+                let char = self.string_char()?;
+                let mut seq = GrammarBuilder::literal(b"\"");
+                seq.push(self.b.star(vec![char])?);
+                seq.extend(GrammarBuilder::literal(b"\""));
+                seq
+            }
+            "number" => regex::compile(
+                &mut self.b,
+                r"-?(0|[1-9][0-9]{0,15})(\.[0-9]{1,16})?([eE][-+]?[0-9]{1,16})?",
+                Chars::Raw,
+            )?,
+            "integer" => regex::compile(&mut self.b, r"-?(0|[1-9][0-9]{0,15})", Chars::Raw)?,
+            "boolean" => regex::compile(&mut self.b, "true|false", Chars::Raw)?,
+            "null" => GrammarBuilder::literal(b"null"),
+            _ => unreachable!("no primitive {name}"),
+        };
+        let e = self.b.rule(vec![seq])?;
+        self.primitives.insert(name, e);
+        Ok(e)
+    }
+
+    /// Any JSON value (recursive: objects and arrays hold values).
+    fn any_value(&mut self) -> Result<Element, GrammarError> {
+        if let Some(id) = self.any_value {
+            return Ok(Element::Rule(id));
+        }
+        let value = self.b.reserve();
+        self.any_value = Some(value);
+        let value_e = Element::Rule(value);
+        let key = self.primitive("string")?;
+        let member = self.member(vec![key], value_e)?;
+        let object = self.bracketed(b'{', member, b'}')?;
+        let array = self.bracketed(b'[', value_e, b']')?;
+        let mut alternatives = vec![vec![object], vec![array]];
+        for name in ["string", "number", "boolean", "null"] {
+            alternatives.push(vec![self.primitive(name)?]);
+        }
+        self.b.define(value, alternatives)?;
+        Ok(value_e)
+    }
+
+    fn any_object(&mut self) -> Result<Element, GrammarError> {
+        let value = self.any_value()?;
+        let key = self.primitive("string")?;
+        let member = self.member(vec![key], value)?;
+        self.bracketed(b'{', member, b'}')
+    }
+
+    /// `open` then `item`s separated by commas, possibly none, then `close`.
+    fn bracketed(&mut self, open: u8, item: Element, close: u8) -> Result<Element, GrammarError> {
+        let more = self.comma(item);
+        let mut some = vec![item, self.b.star(more)?];
+        some.push(self.ws);
+        let mut seq = GrammarBuilder::literal(&[open]);
+        seq.extend([self.ws, self.b.optional(some)?]);
+        seq.extend(GrammarBuilder::literal(&[close]));
+        self.b.unit(seq)
+    }
+}
+
+/// A count keyword's value (`minItems`, `maxLength`, ...), if given.
+fn count(object: &Map<String, Value>, key: &str, path: &str) -> Result<Option<u32>, GrammarError> {
+    let read = |v: &Value| {
+        v.as_u64()
+            .and_then(|n| u32::try_from(n).ok())
+            .ok_or_else(|| err(path, format!("{key} must be a non-negative integer")))
+    };
+    object.get(key).map(read).transpose()
+}
+
+/// Refuses constraining keywords beside `key` (annotations and unknown keywords aside).
+fn only_annotations_beside(object: &Map<String, Value>, key: &str, path: &str) -> Result<(), GrammarError> {
+    const CONSTRAINING: &[&str] = &[
+        "type",
+        "enum",
+        "const",
+        "properties",
+        "required",
+        "additionalProperties",
+        "items",
+        "prefixItems",
+        "minItems",
+        "maxItems",
+        "minLength",
+        "maxLength",
+        "pattern",
+        "format",
+        "$ref",
+        "anyOf",
+        "oneOf",
+        "allOf",
+    ];
+    match object.keys().find(|k| *k != key && CONSTRAINING.contains(&k.as_str())) {
+        Some(other) => Err(GrammarError::SchemaKeyword {
+            path: path.to_string(),
+            keyword: format!("{other} beside {key}"),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// A value as compact JSON text.
+fn json_text(value: &Value) -> String {
+    serde_json::to_string(value).expect("a JSON value serializes")
+}
+
+/// The pattern of a string `format` the grammar enforces; None for the formats it treats as
+/// annotations.
+fn format_pattern(format: &str) -> Option<&'static str> {
+    const DATE: &str = r"[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])";
+    const TIME: &str =
+        r"([01][0-9]|2[0-3]):[0-5][0-9]:([0-5][0-9]|60)(\.[0-9]{1,9})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])";
+    match format {
+        "date" => Some(DATE),
+        "time" => Some(TIME),
+        "date-time" => Some(concat!(
+            r"[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])",
+            "T",
+            r"([01][0-9]|2[0-3]):[0-5][0-9]:([0-5][0-9]|60)(\.[0-9]{1,9})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])"
+        )),
+        "uuid" => Some(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"),
+        "email" => Some(r"[a-zA-Z0-9._%+-]{1,64}@[a-zA-Z0-9-]{1,63}(\.[a-zA-Z0-9-]{1,63}){0,8}\.[a-zA-Z]{2,24}"),
+        "ipv4" => {
+            Some(r"((25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])\.){3}(25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])")
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn accepts(g: &Grammar, text: &str) -> bool {
+        g.advance_bytes(&g.start(), text.as_bytes()).accepts()
+    }
+
+    /// Each schema accepts its valid instances written compact and pretty-printed (serde's
+    /// two-space indentation), and none of the invalid texts.
+    #[test]
+    fn schemas_accept_their_instances_and_nothing_else() {
+        let cases = [
+            (
+                json!({"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}, "tags": {"type": "array", "items": {"type": "string"}}}, "required": ["name", "age"]}),
+                vec![
+                    json!({"name": "Ada", "age": 36}),
+                    json!({"name": "B\"q\n", "age": -1, "tags": ["x", "y"]}),
+                    json!({"name": "", "age": 0, "tags": []}),
+                ],
+                vec![
+                    r#"{"age": 36, "name": "Ada"}"#,
+                    r#"{"name": "Ada"}"#,
+                    r#"{"name": "Ada", "age": 3.5}"#,
+                    r#"{"name": "Ada", "age": 1, "x": 1}"#,
+                    r#"{"name": "Ada", "age": 01}"#,
+                    "{\"name\": \"a\nb\", \"age\": 1}",
+                ],
+            ),
+            (
+                json!({"enum": ["red", "green", 3, null]}),
+                vec![json!("red"), json!(3), json!(null)],
+                vec![r#""blue""#, "4", r#""Red""#],
+            ),
+            (
+                json!({"anyOf": [{"type": "string", "maxLength": 3}, {"type": "null"}], "title": "Optional"}),
+                vec![json!("abc"), json!("日本"), json!(null)],
+                vec![r#""abcd""#, "1"],
+            ),
+            (
+                json!({"type": "array", "prefixItems": [{"type": "boolean"}, {"const": "x"}], "items": {"type": "number"}, "minItems": 1, "maxItems": 3}),
+                vec![json!([true]), json!([false, "x"]), json!([true, "x", 1.5e3])],
+                vec!["[]", r#"[true, "x", 1, 2]"#, r#"["x"]"#, "[true, 2]"],
+            ),
+            (
+                json!({"$defs": {"node": {"type": "object", "properties": {"value": {"type": "integer"}, "next": {"anyOf": [{"$ref": "#/$defs/node"}, {"type": "null"}]}}, "required": ["value", "next"], "additionalProperties": false}}, "$ref": "#/$defs/node"}),
+                vec![json!({"value": 1, "next": {"value": 2, "next": null}})],
+                vec![r#"{"value": 1, "next": {"value": 2}}"#, r#"{"value": 1}"#],
+            ),
+            (
+                json!({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}, "c": {"type": "integer"}}, "required": ["b"]}),
+                vec![
+                    json!({"b": 1}),
+                    json!({"a": 1, "b": 2}),
+                    json!({"b": 2, "c": 3}),
+                    json!({"a": 1, "b": 2, "c": 3}),
+                ],
+                vec![
+                    "{}",
+                    r#"{"a": 1}"#,
+                    r#"{"a": 1, "c": 3}"#,
+                    r#"{"b": 1,}"#,
+                    r#"{, "b": 1}"#,
+                ],
+            ),
+            (
+                json!({"type": "object", "properties": {"id": {"type": "string", "format": "uuid"}, "at": {"type": "string", "format": "date-time"}, "code": {"type": "string", "pattern": "^[A-Z]{2}\\d$"}}, "required": ["id", "at", "code"]}),
+                vec![
+                    json!({"id": "123e4567-e89b-12d3-a456-426614174000", "at": "2026-12-01T01:07:31Z", "code": "AB1"}),
+                ],
+                vec![
+                    r#"{"id": "nope", "at": "2026-12-01T01:07:31Z", "code": "AB1"}"#,
+                    r#"{"id": "123e4567-e89b-12d3-a456-426614174000", "at": "2026-13-01T01:07:31Z", "code": "AB1"}"#,
+                ],
+            ),
+            (
+                json!({"type": "object", "additionalProperties": {"type": "boolean"}}),
+                vec![json!({}), json!({"x": true, "y": false})],
+                vec![r#"{"x": 1}"#],
+            ),
+            (
+                json!({"type": "object", "properties": {"k": {"type": "integer"}}, "additionalProperties": true}),
+                vec![json!({"k": 1, "other": [1, {"deep": null}]}), json!({"free": "x"})],
+                vec![r#"{"other" 1}"#, r#"{"k": 1 "x": 2}"#, r#"{"k": 1,}"#],
+            ),
+            (
+                json!({}),
+                vec![json!(1), json!("s"), json!([{"a": [true, null]}]), json!({"e": {}})],
+                vec!["nul", "[1,]", "{\"a\"}", "01", "1.", "\"\\x\""],
+            ),
+        ];
+        for (schema, valid, invalid) in cases {
+            let g = schema_grammar(&schema, None).unwrap_or_else(|e| panic!("{schema}: {e}"));
+            for value in valid {
+                for text in [
+                    serde_json::to_string(&value).unwrap(),
+                    serde_json::to_string_pretty(&value).unwrap(),
+                ] {
+                    assert!(accepts(&g, &text), "{schema} rejects {text}");
+                }
+            }
+            for text in invalid {
+                assert!(!accepts(&g, text), "{schema} accepts {text}");
+            }
+        }
+    }
+
+    #[test]
+    fn any_object_is_an_object_only() {
+        let g = object_grammar(None).unwrap();
+        for text in ["{}", r#"{"a": [1, {"b": "c"}], "d": -0.5e-3}"#, "{\n  \"x\": null\n}"] {
+            assert!(accepts(&g, text), "{text}");
+        }
+        for text in ["[]", "1", r#"{"a" 1}"#, "{} {}", r#"{"a": tru}"#] {
+            assert!(!accepts(&g, text), "{text}");
+        }
+        let tight = object_grammar(Some("")).unwrap();
+        assert!(accepts(&tight, r#"{"a":1,"b":[2]}"#) && !accepts(&tight, r#"{"a": 1}"#));
+    }
+
+    #[test]
+    fn unsupported_and_invalid_schemas_are_refused_with_their_place() {
+        let refused = |schema: Value| schema_grammar(&schema, None).unwrap_err();
+        assert_eq!(
+            refused(json!({"type": "object", "properties": {"n": {"type": "integer", "minimum": 0}}})),
+            GrammarError::SchemaKeyword {
+                path: "#/properties/n".into(),
+                keyword: "minimum".into()
+            }
+        );
+        assert!(matches!(
+            refused(json!({"$ref": "#/$defs/missing"})),
+            GrammarError::Schema { .. }
+        ));
+        assert!(matches!(
+            refused(json!({"$ref": "https://example.com/s.json"})),
+            GrammarError::Schema { .. }
+        ));
+        assert!(matches!(
+            refused(json!({"type": "strnig"})),
+            GrammarError::Schema { .. }
+        ));
+        assert!(matches!(
+            refused(json!({"required": ["x"], "properties": {}})),
+            GrammarError::Schema { .. }
+        ));
+        assert!(matches!(
+            refused(json!({"allOf": [{"type": "string"}, {"maxLength": 2}]})),
+            GrammarError::SchemaKeyword { .. }
+        ));
+        assert!(matches!(
+            refused(json!({"type": "string", "anyOf": [{"maxLength": 2}]})),
+            GrammarError::SchemaKeyword { .. }
+        ));
+        assert!(matches!(refused(json!(false)), GrammarError::Schema { .. }));
+        assert!(matches!(
+            refused(json!({"type": "string", "pattern": "("})),
+            GrammarError::Regex(_)
+        ));
+    }
+}

@@ -1,0 +1,19 @@
+//! Structured output: what a request's text must match (a JSON schema, any JSON object, a
+//! regex, one of some strings), compiled to a grammar over bytes, and the tokens of a model's
+//! vocabulary each point of a parse allows.
+
+pub mod constraint;
+pub mod error;
+pub mod grammar;
+pub mod json_schema;
+pub mod regex;
+pub mod spec;
+pub mod state;
+pub mod vocabulary;
+
+pub use constraint::{Constraint, TokenMask};
+pub use error::GrammarError;
+pub use grammar::{Grammar, GrammarBuilder};
+pub use spec::Spec;
+pub use state::State;
+pub use vocabulary::Vocabulary;

@@ -1,0 +1,144 @@
+//! Structured output over HTTP: each way of asking (response_format, guided_*,
+//! structured_outputs) constrains the demo model's greedy text, alike with and without
+//! speculation, streamed or not; what cannot be compiled is a 400 naming the field.
+
+use crate::common::{greedy, streamed, texts, TestServer, MODEL};
+use peagle_grammar::Spec;
+use serde_json::{json, Value};
+
+/// A greedy completion of `prompt` under `field: value`, allowed to end (end-of-sequence
+/// counts once the text is whole).
+fn constrained(prompt: &str, field: &str, value: Value) -> Value {
+    let mut request = greedy(prompt, 120);
+    request["ignore_eos"] = json!(false);
+    request[field] = value;
+    request
+}
+
+/// The text of the one choice, after checking that it is the same without speculation.
+async fn text_alike_without_speculation(server: &TestServer, path: &str, request: Value) -> (String, Value) {
+    let body = server.ok(path, request.clone()).await;
+    let mut plain = request;
+    plain["speculative"] = json!(false);
+    let plain_body = server.ok(path, plain).await;
+    let text = |b: &Value| match path {
+        "/v1/completions" => texts(b)[0].clone(),
+        _ => b["choices"][0]["message"]["content"].as_str().unwrap().to_string(),
+    };
+    assert_eq!(text(&body), text(&plain_body), "speculation changed the text");
+    (text(&body), body)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_json_schema_shapes_the_text_alike_with_and_without_speculation() {
+    let server = TestServer::start().await;
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "maxLength": 12},
+            "args": {"type": "array", "items": {"type": "integer"}, "maxItems": 3},
+            "pure": {"type": "boolean"}
+        },
+        "required": ["name", "args", "pure"]
+    });
+    let request = constrained("def make_config():\n    return ", "guided_json", schema.clone());
+    let (text, body) = text_alike_without_speculation(&server, "/v1/completions", request.clone()).await;
+    assert_eq!(body["choices"][0]["finish_reason"], "stop", "{body}");
+    let value: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text:?}"));
+    assert!(
+        value["name"].as_str().is_some_and(|n| n.chars().count() <= 12),
+        "{value}"
+    );
+    assert!(
+        value["args"]
+            .as_array()
+            .is_some_and(|a| a.len() <= 3 && a.iter().all(Value::is_i64)),
+        "{value}"
+    );
+    assert!(value["pure"].is_boolean(), "{value}");
+
+    // The same schema as OpenAI's response_format, streamed: the same text.
+    let mut streaming = request;
+    streaming.as_object_mut().unwrap().remove("guided_json");
+    streaming["response_format"] =
+        json!({"type": "json_schema", "json_schema": {"name": "config", "schema": schema, "strict": true}});
+    streaming["stream"] = json!(true);
+    let (streamed_text, finish) = streamed(&server.stream("/v1/completions", streaming).await, 0, "text");
+    assert_eq!((streamed_text, finish.as_deref()), (text, Some("stop")));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn choices_regexes_and_json_objects_constrain_completions_and_chat() {
+    let server = TestServer::start().await;
+    let choices = ["True", "False", "None"];
+    let request = constrained("x = 1 if y else", "guided_choice", json!(choices));
+    let (text, _) = text_alike_without_speculation(&server, "/v1/completions", request).await;
+    assert!(choices.contains(&text.as_str()), "{text:?}");
+
+    let request = constrained("VERSION = ", "guided_regex", json!(r#""[0-9]+\.[0-9]+""#));
+    let (text, _) = text_alike_without_speculation(&server, "/v1/completions", request).await;
+    let version = regex_lite_match(&text);
+    assert!(version, "{text:?}");
+
+    let chat = json!({
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "Describe the os module as JSON."}],
+        "temperature": 0,
+        "max_tokens": 160,
+        "response_format": {"type": "json_object"},
+    });
+    let (content, body) = text_alike_without_speculation(&server, "/v1/chat/completions", chat.clone()).await;
+    let finish = body["choices"][0]["finish_reason"].as_str().unwrap();
+    // The demo model nests objects until the budget ends; whole or cut, the text is JSON's.
+    let object = Spec::JsonObject { whitespace: None }.compile().unwrap();
+    let state = object.advance_bytes(&object.start(), content.as_bytes());
+    match finish {
+        "stop" => assert!(serde_json::from_str::<Value>(&content)
+            .unwrap_or_else(|e| panic!("{e}: {content:?}"))
+            .is_object()),
+        _ => assert!(!state.is_dead() && content.starts_with('{'), "{content:?}"),
+    }
+    let mut vllm = chat;
+    vllm.as_object_mut().unwrap().remove("response_format");
+    vllm["structured_outputs"] = json!({"json_object": true});
+    let (again, _) = text_alike_without_speculation(&server, "/v1/chat/completions", vllm).await;
+    assert_eq!(again, content, "structured_outputs asks as response_format does");
+}
+
+/// Whether `text` is a double-quoted `digits.digits`.
+fn regex_lite_match(text: &str) -> bool {
+    let Some(inner) = text.strip_prefix('"').and_then(|t| t.strip_suffix('"')) else {
+        return false;
+    };
+    let Some((major, minor)) = inner.split_once('.') else {
+        return false;
+    };
+    [major, minor]
+        .iter()
+        .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_cannot_be_compiled_is_a_400_naming_the_field() {
+    let server = TestServer::start().await;
+    let cases = [
+        ("guided_json", json!({"type": "integer", "minimum": 0}), "minimum"),
+        ("guided_json", json!({"$ref": "#/$defs/missing"}), "names nothing"),
+        ("guided_regex", json!("a("), "invalid regex"),
+        ("guided_regex", json!(r"\bword"), "not supported"),
+        (
+            "response_format",
+            json!({"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "strnig"}}}),
+            "unknown type",
+        ),
+    ];
+    for (field, value, says) in cases {
+        let (status, body) = server
+            .call("/v1/completions", constrained("x", field, value.clone()))
+            .await;
+        assert_eq!(status, 400, "{field}: {value}: {body}");
+        assert_eq!(body["error"]["param"], field, "{body}");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(message.contains(says), "{message}");
+    }
+}
