@@ -4,6 +4,7 @@
 //! `--reasoning-parser` and calls where it was given a `--tool-call-parser` (`<tool_call>`
 //! blocks for `hermes`, JSON objects for `llama3_json`), the rest content.
 
+use crate::forced_calls::ForcedCalls;
 use crate::harmony::Channels;
 use crate::hermes::Hermes;
 use crate::llama3_json::Llama3Json;
@@ -53,10 +54,11 @@ pub enum AnswerParser {
     },
 }
 
-/// A chat template's model's tool call parser.
+/// A chat template's model's tool call parser, or the calls a request forces.
 pub enum CallParser {
     Hermes(Hermes),
     Llama3Json(Llama3Json),
+    Forced(ForcedCalls),
 }
 
 impl CallParser {
@@ -64,6 +66,7 @@ impl CallParser {
         match self {
             Self::Hermes(hermes) => hermes.split(text, last),
             Self::Llama3Json(llama) => llama.split(text, last),
+            Self::Forced(forced) => forced.split(text, last),
         }
     }
 
@@ -71,6 +74,7 @@ impl CallParser {
         match self {
             Self::Hermes(hermes) => hermes.ends_in_call(),
             Self::Llama3Json(llama) => llama.ends_in_call(),
+            Self::Forced(_) => false,
         }
     }
 }

@@ -12,6 +12,7 @@ mod connection;
 mod constraints;
 pub mod error;
 pub mod fd_limit;
+pub mod forced_calls;
 pub mod harmony;
 pub mod hermes;
 mod histogram;

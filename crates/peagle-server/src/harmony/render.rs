@@ -214,7 +214,7 @@ fn tools_section(tools: &[FunctionDefinition]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::tools::{offered_tools, Tool};
+    use crate::protocol::tools::{offered_tools, Tool, ToolChoice};
     use serde::Deserialize;
 
     /// A conversation and the prompt the openai-harmony package renders for it, as vLLM maps
@@ -241,7 +241,11 @@ mod tests {
         assert_eq!(all.len(), 11);
         for case in all {
             let effort = case.reasoning_effort.unwrap_or_default();
-            let tools = offered_tools(case.tools.as_deref(), case.tool_choice.as_ref()).unwrap();
+            let tools = offered_tools(
+                case.tools.as_deref(),
+                &ToolChoice::of(case.tool_choice.as_ref()).unwrap(),
+            )
+            .unwrap();
             let prompt = render(&case.messages, effort, &case.conversation_start_date, &tools).unwrap();
             assert_eq!(prompt, case.rendered, "{}", case.name);
         }

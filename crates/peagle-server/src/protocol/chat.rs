@@ -1,7 +1,7 @@
 //! `POST /v1/chat/completions`: the request with its messages, the `chat.completion` response
 //! and the `chat.completion.chunk` stream chunks.
 
-use super::tools::{offered_tools, DeltaToolCall, FunctionDefinition, Tool, ToolCall};
+use super::tools::{offered_tools, DeltaToolCall, FunctionDefinition, Tool, ToolCall, ToolChoice};
 use super::{PromptLogprob, PromptPosition, StopReason, StreamOptions, TokenLogprob, Usage};
 use crate::chat_template::JsonMap;
 use crate::error::ApiError;
@@ -60,6 +60,7 @@ pub struct ChatRender {
     pub reasoning_effort: Option<ReasoningEffort>,
     /// The function tools offered to the model (`offered_tools`).
     pub tools: Vec<FunctionDefinition>,
+    pub tool_choice: ToolChoice,
 }
 
 impl ChatRender {
@@ -73,12 +74,14 @@ impl ChatRender {
         tools: Option<&[Tool]>,
         tool_choice: Option<&serde_json::Value>,
     ) -> Result<Self, ApiError> {
+        let tool_choice = ToolChoice::of(tool_choice)?;
         let render = Self {
             add_generation_prompt: add_generation_prompt.unwrap_or(true),
             continue_final_message: continue_final_message.unwrap_or(false),
             template_kwargs: template_kwargs.cloned().unwrap_or_default(),
             reasoning_effort: reasoning_effort.map(ReasoningEffort::parse).transpose()?,
-            tools: offered_tools(tools, tool_choice)?,
+            tools: offered_tools(tools, &tool_choice)?,
+            tool_choice,
         };
         if render.add_generation_prompt && render.continue_final_message {
             return Err(ApiError::invalid(
@@ -194,8 +197,9 @@ pub struct ChatChoice {
 }
 
 /// Why a model without a tool call parser refuses tools.
-pub const TOOLS_NEED_A_PARSER: &str = "tool calling needs a harmony (gpt-oss) model, or a server started with \
-     --tool-call-parser hermes or llama3_json for a model whose chat template offers tools";
+pub const TOOLS_NEED_A_PARSER: &str = "tool calling needs a harmony (gpt-oss) model, a server started with \
+     --tool-call-parser hermes or llama3_json for a model whose chat template offers tools, or a tool_choice \
+     that forces a call";
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Message {

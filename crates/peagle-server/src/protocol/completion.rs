@@ -29,6 +29,9 @@ pub struct CompletionRequest {
     /// Refused unless empty: tools are offered in chat.
     #[schema(value_type = Option<Vec<Object>>)]
     pub tools: Option<serde_json::Value>,
+    /// Refused unless "auto" or "none": a call can only be forced in chat.
+    #[schema(value_type = Option<Object>)]
+    pub tool_choice: Option<serde_json::Value>,
 }
 
 /// `prompt`: text or token ids, one prompt or a list of them.

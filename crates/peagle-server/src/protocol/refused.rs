@@ -1,19 +1,17 @@
 //! Fields of OpenAI's and vLLM's APIs that peagle does not implement: the legacy `functions`
-//! (chat's `tools` replace them), a forced tool call and beam search. Each is refused with a
+//! (chat's `tools` replace them) and beam search. Each is refused with a
 //! 400 naming it, since ignoring it would hand the client text that does not honour what it asked
 //! for. Held as raw JSON, so no value is a type error.
 
-use super::tools::offers_tools;
 use crate::error::ApiError;
 use serde::Deserialize;
 use serde_json::Value;
 use utoipa::ToSchema;
 
-/// Each is refused unless null (or, for `functions`, empty; for `tool_choice`, "auto" or "none"; for `use_beam_search`, false).
+/// Each is refused unless null (or, for `functions`, empty; for `use_beam_search`, false).
 #[derive(Debug, Clone, Default, Deserialize, ToSchema)]
 pub struct Refused {
     functions: Option<Value>,
-    tool_choice: Option<Value>,
     use_beam_search: Option<Value>,
 }
 
@@ -25,7 +23,6 @@ impl Refused {
                 "the legacy functions are not supported (chat's tools are)",
             ));
         }
-        offers_tools(self.tool_choice.as_ref())?;
         if let Some(beam) = self.use_beam_search.as_ref() {
             if !is_null_or(beam, |b| *b == false) {
                 return Err(refuse("use_beam_search", "beam search is not supported"));
@@ -68,18 +65,11 @@ mod tests {
             json!({}),
             json!({"functions": []}),
             json!({"functions": null, "use_beam_search": false}),
-            json!({"tool_choice": "auto"}),
-            json!({"tool_choice": "none"}),
         ] {
             assert_eq!(param(fine.clone()), None, "{fine}");
         }
         let refused = [
             ("functions", json!({"functions": [{"name": "f"}]})),
-            ("tool_choice", json!({"tool_choice": "required"})),
-            (
-                "tool_choice",
-                json!({"tool_choice": {"type": "function", "function": {"name": "f"}}}),
-            ),
             ("use_beam_search", json!({"use_beam_search": true})),
         ];
         for (name, body) in refused {

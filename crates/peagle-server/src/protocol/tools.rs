@@ -131,26 +131,51 @@ fn call_id() -> String {
     format!("call_{}", super::random_id())
 }
 
-/// Whether `tool_choice` offers the tools: "auto" (the default) does, "none" does not.
-/// Forcing a call ("required", or a named function) is refused, as nothing makes the model
-/// produce one.
-pub fn offers_tools(tool_choice: Option<&Value>) -> Result<bool, ApiError> {
-    match tool_choice {
-        None | Some(Value::Null) => Ok(true),
-        Some(Value::String(choice)) if choice == "auto" => Ok(true),
-        Some(Value::String(choice)) if choice == "none" => Ok(false),
-        Some(_) => Err(ApiError::invalid(
-            Some("tool_choice"),
-            "tool_choice: only \"auto\" and \"none\" are supported by this server: it cannot force a call",
-        )),
+/// What `tool_choice` asks of the answer.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ToolChoice {
+    /// The model may call the tools or answer (the default).
+    Auto,
+    /// No tools are offered.
+    None,
+    /// The answer is one or more calls (`"required"`).
+    Required,
+    /// The answer is one call of this function (`{"type": "function", "function": {"name"}}`).
+    Named(String),
+}
+
+impl ToolChoice {
+    /// Reads `tool_choice` (400 for anything else).
+    pub fn of(tool_choice: Option<&Value>) -> Result<Self, ApiError> {
+        let named = |v: &Value| match (v["type"].as_str(), v["function"]["name"].as_str()) {
+            (Some("function") | None, Some(name)) => Some(name.to_string()),
+            _ => None,
+        };
+        match tool_choice {
+            None | Some(Value::Null) => Ok(Self::Auto),
+            Some(Value::String(choice)) if choice == "auto" => Ok(Self::Auto),
+            Some(Value::String(choice)) if choice == "none" => Ok(Self::None),
+            Some(Value::String(choice)) if choice == "required" => Ok(Self::Required),
+            Some(v) => named(v).map(Self::Named).ok_or_else(|| {
+                ApiError::invalid(
+                    Some("tool_choice"),
+                    "tool_choice: expected \"auto\", \"none\", \"required\" or {\"type\": \"function\", \"function\": {\"name\": ...}}",
+                )
+            }),
+        }
+    }
+
+    /// Whether the answer must be calls.
+    pub fn forces(&self) -> bool {
+        matches!(self, Self::Required | Self::Named(_))
     }
 }
 
 /// The function tools a chat request offers the model: its `tools`, unless `tool_choice` is
 /// "none" (as vLLM's `--exclude-tools-when-tool-choice-none` has it). Only function tools, with
-/// OpenAI's names (`valid_name`), each once, and a JSON Schema object as parameters.
-pub fn offered_tools(tools: Option<&[Tool]>, tool_choice: Option<&Value>) -> Result<Vec<FunctionDefinition>, ApiError> {
-    let offered = offers_tools(tool_choice)?;
+/// OpenAI's names (`valid_name`), each once, and a JSON Schema object as parameters; a forced
+/// call names an offered function, or needs one offered.
+pub fn offered_tools(tools: Option<&[Tool]>, tool_choice: &ToolChoice) -> Result<Vec<FunctionDefinition>, ApiError> {
     let mut functions: Vec<FunctionDefinition> = Vec::new();
     for (i, tool) in tools.unwrap_or_default().iter().enumerate() {
         let field = |name: &str| format!("tools[{i}].{name}");
@@ -171,7 +196,16 @@ pub fn offered_tools(tools: Option<&[Tool]>, tool_choice: Option<&Value>) -> Res
         }
         functions.push(tool.function.clone());
     }
-    Ok(if offered { functions } else { Vec::new() })
+    let refuse = |why: String| Err(ApiError::invalid(Some("tool_choice"), format!("tool_choice: {why}")));
+    match tool_choice {
+        ToolChoice::None => return Ok(Vec::new()),
+        ToolChoice::Required if functions.is_empty() => return refuse("\"required\" needs tools to call".into()),
+        ToolChoice::Named(name) if !functions.iter().any(|f| f.name == *name) => {
+            return refuse(format!("no tool is named {name:?}"))
+        }
+        _ => {}
+    }
+    Ok(functions)
 }
 
 fn check_kind(kind: &str, field: &str) -> Result<(), ApiError> {
@@ -204,8 +238,8 @@ mod tests {
 
     fn offered(tools: Value, choice: Value) -> Result<Vec<String>, Option<String>> {
         let tools: Vec<Tool> = serde_json::from_value(tools).unwrap();
-        let choice = (!choice.is_null()).then_some(choice);
-        offered_tools(Some(&tools), choice.as_ref())
+        let choice = ToolChoice::of(Some(&choice)).map_err(|e| e.param)?;
+        offered_tools(Some(&tools), &choice)
             .map(|f| f.into_iter().map(|f| f.name).collect())
             .map_err(|e| e.param)
     }
@@ -221,7 +255,14 @@ mod tests {
         assert_eq!(offered(tools.clone(), Value::Null), both);
         assert_eq!(offered(tools.clone(), json!("auto")), both);
         assert_eq!(offered(tools.clone(), json!("none")), Ok(vec![]));
-        assert_eq!(offered_tools(None, None).unwrap().len(), 0);
+        assert_eq!(offered(tools.clone(), json!("required")), both);
+        let named = json!({"type": "function", "function": {"name": "find-2"}});
+        assert_eq!(
+            offered(tools.clone(), named),
+            both,
+            "a forced call still sees every tool"
+        );
+        assert_eq!(offered_tools(None, &ToolChoice::Auto).unwrap().len(), 0);
         let untyped = json!([{"function": {"name": "f"}}]);
         assert_eq!(offered(untyped, Value::Null), Ok(vec!["f".to_string()]));
     }
@@ -246,10 +287,12 @@ mod tests {
 
     #[test]
     fn what_cannot_be_honoured_is_refused_by_its_field() {
-        let named = json!({"type": "function", "function": {"name": "f"}});
+        let named = json!({"type": "function", "function": {"name": "g"}});
         for (tools, choice, field) in [
-            (json!([tool("f")]), json!("required"), "tool_choice"),
+            (json!([]), json!("required"), "tool_choice"),
             (json!([tool("f")]), named, "tool_choice"),
+            (json!([tool("f")]), json!("always"), "tool_choice"),
+            (json!([tool("f")]), json!({"type": "function"}), "tool_choice"),
             (
                 json!([{"type": "code_interpreter", "function": {"name": "f"}}]),
                 Value::Null,

@@ -8,15 +8,17 @@ use super::{check_model, constrain};
 use crate::answer::{join_calls, AnswerParser, CallParser, Offer, Split};
 use crate::choice::{Choice, Finish};
 use crate::error::ApiError;
+use crate::forced_calls::{forced_schema, ForcedCalls};
 use crate::harmony;
 use crate::hermes::Hermes;
 use crate::json_body::ApiJsonViews;
 use crate::llama3_json::Llama3Json;
 use crate::openapi::{ApiErrors, StreamEvent};
-use crate::params::{check_prompt, check_prompt_logprobs, check_sequences, logprobs_count};
+use crate::params::{check_prompt, check_prompt_logprobs, check_sequences, logprobs_count, ChoiceTemplate};
 use crate::protocol::chat::{ChatChoice, ChatLogprobs, ChatRender, ChatRequest, ChatResponse, Delta, Message};
 use crate::protocol::sampling::SamplingRequest;
-use crate::protocol::tools::{DeltaToolCall, ToolCall};
+use crate::protocol::structured::Asked;
+use crate::protocol::tools::{DeltaToolCall, ToolCall, ToolChoice};
 use crate::protocol::TokenLogprob;
 use crate::protocol::{response_id, unix_time, StopReason, StreamUsage, Usage};
 use crate::served_model::{ServedModel, ToolCallParser};
@@ -30,6 +32,8 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use futures_util::future::try_join_all;
 use futures_util::{Stream, StreamExt};
+use peagle_grammar::Spec;
+use serde_json::Value;
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Instant;
@@ -135,7 +139,10 @@ pub async fn chat_completions(
     }
     let role = answer_role(&req.messages, &render);
     let tools = render.tools.iter().map(|t| t.name.clone()).collect();
-    let offer = Offer::new(tools, req.parallel_tool_calls.unwrap_or(true));
+    let parallel = req.parallel_tool_calls.unwrap_or(true);
+    let offer = Offer::new(tools, parallel);
+    let forced = forced_schema(&render.tool_choice, &render.tools, parallel);
+    let tool_choice = render.tool_choice.clone();
     let max_len = state.engine.max_model_len();
     let limit = template.tokens_before_truncation(max_len);
     let (prompt, thinking) = prompt_ids(&state, req.messages.clone(), render, req.add_special_tokens, limit).await?;
@@ -145,7 +152,11 @@ pub async fn chat_completions(
         false => String::new(),
     };
     check_prompt(prompt.len(), max_len, "messages")?;
-    let setup = AnswerSetup { offer, thinking };
+    let setup = AnswerSetup {
+        offer,
+        thinking,
+        tool_choice,
+    };
     let (requested, param) = match req.max_completion_tokens {
         Some(m) => (Some(m), "max_completion_tokens"),
         None => (req.max_tokens, "max_tokens"),
@@ -153,6 +164,9 @@ pub async fn chat_completions(
     // Without a limit, a chat answer may use the rest of the context.
     let budget = template.budget(requested, param, usize::MAX, prompt.len(), max_len)?;
     let mut template = template;
+    if let Some(schema) = forced {
+        force_calls(&mut template, schema)?;
+    }
     if let Some(harmony) = &harmony {
         template.speak_harmony(harmony);
     }
@@ -232,12 +246,36 @@ fn answer_trigger(model: &ServedModel, thinking: PromptThinking) -> Result<Vec<u
     model.encode_words(opener)
 }
 
+/// Holds the answers to `schema`, that of the calls `tool_choice` forces; structured output
+/// asked for besides is a 400.
+fn force_calls(template: &mut ChoiceTemplate, schema: Value) -> Result<(), ApiError> {
+    if let Some(asked) = &template.structured {
+        return Err(ApiError::invalid(
+            Some(asked.param),
+            format!(
+                "{}: structured output cannot be asked for when tool_choice forces a call",
+                asked.param
+            ),
+        ));
+    }
+    template.structured = Some(Asked {
+        spec: Spec::JsonSchema {
+            schema,
+            whitespace: None,
+        },
+        param: "tools",
+    });
+    Ok(())
+}
+
 /// What a request tells each of its choices' answer parsers.
 struct AnswerSetup {
     /// The function tools offered, and how many calls an answer may make.
     offer: Offer,
     /// Where the prompt leaves a template model's thinking.
     thinking: PromptThinking,
+    /// Whether the answer must be calls (then read by `ForcedCalls`, with or without a parser).
+    tool_choice: ToolChoice,
 }
 
 /// How a choice's answer is split: by harmony's channels, or by the parsers the server has
@@ -248,11 +286,12 @@ fn answer_parser(model: &ServedModel, setup: &AnswerSetup) -> AnswerParser {
     if model.harmony.is_some() {
         return AnswerParser::Harmony(harmony::Channels::offering(offer()));
     }
-    let calls = match model.tool_call_parser.filter(|_| !setup.offer.is_empty()) {
+    let forced = ForcedCalls::new(&setup.tool_choice).map(CallParser::Forced);
+    let calls = forced.or_else(|| match model.tool_call_parser.filter(|_| !setup.offer.is_empty()) {
         Some(ToolCallParser::Hermes) => Some(CallParser::Hermes(Hermes::offering(offer()))),
         Some(ToolCallParser::Llama3Json) => Some(CallParser::Llama3Json(Llama3Json::offering(offer()))),
         Some(ToolCallParser::Openai) | None => None,
-    };
+    });
     AnswerParser::Template {
         thinking: model
             .reasoning_parser
@@ -521,6 +560,7 @@ mod tests {
         let setup = |tools: &[String]| AnswerSetup {
             offer: Offer::new(tools.to_vec(), true),
             thinking: PromptThinking::Neither,
+            tool_choice: ToolChoice::Auto,
         };
         let function = json!({"name": "get_weather", "arguments": "{\"city\":\"Rome\"}"});
         for piece in [1, 4, text.len()] {

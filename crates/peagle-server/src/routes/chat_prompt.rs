@@ -53,11 +53,18 @@ fn prompt_text(
                  add_generation_prompt false are not supported",
             ));
         }
+        if render.tool_choice.forces() {
+            return Err(ApiError::invalid(
+                Some("tool_choice"),
+                "tool_choice: a harmony (gpt-oss) chat cannot be forced to call; use \"auto\"",
+            ));
+        }
         let effort = render.reasoning_effort.unwrap_or_default();
         let text = harmony::render(messages, effort, &harmony::today(), &render.tools)?;
         return Ok((text, PromptThinking::Neither));
     }
-    let tool_calling = state.model.tool_call_parser.is_some();
+    // A forced call needs no parser: its answer is read as calls (`forced_calls`).
+    let tool_calling = state.model.tool_call_parser.is_some() || render.tool_choice.forces();
     if !render.tools.is_empty() && !tool_calling {
         return Err(ApiError::invalid(
             Some("tools"),

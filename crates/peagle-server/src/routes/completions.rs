@@ -14,6 +14,7 @@ use crate::protocol::completion::{
 };
 use crate::protocol::refused::asks_for;
 use crate::protocol::sampling::SamplingRequest;
+use crate::protocol::tools::ToolChoice;
 use crate::protocol::TokenLogprob;
 use crate::protocol::{response_id, unix_time, StreamUsage, Usage};
 use crate::sse::{done_event, error_event, json_event, merged};
@@ -205,6 +206,12 @@ fn check_unsupported(req: &CompletionRequest, n: usize) -> Result<(), ApiError> 
     }
     if req.suffix.as_ref().is_some_and(|s| !s.is_empty()) {
         return Err(ApiError::invalid(Some("suffix"), "suffix is not supported"));
+    }
+    if ToolChoice::of(req.tool_choice.as_ref())?.forces() {
+        return Err(ApiError::invalid(
+            Some("tool_choice"),
+            "tool_choice: calls are forced in /v1/chat/completions, which offers tools",
+        ));
     }
     if asks_for(&req.tools) {
         return Err(ApiError::invalid(

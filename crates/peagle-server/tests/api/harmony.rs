@@ -10,7 +10,7 @@ use peagle_engine::DraftModel;
 use peagle_server::answer::Offer;
 use peagle_server::harmony::{self, Channels, ReasoningEffort};
 use peagle_server::protocol::chat::ChatMessage;
-use peagle_server::protocol::tools::{offered_tools, Tool};
+use peagle_server::protocol::tools::{offered_tools, Tool, ToolChoice};
 use peagle_server::{Parsers, ReasoningParser, ServedModel, ToolCallParser};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -199,7 +199,7 @@ async fn tools_are_offered_and_past_calls_rendered() {
     let text = prompt_text(&server, json!({"messages": tool_turns(), "tools": tools})).await;
     let parsed: Vec<ChatMessage> = serde_json::from_value(tool_turns()).unwrap();
     let tools_parsed: Vec<Tool> = serde_json::from_value(tools.clone()).unwrap();
-    let offered = offered_tools(Some(&tools_parsed), None).unwrap();
+    let offered = offered_tools(Some(&tools_parsed), &ToolChoice::Auto).unwrap();
     let want = harmony::render(&parsed, ReasoningEffort::Medium, &harmony::today(), &offered).unwrap();
     assert_eq!(text, want);
     let call =

@@ -142,3 +142,125 @@ async fn what_cannot_be_compiled_is_a_400_naming_the_field() {
         assert!(message.contains(says), "{message}");
     }
 }
+
+fn weather_chat(tool_choice: Value) -> Value {
+    json!({
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "What is the weather in Paris?"}],
+        "temperature": 0,
+        "max_tokens": 120,
+        "tools": [
+            {"type": "function", "function": {"name": "get_weather", "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string", "maxLength": 10}, "days": {"type": "integer"}},
+                "required": ["city"]
+            }}},
+            {"type": "function", "function": {"name": "get_time"}}
+        ],
+        "tool_choice": tool_choice,
+    })
+}
+
+/// The calls of a chat answer, (name, arguments), after checking that it has no content and
+/// finished with "stop" (a forced call's finish, as in vLLM and OpenAI).
+fn forced_calls(body: &Value) -> Vec<(String, String)> {
+    let choice = &body["choices"][0];
+    assert_eq!(choice["finish_reason"], "stop", "{body}");
+    assert!(choice["message"]["content"].is_null(), "{body}");
+    let calls = choice["message"]["tool_calls"].as_array().unwrap();
+    calls
+        .iter()
+        .map(|c| {
+            assert!(c["id"].as_str().unwrap().starts_with("call_"), "{c}");
+            let f = &c["function"];
+            (
+                f["name"].as_str().unwrap().to_string(),
+                f["arguments"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// A named tool_choice makes the answer that function's arguments, following its schema,
+/// without a tool call parser (the demo server has none); alike with and without speculation,
+/// and streamed as one call's pieces.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_named_tool_choice_makes_the_answer_its_call() {
+    let server = TestServer::start().await;
+    let request = weather_chat(json!({"type": "function", "function": {"name": "get_weather"}}));
+    let body = server.ok("/v1/chat/completions", request.clone()).await;
+    let calls = forced_calls(&body);
+    assert_eq!(calls.len(), 1, "{body}");
+    assert_eq!(calls[0].0, "get_weather");
+    let arguments: Value = serde_json::from_str(&calls[0].1).unwrap_or_else(|e| panic!("{e}: {}", calls[0].1));
+    assert!(
+        arguments["city"].as_str().is_some_and(|c| c.chars().count() <= 10),
+        "{arguments}"
+    );
+
+    let mut plain = request.clone();
+    plain["speculative"] = json!(false);
+    assert_eq!(forced_calls(&server.ok("/v1/chat/completions", plain).await), calls);
+
+    let mut streaming = request;
+    streaming["stream"] = json!(true);
+    let chunks = server.stream("/v1/chat/completions", streaming).await;
+    let deltas: Vec<&Value> = chunks
+        .iter()
+        .flat_map(|c| c["choices"][0]["delta"]["tool_calls"].as_array())
+        .flatten()
+        .collect();
+    assert_eq!(deltas[0]["function"]["name"], "get_weather", "{deltas:?}");
+    assert!(deltas.iter().all(|d| d["index"] == 0));
+    let arguments: String = deltas
+        .iter()
+        .map(|d| d["function"]["arguments"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(arguments, calls[0].1);
+}
+
+/// "required" makes the answer calls of the offered functions; with parallel calls off, one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_required_tool_choice_makes_the_answer_calls_of_offered_tools() {
+    let server = TestServer::start().await;
+    let mut request = weather_chat(json!("required"));
+    request["parallel_tool_calls"] = json!(false);
+    let body = server.ok("/v1/chat/completions", request.clone()).await;
+    let calls = forced_calls(&body);
+    assert_eq!(calls.len(), 1, "{body}");
+    let (name, arguments) = &calls[0];
+    let arguments: Value = serde_json::from_str(arguments).unwrap();
+    match name.as_str() {
+        "get_weather" => assert!(arguments["city"].is_string(), "{arguments}"),
+        "get_time" => assert!(arguments.is_object(), "{arguments}"),
+        other => panic!("a call of {other}, which was not offered"),
+    }
+    request["speculative"] = json!(false);
+    assert_eq!(forced_calls(&server.ok("/v1/chat/completions", request).await), calls);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forced_calls_that_cannot_be_honoured_are_a_400() {
+    let server = TestServer::start().await;
+    let chat = "/v1/chat/completions";
+    let unknown = weather_chat(json!({"type": "function", "function": {"name": "get_news"}}));
+    let mut no_tools = weather_chat(json!("required"));
+    no_tools["tools"] = json!([]);
+    let mut both = weather_chat(json!("required"));
+    both["response_format"] = json!({"type": "json_object"});
+    let mut unsupported = weather_chat(json!("required"));
+    unsupported["tools"][0]["function"]["parameters"]["properties"]["days"]["minimum"] = json!(1);
+    let mut completion = greedy("x", 4);
+    completion["tool_choice"] = json!("required");
+    for (path, body, param) in [
+        (chat, unknown, "tool_choice"),
+        (chat, no_tools, "tool_choice"),
+        (chat, both, "response_format"),
+        (chat, unsupported, "tools"),
+        ("/v1/completions", completion, "tool_choice"),
+    ] {
+        let (status, error) = server.call(path, body.clone()).await;
+        assert_eq!(status, 400, "{body}: {error}");
+        assert_eq!(error["error"]["param"], param, "{error}");
+    }
+}
