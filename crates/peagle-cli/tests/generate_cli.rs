@@ -134,9 +134,9 @@ fn errors_are_one_line_with_non_zero_exit() {
                 "--prompt",
                 "x",
                 "--json-schema",
-                "{\"type\": \"integer\", \"maximum\": 3}",
+                "{\"type\": \"integer\", \"multipleOf\": 3}",
             ],
-            "--json-schema: JSON schema keyword not supported at #: maximum",
+            "--json-schema: JSON schema keyword not supported at #: multipleOf",
         ),
         (
             &["--model", &model, "--prompt", "x", "--regex", "a("],

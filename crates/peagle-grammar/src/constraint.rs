@@ -1,6 +1,11 @@
 //! A compiled constraint on a request's text: its grammar, the model's vocabulary, and the
 //! tokens each parse state allows, remembered per state (a JSON string's inside, say, is one
 //! state however long the string runs), so the vocabulary is walked once per state met.
+//!
+//! The walk steps through the parse one byte at a time for every edge of the vocabulary's
+//! trie. Each state met is numbered and its step by each byte remembered (`Transitions`, the
+//! parser's states turned into a DFA as they are met): most of a walk's edges lead back to a
+//! few states (the inside of a string), so most steps are a table lookup.
 
 use crate::grammar::Grammar;
 use crate::state::State;
@@ -9,13 +14,65 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex};
 
-/// The most states whose tokens are remembered; past it the memory starts over.
-const REMEMBERED_STATES: usize = 4096;
+/// The most memory the remembered states' tokens may take (a bit per token each); past it the
+/// memory starts over.
+const REMEMBERED_BYTES: usize = 8 << 20;
+/// The most states numbered for the walks (a 1 KiB row of steps each); past it the numbering
+/// starts over, between walks.
+const NUMBERED_STATES: usize = 2048;
 
 pub struct Constraint {
     grammar: Grammar,
     vocab: Arc<Vocabulary>,
     masks: Mutex<HashMap<State, Arc<TokenMask>>>,
+    transitions: Mutex<Transitions>,
+}
+
+/// The parse states met by walks, numbered, and each one's step by each byte as far as
+/// taken. State 0 is the dead state.
+struct Transitions {
+    states: Vec<State>,
+    numbers: HashMap<State, u32>,
+    steps: Vec<[u32; 256]>,
+}
+
+/// A step not yet taken.
+const UNKNOWN: u32 = u32::MAX;
+const DEAD: u32 = 0;
+
+impl Transitions {
+    fn new() -> Self {
+        let mut t = Self {
+            states: Vec::new(),
+            numbers: HashMap::new(),
+            steps: Vec::new(),
+        };
+        t.number(State::dead());
+        t
+    }
+
+    fn number(&mut self, state: State) -> u32 {
+        if let Some(&n) = self.numbers.get(&state) {
+            return n;
+        }
+        let n = self.states.len() as u32;
+        self.numbers.insert(state.clone(), n);
+        self.states.push(state);
+        self.steps.push([UNKNOWN; 256]);
+        n
+    }
+
+    /// The state after `byte` follows state `n`.
+    fn step(&mut self, grammar: &Grammar, n: u32, byte: u8) -> u32 {
+        let known = self.steps[n as usize][byte as usize];
+        if known != UNKNOWN {
+            return known;
+        }
+        let next = grammar.advance(&self.states[n as usize], byte);
+        let m = if next.is_dead() { DEAD } else { self.number(next) };
+        self.steps[n as usize][byte as usize] = m;
+        m
+    }
 }
 
 /// The tokens a state allows: those whose bytes continue its text.
@@ -46,6 +103,7 @@ impl Constraint {
             grammar,
             vocab,
             masks: Mutex::new(HashMap::new()),
+            transitions: Mutex::new(Transitions::new()),
         }
     }
 
@@ -69,7 +127,7 @@ impl Constraint {
         }
         let mask = Arc::new(self.walk(state));
         let mut masks = self.masks.lock().expect("no panic holds the lock");
-        if masks.len() >= REMEMBERED_STATES {
+        if (masks.len() + 1) * self.vocab.len().div_ceil(8) > REMEMBERED_BYTES {
             masks.clear();
         }
         masks.insert(state.clone(), mask.clone());
@@ -80,11 +138,16 @@ impl Constraint {
     fn walk(&self, state: &State) -> TokenMask {
         let len = self.vocab.len();
         let mut bits = vec![0u64; len.div_ceil(64)];
-        let mut todo = vec![(self.vocab.root(), state.clone())];
-        while let Some((node, state)) = todo.pop() {
+        let mut transitions = self.transitions.lock().expect("no panic holds the lock");
+        if transitions.states.len() > NUMBERED_STATES {
+            *transitions = Transitions::new();
+        }
+        let start = transitions.number(state.clone());
+        let mut todo = vec![(self.vocab.root(), start)];
+        while let Some((node, n)) = todo.pop() {
             for &(byte, child) in self.vocab.children(node) {
-                let next = self.grammar.advance(&state, byte);
-                if next.is_dead() {
+                let next = transitions.step(&self.grammar, n, byte);
+                if next == DEAD {
                     continue;
                 }
                 for &t in self.vocab.ending(child) {

@@ -14,26 +14,25 @@
 //!   date, time, date-time, uuid, email and ipv4 (other formats are annotations, as JSON
 //!   Schema allows).
 //! - Numbers: any JSON number, integers without fraction or exponent, at most 16 integral
-//!   digits (and 16 decimals), so that a model cannot run on forever in one number.
+//!   digits (and 16 decimals), so that a model cannot run on forever in one number. Integers
+//!   take `minimum`, `maximum`, `exclusiveMinimum` and `exclusiveMaximum` (numbers, or draft
+//!   4's booleans); other numbers' bounds are refused.
 //! - Whitespace between tokens: nothing, a space, or a newline and up to 40 spaces or tabs of
 //!   indentation (unless the request gives its own pattern).
 //!
-//! Keywords that assert what the grammar cannot (numeric bounds, `uniqueItems`, `not`, ...)
+//! Keywords that assert what the grammar cannot (`multipleOf`, `uniqueItems`, `not`, ...)
 //! are refused with the keyword named; keywords unknown to JSON Schema are ignored, as the
 //! specification says.
 
 use crate::error::GrammarError;
 use crate::grammar::{ByteSet, Element, Grammar, GrammarBuilder, RuleId, Seq};
+use crate::int_range::int_range_pattern;
 use crate::regex::{self, Chars};
 use serde_json::{Map, Value};
 use std::collections::HashMap;
 
 /// Asserting keywords the grammar does not enforce: a schema with one is refused.
 const UNSUPPORTED: &[&str] = &[
-    "minimum",
-    "maximum",
-    "exclusiveMinimum",
-    "exclusiveMaximum",
     "multipleOf",
     "uniqueItems",
     "contains",
@@ -177,6 +176,12 @@ impl<'a> JsonCompiler<'a> {
     /// A schema without `type`: an object or array where its keywords say so, else any value.
     fn untyped(&mut self, object: &Map<String, Value>, path: &str) -> Result<Element, GrammarError> {
         let has = |keys: &[&str]| keys.iter().any(|k| object.contains_key(*k));
+        if has(BOUNDS) {
+            return Err(GrammarError::SchemaKeyword {
+                path: path.to_string(),
+                keyword: "numeric bounds without \"type\": \"integer\"".into(),
+            });
+        }
         if has(&["properties", "required", "additionalProperties"]) {
             self.typed("object", object, path)
         } else if has(&["items", "prefixItems", "minItems", "maxItems"]) {
@@ -189,12 +194,28 @@ impl<'a> JsonCompiler<'a> {
     }
 
     fn typed(&mut self, t: &str, object: &Map<String, Value>, path: &str) -> Result<Element, GrammarError> {
+        if t == "number" {
+            if let Some(bound) = BOUNDS.iter().find(|k| object.contains_key(**k)) {
+                return Err(GrammarError::SchemaKeyword {
+                    path: path.to_string(),
+                    keyword: format!("{bound} on a number (integers take it)"),
+                });
+            }
+        }
         match t {
             "object" => self.object(object, path),
             "array" => self.array(object, path),
             "string" => self.string(object, path),
             "number" => self.primitive("number"),
-            "integer" => self.primitive("integer"),
+            "integer" => match integer_bounds(object, path)? {
+                None => self.primitive("integer"),
+                Some((lo, hi)) => {
+                    let pattern =
+                        int_range_pattern(lo, hi).ok_or_else(|| err(path, "no integer is within the bounds"))?;
+                    let seq = regex::compile(&mut self.b, &pattern, Chars::Raw)?;
+                    self.b.unit(seq)
+                }
+            },
             "boolean" => self.primitive("boolean"),
             "null" => self.primitive("null"),
             other => Err(err(path, format!("unknown type {other:?}"))),
@@ -535,6 +556,47 @@ impl<'a> JsonCompiler<'a> {
     }
 }
 
+/// The keywords that bound a number.
+const BOUNDS: &[&str] = &["minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"];
+
+/// Inclusive bounds, low and high, None for an open end.
+type Bounds = (Option<i128>, Option<i128>);
+
+/// An integer schema's bounds; None when it has none.
+fn integer_bounds(object: &Map<String, Value>, path: &str) -> Result<Option<Bounds>, GrammarError> {
+    if !BOUNDS.iter().any(|k| object.contains_key(*k)) {
+        return Ok(None);
+    }
+    let number = |key: &str| -> Result<Option<f64>, GrammarError> {
+        match object.get(key) {
+            None | Some(Value::Bool(_)) => Ok(None),
+            Some(v) => v
+                .as_f64()
+                .map(Some)
+                .ok_or_else(|| err(path, format!("{key} must be a number"))),
+        }
+    };
+    let draft4 = |key: &str| object.get(key) == Some(&Value::Bool(true));
+    // Beyond the largest 16-digit integer, a bound leaves all or none of the integers.
+    let whole = |v: f64| v.clamp(-1e17, 1e17) as i128;
+    let mut lo = number("minimum")?.map(|m| match draft4("exclusiveMinimum") {
+        true => whole(m.floor()) + 1,
+        false => whole(m.ceil()),
+    });
+    let mut hi = number("maximum")?.map(|m| match draft4("exclusiveMaximum") {
+        true => whole(m.ceil()) - 1,
+        false => whole(m.floor()),
+    });
+    if let Some(x) = number("exclusiveMinimum")? {
+        lo = lo.max(Some(whole(x.floor()) + 1));
+    }
+    if let Some(x) = number("exclusiveMaximum")? {
+        let bound = whole(x.ceil()) - 1;
+        hi = Some(hi.map_or(bound, |h| h.min(bound)));
+    }
+    Ok(Some((lo, hi)))
+}
+
 /// A count keyword's value (`minItems`, `maxLength`, ...), if given.
 fn count(object: &Map<String, Value>, key: &str, path: &str) -> Result<Option<u32>, GrammarError> {
     let read = |v: &Value| {
@@ -691,6 +753,24 @@ mod tests {
                 vec![r#"{"other" 1}"#, r#"{"k": 1 "x": 2}"#, r#"{"k": 1,}"#],
             ),
             (
+                json!({"type": "object", "properties": {
+                    "age": {"type": "integer", "minimum": 0, "maximum": 130},
+                    "delta": {"type": "integer", "exclusiveMinimum": -3.5, "exclusiveMaximum": 2},
+                    "old": {"type": ["integer", "null"], "minimum": 10, "exclusiveMinimum": true}
+                }, "required": ["age", "delta", "old"]}),
+                vec![
+                    json!({"age": 0, "delta": -3, "old": 11}),
+                    json!({"age": 130, "delta": 1, "old": null}),
+                ],
+                vec![
+                    r#"{"age": -1, "delta": 0, "old": 11}"#,
+                    r#"{"age": 131, "delta": 0, "old": 11}"#,
+                    r#"{"age": 5, "delta": -4, "old": 11}"#,
+                    r#"{"age": 5, "delta": 2, "old": 11}"#,
+                    r#"{"age": 5, "delta": 0, "old": 10}"#,
+                ],
+            ),
+            (
                 json!({}),
                 vec![json!(1), json!("s"), json!([{"a": [true, null]}]), json!({"e": {}})],
                 vec!["nul", "[1,]", "{\"a\"}", "01", "1.", "\"\\x\""],
@@ -729,12 +809,28 @@ mod tests {
     fn unsupported_and_invalid_schemas_are_refused_with_their_place() {
         let refused = |schema: Value| schema_grammar(&schema, None).unwrap_err();
         assert_eq!(
-            refused(json!({"type": "object", "properties": {"n": {"type": "integer", "minimum": 0}}})),
+            refused(json!({"type": "object", "properties": {"n": {"type": "integer", "multipleOf": 2}}})),
             GrammarError::SchemaKeyword {
                 path: "#/properties/n".into(),
-                keyword: "minimum".into()
+                keyword: "multipleOf".into()
             }
         );
+        assert!(matches!(
+            refused(json!({"type": "number", "maximum": 1})),
+            GrammarError::SchemaKeyword { .. }
+        ));
+        assert!(matches!(
+            refused(json!({"minimum": 1})),
+            GrammarError::SchemaKeyword { .. }
+        ));
+        assert!(matches!(
+            refused(json!({"type": "integer", "minimum": 3, "maximum": 2})),
+            GrammarError::Schema { .. }
+        ));
+        assert!(matches!(
+            refused(json!({"type": "integer", "minimum": "3"})),
+            GrammarError::Schema { .. }
+        ));
         assert!(matches!(
             refused(json!({"$ref": "#/$defs/missing"})),
             GrammarError::Schema { .. }

@@ -5,6 +5,7 @@
 pub mod constraint;
 pub mod error;
 pub mod grammar;
+pub mod int_range;
 pub mod json_schema;
 pub mod regex;
 pub mod spec;

@@ -10,8 +10,9 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, OnceLock};
 use tokenizers::Tokenizer;
 
-/// How many compiled constraints are kept.
-const KEPT: usize = 64;
+/// How many compiled constraints are kept (each remembers up to about 10 MiB of its states'
+/// tokens and steps, `peagle_grammar::constraint`).
+const KEPT: usize = 16;
 
 #[derive(Default)]
 pub struct Constraints {
