@@ -6,9 +6,12 @@
 
 use peagle_engine::{
     DraftModel, EngineBuilder, GenerateParams, Generator, GeneratorOptions, Penalties, SamplingParams, SchedulerConfig,
-    SpecStats, TokenBans,
+    SpecStats, StructuredOutput, TokenBans,
 };
+use peagle_grammar::{Constraint, Spec, Vocabulary};
 use peagle_models::{DTypeSpec, DeviceSpec, KvCacheDtype, LoadOptions};
+use serde_json::json;
+use std::sync::Arc;
 mod common;
 use common::{demo, demo_with, eval_prompts, fixture, repo};
 
@@ -159,6 +162,28 @@ fn speculative_seeded_sampling_equals_plain_on_the_gpu() {
         },
         ..params
     };
+    // A JSON schema: its grammar bans most of the vocabulary at an object's start, little
+    // inside a string.
+    let tokenizer = plain.tokenizer().expect("the demo model's tokenizer").clone();
+    let vocabulary = Arc::new(Vocabulary::from_tokenizer(&tokenizer, tokenizer.get_vocab_size(true)).unwrap());
+    let schema = json!({"type": "object", "properties": {"name": {"type": "string"}, "n": {"type": "integer"}}, "required": ["name", "n"]});
+    let grammar = Spec::JsonSchema {
+        schema,
+        whitespace: None,
+    }
+    .compile()
+    .unwrap();
+    let json_output = StructuredOutput {
+        constraint: Arc::new(Constraint::new(grammar, vocabulary)),
+        trigger: Vec::new(),
+    };
+    let structured = |params: GenerateParams| GenerateParams {
+        sampling: SamplingParams {
+            structured: Some(json_output.clone()),
+            ..params.sampling
+        },
+        ..params
+    };
     let cases = [
         sampled(0.8, 0.9, 0, 1),
         sampled(0.8, 1.0, 0, 2),
@@ -168,6 +193,8 @@ fn speculative_seeded_sampling_equals_plain_on_the_gpu() {
         penalised(sampled(0.0, 1.0, 0, 6)),
         banned(sampled(0.8, 0.9, 2, 7)),
         banned(sampled(0.0, 1.0, 0, 8)),
+        structured(sampled(0.8, 0.9, 0, 9)),
+        structured(sampled(0.0, 1.0, 0, 10)),
     ];
     let want: Vec<Vec<Vec<u32>>> = cases
         .iter()

@@ -14,9 +14,9 @@
 //!   date, time, date-time, uuid, email and ipv4 (other formats are annotations, as JSON
 //!   Schema allows).
 //! - Numbers: any JSON number, integers without fraction or exponent, at most 16 integral
-//!   digits (and 16 decimals), so that a model cannot run on forever in one number. Integers
-//!   take `minimum`, `maximum`, `exclusiveMinimum` and `exclusiveMaximum` (numbers, or draft
-//!   4's booleans); other numbers' bounds are refused.
+//!   digits (and 16 decimals), so that a model cannot run on forever in one number. Numbers
+//!   and integers take `minimum`, `maximum`, `exclusiveMinimum` and `exclusiveMaximum`
+//!   (numbers, or draft 4's booleans); a bounded number is written without an exponent.
 //! - Whitespace between tokens: nothing, a space, or a newline and up to 40 spaces or tabs of
 //!   indentation (unless the request gives its own pattern).
 //!
@@ -27,6 +27,7 @@
 use crate::error::GrammarError;
 use crate::grammar::{ByteSet, Element, Grammar, GrammarBuilder, RuleId, Seq};
 use crate::int_range::int_range_pattern;
+use crate::number_range::{number_range_pattern, Bound};
 use crate::regex::{self, Chars};
 use serde_json::{Map, Value};
 use std::collections::HashMap;
@@ -194,24 +195,18 @@ impl<'a> JsonCompiler<'a> {
     }
 
     fn typed(&mut self, t: &str, object: &Map<String, Value>, path: &str) -> Result<Element, GrammarError> {
-        if t == "number" {
-            if let Some(bound) = BOUNDS.iter().find(|k| object.contains_key(**k)) {
-                return Err(GrammarError::SchemaKeyword {
-                    path: path.to_string(),
-                    keyword: format!("{bound} on a number (integers take it)"),
-                });
-            }
-        }
         match t {
             "object" => self.object(object, path),
             "array" => self.array(object, path),
             "string" => self.string(object, path),
-            "number" => self.primitive("number"),
-            "integer" => match integer_bounds(object, path)? {
-                None => self.primitive("integer"),
+            "number" | "integer" => match numeric_bounds(object, path)? {
+                None => self.primitive(if t == "number" { "number" } else { "integer" }),
                 Some((lo, hi)) => {
-                    let pattern =
-                        int_range_pattern(lo, hi).ok_or_else(|| err(path, "no integer is within the bounds"))?;
+                    let pattern = match t {
+                        "number" => number_range_pattern(lo, hi),
+                        _ => int_range_pattern(lo.map(lowest_integer), hi.map(highest_integer)),
+                    };
+                    let pattern = pattern.ok_or_else(|| err(path, format!("no {t} is within the bounds")))?;
                     let seq = regex::compile(&mut self.b, &pattern, Chars::Raw)?;
                     self.b.unit(seq)
                 }
@@ -559,11 +554,13 @@ impl<'a> JsonCompiler<'a> {
 /// The keywords that bound a number.
 const BOUNDS: &[&str] = &["minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"];
 
-/// Inclusive bounds, low and high, None for an open end.
-type Bounds = (Option<i128>, Option<i128>);
+/// A number's bounds, low and high, None for an open end.
+type Bounds = (Option<Bound>, Option<Bound>);
 
-/// An integer schema's bounds; None when it has none.
-fn integer_bounds(object: &Map<String, Value>, path: &str) -> Result<Option<Bounds>, GrammarError> {
+/// A number schema's bounds; None when it has none. `exclusiveMinimum` and
+/// `exclusiveMaximum` are numbers (JSON Schema since draft 6) or draft 4's booleans, which
+/// make `minimum` and `maximum` exclusive; of two bounds on one side, the tighter holds.
+fn numeric_bounds(object: &Map<String, Value>, path: &str) -> Result<Option<Bounds>, GrammarError> {
     if !BOUNDS.iter().any(|k| object.contains_key(*k)) {
         return Ok(None);
     }
@@ -577,24 +574,41 @@ fn integer_bounds(object: &Map<String, Value>, path: &str) -> Result<Option<Boun
         }
     };
     let draft4 = |key: &str| object.get(key) == Some(&Value::Bool(true));
-    // Beyond the largest 16-digit integer, a bound leaves all or none of the integers.
-    let whole = |v: f64| v.clamp(-1e17, 1e17) as i128;
-    let mut lo = number("minimum")?.map(|m| match draft4("exclusiveMinimum") {
-        true => whole(m.floor()) + 1,
-        false => whole(m.ceil()),
-    });
-    let mut hi = number("maximum")?.map(|m| match draft4("exclusiveMaximum") {
-        true => whole(m.ceil()) - 1,
-        false => whole(m.floor()),
-    });
+    let bound = |value, inclusive| Bound { value, inclusive };
+    let mut lo = number("minimum")?.map(|m| bound(m, !draft4("exclusiveMinimum")));
+    let mut hi = number("maximum")?.map(|m| bound(m, !draft4("exclusiveMaximum")));
     if let Some(x) = number("exclusiveMinimum")? {
-        lo = lo.max(Some(whole(x.floor()) + 1));
+        lo = Some(match lo {
+            Some(l) if l.value > x => l,
+            _ => bound(x, false),
+        });
     }
     if let Some(x) = number("exclusiveMaximum")? {
-        let bound = whole(x.ceil()) - 1;
-        hi = Some(hi.map_or(bound, |h| h.min(bound)));
+        hi = Some(match hi {
+            Some(h) if h.value < x => h,
+            _ => bound(x, false),
+        });
     }
     Ok(Some((lo, hi)))
+}
+
+/// The least integer a low bound lets in (beyond the largest 16-digit integer, a bound leaves
+/// all or none of them).
+fn lowest_integer(lo: Bound) -> i128 {
+    let v = lo.value.clamp(-1e17, 1e17);
+    match lo.inclusive {
+        true => v.ceil() as i128,
+        false => v.floor() as i128 + 1,
+    }
+}
+
+/// The greatest integer a high bound lets in.
+fn highest_integer(hi: Bound) -> i128 {
+    let v = hi.value.clamp(-1e17, 1e17);
+    match hi.inclusive {
+        true => v.floor() as i128,
+        false => v.ceil() as i128 - 1,
+    }
 }
 
 /// A count keyword's value (`minItems`, `maxLength`, ...), if given.
@@ -756,11 +770,12 @@ mod tests {
                 json!({"type": "object", "properties": {
                     "age": {"type": "integer", "minimum": 0, "maximum": 130},
                     "delta": {"type": "integer", "exclusiveMinimum": -3.5, "exclusiveMaximum": 2},
-                    "old": {"type": ["integer", "null"], "minimum": 10, "exclusiveMinimum": true}
+                    "old": {"type": ["integer", "null"], "minimum": 10, "exclusiveMinimum": true},
+                    "p": {"type": "number", "minimum": 0, "maximum": 1}
                 }, "required": ["age", "delta", "old"]}),
                 vec![
-                    json!({"age": 0, "delta": -3, "old": 11}),
-                    json!({"age": 130, "delta": 1, "old": null}),
+                    json!({"age": 0, "delta": -3, "old": 11, "p": 0.25}),
+                    json!({"age": 130, "delta": 1, "old": null, "p": 1}),
                 ],
                 vec![
                     r#"{"age": -1, "delta": 0, "old": 11}"#,
@@ -768,6 +783,8 @@ mod tests {
                     r#"{"age": 5, "delta": -4, "old": 11}"#,
                     r#"{"age": 5, "delta": 2, "old": 11}"#,
                     r#"{"age": 5, "delta": 0, "old": 10}"#,
+                    r#"{"age": 5, "delta": 0, "old": 11, "p": 1.5}"#,
+                    r#"{"age": 5, "delta": 0, "old": 11, "p": -0.1}"#,
                 ],
             ),
             (
@@ -816,8 +833,8 @@ mod tests {
             }
         );
         assert!(matches!(
-            refused(json!({"type": "number", "maximum": 1})),
-            GrammarError::SchemaKeyword { .. }
+            refused(json!({"type": "number", "minimum": 1, "exclusiveMaximum": 1})),
+            GrammarError::Schema { .. }
         ));
         assert!(matches!(
             refused(json!({"minimum": 1})),

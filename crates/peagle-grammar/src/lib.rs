@@ -7,6 +7,7 @@ pub mod error;
 pub mod grammar;
 pub mod int_range;
 pub mod json_schema;
+pub mod number_range;
 pub mod regex;
 pub mod spec;
 pub mod state;
