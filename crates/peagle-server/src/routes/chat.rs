@@ -543,6 +543,38 @@ mod tests {
         }
     }
 
+    /// A template model's structured output starts after `</think>` where its answer starts
+    /// in its thinking (the prompt left it open, or deepseek_r1's, which always thinks first),
+    /// and at once where it does not.
+    #[test]
+    fn structured_output_starts_after_the_thinking_the_answer_starts_in() {
+        let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/tiny-qwen3");
+        let model = |reasoning| {
+            let parsers = Parsers {
+                tool_call: None,
+                reasoning,
+            };
+            ServedModel::from_dir("m".into(), &fixture, None, parsers).unwrap()
+        };
+        let think_end = model(None).encode_words("</think>").unwrap();
+        let (qwen3, deepseek) = (Some(ReasoningParser::Qwen3), Some(ReasoningParser::DeepseekR1));
+        for (reasoning, thinking, waits) in [
+            (qwen3, PromptThinking::Open, true),
+            (qwen3, PromptThinking::Closed, false),
+            (qwen3, PromptThinking::Neither, false),
+            (deepseek, PromptThinking::Neither, true),
+            (deepseek, PromptThinking::Closed, false),
+            (None, PromptThinking::Open, false),
+        ] {
+            let want = if waits { think_end.clone() } else { Vec::new() };
+            assert_eq!(
+                answer_trigger(&model(reasoning), thinking).unwrap(),
+                want,
+                "{reasoning:?} {thinking:?}"
+            );
+        }
+    }
+
     /// A chat template's model's answer goes through the parsers its server has: reasoning,
     /// then calls of the offered tools (none looked for where none are offered), the rest
     /// content; the same streamed as whole.

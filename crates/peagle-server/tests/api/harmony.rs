@@ -350,3 +350,30 @@ async fn tool_requests_that_cannot_be_honoured_are_refused() {
         assert_eq!(error["error"]["param"], param, "{error}");
     }
 }
+
+/// Structured output holds a harmony answer's final message only: before harmony's
+/// `<|channel|>final<|message|>`, the analysis and anything else are free. The tiny model
+/// never writes that opener, so its answer under a JSON schema is its answer without one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn structured_output_waits_for_the_final_channel() {
+    let model = harmony_gpt_oss(512);
+    let server = server(model.path(), true).await;
+    let request = json!({"messages": messages(), "temperature": 0, "max_tokens": 40});
+    let free = server.ok("/v1/chat/completions", request.clone()).await;
+    let mut constrained = request;
+    constrained["response_format"] = json!({"type": "json_object"});
+    let held = server.ok("/v1/chat/completions", constrained).await;
+    let message = |body: &Value| body["choices"][0]["message"].clone();
+    assert_eq!(message(&held), message(&free));
+    let text = |body: &Value| {
+        format!(
+            "{}{}",
+            message(body)["reasoning_content"].as_str().unwrap_or(""),
+            message(body)["content"].as_str().unwrap_or("")
+        )
+    };
+    assert!(
+        !text(&free).trim_start().starts_with('{'),
+        "the free answer is no JSON: {free}"
+    );
+}
