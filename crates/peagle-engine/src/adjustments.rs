@@ -17,6 +17,9 @@ pub struct Adjuster<'a> {
     bans: &'a TokenBans,
     min_tokens: usize,
     stop_ids: Vec<u32>,
+    /// End-of-sequence and stop tokens, `ignore_eos` or not: what a grammar allows where its
+    /// text can only end.
+    ends: Vec<u32>,
     drafts: &'a [u32],
     history: History,
     row: usize,
@@ -37,6 +40,7 @@ impl<'a> Adjuster<'a> {
             bans: &seq.params.sampling.bans,
             min_tokens: seq.params.min_tokens,
             stop_ids: seq.stop_ids(eos),
+            ends: [eos, &seq.params.stop_token_ids].concat(),
             drafts,
             history: History::new(&seq.token_ids[..seq.num_prompt_tokens], seq.generated()),
             row: 0,
@@ -79,14 +83,22 @@ impl<'a> Adjuster<'a> {
 
     /// The tokens the structured output bans at the current row.
     fn off_grammar(&self, vocab: usize) -> Vec<u32> {
-        match self.structured {
-            Some(s) => s.banned(&self.cursors[self.row], &self.stop_ids, vocab),
-            None => Vec::new(),
-        }
+        let Some(s) = self.structured else {
+            return Vec::new();
+        };
+        let cursor = &self.cursors[self.row];
+        let ends = if s.only_ends(cursor) {
+            &self.ends
+        } else {
+            &self.stop_ids
+        };
+        s.banned(cursor, ends, vocab)
     }
 
+    /// Stop tokens are held back before `min_tokens`, unless a grammar's text can only end.
     fn holds_stop_tokens(&self) -> bool {
-        self.history.generated() < self.min_tokens
+        let only_ends = self.structured.is_some_and(|s| s.only_ends(&self.cursors[self.row]));
+        self.history.generated() < self.min_tokens && !only_ends
     }
 
     /// Adjusts the current row's `logits`.
@@ -328,46 +340,74 @@ mod tests {
         );
     }
 
-    /// A grammar's bans on every row of a window follow the drafts before the row (here the
-    /// regex `ab|ac|b`, one byte a token), stop tokens are allowed once the text is whole,
-    /// and the touched values adjusted alone equal the adjusted row.
-    #[test]
-    fn grammar_bans_follow_the_drafts_and_are_touched_alone_as_in_the_row() {
-        const VOCAB: usize = 5;
-        let tokens = [
+    /// `pattern` over five tokens: 1, 2 and 3 are "a", "b" and "c"; 0 and 4 are not text.
+    fn regex_output(pattern: &str) -> StructuredOutput {
+        let tokens = vec![
             None,
             Some(b"a".to_vec()),
             Some(b"b".to_vec()),
             Some(b"c".to_vec()),
             None,
         ];
-        let grammar = Spec::Regex("ab|ac|b".into()).compile().unwrap();
-        let constraint = Constraint::new(grammar, Arc::new(Vocabulary::new(tokens.to_vec())));
+        let grammar = Spec::Regex(pattern.into()).compile().unwrap();
+        StructuredOutput {
+            constraint: Arc::new(Constraint::new(grammar, Arc::new(Vocabulary::new(tokens)))),
+            trigger: Vec::new(),
+        }
+    }
+
+    /// The tokens each row of the window with `drafts` after `seq` leaves finite, eos being 0
+    /// (each row checked by `adjusted_as_touched`).
+    fn allowed_by_row(seq: &Sequence, drafts: &[u32]) -> Vec<Vec<u32>> {
+        let mut adjuster = Adjuster::of(seq, drafts, &[0]).expect("the grammar applies");
+        let logits: Vec<f32> = (0..5).map(|t| t as f32).collect();
+        (0..=drafts.len())
+            .map(|row| {
+                assert!(adjuster.at_row(row));
+                let dense = adjusted_as_touched(&adjuster, &logits, row);
+                (0..5).filter(|&t| dense[t as usize].is_finite()).collect()
+            })
+            .collect()
+    }
+
+    /// A grammar's bans on every row of a window follow the drafts before the row (here the
+    /// regex `ab|ac|b`, one byte a token), stop tokens are allowed once the text is whole,
+    /// and the touched values adjusted alone equal the adjusted row.
+    #[test]
+    fn grammar_bans_follow_the_drafts_and_are_touched_alone_as_in_the_row() {
         let params = GenerateParams {
             max_tokens: 100,
             sampling: SamplingParams {
-                structured: Some(StructuredOutput {
-                    constraint: Arc::new(constraint),
-                    trigger: Vec::new(),
-                }),
+                structured: Some(regex_output("ab|ac|b")),
                 ..SamplingParams::default()
             },
             ..GenerateParams::default()
         };
         let seq = Sequence::new(vec![4, 4], params);
-        let drafts = [1, 3, 2];
-        let mut adjuster = Adjuster::of(&seq, &drafts, &[0]).expect("the grammar applies");
-        let logits: Vec<f32> = (0..VOCAB).map(|t| t as f32).collect();
-        let mut allowed_by_row = Vec::new();
-        for row in 0..=drafts.len() {
-            assert!(adjuster.at_row(row));
-            let dense = adjusted_as_touched(&adjuster, &logits, row);
-            let allowed: Vec<u32> = (0..VOCAB as u32).filter(|&t| dense[t as usize].is_finite()).collect();
-            allowed_by_row.push(allowed);
-        }
         // Start: a or b; after a: b or c; after "ac": only the stop token; after "acb" (off
         // the grammar, which a draft can be): only the stop token.
-        assert_eq!(allowed_by_row, [vec![1, 2], vec![2, 3], vec![0], vec![0]]);
+        assert_eq!(
+            allowed_by_row(&seq, &[1, 3, 2]),
+            [vec![1, 2], vec![2, 3], vec![0], vec![0]]
+        );
+    }
+
+    /// Where a grammar's text can only end, end-of-sequence is allowed even under
+    /// `ignore_eos` and before `min_tokens` (the regex `ab`, one byte a token; eos 0, stop 4).
+    #[test]
+    fn a_whole_text_may_end_under_ignore_eos_and_min_tokens() {
+        let params = GenerateParams {
+            max_tokens: 100,
+            min_tokens: 10,
+            ignore_eos: true,
+            stop_token_ids: vec![4],
+            sampling: SamplingParams {
+                structured: Some(regex_output("ab")),
+                ..SamplingParams::default()
+            },
+        };
+        let seq = Sequence::new(vec![3], params);
+        assert_eq!(allowed_by_row(&seq, &[1, 2]), [vec![1], vec![2], vec![0, 4]]);
     }
 
     #[test]

@@ -4,8 +4,10 @@
 //! are free, its answer constrained, as vLLM does with a reasoning parser).
 //!
 //! Where the text so far is whole, the stop tokens are allowed too; where no text can follow
-//! (or the text left the grammar, which only a stop token held back by `min_tokens` or a row
-//! with nothing left can cause), only they are. As with the other adjustments, row i of a
+//! (or the text left the grammar, which only a row with nothing left can cause), only they
+//! are, and then end-of-sequence even under `ignore_eos` and before `min_tokens` (the
+//! `Adjuster` passes them): the choice ends, or its text stays whole, rather than every token
+//! being banned. As with the other adjustments, row i of a
 //! verification window follows the drafts before it, so speculation keeps the output exact.
 
 use peagle_grammar::{Constraint, State};
@@ -52,6 +54,12 @@ impl StructuredOutput {
                 Cursor::Waiting(recent)
             }
         }
+    }
+
+    /// Whether nothing but the end may follow `cursor`: the text is whole and no byte can
+    /// follow, or it left the grammar.
+    pub fn only_ends(&self, cursor: &Cursor) -> bool {
+        matches!(cursor, Cursor::Parsing(state) if state.is_final())
     }
 
     /// The tokens of a `vocab`-wide row banned at `cursor`, where `stop_ids` end the text.

@@ -17,8 +17,9 @@ use std::sync::{Arc, Mutex};
 /// The most memory the remembered states' tokens may take (a bit per token each); past it the
 /// memory starts over.
 const REMEMBERED_BYTES: usize = 8 << 20;
-/// The most states numbered for the walks (a 1 KiB row of steps each); past it the numbering
-/// starts over, between walks.
+/// The most states numbered for the walks (a 1 KiB row of steps each). A walk that meets
+/// more steps through the others by the parser alone, and the numbering starts over before
+/// the next walk.
 const NUMBERED_STATES: usize = 2048;
 
 pub struct Constraint {
@@ -62,17 +63,45 @@ impl Transitions {
         n
     }
 
-    /// The state after `byte` follows state `n`.
-    fn step(&mut self, grammar: &Grammar, n: u32, byte: u8) -> u32 {
+    /// Where `byte` leads from `at`; None where no text goes on.
+    fn step(&mut self, grammar: &Grammar, at: &At, byte: u8) -> Option<At> {
+        let n = match at {
+            At::Numbered(n) => *n,
+            At::Unnumbered(state) => {
+                let next = grammar.advance(state, byte);
+                return (!next.is_dead()).then(|| self.at(next));
+            }
+        };
         let known = self.steps[n as usize][byte as usize];
         if known != UNKNOWN {
-            return known;
+            return (known != DEAD).then_some(At::Numbered(known));
         }
         let next = grammar.advance(&self.states[n as usize], byte);
-        let m = if next.is_dead() { DEAD } else { self.number(next) };
-        self.steps[n as usize][byte as usize] = m;
-        m
+        if next.is_dead() {
+            self.steps[n as usize][byte as usize] = DEAD;
+            return None;
+        }
+        let next = self.at(next);
+        if let At::Numbered(m) = next {
+            self.steps[n as usize][byte as usize] = m;
+        }
+        Some(next)
     }
+
+    /// `state` numbered, if it is or there is room for it.
+    fn at(&mut self, state: State) -> At {
+        match self.numbers.get(&state) {
+            Some(&n) => At::Numbered(n),
+            None if self.states.len() < NUMBERED_STATES => At::Numbered(self.number(state)),
+            None => At::Unnumbered(state),
+        }
+    }
+}
+
+/// Where a walk is: a numbered state, or one met past the numbering's room.
+enum At {
+    Numbered(u32),
+    Unnumbered(State),
 }
 
 /// The tokens a state allows: those whose bytes continue its text.
@@ -84,11 +113,6 @@ pub struct TokenMask {
 impl TokenMask {
     pub fn allows(&self, token: u32) -> bool {
         (token as usize) < self.len && self.bits[token as usize / 64] & (1 << (token % 64)) != 0
-    }
-
-    /// The tokens not allowed, ascending.
-    pub fn banned(&self) -> impl Iterator<Item = u32> + '_ {
-        (0..self.len as u32).filter(|&t| !self.allows(t))
     }
 
     /// How many tokens are allowed.
@@ -127,7 +151,10 @@ impl Constraint {
         }
         let mask = Arc::new(self.walk(state));
         let mut masks = self.masks.lock().expect("no panic holds the lock");
-        if (masks.len() + 1) * self.vocab.len().div_ceil(8) > REMEMBERED_BYTES {
+        // A remembered state costs its mask and its key (a position is 12 bytes).
+        let cost = |state: &State| self.vocab.len().div_ceil(8) + 12 * state.positions();
+        let held: usize = masks.keys().map(cost).sum();
+        if held + cost(state) > REMEMBERED_BYTES {
             masks.clear();
         }
         masks.insert(state.clone(), mask.clone());
@@ -139,17 +166,16 @@ impl Constraint {
         let len = self.vocab.len();
         let mut bits = vec![0u64; len.div_ceil(64)];
         let mut transitions = self.transitions.lock().expect("no panic holds the lock");
-        if transitions.states.len() > NUMBERED_STATES {
+        if transitions.states.len() >= NUMBERED_STATES {
             *transitions = Transitions::new();
         }
-        let start = transitions.number(state.clone());
+        let start = transitions.at(state.clone());
         let mut todo = vec![(self.vocab.root(), start)];
-        while let Some((node, n)) = todo.pop() {
+        while let Some((node, at)) = todo.pop() {
             for &(byte, child) in self.vocab.children(node) {
-                let next = transitions.step(&self.grammar, n, byte);
-                if next == DEAD {
+                let Some(next) = transitions.step(&self.grammar, &at, byte) else {
                     continue;
-                }
+                };
                 for &t in self.vocab.ending(child) {
                     bits[t as usize / 64] |= 1 << (t % 64);
                 }
@@ -181,6 +207,7 @@ impl PartialEq for Constraint {
 mod tests {
     use super::*;
     use crate::json_schema::schema_grammar;
+    use crate::spec::Spec;
     use serde_json::json;
 
     /// Each allowed token is one whose bytes the grammar takes from the state, and each
@@ -219,5 +246,26 @@ mod tests {
                 .is_dead(),
             "not text"
         );
+    }
+
+    /// A walk that meets more states than are numbered (one per byte of a 3000-byte token
+    /// here) steps through the rest by the parser, with the same answer.
+    #[test]
+    fn a_walk_past_the_numbered_states_allows_the_same_tokens() {
+        let tokens = [
+            "a".repeat(3000),
+            "a".repeat(2500) + "b",
+            "b".into(),
+            "a".repeat(5001),
+            "c".into(),
+        ];
+        let vocab = Arc::new(Vocabulary::new(
+            tokens.iter().map(|t| Some(t.as_bytes().to_vec())).collect(),
+        ));
+        let constraint = Constraint::new(Spec::Regex("a{0,5000}b".into()).compile().unwrap(), vocab);
+        let mask = constraint.allowed(&constraint.start());
+        let allowed: Vec<u32> = (0..5).filter(|&t| mask.allows(t)).collect();
+        assert_eq!(allowed, [0, 1, 2]);
+        assert!(constraint.transitions.lock().unwrap().states.len() <= NUMBERED_STATES);
     }
 }

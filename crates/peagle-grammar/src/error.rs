@@ -15,8 +15,10 @@ pub enum GrammarError {
     Choices,
     #[error("the grammar is too large (more than {0} elements)")]
     TooLarge(usize),
-    #[error("rule {0} is left-recursive")]
-    LeftRecursive(usize),
+    #[error("no text matches it")]
+    Empty,
+    #[error("it is too ambiguous: more than {0} ways to begin")]
+    TooAmbiguous(usize),
     #[error("the tokenizer's decoder ({0}) does not say which bytes each token stands for")]
     Tokenizer(String),
 }

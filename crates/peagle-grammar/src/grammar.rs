@@ -108,6 +108,54 @@ impl GrammarBuilder {
         text.iter().map(|&b| Element::Bytes(ByteSet::byte(b))).collect()
     }
 
+    /// Exactly one of `texts`, as a trie of rules: texts that share a beginning share its
+    /// rules, so a parse holds one stack per next byte however many texts there are.
+    pub fn one_of(&mut self, texts: &[&[u8]]) -> Result<Element, GrammarError> {
+        // The trie: each node's children by byte, and whether a text ends there.
+        let mut children: Vec<Vec<(u8, usize)>> = vec![Vec::new()];
+        let mut ends = vec![false];
+        for text in texts {
+            let mut node = 0;
+            for &b in *text {
+                node = match children[node].iter().find(|c| c.0 == b) {
+                    Some(&(_, child)) => child,
+                    None => {
+                        children.push(Vec::new());
+                        ends.push(false);
+                        let child = children.len() - 1;
+                        children[node].push((b, child));
+                        child
+                    }
+                };
+            }
+            ends[node] = true;
+        }
+        // A rule per node, children first: they were made after their parents.
+        let mut rules: Vec<Option<Element>> = vec![None; children.len()];
+        for node in (0..children.len()).rev() {
+            let mut alternatives: Vec<Seq> = children[node]
+                .iter()
+                .map(|&(b, child)| {
+                    let mut seq = vec![Element::Bytes(ByteSet::byte(b))];
+                    seq.extend(rules[child]);
+                    seq
+                })
+                .collect();
+            if ends[node] && !children[node].is_empty() {
+                alternatives.push(Vec::new());
+            }
+            // A leaf adds nothing after its byte.
+            rules[node] = match children[node].is_empty() {
+                true => None,
+                false => Some(self.rule(alternatives)?),
+            };
+        }
+        match rules[0] {
+            Some(root) => Ok(root),
+            None => self.rule(vec![Vec::new()]),
+        }
+    }
+
     /// Any one character in the inclusive `ranges`, as its UTF-8 bytes (surrogates excluded).
     pub fn chars(&mut self, ranges: &[(char, char)]) -> Result<Element, GrammarError> {
         let mut ascii = ByteSet::default();

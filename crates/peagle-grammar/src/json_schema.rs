@@ -25,7 +25,7 @@
 //! specification says.
 
 use crate::error::GrammarError;
-use crate::grammar::{ByteSet, Element, Grammar, GrammarBuilder, RuleId, Seq};
+use crate::grammar::{Element, Grammar, GrammarBuilder, RuleId, Seq};
 use crate::int_range::int_range_pattern;
 use crate::number_range::{number_range_pattern, Bound};
 use crate::regex::{self, Chars};
@@ -80,7 +80,13 @@ struct JsonCompiler<'a> {
     refs: HashMap<String, RuleId>,
     primitives: HashMap<&'static str, Element>,
     any_value: Option<RuleId>,
+    /// How many schemas deep the compiler is (subschemas and references followed).
+    depth: usize,
 }
+
+/// The deepest a schema may nest, references followed included: deeper ones (a chain of
+/// thousands of `$ref`s, say) are refused rather than compiled recursively.
+const MAX_NESTING: usize = 128;
 
 fn err(path: &str, why: impl Into<String>) -> GrammarError {
     GrammarError::Schema {
@@ -101,6 +107,7 @@ impl<'a> JsonCompiler<'a> {
             refs: HashMap::new(),
             primitives: HashMap::new(),
             any_value: None,
+            depth: 0,
         })
     }
 
@@ -111,6 +118,16 @@ impl<'a> JsonCompiler<'a> {
     }
 
     fn schema(&mut self, schema: &Value, path: &str) -> Result<Element, GrammarError> {
+        if self.depth >= MAX_NESTING {
+            return Err(err(path, format!("schemas nest deeper than {MAX_NESTING}")));
+        }
+        self.depth += 1;
+        let element = self.subschema(schema, path);
+        self.depth -= 1;
+        element
+    }
+
+    fn subschema(&mut self, schema: &Value, path: &str) -> Result<Element, GrammarError> {
         let object = match schema {
             Value::Bool(true) => return self.any_value(),
             Value::Bool(false) => return Err(err(path, "the schema `false` matches nothing")),
@@ -143,19 +160,32 @@ impl<'a> JsonCompiler<'a> {
                 }),
             };
         }
-        if let Some(value) = object.get("const") {
-            return self.literal_json(value);
-        }
-        if let Some(values) = object.get("enum") {
-            let values = values
-                .as_array()
-                .filter(|v| !v.is_empty())
-                .ok_or_else(|| err(path, "enum must be a non-empty array"))?;
-            let alternatives = values
-                .iter()
-                .map(|v| GrammarBuilder::literal(json_text(v).as_bytes()))
-                .collect();
-            return self.b.rule(alternatives);
+        // A const or enum is its values, those of the schema's `type` where it has one (the
+        // other keywords beside them are not checked against the values).
+        let values = match (object.get("const"), object.get("enum")) {
+            (Some(value), _) => Some(std::slice::from_ref(value)),
+            (None, Some(values)) => Some(
+                values
+                    .as_array()
+                    .filter(|v| !v.is_empty())
+                    .ok_or_else(|| err(path, "enum must be a non-empty array"))?
+                    .as_slice(),
+            ),
+            (None, None) => None,
+        };
+        if let Some(values) = values {
+            let types: Vec<&str> = match object.get("type") {
+                Some(Value::String(t)) => vec![t.as_str()],
+                Some(Value::Array(types)) => types.iter().filter_map(Value::as_str).collect(),
+                _ => Vec::new(),
+            };
+            let typed = |v: &&Value| types.is_empty() || types.iter().any(|t| has_type(v, t));
+            let texts: Vec<String> = values.iter().filter(typed).map(json_text).collect();
+            if texts.is_empty() {
+                return Err(err(path, "no value of const or enum has the schema's type"));
+            }
+            let texts: Vec<&[u8]> = texts.iter().map(|t| t.as_bytes()).collect();
+            return self.b.one_of(&texts);
         }
         match object.get("type") {
             None => self.untyped(object, path),
@@ -249,10 +279,6 @@ impl<'a> JsonCompiler<'a> {
             alternatives.push(vec![self.schema(option, &format!("{path}/{i}"))?]);
         }
         self.b.rule(alternatives)
-    }
-
-    fn literal_json(&mut self, value: &Value) -> Result<Element, GrammarError> {
-        self.b.unit(GrammarBuilder::literal(json_text(value).as_bytes()))
     }
 
     fn object(&mut self, object: &Map<String, Value>, path: &str) -> Result<Element, GrammarError> {
@@ -433,13 +459,16 @@ impl<'a> JsonCompiler<'a> {
 
     fn string(&mut self, object: &Map<String, Value>, path: &str) -> Result<Element, GrammarError> {
         let (min, max) = (count(object, "minLength", path)?, count(object, "maxLength", path)?);
+        // A format beside lengths is an annotation, as JSON Schema lets it be: the lengths
+        // are enforced (`{"format": "email", "maxLength": 254}`).
+        let lengths = min.is_some() || max.is_some();
         let pattern = match (object.get("pattern"), object.get("format").and_then(Value::as_str)) {
             (Some(p), _) => Some(p.as_str().ok_or_else(|| err(path, "pattern must be a string"))?),
-            (None, Some(format)) => format_pattern(format),
-            (None, None) => None,
+            (None, Some(format)) if !lengths => format_pattern(format),
+            _ => None,
         };
         let content = match pattern {
-            Some(pattern) if min.is_some() || max.is_some() => {
+            Some(pattern) if lengths => {
                 return Err(GrammarError::SchemaKeyword {
                     path: path.to_string(),
                     keyword: format!("minLength or maxLength beside the pattern {pattern:?}"),
@@ -461,26 +490,20 @@ impl<'a> JsonCompiler<'a> {
         self.b.unit(seq)
     }
 
-    /// One character of a JSON string: raw, or any of JSON's escapes.
+    /// One character of a JSON string: raw, or any of JSON's escapes, a `\u` escape of a
+    /// UTF-16 surrogate only as half of a pair (a lone one is no character, and JSON parsers
+    /// refuse it).
     fn string_char(&mut self) -> Result<Element, GrammarError> {
         if let Some(&e) = self.primitives.get("char") {
             return Ok(e);
         }
-        let raw = self.b.chars(&[(' ', '!'), ('#', '['), (']', char::MAX)])?;
-        let mut short = GrammarBuilder::literal(b"\\");
-        short.push(Element::Bytes(
-            b"\"\\/bfnrt"
-                .iter()
-                .fold(ByteSet::default(), |s, &c| s.union(ByteSet::byte(c))),
-        ));
-        let hex = Element::Bytes(
-            ByteSet::range(b'0', b'9')
-                .union(ByteSet::range(b'a', b'f'))
-                .union(ByteSet::range(b'A', b'F')),
+        const CHAR: &str = concat!(
+            r#"[^"\\\x00-\x1F]|\\["\\/bfnrt]"#,
+            r"|\\u([0-9A-Ca-c][0-9A-Fa-f]{3}|[Dd][0-7][0-9A-Fa-f]{2}|[E-Fe-f][0-9A-Fa-f]{3})",
+            r"|\\u[Dd][89ABab][0-9A-Fa-f]{2}\\u[Dd][C-Fc-f][0-9A-Fa-f]{2}",
         );
-        let mut unicode = GrammarBuilder::literal(b"\\u");
-        unicode.extend([hex; 4]);
-        let e = self.b.rule(vec![vec![raw], short, unicode])?;
+        let seq = regex::compile(&mut self.b, CHAR, Chars::Raw)?;
+        let e = self.b.unit(seq)?;
         self.primitives.insert("char", e);
         Ok(e)
     }
@@ -499,7 +522,7 @@ impl<'a> JsonCompiler<'a> {
             }
             "number" => regex::compile(
                 &mut self.b,
-                r"-?(0|[1-9][0-9]{0,15})(\.[0-9]{1,16})?([eE][-+]?[0-9]{1,16})?",
+                r"-?(0|[1-9][0-9]{0,15})(\.[0-9]{1,16})?([eE][-+]?[0-9]{1,3})?",
                 Chars::Raw,
             )?,
             "integer" => regex::compile(&mut self.b, r"-?(0|[1-9][0-9]{0,15})", Chars::Raw)?,
@@ -638,6 +661,10 @@ fn only_annotations_beside(object: &Map<String, Value>, key: &str, path: &str) -
         "maxLength",
         "pattern",
         "format",
+        "minimum",
+        "maximum",
+        "exclusiveMinimum",
+        "exclusiveMaximum",
         "$ref",
         "anyOf",
         "oneOf",
@@ -649,6 +676,20 @@ fn only_annotations_beside(object: &Map<String, Value>, key: &str, path: &str) -
             keyword: format!("{other} beside {key}"),
         }),
         None => Ok(()),
+    }
+}
+
+/// Whether `value` is of the JSON Schema type `t` (an integer is a number without a fraction).
+fn has_type(value: &Value, t: &str) -> bool {
+    match t {
+        "null" => value.is_null(),
+        "boolean" => value.is_boolean(),
+        "string" => value.is_string(),
+        "array" => value.is_array(),
+        "object" => value.is_object(),
+        "number" => value.is_number(),
+        "integer" => value.is_i64() || value.is_u64() || value.as_f64().is_some_and(|f| f.fract() == 0.0),
+        _ => false,
     }
 }
 
@@ -716,6 +757,11 @@ mod tests {
                 vec![r#""blue""#, "4", r#""Red""#],
             ),
             (
+                json!({"type": ["string", "null"], "enum": ["red", 3, null], "const_beside": 1}),
+                vec![json!("red"), json!(null)],
+                vec!["3"],
+            ),
+            (
                 json!({"anyOf": [{"type": "string", "maxLength": 3}, {"type": "null"}], "title": "Optional"}),
                 vec![json!("abc"), json!("日本"), json!(null)],
                 vec![r#""abcd""#, "1"],
@@ -755,6 +801,21 @@ mod tests {
                     r#"{"id": "nope", "at": "2026-12-01T01:07:31Z", "code": "AB1"}"#,
                     r#"{"id": "123e4567-e89b-12d3-a456-426614174000", "at": "2026-13-01T01:07:31Z", "code": "AB1"}"#,
                 ],
+            ),
+            (
+                json!({"type": "array", "items": {"type": "string"}}),
+                vec![json!(["😀 é \u{1}"])],
+                vec![r#"["\ud800"]"#, r#"["\udc00\ud800"]"#, r#"["\x"]"#],
+            ),
+            (
+                json!({"type": "string", "format": "email", "maxLength": 5}),
+                vec![json!("a@b"), json!("not@")],
+                vec![r#""abcdef""#],
+            ),
+            (
+                json!({"type": "number"}),
+                vec![json!(1.5e300), json!(-2)],
+                vec!["1e1000", "1e"],
             ),
             (
                 json!({"type": "object", "additionalProperties": {"type": "boolean"}}),
@@ -818,6 +879,7 @@ mod tests {
         for text in ["[]", "1", r#"{"a" 1}"#, "{} {}", r#"{"a": tru}"#] {
             assert!(!accepts(&g, text), "{text}");
         }
+        assert!(accepts(&g, r#"{"e": "\ud83d\ude00"}"#), "a surrogate pair");
         let tight = object_grammar(Some("")).unwrap();
         assert!(accepts(&tight, r#"{"a":1,"b":[2]}"#) && !accepts(&tight, r#"{"a": 1}"#));
     }
@@ -873,6 +935,14 @@ mod tests {
             GrammarError::SchemaKeyword { .. }
         ));
         assert!(matches!(refused(json!(false)), GrammarError::Schema { .. }));
+        assert!(matches!(
+            refused(json!({"type": "string", "const": 3})),
+            GrammarError::Schema { .. }
+        ));
+        assert!(matches!(
+            refused(json!({"$ref": "#/$defs/a", "maximum": 3, "$defs": {"a": {"type": "integer"}}})),
+            GrammarError::SchemaKeyword { .. }
+        ));
         assert!(matches!(
             refused(json!({"type": "string", "pattern": "("})),
             GrammarError::Regex(_)

@@ -77,6 +77,8 @@ impl Compiler<'_> {
                 let ranges: Vec<(char, char)> = class.iter().map(|r| (r.start(), r.end())).collect();
                 self.char_ranges(&ranges)
             }
+            // regex-syntax writes a class that matches nothing as an empty byte class.
+            HirKind::Class(Class::Bytes(class)) if class.ranges().is_empty() => Ok(vec![self.b.rule(Vec::new())?]),
             HirKind::Class(Class::Bytes(_)) => Err(GrammarError::RegexFeature("a byte class".into())),
             HirKind::Look(look) => Err(GrammarError::RegexFeature(format!(
                 "the assertion {look:?} inside a pattern"

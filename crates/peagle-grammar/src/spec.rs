@@ -20,7 +20,15 @@ pub enum Spec {
 }
 
 impl Spec {
+    /// The grammar, checked to match some text and to start within what a parse state
+    /// holds.
     pub fn compile(&self) -> Result<Grammar, GrammarError> {
+        let grammar = self.grammar()?;
+        grammar.check()?;
+        Ok(grammar)
+    }
+
+    fn grammar(&self) -> Result<Grammar, GrammarError> {
         match self {
             Self::JsonSchema { schema, whitespace } => schema_grammar(schema, whitespace.as_deref()),
             Self::JsonObject { whitespace } => object_grammar(whitespace.as_deref()),
@@ -36,11 +44,10 @@ impl Spec {
                     return Err(GrammarError::Choices);
                 }
                 let mut b = GrammarBuilder::new();
+                let texts: Vec<&[u8]> = choices.iter().map(|c| c.as_bytes()).collect();
+                let one = b.one_of(&texts)?;
                 let root = b.reserve();
-                b.define(
-                    root,
-                    choices.iter().map(|c| GrammarBuilder::literal(c.as_bytes())).collect(),
-                )?;
+                b.define(root, vec![vec![one]])?;
                 Ok(b.build(root))
             }
         }
@@ -67,5 +74,45 @@ mod tests {
         assert_eq!(Spec::Choice(Vec::new()).compile().unwrap_err(), GrammarError::Choices);
         let regex = Spec::Regex(r"\d{3}".into()).compile().unwrap();
         assert!(whole(&regex, "123") && !whole(&regex, "1234"));
+    }
+
+    /// Ten thousand choices (sharing beginnings, as numbers do) compile to a trie: a parse
+    /// holds one stack per next byte, and each choice, and nothing else, matches.
+    #[test]
+    fn many_choices_share_their_beginnings() {
+        let choices: Vec<String> = (0..10_000).map(|n| format!("id-{n}")).collect();
+        let g = Spec::Choice(choices.clone()).compile().unwrap();
+        let whole = |t: &str| g.advance_bytes(&g.start(), t.as_bytes()).accepts();
+        assert!(choices.iter().all(|c| whole(c)));
+        assert!(!whole("id-") && !whole("id-10000") && !whole("id-01"));
+        assert_eq!(g.advance_bytes(&g.start(), b"id-").stacks_len(), 10);
+    }
+
+    /// What no text matches, and chains of references too deep to follow, are refused
+    /// (not a stack overflow).
+    #[test]
+    fn empty_and_too_deep_grammars_are_refused() {
+        let json = |schema: serde_json::Value| {
+            Spec::JsonSchema {
+                schema,
+                whitespace: None,
+            }
+            .compile()
+        };
+        assert_eq!(json(serde_json::json!({"$ref": "#"})).unwrap_err(), GrammarError::Empty);
+        assert_eq!(
+            Spec::Regex(r"[^\s\S]".into()).compile().unwrap_err(),
+            GrammarError::Empty
+        );
+        let mut defs = serde_json::Map::new();
+        for i in 0..100_000 {
+            defs.insert(
+                format!("a{i}"),
+                serde_json::json!({"$ref": format!("#/$defs/a{}", i + 1)}),
+            );
+        }
+        defs.insert("a100000".into(), serde_json::json!({"type": "integer"}));
+        let chain = serde_json::json!({"$defs": defs, "$ref": "#/$defs/a0"});
+        assert!(matches!(json(chain).unwrap_err(), GrammarError::Schema { why, .. } if why.contains("deeper")));
     }
 }

@@ -2,7 +2,9 @@
 //! as a set of stacks (the approach of llama.cpp's GBNF sampler). A stack's top is the
 //! position of the byte set that must match next; an empty stack means the text may end here.
 
+use crate::error::GrammarError;
 use crate::grammar::{Element, Grammar, RuleId};
+use std::collections::HashSet;
 
 /// The most positions a stack may hold, and the most stacks a state may hold: a grammar
 /// that goes deeper or wider (left recursion, a heavily ambiguous regex) has those ways cut,
@@ -44,14 +46,35 @@ impl State {
     pub fn is_dead(&self) -> bool {
         self.stacks.is_empty()
     }
+
+    /// How many ways the parse may go on.
+    pub fn stacks_len(&self) -> usize {
+        self.stacks.len()
+    }
+
+    /// How many positions its stacks hold in all (its size).
+    pub fn positions(&self) -> usize {
+        self.stacks.iter().map(Vec::len).sum()
+    }
 }
 
 impl Grammar {
     /// The state before any byte.
     pub fn start(&self) -> State {
-        let mut stacks = Vec::new();
-        self.expand(Vec::new(), self.start, &mut stacks);
-        normalized(stacks)
+        normalized(self.settle(self.alternatives(Vec::new(), self.start)))
+    }
+
+    /// Refuses a grammar no text matches, or one whose start the parser cuts (more ways to
+    /// begin than a state holds).
+    pub fn check(&self) -> Result<(), GrammarError> {
+        let start = self.start();
+        if start.is_dead() {
+            return Err(GrammarError::Empty);
+        }
+        if start.stacks.len() >= MAX_STACKS {
+            return Err(GrammarError::TooAmbiguous(MAX_STACKS));
+        }
+        Ok(())
     }
 
     /// The state after `byte` follows `state`.
@@ -59,7 +82,7 @@ impl Grammar {
         let mut stacks = Vec::new();
         for stack in &state.stacks {
             let Some(&top) = stack.last() else { continue };
-            let Element::Bytes(set) = self.element(top).expect("a stack's top is a byte set") else {
+            let Some(Element::Bytes(set)) = self.element(top) else {
                 unreachable!("a stack's top is a byte set")
             };
             if set.contains(byte) {
@@ -69,7 +92,7 @@ impl Grammar {
                     elem: top.elem + 1,
                     ..top
                 });
-                self.settle(next, &mut Vec::new(), &mut stacks);
+                stacks.extend(self.settle(vec![next]));
             }
         }
         normalized(stacks)
@@ -93,64 +116,64 @@ impl Grammar {
             .copied()
     }
 
-    /// Pushes every alternative of `rule` on `stack` (the continuation after it) and settles
-    /// each.
-    fn expand(&self, stack: Vec<Pos>, rule: RuleId, out: &mut Vec<Vec<Pos>>) {
-        self.expand_seen(stack, rule, &mut Vec::new(), out);
+    /// `stack` with each alternative of `rule` pushed on it (the stack being the
+    /// continuation after the rule).
+    fn alternatives(&self, stack: Vec<Pos>, rule: RuleId) -> Vec<Vec<Pos>> {
+        (0..self.rules[rule as usize].len() as u32)
+            .map(|alt| {
+                let mut next = stack.clone();
+                next.push(Pos { rule, alt, elem: 0 });
+                next
+            })
+            .collect()
     }
 
-    fn expand_seen(&self, stack: Vec<Pos>, rule: RuleId, seen: &mut Vec<Vec<Pos>>, out: &mut Vec<Vec<Pos>>) {
-        for alt in 0..self.rules[rule as usize].len() {
-            let mut next = stack.clone();
-            next.push(Pos {
-                rule,
-                alt: alt as u32,
-                elem: 0,
-            });
-            self.settle(next, seen, out);
-        }
-    }
-
-    /// Moves `stack` to where its next byte set is (into rules, out of finished
-    /// alternatives) and adds every stack that gives to `out`. `seen` holds the stacks this
-    /// expansion has entered a rule from without reading a byte: entering one again (a
-    /// repetition of something that can be empty) gives nothing new, so it ends there.
-    fn settle(&self, mut stack: Vec<Pos>, seen: &mut Vec<Vec<Pos>>, out: &mut Vec<Vec<Pos>>) {
-        if out.len() >= MAX_STACKS {
-            return;
-        }
-        loop {
-            let Some(&top) = stack.last() else {
-                out.push(stack);
-                return;
-            };
-            match self.element(top) {
-                None => {
-                    stack.pop();
-                }
-                Some(Element::Bytes(_)) => {
+    /// Moves each stack of `work` to where its next byte set is (into rules, out of
+    /// finished alternatives) and returns every stack that gives: iteratively, as a chain of
+    /// rules entered before a byte may be long. `seen` holds the stacks a rule was entered
+    /// from without reading a byte: entering one again (a repetition of something that can be
+    /// empty) gives nothing new, so it ends there. A stack deeper than `MAX_DEPTH`, and stacks
+    /// past `MAX_STACKS`, are cut.
+    fn settle(&self, mut work: Vec<Vec<Pos>>) -> Vec<Vec<Pos>> {
+        let mut out = Vec::new();
+        let mut seen = HashSet::new();
+        while let Some(mut stack) = work.pop() {
+            if out.len() >= MAX_STACKS {
+                break;
+            }
+            loop {
+                let Some(&top) = stack.last() else {
                     out.push(stack);
-                    return;
-                }
-                Some(Element::Rule(rule)) => {
-                    if stack.len() > MAX_DEPTH || seen.contains(&stack) {
-                        return;
+                    break;
+                };
+                match self.element(top) {
+                    None => {
+                        stack.pop();
                     }
-                    seen.push(stack.clone());
-                    stack.pop();
-                    // The continuation, unless the rule ends its alternative (tail call).
-                    let after = Pos {
-                        elem: top.elem + 1,
-                        ..top
-                    };
-                    if self.element(after).is_some() {
-                        stack.push(after);
+                    Some(Element::Bytes(_)) => {
+                        out.push(stack);
+                        break;
                     }
-                    self.expand_seen(stack, rule, seen, out);
-                    return;
+                    Some(Element::Rule(rule)) => {
+                        if stack.len() > MAX_DEPTH || !seen.insert(stack.clone()) {
+                            break;
+                        }
+                        stack.pop();
+                        // The continuation, unless the rule ends its alternative (tail call).
+                        let after = Pos {
+                            elem: top.elem + 1,
+                            ..top
+                        };
+                        if self.element(after).is_some() {
+                            stack.push(after);
+                        }
+                        work.extend(self.alternatives(stack, rule));
+                        break;
+                    }
                 }
             }
         }
+        out
     }
 }
 

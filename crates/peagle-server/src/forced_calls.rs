@@ -18,10 +18,15 @@ pub fn forced_schema(choice: &ToolChoice, tools: &[FunctionDefinition], parallel
         ToolChoice::Required => {
             let calls: Vec<Value> = tools
                 .iter()
-                .map(|f| {
+                .enumerate()
+                .map(|(i, f)| {
+                    // A tool's own references (`#/$defs/...`) point into its parameters,
+                    // which sit here in the list's schema.
+                    let mut parameters = parameters(f);
+                    rebase_references(&mut parameters, &format!("/items/anyOf/{i}/properties/parameters"));
                     json!({
                         "type": "object",
-                        "properties": {"name": {"const": f.name}, "parameters": parameters(f)},
+                        "properties": {"name": {"const": f.name}, "parameters": parameters},
                         "required": ["name", "parameters"],
                         "additionalProperties": false
                     })
@@ -34,6 +39,28 @@ pub fn forced_schema(choice: &ToolChoice, tools: &[FunctionDefinition], parallel
             Some(list)
         }
         ToolChoice::Auto | ToolChoice::None => None,
+    }
+}
+
+/// Points `schema`'s local references (`#...`) at `at` + what they named: where the schema
+/// sits inside a larger one. Values (`const`, `enum`, `default`, `examples`) are left alone.
+fn rebase_references(schema: &mut Value, at: &str) {
+    match schema {
+        Value::Object(map) => {
+            for (key, value) in map.iter_mut() {
+                match (key.as_str(), value) {
+                    ("$ref", Value::String(reference)) => {
+                        if let Some(rest) = reference.strip_prefix('#') {
+                            *reference = format!("#{at}{rest}");
+                        }
+                    }
+                    ("const" | "enum" | "default" | "examples", _) => {}
+                    (_, value) => rebase_references(value, at),
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(|v| rebase_references(v, at)),
+        _ => {}
     }
 }
 
@@ -179,5 +206,32 @@ mod tests {
         let one = forced_schema(&ToolChoice::Required, &tools(), false).unwrap();
         assert!(!accepts(one.clone(), two) && accepts(one, r#"[{"name": "now", "parameters": {}}]"#));
         assert_eq!(forced_schema(&ToolChoice::Auto, &tools(), true), None);
+    }
+
+    /// A tool's references into its own parameters (pydantic's `$defs`, or `#` itself) still
+    /// name them inside the list of calls.
+    #[test]
+    fn a_tools_references_follow_it_into_the_list() {
+        let tools: Vec<FunctionDefinition> = serde_json::from_value(json!([
+            {"name": "now"},
+            {"name": "plan", "parameters": {
+                "$defs": {"Step": {"type": "object", "properties": {"do": {"type": "string"}, "then": {"anyOf": [{"$ref": "#/$defs/Step"}, {"type": "null"}]}}, "required": ["do", "then"]}},
+                "type": "object",
+                "properties": {"first": {"$ref": "#/$defs/Step"}, "default": {"const": {"$ref": "#/kept"}}},
+                "required": ["first"]
+            }}
+        ]))
+        .unwrap();
+        let schema = forced_schema(&ToolChoice::Required, &tools, true).unwrap();
+        let grammar = Spec::JsonSchema {
+            schema: schema.clone(),
+            whitespace: None,
+        }
+        .compile()
+        .unwrap();
+        let text = r#"[{"name": "plan", "parameters": {"first": {"do": "a", "then": {"do": "b", "then": null}}}}]"#;
+        assert!(grammar.advance_bytes(&grammar.start(), text.as_bytes()).accepts());
+        let kept = &schema["items"]["anyOf"][1]["properties"]["parameters"]["properties"]["default"]["const"]["$ref"];
+        assert_eq!(kept, "#/kept", "a value is not a reference");
     }
 }

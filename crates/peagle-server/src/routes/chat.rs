@@ -24,7 +24,7 @@ use crate::protocol::{response_id, unix_time, StopReason, StreamUsage, Usage};
 use crate::served_model::{ServedModel, ToolCallParser};
 use crate::sse::{done_event, error_event, json_event, merged};
 use crate::state::AppState;
-use crate::thinking::{PromptThinking, ReasoningParser, Thinking};
+use crate::thinking::{PromptThinking, Thinking};
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::sse::{Event, Sse};
@@ -229,17 +229,15 @@ pub async fn chat_completions(
 
 /// Where a chat's structured output starts: after the reasoning, as vLLM's reasoning parsers
 /// have it. A harmony answer's final message follows its analysis (`<|channel|>final<|message|>`
-/// opens it); a template model's answer that starts in its thinking (the prompt left it open,
-/// or deepseek_r1's, which always thinks first) is constrained after `</think>`. Others are
-/// constrained from their first token.
+/// opens it); with a reasoning parser, a template model's answer is constrained after
+/// `</think>` unless the prompt closed the thinking (a hybrid model's thinking turned off).
+/// Others are constrained from their first token.
 fn answer_trigger(model: &ServedModel, thinking: PromptThinking) -> Result<Vec<u32>, ApiError> {
     let opener = if model.harmony.is_some() {
         "<|channel|>final<|message|>"
     } else {
         match (model.reasoning_parser, thinking) {
-            (Some(_), PromptThinking::Open) | (Some(ReasoningParser::DeepseekR1), PromptThinking::Neither) => {
-                "</think>"
-            }
+            (Some(_), PromptThinking::Open | PromptThinking::Neither) => "</think>",
             _ => return Ok(Vec::new()),
         }
     };
@@ -543,9 +541,8 @@ mod tests {
         }
     }
 
-    /// A template model's structured output starts after `</think>` where its answer starts
-    /// in its thinking (the prompt left it open, or deepseek_r1's, which always thinks first),
-    /// and at once where it does not.
+    /// With a reasoning parser, a template model's structured output starts after `</think>`
+    /// unless the prompt closed the thinking; without one, at once.
     #[test]
     fn structured_output_starts_after_the_thinking_the_answer_starts_in() {
         let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/tiny-qwen3");
@@ -561,7 +558,7 @@ mod tests {
         for (reasoning, thinking, waits) in [
             (qwen3, PromptThinking::Open, true),
             (qwen3, PromptThinking::Closed, false),
-            (qwen3, PromptThinking::Neither, false),
+            (qwen3, PromptThinking::Neither, true),
             (deepseek, PromptThinking::Neither, true),
             (deepseek, PromptThinking::Closed, false),
             (None, PromptThinking::Open, false),
