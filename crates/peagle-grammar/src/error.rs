@@ -15,6 +15,8 @@ pub enum GrammarError {
     Choices,
     #[error("the grammar is too large (more than {0} elements)")]
     TooLarge(usize),
+    #[error("invalid grammar: {0}")]
+    Ebnf(String),
     #[error("no text matches it")]
     Empty,
     #[error("it is too ambiguous: more than {0} ways to begin")]

@@ -3,6 +3,7 @@
 //! vocabulary each point of a parse allows.
 
 pub mod constraint;
+pub mod ebnf;
 pub mod error;
 pub mod grammar;
 pub mod int_range;

@@ -1,6 +1,7 @@
 //! What a request asks its text to be, as the OpenAI and vLLM APIs say it, compiled to a
 //! grammar.
 
+use crate::ebnf::ebnf_grammar;
 use crate::error::GrammarError;
 use crate::grammar::{Grammar, GrammarBuilder};
 use crate::json_schema::{object_grammar, schema_grammar};
@@ -17,6 +18,8 @@ pub enum Spec {
     Regex(String),
     /// Exactly one of the strings (`guided_choice`).
     Choice(Vec<String>),
+    /// Text a GBNF grammar's `root` matches (`guided_grammar`).
+    Grammar(String),
 }
 
 impl Spec {
@@ -39,6 +42,7 @@ impl Spec {
                 b.define(root, vec![seq])?;
                 Ok(b.build(root))
             }
+            Self::Grammar(text) => ebnf_grammar(text),
             Self::Choice(choices) => {
                 if choices.is_empty() {
                     return Err(GrammarError::Choices);

@@ -1,9 +1,9 @@
 //! Structured output as OpenAI and vLLM ask for it: `response_format` (json_object,
 //! json_schema), vLLM's `structured_outputs` and its older `guided_json`, `guided_regex`,
-//! `guided_choice`, with `guided_whitespace_pattern`. At most one may constrain a request.
-//! Grammars (`guided_grammar`, `structured_outputs.grammar`) and structural tags are refused:
-//! only JSON schemas, regexes and choices compile here. Held as raw JSON, so that a wrong
-//! type is a 400 naming the field, not a body error.
+//! `guided_choice`, `guided_grammar` (GBNF, as xgrammar reads it), with
+//! `guided_whitespace_pattern`. At most one may constrain a request. Structural tags are
+//! refused. Held as raw JSON, so that a wrong type is a 400 naming the field, not a body
+//! error.
 
 use crate::error::ApiError;
 use peagle_grammar::Spec;
@@ -16,8 +16,8 @@ pub struct StructuredRequest {
     /// `{"type": "text"}`, `{"type": "json_object"}` or `{"type": "json_schema",
     /// "json_schema": {"name": ..., "schema": {...}}}`.
     response_format: Option<Value>,
-    /// vLLM extension: one of `json` (a schema), `regex`, `choice` or `json_object: true`,
-    /// with `whitespace_pattern` or `disable_any_whitespace`.
+    /// vLLM extension: one of `json` (a schema), `regex`, `choice`, `grammar` or
+    /// `json_object: true`, with `whitespace_pattern` or `disable_any_whitespace`.
     structured_outputs: Option<Value>,
     /// vLLM extension: a JSON schema (or its text) the answer follows.
     guided_json: Option<Value>,
@@ -25,7 +25,7 @@ pub struct StructuredRequest {
     guided_regex: Option<Value>,
     /// vLLM extension: the answer is one of these strings.
     guided_choice: Option<Value>,
-    /// vLLM extension; refused: grammars are not supported.
+    /// vLLM extension: a GBNF grammar (`root ::= ...`) the answer follows.
     guided_grammar: Option<Value>,
     /// vLLM extension: the whitespace allowed between JSON tokens, as a regex.
     guided_whitespace_pattern: Option<Value>,
@@ -94,11 +94,14 @@ impl StructuredRequest {
                 param: "guided_choice",
             });
         }
-        if present(&self.guided_grammar).is_some() {
-            return Err(invalid(
-                "guided_grammar",
-                "grammars are not supported by this server; use guided_json, guided_regex or guided_choice",
-            ));
+        if let Some(grammar) = present(&self.guided_grammar) {
+            let grammar = grammar
+                .as_str()
+                .ok_or_else(|| invalid("guided_grammar", "must be a string"))?;
+            asked.push(Asked {
+                spec: Spec::Grammar(grammar.to_string()),
+                param: "guided_grammar",
+            });
         }
         if let Some(outputs) = present(&self.structured_outputs) {
             if let Some(spec) = structured_outputs(outputs, whitespace)? {
@@ -151,10 +154,8 @@ fn structured_outputs(outputs: &Value, whitespace: Option<String>) -> Result<Opt
     const PARAM: &str = "structured_outputs";
     let outputs = outputs.as_object().ok_or_else(|| invalid(PARAM, "must be an object"))?;
     let field = |key: &str| outputs.get(key).filter(|v| !v.is_null() && **v != Value::Bool(false));
-    for refused in ["grammar", "structural_tag"] {
-        if field(refused).is_some() {
-            return Err(invalid(PARAM, format!("{refused} is not supported by this server")));
-        }
+    if field("structural_tag").is_some() {
+        return Err(invalid(PARAM, "structural_tag is not supported by this server"));
     }
     let whitespace = match (field("whitespace_pattern"), field("disable_any_whitespace")) {
         (Some(Value::String(p)), _) => Some(p.clone()),
@@ -178,12 +179,21 @@ fn structured_outputs(outputs: &Value, whitespace: Option<String>) -> Result<Opt
     if let Some(choices) = field("choice") {
         specs.push(Spec::Choice(choice_list(choices, PARAM)?));
     }
+    if let Some(grammar) = field("grammar") {
+        let grammar = grammar
+            .as_str()
+            .ok_or_else(|| invalid(PARAM, "grammar must be a string"))?;
+        specs.push(Spec::Grammar(grammar.to_string()));
+    }
     if field("json_object").is_some() {
         specs.push(Spec::JsonObject { whitespace });
     }
     match specs.len() {
         0 | 1 => Ok(specs.pop()),
-        _ => Err(invalid(PARAM, "give only one of json, regex, choice and json_object")),
+        _ => Err(invalid(
+            PARAM,
+            "give only one of json, regex, choice, grammar and json_object",
+        )),
     }
 }
 
@@ -246,6 +256,16 @@ mod tests {
                 "guided_choice",
             ),
             (
+                json!({"guided_grammar": "root ::= \"a\""}),
+                Spec::Grammar("root ::= \"a\"".into()),
+                "guided_grammar",
+            ),
+            (
+                json!({"structured_outputs": {"grammar": "root ::= [0-9]+"}}),
+                Spec::Grammar("root ::= [0-9]+".into()),
+                "structured_outputs",
+            ),
+            (
                 json!({"structured_outputs": {"json": schema, "disable_any_whitespace": true}}),
                 Spec::JsonSchema {
                     schema: schema.clone(),
@@ -289,7 +309,7 @@ mod tests {
             (json!({"guided_regex": ["a"]}), "guided_regex"),
             (json!({"guided_choice": []}), "guided_choice"),
             (json!({"guided_choice": ["a", 1]}), "guided_choice"),
-            (json!({"guided_grammar": "root ::= \"a\""}), "guided_grammar"),
+            (json!({"guided_grammar": ["root ::= \"a\""]}), "guided_grammar"),
             (
                 json!({"guided_whitespace_pattern": 1, "guided_regex": "a"}),
                 "guided_whitespace_pattern",
@@ -299,7 +319,7 @@ mod tests {
                 "guided_decoding_backend",
             ),
             (
-                json!({"structured_outputs": {"grammar": "root ::= x"}}),
+                json!({"structured_outputs": {"structural_tag": {"format": "x"}}}),
                 "structured_outputs",
             ),
             (

@@ -110,7 +110,7 @@ async fn invalid_requests_get_400_naming_the_field() {
         ("prompt_logprobs", json!(-1), "prompt_logprobs"),
         ("stream_options", json!({"include_usage": true}), "stream_options"),
         ("guided_regex", json!("[0-9"), "guided_regex"),
-        ("guided_grammar", json!("root ::= [0-9]+"), "guided_grammar"),
+        ("guided_grammar", json!("root ::= [0-9"), "guided_grammar"),
         ("allowed_token_ids", json!([]), "allowed_token_ids"),
         ("allowed_token_ids", json!([5, 100000]), "allowed_token_ids"),
         ("allowed_token_ids", json!([-1]), "allowed_token_ids[0]"),

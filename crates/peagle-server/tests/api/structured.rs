@@ -80,6 +80,16 @@ async fn choices_regexes_and_json_objects_constrain_completions_and_chat() {
     let version = regex_lite_match(&text);
     assert!(version, "{text:?}");
 
+    let grammar = "root ::= flag \" # \" word\nflag ::= \"True\" | \"False\"\nword ::= [a-z]{1,8}";
+    let request = constrained("x = ", "guided_grammar", json!(grammar));
+    let (text, _) = text_alike_without_speculation(&server, "/v1/completions", request).await;
+    let (flag, word) = text.split_once(" # ").unwrap_or_else(|| panic!("{text:?}"));
+    assert!(
+        ["True", "False"].contains(&flag) && (1..=8).contains(&word.len()),
+        "{text:?}"
+    );
+    assert!(word.bytes().all(|b| b.is_ascii_lowercase()), "{text:?}");
+
     let chat = json!({
         "model": MODEL,
         "messages": [{"role": "user", "content": "Describe the os module as JSON."}],
@@ -125,6 +135,8 @@ async fn what_cannot_be_compiled_is_a_400_naming_the_field() {
         ("guided_json", json!({"type": "integer", "multipleOf": 5}), "multipleOf"),
         ("guided_json", json!({"$ref": "#/$defs/missing"}), "names nothing"),
         ("guided_regex", json!("a("), "invalid regex"),
+        ("guided_grammar", json!("root ::= item"), "never defined"),
+        ("guided_grammar", json!("root ::= root \"a\" | \"b\""), "left-recursive"),
         ("guided_regex", json!(r"\bword"), "not supported"),
         (
             "response_format",
