@@ -2,6 +2,7 @@
 //! regex, one of some strings), compiled to a grammar over bytes, and the tokens of a model's
 //! vocabulary each point of a parse allows.
 
+pub mod bounds;
 pub mod constraint;
 pub mod ebnf;
 pub mod error;
