@@ -57,7 +57,7 @@ fn made_up_vocabulary(size: usize) -> Vocabulary {
 fn demo_vocabulary() -> Vocabulary {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../models/pystdlib-12l/tokenizer.json");
     let tokenizer = tokenizers::Tokenizer::from_file(path).unwrap();
-    Vocabulary::from_tokenizer(&tokenizer, tokenizer.get_vocab_size(true)).unwrap()
+    Vocabulary::from_tokenizer(&tokenizer).unwrap()
 }
 
 fn masks(c: &mut Criterion) {

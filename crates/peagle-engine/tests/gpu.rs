@@ -165,7 +165,7 @@ fn speculative_seeded_sampling_equals_plain_on_the_gpu() {
     // A JSON schema: its grammar bans most of the vocabulary at an object's start, little
     // inside a string.
     let tokenizer = plain.tokenizer().expect("the demo model's tokenizer").clone();
-    let vocabulary = Arc::new(Vocabulary::from_tokenizer(&tokenizer, tokenizer.get_vocab_size(true)).unwrap());
+    let vocabulary = Arc::new(Vocabulary::from_tokenizer(&tokenizer).unwrap());
     let schema = json!({"type": "object", "properties": {"name": {"type": "string"}, "n": {"type": "integer"}}, "required": ["name", "n"]});
     let grammar = Spec::JsonSchema {
         schema,

@@ -352,7 +352,7 @@ fn bans_keep_greedy_speculative_output_exact() {
 fn structured_output_keeps_greedy_speculative_output_exact() {
     let structured = |target: &str, spec: Spec, trigger: Vec<u32>| {
         let tokenizer = tokenizers::Tokenizer::from_file(fixture(target).join("tokenizer.json")).unwrap();
-        let vocab = Arc::new(Vocabulary::from_tokenizer(&tokenizer, 384).unwrap());
+        let vocab = Arc::new(Vocabulary::from_tokenizer(&tokenizer).unwrap());
         let constraint = Arc::new(Constraint::new(spec.compile().unwrap(), vocab.clone()));
         let structured = StructuredOutput { constraint, trigger };
         let text = move |ids: &[u32]| -> String {

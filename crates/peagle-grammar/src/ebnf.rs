@@ -109,10 +109,7 @@ impl Parser {
 
     fn name(&mut self) -> Option<String> {
         let start = self.at;
-        while self
-            .peek()
-            .is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.')
-        {
+        while self.peek().is_some_and(name_char) {
             self.at += 1;
         }
         (self.at > start).then(|| self.chars[start..self.at].iter().collect())
@@ -130,11 +127,7 @@ impl Parser {
     /// Whether a rule definition (`name ::=`) starts here, ending the body before it.
     fn at_definition(&self) -> bool {
         let mut at = self.at;
-        while self
-            .chars
-            .get(at)
-            .is_some_and(|&c| c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.')
-        {
+        while self.chars.get(at).copied().is_some_and(name_char) {
             at += 1;
         }
         while self.chars.get(at).is_some_and(|c| c.is_whitespace()) {
@@ -328,6 +321,11 @@ impl Parser {
             _ => Ok(item),
         }
     }
+}
+
+/// Whether `c` may be part of a rule's name.
+fn name_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.'
 }
 
 /// The characters outside `ranges`.

@@ -50,10 +50,11 @@ impl Vocabulary {
         Self { tokens, trie }
     }
 
-    /// The vocabulary of a model whose rows are `size` wide, from its tokenizer: byte-level
-    /// BPE (GPT-2's byte alphabet) and SentencePiece (`▁` for a space, `<0xNN>` byte
-    /// fallbacks) say which bytes each token is; other decoders are refused.
-    pub fn from_tokenizer(tokenizer: &Tokenizer, size: usize) -> Result<Self, GrammarError> {
+    /// A model's vocabulary from its tokenizer: byte-level BPE (GPT-2's byte alphabet) and
+    /// SentencePiece (`▁` for a space, `<0xNN>` byte fallbacks) say which bytes each token
+    /// is; other decoders are refused. A model's rows past the tokenizer's ids are no text,
+    /// which `bytes` says of any id past `len`.
+    pub fn from_tokenizer(tokenizer: &Tokenizer) -> Result<Self, GrammarError> {
         let decoder = serde_json::to_string(&tokenizer.get_decoder()).unwrap_or_default();
         let byte_level = decoder.contains("\"ByteLevel\"");
         if !byte_level && !decoder.contains("\"ByteFallback\"") && !decoder.contains("\"Metaspace\"") {
@@ -61,7 +62,7 @@ impl Vocabulary {
         }
         let added = tokenizer.get_added_tokens_decoder();
         let unicode_byte = byte_level_alphabet();
-        let tokens = (0..size as u32)
+        let tokens = (0..tokenizer.get_vocab_size(true) as u32)
             .map(|id| {
                 if let Some(token) = added.get(&id) {
                     return (!token.special).then(|| token.content.as_bytes().to_vec());
@@ -79,7 +80,7 @@ impl Vocabulary {
         Ok(Self::new(tokens))
     }
 
-    /// How many tokens the model's rows have.
+    /// How many tokens the tokenizer has.
     pub fn len(&self) -> usize {
         self.tokens.len()
     }
@@ -153,8 +154,8 @@ mod tests {
     fn byte_level_tokens_concatenate_to_the_decoded_text() {
         let tokenizer = fixture("models/pystdlib-12l/tokenizer.json");
         let size = tokenizer.get_vocab_size(true);
-        let vocab = Vocabulary::from_tokenizer(&tokenizer, size + 5).unwrap();
-        assert_eq!(vocab.len(), size + 5);
+        let vocab = Vocabulary::from_tokenizer(&tokenizer).unwrap();
+        assert_eq!(vocab.len(), size);
         assert_eq!(
             vocab.bytes(size as u32 + 1),
             None,

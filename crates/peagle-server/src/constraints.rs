@@ -38,7 +38,7 @@ impl Constraints {
         let vocabulary = self
             .vocabulary
             .get_or_init(|| {
-                Vocabulary::from_tokenizer(tokenizer, tokenizer.get_vocab_size(true))
+                Vocabulary::from_tokenizer(tokenizer)
                     .map(Arc::new)
                     .map_err(|e| e.to_string())
             })

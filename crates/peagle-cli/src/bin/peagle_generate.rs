@@ -133,7 +133,7 @@ fn structured_output(args: &Args, generator: &Generator) -> Result<Option<Struct
     let tokenizer = generator
         .tokenizer()
         .with_context(|| format!("{flag} needs the model's tokenizer.json"))?;
-    let vocabulary = Vocabulary::from_tokenizer(tokenizer, tokenizer.get_vocab_size(true)).context(flag)?;
+    let vocabulary = Vocabulary::from_tokenizer(tokenizer).context(flag)?;
     let grammar = spec.compile().context(flag)?;
     Ok(Some(StructuredOutput {
         constraint: Arc::new(Constraint::new(grammar, Arc::new(vocabulary))),

@@ -69,39 +69,17 @@ impl StructuredRequest {
                 });
             }
         }
-        if let Some(schema) = present(&self.guided_json) {
-            let spec = Spec::JsonSchema {
-                schema: schema_value(schema, "guided_json")?,
-                whitespace: whitespace.clone(),
-            };
-            asked.push(Asked {
-                spec,
-                param: "guided_json",
-            });
-        }
-        if let Some(pattern) = present(&self.guided_regex) {
-            let pattern = pattern
-                .as_str()
-                .ok_or_else(|| invalid("guided_regex", "must be a string"))?;
-            asked.push(Asked {
-                spec: Spec::Regex(pattern.to_string()),
-                param: "guided_regex",
-            });
-        }
-        if let Some(choices) = present(&self.guided_choice) {
-            asked.push(Asked {
-                spec: Spec::Choice(choice_list(choices, "guided_choice")?),
-                param: "guided_choice",
-            });
-        }
-        if let Some(grammar) = present(&self.guided_grammar) {
-            let grammar = grammar
-                .as_str()
-                .ok_or_else(|| invalid("guided_grammar", "must be a string"))?;
-            asked.push(Asked {
-                spec: Spec::Grammar(grammar.to_string()),
-                param: "guided_grammar",
-            });
+        let guided = [
+            ("guided_json", "json", &self.guided_json),
+            ("guided_regex", "regex", &self.guided_regex),
+            ("guided_choice", "choice", &self.guided_choice),
+            ("guided_grammar", "grammar", &self.guided_grammar),
+        ];
+        for (param, kind, value) in guided {
+            if let Some(value) = present(value) {
+                let spec = guided_spec(kind, value, param, &whitespace)?;
+                asked.push(Asked { spec, param });
+            }
         }
         if let Some(outputs) = present(&self.structured_outputs) {
             if let Some(spec) = structured_outputs(outputs, whitespace)? {
@@ -164,26 +142,10 @@ fn structured_outputs(outputs: &Value, whitespace: Option<String>) -> Result<Opt
         (None, None) => whitespace,
     };
     let mut specs = Vec::new();
-    if let Some(schema) = field("json") {
-        specs.push(Spec::JsonSchema {
-            schema: schema_value(schema, PARAM)?,
-            whitespace: whitespace.clone(),
-        });
-    }
-    if let Some(pattern) = field("regex") {
-        let pattern = pattern
-            .as_str()
-            .ok_or_else(|| invalid(PARAM, "regex must be a string"))?;
-        specs.push(Spec::Regex(pattern.to_string()));
-    }
-    if let Some(choices) = field("choice") {
-        specs.push(Spec::Choice(choice_list(choices, PARAM)?));
-    }
-    if let Some(grammar) = field("grammar") {
-        let grammar = grammar
-            .as_str()
-            .ok_or_else(|| invalid(PARAM, "grammar must be a string"))?;
-        specs.push(Spec::Grammar(grammar.to_string()));
+    for kind in ["json", "regex", "choice", "grammar"] {
+        if let Some(value) = field(kind) {
+            specs.push(guided_spec(kind, value, PARAM, &whitespace)?);
+        }
     }
     if field("json_object").is_some() {
         specs.push(Spec::JsonObject { whitespace });
@@ -194,6 +156,27 @@ fn structured_outputs(outputs: &Value, whitespace: Option<String>) -> Result<Opt
             PARAM,
             "give only one of json, regex, choice, grammar and json_object",
         )),
+    }
+}
+
+/// What `value` asks for as the `kind` of guide (vLLM's names: `json`, `regex`, `choice`,
+/// `grammar`), given in the field `param`; `whitespace` goes between a JSON schema's tokens.
+fn guided_spec(kind: &str, value: &Value, param: &str, whitespace: &Option<String>) -> Result<Spec, ApiError> {
+    let text = || {
+        value
+            .as_str()
+            .map(str::to_string)
+            .ok_or_else(|| invalid(param, format!("{kind} must be a string")))
+    };
+    match kind {
+        "json" => Ok(Spec::JsonSchema {
+            schema: schema_value(value, param)?,
+            whitespace: whitespace.clone(),
+        }),
+        "regex" => Ok(Spec::Regex(text()?)),
+        "choice" => Ok(Spec::Choice(choice_list(value, param)?)),
+        "grammar" => Ok(Spec::Grammar(text()?)),
+        _ => unreachable!("no guide is called {kind}"),
     }
 }
 
