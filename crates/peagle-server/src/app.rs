@@ -8,7 +8,7 @@ use crate::auth::require_api_key;
 use crate::error::ApiError;
 use crate::openapi::openapi_json;
 use crate::request_id::request_id_header;
-use crate::routes::{chat, completions, info, prefix_cache, tokenize};
+use crate::routes::{chat, completions, info, prefix_cache, responses, tokenize};
 use crate::state::{AppState, ServerConfig};
 use axum::http::header::CONTENT_TYPE;
 use axum::http::{HeaderValue, StatusCode};
@@ -24,6 +24,7 @@ pub fn routes(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/v1/completions", post(completions::completions))
         .route("/v1/chat/completions", post(chat::chat_completions))
+        .route("/v1/responses", post(responses::responses))
         .route("/v1/models", get(info::models))
         // A catch-all: served names such as openai/gpt-oss-20b hold slashes.
         .route("/v1/models/{*id}", get(info::model))

@@ -4,7 +4,7 @@
 
 use crate::error::ErrorResponse;
 use crate::json_body::ApiJsonViews;
-use crate::routes::{chat, completions, info, prefix_cache, tokenize};
+use crate::routes::{chat, completions, info, prefix_cache, responses, tokenize};
 use axum::http::header::CONTENT_TYPE;
 use axum::response::IntoResponse;
 use std::borrow::Cow;
@@ -20,11 +20,12 @@ use utoipa::{IntoResponses, Modify, OpenApi, PartialSchema, ToSchema};
     info(
         title = "peagle",
         description = "An OpenAI-compatible LLM server with P-EAGLE speculative decoding: OpenAI's completions, \
-                       chat and models routes, and vLLM's tokenize, detokenize, prefix-cache, health, version and metrics routes."
+                       chat, responses and models routes, and vLLM's tokenize, detokenize, prefix-cache, health, version and metrics routes."
     ),
     paths(
         completions::completions,
         chat::chat_completions,
+        responses::responses,
         info::models,
         info::model,
         tokenize::tokenize,

@@ -4,6 +4,7 @@
 pub mod chat;
 pub mod completion;
 pub mod refused;
+pub mod responses;
 pub mod sampling;
 pub mod structured;
 pub mod tools;

@@ -220,7 +220,7 @@ fn check_kind(kind: &str, field: &str) -> Result<(), ApiError> {
 
 /// OpenAI's rule for a function's name: 1 to 64 letters, digits, underscores or dashes. The
 /// model names its call in a message header, where other characters would end the name.
-fn check_name(name: &str, field: &str) -> Result<(), ApiError> {
+pub fn check_name(name: &str, field: &str) -> Result<(), ApiError> {
     let valid = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
     if name.is_empty() || name.len() > 64 || !name.chars().all(valid) {
         return Err(ApiError::invalid(

@@ -3,28 +3,19 @@
 //! its parser (`answer`), n choices, streamed as `chat.completion.chunk` deltas or answered as
 //! one `chat.completion`.
 
-use super::chat_prompt::{answer_role, echoed, prompt_ids};
-use super::{check_model, constrain};
-use crate::answer::{join_calls, AnswerParser, CallParser, Offer, Split};
+use super::chat_start::{start_chat, ChatFields};
+use crate::answer::{join_calls, AnswerParser, Split};
 use crate::choice::{Choice, Finish};
 use crate::error::ApiError;
-use crate::forced_calls::{forced_schema, ForcedCalls};
-use crate::harmony;
-use crate::hermes::Hermes;
 use crate::json_body::ApiJsonViews;
-use crate::llama3_json::Llama3Json;
 use crate::openapi::{ApiErrors, StreamEvent};
-use crate::params::{check_prompt, check_prompt_logprobs, check_sequences, logprobs_count, ChoiceTemplate};
-use crate::protocol::chat::{ChatChoice, ChatLogprobs, ChatRender, ChatRequest, ChatResponse, Delta, Message};
+use crate::protocol::chat::{ChatChoice, ChatLogprobs, ChatRequest, ChatResponse, Delta, Message};
 use crate::protocol::sampling::SamplingRequest;
-use crate::protocol::structured::Asked;
-use crate::protocol::tools::{DeltaToolCall, ToolCall, ToolChoice};
+use crate::protocol::tools::{DeltaToolCall, ToolCall};
 use crate::protocol::TokenLogprob;
 use crate::protocol::{response_id, unix_time, StopReason, StreamUsage, Usage};
-use crate::served_model::{ServedModel, ToolCallParser};
 use crate::sse::{done_event, error_event, json_event, merged};
 use crate::state::AppState;
-use crate::thinking::{PromptThinking, Thinking};
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::sse::{Event, Sse};
@@ -32,8 +23,6 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use futures_util::future::try_join_all;
 use futures_util::{Stream, StreamExt};
-use peagle_grammar::Spec;
-use serde_json::Value;
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Instant;
@@ -96,206 +85,60 @@ pub async fn chat_completions(
     ApiJsonViews(req, sampling): ChatBody,
 ) -> Result<Response, ApiError> {
     let arrived = Instant::now();
-    check_model(&state, req.model.as_deref())?;
-    if req.chat_template.as_ref().is_some_and(|t| !t.is_null()) {
-        return Err(ApiError::invalid(
-            Some("chat_template"),
-            "chat_template: a template sent with the request is not supported; the model's is used",
-        ));
-    }
     let streaming = req.stream.unwrap_or(false);
     let usage = StreamUsage::of(streaming, req.stream_options.as_ref())?;
-    let template = sampling.check(&state.model.sampling_defaults, |w| state.model.encode_words(w))?;
-    check_sequences(1, template.n, state.config.max_sequences_per_request)?;
-    check_prompt_logprobs(&template, streaming)?;
-    let top = req
-        .top_logprobs
-        .map(|v| logprobs_count(v, "top_logprobs"))
-        .transpose()?;
-    let logprobs = match (req.logprobs.unwrap_or(false), top) {
-        (true, top) => Some(top.unwrap_or(0)),
-        (false, None) => None,
-        (false, Some(_)) => {
-            return Err(ApiError::invalid(
-                Some("top_logprobs"),
-                "top_logprobs needs logprobs set to true",
-            ))
-        }
+    let fields = ChatFields {
+        prompt: "messages",
+        max_tokens: match req.max_completion_tokens {
+            Some(m) => (Some(m), "max_completion_tokens"),
+            None => (req.max_tokens, "max_tokens"),
+        },
+        held: None,
     };
-    let render = ChatRender::new(
-        req.add_generation_prompt,
-        req.continue_final_message,
-        req.chat_template_kwargs.as_ref(),
-        req.reasoning_effort.as_deref(),
-        req.tools.as_deref(),
-        req.tool_choice.as_ref(),
-    )?;
-    let harmony = state.model.harmony.clone();
-    if harmony.is_some() && req.echo.unwrap_or(false) {
-        return Err(ApiError::invalid(
-            Some("echo"),
-            "echo is not supported for harmony (gpt-oss) chats",
-        ));
-    }
-    let role = answer_role(&req.messages, &render);
-    let tools = render.tools.iter().map(|t| t.name.clone()).collect();
-    let parallel = req.parallel_tool_calls.unwrap_or(true);
-    let offer = Offer::new(tools, parallel);
-    let forced = forced_schema(&render.tool_choice, &render.tools, parallel);
-    let tool_choice = render.tool_choice.clone();
-    let max_len = state.engine.max_model_len();
-    let limit = template.tokens_before_truncation(max_len);
-    let (prompt, thinking) = prompt_ids(&state, req.messages.clone(), render, req.add_special_tokens, limit).await?;
-    let prompt = template.truncate(prompt, max_len)?;
-    let echo = match req.echo.unwrap_or(false) {
-        true => echoed(&req.messages, &role)?,
-        false => String::new(),
-    };
-    check_prompt(prompt.len(), max_len, "messages")?;
-    let setup = AnswerSetup {
-        offer,
-        thinking,
-        tool_choice,
-    };
-    let (requested, param) = match req.max_completion_tokens {
-        Some(m) => (Some(m), "max_completion_tokens"),
-        None => (req.max_tokens, "max_tokens"),
-    };
-    // Without a limit, a chat answer may use the rest of the context.
-    let budget = template.budget(requested, param, usize::MAX, prompt.len(), max_len)?;
-    let mut template = template;
-    if let Some(schema) = forced {
-        force_calls(&mut template, schema)?;
-    }
-    if let Some(harmony) = &harmony {
-        template.speak_harmony(harmony);
-    }
-    let trigger = answer_trigger(&state.model, thinking)?;
-    constrain(&state, &mut template, trigger).await?;
-    // A Hermes model's call markers may be special tokens, which the text would leave out
-    // (vLLM's parser keeps them likewise).
-    if state.model.tool_call_parser == Some(ToolCallParser::Hermes) && !setup.offer.is_empty() {
-        template.text.skip_special = false;
-    }
-    let requests = (0..template.n)
-        .map(|i| template.request(&prompt, budget, logprobs, i))
-        .collect();
-    let choices = Choice::start_all(&state, requests, &template.text, arrived)?;
+    let chat = start_chat(&state, &req, sampling, fields, arrived).await?;
     let meta = Meta {
         id: response_id("chatcmpl", &headers),
         created: unix_time(),
         model: state.model.name.clone(),
     };
+    let parsers = chat.choices.iter().map(|_| chat.parser(&state.model)).collect();
     if streaming {
         let opening = Delta {
-            role: Some(role),
-            content: Some(echo),
+            role: Some(chat.role),
+            content: Some(chat.echo),
             ..Delta::default()
         };
-        let parsers = choices.iter().map(|_| answer_parser(&state.model, &setup)).collect();
-        return Ok(stream(meta, choices, opening, prompt.len(), usage, parsers).into_response());
+        return Ok(stream(meta, chat.choices, opening, chat.prompt_tokens, usage, parsers).into_response());
     }
-    let mut outcomes = try_join_all(choices.into_iter().map(Choice::collect)).await?;
+    let mut outcomes = try_join_all(chat.choices.into_iter().map(Choice::collect)).await?;
     let completion_tokens = outcomes.iter().map(|o| o.finish.completion_tokens).sum();
     let cached_tokens = outcomes[0].finish.cached_tokens;
     // Every choice scores the same prompt.
-    let prompt_logprobs = template
-        .text
+    let prompt_logprobs = chat
         .prompt_logprobs
-        .map(|_| std::mem::take(&mut outcomes[0].prompt_logprobs));
+        .then(|| std::mem::take(&mut outcomes[0].prompt_logprobs));
     let choices = outcomes
         .into_iter()
+        .zip(parsers)
         .enumerate()
-        .map(|(index, o)| {
-            let parser = answer_parser(&state.model, &setup);
-            let (message, ends_in_call) = answer_message(role.clone(), &echo, &o.text, parser);
+        .map(|(index, (o, parser))| {
+            let (message, ends_in_call) = answer_message(chat.role.clone(), &chat.echo, &o.text, parser);
             ChatChoice {
                 index,
                 finish_reason: Some(finish_reason(&o.finish, ends_in_call)),
                 message: Some(message),
                 delta: None,
-                logprobs: logprobs.map(|_| ChatLogprobs::new(&o.logprobs)),
+                logprobs: chat.logprobs.map(|_| ChatLogprobs::new(&o.logprobs)),
                 stop_reason: o.finish.stop_reason,
             }
         })
         .collect();
-    let usage = Usage::finished(prompt.len(), completion_tokens, cached_tokens);
+    let usage = Usage::finished(chat.prompt_tokens, completion_tokens, cached_tokens);
     let response = ChatResponse {
         prompt_logprobs,
         ..meta.response("chat.completion", choices, Some(usage))
     };
     Ok(Json(response).into_response())
-}
-
-/// Where a chat's structured output starts: after the reasoning, as vLLM's reasoning parsers
-/// have it. A harmony answer's final message follows its analysis (`<|channel|>final<|message|>`
-/// opens it); with a reasoning parser, a template model's answer is constrained after
-/// `</think>` unless the prompt closed the thinking (a hybrid model's thinking turned off).
-/// Others are constrained from their first token.
-fn answer_trigger(model: &ServedModel, thinking: PromptThinking) -> Result<Vec<u32>, ApiError> {
-    let opener = if model.harmony.is_some() {
-        "<|channel|>final<|message|>"
-    } else {
-        match (model.reasoning_parser, thinking) {
-            (Some(_), PromptThinking::Open | PromptThinking::Neither) => "</think>",
-            _ => return Ok(Vec::new()),
-        }
-    };
-    model.encode_words(opener)
-}
-
-/// Holds the answers to `schema`, that of the calls `tool_choice` forces; structured output
-/// asked for besides is a 400.
-fn force_calls(template: &mut ChoiceTemplate, schema: Value) -> Result<(), ApiError> {
-    if let Some(asked) = &template.structured {
-        return Err(ApiError::invalid(
-            Some(asked.param),
-            format!(
-                "{}: structured output cannot be asked for when tool_choice forces a call",
-                asked.param
-            ),
-        ));
-    }
-    template.structured = Some(Asked {
-        spec: Spec::JsonSchema {
-            schema,
-            whitespace: None,
-        },
-        param: "tools",
-    });
-    Ok(())
-}
-
-/// What a request tells each of its choices' answer parsers.
-struct AnswerSetup {
-    /// The function tools offered, and how many calls an answer may make.
-    offer: Offer,
-    /// Where the prompt leaves a template model's thinking.
-    thinking: PromptThinking,
-    /// Whether the answer must be calls (then read by `ForcedCalls`, with or without a parser).
-    tool_choice: ToolChoice,
-}
-
-/// How a choice's answer is split: by harmony's channels, or by the parsers the server has
-/// for its chat template's model; calls as the offer allows (none looked for where no tool
-/// is offered).
-fn answer_parser(model: &ServedModel, setup: &AnswerSetup) -> AnswerParser {
-    let offer = || setup.offer.clone();
-    if model.harmony.is_some() {
-        return AnswerParser::Harmony(harmony::Channels::offering(offer()));
-    }
-    let forced = ForcedCalls::new(&setup.tool_choice).map(CallParser::Forced);
-    let calls = forced.or_else(|| match model.tool_call_parser.filter(|_| !setup.offer.is_empty()) {
-        Some(ToolCallParser::Hermes) => Some(CallParser::Hermes(Hermes::offering(offer()))),
-        Some(ToolCallParser::Llama3Json) => Some(CallParser::Llama3Json(Llama3Json::offering(offer()))),
-        Some(ToolCallParser::Openai) | None => None,
-    });
-    AnswerParser::Template {
-        thinking: model
-            .reasoning_parser
-            .map(|parser| Thinking::new(parser, setup.thinking)),
-        calls,
-    }
 }
 
 /// An answer as a message, after `echo`: its reasoning, its content (null where it only
@@ -405,9 +248,14 @@ fn delta(split: Split) -> Delta {
 
 #[cfg(test)]
 mod tests {
+    use super::super::chat_start::{answer_parser, answer_trigger, AnswerSetup};
     use super::*;
-    use crate::served_model::Parsers;
-    use crate::thinking::ReasoningParser;
+    use crate::answer::{CallParser, Offer};
+    use crate::harmony;
+    use crate::hermes::Hermes;
+    use crate::protocol::tools::ToolChoice;
+    use crate::served_model::{Parsers, ServedModel, ToolCallParser};
+    use crate::thinking::{PromptThinking, ReasoningParser};
     use peagle_engine::FinishReason;
     use serde_json::{json, Value};
     use std::path::Path;

@@ -13,22 +13,23 @@ use std::sync::Arc;
 
 /// The conversation's token ids through the model's chat template, rendered and tokenized
 /// off the async workers, and where the prompt leaves the thinking; a text too long in bytes
-/// to make fewer than `limit` tokens is refused before it is tokenized. The rendered template
-/// holds the special tokens it wants (BOS included), so the tokenizer adds its own only when
-/// `add_special_tokens` asks.
+/// to make fewer than `limit` tokens is refused before it is tokenized, naming `field`. The
+/// rendered template holds the special tokens it wants (BOS included), so the tokenizer adds
+/// its own only when `add_special_tokens` asks.
 pub async fn prompt_ids(
     state: &Arc<AppState>,
     messages: Vec<ChatMessage>,
     render: ChatRender,
     add_special_tokens: Option<bool>,
     limit: usize,
+    field: &'static str,
 ) -> Result<(Vec<u32>, PromptThinking), ApiError> {
     let state = state.clone();
     off_runtime(move || {
         let (text, thinking) = prompt_text(&state, &messages, &render)?;
         let ids = state
             .model
-            .encode(&text, add_special_tokens.unwrap_or(false), limit, "messages")?;
+            .encode(&text, add_special_tokens.unwrap_or(false), limit, field)?;
         Ok((ids, thinking))
     })
     .await

@@ -2,9 +2,13 @@
 
 pub mod chat;
 mod chat_prompt;
+mod chat_start;
 pub mod completions;
 pub mod info;
 pub mod prefix_cache;
+pub mod responses;
+mod responses_input;
+mod responses_output;
 pub mod tokenize;
 
 use crate::error::ApiError;

@@ -89,6 +89,7 @@ pub async fn tokenize(
                 render,
                 req.add_special_tokens,
                 state.engine.max_model_len(),
+                "messages",
             )
             .await?
             .0

@@ -34,7 +34,7 @@ fn fixture(name: &str) -> PathBuf {
 /// tiny-gpt-oss-mxfp4 whose tokenizer has harmony's tokens (ids 377..=383), with room for
 /// harmony's system message (byte-level, it is most of 200 tokens): 256 positions, as its
 /// drafter has, or `positions` for chats with tools.
-fn harmony_gpt_oss(positions: usize) -> tempfile::TempDir {
+pub fn harmony_gpt_oss(positions: usize) -> tempfile::TempDir {
     let src = fixture("tiny-gpt-oss-mxfp4");
     let dir = tempfile::tempdir().unwrap();
     for entry in std::fs::read_dir(&src).unwrap() {
@@ -63,7 +63,7 @@ fn harmony_gpt_oss(positions: usize) -> tempfile::TempDir {
 }
 
 /// A server of `model`, drafted for by its P-EAGLE head where `drafted`.
-async fn server(model: &Path, drafted: bool) -> TestServer {
+pub async fn server(model: &Path, drafted: bool) -> TestServer {
     let draft = DraftModel {
         dir: fixture("tiny-gpt-oss-peagle"),
         k: Some(3),
@@ -77,7 +77,7 @@ async fn server(model: &Path, drafted: bool) -> TestServer {
 }
 
 /// Room for a conversation with tools: the drafter's 256 positions are too few.
-const TOOL_POSITIONS: usize = 1024;
+pub const TOOL_POSITIONS: usize = 1024;
 
 fn messages() -> Value {
     json!([
@@ -171,7 +171,7 @@ async fn answers_split_reasoning_from_content_streamed_or_not() {
     );
 }
 
-fn weather_tool() -> Value {
+pub fn weather_tool() -> Value {
     json!({"type": "function", "function": {
         "name": "get_weather",
         "description": "Weather for a city.",
@@ -181,7 +181,7 @@ fn weather_tool() -> Value {
 }
 
 /// A turn that called the tool, its result, and a question after it.
-fn tool_turns() -> Value {
+pub fn tool_turns() -> Value {
     json!([
         {"role": "user", "content": "def weather"},
         {"role": "assistant", "content": null, "reasoning_content": "call it",

@@ -13,6 +13,7 @@ mod harmony;
 mod hermes;
 mod openapi;
 mod prefix_cache;
+mod responses;
 mod shutdown;
 mod structured;
 mod tokenize;

@@ -25,6 +25,7 @@ async fn the_spec_describes_every_route_and_needs_no_key() {
     let routes = [
         ("/v1/completions", "post"),
         ("/v1/chat/completions", "post"),
+        ("/v1/responses", "post"),
         ("/v1/models", "get"),
         ("/v1/models/{id}", "get"),
         ("/tokenize", "post"),

@@ -1,0 +1,265 @@
+//! `POST /v1/responses`: OpenAI's Responses API as vLLM serves it without a store. The request
+//! with its input items, the `response` object with its output items, and the usage.
+//! Nothing is kept between requests: a conversation is sent whole as `input`.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::ToSchema;
+
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct ResponsesRequest {
+    pub model: Option<String>,
+    /// The conversation: a user message's text, or its items in order.
+    pub input: ResponsesInput,
+    /// A system (for gpt-oss, developer) message before the input.
+    pub instructions: Option<String>,
+    /// The most tokens the answer may take, reasoning included.
+    #[schema(minimum = 1)]
+    pub max_output_tokens: Option<i64>,
+    pub stream: Option<bool>,
+    /// Function tools (`{"type": "function", "name", "description", "parameters"}`), the only
+    /// kind this server runs.
+    pub tools: Option<Vec<ResponsesTool>>,
+    /// "auto" (the default), "none", "required", or `{"type": "function", "name": ...}`.
+    pub tool_choice: Option<Value>,
+    /// false keeps an answer to its first call (default true).
+    pub parallel_tool_calls: Option<bool>,
+    /// `format`: `{"type": "text"}` (the default), `{"type": "json_object"}`, or
+    /// `{"type": "json_schema", "name", "schema"}`, which holds the answer's text to it.
+    pub text: Option<TextConfig>,
+    /// `effort`: low, medium or high.
+    pub reasoning: Option<ReasoningConfig>,
+    /// Accepted and ignored as vLLM ignores it without a store: responses are not kept, and
+    /// `store` comes back false.
+    pub store: Option<bool>,
+    /// Refused: no response is kept to continue from.
+    pub previous_response_id: Option<String>,
+    /// Refused: no conversation is kept.
+    #[schema(value_type = Option<Object>)]
+    pub conversation: Option<Value>,
+    /// Refused unless empty: encrypted reasoning, output logprobs and the like are not given.
+    pub include: Option<Vec<String>>,
+    /// Refused above 0: output logprobs are not given.
+    #[schema(minimum = 0, maximum = 20)]
+    pub top_logprobs: Option<i64>,
+    /// Refused when true: responses are answered while the request waits.
+    pub background: Option<bool>,
+    /// Returned as given.
+    #[schema(value_type = Option<Object>)]
+    pub metadata: Option<Value>,
+    /// "disabled" (the default); "auto" is refused: an input too long for the context is a 400.
+    pub truncation: Option<String>,
+    pub user: Option<String>,
+}
+
+/// A user message's text, or a list of items.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(untagged, expecting = "a string or a list of input items")]
+pub enum ResponsesInput {
+    Text(String),
+    Items(Vec<InputItem>),
+}
+
+/// One input item, read by its `type`: `message` (the default where a `role` is given),
+/// `function_call`, `function_call_output` or `reasoning`.
+#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
+pub struct InputItem {
+    #[serde(rename = "type")]
+    pub kind: Option<String>,
+    /// A message's: user, system, developer or assistant.
+    pub role: Option<String>,
+    /// A message's text, or its text parts (`input_text`, `output_text`).
+    pub content: Option<ItemContent>,
+    /// A function call's and its output's: the id that pairs them.
+    pub call_id: Option<String>,
+    /// A function call's function.
+    pub name: Option<String>,
+    /// A function call's arguments, as JSON text.
+    pub arguments: Option<String>,
+    /// A function call output's result.
+    pub output: Option<ItemContent>,
+    /// A reasoning item's summary, read where it has no `content`.
+    pub summary: Option<Vec<ItemPart>>,
+}
+
+/// Text, or a list of parts of which only text parts are read.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(untagged, expecting = "a string or a list of content parts")]
+pub enum ItemContent {
+    Text(String),
+    Parts(Vec<ItemPart>),
+}
+
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+pub struct ItemPart {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub text: Option<String>,
+}
+
+/// A function tool, as the Responses API spells it: flat, without chat's `function` object.
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
+pub struct ResponsesTool {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// A JSON Schema object.
+    #[schema(value_type = Option<Object>)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parameters: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub strict: Option<bool>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize, ToSchema)]
+pub struct TextConfig {
+    #[schema(value_type = Option<Object>)]
+    pub format: Option<Value>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize, ToSchema)]
+pub struct ReasoningConfig {
+    pub effort: Option<String>,
+    /// Accepted; no summary is written (the reasoning comes whole, as `content`).
+    pub summary: Option<String>,
+}
+
+/// The `response` object: the answer's items, and the request's settings as it was served.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ResponseObject {
+    pub id: String,
+    /// "response".
+    pub object: &'static str,
+    pub created_at: u64,
+    /// in_progress (in a stream's first events), completed, incomplete (cut by
+    /// `max_output_tokens` or the context), or failed.
+    pub status: &'static str,
+    pub completed_at: Option<u64>,
+    /// Set where the status is failed: the server ended the answer early (stopping, or its
+    /// engine failed). Other failures are error responses, or an `error` event in a stream.
+    pub error: Option<ResponseError>,
+    pub incomplete_details: Option<IncompleteDetails>,
+    pub instructions: Option<String>,
+    pub max_output_tokens: Option<i64>,
+    #[schema(value_type = Option<Object>)]
+    pub metadata: Option<Value>,
+    pub model: String,
+    pub output: Vec<OutputItem>,
+    pub parallel_tool_calls: bool,
+    /// Always null: responses are not kept.
+    pub previous_response_id: Option<String>,
+    pub reasoning: Option<ReasoningConfig>,
+    pub store: bool,
+    pub temperature: Option<f32>,
+    pub text: TextConfig,
+    pub tool_choice: Value,
+    pub tools: Vec<ResponsesTool>,
+    pub top_p: Option<f32>,
+    /// "disabled".
+    pub truncation: &'static str,
+    pub usage: Option<ResponseUsage>,
+    pub user: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ResponseError {
+    /// "server_error".
+    pub code: &'static str,
+    pub message: String,
+}
+
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct IncompleteDetails {
+    /// "max_output_tokens".
+    pub reason: &'static str,
+}
+
+/// An output item: reasoning, a message, or a function call.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[serde(untagged)]
+pub enum OutputItem {
+    Reasoning(ReasoningItem),
+    Message(MessageItem),
+    FunctionCall(FunctionCallItem),
+}
+
+/// The model's thinking (harmony's analysis channel, or `<think>` under a reasoning parser).
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ReasoningItem {
+    /// "reasoning".
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub id: String,
+    /// Always empty: no summary is written.
+    pub summary: Vec<ReasoningText>,
+    pub content: Vec<ReasoningText>,
+    pub status: &'static str,
+}
+
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ReasoningText {
+    /// "reasoning_text".
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub text: String,
+}
+
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct MessageItem {
+    /// "message".
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub id: String,
+    /// "assistant".
+    pub role: &'static str,
+    pub status: &'static str,
+    pub content: Vec<OutputText>,
+}
+
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct OutputText {
+    /// "output_text".
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub text: String,
+    /// Always empty.
+    #[schema(value_type = Vec<Object>)]
+    pub annotations: Vec<Value>,
+}
+
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct FunctionCallItem {
+    /// "function_call".
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub id: String,
+    /// What the call's `function_call_output` names.
+    pub call_id: String,
+    pub name: String,
+    /// JSON text as the model wrote it, not checked against the schema.
+    pub arguments: String,
+    pub status: &'static str,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, ToSchema)]
+pub struct ResponseUsage {
+    pub input_tokens: usize,
+    pub input_tokens_details: InputTokensDetails,
+    pub output_tokens: usize,
+    pub output_tokens_details: OutputTokensDetails,
+    pub total_tokens: usize,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, ToSchema)]
+pub struct InputTokensDetails {
+    /// Input tokens found in the prefix cache.
+    pub cached_tokens: usize,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, ToSchema)]
+pub struct OutputTokensDetails {
+    /// The reasoning's tokens, as the tokenizer encodes its text.
+    pub reasoning_tokens: usize,
+}

@@ -1,0 +1,263 @@
+//! `POST /v1/responses`: OpenAI's Responses API over the chat machinery. The input is read as
+//! a chat (`responses_input`), started as chats are (`chat_start`), and its answer written as
+//! output items (`responses_output`): one `response` object, or with `stream` the Responses
+//! stream's typed events, each with its sequence number, ending in `response.completed`
+//! (or `.incomplete`). As in vLLM without a store, nothing is kept after the response.
+
+use super::chat_start::{start_chat, StartedChat};
+use super::responses_input::chat_request;
+use super::responses_output::OutputItems;
+use crate::answer::AnswerParser;
+use crate::choice::{Choice, Finish};
+use crate::error::ApiError;
+use crate::json_body::ApiJsonViews;
+use crate::openapi::{ApiErrors, StreamEvent};
+use crate::protocol::responses::{
+    IncompleteDetails, InputTokensDetails, OutputTokensDetails, ReasoningConfig, ResponseError, ResponseObject,
+    ResponseUsage, ResponsesRequest, ResponsesTool, TextConfig,
+};
+use crate::protocol::sampling::SamplingRequest;
+use crate::protocol::{response_id, unix_time};
+use crate::served_model::ServedModel;
+use crate::state::AppState;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::sse::{Event, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use futures_util::{Stream, StreamExt};
+use peagle_engine::FinishReason;
+use serde_json::{json, Value};
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// The body: the route's own fields and the sampling fields, read as two views.
+type ResponsesBody = ApiJsonViews<ResponsesRequest, SamplingRequest>;
+
+#[utoipa::path(post, path = "/v1/responses", tag = "OpenAI", security(("api_key" = [])),
+    request_body = ResponsesBody,
+    responses(
+        (status = 200, description = "The response; with `stream`, server-sent events of the Responses API, \
+            each a typed event (`response.created`, `response.output_text.delta`, ...) with its sequence number",
+            content((ResponseObject = "application/json"), (StreamEvent = "text/event-stream"))),
+        ApiErrors,
+    ))]
+pub async fn responses(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    ApiJsonViews(req, sampling): ResponsesBody,
+) -> Result<Response, ApiError> {
+    let arrived = Instant::now();
+    if sampling.n.is_some_and(|n| n != 1) {
+        return Err(ApiError::invalid(Some("n"), "n: a response is one answer"));
+    }
+    let (chat, fields) = chat_request(&req)?;
+    let head = Head::new(&req, &sampling, response_id("resp", &headers), &state.model.name);
+    let started = start_chat(&state, &chat, sampling, fields, arrived).await?;
+    if req.stream.unwrap_or(false) {
+        return Ok(stream(state, head, started).into_response());
+    }
+    let mut parser = started.parser(&state.model);
+    let prompt_tokens = started.prompt_tokens;
+    let outcome = only_choice(started.choices)?.collect().await?;
+    let mut output = OutputItems::default();
+    output.push(parser.split(&outcome.text, true));
+    let response = head.finished(&state.model, &mut output, &outcome.finish, prompt_tokens);
+    Ok(Json(response).into_response())
+}
+
+/// A response's one choice (`n` is refused above 1).
+fn only_choice(choices: Vec<Choice>) -> Result<Choice, ApiError> {
+    choices
+        .into_iter()
+        .next()
+        .ok_or_else(|| ApiError::internal("a response started without its choice"))
+}
+
+/// What every state of the response repeats: its id and the request's settings.
+struct Head {
+    id: String,
+    created_at: u64,
+    model: String,
+    instructions: Option<String>,
+    max_output_tokens: Option<i64>,
+    metadata: Option<Value>,
+    parallel_tool_calls: bool,
+    reasoning: Option<ReasoningConfig>,
+    temperature: Option<f32>,
+    top_p: Option<f32>,
+    text: TextConfig,
+    tool_choice: Value,
+    tools: Vec<ResponsesTool>,
+    user: Option<String>,
+}
+
+impl Head {
+    fn new(req: &ResponsesRequest, sampling: &SamplingRequest, id: String, model: &str) -> Self {
+        let text = req.text.clone().filter(|t| t.format.is_some());
+        Self {
+            id,
+            created_at: unix_time(),
+            model: model.to_string(),
+            instructions: req.instructions.clone(),
+            max_output_tokens: req.max_output_tokens,
+            metadata: req.metadata.clone(),
+            parallel_tool_calls: req.parallel_tool_calls.unwrap_or(true),
+            reasoning: req.reasoning.clone(),
+            temperature: sampling.temperature,
+            top_p: sampling.top_p,
+            text: text.unwrap_or(TextConfig {
+                format: Some(json!({"type": "text"})),
+            }),
+            tool_choice: req
+                .tool_choice
+                .clone()
+                .filter(|c| !c.is_null())
+                .unwrap_or(json!("auto")),
+            tools: req.tools.clone().unwrap_or_default(),
+            user: req.user.clone(),
+        }
+    }
+
+    /// The response in `status`, holding `output`.
+    fn object(&self, status: &'static str, output: &OutputItems, usage: Option<ResponseUsage>) -> ResponseObject {
+        let finished = !matches!(status, "in_progress");
+        ResponseObject {
+            id: self.id.clone(),
+            object: "response",
+            created_at: self.created_at,
+            status,
+            completed_at: (status == "completed").then(unix_time),
+            error: (status == "failed").then(|| ResponseError {
+                code: "server_error",
+                message: "the answer was ended before it finished: the server is stopping or its engine failed".into(),
+            }),
+            incomplete_details: (status == "incomplete").then_some(IncompleteDetails {
+                reason: "max_output_tokens",
+            }),
+            instructions: self.instructions.clone(),
+            max_output_tokens: self.max_output_tokens,
+            metadata: self.metadata.clone(),
+            model: self.model.clone(),
+            output: output.items().to_vec(),
+            parallel_tool_calls: self.parallel_tool_calls,
+            previous_response_id: None,
+            reasoning: self.reasoning.clone(),
+            store: false,
+            temperature: self.temperature,
+            text: self.text.clone(),
+            tool_choice: self.tool_choice.clone(),
+            tools: self.tools.clone(),
+            top_p: self.top_p,
+            truncation: "disabled",
+            usage: usage.filter(|_| finished),
+            user: self.user.clone(),
+        }
+    }
+
+    /// The finished response: `output` closed as `finish` ends it, with the usage.
+    fn finished(
+        &self,
+        model: &ServedModel,
+        output: &mut OutputItems,
+        finish: &Finish,
+        prompt_tokens: usize,
+    ) -> ResponseObject {
+        let status = status(finish);
+        output.finish(if status == "completed" {
+            "completed"
+        } else {
+            "incomplete"
+        });
+        let reasoning_tokens = model.encode_words(&output.reasoning_text()).map_or(0, |ids| ids.len());
+        let usage = ResponseUsage {
+            input_tokens: prompt_tokens,
+            input_tokens_details: InputTokensDetails {
+                cached_tokens: finish.cached_tokens,
+            },
+            output_tokens: finish.completion_tokens,
+            output_tokens_details: OutputTokensDetails { reasoning_tokens },
+            total_tokens: prompt_tokens + finish.completion_tokens,
+        };
+        self.object(status, output, Some(usage))
+    }
+}
+
+/// The response's status as the answer ended: cut by `max_output_tokens` (or the context)
+/// it is incomplete, and ended early by the server it failed.
+fn status(finish: &Finish) -> &'static str {
+    match finish.reason {
+        FinishReason::Length => "incomplete",
+        FinishReason::Abort => "failed",
+        FinishReason::Stop | FinishReason::StopToken(_) => "completed",
+    }
+}
+
+/// Numbers the stream's events and writes each as `event: TYPE` and `data: JSON`.
+#[derive(Default)]
+struct Sequence(u64);
+
+impl Sequence {
+    fn event(&mut self, mut fields: Value) -> Event {
+        fields["sequence_number"] = json!(self.0);
+        self.0 += 1;
+        let kind = fields["type"].as_str().unwrap_or_default().to_string();
+        Event::default().event(kind).data(fields.to_string())
+    }
+}
+
+fn stream(
+    state: Arc<AppState>,
+    head: Head,
+    started: StartedChat,
+) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+    let mut parser: AnswerParser = started.parser(&state.model);
+    let prompt_tokens = started.prompt_tokens;
+    let choice = only_choice(started.choices);
+    let events = async_stream::stream! {
+        let mut sequence = Sequence::default();
+        let mut output = OutputItems::default();
+        let opening = head.object("in_progress", &output, None);
+        yield sequence.event(json!({"type": "response.created", "response": opening}));
+        yield sequence.event(json!({"type": "response.in_progress", "response": opening}));
+        let mut choice = match choice {
+            Ok(choice) => choice,
+            Err(e) => {
+                yield sequence.event(error_event(&e));
+                return;
+            }
+        };
+        while let Some(update) = choice.next().await {
+            let update = match update {
+                Ok(update) => update,
+                Err(e) => {
+                    yield sequence.event(error_event(&e));
+                    break;
+                }
+            };
+            output.push(parser.split(&update.text, update.finish.is_some()));
+            for event in output.take_events() {
+                yield sequence.event(event);
+            }
+            let Some(finish) = update.finish else {
+                continue;
+            };
+            let response = head.finished(&state.model, &mut output, &finish, prompt_tokens);
+            for event in output.take_events() {
+                yield sequence.event(event);
+            }
+            let kind = format!("response.{}", response.status);
+            yield sequence.event(json!({"type": kind, "response": response}));
+            break;
+        }
+    };
+    Sse::new(events.map(Ok))
+}
+
+/// A stream's `error` event, as the Responses API has it: the error's code, message and
+/// field, without the `error` object around them.
+fn error_event(e: &ApiError) -> Value {
+    let error = &e.body()["error"];
+    json!({"type": "error", "code": error["code"], "message": error["message"], "param": error["param"]})
+}

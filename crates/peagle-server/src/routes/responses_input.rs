@@ -1,0 +1,408 @@
+//! A Responses request read as the chat it is: `instructions` and the input items become chat
+//! messages, the flat function tools chat's tools, and `text.format` structured output. What
+//! cannot be honoured without a store of past responses, or at all here, is a 400 naming
+//! the field.
+
+use super::chat_start::ChatFields;
+use crate::error::ApiError;
+use crate::harmony::ReasoningEffort;
+use crate::protocol::chat::{ChatMessage, ChatRequest, MessageContent};
+use crate::protocol::responses::{InputItem, ItemContent, ItemPart, ResponsesInput, ResponsesRequest};
+use crate::protocol::structured::Asked;
+use crate::protocol::tools::{check_name, FunctionCall, FunctionDefinition, Tool, ToolCall};
+use peagle_grammar::Spec;
+use serde_json::{json, Value};
+
+/// The chat `req` asks for, and the fields that chat's checks name.
+pub fn chat_request(req: &ResponsesRequest) -> Result<(ChatRequest, ChatFields), ApiError> {
+    refuse_unkept(req)?;
+    let effort = match req.reasoning.as_ref().and_then(|r| r.effort.as_deref()) {
+        Some(effort) => Some(checked_effort(effort)?),
+        None => None,
+    };
+    let chat = ChatRequest {
+        model: req.model.clone(),
+        messages: messages(req.instructions.as_deref(), &req.input)?,
+        max_tokens: None,
+        max_completion_tokens: None,
+        logprobs: None,
+        top_logprobs: None,
+        stream: req.stream,
+        stream_options: None,
+        add_generation_prompt: None,
+        continue_final_message: None,
+        echo: None,
+        chat_template_kwargs: None,
+        chat_template: None,
+        add_special_tokens: None,
+        reasoning_effort: effort,
+        tools: Some(tools(req)?),
+        tool_choice: tool_choice(req.tool_choice.as_ref())?,
+        parallel_tool_calls: req.parallel_tool_calls,
+    };
+    let fields = ChatFields {
+        prompt: "input",
+        max_tokens: (req.max_output_tokens, "max_output_tokens"),
+        held: text_format(req.text.as_ref().and_then(|t| t.format.as_ref()))?,
+    };
+    Ok((chat, fields))
+}
+
+fn invalid(param: &str, why: impl std::fmt::Display) -> ApiError {
+    ApiError::invalid(Some(param), format!("{param}: {why}"))
+}
+
+/// Fields that need what this server does not keep (past responses, conversations, work in
+/// the background) or give (logprobs, encrypted reasoning, truncation of the input).
+fn refuse_unkept(req: &ResponsesRequest) -> Result<(), ApiError> {
+    let unkept = "responses are not stored by this server; send the whole conversation as input";
+    if req.previous_response_id.is_some() {
+        return Err(invalid("previous_response_id", unkept));
+    }
+    if req.conversation.as_ref().is_some_and(|c| !c.is_null()) {
+        return Err(invalid("conversation", unkept));
+    }
+    if req.background == Some(true) {
+        return Err(invalid("background", "background responses are not supported"));
+    }
+    if let Some(asked) = req.include.as_ref().and_then(|i| i.first()) {
+        return Err(invalid("include", format!("{asked:?} is not supported")));
+    }
+    if let Some(top) = req.top_logprobs.filter(|&t| t != 0) {
+        return Err(invalid(
+            "top_logprobs",
+            format!("output logprobs are not supported, got {top}"),
+        ));
+    }
+    match req.truncation.as_deref() {
+        None | Some("disabled") => Ok(()),
+        Some(other) => Err(invalid(
+            "truncation",
+            format!("only \"disabled\" is supported (an input too long for the context is refused), not {other:?}"),
+        )),
+    }
+}
+
+fn checked_effort(effort: &str) -> Result<String, ApiError> {
+    ReasoningEffort::parse(effort)
+        .map(|e| e.as_str().to_string())
+        .map_err(|_| invalid("reasoning.effort", format!("low, medium or high, not {effort:?}")))
+}
+
+/// The conversation as chat messages: `instructions` as a leading system message, then the
+/// items in order. A function call joins the assistant message just before it (the answer
+/// it was part of), or starts one; a reasoning item goes to the assistant message or call
+/// right after it, and is dropped where another item follows, as a past turn's reasoning is
+/// rendered only with its answer.
+fn messages(instructions: Option<&str>, input: &ResponsesInput) -> Result<Vec<ChatMessage>, ApiError> {
+    let mut messages: Vec<ChatMessage> = Vec::new();
+    if let Some(text) = instructions {
+        messages.push(message("system", Some(text.to_string())));
+    }
+    let items = match input {
+        ResponsesInput::Text(text) => {
+            messages.push(message("user", Some(text.clone())));
+            return Ok(messages);
+        }
+        ResponsesInput::Items(items) if items.is_empty() => return Err(invalid("input", "no items")),
+        ResponsesInput::Items(items) => items,
+    };
+    let mut reasoning: Option<String> = None;
+    let mut after_assistant = false;
+    for (i, item) in items.iter().enumerate() {
+        let field = |name: &str| format!("input[{i}].{name}");
+        let kind = match (item.kind.as_deref(), &item.role) {
+            (Some(kind), _) => kind,
+            (None, Some(_)) => "message",
+            (None, None) => return Err(invalid(&field("type"), "an item needs a type or a role")),
+        };
+        match kind {
+            "message" => {
+                let role = item.role.as_deref().unwrap_or_default();
+                if !matches!(role, "user" | "system" | "developer" | "assistant") {
+                    return Err(invalid(
+                        &field("role"),
+                        format!("expected user, system, developer or assistant, not {role:?}"),
+                    ));
+                }
+                let content = item
+                    .content
+                    .as_ref()
+                    .ok_or_else(|| invalid(&field("content"), "missing"))?;
+                let mut m = message(
+                    role,
+                    Some(text(content, &field("content"), &["input_text", "output_text"])?),
+                );
+                after_assistant = role == "assistant";
+                let before = reasoning.take();
+                if after_assistant {
+                    m.reasoning_content = before;
+                }
+                messages.push(m);
+            }
+            "function_call" => {
+                let call = function_call(item, &field)?;
+                match messages.last_mut().filter(|_| after_assistant) {
+                    Some(last) => last.tool_calls.get_or_insert_with(Vec::new).push(call),
+                    None => {
+                        let mut m = message("assistant", None);
+                        m.reasoning_content = reasoning.take();
+                        m.tool_calls = Some(vec![call]);
+                        messages.push(m);
+                    }
+                }
+                after_assistant = true;
+            }
+            "function_call_output" => {
+                let call_id = required(&item.call_id, &field("call_id"))?;
+                let output = item
+                    .output
+                    .as_ref()
+                    .ok_or_else(|| invalid(&field("output"), "missing"))?;
+                let mut m = message(
+                    "tool",
+                    Some(text(output, &field("output"), &["input_text", "output_text"])?),
+                );
+                m.tool_call_id = Some(call_id);
+                messages.push(m);
+                after_assistant = false;
+                reasoning = None;
+            }
+            "reasoning" => {
+                let said = reasoning_text(item, &field)?;
+                reasoning = Some(match reasoning.take() {
+                    Some(before) => format!("{before}\n{said}"),
+                    None => said,
+                });
+            }
+            other => {
+                return Err(invalid(
+                    &field("type"),
+                    format!("expected message, function_call, function_call_output or reasoning, not {other:?}"),
+                ))
+            }
+        }
+    }
+    Ok(messages)
+}
+
+fn message(role: &str, content: Option<String>) -> ChatMessage {
+    ChatMessage {
+        role: role.to_string(),
+        content: content.map(MessageContent::Text),
+        reasoning_content: None,
+        tool_calls: None,
+        tool_call_id: None,
+    }
+}
+
+fn required(value: &Option<String>, field: &str) -> Result<String, ApiError> {
+    value.clone().ok_or_else(|| invalid(field, "missing"))
+}
+
+fn function_call(item: &InputItem, field: &dyn Fn(&str) -> String) -> Result<ToolCall, ApiError> {
+    let name = required(&item.name, &field("name"))?;
+    check_name(&name, &field("name"))?;
+    Ok(ToolCall {
+        id: required(&item.call_id, &field("call_id"))?,
+        kind: "function".into(),
+        function: FunctionCall {
+            name,
+            arguments: required(&item.arguments, &field("arguments"))?,
+        },
+    })
+}
+
+/// A reasoning item's text: its `reasoning_text` parts, or where it has none its
+/// `summary_text` parts.
+fn reasoning_text(item: &InputItem, field: &dyn Fn(&str) -> String) -> Result<String, ApiError> {
+    match (&item.content, &item.summary) {
+        (Some(content), _) => text(content, &field("content"), &["reasoning_text"]),
+        (None, Some(summary)) => parts_text(summary, &field("summary"), &["summary_text"]),
+        (None, None) => Err(invalid(&field("content"), "missing")),
+    }
+}
+
+/// Content as one text, its parts of the `kinds` joined by newlines (as chat joins a message's
+/// text parts); other parts are refused.
+fn text(content: &ItemContent, field: &str, kinds: &[&str]) -> Result<String, ApiError> {
+    match content {
+        ItemContent::Text(text) => Ok(text.clone()),
+        ItemContent::Parts(parts) => parts_text(parts, field, kinds),
+    }
+}
+
+fn parts_text(parts: &[ItemPart], field: &str, kinds: &[&str]) -> Result<String, ApiError> {
+    let texts = parts
+        .iter()
+        .enumerate()
+        .map(|(j, part)| match (&part.text, kinds.contains(&part.kind.as_str())) {
+            (Some(text), true) => Ok(text.as_str()),
+            _ => Err(invalid(
+                &format!("{field}[{j}]"),
+                format!(
+                    "only {} parts with text are supported, not {:?}",
+                    kinds.join(" or "),
+                    part.kind
+                ),
+            )),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(texts.join("\n"))
+}
+
+/// The function tools as chat offers them; their names are checked here, so that a refusal
+/// names the Responses field.
+fn tools(req: &ResponsesRequest) -> Result<Vec<Tool>, ApiError> {
+    let mut tools: Vec<Tool> = Vec::new();
+    for (i, tool) in req.tools.iter().flatten().enumerate() {
+        let field = |name: &str| format!("tools[{i}].{name}");
+        if tool.kind != "function" {
+            return Err(invalid(
+                &field("type"),
+                format!("only function tools are supported, not {:?}", tool.kind),
+            ));
+        }
+        let name = required(&tool.name, &field("name"))?;
+        check_name(&name, &field("name"))?;
+        if tools.iter().any(|t| t.function.name == name) {
+            return Err(invalid(&field("name"), format!("a second tool named {name:?}")));
+        }
+        if tool.parameters.as_ref().is_some_and(|p| !p.is_object()) {
+            return Err(invalid(&field("parameters"), "a JSON Schema object is expected"));
+        }
+        tools.push(Tool {
+            kind: "function".into(),
+            function: FunctionDefinition {
+                name,
+                description: tool.description.clone(),
+                parameters: tool.parameters.clone(),
+                strict: tool.strict,
+            },
+        });
+    }
+    Ok(tools)
+}
+
+/// `tool_choice` in chat's spelling: `{"type": "function", "name"}` names the function in a
+/// `function` object there.
+fn tool_choice(choice: Option<&Value>) -> Result<Option<Value>, ApiError> {
+    let named = |v: &Value| match (v["type"].as_str(), v["name"].as_str()) {
+        (Some("function"), Some(name)) => Some(json!({"type": "function", "function": {"name": name}})),
+        _ => None,
+    };
+    match choice {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) if matches!(s.as_str(), "auto" | "none" | "required") => Ok(choice.cloned()),
+        Some(v) => named(v).map(Some).ok_or_else(|| {
+            invalid(
+                "tool_choice",
+                "expected \"auto\", \"none\", \"required\" or {\"type\": \"function\", \"name\": ...}",
+            )
+        }),
+    }
+}
+
+/// What `text.format` holds the answer to: nothing for `text`, any JSON object, or JSON
+/// that `schema` accepts.
+fn text_format(format: Option<&Value>) -> Result<Option<Asked>, ApiError> {
+    let Some(format) = format.filter(|f| !f.is_null()) else {
+        return Ok(None);
+    };
+    let spec = match format["type"].as_str() {
+        Some("text") => return Ok(None),
+        Some("json_object") => Spec::JsonObject { whitespace: None },
+        Some("json_schema") => match &format["schema"] {
+            schema @ Value::Object(_) => Spec::JsonSchema {
+                schema: schema.clone(),
+                whitespace: None,
+            },
+            _ => return Err(invalid("text.format.schema", "a JSON Schema object is expected")),
+        },
+        _ => {
+            return Err(invalid(
+                "text.format.type",
+                "expected \"text\", \"json_object\" or \"json_schema\"",
+            ))
+        }
+    };
+    Ok(Some(Asked {
+        spec,
+        param: "text.format",
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each message as (role, text, reasoning, calls as name(arguments) by id, answered call).
+    fn read(input: Value) -> Vec<(String, Option<String>, Option<String>, Vec<String>, Option<String>)> {
+        let input: ResponsesInput = serde_json::from_value(input).unwrap();
+        messages(Some("Be brief."), &input)
+            .unwrap()
+            .iter()
+            .enumerate()
+            .map(|(i, m)| {
+                let calls = m.tool_calls.iter().flatten();
+                let calls = calls.map(|c| format!("{}:{}({})", c.id, c.function.name, c.function.arguments));
+                (
+                    m.role.clone(),
+                    m.text(i, "\n").unwrap(),
+                    m.reasoning_content.clone(),
+                    calls.collect(),
+                    m.tool_call_id.clone(),
+                )
+            })
+            .collect()
+    }
+
+    fn some(text: &str) -> Option<String> {
+        Some(text.to_string())
+    }
+
+    #[test]
+    fn items_become_the_chat_they_describe() {
+        let got = read(json!([
+            {"role": "user", "content": [{"type": "input_text", "text": "Weather"}, {"type": "input_text", "text": "in Oslo?"}]},
+            {"type": "reasoning", "summary": [{"type": "summary_text", "text": "unused"}],
+             "content": [{"type": "reasoning_text", "text": "Call it."}]},
+            {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Checking."}]},
+            {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": "{\"city\":\"Oslo\"}"},
+            {"type": "function_call", "call_id": "c2", "name": "get_time", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c1", "output": "cold"},
+            {"type": "function_call_output", "call_id": "c2", "output": [{"type": "input_text", "text": "noon"}]},
+            {"type": "reasoning", "summary": [{"type": "summary_text", "text": "Answer."}]},
+            {"type": "function_call", "call_id": "c3", "name": "get_weather", "arguments": "{}"},
+            {"type": "reasoning", "content": [{"type": "reasoning_text", "text": "dropped"}]},
+            {"role": "developer", "content": "Use metric units."},
+            {"role": "assistant", "content": "Fine."},
+        ]));
+        let want = vec![
+            ("system".into(), some("Be brief."), None, vec![], None),
+            ("user".into(), some("Weather\nin Oslo?"), None, vec![], None),
+            (
+                "assistant".into(),
+                some("Checking."),
+                some("Call it."),
+                vec!["c1:get_weather({\"city\":\"Oslo\"})".into(), "c2:get_time({})".into()],
+                None,
+            ),
+            ("tool".into(), some("cold"), None, vec![], some("c1")),
+            ("tool".into(), some("noon"), None, vec![], some("c2")),
+            (
+                "assistant".into(),
+                None,
+                some("Answer."),
+                vec!["c3:get_weather({})".into()],
+                None,
+            ),
+            ("developer".into(), some("Use metric units."), None, vec![], None),
+            ("assistant".into(), some("Fine."), None, vec![], None),
+        ];
+        assert_eq!(got, want);
+        let text: ResponsesInput = serde_json::from_value(json!("Hi")).unwrap();
+        let chat = messages(None, &text).unwrap();
+        assert_eq!((chat.len(), chat[0].role.as_str()), (1, "user"));
+    }
+}
