@@ -146,12 +146,13 @@ impl Usage {
     }
 }
 
-/// A response id such as `cmpl-3f2a...`, or `cmpl-<id>` for a client's `X-Request-Id` (as
-/// vLLM names it), so logs on both sides can be matched.
+/// A response id such as `cmpl-3f2a...` (`prefix` holds its separator: `cmpl-`, `resp_`), or
+/// `cmpl-<id>` for a client's `X-Request-Id` (as vLLM names it), so logs on both sides can be
+/// matched.
 pub fn response_id(prefix: &str, headers: &HeaderMap) -> String {
     match client_request_id(headers) {
-        Some(id) => format!("{prefix}-{id}"),
-        None => format!("{prefix}-{}", random_id()),
+        Some(id) => format!("{prefix}{id}"),
+        None => format!("{prefix}{}", random_id()),
     }
 }
 

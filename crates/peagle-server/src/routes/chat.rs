@@ -4,6 +4,7 @@
 //! one `chat.completion`.
 
 use super::chat_start::{start_chat, ChatFields};
+use super::check_model;
 use crate::answer::{join_calls, AnswerParser, Split};
 use crate::choice::{Choice, Finish};
 use crate::error::ApiError;
@@ -85,6 +86,7 @@ pub async fn chat_completions(
     ApiJsonViews(req, sampling): ChatBody,
 ) -> Result<Response, ApiError> {
     let arrived = Instant::now();
+    check_model(&state, req.model.as_deref())?;
     let streaming = req.stream.unwrap_or(false);
     let usage = StreamUsage::of(streaming, req.stream_options.as_ref())?;
     let fields = ChatFields {
@@ -97,7 +99,7 @@ pub async fn chat_completions(
     };
     let chat = start_chat(&state, &req, sampling, fields, arrived).await?;
     let meta = Meta {
-        id: response_id("chatcmpl", &headers),
+        id: response_id("chatcmpl-", &headers),
         created: unix_time(),
         model: state.model.name.clone(),
     };

@@ -138,7 +138,7 @@ pub async fn completions(
     }
     let choices = Choice::start_all(&state, requests, &template.text, arrived)?;
     let meta = Meta {
-        id: response_id("cmpl", &headers),
+        id: response_id("cmpl-", &headers),
         created: unix_time(),
         model: state.model.name.clone(),
     };

@@ -2,9 +2,11 @@
 //! a chat (`responses_input`), started as chats are (`chat_start`), and its answer written as
 //! output items (`responses_output`): one `response` object, or with `stream` the Responses
 //! stream's typed events, each with its sequence number, ending in `response.completed`
-//! (or `.incomplete`). As in vLLM without a store, nothing is kept after the response.
+//! (`.incomplete` where the limit cut the answer, `.failed` where the server ended it), or in
+//! an `error` event. As in vLLM without a store, nothing is kept after the response.
 
 use super::chat_start::{start_chat, StartedChat};
+use super::off_runtime;
 use super::responses_input::chat_request;
 use super::responses_output::OutputItems;
 use crate::answer::AnswerParser;
@@ -18,7 +20,6 @@ use crate::protocol::responses::{
 };
 use crate::protocol::sampling::SamplingRequest;
 use crate::protocol::{response_id, unix_time};
-use crate::served_model::ServedModel;
 use crate::state::AppState;
 use axum::extract::State;
 use axum::http::HeaderMap;
@@ -52,8 +53,14 @@ pub async fn responses(
     if sampling.n.is_some_and(|n| n != 1) {
         return Err(ApiError::invalid(Some("n"), "n: a response is one answer"));
     }
+    if sampling.prompt_logprobs.is_some() {
+        return Err(ApiError::invalid(
+            Some("prompt_logprobs"),
+            "prompt_logprobs: a response has no place for them; use /v1/chat/completions",
+        ));
+    }
     let (chat, fields) = chat_request(&req)?;
-    let head = Head::new(&req, &sampling, response_id("resp", &headers), &state.model.name);
+    let head = Head::new(&req, &sampling, response_id("resp_", &headers), &state.model.name);
     let started = start_chat(&state, &chat, sampling, fields, arrived).await?;
     if req.stream.unwrap_or(false) {
         return Ok(stream(state, head, started).into_response());
@@ -63,7 +70,7 @@ pub async fn responses(
     let outcome = only_choice(started.choices)?.collect().await?;
     let mut output = OutputItems::default();
     output.push(parser.split(&outcome.text, true));
-    let response = head.finished(&state.model, &mut output, &outcome.finish, prompt_tokens);
+    let response = head.finished(&state, &mut output, &outcome.finish, prompt_tokens).await;
     Ok(Json(response).into_response())
 }
 
@@ -157,9 +164,9 @@ impl Head {
     }
 
     /// The finished response: `output` closed as `finish` ends it, with the usage.
-    fn finished(
+    async fn finished(
         &self,
-        model: &ServedModel,
+        state: &Arc<AppState>,
         output: &mut OutputItems,
         finish: &Finish,
         prompt_tokens: usize,
@@ -170,7 +177,7 @@ impl Head {
         } else {
             "incomplete"
         });
-        let reasoning_tokens = model.encode_words(&output.reasoning_text()).map_or(0, |ids| ids.len());
+        let reasoning_tokens = reasoning_tokens(state, output.reasoning_text()).await;
         let usage = ResponseUsage {
             input_tokens: prompt_tokens,
             input_tokens_details: InputTokensDetails {
@@ -182,6 +189,16 @@ impl Head {
         };
         self.object(status, output, Some(usage))
     }
+}
+
+/// The reasoning's tokens, as the tokenizer encodes its text (off the async workers).
+async fn reasoning_tokens(state: &Arc<AppState>, text: String) -> usize {
+    if text.is_empty() {
+        return 0;
+    }
+    let state = state.clone();
+    let ids = off_runtime(move || state.model.encode_words(&text)).await;
+    ids.map_or(0, |ids| ids.len())
 }
 
 /// The response's status as the answer ended: cut by `max_output_tokens` (or the context)
@@ -243,7 +260,7 @@ fn stream(
             let Some(finish) = update.finish else {
                 continue;
             };
-            let response = head.finished(&state.model, &mut output, &finish, prompt_tokens);
+            let response = head.finished(&state, &mut output, &finish, prompt_tokens).await;
             for event in output.take_events() {
                 yield sequence.event(event);
             }

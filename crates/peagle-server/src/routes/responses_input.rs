@@ -6,7 +6,7 @@
 use super::chat_start::ChatFields;
 use crate::error::ApiError;
 use crate::harmony::ReasoningEffort;
-use crate::protocol::chat::{ChatMessage, ChatRequest, MessageContent};
+use crate::protocol::chat::{ChatMessage, ChatRequest, ContentPart, MessageContent};
 use crate::protocol::responses::{InputItem, ItemContent, ItemPart, ResponsesInput, ResponsesRequest};
 use crate::protocol::structured::Asked;
 use crate::protocol::tools::{check_name, FunctionCall, FunctionDefinition, Tool, ToolCall};
@@ -65,7 +65,10 @@ fn refuse_unkept(req: &ResponsesRequest) -> Result<(), ApiError> {
     if req.background == Some(true) {
         return Err(invalid("background", "background responses are not supported"));
     }
-    if let Some(asked) = req.include.as_ref().and_then(|i| i.first()) {
+    // Encrypted reasoning is asked for by stateless clients; none is written, so the
+    // reasoning items come back without it.
+    let mut included = req.include.iter().flatten();
+    if let Some(asked) = included.find(|i| *i != "reasoning.encrypted_content") {
         return Err(invalid("include", format!("{asked:?} is not supported")));
     }
     if let Some(top) = req.top_logprobs.filter(|&t| t != 0) {
@@ -97,11 +100,11 @@ fn checked_effort(effort: &str) -> Result<String, ApiError> {
 fn messages(instructions: Option<&str>, input: &ResponsesInput) -> Result<Vec<ChatMessage>, ApiError> {
     let mut messages: Vec<ChatMessage> = Vec::new();
     if let Some(text) = instructions {
-        messages.push(message("system", Some(text.to_string())));
+        messages.push(message("system", Some(MessageContent::Text(text.to_string()))));
     }
     let items = match input {
         ResponsesInput::Text(text) => {
-            messages.push(message("user", Some(text.clone())));
+            messages.push(message("user", Some(MessageContent::Text(text.clone()))));
             return Ok(messages);
         }
         ResponsesInput::Items(items) if items.is_empty() => return Err(invalid("input", "no items")),
@@ -109,6 +112,8 @@ fn messages(instructions: Option<&str>, input: &ResponsesInput) -> Result<Vec<Ch
     };
     let mut reasoning: Option<String> = None;
     let mut after_assistant = false;
+    let mut calls: Vec<String> = Vec::new();
+    let given = messages.len();
     for (i, item) in items.iter().enumerate() {
         let field = |name: &str| format!("input[{i}].{name}");
         let kind = match (item.kind.as_deref(), &item.role) {
@@ -125,14 +130,12 @@ fn messages(instructions: Option<&str>, input: &ResponsesInput) -> Result<Vec<Ch
                         format!("expected user, system, developer or assistant, not {role:?}"),
                     ));
                 }
-                let content = item
+                let given = item
                     .content
                     .as_ref()
                     .ok_or_else(|| invalid(&field("content"), "missing"))?;
-                let mut m = message(
-                    role,
-                    Some(text(content, &field("content"), &["input_text", "output_text"])?),
-                );
+                let text = content(given, &field("content"), &["input_text", "output_text"])?;
+                let mut m = message(role, Some(text));
                 after_assistant = role == "assistant";
                 let before = reasoning.take();
                 if after_assistant {
@@ -142,8 +145,15 @@ fn messages(instructions: Option<&str>, input: &ResponsesInput) -> Result<Vec<Ch
             }
             "function_call" => {
                 let call = function_call(item, &field)?;
+                calls.push(call.id.clone());
                 match messages.last_mut().filter(|_| after_assistant) {
-                    Some(last) => last.tool_calls.get_or_insert_with(Vec::new).push(call),
+                    Some(last) => {
+                        if let Some(more) = reasoning.take() {
+                            let before = last.reasoning_content.take();
+                            last.reasoning_content = Some(before.map_or(more.clone(), |b| format!("{b}\n{more}")));
+                        }
+                        last.tool_calls.get_or_insert_with(Vec::new).push(call);
+                    }
                     None => {
                         let mut m = message("assistant", None);
                         m.reasoning_content = reasoning.take();
@@ -155,13 +165,19 @@ fn messages(instructions: Option<&str>, input: &ResponsesInput) -> Result<Vec<Ch
             }
             "function_call_output" => {
                 let call_id = required(&item.call_id, &field("call_id"))?;
+                if !calls.contains(&call_id) {
+                    return Err(invalid(
+                        &field("call_id"),
+                        format!("no function_call item before it has call_id {call_id:?}"),
+                    ));
+                }
                 let output = item
                     .output
                     .as_ref()
                     .ok_or_else(|| invalid(&field("output"), "missing"))?;
                 let mut m = message(
                     "tool",
-                    Some(text(output, &field("output"), &["input_text", "output_text"])?),
+                    Some(content(output, &field("output"), &["input_text", "output_text"])?),
                 );
                 m.tool_call_id = Some(call_id);
                 messages.push(m);
@@ -183,13 +199,19 @@ fn messages(instructions: Option<&str>, input: &ResponsesInput) -> Result<Vec<Ch
             }
         }
     }
+    if messages.len() == given {
+        return Err(invalid(
+            "input",
+            "no message, function_call or function_call_output item",
+        ));
+    }
     Ok(messages)
 }
 
-fn message(role: &str, content: Option<String>) -> ChatMessage {
+fn message(role: &str, content: Option<MessageContent>) -> ChatMessage {
     ChatMessage {
         role: role.to_string(),
-        content: content.map(MessageContent::Text),
+        content,
         reasoning_content: None,
         tool_calls: None,
         tool_call_id: None,
@@ -203,41 +225,49 @@ fn required(value: &Option<String>, field: &str) -> Result<String, ApiError> {
 fn function_call(item: &InputItem, field: &dyn Fn(&str) -> String) -> Result<ToolCall, ApiError> {
     let name = required(&item.name, &field("name"))?;
     check_name(&name, &field("name"))?;
+    let arguments = required(&item.arguments, &field("arguments"))?;
+    if !arguments.trim().is_empty() {
+        let parsed = serde_json::from_str::<Value>(&arguments);
+        parsed.map_err(|e| invalid(&field("arguments"), format!("not JSON: {e}")))?;
+    }
     Ok(ToolCall {
         id: required(&item.call_id, &field("call_id"))?,
         kind: "function".into(),
-        function: FunctionCall {
-            name,
-            arguments: required(&item.arguments, &field("arguments"))?,
-        },
+        function: FunctionCall { name, arguments },
     })
 }
 
 /// A reasoning item's text: its `reasoning_text` parts, or where it has none its
-/// `summary_text` parts.
+/// `summary_text` parts, joined by newlines.
 fn reasoning_text(item: &InputItem, field: &dyn Fn(&str) -> String) -> Result<String, ApiError> {
-    match (&item.content, &item.summary) {
-        (Some(content), _) => text(content, &field("content"), &["reasoning_text"]),
-        (None, Some(summary)) => parts_text(summary, &field("summary"), &["summary_text"]),
-        (None, None) => Err(invalid(&field("content"), "missing")),
-    }
+    let (parts, field, kind) = match (&item.content, &item.summary) {
+        (Some(ItemContent::Text(text)), _) => return Ok(text.clone()),
+        (Some(ItemContent::Parts(parts)), _) => (parts, field("content"), "reasoning_text"),
+        (None, Some(summary)) => (summary, field("summary"), "summary_text"),
+        (None, None) => return Err(invalid(&field("content"), "missing")),
+    };
+    let texts = text_parts(parts, &field, &[kind])?;
+    Ok(texts.into_iter().filter_map(|p| p.text).collect::<Vec<_>>().join("\n"))
 }
 
-/// Content as one text, its parts of the `kinds` joined by newlines (as chat joins a message's
-/// text parts); other parts are refused.
-fn text(content: &ItemContent, field: &str, kinds: &[&str]) -> Result<String, ApiError> {
+/// Content as a chat message holds it: text, or text parts (of the `kinds`), which the chat
+/// joins by its model's rule; other parts are refused.
+fn content(content: &ItemContent, field: &str, kinds: &[&str]) -> Result<MessageContent, ApiError> {
     match content {
-        ItemContent::Text(text) => Ok(text.clone()),
-        ItemContent::Parts(parts) => parts_text(parts, field, kinds),
+        ItemContent::Text(text) => Ok(MessageContent::Text(text.clone())),
+        ItemContent::Parts(parts) => Ok(MessageContent::Parts(text_parts(parts, field, kinds)?)),
     }
 }
 
-fn parts_text(parts: &[ItemPart], field: &str, kinds: &[&str]) -> Result<String, ApiError> {
-    let texts = parts
+fn text_parts(parts: &[ItemPart], field: &str, kinds: &[&str]) -> Result<Vec<ContentPart>, ApiError> {
+    parts
         .iter()
         .enumerate()
         .map(|(j, part)| match (&part.text, kinds.contains(&part.kind.as_str())) {
-            (Some(text), true) => Ok(text.as_str()),
+            (Some(text), true) => Ok(ContentPart {
+                kind: "text".into(),
+                text: Some(text.clone()),
+            }),
             _ => Err(invalid(
                 &format!("{field}[{j}]"),
                 format!(
@@ -247,8 +277,7 @@ fn parts_text(parts: &[ItemPart], field: &str, kinds: &[&str]) -> Result<String,
                 ),
             )),
         })
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(texts.join("\n"))
+        .collect()
 }
 
 /// The function tools as chat offers them; their names are checked here, so that a refusal
@@ -336,8 +365,10 @@ fn text_format(format: Option<&Value>) -> Result<Option<Asked>, ApiError> {
 mod tests {
     use super::*;
 
-    /// Each message as (role, text, reasoning, calls as name(arguments) by id, answered call).
-    fn read(input: Value) -> Vec<(String, Option<String>, Option<String>, Vec<String>, Option<String>)> {
+    /// A message as (role, text, reasoning, calls as `id:name(arguments)`, answered call).
+    type Read = (String, Option<String>, Option<String>, Vec<String>, Option<String>);
+
+    fn read(input: Value) -> Vec<Read> {
         let input: ResponsesInput = serde_json::from_value(input).unwrap();
         messages(Some("Be brief."), &input)
             .unwrap()
@@ -377,6 +408,8 @@ mod tests {
             {"type": "reasoning", "content": [{"type": "reasoning_text", "text": "dropped"}]},
             {"role": "developer", "content": "Use metric units."},
             {"role": "assistant", "content": "Fine."},
+            {"type": "reasoning", "content": [{"type": "reasoning_text", "text": "Once more."}]},
+            {"type": "function_call", "call_id": "c4", "name": "get_time", "arguments": ""},
         ]));
         let want = vec![
             ("system".into(), some("Be brief."), None, vec![], None),
@@ -398,7 +431,13 @@ mod tests {
                 None,
             ),
             ("developer".into(), some("Use metric units."), None, vec![], None),
-            ("assistant".into(), some("Fine."), None, vec![], None),
+            (
+                "assistant".into(),
+                some("Fine."),
+                some("Once more."),
+                vec!["c4:get_time()".into()],
+                None,
+            ),
         ];
         assert_eq!(got, want);
         let text: ResponsesInput = serde_json::from_value(json!("Hi")).unwrap();

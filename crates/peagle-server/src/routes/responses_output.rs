@@ -21,18 +21,32 @@ pub struct OutputItems {
 }
 
 impl OutputItems {
-    /// Adds what a split of the answer holds: its reasoning, then its text, then its calls'
-    /// pieces.
+    /// Adds what a split of the answer holds: more of the open call, which was written before
+    /// anything else the split holds, then its reasoning, its text and its other calls' pieces.
     pub fn push(&mut self, split: Split) {
+        let open_call = self.open_call();
+        let (continuing, others): (Vec<CallPiece>, Vec<CallPiece>) = split
+            .calls
+            .into_iter()
+            .partition(|p| p.name.is_none() && Some(p.index) == open_call);
+        for piece in continuing {
+            self.call(piece);
+        }
         if !split.reasoning.is_empty() {
             self.reasoning(&split.reasoning);
         }
         if !split.content.is_empty() {
             self.text(&split.content);
         }
-        for piece in split.calls {
+        for piece in others {
             self.call(piece);
         }
+    }
+
+    /// The parser's index of the call being written, if one is.
+    fn open_call(&self) -> Option<usize> {
+        let last = self.items.len().checked_sub(1).filter(|_| self.open)?;
+        self.calls.iter().position(|&index| index == last)
     }
 
     /// Closes the last item: `completed`, or `incomplete` where the answer was cut short.
@@ -123,10 +137,11 @@ impl OutputItems {
             self.calls.push(self.items.len() - 1);
         }
         // A parser names a call in its first piece and writes its pieces in a row, so a later
-        // piece finds its call open.
-        let Some(&index) = self.calls.get(piece.index) else {
+        // piece finds its call open; one that did not would follow the call's done event.
+        if self.open_call() != Some(piece.index) {
             return;
-        };
+        }
+        let index = self.calls[piece.index];
         let OutputItem::FunctionCall(call) = &mut self.items[index] else {
             return;
         };
@@ -378,6 +393,22 @@ mod tests {
                 .collect();
             assert_eq!(json!(got), want, "in pieces of {piece}");
         }
+    }
+
+    /// A split that ends the open call and goes on with text (several tokens a step, under
+    /// speculation) finishes the call before the text's message opens.
+    #[test]
+    fn a_calls_last_piece_comes_before_the_text_after_it() {
+        let mut output = OutputItems::default();
+        let mut events = Vec::new();
+        output.push(split("", "", vec![piece(0, Some("f"), "{\"a\":")]));
+        output.push(split("", "Done.", vec![piece(0, None, "1}")]));
+        output.finish("completed");
+        events.extend(output.take_events());
+        let items = json!(output.items());
+        assert_eq!(replayed(&events), items.as_array().unwrap().clone());
+        assert_eq!(items[0]["arguments"], "{\"a\":1}");
+        assert_eq!(items[1]["content"][0]["text"], "Done.");
     }
 
     #[test]

@@ -108,7 +108,7 @@ async fn answers_as_the_chat_it_reads_and_streams_the_same_items() {
     let server = TestServer::start().await;
     let body = server.ok("/v1/responses", request(10)).await;
     let chat = server.ok("/v1/chat/completions", as_chat(10)).await;
-    assert!(body["id"].as_str().unwrap().starts_with("resp-"), "{body}");
+    assert!(body["id"].as_str().unwrap().starts_with("resp_"), "{body}");
     assert_eq!((&body["object"], &body["model"]), (&json!("response"), &json!(MODEL)));
     let content = chat["choices"][0]["message"]["content"].as_str().unwrap();
     assert_eq!(items(&body), [("message".to_string(), content.to_string())]);
@@ -149,8 +149,10 @@ async fn answers_as_the_chat_it_reads_and_streams_the_same_items() {
         assert_eq!(last["usage"][count], body["usage"][count], "{count}");
     }
 
-    // A string input is the user's message; without a limit the answer may fill the context.
-    let plain = json!({"input": "Sort a list", "max_output_tokens": 5, "temperature": 0, "ignore_eos": true});
+    // A string input is the user's message; reasoning.encrypted_content is accepted (none is
+    // written).
+    let plain = json!({"input": "Sort a list", "max_output_tokens": 5, "temperature": 0, "ignore_eos": true,
+                       "include": ["reasoning.encrypted_content"]});
     let body = server.ok("/v1/responses", plain).await;
     let mut chat = as_chat(5);
     chat["messages"].as_array_mut().unwrap().remove(0);
@@ -197,7 +199,8 @@ async fn what_needs_a_store_or_is_not_served_is_refused_by_its_field() {
         (with("previous_response_id", json!("resp_1")), "previous_response_id"),
         (with("conversation", json!("conv_1")), "conversation"),
         (with("background", json!(true)), "background"),
-        (with("include", json!(["message.output_text.logprobs"])), "include"),
+        (with("include", json!(["reasoning.encrypted_content", "message.output_text.logprobs"])), "include"),
+        (with("prompt_logprobs", json!(1)), "prompt_logprobs"),
         (with("top_logprobs", json!(3)), "top_logprobs"),
         (with("truncation", json!("auto")), "truncation"),
         (with("n", json!(2)), "n"),
@@ -228,7 +231,23 @@ async fn what_needs_a_store_or_is_not_served_is_refused_by_its_field() {
         ),
         (
             with("input", json!([{"type": "function_call_output", "call_id": "c"}])),
-            "input[0].output",
+            "input[0].call_id",
+        ),
+        (
+            with("input", json!([{"type": "function_call", "call_id": "c", "name": "f", "arguments": "{"}])),
+            "input[0].arguments",
+        ),
+        (
+            with(
+                "input",
+                json!([{"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"},
+                       {"type": "function_call_output", "call_id": "c"}]),
+            ),
+            "input[1].output",
+        ),
+        (
+            with("input", json!([{"type": "reasoning", "content": [{"type": "reasoning_text", "text": "hm"}]}])),
+            "input",
         ),
         (with("tools", json!([{"type": "web_search"}])), "tools[0].type"),
         (
