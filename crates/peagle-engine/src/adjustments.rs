@@ -81,18 +81,32 @@ impl<'a> Adjuster<'a> {
         )
     }
 
+    /// The tokens the structured output allows at the current row, as bits
+    /// (`StructuredOutput::allowed`); None where it bans none.
+    pub fn allowed(&self, vocab: usize) -> Option<Vec<u32>> {
+        let (s, cursor) = self.grammar()?;
+        s.allowed(cursor, self.grammar_ends(s, cursor), vocab)
+    }
+
     /// The tokens the structured output bans at the current row.
     fn off_grammar(&self, vocab: usize) -> Vec<u32> {
-        let Some(s) = self.structured else {
-            return Vec::new();
-        };
-        let cursor = &self.cursors[self.row];
-        let ends = if s.only_ends(cursor) {
-            &self.ends
-        } else {
-            &self.stop_ids
-        };
-        s.banned(cursor, ends, vocab)
+        match self.grammar() {
+            Some((s, cursor)) => s.banned(cursor, self.grammar_ends(s, cursor), vocab),
+            None => Vec::new(),
+        }
+    }
+
+    fn grammar(&self) -> Option<(&StructuredOutput, &Cursor)> {
+        Some((self.structured?, &self.cursors[self.row]))
+    }
+
+    /// The tokens that end the text where the grammar allows it to end: every end where
+    /// nothing else may follow, else the stop tokens.
+    fn grammar_ends(&self, s: &StructuredOutput, cursor: &Cursor) -> &[u32] {
+        match s.only_ends(cursor) {
+            true => &self.ends,
+            false => &self.stop_ids,
+        }
     }
 
     /// Stop tokens are held back before `min_tokens`, unless a grammar's text can only end.
@@ -101,8 +115,20 @@ impl<'a> Adjuster<'a> {
         self.history.generated() < self.min_tokens && !only_ends
     }
 
-    /// Adjusts the current row's `logits`.
+    /// Adjusts the current row's `logits`, a whole row: `apply_but_grammar`, then -inf for
+    /// the tokens the grammar bans (which come last, so the order gives the same values).
     pub fn apply(&self, logits: &mut (impl LogitsMut + ?Sized)) {
+        self.apply_but_grammar(logits);
+        for token in self.off_grammar(logits.vocab()) {
+            if let Some(l) = logits.logit_mut(token) {
+                *l = f32::NEG_INFINITY;
+            }
+        }
+    }
+
+    /// Every adjustment but the grammar's bans, which `allowed` gives as bits: the values
+    /// `touched` names change. A GPU's rows are adjusted so, then masked by those bits.
+    pub fn apply_but_grammar(&self, logits: &mut (impl LogitsMut + ?Sized)) {
         self.penalties.apply(logits, &self.history);
         if self.holds_stop_tokens() {
             for &token in &self.stop_ids {
@@ -111,16 +137,14 @@ impl<'a> Adjuster<'a> {
                 }
             }
         }
-        let vocab = logits.vocab();
-        let banned = self.bans.banned(self.history.tokens(), vocab);
-        for token in banned.chain(self.off_grammar(vocab)) {
+        for token in self.bans.banned(self.history.tokens(), logits.vocab()) {
             if let Some(l) = logits.logit_mut(token) {
                 *l = f32::NEG_INFINITY;
             }
         }
     }
 
-    /// The tokens of a `vocab`-wide row that `apply` may change, ascending.
+    /// The tokens of a `vocab`-wide row that `apply_but_grammar` may change, ascending.
     pub fn touched(&self, vocab: usize) -> Vec<u32> {
         let held = self.holds_stop_tokens().then_some(&self.stop_ids).into_iter().flatten();
         let mut tokens: Vec<u32> = self
@@ -128,7 +152,6 @@ impl<'a> Adjuster<'a> {
             .touched(&self.history)
             .chain(held.copied())
             .chain(self.bans.banned(self.history.tokens(), vocab))
-            .chain(self.off_grammar(vocab))
             .filter(|&t| (t as usize) < vocab)
             .collect();
         tokens.sort_unstable();
@@ -208,8 +231,9 @@ mod tests {
     use rand::{Rng, SeedableRng};
     use std::sync::Arc;
 
-    /// `logits` adjusted at the adjuster's row, after checking that the touched values
-    /// adjusted alone equal the adjusted row's, bit for bit, and that the others are left alone.
+    /// `logits` adjusted at the adjuster's row, after checking that the row adjusted as a GPU
+    /// adjusts it equals it bit for bit: the touched values adjusted alone (the others left
+    /// alone), then the tokens outside the grammar's bits set to -inf.
     fn adjusted_as_touched(adjuster: &Adjuster, logits: &[f32], row: usize) -> Vec<f32> {
         let vocab = logits.len();
         let mut dense = logits.to_vec();
@@ -218,9 +242,16 @@ mod tests {
         assert!(touched.windows(2).all(|w| w[0] < w[1]));
         let values = touched.iter().map(|&t| logits[t as usize]).collect();
         let mut sparse = SparseLogits::new(touched, values, vocab);
-        adjuster.apply(&mut sparse);
+        adjuster.apply_but_grammar(&mut sparse);
+        let allowed = adjuster.allowed(vocab);
         for token in 0..vocab as u32 {
-            let value = sparse.get(token).unwrap_or(logits[token as usize]);
+            let value = match allowed
+                .as_deref()
+                .is_some_and(|bits| !peagle_kernels::allows(bits, token))
+            {
+                true => f32::NEG_INFINITY,
+                false => sparse.get(token).unwrap_or(logits[token as usize]),
+            };
             assert_eq!(
                 value.to_bits(),
                 dense[token as usize].to_bits(),

@@ -11,6 +11,7 @@
 //! verification window follows the drafts before it, so speculation keeps the output exact.
 
 use peagle_grammar::{Constraint, State};
+use peagle_kernels::{allows, TOKEN_MASK_WORD_BITS};
 use std::sync::Arc;
 
 #[derive(Debug, Clone, PartialEq)]
@@ -62,16 +63,33 @@ impl StructuredOutput {
         matches!(cursor, Cursor::Parsing(state) if state.is_final())
     }
 
-    /// The tokens of a `vocab`-wide row banned at `cursor`, where `stop_ids` end the text.
-    pub fn banned<'a>(&'a self, cursor: &Cursor, stop_ids: &'a [u32], vocab: usize) -> Vec<u32> {
+    /// The tokens of a `vocab`-wide row allowed at `cursor`, where `stop_ids` end the text, as
+    /// bits that `peagle_kernels::allows` reads (a GPU bans the others where the logits lie);
+    /// None before the trigger, where every token is.
+    pub fn allowed(&self, cursor: &Cursor, stop_ids: &[u32], vocab: usize) -> Option<Vec<u32>> {
         let Cursor::Parsing(state) = cursor else {
-            return Vec::new();
+            return None;
         };
         let mask = self.constraint.allowed(state);
-        let may_stop = state.accepts() || state.is_dead();
-        (0..vocab as u32)
-            .filter(|&t| !(mask.allows(t) || may_stop && stop_ids.contains(&t)))
-            .collect()
+        let mut words = vec![0u32; vocab.div_ceil(TOKEN_MASK_WORD_BITS)];
+        let halves = mask.bits().iter().flat_map(|&w| [w as u32, (w >> 32) as u32]);
+        for (word, half) in words.iter_mut().zip(halves) {
+            *word = half;
+        }
+        if state.accepts() || state.is_dead() {
+            for &t in stop_ids.iter().filter(|&&t| (t as usize) < vocab) {
+                words[t as usize / TOKEN_MASK_WORD_BITS] |= 1 << (t as usize % TOKEN_MASK_WORD_BITS);
+            }
+        }
+        Some(words)
+    }
+
+    /// The tokens of a `vocab`-wide row banned at `cursor`: those `allowed` leaves out.
+    pub fn banned(&self, cursor: &Cursor, stop_ids: &[u32], vocab: usize) -> Vec<u32> {
+        match self.allowed(cursor, stop_ids, vocab) {
+            Some(words) => (0..vocab as u32).filter(|&t| !allows(&words, t)).collect(),
+            None => Vec::new(),
+        }
     }
 }
 

@@ -115,6 +115,12 @@ impl TokenMask {
         (token as usize) < self.len && self.bits[token as usize / 64] & (1 << (token % 64)) != 0
     }
 
+    /// The mask as bits: bit `t % 64` of word `t / 64` allows token `t`; no token past the
+    /// vocabulary is.
+    pub fn bits(&self) -> &[u64] {
+        &self.bits
+    }
+
     /// How many tokens are allowed.
     pub fn count(&self) -> usize {
         self.bits.iter().map(|w| w.count_ones() as usize).sum()

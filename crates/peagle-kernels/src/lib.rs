@@ -51,6 +51,7 @@ mod swiglu;
 mod take_ids;
 #[cfg(test)]
 mod test_util;
+mod token_mask;
 mod upload;
 mod value_sum;
 
@@ -88,4 +89,5 @@ pub use rope::{rope, Rotation};
 pub use row_candidates::{issue_row_candidates, row_candidates, CandidateRequest, RowCandidates, MAX_ROW_CANDIDATES};
 pub use swiglu::{clamped_swiglu, swiglu};
 pub use take_ids::{ids_to_write, pick_ids, take_ids};
+pub use token_mask::{allows, mask_tokens, TOKEN_MASK_WORD_BITS};
 pub use upload::upload_into;

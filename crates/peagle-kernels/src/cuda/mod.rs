@@ -17,6 +17,7 @@ mod rope;
 mod sampling;
 mod split_counters;
 mod swiglu;
+mod token_mask;
 
 pub(crate) use argmax::argmax_rows;
 pub(crate) use gather::{chain_drafts, gather_rows, take_ids, uninitialized_u32, ChainTensors};
@@ -30,6 +31,7 @@ pub(crate) use rms_norm::{experts_add_rms_norm, rms_norm, rms_norm_pair};
 pub(crate) use rope::rope;
 pub(crate) use sampling::{gumbel_sample, row_candidates};
 pub(crate) use swiglu::swiglu;
+pub(crate) use token_mask::mask_tokens;
 
 use crate::error::bad_input;
 use candle_core::cuda_backend::cudarc::driver::{CudaSlice, CudaView, DeviceRepr, LaunchConfig};

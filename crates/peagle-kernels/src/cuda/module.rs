@@ -22,6 +22,7 @@ pub(crate) enum Module {
     Rope,
     RowCandidates,
     Swiglu,
+    TokenMask,
 }
 
 /// The compute capability each PTX build needs, oldest first, as build.rs's `ARCHES`.
@@ -55,6 +56,7 @@ impl Module {
             Self::Rope => ptx!("rope"),
             Self::RowCandidates => ptx!("row_candidates"),
             Self::Swiglu => ptx!("swiglu"),
+            Self::TokenMask => ptx!("token_mask"),
         }
     }
 }

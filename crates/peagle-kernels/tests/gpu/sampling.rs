@@ -1,11 +1,11 @@
-//! Choosing tokens on the device: argmax, a row's candidates for top-k and top-p, and
-//! Gumbel-max draws, each against the CPU.
-use super::{gpu, values};
+//! Choosing tokens on the device: argmax, a row's candidates for top-k and top-p, Gumbel-max
+//! draws and grammar bans, each against the CPU.
+use super::{bits, gpu, values};
 use crate::common::{chi_square, draws_of_one_row};
 use candle_core::{DType, Device, Tensor};
 use peagle_kernels::{
-    argmax_each_row, argmax_rows, gumbel_sample, row_candidates, CandidateRequest, GumbelRequest, RowCandidates,
-    MAX_ROW_CANDIDATES,
+    argmax_each_row, argmax_rows, gumbel_sample, mask_tokens, row_candidates, CandidateRequest, GumbelRequest,
+    RowCandidates, MAX_ROW_CANDIDATES, TOKEN_MASK_WORD_BITS,
 };
 
 /// Each requested row's argmax on the GPU is the CPU's (the first largest, NaN never), at a
@@ -172,4 +172,32 @@ fn gumbel_sample_equals_the_cpu_and_follows_the_softmax() {
     let chi_square = chi_square(&bins, &expected);
     // The 99.9th percentile of chi-square with 16 degrees of freedom.
     assert!(chi_square < 39.25, "chi-square {chi_square}: {bins:?}");
+}
+
+/// Grammar bans on the GPU are the CPU's, bit for bit: a gpt-oss-sized vocabulary whose last
+/// word is part full, rows with every bit, none, and random ones, at odd row counts.
+#[test]
+fn mask_tokens_equals_the_cpu() {
+    let Some(dev) = gpu() else { return };
+    for (rows, vocab) in [(1, 201_088), (5, 1000), (3, 33)] {
+        let x = sampling_rows(rows, vocab);
+        let words = vocab.div_ceil(TOKEN_MASK_WORD_BITS);
+        let mut state = 0x9e37_79b9_u32;
+        let row_bits: Vec<u32> = (0..rows * words)
+            .map(|i| match i / words {
+                0 => u32::MAX,
+                1 => 0,
+                _ => {
+                    state ^= state << 13;
+                    state ^= state >> 17;
+                    state ^= state << 5;
+                    state
+                }
+            })
+            .collect();
+        let allowed = Tensor::from_vec(row_bits, (rows, words), &Device::Cpu).unwrap();
+        let want = mask_tokens(&x, &allowed).unwrap();
+        let got = mask_tokens(&x.to_device(&dev).unwrap(), &allowed.to_device(&dev).unwrap()).unwrap();
+        assert_eq!(bits(&got), bits(&want), "{rows} rows of {vocab}");
+    }
 }

@@ -199,7 +199,13 @@ async fn what_needs_a_store_or_is_not_served_is_refused_by_its_field() {
         (with("previous_response_id", json!("resp_1")), "previous_response_id"),
         (with("conversation", json!("conv_1")), "conversation"),
         (with("background", json!(true)), "background"),
-        (with("include", json!(["reasoning.encrypted_content", "message.output_text.logprobs"])), "include"),
+        (
+            with(
+                "include",
+                json!(["reasoning.encrypted_content", "message.output_text.logprobs"]),
+            ),
+            "include",
+        ),
         (with("prompt_logprobs", json!(1)), "prompt_logprobs"),
         (with("top_logprobs", json!(3)), "top_logprobs"),
         (with("truncation", json!("auto")), "truncation"),
@@ -234,7 +240,10 @@ async fn what_needs_a_store_or_is_not_served_is_refused_by_its_field() {
             "input[0].call_id",
         ),
         (
-            with("input", json!([{"type": "function_call", "call_id": "c", "name": "f", "arguments": "{"}])),
+            with(
+                "input",
+                json!([{"type": "function_call", "call_id": "c", "name": "f", "arguments": "{"}]),
+            ),
             "input[0].arguments",
         ),
         (
@@ -246,7 +255,10 @@ async fn what_needs_a_store_or_is_not_served_is_refused_by_its_field() {
             "input[1].output",
         ),
         (
-            with("input", json!([{"type": "reasoning", "content": [{"type": "reasoning_text", "text": "hm"}]}])),
+            with(
+                "input",
+                json!([{"type": "reasoning", "content": [{"type": "reasoning_text", "text": "hm"}]}]),
+            ),
             "input",
         ),
         (with("tools", json!([{"type": "web_search"}])), "tools[0].type"),
