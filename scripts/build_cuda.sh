@@ -18,15 +18,16 @@
 #      given into target/carry/ with Python's tarfile, which every GPU host has.
 #   scripts/build_cuda.sh --check   the CUDA build check, what CI runs: the crates with CUDA
 #                                   code (kernels, models, engine: libraries, tests, examples)
-#                                   built with the cuda feature, which checks every line of it,
-#                                   and peagle's kernels compiled to PTX, in target/cuda-check; no
-#                                   packing, candle's own kernels compiled from empty sources, and
-#                                   the GPU test binaries, listed in target/cuda-check/gpu_tests.txt,
-#                                   built for the CUDA emulator (scripts/emulated_gpu_tests.sh)
-#   scripts/build_cuda.sh --emulated-generate
-#                                   builds peagle-generate with the cuda feature for the CUDA
-#                                   emulator, as --check builds the tests, in target/cuda-check
-#                                   (scripts/emulated_host_ops.sh runs it)
+#                                   and peagle-cli (its tests, and so its binaries) built with the
+#                                   cuda feature, which checks every line of it, and peagle's
+#                                   kernels compiled to PTX (their directory named in
+#                                   target/cuda-check/kernels_ptx_dir.txt, where
+#                                   scripts/kernel_resources.sh reads them), in
+#                                   target/cuda-check; no packing, candle's own kernels compiled
+#                                   from empty sources, and the GPU test binaries, listed in
+#                                   target/cuda-check/gpu_tests.txt, and peagle-generate built for
+#                                   the CUDA emulator (scripts/emulated_gpu_tests.sh,
+#                                   scripts/emulated_host_ops.sh)
 #   scripts/build_cuda.sh --serve   builds target/release/peagle-serve only, with the cuda
 #                                   feature (what the Dockerfile runs)
 #   scripts/build_cuda.sh --toolkit installs the toolkit and the stubs only
@@ -87,8 +88,9 @@ if [ "$check" = --serve ]; then
 fi
 
 # gpu_tests PROFILE [CARGO_ARGUMENT...]: builds the GPU tests of the crates with CUDA code with
-# their cuda features in PROFILE (and whatever else the arguments add), and lists the GPU test
-# binaries, one "crate path" a line.
+# their cuda features in PROFILE (and whatever else the arguments add), lists the GPU test
+# binaries, one "crate path" a line, and writes the directory of peagle's kernels' PTX to
+# kernels_ptx_dir.txt in the target directory.
 gpu_tests() {
     local profile=$1
     shift
@@ -100,10 +102,12 @@ for line in sys.stdin:
     m = json.loads(line)
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "gpu":
         print(m["manifest_path"].split("/")[-2], m["executable"])
-'
+    if m.get("reason") == "build-script-executed" and "/peagle-kernels#" in m["package_id"]:
+        open(sys.argv[1], "w").write(m["out_dir"] + "\n")
+' "${CARGO_TARGET_DIR:-$target}/kernels_ptx_dir.txt"
 }
 
-if [ "$check" = --check ] || [ "$check" = --emulated-generate ]; then
+if [ "$check" = --check ]; then
     # The emulator runs peagle's kernels and candle's from their sources, and no binary built
     # here carries candle's empty PTX elsewhere: in a target directory of its own. Optimized
     # lightly and without debug info: the build is most of the check's time, while the tests'
@@ -111,11 +115,10 @@ if [ "$check" = --check ] || [ "$check" = --emulated-generate ]; then
     export SKIPPED_SOURCES='*/candle-kernels-*/*.cu' CARGO_TARGET_DIR=$target/cuda-check
     mkdir -p "$CARGO_TARGET_DIR"
     light=(--config profile.release.opt-level=1 --config profile.release.debug=false)
-    if [ "$check" = --emulated-generate ]; then
-        cargo build --release --locked --features peagle-cli/cuda -p peagle-cli --bin peagle-generate "${light[@]}"
-        exit 0
-    fi
-    gpu_tests release --lib --tests --examples "${light[@]}" >"$CARGO_TARGET_DIR/gpu_tests.txt"
+    # peagle-cli in the same build: its binaries then share the dependencies' features with
+    # the tests, where a build of their own recompiled most of the dependencies.
+    gpu_tests release --lib --tests --examples -p peagle-cli --features peagle-cli/cuda "${light[@]}" \
+        >"$CARGO_TARGET_DIR/gpu_tests.txt"
     echo "CUDA build check: ok"
     exit 0
 fi

@@ -20,7 +20,7 @@ if [ "${1:-}" = --check ]; then
 fi
 tokens=${1:-24}
 bash scripts/build_cuda_emulator.sh >/dev/null
-bash scripts/build_cuda.sh --emulated-generate
+bash scripts/build_cuda.sh --check >/dev/null
 export LD_LIBRARY_PATH=$PWD/target/cuda-emulator/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 traces=target/cuda-emulator/host-ops
 mkdir -p "$traces"

@@ -1,6 +1,6 @@
 """What each CUDA kernel costs in registers and spills, from ptxas's verbose output.
 
-Reads the output of nvcc -Xptxas -v over kernels/*.cu (scripts/kernel_resources.sh) on stdin,
+Reads ptxas -v's output over kernels/*.cu's PTX (scripts/kernel_resources.sh) on stdin,
 and prints a table: for each kernel, its registers and the bytes it spills (stores and loads
 together) on each architecture. A spill is a round trip to local memory where a register would
 do: on the GPU it costs loads on the kernel's path, and without a GPU at hand this count is the
