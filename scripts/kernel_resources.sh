@@ -42,7 +42,7 @@ if fresh_ptx; then
         for arch in 80 90 100; do
             "$cuda_bin/ptxas" -arch=sm_$arch -O3 -v -o "$out/kernel.cubin" \
                 "$ptx_dir/$(basename "$source" .cu).compute_$arch.ptx" 2>&1 ||
-                { echo "ptxas failed on $source for sm_$arch" >&2; exit 1; }
+                { cat "$out/ptxas.txt" >&2; echo "ptxas failed on $source for sm_$arch" >&2; exit 1; }
         done
     done >"$out/ptxas.txt"
 else
@@ -51,7 +51,7 @@ else
         "$cuda_bin/nvcc" -fatbin -O3 -std=c++17 -gencode arch=compute_80,code=sm_80 \
             -gencode arch=compute_90,code=sm_90 -gencode arch=compute_100,code=sm_100 -Xptxas -v \
             -o "$out/kernel.fatbin" "$source" 2>&1 ||
-            { echo "nvcc failed on $source" >&2; exit 1; }
+            { cat "$out/ptxas.txt" >&2; echo "nvcc failed on $source" >&2; exit 1; }
     done >"$out/ptxas.txt"
 fi
 python3 scripts/kernel_resources.py ${limits[@]+"${limits[@]}"} <"$out/ptxas.txt"

@@ -139,6 +139,22 @@ def check_responses(client, model):
     assert json.loads(text) in ["ascending", "descending"], text
 
 
+def check_stored_responses(client, model):
+    first = respond(client, model)
+    assert client.responses.retrieve(first.id).output_text == first.output_text, first
+    second = client.responses.create(
+        model=model, previous_response_id=first.id, input="Now in place.", temperature=0, max_output_tokens=4,
+        extra_body=RUN_TO_LENGTH,
+    )
+    assert second.previous_response_id == first.id and second.usage.input_tokens > first.usage.input_tokens, second
+    client.responses.delete(first.id)
+    try:
+        client.responses.retrieve(first.id)
+        raise AssertionError("a deleted response was found")
+    except openai.NotFoundError:
+        pass
+
+
 def check_n_and_seed(client, model):
     def run():
         r = client.completions.create(
@@ -222,6 +238,7 @@ CHECKS = [
     check_chat,
     check_chat_stream,
     check_responses,
+    check_stored_responses,
     check_n_and_seed,
     check_stop,
     check_logprobs,

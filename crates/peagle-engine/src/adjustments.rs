@@ -2,8 +2,9 @@
 //! its penalties and logit bias, its stop tokens held back while fewer than `min_tokens`
 //! tokens are out (`penalties` has the order and the rule for drafts), and the tokens its
 //! constraints ban (`token_bans`), and those outside its grammar (`structured`). The host applies it
-//! to a whole row, or to the few values of a row it touches, with the same arithmetic, so a
-//! row adjusted where it lies (on a GPU) takes the values the host's copy would.
+//! to a whole row; a row adjusted where it lies (on a GPU) has the few values the other
+//! adjustments touch adjusted by the host with the same arithmetic and the grammar's bans set
+//! from its bits, last as on the host, so it takes the values the host's copy would.
 
 use crate::penalties::{History, LogitsMut, Penalties};
 use crate::sequence::Sequence;
@@ -82,7 +83,7 @@ impl<'a> Adjuster<'a> {
     }
 
     /// The tokens the structured output allows at the current row, as bits
-    /// (`StructuredOutput::allowed`); None where it bans none.
+    /// (`StructuredOutput::allowed`); None without a grammar or before its trigger.
     pub fn allowed(&self, vocab: usize) -> Option<Vec<u32>> {
         let (s, cursor) = self.grammar()?;
         s.allowed(cursor, self.grammar_ends(s, cursor), vocab)

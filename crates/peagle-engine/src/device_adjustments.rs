@@ -21,9 +21,9 @@ pub struct AdjustedRows {
 }
 
 impl AdjustedRows {
-    /// Copies the windows' adjusted rows of `logits`, then sets the values their adjustments
-    /// touch to what the host computes from the values gathered: a few values a row cross
-    /// each way.
+    /// Copies the windows' adjusted rows of `logits`, sets the values their adjustments touch
+    /// to what the host computes from the values gathered (a few values a row cross each way),
+    /// then sets the tokens a grammar leaves out to -inf from its bits.
     pub fn new<'a>(logits: &Tensor, windows: impl Iterator<Item = &'a Window<'a>>, eos: &[u32]) -> Result<Self> {
         let (rows, vocab) = logits.dims2()?;
         let mut index = vec![None; rows];

@@ -25,6 +25,10 @@ pub fn routes(state: Arc<AppState>) -> Router {
         .route("/v1/completions", post(completions::completions))
         .route("/v1/chat/completions", post(chat::chat_completions))
         .route("/v1/responses", post(responses::responses))
+        .route(
+            "/v1/responses/{id}",
+            get(responses::get_response).delete(responses::delete_response),
+        )
         .route("/v1/models", get(info::models))
         // A catch-all: served names such as openai/gpt-oss-20b hold slashes.
         .route("/v1/models/{*id}", get(info::model))

@@ -26,6 +26,8 @@ use utoipa::{IntoResponses, Modify, OpenApi, PartialSchema, ToSchema};
         completions::completions,
         chat::chat_completions,
         responses::responses,
+        responses::get_response,
+        responses::delete_response,
         info::models,
         info::model,
         tokenize::tokenize,

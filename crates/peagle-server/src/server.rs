@@ -9,6 +9,7 @@ use crate::app::{app, routes};
 use crate::connection::{self, ConnectionLimits};
 use crate::fd_limit::connection_capacity;
 use crate::metrics::ServerMetrics;
+use crate::responses_store::ResponseStore;
 use crate::served_model::ServedModel;
 use crate::state::{AppState, ServerConfig};
 use crate::text_workers::TextWorkers;
@@ -40,6 +41,7 @@ impl Server {
             engine,
             text_workers: TextWorkers::start()?,
             model,
+            responses: ResponseStore::new(config.responses_store_bytes),
             config,
             stopping: stopping_rx,
             abort: abort_rx,

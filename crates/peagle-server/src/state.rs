@@ -1,6 +1,7 @@
 //! What every handler shares: the engine, the model's tokenizer side, metrics and settings.
 
 use crate::metrics::ServerMetrics;
+use crate::responses_store::ResponseStore;
 use crate::served_model::ServedModel;
 use crate::text_workers::TextWorkers;
 use peagle_engine::EngineHandle;
@@ -28,6 +29,9 @@ pub struct ServerConfig {
     pub keep_alive_timeout: Duration,
     /// Most sequences (prompts × n) one request may ask for; more is 400.
     pub max_sequences_per_request: usize,
+    /// Bytes of responses kept for `previous_response_id` and `/v1/responses/{id}`; 0 keeps
+    /// none (`responses_store`).
+    pub responses_store_bytes: usize,
 }
 
 impl Default for ServerConfig {
@@ -42,6 +46,7 @@ impl Default for ServerConfig {
             body_timeout: Duration::from_secs(60),
             keep_alive_timeout: Duration::from_secs(5),
             max_sequences_per_request: 256,
+            responses_store_bytes: 64 << 20,
         }
     }
 }
@@ -52,6 +57,7 @@ pub struct AppState {
     pub model: ServedModel,
     pub metrics: ServerMetrics,
     pub config: ServerConfig,
+    pub responses: ResponseStore,
     /// Turns true when the server starts shutting down.
     pub stopping: watch::Receiver<bool>,
     /// Turns true when the shutdown grace period is over: requests still running end now.

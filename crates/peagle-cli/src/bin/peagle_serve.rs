@@ -128,6 +128,10 @@ struct Args {
     /// Most sequences (prompts × n) one request may ask for; more get 400.
     #[arg(long, default_value_t = 256)]
     max_sequences_per_request: usize,
+    /// MiB of responses kept in memory for the Responses API's previous_response_id and
+    /// /v1/responses/{id}, the least recently used forgotten first; 0 keeps none.
+    #[arg(long, default_value_t = 64)]
+    responses_store_mb: usize,
     /// Seconds running requests get to finish after SIGINT/SIGTERM.
     #[arg(long, default_value_t = 30)]
     shutdown_timeout: u64,
@@ -212,6 +216,7 @@ fn run(args: Args) -> Result<()> {
         body_timeout: Duration::from_secs(args.body_timeout),
         keep_alive_timeout: Duration::from_secs(args.timeout_keep_alive),
         max_sequences_per_request: args.max_sequences_per_request,
+        responses_store_bytes: args.responses_store_mb.saturating_mul(1 << 20),
     };
     config.check()?;
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;

@@ -1,6 +1,5 @@
-//! `POST /v1/responses`: OpenAI's Responses API as vLLM serves it without a store. The request
-//! with its input items, the `response` object with its output items, and the usage.
-//! Nothing is kept between requests: a conversation is sent whole as `input`.
+//! `POST /v1/responses`: OpenAI's Responses API. The request with its input items, the
+//! `response` object with its output items, and the usage.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -29,12 +28,13 @@ pub struct ResponsesRequest {
     pub text: Option<TextConfig>,
     /// `effort`: low, medium or high.
     pub reasoning: Option<ReasoningConfig>,
-    /// Accepted and ignored as vLLM ignores it without a store: responses are not kept, and
-    /// `store` comes back false.
+    /// Keep the response, with its conversation, for `previous_response_id` and
+    /// `/v1/responses/{id}` (default true; nothing is kept where the server keeps none).
     pub store: Option<bool>,
-    /// Refused: no response is kept to continue from.
+    /// A stored response to go on from: its conversation, through its answer, comes before
+    /// `input` (its instructions do not).
     pub previous_response_id: Option<String>,
-    /// Refused: no conversation is kept.
+    /// Refused: conversations are not kept (`previous_response_id` is).
     #[schema(value_type = Option<Object>)]
     pub conversation: Option<Value>,
     /// Refused unless empty: encrypted reasoning, output logprobs and the like are not given.
@@ -148,9 +148,9 @@ pub struct ResponseObject {
     pub model: String,
     pub output: Vec<OutputItem>,
     pub parallel_tool_calls: bool,
-    /// Always null: responses are not kept.
     pub previous_response_id: Option<String>,
     pub reasoning: Option<ReasoningConfig>,
+    /// Whether the response is kept (`GET /v1/responses/{id}`).
     pub store: bool,
     pub temperature: Option<f32>,
     pub text: TextConfig,
@@ -161,6 +161,15 @@ pub struct ResponseObject {
     pub truncation: &'static str,
     pub usage: Option<ResponseUsage>,
     pub user: Option<String>,
+}
+
+/// What `DELETE /v1/responses/{id}` answers.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct DeletedResponse {
+    pub id: String,
+    /// "response.deleted".
+    pub object: &'static str,
+    pub deleted: bool,
 }
 
 #[derive(Debug, Clone, Serialize, ToSchema)]

@@ -3,7 +3,9 @@
 //! output items (`responses_output`): one `response` object, or with `stream` the Responses
 //! stream's typed events, each with its sequence number, ending in `response.completed`
 //! (`.incomplete` where the limit cut the answer, `.failed` where the server ended it), or in
-//! an `error` event. As in vLLM without a store, nothing is kept after the response.
+//! an `error` event. A response asked to be stored (`store`, true by default) is kept with its
+//! conversation (`responses_store`): `previous_response_id` goes on from it, and
+//! `GET`/`DELETE /v1/responses/{id}` read and forget it.
 
 use super::chat_start::{start_chat, StartedChat};
 use super::off_runtime;
@@ -14,15 +16,17 @@ use crate::choice::{Choice, Finish};
 use crate::error::ApiError;
 use crate::json_body::ApiJsonViews;
 use crate::openapi::{ApiErrors, StreamEvent};
+use crate::protocol::chat::ChatMessage;
 use crate::protocol::responses::{
-    IncompleteDetails, InputTokensDetails, OutputTokensDetails, ReasoningConfig, ResponseError, ResponseObject,
-    ResponseUsage, ResponsesRequest, ResponsesTool, TextConfig,
+    DeletedResponse, IncompleteDetails, InputTokensDetails, OutputTokensDetails, ReasoningConfig, ResponseError,
+    ResponseObject, ResponseUsage, ResponsesRequest, ResponsesTool, TextConfig,
 };
 use crate::protocol::sampling::SamplingRequest;
 use crate::protocol::{response_id, unix_time};
+use crate::responses_store::Stored;
 use crate::state::AppState;
-use axum::extract::State;
-use axum::http::HeaderMap;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -59,11 +63,23 @@ pub async fn responses(
             "prompt_logprobs: a response has no place for them; use /v1/chat/completions",
         ));
     }
-    let (chat, fields) = chat_request(&req)?;
-    let head = Head::new(&req, &sampling, response_id("resp_", &headers), &state.model.name);
+    let previous = previous_response(&state, req.previous_response_id.as_deref())?;
+    let before = previous.as_ref().map_or(&[][..], |p| &p.conversation[..]);
+    let (chat, fields) = chat_request(&req, before)?;
+    // What a later response goes on from: the conversation without its instructions, which
+    // it does not inherit.
+    let conversation = chat.messages[usize::from(req.instructions.is_some())..].to_vec();
+    let store = req.store.unwrap_or(true) && state.responses.enabled();
+    let head = Head::new(
+        &req,
+        &sampling,
+        response_id("resp_", &headers),
+        &state.model.name,
+        store,
+    );
     let started = start_chat(&state, &chat, sampling, fields, arrived).await?;
     if req.stream.unwrap_or(false) {
-        return Ok(stream(state, head, started).into_response());
+        return Ok(stream(state, head, started, conversation).into_response());
     }
     let mut parser = started.parser(&state.model);
     let prompt_tokens = started.prompt_tokens;
@@ -71,7 +87,79 @@ pub async fn responses(
     let mut output = OutputItems::default();
     output.push(parser.split(&outcome.text, true));
     let response = head.finished(&state, &mut output, &outcome.finish, prompt_tokens).await;
+    keep(&state, &response, conversation, &output);
     Ok(Json(response).into_response())
+}
+
+#[utoipa::path(get, path = "/v1/responses/{id}", tag = "OpenAI", security(("api_key" = [])),
+    params(("id" = String, Path, description = "A stored response's id")),
+    responses((status = 200, description = "The stored response", body = ResponseObject), ApiErrors))]
+pub async fn get_response(
+    State(state): State<Arc<AppState>>,
+    Path(id): Path<String>,
+) -> Result<Json<ResponseObject>, ApiError> {
+    let stored = state.responses.get(&id).ok_or_else(|| not_found(&id, None))?;
+    Ok(Json(stored.response.clone()))
+}
+
+#[utoipa::path(delete, path = "/v1/responses/{id}", tag = "OpenAI", security(("api_key" = [])),
+    params(("id" = String, Path, description = "A stored response's id")),
+    responses((status = 200, description = "The response is forgotten", body = DeletedResponse), ApiErrors))]
+pub async fn delete_response(
+    State(state): State<Arc<AppState>>,
+    Path(id): Path<String>,
+) -> Result<Json<DeletedResponse>, ApiError> {
+    if !state.responses.remove(&id) {
+        return Err(not_found(&id, None));
+    }
+    Ok(Json(DeletedResponse {
+        id,
+        object: "response.deleted",
+        deleted: true,
+    }))
+}
+
+/// The stored response a request goes on from; 404 for one not kept (never stored, or
+/// forgotten for room), 400 where the server keeps none.
+fn previous_response(state: &AppState, id: Option<&str>) -> Result<Option<Arc<Stored>>, ApiError> {
+    let Some(id) = id else {
+        return Ok(None);
+    };
+    if !state.responses.enabled() {
+        return Err(ApiError::invalid(
+            Some("previous_response_id"),
+            "previous_response_id: this server keeps no responses (--responses-store-mb 0); send the whole \
+             conversation as input",
+        ));
+    }
+    let stored = state.responses.get(id);
+    stored
+        .map(Some)
+        .ok_or_else(|| not_found(id, Some("previous_response_id")))
+}
+
+fn not_found(id: &str, param: Option<&str>) -> ApiError {
+    ApiError {
+        param: param.map(str::to_string),
+        ..ApiError::client(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!("Response with id {id:?} not found: never stored, deleted, or forgotten for room"),
+        )
+    }
+}
+
+/// Keeps a finished response, with the conversation it ends, where its request asked to
+/// store it; one the server ended early is not kept.
+fn keep(state: &AppState, response: &ResponseObject, mut conversation: Vec<ChatMessage>, output: &OutputItems) {
+    if !response.store || response.status == "failed" {
+        return;
+    }
+    conversation.push(output.answer());
+    state.responses.put(Stored {
+        response: response.clone(),
+        conversation,
+    });
 }
 
 /// A response's one choice (`n` is refused above 1).
@@ -91,7 +179,9 @@ struct Head {
     max_output_tokens: Option<i64>,
     metadata: Option<Value>,
     parallel_tool_calls: bool,
+    previous_response_id: Option<String>,
     reasoning: Option<ReasoningConfig>,
+    store: bool,
     temperature: Option<f32>,
     top_p: Option<f32>,
     text: TextConfig,
@@ -101,7 +191,7 @@ struct Head {
 }
 
 impl Head {
-    fn new(req: &ResponsesRequest, sampling: &SamplingRequest, id: String, model: &str) -> Self {
+    fn new(req: &ResponsesRequest, sampling: &SamplingRequest, id: String, model: &str, store: bool) -> Self {
         let text = req.text.clone().filter(|t| t.format.is_some());
         Self {
             id,
@@ -111,7 +201,9 @@ impl Head {
             max_output_tokens: req.max_output_tokens,
             metadata: req.metadata.clone(),
             parallel_tool_calls: req.parallel_tool_calls.unwrap_or(true),
+            previous_response_id: req.previous_response_id.clone(),
             reasoning: req.reasoning.clone(),
+            store,
             temperature: sampling.temperature,
             top_p: sampling.top_p,
             text: text.unwrap_or(TextConfig {
@@ -149,9 +241,9 @@ impl Head {
             model: self.model.clone(),
             output: output.items().to_vec(),
             parallel_tool_calls: self.parallel_tool_calls,
-            previous_response_id: None,
+            previous_response_id: self.previous_response_id.clone(),
             reasoning: self.reasoning.clone(),
-            store: false,
+            store: self.store,
             temperature: self.temperature,
             text: self.text.clone(),
             tool_choice: self.tool_choice.clone(),
@@ -228,6 +320,7 @@ fn stream(
     state: Arc<AppState>,
     head: Head,
     started: StartedChat,
+    conversation: Vec<ChatMessage>,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
     let mut parser: AnswerParser = started.parser(&state.model);
     let prompt_tokens = started.prompt_tokens;
@@ -264,6 +357,7 @@ fn stream(
             for event in output.take_events() {
                 yield sequence.event(event);
             }
+            keep(&state, &response, conversation, &output);
             let kind = format!("response.{}", response.status);
             yield sequence.event(json!({"type": kind, "response": response}));
             break;

@@ -13,8 +13,9 @@ use crate::protocol::tools::{check_name, FunctionCall, FunctionDefinition, Tool,
 use peagle_grammar::Spec;
 use serde_json::{json, Value};
 
-/// The chat `req` asks for, and the fields that chat's checks name.
-pub fn chat_request(req: &ResponsesRequest) -> Result<(ChatRequest, ChatFields), ApiError> {
+/// The chat `req` asks for, going on from the conversation `before` (a stored response's),
+/// and the fields that chat's checks name.
+pub fn chat_request(req: &ResponsesRequest, before: &[ChatMessage]) -> Result<(ChatRequest, ChatFields), ApiError> {
     refuse_unkept(req)?;
     let effort = match req.reasoning.as_ref().and_then(|r| r.effort.as_deref()) {
         Some(effort) => Some(checked_effort(effort)?),
@@ -22,7 +23,7 @@ pub fn chat_request(req: &ResponsesRequest) -> Result<(ChatRequest, ChatFields),
     };
     let chat = ChatRequest {
         model: req.model.clone(),
-        messages: messages(req.instructions.as_deref(), &req.input)?,
+        messages: messages(req.instructions.as_deref(), before, &req.input)?,
         max_tokens: None,
         max_completion_tokens: None,
         logprobs: None,
@@ -52,15 +53,14 @@ fn invalid(param: &str, why: impl std::fmt::Display) -> ApiError {
     ApiError::invalid(Some(param), format!("{param}: {why}"))
 }
 
-/// Fields that need what this server does not keep (past responses, conversations, work in
-/// the background) or give (logprobs, encrypted reasoning, truncation of the input).
+/// Fields that need what this server does not keep (conversations, work in the background)
+/// or give (logprobs, truncation of the input).
 fn refuse_unkept(req: &ResponsesRequest) -> Result<(), ApiError> {
-    let unkept = "responses are not stored by this server; send the whole conversation as input";
-    if req.previous_response_id.is_some() {
-        return Err(invalid("previous_response_id", unkept));
-    }
     if req.conversation.as_ref().is_some_and(|c| !c.is_null()) {
-        return Err(invalid("conversation", unkept));
+        return Err(invalid(
+            "conversation",
+            "conversations are not kept by this server; use previous_response_id",
+        ));
     }
     if req.background == Some(true) {
         return Err(invalid("background", "background responses are not supported"));
@@ -92,16 +92,21 @@ fn checked_effort(effort: &str) -> Result<String, ApiError> {
         .map_err(|_| invalid("reasoning.effort", format!("low, medium or high, not {effort:?}")))
 }
 
-/// The conversation as chat messages: `instructions` as a leading system message, then the
-/// items in order. A function call joins the assistant message just before it (the answer
+/// The conversation as chat messages: `instructions` as a leading system message, the
+/// conversation `before`, then the items in order. A function call joins the assistant message just before it (the answer
 /// it was part of), or starts one; a reasoning item goes to the assistant message or call
 /// right after it, and is dropped where another item follows, as a past turn's reasoning is
 /// rendered only with its answer.
-fn messages(instructions: Option<&str>, input: &ResponsesInput) -> Result<Vec<ChatMessage>, ApiError> {
+fn messages(
+    instructions: Option<&str>,
+    before: &[ChatMessage],
+    input: &ResponsesInput,
+) -> Result<Vec<ChatMessage>, ApiError> {
     let mut messages: Vec<ChatMessage> = Vec::new();
     if let Some(text) = instructions {
         messages.push(message("system", Some(MessageContent::Text(text.to_string()))));
     }
+    messages.extend_from_slice(before);
     let items = match input {
         ResponsesInput::Text(text) => {
             messages.push(message("user", Some(MessageContent::Text(text.clone()))));
@@ -112,7 +117,11 @@ fn messages(instructions: Option<&str>, input: &ResponsesInput) -> Result<Vec<Ch
     };
     let mut reasoning: Option<String> = None;
     let mut after_assistant = false;
-    let mut calls: Vec<String> = Vec::new();
+    let mut calls: Vec<String> = before
+        .iter()
+        .flat_map(|m| m.tool_calls.iter().flatten())
+        .map(|call| call.id.clone())
+        .collect();
     let given = messages.len();
     for (i, item) in items.iter().enumerate() {
         let field = |name: &str| format!("input[{i}].{name}");
@@ -370,7 +379,7 @@ mod tests {
 
     fn read(input: Value) -> Vec<Read> {
         let input: ResponsesInput = serde_json::from_value(input).unwrap();
-        messages(Some("Be brief."), &input)
+        messages(Some("Be brief."), &[], &input)
             .unwrap()
             .iter()
             .enumerate()
@@ -441,7 +450,7 @@ mod tests {
         ];
         assert_eq!(got, want);
         let text: ResponsesInput = serde_json::from_value(json!("Hi")).unwrap();
-        let chat = messages(None, &text).unwrap();
+        let chat = messages(None, &[], &text).unwrap();
         assert_eq!((chat.len(), chat[0].role.as_str()), (1, "user"));
     }
 }

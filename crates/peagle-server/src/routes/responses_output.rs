@@ -5,8 +5,10 @@
 //! response's events describe exactly the items the same splits give whole.
 
 use crate::answer::{CallPiece, Split};
+use crate::protocol::chat::{ChatMessage, MessageContent};
 use crate::protocol::random_id;
 use crate::protocol::responses::{FunctionCallItem, MessageItem, OutputItem, OutputText, ReasoningItem, ReasoningText};
+use crate::protocol::tools::{FunctionCall, ToolCall};
 use serde_json::{json, Value};
 
 #[derive(Debug, Default)]
@@ -69,6 +71,35 @@ impl OutputItems {
             _ => None,
         });
         texts.collect()
+    }
+
+    /// The answer as the assistant's chat message, for the conversation a stored response
+    /// ends: its reasoning, its text (null where it only called) and its calls by their ids.
+    pub fn answer(&self) -> ChatMessage {
+        let mut content = String::new();
+        let mut calls = Vec::new();
+        for item in &self.items {
+            match item {
+                OutputItem::Message(m) => content.extend(m.content.iter().map(|c| c.text.as_str())),
+                OutputItem::FunctionCall(c) => calls.push(ToolCall {
+                    id: c.call_id.clone(),
+                    kind: "function".into(),
+                    function: FunctionCall {
+                        name: c.name.clone(),
+                        arguments: c.arguments.clone(),
+                    },
+                }),
+                OutputItem::Reasoning(_) => {}
+            }
+        }
+        let reasoning = self.reasoning_text();
+        ChatMessage {
+            role: "assistant".into(),
+            content: (!content.is_empty() || calls.is_empty()).then_some(MessageContent::Text(content)),
+            reasoning_content: (!reasoning.is_empty()).then_some(reasoning),
+            tool_calls: (!calls.is_empty()).then_some(calls),
+            tool_call_id: None,
+        }
     }
 
     fn reasoning(&mut self, delta: &str) {

@@ -2,10 +2,12 @@
 //! model's text and usage equal the chat's, streamed events rebuild the response's items, a
 //! JSON schema in `text.format` holds the text, and on the harmony model the reasoning,
 //! function calls and their outputs in `input` render the prompt that chat messages do, and the
-//! answer's reasoning, text and calls come back as items. What needs a store is a 400.
+//! answer's reasoning, text and calls come back as items. Stored responses are gone on from by
+//! `previous_response_id` as if the conversation were sent whole, read and deleted.
 
-use crate::common::{TestServer, MODEL};
+use crate::common::{Options, TestServer, MODEL};
 use crate::harmony::{harmony_gpt_oss, server, tool_turns, weather_tool, TOOL_POSITIONS};
+use peagle_server::ServerConfig;
 use serde_json::{json, Value};
 
 /// The chat test's conversation (a system message, then the user's) as a response request.
@@ -132,7 +134,7 @@ async fn answers_as_the_chat_it_reads_and_streams_the_same_items() {
             &body["tool_choice"],
             &body["tools"]
         ),
-        (&json!("You write Python."), &json!(false), &json!("auto"), &json!([]))
+        (&json!("You write Python."), &json!(true), &json!("auto"), &json!([]))
     );
 
     let mut streaming = request(10);
@@ -277,11 +279,12 @@ async fn what_needs_a_store_or_is_not_served_is_refused_by_its_field() {
     ];
     for (body, param) in refused {
         let (status, error) = server.call("/v1/responses", body).await;
-        let want = if param == "model" { 404 } else { 400 };
+        let want = match param {
+            "model" | "previous_response_id" => 404,
+            _ => 400,
+        };
         assert_eq!(status, want, "{param}: {error}");
-        if param != "model" {
-            assert_eq!(error["error"]["param"], param, "{error}");
-        }
+        assert_eq!(error["error"]["param"], param, "{error}");
     }
 }
 
@@ -356,4 +359,74 @@ async fn harmony_calls_and_reasoning_round_trip_as_items() {
     for kind in ["reasoning", "message", "function_call"] {
         assert_eq!(joined(&streamed, kind), joined(&want, kind), "{kind}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stored_responses_are_gone_on_from_read_and_deleted() {
+    let server = TestServer::start().await;
+    let first = server.ok("/v1/responses", request(6)).await;
+    assert_eq!(first["store"], true);
+    let id = first["id"].as_str().unwrap();
+    let path = format!("/v1/responses/{id}");
+    let read = server.get(&path).await;
+    assert_eq!(read.status(), 200);
+    assert_eq!(read.json::<Value>().await.unwrap(), first);
+
+    // Going on from it is sending its conversation, through its answer, without its
+    // instructions (a later response does not inherit them).
+    let next = |input: Value| json!({"input": input, "max_output_tokens": 6, "temperature": 0, "ignore_eos": true});
+    let mut second = next(json!("Now reverse it."));
+    second["previous_response_id"] = json!(id);
+    let second = server.ok("/v1/responses", second).await;
+    assert_eq!(second["previous_response_id"], json!(id));
+    let answer = first["output"][0]["content"][0]["text"].clone();
+    let whole = next(json!([
+        {"role": "user", "content": "Sort a list"},
+        {"role": "assistant", "content": [{"type": "output_text", "text": answer}]},
+        {"role": "user", "content": "Now reverse it."},
+    ]));
+    let whole = server.ok("/v1/responses", whole).await;
+    assert_eq!(items(&second), items(&whole));
+    assert_eq!(second["usage"]["input_tokens"], whole["usage"]["input_tokens"]);
+
+    let delete = || server.client.delete(format!("{}{path}", server.url)).send();
+    let deleted = delete().await.unwrap();
+    assert_eq!(deleted.status(), 200);
+    let body: Value = deleted.json().await.unwrap();
+    assert_eq!(body, json!({"id": id, "object": "response.deleted", "deleted": true}));
+    assert_eq!(server.get(&path).await.status(), 404);
+    assert_eq!(delete().await.unwrap().status(), 404);
+    let mut gone = next(json!("Again."));
+    gone["previous_response_id"] = json!(id);
+    let (status, error) = server.call("/v1/responses", gone).await;
+    assert_eq!(
+        (status.as_u16(), &error["error"]["param"]),
+        (404, &json!("previous_response_id"))
+    );
+
+    let mut unstored = request(2);
+    unstored["store"] = json!(false);
+    let unstored = server.ok("/v1/responses", unstored).await;
+    assert_eq!(unstored["store"], false);
+    let path = format!("/v1/responses/{}", unstored["id"].as_str().unwrap());
+    assert_eq!(server.get(&path).await.status(), 404);
+
+    // A server that keeps none stores nothing and refuses to go on.
+    let keeps_none = TestServer::with(Options {
+        config: ServerConfig {
+            responses_store_bytes: 0,
+            ..Default::default()
+        },
+        ..Default::default()
+    })
+    .await;
+    let body = keeps_none.ok("/v1/responses", request(2)).await;
+    assert_eq!(body["store"], false);
+    let mut on = request(2);
+    on["previous_response_id"] = body["id"].clone();
+    let (status, error) = keeps_none.call("/v1/responses", on).await;
+    assert_eq!(
+        (status.as_u16(), &error["error"]["param"]),
+        (400, &json!("previous_response_id"))
+    );
 }
