@@ -1,18 +1,20 @@
 //! Responses kept in memory for `previous_response_id`, `GET /v1/responses/{id}` and
-//! `DELETE /v1/responses/{id}`: each response with the conversation it ended, as chat
-//! messages, so that a later request goes on from it. The store is bounded in bytes
-//! (`--responses-store-mb`): past the bound the least recently used responses are forgotten,
-//! and nothing survives a restart. A bound of 0 keeps nothing, as vLLM without its store.
+//! `DELETE /v1/responses/{id}`: each response as the JSON it was answered with, and the
+//! conversation it ended, as chat messages, so that a later request goes on from it. The
+//! store is bounded in bytes (`--responses-store-mb`): past the bound the least recently used
+//! responses are forgotten, and nothing survives a restart. A bound of 0 keeps nothing, as
+//! vLLM without its store. Each response holds its whole conversation, so a long chain of
+//! responses takes room quadratic in its length.
 
 use crate::protocol::chat::{ChatMessage, MessageContent};
-use crate::protocol::responses::ResponseObject;
-use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 /// A stored response and the conversation through its answer (without its instructions,
 /// which a later response does not inherit, as OpenAI has it).
 pub struct Stored {
-    pub response: ResponseObject,
+    /// The response object as JSON, as the request was answered.
+    pub response: String,
     pub conversation: Vec<ChatMessage>,
 }
 
@@ -23,14 +25,16 @@ pub struct ResponseStore {
 
 #[derive(Default)]
 struct Inner {
-    entries: HashMap<String, (Arc<Stored>, usize)>,
-    /// Ids, least recently used first.
-    order: VecDeque<String>,
+    /// Each id's response, its size, and its place in `order`.
+    entries: HashMap<String, (Arc<Stored>, usize, u64)>,
+    /// Ids by last use, least recent first.
+    order: BTreeMap<u64, String>,
+    next_use: u64,
     bytes: usize,
 }
 
 impl ResponseStore {
-    /// A store of at most `limit` bytes (as `Stored::bytes` estimates them); 0 keeps nothing.
+    /// A store of at most `limit` bytes (as `Stored::bytes` counts them); 0 keeps nothing.
     pub fn new(limit: usize) -> Self {
         Self {
             limit,
@@ -50,25 +54,27 @@ impl ResponseStore {
         Some(stored)
     }
 
-    /// Keeps `stored` under its response's id, forgetting the least recently used responses
-    /// as its room needs; one larger than the whole store is not kept.
-    pub fn put(&self, stored: Stored) {
+    /// Keeps `stored` as `id`, forgetting the least recently used responses as its room needs;
+    /// one larger than the whole store is not kept.
+    pub fn put(&self, id: String, stored: Stored) {
         let bytes = stored.bytes();
+        let mut inner = self.lock();
+        inner.remove(&id);
         if bytes > self.limit {
             return;
         }
-        let id = stored.response.id.clone();
-        let mut inner = self.lock();
-        inner.remove(&id);
         while inner.bytes + bytes > self.limit {
-            let Some(oldest) = inner.order.front().cloned() else {
+            let Some((_, oldest)) = inner.order.pop_first() else {
                 break;
             };
-            inner.remove(&oldest);
+            if let Some((_, size, _)) = inner.entries.remove(&oldest) {
+                inner.bytes -= size;
+            }
         }
+        let used = inner.use_now();
         inner.bytes += bytes;
-        inner.order.push_back(id.clone());
-        inner.entries.insert(id, (Arc::new(stored), bytes));
+        inner.order.insert(used, id.clone());
+        inner.entries.insert(id, (Arc::new(stored), bytes, used));
     }
 
     /// Forgets the response `id`; whether it was kept.
@@ -76,85 +82,66 @@ impl ResponseStore {
         self.lock().remove(id)
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+    fn lock(&self) -> MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
 impl Inner {
+    fn use_now(&mut self) -> u64 {
+        self.next_use += 1;
+        self.next_use
+    }
+
     fn remove(&mut self, id: &str) -> bool {
-        let Some((_, bytes)) = self.entries.remove(id) else {
+        let Some((_, bytes, used)) = self.entries.remove(id) else {
             return false;
         };
         self.bytes -= bytes;
-        self.order.retain(|kept| kept != id);
+        self.order.remove(&used);
         true
     }
 
     fn touch(&mut self, id: &str) {
-        if let Some(at) = self.order.iter().position(|kept| kept == id) {
-            let id = self.order.remove(at).expect("a position found");
-            self.order.push_back(id);
+        let now = self.use_now();
+        if let Some(entry) = self.entries.get_mut(id) {
+            let before = std::mem::replace(&mut entry.2, now);
+            self.order.remove(&before);
+            self.order.insert(now, id.to_string());
         }
     }
 }
 
 impl Stored {
-    /// About what the response and its conversation take in memory: their text, and a
-    /// little for each message and item around it.
+    /// What the response and its conversation take in memory: the response's JSON, the
+    /// conversation's text, and a little for each message and call around it.
     fn bytes(&self) -> usize {
         let message = |m: &ChatMessage| {
             let content = match &m.content {
                 Some(MessageContent::Text(text)) => text.len(),
-                Some(MessageContent::Parts(parts)) => {
-                    parts.iter().filter_map(|p| p.text.as_ref()).map(String::len).sum()
-                }
+                Some(MessageContent::Parts(parts)) => parts
+                    .iter()
+                    .map(|p| 64 + p.kind.len() + p.text.as_ref().map_or(0, String::len))
+                    .sum(),
                 None => 0,
             };
             let calls = m.tool_calls.iter().flatten();
             let calls: usize = calls
-                .map(|c| c.id.len() + c.function.name.len() + c.function.arguments.len())
+                .map(|c| 96 + c.id.len() + c.kind.len() + c.function.name.len() + c.function.arguments.len())
                 .sum();
-            128 + content + m.reasoning_content.as_ref().map_or(0, String::len) + calls
+            let ids = m.tool_call_id.as_ref().map_or(0, String::len);
+            160 + m.role.len() + content + m.reasoning_content.as_ref().map_or(0, String::len) + calls + ids
         };
-        let response = serde_json::to_vec(&self.response).map_or(0, |json| json.len());
-        response + self.conversation.iter().map(message).sum::<usize>()
+        self.response.len() + self.conversation.iter().map(message).sum::<usize>()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::responses::TextConfig;
-    use serde_json::json;
 
-    fn stored(id: &str, text: usize) -> Stored {
-        let response = ResponseObject {
-            id: id.into(),
-            object: "response",
-            created_at: 0,
-            status: "completed",
-            completed_at: Some(0),
-            error: None,
-            incomplete_details: None,
-            instructions: None,
-            max_output_tokens: None,
-            metadata: None,
-            model: "m".into(),
-            output: Vec::new(),
-            parallel_tool_calls: true,
-            previous_response_id: None,
-            reasoning: None,
-            store: true,
-            temperature: None,
-            text: TextConfig::default(),
-            tool_choice: json!("auto"),
-            tools: Vec::new(),
-            top_p: None,
-            truncation: "disabled",
-            usage: None,
-            user: None,
-        };
+    fn stored(text: usize) -> Stored {
+        let response = "{\"object\": \"response\"}".to_string();
         let message = ChatMessage {
             role: "user".into(),
             content: Some(MessageContent::Text("x".repeat(text))),
@@ -169,31 +156,38 @@ mod tests {
     }
 
     /// Past its bound the store forgets the least recently used responses first (a read
-    /// counts as a use); one larger than the whole store is not kept; a deleted one is gone.
+    /// counts as a use); one larger than the whole store is not kept, and takes the place of
+    /// nothing but its own id's; a deleted one is gone, its room free.
     #[test]
     fn the_least_recently_used_responses_are_forgotten_for_room() {
-        let one = stored("a", 1000).bytes();
+        let one = stored(1000).bytes();
         let store = ResponseStore::new(3 * one);
         for id in ["a", "b", "c"] {
-            store.put(stored(id, 1000));
+            store.put(id.into(), stored(1000));
         }
         assert!(store.get("a").is_some(), "a is read, so b is the least recently used");
-        store.put(stored("d", 1000));
+        store.put("d".into(), stored(1000));
         let kept = |id: &str| store.get(id).is_some();
         assert_eq!(["a", "b", "c", "d"].map(kept), [true, false, true, true]);
-        store.put(stored("huge", 10_000));
+        store.put("huge".into(), stored(10_000));
+        assert!(["a", "c", "d"].map(kept).iter().all(|&k| k) && !kept("huge"));
+        store.put("a".into(), stored(10_000));
         assert!(
-            !kept("huge") && kept("a"),
-            "too large for the store: not kept, nothing forgotten"
+            !kept("a") && kept("c"),
+            "a too large a second time: its first is gone too"
         );
+        store.put("c".into(), stored(1000));
+        assert!(kept("c") && kept("d"), "put again under its own id: counted once");
         assert!(store.remove("c") && !store.remove("c") && !kept("c"));
-        store.put(stored("e", 1000));
+        for id in ["e", "f"] {
+            store.put(id.into(), stored(1000));
+        }
         assert!(
-            ["a", "d", "e"].map(kept).iter().all(|&k| k),
-            "the deleted one's room is free"
+            ["d", "e", "f"].map(kept).iter().all(|&k| k),
+            "the deleted ones' room is free"
         );
         let off = ResponseStore::new(0);
-        off.put(stored("a", 1));
+        off.put("a".into(), stored(1));
         assert!(!off.enabled() && off.get("a").is_none());
     }
 }

@@ -22,20 +22,23 @@ use crate::protocol::responses::{
     ResponseObject, ResponseUsage, ResponsesRequest, ResponsesTool, TextConfig,
 };
 use crate::protocol::sampling::SamplingRequest;
-use crate::protocol::{response_id, unix_time};
+use crate::protocol::{random_id, unix_time};
 use crate::responses_store::Stored;
 use crate::state::AppState;
-use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::extract::{Path, Query, State};
+use axum::http::header::CONTENT_TYPE;
+use axum::http::StatusCode;
 use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use futures_util::{Stream, StreamExt};
 use peagle_engine::FinishReason;
+use serde::Deserialize;
 use serde_json::{json, Value};
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Instant;
+use utoipa::IntoParams;
 
 /// The body: the route's own fields and the sampling fields, read as two views.
 type ResponsesBody = ApiJsonViews<ResponsesRequest, SamplingRequest>;
@@ -50,7 +53,6 @@ type ResponsesBody = ApiJsonViews<ResponsesRequest, SamplingRequest>;
     ))]
 pub async fn responses(
     State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
     ApiJsonViews(req, sampling): ResponsesBody,
 ) -> Result<Response, ApiError> {
     let arrived = Instant::now();
@@ -70,13 +72,10 @@ pub async fn responses(
     // it does not inherit.
     let conversation = chat.messages[usize::from(req.instructions.is_some())..].to_vec();
     let store = req.store.unwrap_or(true) && state.responses.enabled();
-    let head = Head::new(
-        &req,
-        &sampling,
-        response_id("resp_", &headers),
-        &state.model.name,
-        store,
-    );
+    // Never the client's X-Request-Id: a stored response is found by its id, which no
+    // client may choose (and so read or replace another's).
+    let id = format!("resp_{}", random_id());
+    let head = Head::new(&req, &sampling, id, &state.model.name, store);
     let started = start_chat(&state, &chat, sampling, fields, arrived).await?;
     if req.stream.unwrap_or(false) {
         return Ok(stream(state, head, started, conversation).into_response());
@@ -92,14 +91,28 @@ pub async fn responses(
 }
 
 #[utoipa::path(get, path = "/v1/responses/{id}", tag = "OpenAI", security(("api_key" = [])),
-    params(("id" = String, Path, description = "A stored response's id")),
-    responses((status = 200, description = "The stored response", body = ResponseObject), ApiErrors))]
+    params(("id" = String, Path, description = "A stored response's id"), RetrieveQuery),
+    responses((status = 200, description = "The stored response, as it was answered", body = ResponseObject), ApiErrors))]
 pub async fn get_response(
     State(state): State<Arc<AppState>>,
     Path(id): Path<String>,
-) -> Result<Json<ResponseObject>, ApiError> {
+    Query(query): Query<RetrieveQuery>,
+) -> Result<Response, ApiError> {
+    if query.stream == Some(true) {
+        return Err(ApiError::invalid(
+            Some("stream"),
+            "stream: a stored response is returned whole, not streamed again",
+        ));
+    }
     let stored = state.responses.get(&id).ok_or_else(|| not_found(&id, None))?;
-    Ok(Json(stored.response.clone()))
+    Ok(([(CONTENT_TYPE, "application/json")], stored.response.clone()).into_response())
+}
+
+/// `GET /v1/responses/{id}`'s query: OpenAI's SDK may ask to stream the response again.
+#[derive(Debug, Deserialize, IntoParams)]
+pub struct RetrieveQuery {
+    /// Refused when true: a stored response is returned whole.
+    stream: Option<bool>,
 }
 
 #[utoipa::path(delete, path = "/v1/responses/{id}", tag = "OpenAI", security(("api_key" = [])),
@@ -155,11 +168,15 @@ fn keep(state: &AppState, response: &ResponseObject, mut conversation: Vec<ChatM
     if !response.store || response.status == "failed" {
         return;
     }
+    let Ok(json) = serde_json::to_string(response) else {
+        return;
+    };
     conversation.push(output.answer());
-    state.responses.put(Stored {
-        response: response.clone(),
+    let stored = Stored {
+        response: json,
         conversation,
-    });
+    };
+    state.responses.put(response.id.clone(), stored);
 }
 
 /// A response's one choice (`n` is refused above 1).

@@ -1,6 +1,6 @@
-//! A Responses request read as the chat it is: `instructions` and the input items become chat
-//! messages, the flat function tools chat's tools, and `text.format` structured output. What
-//! cannot be honoured without a store of past responses, or at all here, is a 400 naming
+//! A Responses request read as the chat it is: `instructions`, a stored response's
+//! conversation and the input items become chat messages, the flat function tools chat's
+//! tools, and `text.format` structured output. What cannot be honoured here is a 400 naming
 //! the field.
 
 use super::chat_start::ChatFields;
@@ -77,6 +77,7 @@ fn refuse_unkept(req: &ResponsesRequest) -> Result<(), ApiError> {
             format!("output logprobs are not supported, got {top}"),
         ));
     }
+    check_metadata(req.metadata.as_ref())?;
     match req.truncation.as_deref() {
         None | Some("disabled") => Ok(()),
         Some(other) => Err(invalid(
@@ -84,6 +85,26 @@ fn refuse_unkept(req: &ResponsesRequest) -> Result<(), ApiError> {
             format!("only \"disabled\" is supported (an input too long for the context is refused), not {other:?}"),
         )),
     }
+}
+
+/// OpenAI's bounds on `metadata`, which a stored response keeps: an object of at most 16
+/// keys of up to 64 characters, each a string of up to 512.
+fn check_metadata(metadata: Option<&Value>) -> Result<(), ApiError> {
+    let fields = match metadata {
+        None | Some(Value::Null) => return Ok(()),
+        Some(Value::Object(fields)) if fields.len() <= 16 => fields,
+        Some(_) => return Err(invalid("metadata", "an object of at most 16 keys is expected")),
+    };
+    for (key, value) in fields {
+        let fits = key.chars().count() <= 64 && value.as_str().is_some_and(|v| v.chars().count() <= 512);
+        if !fits {
+            return Err(invalid(
+                "metadata",
+                format!("{key:?}: keys of up to 64 characters, each a string of up to 512, are expected"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn checked_effort(effort: &str) -> Result<String, ApiError> {

@@ -74,13 +74,16 @@ impl OutputItems {
     }
 
     /// The answer as the assistant's chat message, for the conversation a stored response
-    /// ends: its reasoning, its text (null where it only called) and its calls by their ids.
+    /// ends: its reasoning, its text (null where it only called) and its whole calls by their
+    /// ids (one cut short may hold no JSON, which a later prompt could not render).
     pub fn answer(&self) -> ChatMessage {
         let mut content = String::new();
         let mut calls = Vec::new();
+        let mut reasoning = Vec::new();
         for item in &self.items {
             match item {
                 OutputItem::Message(m) => content.extend(m.content.iter().map(|c| c.text.as_str())),
+                OutputItem::FunctionCall(c) if c.status == "incomplete" => {}
                 OutputItem::FunctionCall(c) => calls.push(ToolCall {
                     id: c.call_id.clone(),
                     kind: "function".into(),
@@ -89,10 +92,11 @@ impl OutputItems {
                         arguments: c.arguments.clone(),
                     },
                 }),
-                OutputItem::Reasoning(_) => {}
+                OutputItem::Reasoning(r) => reasoning.extend(r.content.iter().map(|c| c.text.as_str())),
             }
         }
-        let reasoning = self.reasoning_text();
+        // Reasoning items joined as input's are.
+        let reasoning = reasoning.join("\n");
         ChatMessage {
             role: "assistant".into(),
             content: (!content.is_empty() || calls.is_empty()).then_some(MessageContent::Text(content)),

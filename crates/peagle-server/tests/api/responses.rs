@@ -190,7 +190,7 @@ async fn text_format_holds_the_answer_to_a_json_schema() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn what_needs_a_store_or_is_not_served_is_refused_by_its_field() {
+async fn what_is_not_served_is_refused_by_its_field() {
     let server = TestServer::start().await;
     let with = |field: &str, value: Value| {
         let mut body = request(4);
@@ -276,6 +276,9 @@ async fn what_needs_a_store_or_is_not_served_is_refused_by_its_field() {
         ),
         (with("text", json!({"format": {"type": "xml"}})), "text.format.type"),
         (with("model", json!("other")), "model"),
+        (with("metadata", json!(["a"])), "metadata"),
+        (with("metadata", json!({"a": 1})), "metadata"),
+        (with("metadata", json!({"a": "x".repeat(513)})), "metadata"),
     ];
     for (body, param) in refused {
         let (status, error) = server.call("/v1/responses", body).await;
@@ -403,6 +406,26 @@ async fn stored_responses_are_gone_on_from_read_and_deleted() {
         (status.as_u16(), &error["error"]["param"]),
         (404, &json!("previous_response_id"))
     );
+
+    // A streamed response is stored too, as its last event holds it; a client's X-Request-Id
+    // never names it; it is not streamed again.
+    let mut streaming = request(3);
+    streaming["stream"] = json!(true);
+    let response = server
+        .post("/v1/responses")
+        .header("x-request-id", "mine")
+        .json(&streaming)
+        .send()
+        .await
+        .unwrap();
+    let text = response.text().await.unwrap();
+    let last = text.rsplit("data: ").next().unwrap();
+    let last: Value = serde_json::from_str(last.trim()).unwrap();
+    let streamed = &last["response"];
+    assert_ne!(streamed["id"], "resp_mine");
+    let path = format!("/v1/responses/{}", streamed["id"].as_str().unwrap());
+    assert_eq!(&server.get(&path).await.json::<Value>().await.unwrap(), streamed);
+    assert_eq!(server.get(&format!("{path}?stream=true")).await.status(), 400);
 
     let mut unstored = request(2);
     unstored["store"] = json!(false);
