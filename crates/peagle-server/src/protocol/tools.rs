@@ -180,20 +180,7 @@ pub fn offered_tools(tools: Option<&[Tool]>, tool_choice: &ToolChoice) -> Result
     for (i, tool) in tools.unwrap_or_default().iter().enumerate() {
         let field = |name: &str| format!("tools[{i}].{name}");
         check_kind(&tool.kind, &field("type"))?;
-        let name = &tool.function.name;
-        check_name(name, &field("function.name"))?;
-        if functions.iter().any(|f| f.name == *name) {
-            return Err(ApiError::invalid(
-                Some(&field("function.name")),
-                format!("{}: a second tool named {name:?}", field("function.name")),
-            ));
-        }
-        if tool.function.parameters.as_ref().is_some_and(|p| !p.is_object()) {
-            return Err(ApiError::invalid(
-                Some(&field("function.parameters")),
-                format!("{}: a JSON Schema object is expected", field("function.parameters")),
-            ));
-        }
+        check_function(&tool.function, &functions, |name| field(&format!("function.{name}")))?;
         functions.push(tool.function.clone());
     }
     let refuse = |why: String| Err(ApiError::invalid(Some("tool_choice"), format!("tool_choice: {why}")));
@@ -208,7 +195,32 @@ pub fn offered_tools(tools: Option<&[Tool]>, tool_choice: &ToolChoice) -> Result
     Ok(functions)
 }
 
-fn check_kind(kind: &str, field: &str) -> Result<(), ApiError> {
+/// Refuses an offered `function` unless it has a valid name (`check_name`), one none of the
+/// functions offered `before` has, and a JSON Schema object as parameters; `field` names
+/// its fields (`tools[i].function.name` in chat, `tools[i].name` in the Responses API).
+pub fn check_function(
+    function: &FunctionDefinition,
+    before: &[FunctionDefinition],
+    field: impl Fn(&str) -> String,
+) -> Result<(), ApiError> {
+    let name = &function.name;
+    check_name(name, &field("name"))?;
+    if before.iter().any(|f| f.name == *name) {
+        return Err(ApiError::invalid(
+            Some(&field("name")),
+            format!("{}: a second tool named {name:?}", field("name")),
+        ));
+    }
+    if function.parameters.as_ref().is_some_and(|p| !p.is_object()) {
+        return Err(ApiError::invalid(
+            Some(&field("parameters")),
+            format!("{}: a JSON Schema object is expected", field("parameters")),
+        ));
+    }
+    Ok(())
+}
+
+pub fn check_kind(kind: &str, field: &str) -> Result<(), ApiError> {
     match kind {
         "function" => Ok(()),
         other => Err(ApiError::invalid(

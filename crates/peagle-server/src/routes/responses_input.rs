@@ -9,7 +9,9 @@ use crate::harmony::ReasoningEffort;
 use crate::protocol::chat::{ChatMessage, ChatRequest, ContentPart, MessageContent};
 use crate::protocol::responses::{InputItem, ItemContent, ItemPart, ResponsesInput, ResponsesRequest};
 use crate::protocol::structured::Asked;
-use crate::protocol::tools::{check_name, FunctionCall, FunctionDefinition, Tool, ToolCall};
+use crate::protocol::tools::{
+    check_function, check_kind, check_name, FunctionCall, FunctionDefinition, Tool, ToolCall,
+};
 use peagle_grammar::Spec;
 use serde_json::{json, Value};
 
@@ -313,34 +315,24 @@ fn text_parts(parts: &[ItemPart], field: &str, kinds: &[&str]) -> Result<Vec<Con
 /// The function tools as chat offers them; their names are checked here, so that a refusal
 /// names the Responses field.
 fn tools(req: &ResponsesRequest) -> Result<Vec<Tool>, ApiError> {
-    let mut tools: Vec<Tool> = Vec::new();
+    let mut functions: Vec<FunctionDefinition> = Vec::new();
     for (i, tool) in req.tools.iter().flatten().enumerate() {
         let field = |name: &str| format!("tools[{i}].{name}");
-        if tool.kind != "function" {
-            return Err(invalid(
-                &field("type"),
-                format!("only function tools are supported, not {:?}", tool.kind),
-            ));
-        }
-        let name = required(&tool.name, &field("name"))?;
-        check_name(&name, &field("name"))?;
-        if tools.iter().any(|t| t.function.name == name) {
-            return Err(invalid(&field("name"), format!("a second tool named {name:?}")));
-        }
-        if tool.parameters.as_ref().is_some_and(|p| !p.is_object()) {
-            return Err(invalid(&field("parameters"), "a JSON Schema object is expected"));
-        }
-        tools.push(Tool {
-            kind: "function".into(),
-            function: FunctionDefinition {
-                name,
-                description: tool.description.clone(),
-                parameters: tool.parameters.clone(),
-                strict: tool.strict,
-            },
-        });
+        check_kind(&tool.kind, &field("type"))?;
+        let function = FunctionDefinition {
+            name: required(&tool.name, &field("name"))?,
+            description: tool.description.clone(),
+            parameters: tool.parameters.clone(),
+            strict: tool.strict,
+        };
+        check_function(&function, &functions, field)?;
+        functions.push(function);
     }
-    Ok(tools)
+    let tool = |function| Tool {
+        kind: "function".into(),
+        function,
+    };
+    Ok(functions.into_iter().map(tool).collect())
 }
 
 /// `tool_choice` in chat's spelling: `{"type": "function", "name"}` names the function in a

@@ -66,11 +66,15 @@ impl OutputItems {
 
     /// All the reasoning's text.
     pub fn reasoning_text(&self) -> String {
-        let texts = self.items.iter().filter_map(|item| match item {
-            OutputItem::Reasoning(r) => Some(r.content.iter().map(|c| c.text.as_str()).collect::<String>()),
-            _ => None,
-        });
-        texts.collect()
+        self.reasoning_pieces().collect()
+    }
+
+    /// Each reasoning item's text, in order.
+    fn reasoning_pieces(&self) -> impl Iterator<Item = &str> {
+        self.items.iter().flat_map(|item| match item {
+            OutputItem::Reasoning(r) => r.content.iter().map(|c| c.text.as_str()).collect(),
+            _ => Vec::new(),
+        })
     }
 
     /// The answer as the assistant's chat message, for the conversation a stored response
@@ -79,7 +83,6 @@ impl OutputItems {
     pub fn answer(&self) -> ChatMessage {
         let mut content = String::new();
         let mut calls = Vec::new();
-        let mut reasoning = Vec::new();
         for item in &self.items {
             match item {
                 OutputItem::Message(m) => content.extend(m.content.iter().map(|c| c.text.as_str())),
@@ -92,11 +95,11 @@ impl OutputItems {
                         arguments: c.arguments.clone(),
                     },
                 }),
-                OutputItem::Reasoning(r) => reasoning.extend(r.content.iter().map(|c| c.text.as_str())),
+                OutputItem::Reasoning(_) => {}
             }
         }
         // Reasoning items joined as input's are.
-        let reasoning = reasoning.join("\n");
+        let reasoning = self.reasoning_pieces().collect::<Vec<_>>().join("\n");
         ChatMessage {
             role: "assistant".into(),
             content: (!content.is_empty() || calls.is_empty()).then_some(MessageContent::Text(content)),
