@@ -167,26 +167,33 @@ impl Constraint {
         mask
     }
 
-    /// Walks the vocabulary's trie from `state`, leaving each branch where no text goes on.
+    /// Walks the vocabulary's trie from `state` in preorder, past each subtree whose first
+    /// byte no text takes.
     fn walk(&self, state: &State) -> TokenMask {
         let len = self.vocab.len();
+        let trie = self.vocab.trie();
         let mut bits = vec![0u64; len.div_ceil(64)];
         let mut transitions = self.transitions.lock().expect("no panic holds the lock");
         if transitions.states.len() >= NUMBERED_STATES {
             *transitions = Transitions::new();
         }
-        let start = transitions.at(state.clone());
-        let mut todo = vec![(self.vocab.root(), start)];
-        while let Some((node, at)) = todo.pop() {
-            for &(byte, child) in self.vocab.children(node) {
-                let Some(next) = transitions.step(&self.grammar, &at, byte) else {
-                    continue;
-                };
-                for &t in self.vocab.ending(child) {
-                    bits[t as usize / 64] |= 1 << (t % 64);
-                }
-                if !self.vocab.children(child).is_empty() {
-                    todo.push((child, next));
+        // Where the text stands after each depth of the way to the node at hand: `ways[d]`
+        // after its first d bytes. Node i's parent is at depth(i) - 1, so the ways past it
+        // belong to nodes already left.
+        let mut ways = Vec::with_capacity(trie.max_depth() + 1);
+        ways.push(transitions.at(state.clone()));
+        let mut node = 0;
+        while node < trie.len() {
+            let depth = trie.depth(node);
+            ways.truncate(depth);
+            match transitions.step(&self.grammar, &ways[depth - 1], trie.byte(node)) {
+                None => node = trie.end(node),
+                Some(next) => {
+                    for &t in trie.tokens(node) {
+                        bits[t as usize / 64] |= 1 << (t % 64);
+                    }
+                    ways.push(next);
+                    node += 1;
                 }
             }
         }

@@ -13,6 +13,7 @@ pub mod number_range;
 pub mod regex;
 pub mod spec;
 pub mod state;
+mod trie;
 pub mod vocabulary;
 
 pub use constraint::{Constraint, TokenMask};

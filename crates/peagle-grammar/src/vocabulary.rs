@@ -2,6 +2,7 @@
 //! parse state's allowed tokens are found by walking shared prefixes once.
 
 use crate::error::GrammarError;
+use crate::trie::Trie;
 use std::collections::HashMap;
 use tokenizers::Tokenizer;
 
@@ -9,44 +10,22 @@ pub struct Vocabulary {
     /// Each token's bytes; None for tokens that are not text (special tokens, and ids the
     /// model has past the tokenizer's).
     tokens: Vec<Option<Box<[u8]>>>,
-    trie: Vec<Node>,
-}
-
-#[derive(Default)]
-struct Node {
-    /// Children by byte, ascending.
-    children: Vec<(u8, u32)>,
-    /// The tokens whose bytes end here.
-    tokens: Vec<u32>,
+    trie: Trie,
 }
 
 impl Vocabulary {
     /// A vocabulary of `tokens`, by id.
     pub fn new(tokens: Vec<Option<Vec<u8>>>) -> Self {
-        let mut trie = vec![Node::default()];
-        for (id, bytes) in tokens.iter().enumerate() {
-            let Some(bytes) = bytes.as_deref().filter(|b| !b.is_empty()) else {
-                continue;
-            };
-            let mut node = 0;
-            for &b in bytes {
-                let children = &trie[node].children;
-                node = match children.binary_search_by_key(&b, |c| c.0) {
-                    Ok(i) => children[i].1 as usize,
-                    Err(i) => {
-                        let child = trie.len();
-                        trie[node].children.insert(i, (b, child as u32));
-                        trie.push(Node::default());
-                        child
-                    }
-                };
-            }
-            trie[node].tokens.push(id as u32);
-        }
-        let tokens = tokens
+        let tokens: Vec<Option<Box<[u8]>>> = tokens
             .into_iter()
             .map(|t| t.filter(|b| !b.is_empty()).map(Vec::into_boxed_slice))
             .collect();
+        let text = tokens
+            .iter()
+            .enumerate()
+            .filter_map(|(id, bytes)| Some((id as u32, bytes.as_deref()?)))
+            .collect();
+        let trie = Trie::new(text);
         Self { tokens, trie }
     }
 
@@ -94,17 +73,9 @@ impl Vocabulary {
         self.tokens.get(token as usize)?.as_deref()
     }
 
-    /// The trie's root; `children` and `ending` walk it.
-    pub(crate) fn root(&self) -> u32 {
-        0
-    }
-
-    pub(crate) fn children(&self, node: u32) -> &[(u8, u32)] {
-        &self.trie[node as usize].children
-    }
-
-    pub(crate) fn ending(&self, node: u32) -> &[u32] {
-        &self.trie[node as usize].tokens
+    /// The text tokens' trie.
+    pub(crate) fn trie(&self) -> &Trie {
+        &self.trie
     }
 }
 
@@ -181,34 +152,21 @@ mod tests {
         );
     }
 
+    /// Tokens with no bytes, or none that are text, are in no trie node; tokens with the
+    /// same bytes end at the same one.
+    #[test]
+    fn only_text_tokens_are_in_the_trie() {
+        let vocab = Vocabulary::new(vec![Some(b"a".to_vec()), None, Some(Vec::new()), Some(b"a".to_vec())]);
+        assert_eq!(vocab.bytes(1), None);
+        assert_eq!(vocab.bytes(2), None, "an empty token is not text");
+        assert_eq!(vocab.trie().len(), 1);
+        assert_eq!(vocab.trie().tokens(0), [0, 3]);
+    }
+
     #[test]
     fn sentencepiece_pieces_map_spaces_and_byte_fallbacks() {
         assert_eq!(sentencepiece_bytes("\u{2581}the"), b" the");
         assert_eq!(sentencepiece_bytes("<0xE6>"), [0xe6]);
         assert_eq!(sentencepiece_bytes("<0xZZ>"), b"<0xZZ>");
-    }
-
-    #[test]
-    fn the_trie_holds_every_token_under_its_bytes() {
-        let vocab = Vocabulary::new(vec![
-            Some(b"ab".to_vec()),
-            Some(b"a".to_vec()),
-            None,
-            Some(b"b".to_vec()),
-            Some(b"ab".to_vec()),
-            Some(Vec::new()),
-        ]);
-        let walk = |bytes: &[u8]| {
-            let mut node = vocab.root();
-            for b in bytes {
-                node = vocab.children(node).iter().find(|c| c.0 == *b)?.1;
-            }
-            Some(vocab.ending(node).to_vec())
-        };
-        assert_eq!(walk(b"a"), Some(vec![1]));
-        assert_eq!(walk(b"ab"), Some(vec![0, 4]));
-        assert_eq!(walk(b"b"), Some(vec![3]));
-        assert_eq!(walk(b"c"), None);
-        assert_eq!(vocab.bytes(5), None, "an empty token is not text");
     }
 }
