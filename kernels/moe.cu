@@ -548,10 +548,13 @@ __device__ __forceinline__ void quad_mma(const QuadPart (&lo)[H], const QuadPart
 // g + 8 of tile h; -1 past the expert's rows, which read as zeros) times eight e of the tile's
 // pairs (`x_rows[e]`: the row of x of this lane's pair among them, null past the tile's pairs),
 // for H tiles of rows and the first `live` of E eights of pairs; every lane ends with its
-// accumulator fragments, this warp's quads summed. A warp loads a quad's weights at once and
-// its x for one mma at a time: x is read by every block of the launch, so it is mostly in
-// cache, and the weights are what must be in flight.
-template <int H, int E, typename X>
+// accumulator fragments, this warp's quads summed. A warp's quads come DEPTH at a time, the
+// weights of all of them loaded before the first is used, so that the warp has DEPTH quads of
+// loads in flight (at gpt-oss's 2880, a warp's 3 quads are one round of loads); their mma then
+// run in quad order, so a pair's result is the same at any DEPTH. Its x is loaded an mma at a
+// time: x is read by every block of the launch, so it is mostly in cache, and the weights are
+// what must be in flight.
+template <int H, int E, int DEPTH, typename X>
 __device__ void mma_tile_dots(const ExpertWeight& weight, const int (&lo_rows)[H], const int (&hi_rows)[H],
                               const X* const* x_rows, int live, float (*d)[E][4]) {
     const int warp = threadIdx.x / 32, t = threadIdx.x % 4;
@@ -562,22 +565,32 @@ __device__ void mma_tile_dots(const ExpertWeight& weight, const int (&lo_rows)[H
         lo_lane[h] = lane_row(weight, lo_rows[h]);
         hi_lane[h] = lane_row(weight, hi_rows[h]);
     }
-    for (int quad = warp; quad < quads; quad += MOE_MMA_WARPS) {
-        const bool has_block = MOE_LAYOUT_QUAD * quad + t < weight.groups;
-        QuadPart lo[H], hi[H];
+    for (int first = warp; first < quads; first += DEPTH * MOE_MMA_WARPS) {
+        QuadPart lo[DEPTH][H], hi[DEPTH][H];
 #pragma unroll
-        for (int h = 0; h < H; ++h) {
-            lo[h] = quad_part(lo_lane[h], quad, quads, has_block);
-            hi[h] = quad_part(hi_lane[h], quad, quads, has_block);
+        for (int s = 0; s < DEPTH; ++s) {
+            const int quad = first + s * MOE_MMA_WARPS;
+            const bool has_block = quad < quads && MOE_LAYOUT_QUAD * quad + t < weight.groups;
+#pragma unroll
+            for (int h = 0; h < H; ++h) {
+                lo[s][h] = quad_part(lo_lane[h], quad, quads, has_block);
+                hi[s][h] = quad_part(hi_lane[h], quad, quads, has_block);
+            }
         }
-        const size_t k = (size_t)quad * MOE_LAYOUT_QUAD * 32 + 32 * t;
-        bool small = true;
 #pragma unroll
-        for (int h = 0; h < H; ++h) small = small && lo[h].scale <= 128 && hi[h].scale <= 128;
-        if (__all_sync(0xffffffff, small))
-            quad_mma<true, H, E>(lo, hi, x_rows, k, has_block, live, d);
-        else
-            quad_mma<false, H, E>(lo, hi, x_rows, k, has_block, live, d);
+        for (int s = 0; s < DEPTH; ++s) {
+            const int quad = first + s * MOE_MMA_WARPS;
+            if (quad >= quads) break;
+            const bool has_block = MOE_LAYOUT_QUAD * quad + t < weight.groups;
+            const size_t k = (size_t)quad * MOE_LAYOUT_QUAD * 32 + 32 * t;
+            bool small = true;
+#pragma unroll
+            for (int h = 0; h < H; ++h) small = small && lo[s][h].scale <= 128 && hi[s][h].scale <= 128;
+            if (__all_sync(0xffffffff, small))
+                quad_mma<true, H, E>(lo[s], hi[s], x_rows, k, has_block, live, d);
+            else
+                quad_mma<false, H, E>(lo[s], hi[s], x_rows, k, has_block, live, d);
+        }
     }
 }
 
@@ -605,7 +618,7 @@ __device__ void sum_warps(float (*d)[E][4], float (*partial)[H][8 * E][17], floa
 
 // As moe_gate_up, for 16 columns and a tile of up to 8E pairs a block: gate rows c0 .. c0 + 16
 // and up rows I + c0 .. .
-template <int E>
+template <int E, int DEPTH>
 __device__ void gate_up_mma_tile(float* act, const __nv_bfloat16* x, const int* pair_rows, const uint8_t* blocks,
                                 const uint8_t* scales, const float* bias, const int* tiles, const int* num_tiles,
                                 int hidden, int inter, float alpha, float limit) {
@@ -627,7 +640,7 @@ __device__ void gate_up_mma_tile(float* act, const __nv_bfloat16* x, const int* 
 #pragma unroll
         for (int i = 0; i < 4; ++i) d[0][e][i] = d[1][e][i] = 0.f;
     }
-    mma_tile_dots<2, E>(expert_weight(blocks, scales, t.expert, 2 * inter, hidden / 32), lo_rows, hi_rows,
+    mma_tile_dots<2, E, DEPTH>(expert_weight(blocks, scales, t.expert, 2 * inter, hidden / 32), lo_rows, hi_rows,
                                x_rows, (t.count + 7) / 8, d);
     sum_warps<2, E>(d, partial, sums);
     for (int i = threadIdx.x; i < 8 * E * 16; i += blockDim.x) {
@@ -639,7 +652,7 @@ __device__ void gate_up_mma_tile(float* act, const __nv_bfloat16* x, const int* 
 }
 
 // As moe_down, for 16 columns and a tile of up to 8E pairs a block.
-template <int E>
+template <int E, int DEPTH>
 __device__ void down_mma_tile(float* y, const float* act, const uint8_t* blocks, const uint8_t* scales,
                              const float* bias, const int* tiles, const int* num_tiles, int hidden, int inter) {
     __shared__ float partial[MOE_MMA_WARPS][1][8 * E][17];
@@ -657,7 +670,7 @@ __device__ void down_mma_tile(float* y, const float* act, const uint8_t* blocks,
 #pragma unroll
         for (int i = 0; i < 4; ++i) d[0][e][i] = 0.f;
     }
-    mma_tile_dots<1, E>(expert_weight(blocks, scales, t.expert, hidden, inter / 32), lo_rows, hi_rows, x_rows,
+    mma_tile_dots<1, E, DEPTH>(expert_weight(blocks, scales, t.expert, hidden, inter / 32), lo_rows, hi_rows, x_rows,
                                (t.count + 7) / 8, d);
     sum_warps<1, E>(d, partial, sums);
     for (int i = threadIdx.x; i < 8 * E * 16; i += blockDim.x) {
@@ -667,25 +680,28 @@ __device__ void down_mma_tile(float* y, const float* act, const uint8_t* blocks,
     }
 }
 
-#define MOE_MMA_GATE_UP(SUFFIX, E)                                                             \
+#define MOE_MMA_GATE_UP(SUFFIX, E, DEPTH)                                                             \
     extern "C" __global__ void __launch_bounds__(MOE_MMA_WARPS * 32)                           \
         moe_gate_up_mma##SUFFIX(float* act, const __nv_bfloat16* x, const int* pair_rows, const uint8_t* blocks, \
                                 const uint8_t* scales, const float* bias, const int* tiles,   \
                                 const int* num_tiles, int hidden, int inter, float alpha, float limit) { \
-        gate_up_mma_tile<E>(act, x, pair_rows, blocks, scales, bias, tiles, num_tiles, hidden, inter, alpha, \
+        gate_up_mma_tile<E, DEPTH>(act, x, pair_rows, blocks, scales, bias, tiles, num_tiles, hidden, inter, alpha, \
                             limit);                                                            \
     }
-#define MOE_MMA_DOWN(SUFFIX, E)                                                                \
+#define MOE_MMA_DOWN(SUFFIX, E, DEPTH)                                                                \
     extern "C" __global__ void __launch_bounds__(MOE_MMA_WARPS * 32)                           \
         moe_down_mma##SUFFIX(float* y, const float* act, const uint8_t* blocks, const uint8_t* scales, \
                              const float* bias, const int* tiles, const int* num_tiles, int hidden, int inter) { \
-        down_mma_tile<E>(y, act, blocks, scales, bias, tiles, num_tiles, hidden, inter);         \
+        down_mma_tile<E, DEPTH>(y, act, blocks, scales, bias, tiles, num_tiles, hidden, inter);         \
     }
 
-MOE_MMA_GATE_UP(, MOE_TILE / 8)
-MOE_MMA_DOWN(, MOE_TILE / 8)
-MOE_MMA_GATE_UP(_wide, MOE_WIDE_TILE / 8)
-MOE_MMA_DOWN(_wide, MOE_WIDE_TILE / 8)
+// The narrow forms serve decode steps, whose few pairs leave the weights' latency the bound:
+// three quads of loads in flight a warp. The wide forms' four eights of pairs take the
+// registers that would hold them.
+MOE_MMA_GATE_UP(, MOE_TILE / 8, 3)
+MOE_MMA_DOWN(, MOE_TILE / 8, 3)
+MOE_MMA_GATE_UP(_wide, MOE_WIDE_TILE / 8, 1)
+MOE_MMA_DOWN(_wide, MOE_WIDE_TILE / 8, 1)
 
 // ---- combine -----------------------------------------------------------------------------------
 

@@ -288,6 +288,49 @@ fn mxfp4_experts_give_the_same_bits_in_wide_tiles_as_in_narrow_ones() {
     }
 }
 
+/// Narrow tiles load a warp's quads of the inner dimension three at a time, wide tiles one at
+/// a time (kernels/moe.cu's DEPTH); the mma run in quad order either way. At inner dimensions
+/// of more quads than the 8 warps take in a round (70 blocks of 32: 18 quads, the last of 2
+/// blocks, for gate_up; 33 blocks: 9 quads, the last of one, for down), nine rows routed to
+/// both of two experts (two narrow tiles an expert, one wide one) give the same bits in
+/// either form, within bf16 of the reference, and row by row alone.
+#[test]
+fn mxfp4_experts_loaded_quads_deep_give_the_bits_of_one_at_a_time() {
+    let Some(dev) = gpu() else { return };
+    let routing = Routing {
+        top_k: 2,
+        normalize: true,
+        clamp: Some((1.702, 7.0)),
+    };
+    let (num_experts, hidden, inter, rows) = (2, 70 * 32, 33 * 32, 9);
+    let weights = random_experts(num_experts, hidden, inter);
+    let on_gpu = Mxfp4Experts::new(&dev, &borrowed(&weights)).unwrap();
+    let b = |t: &Tensor| t.to_dtype(DType::BF16).unwrap().to_device(&dev).unwrap();
+    let (x, logits) = (b(&tensor((rows, hidden), 7, 1.0)), b(&router_logits(rows, num_experts)));
+    let forward = |first: usize, n: usize, tiles: MmaTiles| {
+        let part = |t: &Tensor| t.narrow(0, first, n).unwrap();
+        on_gpu
+            .forward_tiled(&part(&x), &part(&logits), &routing, CudaMatmul::Mma, tiles)
+            .unwrap()
+    };
+    let narrow = forward(0, rows, MmaTiles::Narrow);
+    let want = moe_reference(
+        &host(&x),
+        &host(&logits),
+        &dense_experts(&weights),
+        hidden,
+        &routing,
+        true,
+    );
+    let diff = max_rel_diff(&host(&narrow), &want);
+    assert!(diff < 2e-2, "narrow tiles off the reference by {diff}");
+    assert_eq!(bits(&forward(0, rows, MmaTiles::Wide)), bits(&narrow), "wide tiles");
+    for r in 0..rows {
+        let alone = forward(r, 1, MmaTiles::Narrow);
+        assert_eq!(bits(&alone), bits(&narrow.narrow(0, r, 1).unwrap()), "row {r} alone");
+    }
+}
+
 /// The experts' outputs added to a residual and normed in one launch
 /// (`ExpertOutputs::add_rms_norm`, as the norm after a gpt-oss block does) give the bits of the
 /// block's output added and normed by `add_rms_norm`: f32 rows (CUDA cores), bf16 rows (tensor
