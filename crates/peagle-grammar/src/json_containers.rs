@@ -1,0 +1,186 @@
+//! JSON objects' and arrays' grammars from their schemas (`properties`, `required`,
+//! `additionalProperties`; `items`, `prefixItems`, `minItems`, `maxItems`): the containers of
+//! `json_schema`'s compiler, whitespace around every comma and colon.
+
+use super::{count, err, json_text, JsonCompiler};
+use crate::error::GrammarError;
+use crate::grammar::{Element, GrammarBuilder, Seq};
+use serde_json::{Map, Value};
+
+impl JsonCompiler<'_> {
+    pub(super) fn object(&mut self, object: &Map<String, Value>, path: &str) -> Result<Element, GrammarError> {
+        let empty = Map::new();
+        let properties = match object.get("properties") {
+            None => &empty,
+            Some(Value::Object(p)) => p,
+            Some(_) => return Err(err(path, "properties must be an object")),
+        };
+        let required: Vec<&str> = match object.get("required") {
+            None => Vec::new(),
+            Some(Value::Array(names)) => names
+                .iter()
+                .map(|n| n.as_str().ok_or_else(|| err(path, "required must list strings")))
+                .collect::<Result<_, _>>()?,
+            Some(_) => return Err(err(path, "required must be an array")),
+        };
+        if let Some(missing) = required.iter().find(|n| !properties.contains_key(**n)) {
+            return Err(err(path, format!("required property {missing:?} is not in properties")));
+        }
+        let extra = match object.get("additionalProperties") {
+            None if properties.is_empty() => Some(self.any_value()?),
+            None | Some(Value::Bool(false)) => None,
+            Some(schema) => Some(self.schema(schema, &format!("{path}/additionalProperties"))?),
+        };
+        let mut members = Vec::new();
+        for (name, schema) in properties {
+            let value = self.schema(schema, &format!("{path}/properties/{name}"))?;
+            let member = self.member(
+                GrammarBuilder::literal(json_text(&Value::String(name.clone())).as_bytes()),
+                value,
+            )?;
+            members.push((member, required.contains(&name.as_str())));
+        }
+        // Other members after the listed ones, as one optional "member": the first without
+        // a comma before it.
+        if let Some(value) = extra {
+            let key = self.primitive("string")?;
+            let member = self.member(vec![key], value)?;
+            let comma_member = self.comma(member);
+            let more = self.b.star(comma_member)?;
+            members.push((self.b.unit(vec![member, more])?, false));
+        }
+        let open = GrammarBuilder::literal(b"{");
+        let close = GrammarBuilder::literal(b"}");
+        let body = self.members(&members)?;
+        let mut seq = open;
+        seq.push(self.ws);
+        seq.extend(body);
+        seq.extend(close);
+        self.b.unit(seq)
+    }
+
+    /// `"key": value` with whitespace around the colon.
+    pub(super) fn member(&mut self, key: Seq, value: Element) -> Result<Element, GrammarError> {
+        let mut seq = key;
+        seq.push(self.ws);
+        seq.extend(GrammarBuilder::literal(b":"));
+        seq.extend([self.ws, value]);
+        self.b.unit(seq)
+    }
+
+    /// `, element` with whitespace before and after the comma.
+    pub(super) fn comma(&self, element: Element) -> Seq {
+        let mut seq = vec![self.ws];
+        seq.extend(GrammarBuilder::literal(b","));
+        seq.extend([self.ws, element]);
+        seq
+    }
+
+    /// The members in order, each present if required (true) or possibly left out, separated
+    /// by commas, then the whitespace before the closing brace when any is present.
+    fn members(&mut self, members: &[(Element, bool)]) -> Result<Seq, GrammarError> {
+        // first[i]: the members from i on when none came before; after: with one before.
+        let mut first: Vec<Seq> = vec![Vec::new(); members.len() + 1];
+        let mut after: Seq = Vec::new();
+        for (i, &(member, required)) in members.iter().enumerate().rev() {
+            let mut present = vec![member];
+            present.extend(after.iter().copied());
+            present.push(self.ws);
+            first[i] = if required {
+                present
+            } else {
+                let skipped = first[i + 1].clone();
+                vec![self.b.rule(vec![present, skipped])?]
+            };
+            let comma_member = self.comma(member);
+            after = if required {
+                let mut seq = comma_member;
+                seq.extend(after);
+                seq
+            } else {
+                let mut seq = vec![self.b.optional(comma_member)?];
+                seq.extend(after);
+                seq
+            };
+            after = vec![self.b.unit(after)?];
+        }
+        Ok(first.swap_remove(0))
+    }
+
+    pub(super) fn array(&mut self, object: &Map<String, Value>, path: &str) -> Result<Element, GrammarError> {
+        let min = count(object, "minItems", path)?.unwrap_or(0);
+        let max = count(object, "maxItems", path)?;
+        if max.is_some_and(|max| max < min) {
+            return Err(err(path, "maxItems is less than minItems"));
+        }
+        let prefix = match object.get("prefixItems") {
+            None => Vec::new(),
+            Some(Value::Array(items)) => items
+                .iter()
+                .enumerate()
+                .map(|(i, s)| self.schema(s, &format!("{path}/prefixItems/{i}")))
+                .collect::<Result<Vec<_>, _>>()?,
+            Some(_) => return Err(err(path, "prefixItems must be an array")),
+        };
+        let rest = match object.get("items") {
+            Some(Value::Bool(false)) => None,
+            None => Some(self.any_value()?),
+            Some(schema) => Some(self.schema(schema, &format!("{path}/items"))?),
+        };
+        // One alternative per count of prefix items present; rest items only after them all.
+        let within = |n: usize| n as u32 >= min && max.is_none_or(|m| n as u32 <= m);
+        let mut alternatives = Vec::new();
+        for n in 0..prefix.len() {
+            if within(n) {
+                alternatives.push(self.items(&prefix[..n], None)?);
+            }
+        }
+        let p = prefix.len() as u32;
+        match rest {
+            Some(item) if max.is_none_or(|m| m >= p) => {
+                let counts = (min.saturating_sub(p), max.map(|m| m - p));
+                alternatives.push(self.items(&prefix, Some((item, counts.0, counts.1)))?);
+            }
+            _ if within(prefix.len()) => alternatives.push(self.items(&prefix, None)?),
+            _ => {}
+        }
+        if alternatives.is_empty() {
+            return Err(err(path, "no item count satisfies minItems, maxItems and the items"));
+        }
+        self.b.rule(alternatives)
+    }
+
+    /// `[ items ]`: `prefix`, then `rest.0` between `rest.1` and `rest.2` times.
+    fn items(&mut self, prefix: &[Element], rest: Option<(Element, u32, Option<u32>)>) -> Result<Seq, GrammarError> {
+        let mut content = Vec::new();
+        for (i, &item) in prefix.iter().enumerate() {
+            match i {
+                0 => content.push(item),
+                _ => content.extend(self.comma(item)),
+            }
+        }
+        let mut may_be_empty = prefix.is_empty();
+        if let Some((item, min, max)) = rest.filter(|r| r.2 != Some(0)) {
+            let more = self.comma(item);
+            if prefix.is_empty() {
+                // The first has no comma before it.
+                content.push(item);
+                content.extend(self.b.repeat(more, min.saturating_sub(1), max.map(|m| m - 1))?);
+                may_be_empty = min == 0;
+            } else {
+                content.extend(self.b.repeat(more, min, max)?);
+            }
+        }
+        let mut seq = GrammarBuilder::literal(b"[");
+        seq.push(self.ws);
+        if !content.is_empty() {
+            content.push(self.ws);
+            match may_be_empty {
+                true => seq.push(self.b.optional(content)?),
+                false => seq.extend(content),
+            }
+        }
+        seq.extend(GrammarBuilder::literal(b"]"));
+        Ok(seq)
+    }
+}
