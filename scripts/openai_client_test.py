@@ -147,6 +147,15 @@ def check_stored_responses(client, model):
         extra_body=RUN_TO_LENGTH,
     )
     assert second.previous_response_id == first.id and second.usage.input_tokens > first.usage.input_tokens, second
+    # A response lists its own input items; the SDK's pager walks them a page at a time, by
+    # the `after` cursor.
+    own = [item.content[0].text for item in client.responses.input_items.list(second.id)]
+    assert own == ["Now in place."], own
+    said = ["Sort a list.", "Use sorted().", "Now in place."]
+    turns = [{"role": role, "content": text} for role, text in zip(["user", "assistant", "user"], said)]
+    third = client.responses.create(model=model, input=turns, temperature=0, max_output_tokens=2, extra_body=RUN_TO_LENGTH)
+    paged = [item.content[0].text for item in client.responses.input_items.list(third.id, limit=1, order="asc")]
+    assert paged == said, paged
     client.responses.delete(first.id)
     try:
         client.responses.retrieve(first.id)

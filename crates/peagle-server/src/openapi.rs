@@ -4,7 +4,7 @@
 
 use crate::error::ErrorResponse;
 use crate::json_body::ApiJsonViews;
-use crate::routes::{chat, completions, info, prefix_cache, responses, tokenize};
+use crate::routes::{chat, completions, info, prefix_cache, responses, responses_items, tokenize};
 use axum::http::header::CONTENT_TYPE;
 use axum::response::IntoResponse;
 use std::borrow::Cow;
@@ -28,6 +28,7 @@ use utoipa::{IntoResponses, Modify, OpenApi, PartialSchema, ToSchema};
         responses::responses,
         responses::get_response,
         responses::delete_response,
+        responses_items::list_input_items,
         info::models,
         info::model,
         tokenize::tokenize,

@@ -1,6 +1,7 @@
 //! Responses kept in memory for `previous_response_id`, `GET /v1/responses/{id}` and
-//! `DELETE /v1/responses/{id}`: each response as the JSON it was answered with, and the
-//! conversation it ended, as chat messages, so that a later request goes on from it. The
+//! `DELETE /v1/responses/{id}`: each response as the JSON it was answered with, its input
+//! items (`GET /v1/responses/{id}/input_items`), and the conversation it ended, as chat
+//! messages, so that a later request goes on from it. The
 //! store is bounded in bytes (`--responses-store-mb`): past the bound the least recently used
 //! responses are forgotten, and nothing survives a restart. A bound of 0 keeps nothing, as
 //! vLLM without its store. Each response holds its whole conversation, so a long chain of
@@ -15,6 +16,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 pub struct Stored {
     /// The response object as JSON, as the request was answered.
     pub response: String,
+    /// The request's own input items as `GET /v1/responses/{id}/input_items` lists them: a
+    /// JSON array, each item with its id.
+    pub input_items: String,
     pub conversation: Vec<ChatMessage>,
 }
 
@@ -132,7 +136,7 @@ impl Stored {
             let ids = m.tool_call_id.as_ref().map_or(0, String::len);
             160 + m.role.len() + content + m.reasoning_content.as_ref().map_or(0, String::len) + calls + ids
         };
-        self.response.len() + self.conversation.iter().map(message).sum::<usize>()
+        self.response.len() + self.input_items.len() + self.conversation.iter().map(message).sum::<usize>()
     }
 }
 
@@ -151,6 +155,7 @@ mod tests {
         };
         Stored {
             response,
+            input_items: "[]".into(),
             conversation: vec![message],
         }
     }

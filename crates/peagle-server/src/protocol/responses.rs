@@ -66,6 +66,9 @@ pub enum ResponsesInput {
 pub struct InputItem {
     #[serde(rename = "type")]
     pub kind: Option<String>,
+    /// The item's id, as `/v1/responses/{id}/input_items` lists it; one is made where none
+    /// is given.
+    pub id: Option<String>,
     /// A message's: user, system, developer or assistant.
     pub role: Option<String>,
     /// A message's text, or its text parts (`input_text`, `output_text`).
@@ -170,6 +173,21 @@ pub struct DeletedResponse {
     /// "response.deleted".
     pub object: &'static str,
     pub deleted: bool,
+}
+
+/// What `GET /v1/responses/{id}/input_items` answers: a page of the response's input items.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct InputItemList {
+    /// "list".
+    pub object: &'static str,
+    /// Messages (`input_text` parts; `output_text` for an assistant's), `function_call`,
+    /// `function_call_output` and `reasoning` items, each with its id.
+    #[schema(value_type = Vec<Object>)]
+    pub data: Vec<Value>,
+    pub first_id: Option<String>,
+    pub last_id: Option<String>,
+    /// Whether more items follow the page in its order.
+    pub has_more: bool,
 }
 
 #[derive(Debug, Clone, Serialize, ToSchema)]

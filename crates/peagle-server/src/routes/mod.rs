@@ -8,6 +8,7 @@ pub mod info;
 pub mod prefix_cache;
 pub mod responses;
 mod responses_input;
+pub mod responses_items;
 mod responses_output;
 pub mod tokenize;
 

@@ -10,6 +10,7 @@
 use super::chat_start::{start_chat, StartedChat};
 use super::off_runtime;
 use super::responses_input::chat_request;
+use super::responses_items::input_items;
 use super::responses_output::OutputItems;
 use crate::answer::AnswerParser;
 use crate::choice::{Choice, Finish};
@@ -68,17 +69,20 @@ pub async fn responses(
     let previous = previous_response(&state, req.previous_response_id.as_deref())?;
     let before = previous.as_ref().map_or(&[][..], |p| &p.conversation[..]);
     let (chat, fields) = chat_request(&req, before)?;
-    // What a later response goes on from: the conversation without its instructions, which
-    // it does not inherit.
-    let conversation = chat.messages[usize::from(req.instructions.is_some())..].to_vec();
     let store = req.store.unwrap_or(true) && state.responses.enabled();
+    // What a later response goes on from: the conversation without its instructions, which
+    // it does not inherit; and what its input items list.
+    let kept = store.then(|| Kept {
+        conversation: chat.messages[usize::from(req.instructions.is_some())..].to_vec(),
+        input_items: json!(input_items(&req.input)).to_string(),
+    });
     // Never the client's X-Request-Id: a stored response is found by its id, which no
     // client may choose (and so read or replace another's).
     let id = format!("resp_{}", random_id());
     let head = Head::new(&req, &sampling, id, &state.model.name, store);
     let started = start_chat(&state, &chat, sampling, fields, arrived).await?;
     if req.stream.unwrap_or(false) {
-        return Ok(stream(state, head, started, conversation).into_response());
+        return Ok(stream(state, head, started, kept).into_response());
     }
     let mut parser = started.parser(&state.model);
     let prompt_tokens = started.prompt_tokens;
@@ -86,7 +90,7 @@ pub async fn responses(
     let mut output = OutputItems::default();
     output.push(parser.split(&outcome.text, true));
     let response = head.finished(&state, &mut output, &outcome.finish, prompt_tokens).await;
-    keep(&state, &response, conversation, &output);
+    keep(&state, &response, kept, &output);
     Ok(Json(response).into_response())
 }
 
@@ -151,7 +155,7 @@ fn previous_response(state: &AppState, id: Option<&str>) -> Result<Option<Arc<St
         .ok_or_else(|| not_found(id, Some("previous_response_id")))
 }
 
-fn not_found(id: &str, param: Option<&str>) -> ApiError {
+pub(super) fn not_found(id: &str, param: Option<&str>) -> ApiError {
     ApiError {
         param: param.map(str::to_string),
         ..ApiError::client(
@@ -162,10 +166,24 @@ fn not_found(id: &str, param: Option<&str>) -> ApiError {
     }
 }
 
+/// What a response to be stored keeps of its request: the conversation through its input
+/// (its instructions aside) and its input items as the listing gives them.
+struct Kept {
+    conversation: Vec<ChatMessage>,
+    input_items: String,
+}
+
 /// Keeps a finished response, with the conversation it ends, where its request asked to
-/// store it; one the server ended early is not kept.
-fn keep(state: &AppState, response: &ResponseObject, mut conversation: Vec<ChatMessage>, output: &OutputItems) {
-    if !response.store || response.status == "failed" {
+/// store it (`kept`); one the server ended early is not kept.
+fn keep(state: &AppState, response: &ResponseObject, kept: Option<Kept>, output: &OutputItems) {
+    let Some(Kept {
+        mut conversation,
+        input_items,
+    }) = kept
+    else {
+        return;
+    };
+    if response.status == "failed" {
         return;
     }
     let Ok(json) = serde_json::to_string(response) else {
@@ -174,6 +192,7 @@ fn keep(state: &AppState, response: &ResponseObject, mut conversation: Vec<ChatM
     conversation.push(output.answer());
     let stored = Stored {
         response: json,
+        input_items,
         conversation,
     };
     state.responses.put(response.id.clone(), stored);
@@ -337,7 +356,7 @@ fn stream(
     state: Arc<AppState>,
     head: Head,
     started: StartedChat,
-    conversation: Vec<ChatMessage>,
+    kept: Option<Kept>,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
     let mut parser: AnswerParser = started.parser(&state.model);
     let prompt_tokens = started.prompt_tokens;
@@ -374,7 +393,7 @@ fn stream(
             for event in output.take_events() {
                 yield sequence.event(event);
             }
-            keep(&state, &response, conversation, &output);
+            keep(&state, &response, kept, &output);
             let kind = format!("response.{}", response.status);
             yield sequence.event(json!({"type": kind, "response": response}));
             break;

@@ -453,3 +453,74 @@ async fn stored_responses_are_gone_on_from_read_and_deleted() {
         (400, &json!("previous_response_id"))
     );
 }
+
+/// A stored response lists its own input items (not its instructions, nor the conversation
+/// of the response it goes on from), newest first unless asked otherwise, a page at a time;
+/// an unknown response is a 404 and a bad page a 400 naming its parameter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stored_responses_list_their_own_input_items() {
+    let server = TestServer::start().await;
+    let mut body = request(2);
+    body["input"] = json!([
+        {"role": "user", "content": "Sort a list", "id": "msg_first"},
+        {"role": "assistant", "content": "Use sorted()."},
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Reverse it"}]},
+    ]);
+    let first = server.ok("/v1/responses", body).await;
+    let list = |query: String| {
+        let path = format!("/v1/responses/{}/input_items{query}", first["id"].as_str().unwrap());
+        let server = &server;
+        async move {
+            let response = server.get(&path).await;
+            let status = response.status().as_u16();
+            (status, response.json::<Value>().await.unwrap())
+        }
+    };
+    let (status, all) = list(String::new()).await;
+    assert_eq!(status, 200);
+    assert_eq!(all["object"], "list");
+    let data = all["data"].as_array().unwrap();
+    let texts: Vec<&str> = data.iter().map(|i| i["content"][0]["text"].as_str().unwrap()).collect();
+    assert_eq!(texts, ["Reverse it", "Use sorted().", "Sort a list"], "newest first");
+    assert_eq!(data[1]["content"][0]["type"], "output_text");
+    assert_eq!(data[2]["content"][0]["type"], "input_text");
+    assert_eq!(
+        (&all["last_id"], &all["has_more"]),
+        (&json!("msg_first"), &json!(false))
+    );
+    assert!(data
+        .iter()
+        .all(|i| i["type"] == "message" && i["status"] == "completed"));
+
+    let (_, page) = list("?order=asc&limit=2".into()).await;
+    assert_eq!(
+        (&page["first_id"], &page["has_more"]),
+        (&json!("msg_first"), &json!(true))
+    );
+    let after = page["last_id"].as_str().unwrap();
+    let (_, rest) = list(format!("?order=asc&limit=2&after={after}")).await;
+    assert_eq!(rest["data"].as_array().unwrap().len(), 1);
+    assert_eq!((&rest["last_id"], &rest["has_more"]), (&all["first_id"], &json!(false)));
+    for (query, param) in [
+        ("?limit=0", "limit"),
+        ("?order=up", "order"),
+        ("?after=msg_none", "after"),
+    ] {
+        let (status, error) = list(query.into()).await;
+        assert_eq!((status, &error["error"]["param"]), (400, &json!(param)), "{query}");
+    }
+
+    let mut next = request(2);
+    next["input"] = json!("And dedupe it");
+    next["previous_response_id"] = first["id"].clone();
+    let second = server.ok("/v1/responses", next).await;
+    let path = format!("/v1/responses/{}/input_items", second["id"].as_str().unwrap());
+    let own: Value = server.get(&path).await.json().await.unwrap();
+    let own = own["data"].as_array().unwrap();
+    assert_eq!(own.len(), 1);
+    assert_eq!(
+        (&own[0]["role"], &own[0]["content"][0]["text"]),
+        (&json!("user"), &json!("And dedupe it"))
+    );
+    assert_eq!(server.get("/v1/responses/resp_none/input_items").await.status(), 404);
+}
