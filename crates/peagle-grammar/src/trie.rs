@@ -25,6 +25,7 @@ impl Trie {
     /// it ends at the last node made. The nodes deeper than the shared prefix are closed then,
     /// as nothing later goes under them.
     pub(crate) fn new(mut tokens: Vec<(u32, &[u8])>) -> Self {
+        debug_assert!(tokens.iter().all(|(_, bytes)| !bytes.is_empty()), "an empty token");
         tokens.sort_by(|a, b| a.1.cmp(b.1).then(a.0.cmp(&b.0)));
         let mut trie = Self {
             bytes: Vec::new(),

@@ -290,9 +290,9 @@ fn mxfp4_experts_give_the_same_bits_in_wide_tiles_as_in_narrow_ones() {
 
 /// Narrow tiles load a warp's quads of the inner dimension three at a time, wide tiles one at
 /// a time (kernels/moe.cu's DEPTH); the mma run in quad order either way. At inner dimensions
-/// of more quads than the 8 warps take in a round (70 blocks of 32: 18 quads, the last of 2
-/// blocks, for gate_up; 33 blocks: 9 quads, the last of one, for down), nine rows routed to
-/// both of two experts (two narrow tiles an expert, one wide one) give the same bits in
+/// of more quads than the 8 warps take in a round of three (98 blocks of 32: 25 quads, the last
+/// of 2 blocks, for gate_up; 97 blocks: 25 quads, the last of one, for down), nine rows routed
+/// to both of two experts (two narrow tiles an expert, one wide one) give the same bits in
 /// either form, within bf16 of the reference, and row by row alone.
 #[test]
 fn mxfp4_experts_loaded_quads_deep_give_the_bits_of_one_at_a_time() {
@@ -302,7 +302,7 @@ fn mxfp4_experts_loaded_quads_deep_give_the_bits_of_one_at_a_time() {
         normalize: true,
         clamp: Some((1.702, 7.0)),
     };
-    let (num_experts, hidden, inter, rows) = (2, 70 * 32, 33 * 32, 9);
+    let (num_experts, hidden, inter, rows) = (2, 98 * 32, 97 * 32, 9);
     let weights = random_experts(num_experts, hidden, inter);
     let on_gpu = Mxfp4Experts::new(&dev, &borrowed(&weights)).unwrap();
     let b = |t: &Tensor| t.to_dtype(DType::BF16).unwrap().to_device(&dev).unwrap();
