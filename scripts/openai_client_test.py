@@ -10,6 +10,7 @@ non-zero if any check fails.
 import argparse
 import json
 import sys
+import time
 import traceback
 
 import openai
@@ -164,6 +165,24 @@ def check_stored_responses(client, model):
         pass
 
 
+def check_background_responses(client, model):
+    # Polled until it ends, as the SDK's users poll; its events streamed again from a sequence
+    # number; a cancel of one that ended gives it back as it ended.
+    queued = respond(client, model, background=True)
+    assert queued.status == "queued" and queued.background, queued
+    deadline = time.monotonic() + 60
+    polled = client.responses.retrieve(queued.id)
+    while polled.status in ("queued", "in_progress"):
+        assert time.monotonic() < deadline, polled
+        time.sleep(0.05)
+        polled = client.responses.retrieve(queued.id)
+    assert polled.status == "incomplete" and polled.output_text == respond(client, model).output_text, polled
+    events = list(client.responses.retrieve(queued.id, stream=True, starting_after=1))
+    assert events[0].sequence_number == 2 and events[-1].type == "response.incomplete", events
+    assert events[-1].response.output_text == polled.output_text, events[-1]
+    assert client.responses.cancel(queued.id).status == "incomplete"
+
+
 def check_n_and_seed(client, model):
     def run():
         r = client.completions.create(
@@ -248,6 +267,7 @@ CHECKS = [
     check_chat_stream,
     check_responses,
     check_stored_responses,
+    check_background_responses,
     check_n_and_seed,
     check_stop,
     check_logprobs,

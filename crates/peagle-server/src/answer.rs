@@ -127,6 +127,13 @@ impl Split {
             ..Self::default()
         }
     }
+
+    /// Adds what `later`, the split of the text after this one's, holds.
+    pub fn extend(&mut self, later: Split) {
+        self.reasoning += &later.reasoning;
+        self.content += &later.content;
+        self.calls.extend(later.calls);
+    }
 }
 
 impl AnswerParser {
@@ -145,6 +152,16 @@ impl AnswerParser {
             None => Split::content(rest),
         };
         Split { reasoning, ..split }
+    }
+
+    /// What `text` adds, as splits in the answer's order, each of whose parts come in the
+    /// order reasoning, content, calls (`OutputItems::push`'s): a template's parsers give
+    /// their parts in that order, and harmony's messages may come in any.
+    pub fn split_in_order(&mut self, text: &str, last: bool) -> Vec<Split> {
+        match self {
+            Self::Harmony(channels) => channels.split_in_order(text, last),
+            Self::Template { .. } => vec![self.split(text, last)],
+        }
     }
 
     /// Whether the answer so far ends in a call: a turn that stops there stops to call.

@@ -8,7 +8,9 @@ use crate::auth::require_api_key;
 use crate::error::ApiError;
 use crate::openapi::openapi_json;
 use crate::request_id::request_id_header;
-use crate::routes::{chat, completions, info, prefix_cache, responses, responses_items, tokenize};
+use crate::routes::{
+    chat, completions, info, prefix_cache, responses, responses_background, responses_items, tokenize,
+};
 use crate::state::{AppState, ServerConfig};
 use axum::http::header::CONTENT_TYPE;
 use axum::http::{HeaderValue, StatusCode};
@@ -30,6 +32,7 @@ pub fn routes(state: Arc<AppState>) -> Router {
             get(responses::get_response).delete(responses::delete_response),
         )
         .route("/v1/responses/{id}/input_items", get(responses_items::list_input_items))
+        .route("/v1/responses/{id}/cancel", post(responses_background::cancel_response))
         .route("/v1/models", get(info::models))
         // A catch-all: served names such as openai/gpt-oss-20b hold slashes.
         .route("/v1/models/{*id}", get(info::model))

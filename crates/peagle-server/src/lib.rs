@@ -25,6 +25,7 @@ mod params;
 pub mod protocol;
 mod python_json;
 mod request_id;
+mod responses_runs;
 mod responses_store;
 mod routes;
 pub mod served_model;

@@ -4,7 +4,9 @@
 
 use crate::error::ErrorResponse;
 use crate::json_body::ApiJsonViews;
-use crate::routes::{chat, completions, info, prefix_cache, responses, responses_items, tokenize};
+use crate::routes::{
+    chat, completions, info, prefix_cache, responses, responses_background, responses_items, tokenize,
+};
 use axum::http::header::CONTENT_TYPE;
 use axum::response::IntoResponse;
 use std::borrow::Cow;
@@ -29,6 +31,7 @@ use utoipa::{IntoResponses, Modify, OpenApi, PartialSchema, ToSchema};
         responses::get_response,
         responses::delete_response,
         responses_items::list_input_items,
+        responses_background::cancel_response,
         info::models,
         info::model,
         tokenize::tokenize,

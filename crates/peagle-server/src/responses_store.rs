@@ -1,13 +1,14 @@
 //! Responses kept in memory for `previous_response_id`, `GET /v1/responses/{id}` and
 //! `DELETE /v1/responses/{id}`: each response as the JSON it was answered with, its input
-//! items (`GET /v1/responses/{id}/input_items`), and the conversation it ended, as chat
-//! messages, so that a later request goes on from it. The
+//! items (`GET /v1/responses/{id}/input_items`), a background response's stream events, and
+//! the conversation it ended, as chat messages, so that a later request goes on from it. The
 //! store is bounded in bytes (`--responses-store-mb`): past the bound the least recently used
 //! responses are forgotten, and nothing survives a restart. A bound of 0 keeps nothing, as
 //! vLLM without its store. Each response holds its whole conversation, so a long chain of
 //! responses takes room quadratic in its length.
 
 use crate::protocol::chat::{ChatMessage, MessageContent};
+use crate::responses_runs::SavedEvent;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -20,6 +21,11 @@ pub struct Stored {
     /// JSON array, each item with its id.
     pub input_items: String,
     pub conversation: Vec<ChatMessage>,
+    /// Whether the server ended the answer early: the response is read, not gone on from.
+    pub failed: bool,
+    /// A background response's stream events, for `GET /v1/responses/{id}?stream=true`;
+    /// none for another.
+    pub events: Vec<SavedEvent>,
 }
 
 pub struct ResponseStore {
@@ -136,7 +142,8 @@ impl Stored {
             let ids = m.tool_call_id.as_ref().map_or(0, String::len);
             160 + m.role.len() + content + m.reasoning_content.as_ref().map_or(0, String::len) + calls + ids
         };
-        self.response.len() + self.input_items.len() + self.conversation.iter().map(message).sum::<usize>()
+        let events: usize = self.events.iter().map(|e| 64 + e.kind.len() + e.data.len()).sum();
+        self.response.len() + self.input_items.len() + self.conversation.iter().map(message).sum::<usize>() + events
     }
 }
 
@@ -157,6 +164,8 @@ mod tests {
             response,
             input_items: "[]".into(),
             conversation: vec![message],
+            failed: false,
+            events: Vec::new(),
         }
     }
 

@@ -9,6 +9,7 @@ use crate::app::{app, routes};
 use crate::connection::{self, ConnectionLimits};
 use crate::fd_limit::connection_capacity;
 use crate::metrics::ServerMetrics;
+use crate::responses_runs::Runs;
 use crate::responses_store::ResponseStore;
 use crate::served_model::ServedModel;
 use crate::state::{AppState, ServerConfig};
@@ -42,6 +43,7 @@ impl Server {
             text_workers: TextWorkers::start()?,
             model,
             responses: ResponseStore::new(config.responses_store_bytes),
+            runs: Runs::default(),
             config,
             stopping: stopping_rx,
             abort: abort_rx,

@@ -1,6 +1,7 @@
 //! What every handler shares: the engine, the model's tokenizer side, metrics and settings.
 
 use crate::metrics::ServerMetrics;
+use crate::responses_runs::Runs;
 use crate::responses_store::ResponseStore;
 use crate::served_model::ServedModel;
 use crate::text_workers::TextWorkers;
@@ -58,6 +59,8 @@ pub struct AppState {
     pub metrics: ServerMetrics,
     pub config: ServerConfig,
     pub responses: ResponseStore,
+    /// Background responses while they run; the store has them once they end.
+    pub runs: Runs,
     /// Turns true when the server starts shutting down.
     pub stopping: watch::Receiver<bool>,
     /// Turns true when the shutdown grace period is over: requests still running end now.

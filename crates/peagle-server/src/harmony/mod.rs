@@ -32,7 +32,7 @@ pub const CALL: &str = "<|call|>";
 const MARKERS: [&str; 7] = [START, END, MESSAGE, CHANNEL, CONSTRAIN, RETURN, CALL];
 
 /// Where the current message's text goes.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
 enum Route {
     Reasoning,
     #[default]
@@ -74,56 +74,83 @@ impl Channels {
 
     /// What `text` adds; `last` flushes what the parser held back.
     pub fn split(&mut self, text: &str, last: bool) -> Split {
+        let mut whole = Split::default();
+        for split in self.split_in_order(text, last) {
+            whole.extend(split);
+        }
+        whole
+    }
+
+    /// What `text` adds, as splits of one kind each in the answer's order: an answer may go
+    /// back to reasoning after a preamble, and a few tokens (a speculative step's) may end
+    /// one message and begin the next.
+    pub fn split_in_order(&mut self, text: &str, last: bool) -> Vec<Split> {
         let mut events = self.parser.feed(text);
         if last {
             events.extend(self.parser.finish());
         }
-        let mut split = Split::default();
+        let mut splits: Vec<(Route, Split)> = Vec::new();
         for event in events {
             match event {
-                Event::Message { channel, recipient } => self.route = self.begin(channel, recipient, &mut split),
-                Event::Text(text) => match self.route {
-                    Route::Reasoning => split.reasoning += &text,
-                    Route::Content => split.content += &text,
-                    Route::Call(index) => match split.calls.last_mut() {
-                        Some(piece) if piece.index == index => piece.arguments += &text,
-                        _ => split.calls.push(CallPiece {
-                            index,
-                            name: None,
-                            arguments: text,
-                        }),
-                    },
-                    Route::SurplusCall | Route::Dropped => {}
-                },
+                Event::Message { channel, recipient } => self.begin(channel, recipient, &mut splits),
+                Event::Text(text) => {
+                    let route = self.route;
+                    match route {
+                        Route::Reasoning => split_of(&mut splits, route).reasoning += &text,
+                        Route::Content => split_of(&mut splits, route).content += &text,
+                        Route::Call(index) => {
+                            let calls = &mut split_of(&mut splits, route).calls;
+                            match calls.last_mut() {
+                                Some(piece) => piece.arguments += &text,
+                                None => calls.push(CallPiece {
+                                    index,
+                                    name: None,
+                                    arguments: text,
+                                }),
+                            }
+                        }
+                        Route::SurplusCall | Route::Dropped => {}
+                    }
+                }
             }
         }
-        split
+        splits.into_iter().map(|(_, split)| split).collect()
     }
 
-    /// Where a new message's text goes; a call's begins with its name.
-    fn begin(&mut self, channel: Option<String>, recipient: Option<String>, split: &mut Split) -> Route {
+    /// Routes a new message's text; a call's begins with its name.
+    fn begin(&mut self, channel: Option<String>, recipient: Option<String>, splits: &mut Vec<(Route, Split)>) {
         let Some(recipient) = recipient else {
-            return match channel.as_deref() {
+            self.route = match channel.as_deref() {
                 Some("analysis") => Route::Reasoning,
                 _ => Route::Content,
             };
+            return;
         };
         let offered = |name: &&str| self.offer.offers(name);
-        let Some(name) = recipient.strip_prefix("functions.").filter(offered) else {
-            return Route::Dropped;
+        self.route = match recipient.strip_prefix("functions.").filter(offered) {
+            None => Route::Dropped,
+            Some(_) if !self.offer.takes(self.calls) => Route::SurplusCall,
+            Some(name) => {
+                let index = self.calls;
+                self.calls += 1;
+                split_of(splits, Route::Call(index)).calls.push(CallPiece {
+                    index,
+                    name: Some(name.to_string()),
+                    arguments: String::new(),
+                });
+                Route::Call(index)
+            }
         };
-        if !self.offer.takes(self.calls) {
-            return Route::SurplusCall;
-        }
-        let index = self.calls;
-        self.calls += 1;
-        split.calls.push(CallPiece {
-            index,
-            name: Some(name.to_string()),
-            arguments: String::new(),
-        });
-        Route::Call(index)
     }
+}
+
+/// The split that text routed to `route` goes on: the last one while the route is its, a new
+/// one where the route changed.
+fn split_of(splits: &mut Vec<(Route, Split)>, route: Route) -> &mut Split {
+    if splits.last().map(|(last, _)| *last) != Some(route) {
+        splits.push((route, Split::default()));
+    }
+    &mut splits.last_mut().expect("pushed above where there was none").1
 }
 
 /// A model's harmony tokens.

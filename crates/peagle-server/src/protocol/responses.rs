@@ -42,7 +42,9 @@ pub struct ResponsesRequest {
     /// Refused above 0: output logprobs are not given.
     #[schema(minimum = 0, maximum = 20)]
     pub top_logprobs: Option<i64>,
-    /// Refused when true: responses are answered while the request waits.
+    /// Answer in the background: the request returns the response queued, to be read by
+    /// `GET /v1/responses/{id}` (or followed as a stream, from any sequence number) and
+    /// cancelled by `POST /v1/responses/{id}/cancel`. It needs the response stored.
     pub background: Option<bool>,
     /// Returned as given.
     #[schema(value_type = Option<Object>)]
@@ -136,8 +138,12 @@ pub struct ResponseObject {
     /// "response".
     pub object: &'static str,
     pub created_at: u64,
-    /// in_progress (in a stream's first events), completed, incomplete (cut by
-    /// `max_output_tokens` or the context), or failed.
+    /// Whether the response runs in the background (`background: true`).
+    pub background: bool,
+    /// queued (a background response just made), in_progress (in a stream's first events,
+    /// and a background response's while it runs), completed, incomplete (cut by
+    /// `max_output_tokens` or the context), failed, or cancelled (a background response, by
+    /// `POST /v1/responses/{id}/cancel`).
     pub status: &'static str,
     pub completed_at: Option<u64>,
     /// Set where the status is failed: the server ended the answer early (stopping, or its
@@ -186,7 +192,8 @@ pub struct InputItemList {
     pub data: Vec<Value>,
     pub first_id: Option<String>,
     pub last_id: Option<String>,
-    /// Whether more items follow the page in its order.
+    /// Whether more items lie beyond the page: after it in its order, or before it when the
+    /// page was asked for with `before` alone (the items nearest that cursor).
     pub has_more: bool,
 }
 

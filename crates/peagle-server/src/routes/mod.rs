@@ -7,9 +7,11 @@ pub mod completions;
 pub mod info;
 pub mod prefix_cache;
 pub mod responses;
+pub mod responses_background;
 mod responses_input;
 pub mod responses_items;
 mod responses_output;
+mod responses_stream;
 pub mod tokenize;
 
 use crate::error::ApiError;

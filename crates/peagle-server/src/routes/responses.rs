@@ -3,16 +3,19 @@
 //! output items (`responses_output`): one `response` object, or with `stream` the Responses
 //! stream's typed events, each with its sequence number, ending in `response.completed`
 //! (`.incomplete` where the limit cut the answer, `.failed` where the server ended it), or in
-//! an `error` event. A response asked to be stored (`store`, true by default) is kept with its
-//! conversation (`responses_store`): `previous_response_id` goes on from it, and
-//! `GET`/`DELETE /v1/responses/{id}` read and forget it.
+//! an `error` event (`responses_stream`). A response asked to be stored (`store`, true by
+//! default) is kept with its conversation (`responses_store`): `previous_response_id` goes on
+//! from it, and `GET`/`DELETE /v1/responses/{id}` read and forget it. One asked to run in the
+//! background is answered by a task of its own (`responses_background`), which these read
+//! while it runs.
 
-use super::chat_start::{start_chat, StartedChat};
+use super::chat_start::start_chat;
 use super::off_runtime;
+use super::responses_background::run_in_background;
 use super::responses_input::chat_request;
 use super::responses_items::input_items;
 use super::responses_output::OutputItems;
-use crate::answer::AnswerParser;
+use super::responses_stream::{sse_of, sse_of_saved};
 use crate::choice::{Choice, Finish};
 use crate::error::ApiError;
 use crate::json_body::ApiJsonViews;
@@ -24,19 +27,17 @@ use crate::protocol::responses::{
 };
 use crate::protocol::sampling::SamplingRequest;
 use crate::protocol::{random_id, unix_time};
+use crate::responses_runs::{Run, SavedEvent};
 use crate::responses_store::Stored;
 use crate::state::AppState;
 use axum::extract::{Path, Query, State};
 use axum::http::header::CONTENT_TYPE;
 use axum::http::StatusCode;
-use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use futures_util::{Stream, StreamExt};
 use peagle_engine::FinishReason;
 use serde::Deserialize;
 use serde_json::{json, Value};
-use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Instant;
 use utoipa::IntoParams;
@@ -70,6 +71,14 @@ pub async fn responses(
     let before = previous.as_ref().map_or(&[][..], |p| &p.conversation[..]);
     let (chat, fields) = chat_request(&req, before)?;
     let store = req.store.unwrap_or(true) && state.responses.enabled();
+    let background = req.background.unwrap_or(false);
+    if background && !store {
+        return Err(ApiError::invalid(
+            Some("background"),
+            "background: a background response is read from the store, so it needs store (not false) and a \
+             server that keeps responses (--responses-store-mb above 0)",
+        ));
+    }
     // What a later response goes on from: the conversation without its instructions, which
     // it does not inherit; and what its input items list.
     let kept = store.then(|| Kept {
@@ -81,51 +90,108 @@ pub async fn responses(
     let id = format!("resp_{}", random_id());
     let head = Head::new(&req, &sampling, id, &state.model.name, store);
     let started = start_chat(&state, &chat, sampling, fields, arrived).await?;
-    if req.stream.unwrap_or(false) {
-        return Ok(stream(state, head, started, kept).into_response());
+    let stream = req.stream.unwrap_or(false);
+    if background {
+        return Ok(run_in_background(state, head, started, kept, stream));
+    }
+    if stream {
+        return Ok(sse_of(state, head, started, kept).into_response());
     }
     let mut parser = started.parser(&state.model);
     let prompt_tokens = started.prompt_tokens;
     let outcome = only_choice(started.choices)?.collect().await?;
     let mut output = OutputItems::default();
-    output.push(parser.split(&outcome.text, true));
+    for split in parser.split_in_order(&outcome.text, true) {
+        output.push(split);
+    }
     let response = head.finished(&state, &mut output, &outcome.finish, prompt_tokens).await;
-    keep(&state, &response, kept, &output);
+    keep(&state, &response, kept, output.answer(), Vec::new());
     Ok(Json(response).into_response())
 }
 
 #[utoipa::path(get, path = "/v1/responses/{id}", tag = "OpenAI", security(("api_key" = [])),
-    params(("id" = String, Path, description = "A stored response's id"), RetrieveQuery),
-    responses((status = 200, description = "The stored response, as it was answered", body = ResponseObject), ApiErrors))]
+    params(("id" = String, Path, description = "A stored or running response's id"), RetrieveQuery),
+    responses(
+        (status = 200, description = "The response as it stands: as it was answered, or a background one's so \
+            far; with `stream`, a background response's events after `starting_after`, then those to come",
+            content((ResponseObject = "application/json"), (StreamEvent = "text/event-stream"))),
+        ApiErrors,
+    ))]
 pub async fn get_response(
     State(state): State<Arc<AppState>>,
     Path(id): Path<String>,
     Query(query): Query<RetrieveQuery>,
 ) -> Result<Response, ApiError> {
-    if query.stream == Some(true) {
-        return Err(ApiError::invalid(
-            Some("stream"),
-            "stream: a stored response is returned whole, not streamed again",
-        ));
+    let found = find(&state, &id)?;
+    if query.stream != Some(true) {
+        let response = match &found {
+            Found::Running(run) => run.response(),
+            Found::Stored(stored) => stored.response.clone(),
+        };
+        return Ok(([(CONTENT_TYPE, "application/json")], response).into_response());
     }
-    let stored = state.responses.get(&id).ok_or_else(|| not_found(&id, None))?;
-    Ok(([(CONTENT_TYPE, "application/json")], stored.response.clone()).into_response())
+    let from = match query.starting_after {
+        Some(n) if n < -1 => {
+            return Err(ApiError::invalid(
+                Some("starting_after"),
+                format!("starting_after: a sequence number, -1 or more, not {n}"),
+            ))
+        }
+        // Event n has sequence number n.
+        Some(n) => (n + 1) as usize,
+        None => 0,
+    };
+    match found {
+        Found::Running(run) => Ok(sse_of_saved(run.follow(from)).into_response()),
+        Found::Stored(stored) if !stored.events.is_empty() => {
+            let events = stored.events.get(from..).unwrap_or_default().to_vec();
+            Ok(sse_of_saved(futures_util::stream::iter(events)).into_response())
+        }
+        Found::Stored(_) => Err(ApiError::invalid(
+            Some("stream"),
+            "stream: only a background response's events are kept to be streamed again",
+        )),
+    }
 }
 
-/// `GET /v1/responses/{id}`'s query: OpenAI's SDK may ask to stream the response again.
+/// A response by id: a background one still running, or one stored.
+pub(super) enum Found {
+    Running(Arc<Run>),
+    Stored(Arc<Stored>),
+}
+
+/// The response `id`; 404 where it is neither running nor kept. A run puts its response in
+/// the store before it leaves the runs, so one is always found.
+pub(super) fn find(state: &AppState, id: &str) -> Result<Found, ApiError> {
+    if let Some(run) = state.runs.get(id) {
+        return Ok(Found::Running(run));
+    }
+    let stored = state.responses.get(id).ok_or_else(|| not_found(id, None))?;
+    Ok(Found::Stored(stored))
+}
+
+/// `GET /v1/responses/{id}`'s query: OpenAI's SDK may ask to stream a background response
+/// again.
 #[derive(Debug, Deserialize, IntoParams)]
 pub struct RetrieveQuery {
-    /// Refused when true: a stored response is returned whole.
+    /// The background response's events, as a stream, rather than the response.
     stream: Option<bool>,
+    /// With `stream`: the events after this sequence number.
+    starting_after: Option<i64>,
 }
 
 #[utoipa::path(delete, path = "/v1/responses/{id}", tag = "OpenAI", security(("api_key" = [])),
     params(("id" = String, Path, description = "A stored response's id")),
-    responses((status = 200, description = "The response is forgotten", body = DeletedResponse), ApiErrors))]
+    responses((status = 200, description = "The response is forgotten (cancelled first where it runs in the \
+        background)", body = DeletedResponse), ApiErrors))]
 pub async fn delete_response(
     State(state): State<Arc<AppState>>,
     Path(id): Path<String>,
 ) -> Result<Json<DeletedResponse>, ApiError> {
+    if let Some(run) = state.runs.get(&id) {
+        run.cancel();
+        run.wait_done().await;
+    }
     if !state.responses.remove(&id) {
         return Err(not_found(&id, None));
     }
@@ -149,10 +215,23 @@ fn previous_response(state: &AppState, id: Option<&str>) -> Result<Option<Arc<St
              conversation as input",
         ));
     }
-    let stored = state.responses.get(id);
-    stored
-        .map(Some)
-        .ok_or_else(|| not_found(id, Some("previous_response_id")))
+    if state.runs.get(id).is_some() {
+        return Err(ApiError::invalid(
+            Some("previous_response_id"),
+            format!("previous_response_id: response {id:?} is still running in the background"),
+        ));
+    }
+    let stored = state
+        .responses
+        .get(id)
+        .ok_or_else(|| not_found(id, Some("previous_response_id")))?;
+    if stored.failed {
+        return Err(ApiError::invalid(
+            Some("previous_response_id"),
+            format!("previous_response_id: response {id:?} failed, so its answer is not whole to go on from"),
+        ));
+    }
+    Ok(Some(stored))
 }
 
 pub(super) fn not_found(id: &str, param: Option<&str>) -> ApiError {
@@ -168,14 +247,20 @@ pub(super) fn not_found(id: &str, param: Option<&str>) -> ApiError {
 
 /// What a response to be stored keeps of its request: the conversation through its input
 /// (its instructions aside) and its input items as the listing gives them.
-struct Kept {
+pub(super) struct Kept {
     conversation: Vec<ChatMessage>,
     input_items: String,
 }
 
-/// Keeps a finished response, with the conversation it ends, where its request asked to
-/// store it (`kept`); one the server ended early is not kept.
-fn keep(state: &AppState, response: &ResponseObject, kept: Option<Kept>, output: &OutputItems) {
+/// Keeps a finished response, with the conversation it ends (through `answer`), where its
+/// request asked to store it (`kept`), with a background response's stream `events`.
+pub(super) fn keep(
+    state: &AppState,
+    response: &ResponseObject,
+    kept: Option<Kept>,
+    answer: ChatMessage,
+    events: Vec<SavedEvent>,
+) {
     let Some(Kept {
         mut conversation,
         input_items,
@@ -183,23 +268,22 @@ fn keep(state: &AppState, response: &ResponseObject, kept: Option<Kept>, output:
     else {
         return;
     };
-    if response.status == "failed" {
-        return;
-    }
     let Ok(json) = serde_json::to_string(response) else {
         return;
     };
-    conversation.push(output.answer());
+    conversation.push(answer);
     let stored = Stored {
         response: json,
         input_items,
         conversation,
+        failed: response.status == "failed",
+        events,
     };
     state.responses.put(response.id.clone(), stored);
 }
 
 /// A response's one choice (`n` is refused above 1).
-fn only_choice(choices: Vec<Choice>) -> Result<Choice, ApiError> {
+pub(super) fn only_choice(choices: Vec<Choice>) -> Result<Choice, ApiError> {
     choices
         .into_iter()
         .next()
@@ -207,8 +291,9 @@ fn only_choice(choices: Vec<Choice>) -> Result<Choice, ApiError> {
 }
 
 /// What every state of the response repeats: its id and the request's settings.
-struct Head {
+pub(super) struct Head {
     id: String,
+    background: bool,
     created_at: u64,
     model: String,
     instructions: Option<String>,
@@ -231,6 +316,7 @@ impl Head {
         let text = req.text.clone().filter(|t| t.format.is_some());
         Self {
             id,
+            background: req.background.unwrap_or(false),
             created_at: unix_time(),
             model: model.to_string(),
             instructions: req.instructions.clone(),
@@ -255,13 +341,30 @@ impl Head {
         }
     }
 
+    pub(super) fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The response before its answer: queued where it runs in the background, else in
+    /// progress.
+    pub(super) fn opening(&self) -> ResponseObject {
+        let status = if self.background { "queued" } else { "in_progress" };
+        self.object(status, &OutputItems::default(), None)
+    }
+
     /// The response in `status`, holding `output`.
-    fn object(&self, status: &'static str, output: &OutputItems, usage: Option<ResponseUsage>) -> ResponseObject {
-        let finished = !matches!(status, "in_progress");
+    pub(super) fn object(
+        &self,
+        status: &'static str,
+        output: &OutputItems,
+        usage: Option<ResponseUsage>,
+    ) -> ResponseObject {
+        let finished = !matches!(status, "queued" | "in_progress");
         ResponseObject {
             id: self.id.clone(),
             object: "response",
             created_at: self.created_at,
+            background: self.background,
             status,
             completed_at: (status == "completed").then(unix_time),
             error: (status == "failed").then(|| ResponseError {
@@ -292,7 +395,7 @@ impl Head {
     }
 
     /// The finished response: `output` closed as `finish` ends it, with the usage.
-    async fn finished(
+    pub(super) async fn finished(
         &self,
         state: &Arc<AppState>,
         output: &mut OutputItems,
@@ -337,74 +440,4 @@ fn status(finish: &Finish) -> &'static str {
         FinishReason::Abort => "failed",
         FinishReason::Stop | FinishReason::StopToken(_) => "completed",
     }
-}
-
-/// Numbers the stream's events and writes each as `event: TYPE` and `data: JSON`.
-#[derive(Default)]
-struct Sequence(u64);
-
-impl Sequence {
-    fn event(&mut self, mut fields: Value) -> Event {
-        fields["sequence_number"] = json!(self.0);
-        self.0 += 1;
-        let kind = fields["type"].as_str().unwrap_or_default().to_string();
-        Event::default().event(kind).data(fields.to_string())
-    }
-}
-
-fn stream(
-    state: Arc<AppState>,
-    head: Head,
-    started: StartedChat,
-    kept: Option<Kept>,
-) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
-    let mut parser: AnswerParser = started.parser(&state.model);
-    let prompt_tokens = started.prompt_tokens;
-    let choice = only_choice(started.choices);
-    let events = async_stream::stream! {
-        let mut sequence = Sequence::default();
-        let mut output = OutputItems::default();
-        let opening = head.object("in_progress", &output, None);
-        yield sequence.event(json!({"type": "response.created", "response": opening}));
-        yield sequence.event(json!({"type": "response.in_progress", "response": opening}));
-        let mut choice = match choice {
-            Ok(choice) => choice,
-            Err(e) => {
-                yield sequence.event(error_event(&e));
-                return;
-            }
-        };
-        while let Some(update) = choice.next().await {
-            let update = match update {
-                Ok(update) => update,
-                Err(e) => {
-                    yield sequence.event(error_event(&e));
-                    break;
-                }
-            };
-            output.push(parser.split(&update.text, update.finish.is_some()));
-            for event in output.take_events() {
-                yield sequence.event(event);
-            }
-            let Some(finish) = update.finish else {
-                continue;
-            };
-            let response = head.finished(&state, &mut output, &finish, prompt_tokens).await;
-            for event in output.take_events() {
-                yield sequence.event(event);
-            }
-            keep(&state, &response, kept, &output);
-            let kind = format!("response.{}", response.status);
-            yield sequence.event(json!({"type": kind, "response": response}));
-            break;
-        }
-    };
-    Sse::new(events.map(Ok))
-}
-
-/// A stream's `error` event, as the Responses API has it: the error's code, message and
-/// field, without the `error` object around them.
-fn error_event(e: &ApiError) -> Value {
-    let error = &e.body()["error"];
-    json!({"type": "error", "code": error["code"], "message": error["message"], "param": error["param"]})
 }

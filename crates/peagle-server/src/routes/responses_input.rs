@@ -14,6 +14,7 @@ use crate::protocol::tools::{
 };
 use peagle_grammar::Spec;
 use serde_json::{json, Value};
+use std::collections::HashMap;
 
 /// The chat `req` asks for, going on from the conversation `before` (a stored response's),
 /// and the fields that chat's checks name.
@@ -55,17 +56,13 @@ fn invalid(param: &str, why: impl std::fmt::Display) -> ApiError {
     ApiError::invalid(Some(param), format!("{param}: {why}"))
 }
 
-/// Fields that need what this server does not keep (conversations, work in the background)
-/// or give (logprobs, truncation of the input).
+/// Fields that need what this server does not keep (conversations) or give (logprobs, truncation of the input).
 fn refuse_unkept(req: &ResponsesRequest) -> Result<(), ApiError> {
     if req.conversation.as_ref().is_some_and(|c| !c.is_null()) {
         return Err(invalid(
             "conversation",
             "conversations are not kept by this server; use previous_response_id",
         ));
-    }
-    if req.background == Some(true) {
-        return Err(invalid("background", "background responses are not supported"));
     }
     // Encrypted reasoning is asked for by stateless clients; none is written, so the
     // reasoning items come back without it.
@@ -146,8 +143,15 @@ fn messages(
         .map(|call| call.id.clone())
         .collect();
     let given = messages.len();
+    // Item ids are the cursors of the stored input's listing, so one id names one item.
+    let mut ids: HashMap<&str, usize> = HashMap::new();
     for (i, item) in items.iter().enumerate() {
         let field = |name: &str| format!("input[{i}].{name}");
+        if let Some(id) = item.id.as_deref() {
+            if let Some(first) = ids.insert(id, i) {
+                return Err(invalid(&field("id"), format!("{id:?} is input[{first}]'s id too")));
+            }
+        }
         let kind = match (item.kind.as_deref(), &item.role) {
             (Some(kind), _) => kind,
             (None, Some(_)) => "message",
@@ -465,5 +469,18 @@ mod tests {
         let text: ResponsesInput = serde_json::from_value(json!("Hi")).unwrap();
         let chat = messages(None, &[], &text).unwrap();
         assert_eq!((chat.len(), chat[0].role.as_str()), (1, "user"));
+    }
+
+    #[test]
+    fn an_item_id_names_one_item() {
+        let input = json!([
+            {"id": "msg_1", "role": "user", "content": "Hi"},
+            {"id": "msg_2", "role": "assistant", "content": "Hello."},
+            {"role": "user", "content": "Again"},
+            {"id": "msg_1", "role": "user", "content": "Hi"},
+        ]);
+        let input: ResponsesInput = serde_json::from_value(input).unwrap();
+        let want = ApiError::invalid(Some("input[3].id"), "input[3].id: \"msg_1\" is input[0]'s id too");
+        assert_eq!(messages(None, &[], &input).unwrap_err(), want);
     }
 }

@@ -392,25 +392,29 @@ mod tests {
         assert_eq!((added, done), (4, 4));
     }
 
-    /// A harmony answer, whole or streamed in pieces: its analysis a reasoning item, its
-    /// preamble a message, its call a function call.
+    /// A harmony answer, whole or streamed in pieces: each message an item in the answer's
+    /// order, its analysis a reasoning item, its preamble a message, its call a function call.
     #[test]
-    fn a_harmony_answers_channels_become_items() {
+    fn a_harmony_answers_channels_become_items_in_order() {
         let text = "<|channel|>analysis<|message|>Need it.<|end|><|start|>assistant<|channel|>commentary<|message|>\
-            Checking.<|end|><|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json\
+            Checking.<|end|><|start|>assistant<|channel|>analysis<|message|>Rome, then.<|end|>\
+            <|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json\
             <|message|>{\"city\":\"Rome\"}";
         let want = json!([
             {"type": "reasoning", "text": "Need it."},
             {"type": "message", "text": "Checking."},
+            {"type": "reasoning", "text": "Rome, then."},
             {"type": "function_call", "text": "get_weather {\"city\":\"Rome\"}"},
         ]);
-        for piece in [1, 5, text.len()] {
+        for piece in [1, 5, 40, text.len()] {
             let offer = Offer::new(vec!["get_weather".into()], true);
             let mut parser = AnswerParser::Harmony(harmony::Channels::offering(offer));
             let mut output = OutputItems::default();
             let pieces = crate::answer::pieces(text, piece);
             for (i, text) in pieces.iter().enumerate() {
-                output.push(parser.split(text, i + 1 == pieces.len()));
+                for split in parser.split_in_order(text, i + 1 == pieces.len()) {
+                    output.push(split);
+                }
             }
             output.finish("completed");
             let got: Vec<Value> = json!(output.items())

@@ -14,6 +14,7 @@ mod hermes;
 mod openapi;
 mod prefix_cache;
 mod responses;
+mod responses_background;
 mod shutdown;
 mod structured;
 mod tokenize;

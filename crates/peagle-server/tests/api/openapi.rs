@@ -29,6 +29,7 @@ async fn the_spec_describes_every_route_and_needs_no_key() {
         ("/v1/responses/{id}", "get"),
         ("/v1/responses/{id}", "delete"),
         ("/v1/responses/{id}/input_items", "get"),
+        ("/v1/responses/{id}/cancel", "post"),
         ("/v1/models", "get"),
         ("/v1/models/{id}", "get"),
         ("/tokenize", "post"),

@@ -11,7 +11,7 @@ use peagle_server::ServerConfig;
 use serde_json::{json, Value};
 
 /// The chat test's conversation (a system message, then the user's) as a response request.
-fn request(max_output_tokens: usize) -> Value {
+pub fn request(max_output_tokens: usize) -> Value {
     json!({
         "model": MODEL,
         "instructions": "You write Python.",
@@ -36,7 +36,7 @@ fn as_chat(max_tokens: usize) -> Value {
 }
 
 /// Each output item's kind and text (a call's name and arguments), ids left out.
-fn items(response: &Value) -> Vec<(String, String)> {
+pub fn items(response: &Value) -> Vec<(String, String)> {
     let items = response["output"].as_array().unwrap();
     items
         .iter()
@@ -51,14 +51,21 @@ fn items(response: &Value) -> Vec<(String, String)> {
         .collect()
 }
 
-/// A stream's events, checking the framing: each `event:` names its data's type, sequence
-/// numbers count from 0, and no `[DONE]` follows (the Responses API sends none).
+/// A stream's events, checking the framing (`sse_events`).
 async fn events(server: &TestServer, body: Value) -> Vec<Value> {
     let response = server.post("/v1/responses").json(&body).send().await.unwrap();
     assert_eq!(response.status(), 200);
-    let text = response.text().await.unwrap();
-    let events: Vec<Value> = text
-        .split("\n\n")
+    let events = sse_events(&response.text().await.unwrap());
+    for (i, event) in events.iter().enumerate() {
+        assert_eq!(event["sequence_number"], i, "{event}");
+    }
+    events
+}
+
+/// A Responses stream's events, checking the framing: each `event:` names its data's type,
+/// and no `[DONE]` follows (the Responses API sends none).
+pub fn sse_events(text: &str) -> Vec<Value> {
+    text.split("\n\n")
         .filter(|e| !e.is_empty())
         .map(|e| {
             let (name, data) = e.split_once('\n').unwrap();
@@ -66,15 +73,11 @@ async fn events(server: &TestServer, body: Value) -> Vec<Value> {
             assert_eq!(name.strip_prefix("event: "), data["type"].as_str(), "{e}");
             data
         })
-        .collect();
-    for (i, event) in events.iter().enumerate() {
-        assert_eq!(event["sequence_number"], i, "{event}");
-    }
-    events
+        .collect()
 }
 
 /// The items a client rebuilds from the deltas, each checked against its done event.
-fn rebuilt(events: &[Value]) -> Vec<(String, String)> {
+pub fn rebuilt(events: &[Value]) -> Vec<(String, String)> {
     let mut built: Vec<(String, String)> = Vec::new();
     for event in events {
         let delta = event["delta"].as_str().unwrap_or("");
@@ -200,7 +203,14 @@ async fn what_is_not_served_is_refused_by_its_field() {
     let refused = [
         (with("previous_response_id", json!("resp_1")), "previous_response_id"),
         (with("conversation", json!("conv_1")), "conversation"),
-        (with("background", json!(true)), "background"),
+        (
+            {
+                let mut body = with("background", json!(true));
+                body["store"] = json!(false);
+                body
+            },
+            "background",
+        ),
         (
             with(
                 "include",
