@@ -75,15 +75,10 @@ pub fn answer_steps(
                 yield Step::End { response: Box::new(response), answer: output.answer(), closing: false };
                 return;
             };
-            let update = match update {
-                Some(Ok(update)) => update,
-                Some(Err(e)) => {
-                    yield Step::Event(error_event(&e));
-                    yield failed(&head, &mut output);
-                    return;
-                }
-                None => {
-                    let e = ApiError::internal("the answer ended without its finish");
+            let ended = || Err(ApiError::internal("the answer ended without its finish"));
+            let update = match update.unwrap_or_else(ended) {
+                Ok(update) => update,
+                Err(e) => {
                     yield Step::Event(error_event(&e));
                     yield failed(&head, &mut output);
                     return;
