@@ -218,6 +218,18 @@ def check_logprobs(client, model):
                                   extra_body=RUN_TO_LENGTH)
     assert r.choices[0].text == c.choices[0].text
     assert len(r.choices[0].logprobs.token_logprobs) == 4, r.choices[0].logprobs
+    # The Responses API's: each of the message's tokens, as the SDK types them, whole and in
+    # the text deltas.
+    r = respond(client, model, include=["message.output_text.logprobs"], top_logprobs=2)
+    entries = r.output[0].content[0].logprobs
+    assert len(entries) == 10 and "".join(e.token for e in entries) == r.output_text, entries
+    assert all(e.logprob <= 0 and len(e.top_logprobs) == 2 for e in entries), entries
+    streamed = []
+    with respond(client, model, stream=True, include=["message.output_text.logprobs"], top_logprobs=2) as events:
+        for event in events:
+            if event.type == "response.output_text.delta":
+                streamed += [(e.token, e.logprob) for e in event.logprobs]
+    assert streamed == [(e.token, e.logprob) for e in entries], (streamed, entries)
 
 
 def check_speculation_switch(client, model):

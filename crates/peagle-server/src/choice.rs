@@ -27,6 +27,11 @@ pub struct Finish {
 pub struct Update {
     pub text: String,
     pub logprobs: Vec<TokenLogprob>,
+    /// Where logprobs are asked for, the bytes of `text` that came out at each of their tokens,
+    /// in order: text held back (a possible stop string's start, a character's first bytes)
+    /// comes out at the token that ends the wait. The rest of `text`, past theirs, came out
+    /// as the choice ended.
+    pub released: Vec<usize>,
     /// Positions of the prompt scored (`prompt_logprobs`).
     pub prompt_logprobs: Vec<Option<PromptPosition>>,
     /// Generated tokens this update adds to the choice's count.
@@ -40,6 +45,8 @@ pub struct Update {
 pub struct Outcome {
     pub text: String,
     pub logprobs: Vec<TokenLogprob>,
+    /// As `Update::released`, over the whole text.
+    pub released: Vec<usize>,
     pub prompt_logprobs: Vec<Option<PromptPosition>>,
     pub finish: Finish,
 }
@@ -76,16 +83,19 @@ impl Choice {
     pub async fn collect(mut self) -> Result<Outcome, ApiError> {
         let mut text = String::new();
         let mut logprobs = Vec::new();
+        let mut released = Vec::new();
         let mut prompt_logprobs = Vec::new();
         while let Some(update) = self.next().await {
             let update = update?;
             text.push_str(&update.text);
             logprobs.extend(update.logprobs);
+            released.extend(update.released);
             prompt_logprobs.extend(update.prompt_logprobs);
             if let Some(finish) = update.finish {
                 return Ok(Outcome {
                     text,
                     logprobs,
+                    released,
                     prompt_logprobs,
                     finish,
                 });

@@ -225,6 +225,9 @@ impl ChoiceText {
                 self.stop.push(&piece)
             };
             update.text.push_str(&text);
+            if self.logprobs {
+                update.released.push(text.len());
+            }
             if let Some(stop) = stop {
                 // Tokens after the stop string (same event) are not part of the answer.
                 update.finish = Some(self.finish(FinishReason::Stop, Some(StopReason::Text(stop))));

@@ -2,7 +2,8 @@
 //! stands and the stream events written so far, for `GET /v1/responses/{id}` (polling, or
 //! following its events from a sequence number) and `POST /v1/responses/{id}/cancel`. A run
 //! leaves here once its finished response is in the store (`responses_store`), which then
-//! answers for it, so that a response is always found in one or the other.
+//! answers for it, so that a response is always found in one or the other. A graceful stop
+//! waits for the runs to end (`Runs::all_done`), as it does for requests on a connection.
 
 use futures_util::Stream;
 use std::collections::HashMap;
@@ -18,14 +19,26 @@ pub struct SavedEvent {
 }
 
 /// The runs by response id.
-#[derive(Default)]
 pub struct Runs {
     runs: Mutex<HashMap<String, Arc<Run>>>,
+    /// How many runs there are, set under the lock.
+    count: watch::Sender<usize>,
+}
+
+impl Default for Runs {
+    fn default() -> Self {
+        Self {
+            runs: Mutex::default(),
+            count: watch::Sender::new(0),
+        }
+    }
 }
 
 impl Runs {
     pub fn insert(&self, id: String, run: Arc<Run>) {
-        self.lock().insert(id, run);
+        let mut runs = self.lock();
+        runs.insert(id, run);
+        self.count.send_replace(runs.len());
     }
 
     pub fn get(&self, id: &str) -> Option<Arc<Run>> {
@@ -33,7 +46,18 @@ impl Runs {
     }
 
     pub fn remove(&self, id: &str) {
-        self.lock().remove(id);
+        let mut runs = self.lock();
+        runs.remove(id);
+        self.count.send_replace(runs.len());
+    }
+
+    /// Resolves once there are no runs (at once if there are none now).
+    pub fn all_done(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let mut count = self.count.subscribe();
+        async move {
+            // Err only where the runs are gone, and with them any run to wait for.
+            let _ = count.wait_for(|count| *count == 0).await;
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, HashMap<String, Arc<Run>>> {
@@ -182,6 +206,20 @@ mod tests {
         assert_eq!(run.response(), "{\"status\":\"completed\"}");
         assert!(soon(run.follow(5).collect::<Vec<_>>()).await.is_empty());
         soon(run.wait_done()).await;
+    }
+
+    #[tokio::test]
+    async fn all_done_resolves_once_the_last_run_is_removed() {
+        let runs = Runs::default();
+        soon(runs.all_done()).await;
+        runs.insert("a".into(), Run::new("{}".into()));
+        runs.insert("b".into(), Run::new("{}".into()));
+        let waiting = runs.all_done();
+        runs.remove("a");
+        let still_one = tokio::time::timeout(Duration::from_millis(50), runs.all_done()).await;
+        assert!(still_one.is_err(), "resolved with a run left");
+        runs.remove("b");
+        soon(waiting).await;
     }
 
     #[tokio::test]

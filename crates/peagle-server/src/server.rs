@@ -2,8 +2,11 @@
 //! embedder then finds why in `EngineHandle::failure`): refuse new engine requests (503,
 //! and /health turns 503 so load balancers route elsewhere), let running requests finish for
 //! up to `shutdown_timeout`, then end the rest cleanly (finish_reason "abort", streams still
-//! close with `data: [DONE]`). Connections are accepted until the last one closes (see
-//! `connection`), so a client arriving during the drain gets its 503 rather than a reset.
+//! close with `data: [DONE]`). Background responses are running requests too: the drain
+//! waits for them as for those on a connection. Connections are accepted until the last one
+//! closes and the last background response has ended (see `connection`), so a client arriving
+//! during the drain gets its 503 rather than a reset, and one polling a background response
+//! gets its end.
 
 use crate::app::{app, routes};
 use crate::connection::{self, ConnectionLimits};
@@ -103,7 +106,8 @@ impl Server {
                 false => std::future::pending().await,
             }
         };
-        connection::serve(listener, app, limits, self.state.stopping.clone(), deadline).await;
+        let background = self.state.runs.all_done();
+        connection::serve(listener, app, limits, self.state.stopping.clone(), background, deadline).await;
         Ok(())
     }
 }

@@ -6,7 +6,8 @@
 //! Shutdown: when `stop` turns true, open connections finish the request they are serving
 //! and close; new connections are still accepted, one request each, so a client arriving at
 //! that instant gets an answer (503 for new work) instead of a reset. Accepting ends once
-//! every connection has closed, or when `deadline` completes.
+//! every connection has closed and `unattended` (work that runs with no connection, such as
+//! background responses, which clients poll) has completed, or when `deadline` completes.
 
 mod automatic_response;
 mod io;
@@ -49,6 +50,7 @@ pub async fn serve(
     app: Router,
     limits: ConnectionLimits,
     mut stop: watch::Receiver<bool>,
+    unattended: impl Future<Output = ()>,
     deadline: impl Future<Output = ()>,
 ) {
     let registry = Registry::new(limits.capacity);
@@ -59,17 +61,23 @@ pub async fn serve(
             _ = stopped(&mut stop) => break,
         }
     }
-    tokio::pin!(deadline);
+    tokio::pin!(deadline, unattended);
+    let mut unattended_done = false;
     loop {
         let emptied = registry.emptied();
-        if registry.len() == 0 {
+        if registry.len() == 0 && unattended_done {
             return;
         }
         tokio::select! {
             accepted = listener.accept() => on_accept(accepted, &registry, &app, limits, &conn_stop).await,
             _ = emptied => {}
+            _ = &mut unattended, if !unattended_done => unattended_done = true,
             _ = &mut deadline => {
-                tracing::warn!(open = registry.len(), "connections still open after the shutdown timeout; closing them");
+                tracing::warn!(
+                    open = registry.len(),
+                    unattended_done,
+                    "connections or background work still open after the shutdown timeout; closing them"
+                );
                 return;
             }
         }

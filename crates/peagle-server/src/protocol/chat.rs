@@ -231,40 +231,47 @@ pub struct ChatLogprobs {
     pub content: Vec<ChatTokenLogprob>,
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct ChatTokenLogprob {
     pub token: String,
+    #[serde(serialize_with = "super::short_f32::option")]
     pub logprob: Option<f32>,
     pub bytes: Vec<u8>,
     pub top_logprobs: Vec<TopLogprob>,
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct TopLogprob {
     pub token: String,
+    #[serde(serialize_with = "super::short_f32::serialize")]
     pub logprob: f32,
     pub bytes: Vec<u8>,
 }
 
 impl ChatLogprobs {
     pub fn new(tokens: &[TokenLogprob]) -> Self {
-        let content = tokens
-            .iter()
-            .map(|t| ChatTokenLogprob {
-                token: t.token.clone(),
-                logprob: t.logprob,
-                bytes: t.token.as_bytes().to_vec(),
-                top_logprobs: t
-                    .top
-                    .iter()
-                    .map(|(token, logprob)| TopLogprob {
-                        token: token.clone(),
-                        logprob: *logprob,
-                        bytes: token.as_bytes().to_vec(),
-                    })
-                    .collect(),
-            })
-            .collect();
-        Self { content }
+        Self {
+            content: tokens.iter().map(ChatTokenLogprob::new).collect(),
+        }
+    }
+}
+
+impl ChatTokenLogprob {
+    /// A token's entry as chat completions and the Responses API show it.
+    pub fn new(t: &TokenLogprob) -> Self {
+        Self {
+            token: t.token.clone(),
+            logprob: t.logprob,
+            bytes: t.token.as_bytes().to_vec(),
+            top_logprobs: t
+                .top
+                .iter()
+                .map(|(token, logprob)| TopLogprob {
+                    token: token.clone(),
+                    logprob: *logprob,
+                    bytes: token.as_bytes().to_vec(),
+                })
+                .collect(),
+        }
     }
 }

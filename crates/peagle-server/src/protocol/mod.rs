@@ -47,6 +47,29 @@ pub struct PromptLogprob {
     pub decoded_token: String,
 }
 
+/// Serializers of log-probabilities as the f64 of the f32's shortest decimal form, so that a
+/// value that goes through a `serde_json::Value` first (which holds numbers as f64, as a
+/// stream's events do) prints as one written directly does: -0.8730922, not
+/// -0.8730921745300293.
+pub mod short_f32 {
+    use serde::Serializer;
+
+    pub fn serialize<S: Serializer>(value: &f32, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_f64(widened(*value))
+    }
+
+    pub fn option<S: Serializer>(value: &Option<f32>, serializer: S) -> Result<S::Ok, S::Error> {
+        match value {
+            Some(value) => serializer.serialize_some(&widened(*value)),
+            None => serializer.serialize_none(),
+        }
+    }
+
+    fn widened(value: f32) -> f64 {
+        value.to_string().parse().unwrap_or(f64::from(value))
+    }
+}
+
 impl Serialize for PromptPosition {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeMap;
@@ -171,4 +194,27 @@ pub fn random_id() -> String {
 
 pub fn unix_time() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::chat::ChatTokenLogprob;
+    use super::TokenLogprob;
+
+    /// An entry prints alike written directly and through a `serde_json::Value`, with the
+    /// f32's shortest digits; a logprob of -inf (a banned alternative) is null either way.
+    #[test]
+    fn logprobs_print_alike_directly_and_through_a_value() {
+        let entry = ChatTokenLogprob::new(&TokenLogprob {
+            token: "a".into(),
+            logprob: Some(-0.873_092_2),
+            top: vec![("a".into(), -0.873_092_2), ("b".into(), f32::NEG_INFINITY)],
+            text_offset: 0,
+        });
+        let direct = serde_json::to_string(&entry).unwrap();
+        let through_value = serde_json::to_value(&entry).unwrap().to_string();
+        assert_eq!(direct, through_value);
+        assert!(direct.contains(r#""logprob":-0.8730922,"#), "{direct}");
+        assert!(direct.contains(r#""logprob":null"#), "{direct}");
+    }
 }

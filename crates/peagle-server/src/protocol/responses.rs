@@ -1,6 +1,7 @@
 //! `POST /v1/responses`: OpenAI's Responses API. The request with its input items, the
 //! `response` object with its output items, and the usage.
 
+use super::chat::ChatTokenLogprob;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
@@ -37,9 +38,11 @@ pub struct ResponsesRequest {
     /// Refused: conversations are not kept (`previous_response_id` is).
     #[schema(value_type = Option<Object>)]
     pub conversation: Option<Value>,
-    /// Refused unless empty: encrypted reasoning, output logprobs and the like are not given.
+    /// `message.output_text.logprobs` gives each output text's tokens' log-probabilities;
+    /// `reasoning.encrypted_content` is accepted (none is written); anything else is refused.
     pub include: Option<Vec<String>>,
-    /// Refused above 0: output logprobs are not given.
+    /// How many most likely alternatives each logprobs entry lists, where `include` asks for
+    /// them (accepted and unused otherwise, as in vLLM).
     #[schema(minimum = 0, maximum = 20)]
     pub top_logprobs: Option<i64>,
     /// Answer in the background: the request returns the response queued, to be read by
@@ -261,6 +264,10 @@ pub struct OutputText {
     /// Always empty.
     #[schema(value_type = Vec<Object>)]
     pub annotations: Vec<Value>,
+    /// The text's tokens' log-probabilities, where `include` asks for
+    /// `message.output_text.logprobs`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub logprobs: Option<Vec<ChatTokenLogprob>>,
 }
 
 #[derive(Debug, Clone, Serialize, ToSchema)]

@@ -10,6 +10,7 @@ pub mod responses;
 pub mod responses_background;
 mod responses_input;
 pub mod responses_items;
+mod responses_logprobs;
 mod responses_output;
 mod responses_stream;
 pub mod tokenize;

@@ -14,6 +14,7 @@ use super::off_runtime;
 use super::responses_background::run_in_background;
 use super::responses_input::chat_request;
 use super::responses_items::input_items;
+use super::responses_logprobs::TextEntries;
 use super::responses_output::OutputItems;
 use super::responses_stream::{sse_of, sse_of_saved};
 use crate::choice::{Choice, Finish};
@@ -99,11 +100,10 @@ pub async fn responses(
     }
     let mut parser = started.parser(&state.model);
     let prompt_tokens = started.prompt_tokens;
+    let mut output = OutputItems::new(started.logprobs.is_some());
     let outcome = only_choice(started.choices)?.collect().await?;
-    let mut output = OutputItems::default();
-    for split in parser.split_in_order(&outcome.text, true) {
-        output.push(split);
-    }
+    let (text, tokens) = (&outcome.text, outcome.logprobs);
+    TextEntries::default().add(&mut parser, &mut output, text, tokens, &outcome.released, true);
     let response = head.finished(&state, &mut output, &outcome.finish, prompt_tokens).await;
     keep(&state, &response, kept, output.answer(), Vec::new());
     Ok(Json(response).into_response())

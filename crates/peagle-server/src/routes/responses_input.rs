@@ -6,6 +6,7 @@
 use super::chat_start::ChatFields;
 use crate::error::ApiError;
 use crate::harmony::ReasoningEffort;
+use crate::params::logprobs_count;
 use crate::protocol::chat::{ChatMessage, ChatRequest, ContentPart, MessageContent};
 use crate::protocol::responses::{InputItem, ItemContent, ItemPart, ResponsesInput, ResponsesRequest};
 use crate::protocol::structured::Asked;
@@ -20,6 +21,7 @@ use std::collections::HashMap;
 /// and the fields that chat's checks name.
 pub fn chat_request(req: &ResponsesRequest, before: &[ChatMessage]) -> Result<(ChatRequest, ChatFields), ApiError> {
     refuse_unkept(req)?;
+    let with_logprobs = req.include.iter().flatten().any(|i| i == OUTPUT_LOGPROBS);
     let effort = match req.reasoning.as_ref().and_then(|r| r.effort.as_deref()) {
         Some(effort) => Some(checked_effort(effort)?),
         None => None,
@@ -29,8 +31,8 @@ pub fn chat_request(req: &ResponsesRequest, before: &[ChatMessage]) -> Result<(C
         messages: messages(req.instructions.as_deref(), before, &req.input)?,
         max_tokens: None,
         max_completion_tokens: None,
-        logprobs: None,
-        top_logprobs: None,
+        logprobs: Some(with_logprobs),
+        top_logprobs: req.top_logprobs.filter(|_| with_logprobs),
         stream: req.stream,
         stream_options: None,
         add_generation_prompt: None,
@@ -56,7 +58,13 @@ fn invalid(param: &str, why: impl std::fmt::Display) -> ApiError {
     ApiError::invalid(Some(param), format!("{param}: {why}"))
 }
 
-/// Fields that need what this server does not keep (conversations) or give (logprobs, truncation of the input).
+/// What `include` may ask for: output logprobs, and encrypted reasoning, which stateless
+/// clients ask for and of which none is written (the reasoning items come back without it).
+const INCLUDABLE: [&str; 2] = [OUTPUT_LOGPROBS, "reasoning.encrypted_content"];
+const OUTPUT_LOGPROBS: &str = "message.output_text.logprobs";
+
+/// Fields that need what this server does not keep (conversations) or give (truncation of the
+/// input).
 fn refuse_unkept(req: &ResponsesRequest) -> Result<(), ApiError> {
     if req.conversation.as_ref().is_some_and(|c| !c.is_null()) {
         return Err(invalid(
@@ -64,17 +72,13 @@ fn refuse_unkept(req: &ResponsesRequest) -> Result<(), ApiError> {
             "conversations are not kept by this server; use previous_response_id",
         ));
     }
-    // Encrypted reasoning is asked for by stateless clients; none is written, so the
-    // reasoning items come back without it.
     let mut included = req.include.iter().flatten();
-    if let Some(asked) = included.find(|i| *i != "reasoning.encrypted_content") {
+    if let Some(asked) = included.find(|i| !INCLUDABLE.contains(&i.as_str())) {
         return Err(invalid("include", format!("{asked:?} is not supported")));
     }
-    if let Some(top) = req.top_logprobs.filter(|&t| t != 0) {
-        return Err(invalid(
-            "top_logprobs",
-            format!("output logprobs are not supported, got {top}"),
-        ));
+    // Held to its bounds even where unused, as the API's schema has it.
+    if let Some(top) = req.top_logprobs {
+        logprobs_count(top, "top_logprobs")?;
     }
     check_metadata(req.metadata.as_ref())?;
     match req.truncation.as_deref() {

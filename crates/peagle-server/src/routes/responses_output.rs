@@ -2,13 +2,16 @@
 //! assistant messages and function calls. Each change between reasoning, text and a call
 //! closes the item before and opens the next, and every step is also a stream event
 //! (`response.output_item.added`, `response.output_text.delta`, ...), so a streamed
-//! response's events describe exactly the items the same splits give whole.
+//! response's events describe exactly the items the same splits give whole. Where logprobs
+//! are asked for, a message's text carries its tokens' entries, each text delta those it
+//! adds (`responses_logprobs` says which tokens a text's are).
 
 use crate::answer::{CallPiece, Split};
-use crate::protocol::chat::{ChatMessage, MessageContent};
+use crate::protocol::chat::{ChatMessage, ChatTokenLogprob, MessageContent};
 use crate::protocol::random_id;
 use crate::protocol::responses::{FunctionCallItem, MessageItem, OutputItem, OutputText, ReasoningItem, ReasoningText};
 use crate::protocol::tools::{FunctionCall, ToolCall};
+use crate::protocol::TokenLogprob;
 use serde_json::{json, Value};
 
 #[derive(Debug, Default)]
@@ -20,12 +23,23 @@ pub struct OutputItems {
     calls: Vec<usize>,
     /// Events since the last `take_events`, without their sequence numbers.
     events: Vec<Value>,
+    /// Whether messages' texts carry their tokens' logprobs.
+    logprobs: bool,
 }
 
 impl OutputItems {
+    /// Items whose messages carry their tokens' logprobs where `logprobs` says so.
+    pub fn new(logprobs: bool) -> Self {
+        Self {
+            logprobs,
+            ..Self::default()
+        }
+    }
+
     /// Adds what a split of the answer holds: more of the open call, which was written before
-    /// anything else the split holds, then its reasoning, its text and its other calls' pieces.
-    pub fn push(&mut self, split: Split) {
+    /// anything else the split holds, then its reasoning, its text (with `entries`, its
+    /// tokens' logprobs where they are asked for) and its other calls' pieces.
+    pub fn push(&mut self, split: Split, entries: &[TokenLogprob]) {
         let open_call = self.open_call();
         let (continuing, others): (Vec<CallPiece>, Vec<CallPiece>) = split
             .calls
@@ -38,7 +52,7 @@ impl OutputItems {
             self.reasoning(&split.reasoning);
         }
         if !split.content.is_empty() {
-            self.text(&split.content);
+            self.text(&split.content, entries);
         }
         for piece in others {
             self.call(piece);
@@ -136,7 +150,7 @@ impl OutputItems {
         );
     }
 
-    fn text(&mut self, delta: &str) {
+    fn text(&mut self, delta: &str, entries: &[TokenLogprob]) {
         if !matches!(self.open_item(), Some(OutputItem::Message(_))) {
             self.open(OutputItem::Message(MessageItem {
                 kind: "message",
@@ -149,16 +163,25 @@ impl OutputItems {
                 kind: "output_text",
                 text: String::new(),
                 annotations: Vec::new(),
+                logprobs: self.logprobs.then(Vec::new),
             };
             self.part_added(json!(part));
             if let Some(OutputItem::Message(m)) = self.items.last_mut() {
                 m.content.push(part);
             }
         }
+        let entries: Vec<ChatTokenLogprob> = match self.logprobs {
+            true => entries.iter().map(ChatTokenLogprob::new).collect(),
+            false => Vec::new(),
+        };
         if let Some(OutputItem::Message(m)) = self.items.last_mut() {
-            m.content[0].text += delta;
+            let part = &mut m.content[0];
+            part.text += delta;
+            part.logprobs
+                .iter_mut()
+                .for_each(|all| all.extend(entries.iter().cloned()));
         }
-        let delta = json!({"content_index": 0, "delta": delta, "logprobs": []});
+        let delta = json!({"content_index": 0, "delta": delta, "logprobs": entries});
         self.item_event("response.output_text.delta", delta);
     }
 
@@ -251,7 +274,7 @@ impl OutputItems {
                 vec![
                     (
                         "response.output_text.done",
-                        json!({"content_index": 0, "text": part.text, "logprobs": []}),
+                        json!({"content_index": 0, "text": part.text, "logprobs": part.logprobs.as_deref().unwrap_or_default()}),
                     ),
                     ("response.content_part.done", json!({"content_index": 0, "part": part})),
                 ]
@@ -317,8 +340,11 @@ mod tests {
                     content.push(event["part"].clone());
                 }
                 "response.reasoning_text.delta" | "response.output_text.delta" => {
-                    let text = &mut items[index]["content"][0]["text"];
-                    *text = json!(text.as_str().unwrap().to_string() + event["delta"].as_str().unwrap());
+                    let part = &mut items[index]["content"][0];
+                    part["text"] = json!(part["text"].as_str().unwrap().to_string() + event["delta"].as_str().unwrap());
+                    if let Some(entries) = part.get_mut("logprobs").and_then(Value::as_array_mut) {
+                        entries.extend(event["logprobs"].as_array().unwrap().iter().cloned());
+                    }
                 }
                 "response.function_call_arguments.delta" => {
                     let arguments = &mut items[index]["arguments"];
@@ -352,7 +378,7 @@ mod tests {
             split("", "", vec![piece(1, Some("get_time"), "")]),
             split("", "", vec![piece(1, None, "{}")]),
         ] {
-            output.push(split);
+            output.push(split, &[]);
             events.extend(output.take_events());
         }
         output.finish("completed");
@@ -413,7 +439,7 @@ mod tests {
             let pieces = crate::answer::pieces(text, piece);
             for (i, text) in pieces.iter().enumerate() {
                 for split in parser.split_in_order(text, i + 1 == pieces.len()) {
-                    output.push(split);
+                    output.push(split, &[]);
                 }
             }
             output.finish("completed");
@@ -443,8 +469,8 @@ mod tests {
     fn a_calls_last_piece_comes_before_the_text_after_it() {
         let mut output = OutputItems::default();
         let mut events = Vec::new();
-        output.push(split("", "", vec![piece(0, Some("f"), "{\"a\":")]));
-        output.push(split("", "Done.", vec![piece(0, None, "1}")]));
+        output.push(split("", "", vec![piece(0, Some("f"), "{\"a\":")]), &[]);
+        output.push(split("", "Done.", vec![piece(0, None, "1}")]), &[]);
         output.finish("completed");
         events.extend(output.take_events());
         let items = json!(output.items());
@@ -456,13 +482,13 @@ mod tests {
     #[test]
     fn an_answer_cut_short_leaves_its_last_item_incomplete() {
         let mut output = OutputItems::default();
-        output.push(split("a", "b", vec![]));
+        output.push(split("a", "b", vec![]), &[]);
         output.finish("incomplete");
         let items = json!(output.items());
         assert_eq!(items[0]["status"], "completed");
         assert_eq!(items[1]["status"], "incomplete");
         let mut empty = OutputItems::default();
-        empty.push(split("", "", vec![]));
+        empty.push(split("", "", vec![]), &[]);
         empty.finish("completed");
         assert!(empty.items().is_empty() && empty.take_events().is_empty());
     }

@@ -6,6 +6,7 @@
 
 use super::chat_start::StartedChat;
 use super::responses::{only_choice, Head};
+use super::responses_logprobs::TextEntries;
 use super::responses_output::OutputItems;
 use crate::error::ApiError;
 use crate::protocol::chat::ChatMessage;
@@ -44,9 +45,11 @@ pub fn answer_steps(
 ) -> impl Stream<Item = Step> + Send + 'static {
     let mut parser = started.parser(&state.model);
     let prompt_tokens = started.prompt_tokens;
+    let logprobs = started.logprobs.is_some();
     let choice = only_choice(started.choices);
     async_stream::stream! {
-        let mut output = OutputItems::default();
+        let mut output = OutputItems::new(logprobs);
+        let mut entries = TextEntries::default();
         let opening = head.opening();
         yield Step::Event(json!({"type": "response.created", "response": opening}));
         let running = head.object("in_progress", &output, None);
@@ -84,9 +87,8 @@ pub fn answer_steps(
                     return;
                 }
             };
-            for split in parser.split_in_order(&update.text, update.finish.is_some()) {
-                output.push(split);
-            }
+            let last = update.finish.is_some();
+            entries.add(&mut parser, &mut output, &update.text, update.logprobs, &update.released, last);
             for event in output.take_events() {
                 yield Step::Event(event);
             }

@@ -15,6 +15,7 @@ mod openapi;
 mod prefix_cache;
 mod responses;
 mod responses_background;
+mod responses_logprobs;
 mod shutdown;
 mod structured;
 mod tokenize;

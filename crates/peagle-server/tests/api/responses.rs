@@ -22,7 +22,7 @@ pub fn request(max_output_tokens: usize) -> Value {
     })
 }
 
-fn as_chat(max_tokens: usize) -> Value {
+pub fn as_chat(max_tokens: usize) -> Value {
     json!({
         "model": MODEL,
         "messages": [
@@ -52,7 +52,7 @@ pub fn items(response: &Value) -> Vec<(String, String)> {
 }
 
 /// A stream's events, checking the framing (`sse_events`).
-async fn events(server: &TestServer, body: Value) -> Vec<Value> {
+pub async fn events(server: &TestServer, body: Value) -> Vec<Value> {
     let response = server.post("/v1/responses").json(&body).send().await.unwrap();
     assert_eq!(response.status(), 200);
     let events = sse_events(&response.text().await.unwrap());
@@ -214,12 +214,12 @@ async fn what_is_not_served_is_refused_by_its_field() {
         (
             with(
                 "include",
-                json!(["reasoning.encrypted_content", "message.output_text.logprobs"]),
+                json!(["message.output_text.logprobs", "file_search_call.results"]),
             ),
             "include",
         ),
         (with("prompt_logprobs", json!(1)), "prompt_logprobs"),
-        (with("top_logprobs", json!(3)), "top_logprobs"),
+        (with("top_logprobs", json!(-1)), "top_logprobs"),
         (with("truncation", json!("auto")), "truncation"),
         (with("n", json!(2)), "n"),
         (with("max_output_tokens", json!(0)), "max_output_tokens"),

@@ -1,11 +1,12 @@
 //! Background responses: the request returns the response queued; polling finds it as the
 //! same request answered in the foreground; its events are streamed again whole or from a
 //! sequence number, while it runs and after; a cancel stops it in the engine and is
-//! idempotent, and a delete cancels it first; and what cannot be run so is refused.
+//! idempotent, and a delete cancels it first; a graceful stop waits for it; and what cannot be
+//! run so is refused.
 
 use crate::common::{greedy, Options, TestServer};
 use crate::responses::{items, rebuilt, request, sse_events};
-use peagle_server::GenerationDefaults;
+use peagle_server::{GenerationDefaults, ServerConfig};
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 
@@ -167,6 +168,59 @@ async fn a_cancel_stops_a_background_response_and_is_kept() {
     server.wait_for_metric("peagle:num_requests_waiting", 0.0).await;
     assert_eq!(server.client.get(&path).send().await.unwrap().status(), 404);
     drop(running);
+}
+
+/// A graceful stop waits for background responses as for requests on a connection. On a server
+/// of one sequence, with a long background response running, a short one waiting and no
+/// connection open, the stopping server still answers (its health 503, as it takes no new
+/// work), a client follows the waiting one's events to its end once the long one is cancelled,
+/// and the server stops after that.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_graceful_stop_waits_for_background_responses() {
+    let server = TestServer::with(Options {
+        max_num_seqs: Some(1),
+        config: ServerConfig {
+            shutdown_timeout: Duration::from_secs(60),
+            ..Default::default()
+        },
+        ..Default::default()
+    })
+    .await;
+    let long = server.ok("/v1/responses", background(1000)).await;
+    let short = server.ok("/v1/responses", background(6)).await;
+    server.wait_for_metric("peagle:num_requests_waiting", 1.0).await;
+    let (url, client) = (server.url.clone(), reqwest::Client::new());
+    let id = |response: &Value| response["id"].as_str().unwrap().to_string();
+    let stopped = tokio::spawn(server.shutdown());
+    // A server that did not wait for them, with no connection open, would be gone by now.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let health = client.get(format!("{url}/health")).send().await;
+    assert_eq!(health.expect("stopped with background responses running").status(), 503);
+
+    let follow = client.get(format!("{url}/v1/responses/{}?stream=true", id(&short)));
+    let follower = tokio::spawn(async move { follow.send().await.unwrap().text().await.unwrap() });
+    let cancel = format!("{url}/v1/responses/{}/cancel", id(&long));
+    let cancelled: Value = client
+        .post(cancel)
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(cancelled["status"], "cancelled");
+    let events = sse_events(&follower.await.unwrap());
+    let last = &events.last().unwrap()["response"];
+    assert_eq!(
+        (&last["status"], &last["usage"]["output_tokens"]),
+        (&json!("incomplete"), &json!(6))
+    );
+    stopped.await.unwrap().unwrap();
+    assert!(
+        client.get(format!("{url}/health")).send().await.is_err(),
+        "still accepting"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
