@@ -20,6 +20,14 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p target
+# timed COMMAND...: runs COMMAND, then prints how long it took, to find where CI's time goes.
+timed() {
+    local start=$SECONDS code
+    "$@"
+    code=$?
+    echo "timed: $* took $((SECONDS - start)) s (exit $code)"
+    return $code
+}
 # Left out on the emulator, for CI's time: the full-size experts test (minutes there), and the
 # long-context rows test on the CUDA-core matmul, whose subject (attention split over parts of a
 # long row) is the same code on either matmul, while that matmul's batch invariance is the
@@ -27,21 +35,22 @@ mkdir -p target
 emulated_skip="experts::mxfp4_experts_match_the_reference_and_are_batch_invariant
     peagle-models-fma:rows_past_1024_positions_equal_single_token_steps_bitwise_on_the_gpu"
 {
-    bash scripts/build_cuda.sh --check && bash scripts/kernel_resources.sh --check &&
+    timed bash scripts/build_cuda.sh --check && timed bash scripts/kernel_resources.sh --check &&
         EMULATED_CRATES="peagle-kernels peagle-models" \
-            EMULATED_SKIP="$emulated_skip" TEST_TIMEOUT=600 bash scripts/emulated_gpu_tests.sh &&
-        bash scripts/emulated_host_ops.sh --check
+            EMULATED_SKIP="$emulated_skip" TEST_TIMEOUT=600 timed bash scripts/emulated_gpu_tests.sh &&
+        timed bash scripts/emulated_host_ops.sh --check
 } >target/cuda-check.log 2>&1 &
 cuda=$!
 # The benchmarks run once each (criterion's test mode), so that one broken by a change fails here
 # rather than when someone next measures; selected across the workspace, so that they build with
 # the features the tests did (`-p peagle-benches` alone would rebuild candle and its dependencies).
-if ! { cargo test --workspace --locked && cargo test --workspace --locked --bench '*' \
+if ! { timed cargo test --workspace --locked && timed cargo test --workspace --locked --bench '*' \
     && python3 scripts/gpu_report_test.py && python3 scripts/host_ops_test.py \
     && python3 scripts/kernel_resources_test.py \
     && python3 scripts/mma_layout_test.py \
-    && bash scripts/openai_client_test.sh \
-    && bash scripts/fuzz_api.sh && bash scripts/validate_manifests.sh && bash scripts/scaleout_test.sh; }; then
+    && timed bash scripts/openai_client_test.sh \
+    && timed bash scripts/fuzz_api.sh && timed bash scripts/validate_manifests.sh \
+    && timed bash scripts/scaleout_test.sh; }; then
     kill "$cuda" 2>/dev/null
     exit 1
 fi
@@ -50,6 +59,6 @@ if ! wait "$cuda"; then
     echo "the CUDA build check or the emulated GPU tests failed; the log is target/cuda-check.log"
     exit 1
 fi
-grep "^emulated GPU tests" target/cuda-check.log
+grep -E "^emulated GPU tests|^timed: " target/cuda-check.log
 grep "^| target/cuda-emulator/host-ops" target/cuda-check.log
 echo "CUDA build check (scripts/build_cuda.sh --check), the kernels' spills, the kernels' and models' emulated GPU tests, and a step's host operations: ok"
