@@ -193,7 +193,7 @@ async fn a_graceful_stop_waits_for_background_responses() {
     let id = |response: &Value| response["id"].as_str().unwrap().to_string();
     let stopped = tokio::spawn(server.shutdown());
     // A server that did not wait for them, with no connection open, would be gone by now.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
     let health = client.get(format!("{url}/health")).send().await;
     assert_eq!(health.expect("stopped with background responses running").status(), 503);
 
