@@ -22,6 +22,10 @@ template <> __device__ __forceinline__ __nv_fp8_e4m3 from_f32<__nv_fp8_e4m3>(flo
     return __nv_fp8_e4m3(x);
 }
 
+// A pair of bf16 values from its bits (the first in the low half), and back.
+__device__ __forceinline__ __nv_bfloat162 bf16_pair(uint32_t bits) { return *reinterpret_cast<__nv_bfloat162*>(&bits); }
+__device__ __forceinline__ uint32_t bf16_pair_bits(__nv_bfloat162 pair) { return *reinterpret_cast<uint32_t*>(&pair); }
+
 // v[0..8] = p[0..8] widened to f32, in one vector load: p must be 16-byte aligned (8-byte
 // for FP8).
 __device__ __forceinline__ void load8(const float* p, float* v) {

@@ -28,6 +28,14 @@
 // permutation of the inner dimension, the same for both operands, so each mma multiplies
 // matching elements. A bias (`bias` [N]; null for none) is added to each element's sum in f32
 // before its rounding. Requires K % 32 == 0 and 16-byte aligned rows (the launcher checks).
+//
+// Block-scaled FP8 weights (e4m3, one f32 scale per block_n x block_k block, block_k a
+// multiple of 32; kernels/linear.cu has the layout) take the narrow and wide forms,
+// `linear_mma_bf16_f8e4m3[_wide]`: a lane loads its 8 weights of a step as 8 bytes and widens
+// them to bf16 exactly (`e4m3_bf16x8`), and each step's two mma go into an accumulator of
+// their own, which is then scaled by the step's weight rows' scales and added to the sum in
+// f32 (a step lies in one block). The chain still depends on K alone. No staged form: from 64
+// rows the wide one serves, at about the staged one's time for bf16.
 #include "common.cuh"
 #include "mma.cuh"
 
@@ -39,6 +47,49 @@ __device__ __forceinline__ uint4 load16(const __nv_bfloat16* base, int row, int 
     if (row >= rows) return make_uint4(0, 0, 0, 0);
     return *reinterpret_cast<const uint4*>(base + (size_t)row * K + k);
 }
+
+// A weight type of the mma kernels: how a lane loads its 8 elements of a step (`Loaded`,
+// zeros for a row past the matrix) and turns them into the step's bf16 operand, and whether a
+// step's products are scaled by their block's scale.
+struct Bf16Weights {
+    using Element = __nv_bfloat16;
+    using Loaded = uint4;
+    static constexpr bool SCALED = false;
+    static __device__ __forceinline__ uint4 load(const __nv_bfloat16* base, int row, int rows, int K, int k) {
+        return load16(base, row, rows, K, k);
+    }
+    static __device__ __forceinline__ uint4 operand(const uint4& loaded) { return loaded; }
+};
+
+// Eight e4m3 values (a lane's of a step, in memory order) as bf16 pairs in order, exactly:
+// each code's sign goes to bit 15 of its half and its seven magnitude bits (eeeemmm) to bits
+// 13..7 down, which reads as 2^-120 times its value (a normal's 2^(e - 127) (1 + m / 8), a
+// subnormal's 2^-126 m / 8, against e4m3's 2^(e - 7) (1 + m / 8) and 2^-6 m / 8); then times
+// 2^120, exact in bf16. e4m3's NaN codes, which no checkpoint holds, read as +-480.
+__device__ __forceinline__ uint4 e4m3_bf16x8(const uint2& codes) {
+    const __nv_bfloat162 unbias = bf16_pair(0x7B807B80u);  // 2^120, twice
+    const uint32_t words[2] = {codes.x, codes.y};
+    uint32_t pairs[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const uint32_t word = words[i / 2] >> (16 * (i % 2));
+        const uint32_t spread = (word & 0xFFu) | (word & 0xFF00u) << 8;  // codes 2i, 2i + 1 in the halves
+        const uint32_t bits = (spread & 0x00800080u) << 8 | (spread & 0x007F007Fu) << 4;
+        pairs[i] = bf16_pair_bits(__hmul2(bf16_pair(bits), unbias));
+    }
+    return make_uint4(pairs[0], pairs[1], pairs[2], pairs[3]);
+}
+
+struct Fp8Weights {
+    using Element = __nv_fp8_e4m3;
+    using Loaded = uint2;
+    static constexpr bool SCALED = true;
+    static __device__ __forceinline__ uint2 load(const __nv_fp8_e4m3* base, int row, int rows, int K, int k) {
+        if (row >= rows) return make_uint2(0, 0);
+        return *reinterpret_cast<const uint2*>(base + (size_t)row * K + k);
+    }
+    static __device__ __forceinline__ uint4 operand(const uint2& loaded) { return e4m3_bf16x8(loaded); }
+};
 
 // An element's sum with the bias of weight row `n` (none where `bias` is null) added in f32,
 // rounded to bf16: every form's last operations on a plain element.
@@ -57,10 +108,12 @@ __device__ __forceinline__ __nv_bfloat16 gated(float gate, float up, const __nv_
 // F tiles of 16 weight rows and G groups of 8 rows of x a block; DEPTH steps of loads in
 // flight a warp. A plain block's tiles are F consecutive ones, 16 F output columns; a SwiGLU
 // block's (F = 2) are 16 gate rows and the 16 up rows N / 2 further, 16 output columns.
-template <int F, int G, int DEPTH, bool SWIGLU>
-__device__ void linear_mma(__nv_bfloat16* out, const __nv_bfloat16* x, const __nv_bfloat16* w,
-                           const __nv_bfloat16* bias, int M, int N, int K) {
+template <typename W, int F, int G, int DEPTH, bool SWIGLU>
+__device__ void linear_mma(__nv_bfloat16* out, const __nv_bfloat16* x, const typename W::Element* w,
+                           const __nv_bfloat16* bias, int M, int N, int K, const float* scales, int block_n,
+                           int block_k) {
     static_assert(!SWIGLU || F == 2, "a SwiGLU block is a gate tile and an up tile");
+    static_assert(!(SWIGLU && W::SCALED), "scaled weights have no SwiGLU form");
     // Each warp's partial sums, [warp][row of x][output column]; a row is padded by one so
     // that the lanes writing their fragments spread over the banks.
     __shared__ float partial[MMA_WARPS][G * 8][F * 16 + 1];
@@ -88,16 +141,27 @@ __device__ void linear_mma(__nv_bfloat16* out, const __nv_bfloat16* x, const __n
     // mma, so that a warp has DEPTH steps of loads in flight; their mma instructions then run in
     // step order. A step's first element is the same for the whole warp, so every lane runs
     // every mma, and a step past K runs none.
+    // Scaled weights: where weight row n's scales start (clamped for rows past N, whose
+    // weights load as zeros).
+    const int k_blocks = W::SCALED ? (K + block_k - 1) / block_k : 0;
+    auto scale_row = [&](int n) { return scales + (size_t)(min(n, N - 1) / block_n) * k_blocks; };
     for (int first = warp * MMA_STEP; first < K; first += DEPTH * MMA_WARPS * MMA_STEP) {
-        uint4 a[DEPTH][F][2], b[DEPTH][G];
+        typename W::Loaded a[DEPTH][F][2];
+        uint4 b[DEPTH][G];
+        float scale[DEPTH][F][2];
 #pragma unroll
         for (int s = 0; s < DEPTH; ++s) {
             const int k = first + s * MMA_WARPS * MMA_STEP + 8 * t;
             const bool in_k = k - 8 * t < K;
 #pragma unroll
             for (int f = 0; f < F; ++f) {
-                a[s][f][0] = load16(w, tile_row[f] + g, in_k ? tile_end[f] : 0, K, k);
-                a[s][f][1] = load16(w, tile_row[f] + g + 8, in_k ? tile_end[f] : 0, K, k);
+                a[s][f][0] = W::load(w, tile_row[f] + g, in_k ? tile_end[f] : 0, K, k);
+                a[s][f][1] = W::load(w, tile_row[f] + g + 8, in_k ? tile_end[f] : 0, K, k);
+                if constexpr (W::SCALED) {
+                    const int block = in_k ? (k - 8 * t) / block_k : 0;
+                    scale[s][f][0] = scale_row(tile_row[f] + g)[block];
+                    scale[s][f][1] = scale_row(tile_row[f] + g + 8)[block];
+                }
             }
 #pragma unroll
             for (int r = 0; r < G; ++r) b[s][r] = load16(x, m0 + 8 * r + g, in_k ? M : 0, K, k);
@@ -106,9 +170,21 @@ __device__ void linear_mma(__nv_bfloat16* out, const __nv_bfloat16* x, const __n
         for (int s = 0; s < DEPTH; ++s) {
             if (first + s * MMA_WARPS * MMA_STEP >= K) break;
 #pragma unroll
-            for (int f = 0; f < F; ++f)
+            for (int f = 0; f < F; ++f) {
+                const uint4 lo = W::operand(a[s][f][0]), hi = W::operand(a[s][f][1]);
 #pragma unroll
-                for (int r = 0; r < G; ++r) mma_step(d[f][r], a[s][f][0], a[s][f][1], b[s][r]);
+                for (int r = 0; r < G; ++r) {
+                    if constexpr (W::SCALED) {
+                        // Elements 0, 1: weight row g; 2, 3: row g + 8 (mma.cuh).
+                        float step[4] = {0.f, 0.f, 0.f, 0.f};
+                        mma_step(step, lo, hi, b[s][r]);
+#pragma unroll
+                        for (int i = 0; i < 4; ++i) d[f][r][i] = fmaf(scale[s][f][i >> 1], step[i], d[f][r][i]);
+                    } else {
+                        mma_step(d[f][r], lo, hi, b[s][r]);
+                    }
+                }
+            }
         }
     }
 
@@ -141,7 +217,14 @@ __device__ void linear_mma(__nv_bfloat16* out, const __nv_bfloat16* x, const __n
     extern "C" __global__ void __launch_bounds__(32 * MMA_WARPS)                               \
         NAME(__nv_bfloat16* out, const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias, \
              int M, int N, int K) {                                                            \
-        linear_mma<F, G, DEPTH, SWIGLU>(out, x, w, bias, M, N, K);                             \
+        linear_mma<Bf16Weights, F, G, DEPTH, SWIGLU>(out, x, w, bias, M, N, K, nullptr, 1, 1); \
+    }
+// The FP8 forms take their scales as kernels/linear.cu's kernels do.
+#define LINEAR_MMA_FP8(NAME, F, G, DEPTH)                                                      \
+    extern "C" __global__ void __launch_bounds__(32 * MMA_WARPS)                               \
+        NAME(__nv_bfloat16* out, const __nv_bfloat16* x, const __nv_fp8_e4m3* w, const __nv_bfloat16* bias, \
+             int M, int N, int K, const float* scales, int block_n, int block_k) {             \
+        linear_mma<Fp8Weights, F, G, DEPTH, false>(out, x, w, bias, M, N, K, scales, block_n, block_k); \
     }
 
 LINEAR_MMA(linear_mma_bf16, 1, 1, 4, false)
@@ -150,6 +233,8 @@ LINEAR_MMA(linear_mma_bf16_wide, 2, 4, 1, false)
 // narrow kernel's, and its registers.
 LINEAR_MMA(linear_mma_swiglu_bf16, 2, 1, 2, true)
 LINEAR_MMA(linear_mma_swiglu_bf16_wide, 2, 4, 1, true)
+LINEAR_MMA_FP8(linear_mma_bf16_f8e4m3, 1, 1, 4)
+LINEAR_MMA_FP8(linear_mma_bf16_f8e4m3_wide, 2, 4, 1)
 
 // ---- The staged form -----------------------------------------------------------------------------
 //

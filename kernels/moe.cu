@@ -274,10 +274,6 @@ __device__ __forceinline__ bool tile_of(const int* tiles, const int* num_tiles, 
     return true;
 }
 
-// A pair of bf16 values from its bits (the first in the low half), and back.
-__device__ __forceinline__ __nv_bfloat162 bf16_pair(uint32_t bits) { return *reinterpret_cast<__nv_bfloat162*>(&bits); }
-__device__ __forceinline__ uint32_t bf16_pair_bits(__nv_bfloat162 pair) { return *reinterpret_cast<uint32_t*>(&pair); }
-
 // The eight weights of a word of an MXFP4 block with scale `scale`, as bf16 pairs in order
 // (pair i: weights 2i and 2i + 1, the first in the low half): each e2m1 value times
 // 2^(scale - 127), where scale 0 is the subnormal 2^-127 and 255 infinity, as the CPU's table

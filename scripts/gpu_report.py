@@ -65,15 +65,17 @@ def main(out):
                "makes 256 blocks of 64 x 64: from 128 rows here); "
                "every form gives the same bits, and all are timed side by side. SwiGLU: the same weight as a fused gate/up "
                "projection (7168 gate and 7168 up rows), gated in the matmul's launch (fused) or by a "
-               "launch of kernels/swiglu.cu after it (apart), on the tensor cores; both give the same bits.", "",
+               "launch of kernels/swiglu.cu after it (apart), on the tensor cores; both give the same bits. FP8: the "
+               "same weight in block-scaled e4m3 (blocks of 128 x 128), half the bytes, by each kernel.", "",
                "| M | CUDA cores ms | tensor cores ms | narrow ms | wide ms | staged ms | cuBLAS ms | CUDA cores / cuBLAS | "
                "tensor cores / cuBLAS | CUDA cores weight GB/s | tensor cores weight GB/s | SwiGLU fused ms | "
-               "SwiGLU apart ms |",
-               "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+               "SwiGLU apart ms | FP8 CUDA cores ms | FP8 tensor cores ms |",
+               "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
         md += [f"| {r['m']} | {r['fma_ms']:.3f} | {r['mma_ms']:.3f} | {ms_or_dash(r, 'mma_narrow_ms')} | "
                f"{ms_or_dash(r, 'mma_wide_ms')} | {ms_or_dash(r, 'mma_staged_ms')} | {r['cublas_ms']:.3f} | {r['fma_ratio']:.2f}x | {r['mma_ratio']:.2f}x | "
                f"{r['fma_weight_gb_per_s']:.0f} | {r['mma_weight_gb_per_s']:.0f} | "
-               f"{ms_or_dash(r, 'swiglu_fused_ms')} | {ms_or_dash(r, 'swiglu_apart_ms')} |" for r in rows]
+               f"{ms_or_dash(r, 'swiglu_fused_ms')} | {ms_or_dash(r, 'swiglu_apart_ms')} | "
+               f"{ms_or_dash(r, 'fp8_fma_ms')} | {ms_or_dash(r, 'fp8_mma_ms')} |" for r in rows]
 
     rows = load_lines(os.path.join(out, "moe-experts.jsonl"))
     if rows:

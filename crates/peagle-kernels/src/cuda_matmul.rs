@@ -3,8 +3,9 @@
 //! to one for a row's bits not to depend on its batch.
 //!
 //! `mma` (the default, `kernels/linear_mma.cu`) runs bf16 products on the tensor cores, for
-//! bf16 weights and activations with K a multiple of 32 (other products keep to `fma`), and so
-//! do gpt-oss's expert projections for bf16 rows (`kernels/moe.cu`'s `_mma` kernels); it has no
+//! bf16 activations with K a multiple of 32 times bf16 weights or block-scaled FP8 ones whose
+//! blocks are a multiple of 32 wide (other products keep to `fma`), and so do gpt-oss's expert
+//! projections for bf16 rows (`kernels/moe.cu`'s `_mma` kernels); it has no
 //! bit-exact CPU reference, only a tolerance. `fma` (`kernels/linear.cu`, chosen with
 //! `PEAGLE_CUDA_MATMUL=fma`) sums in f32 fused multiply-adds on the CUDA cores, bit for bit as
 //! its CPU reference, and is slower wherever a step has more than one row.

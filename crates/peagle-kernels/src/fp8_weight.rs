@@ -1,11 +1,14 @@
 //! Matrix product with block-scaled FP8 weights, as FP8 checkpoints store them (DeepSeek-V3's
 //! and Qwen3-FP8's `quant_method: "fp8"`): `weight` [out, in] in e4m3 and `weight_scale_inv`
 //! [ceil(out / bn), ceil(in / bk)] in f32, one scale per bn x bk block, the value being
-//! `weight * scale` (despite the name). The weight stays one byte a value; each value is
-//! widened and scaled in f32 as it is read, activations keep their dtype (no activation
-//! quantization), and every output element keeps an order that depends on `in` alone.
+//! `weight * scale` (despite the name). The weight stays one byte a value and activations keep
+//! their dtype (no activation quantization). On the CPU and the CUDA cores each value is
+//! widened and scaled in f32 as it is read; bf16 rows on the tensor cores (the process's
+//! `PEAGLE_CUDA_MATMUL=mma`, blocks a multiple of 32 wide) multiply the widened values and
+//! scale each step's sums. Every output element keeps an order that depends on `in` alone.
 
 use crate::contiguous::contiguous;
+use crate::cuda_matmul::{CudaMatmul, MmaTiles};
 use crate::dequantized_linear::dequantized_linear;
 use crate::error::{bad_input, matmul_dims};
 use candle_core::{CpuStorage, CustomOp3, DType, Device, Layout, Result, Shape, Tensor};
@@ -97,13 +100,40 @@ impl Fp8Weight {
 }
 
 /// `x` [rows, in] times the FP8 weight [out, in] transposed: [rows, out], in x's dtype. On the
-/// CPU x is f32; on CUDA f32 or bf16.
+/// CPU x is f32; on CUDA f32 or bf16, by the process's kernel (`CudaMatmul::chosen`).
 pub fn fp8_linear(x: &Tensor, w: &Fp8Weight) -> Result<Tensor> {
-    x.apply_op3_no_bwd(&w.weight, &w.scales, &Fp8Linear { block: w.block })
+    x.apply_op3_no_bwd(
+        &w.weight,
+        &w.scales,
+        &Fp8Linear {
+            block: w.block,
+            kernel: None,
+            tiles: MmaTiles::ByBatch,
+        },
+    )
+}
+
+/// `fp8_linear` by `kernel` on CUDA, in the tensor cores' `tiles`, whatever the process chose:
+/// for comparing the kernels and the forms.
+pub fn fp8_linear_tiled(x: &Tensor, w: &Fp8Weight, kernel: CudaMatmul, tiles: MmaTiles) -> Result<Tensor> {
+    x.apply_op3_no_bwd(
+        &w.weight,
+        &w.scales,
+        &Fp8Linear {
+            block: w.block,
+            kernel: Some(kernel),
+            tiles,
+        },
+    )
 }
 
 struct Fp8Linear {
     block: (usize, usize),
+    /// The CUDA kernel; None: the process's.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    kernel: Option<CudaMatmul>,
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    tiles: MmaTiles,
 }
 
 impl CustomOp3 for Fp8Linear {
@@ -145,13 +175,14 @@ impl CustomOp3 for Fp8Linear {
         ss: &candle_core::CudaStorage,
         sl: &Layout,
     ) -> Result<(candle_core::CudaStorage, Shape)> {
+        let kernel = self.kernel.map_or_else(|| CudaMatmul::for_op("fp8_linear"), Ok)?;
         crate::cuda::linear(
             (xs, xl),
             (ws, wl),
             Some(((ss, sl), self.block)),
             None,
-            crate::CudaMatmul::Fma,
-            crate::MmaTiles::ByBatch,
+            kernel,
+            self.tiles,
             crate::invariant_matmul::MatmulOutput::Sums,
         )
     }

@@ -64,7 +64,7 @@ pub use cuda_profiler::cuda_profiler_range;
 pub use device_memory::{device_memory, keep_freed_memory, peak_allocated, DeviceMemory};
 pub use error::KernelError;
 pub use exp::exp_in_place;
-pub use fp8_weight::{fp8_linear, Fp8Weight};
+pub use fp8_weight::{fp8_linear, fp8_linear_tiled, Fp8Weight};
 pub use gather_rows::{gather_rows, gather_rows_into};
 pub use gpus::cuda_devices;
 pub use gumbel_sample::{gumbel_sample, issue_gumbel_sample, splitmix64, GumbelRequest};

@@ -25,9 +25,10 @@ enum Form {
     Rows,
     /// `linear_*_wide`: 8 rows, 4 columns a warp.
     Wide,
-    /// `linear_mma_bf16`: 8 rows, 16 columns a block.
+    /// `linear_mma_bf16` (`linear_mma_bf16_f8e4m3` for an FP8 weight): 8 rows, 16 columns a
+    /// block.
     Mma,
-    /// `linear_mma_bf16_wide`: 32 rows, 32 columns a block.
+    /// `linear_mma_bf16_wide` (`linear_mma_bf16_f8e4m3_wide`): 32 rows, 32 columns a block.
     MmaWide,
     /// `linear_mma_bf16_staged`: 64 rows, 64 columns a block, the operands staged in shared
     /// memory.
@@ -35,19 +36,32 @@ enum Form {
 }
 
 impl Form {
-    /// The form for an [m, k] by [n, k] product by `kernel`, the tensor cores' in `tiles`.
-    /// Every form of a kernel computes each element by the same chain, so a row's bits do not
-    /// depend on which one its batch's size picks; which kernel runs depends on the dtypes and
-    /// K alone. Tensor cores take bf16 products with K a multiple of 32
-    /// (`kernels/linear_mma.cu`), every other product the CUDA cores.
-    fn choose(kernel: CudaMatmul, [m, n, k]: [usize; 3], dtypes: (DType, DType), tiles: MmaTiles) -> Self {
-        let tensor_cores =
-            kernel == CudaMatmul::Mma && dtypes == (DType::BF16, DType::BF16) && k.is_multiple_of(MMA_STEP);
+    /// The form for an [m, k] by [n, k] product by `kernel`, the tensor cores' in `tiles`, of
+    /// an FP8 weight in blocks `block_k` wide where `fp8_block_k` says so. Every form of a
+    /// kernel computes each element by the same chain, so a row's bits do not depend on which
+    /// one its batch's size picks; which kernel runs depends on the dtypes, K and the FP8
+    /// block alone. Tensor cores take bf16 rows with K a multiple of 32 times bf16 weights, or
+    /// FP8 ones whose blocks a step of 32 does not straddle (`kernels/linear_mma.cu`; no
+    /// staged form: the wide one serves), every other product the CUDA cores.
+    fn choose(
+        kernel: CudaMatmul,
+        [m, n, k]: [usize; 3],
+        dtypes: (DType, DType),
+        fp8_block_k: Option<usize>,
+        tiles: MmaTiles,
+    ) -> Self {
+        let weights = match (dtypes, fp8_block_k) {
+            ((DType::BF16, DType::BF16), _) => true,
+            ((DType::BF16, DType::F8E4M3), Some(block_k)) => block_k.is_multiple_of(MMA_STEP),
+            _ => false,
+        };
+        let tensor_cores = kernel == CudaMatmul::Mma && weights && k.is_multiple_of(MMA_STEP);
+        let has_staged = dtypes.1 == DType::BF16;
         let staged = m >= STAGED_ROWS && m.div_ceil(STAGED_ROWS) * n.div_ceil(STAGED_ROWS) >= STAGED_BLOCKS;
         match (tensor_cores, tiles, m) {
             (true, MmaTiles::Narrow, _) | (true, MmaTiles::ByBatch, 1..=8) => Self::Mma,
-            (true, MmaTiles::Staged, _) => Self::MmaStaged,
-            (true, MmaTiles::ByBatch, _) if staged => Self::MmaStaged,
+            (true, MmaTiles::Staged, _) if has_staged => Self::MmaStaged,
+            (true, MmaTiles::ByBatch, _) if staged && has_staged => Self::MmaStaged,
             (true, _, _) => Self::MmaWide,
             (false, _, 1) => Self::Row,
             (false, _, 2..=LINEAR_ROWS) => Self::Rows,
@@ -56,19 +70,27 @@ impl Form {
     }
 
     /// Whether the form's kernel writes SwiGLU's gating itself: the tensor cores' have forms
-    /// that do; after the CUDA cores' kernels, kernels/swiglu.cu gates their sums.
-    fn gates(self, output: MatmulOutput) -> bool {
-        output == MatmulOutput::Swiglu && matches!(self, Self::Mma | Self::MmaWide | Self::MmaStaged)
+    /// that do for bf16 weights; after the others, kernels/swiglu.cu gates their sums.
+    fn gates(self, output: MatmulOutput, w_dtype: DType) -> bool {
+        output == MatmulOutput::Swiglu
+            && w_dtype == DType::BF16
+            && matches!(self, Self::Mma | Self::MmaWide | Self::MmaStaged)
     }
 
     fn name(self, x_dtype: &str, w_dtype: &str, gates: bool) -> String {
         let swiglu = if gates { "swiglu_" } else { "" };
+        // The tensor cores' kernels are named by their weight where it is not bf16.
+        let weight = if w_dtype == "bf16" {
+            String::new()
+        } else {
+            format!("_{w_dtype}")
+        };
         match self {
             Self::Row => format!("linear_{x_dtype}_{w_dtype}_row"),
             Self::Rows => format!("linear_{x_dtype}_{w_dtype}"),
             Self::Wide => format!("linear_{x_dtype}_{w_dtype}_wide"),
-            Self::Mma => format!("linear_mma_{swiglu}bf16"),
-            Self::MmaWide => format!("linear_mma_{swiglu}bf16_wide"),
+            Self::Mma => format!("linear_mma_{swiglu}bf16{weight}"),
+            Self::MmaWide => format!("linear_mma_{swiglu}bf16{weight}_wide"),
             Self::MmaStaged => format!("linear_mma_{swiglu}bf16_staged"),
         }
     }
@@ -103,9 +125,10 @@ impl Form {
         }
     }
 
-    /// Whether the kernel takes FP8 block scales (`kernels/linear.cu`'s do).
-    fn takes_scales(self) -> bool {
-        matches!(self, Self::Row | Self::Rows | Self::Wide)
+    /// Whether the kernel takes FP8 block scales: `kernels/linear.cu`'s do, and
+    /// `kernels/linear_mma.cu`'s FP8 forms.
+    fn takes_scales(self, w_dtype: DType) -> bool {
+        matches!(self, Self::Row | Self::Rows | Self::Wide) || w_dtype == DType::F8E4M3
     }
 }
 
@@ -164,14 +187,16 @@ pub(crate) fn linear(
             ));
         }
     }
-    let form = Form::choose(kernel, [m, n, k], (x_dtype, w_dtype), tiles);
-    let gates = form.gates(output);
+    let fp8_block_k = scales.map(|(_, (_, block_k))| block_k);
+    let form = Form::choose(kernel, [m, n, k], (x_dtype, w_dtype), fp8_block_k, tiles);
+    let gates = form.gates(output, w_dtype);
     let name = form.name(dtype_name(OP, x_dtype)?, dtype_name_or_fp8(OP, w_dtype)?, gates);
     let (block_n, block_k) = scales.map_or((1, 8), |(_, block)| block);
     let args = Args {
         func: function(&device, form.module(), &name)?,
         form,
         gates,
+        takes_scales: form.takes_scales(w_dtype),
         dims: [int(OP, m)?, int(OP, n)?, int(OP, k)?],
         scales: scales.map(|((s, l), _)| view::<f32>(s, l, "scales")).transpose()?,
         block: [int(OP, block_n)?, int(OP, block_k)?],
@@ -189,6 +214,8 @@ struct Args<'a> {
     form: Form,
     /// The kernel writes SwiGLU's gating of its sums, [M, N / 2].
     gates: bool,
+    /// The kernel takes FP8 block scales and their block after M, N, K.
+    takes_scales: bool,
     /// M, N, K.
     dims: [i32; 3],
     scales: Option<CudaView<'a, f32>>,
@@ -219,7 +246,7 @@ fn launch<T: CudaDType + DeviceRepr, W: CudaDType>(
     for d in &a.dims {
         builder.arg(d);
     }
-    if a.form.takes_scales() {
+    if a.takes_scales {
         match &a.scales {
             Some(s) => builder.arg(s),
             None => builder.arg(&null),
@@ -235,8 +262,54 @@ fn launch<T: CudaDType + DeviceRepr, W: CudaDType>(
     // SAFETY: shapes checked above, the bias's against N; K is a multiple of 8 (of 32 for the
     // tensor-core forms, `Form::choose`) and both operands are 16-byte aligned, as the
     // kernels' vector loads need; FP8 scales were checked against the weight and its block
-    // (`Fp8Weight::new`), whose width is a multiple of 8. A gating form's output holds
+    // (`Fp8Weight::new`), whose width is a multiple of 8 (of 32 for the tensor cores). A gating form's output holds
     // M * N / 2, its kernel writing columns below N / 2 and reading weight rows below N.
     unsafe { builder.launch(config) }.w()?;
     Ok(CudaStorage::wrap_cuda_slice(out, device.clone()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kernel_of(m: usize, dtypes: (DType, DType), fp8_block_k: Option<usize>, tiles: MmaTiles) -> String {
+        let form = Form::choose(CudaMatmul::Mma, [m, 4096, 4096], dtypes, fp8_block_k, tiles);
+        let name = |d| dtype_name_or_fp8("test", d).unwrap();
+        form.name(name(dtypes.0), name(dtypes.1), false)
+    }
+
+    /// FP8 weights take the tensor cores for bf16 rows where a step of 32 lies in one block:
+    /// narrow for a few rows, wide for more (their staged requests too); blocks 48 wide, and
+    /// f32 rows, the CUDA cores. bf16 weights keep their forms.
+    #[test]
+    fn fp8_weights_take_the_tensor_cores_where_a_step_lies_in_a_block() {
+        let (fp8, bf16) = ((DType::BF16, DType::F8E4M3), (DType::BF16, DType::BF16));
+        let cases = [
+            (1, fp8, Some(128), MmaTiles::ByBatch, "linear_mma_bf16_f8e4m3"),
+            (9, fp8, Some(128), MmaTiles::ByBatch, "linear_mma_bf16_f8e4m3_wide"),
+            (2048, fp8, Some(128), MmaTiles::ByBatch, "linear_mma_bf16_f8e4m3_wide"),
+            (2048, fp8, Some(128), MmaTiles::Staged, "linear_mma_bf16_f8e4m3_wide"),
+            (2048, fp8, Some(128), MmaTiles::Narrow, "linear_mma_bf16_f8e4m3"),
+            (1, fp8, Some(48), MmaTiles::ByBatch, "linear_bf16_f8e4m3_row"),
+            (
+                9,
+                (DType::F32, DType::F8E4M3),
+                Some(128),
+                MmaTiles::ByBatch,
+                "linear_f32_f8e4m3_wide",
+            ),
+            (2048, bf16, None, MmaTiles::ByBatch, "linear_mma_bf16_staged"),
+            (1, bf16, None, MmaTiles::ByBatch, "linear_mma_bf16"),
+        ];
+        for (m, dtypes, block_k, tiles, want) in cases {
+            assert_eq!(
+                kernel_of(m, dtypes, block_k, tiles),
+                want,
+                "M = {m}, {dtypes:?}, {block_k:?}, {tiles:?}"
+            );
+        }
+        let wide = Form::choose(CudaMatmul::Mma, [9, 64, 64], fp8, Some(128), MmaTiles::ByBatch);
+        assert!(wide.takes_scales(DType::F8E4M3) && !wide.gates(MatmulOutput::Swiglu, DType::F8E4M3));
+        assert!(!wide.takes_scales(DType::BF16) && wide.gates(MatmulOutput::Swiglu, DType::BF16));
+    }
 }
