@@ -90,21 +90,28 @@ fi
 # gpu_tests PROFILE [CARGO_ARGUMENT...]: builds the GPU tests of the crates with CUDA code with
 # their cuda features in PROFILE (and whatever else the arguments add), lists the GPU test
 # binaries, one "crate path" a line, and writes the directory of peagle's kernels' PTX to
-# kernels_ptx_dir.txt in the target directory.
+# kernels_ptx_dir.txt in the target directory, and the unit test binary of peagle-kernels'
+# library where the arguments build it (--lib) to lib_tests.txt there, in the same form.
 gpu_tests() {
     local profile=$1
     shift
+    local dir=${CARGO_TARGET_DIR:-$target}
     cargo test --profile "$profile" --locked --features peagle-kernels/cuda,peagle-models/cuda,peagle-engine/cuda \
         -p peagle-kernels -p peagle-models -p peagle-engine --test gpu --no-run --message-format json "$@" |
         python3 -c '
 import json, sys
-for line in sys.stdin:
-    m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "gpu":
-        print(m["manifest_path"].split("/")[-2], m["executable"])
-    if m.get("reason") == "build-script-executed" and "/peagle-kernels#" in m["package_id"]:
-        open(sys.argv[1], "w").write(m["out_dir"] + "\n")
-' "${CARGO_TARGET_DIR:-$target}/kernels_ptx_dir.txt"
+with open(sys.argv[2], "w") as libs:
+    for line in sys.stdin:
+        m = json.loads(line)
+        crate = m.get("manifest_path", "").split("/")[-2:-1]
+        if m.get("reason") == "compiler-artifact" and m.get("executable"):
+            if m["target"]["name"] == "gpu":
+                print(crate[0], m["executable"])
+            elif m["target"]["kind"] == ["lib"] and crate[0] == "peagle-kernels":
+                libs.write(crate[0] + " " + m["executable"] + "\n")
+        if m.get("reason") == "build-script-executed" and "/peagle-kernels#" in m["package_id"]:
+            open(sys.argv[1], "w").write(m["out_dir"] + "\n")
+' "$dir/kernels_ptx_dir.txt" "$dir/lib_tests.txt"
 }
 
 if [ "$check" = --check ]; then

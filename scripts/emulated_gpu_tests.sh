@@ -13,7 +13,8 @@
 # each on the emulator.
 # The models' and the engine's tests run again on the CUDA-core matmul (PEAGLE_CUDA_MATMUL=fma),
 # as on a GPU host. Each test runs in a process of its own (scripts/gpu_test_lib.sh); logs in
-# target/cuda-emulator/tests/CRATE[-fma]/.
+# target/cuda-emulator/tests/CRATE[-fma]/. Then peagle-kernels' `cuda::` unit tests, where no
+# filter is given.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build_cuda_emulator.sh || exit 1
@@ -48,5 +49,23 @@ for line in "${binaries[@]}"; do
     run "$crate" "$binary"
     [ "$crate" = peagle-kernels ] || run "$crate-fma" "$binary" PEAGLE_CUDA_MATMUL=fma
 done
+# peagle-kernels' CUDA code's own unit tests (`cuda::`: launch shapes, the choice of a
+# kernel), which only a cuda build compiles and no device runs, in one process, where no
+# filter asks for others; at least one must run.
+if [ ${#filters[@]} -eq 0 ]; then
+    while read -r crate binary; do
+        [[ " ${EMULATED_CRATES:-$crate} " == *" $crate "* ]] || continue
+        log=$logs/$crate-lib-cuda.log
+        ran=0
+        "$binary" cuda:: --test-threads=1 >"$log" 2>&1 && ran=$(grep -c '^test .* ok$' "$log")
+        if [ "$ran" -gt 0 ]; then
+            echo "ok      $crate lib cuda:: ($ran tests)"
+            passed=$((passed + 1))
+        else
+            echo "FAILED  $crate lib cuda:: : $log"
+            failed=$((failed + 1))
+        fi
+    done <target/cuda-check/lib_tests.txt
+fi
 echo "emulated GPU tests: $passed passed, $failed failed"
 [ $failed -eq 0 ]

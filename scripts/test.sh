@@ -12,7 +12,8 @@
 # scripts/kernel_resources_test.py), the tensor-core kernels' operand layout
 # simulated (scripts/mma_layout_test.py), and the kernels' and the models' GPU tests on the CUDA
 # emulator (scripts/emulated_gpu_tests.sh, cuda-emulator/: every kernel against its CPU reference,
-# and the fixture models' logits, batch invariance and CUDA graphs on both matmuls, with no GPU;
+# the fixture models' logits, batch invariance and CUDA graphs on both matmuls, and the CUDA
+# code's unit tests, with no GPU;
 # gpt-oss's full-size experts test and the engine's tests, minutes to an hour there, are left to GPU
 # hosts and to the emulator's own runs), then a decode step's host operations by CUDA graphs counted
 # there against their limits (scripts/emulated_host_ops.sh --check). The check and the emulated runs

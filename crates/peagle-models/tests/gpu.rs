@@ -220,6 +220,34 @@ fn an_fp8_checkpoint_equals_its_dequantized_weights_bitwise_on_the_gpu() {
     }
 }
 
+/// bf16 rows on an FP8 checkpoint take the tensor cores where its blocks are a multiple of 32
+/// wide (the CUDA cores otherwise): logits within 0.1 of the CPU's f32 ones, as a bf16
+/// model's are, and a prompt's logits have the same bits beside another prompt's prefill.
+#[test]
+fn an_fp8_checkpoint_in_bf16_is_near_the_cpu_and_batch_invariant_on_the_gpu() {
+    let Some(options) = on_gpu(DTypeSpec::Bf16) else { return };
+    for block in [(16, 32), (48, 40)] {
+        let (fp8, _dense) = fp8_and_dense(block);
+        let gpu = Fixture::load_from(fp8.path(), options.clone());
+        let cpu = Fixture::load_from(fp8.path(), LoadOptions::default());
+        for p in 0..3 {
+            let prompt = gpu.prompt(p);
+            let got = run(gpu.model.as_ref(), &gpu.cache(), &[(0, &prompt, 0)]).remove(0);
+            let want = run(cpu.model.as_ref(), &cpu.cache(), &[(0, &prompt, 0)]).remove(0);
+            let max = abs_diffs(&got.0, &want.0).0.into_iter().fold(0f32, f32::max);
+            assert!(max < 0.1, "blocks {block:?}, prompt {p}: bf16 logits off by {max}");
+            let other = gpu.prompt((p + 1) % 3);
+            let spans = [(1, other.as_slice(), 0), (0, prompt.as_slice(), 0)];
+            let beside = run(gpu.model.as_ref(), &gpu.cache(), &spans).remove(1);
+            assert_eq!(
+                bits(&beside.0),
+                bits(&got.0),
+                "blocks {block:?}, prompt {p}: beside another"
+            );
+        }
+    }
+}
+
 #[test]
 fn dense_gpt_oss_refuses_the_gpu_in_one_line() {
     let Some(options) = on_gpu(DTypeSpec::Auto) else { return };
