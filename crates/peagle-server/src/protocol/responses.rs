@@ -168,6 +168,8 @@ pub struct ResponseObject {
     pub text: TextConfig,
     pub tool_choice: Value,
     pub tools: Vec<ResponsesTool>,
+    /// The alternatives each logprobs entry lists, as asked for (0 where not).
+    pub top_logprobs: i64,
     pub top_p: Option<f32>,
     /// "disabled".
     pub truncation: &'static str,

@@ -304,6 +304,7 @@ pub(super) struct Head {
     reasoning: Option<ReasoningConfig>,
     store: bool,
     temperature: Option<f32>,
+    top_logprobs: i64,
     top_p: Option<f32>,
     text: TextConfig,
     tool_choice: Value,
@@ -327,6 +328,7 @@ impl Head {
             reasoning: req.reasoning.clone(),
             store,
             temperature: sampling.temperature,
+            top_logprobs: req.top_logprobs.unwrap_or(0),
             top_p: sampling.top_p,
             text: text.unwrap_or(TextConfig {
                 format: Some(json!({"type": "text"})),
@@ -387,6 +389,7 @@ impl Head {
             text: self.text.clone(),
             tool_choice: self.tool_choice.clone(),
             tools: self.tools.clone(),
+            top_logprobs: self.top_logprobs,
             top_p: self.top_p,
             truncation: "disabled",
             usage: usage.filter(|_| finished),

@@ -35,7 +35,7 @@ async fn a_messages_logprobs_are_its_tokens_as_chat_gives_them() {
     let chat = server.ok("/v1/chat/completions", chat).await;
     let part = &response["output"][0]["content"][0];
     let entries = part["logprobs"].as_array().unwrap();
-    assert_eq!(entries.len(), 12);
+    assert_eq!((entries.len(), &response["top_logprobs"]), (12, &json!(3)));
     assert_eq!(part["logprobs"], chat["choices"][0]["logprobs"]["content"]);
     assert!(entries.iter().all(|e| e["top_logprobs"].as_array().unwrap().len() == 3));
     let tokens: String = entries.iter().map(|e| e["token"].as_str().unwrap()).collect();
@@ -56,6 +56,7 @@ async fn a_messages_logprobs_are_its_tokens_as_chat_gives_them() {
     plain["top_logprobs"] = json!(2);
     let plain = server.ok("/v1/responses", plain).await;
     assert_eq!(plain["output"][0]["content"][0].get("logprobs"), None, "{plain}");
+    assert_eq!(plain["top_logprobs"], 2, "echoed as asked, as OpenAI does");
     let mut out_of_bounds = request(4);
     out_of_bounds["top_logprobs"] = json!(21);
     let (status, error) = server.call("/v1/responses", out_of_bounds).await;
