@@ -7,7 +7,7 @@
 
 use futures_util::Stream;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use tokio::sync::watch;
 
 /// One event of a Responses stream as written: its type and its JSON, sequence number
@@ -18,50 +18,37 @@ pub struct SavedEvent {
     pub data: String,
 }
 
-/// The runs by response id.
+/// The runs by response id, behind a watch channel so that a graceful stop can wait for the
+/// map to empty.
+#[derive(Default)]
 pub struct Runs {
-    runs: Mutex<HashMap<String, Arc<Run>>>,
-    /// How many runs there are, set under the lock.
-    count: watch::Sender<usize>,
-}
-
-impl Default for Runs {
-    fn default() -> Self {
-        Self {
-            runs: Mutex::default(),
-            count: watch::Sender::new(0),
-        }
-    }
+    runs: watch::Sender<HashMap<String, Arc<Run>>>,
 }
 
 impl Runs {
     pub fn insert(&self, id: String, run: Arc<Run>) {
-        let mut runs = self.lock();
-        runs.insert(id, run);
-        self.count.send_replace(runs.len());
+        self.runs.send_modify(|runs| {
+            runs.insert(id, run);
+        });
     }
 
     pub fn get(&self, id: &str) -> Option<Arc<Run>> {
-        self.lock().get(id).cloned()
+        self.runs.borrow().get(id).cloned()
     }
 
     pub fn remove(&self, id: &str) {
-        let mut runs = self.lock();
-        runs.remove(id);
-        self.count.send_replace(runs.len());
+        self.runs.send_modify(|runs| {
+            runs.remove(id);
+        });
     }
 
     /// Resolves once there are no runs (at once if there are none now).
     pub fn all_done(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
-        let mut count = self.count.subscribe();
+        let mut runs = self.runs.subscribe();
         async move {
             // Err only where the runs are gone, and with them any run to wait for.
-            let _ = count.wait_for(|count| *count == 0).await;
+            let _ = runs.wait_for(HashMap::is_empty).await;
         }
-    }
-
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, Arc<Run>>> {
-        self.runs.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 

@@ -126,9 +126,9 @@ impl Form {
     }
 
     /// Whether the kernel takes FP8 block scales: `kernels/linear.cu`'s do, and
-    /// `kernels/linear_mma.cu`'s FP8 forms.
-    fn takes_scales(self, w_dtype: DType) -> bool {
-        matches!(self, Self::Row | Self::Rows | Self::Wide) || w_dtype == DType::F8E4M3
+    /// `kernels/linear_mma.cu`'s FP8 forms (`fp8`: the weight is FP8, and so has scales).
+    fn takes_scales(self, fp8: bool) -> bool {
+        matches!(self, Self::Row | Self::Rows | Self::Wide) || fp8
     }
 }
 
@@ -196,7 +196,6 @@ pub(crate) fn linear(
         func: function(&device, form.module(), &name)?,
         form,
         gates,
-        takes_scales: form.takes_scales(w_dtype),
         dims: [int(OP, m)?, int(OP, n)?, int(OP, k)?],
         scales: scales.map(|((s, l), _)| view::<f32>(s, l, "scales")).transpose()?,
         block: [int(OP, block_n)?, int(OP, block_k)?],
@@ -214,8 +213,6 @@ struct Args<'a> {
     form: Form,
     /// The kernel writes SwiGLU's gating of its sums, [M, N / 2].
     gates: bool,
-    /// The kernel takes FP8 block scales and their block after M, N, K.
-    takes_scales: bool,
     /// M, N, K.
     dims: [i32; 3],
     scales: Option<CudaView<'a, f32>>,
@@ -246,7 +243,8 @@ fn launch<T: CudaDType + DeviceRepr, W: CudaDType>(
     for d in &a.dims {
         builder.arg(d);
     }
-    if a.takes_scales {
+    // Only an FP8 weight has scales (`linear` checks).
+    if a.form.takes_scales(a.scales.is_some()) {
         match &a.scales {
             Some(s) => builder.arg(s),
             None => builder.arg(&null),
@@ -309,7 +307,7 @@ mod tests {
             );
         }
         let wide = Form::choose(CudaMatmul::Mma, [9, 64, 64], fp8, Some(128), MmaTiles::ByBatch);
-        assert!(wide.takes_scales(DType::F8E4M3) && !wide.gates(MatmulOutput::Swiglu, DType::F8E4M3));
-        assert!(!wide.takes_scales(DType::BF16) && wide.gates(MatmulOutput::Swiglu, DType::BF16));
+        assert!(wide.takes_scales(true) && !wide.gates(MatmulOutput::Swiglu, DType::F8E4M3));
+        assert!(!wide.takes_scales(false) && wide.gates(MatmulOutput::Swiglu, DType::BF16));
     }
 }
