@@ -1,10 +1,13 @@
 //! The hot ops alone, at the demo model's sizes: the small-row matmul at 1, 4, 8 and 16 rows
 //! (decode, verification windows, batches) and paged attention for a decode row, an 8-row
-//! window and 16 sequences' decode rows over 512-token contexts, with f32 and bf16 caches.
+//! window and 16 sequences' decode rows over 512-token contexts, with f32 and bf16 caches; and
+//! at gpt-oss-20b's, one expert's MXFP4 projections at 1 and 8 rows.
 
 use candle_core::{DType, Device, Tensor};
 use criterion::{criterion_group, BenchmarkId, Criterion};
-use peagle_kernels::{linear, paged_attention, AttentionMetadata, AttentionParams, PackedWeight};
+use peagle_kernels::{
+    linear, mxfp4_linear, paged_attention, AttentionMetadata, AttentionParams, Mxfp4Weight, PackedWeight,
+};
 use std::hint::black_box;
 
 fn matmul(c: &mut Criterion) {
@@ -25,6 +28,32 @@ fn matmul(c: &mut Criterion) {
             let x = Tensor::randn(0f32, 1.0, (rows, k), &dev).unwrap();
             g.bench_with_input(BenchmarkId::from_parameter(rows), &x, |b, x| {
                 b.iter(|| black_box(linear(x, &packed).unwrap()))
+            });
+        }
+        g.finish();
+    }
+}
+
+/// One gpt-oss-20b expert's gate/up (5760 x 2880) and down (2880 x 2880) projections, with
+/// random codes and scales near 2^0.
+fn mxfp4(c: &mut Criterion) {
+    let dev = Device::Cpu;
+    for (name, n, k) in [("gate_up 5760x2880", 5760, 2880), ("down 2880x2880", 2880, 2880)] {
+        let groups = k / 32;
+        let codes: Vec<u8> = (0..n * groups * 16)
+            .map(|i| ((i * 2654435761usize) >> 13) as u8)
+            .collect();
+        let scales: Vec<u8> = (0..n * groups).map(|i| 120 + (i % 11) as u8).collect();
+        let w = Mxfp4Weight::new(
+            &Tensor::from_vec(codes, (n, groups, 16), &dev).unwrap(),
+            &Tensor::from_vec(scales, (n, groups), &dev).unwrap(),
+        )
+        .unwrap();
+        let mut g = c.benchmark_group(format!("mxfp4 expert {name}"));
+        for rows in [1, 8] {
+            let x = Tensor::randn(0f32, 1.0, (rows, k), &dev).unwrap();
+            g.bench_with_input(BenchmarkId::from_parameter(rows), &x, |b, x| {
+                b.iter(|| black_box(mxfp4_linear(x, &w).unwrap()))
             });
         }
         g.finish();
@@ -75,5 +104,5 @@ fn attention(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, matmul, attention);
+criterion_group!(benches, matmul, mxfp4, attention);
 peagle_benches::main_on_pool!(benches);

@@ -37,6 +37,7 @@ mod kv_write;
 mod linear;
 mod masked_softmax;
 mod mxfp4;
+mod mxfp4_dequant;
 #[cfg(feature = "cuda")]
 mod mxfp4_experts;
 mod no_rows;

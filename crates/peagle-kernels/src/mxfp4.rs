@@ -10,19 +10,11 @@
 use crate::contiguous::contiguous;
 use crate::dequantized_linear::dequantized_linear;
 use crate::error::{bad_input, matmul_dims};
+use crate::mxfp4_dequant;
 use candle_core::{CpuStorage, CustomOp1, Layout, Result, Shape, Tensor};
 
-/// The 16 e2m1 values by their 4-bit code.
-const FP4: [f32; 16] = [
-    0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0,
-];
-
-/// 2^(e - 127) for every scale byte e, exactly (2^-127 is a subnormal f32).
-static SCALES: std::sync::LazyLock<[f32; 256]> =
-    std::sync::LazyLock::new(|| std::array::from_fn(|e| 2f32.powi(e as i32 - 127)));
-
 /// Values per scale.
-pub const MXFP4_BLOCK: usize = 32;
+pub const MXFP4_BLOCK: usize = mxfp4_dequant::BLOCK;
 
 /// An MXFP4 weight [out, in], packed as loaded.
 #[derive(Debug, Clone)]
@@ -87,17 +79,8 @@ impl Mxfp4Weight {
     /// Output row `r` dequantized into `out` [in].
     fn row(&self, r: usize, out: &mut [f32]) {
         let groups = self.in_dim / MXFP4_BLOCK;
-        let bytes = &self.blocks[r * self.in_dim / 2..][..self.in_dim / 2];
-        let blocks = bytes
-            .chunks_exact(MXFP4_BLOCK / 2)
-            .zip(&self.scales[r * groups..][..groups]);
-        for ((chunk, &e), out) in blocks.zip(out.chunks_exact_mut(MXFP4_BLOCK)) {
-            let scale = SCALES[e as usize];
-            for (&b, pair) in chunk.iter().zip(out.chunks_exact_mut(2)) {
-                pair[0] = FP4[(b & 0x0f) as usize] * scale;
-                pair[1] = FP4[(b >> 4) as usize] * scale;
-            }
-        }
+        let codes = &self.blocks[r * self.in_dim / 2..][..self.in_dim / 2];
+        mxfp4_dequant::dequantize(codes, &self.scales[r * groups..][..groups], out);
     }
 
     /// The whole weight [out, in] in f32: for tests and for moving it where no kernel reads

@@ -1,0 +1,151 @@
+//! MXFP4 values to f32, by the instruction set the process runs (`Isa::detected`).
+//!
+//! Every path gives the same bits: each value is its e2m1 value (a table entry, -0.0 included)
+//! times the block's 2^(e - 127) (a table entry too), one f32 multiply, so the vector paths
+//! only do many of those multiplies at once. Where a CPU runs gpt-oss's experts, this is most of
+//! a decode step's arithmetic: each weight row is dequantized for the few input rows it meets.
+
+use crate::isa::Isa;
+
+/// The 16 e2m1 values by their 4-bit code.
+const FP4: [f32; 16] = [
+    0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0,
+];
+
+/// 2^(e - 127) for every scale byte e, exactly (2^-127 is a subnormal f32, 2^128 infinity).
+static SCALES: std::sync::LazyLock<[f32; 256]> =
+    std::sync::LazyLock::new(|| std::array::from_fn(|e| 2f32.powi(e as i32 - 127)));
+
+/// Values per block: per scale byte, in 16 bytes of codes (low nibble first).
+pub(crate) const BLOCK: usize = 32;
+
+/// Writes the values of `scales.len()` blocks, whose codes are `codes` (16 bytes a block), into
+/// `out` (32 a block).
+pub(crate) fn dequantize(codes: &[u8], scales: &[u8], out: &mut [f32]) {
+    dequantize_on(Isa::detected(), codes, scales, out)
+}
+
+/// `dequantize` on `isa`, which this CPU runs (`Isa::runnable`).
+fn dequantize_on(isa: Isa, codes: &[u8], scales: &[u8], out: &mut [f32]) {
+    assert!(
+        codes.len() == scales.len() * BLOCK / 2 && out.len() == scales.len() * BLOCK,
+        "mxfp4 dequantize: {} bytes of codes and {} values for {} blocks",
+        codes.len(),
+        out.len(),
+        scales.len()
+    );
+    match isa {
+        // SAFETY: the CPU runs `isa`, and the lengths are as asserted.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => unsafe { x86::avx512(codes, scales, out) },
+        // SAFETY: as above.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => unsafe { x86::avx2(codes, scales, out) },
+        _ => portable(codes, scales, out),
+    }
+}
+
+fn portable(codes: &[u8], scales: &[u8], out: &mut [f32]) {
+    let blocks = codes.chunks_exact(BLOCK / 2).zip(scales);
+    for ((block, &e), out) in blocks.zip(out.chunks_exact_mut(BLOCK)) {
+        let scale = SCALES[e as usize];
+        for (&b, pair) in block.iter().zip(out.chunks_exact_mut(2)) {
+            pair[0] = FP4[(b & 0x0f) as usize] * scale;
+            pair[1] = FP4[(b >> 4) as usize] * scale;
+        }
+    }
+}
+
+/// A block's 16 bytes become its 32 codes a byte each, in order (low nibble first), as two
+/// halves of 16; then each code picks its value from a register table, is multiplied by the
+/// broadcast scale and stored.
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::{BLOCK, FP4, SCALES};
+    use std::arch::x86_64::*;
+
+    /// Codes 0..16 and 16..32 of the block at `p` (SSE2, which every x86-64 has).
+    #[inline]
+    unsafe fn codes(p: *const u8) -> (__m128i, __m128i) {
+        let bytes = _mm_loadu_si128(p.cast());
+        let nibble = _mm_set1_epi8(0x0f);
+        let lo = _mm_and_si128(bytes, nibble);
+        let hi = _mm_and_si128(_mm_srli_epi16::<4>(bytes), nibble);
+        (_mm_unpacklo_epi8(lo, hi), _mm_unpackhi_epi8(lo, hi))
+    }
+
+    /// Eight lanes: a code's low three bits pick its magnitude from a table of eight, and its
+    /// high bit is the sign.
+    #[target_feature(enable = "avx2")]
+    pub unsafe fn avx2(codes_in: &[u8], scales: &[u8], out: &mut [f32]) {
+        let magnitudes = _mm256_loadu_ps(FP4.as_ptr());
+        let sign_bit = _mm256_set1_epi32(8);
+        for (b, &e) in scales.iter().enumerate() {
+            let scale = _mm256_set1_ps(SCALES[e as usize]);
+            let (first, second) = codes(codes_in.as_ptr().add(b * BLOCK / 2));
+            let dst = out.as_mut_ptr().add(b * BLOCK);
+            for (i, half) in [first, second].into_iter().enumerate() {
+                for (j, eight) in [half, _mm_srli_si128::<8>(half)].into_iter().enumerate() {
+                    let code = _mm256_cvtepu8_epi32(eight);
+                    let magnitude = _mm256_permutevar8x32_ps(magnitudes, code);
+                    let sign = _mm256_slli_epi32::<28>(_mm256_and_si256(code, sign_bit));
+                    let value = _mm256_or_ps(magnitude, _mm256_castsi256_ps(sign));
+                    _mm256_storeu_ps(dst.add(16 * i + 8 * j), _mm256_mul_ps(value, scale));
+                }
+            }
+        }
+    }
+
+    /// Sixteen lanes: a code picks its value from the whole table.
+    #[target_feature(enable = "avx512f")]
+    pub unsafe fn avx512(codes_in: &[u8], scales: &[u8], out: &mut [f32]) {
+        let table = _mm512_loadu_ps(FP4.as_ptr());
+        for (b, &e) in scales.iter().enumerate() {
+            let scale = _mm512_set1_ps(SCALES[e as usize]);
+            let (first, second) = codes(codes_in.as_ptr().add(b * BLOCK / 2));
+            let dst = out.as_mut_ptr().add(b * BLOCK);
+            for (i, half) in [first, second].into_iter().enumerate() {
+                let value = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(half), table);
+                _mm512_storeu_ps(dst.add(16 * i), _mm512_mul_ps(value, scale));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_instruction_set_gives_the_tables_bits_for_every_code_and_scale() {
+        // Every byte of codes in every position of a block, under every scale byte: subnormal
+        // (0), infinite (255, so 0 * inf is NaN), and -0.0's code.
+        let codes: Vec<u8> = (0..256 * 16).map(|i| ((i * 7 + i / 256) % 256) as u8).collect();
+        let scales: Vec<u8> = (0..=255).collect();
+        let mut expected = vec![0f32; 256 * BLOCK];
+        portable(&codes, &scales, &mut expected);
+        assert_eq!(expected[0].to_bits(), 0, "code 0 is +0.0");
+        for isa in Isa::runnable() {
+            let mut got = vec![f32::NAN; 256 * BLOCK];
+            dequantize_on(isa, &codes, &scales, &mut got);
+            for (i, (g, e)) in got.iter().zip(&expected).enumerate() {
+                assert_eq!(g.to_bits(), e.to_bits(), "{isa:?}: value {i} (block {})", i / BLOCK);
+            }
+        }
+    }
+
+    #[test]
+    fn codes_come_low_nibble_first() {
+        let mut codes = [0u8; 16];
+        codes[0] = 0x72; // 1.0 then 6.0
+        codes[15] = 0x8f; // -6.0 then -0.0
+        for isa in Isa::runnable() {
+            let mut out = [f32::NAN; BLOCK];
+            dequantize_on(isa, &codes, &[128], &mut out);
+            assert_eq!(&out[..2], &[2.0, 12.0], "{isa:?}");
+            assert_eq!(out[30], -12.0, "{isa:?}");
+            assert_eq!(out[31].to_bits(), (-0f32).to_bits(), "{isa:?}");
+            assert!(out[2..30].iter().all(|v| v.to_bits() == 0), "{isa:?}");
+        }
+    }
+}
