@@ -57,8 +57,8 @@ fn portable(codes: &[u8], scales: &[u8], out: &mut [f32]) {
 }
 
 /// A block's 16 bytes become its 32 codes a byte each, in order (low nibble first), as two
-/// halves of 16; then each code picks its value from a register table, is multiplied by the
-/// broadcast scale and stored.
+/// halves of 16; each code then picks its value from a register table already multiplied by the
+/// block's scale (the same products: a table entry times the scale is each value's one multiply).
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use super::{BLOCK, FP4, SCALES};
@@ -75,22 +75,22 @@ mod x86 {
     }
 
     /// Eight lanes: a code's low three bits pick its magnitude from a table of eight, and its
-    /// high bit is the sign.
+    /// high bit is the sign (a product's sign is its factors', the rest its magnitude's).
     #[target_feature(enable = "avx2")]
     pub unsafe fn avx2(codes_in: &[u8], scales: &[u8], out: &mut [f32]) {
         let magnitudes = _mm256_loadu_ps(FP4.as_ptr());
         let sign_bit = _mm256_set1_epi32(8);
         for (b, &e) in scales.iter().enumerate() {
-            let scale = _mm256_set1_ps(SCALES[e as usize]);
+            let table = _mm256_mul_ps(magnitudes, _mm256_set1_ps(SCALES[e as usize]));
             let (first, second) = codes(codes_in.as_ptr().add(b * BLOCK / 2));
             let dst = out.as_mut_ptr().add(b * BLOCK);
             for (i, half) in [first, second].into_iter().enumerate() {
                 for (j, eight) in [half, _mm_srli_si128::<8>(half)].into_iter().enumerate() {
                     let code = _mm256_cvtepu8_epi32(eight);
-                    let magnitude = _mm256_permutevar8x32_ps(magnitudes, code);
+                    let magnitude = _mm256_permutevar8x32_ps(table, code);
                     let sign = _mm256_slli_epi32::<28>(_mm256_and_si256(code, sign_bit));
                     let value = _mm256_or_ps(magnitude, _mm256_castsi256_ps(sign));
-                    _mm256_storeu_ps(dst.add(16 * i + 8 * j), _mm256_mul_ps(value, scale));
+                    _mm256_storeu_ps(dst.add(16 * i + 8 * j), value);
                 }
             }
         }
@@ -99,14 +99,16 @@ mod x86 {
     /// Sixteen lanes: a code picks its value from the whole table.
     #[target_feature(enable = "avx512f")]
     pub unsafe fn avx512(codes_in: &[u8], scales: &[u8], out: &mut [f32]) {
-        let table = _mm512_loadu_ps(FP4.as_ptr());
+        let values = _mm512_loadu_ps(FP4.as_ptr());
         for (b, &e) in scales.iter().enumerate() {
-            let scale = _mm512_set1_ps(SCALES[e as usize]);
+            let table = _mm512_mul_ps(values, _mm512_set1_ps(SCALES[e as usize]));
             let (first, second) = codes(codes_in.as_ptr().add(b * BLOCK / 2));
             let dst = out.as_mut_ptr().add(b * BLOCK);
             for (i, half) in [first, second].into_iter().enumerate() {
-                let value = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(half), table);
-                _mm512_storeu_ps(dst.add(16 * i), _mm512_mul_ps(value, scale));
+                _mm512_storeu_ps(
+                    dst.add(16 * i),
+                    _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(half), table),
+                );
             }
         }
     }
