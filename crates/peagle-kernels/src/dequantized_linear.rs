@@ -31,13 +31,13 @@ pub(crate) fn dequantized_linear(
             for (c, buf) in w.chunks_exact_mut(in_dim.max(1)).take(columns).enumerate() {
                 row(first + c, buf);
             }
-            let w: Vec<&[f32]> = w.chunks_exact(in_dim.max(1)).take(columns).collect();
+            // A short last group dots the buffer's stale rows too, and drops their sums.
+            let w: [&[f32]; ROWS_AT_ONCE] = std::array::from_fn(|c| &w[c * in_dim..][..in_dim]);
             for (pair, x_rows) in x.chunks(2 * in_dim.max(1)).enumerate() {
-                let sums = pair_sums(x_rows, in_dim, &w);
-                for (i, sums) in sums.into_iter().take(x_rows.len() / in_dim.max(1)).enumerate() {
-                    let r = 2 * pair + i;
+                let (sums, count) = pair_sums(x_rows, in_dim, w);
+                for (i, sums) in sums.into_iter().take(count).enumerate() {
                     for (c, sum) in sums.into_iter().enumerate().take(columns) {
-                        out[c * rows + r] = sum;
+                        out[c * rows + 2 * pair + i] = sum;
                     }
                 }
             }
@@ -52,18 +52,13 @@ pub(crate) fn dequantized_linear(
     out
 }
 
-/// The dot products of one or two input rows `x_rows` [rows, in_dim] with the weight rows `w`
-/// (up to `ROWS_AT_ONCE`), a row of sums an input row; zeros past them.
-fn pair_sums(x_rows: &[f32], in_dim: usize, w: &[&[f32]]) -> [[f32; ROWS_AT_ONCE]; 2] {
-    let xs: Vec<&[f32]> = x_rows.chunks_exact(in_dim.max(1)).collect();
-    match (&xs[..], w) {
-        (&[x0, x1], &[a, b, c, d]) => dots::<f32, 2, ROWS_AT_ONCE>([x0, x1], [a, b, c, d]),
-        (&[x0], &[a, b, c, d]) => [dots::<f32, 1, ROWS_AT_ONCE>([x0], [a, b, c, d])[0], [0.0; ROWS_AT_ONCE]],
-        _ => std::array::from_fn(|r| {
-            std::array::from_fn(|c| match (xs.get(r), w.get(c)) {
-                (Some(x), Some(w)) => dots::<f32, 1, 1>([x], [w])[0][0],
-                _ => 0.0,
-            })
-        }),
+/// The dot products of the one or two input rows `x_rows` [1 or 2, in_dim] with the weight rows
+/// `w`, a row of sums an input row, and how many input rows there are.
+fn pair_sums(x_rows: &[f32], in_dim: usize, w: [&[f32]; ROWS_AT_ONCE]) -> ([[f32; ROWS_AT_ONCE]; 2], usize) {
+    if x_rows.len() > in_dim {
+        let (x0, x1) = x_rows.split_at(in_dim);
+        (dots::<f32, 2, ROWS_AT_ONCE>([x0, x1], w), 2)
+    } else {
+        ([dots::<f32, 1, ROWS_AT_ONCE>([x_rows], w)[0], [0.0; ROWS_AT_ONCE]], 1)
     }
 }
