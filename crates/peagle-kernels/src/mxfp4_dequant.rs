@@ -120,8 +120,8 @@ mod tests {
 
     #[test]
     fn every_instruction_set_gives_the_tables_bits_for_every_code_and_scale() {
-        // Every byte of codes in every position of a block, under every scale byte: subnormal
-        // (0), infinite (255, so 0 * inf is NaN), and -0.0's code.
+        // Every byte value in every position of a block, and every scale byte, each over all 16
+        // codes: 0 (a subnormal scale) and 255 (infinite: 0 * inf is NaN, -0.0's code too).
         let codes: Vec<u8> = (0..256 * 16).map(|i| ((i * 7 + i / 256) % 256) as u8).collect();
         let scales: Vec<u8> = (0..=255).collect();
         let mut expected = vec![0f32; 256 * BLOCK];
