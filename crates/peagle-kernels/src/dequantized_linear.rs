@@ -12,14 +12,24 @@ const ROWS_AT_ONCE: usize = 4;
 /// Output columns per task, whole groups of `ROWS_AT_ONCE`.
 const COLUMNS_PER_TASK: usize = 2 * ROWS_AT_ONCE;
 
+/// The dot products of one or two input rows with a group's weight rows, a row of sums an input
+/// row (zeros for a missing second).
+pub(crate) type GroupSums = [[f32; ROWS_AT_ONCE]; 2];
+
 /// `x` [rows, in] times the weight [out, in] transposed, [rows, out], where `row(r, buf)` writes
 /// the weight's row `r` in f32 into `buf` [in]. Each output element is one `dots` of its input
 /// row and weight row, whose bits depend on those two alone, so rows are batch invariant.
+///
+/// Where `x` has one or two rows, each weight row meets only them, and `in_registers(x0, x1,
+/// first)` may give a whole group's sums (weight rows `first..first + ROWS_AT_ONCE`) with the
+/// same bits, its rows dequantized where they are used rather than into the buffer; None takes
+/// the buffer.
 pub(crate) fn dequantized_linear(
     x: &[f32],
     rows: usize,
     (out_dim, in_dim): (usize, usize),
     row: impl Fn(usize, &mut [f32]) + Sync,
+    in_registers: impl Fn(&[f32], Option<&[f32]>, usize) -> Option<GroupSums> + Sync,
 ) -> Vec<f32> {
     // Tasks own column ranges of the transposed result [out, rows], then it is turned.
     let mut by_column = vec![0f32; out_dim * rows];
@@ -28,6 +38,17 @@ pub(crate) fn dequantized_linear(
         for (group, out) in out.chunks_mut(ROWS_AT_ONCE * rows).enumerate() {
             let first = task * COLUMNS_PER_TASK + group * ROWS_AT_ONCE;
             let columns = out.len() / rows;
+            if rows <= 2 && columns == ROWS_AT_ONCE {
+                let (x0, x1) = x.split_at(in_dim);
+                if let Some(sums) = in_registers(x0, (rows == 2).then_some(x1), first) {
+                    for (r, sums) in sums.into_iter().take(rows).enumerate() {
+                        for (c, sum) in sums.into_iter().enumerate() {
+                            out[c * rows + r] = sum;
+                        }
+                    }
+                    continue;
+                }
+            }
             for (c, buf) in w.chunks_exact_mut(in_dim.max(1)).take(columns).enumerate() {
                 row(first + c, buf);
             }
@@ -54,7 +75,7 @@ pub(crate) fn dequantized_linear(
 
 /// The dot products of the one or two input rows `x_rows` [1 or 2, in_dim] with the weight rows
 /// `w`, a row of sums an input row, and how many input rows there are.
-fn pair_sums(x_rows: &[f32], in_dim: usize, w: [&[f32]; ROWS_AT_ONCE]) -> ([[f32; ROWS_AT_ONCE]; 2], usize) {
+fn pair_sums(x_rows: &[f32], in_dim: usize, w: [&[f32]; ROWS_AT_ONCE]) -> (GroupSums, usize) {
     if x_rows.len() > in_dim {
         let (x0, x1) = x_rows.split_at(in_dim);
         (dots::<f32, 2, ROWS_AT_ONCE>([x0, x1], w), 2)

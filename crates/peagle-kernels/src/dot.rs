@@ -23,7 +23,11 @@ pub fn dots<T: CacheElement, const Q: usize, const C: usize>(xs: [&[f32]; Q], ws
 }
 
 /// `dots` on `isa`, which this CPU runs (`Isa::runnable`); the lengths are equal.
-fn dots_on<T: CacheElement, const Q: usize, const C: usize>(isa: Isa, xs: [&[f32]; Q], ws: [&[T]; C]) -> [[f32; C]; Q] {
+pub(crate) fn dots_on<T: CacheElement, const Q: usize, const C: usize>(
+    isa: Isa,
+    xs: [&[f32]; Q],
+    ws: [&[T]; C],
+) -> [[f32; C]; Q] {
     match isa {
         // SAFETY: the CPU runs `isa` and the lengths are equal (the callers' contract).
         #[cfg(target_arch = "x86_64")]
@@ -57,7 +61,7 @@ mod portable {
 }
 
 #[cfg(target_arch = "x86_64")]
-mod x86 {
+pub(crate) mod x86 {
     /// The reduction order every x86 dot product follows, for any number of rows and vectors
     /// and either register width L: per (row, vector) pair one accumulator over L-element
     /// blocks, a fixed horizontal sum (`$hsums` reduces every pair's sum at once, each by the
@@ -166,7 +170,7 @@ mod x86 {
 
         #[inline]
         #[target_feature(enable = "avx2,fma")]
-        unsafe fn hsums<const Q: usize, const C: usize>(v: [[__m256; C]; Q]) -> [[f32; C]; Q] {
+        pub(crate) unsafe fn hsums<const Q: usize, const C: usize>(v: [[__m256; C]; Q]) -> [[f32; C]; Q] {
             hsums!(v, hsum, hsum8)
         }
 
@@ -235,7 +239,7 @@ mod x86 {
 
         #[inline]
         #[target_feature(enable = "avx512f")]
-        unsafe fn hsums<const Q: usize, const C: usize>(v: [[__m512; C]; Q]) -> [[f32; C]; Q] {
+        pub(crate) unsafe fn hsums<const Q: usize, const C: usize>(v: [[__m512; C]; Q]) -> [[f32; C]; Q] {
             hsums!(v, hsum, hsum8)
         }
 

@@ -156,12 +156,18 @@ impl CustomOp3 for Fp8Linear {
         let scales = contiguous(ss.as_slice::<f32>()?, sl, "scales")?;
         let (bn, bk) = self.block;
         let scale_cols = in_dim.div_ceil(bk);
-        let out = dequantized_linear(x, rows, (out_dim, in_dim), |r, buf| {
-            let row_scales = &scales[r / bn * scale_cols..][..scale_cols];
-            for ((v, o), k) in w[r * in_dim..][..in_dim].iter().zip(buf.iter_mut()).zip(0..) {
-                *o = f32::from(*v) * row_scales[k / bk];
-            }
-        });
+        let out = dequantized_linear(
+            x,
+            rows,
+            (out_dim, in_dim),
+            |r, buf| {
+                let row_scales = &scales[r / bn * scale_cols..][..scale_cols];
+                for ((v, o), k) in w[r * in_dim..][..in_dim].iter().zip(buf.iter_mut()).zip(0..) {
+                    *o = f32::from(*v) * row_scales[k / bk];
+                }
+            },
+            |_, _, _| None,
+        );
         Ok((CpuStorage::F32(out), Shape::from((rows, out_dim))))
     }
 

@@ -8,7 +8,7 @@
 //! alone, `dequantized_linear`), the same whatever rows share the call.
 
 use crate::contiguous::contiguous;
-use crate::dequantized_linear::dequantized_linear;
+use crate::dequantized_linear::{dequantized_linear, GroupSums};
 use crate::error::{bad_input, matmul_dims};
 use crate::mxfp4_dequant;
 use candle_core::{CpuStorage, CustomOp1, Layout, Result, Shape, Tensor};
@@ -83,6 +83,18 @@ impl Mxfp4Weight {
         mxfp4_dequant::dequantize(codes, &self.scales[r * groups..][..groups], out);
     }
 
+    /// The dot products of `x0` (and `x1`) with rows `first..first + 4`, dequantized in
+    /// registers (`mxfp4_dequant::dots`); None where the CPU has no vector path for it.
+    fn group_sums(&self, x0: &[f32], x1: Option<&[f32]>, first: usize) -> Option<GroupSums> {
+        let groups = self.in_dim / MXFP4_BLOCK;
+        let codes = std::array::from_fn(|c| &self.blocks[(first + c) * self.in_dim / 2..][..self.in_dim / 2]);
+        let scales = std::array::from_fn(|c| &self.scales[(first + c) * groups..][..groups]);
+        match x1 {
+            Some(x1) => mxfp4_dequant::dots([x0, x1], codes, scales),
+            None => mxfp4_dequant::dots([x0], codes, scales).map(|[sums]| [sums, [0.0; 4]]),
+        }
+    }
+
     /// The whole weight [out, in] in f32: for tests and for moving it where no kernel reads
     /// MXFP4, never on the inference path.
     pub fn dequantize(&self, device: &candle_core::Device) -> Result<Tensor> {
@@ -111,7 +123,13 @@ impl CustomOp1 for Mxfp4Linear<'_> {
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
         let (rows, in_dim, out_dim) = matmul_dims("mxfp4_linear", l.shape(), &Shape::from(self.w.dims()))?;
         let x = contiguous(s.as_slice::<f32>()?, l, "x")?;
-        let out = dequantized_linear(x, rows, (out_dim, in_dim), |r, buf| self.w.row(r, buf));
+        let out = dequantized_linear(
+            x,
+            rows,
+            (out_dim, in_dim),
+            |r, buf| self.w.row(r, buf),
+            |x0, x1, first| self.w.group_sums(x0, x1, first),
+        );
         Ok((CpuStorage::F32(out), Shape::from((rows, out_dim))))
     }
 }

@@ -25,6 +25,43 @@ pub(crate) fn dequantize(codes: &[u8], scales: &[u8], out: &mut [f32]) {
     dequantize_on(Isa::detected(), codes, scales, out)
 }
 
+/// The dot products of the input rows `xs` with the weight rows whose blocks are `codes` and
+/// `scales` (as `dequantize` takes them), dequantized in registers: the bits of
+/// `dot::dots::<f32, Q, C>` over the dequantized rows, with no row of them written. None where
+/// the process runs no vector path (the caller dequantizes then).
+pub(crate) fn dots<const Q: usize, const C: usize>(
+    xs: [&[f32]; Q],
+    codes: [&[u8]; C],
+    scales: [&[u8]; C],
+) -> Option<[[f32; C]; Q]> {
+    dots_on(Isa::detected(), xs, codes, scales)
+}
+
+/// `dots` on `isa`, which this CPU runs (`Isa::runnable`).
+fn dots_on<const Q: usize, const C: usize>(
+    isa: Isa,
+    xs: [&[f32]; Q],
+    codes: [&[u8]; C],
+    scales: [&[u8]; C],
+) -> Option<[[f32; C]; Q]> {
+    let blocks = scales[0].len();
+    assert!(
+        xs.iter().all(|x| x.len() == blocks * BLOCK)
+            && codes.iter().all(|c| c.len() == blocks * BLOCK / 2)
+            && scales.iter().all(|s| s.len() == blocks),
+        "mxfp4 dots: rows of unequal lengths"
+    );
+    match isa {
+        // SAFETY: the CPU runs `isa`, and the lengths are as asserted.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => Some(unsafe { x86::avx512_dots(xs, codes, scales) }),
+        // SAFETY: as above.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => Some(unsafe { x86::avx2_dots(xs, codes, scales) }),
+        _ => None,
+    }
+}
+
 /// `dequantize` on `isa`, which this CPU runs (`Isa::runnable`).
 fn dequantize_on(isa: Isa, codes: &[u8], scales: &[u8], out: &mut [f32]) {
     assert!(
@@ -96,6 +133,63 @@ mod x86 {
         }
     }
 
+    /// `super::dots` on AVX2 and FMA: each accumulator takes its eight-lane blocks' FMAs in
+    /// order and the same horizontal sums as `dot::dots` (an MXFP4 row, a multiple of 32 long,
+    /// has no scalar tail), so the bits are those of the dequantized rows' dot products.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn avx2_dots<const Q: usize, const C: usize>(
+        xs: [&[f32]; Q],
+        codes_in: [&[u8]; C],
+        scales: [&[u8]; C],
+    ) -> [[f32; C]; Q] {
+        let magnitudes = _mm256_loadu_ps(FP4.as_ptr());
+        let sign_bit = _mm256_set1_epi32(8);
+        let mut acc = [[_mm256_setzero_ps(); C]; Q];
+        for b in 0..scales[0].len() {
+            for c in 0..C {
+                let table = _mm256_mul_ps(magnitudes, _mm256_set1_ps(SCALES[scales[c][b] as usize]));
+                let (first, second) = codes(codes_in[c].as_ptr().add(b * BLOCK / 2));
+                for (i, half) in [first, second].into_iter().enumerate() {
+                    for (j, eight) in [half, _mm_srli_si128::<8>(half)].into_iter().enumerate() {
+                        let code = _mm256_cvtepu8_epi32(eight);
+                        let sign = _mm256_slli_epi32::<28>(_mm256_and_si256(code, sign_bit));
+                        let w = _mm256_or_ps(_mm256_permutevar8x32_ps(table, code), _mm256_castsi256_ps(sign));
+                        for q in 0..Q {
+                            let x = _mm256_loadu_ps(xs[q].as_ptr().add(b * BLOCK + 16 * i + 8 * j));
+                            acc[q][c] = _mm256_fmadd_ps(x, w, acc[q][c]);
+                        }
+                    }
+                }
+            }
+        }
+        crate::dot::x86::avx2::hsums(acc)
+    }
+
+    /// `super::dots` on AVX-512, with its sixteen-lane blocks, as `avx2_dots` with eight.
+    #[target_feature(enable = "avx512f")]
+    pub unsafe fn avx512_dots<const Q: usize, const C: usize>(
+        xs: [&[f32]; Q],
+        codes_in: [&[u8]; C],
+        scales: [&[u8]; C],
+    ) -> [[f32; C]; Q] {
+        let values = _mm512_loadu_ps(FP4.as_ptr());
+        let mut acc = [[_mm512_setzero_ps(); C]; Q];
+        for b in 0..scales[0].len() {
+            for c in 0..C {
+                let table = _mm512_mul_ps(values, _mm512_set1_ps(SCALES[scales[c][b] as usize]));
+                let (first, second) = codes(codes_in[c].as_ptr().add(b * BLOCK / 2));
+                for (i, half) in [first, second].into_iter().enumerate() {
+                    let w = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(half), table);
+                    for q in 0..Q {
+                        let x = _mm512_loadu_ps(xs[q].as_ptr().add(b * BLOCK + 16 * i));
+                        acc[q][c] = _mm512_fmadd_ps(x, w, acc[q][c]);
+                    }
+                }
+            }
+        }
+        crate::dot::x86::avx512::hsums(acc)
+    }
+
     /// Sixteen lanes: a code picks its value from the whole table.
     #[target_feature(enable = "avx512f")]
     pub unsafe fn avx512(codes_in: &[u8], scales: &[u8], out: &mut [f32]) {
@@ -134,6 +228,49 @@ mod tests {
                 assert_eq!(g.to_bits(), e.to_bits(), "{isa:?}: value {i} (block {})", i / BLOCK);
             }
         }
+    }
+
+    #[test]
+    fn dots_in_registers_give_the_bits_of_dots_over_the_dequantized_rows() {
+        let blocks = 5;
+        let codes: Vec<Vec<u8>> = (0..4)
+            .map(|c| (0..blocks * 16).map(|i| (i * 37 + c * 11) as u8).collect())
+            .collect();
+        let scales: Vec<Vec<u8>> = (0..4)
+            .map(|c| (0..blocks).map(|b| (118 + b * 3 + c) as u8).collect())
+            .collect();
+        let xs: Vec<Vec<f32>> = (0..2)
+            .map(|q| {
+                (0..blocks * BLOCK)
+                    .map(|i| ((i * 7 + q * 3) % 23) as f32 * 0.37 - 4.1)
+                    .collect()
+            })
+            .collect();
+        let dense: Vec<Vec<f32>> = (0..4)
+            .map(|c| {
+                let mut w = vec![0f32; blocks * BLOCK];
+                dequantize(&codes[c], &scales[c], &mut w);
+                w
+            })
+            .collect();
+        let (w, x) = (|c: usize| dense[c].as_slice(), |q: usize| xs[q].as_slice());
+        let c = [0, 1, 2, 3].map(|c| codes[c].as_slice());
+        let s = [0, 1, 2, 3].map(|c| scales[c].as_slice());
+        let bits = |v: [[f32; 4]; 2]| v.map(|r| r.map(f32::to_bits));
+        let mut vector_paths = 0;
+        for isa in Isa::runnable() {
+            let expected = crate::dot::dots_on::<f32, 2, 4>(isa, [x(0), x(1)], [w(0), w(1), w(2), w(3)]);
+            let Some(pair) = dots_on(isa, [x(0), x(1)], c, s) else {
+                assert_eq!(isa, Isa::Portable, "every vector path dots in registers");
+                continue;
+            };
+            assert_eq!(bits(pair), bits(expected), "{isa:?}");
+            let one = dots_on(isa, [x(1)], c, s).unwrap();
+            assert_eq!(one[0].map(f32::to_bits), expected[1].map(f32::to_bits), "{isa:?}");
+            vector_paths += 1;
+        }
+        #[cfg(target_arch = "x86_64")]
+        assert_eq!(vector_paths, Isa::runnable().len() - 1);
     }
 
     #[test]
