@@ -1,9 +1,11 @@
-//! MXFP4 values to f32, by the instruction set the process runs (`Isa::detected`).
+//! MXFP4 values to f32, into a buffer (`dequantize`) or in registers straight into dot products
+//! with f32 rows (`dots`), by the instruction set the process runs (`Isa::detected`).
 //!
 //! Every path gives the same bits: each value is its e2m1 value (a table entry, -0.0 included)
 //! times the block's 2^(e - 127) (a table entry too), one f32 multiply, so the vector paths
-//! only do many of those multiplies at once. Where a CPU runs gpt-oss's experts, this is most of
-//! a decode step's arithmetic: each weight row is dequantized for the few input rows it meets.
+//! only do many of those multiplies at once; `dots` sums as `dot::dots` does over the values.
+//! Where a CPU runs gpt-oss's experts, this is most of a decode step's arithmetic: each weight
+//! row is dequantized for the few input rows it meets.
 
 use crate::isa::Isa;
 
