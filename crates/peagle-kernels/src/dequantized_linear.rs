@@ -7,7 +7,7 @@ use crate::pool::for_each_chunk;
 /// Weight rows dequantized together. Each output element is one chain of dependent
 /// multiply-adds (`dots`), so a decode row against one weight row waits on the adds' latency;
 /// against four, their chains overlap, and two input rows against four make eight chains.
-const ROWS_AT_ONCE: usize = 4;
+pub(crate) const ROWS_AT_ONCE: usize = 4;
 
 /// Output columns per task, whole groups of `ROWS_AT_ONCE`.
 const COLUMNS_PER_TASK: usize = 2 * ROWS_AT_ONCE;
@@ -38,24 +38,25 @@ pub(crate) fn dequantized_linear(
         for (group, out) in out.chunks_mut(ROWS_AT_ONCE * rows).enumerate() {
             let first = task * COLUMNS_PER_TASK + group * ROWS_AT_ONCE;
             let columns = out.len() / rows;
-            if rows <= 2 && columns == ROWS_AT_ONCE {
-                let (x0, x1) = x.split_at(in_dim);
-                if let Some(sums) = in_registers(x0, (rows == 2).then_some(x1), first) {
-                    for (r, sums) in sums.into_iter().take(rows).enumerate() {
-                        for (c, sum) in sums.into_iter().enumerate() {
-                            out[c * rows + r] = sum;
-                        }
-                    }
-                    continue;
+            let sums_in_registers = (rows <= 2 && columns == ROWS_AT_ONCE)
+                .then(|| {
+                    let (x0, x1) = x.split_at(in_dim);
+                    in_registers(x0, (rows == 2).then_some(x1), first)
+                })
+                .flatten();
+            if sums_in_registers.is_none() {
+                for (c, buf) in w.chunks_exact_mut(in_dim.max(1)).take(columns).enumerate() {
+                    row(first + c, buf);
                 }
-            }
-            for (c, buf) in w.chunks_exact_mut(in_dim.max(1)).take(columns).enumerate() {
-                row(first + c, buf);
             }
             // A short last group dots the buffer's stale rows too, and drops their sums.
             let w: [&[f32]; ROWS_AT_ONCE] = std::array::from_fn(|c| &w[c * in_dim..][..in_dim]);
             for (pair, x_rows) in x.chunks(2 * in_dim.max(1)).enumerate() {
-                let (sums, count) = pair_sums(x_rows, in_dim, w);
+                // With sums in registers, x is this one pair.
+                let (sums, count) = match sums_in_registers {
+                    Some(sums) => (sums, rows),
+                    None => pair_sums(x_rows, in_dim, w),
+                };
                 for (i, sums) in sums.into_iter().take(count).enumerate() {
                     for (c, sum) in sums.into_iter().enumerate().take(columns) {
                         out[c * rows + 2 * pair + i] = sum;

@@ -8,7 +8,7 @@
 //! alone, `dequantized_linear`), the same whatever rows share the call.
 
 use crate::contiguous::contiguous;
-use crate::dequantized_linear::{dequantized_linear, GroupSums};
+use crate::dequantized_linear::{dequantized_linear, GroupSums, ROWS_AT_ONCE};
 use crate::error::{bad_input, matmul_dims};
 use crate::mxfp4_dequant;
 use candle_core::{CpuStorage, CustomOp1, Layout, Result, Shape, Tensor};
@@ -59,39 +59,38 @@ impl Mxfp4Weight {
 
     /// Keeps output rows `rows`, in that order (gpt-oss de-interleaves gate and up this way).
     pub fn select_rows(&self, rows: &[usize]) -> Self {
-        let (groups, row_bytes) = (self.in_dim / MXFP4_BLOCK, self.in_dim / 2);
+        let (blocks, scales): (Vec<&[u8]>, Vec<&[u8]>) = rows.iter().map(|&r| self.packed_row(r)).unzip();
         Self {
-            blocks: rows
-                .iter()
-                .map(|&r| &self.blocks[r * row_bytes..][..row_bytes])
-                .collect::<Vec<_>>()
-                .concat(),
-            scales: rows
-                .iter()
-                .map(|&r| &self.scales[r * groups..][..groups])
-                .collect::<Vec<_>>()
-                .concat(),
+            blocks: blocks.concat(),
+            scales: scales.concat(),
             out_dim: rows.len(),
             in_dim: self.in_dim,
         }
     }
 
-    /// Output row `r` dequantized into `out` [in].
-    fn row(&self, r: usize, out: &mut [f32]) {
+    /// Output row `r`'s codes (16 bytes a block) and scales (a byte a block).
+    fn packed_row(&self, r: usize) -> (&[u8], &[u8]) {
         let groups = self.in_dim / MXFP4_BLOCK;
-        let codes = &self.blocks[r * self.in_dim / 2..][..self.in_dim / 2];
-        mxfp4_dequant::dequantize(codes, &self.scales[r * groups..][..groups], out);
+        (
+            &self.blocks[r * self.in_dim / 2..][..self.in_dim / 2],
+            &self.scales[r * groups..][..groups],
+        )
     }
 
-    /// The dot products of `x0` (and `x1`) with rows `first..first + 4`, dequantized in
-    /// registers (`mxfp4_dequant::dots`); None where the CPU has no vector path for it.
+    /// Output row `r` dequantized into `out` [in].
+    fn row(&self, r: usize, out: &mut [f32]) {
+        let (codes, scales) = self.packed_row(r);
+        mxfp4_dequant::dequantize(codes, scales, out);
+    }
+
+    /// The dot products of `x0` (and `x1`) with rows `first..first + ROWS_AT_ONCE`, dequantized
+    /// in registers (`mxfp4_dequant::dots`); None where the CPU has no vector path for it.
     fn group_sums(&self, x0: &[f32], x1: Option<&[f32]>, first: usize) -> Option<GroupSums> {
-        let groups = self.in_dim / MXFP4_BLOCK;
-        let codes = std::array::from_fn(|c| &self.blocks[(first + c) * self.in_dim / 2..][..self.in_dim / 2]);
-        let scales = std::array::from_fn(|c| &self.scales[(first + c) * groups..][..groups]);
+        let rows: [_; ROWS_AT_ONCE] = std::array::from_fn(|c| self.packed_row(first + c));
+        let (codes, scales) = (rows.map(|(codes, _)| codes), rows.map(|(_, scales)| scales));
         match x1 {
             Some(x1) => mxfp4_dequant::dots([x0, x1], codes, scales),
-            None => mxfp4_dequant::dots([x0], codes, scales).map(|[sums]| [sums, [0.0; 4]]),
+            None => mxfp4_dequant::dots([x0], codes, scales).map(|[sums]| [sums, [0.0; ROWS_AT_ONCE]]),
         }
     }
 
