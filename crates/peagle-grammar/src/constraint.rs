@@ -142,7 +142,8 @@ impl Constraint {
         self.grammar.start()
     }
 
-    /// The state after `token` follows `state`; a token that is not text leaves no text.
+    /// The state after `token` follows `state`: its text, or its special spelling, which only a
+    /// grammar that names it takes; an id past the vocabulary leaves no text.
     pub fn advance(&self, state: &State, token: u32) -> State {
         match self.vocab.bytes(token) {
             Some(bytes) => self.grammar.advance_bytes(state, bytes),

@@ -221,6 +221,13 @@ impl GrammarBuilder {
         Ok(out)
     }
 
+    /// The grammar whose text is what `seq` matches.
+    pub fn finish(mut self, seq: Seq) -> Result<Grammar, GrammarError> {
+        let start = self.reserve();
+        self.define(start, vec![seq])?;
+        Ok(self.build(start))
+    }
+
     /// The grammar whose text is what `start` matches.
     pub fn build(self, start: RuleId) -> Grammar {
         let rules = self

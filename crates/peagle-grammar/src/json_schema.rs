@@ -62,20 +62,30 @@ const WHITESPACE: &str = r"( |\n[ \t]{0,40})?";
 
 /// A grammar for JSON text that `schema` accepts; `whitespace` is the pattern between tokens.
 pub fn schema_grammar(schema: &Value, whitespace: Option<&str>) -> Result<Grammar, GrammarError> {
-    let mut c = JsonCompiler::new(schema, whitespace)?;
-    let root = c.schema(schema, "#")?;
-    c.finish(root)
+    let mut b = GrammarBuilder::new();
+    let root = schema_element(&mut b, schema, whitespace)?;
+    b.finish(vec![root])
+}
+
+/// The element of `b` matching JSON text that `schema` accepts, for a grammar with the JSON
+/// inside it; `whitespace` is the pattern between tokens.
+pub fn schema_element(
+    b: &mut GrammarBuilder,
+    schema: &Value,
+    whitespace: Option<&str>,
+) -> Result<Element, GrammarError> {
+    JsonCompiler::new(b, schema, whitespace)?.schema(schema, "#")
 }
 
 /// A grammar for any JSON object (`response_format: {"type": "json_object"}`).
 pub fn object_grammar(whitespace: Option<&str>) -> Result<Grammar, GrammarError> {
-    let mut c = JsonCompiler::new(&Value::Null, whitespace)?;
-    let root = c.any_object()?;
-    c.finish(root)
+    let mut b = GrammarBuilder::new();
+    let root = JsonCompiler::new(&mut b, &Value::Null, whitespace)?.any_object()?;
+    b.finish(vec![root])
 }
 
 struct JsonCompiler<'a> {
-    b: GrammarBuilder,
+    b: &'a mut GrammarBuilder,
     root: &'a Value,
     ws: Element,
     refs: HashMap<String, RuleId>,
@@ -97,9 +107,8 @@ fn err(path: &str, why: impl Into<String>) -> GrammarError {
 }
 
 impl<'a> JsonCompiler<'a> {
-    fn new(root: &'a Value, whitespace: Option<&str>) -> Result<Self, GrammarError> {
-        let mut b = GrammarBuilder::new();
-        let ws = regex::compile(&mut b, whitespace.unwrap_or(WHITESPACE), Chars::Raw)?;
+    fn new(b: &'a mut GrammarBuilder, root: &'a Value, whitespace: Option<&str>) -> Result<Self, GrammarError> {
+        let ws = regex::compile(b, whitespace.unwrap_or(WHITESPACE), Chars::Raw)?;
         let ws = b.rule(vec![ws])?;
         Ok(Self {
             b,
@@ -110,12 +119,6 @@ impl<'a> JsonCompiler<'a> {
             any_value: None,
             depth: 0,
         })
-    }
-
-    fn finish(mut self, root: Element) -> Result<Grammar, GrammarError> {
-        let start = self.b.reserve();
-        self.b.define(start, vec![vec![root]])?;
-        Ok(self.b.build(start))
     }
 
     fn schema(&mut self, schema: &Value, path: &str) -> Result<Element, GrammarError> {
@@ -238,7 +241,7 @@ impl<'a> JsonCompiler<'a> {
                         _ => int_range_pattern(lo.map(lowest_integer), hi.map(highest_integer)),
                     };
                     let pattern = pattern.ok_or_else(|| err(path, format!("no {t} is within the bounds")))?;
-                    let seq = regex::compile(&mut self.b, &pattern, Chars::Raw)?;
+                    let seq = regex::compile(self.b, &pattern, Chars::Raw)?;
                     self.b.unit(seq)
                 }
             },
@@ -299,7 +302,7 @@ impl<'a> JsonCompiler<'a> {
                     keyword: format!("minLength or maxLength beside the pattern {pattern:?}"),
                 })
             }
-            Some(pattern) => regex::compile(&mut self.b, pattern, Chars::InJsonString)?,
+            Some(pattern) => regex::compile(self.b, pattern, Chars::InJsonString)?,
             None if min.is_none() && max.is_none() => return self.primitive("string"),
             None => {
                 if max.is_some_and(|max| max < min.unwrap_or(0)) {
@@ -327,7 +330,7 @@ impl<'a> JsonCompiler<'a> {
             r"|\\u([0-9A-Ca-c][0-9A-Fa-f]{3}|[Dd][0-7][0-9A-Fa-f]{2}|[E-Fe-f][0-9A-Fa-f]{3})",
             r"|\\u[Dd][89ABab][0-9A-Fa-f]{2}\\u[Dd][C-Fc-f][0-9A-Fa-f]{2}",
         );
-        let seq = regex::compile(&mut self.b, CHAR, Chars::Raw)?;
+        let seq = regex::compile(self.b, CHAR, Chars::Raw)?;
         let e = self.b.unit(seq)?;
         self.primitives.insert("char", e);
         Ok(e)
@@ -346,12 +349,12 @@ impl<'a> JsonCompiler<'a> {
                 seq
             }
             "number" => regex::compile(
-                &mut self.b,
+                self.b,
                 r"-?(0|[1-9][0-9]{0,15})(\.[0-9]{1,16})?([eE][-+]?[0-9]{1,3})?",
                 Chars::Raw,
             )?,
-            "integer" => regex::compile(&mut self.b, r"-?(0|[1-9][0-9]{0,15})", Chars::Raw)?,
-            "boolean" => regex::compile(&mut self.b, "true|false", Chars::Raw)?,
+            "integer" => regex::compile(self.b, r"-?(0|[1-9][0-9]{0,15})", Chars::Raw)?,
+            "boolean" => regex::compile(self.b, "true|false", Chars::Raw)?,
             "null" => GrammarBuilder::literal(b"null"),
             _ => unreachable!("no primitive {name}"),
         };

@@ -1,6 +1,6 @@
 //! Structured output: what a request's text must match (a JSON schema, any JSON object, a
-//! regex, one of some strings), compiled to a grammar over bytes, and the tokens of a model's
-//! vocabulary each point of a parse allows.
+//! regex, one of some strings, a structure with special tokens), compiled to a grammar over
+//! bytes, and the tokens of a model's vocabulary each point of a parse allows.
 
 pub mod bounds;
 pub mod constraint;
@@ -13,6 +13,7 @@ pub mod number_range;
 pub mod regex;
 pub mod spec;
 pub mod state;
+pub mod structure;
 mod trie;
 pub mod vocabulary;
 
@@ -21,4 +22,5 @@ pub use error::GrammarError;
 pub use grammar::{Grammar, GrammarBuilder};
 pub use spec::Spec;
 pub use state::State;
+pub use structure::Piece;
 pub use vocabulary::Vocabulary;

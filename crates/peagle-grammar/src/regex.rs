@@ -176,9 +176,7 @@ mod tests {
     fn grammar(pattern: &str, chars: Chars) -> Result<Grammar, GrammarError> {
         let mut b = GrammarBuilder::new();
         let seq = compile(&mut b, pattern, chars)?;
-        let root = b.reserve();
-        b.define(root, vec![seq])?;
-        Ok(b.build(root))
+        b.finish(seq)
     }
 
     fn matches(g: &Grammar, text: &str) -> bool {

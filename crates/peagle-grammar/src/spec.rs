@@ -6,6 +6,7 @@ use crate::error::GrammarError;
 use crate::grammar::{Grammar, GrammarBuilder};
 use crate::json_schema::{object_grammar, schema_grammar};
 use crate::regex::{self, Chars};
+use crate::structure::{structure_grammar, Piece};
 use serde_json::Value;
 
 #[derive(Debug, Clone, PartialEq)]
@@ -20,6 +21,8 @@ pub enum Spec {
     Choice(Vec<String>),
     /// Text a GBNF grammar's `root` matches (`guided_grammar`).
     Grammar(String),
+    /// Pieces one after another, special tokens among them (a forced harmony tool call).
+    Structure(Vec<Piece>),
 }
 
 impl Spec {
@@ -38,11 +41,10 @@ impl Spec {
             Self::Regex(pattern) => {
                 let mut b = GrammarBuilder::new();
                 let seq = regex::compile(&mut b, pattern, Chars::Raw)?;
-                let root = b.reserve();
-                b.define(root, vec![seq])?;
-                Ok(b.build(root))
+                b.finish(seq)
             }
             Self::Grammar(text) => ebnf_grammar(text),
+            Self::Structure(pieces) => structure_grammar(pieces),
             Self::Choice(choices) => {
                 if choices.is_empty() {
                     return Err(GrammarError::Choices);
@@ -50,9 +52,7 @@ impl Spec {
                 let mut b = GrammarBuilder::new();
                 let texts: Vec<&[u8]> = choices.iter().map(|c| c.as_bytes()).collect();
                 let one = b.one_of(&texts)?;
-                let root = b.reserve();
-                b.define(root, vec![vec![one]])?;
-                Ok(b.build(root))
+                b.finish(vec![one])
             }
         }
     }

@@ -200,9 +200,7 @@ mod tests {
         let either = b.rule(vec![ab, a]).unwrap();
         let star = b.star(vec![either]).unwrap();
         let c = b.optional(GrammarBuilder::literal(b"c")).unwrap();
-        let root = b.reserve();
-        b.define(root, vec![vec![star, c]]).unwrap();
-        b.build(root)
+        b.finish(vec![star, c]).unwrap()
     }
 
     #[test]
@@ -236,11 +234,9 @@ mod tests {
         let a = b.star(GrammarBuilder::literal(b"a")).unwrap();
         let outer = b.star(vec![a]).unwrap();
         let tail = GrammarBuilder::literal(b"b");
-        let root = b.reserve();
         let mut seq = vec![outer];
         seq.extend(tail);
-        b.define(root, vec![seq]).unwrap();
-        let g = b.build(root);
+        let g = b.finish(seq).unwrap();
         assert!(matches(&g, b"aaab") && matches(&g, b"b"));
         assert!(!matches(&g, b"aa") && !matches(&g, b"ba"));
     }
@@ -249,9 +245,7 @@ mod tests {
     fn bounded_repetition_counts() {
         let mut b = GrammarBuilder::new();
         let seq = b.repeat(GrammarBuilder::literal(b"xy"), 2, Some(4)).unwrap();
-        let root = b.reserve();
-        b.define(root, vec![seq]).unwrap();
-        let g = b.build(root);
+        let g = b.finish(seq).unwrap();
         let counts: Vec<usize> = (0..7).filter(|&n| matches(&g, &b"xy".repeat(n))).collect();
         assert_eq!(counts, [2, 3, 4]);
     }
@@ -261,9 +255,7 @@ mod tests {
         let mut b = GrammarBuilder::new();
         let class = b.chars(&[('a', 'c'), ('é', 'é'), ('日', '日')]).unwrap();
         let seq = b.repeat(vec![class], 1, None).unwrap();
-        let root = b.reserve();
-        b.define(root, vec![seq]).unwrap();
-        let g = b.build(root);
+        let g = b.finish(seq).unwrap();
         assert!(matches(&g, "abé日c".as_bytes()));
         assert!(!matches(&g, "d".as_bytes()) && !matches(&g, "è".as_bytes()));
         let bytes = "日".as_bytes();

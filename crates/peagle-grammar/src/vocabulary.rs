@@ -1,31 +1,53 @@
 //! The bytes each token of a model's vocabulary stands for, and a trie over them, so that a
 //! parse state's allowed tokens are found by walking shared prefixes once.
+//!
+//! A token that is no text (a special token such as harmony's `<|call|>`) is spelled
+//! `special_token_bytes(id)`: a byte that UTF-8 never holds, then its id. Text tokens holding
+//! that byte (bytes of no UTF-8 text) are spelled the same way, so that a grammar can name a
+//! special token, and only that token can match the name: no grammar's text takes the mark.
 
 use crate::error::GrammarError;
 use crate::trie::Trie;
 use std::collections::HashMap;
 use tokenizers::Tokenizer;
 
+/// The first byte of a special token's spelling: 0xFF is in no UTF-8 text.
+pub const SPECIAL_MARK: u8 = 0xFF;
+
+/// How a grammar spells the token `id` that is no text: the mark, then the id's low three
+/// bytes (most significant first), which covers every vocabulary of fewer than 2^24 tokens.
+pub fn special_token_bytes(id: u32) -> [u8; 4] {
+    let [_, high, mid, low] = id.to_be_bytes();
+    [SPECIAL_MARK, high, mid, low]
+}
+
 pub struct Vocabulary {
-    /// Each token's bytes; None for tokens that are not text (special tokens, and ids the
-    /// model has past the tokenizer's).
-    tokens: Vec<Option<Box<[u8]>>>,
+    /// Each token's bytes: its text, or its special spelling.
+    tokens: Vec<Box<[u8]>>,
     trie: Trie,
 }
 
 impl Vocabulary {
-    /// A vocabulary of `tokens`, by id.
+    /// A vocabulary of `tokens`, by id: each one's text, or None for one that is no text
+    /// (special tokens, and ids the model has past the tokenizer's). An empty text, or one
+    /// holding the special mark, is no text either.
     pub fn new(tokens: Vec<Option<Vec<u8>>>) -> Self {
-        let tokens: Vec<Option<Box<[u8]>>> = tokens
+        let tokens: Vec<Box<[u8]>> = tokens
             .into_iter()
-            .map(|t| t.filter(|b| !b.is_empty()).map(Vec::into_boxed_slice))
+            .enumerate()
+            .map(
+                |(id, t)| match t.filter(|b| !b.is_empty() && !b.contains(&SPECIAL_MARK)) {
+                    Some(text) => text.into_boxed_slice(),
+                    None => Box::new(special_token_bytes(id as u32)),
+                },
+            )
             .collect();
-        let text = tokens
+        let spelled = tokens
             .iter()
             .enumerate()
-            .filter_map(|(id, bytes)| Some((id as u32, bytes.as_deref()?)))
+            .map(|(id, bytes)| (id as u32, &bytes[..]))
             .collect();
-        let trie = Trie::new(text);
+        let trie = Trie::new(spelled);
         Self { tokens, trie }
     }
 
@@ -68,12 +90,12 @@ impl Vocabulary {
         self.tokens.is_empty()
     }
 
-    /// The bytes of `token`; None for a token that is not text.
+    /// The bytes of `token` (its text or its special spelling); None past the vocabulary.
     pub fn bytes(&self, token: u32) -> Option<&[u8]> {
-        self.tokens.get(token as usize)?.as_deref()
+        self.tokens.get(token as usize).map(|b| &b[..])
     }
 
-    /// The text tokens' trie.
+    /// The tokens' trie.
     pub(crate) fn trie(&self) -> &Trie {
         &self.trie
     }
@@ -147,19 +169,33 @@ mod tests {
             .collect();
         assert!(!specials.is_empty());
         assert!(
-            specials.iter().all(|&id| vocab.bytes(id).is_none()),
-            "special tokens are not text"
+            specials
+                .iter()
+                .all(|&id| vocab.bytes(id) == Some(&special_token_bytes(id)[..])),
+            "special tokens are spelled by their ids"
         );
     }
 
-    /// Tokens with no bytes, or none that are text, are in no trie node; tokens with the
-    /// same bytes end at the same one.
+    /// Tokens that are no text (none, empty, or holding the special mark) are spelled by
+    /// their ids, each its own trie leaf under the mark; tokens with the same text end at the
+    /// same node.
     #[test]
-    fn only_text_tokens_are_in_the_trie() {
-        let vocab = Vocabulary::new(vec![Some(b"a".to_vec()), None, Some(Vec::new()), Some(b"a".to_vec())]);
-        assert_eq!(vocab.bytes(1), None);
-        assert_eq!(vocab.bytes(2), None, "an empty token is not text");
-        assert_eq!(vocab.trie().len(), 1);
+    fn tokens_that_are_no_text_are_spelled_by_their_ids() {
+        let tokens = vec![
+            Some(b"a".to_vec()),
+            None,
+            Some(Vec::new()),
+            Some(b"a".to_vec()),
+            Some(vec![b'b', SPECIAL_MARK]),
+        ];
+        let vocab = Vocabulary::new(tokens);
+        assert_eq!(vocab.bytes(0), Some(&b"a"[..]));
+        for id in [1, 2, 4] {
+            assert_eq!(vocab.bytes(id), Some(&[SPECIAL_MARK, 0, 0, id as u8][..]));
+        }
+        assert_eq!(special_token_bytes(0x0003_0d40), [SPECIAL_MARK, 3, 13, 64]);
+        // "a", then the mark, "\0", "\0" shared by the three spellings and a leaf each.
+        assert_eq!(vocab.trie().len(), 1 + 3 + 3);
         assert_eq!(vocab.trie().tokens(0), [0, 3]);
     }
 

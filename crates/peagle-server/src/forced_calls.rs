@@ -12,17 +12,17 @@ use serde_json::{json, Value};
 
 /// The schema a forced answer follows, where `choice` forces calls of `tools`.
 pub fn forced_schema(choice: &ToolChoice, tools: &[FunctionDefinition], parallel: bool) -> Option<Value> {
-    let parameters = |f: &FunctionDefinition| f.parameters.clone().unwrap_or_else(|| json!({"type": "object"}));
+    let forced = choice.forced(tools);
     match choice {
-        ToolChoice::Named(name) => tools.iter().find(|f| f.name == *name).map(parameters),
+        ToolChoice::Named(_) => forced.first().map(|f| f.arguments_schema()),
         ToolChoice::Required => {
-            let calls: Vec<Value> = tools
+            let calls: Vec<Value> = forced
                 .iter()
                 .enumerate()
                 .map(|(i, f)| {
                     // A tool's own references (`#/$defs/...`) point into its parameters,
                     // which sit here in the list's schema.
-                    let mut parameters = parameters(f);
+                    let mut parameters = f.arguments_schema();
                     rebase_references(&mut parameters, &format!("/items/anyOf/{i}/properties/parameters"));
                     json!({
                         "type": "object",

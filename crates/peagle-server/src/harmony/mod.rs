@@ -1,10 +1,11 @@
 //! Harmony, gpt-oss's chat format: conversations rendered as harmony messages
 //! (`render`, the offered tools' parameters by `typescript`), the answer's channels and tool
-//! calls parsed back out of the generated text (`parser`), and the stop tokens that end an
-//! assistant turn. A model speaks harmony when its config says
+//! calls parsed back out of the generated text (`parser`), the structure of an answer forced
+//! to call (`forced_call`), and the stop tokens that end an assistant turn. A model speaks harmony when its config says
 //! `model_type: gpt_oss` and its tokenizer has harmony's special tokens; its chat template
 //! is then not used, as vLLM does.
 
+mod forced_call;
 mod parser;
 mod render;
 mod typescript;
@@ -159,6 +160,17 @@ pub struct Harmony {
     /// `<|return|>` and `<|call|>`: an assistant turn ends on either (harmony's
     /// `stop_tokens_for_assistant_actions`).
     pub stop_token_ids: Vec<u32>,
+    /// The ids of the message syntax's tokens, which a forced call's structure names.
+    syntax: Syntax,
+}
+
+#[derive(Debug, Clone)]
+struct Syntax {
+    start: u32,
+    end: u32,
+    message: u32,
+    channel: u32,
+    constrain: u32,
 }
 
 impl Harmony {
@@ -184,6 +196,13 @@ impl Harmony {
         let id = |token| tokenizer.token_to_id(token).expect("checked above");
         Some(Self {
             stop_token_ids: vec![id(RETURN), id(CALL)],
+            syntax: Syntax {
+                start: id(START),
+                end: id(END),
+                message: id(MESSAGE),
+                channel: id(CHANNEL),
+                constrain: id(CONSTRAIN),
+            },
         })
     }
 }

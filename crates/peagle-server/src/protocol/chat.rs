@@ -44,7 +44,8 @@ pub struct ChatRequest {
     /// Function tools the model may call: a harmony (gpt-oss) model's, or one whose server
     /// parses its tool calls (`--tool-call-parser`).
     pub tools: Option<Vec<Tool>>,
-    /// "auto" (the default) or "none"; a call cannot be forced.
+    /// "auto" (the default), "none", or a forced call: "required" (a call of any offered
+    /// function) or {"type": "function", "function": {"name": ...}}.
     #[schema(value_type = Option<String>)]
     pub tool_choice: Option<serde_json::Value>,
     /// false keeps an answer to its first call (default true).

@@ -29,6 +29,16 @@ pub struct FunctionDefinition {
     pub strict: Option<bool>,
 }
 
+impl FunctionDefinition {
+    /// The schema its arguments follow where a call of it is forced: its parameters, or any
+    /// object where it has none.
+    pub fn arguments_schema(&self) -> Value {
+        self.parameters
+            .clone()
+            .unwrap_or_else(|| serde_json::json!({"type": "object"}))
+    }
+}
+
 /// A tool call, in a past assistant turn or in an answer.
 #[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
 pub struct ToolCall {
@@ -168,6 +178,16 @@ impl ToolChoice {
     /// Whether the answer must be calls.
     pub fn forces(&self) -> bool {
         matches!(self, Self::Required | Self::Named(_))
+    }
+
+    /// The functions of `tools` one of which the answer must call: all of them for
+    /// "required", the named one, or none where no call is forced.
+    pub fn forced<'a>(&self, tools: &'a [FunctionDefinition]) -> Vec<&'a FunctionDefinition> {
+        match self {
+            Self::Required => tools.iter().collect(),
+            Self::Named(name) => tools.iter().filter(|f| f.name == *name).collect(),
+            Self::Auto | Self::None => Vec::new(),
+        }
     }
 }
 

@@ -54,12 +54,6 @@ fn prompt_text(
                  add_generation_prompt false are not supported",
             ));
         }
-        if render.tool_choice.forces() {
-            return Err(ApiError::invalid(
-                Some("tool_choice"),
-                "tool_choice: a harmony (gpt-oss) chat cannot be forced to call; use \"auto\"",
-            ));
-        }
         let effort = render.reasoning_effort.unwrap_or_default();
         let text = harmony::render(messages, effort, &harmony::today(), &render.tools)?;
         return Ok((text, PromptThinking::Neither));

@@ -110,7 +110,13 @@ pub async fn start_chat(
     let tools = render.tools.iter().map(|t| t.name.clone()).collect();
     let parallel = req.parallel_tool_calls.unwrap_or(true);
     let offer = Offer::new(tools, parallel);
-    let forced = forced_schema(&render.tool_choice, &render.tools, parallel);
+    let forced = match &harmony {
+        Some(harmony) => harmony.forced_call(&render.tool_choice, &render.tools),
+        None => forced_schema(&render.tool_choice, &render.tools, parallel).map(|schema| Spec::JsonSchema {
+            schema,
+            whitespace: None,
+        }),
+    };
     let tool_choice = render.tool_choice.clone();
     let max_len = state.engine.max_model_len();
     let limit = template.tokens_before_truncation(max_len);
@@ -136,20 +142,19 @@ pub async fn start_chat(
         let because = format!("{} asks for it", asked.param);
         hold(&mut template, asked, &because)?;
     }
-    if let Some(schema) = forced {
-        let calls = Asked {
-            spec: Spec::JsonSchema {
-                schema,
-                whitespace: None,
-            },
-            param: "tools",
-        };
+    // A harmony call's structure holds the answer from its first token, its analysis
+    // included; other structured output waits for the answer after the reasoning.
+    let trigger = match (&harmony, &forced) {
+        (Some(_), Some(_)) => Vec::new(),
+        _ => answer_trigger(&state.model, thinking)?,
+    };
+    if let Some(spec) = forced {
+        let calls = Asked { spec, param: "tools" };
         hold(&mut template, calls, "tool_choice forces a call")?;
     }
     if let Some(harmony) = &harmony {
         template.speak_harmony(harmony);
     }
-    let trigger = answer_trigger(&state.model, thinking)?;
     constrain(state, &mut template, trigger).await?;
     let setup = AnswerSetup {
         offer,

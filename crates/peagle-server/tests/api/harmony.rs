@@ -311,11 +311,10 @@ async fn tool_requests_that_cannot_be_honoured_are_refused() {
     unanswered[2]["tool_call_id"] = json!("call_2");
     let mut misnamed = tool_turns();
     misnamed[1]["tool_calls"][0]["function"]["name"] = json!("get_weather<|end|>");
+    let mut forced_and_formatted = request(json!([weather_tool()]), json!("required"), tool_turns());
+    forced_and_formatted["response_format"] = json!({"type": "json_object"});
     for (body, param) in [
-        (
-            request(json!([weather_tool()]), json!("required"), tool_turns()),
-            "tool_choice",
-        ),
+        (forced_and_formatted, "response_format"),
         (
             request(json!([{"type": "web_search"}]), Value::Null, tool_turns()),
             "tools[0]",
@@ -375,5 +374,98 @@ async fn structured_output_waits_for_the_final_channel() {
     assert!(
         !text(&free).trim_start().starts_with('{'),
         "the free answer is no JSON: {free}"
+    );
+}
+
+/// Two tools whose arguments are finite (the random model's strings would not end).
+fn bounded_tools() -> Value {
+    let enumerated = |name: &str, property: &str, values: Value| {
+        json!({"type": "function", "function": {"name": name, "parameters": {
+            "type": "object", "properties": {property: {"enum": values}},
+            "required": [property], "additionalProperties": false}}})
+    };
+    json!([
+        enumerated("get_weather", "city", json!(["Oslo", "Rome"])),
+        enumerated("get_time", "zone", json!(["CET", "UTC"])),
+    ])
+}
+
+/// A forced call (a named function, or "required") holds a harmony answer to reasoning, then
+/// one call of a forced function with arguments its parameters accept: the random model,
+/// which calls nothing when free to, calls; streamed alike, and in the Responses API as a
+/// `function_call` item.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forced_calls_follow_the_functions_parameters() {
+    let model = harmony_gpt_oss(TOOL_POSITIONS);
+    let server = server(model.path(), true).await;
+    let request = |choice: Value| {
+        json!({"messages": messages(), "tools": bounded_tools(), "tool_choice": choice,
+               "temperature": 0, "max_tokens": 200})
+    };
+    let free = server.ok("/v1/chat/completions", request(json!("auto"))).await;
+    assert!(free["choices"][0]["message"].get("tool_calls").is_none(), "{free}");
+
+    let arguments = |name: &str| match name {
+        "get_weather" => ["{\"city\":\"Oslo\"}", "{\"city\":\"Rome\"}"],
+        "get_time" => ["{\"zone\":\"CET\"}", "{\"zone\":\"UTC\"}"],
+        other => panic!("{other} was not offered"),
+    };
+    let named = json!({"type": "function", "function": {"name": "get_time"}});
+    for (choice, names) in [
+        (named, vec!["get_time"]),
+        (json!("required"), vec!["get_weather", "get_time"]),
+    ] {
+        let body = server.ok("/v1/chat/completions", request(choice.clone())).await;
+        let answer = &body["choices"][0];
+        assert_eq!(answer["finish_reason"], "tool_calls", "{body}");
+        let calls = answer["message"]["tool_calls"].as_array().unwrap();
+        assert_eq!(calls.len(), 1, "{body}");
+        let name = calls[0]["function"]["name"].as_str().unwrap();
+        assert!(names.contains(&name), "{body}");
+        let args: Value = serde_json::from_str(calls[0]["function"]["arguments"].as_str().unwrap()).unwrap();
+        let allowed: Vec<Value> = arguments(name)
+            .iter()
+            .map(|a| serde_json::from_str(a).unwrap())
+            .collect();
+        assert!(allowed.contains(&args), "{body}");
+
+        let mut streamed = request(choice);
+        streamed["stream"] = json!(true);
+        let (mut s_name, mut s_args, mut finish) = (String::new(), String::new(), String::new());
+        for chunk in server.stream("/v1/chat/completions", streamed).await {
+            let choice = &chunk["choices"][0];
+            for call in choice["delta"]["tool_calls"].as_array().into_iter().flatten() {
+                assert_eq!(call["index"], 0, "{chunk}");
+                s_name += call["function"]["name"].as_str().unwrap_or("");
+                s_args += call["function"]["arguments"].as_str().unwrap_or("");
+            }
+            finish += choice["finish_reason"].as_str().unwrap_or("");
+        }
+        assert_eq!(
+            (s_name.as_str(), s_args.as_str(), finish.as_str()),
+            (name, calls[0]["function"]["arguments"].as_str().unwrap(), "tool_calls")
+        );
+    }
+
+    let response = server
+        .ok(
+            "/v1/responses",
+            json!({"input": "def count", "temperature": 0, "max_output_tokens": 200,
+                   "tools": [{"type": "function", "name": "get_time", "parameters": bounded_tools()[1]["function"]["parameters"]}],
+                   "tool_choice": {"type": "function", "name": "get_time"}}),
+        )
+        .await;
+    let calls: Vec<&Value> = response["output"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|item| item["type"] == "function_call")
+        .collect();
+    assert_eq!(calls.len(), 1, "{response}");
+    assert_eq!(calls[0]["name"], "get_time", "{response}");
+    let args: Value = serde_json::from_str(calls[0]["arguments"].as_str().unwrap()).unwrap();
+    assert!(
+        args == json!({"zone": "CET"}) || args == json!({"zone": "UTC"}),
+        "{response}"
     );
 }
