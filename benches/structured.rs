@@ -83,9 +83,9 @@ fn masks(c: &mut Criterion) {
         g.sample_size(10);
         for (state_name, text) in states {
             let fresh = || {
-                let constraint = Constraint::new(spec.compile().unwrap(), vocab.clone());
+                let constraint = Constraint::new(spec.compile(&vocab).unwrap(), vocab.clone());
                 let state: State = constraint.start();
-                let grammar = spec.compile().unwrap();
+                let grammar = spec.compile(&vocab).unwrap();
                 let state = grammar.advance_bytes(&state, text);
                 (constraint, state)
             };

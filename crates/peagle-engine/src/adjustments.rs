@@ -381,9 +381,10 @@ mod tests {
             Some(b"c".to_vec()),
             None,
         ];
-        let grammar = Spec::Regex(pattern.into()).compile().unwrap();
+        let vocab = Arc::new(Vocabulary::new(tokens));
+        let grammar = Spec::Regex(pattern.into()).compile(&vocab).unwrap();
         StructuredOutput {
-            constraint: Arc::new(Constraint::new(grammar, Arc::new(Vocabulary::new(tokens)))),
+            constraint: Arc::new(Constraint::new(grammar, vocab)),
             trigger: Vec::new(),
         }
     }

@@ -190,9 +190,10 @@ mod tests {
         let mut tokens: Vec<Option<Vec<u8>>> = vec![None];
         tokens.extend((b'a'..=b'z').map(|c| Some(vec![c])));
         tokens.resize(VOCAB, None);
-        let grammar = Spec::Regex("ab+c".into()).compile().unwrap();
+        let vocab = Arc::new(Vocabulary::new(tokens));
+        let grammar = Spec::Regex("ab+c".into()).compile(&vocab).unwrap();
         let structured = StructuredOutput {
-            constraint: Arc::new(Constraint::new(grammar, Arc::new(Vocabulary::new(tokens)))),
+            constraint: Arc::new(Constraint::new(grammar, vocab)),
             trigger: Vec::new(),
         };
         let params = GenerateParams {

@@ -102,9 +102,10 @@ mod tests {
     fn digits(trigger: Vec<u32>) -> StructuredOutput {
         let mut tokens: Vec<Option<Vec<u8>>> = (b'0'..=b'9').map(|d| Some(vec![d])).collect();
         tokens.extend([Some(b"!".to_vec()), None, None]);
-        let grammar = Spec::Regex(r"[1-9][0-9]?".into()).compile().unwrap();
+        let vocab = Arc::new(Vocabulary::new(tokens));
+        let grammar = Spec::Regex(r"[1-9][0-9]?".into()).compile(&vocab).unwrap();
         StructuredOutput {
-            constraint: Arc::new(Constraint::new(grammar, Arc::new(Vocabulary::new(tokens)))),
+            constraint: Arc::new(Constraint::new(grammar, vocab)),
             trigger,
         }
     }

@@ -171,7 +171,7 @@ fn speculative_seeded_sampling_equals_plain_on_the_gpu() {
         schema,
         whitespace: None,
     }
-    .compile()
+    .compile(&vocabulary)
     .unwrap();
     let json_output = StructuredOutput {
         constraint: Arc::new(Constraint::new(grammar, vocabulary)),

@@ -353,7 +353,7 @@ fn structured_output_keeps_greedy_speculative_output_exact() {
     let structured = |target: &str, spec: Spec, trigger: Vec<u32>| {
         let tokenizer = tokenizers::Tokenizer::from_file(fixture(target).join("tokenizer.json")).unwrap();
         let vocab = Arc::new(Vocabulary::from_tokenizer(&tokenizer).unwrap());
-        let constraint = Arc::new(Constraint::new(spec.compile().unwrap(), vocab.clone()));
+        let constraint = Arc::new(Constraint::new(spec.compile(&vocab).unwrap(), vocab.clone()));
         let structured = StructuredOutput { constraint, trigger };
         let text = move |ids: &[u32]| -> String {
             String::from_utf8(ids.iter().flat_map(|&t| vocab.bytes(t).unwrap().to_vec()).collect()).unwrap()

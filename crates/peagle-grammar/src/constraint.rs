@@ -276,7 +276,7 @@ mod tests {
         let vocab = Arc::new(Vocabulary::new(
             tokens.iter().map(|t| Some(t.as_bytes().to_vec())).collect(),
         ));
-        let constraint = Constraint::new(Spec::Regex("a{0,5000}b".into()).compile().unwrap(), vocab);
+        let constraint = Constraint::new(Spec::Regex("a{0,5000}b".into()).compile(&vocab).unwrap(), vocab);
         let mask = constraint.allowed(&constraint.start());
         let allowed: Vec<u32> = (0..5).filter(|&t| mask.allows(t)).collect();
         assert_eq!(allowed, [0, 1, 2]);

@@ -17,6 +17,8 @@ pub enum GrammarError {
     TooLarge(usize),
     #[error("invalid grammar: {0}")]
     Ebnf(String),
+    #[error("invalid structural tag: {0}")]
+    Structure(String),
     #[error("no text matches it")]
     Empty,
     #[error("it is too ambiguous: more than {0} ways to begin")]

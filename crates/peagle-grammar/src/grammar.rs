@@ -221,6 +221,24 @@ impl GrammarBuilder {
         Ok(out)
     }
 
+    /// An element matching what `grammar` matches, its rules copied into this one.
+    pub fn embed(&mut self, grammar: Grammar) -> Result<Element, GrammarError> {
+        let offset = self.rules.len() as RuleId;
+        let moved = |e: Element| match e {
+            Element::Rule(id) => Element::Rule(id + offset),
+            bytes => bytes,
+        };
+        let ids: Vec<RuleId> = grammar.rules.iter().map(|_| self.reserve()).collect();
+        for (id, alternatives) in ids.into_iter().zip(grammar.rules) {
+            let alternatives = alternatives
+                .into_iter()
+                .map(|seq| seq.into_iter().map(moved).collect())
+                .collect();
+            self.define(id, alternatives)?;
+        }
+        Ok(Element::Rule(grammar.start + offset))
+    }
+
     /// The grammar whose text is what `seq` matches.
     pub fn finish(mut self, seq: Seq) -> Result<Grammar, GrammarError> {
         let start = self.reserve();

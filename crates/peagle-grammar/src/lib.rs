@@ -1,11 +1,13 @@
 //! Structured output: what a request's text must match (a JSON schema, any JSON object, a
-//! regex, one of some strings, a structure with special tokens), compiled to a grammar over
-//! bytes, and the tokens of a model's vocabulary each point of a parse allows.
+//! regex, one of some strings, a GBNF grammar, a structure with special tokens such as
+//! xgrammar's structural tags), compiled to a grammar over bytes, and the tokens of a model's
+//! vocabulary each point of a parse allows.
 
 pub mod bounds;
 pub mod constraint;
 pub mod ebnf;
 pub mod error;
+mod free_text;
 pub mod grammar;
 pub mod int_range;
 pub mod json_schema;
@@ -13,6 +15,7 @@ pub mod number_range;
 pub mod regex;
 pub mod spec;
 pub mod state;
+pub mod structural_tag;
 pub mod structure;
 mod trie;
 pub mod vocabulary;
@@ -22,5 +25,5 @@ pub use error::GrammarError;
 pub use grammar::{Grammar, GrammarBuilder};
 pub use spec::Spec;
 pub use state::State;
-pub use structure::Piece;
+pub use structure::{Format, Literal};
 pub use vocabulary::Vocabulary;

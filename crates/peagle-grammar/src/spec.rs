@@ -6,7 +6,9 @@ use crate::error::GrammarError;
 use crate::grammar::{Grammar, GrammarBuilder};
 use crate::json_schema::{object_grammar, schema_grammar};
 use crate::regex::{self, Chars};
-use crate::structure::{structure_grammar, Piece};
+use crate::structural_tag::structural_tag;
+use crate::structure::{structure_grammar, Format};
+use crate::vocabulary::Vocabulary;
 use serde_json::Value;
 
 #[derive(Debug, Clone, PartialEq)]
@@ -21,20 +23,23 @@ pub enum Spec {
     Choice(Vec<String>),
     /// Text a GBNF grammar's `root` matches (`guided_grammar`).
     Grammar(String),
-    /// Pieces one after another, special tokens among them (a forced harmony tool call).
-    Structure(Vec<Piece>),
+    /// A structure, special tokens among its parts (a forced harmony tool call).
+    Structure(Format),
+    /// An xgrammar structural tag as a request gives it (`structural_tag`), read against
+    /// the model's vocabulary: its special tokens' names and ids.
+    StructuralTag(Value),
 }
 
 impl Spec {
-    /// The grammar, checked to match some text and to start within what a parse state
-    /// holds.
-    pub fn compile(&self) -> Result<Grammar, GrammarError> {
-        let grammar = self.grammar()?;
+    /// The grammar for a model of `vocab`, checked to match some text and to start within
+    /// what a parse state holds.
+    pub fn compile(&self, vocab: &Vocabulary) -> Result<Grammar, GrammarError> {
+        let grammar = self.grammar(vocab)?;
         grammar.check()?;
         Ok(grammar)
     }
 
-    fn grammar(&self) -> Result<Grammar, GrammarError> {
+    fn grammar(&self, vocab: &Vocabulary) -> Result<Grammar, GrammarError> {
         match self {
             Self::JsonSchema { schema, whitespace } => schema_grammar(schema, whitespace.as_deref()),
             Self::JsonObject { whitespace } => object_grammar(whitespace.as_deref()),
@@ -44,7 +49,8 @@ impl Spec {
                 b.finish(seq)
             }
             Self::Grammar(text) => ebnf_grammar(text),
-            Self::Structure(pieces) => structure_grammar(pieces),
+            Self::Structure(format) => structure_grammar(format),
+            Self::StructuralTag(tag) => structure_grammar(&structural_tag(tag, vocab)?),
             Self::Choice(choices) => {
                 if choices.is_empty() {
                     return Err(GrammarError::Choices);
@@ -67,16 +73,24 @@ impl Spec {
 mod tests {
     use super::*;
 
+    /// A grammar that names no token compiles alike for every vocabulary.
+    fn no_names() -> Vocabulary {
+        Vocabulary::new(Vec::new())
+    }
+
     #[test]
     fn choices_and_regexes_match_whole_texts() {
         let choice = Spec::Choice(vec!["yes".into(), "no".into(), "yes!".into()])
-            .compile()
+            .compile(&no_names())
             .unwrap();
         let whole = |g: &Grammar, t: &str| g.advance_bytes(&g.start(), t.as_bytes()).accepts();
         assert!(whole(&choice, "yes") && whole(&choice, "yes!") && whole(&choice, "no"));
         assert!(!whole(&choice, "ye") && !whole(&choice, "nope"));
-        assert_eq!(Spec::Choice(Vec::new()).compile().unwrap_err(), GrammarError::Choices);
-        let regex = Spec::Regex(r"\d{3}".into()).compile().unwrap();
+        assert_eq!(
+            Spec::Choice(Vec::new()).compile(&no_names()).unwrap_err(),
+            GrammarError::Choices
+        );
+        let regex = Spec::Regex(r"\d{3}".into()).compile(&no_names()).unwrap();
         assert!(whole(&regex, "123") && !whole(&regex, "1234"));
     }
 
@@ -85,7 +99,7 @@ mod tests {
     #[test]
     fn many_choices_share_their_beginnings() {
         let choices: Vec<String> = (0..10_000).map(|n| format!("id-{n}")).collect();
-        let g = Spec::Choice(choices.clone()).compile().unwrap();
+        let g = Spec::Choice(choices.clone()).compile(&no_names()).unwrap();
         let whole = |t: &str| g.advance_bytes(&g.start(), t.as_bytes()).accepts();
         assert!(choices.iter().all(|c| whole(c)));
         assert!(!whole("id-") && !whole("id-10000") && !whole("id-01"));
@@ -101,11 +115,11 @@ mod tests {
                 schema,
                 whitespace: None,
             }
-            .compile()
+            .compile(&no_names())
         };
         assert_eq!(json(serde_json::json!({"$ref": "#"})).unwrap_err(), GrammarError::Empty);
         assert_eq!(
-            Spec::Regex(r"[^\s\S]".into()).compile().unwrap_err(),
+            Spec::Regex(r"[^\s\S]".into()).compile(&no_names()).unwrap_err(),
             GrammarError::Empty
         );
         let mut defs = serde_json::Map::new();

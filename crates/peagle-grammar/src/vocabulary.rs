@@ -25,6 +25,8 @@ pub struct Vocabulary {
     /// Each token's bytes: its text, or its special spelling.
     tokens: Vec<Box<[u8]>>,
     trie: Trie,
+    /// The special tokens' names (their text in a chat template, `<|call|>`), with their ids.
+    special_names: Vec<(String, u32)>,
 }
 
 impl Vocabulary {
@@ -48,7 +50,21 @@ impl Vocabulary {
             .map(|(id, bytes)| (id as u32, &bytes[..]))
             .collect();
         let trie = Trie::new(spelled);
-        Self { tokens, trie }
+        Self {
+            tokens,
+            trie,
+            special_names: Vec::new(),
+        }
+    }
+
+    /// This vocabulary, its special tokens named: a structure's text that holds a name means
+    /// the token (`structure::Literal`). Names of tokens that are text are left out.
+    pub fn with_special_names(mut self, names: impl IntoIterator<Item = (String, u32)>) -> Self {
+        self.special_names = names
+            .into_iter()
+            .filter(|(name, id)| !name.is_empty() && self.is_spelled_by_id(*id))
+            .collect();
+        self
     }
 
     /// A model's vocabulary from its tokenizer: byte-level BPE (GPT-2's byte alphabet) and
@@ -78,7 +94,11 @@ impl Vocabulary {
                 })
             })
             .collect();
-        Ok(Self::new(tokens))
+        let names = added
+            .into_iter()
+            .filter(|(_, token)| token.special)
+            .map(|(id, token)| (token.content, id));
+        Ok(Self::new(tokens).with_special_names(names))
     }
 
     /// How many tokens the tokenizer has.
@@ -93,6 +113,16 @@ impl Vocabulary {
     /// The bytes of `token` (its text or its special spelling); None past the vocabulary.
     pub fn bytes(&self, token: u32) -> Option<&[u8]> {
         self.tokens.get(token as usize).map(|b| &b[..])
+    }
+
+    /// Whether `token` is one of the vocabulary's and no text: spelled by its id.
+    pub fn is_spelled_by_id(&self, token: u32) -> bool {
+        self.bytes(token) == Some(&special_token_bytes(token)[..])
+    }
+
+    /// The special tokens' names and ids.
+    pub fn special_names(&self) -> &[(String, u32)] {
+        &self.special_names
     }
 
     /// The tokens' trie.

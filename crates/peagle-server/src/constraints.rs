@@ -54,7 +54,7 @@ impl Constraints {
             })?;
         let grammar = asked
             .spec
-            .compile()
+            .compile(&vocabulary)
             .map_err(|e| ApiError::invalid(Some(asked.param), format!("{}: {e}", asked.param)))?;
         let constraint = Arc::new(Constraint::new(grammar, vocabulary));
         constraint.allowed(&constraint.start());

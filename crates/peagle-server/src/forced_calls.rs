@@ -139,7 +139,7 @@ impl ForcedCalls {
 mod tests {
     use super::*;
     use crate::answer::{call, split_every_way, AnswerParser, CallParser};
-    use peagle_grammar::Spec;
+    use peagle_grammar::{Spec, Vocabulary};
 
     fn tools() -> Vec<FunctionDefinition> {
         let tools = json!([
@@ -192,7 +192,7 @@ mod tests {
                 schema,
                 whitespace: None,
             }
-            .compile()
+            .compile(&Vocabulary::new(Vec::new()))
             .unwrap();
             grammar.advance_bytes(&grammar.start(), text.as_bytes()).accepts()
         };
@@ -227,7 +227,7 @@ mod tests {
             schema: schema.clone(),
             whitespace: None,
         }
-        .compile()
+        .compile(&Vocabulary::new(Vec::new()))
         .unwrap();
         let text = r#"[{"name": "plan", "parameters": {"first": {"do": "a", "then": {"do": "b", "then": null}}}}]"#;
         assert!(grammar.advance_bytes(&grammar.start(), text.as_bytes()).accepts());

@@ -134,7 +134,7 @@ fn structured_output(args: &Args, generator: &Generator) -> Result<Option<Struct
         .tokenizer()
         .with_context(|| format!("{flag} needs the model's tokenizer.json"))?;
     let vocabulary = Vocabulary::from_tokenizer(tokenizer).context(flag)?;
-    let grammar = spec.compile().context(flag)?;
+    let grammar = spec.compile(&vocabulary).context(flag)?;
     Ok(Some(StructuredOutput {
         constraint: Arc::new(Constraint::new(grammar, Arc::new(vocabulary))),
         trigger: Vec::new(),

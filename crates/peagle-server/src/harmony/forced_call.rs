@@ -11,7 +11,7 @@
 
 use super::Harmony;
 use crate::protocol::tools::{FunctionDefinition, ToolChoice};
-use peagle_grammar::{Piece, Spec};
+use peagle_grammar::{Format, Spec};
 
 impl Harmony {
     /// What the answer of a chat that `choice` forces to call one of `tools` follows; None
@@ -22,44 +22,47 @@ impl Harmony {
             return None;
         }
         let ids = &self.syntax;
-        let text = |t: &str| Piece::Text(t.to_string());
-        let analysis = vec![
-            Piece::Special(ids.channel),
-            text("analysis"),
-            Piece::Special(ids.message),
-            Piece::AnyText,
-            Piece::Special(ids.end),
-            Piece::Special(ids.start),
-            text("assistant"),
-        ];
+        let analysis = Format::Sequence(vec![
+            Format::token(ids.channel),
+            Format::text("analysis"),
+            Format::token(ids.message),
+            Format::any_text(),
+            Format::token(ids.end),
+            Format::token(ids.start),
+            Format::text("assistant"),
+        ]);
         // The arguments' content type, as the model may write it (or leave it out).
-        let json = Piece::OneOf(vec![
-            vec![text(" "), Piece::Special(ids.constrain), text("json")],
-            vec![text(" json")],
-            Vec::new(),
+        let json = Format::Or(vec![
+            Format::Sequence(vec![
+                Format::text(" "),
+                Format::token(ids.constrain),
+                Format::text("json"),
+            ]),
+            Format::text(" json"),
+            Format::text(""),
         ]);
         // A call of `f`: its name, the rest of the header, its arguments.
-        let call = |f: &&FunctionDefinition, header: &[Piece]| {
-            let mut pieces = vec![text(&f.name)];
-            pieces.extend_from_slice(header);
-            pieces.extend([Piece::Special(ids.message), Piece::Json(f.arguments_schema())]);
-            pieces
+        let call = |f: &&FunctionDefinition, header: &[Format]| {
+            let mut parts = vec![Format::text(&f.name)];
+            parts.extend_from_slice(header);
+            parts.extend([Format::token(ids.message), Format::Json(f.arguments_schema())]);
+            Format::Sequence(parts)
         };
         // The recipient after the channel, or in the header before it.
         let on_channel = forced.iter().map(|f| call(f, std::slice::from_ref(&json))).collect();
-        let in_header_rest = [Piece::Special(ids.channel), text("commentary"), json];
+        let in_header_rest = [Format::token(ids.channel), Format::text("commentary"), json];
         let in_header = forced.iter().map(|f| call(f, &in_header_rest)).collect();
-        Some(Spec::Structure(vec![
-            Piece::Repeated(analysis),
-            Piece::OneOf(vec![
-                vec![
-                    Piece::Special(ids.channel),
-                    text("commentary to=functions."),
-                    Piece::OneOf(on_channel),
-                ],
-                vec![text(" to=functions."), Piece::OneOf(in_header)],
+        Some(Spec::Structure(Format::Sequence(vec![
+            analysis.star(),
+            Format::Or(vec![
+                Format::Sequence(vec![
+                    Format::token(ids.channel),
+                    Format::text("commentary to=functions."),
+                    Format::Or(on_channel),
+                ]),
+                Format::Sequence(vec![Format::text(" to=functions."), Format::Or(in_header)]),
             ]),
-        ]))
+        ])))
     }
 }
 
@@ -68,7 +71,7 @@ mod tests {
     use super::super::Syntax;
     use super::*;
     use peagle_grammar::vocabulary::special_token_bytes;
-    use peagle_grammar::Grammar;
+    use peagle_grammar::{Grammar, Vocabulary};
     use serde_json::json;
 
     const START: u32 = 1;
@@ -110,7 +113,11 @@ mod tests {
     }
 
     fn grammar(choice: ToolChoice) -> Grammar {
-        harmony().forced_call(&choice, &tools()).unwrap().compile().unwrap()
+        harmony()
+            .forced_call(&choice, &tools())
+            .unwrap()
+            .compile(&Vocabulary::new(Vec::new()))
+            .unwrap()
     }
 
     /// `text` with `<|start|>`, `<|end|>`, `<|message|>`, `<|channel|>` and `<|constrain|>`

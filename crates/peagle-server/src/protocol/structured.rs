@@ -1,8 +1,10 @@
 //! Structured output as OpenAI and vLLM ask for it: `response_format` (json_object,
 //! json_schema), vLLM's `structured_outputs` and its older `guided_json`, `guided_regex`,
 //! `guided_choice`, `guided_grammar` (GBNF, as xgrammar reads it), with
-//! `guided_whitespace_pattern`. At most one may constrain a request. Structural tags are
-//! refused. Held as raw JSON, so that a wrong type is a 400 naming the field, not a body
+//! `guided_whitespace_pattern`, and xgrammar's structural tags (`response_format` of type
+//! `structural_tag`, `structured_outputs.structural_tag`), read when compiled against the
+//! model's vocabulary (`peagle_grammar::structural_tag`). At most one may constrain a
+//! request. Held as raw JSON, so that a wrong type is a 400 naming the field, not a body
 //! error.
 
 use crate::error::ApiError;
@@ -13,11 +15,13 @@ use utoipa::ToSchema;
 
 #[derive(Debug, Clone, Default, Deserialize, ToSchema)]
 pub struct StructuredRequest {
-    /// `{"type": "text"}`, `{"type": "json_object"}` or `{"type": "json_schema",
-    /// "json_schema": {"name": ..., "schema": {...}}}`.
+    /// `{"type": "text"}`, `{"type": "json_object"}`, `{"type": "json_schema",
+    /// "json_schema": {"name": ..., "schema": {...}}}` or `{"type": "structural_tag", "format":
+    /// {...}}` (or its older `structures` and `triggers`).
     response_format: Option<Value>,
-    /// vLLM extension: one of `json` (a schema), `regex`, `choice`, `grammar` or
-    /// `json_object: true`, with `whitespace_pattern` or `disable_any_whitespace`.
+    /// vLLM extension: one of `json` (a schema), `regex`, `choice`, `grammar`,
+    /// `structural_tag` (its JSON text) or `json_object: true`, with `whitespace_pattern` or
+    /// `disable_any_whitespace`.
     structured_outputs: Option<Value>,
     /// vLLM extension: a JSON schema (or its text) the answer follows.
     guided_json: Option<Value>,
@@ -119,10 +123,10 @@ fn response_format(format: &Value, whitespace: Option<String>) -> Result<Option<
             };
             Ok(Some(Spec::JsonSchema { schema, whitespace }))
         }
-        Some("structural_tag") => Err(invalid(PARAM, "structural tags are not supported by this server")),
+        Some("structural_tag") => Ok(Some(Spec::StructuralTag(format.clone()))),
         _ => Err(invalid(
             PARAM,
-            "type must be \"text\", \"json_object\" or \"json_schema\"",
+            "type must be \"text\", \"json_object\", \"json_schema\" or \"structural_tag\"",
         )),
     }
 }
@@ -132,9 +136,6 @@ fn structured_outputs(outputs: &Value, whitespace: Option<String>) -> Result<Opt
     const PARAM: &str = "structured_outputs";
     let outputs = outputs.as_object().ok_or_else(|| invalid(PARAM, "must be an object"))?;
     let field = |key: &str| outputs.get(key).filter(|v| !v.is_null() && **v != Value::Bool(false));
-    if field("structural_tag").is_some() {
-        return Err(invalid(PARAM, "structural_tag is not supported by this server"));
-    }
     let whitespace = match (field("whitespace_pattern"), field("disable_any_whitespace")) {
         (Some(Value::String(p)), _) => Some(p.clone()),
         (Some(_), _) => return Err(invalid(PARAM, "whitespace_pattern must be a string")),
@@ -150,11 +151,21 @@ fn structured_outputs(outputs: &Value, whitespace: Option<String>) -> Result<Opt
     if field("json_object").is_some() {
         specs.push(Spec::JsonObject { whitespace });
     }
+    if let Some(tag) = field("structural_tag") {
+        let tag = match tag {
+            Value::String(text) => {
+                serde_json::from_str(text).map_err(|e| invalid(PARAM, format!("structural_tag is not JSON: {e}")))?
+            }
+            Value::Object(_) => tag.clone(),
+            _ => return Err(invalid(PARAM, "structural_tag must be its JSON text")),
+        };
+        specs.push(Spec::StructuralTag(tag));
+    }
     match specs.len() {
         0 | 1 => Ok(specs.pop()),
         _ => Err(invalid(
             PARAM,
-            "give only one of json, regex, choice, grammar and json_object",
+            "give only one of json, regex, choice, grammar, structural_tag and json_object",
         )),
     }
 }
@@ -266,6 +277,21 @@ mod tests {
                 Spec::Choice(vec!["a".into()]),
                 "structured_outputs",
             ),
+            (
+                json!({"response_format": {"type": "structural_tag", "format": {"type": "any_text"}}}),
+                Spec::StructuralTag(json!({"type": "structural_tag", "format": {"type": "any_text"}})),
+                "response_format",
+            ),
+            (
+                json!({"structured_outputs": {"structural_tag": "{\"format\": {\"type\": \"any_text\"}}"}}),
+                Spec::StructuralTag(json!({"format": {"type": "any_text"}})),
+                "structured_outputs",
+            ),
+            (
+                json!({"structured_outputs": {"structural_tag": {"structures": []}}}),
+                Spec::StructuralTag(json!({"structures": []})),
+                "structured_outputs",
+            ),
         ];
         for (body, spec, param) in cases {
             assert_eq!(asked(body.clone()).unwrap(), Some(Asked { spec, param }), "{body}");
@@ -283,10 +309,6 @@ mod tests {
         let cases = [
             (json!({"response_format": {"type": "yaml"}}), "response_format"),
             (json!({"response_format": {"type": "json_schema"}}), "response_format"),
-            (
-                json!({"response_format": {"type": "structural_tag"}}),
-                "response_format",
-            ),
             (json!({"guided_json": "{not json"}), "guided_json"),
             (json!({"guided_json": 3}), "guided_json"),
             (json!({"guided_regex": ["a"]}), "guided_regex"),
@@ -302,7 +324,15 @@ mod tests {
                 "guided_decoding_backend",
             ),
             (
-                json!({"structured_outputs": {"structural_tag": {"format": "x"}}}),
+                json!({"structured_outputs": {"structural_tag": "{not json"}}),
+                "structured_outputs",
+            ),
+            (
+                json!({"structured_outputs": {"structural_tag": 3}}),
+                "structured_outputs",
+            ),
+            (
+                json!({"structured_outputs": {"structural_tag": "{}", "regex": "a"}}),
                 "structured_outputs",
             ),
             (

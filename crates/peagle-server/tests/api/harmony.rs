@@ -469,3 +469,56 @@ async fn forced_calls_follow_the_functions_parameters() {
         "{response}"
     );
 }
+
+/// A structural tag on gpt-oss's raw completions: strings that name harmony's tokens mean the
+/// tokens, so an analysis message and then a final one are held to harmony's syntax, each
+/// marker one special token, alike with and without speculation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn structural_tags_name_harmony_tokens() {
+    let model = harmony_gpt_oss(256);
+    let server = server(model.path(), true).await;
+    let tag = json!({"type": "structural_tag", "format": {"type": "sequence", "elements": [
+        {"type": "tag", "begin": "<|channel|>analysis<|message|>", "content": {"type": "regex", "pattern": "[a-z]{1,5}"}, "end": "<|end|>"},
+        {"type": "const_string", "value": "<|start|>assistant<|channel|>final<|message|>"},
+        {"type": "json_schema", "json_schema": {"enum": ["yes", "no"]}}]}});
+    let request = json!({"prompt": "def count", "temperature": 0, "max_tokens": 60, "response_format": tag,
+                         "skip_special_tokens": false, "logprobs": 0, "return_tokens_as_token_ids": true});
+    let body = server.ok("/v1/completions", request.clone()).await;
+    let choice = &body["choices"][0];
+    assert_eq!(choice["finish_reason"], "stop", "{body}");
+    let text = choice["text"].as_str().unwrap();
+    let (analysis, final_answer) = text
+        .strip_prefix("<|channel|>analysis<|message|>")
+        .and_then(|t| t.split_once("<|end|><|start|>assistant<|channel|>final<|message|>"))
+        .unwrap_or_else(|| panic!("{text:?}"));
+    assert!(
+        (1..=5).contains(&analysis.len()) && analysis.bytes().all(|b| b.is_ascii_lowercase()),
+        "{text:?}"
+    );
+    assert!(["\"yes\"", "\"no\""].contains(&final_answer), "{text:?}");
+    let tokens: Vec<&str> = choice["logprobs"]["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    let marker = |name: &str| format!("token_id:{}", 377 + MARKERS.iter().position(|m| *m == name).unwrap());
+    let (channel, message, end, start) = (
+        marker("<|channel|>"),
+        marker("<|message|>"),
+        marker("<|end|>"),
+        marker("<|start|>"),
+    );
+    assert_eq!(tokens[..1], [channel.as_str()], "{tokens:?}");
+    let count = |m: &str| tokens.iter().filter(|t| **t == m).count();
+    assert_eq!(
+        (count(&channel), count(&message), count(&end), count(&start)),
+        (2, 2, 1, 1),
+        "{tokens:?}"
+    );
+
+    let mut plain = request;
+    plain["speculative"] = json!(false);
+    let plain_body = server.ok("/v1/completions", plain).await;
+    assert_eq!(plain_body["choices"][0]["text"], choice["text"]);
+}

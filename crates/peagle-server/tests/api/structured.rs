@@ -3,7 +3,7 @@
 //! speculation, streamed or not; what cannot be compiled is a 400 naming the field.
 
 use crate::common::{greedy, streamed, texts, TestServer, MODEL};
-use peagle_grammar::Spec;
+use peagle_grammar::{Spec, Vocabulary};
 use serde_json::{json, Value};
 
 /// A greedy completion of `prompt` under `field: value`, allowed to end (end-of-sequence
@@ -100,7 +100,9 @@ async fn choices_regexes_and_json_objects_constrain_completions_and_chat() {
     let (content, body) = text_alike_without_speculation(&server, "/v1/chat/completions", chat.clone()).await;
     let finish = body["choices"][0]["finish_reason"].as_str().unwrap();
     // The demo model nests objects until the budget ends; whole or cut, the text is JSON's.
-    let object = Spec::JsonObject { whitespace: None }.compile().unwrap();
+    let object = Spec::JsonObject { whitespace: None }
+        .compile(&Vocabulary::new(Vec::new()))
+        .unwrap();
     let state = object.advance_bytes(&object.start(), content.as_bytes());
     match finish {
         "stop" => assert!(serde_json::from_str::<Value>(&content)
@@ -113,6 +115,62 @@ async fn choices_regexes_and_json_objects_constrain_completions_and_chat() {
     vllm["structured_outputs"] = json!({"json_object": true});
     let (again, _) = text_alike_without_speculation(&server, "/v1/chat/completions", vllm).await;
     assert_eq!(again, content, "structured_outputs asks as response_format does");
+}
+
+/// Structural tags: exactly one call that a trigger starts and its schema holds, and formats
+/// composed, as `response_format` and as vLLM's `structured_outputs.structural_tag` (its
+/// JSON text), alike with and without speculation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn structural_tags_shape_calls_and_composed_text() {
+    let server = TestServer::start().await;
+    let call = json!({"type": "tag", "begin": "<call=get_weather>", "end": "</call>",
+        "content": {"type": "json_schema", "json_schema": {"type": "object", "properties": {"city": {"enum": ["Oslo", "Rome"]}},
+                    "required": ["city"], "additionalProperties": false}}});
+    let one_call = json!({"type": "structural_tag", "format": {"type": "triggered_tags", "triggers": ["<call="],
+        "tags": [call], "at_least_one": true, "stop_after_first": true}});
+    let request = constrained("def weather():\n    ", "response_format", one_call.clone());
+    let (text, body) = text_alike_without_speculation(&server, "/v1/completions", request.clone()).await;
+    assert_eq!(body["choices"][0]["finish_reason"], "stop", "{body}");
+    let arguments = text
+        .strip_prefix("<call=get_weather>")
+        .and_then(|t| t.strip_suffix("</call>"))
+        .unwrap_or_else(|| panic!("{text:?}"));
+    let arguments: Value = serde_json::from_str(arguments).unwrap_or_else(|e| panic!("{e}: {text:?}"));
+    assert!(
+        ["Oslo", "Rome"].contains(&arguments["city"].as_str().unwrap()),
+        "{text:?}"
+    );
+
+    let mut vllm = request;
+    vllm.as_object_mut().unwrap().remove("response_format");
+    vllm["structured_outputs"] = json!({"structural_tag": one_call.to_string()});
+    vllm["stream"] = json!(true);
+    let (streamed_text, finish) = streamed(&server.stream("/v1/completions", vllm).await, 0, "text");
+    assert_eq!((streamed_text, finish.as_deref()), (text, Some("stop")));
+
+    let import = json!({"format": {"type": "sequence", "elements": [
+        {"type": "const_string", "value": "import "},
+        {"type": "or", "elements": [{"type": "const_string", "value": "os"}, {"type": "const_string", "value": "sys"}]},
+        {"type": "repeat", "min": 1, "max": 2, "content": {"type": "regex", "pattern": ", [a-z]{1,6}"}}]}});
+    let request = constrained(
+        "# imports\n",
+        "structured_outputs",
+        json!({"structural_tag": import.to_string()}),
+    );
+    let (text, body) = text_alike_without_speculation(&server, "/v1/completions", request).await;
+    assert_eq!(body["choices"][0]["finish_reason"], "stop", "{body}");
+    let rest = text
+        .strip_prefix("import os, ")
+        .or_else(|| text.strip_prefix("import sys, "))
+        .unwrap_or_else(|| panic!("{text:?}"));
+    let names: Vec<&str> = rest.split(", ").collect();
+    assert!(
+        names.len() <= 2
+            && names
+                .iter()
+                .all(|n| (1..=6).contains(&n.len()) && n.bytes().all(|b| b.is_ascii_lowercase())),
+        "{text:?}"
+    );
 }
 
 /// Whether `text` is a double-quoted `digits.digits`.
@@ -142,6 +200,21 @@ async fn what_cannot_be_compiled_is_a_400_naming_the_field() {
             "response_format",
             json!({"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "strnig"}}}),
             "unknown type",
+        ),
+        (
+            "response_format",
+            json!({"type": "structural_tag", "format": {"type": "any_tokens"}}),
+            "format: any_tokens is not supported",
+        ),
+        (
+            "response_format",
+            json!({"type": "structural_tag", "structures": [{"begin": "<f>", "schema": {}, "end": "</f>"}], "triggers": ["<g"]}),
+            "no trigger begins the tag \"<f>\"",
+        ),
+        (
+            "structured_outputs",
+            json!({"structural_tag": r#"{"format": {"type": "token", "token": "<|im_start|>"}}"#}),
+            "format.token: \"<|im_start|>\" names no special token of this model",
         ),
     ];
     for (field, value, says) in cases {

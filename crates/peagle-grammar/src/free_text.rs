@@ -1,0 +1,301 @@
+//! Free text watched for patterns: text in which some strings may not appear (`excludes`)
+//! and others start a format (`dispatch`: a tool call's trigger, say), as rules of a grammar.
+//!
+//! The text is read by an Aho-Corasick automaton over the patterns' symbols: its states are
+//! the patterns' prefixes, and a state is where the text's longest suffix that begins a
+//! pattern ends. Each state that completes no pattern becomes a rule: the text may end there,
+//! or go on by a symbol to the next state. A symbol that completes an excluded pattern has no
+//! alternative; one that completes a dispatched pattern goes on into its format, then back
+//! to free text or to the end. Characters that begin no pattern from a state lead back to the
+//! start, all by one element; special tokens appear in the text only where a pattern names
+//! them.
+
+use crate::error::GrammarError;
+use crate::grammar::{Element, GrammarBuilder, RuleId, Seq, MAX_ELEMENTS};
+use crate::structure::{Literal, Symbol};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+/// What completing a pattern means.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Completes {
+    Excluded,
+    /// The dispatched pattern with this index.
+    Dispatch(usize),
+}
+
+#[derive(Default)]
+struct Node {
+    children: BTreeMap<Symbol, usize>,
+    fail: usize,
+    /// The patterns that end here, those of shorter suffixes included.
+    completes: Vec<Completes>,
+}
+
+/// The element matching free text in which no pattern of `excludes` appears and each pattern
+/// of `dispatch` is followed by its elements (then free text again if `again`, else nothing
+/// more). Patterns must not be empty.
+pub(crate) fn free_text(
+    b: &mut GrammarBuilder,
+    excludes: &[Literal],
+    dispatch: &[(Literal, Seq)],
+    again: bool,
+) -> Result<Element, GrammarError> {
+    let patterns = excludes.iter().map(|p| (p, Completes::Excluded)).chain(
+        dispatch
+            .iter()
+            .enumerate()
+            .map(|(i, (p, _))| (p, Completes::Dispatch(i))),
+    );
+    let nodes = automaton(patterns)?;
+    let steps = steps(&nodes)?;
+    let rules: Vec<Option<RuleId>> = nodes
+        .iter()
+        .map(|n| n.completes.is_empty().then(|| b.reserve()))
+        .collect();
+    let start = Element::Rule(rules[0].expect("no pattern is empty, so the start completes none"));
+    let formats = dispatch
+        .iter()
+        .map(|(_, seq)| b.unit(seq.clone()))
+        .collect::<Result<Vec<Element>, GrammarError>>()?;
+    let mut others: HashMap<Vec<char>, Element> = HashMap::new();
+    for (state, rule) in rules.iter().enumerate() {
+        let Some(rule) = *rule else { continue };
+        let mut alternatives: Vec<Seq> = vec![Vec::new()];
+        let mut stepping_chars = Vec::new();
+        for (&symbol, &next) in &steps[state] {
+            if let Symbol::Char(c) = symbol {
+                stepping_chars.push(c);
+            }
+            let head = GrammarBuilder::literal(&symbol.bytes());
+            if let Some(next_rule) = rules[next] {
+                alternatives.push([head, vec![Element::Rule(next_rule)]].concat());
+                continue;
+            }
+            let completes = &nodes[next].completes;
+            if completes.contains(&Completes::Excluded) {
+                continue;
+            }
+            for &c in completes {
+                let Completes::Dispatch(i) = c else { continue };
+                let mut seq = [head.clone(), vec![formats[i]]].concat();
+                if again {
+                    seq.push(start);
+                }
+                alternatives.push(seq);
+            }
+        }
+        let other = match others.get(&stepping_chars) {
+            Some(&element) => element,
+            None => {
+                let element = b.chars(&other_chars(&stepping_chars))?;
+                others.insert(stepping_chars, element);
+                element
+            }
+        };
+        alternatives.push(vec![other, start]);
+        b.define(rule, alternatives)?;
+    }
+    Ok(start)
+}
+
+/// The patterns' trie with each node's failure link (the node of its longest proper suffix
+/// in the trie) and the patterns it completes.
+fn automaton<'a>(patterns: impl Iterator<Item = (&'a Literal, Completes)>) -> Result<Vec<Node>, GrammarError> {
+    let mut nodes = vec![Node::default()];
+    let mut symbols = 0usize;
+    for (pattern, completes) in patterns {
+        if pattern.0.is_empty() {
+            return Err(GrammarError::Structure("a pattern in free text is empty".into()));
+        }
+        symbols += pattern.0.len();
+        if symbols > MAX_ELEMENTS {
+            return Err(GrammarError::TooLarge(MAX_ELEMENTS));
+        }
+        let mut node = 0;
+        for &symbol in &pattern.0 {
+            node = match nodes[node].children.get(&symbol) {
+                Some(&child) => child,
+                None => {
+                    nodes.push(Node::default());
+                    let child = nodes.len() - 1;
+                    nodes[node].children.insert(symbol, child);
+                    child
+                }
+            };
+        }
+        nodes[node].completes.push(completes);
+    }
+    // Breadth first, so that a node's failure (shallower) is done before it.
+    let mut queue: VecDeque<usize> = nodes[0].children.values().copied().collect();
+    while let Some(node) = queue.pop_front() {
+        let children: Vec<(Symbol, usize)> = nodes[node].children.iter().map(|(&s, &c)| (s, c)).collect();
+        for (symbol, child) in children {
+            let mut fail = nodes[node].fail;
+            let suffix = loop {
+                if let Some(&next) = nodes[fail].children.get(&symbol) {
+                    break next;
+                }
+                if fail == 0 {
+                    break 0;
+                }
+                fail = nodes[fail].fail;
+            };
+            nodes[child].fail = suffix;
+            let inherited = nodes[suffix].completes.clone();
+            nodes[child].completes.extend(inherited);
+            queue.push_back(child);
+        }
+    }
+    Ok(nodes)
+}
+
+/// Each state's steps that lead anywhere but the start, by symbol: its children, and where
+/// its failure's steps lead for the other symbols. Each becomes an alternative, so there may
+/// be no more of them than a grammar has elements (checked as they are made: many patterns
+/// that begin alike would make states times patterns of them).
+fn steps(nodes: &[Node]) -> Result<Vec<BTreeMap<Symbol, usize>>, GrammarError> {
+    let mut steps: Vec<BTreeMap<Symbol, usize>> = vec![BTreeMap::new(); nodes.len()];
+    steps[0] = nodes[0].children.clone();
+    let mut made = steps[0].len();
+    let mut queue: VecDeque<usize> = nodes[0].children.values().copied().collect();
+    while let Some(node) = queue.pop_front() {
+        let mut own = steps[nodes[node].fail].clone();
+        own.extend(nodes[node].children.iter().map(|(&s, &c)| (s, c)));
+        made += own.len();
+        if made > MAX_ELEMENTS {
+            return Err(GrammarError::TooLarge(MAX_ELEMENTS));
+        }
+        steps[node] = own;
+        queue.extend(nodes[node].children.values());
+    }
+    Ok(steps)
+}
+
+/// Every character but `taken` (sorted), as inclusive ranges.
+fn other_chars(taken: &[char]) -> Vec<(char, char)> {
+    let mut ranges = Vec::new();
+    let mut from = Some('\0');
+    for &c in taken {
+        if let Some(lo) = from.filter(|&lo| lo < c) {
+            ranges.push((lo, before(c)));
+        }
+        from = after(c);
+    }
+    if let Some(lo) = from {
+        ranges.push((lo, char::MAX));
+    }
+    ranges
+}
+
+fn before(c: char) -> char {
+    match c {
+        '\u{E000}' => '\u{D7FF}',
+        c => char::from_u32(c as u32 - 1).expect("a character below a character, past the surrogates"),
+    }
+}
+
+fn after(c: char) -> Option<char> {
+    match c {
+        '\u{D7FF}' => Some('\u{E000}'),
+        c => char::from_u32(c as u32 + 1),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::grammar::Grammar;
+
+    /// Free text excluding `excludes`, where each dispatch pattern is followed by its text.
+    fn grammar(excludes: &[&str], dispatch: &[(&str, &str)], again: bool) -> Grammar {
+        let mut b = GrammarBuilder::new();
+        let excludes: Vec<Literal> = excludes.iter().map(|e| Literal::text(e)).collect();
+        let dispatch: Vec<(Literal, Seq)> = dispatch
+            .iter()
+            .map(|(p, then)| (Literal::text(p), GrammarBuilder::literal(then.as_bytes())))
+            .collect();
+        let text = free_text(&mut b, &excludes, &dispatch, again).unwrap();
+        b.finish(vec![text]).unwrap()
+    }
+
+    fn accepts(g: &Grammar, text: &str) -> bool {
+        g.advance_bytes(&g.start(), text.as_bytes()).accepts()
+    }
+
+    /// Overlapping excludes: "aab" holds "ab", though the text's first "a" began "aa...".
+    #[test]
+    fn excluded_strings_never_appear() {
+        let g = grammar(&["ab", "bca"], &[], true);
+        for ok in ["", "a", "aa", "ba", "bc", "bcb", "xyz é", "ba\u{E000}"] {
+            assert!(accepts(&g, ok), "{ok:?}");
+        }
+        for banned in ["ab", "aab", "xab", "bca", "bbca", "zbcaz"] {
+            assert!(!accepts(&g, banned), "{banned:?}");
+        }
+    }
+
+    /// A trigger's completion must be followed by its format; free text resumes after it
+    /// with `again`, else the text ends there.
+    #[test]
+    fn a_dispatched_pattern_is_followed_by_its_format() {
+        let g = grammar(&[], &[("<f=", "x>")], true);
+        assert!(accepts(&g, "hi <f=x> and <f=x>"));
+        assert!(accepts(&g, "<<f=x><"), "a partial trigger may end the text");
+        assert!(!accepts(&g, "hi <f=y>"), "the trigger holds its format");
+        assert!(!accepts(&g, "<f="), "a trigger's format is whole");
+        let once = grammar(&[], &[("<f=", "x>")], false);
+        assert!(accepts(&once, "hi <f=x>"));
+        assert!(!accepts(&once, "hi <f=x> more"), "nothing follows the first");
+    }
+
+    /// Text around special tokens: a pattern may name one, which free text then holds only
+    /// as that pattern's start.
+    #[test]
+    fn special_tokens_appear_only_in_patterns() {
+        let mut b = GrammarBuilder::new();
+        let pattern = Literal(vec![Symbol::Token(7), Symbol::Char('c')]);
+        let then = GrammarBuilder::literal(b"!");
+        let text = free_text(&mut b, &[], &[(pattern, then)], true).unwrap();
+        let g = b.finish(vec![text]).unwrap();
+        let token = |id: u32| Symbol::Token(id).bytes();
+        let text_with = |parts: &[&[u8]]| parts.concat();
+        let run = |bytes: &[u8]| g.advance_bytes(&g.start(), bytes).accepts();
+        assert!(run(&text_with(&[b"a", &token(7), b"c!", b"b"])));
+        assert!(run(&text_with(&[&token(7), b"x"])), "the token, then other text");
+        assert!(!run(&text_with(&[&token(8)])), "a token no pattern names");
+        assert!(!run(&text_with(&[&token(7), b"c?"])));
+    }
+
+    #[test]
+    fn other_characters_skip_the_taken_ones_and_the_surrogates() {
+        assert_eq!(other_chars(&[]), [('\0', char::MAX)]);
+        assert_eq!(
+            other_chars(&['\0', 'b', 'c', '\u{D7FF}']),
+            [('\u{1}', 'a'), ('d', '\u{D7FE}'), ('\u{E000}', char::MAX)]
+        );
+        assert_eq!(other_chars(&[char::MAX]), [('\0', before(char::MAX))]);
+    }
+
+    /// Thousands of patterns that begin alike would make a step from every state to each
+    /// pattern's start: refused once the steps outnumber a grammar's elements.
+    #[test]
+    fn too_many_steps_are_refused() {
+        let mut b = GrammarBuilder::new();
+        let patterns: Vec<Literal> = (0..2000u32)
+            .map(|i| Literal::text(&format!("{}{}", char::from_u32(0x4E00 + i).unwrap(), "x".repeat(100))))
+            .collect();
+        assert_eq!(
+            free_text(&mut b, &patterns, &[], true).unwrap_err(),
+            GrammarError::TooLarge(MAX_ELEMENTS)
+        );
+    }
+
+    #[test]
+    fn empty_patterns_are_refused() {
+        let mut b = GrammarBuilder::new();
+        assert!(matches!(
+            free_text(&mut b, &[Literal::default()], &[], true),
+            Err(GrammarError::Structure(_))
+        ));
+    }
+}
