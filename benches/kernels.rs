@@ -35,7 +35,8 @@ fn matmul(c: &mut Criterion) {
 }
 
 /// One gpt-oss-20b expert's gate/up (5760 x 2880) and down (2880 x 2880) projections, with
-/// random codes and scales near 2^0.
+/// random codes and scales near 2^0, for a decode row, a verification window's 8 and a
+/// prefill chunk's share of 32.
 fn mxfp4(c: &mut Criterion) {
     let dev = Device::Cpu;
     for (name, n, k) in [("gate_up 5760x2880", 5760, 2880), ("down 2880x2880", 2880, 2880)] {
@@ -50,7 +51,7 @@ fn mxfp4(c: &mut Criterion) {
         )
         .unwrap();
         let mut g = c.benchmark_group(format!("mxfp4 expert {name}"));
-        for rows in [1, 8] {
+        for rows in [1, 8, 32] {
             let x = Tensor::randn(0f32, 1.0, (rows, k), &dev).unwrap();
             g.bench_with_input(BenchmarkId::from_parameter(rows), &x, |b, x| {
                 b.iter(|| black_box(mxfp4_linear(x, &w).unwrap()))

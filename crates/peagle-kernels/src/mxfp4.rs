@@ -178,8 +178,20 @@ mod tests {
         let dense = x.matmul(&w.dequantize(&Device::Cpu).unwrap().t().unwrap()).unwrap();
         let diff = max_abs_diff(&ours, &dense);
         assert!(diff < 1e-4, "{diff}");
-        let alone = values(&mxfp4_linear(&x.narrow(0, 2, 1).unwrap(), &w).unwrap());
-        assert_eq!(alone, ours.get(2).unwrap().to_vec1::<f32>().unwrap());
+        // Every row alone (in registers) as in batches of 5 and 3 (the buffer's chunks of four,
+        // or two, input rows, and their tails).
+        let three = mxfp4_linear(&x.narrow(0, 1, 3).unwrap(), &w).unwrap();
+        for r in 0..5 {
+            let alone = values(&mxfp4_linear(&x.narrow(0, r, 1).unwrap(), &w).unwrap());
+            assert_eq!(alone, ours.get(r).unwrap().to_vec1::<f32>().unwrap(), "row {r} of 5");
+            if (1..4).contains(&r) {
+                assert_eq!(
+                    alone,
+                    three.get(r - 1).unwrap().to_vec1::<f32>().unwrap(),
+                    "row {r} of 3"
+                );
+            }
+        }
         let picked = w.select_rows(&[3, 0]).dequantize(&Device::Cpu).unwrap();
         let full = w.dequantize(&Device::Cpu).unwrap();
         assert_eq!(
