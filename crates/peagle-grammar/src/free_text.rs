@@ -7,13 +7,27 @@
 //! or go on by a symbol to the next state. A symbol that completes an excluded pattern has no
 //! alternative; one that completes a dispatched pattern goes on into its format, then back
 //! to free text or to the end. Characters that begin no pattern from a state lead back to the
-//! start, all by one element; special tokens appear in the text only where a pattern names
-//! them.
+//! start, all by one element; so do special tokens, where the text may hold them (else they
+//! appear only where a pattern names them).
 
 use crate::error::GrammarError;
-use crate::grammar::{Element, GrammarBuilder, RuleId, Seq, MAX_ELEMENTS};
+use crate::grammar::{ByteSet, Element, GrammarBuilder, RuleId, Seq, MAX_ELEMENTS};
 use crate::structure::{Literal, Symbol};
+use crate::vocabulary::SPECIAL_MARK;
 use std::collections::{BTreeMap, HashMap, VecDeque};
+
+/// Free text as `free_text` makes it.
+pub(crate) struct FreeText<'a> {
+    /// Patterns that never appear in it.
+    pub excludes: &'a [Literal],
+    /// Patterns each followed by its elements.
+    pub dispatch: &'a [(Literal, Seq)],
+    /// After a dispatched pattern's elements, free text again (else nothing more).
+    pub again: bool,
+    /// Whether any special token may appear in it, as a character may (else only as part of
+    /// a pattern).
+    pub any_token: bool,
+}
 
 /// What completing a pattern means.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -31,15 +45,14 @@ struct Node {
     completes: Vec<Completes>,
 }
 
-/// The element matching free text in which no pattern of `excludes` appears and each pattern
-/// of `dispatch` is followed by its elements (then free text again if `again`, else nothing
-/// more). Patterns must not be empty.
-pub(crate) fn free_text(
-    b: &mut GrammarBuilder,
-    excludes: &[Literal],
-    dispatch: &[(Literal, Seq)],
-    again: bool,
-) -> Result<Element, GrammarError> {
+/// The element matching `text`. Patterns must not be empty.
+pub(crate) fn free_text(b: &mut GrammarBuilder, text: &FreeText) -> Result<Element, GrammarError> {
+    let FreeText {
+        excludes,
+        dispatch,
+        again,
+        any_token,
+    } = *text;
     let patterns = excludes.iter().map(|p| (p, Completes::Excluded)).chain(
         dispatch
             .iter()
@@ -57,14 +70,16 @@ pub(crate) fn free_text(
         .iter()
         .map(|(_, seq)| b.unit(seq.clone()))
         .collect::<Result<Vec<Element>, GrammarError>>()?;
-    let mut others: HashMap<Vec<char>, Element> = HashMap::new();
+    let mut other_chars_by_taken: HashMap<Vec<char>, Element> = HashMap::new();
+    let mut other_tokens_by_taken: HashMap<Vec<u32>, Element> = HashMap::new();
     for (state, rule) in rules.iter().enumerate() {
         let Some(rule) = *rule else { continue };
         let mut alternatives: Vec<Seq> = vec![Vec::new()];
-        let mut stepping_chars = Vec::new();
+        let (mut stepping_chars, mut stepping_tokens) = (Vec::new(), Vec::new());
         for (&symbol, &next) in &steps[state] {
-            if let Symbol::Char(c) = symbol {
-                stepping_chars.push(c);
+            match symbol {
+                Symbol::Char(c) => stepping_chars.push(c),
+                Symbol::Token(id) => stepping_tokens.push(id),
             }
             let head = GrammarBuilder::literal(&symbol.bytes());
             if let Some(next_rule) = rules[next] {
@@ -84,15 +99,26 @@ pub(crate) fn free_text(
                 alternatives.push(seq);
             }
         }
-        let other = match others.get(&stepping_chars) {
+        let other = match other_chars_by_taken.get(&stepping_chars) {
             Some(&element) => element,
             None => {
                 let element = b.chars(&other_chars(&stepping_chars))?;
-                others.insert(stepping_chars, element);
+                other_chars_by_taken.insert(stepping_chars, element);
                 element
             }
         };
         alternatives.push(vec![other, start]);
+        if any_token {
+            let other = match other_tokens_by_taken.get(&stepping_tokens) {
+                Some(&element) => element,
+                None => {
+                    let element = other_tokens(b, &stepping_tokens)?;
+                    other_tokens_by_taken.insert(stepping_tokens, element);
+                    element
+                }
+            };
+            alternatives.push(vec![other, start]);
+        }
         b.define(rule, alternatives)?;
     }
     Ok(start)
@@ -187,6 +213,68 @@ fn other_chars(taken: &[char]) -> Vec<(char, char)> {
     ranges
 }
 
+/// Any special token's spelling but those of `taken` (sorted): the mark, then three bytes of
+/// an id outside them.
+fn other_tokens(b: &mut GrammarBuilder, taken: &[u32]) -> Result<Element, GrammarError> {
+    const LAST_ID: u32 = 0xFF_FFFF;
+    let mut ranges = Vec::new();
+    let mut from = 0;
+    for &id in taken {
+        if from < id {
+            ranges.push((from, id - 1));
+        }
+        from = id + 1;
+    }
+    if from <= LAST_ID {
+        ranges.push((from, LAST_ID));
+    }
+    let mark = Element::Bytes(ByteSet::byte(SPECIAL_MARK));
+    let mut alternatives = Vec::new();
+    for (lo, hi) in ranges {
+        let (lo, hi) = (&lo.to_be_bytes()[1..], &hi.to_be_bytes()[1..]);
+        for bytes in byte_ranges(lo, hi) {
+            let mut seq = vec![mark];
+            seq.extend(bytes.into_iter().map(|(l, h)| Element::Bytes(ByteSet::range(l, h))));
+            alternatives.push(seq);
+        }
+    }
+    b.rule(alternatives)
+}
+
+/// The byte strings from `lo` to `hi` (as big-endian numbers of their equal length) as
+/// sequences of byte ranges, one byte range a position: whole ranges in the middle, and the
+/// ends split where they are not.
+fn byte_ranges(lo: &[u8], hi: &[u8]) -> Vec<Vec<(u8, u8)>> {
+    let (Some((&l, lo_rest)), Some((&h, hi_rest))) = (lo.split_first(), hi.split_first()) else {
+        return vec![Vec::new()];
+    };
+    let with =
+        |first: (u8, u8), rests: Vec<Vec<(u8, u8)>>| rests.into_iter().map(move |rest| [vec![first], rest].concat());
+    if l == h {
+        return with((l, l), byte_ranges(lo_rest, hi_rest)).collect();
+    }
+    let (zeros, ones) = (vec![0u8; lo_rest.len()], vec![0xFFu8; hi_rest.len()]);
+    let mut out = Vec::new();
+    let whole_from = match lo_rest == zeros.as_slice() {
+        true => l,
+        false => {
+            out.extend(with((l, l), byte_ranges(lo_rest, &ones)));
+            l + 1
+        }
+    };
+    let whole_to = match hi_rest == ones.as_slice() {
+        true => h,
+        false => h - 1,
+    };
+    if whole_from <= whole_to {
+        out.extend(with((whole_from, whole_to), vec![vec![(0, 0xFF); lo_rest.len()]]));
+    }
+    if hi_rest != ones.as_slice() {
+        out.extend(with((h, h), byte_ranges(&zeros, hi_rest)));
+    }
+    out
+}
+
 fn before(c: char) -> char {
     match c {
         '\u{E000}' => '\u{D7FF}',
@@ -214,7 +302,13 @@ mod tests {
             .iter()
             .map(|(p, then)| (Literal::text(p), GrammarBuilder::literal(then.as_bytes())))
             .collect();
-        let text = free_text(&mut b, &excludes, &dispatch, again).unwrap();
+        let text = FreeText {
+            excludes: &excludes,
+            dispatch: &dispatch,
+            again,
+            any_token: false,
+        };
+        let text = free_text(&mut b, &text).unwrap();
         b.finish(vec![text]).unwrap()
     }
 
@@ -248,22 +342,80 @@ mod tests {
         assert!(!accepts(&once, "hi <f=x> more"), "nothing follows the first");
     }
 
-    /// Text around special tokens: a pattern may name one, which free text then holds only
-    /// as that pattern's start.
+    /// Text around special tokens: a pattern may name one, which free text holds only as
+    /// that pattern's start, or with `any_token` as any other token too, but for an excluded
+    /// one.
     #[test]
-    fn special_tokens_appear_only_in_patterns() {
-        let mut b = GrammarBuilder::new();
-        let pattern = Literal(vec![Symbol::Token(7), Symbol::Char('c')]);
-        let then = GrammarBuilder::literal(b"!");
-        let text = free_text(&mut b, &[], &[(pattern, then)], true).unwrap();
-        let g = b.finish(vec![text]).unwrap();
+    fn special_tokens_appear_in_patterns_or_anywhere() {
         let token = |id: u32| Symbol::Token(id).bytes();
         let text_with = |parts: &[&[u8]]| parts.concat();
-        let run = |bytes: &[u8]| g.advance_bytes(&g.start(), bytes).accepts();
-        assert!(run(&text_with(&[b"a", &token(7), b"c!", b"b"])));
-        assert!(run(&text_with(&[&token(7), b"x"])), "the token, then other text");
-        assert!(!run(&text_with(&[&token(8)])), "a token no pattern names");
-        assert!(!run(&text_with(&[&token(7), b"c?"])));
+        for any_token in [false, true] {
+            let mut b = GrammarBuilder::new();
+            let dispatch = [(
+                Literal(vec![Symbol::Token(7), Symbol::Char('c')]),
+                GrammarBuilder::literal(b"!"),
+            )];
+            let text = FreeText {
+                excludes: &[Literal::token(0x0101)],
+                dispatch: &dispatch,
+                again: true,
+                any_token,
+            };
+            let text = free_text(&mut b, &text).unwrap();
+            let g = b.finish(vec![text]).unwrap();
+            let run = |bytes: &[u8]| g.advance_bytes(&g.start(), bytes).accepts();
+            assert!(run(&text_with(&[b"a", &token(7), b"c!", b"b"])));
+            assert!(run(&text_with(&[&token(7), b"x"])), "the token, then other text");
+            assert!(!run(&text_with(&[&token(7), b"c?"])), "the pattern holds its format");
+            for other in [0, 8, 0x0100, 0x0102, 0xFF_FFFF] {
+                assert_eq!(
+                    run(&text_with(&[b"a", &token(other), b"b"])),
+                    any_token,
+                    "token {other}"
+                );
+            }
+            assert!(!run(&text_with(&[b"a", &token(0x0101)])), "an excluded token");
+        }
+    }
+
+    /// The ranges between two byte strings cover exactly the numbers between them.
+    #[test]
+    fn byte_ranges_cover_the_numbers_between_their_ends() {
+        let number = |b: &[u8]| b.iter().fold(0u32, |n, &x| n << 8 | x as u32);
+        for (lo, hi) in [
+            (0u32, 0xFF_FFFFu32),
+            (5, 0x0100),
+            (0x01FF, 0x0201),
+            (0x00_0100, 0x01_0000),
+            (7, 7),
+            (0x12_34FF, 0x13_0000),
+        ] {
+            let (l, h) = (&lo.to_be_bytes()[1..], &hi.to_be_bytes()[1..]);
+            let ranges = byte_ranges(l, h);
+            let covers = |n: u32| {
+                let bytes = &n.to_be_bytes()[1..];
+                ranges
+                    .iter()
+                    .filter(|r| r.iter().zip(bytes).all(|(&(a, z), &x)| a <= x && x <= z))
+                    .count()
+            };
+            assert_eq!(number(l), lo);
+            for n in [
+                lo.saturating_sub(1),
+                lo,
+                lo + 1,
+                (lo + hi) / 2,
+                hi.max(1) - 1,
+                hi,
+                hi + 1,
+            ]
+            .into_iter()
+            .filter(|&n| n <= 0xFF_FFFF)
+            {
+                let inside = (lo..=hi).contains(&n);
+                assert_eq!(covers(n), inside as usize, "{n:#x} in {lo:#x}..={hi:#x}: {ranges:?}");
+            }
+        }
     }
 
     #[test]
@@ -284,8 +436,14 @@ mod tests {
         let patterns: Vec<Literal> = (0..2000u32)
             .map(|i| Literal::text(&format!("{}{}", char::from_u32(0x4E00 + i).unwrap(), "x".repeat(100))))
             .collect();
+        let text = FreeText {
+            excludes: &patterns,
+            dispatch: &[],
+            again: true,
+            any_token: false,
+        };
         assert_eq!(
-            free_text(&mut b, &patterns, &[], true).unwrap_err(),
+            free_text(&mut b, &text).unwrap_err(),
             GrammarError::TooLarge(MAX_ELEMENTS)
         );
     }
@@ -293,9 +451,12 @@ mod tests {
     #[test]
     fn empty_patterns_are_refused() {
         let mut b = GrammarBuilder::new();
-        assert!(matches!(
-            free_text(&mut b, &[Literal::default()], &[], true),
-            Err(GrammarError::Structure(_))
-        ));
+        let text = FreeText {
+            excludes: &[Literal::default()],
+            dispatch: &[],
+            again: true,
+            any_token: false,
+        };
+        assert!(matches!(free_text(&mut b, &text), Err(GrammarError::Structure(_))));
     }
 }

@@ -8,10 +8,11 @@
 //! `excludes`), `sequence`, `or`, `optional`, `plus`, `star`, `repeat`, `tag`,
 //! `triggered_tags`, `tags_with_separator` and `dispatch`, and `token`, a special token by
 //! id or name, which a tag may also begin or end with. A string that holds a special token's
-//! name (`<|channel|>`) means that token there, as a model writes it. Free text holds special
-//! tokens only as its patterns' parts; the token-level free formats (`any_tokens`,
-//! `exclude_token`, `token_triggered_tags`, `token_dispatch`) and `any_text`'s length limits
-//! are refused, as is `any_order`.
+//! name (`<|channel|>`) means that token there, as a model writes it, and free text may hold
+//! any special token, as xgrammar's text holds a special token's name (harmony's markers
+//! between the messages that triggers start; a stop token ends the answer where it comes).
+//! The token-level free formats (`any_tokens`, `exclude_token`, `token_triggered_tags`,
+//! `token_dispatch`) and `any_text`'s length limits are refused, as is `any_order`.
 
 use crate::error::GrammarError;
 use crate::structure::{Format, Literal, Symbol, Tag};
@@ -122,6 +123,7 @@ impl Reader<'_> {
                     excludes: self.excludes(f, path)?,
                     dispatch: Vec::new(),
                     again: true,
+                    any_token: true,
                 })
             }
             "sequence" => Ok(Format::Sequence(formats("elements")?)),
@@ -189,6 +191,7 @@ impl Reader<'_> {
                     excludes: self.excludes(f, path)?,
                     dispatch,
                     again: flag(f, "loop", true, path)?,
+                    any_token: true,
                 })
             }
             "token" => Ok(Format::Literal(Literal::token(
@@ -196,7 +199,7 @@ impl Reader<'_> {
             ))),
             "any_tokens" | "exclude_token" | "token_triggered_tags" | "token_dispatch" => Err(invalid(
                 path,
-                format!("{kind} is not supported: free text holds special tokens only where a pattern names them"),
+                format!("{kind} is not supported: use any_text, which holds special tokens too, and tags"),
             )),
             "" => Err(invalid(path, "type is required")),
             other => Err(invalid(path, format!("unknown format type {other:?}"))),
@@ -262,6 +265,7 @@ impl Reader<'_> {
                 excludes,
                 dispatch,
                 again: !first_only,
+                any_token: true,
             });
         }
         // A tag first, no text before it.
@@ -274,6 +278,7 @@ impl Reader<'_> {
                     excludes,
                     dispatch,
                     again: true,
+                    any_token: true,
                 },
             ]),
         })
@@ -307,6 +312,7 @@ impl Reader<'_> {
             excludes: Vec::new(),
             dispatch: dispatch_by_trigger(triggers, &tags, "structural_tag")?,
             again: true,
+            any_token: true,
         })
     }
 
@@ -437,17 +443,19 @@ mod tests {
     const CHANNEL: u32 = 1;
     const MESSAGE: u32 = 2;
     const END: u32 = 3;
+    const START: u32 = 6;
 
-    /// Text tokens "a" and "<", then `<|channel|>`, `<|message|>`, `<|end|>` (special), and
-    /// `<|ch` (a special token whose name begins another's).
+    /// Text tokens "a" and "<", then `<|channel|>`, `<|message|>`, `<|end|>`, `<|start|>`
+    /// (special), and `<|ch` (a special token whose name begins another's).
     fn vocab() -> Vocabulary {
         let text = |t: &str| Some(t.as_bytes().to_vec());
-        Vocabulary::new(vec![text("a"), None, None, None, None, text("<")]).with_special_names([
+        Vocabulary::new(vec![text("a"), None, None, None, None, text("<"), None]).with_special_names([
             ("<|channel|>".to_string(), CHANNEL),
             ("<|message|>".to_string(), MESSAGE),
             ("<|end|>".to_string(), END),
             ("<|ch".to_string(), 4),
             ("<".to_string(), 5),
+            ("<|start|>".to_string(), START),
         ])
     }
 
@@ -457,7 +465,12 @@ mod tests {
 
     /// `text` with the special tokens' names spelled as the tokens.
     fn spelled(text: &str) -> Vec<u8> {
-        let names = [("<|channel|>", CHANNEL), ("<|message|>", MESSAGE), ("<|end|>", END)];
+        let names = [
+            ("<|channel|>", CHANNEL),
+            ("<|message|>", MESSAGE),
+            ("<|end|>", END),
+            ("<|start|>", START),
+        ];
         let mut out = Vec::new();
         let mut rest = text;
         while !rest.is_empty() {
@@ -566,6 +579,26 @@ mod tests {
             &g,
             "<|channel|>analysis<|message|>x<|end|>y<|end|><|channel|>final<|message|>1"
         ));
+    }
+
+    /// Free text holds special tokens too, as xgrammar's text holds their names: harmony's
+    /// analysis messages, which a trigger holds to their syntax, between the other messages.
+    #[test]
+    fn free_text_holds_special_tokens_between_triggered_tags() {
+        let g = compile(json!({"type": "structural_tag", "format": {"type": "triggered_tags",
+            "triggers": ["<|channel|>analysis"],
+            "tags": [{"begin": "<|channel|>analysis<|message|>", "content": {"type": "any_text"}, "end": "<|end|>"}]}}))
+        .unwrap();
+        assert!(accepts(
+            &g,
+            "<|channel|>analysis<|message|>a < b<|end|><|start|>assistant<|channel|>final<|message|>ok"
+        ));
+        assert!(accepts(&g, "<|start|>x<|channel|>commentary<|message|>y<|end|>"));
+        assert!(
+            !accepts(&g, "<|channel|>analysis<|start|>"),
+            "the trigger holds its tag"
+        );
+        assert!(!accepts(&g, "<|channel|>analysis<|message|>a"), "the tag is whole");
     }
 
     #[test]

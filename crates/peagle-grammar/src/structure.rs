@@ -7,7 +7,7 @@
 
 use crate::ebnf::ebnf_grammar;
 use crate::error::GrammarError;
-use crate::free_text::free_text;
+use crate::free_text::{free_text, FreeText};
 use crate::grammar::{Grammar, GrammarBuilder, Seq};
 use crate::json_schema::schema_element;
 use crate::regex::{self, Chars};
@@ -96,14 +96,16 @@ pub enum Format {
     /// `begin`, the content, then one of `ends`. Free text at the content's end holds none of
     /// the ends, so the first one closes the tag.
     Tag(Tag),
-    /// Free text (UTF-8 characters; a special token only where a pattern names it) that
-    /// holds none of `excludes`, where a pattern of `dispatch` is followed by its format;
-    /// after that format, free text again if `again`, else the end. The text may end
-    /// anywhere outside a dispatched format. With no patterns, it is any text.
+    /// Free text (UTF-8 characters, and with `any_token` any special token, else a special
+    /// token only where a pattern names it) that holds none of `excludes`, where a pattern of
+    /// `dispatch` is followed by its format; after that format, free text again if `again`,
+    /// else the end. The text may end anywhere outside a dispatched format. With no
+    /// patterns, it is any text.
     FreeText {
         excludes: Vec<Literal>,
         dispatch: Vec<(Literal, Format)>,
         again: bool,
+        any_token: bool,
     },
 }
 
@@ -129,6 +131,7 @@ impl Format {
             excludes: Vec::new(),
             dispatch: Vec::new(),
             again: true,
+            any_token: false,
         }
     }
 
@@ -188,13 +191,20 @@ fn compile(b: &mut GrammarBuilder, format: &Format, ends: &[Literal]) -> Result<
             excludes,
             dispatch,
             again,
+            any_token,
         } => {
             let excludes: Vec<Literal> = excludes.iter().chain(ends).cloned().collect();
             let dispatch = dispatch
                 .iter()
                 .map(|(pattern, f)| Ok((pattern.clone(), compile(b, f, &[])?)))
                 .collect::<Result<Vec<(Literal, Seq)>, GrammarError>>()?;
-            vec![free_text(b, &excludes, &dispatch, *again)?]
+            let text = FreeText {
+                excludes: &excludes,
+                dispatch: &dispatch,
+                again: *again,
+                any_token: *any_token,
+            };
+            vec![free_text(b, &text)?]
         }
     })
 }

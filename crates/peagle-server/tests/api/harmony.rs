@@ -7,6 +7,7 @@
 
 use crate::common::{Options, TestServer};
 use peagle_engine::DraftModel;
+use peagle_grammar::{Constraint, Spec, Vocabulary};
 use peagle_server::answer::Offer;
 use peagle_server::harmony::{self, Channels, ReasoningEffort};
 use peagle_server::protocol::chat::ChatMessage;
@@ -14,6 +15,7 @@ use peagle_server::protocol::tools::{offered_tools, Tool, ToolChoice};
 use peagle_server::{Parsers, ReasoningParser, ServedModel, ToolCallParser};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 const MARKERS: [&str; 7] = [
     "<|start|>",
@@ -521,4 +523,30 @@ async fn structural_tags_name_harmony_tokens() {
     plain["speculative"] = json!(false);
     let plain_body = server.ok("/v1/completions", plain).await;
     assert_eq!(plain_body["choices"][0]["text"], choice["text"]);
+
+    // vLLM's tag for gpt-oss's reasoning: free text, harmony's other markers in it, where the
+    // analysis channel's trigger holds a message to its syntax. Whatever the random model
+    // writes follows it (here `<|start|>` among text).
+    let reasoning = json!({"type": "structural_tag", "format": {"type": "triggered_tags",
+        "triggers": ["<|channel|>analysis"],
+        "tags": [{"begin": "<|channel|>analysis<|message|>", "content": {"type": "any_text"}, "end": "<|end|>"}]}});
+    let request = json!({"prompt": "def count", "temperature": 0, "max_tokens": 40, "response_format": reasoning.clone(),
+                         "logprobs": 0, "return_tokens_as_token_ids": true});
+    let body = server.ok("/v1/completions", request).await;
+    let ids: Vec<u32> = body["choices"][0]["logprobs"]["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap().strip_prefix("token_id:").unwrap().parse().unwrap())
+        .collect();
+    let tokenizer = tokenizers::Tokenizer::from_file(model.path().join("tokenizer.json")).unwrap();
+    let vocab = Arc::new(Vocabulary::from_tokenizer(&tokenizer).unwrap());
+    let constraint = Constraint::new(Spec::StructuralTag(reasoning).compile(&vocab).unwrap(), vocab);
+    let state = ids.iter().fold(constraint.start(), |s, &t| constraint.advance(&s, t));
+    assert!(!state.is_dead(), "{ids:?}");
+    let start = 377 + MARKERS.iter().position(|m| *m == "<|start|>").unwrap() as u32;
+    assert!(
+        ids.contains(&start),
+        "the greedy text holds a marker outside the tags: {ids:?}"
+    );
 }
