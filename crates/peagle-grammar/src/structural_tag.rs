@@ -7,12 +7,15 @@
 //! `const_string`, `json_schema` (style `json`), `grammar`, `regex`, `any_text` (with
 //! `excludes`), `sequence`, `or`, `optional`, `plus`, `star`, `repeat`, `tag`,
 //! `triggered_tags`, `tags_with_separator` and `dispatch`, and `token`, a special token by
-//! id or name, which a tag may also begin or end with. A string that holds a special token's
+//! id or name, which a tag may also begin or end with; and the token-level free formats
+//! `any_tokens`, `token_triggered_tags` and `token_dispatch`, which watch for special tokens
+//! (a text token among their `trigger_tokens` or `exclude_tokens` is refused: text cannot
+//! be told apart by its tokens here). A string that holds a special token's
 //! name (`<|channel|>`) means that token there, as a model writes it, and free text may hold
 //! any special token, as xgrammar's text holds a special token's name (harmony's markers
 //! between the messages that triggers start; a stop token ends the answer where it comes).
-//! The token-level free formats (`any_tokens`, `exclude_token`, `token_triggered_tags`,
-//! `token_dispatch`) and `any_text`'s length limits are refused, as is `any_order`.
+//! `exclude_token` (one token of any text) and the free formats' length limits are refused, as
+//! is `any_order`.
 
 use crate::error::GrammarError;
 use crate::structure::{Format, Literal, Symbol, Tag};
@@ -79,6 +82,23 @@ fn flag(object: &Map<String, Value>, key: &str, default: bool, path: &str) -> Re
     }
 }
 
+/// Whether a free format watches for strings or, its `token_` form, for special tokens (its
+/// text is the same: characters and special tokens).
+#[derive(Clone, Copy)]
+enum Level {
+    Text,
+    Token,
+}
+
+impl Level {
+    fn of(kind: &str) -> Level {
+        match kind.starts_with("token_") || kind == "any_tokens" {
+            true => Level::Token,
+            false => Level::Text,
+        }
+    }
+}
+
 struct Reader<'a> {
     vocab: &'a Vocabulary,
     /// The special tokens' names, longest first.
@@ -113,14 +133,14 @@ impl Reader<'_> {
             "json_schema" => self.json_schema(f, path),
             "grammar" => Ok(Format::Grammar(text("grammar")?.into())),
             "regex" => Ok(Format::Regex(text("pattern")?.into())),
-            "any_text" => {
+            "any_text" | "any_tokens" => {
                 for limit in ["max_tokens", "max_chars"] {
                     if field(f, limit).is_some() {
                         return Err(invalid(&at(limit), "is not supported"));
                     }
                 }
                 Ok(Format::FreeText {
-                    excludes: self.excludes(f, path)?,
+                    excludes: self.excludes(f, path, Level::of(kind))?,
                     dispatch: Vec::new(),
                     again: true,
                     any_token: true,
@@ -149,7 +169,7 @@ impl Reader<'_> {
                 repeat(min, max)
             }
             "tag" => Ok(Format::Tag(self.tag(value, path, depth)?)),
-            "triggered_tags" => self.triggered_tags(f, path, depth),
+            "triggered_tags" | "token_triggered_tags" => self.triggered_tags(f, path, depth, Level::of(kind)),
             "tags_with_separator" => {
                 let tags = self.tags(f, path, depth)?;
                 let separator = self.literal(text("separator")?);
@@ -171,7 +191,8 @@ impl Reader<'_> {
                     },
                 })
             }
-            "dispatch" => {
+            "dispatch" | "token_dispatch" => {
+                let level = Level::of(kind);
                 let rules = array(required(f, "rules", path)?, &at("rules"))?;
                 let dispatch = rules
                     .iter()
@@ -180,7 +201,7 @@ impl Reader<'_> {
                         let here = format!("{path}.rules[{i}]");
                         match rule.as_array().map(Vec::as_slice) {
                             Some([pattern, format]) => Ok((
-                                self.pattern(pattern, &format!("{here}[0]"))?,
+                                self.watched(pattern, &format!("{here}[0]"), level)?,
                                 self.format(format, &format!("{here}[1]"), depth + 1)?,
                             )),
                             _ => Err(invalid(&here, "must be a [pattern, format] pair")),
@@ -188,7 +209,7 @@ impl Reader<'_> {
                     })
                     .collect::<Result<Vec<_>, GrammarError>>()?;
                 Ok(Format::FreeText {
-                    excludes: self.excludes(f, path)?,
+                    excludes: self.excludes(f, path, level)?,
                     dispatch,
                     again: flag(f, "loop", true, path)?,
                     any_token: true,
@@ -197,9 +218,9 @@ impl Reader<'_> {
             "token" => Ok(Format::Literal(Literal::token(
                 self.token(required(f, "token", path)?, &at("token"))?,
             ))),
-            "any_tokens" | "exclude_token" | "token_triggered_tags" | "token_dispatch" => Err(invalid(
+            "exclude_token" => Err(invalid(
                 path,
-                format!("{kind} is not supported: use any_text, which holds special tokens too, and tags"),
+                "exclude_token is not supported: a grammar over text cannot tell one token from several",
             )),
             "" => Err(invalid(path, "type is required")),
             other => Err(invalid(path, format!("unknown format type {other:?}"))),
@@ -250,15 +271,25 @@ impl Reader<'_> {
     }
 
     /// Free text in which each trigger starts one of the tags that begin with it.
-    fn triggered_tags(&self, f: &Map<String, Value>, path: &str, depth: usize) -> Result<Format, GrammarError> {
-        let triggers = array(required(f, "triggers", path)?, &format!("{path}.triggers"))?
+    fn triggered_tags(
+        &self,
+        f: &Map<String, Value>,
+        path: &str,
+        depth: usize,
+        level: Level,
+    ) -> Result<Format, GrammarError> {
+        let key = match level {
+            Level::Text => "triggers",
+            Level::Token => "trigger_tokens",
+        };
+        let triggers = array(required(f, key, path)?, &format!("{path}.{key}"))?
             .iter()
             .enumerate()
-            .map(|(i, t)| self.pattern(t, &format!("{path}.triggers[{i}]")))
+            .map(|(i, t)| self.watched(t, &format!("{path}.{key}[{i}]"), level))
             .collect::<Result<Vec<Literal>, GrammarError>>()?;
         let tags = self.tags(f, path, depth)?;
         let dispatch = dispatch_by_trigger(triggers, &tags, path)?;
-        let excludes = self.excludes(f, path)?;
+        let excludes = self.excludes(f, path, level)?;
         let first_only = flag(f, "stop_after_first", false, path)?;
         if !flag(f, "at_least_one", false, path)? {
             return Ok(Format::FreeText {
@@ -336,17 +367,31 @@ impl Reader<'_> {
         }
     }
 
-    fn excludes(&self, f: &Map<String, Value>, path: &str) -> Result<Vec<Literal>, GrammarError> {
-        let Some(excludes) = field(f, "excludes") else {
+    /// A string free text watches for, or at the token level a special token.
+    fn watched(&self, value: &Value, path: &str, level: Level) -> Result<Literal, GrammarError> {
+        match level {
+            Level::Text => self.pattern(value, path),
+            Level::Token => Ok(Literal::token(self.token(value, path)?)),
+        }
+    }
+
+    /// What free text may not hold: `excludes` (strings), or at the token level
+    /// `exclude_tokens`.
+    fn excludes(&self, f: &Map<String, Value>, path: &str, level: Level) -> Result<Vec<Literal>, GrammarError> {
+        let key = match level {
+            Level::Text => "excludes",
+            Level::Token => "exclude_tokens",
+        };
+        let Some(excludes) = field(f, key) else {
             return Ok(Vec::new());
         };
         let excludes = excludes
             .as_array()
-            .ok_or_else(|| invalid(&format!("{path}.excludes"), "must be an array of strings"))?;
+            .ok_or_else(|| invalid(&format!("{path}.{key}"), "must be an array"))?;
         excludes
             .iter()
             .enumerate()
-            .map(|(i, e)| self.pattern(e, &format!("{path}.excludes[{i}]")))
+            .map(|(i, e)| self.watched(e, &format!("{path}.{key}[{i}]"), level))
             .collect()
     }
 
@@ -601,6 +646,24 @@ mod tests {
         assert!(!accepts(&g, "<|channel|>analysis<|message|>a"), "the tag is whole");
     }
 
+    /// The token-level free formats watch for special tokens.
+    #[test]
+    fn token_level_formats_watch_for_special_tokens() {
+        let triggered = compile(json!({"format": {"type": "token_triggered_tags", "trigger_tokens": ["<|channel|>"],
+            "tags": [{"type": "tag", "begin": {"type": "token", "token": CHANNEL}, "content": {"type": "const_string", "value": "x"},
+                      "end": {"type": "token", "token": "<|end|>"}}],
+            "exclude_tokens": ["<|start|>"]}}))
+        .unwrap();
+        assert!(accepts(&triggered, "a<|channel|>x<|end|>b<|message|>"));
+        assert!(!accepts(&triggered, "a<|channel|>y<|end|>") && !accepts(&triggered, "a<|start|>"));
+        let dispatch = compile(json!({"format": {"type": "token_dispatch", "loop": false,
+            "rules": [["<|message|>", {"type": "const_string", "value": "!"}]]}}))
+        .unwrap();
+        assert!(accepts(&dispatch, "a<|end|><|message|>!") && !accepts(&dispatch, "a<|message|>!b"));
+        let any = compile(json!({"format": {"type": "any_tokens", "exclude_tokens": [END]}})).unwrap();
+        assert!(accepts(&any, "a<|start|>b<|channel|>") && !accepts(&any, "a<|end|>"));
+    }
+
     #[test]
     fn tags_with_separator_and_dispatch() {
         let list = |at_least_one: bool, stop_after_first: bool| {
@@ -651,7 +714,18 @@ mod tests {
             let err = compile(json!({"format": format})).unwrap_err().to_string();
             assert!(err.contains(says), "{err} does not say {says}");
         };
-        refused(json!({"type": "any_tokens"}), "format: any_tokens is not supported");
+        refused(
+            json!({"type": "exclude_token"}),
+            "format: exclude_token is not supported",
+        );
+        refused(
+            json!({"type": "any_tokens", "max_tokens": 3}),
+            "format.max_tokens: is not supported",
+        );
+        refused(
+            json!({"type": "token_dispatch", "rules": [[0, {"type": "const_string", "value": "x"}]]}),
+            "format.rules[0][0]: 0 is no special token",
+        );
         refused(
             json!({"type": "any_text", "max_tokens": 5}),
             "format.max_tokens: is not supported",

@@ -203,8 +203,8 @@ async fn what_cannot_be_compiled_is_a_400_naming_the_field() {
         ),
         (
             "response_format",
-            json!({"type": "structural_tag", "format": {"type": "any_tokens"}}),
-            "format: any_tokens is not supported",
+            json!({"type": "structural_tag", "format": {"type": "exclude_token"}}),
+            "format: exclude_token is not supported",
         ),
         (
             "response_format",
