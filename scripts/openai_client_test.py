@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
 """Drives a running peagle-serve with the official `openai` package: models, completions, chat
-and responses, plain and streamed, n, seeds, stop strings, logprobs, penalties and logit_bias,
-the per-request speculation switch and error statuses. Prints one line per check and exits
-non-zero if any check fails.
+and responses, plain and streamed, structured output (a JSON schema and a structural tag), n,
+seeds, stop strings, logprobs, penalties and logit_bias, the per-request speculation switch
+and error statuses. Prints one line per check and exits non-zero if any check fails.
 
     python3 scripts/openai_client_test.py --base-url http://127.0.0.1:8000/v1 [--api-key KEY]
 """
 
 import argparse
 import json
+import re
 import sys
 import time
 import traceback
@@ -183,6 +184,28 @@ def check_background_responses(client, model):
     assert client.responses.cancel(queued.id).status == "incomplete"
 
 
+def check_structured_output(client, model):
+    def answer(response_format):
+        r = client.chat.completions.create(
+            model=model,
+            messages=[{"role": "user", "content": "Answer as JSON."}],
+            max_tokens=48,
+            temperature=0,
+            response_format=response_format,
+        )
+        assert r.choices[0].finish_reason == "stop", r
+        return r.choices[0].message.content
+
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"],
+              "additionalProperties": False}
+    content = answer({"type": "json_schema", "json_schema": {"name": "answer", "schema": schema, "strict": True}})
+    assert isinstance(json.loads(content)["ok"], bool), content
+    tag = {"type": "structural_tag", "format": {"type": "sequence", "elements": [
+        {"type": "const_string", "value": "x = "}, {"type": "regex", "pattern": "[0-9]{1,3}"}]}}
+    content = answer(tag)
+    assert re.fullmatch(r"x = [0-9]{1,3}", content), content
+
+
 def check_n_and_seed(client, model):
     def run():
         r = client.completions.create(
@@ -280,6 +303,7 @@ CHECKS = [
     check_responses,
     check_stored_responses,
     check_background_responses,
+    check_structured_output,
     check_n_and_seed,
     check_stop,
     check_logprobs,
