@@ -18,7 +18,7 @@
 //! is `any_order`.
 
 use crate::error::GrammarError;
-use crate::structure::{Format, Literal, Symbol, Tag};
+use crate::structure::{Format, Literal, Tag};
 use crate::vocabulary::Vocabulary;
 use serde_json::{Map, Value};
 use std::fmt::Display;
@@ -28,8 +28,7 @@ const MAX_DEPTH: usize = 64;
 
 /// The structure `tag` describes, for a model of `vocab`.
 pub fn structural_tag(tag: &Value, vocab: &Vocabulary) -> Result<Format, GrammarError> {
-    let mut names: Vec<(&str, u32)> = vocab.special_names().iter().map(|(n, id)| (n.as_str(), *id)).collect();
-    names.sort_by_key(|(name, _)| std::cmp::Reverse(name.len()));
+    let names = vocab.special_names().iter().map(|(n, id)| (n.as_str(), *id)).collect();
     let reader = Reader { vocab, names };
     let tag = object(tag, "structural_tag")?;
     if let Some(format) = field(tag, "format") {
@@ -101,7 +100,7 @@ impl Level {
 
 struct Reader<'a> {
     vocab: &'a Vocabulary,
-    /// The special tokens' names, longest first.
+    /// The special tokens' names.
     names: Vec<(&'a str, u32)>,
 }
 
@@ -395,24 +394,9 @@ impl Reader<'_> {
             .collect()
     }
 
-    /// `text`, the special tokens it names (the longest name where several start at a
-    /// character) as those tokens.
+    /// `text`, the special tokens it names as those tokens.
     fn literal(&self, text: &str) -> Literal {
-        let mut symbols = Vec::new();
-        let mut rest = text;
-        while let Some(c) = rest.chars().next() {
-            match self.names.iter().find(|(name, _)| rest.starts_with(name)) {
-                Some((name, id)) => {
-                    symbols.push(Symbol::Token(*id));
-                    rest = &rest[name.len()..];
-                }
-                None => {
-                    symbols.push(Symbol::Char(c));
-                    rest = &rest[c.len_utf8()..];
-                }
-            }
-        }
-        Literal(symbols)
+        Literal::named(text, &self.names)
     }
 
     /// A special token by id or name.
@@ -482,7 +466,6 @@ mod tests {
     use super::*;
     use crate::grammar::Grammar;
     use crate::spec::Spec;
-    use crate::vocabulary::special_token_bytes;
     use serde_json::json;
 
     const CHANNEL: u32 = 1;
@@ -516,22 +499,7 @@ mod tests {
             ("<|end|>", END),
             ("<|start|>", START),
         ];
-        let mut out = Vec::new();
-        let mut rest = text;
-        while !rest.is_empty() {
-            match names.iter().find(|(n, _)| rest.starts_with(n)) {
-                Some((name, id)) => {
-                    out.extend(special_token_bytes(*id));
-                    rest = &rest[name.len()..];
-                }
-                None => {
-                    let c = rest.chars().next().unwrap();
-                    out.extend(c.to_string().bytes());
-                    rest = &rest[c.len_utf8()..];
-                }
-            }
-        }
-        out
+        Literal::named(text, &names).bytes()
     }
 
     fn accepts(g: &Grammar, text: &str) -> bool {

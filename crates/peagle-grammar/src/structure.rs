@@ -44,6 +44,30 @@ impl Literal {
         Self(vec![Symbol::Token(id)])
     }
 
+    /// `text`, the special tokens it holds the `names` of as those tokens (the longest name
+    /// where several start at a character).
+    pub fn named(text: &str, names: &[(&str, u32)]) -> Self {
+        let mut symbols = Vec::new();
+        let mut rest = text;
+        while let Some(c) = rest.chars().next() {
+            let named = names
+                .iter()
+                .filter(|(name, _)| !name.is_empty() && rest.starts_with(name))
+                .max_by_key(|(name, _)| name.len());
+            match named {
+                Some((name, id)) => {
+                    symbols.push(Symbol::Token(*id));
+                    rest = &rest[name.len()..];
+                }
+                None => {
+                    symbols.push(Symbol::Char(c));
+                    rest = &rest[c.len_utf8()..];
+                }
+            }
+        }
+        Self(symbols)
+    }
+
     pub fn bytes(&self) -> Vec<u8> {
         self.0.iter().flat_map(|s| s.bytes()).collect()
     }

@@ -70,8 +70,7 @@ impl Harmony {
 mod tests {
     use super::super::Syntax;
     use super::*;
-    use peagle_grammar::vocabulary::special_token_bytes;
-    use peagle_grammar::{Grammar, Vocabulary};
+    use peagle_grammar::{Grammar, Literal, Vocabulary};
     use serde_json::json;
 
     const START: u32 = 1;
@@ -123,24 +122,14 @@ mod tests {
     /// `text` with `<|start|>`, `<|end|>`, `<|message|>`, `<|channel|>` and `<|constrain|>`
     /// spelled as the special tokens above.
     fn spelled(text: &str) -> Vec<u8> {
-        let mut out = Vec::new();
-        let mut rest = text;
-        while let Some(at) = rest.find("<|") {
-            out.extend(&rest.as_bytes()[..at]);
-            let close = rest[at..].find("|>").unwrap() + at + 2;
-            let id = match &rest[at..close] {
-                "<|start|>" => START,
-                "<|end|>" => END,
-                "<|message|>" => MESSAGE,
-                "<|channel|>" => CHANNEL,
-                "<|constrain|>" => CONSTRAIN,
-                other => panic!("{other}"),
-            };
-            out.extend(special_token_bytes(id));
-            rest = &rest[close..];
-        }
-        out.extend(rest.as_bytes());
-        out
+        let names = [
+            ("<|start|>", START),
+            ("<|end|>", END),
+            ("<|message|>", MESSAGE),
+            ("<|channel|>", CHANNEL),
+            ("<|constrain|>", CONSTRAIN),
+        ];
+        Literal::named(text, &names).bytes()
     }
 
     fn whole(g: &Grammar, text: &str) -> bool {
