@@ -99,29 +99,34 @@ pub(crate) fn free_text(b: &mut GrammarBuilder, text: &FreeText) -> Result<Eleme
                 alternatives.push(seq);
             }
         }
-        let other = match other_chars_by_taken.get(&stepping_chars) {
-            Some(&element) => element,
-            None => {
-                let element = b.chars(&other_chars(&stepping_chars))?;
-                other_chars_by_taken.insert(stepping_chars, element);
-                element
-            }
-        };
+        let other = shared(&mut other_chars_by_taken, stepping_chars, |taken| {
+            b.chars(&other_chars(taken))
+        })?;
         alternatives.push(vec![other, start]);
         if any_token {
-            let other = match other_tokens_by_taken.get(&stepping_tokens) {
-                Some(&element) => element,
-                None => {
-                    let element = other_tokens(b, &stepping_tokens)?;
-                    other_tokens_by_taken.insert(stepping_tokens, element);
-                    element
-                }
-            };
+            let other = shared(&mut other_tokens_by_taken, stepping_tokens, |taken| {
+                other_tokens(b, taken)
+            })?;
             alternatives.push(vec![other, start]);
         }
         b.define(rule, alternatives)?;
     }
     Ok(start)
+}
+
+/// The element `make` builds for `taken`, built once for each set of symbols taken: states
+/// that step on the same ones share it (`made` remembers them).
+fn shared<T: Eq + std::hash::Hash>(
+    made: &mut HashMap<Vec<T>, Element>,
+    taken: Vec<T>,
+    make: impl FnOnce(&[T]) -> Result<Element, GrammarError>,
+) -> Result<Element, GrammarError> {
+    if let Some(&element) = made.get(&taken) {
+        return Ok(element);
+    }
+    let element = make(&taken)?;
+    made.insert(taken, element);
+    Ok(element)
 }
 
 /// The patterns' trie with each node's failure link (the node of its longest proper suffix

@@ -281,11 +281,8 @@ impl Reader<'_> {
             Level::Text => "triggers",
             Level::Token => "trigger_tokens",
         };
-        let triggers = array(required(f, key, path)?, &format!("{path}.{key}"))?
-            .iter()
-            .enumerate()
-            .map(|(i, t)| self.watched(t, &format!("{path}.{key}[{i}]"), level))
-            .collect::<Result<Vec<Literal>, GrammarError>>()?;
+        let triggers = array(required(f, key, path)?, &format!("{path}.{key}"))?;
+        let triggers = self.watched_all(triggers, &format!("{path}.{key}"), level)?;
         let tags = self.tags(f, path, depth)?;
         let dispatch = dispatch_by_trigger(triggers, &tags, path)?;
         let excludes = self.excludes(f, path, level)?;
@@ -333,11 +330,8 @@ impl Reader<'_> {
                 })
             })
             .collect::<Result<Vec<Tag>, GrammarError>>()?;
-        let triggers = array(triggers.unwrap_or(&Value::Null), "triggers")?
-            .iter()
-            .enumerate()
-            .map(|(i, t)| self.pattern(t, &format!("triggers[{i}]")))
-            .collect::<Result<Vec<Literal>, GrammarError>>()?;
+        let triggers = array(triggers.unwrap_or(&Value::Null), "triggers")?;
+        let triggers = self.watched_all(triggers, "triggers", Level::Text)?;
         Ok(Format::FreeText {
             excludes: Vec::new(),
             dispatch: dispatch_by_trigger(triggers, &tags, "structural_tag")?,
@@ -387,10 +381,15 @@ impl Reader<'_> {
         let excludes = excludes
             .as_array()
             .ok_or_else(|| invalid(&format!("{path}.{key}"), "must be an array"))?;
-        excludes
+        self.watched_all(excludes, &format!("{path}.{key}"), level)
+    }
+
+    /// Each of `values` (the array at `path`) as `watched` reads it.
+    fn watched_all(&self, values: &[Value], path: &str, level: Level) -> Result<Vec<Literal>, GrammarError> {
+        values
             .iter()
             .enumerate()
-            .map(|(i, e)| self.watched(e, &format!("{path}.{key}[{i}]"), level))
+            .map(|(i, v)| self.watched(v, &format!("{path}[{i}]"), level))
             .collect()
     }
 
