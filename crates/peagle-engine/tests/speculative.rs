@@ -2,7 +2,6 @@
 //! P-EAGLE and EAGLE-3 at several K, on Llama, Qwen3 and gpt-oss targets, whether drafts are mostly rejected (random drafters) or
 //! mostly accepted (a drafter that always proposes the token the target repeats).
 
-use candle_core::Device;
 use peagle_engine::{
     DraftModel, GenerateParams, Generator, GeneratorOptions, Penalties, SamplingParams, StructuredOutput, TokenBans,
 };
@@ -11,7 +10,7 @@ use peagle_models::{KvCacheDtype, LoadOptions};
 use serde_json::json;
 use std::sync::Arc;
 mod common;
-use common::fixture;
+use common::{constant_drafter, fixture, repeating_prompt};
 use std::path::Path;
 
 fn generator(target: &str, draft: Option<(&Path, usize, bool)>, chunk: usize) -> Generator {
@@ -119,35 +118,6 @@ fn chunked_prefill_fills_the_drafter_cache_too() {
     let drafter = fixture("tiny-llama-peagle");
     let chunked = outputs(&mut generator("tiny-llama", Some((&drafter, 3, true)), 7), &prompts, 16);
     assert_eq!(chunked, plain);
-}
-
-/// tiny-qwen3-eagle3 with `d2t[i] = token - i`: every draft maps to `token`.
-fn constant_drafter(token: i64) -> tempfile::TempDir {
-    let src = fixture("tiny-qwen3-eagle3");
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::copy(src.join("config.json"), dir.path().join("config.json")).unwrap();
-    let bytes = std::fs::read(src.join("model.safetensors")).unwrap();
-    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
-    let d2t: Vec<u8> = (0..384i64).flat_map(|i| (token - i).to_le_bytes()).collect();
-    let mut tensors = st.tensors();
-    tensors.push((
-        "d2t".into(),
-        safetensors::tensor::TensorView::new(safetensors::Dtype::I64, vec![384], &d2t).unwrap(),
-    ));
-    safetensors::serialize_to_file(tensors, None, &dir.path().join("model.safetensors")).unwrap();
-    dir
-}
-
-/// A tiny-qwen3 prompt whose greedy continuation repeats token 203.
-fn repeating_prompt() -> Vec<u32> {
-    let refs =
-        candle_core::safetensors::load(fixture("tiny-qwen3").join("reference.safetensors"), &Device::Cpu).unwrap();
-    refs["p1.input_ids"]
-        .to_vec1::<i64>()
-        .unwrap()
-        .into_iter()
-        .map(|t| t as u32)
-        .collect()
 }
 
 #[test]

@@ -43,3 +43,35 @@ pub fn demo(options: &LoadOptions, draft: Option<DraftModel>) -> Generator {
 pub fn demo_with(options: &LoadOptions, draft: Option<DraftModel>, opts: &GeneratorOptions) -> Generator {
     Generator::from_dir(&repo("models/pystdlib-12l"), draft.as_ref(), options.clone(), opts).unwrap()
 }
+
+/// tiny-qwen3-eagle3 with `d2t[i] = token - i`: every draft maps to `token`.
+pub fn constant_drafter(token: i64) -> tempfile::TempDir {
+    let src = fixture("tiny-qwen3-eagle3");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(src.join("config.json"), dir.path().join("config.json")).unwrap();
+    let bytes = std::fs::read(src.join("model.safetensors")).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let d2t: Vec<u8> = (0..384i64).flat_map(|i| (token - i).to_le_bytes()).collect();
+    let mut tensors = st.tensors();
+    tensors.push((
+        "d2t".into(),
+        safetensors::tensor::TensorView::new(safetensors::Dtype::I64, vec![384], &d2t).unwrap(),
+    ));
+    safetensors::serialize_to_file(tensors, None, &dir.path().join("model.safetensors")).unwrap();
+    dir
+}
+
+/// A tiny-qwen3 prompt whose greedy continuation repeats token 203.
+pub fn repeating_prompt() -> Vec<u32> {
+    let refs = candle_core::safetensors::load(
+        fixture("tiny-qwen3").join("reference.safetensors"),
+        &candle_core::Device::Cpu,
+    )
+    .unwrap();
+    refs["p1.input_ids"]
+        .to_vec1::<i64>()
+        .unwrap()
+        .into_iter()
+        .map(|t| t as u32)
+        .collect()
+}
