@@ -15,6 +15,8 @@ use peagle_engine::{
 };
 use peagle_grammar::{Constraint, Spec, Vocabulary};
 use peagle_models::KvCacheDtype;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -34,16 +36,16 @@ struct Outcome {
     reason: FinishReason,
 }
 
-/// A seeded generator of test cases (a PCG step), so that a failure names a case that reruns.
-struct Cases(u64);
+/// Seeded draws of the test cases, so that a failure names a case that reruns.
+struct Cases(StdRng);
 
 impl Cases {
+    fn new(seed: u64) -> Self {
+        Self(StdRng::seed_from_u64(seed))
+    }
+
     fn below(&mut self, n: u64) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (self.0 >> 33) % n
+        self.0.random_range(0..n)
     }
 
     fn chance(&mut self, percent: u64) -> bool {
@@ -89,7 +91,7 @@ fn grammar(target: &str, spec: Spec) -> StructuredOutput {
 /// `n` requests of `w`, each with a random choice of every option, under one of two salts or
 /// none.
 fn requests(w: &Workload, n: usize, seed: u64) -> Vec<Request> {
-    let mut c = Cases(seed);
+    let mut c = Cases::new(seed);
     let favoured = w.favoured;
     let regex = grammar(w.target, Spec::Regex(w.regex.into()));
     (0..n)
@@ -139,12 +141,20 @@ fn requests(w: &Workload, n: usize, seed: u64) -> Vec<Request> {
             if sampling.bans.allowed.is_none() && c.chance(15) {
                 sampling.structured = Some(regex.clone());
             }
+            let stop_token_ids: Vec<u32> = (0..c.below(3)).map(|_| c.token(favoured)).collect();
+            // Random weights rarely choose one given token: a bias makes some requests end on
+            // end-of-sequence or on a stop token.
+            for end in [EOS].iter().chain(stop_token_ids.first()) {
+                if c.chance(20) {
+                    sampling.penalties.logit_bias.push((*end, 8.0));
+                }
+            }
             let params = GenerateParams {
                 max_tokens: 1 + c.below(24) as usize,
                 sampling,
                 ignore_eos: c.chance(50),
                 min_tokens: c.below(4) as usize,
-                stop_token_ids: (0..c.below(3)).map(|_| c.token(favoured)).collect(),
+                stop_token_ids,
             };
             Request {
                 speculate: c.chance(80),
@@ -312,7 +322,7 @@ fn assert_mixed_batches_match_alone(target: &str, requests: &[Request], setups: 
 
 #[test]
 fn a_mixed_batch_gets_what_each_request_gets_alone() {
-    let mut c = Cases(7);
+    let mut c = Cases::new(7);
     let workload = Workload {
         target: "tiny-llama",
         shared_prefix: (0..40).map(|_| c.token(None)).collect(),

@@ -41,6 +41,9 @@ pub struct Options {
     pub config: ServerConfig,
     pub max_waiting: Option<usize>,
     pub max_num_seqs: Option<usize>,
+    /// Draft K every step, as `--fixed-k`: the speculation policy would turn drafting
+    /// off under a load it measures as faster without.
+    pub fixed_k: bool,
     /// Routes added next to the API's (the panic test's).
     pub extra: Option<Router>,
     /// Another model directory and its drafter, served under the demo's name.
@@ -57,6 +60,7 @@ impl Default for Options {
             config: ServerConfig::default(),
             max_waiting: None,
             max_num_seqs: None,
+            fixed_k: false,
             extra: None,
             target: None,
             parsers: Parsers::default(),
@@ -105,6 +109,7 @@ impl TestServer {
         if let Some(n) = opts.max_num_seqs {
             engine_opts.scheduler.max_num_seqs = n;
         }
+        engine_opts.scheduler.adaptive_k = !opts.fixed_k;
         let (engine, model) = start_engine(MODEL.into(), &engine_opts, None, opts.parsers).unwrap();
         let server = Server::new(engine, model, opts.config).unwrap();
         let routes = match opts.extra {

@@ -11,6 +11,7 @@ mod errors;
 mod hardening;
 mod harmony;
 mod hermes;
+mod mixed_workload;
 mod openapi;
 mod prefix_cache;
 mod responses;
