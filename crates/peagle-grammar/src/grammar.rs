@@ -16,7 +16,7 @@ pub type RuleId = u32;
 pub const MAX_ELEMENTS: usize = 500_000;
 
 /// A set of bytes.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default)]
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug, Default)]
 pub struct ByteSet([u64; 4]);
 
 impl ByteSet {
@@ -157,28 +157,57 @@ impl GrammarBuilder {
     }
 
     /// Any one character in the inclusive `ranges`, as its UTF-8 bytes (surrogates excluded).
+    /// The multi-byte sequences are a trie of byte sets (`byte_trie`), so a parse holds one way
+    /// per distinct first byte set rather than one per sequence: a Unicode class such as `\w`
+    /// is about a thousand sequences.
     pub fn chars(&mut self, ranges: &[(char, char)]) -> Result<Element, GrammarError> {
         let mut ascii = ByteSet::default();
-        let mut wider = Vec::new();
+        let mut wider: Vec<Vec<ByteSet>> = Vec::new();
         for &(lo, hi) in ranges {
             for seq in Utf8Sequences::new(lo, hi) {
                 match seq.as_slice() {
                     [one] => ascii = ascii.union(ByteSet::range(one.start, one.end)),
-                    many => wider.push(
-                        many.iter()
-                            .map(|r| Element::Bytes(ByteSet::range(r.start, r.end)))
-                            .collect(),
-                    ),
+                    many => wider.push(many.iter().map(|r| ByteSet::range(r.start, r.end)).collect()),
                 }
             }
         }
         if wider.is_empty() {
             return Ok(Element::Bytes(ascii));
         }
+        // Sorted, so that sequences with one first set stand together whatever order (or
+        // overlap) the ranges came in; sequences with one lead byte have one length, so no
+        // rest is ever empty.
+        wider.sort_unstable();
+        wider.dedup();
+        let mut alternatives = self.byte_trie(&wider)?;
         if ascii != ByteSet::default() {
-            wider.push(vec![Element::Bytes(ascii)]);
+            alternatives.push(vec![Element::Bytes(ascii)]);
         }
-        self.rule(wider)
+        self.rule(alternatives)
+    }
+
+    /// Alternatives matching exactly the byte set sequences `seqs` (sorted, distinct, each
+    /// non-empty, those with one first set of one length): each run with the same first set
+    /// shares it, and a rule for their rests.
+    fn byte_trie(&mut self, seqs: &[Vec<ByteSet>]) -> Result<Vec<Seq>, GrammarError> {
+        let mut alternatives = Vec::new();
+        let mut from = 0;
+        while from < seqs.len() {
+            let first = seqs[from][0];
+            let to = from + seqs[from..].iter().take_while(|s| s[0] == first).count();
+            let mut alternative = vec![Element::Bytes(first)];
+            let rests: Vec<Vec<ByteSet>> = seqs[from..to].iter().map(|s| s[1..].to_vec()).collect();
+            match &rests[..] {
+                [rest] => alternative.extend(rest.iter().map(|&set| Element::Bytes(set))),
+                _ => {
+                    let rest = self.byte_trie(&rests)?;
+                    alternative.push(self.rule(rest)?);
+                }
+            }
+            alternatives.push(alternative);
+            from = to;
+        }
+        Ok(alternatives)
     }
 
     /// `seq` or nothing.
