@@ -11,7 +11,7 @@
 //! appear only where a pattern names them).
 
 use crate::error::GrammarError;
-use crate::grammar::{ByteSet, Element, GrammarBuilder, RuleId, Seq, MAX_ELEMENTS};
+use crate::grammar::{other_chars, ByteSet, Element, GrammarBuilder, RuleId, Seq, MAX_ELEMENTS};
 use crate::structure::{Literal, Symbol};
 use crate::vocabulary::SPECIAL_MARK;
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -202,22 +202,6 @@ fn steps(nodes: &[Node]) -> Result<Vec<BTreeMap<Symbol, usize>>, GrammarError> {
     Ok(steps)
 }
 
-/// Every character but `taken` (sorted), as inclusive ranges.
-fn other_chars(taken: &[char]) -> Vec<(char, char)> {
-    let mut ranges = Vec::new();
-    let mut from = Some('\0');
-    for &c in taken {
-        if let Some(lo) = from.filter(|&lo| lo < c) {
-            ranges.push((lo, before(c)));
-        }
-        from = after(c);
-    }
-    if let Some(lo) = from {
-        ranges.push((lo, char::MAX));
-    }
-    ranges
-}
-
 /// Any special token's spelling but those of `taken` (sorted): the mark, then three bytes of
 /// an id outside them.
 fn other_tokens(b: &mut GrammarBuilder, taken: &[u32]) -> Result<Element, GrammarError> {
@@ -278,20 +262,6 @@ fn byte_ranges(lo: &[u8], hi: &[u8]) -> Vec<Vec<(u8, u8)>> {
         out.extend(with((h, h), byte_ranges(&zeros, hi_rest)));
     }
     out
-}
-
-fn before(c: char) -> char {
-    match c {
-        '\u{E000}' => '\u{D7FF}',
-        c => char::from_u32(c as u32 - 1).expect("a character below a character, past the surrogates"),
-    }
-}
-
-fn after(c: char) -> Option<char> {
-    match c {
-        '\u{D7FF}' => Some('\u{E000}'),
-        c => char::from_u32(c as u32 + 1),
-    }
 }
 
 #[cfg(test)]
@@ -430,7 +400,7 @@ mod tests {
             other_chars(&['\0', 'b', 'c', '\u{D7FF}']),
             [('\u{1}', 'a'), ('d', '\u{D7FE}'), ('\u{E000}', char::MAX)]
         );
-        assert_eq!(other_chars(&[char::MAX]), [('\0', before(char::MAX))]);
+        assert_eq!(other_chars(&[char::MAX]), [('\0', '\u{10FFFE}')]);
     }
 
     /// Thousands of patterns that begin alike would make a step from every state to each

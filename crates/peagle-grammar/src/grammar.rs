@@ -285,3 +285,35 @@ impl GrammarBuilder {
         Grammar { rules, start }
     }
 }
+
+/// Every character but `taken` (sorted), as inclusive ranges.
+pub(crate) fn other_chars(taken: &[char]) -> Vec<(char, char)> {
+    let mut ranges = Vec::new();
+    let mut from = Some('\0');
+    for &c in taken {
+        if let Some(lo) = from.filter(|&lo| lo < c) {
+            ranges.push((lo, before(c)));
+        }
+        from = after(c);
+    }
+    if let Some(lo) = from {
+        ranges.push((lo, char::MAX));
+    }
+    ranges
+}
+
+/// The character before `c`, past the surrogates.
+fn before(c: char) -> char {
+    match c {
+        '\u{E000}' => '\u{D7FF}',
+        c => char::from_u32(c as u32 - 1).expect("a character below a character, past the surrogates"),
+    }
+}
+
+/// The character after `c`, past the surrogates; none after the last.
+fn after(c: char) -> Option<char> {
+    match c {
+        '\u{D7FF}' => Some('\u{E000}'),
+        c => char::from_u32(c as u32 + 1),
+    }
+}

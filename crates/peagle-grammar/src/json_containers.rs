@@ -4,7 +4,7 @@
 
 use super::{count, err, json_text, JsonCompiler};
 use crate::error::GrammarError;
-use crate::grammar::{Element, GrammarBuilder, Seq};
+use crate::grammar::{other_chars, Element, GrammarBuilder, Seq};
 use serde_json::{Map, Value};
 
 impl JsonCompiler<'_> {
@@ -41,9 +41,16 @@ impl JsonCompiler<'_> {
             members.push((member, required.contains(&name.as_str())));
         }
         // Other members after the listed ones, as one optional "member": the first without
-        // a comma before it.
+        // a comma before it. Their names are none of the listed ones, so that no listed member
+        // comes twice (with a value its schema need not allow).
         if let Some(value) = extra {
-            let key = self.primitive("string")?;
+            let key = match properties.is_empty() {
+                true => self.primitive("string")?,
+                false => {
+                    let listed: Vec<&str> = properties.keys().map(String::as_str).collect();
+                    self.other_name(&listed)?
+                }
+            };
             let member = self.member(vec![key], value)?;
             let comma_member = self.comma(member);
             let more = self.b.star(comma_member)?;
@@ -57,6 +64,75 @@ impl JsonCompiler<'_> {
         seq.extend(body);
         seq.extend(close);
         self.b.unit(seq)
+    }
+
+    /// A member name (a JSON string, quotes included) that is none of `listed`, each of its
+    /// characters spelled one way only, as serde_json writes it (raw; `\"`, `\\` and the short
+    /// escapes; `\u00xx` in lower case for the other control characters), so that no other
+    /// spelling of a listed name gets past: the names as a trie of characters, and any
+    /// character off the trie freeing the rest.
+    fn other_name(&mut self, listed: &[&str]) -> Result<Element, GrammarError> {
+        let mut children: Vec<Vec<(char, usize)>> = vec![Vec::new()];
+        let mut ends = vec![false];
+        for name in listed {
+            let mut node = 0;
+            for c in name.chars() {
+                node = match children[node].iter().find(|child| child.0 == c) {
+                    Some(&(_, child)) => child,
+                    None => {
+                        let child = children.len();
+                        children.push(Vec::new());
+                        ends.push(false);
+                        children[node].push((c, child));
+                        child
+                    }
+                };
+            }
+            ends[node] = true;
+        }
+        let quote = GrammarBuilder::literal(b"\"");
+        let any_char = self.name_char(&[])?;
+        let mut rest = vec![self.b.star(vec![any_char])?];
+        rest.extend(quote.iter().copied());
+        let rest = self.b.unit(rest)?;
+        // A rule per node, children first: they were made after their parents.
+        let mut rules: Vec<Option<Element>> = vec![None; children.len()];
+        for node in (0..children.len()).rev() {
+            let mut alternatives: Vec<Seq> = children[node]
+                .iter()
+                .map(|&(c, child)| {
+                    let mut seq = GrammarBuilder::literal(spelling(c).as_bytes());
+                    seq.extend(rules[child]);
+                    seq
+                })
+                .collect();
+            let taken: Vec<char> = children[node].iter().map(|child| child.0).collect();
+            alternatives.push(vec![self.name_char(&taken)?, rest]);
+            if !ends[node] {
+                alternatives.push(quote.clone());
+            }
+            rules[node] = Some(self.b.rule(alternatives)?);
+        }
+        let mut seq = quote;
+        seq.extend(rules[0]);
+        self.b.unit(seq)
+    }
+
+    /// One character of a member name but those in `except`, spelled as `other_name` says.
+    fn name_char(&mut self, except: &[char]) -> Result<Element, GrammarError> {
+        let escaped: Vec<char> = (0..0x20u8).map(char::from).chain(['"', '\\']).collect();
+        let mut taken: Vec<char> = escaped.iter().chain(except).copied().collect();
+        taken.sort_unstable();
+        taken.dedup();
+        let raw = other_chars(&taken);
+        let spellings: Vec<String> = escaped
+            .into_iter()
+            .filter(|c| !except.contains(c))
+            .map(spelling)
+            .collect();
+        let spellings: Vec<&[u8]> = spellings.iter().map(|s| s.as_bytes()).collect();
+        let alternatives = vec![vec![self.b.chars(&raw)?], vec![self.b.one_of(&spellings)?]];
+        self.b.rule(alternatives)
     }
 
     /// `"key": value` with whitespace around the colon.
@@ -183,4 +259,10 @@ impl JsonCompiler<'_> {
         seq.extend(GrammarBuilder::literal(b"]"));
         Ok(seq)
     }
+}
+
+/// How serde_json writes `c` inside a string.
+fn spelling(c: char) -> String {
+    let quoted = json_text(&Value::String(c.to_string()));
+    quoted[1..quoted.len() - 1].to_string()
 }

@@ -7,14 +7,17 @@
 //! - Objects: `properties` in the order the schema lists them, each required one present,
 //!   optional ones possibly left out; `additionalProperties` false, true or a schema. Left out,
 //!   it allows no other property where `properties` are listed and any where none are (as
-//!   OpenAI's strict mode and xgrammar have it). Other members come after the listed ones,
-//!   and their names are any string: a grammar does not keep them from repeating one.
+//!   OpenAI's strict mode and xgrammar have it). Other members come after the listed ones;
+//!   their names are none of the listed ones (each character spelled as serde_json writes
+//!   it, so no other spelling of one gets past), but a grammar does not keep them from
+//!   repeating each other.
 //! - Arrays: `items`, `prefixItems`, `minItems`, `maxItems`.
 //! - Strings: `minLength`, `maxLength`, `pattern` (matching the whole string), and `format`
 //!   date, time, date-time, uuid, email and ipv4 (other formats are annotations, as JSON
 //!   Schema allows).
 //! - Numbers: any JSON number, integers without fraction or exponent, at most 16 integral
-//!   digits (and 16 decimals), so that a model cannot run on forever in one number. Numbers
+//!   digits (and 16 decimals), so that a model cannot run on forever in one number, and
+//!   positive exponents up to 292, so that every number is a finite double. Numbers
 //!   and integers take `minimum`, `maximum`, `exclusiveMinimum` and `exclusiveMaximum`
 //!   (numbers, or draft 4's booleans); a bounded number is written without an exponent.
 //! - Whitespace between tokens: nothing, a space, or a newline and up to 40 spaces or tabs of
@@ -350,7 +353,7 @@ impl<'a> JsonCompiler<'a> {
             }
             "number" => regex::compile(
                 self.b,
-                r"-?(0|[1-9][0-9]{0,15})(\.[0-9]{1,16})?([eE][-+]?[0-9]{1,3})?",
+                r"-?(0|[1-9][0-9]{0,15})(\.[0-9]{1,16})?([eE](-[0-9]{1,3}|\+?([0-9]{1,2}|1[0-9]{2}|2[0-8][0-9]|29[0-2])))?",
                 Chars::Raw,
             )?,
             "integer" => regex::compile(self.b, r"-?(0|[1-9][0-9]{0,15})", Chars::Raw)?,
@@ -467,21 +470,58 @@ fn json_text(value: &Value) -> String {
 }
 
 /// The pattern of a string `format` the grammar enforces; None for the formats it treats as
-/// annotations.
+/// annotations. Each takes only valid text of its format (RFC 3339's dates and times, RFC
+/// 5321's addresses), a subset where the whole would not fit a bounded pattern: a date's day
+/// exists in its month (29 February in leap years only), a time has no leap second, and an
+/// address has at most two dots in its local part's 64 characters and one to three labels (1
+/// to 63 letters, digits or inner hyphens) before its top-level domain: under 254 in all.
 fn format_pattern(format: &str) -> Option<&'static str> {
-    const DATE: &str = r"[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])";
-    const TIME: &str =
-        r"([01][0-9]|2[0-3]):[0-5][0-9]:([0-5][0-9]|60)(\.[0-9]{1,9})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])";
+    macro_rules! date {
+        () => {
+            concat!(
+                r"([0-9]{4}-((0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01])|(0[469]|11)-(0[1-9]|[12][0-9]|30)",
+                r"|02-(0[1-9]|1[0-9]|2[0-8]))",
+                r"|([0-9]{2}(0[48]|[2468][048]|[13579][26])|(0[48]|[2468][048]|[13579][26])00)-02-29)"
+            )
+        };
+    }
+    macro_rules! time {
+        () => {
+            r"([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,9})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])"
+        };
+    }
+    macro_rules! atom {
+        ($n:literal) => {
+            concat!("[a-zA-Z0-9_%+-]{1,", $n, "}")
+        };
+    }
+    macro_rules! label {
+        () => {
+            r"[a-zA-Z0-9]([a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?\."
+        };
+    }
     match format {
-        "date" => Some(DATE),
-        "time" => Some(TIME),
-        "date-time" => Some(concat!(
-            r"[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])",
-            "T",
-            r"([01][0-9]|2[0-3]):[0-5][0-9]:([0-5][0-9]|60)(\.[0-9]{1,9})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])"
-        )),
+        "date" => Some(date!()),
+        "time" => Some(time!()),
+        "date-time" => Some(concat!(date!(), "T", time!())),
         "uuid" => Some(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"),
-        "email" => Some(r"[a-zA-Z0-9._%+-]{1,64}@[a-zA-Z0-9-]{1,63}(\.[a-zA-Z0-9-]{1,63}){0,8}\.[a-zA-Z]{2,24}"),
+        "email" => Some(concat!(
+            "(",
+            atom!(64),
+            "|",
+            atom!(31),
+            r"\.",
+            atom!(32),
+            "|",
+            atom!(20),
+            r"\.",
+            atom!(20),
+            r"\.",
+            atom!(21),
+            ")@(",
+            label!(),
+            "){1,3}[a-zA-Z]{2,24}"
+        )),
         "ipv4" => {
             Some(r"((25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])\.){3}(25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])")
         }
@@ -495,3 +535,7 @@ mod containers;
 #[cfg(test)]
 #[path = "json_schema_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "json_schema_random_tests.rs"]
+mod random_tests;

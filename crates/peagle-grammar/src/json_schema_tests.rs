@@ -89,8 +89,9 @@ fn schemas_accept_their_instances_and_nothing_else() {
         ),
         (
             json!({"type": "number"}),
-            vec![json!(1.5e300), json!(-2)],
-            vec!["1e1000", "1e"],
+            vec![json!(1.5e200), json!(-2), json!(1e-300)],
+            // Past 10^308, which no f64 holds: a positive exponent stops at 292.
+            vec!["1e1000", "1e", "1.5e300", "1e293"],
         ),
         (
             json!({"type": "object", "additionalProperties": {"type": "boolean"}}),
@@ -101,6 +102,24 @@ fn schemas_accept_their_instances_and_nothing_else() {
             json!({"type": "object", "properties": {"k": {"type": "integer"}}, "additionalProperties": true}),
             vec![json!({"k": 1, "other": [1, {"deep": null}]}), json!({"free": "x"})],
             vec![r#"{"other" 1}"#, r#"{"k": 1 "x": 2}"#, r#"{"k": 1,}"#],
+        ),
+        (
+            // Other members' names are none of the listed ones, however spelled, each
+            // character written one way (as serde_json writes it).
+            json!({"type": "object", "properties": {"a": {"type": "integer"}, "é": {"type": "integer"}},
+                   "additionalProperties": {"type": "boolean"}}),
+            vec![
+                json!({"a": 1, "ab": true, "b": false, "": true}),
+                json!({"é": 2, "é\n\u{1f}\"": true, "e": false}),
+            ],
+            vec![
+                r#"{"a": 1, "a": true}"#,
+                r#"{"a": 1, "\u0061": true}"#,
+                r#"{"é": 1, "\u00e9": true}"#,
+                r#"{"ab": true, "é": true}"#,
+                r#"{"x\u001F": true}"#,
+                r#"{"x\/": true}"#,
+            ],
         ),
         (
             json!({"type": "object", "properties": {
