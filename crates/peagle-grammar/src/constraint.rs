@@ -262,6 +262,49 @@ mod tests {
         );
     }
 
+    /// Random patterns over a random vocabulary (tokens of one to four characters, lone UTF-8
+    /// bytes that split a character, and tokens that are no text): along walks of tokens
+    /// drawn from each mask, every state's mask allows exactly the tokens whose bytes the
+    /// grammar takes from it.
+    #[test]
+    fn random_patterns_allow_exactly_the_tokens_that_fit() {
+        use crate::random_patterns::{Node, ALPHABET};
+        use rand::rngs::StdRng;
+        use rand::seq::IndexedRandom;
+        use rand::{Rng, SeedableRng};
+        let mut r = StdRng::seed_from_u64(20261203);
+        let mut tokens: Vec<Option<Vec<u8>>> = (0..300)
+            .map(|_| {
+                let text: String = (0..r.random_range(1..=4))
+                    .map(|_| *ALPHABET.choose(&mut r).unwrap())
+                    .collect();
+                Some(text.into_bytes())
+            })
+            .collect();
+        tokens.extend([0xC3, 0xA9, 0xE6, 0x97, 0xA5, 0xF0, 0x9D, 0x84, 0x9E].map(|b| Some(vec![b])));
+        tokens.extend([None, None]);
+        let vocab = Arc::new(Vocabulary::new(tokens));
+        let mut steps = 0;
+        for _ in 0..100 {
+            let pattern = Node::draw(&mut r, 3).pattern();
+            let constraint = Constraint::new(Spec::Regex(pattern.clone()).compile(&vocab).unwrap(), vocab.clone());
+            let mut state = constraint.start();
+            for _ in 0..8 {
+                let mask = constraint.allowed(&state);
+                let mut allowed = Vec::new();
+                for t in 0..vocab.len() as u32 {
+                    let fits = !constraint.advance(&state, t).is_dead();
+                    assert_eq!(mask.allows(t), fits, "{pattern:?}, token {t}: {:?}", vocab.bytes(t));
+                    allowed.extend(fits.then_some(t));
+                }
+                steps += 1;
+                let Some(&t) = allowed.choose(&mut r) else { break };
+                state = constraint.advance(&state, t);
+            }
+        }
+        assert!(steps > 200, "{steps} masks checked");
+    }
+
     /// A walk that meets more states than are numbered (one per byte of a 3000-byte token
     /// here) steps through the rest by the parser, with the same answer.
     #[test]

@@ -291,6 +291,85 @@ mod tests {
         g.advance_bytes(&g.start(), text.as_bytes()).accepts()
     }
 
+    /// Whether `text` is free text as `grammar` means it, by brute force: each segment of
+    /// free text (from the start, or from the end of a dispatched pattern's format) is read
+    /// character by character; one that comes to end with an excluded pattern fails, and one
+    /// that comes to end with dispatched patterns must go on with one of their formats.
+    fn reference(text: &[char], from: usize, excludes: &[&str], dispatch: &[(&str, &str)], again: bool) -> bool {
+        let ends_with = |segment: &[char], pattern: &str| {
+            let p: Vec<char> = pattern.chars().collect();
+            segment.ends_with(&p)
+        };
+        for end in from..text.len() {
+            let segment = &text[from..=end];
+            if excludes.iter().any(|e| ends_with(segment, e)) {
+                return false;
+            }
+            let done: Vec<&str> = dispatch
+                .iter()
+                .filter(|(p, _)| ends_with(segment, p))
+                .map(|(_, format)| *format)
+                .collect();
+            if !done.is_empty() {
+                return done.iter().any(|format| {
+                    let format: Vec<char> = format.chars().collect();
+                    let after = end + 1 + format.len();
+                    text[end + 1..].starts_with(&format)
+                        && match again {
+                            true => reference(text, after, excludes, dispatch, again),
+                            false => after == text.len(),
+                        }
+                });
+            }
+        }
+        true
+    }
+
+    /// Random excludes and dispatched patterns over three letters, so that they overlap and
+    /// nest: every text of up to six letters is free text exactly when `reference` says so.
+    #[test]
+    fn random_patterns_watch_text_as_brute_force_does() {
+        use rand::rngs::StdRng;
+        use rand::{Rng, SeedableRng};
+        let mut r = StdRng::seed_from_u64(20261203);
+        let word = |r: &mut StdRng, lengths: std::ops::RangeInclusive<usize>| -> String {
+            (0..r.random_range(lengths))
+                .map(|_| ['a', 'b', 'c'][r.random_range(0..3)])
+                .collect()
+        };
+        let mut texts: Vec<Vec<char>> = vec![Vec::new()];
+        let mut next = 0;
+        while next < texts.len() {
+            if texts[next].len() < 6 {
+                let longer: Vec<Vec<char>> = ['a', 'b', 'c'].map(|c| [&texts[next][..], &[c]].concat()).to_vec();
+                texts.extend(longer);
+            }
+            next += 1;
+        }
+        let mut accepted = 0;
+        for _ in 0..60 {
+            let excludes: Vec<String> = (0..r.random_range(0..=2)).map(|_| word(&mut r, 1..=3)).collect();
+            let dispatch: Vec<(String, String)> = (0..r.random_range(0..=2))
+                .map(|_| (word(&mut r, 1..=3), word(&mut r, 0..=2)))
+                .collect();
+            let again = r.random_bool(0.5);
+            let excludes: Vec<&str> = excludes.iter().map(String::as_str).collect();
+            let dispatch: Vec<(&str, &str)> = dispatch.iter().map(|(p, f)| (p.as_str(), f.as_str())).collect();
+            let g = grammar(&excludes, &dispatch, again);
+            for text in &texts {
+                let s: String = text.iter().collect();
+                let want = reference(text, 0, &excludes, &dispatch, again);
+                assert_eq!(
+                    accepts(&g, &s),
+                    want,
+                    "{s:?} with excludes {excludes:?}, dispatch {dispatch:?}, again {again}"
+                );
+                accepted += want as usize;
+            }
+        }
+        assert!(accepted > 10_000, "{accepted} texts accepted");
+    }
+
     /// Overlapping excludes: "aab" holds "ab", though the text's first "a" began "aa...".
     #[test]
     fn excluded_strings_never_appear() {

@@ -12,6 +12,8 @@ pub mod grammar;
 pub mod int_range;
 pub mod json_schema;
 pub mod number_range;
+#[cfg(test)]
+mod random_patterns;
 pub mod regex;
 pub mod spec;
 pub mod state;
