@@ -9,7 +9,7 @@
 //! end, is refused: left recursion would grow the parse's stacks without end.
 
 use crate::error::GrammarError;
-use crate::grammar::{Element, Grammar, GrammarBuilder, RuleId, Seq};
+use crate::grammar::{complement, Element, Grammar, GrammarBuilder, RuleId, Seq};
 use std::collections::HashMap;
 
 /// The grammar `text` writes.
@@ -328,29 +328,6 @@ fn name_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.'
 }
 
-/// The characters outside `ranges`.
-fn complement(mut ranges: Vec<(char, char)>) -> Vec<(char, char)> {
-    ranges.sort_unstable();
-    let mut out = Vec::new();
-    let mut next = 0u32;
-    for (lo, hi) in ranges {
-        if lo as u32 > next {
-            out.extend(chars_between(next, lo as u32 - 1));
-        }
-        next = next.max(hi as u32 + 1);
-    }
-    out.extend(chars_between(next, char::MAX as u32));
-    out
-}
-
-/// The characters from `lo` to `hi` as a range, the surrogates (no characters) left out at
-/// its ends; None if none are left.
-fn chars_between(lo: u32, hi: u32) -> Option<(char, char)> {
-    let lo = if (0xd800..0xe000).contains(&lo) { 0xe000 } else { lo };
-    let hi = if (0xd800..0xe000).contains(&hi) { 0xd7ff } else { hi };
-    (lo <= hi).then(|| char::from_u32(lo).zip(char::from_u32(hi))).flatten()
-}
-
 /// A rule that reaches itself before reading a byte through a reference with more after it
 /// (which grows the parse's stacks), if any. A rule is nullable when some alternative is all
 /// nullable; rule A reaches B when B is referred to in A before any element that must read a
@@ -446,16 +423,6 @@ mod tests {
         let g = ebnf_grammar(r#"root ::= [^a-c\]] "\u00e9\x41" .{2} "z"{1,2}"#).unwrap();
         assert!(!whole(&g, "]éA日xz") && whole(&g, "déA日xz") && whole(&g, "déAxyzz"));
         assert!(!whole(&g, "béAxyz") && !whole(&g, "déAxyzzz"));
-    }
-
-    #[test]
-    fn a_class_complement_skips_the_surrogates() {
-        assert_eq!(complement(vec![('\0', '\u{d7ff}')]), [('\u{e000}', char::MAX)]);
-        assert_eq!(complement(vec![('\u{e000}', char::MAX)]), [('\0', '\u{d7ff}')]);
-        assert_eq!(
-            complement(vec![('b', 'c'), ('a', 'a')]),
-            [('\0', '`'), ('d', char::MAX)]
-        );
     }
 
     #[test]

@@ -11,7 +11,7 @@
 //! appear only where a pattern names them).
 
 use crate::error::GrammarError;
-use crate::grammar::{other_chars, ByteSet, Element, GrammarBuilder, RuleId, Seq, MAX_ELEMENTS};
+use crate::grammar::{complement, ByteSet, Element, GrammarBuilder, RuleId, Seq, MAX_ELEMENTS};
 use crate::structure::{Literal, Symbol};
 use crate::vocabulary::SPECIAL_MARK;
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -100,7 +100,7 @@ pub(crate) fn free_text(b: &mut GrammarBuilder, text: &FreeText) -> Result<Eleme
             }
         }
         let other = shared(&mut other_chars_by_taken, stepping_chars, |taken| {
-            b.chars(&other_chars(taken))
+            b.chars(&complement(taken.iter().map(|&c| (c, c)).collect()))
         })?;
         alternatives.push(vec![other, start]);
         if any_token {
@@ -470,16 +470,6 @@ mod tests {
                 assert_eq!(covers(n), inside as usize, "{n:#x} in {lo:#x}..={hi:#x}: {ranges:?}");
             }
         }
-    }
-
-    #[test]
-    fn other_characters_skip_the_taken_ones_and_the_surrogates() {
-        assert_eq!(other_chars(&[]), [('\0', char::MAX)]);
-        assert_eq!(
-            other_chars(&['\0', 'b', 'c', '\u{D7FF}']),
-            [('\u{1}', 'a'), ('d', '\u{D7FE}'), ('\u{E000}', char::MAX)]
-        );
-        assert_eq!(other_chars(&[char::MAX]), [('\0', '\u{10FFFE}')]);
     }
 
     /// Thousands of patterns that begin alike would make a step from every state to each

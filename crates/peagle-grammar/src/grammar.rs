@@ -286,34 +286,46 @@ impl GrammarBuilder {
     }
 }
 
-/// Every character but `taken` (sorted), as inclusive ranges.
-pub(crate) fn other_chars(taken: &[char]) -> Vec<(char, char)> {
-    let mut ranges = Vec::new();
-    let mut from = Some('\0');
-    for &c in taken {
-        if let Some(lo) = from.filter(|&lo| lo < c) {
-            ranges.push((lo, before(c)));
+/// The characters outside `ranges`.
+pub(crate) fn complement(mut ranges: Vec<(char, char)>) -> Vec<(char, char)> {
+    ranges.sort_unstable();
+    let mut out = Vec::new();
+    let mut next = 0u32;
+    for (lo, hi) in ranges {
+        if lo as u32 > next {
+            out.extend(chars_between(next, lo as u32 - 1));
         }
-        from = after(c);
+        next = next.max(hi as u32 + 1);
     }
-    if let Some(lo) = from {
-        ranges.push((lo, char::MAX));
-    }
-    ranges
+    out.extend(chars_between(next, char::MAX as u32));
+    out
 }
 
-/// The character before `c`, past the surrogates.
-fn before(c: char) -> char {
-    match c {
-        '\u{E000}' => '\u{D7FF}',
-        c => char::from_u32(c as u32 - 1).expect("a character below a character, past the surrogates"),
-    }
+/// The characters from `lo` to `hi` as a range, the surrogates (no characters) left out at
+/// its ends; None if none are left.
+fn chars_between(lo: u32, hi: u32) -> Option<(char, char)> {
+    let lo = if (0xd800..0xe000).contains(&lo) { 0xe000 } else { lo };
+    let hi = if (0xd800..0xe000).contains(&hi) { 0xd7ff } else { hi };
+    (lo <= hi).then(|| char::from_u32(lo).zip(char::from_u32(hi))).flatten()
 }
 
-/// The character after `c`, past the surrogates; none after the last.
-fn after(c: char) -> Option<char> {
-    match c {
-        '\u{D7FF}' => Some('\u{E000}'),
-        c => char::from_u32(c as u32 + 1),
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_complement_skips_the_surrogates() {
+        assert_eq!(complement(vec![]), [('\0', char::MAX)]);
+        assert_eq!(complement(vec![('\0', '\u{d7ff}')]), [('\u{e000}', char::MAX)]);
+        assert_eq!(complement(vec![('\u{e000}', char::MAX)]), [('\0', '\u{d7ff}')]);
+        assert_eq!(
+            complement(vec![('b', 'c'), ('a', 'a')]),
+            [('\0', '`'), ('d', char::MAX)]
+        );
+        assert_eq!(
+            complement(['\0', 'b', 'c', '\u{D7FF}'].map(|c| (c, c)).to_vec()),
+            [('\u{1}', 'a'), ('d', '\u{D7FE}'), ('\u{E000}', char::MAX)]
+        );
+        assert_eq!(complement(vec![(char::MAX, char::MAX)]), [('\0', '\u{10FFFE}')]);
     }
 }

@@ -4,7 +4,7 @@
 
 use super::{count, err, json_text, JsonCompiler};
 use crate::error::GrammarError;
-use crate::grammar::{other_chars, Element, GrammarBuilder, Seq};
+use crate::grammar::{complement, Element, GrammarBuilder, Seq};
 use serde_json::{Map, Value};
 
 impl JsonCompiler<'_> {
@@ -121,10 +121,7 @@ impl JsonCompiler<'_> {
     /// One character of a member name but those in `except`, spelled as `other_name` says.
     fn name_char(&mut self, except: &[char]) -> Result<Element, GrammarError> {
         let escaped: Vec<char> = (0..0x20u8).map(char::from).chain(['"', '\\']).collect();
-        let mut taken: Vec<char> = escaped.iter().chain(except).copied().collect();
-        taken.sort_unstable();
-        taken.dedup();
-        let raw = other_chars(&taken);
+        let raw = complement(escaped.iter().chain(except).map(|&c| (c, c)).collect());
         let spellings: Vec<String> = escaped
             .into_iter()
             .filter(|c| !except.contains(c))
