@@ -418,6 +418,38 @@ mod tests {
         }
     }
 
+    /// Random patterns written in GBNF (their capture groups as rules of their own), against
+    /// the regex crate on the same patterns: texts drawn to match and their one-character
+    /// mutations are taken exactly when the regex matches them whole.
+    #[test]
+    fn random_grammars_match_what_the_same_regexes_match() {
+        use crate::random_patterns::{mutated, Node};
+        use rand::rngs::StdRng;
+        use rand::SeedableRng;
+        let mut r = StdRng::seed_from_u64(20261203);
+        let (mut grammars, mut matched) = (0, 0);
+        while grammars < 200 {
+            let node = Node::draw(&mut r, 3);
+            let mut rules = Vec::new();
+            let Some(root) = node.gbnf(&mut rules) else { continue };
+            rules.push(format!("root ::= {root}"));
+            let text = rules.join("\n");
+            let g = ebnf_grammar(&text).unwrap_or_else(|e| panic!("{text}: {e}"));
+            let reference = ::regex::Regex::new(&format!("^(?:{})$", node.pattern())).unwrap();
+            for _ in 0..10 {
+                let mut sample = String::new();
+                node.sample(&mut r, &mut sample);
+                for t in [mutated(&mut r, &sample), sample] {
+                    let want = reference.is_match(&t);
+                    assert_eq!(whole(&g, &t), want, "{text} on {t:?}");
+                    matched += want as usize;
+                }
+            }
+            grammars += 1;
+        }
+        assert!(matched > 1000, "{matched} texts matched");
+    }
+
     #[test]
     fn escapes_classes_and_counts() {
         let g = ebnf_grammar(r#"root ::= [^a-c\]] "\u00e9\x41" .{2} "z"{1,2}"#).unwrap();

@@ -1,6 +1,7 @@
 //! Regular expressions drawn at random for tests: a tree that renders as a pattern (Rust's
-//! regex syntax) and draws texts the pattern likely matches, and one-character mutations of
-//! texts, over an alphabet that reaches UTF-8's and case folding's corners.
+//! regex syntax), and where it can as a GBNF grammar of the same language, and draws texts the
+//! pattern likely matches; and one-character mutations of texts, over an alphabet that
+//! reaches UTF-8's and case folding's corners.
 
 use rand::rngs::StdRng;
 use rand::seq::IndexedRandom;
@@ -10,10 +11,12 @@ use rand::Rng;
 pub(crate) enum Node {
     Literal(char),
     /// A bracketed class, `.`, `\d`, `\w` or `\s`: one character of those `ALPHABET` has
-    /// that the regex crate puts in it (`members`), drawn from for texts.
+    /// that the regex crate puts in it (`members`), drawn from for texts. A bracketed one
+    /// keeps its ranges and whether it is negated, for GBNF.
     Class {
         pattern: String,
         members: Vec<char>,
+        bracket: Option<(bool, Vec<(char, char)>)>,
     },
     Concat(Vec<Node>),
     Alternation(Vec<Node>),
@@ -77,24 +80,26 @@ impl Node {
     }
 
     fn class(r: &mut StdRng) -> Node {
-        let pattern = match r.random_range(0..6) {
-            0 => ".".to_string(),
-            1 => r"\d".to_string(),
-            2 => r"\w".to_string(),
-            3 => r"\s".to_string(),
+        let (pattern, bracket) = match r.random_range(0..6) {
+            0 => (".".to_string(), None),
+            1 => (r"\d".to_string(), None),
+            2 => (r"\w".to_string(), None),
+            3 => (r"\s".to_string(), None),
             _ => {
-                let negated = if r.random_bool(0.3) { "^" } else { "" };
-                let items: String = (0..r.random_range(1..=3))
+                let negated = r.random_bool(0.3);
+                let ranges: Vec<(char, char)> = (0..r.random_range(1..=3))
                     .map(|_| {
                         let mut pair = [*ALPHABET.choose(r).unwrap(), *ALPHABET.choose(r).unwrap()];
                         pair.sort();
                         match r.random_bool(0.4) {
-                            true => format!("{}-{}", class_char(pair[0]), class_char(pair[1])),
-                            false => class_char(pair[0]),
+                            true => (pair[0], pair[1]),
+                            false => (pair[0], pair[0]),
                         }
                     })
                     .collect();
-                format!("[{negated}{items}]")
+                let items: String = ranges.iter().map(|&r| class_range(r, class_char)).collect();
+                let pattern = format!("[{}{items}]", if negated { "^" } else { "" });
+                (pattern, Some((negated, ranges)))
             }
         };
         let one = ::regex::Regex::new(&format!("^(?:{pattern})$")).unwrap();
@@ -103,7 +108,47 @@ impl Node {
             .copied()
             .filter(|c| one.is_match(&c.to_string()))
             .collect();
-        Node::Class { pattern, members }
+        Node::Class {
+            pattern,
+            members,
+            bracket,
+        }
+    }
+
+    /// The tree as a GBNF expression, its capture groups as rules of their own (pushed onto
+    /// `rules`, `name ::= body`); None where GBNF has no equal (`.`, which takes a newline in
+    /// GBNF, Perl classes, case folding).
+    pub(crate) fn gbnf(&self, rules: &mut Vec<String>) -> Option<String> {
+        Some(match self {
+            Node::Literal(c) => format!("\"{}\"", gbnf_char(*c)),
+            Node::Class { bracket: None, .. } | Node::CaseInsensitive(_) => return None,
+            Node::Class {
+                bracket: Some((negated, ranges)),
+                ..
+            } => {
+                let items: String = ranges.iter().map(|&r| class_range(r, gbnf_char)).collect();
+                format!("[{}{items}]", if *negated { "^" } else { "" })
+            }
+            Node::Concat(subs) => subs
+                .iter()
+                .map(|s| s.gbnf(rules))
+                .collect::<Option<Vec<_>>>()?
+                .join(" "),
+            Node::Alternation(subs) => {
+                let subs = subs.iter().map(|s| s.gbnf(rules)).collect::<Option<Vec<_>>>()?;
+                format!("({})", subs.join(" | "))
+            }
+            Node::Repetition { sub, min, max, .. } => {
+                format!("({}){}", sub.gbnf(rules)?, counts(*min, *max))
+            }
+            Node::Group { sub, capture: false } => format!("({})", sub.gbnf(rules)?),
+            Node::Group { sub, capture: true } => {
+                let body = sub.gbnf(rules)?;
+                let name = format!("group-{}", rules.len());
+                rules.push(format!("{name} ::= {body}"));
+                name
+            }
+        })
     }
 
     pub(crate) fn pattern(&self) -> String {
@@ -115,15 +160,8 @@ impl Node {
                 format!("(?:{})", subs.iter().map(Node::pattern).collect::<Vec<_>>().join("|"))
             }
             Node::Repetition { sub, min, max, lazy } => {
-                let bounds = match (min, max) {
-                    (0, Some(1)) => "?".to_string(),
-                    (0, None) => "*".to_string(),
-                    (1, None) => "+".to_string(),
-                    (m, Some(n)) if m == n => format!("{{{m}}}"),
-                    (m, None) => format!("{{{m},}}"),
-                    (m, Some(n)) => format!("{{{m},{n}}}"),
-                };
-                format!("(?:{}){bounds}{}", sub.pattern(), if *lazy { "?" } else { "" })
+                let lazy = if *lazy { "?" } else { "" };
+                format!("(?:{}){}{lazy}", sub.pattern(), counts(*min, *max))
             }
             Node::Group { sub, capture: true } => format!("({})", sub.pattern()),
             Node::Group { sub, capture: false } => format!("(?:{})", sub.pattern()),
@@ -158,6 +196,18 @@ impl Node {
     }
 }
 
+/// A repetition's counts, written alike in both syntaxes.
+fn counts(min: u32, max: Option<u32>) -> String {
+    match (min, max) {
+        (0, Some(1)) => "?".to_string(),
+        (0, None) => "*".to_string(),
+        (1, None) => "+".to_string(),
+        (m, Some(n)) if m == n => format!("{{{m}}}"),
+        (m, None) => format!("{{{m},}}"),
+        (m, Some(n)) => format!("{{{m},{n}}}"),
+    }
+}
+
 /// A character as it stands inside a bracketed class.
 fn class_char(c: char) -> String {
     match c {
@@ -165,6 +215,26 @@ fn class_char(c: char) -> String {
         '\t' => r"\t".into(),
         c if "\\^-[]&~".contains(c) => format!("\\{c}"),
         c => c.to_string(),
+    }
+}
+
+/// A character as it stands in a GBNF literal or class: escaped where it would end or open
+/// either, or is a control character or a class's `^`.
+fn gbnf_char(c: char) -> String {
+    match c {
+        '\n' => r"\n".into(),
+        '\t' => r"\t".into(),
+        '"' | '\\' | ']' | '-' => format!("\\{c}"),
+        '^' => r"\x5E".into(),
+        c => c.to_string(),
+    }
+}
+
+/// A class's range `(lo, hi)` with its characters as `spell` writes them.
+fn class_range((lo, hi): (char, char), spell: fn(char) -> String) -> String {
+    match lo == hi {
+        true => spell(lo),
+        false => format!("{}-{}", spell(lo), spell(hi)),
     }
 }
 
