@@ -230,3 +230,64 @@ pub fn split_calls_every_way(
 pub fn call(name: &str, arguments: &str) -> (String, String) {
     (name.to_string(), arguments.to_string())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::thinking::{PromptThinking, ReasoningParser};
+    use rand::rngs::StdRng;
+    use rand::seq::IndexedRandom;
+    use rand::{Rng, SeedableRng};
+
+    /// Random runs of reasoning tags, call blocks and JSON calls (whole, cut or malformed),
+    /// with text between: every template parser, with and without a reasoning parser, splits
+    /// them alike a character at a time, in 4s and whole (`split_every_way`).
+    #[test]
+    fn random_answers_split_alike_however_they_stream() {
+        let pieces = [
+            "<think>",
+            "</think>",
+            "<tool_call>",
+            "</tool_call>",
+            r#"{"name": "get", "arguments": {"a": 1}}"#,
+            r#"{"name": "other", "parameters": {}}"#,
+            r#"{"name": "get", "#,
+            "{",
+            "}",
+            "\"",
+            "; ",
+            "hello",
+            "\n",
+            " ",
+            "<",
+            "</",
+            "é",
+        ];
+        let mut r = StdRng::seed_from_u64(20261203);
+        for _ in 0..1500 {
+            let text: String = (0..r.random_range(0..12))
+                .map(|_| *pieces.choose(&mut r).unwrap())
+                .collect();
+            let parallel = r.random_bool(0.5);
+            let thinking = [
+                None,
+                Some((ReasoningParser::Qwen3, PromptThinking::Neither)),
+                Some((ReasoningParser::Qwen3, PromptThinking::Open)),
+                Some((ReasoningParser::DeepseekR1, PromptThinking::Neither)),
+            ][r.random_range(0..4)];
+            let calls = r.random_range(0..3);
+            let make = || AnswerParser::Template {
+                thinking: thinking.map(|(parser, prompt)| Thinking::new(parser, prompt)),
+                calls: {
+                    let offer = Offer::new(vec!["get".into()], parallel);
+                    match calls {
+                        0 => None,
+                        1 => Some(CallParser::Hermes(Hermes::offering(offer))),
+                        _ => Some(CallParser::Llama3Json(Llama3Json::offering(offer))),
+                    }
+                },
+            };
+            split_every_way(make, &text);
+        }
+    }
+}

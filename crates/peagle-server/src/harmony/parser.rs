@@ -239,6 +239,72 @@ mod tests {
         }
     }
 
+    /// Random runs of harmony's markers, channel and recipient words and text (partial
+    /// markers and non-ASCII characters included), well-formed or not: fed in random pieces,
+    /// the parser reports what it reports for the whole, once its text events are joined; and
+    /// the answer's reasoning, content and calls (`split_every_way`) are the same every way.
+    #[test]
+    fn random_output_parses_alike_in_any_pieces() {
+        use crate::answer::{split_every_way, AnswerParser, Offer};
+        use crate::harmony::Channels;
+        use rand::rngs::StdRng;
+        use rand::seq::IndexedRandom;
+        use rand::{Rng, SeedableRng};
+        let words = [
+            "analysis",
+            "final",
+            "commentary",
+            " to=functions.get",
+            "assistant",
+            " json",
+            "hello",
+            "<|",
+            "|>",
+            "<|end",
+            "|",
+            "<",
+            " ",
+            "\n",
+            "é",
+            "日",
+        ];
+        let joined = |events: Vec<Event>| {
+            let mut out: Vec<Event> = Vec::new();
+            for event in events {
+                match (out.last_mut(), event) {
+                    (_, Event::Text(t)) if t.is_empty() => {}
+                    (Some(Event::Text(last)), Event::Text(t)) => last.push_str(&t),
+                    (_, event) => out.push(event),
+                }
+            }
+            out
+        };
+        let mut r = StdRng::seed_from_u64(20261203);
+        for _ in 0..2000 {
+            let text: String = (0..r.random_range(0..16))
+                .map(|_| match r.random_bool(0.4) {
+                    true => *MARKERS.choose(&mut r).unwrap(),
+                    false => *words.choose(&mut r).unwrap(),
+                })
+                .collect();
+            let whole = joined(parse_in_pieces(&text, text.len().max(1)));
+            let chars: Vec<char> = text.chars().collect();
+            let mut parser = Parser::default();
+            let mut events = Vec::new();
+            let mut at = 0;
+            while at < chars.len() {
+                let end = (at + r.random_range(1..=8)).min(chars.len());
+                events.extend(parser.feed(&chars[at..end].iter().collect::<String>()));
+                at = end;
+            }
+            events.extend(parser.finish());
+            assert_eq!(joined(events), whole, "{text:?}");
+            let parallel = r.random_bool(0.5);
+            let channels = || AnswerParser::Harmony(Channels::offering(Offer::new(vec!["get".into()], parallel)));
+            split_every_way(channels, &text);
+        }
+    }
+
     #[test]
     fn an_unfinished_header_is_not_text() {
         assert!(parse_in_pieces("<|channel|>analysis<|constrain|>", 4).is_empty());
