@@ -108,6 +108,39 @@ mod tests {
         assert_eq!(decode_all(&tokenizer, &cut[..cut.len() - 1]), "x = '");
     }
 
+    /// Random token sequences of the demo's byte-level vocabulary, half of them tokens whose
+    /// text is part of a character (so characters split, and bytes go invalid, at every
+    /// place): the streamed text is the whole decode, but an unfinished last character. (Not
+    /// so for byte fallback, whose whole decode turns a run of byte tokens that is not all
+    /// UTF-8 into a U+FFFD a byte, its whole characters too, which the stream keeps.)
+    #[test]
+    fn random_tokens_stream_as_they_decode_whole() {
+        use rand::rngs::StdRng;
+        use rand::seq::IndexedRandom;
+        use rand::{Rng, SeedableRng};
+        let tokenizer = demo_tokenizer();
+        let vocab = tokenizer.get_vocab_size(false) as u32;
+        let partial: Vec<u32> = (0..vocab)
+            .filter(|&id| tokenizer.decode(&[id], false).unwrap().contains('\u{FFFD}'))
+            .collect();
+        assert!(partial.len() > 100, "{} partial tokens", partial.len());
+        let mut r = StdRng::seed_from_u64(20261203);
+        for _ in 0..500 {
+            let ids: Vec<u32> = (0..r.random_range(1..=20))
+                .map(|_| match r.random_bool(0.5) {
+                    true => *partial.choose(&mut r).unwrap(),
+                    false => r.random_range(0..vocab),
+                })
+                .collect();
+            let whole = tokenizer.decode(&ids, false).unwrap();
+            assert_eq!(
+                decode_all(&tokenizer, &ids),
+                whole.trim_end_matches('\u{FFFD}'),
+                "{ids:?}"
+            );
+        }
+    }
+
     /// A SentencePiece tokenizer as Llama 2's is built: words that start with "▁", and a
     /// decoder that drops the space a decode starts with.
     fn sentencepiece_tokenizer() -> Tokenizer {
