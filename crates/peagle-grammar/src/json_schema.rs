@@ -187,12 +187,24 @@ impl<'a> JsonCompiler<'a> {
                 _ => Vec::new(),
             };
             let typed = |v: &&Value| types.is_empty() || types.iter().any(|t| has_type(v, t));
-            let texts: Vec<String> = values.iter().filter(typed).map(json_text).collect();
-            if texts.is_empty() {
+            let values: Vec<&Value> = values.iter().filter(typed).collect();
+            if values.is_empty() {
                 return Err(err(path, "no value of const or enum has the schema's type"));
             }
+            // Scalars as a trie of their texts; objects and arrays with whitespace between
+            // their tokens, as any other JSON the grammar writes.
+            let (containers, scalars): (Vec<&Value>, Vec<&Value>) =
+                values.into_iter().partition(|v| v.is_object() || v.is_array());
+            let texts: Vec<String> = scalars.into_iter().map(json_text).collect();
             let texts: Vec<&[u8]> = texts.iter().map(|t| t.as_bytes()).collect();
-            return self.b.one_of(&texts);
+            let mut alternatives = Vec::new();
+            if !texts.is_empty() {
+                alternatives.push(vec![self.b.one_of(&texts)?]);
+            }
+            for value in containers {
+                alternatives.push(vec![self.value(value)?]);
+            }
+            return self.b.rule(alternatives);
         }
         match object.get("type") {
             None => self.untyped(object, path),
@@ -394,6 +406,40 @@ impl<'a> JsonCompiler<'a> {
     }
 
     /// `open` then `item`s separated by commas, possibly none, then `close`.
+    /// Exactly `value`, whitespace allowed between its tokens as elsewhere; an object's
+    /// members in its order.
+    fn value(&mut self, value: &Value) -> Result<Element, GrammarError> {
+        let (open, close, items) = match value {
+            Value::Object(members) => {
+                let mut items = Vec::new();
+                for (name, member) in members {
+                    let key = GrammarBuilder::literal(json_text(&Value::String(name.clone())).as_bytes());
+                    let member = self.value(member)?;
+                    items.push(self.member(key, member)?);
+                }
+                (b'{', b'}', items)
+            }
+            Value::Array(elements) => {
+                let items = elements.iter().map(|e| self.value(e)).collect::<Result<_, _>>()?;
+                (b'[', b']', items)
+            }
+            scalar => return self.b.unit(GrammarBuilder::literal(json_text(scalar).as_bytes())),
+        };
+        let mut seq = GrammarBuilder::literal(&[open]);
+        seq.push(self.ws);
+        for (i, &item) in items.iter().enumerate() {
+            match i {
+                0 => seq.push(item),
+                _ => seq.extend(self.comma(item)),
+            }
+        }
+        if !items.is_empty() {
+            seq.push(self.ws);
+        }
+        seq.extend(GrammarBuilder::literal(&[close]));
+        self.b.unit(seq)
+    }
+
     fn bracketed(&mut self, open: u8, item: Element, close: u8) -> Result<Element, GrammarError> {
         let more = self.comma(item);
         let mut some = vec![item, self.b.star(more)?];

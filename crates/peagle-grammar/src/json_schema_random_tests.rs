@@ -1,7 +1,7 @@
 //! The JSON schema compiler against an independent validator (the jsonschema crate, formats
 //! checked), over schemas drawn at random: every text the grammar takes, walked byte by byte at
 //! random, is JSON the schema accepts; and instances drawn from each schema, written as
-//! serde_json writes them (members in the schema's order), are taken.
+//! serde_json writes them (members in the schema's order), compact and pretty, are taken.
 
 use super::*;
 use rand::rngs::StdRng;
@@ -280,8 +280,13 @@ fn random_schemas_take_their_instances_and_only_valid_json() {
         for _ in 0..8 {
             let instance = draw_instance(&schema, &mut r);
             assert!(validator.is_valid(&instance), "drawn {instance} for {schema}");
-            let text = serde_json::to_string(&instance).unwrap();
-            assert!(accepts(&g, text.as_bytes()), "{schema} refuses {text}");
+            for text in [
+                serde_json::to_string(&instance),
+                serde_json::to_string_pretty(&instance),
+            ] {
+                let text = text.unwrap();
+                assert!(accepts(&g, text.as_bytes()), "{schema} refuses {text}");
+            }
         }
         for _ in 0..8 {
             let Some(text) = walk(&g, &mut r, 600) else {

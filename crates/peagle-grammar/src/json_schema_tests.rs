@@ -34,6 +34,16 @@ fn schemas_accept_their_instances_and_nothing_else() {
             vec![r#""blue""#, "4", r#""Red""#],
         ),
         (
+            // Objects and arrays among the values take whitespace as any JSON here does.
+            json!({"enum": [{"a": [1, {}], "b": []}, "x"]}),
+            vec![json!({"a": [1, {}], "b": []}), json!("x")],
+            vec![
+                r#"{"b": [], "a": [1, {}]}"#,
+                r#"{"a": [1, {}]}"#,
+                r#"{"a": [1,{},], "b": []}"#,
+            ],
+        ),
+        (
             json!({"type": ["string", "null"], "enum": ["red", 3, null], "const_beside": 1}),
             vec![json!("red"), json!(null)],
             vec!["3"],
