@@ -1,11 +1,13 @@
-//! Many clients at once, each asking for a random mix of what completions and chat offer:
-//! greedy or seeded sampling with `n` choices, stop strings (kept or not), logprobs with
-//! alternatives, penalties, `min_tokens`, a grammar, speculation off, streamed or not. Under
-//! continuous batching with P-EAGLE's drafts accepted several at a time, every response equals
-//! the same request's non-streamed response alone without speculation: each choice's text,
-//! finish and stop reasons, log-probabilities, and the usage.
+//! Many clients at once, each asking for a random mix of what completions, chat and the
+//! Responses API offer: greedy or seeded sampling with `n` choices, stop strings (kept or not),
+//! logprobs with alternatives, penalties, `min_tokens`, a grammar, speculation off, streamed or
+//! not. Under continuous batching with P-EAGLE's drafts accepted several at a time, every
+//! response equals the same request's non-streamed response alone without speculation: each
+//! choice's (or output item's) text, finish and stop reasons (or status), log-probabilities,
+//! and the usage.
 
 use crate::common::{Options, TestServer, MODEL};
+use crate::responses::{events, items, rebuilt};
 use futures_util::future::join_all;
 use rand::rngs::StdRng;
 use rand::seq::IndexedRandom;
@@ -21,10 +23,11 @@ const PROMPTS: [&str; 6] = [
     "    return self._cache[key]\n\n    def",
 ];
 
-/// One request: its path and body (not streamed).
+/// One request: its path, its body (not streamed), and whether it is streamed under load.
 struct Case {
     path: &'static str,
     body: Value,
+    stream: bool,
 }
 
 fn cases(n: usize) -> Vec<Case> {
@@ -90,16 +93,45 @@ fn cases(n: usize) -> Vec<Case> {
                     false => body["guided_regex"] = json!("[a-z_]+\\((self|x|y|, )*\\):"),
                 }
             }
-            Case {
-                path: if chat {
-                    "/v1/chat/completions"
-                } else {
-                    "/v1/completions"
+            let stream = c.random_bool(0.5);
+            match (chat, c.random_bool(0.5)) {
+                (true, true) => Case {
+                    path: "/v1/responses",
+                    body: as_response(body),
+                    stream,
                 },
-                body,
+                (true, false) => Case {
+                    path: "/v1/chat/completions",
+                    body,
+                    stream,
+                },
+                (false, _) => Case {
+                    path: "/v1/completions",
+                    body,
+                    stream,
+                },
             }
         })
         .collect()
+}
+
+/// A chat request as the Responses API asks it: its message as `input`, its fields by
+/// their names there (one answer: no `n`).
+fn as_response(chat: Value) -> Value {
+    let mut body = chat;
+    let fields = body.as_object_mut().unwrap();
+    let input = fields.remove("messages").unwrap()[0]["content"].clone();
+    fields.insert("input".into(), input);
+    let max = fields.remove("max_tokens").unwrap();
+    fields.insert("max_output_tokens".into(), max);
+    fields.remove("n");
+    if fields.remove("logprobs").is_some() {
+        fields.insert("include".into(), json!(["message.output_text.logprobs"]));
+    }
+    if let Some(format) = fields.remove("response_format") {
+        fields.insert("text".into(), json!({ "format": format }));
+    }
+    body
 }
 
 /// What a response says of each choice, in index order, and its token counts: the same
@@ -135,8 +167,32 @@ fn chat_logprobs(logprobs: &Value) -> Vec<Value> {
     logprobs["content"].as_array().cloned().unwrap_or_default()
 }
 
+/// The outcome of a Responses API response: its status (as a finish reason) and each output
+/// item (its kind and text, a message's logprobs) as a choice.
+fn response_outcome(response: &Value) -> Outcome {
+    let status = Choice {
+        finish_reason: response["status"].clone(),
+        stop_reason: response["incomplete_details"].clone(),
+        ..Default::default()
+    };
+    let output = items(response).into_iter().zip(response["output"].as_array().unwrap());
+    let choices = output.map(|((kind, text), item)| Choice {
+        text: format!("{kind}: {text}"),
+        logprobs: item["content"][0]["logprobs"].as_array().cloned().unwrap_or_default(),
+        ..Default::default()
+    });
+    Outcome {
+        choices: std::iter::once(status).chain(choices).collect(),
+        prompt_tokens: response["usage"]["input_tokens"].clone(),
+        completion_tokens: response["usage"]["output_tokens"].clone(),
+    }
+}
+
 /// The outcome of a non-streamed response.
 fn whole(body: &Value) -> Outcome {
+    if body["object"] == "response" {
+        return response_outcome(body);
+    }
     let chat = body["object"] == "chat.completion";
     let choices = body["choices"].as_array().unwrap();
     for (i, choice) in choices.iter().enumerate() {
@@ -217,14 +273,24 @@ async fn a_mixed_load_gets_what_each_request_gets_alone() {
     assert!(finishes.contains(&&json!("stop")) && finishes.contains(&&json!("length")));
     assert!(alone.iter().flat_map(|o| &o.choices).any(|c| c.stop_reason.is_string()));
     assert!(alone.iter().flat_map(|o| &o.choices).any(|c| !c.logprobs.is_empty()));
-    assert!(alone.iter().any(|o| o.choices.len() > 1));
+    let chosen = |(case, outcome): (&Case, &Outcome)| case.path != "/v1/responses" && outcome.choices.len() > 1;
+    assert!(cases.iter().zip(&alone).any(chosen), "no request had n > 1");
+    assert!(cases.iter().any(|c| c.path == "/v1/responses"));
 
     let accepted_before = server.metric("peagle:spec_decode_num_accepted_tokens_total").await;
-    let together = join_all(cases.iter().enumerate().map(|(i, case)| {
+    let together = join_all(cases.iter().map(|case| {
         let server = &server;
         async move {
             let n = case.body["n"].as_u64().unwrap_or(1) as usize;
-            match i % 2 == 0 {
+            match case.stream {
+                true if case.path == "/v1/responses" => {
+                    let mut body = case.body.clone();
+                    body["stream"] = json!(true);
+                    let events = events(server, body).await;
+                    let last = events.iter().rev().find(|e| e.get("response").is_some()).unwrap();
+                    assert_eq!(rebuilt(&events), items(&last["response"]), "{}", case.body);
+                    response_outcome(&last["response"])
+                }
                 true => {
                     let mut body = case.body.clone();
                     body["stream"] = json!(true);
@@ -237,7 +303,11 @@ async fn a_mixed_load_gets_what_each_request_gets_alone() {
     }))
     .await;
     for (i, (got, want)) in together.iter().zip(&alone).enumerate() {
-        assert_eq!(got, want, "request {i} (streamed: {}): {}", i % 2 == 0, cases[i].body);
+        assert_eq!(
+            got, want,
+            "request {i} (streamed: {}): {}",
+            cases[i].stream, cases[i].body
+        );
     }
     let accepted = server.metric("peagle:spec_decode_num_accepted_tokens_total").await - accepted_before;
     assert!(accepted > 0.0, "no draft was accepted under load");
