@@ -128,7 +128,12 @@ impl JsonCompiler<'_> {
             .map(spelling)
             .collect();
         let spellings: Vec<&[u8]> = spellings.iter().map(|s| s.as_bytes()).collect();
-        let alternatives = vec![vec![self.b.chars(&raw)?], vec![self.b.one_of(&spellings)?]];
+        let mut alternatives = vec![vec![self.b.chars(&raw)?]];
+        // `one_of` of nothing would match the empty text: where names take every escaped
+        // character here, there is no escaped alternative.
+        if !spellings.is_empty() {
+            alternatives.push(vec![self.b.one_of(&spellings)?]);
+        }
         self.b.rule(alternatives)
     }
 

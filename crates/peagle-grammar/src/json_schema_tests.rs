@@ -252,3 +252,16 @@ fn unsupported_and_invalid_schemas_are_refused_with_their_place() {
         GrammarError::Regex(_)
     ));
 }
+
+/// Listed names that begin with every character a name escapes leave other names no escaped
+/// first character, and still no empty one: a listed name cannot come twice.
+#[test]
+fn other_names_stay_other_when_listed_ones_take_every_escape() {
+    let escaped = (0..0x20u8).map(char::from).chain(['"', '\\']);
+    let properties: Map<String, Value> = escaped.map(|c| (c.to_string(), json!({"type": "integer"}))).collect();
+    let schema = json!({"type": "object", "properties": properties, "additionalProperties": {"type": "boolean"}});
+    let g = schema_grammar(&schema, None).unwrap();
+    assert!(accepts(&g, r#"{"\u0000": 1, "x": true, "\u0000x": true, "": false}"#));
+    assert!(!accepts(&g, r#"{"\u0000": 1, "\u0000": true}"#));
+    assert!(!accepts(&g, r#"{"\"": 1, "\"": true}"#));
+}
