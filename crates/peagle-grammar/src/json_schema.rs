@@ -24,7 +24,8 @@
 //!   indentation (unless the request gives its own pattern).
 //!
 //! Keywords that assert what the grammar cannot (`multipleOf`, `uniqueItems`, `not`, ...)
-//! are refused with the keyword named; keywords unknown to JSON Schema are ignored, as the
+//! are refused with the keyword named, unless their value asserts nothing
+//! (`uniqueItems: false`, `minProperties: 0`, empty `patternProperties`, ...); keywords unknown to JSON Schema are ignored, as the
 //! specification says.
 
 use crate::bounds::{highest_integer, lowest_integer, numeric_bounds, BOUNDS};
@@ -141,7 +142,8 @@ impl<'a> JsonCompiler<'a> {
             Value::Object(object) => object,
             _ => return Err(err(path, "a schema must be an object or a boolean")),
         };
-        if let Some(keyword) = UNSUPPORTED.iter().find(|k| object.contains_key(**k)) {
+        let asserts = |k: &&&str| object.get(**k).is_some_and(|v| !asserts_nothing(k, v));
+        if let Some(keyword) = UNSUPPORTED.iter().find(asserts) {
             return Err(GrammarError::SchemaKeyword {
                 path: path.to_string(),
                 keyword: keyword.to_string(),
@@ -448,6 +450,23 @@ impl<'a> JsonCompiler<'a> {
         seq.extend([self.ws, self.b.optional(some)?]);
         seq.extend(GrammarBuilder::literal(&[close]));
         self.b.unit(seq)
+    }
+}
+
+/// Whether an unsupported keyword's value asserts nothing, as generators write them where a
+/// constraint is off (`uniqueItems: false`, `minProperties: 0`, no patterns): such a schema
+/// is taken.
+fn asserts_nothing(keyword: &str, value: &Value) -> bool {
+    match keyword {
+        "uniqueItems" => value == &Value::Bool(false),
+        "minProperties" | "minContains" => value.as_u64() == Some(0),
+        "patternProperties" | "dependentRequired" | "dependentSchemas" | "dependencies" => {
+            value.as_object().is_some_and(Map::is_empty)
+        }
+        "propertyNames" | "unevaluatedProperties" | "unevaluatedItems" => {
+            value == &Value::Bool(true) || value.as_object().is_some_and(Map::is_empty)
+        }
+        _ => false,
     }
 }
 

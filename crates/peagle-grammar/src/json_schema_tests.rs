@@ -198,6 +198,25 @@ fn unsupported_and_invalid_schemas_are_refused_with_their_place() {
             keyword: "multipleOf".into()
         }
     );
+    // The same keywords where they assert nothing are taken; where they assert, refused.
+    let off = json!({"type": "object", "properties": {"s": {"type": "array", "uniqueItems": false}},
+                     "minProperties": 0, "patternProperties": {}, "propertyNames": true});
+    assert!(accepts(&schema_grammar(&off, None).unwrap(), r#"{"s": [1, 1]}"#));
+    for (keyword, value) in [
+        ("uniqueItems", json!(true)),
+        ("minProperties", json!(1)),
+        ("patternProperties", json!({"^x": {}})),
+    ] {
+        let mut schema = json!({"type": "object"});
+        schema[keyword] = value;
+        assert_eq!(
+            refused(schema),
+            GrammarError::SchemaKeyword {
+                path: "#".into(),
+                keyword: keyword.into()
+            }
+        );
+    }
     assert!(matches!(
         refused(json!({"type": "number", "minimum": 1, "exclusiveMaximum": 1})),
         GrammarError::Schema { .. }
