@@ -151,6 +151,18 @@ impl Node {
         })
     }
 
+    /// `n` texts drawn to match, each followed by a one-character mutation of it.
+    pub(crate) fn texts(&self, r: &mut StdRng, n: usize) -> Vec<String> {
+        let mut texts = Vec::with_capacity(2 * n);
+        for _ in 0..n {
+            let mut text = String::new();
+            self.sample(r, &mut text);
+            texts.push(mutated(r, &text));
+            texts.push(text);
+        }
+        texts
+    }
+
     pub(crate) fn pattern(&self) -> String {
         match self {
             Node::Literal(c) => regex_syntax::escape(&c.to_string()),
@@ -239,7 +251,7 @@ fn class_range((lo, hi): (char, char), spell: fn(char) -> String) -> String {
 }
 
 /// `text` with one character inserted, removed or replaced at random.
-pub(crate) fn mutated(r: &mut StdRng, text: &str) -> String {
+fn mutated(r: &mut StdRng, text: &str) -> String {
     let mut chars: Vec<char> = text.chars().collect();
     let at = r.random_range(0..=chars.len());
     let other = *ALPHABET.choose(r).unwrap();
