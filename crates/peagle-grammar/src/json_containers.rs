@@ -34,11 +34,7 @@ impl JsonCompiler<'_> {
         let mut members = Vec::new();
         for (name, schema) in properties {
             let value = self.schema(schema, &format!("{path}/properties/{name}"))?;
-            let member = self.member(
-                GrammarBuilder::literal(json_text(&Value::String(name.clone())).as_bytes()),
-                value,
-            )?;
-            members.push((member, required.contains(&name.as_str())));
+            members.push((self.named_member(name, value)?, required.contains(&name.as_str())));
         }
         // Other members after the listed ones, as one optional "member": the first without
         // a comma before it. Their names are none of the listed ones, so that no listed member
@@ -56,14 +52,43 @@ impl JsonCompiler<'_> {
             let more = self.b.star(comma_member)?;
             members.push((self.b.unit(vec![member, more])?, false));
         }
-        let open = GrammarBuilder::literal(b"{");
-        let close = GrammarBuilder::literal(b"}");
-        let body = self.members(&members)?;
-        let mut seq = open;
+        self.braced(&members)
+    }
+
+    /// Exactly `value`, whitespace allowed between its tokens as elsewhere; an object's
+    /// members in its order.
+    pub(super) fn value(&mut self, value: &Value) -> Result<Element, GrammarError> {
+        match value {
+            Value::Object(members) => {
+                let mut all = Vec::new();
+                for (name, member) in members {
+                    let member = self.value(member)?;
+                    all.push((self.named_member(name, member)?, true));
+                }
+                self.braced(&all)
+            }
+            Value::Array(elements) => {
+                let items = elements.iter().map(|e| self.value(e)).collect::<Result<Vec<_>, _>>()?;
+                let seq = self.items(&items, None)?;
+                self.b.unit(seq)
+            }
+            scalar => self.b.unit(GrammarBuilder::literal(json_text(scalar).as_bytes())),
+        }
+    }
+
+    /// `{ members }` (`members` as `members` takes them).
+    fn braced(&mut self, members: &[(Element, bool)]) -> Result<Element, GrammarError> {
+        let mut seq = GrammarBuilder::literal(b"{");
         seq.push(self.ws);
-        seq.extend(body);
-        seq.extend(close);
+        seq.extend(self.members(members)?);
+        seq.extend(GrammarBuilder::literal(b"}"));
         self.b.unit(seq)
+    }
+
+    /// The member `name` (its JSON text) with `value`.
+    fn named_member(&mut self, name: &str, value: Element) -> Result<Element, GrammarError> {
+        let key = GrammarBuilder::literal(json_text(&Value::String(name.to_string())).as_bytes());
+        self.member(key, value)
     }
 
     /// A member name (a JSON string, quotes included) that is none of `listed`, each of its

@@ -408,40 +408,6 @@ impl<'a> JsonCompiler<'a> {
     }
 
     /// `open` then `item`s separated by commas, possibly none, then `close`.
-    /// Exactly `value`, whitespace allowed between its tokens as elsewhere; an object's
-    /// members in its order.
-    fn value(&mut self, value: &Value) -> Result<Element, GrammarError> {
-        let (open, close, items) = match value {
-            Value::Object(members) => {
-                let mut items = Vec::new();
-                for (name, member) in members {
-                    let key = GrammarBuilder::literal(json_text(&Value::String(name.clone())).as_bytes());
-                    let member = self.value(member)?;
-                    items.push(self.member(key, member)?);
-                }
-                (b'{', b'}', items)
-            }
-            Value::Array(elements) => {
-                let items = elements.iter().map(|e| self.value(e)).collect::<Result<_, _>>()?;
-                (b'[', b']', items)
-            }
-            scalar => return self.b.unit(GrammarBuilder::literal(json_text(scalar).as_bytes())),
-        };
-        let mut seq = GrammarBuilder::literal(&[open]);
-        seq.push(self.ws);
-        for (i, &item) in items.iter().enumerate() {
-            match i {
-                0 => seq.push(item),
-                _ => seq.extend(self.comma(item)),
-            }
-        }
-        if !items.is_empty() {
-            seq.push(self.ws);
-        }
-        seq.extend(GrammarBuilder::literal(&[close]));
-        self.b.unit(seq)
-    }
-
     fn bracketed(&mut self, open: u8, item: Element, close: u8) -> Result<Element, GrammarError> {
         let more = self.comma(item);
         let mut some = vec![item, self.b.star(more)?];
