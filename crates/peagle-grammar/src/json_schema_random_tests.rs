@@ -101,21 +101,10 @@ fn draw_bounds(r: &mut StdRng, t: &str, marks: &[f64]) -> Value {
         "integer" => json!(marks[i] as i64),
         _ => json!(marks[i]),
     };
-    if r.random_bool(0.6) {
-        let key = if r.random_bool(0.3) {
-            "exclusiveMinimum"
-        } else {
-            "minimum"
-        };
-        schema[key] = mark(lo);
-    }
-    if r.random_bool(0.6) {
-        let key = if r.random_bool(0.3) {
-            "exclusiveMaximum"
-        } else {
-            "maximum"
-        };
-        schema[key] = mark(hi);
+    for (at, inclusive, exclusive) in [(lo, "minimum", "exclusiveMinimum"), (hi, "maximum", "exclusiveMaximum")] {
+        if r.random_bool(0.6) {
+            schema[if r.random_bool(0.3) { exclusive } else { inclusive }] = mark(at);
+        }
     }
     schema
 }
