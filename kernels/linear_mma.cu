@@ -36,74 +36,7 @@
 // their own, which is then scaled by the step's weight rows' scales and added to the sum in
 // f32 (a step lies in one block). The chain still depends on K alone. No staged form: from 64
 // rows the wide one serves, at about the staged one's time for bf16.
-#include "common.cuh"
-#include "mma.cuh"
-
-#define MMA_WARPS 8
-#define MMA_STEP 32
-
-// 16 bytes of `row` from element k, or zeros for a row past the matrix.
-__device__ __forceinline__ uint4 load16(const __nv_bfloat16* base, int row, int rows, int K, int k) {
-    if (row >= rows) return make_uint4(0, 0, 0, 0);
-    return *reinterpret_cast<const uint4*>(base + (size_t)row * K + k);
-}
-
-// A weight type of the mma kernels: how a lane loads its 8 elements of a step (`Loaded`,
-// zeros for a row past the matrix) and turns them into the step's bf16 operand, and whether a
-// step's products are scaled by their block's scale.
-struct Bf16Weights {
-    using Element = __nv_bfloat16;
-    using Loaded = uint4;
-    static constexpr bool SCALED = false;
-    static __device__ __forceinline__ uint4 load(const __nv_bfloat16* base, int row, int rows, int K, int k) {
-        return load16(base, row, rows, K, k);
-    }
-    static __device__ __forceinline__ uint4 operand(const uint4& loaded) { return loaded; }
-};
-
-// Eight e4m3 values (a lane's of a step, in memory order) as bf16 pairs in order, exactly:
-// each code's sign goes to bit 15 of its half and its seven magnitude bits (eeeemmm) to bits
-// 13..7 down, which reads as 2^-120 times its value (a normal's 2^(e - 127) (1 + m / 8), a
-// subnormal's 2^-126 m / 8, against e4m3's 2^(e - 7) (1 + m / 8) and 2^-6 m / 8); then times
-// 2^120, exact in bf16. e4m3's NaN codes, which no checkpoint holds, read as +-480.
-__device__ __forceinline__ uint4 e4m3_bf16x8(const uint2& codes) {
-    const __nv_bfloat162 unbias = bf16_pair(0x7B807B80u);  // 2^120, twice
-    const uint32_t words[2] = {codes.x, codes.y};
-    uint32_t pairs[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const uint32_t word = words[i / 2] >> (16 * (i % 2));
-        const uint32_t spread = (word & 0xFFu) | (word & 0xFF00u) << 8;  // codes 2i, 2i + 1 in the halves
-        const uint32_t bits = (spread & 0x00800080u) << 8 | (spread & 0x007F007Fu) << 4;
-        pairs[i] = bf16_pair_bits(__hmul2(bf16_pair(bits), unbias));
-    }
-    return make_uint4(pairs[0], pairs[1], pairs[2], pairs[3]);
-}
-
-struct Fp8Weights {
-    using Element = __nv_fp8_e4m3;
-    using Loaded = uint2;
-    static constexpr bool SCALED = true;
-    static __device__ __forceinline__ uint2 load(const __nv_fp8_e4m3* base, int row, int rows, int K, int k) {
-        if (row >= rows) return make_uint2(0, 0);
-        return *reinterpret_cast<const uint2*>(base + (size_t)row * K + k);
-    }
-    static __device__ __forceinline__ uint4 operand(const uint2& loaded) { return e4m3_bf16x8(loaded); }
-};
-
-// An element's sum with the bias of weight row `n` (none where `bias` is null) added in f32,
-// rounded to bf16: every form's last operations on a plain element.
-__device__ __forceinline__ __nv_bfloat16 finish(float sum, const __nv_bfloat16* bias, int n) {
-    if (bias) sum += __bfloat162float(bias[n]);
-    return __float2bfloat16_rn(sum);
-}
-
-// SwiGLU's gating of column n from the sums of gate row n and up row half + n, each finished
-// as a plain element: every SwiGLU form's last operations.
-__device__ __forceinline__ __nv_bfloat16 gated(float gate, float up, const __nv_bfloat16* bias, int n, int half) {
-    return __float2bfloat16_rn(
-        silu_times(__bfloat162float(finish(gate, bias, n)), __bfloat162float(finish(up, bias, half + n))));
-}
+#include "linear_mma.cuh"
 
 // F tiles of 16 weight rows and G groups of 8 rows of x a block; DEPTH steps of loads in
 // flight a warp. A plain block's tiles are F consecutive ones, 16 F output columns; a SwiGLU
@@ -114,11 +47,8 @@ __device__ void linear_mma(__nv_bfloat16* out, const __nv_bfloat16* x, const typ
                            int block_k) {
     static_assert(!SWIGLU || F == 2, "a SwiGLU block is a gate tile and an up tile");
     static_assert(!(SWIGLU && W::SCALED), "scaled weights have no SwiGLU form");
-    // Each warp's partial sums, [warp][row of x][output column]; a row is padded by one so
-    // that the lanes writing their fragments spread over the banks.
     __shared__ float partial[MMA_WARPS][G * 8][F * 16 + 1];
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int g = lane / 4, t = lane % 4;
+    const int g = threadIdx.x % 32 / 4;
     const int half = N / 2, m0 = blockIdx.x * G * 8;
     const int n0 = blockIdx.y * (SWIGLU ? 16 : F * 16);
     // Tile f's first weight row, and the end of the rows it may read.
@@ -128,88 +58,15 @@ __device__ void linear_mma(__nv_bfloat16* out, const __nv_bfloat16* x, const typ
         tile_row[f] = SWIGLU ? n0 + f * half : n0 + 16 * f;
         tile_end[f] = SWIGLU ? (f + 1) * half : N;
     }
-
-    float d[F][G][4];
-#pragma unroll
-    for (int f = 0; f < F; ++f)
-#pragma unroll
-        for (int r = 0; r < G; ++r)
-#pragma unroll
-            for (int i = 0; i < 4; ++i) d[f][r][i] = 0.f;
-
-    // A warp's steps come DEPTH at a time, every load of the group issued before its first
-    // mma, so that a warp has DEPTH steps of loads in flight; their mma instructions then run in
-    // step order. A step's first element is the same for the whole warp, so every lane runs
-    // every mma, and a step past K runs none.
-    // Scaled weights: where weight row n's scales start (clamped for rows past N, whose
-    // weights load as zeros).
-    const int k_blocks = W::SCALED ? (K + block_k - 1) / block_k : 0;
-    auto scale_row = [&](int n) { return scales + (size_t)(min(n, N - 1) / block_n) * k_blocks; };
-    for (int first = warp * MMA_STEP; first < K; first += DEPTH * MMA_WARPS * MMA_STEP) {
-        typename W::Loaded a[DEPTH][F][2];
-        uint4 b[DEPTH][G];
-        float scale[DEPTH][F][2];
-#pragma unroll
-        for (int s = 0; s < DEPTH; ++s) {
-            const int k = first + s * MMA_WARPS * MMA_STEP + 8 * t;
-            const bool in_k = k - 8 * t < K;
-#pragma unroll
-            for (int f = 0; f < F; ++f) {
-                a[s][f][0] = W::load(w, tile_row[f] + g, in_k ? tile_end[f] : 0, K, k);
-                a[s][f][1] = W::load(w, tile_row[f] + g + 8, in_k ? tile_end[f] : 0, K, k);
-                if constexpr (W::SCALED) {
-                    const int block = in_k ? (k - 8 * t) / block_k : 0;
-                    scale[s][f][0] = scale_row(tile_row[f] + g)[block];
-                    scale[s][f][1] = scale_row(tile_row[f] + g + 8)[block];
-                }
-            }
-#pragma unroll
-            for (int r = 0; r < G; ++r) b[s][r] = load16(x, m0 + 8 * r + g, in_k ? M : 0, K, k);
-        }
-#pragma unroll
-        for (int s = 0; s < DEPTH; ++s) {
-            if (first + s * MMA_WARPS * MMA_STEP >= K) break;
-#pragma unroll
-            for (int f = 0; f < F; ++f) {
-                const uint4 lo = W::operand(a[s][f][0]), hi = W::operand(a[s][f][1]);
-#pragma unroll
-                for (int r = 0; r < G; ++r) {
-                    if constexpr (W::SCALED) {
-                        // Elements 0, 1: weight row g; 2, 3: row g + 8 (mma.cuh).
-                        float step[4] = {0.f, 0.f, 0.f, 0.f};
-                        mma_step(step, lo, hi, b[s][r]);
-#pragma unroll
-                        for (int i = 0; i < 4; ++i) d[f][r][i] = fmaf(scale[s][f][i >> 1], step[i], d[f][r][i]);
-                    } else {
-                        mma_step(d[f][r], lo, hi, b[s][r]);
-                    }
-                }
-            }
-        }
-    }
-
-    // Accumulator element i of lane (g, t): weight row g (+ 8 for i >= 2) of the tile, row
-    // 2t (+ 1 for odd i) of the group.
-#pragma unroll
-    for (int f = 0; f < F; ++f)
-#pragma unroll
-        for (int r = 0; r < G; ++r)
-#pragma unroll
-            for (int i = 0; i < 4; ++i) partial[warp][8 * r + 2 * t + (i & 1)][16 * f + g + 8 * (i >> 1)] = d[f][r][i];
-    __syncthreads();
-    // Element (row, col) of the block's sums: its warps' partial sums in warp order.
-    auto sum = [&](int row, int col) {
-        float total = partial[0][row][col];
-#pragma unroll
-        for (int v = 1; v < MMA_WARPS; ++v) total += partial[v][row][col];
-        return total;
-    };
+    const ConsecutiveRows xs{x, m0 + g, M, K};
+    mma_partials<W, F, G, DEPTH>(partial, w, tile_row, tile_end, xs, N, K, scales, block_n, block_k);
     const int columns = SWIGLU ? 16 : F * 16, width = SWIGLU ? half : N;
     for (int e = threadIdx.x; e < G * 8 * columns; e += blockDim.x) {
         const int row = e / columns, col = e % columns, c = n0 + col;
         if (m0 + row >= M || c >= width) continue;
         __nv_bfloat16* o = out + (size_t)(m0 + row) * width + c;
-        *o = SWIGLU ? gated(sum(row, col), sum(row, 16 + col), bias, c, half) : finish(sum(row, col), bias, c);
+        *o = SWIGLU ? gated(block_sum(partial, row, col), block_sum(partial, row, 16 + col), bias, c, half)
+                    : finish(block_sum(partial, row, col), bias, c);
     }
 }
 
