@@ -23,9 +23,8 @@
 // result is the same whatever other pairs, rows or experts share the launch.
 #include "common.cuh"
 #include "mma.cuh"
+#include "moe.cuh"
 
-#define MOE_TILE 8
-#define MOE_WIDE_TILE 32
 #define MOE_WARPS 4
 #define MOE_MAX_EXPERTS 1024
 
@@ -261,19 +260,6 @@ __device__ __forceinline__ ExpertWeight expert_weight(const uint8_t* blocks, con
 
 // ---- expert projections ------------------------------------------------------------------------
 
-// The tile this block serves, or false when the grid's bound exceeds the tiles there are.
-struct Tile {
-    int expert, first, count;
-};
-
-__device__ __forceinline__ bool tile_of(const int* tiles, const int* num_tiles, Tile* t) {
-    if ((int)blockIdx.y >= num_tiles[0]) return false;
-    t->expert = tiles[3 * blockIdx.y];
-    t->first = tiles[3 * blockIdx.y + 1];
-    t->count = tiles[3 * blockIdx.y + 2];
-    return true;
-}
-
 // The eight weights of a word of an MXFP4 block with scale `scale`, as bf16 pairs in order
 // (pair i: weights 2i and 2i + 1, the first in the low half): each e2m1 value times
 // 2^(scale - 127), where scale 0 is the subnormal 2^-127 and 255 infinity, as the CPU's table
@@ -359,17 +345,6 @@ __device__ void tile_dots(const ExpertWeight& weight, int row, const X* x, const
     }
 #pragma unroll
     for (int j = 0; j < MOE_TILE; ++j) acc[j] = warp_sum(acc[j]);
-}
-
-// gpt-oss's clamped SwiGLU (limit > 0) or plain SwiGLU of a gate and an up value, biases
-// added, as the CPU's kernels compute them.
-__device__ __forceinline__ float swiglu_out(float g, float u, float alpha, float limit) {
-    if (limit > 0.f) {
-        g = fminf(g, limit);
-        u = fminf(fmaxf(u, -limit), limit);
-        return (u + 1.f) * (g / (1.f + expf(-g * alpha)));
-    }
-    return silu_times(g, u);
 }
 
 // Activations [pairs, I] (f32): for column c, gate = row c and up = row I + c of the expert's

@@ -1,8 +1,11 @@
 //! Times gpt-oss-20b-shaped MXFP4 experts (`Mxfp4Experts`, kernels/moe.cu: 32 experts of
 //! 2880 x 2880, top 4, the clamped SwiGLU) on the GPU, bf16 rows, at 1 to 2048 rows: the
 //! tensor cores' projections in narrow tiles (8 pairs of an expert) and in wide ones (32) side
-//! by side, and the CUDA cores'. One JSON line per row count, with the expert weight bytes the
-//! batch reads (its distinct experts') over each time. Run by scripts/gpu_check.sh.
+//! by side, and the CUDA cores'. Then Qwen3-30B-A3B-shaped dense bf16 experts (`DenseExperts`,
+//! kernels/moe_dense.cu: 128 experts of 2048 x 768, top 8, SwiGLU) in narrow and wide tiles,
+//! their lines marked `"dense": true`. One JSON line per block and row count, with the expert
+//! weight bytes the batch reads (its distinct experts') over each time. Run by
+//! scripts/gpu_check.sh.
 //!
 //!     cargo run --release --example moe_experts --features cuda
 
@@ -10,7 +13,9 @@
 mod timing;
 
 use candle_core::{DType, Device, Tensor};
-use peagle_kernels::{CudaMatmul, MmaTiles, Mxfp4Expert, Mxfp4Experts, Mxfp4Weight, Routing, MXFP4_BLOCK};
+use peagle_kernels::{
+    CudaMatmul, DenseExpert, DenseExperts, MmaTiles, Mxfp4Expert, Mxfp4Experts, Mxfp4Weight, Routing, MXFP4_BLOCK,
+};
 use timing::time;
 
 const EXPERTS: usize = 32;
@@ -42,9 +47,9 @@ fn mxfp4(out: usize, inner: usize, seed: u64) -> candle_core::Result<Mxfp4Weight
 
 /// How many experts the rows' top `k` logits touch.
 fn experts_touched(logits: &Tensor, k: usize) -> candle_core::Result<usize> {
-    let mut touched = [false; EXPERTS];
+    let mut touched = vec![false; logits.dim(1)?];
     for row in logits.to_dtype(DType::F32)?.to_vec2::<f32>()? {
-        let mut order: Vec<usize> = (0..EXPERTS).collect();
+        let mut order: Vec<usize> = (0..row.len()).collect();
         order.sort_by(|a, b| row[*b].total_cmp(&row[*a]));
         order[..k].iter().for_each(|e| touched[*e] = true);
     }
@@ -94,6 +99,59 @@ fn main() -> candle_core::Result<()> {
             narrow * 1e3,
             wide * 1e3,
             fma * 1e3,
+            wide / narrow,
+            read / narrow / 1e9,
+            read / wide / 1e9
+        );
+    }
+    dense(&device)
+}
+
+/// Qwen3-30B-A3B's experts: 128 of 2048 x 768, top 8 renormalized, SwiGLU, no biases.
+fn dense(device: &Device) -> candle_core::Result<()> {
+    const DENSE_EXPERTS: usize = 128;
+    const DENSE_HIDDEN: usize = 2048;
+    const DENSE_INTER: usize = 768;
+    let random = |shape: (usize, usize)| Tensor::randn(0f32, 0.02, shape, device)?.to_dtype(DType::BF16);
+    let weights = (0..DENSE_EXPERTS)
+        .map(|_| {
+            Ok((
+                random((2 * DENSE_INTER, DENSE_HIDDEN))?,
+                random((DENSE_HIDDEN, DENSE_INTER))?,
+            ))
+        })
+        .collect::<candle_core::Result<Vec<_>>>()?;
+    let parts: Vec<DenseExpert> = weights
+        .iter()
+        .map(|(gate_up, down)| DenseExpert {
+            gate_up,
+            gate_up_bias: None,
+            down,
+            down_bias: None,
+        })
+        .collect();
+    let experts = DenseExperts::new(device, &parts)?;
+    drop(parts);
+    drop(weights);
+    let routing = Routing {
+        top_k: 8,
+        normalize: true,
+        clamp: None,
+    };
+    let expert_bytes = (3 * DENSE_HIDDEN * DENSE_INTER * 2) as f64;
+    for rows in [1, 8, 64, 256, 512, 2048] {
+        let x = Tensor::randn(0f32, 1.0, (rows, DENSE_HIDDEN), device)?.to_dtype(DType::BF16)?;
+        let logits = Tensor::randn(0f32, 1.0, (rows, DENSE_EXPERTS), device)?.to_dtype(DType::BF16)?;
+        let reps = if rows >= 256 { 5 } else { 30 };
+        let by = |tiles| time(device, reps, || experts.forward_tiled(&x, &logits, &routing, tiles));
+        let (narrow, wide) = (by(MmaTiles::Narrow)?, by(MmaTiles::Wide)?);
+        let touched = experts_touched(&logits, routing.top_k)?;
+        let read = touched as f64 * expert_bytes;
+        println!(
+            "{{\"dense\": true, \"rows\": {rows}, \"pairs\": {}, \"experts_touched\": {touched}, \"narrow_ms\": {:.4}, \"wide_ms\": {:.4}, \"wide_over_narrow\": {:.3}, \"narrow_weight_gb_per_s\": {:.1}, \"wide_weight_gb_per_s\": {:.1}}}",
+            rows * routing.top_k,
+            narrow * 1e3,
+            wide * 1e3,
             wide / narrow,
             read / narrow / 1e9,
             read / wide / 1e9

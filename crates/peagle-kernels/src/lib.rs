@@ -13,11 +13,15 @@ mod contiguous;
 mod cuda;
 mod cuda_matmul;
 mod cuda_profiler;
+#[cfg(feature = "cuda")]
+mod dense_experts;
 mod dequantized_linear;
 mod device_memory;
 mod dot;
 mod error;
 mod exp;
+#[cfg(feature = "cuda")]
+mod experts;
 mod fp8_weight;
 mod gather_rows;
 mod gpus;
@@ -62,9 +66,13 @@ pub use cache_element::CacheElement;
 pub use chain_drafts::{chain_drafts, LastPass};
 pub use cuda_matmul::{CudaMatmul, MmaTiles, CUDA_MATMUL_ENV};
 pub use cuda_profiler::cuda_profiler_range;
+#[cfg(feature = "cuda")]
+pub use dense_experts::{DenseExpert, DenseExperts};
 pub use device_memory::{device_memory, keep_freed_memory, peak_allocated, DeviceMemory};
 pub use error::KernelError;
 pub use exp::exp_in_place;
+#[cfg(feature = "cuda")]
+pub use experts::{ExpertOutputs, Routing};
 pub use fp8_weight::{fp8_linear, fp8_linear_tiled, Fp8Weight};
 pub use gather_rows::{gather_rows, gather_rows_into};
 pub use gpus::cuda_devices;
@@ -78,7 +86,7 @@ pub use linear::{linear, PackedWeight};
 pub use masked_softmax::masked_softmax;
 pub use mxfp4::{mxfp4_linear, Mxfp4Weight, MXFP4_BLOCK};
 #[cfg(feature = "cuda")]
-pub use mxfp4_experts::{ExpertOutputs, Mxfp4Expert, Mxfp4Experts, Routing};
+pub use mxfp4_experts::{Mxfp4Expert, Mxfp4Experts};
 pub use no_rows::no_rows;
 pub use paged_attention::{
     paged_attention, paged_attention_by, rotated_paged_attention, AttentionBlocks, AttentionParams, KvScale, Sinks,

@@ -24,7 +24,9 @@ pub(crate) use gather::{chain_drafts, gather_rows, take_ids, uninitialized_u32, 
 pub(crate) use kv_write::{kv_write, NewRows};
 pub(crate) use linear::linear;
 pub(crate) use memory::{device_memory, keep_freed_memory, peak_allocated};
-pub(crate) use moe::{lay_out_experts, moe_combine, moe_experts, with_expert_views, DeviceExperts, MAX_EXPERTS};
+pub(crate) use moe::{
+    lay_out_experts, moe_combine, moe_experts, with_expert_views, ExpertWeights, Mxfp4Buffers, MAX_EXPERTS,
+};
 pub(crate) use paged_attention::{paged_attention, AttentionInputs};
 pub(crate) use profiler::profiler_range;
 pub(crate) use rms_norm::{experts_add_rms_norm, rms_norm, rms_norm_pair};

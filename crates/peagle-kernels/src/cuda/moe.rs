@@ -1,9 +1,14 @@
 use super::module::{function, Module};
-use super::{aligned_16, by_dtype, dtype_name, grid, int, output, row_blocks, tensor, view, with_view, MAX_GRID_Y};
+use super::{
+    aligned_16, by_dtype, dtype_name, grid, int, output, row_blocks, tensor, view, with_optional_view, with_view,
+    with_views, MAX_GRID_Y,
+};
 use crate::cuda_matmul::{CudaMatmul, MmaTiles};
 use crate::error::bad_input;
-use crate::kernel_constants::{MOE_MAX_EXPERTS, MOE_MMA_WARPS, MOE_TILE, MOE_WARPS, MOE_WIDE_TILE};
-use crate::mxfp4_experts::{ExpertOutputs, Mxfp4Experts, Routing};
+use crate::experts::{ExpertOutputs, ExpertShape, Routing};
+use crate::kernel_constants::{
+    MMA_WARPS as DENSE_WARPS, MOE_MAX_EXPERTS, MOE_MMA_WARPS, MOE_TILE, MOE_WARPS, MOE_WIDE_TILE,
+};
 use candle_core::cuda_backend::cudarc::driver::{CudaSlice, CudaView, DeviceRepr, PushKernelArg};
 use candle_core::cuda_backend::{CudaDType, CudaDevice, CudaStorage, WrapErr};
 use candle_core::{DType, Device, Layout, Result, Storage, Tensor};
@@ -19,8 +24,20 @@ const MMA_COLUMNS: usize = 16;
 const MMA_WARPS: u32 = MOE_MMA_WARPS as u32;
 const ROUTE_THREADS: u32 = MAX_EXPERTS as u32;
 
-/// The device's copy of the experts' weights, one buffer per tensor over all experts.
-pub(crate) struct DeviceExperts {
+/// The device's copy of the experts' weights, each tensor's over all experts end to end.
+pub(crate) enum ExpertWeights {
+    Mxfp4(Box<Mxfp4Buffers>),
+    /// bf16 [E * 2I, H] and [E * H, I], with bf16 biases [E * 2I] and [E * H] or none.
+    Dense {
+        gate_up: Tensor,
+        gate_up_bias: Option<Tensor>,
+        down: Tensor,
+        down_bias: Option<Tensor>,
+    },
+}
+
+/// MXFP4 blocks and scales in the kernels' order (`lay_out_experts`), and f32 biases.
+pub(crate) struct Mxfp4Buffers {
     pub gate_up_blocks: CudaSlice<u8>,
     pub gate_up_scales: CudaSlice<u8>,
     pub gate_up_bias: CudaSlice<f32>,
@@ -68,17 +85,19 @@ pub(crate) fn lay_out_experts(
 }
 
 /// `kernels/moe.cu` from the router's `logits` [rows, experts] up to the combine: each
-/// (row, rank) pair's expert output and routing weight, which `moe_combine` sums; the
-/// projections on the tensor cores, in `tiles`, where `kernel` is `Mma` and x is bf16.
+/// (row, rank) pair's expert output and routing weight, which `moe_combine` sums. MXFP4
+/// projections on the tensor cores, in `tiles`, where `kernel` is `Mma` and x is bf16, else on
+/// the CUDA cores; dense ones (`kernels/moe_dense.cu`) on the tensor cores only.
 pub(crate) fn moe_experts(
     x: &Tensor,
     logits: &Tensor,
-    experts: &Mxfp4Experts,
+    shape: &ExpertShape,
+    weights: &ExpertWeights,
     routing: &Routing,
     kernel: CudaMatmul,
     tiles: MmaTiles,
 ) -> Result<ExpertOutputs> {
-    const OP: &str = "moe_mxfp4";
+    const OP: &str = "moe_experts";
     let (rows, _) = x.dims2()?;
     let dtype = x.dtype();
     if logits.dtype() != dtype {
@@ -92,25 +111,29 @@ pub(crate) fn moe_experts(
     // The kernels read x's rows 8 values at a time, by vector loads.
     aligned_16(OP, "x", xl, dtype)?;
     let device = xs.device.clone();
-    let projections = match (kernel, dtype) {
-        (CudaMatmul::Mma, DType::BF16) => Projections::TensorCores {
-            wide: match tiles {
-                MmaTiles::ByBatch => rows * routing.top_k > TILE * experts.num_experts,
-                MmaTiles::Narrow => false,
-                MmaTiles::Wide | MmaTiles::Staged => true,
-            },
-        },
+    let wide = match tiles {
+        MmaTiles::ByBatch => rows * routing.top_k > TILE * shape.num_experts,
+        MmaTiles::Narrow => false,
+        MmaTiles::Wide | MmaTiles::Staged => true,
+    };
+    let projections = match (weights, kernel, dtype) {
+        (ExpertWeights::Dense { .. }, CudaMatmul::Mma, DType::BF16) => Projections::Dense { wide },
+        (ExpertWeights::Dense { .. }, ..) => {
+            return Err(bad_input(OP, "dense experts take bf16 rows on the tensor cores"));
+        }
+        (_, CudaMatmul::Mma, DType::BF16) => Projections::TensorCores { wide },
         _ => Projections::CudaCores(format!("moe_gate_up_{}", dtype_name(OP, dtype)?)),
     };
     let route = format!("moe_route_group_{}", dtype_name(OP, dtype)?);
+    let experts = Experts { shape, weights };
     let (y, weights, pair_of) = by_dtype!(
         OP,
         dtype,
-        launch(&device, (xs, xl), (ls, ll), experts, routing, &route, &projections)
+        launch(&device, (xs, xl), (ls, ll), &experts, routing, &route, &projections)
     )?;
     let pairs = rows * routing.top_k;
     Ok(ExpertOutputs {
-        y: tensor(y, &device, (pairs, experts.hidden)),
+        y: tensor(y, &device, (pairs, shape.hidden)),
         weights: tensor(weights, &device, pairs),
         pair_of: tensor(pair_of, &device, pairs),
         rows,
@@ -186,6 +209,11 @@ enum Projections {
     /// their `_wide` forms, WIDE_TILE pairs, where the average expert has more than TILE (each
     /// weight dequantized once for four times the pairs). Both give the same bits.
     TensorCores { wide: bool },
+    /// `moe_dense_gate_up` and `moe_dense_down` (kernels/moe_dense.cu), a tile of TILE pairs
+    /// and 16 columns a block; or their `_wide` forms, WIDE_TILE pairs and 16 activation or 32
+    /// output columns a block, where the average expert has more than TILE. Both give the
+    /// same bits.
+    Dense { wide: bool },
 }
 
 impl Projections {
@@ -194,24 +222,44 @@ impl Projections {
             Self::CudaCores(gate_up) => (gate_up, "moe_down_f32"),
             Self::TensorCores { wide: false } => ("moe_gate_up_mma", "moe_down_mma"),
             Self::TensorCores { wide: true } => ("moe_gate_up_mma_wide", "moe_down_mma_wide"),
+            Self::Dense { wide: false } => ("moe_dense_gate_up", "moe_dense_down"),
+            Self::Dense { wide: true } => ("moe_dense_gate_up_wide", "moe_dense_down_wide"),
         }
     }
 
-    /// Output columns a block computes, and its threads.
-    fn block(&self) -> (usize, u32) {
+    fn module(&self) -> Module {
         match self {
-            Self::CudaCores(_) => (WARPS, 32 * WARPS as u32),
-            Self::TensorCores { .. } => (MMA_COLUMNS, 32 * MMA_WARPS),
+            Self::Dense { .. } => Module::MoeDense,
+            _ => Module::Moe,
+        }
+    }
+
+    /// Columns a block computes of the activations and of the outputs, and its threads.
+    fn block(&self) -> (usize, usize, u32) {
+        match self {
+            Self::CudaCores(_) => (WARPS, WARPS, 32 * WARPS as u32),
+            Self::TensorCores { .. } => (MMA_COLUMNS, MMA_COLUMNS, 32 * MMA_WARPS),
+            Self::Dense { wide } => (
+                MMA_COLUMNS,
+                MMA_COLUMNS * (1 + usize::from(*wide)),
+                32 * DENSE_WARPS as u32,
+            ),
         }
     }
 
     /// The most pairs of a tile.
     fn tile(&self) -> usize {
         match self {
-            Self::TensorCores { wide: true } => WIDE_TILE,
+            Self::TensorCores { wide: true } | Self::Dense { wide: true } => WIDE_TILE,
             _ => TILE,
         }
     }
+}
+
+/// A block's experts as `launch` takes them.
+struct Experts<'a> {
+    shape: &'a ExpertShape,
+    weights: &'a ExpertWeights,
 }
 
 /// The buffers `ExpertOutputs` holds: the pairs' outputs, routing weights and indices.
@@ -221,15 +269,18 @@ fn launch<T: CudaDType + DeviceRepr>(
     device: &CudaDevice,
     x: (&CudaStorage, &Layout),
     logits: (&CudaStorage, &Layout),
-    experts: &Mxfp4Experts,
+    experts: &Experts,
     routing: &Routing,
     route_name: &str,
     projections: &Projections,
 ) -> Result<ExpertBuffers> {
-    let w = &experts.weights;
-    const OP: &str = "moe_mxfp4";
+    const OP: &str = "moe_experts";
     let (rows, k) = (x.1.shape().dims2()?.0, routing.top_k);
-    let (num_experts, hidden, inter) = (experts.num_experts, experts.hidden, experts.intermediate);
+    let ExpertShape {
+        num_experts,
+        hidden,
+        intermediate: inter,
+    } = *experts.shape;
     let pairs = rows * k;
     let tile = projections.tile();
     let max_tiles = max_tiles(pairs, num_experts, tile);
@@ -270,36 +321,85 @@ fn launch<T: CudaDType + DeviceRepr>(
     unsafe { b.launch(grid((1, 1), ROUTE_THREADS)) }.w()?;
 
     let (gate_up_name, down_name) = projections.names();
-    let (columns, threads) = projections.block();
-    let mut act = output::<f32>(device, pairs * inter)?;
-    let gate_up = function(device, Module::Moe, gate_up_name)?;
-    let (alpha, limit) = routing.clamp.unwrap_or((0.0, 0.0));
-    let mut b = gate_up.builder();
-    b.arg(&mut act).arg(&x).arg(&pair_rows);
-    b.arg(&w.gate_up_blocks).arg(&w.gate_up_scales).arg(&w.gate_up_bias);
-    b.arg(&tiles)
-        .arg(&num_tiles)
-        .arg(&hidden_i)
-        .arg(&inter_i)
-        .arg(&alpha)
-        .arg(&limit);
+    let gate_up = function(device, projections.module(), gate_up_name)?;
+    let down = function(device, projections.module(), down_name)?;
+    let (gate_up_columns, down_columns, threads) = projections.block();
     let tiles_y = max_tiles as u32;
-    // SAFETY: every tile's pairs and rows are in range (moe_route_group); the weights hold
-    // experts * 2I rows of H / 32 blocks; tiles past `num_tiles` return at once.
-    unsafe { b.launch(grid((inter.div_ceil(columns) as u32, tiles_y), threads)) }.w()?;
-
+    let gate_up_grid = grid((inter.div_ceil(gate_up_columns) as u32, tiles_y), threads);
+    let down_grid = grid((hidden.div_ceil(down_columns) as u32, tiles_y), threads);
+    let (alpha, limit) = routing.clamp.unwrap_or((0.0, 0.0));
     let mut y = output::<f32>(device, pairs * hidden)?;
-    let down = function(device, Module::Moe, down_name)?;
-    let mut b = down.builder();
-    b.arg(&mut y)
-        .arg(&act)
-        .arg(&w.down_blocks)
-        .arg(&w.down_scales)
-        .arg(&w.down_bias);
-    b.arg(&tiles).arg(&num_tiles).arg(&hidden_i).arg(&inter_i);
-    // SAFETY: as for gate_up, with experts * H rows of I / 32 blocks.
-    unsafe { b.launch(grid((hidden.div_ceil(columns) as u32, tiles_y), threads)) }.w()?;
-
+    match experts.weights {
+        ExpertWeights::Mxfp4(w) => {
+            let mut act = output::<f32>(device, pairs * inter)?;
+            let mut b = gate_up.builder();
+            b.arg(&mut act).arg(&x).arg(&pair_rows);
+            b.arg(&w.gate_up_blocks).arg(&w.gate_up_scales).arg(&w.gate_up_bias);
+            b.arg(&tiles)
+                .arg(&num_tiles)
+                .arg(&hidden_i)
+                .arg(&inter_i)
+                .arg(&alpha)
+                .arg(&limit);
+            // SAFETY: every tile's pairs and rows are in range (moe_route_group); the weights
+            // hold experts * 2I rows of H / 32 blocks; tiles past `num_tiles` return at once.
+            unsafe { b.launch(gate_up_grid) }.w()?;
+            let mut b = down.builder();
+            b.arg(&mut y)
+                .arg(&act)
+                .arg(&w.down_blocks)
+                .arg(&w.down_scales)
+                .arg(&w.down_bias);
+            b.arg(&tiles).arg(&num_tiles).arg(&hidden_i).arg(&inter_i);
+            // SAFETY: as for gate_up, with experts * H rows of I / 32 blocks.
+            unsafe { b.launch(down_grid) }.w()?;
+        }
+        ExpertWeights::Dense {
+            gate_up: gate_up_weight,
+            gate_up_bias,
+            down: down_weight,
+            down_bias,
+        } => {
+            let mut act = output::<half::bf16>(device, pairs * inter)?;
+            let weights = [(gate_up_weight, "gate_up weights"), (down_weight, "down weights")];
+            with_views::<half::bf16, _, 2>(weights, |[gate_up_weight, down_weight]| {
+                with_optional_view::<half::bf16, _>(gate_up_bias.as_ref(), "gate_up biases", |gate_up_bias| {
+                    with_optional_view::<half::bf16, _>(down_bias.as_ref(), "down biases", |down_bias| {
+                        let null: u64 = 0;
+                        let mut b = gate_up.builder();
+                        b.arg(&mut act).arg(&x).arg(&pair_rows).arg(&gate_up_weight);
+                        match &gate_up_bias {
+                            Some(bias) => b.arg(bias),
+                            None => b.arg(&null),
+                        };
+                        b.arg(&tiles)
+                            .arg(&num_tiles)
+                            .arg(&hidden_i)
+                            .arg(&inter_i)
+                            .arg(&alpha)
+                            .arg(&limit);
+                        // SAFETY: x is bf16 (`moe_experts`); every tile's pairs and rows are in
+                        // range (moe_route_group); the weight holds experts * 2I rows of H and
+                        // the bias, where there is one, experts * 2I values (`DenseExperts::new`);
+                        // H and I are multiples of 32, and x 16-byte aligned; tiles past
+                        // `num_tiles` return at once.
+                        unsafe { b.launch(gate_up_grid) }.w()?;
+                        let mut b = down.builder();
+                        b.arg(&mut y).arg(&act).arg(&down_weight);
+                        match &down_bias {
+                            Some(bias) => b.arg(bias),
+                            None => b.arg(&null),
+                        };
+                        b.arg(&tiles).arg(&num_tiles).arg(&hidden_i).arg(&inter_i);
+                        // SAFETY: as for gate_up, with experts * H rows of I and experts * H
+                        // bias values; the activations' rows, I bf16 values, are 16-byte aligned.
+                        unsafe { b.launch(down_grid) }.w()?;
+                        Ok(())
+                    })
+                })
+            })?;
+        }
+    }
     Ok((y, weights, pair_of))
 }
 

@@ -1,8 +1,8 @@
 use super::module::{function, Kernel, Module};
 use super::{by_dtypes, dtype_name, grid, int, output, starts_aligned_16, tensor, view, with_expert_views};
 use crate::error::bad_input;
+use crate::experts::ExpertOutputs;
 use crate::kernel_constants::RMS_THREADS;
-use crate::mxfp4_experts::ExpertOutputs;
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{DeviceRepr, PushKernelArg};
 use candle_core::cuda_backend::{CudaDType, CudaDevice, CudaStorage, WrapErr};

@@ -1,5 +1,9 @@
 //! gpt-oss's MXFP4 mixture of experts: against an f64 reference, batch invariant in every tile
 //! form, fused into the next norm, and routing rows of NaN.
+use super::experts_reference::{
+    assert_every_tile_form_gives_the_same_bits, favouring_two, moe_reference, router_logits, ReferenceExpert, Rounding,
+    TILE_FORM_ROWS,
+};
 use super::{bits, gpu, host, max_rel_diff, tensor, values};
 use candle_core::{DType, Device, Tensor};
 use peagle_kernels::{add_rms_norm, CudaMatmul, MmaTiles, Mxfp4Expert, Mxfp4Experts, Mxfp4Weight, Routing};
@@ -20,14 +24,6 @@ fn mxfp4(out: usize, inner: usize, seed: u64) -> Mxfp4Weight {
         &Tensor::from_vec(scales, (out, groups), &Device::Cpu).unwrap(),
     )
     .unwrap()
-}
-
-/// An expert's weights dequantized, [2I, H] and [H, I] row-major, and its biases.
-struct DenseExpert {
-    gate_up: Vec<f32>,
-    gate_up_bias: Vec<f32>,
-    down: Vec<f32>,
-    down_bias: Vec<f32>,
 }
 
 /// An expert's gate_up weight and bias, then its down weight and bias.
@@ -60,76 +56,15 @@ fn borrowed(weights: &[ExpertWeights]) -> Vec<Mxfp4Expert<'_>> {
 }
 
 /// The experts' weights dequantized, for the reference.
-fn dense_experts(weights: &[ExpertWeights]) -> Vec<DenseExpert> {
+fn dense_experts(weights: &[ExpertWeights]) -> Vec<ReferenceExpert> {
     let dense = |w: &Mxfp4Weight| host(&w.dequantize(&Device::Cpu).unwrap());
     weights
         .iter()
-        .map(|(gate_up, gate_up_bias, down, down_bias)| DenseExpert {
+        .map(|(gate_up, gate_up_bias, down, down_bias)| ReferenceExpert {
             gate_up: dense(gate_up),
             gate_up_bias: gate_up_bias.clone(),
             down: dense(down),
             down_bias: down_bias.clone(),
-        })
-        .collect()
-}
-
-/// The mixture-of-experts block in f64 over the dequantized weights: each row's `top_k` best
-/// experts (ties to the lower index), weighted by a softmax over them (or their shares of one
-/// over all), each a SwiGLU MLP with biases. With `bf16_activations`, the activations are
-/// rounded to f32, then bf16, before the down projection, as the tensor-core kernels read them.
-fn moe_reference(
-    x: &[f32],
-    logits: &[f32],
-    experts: &[DenseExpert],
-    hidden: usize,
-    routing: &Routing,
-    bf16_activations: bool,
-) -> Vec<f32> {
-    let (num_experts, inter) = (experts.len(), experts[0].gate_up_bias.len() / 2);
-    let dot = |w: &[f32], x: &[f64]| w.iter().zip(x).map(|(a, b)| *a as f64 * b).sum::<f64>();
-    x.chunks_exact(hidden)
-        .zip(logits.chunks_exact(num_experts))
-        .flat_map(|(x, scores)| {
-            let x: Vec<f64> = x.iter().map(|v| *v as f64).collect();
-            let mut order: Vec<usize> = (0..num_experts).collect();
-            order.sort_by(|a, b| scores[*b].total_cmp(&scores[*a]).then(a.cmp(b)));
-            let max = scores[order[0]] as f64;
-            let exps: Vec<f64> = order.iter().map(|e| (scores[*e] as f64 - max).exp()).collect();
-            let sum: f64 = if routing.normalize {
-                exps[..routing.top_k].iter().sum()
-            } else {
-                exps.iter().sum()
-            };
-            let mut out = vec![0f64; hidden];
-            for (rank, e) in order.iter().take(routing.top_k).enumerate() {
-                let DenseExpert {
-                    gate_up,
-                    gate_up_bias,
-                    down,
-                    down_bias,
-                } = &experts[*e];
-                let act: Vec<f64> = (0..inter)
-                    .map(|c| {
-                        let g = dot(&gate_up[c * hidden..][..hidden], &x) + gate_up_bias[c] as f64;
-                        let u = dot(&gate_up[(inter + c) * hidden..][..hidden], &x) + gate_up_bias[inter + c] as f64;
-                        match routing.clamp {
-                            Some((alpha, limit)) => {
-                                let (g, u) = (g.min(limit as f64), u.clamp(-limit as f64, limit as f64));
-                                (u + 1.0) * g / (1.0 + (-g * alpha as f64).exp())
-                            }
-                            None => g / (1.0 + (-g).exp()) * u,
-                        }
-                    })
-                    .map(|a| match bf16_activations {
-                        true => half::bf16::from_f32(a as f32).to_f64(),
-                        false => a,
-                    })
-                    .collect();
-                for (h, o) in out.iter_mut().enumerate() {
-                    *o += exps[rank] / sum * (dot(&down[h * inter..][..inter], &act) + down_bias[h] as f64);
-                }
-            }
-            out.into_iter().map(|v| v as f32)
         })
         .collect()
 }
@@ -161,7 +96,14 @@ fn mxfp4_experts_match_the_reference_and_are_batch_invariant() {
         let got = on_gpu
             .forward(&x.to_device(&dev).unwrap(), &logits.to_device(&dev).unwrap(), &routing)
             .unwrap();
-        let want = moe_reference(&host(&x), &host(&logits), &reference_weights, hidden, &routing, false);
+        let want = moe_reference(
+            &host(&x),
+            &host(&logits),
+            &reference_weights,
+            hidden,
+            &routing,
+            Rounding::None,
+        );
         // f32 sums 2880-long products twice, in another order than the f64 reference: an
         // output that cancels toward zero keeps an error of its terms' size, not its own.
         let diff = max_rel_diff(&host(&got), &want);
@@ -193,14 +135,17 @@ fn mxfp4_experts_match_the_reference_and_are_batch_invariant() {
         // read in the same layout, are held to 1e-3. Each batch invariant.
         let b = |t: &Tensor| t.to_dtype(DType::BF16).unwrap().to_device(&dev).unwrap();
         let (xb, logits_b) = (b(&x), b(&logits));
-        for (kernel, bf16_activations, tolerance) in [(CudaMatmul::Fma, false, 1e-2), (CudaMatmul::Mma, true, 4e-2)] {
+        for (kernel, rounding, tolerance) in [
+            (CudaMatmul::Fma, Rounding::None, 1e-2),
+            (CudaMatmul::Mma, Rounding::Activations, 4e-2),
+        ] {
             let want = moe_reference(
                 &host(&xb),
                 &host(&logits_b),
                 &reference_weights,
                 hidden,
                 &routing,
-                bf16_activations,
+                rounding,
             );
             let got = on_gpu.forward_by(&xb, &logits_b, &routing, kernel).unwrap();
             assert_eq!(got.dtype(), DType::BF16);
@@ -222,24 +167,9 @@ fn mxfp4_experts_match_the_reference_and_are_batch_invariant() {
     assert!(err.to_string().contains("CUDA device"), "{err}");
 }
 
-/// Random router logits but for rows that only an order as total as the CPU's sort ranks
-/// alike: row 1 of signed zeros (+0 ranks above -0), row 2 of one value throughout (ties go
-/// to the lower index).
-fn router_logits(rows: usize, experts: usize) -> Tensor {
-    let mut v = values(rows * experts, 8, 3.0);
-    for (e, z) in v[experts..2 * experts].iter_mut().enumerate() {
-        *z = if e % 3 == 0 { -0.0 } else { 0.0 };
-    }
-    v[2 * experts..3 * experts].fill(1.5);
-    Tensor::from_vec(v, (rows, experts), &Device::Cpu).unwrap()
-}
-
 /// The tensor cores take tiles of 8 pairs of an expert, or of 32 (`moe_*_mma_wide`), by
 /// default where a batch gives the average expert more than 8; a row gives the same bits
-/// either way. Forty rows that all favour experts 0 and 1 fill a wide tile of each and part of
-/// another: in narrow tiles, in wide ones and as the batch chooses (wide), they agree bit for
-/// bit, within bf16 of the reference, and with each row alone (narrow) and the first 16
-/// together (64 pairs: narrow).
+/// either way (`assert_every_tile_form_gives_the_same_bits`), and within bf16 of the reference.
 #[test]
 fn mxfp4_experts_give_the_same_bits_in_wide_tiles_as_in_narrow_ones() {
     let Some(dev) = gpu() else { return };
@@ -248,44 +178,27 @@ fn mxfp4_experts_give_the_same_bits_in_wide_tiles_as_in_narrow_ones() {
         normalize: true,
         clamp: Some((1.702, 7.0)),
     };
-    let (num_experts, hidden, inter, rows) = (8, 128, 96, 40);
+    let (num_experts, hidden, inter, rows) = (8, 128, 96, TILE_FORM_ROWS);
     let weights = random_experts(num_experts, hidden, inter);
     let on_gpu = Mxfp4Experts::new(&dev, &borrowed(&weights)).unwrap();
-    let mut scores = values(rows * num_experts, 8, 1.0);
-    for row in scores.chunks_exact_mut(num_experts) {
-        row[0] += 4.0;
-        row[1] += 3.0;
-    }
-    let logits = Tensor::from_vec(scores, (rows, num_experts), &Device::Cpu).unwrap();
-    let x = tensor((rows, hidden), 7, 1.0);
     let b = |t: &Tensor| t.to_dtype(DType::BF16).unwrap().to_device(&dev).unwrap();
-    let (xb, logits_b) = (b(&x), b(&logits));
-    let forward = |first: usize, n: usize, tiles: MmaTiles| {
+    let (xb, logits_b) = (b(&tensor((rows, hidden), 7, 1.0)), b(&favouring_two(num_experts)));
+    let wide = assert_every_tile_form_gives_the_same_bits(|first, n, tiles| {
         let part = |t: &Tensor| t.narrow(0, first, n).unwrap();
         on_gpu
             .forward_tiled(&part(&xb), &part(&logits_b), &routing, CudaMatmul::Mma, tiles)
             .unwrap()
-    };
-    let wide = forward(0, rows, MmaTiles::Wide);
+    });
     let want = moe_reference(
         &host(&xb),
         &host(&logits_b),
         &dense_experts(&weights),
         hidden,
         &routing,
-        true,
+        Rounding::Activations,
     );
     let diff = max_rel_diff(&host(&wide), &want);
     assert!(diff < 2e-2, "wide tiles off the reference by {diff}");
-    for tiles in [MmaTiles::Narrow, MmaTiles::ByBatch] {
-        assert_eq!(bits(&forward(0, rows, tiles)), bits(&wide), "{tiles:?}");
-    }
-    let first = forward(0, 16, MmaTiles::ByBatch);
-    assert_eq!(bits(&first), bits(&wide.narrow(0, 0, 16).unwrap()), "the first 16 rows");
-    for r in 0..rows {
-        let alone = forward(r, 1, MmaTiles::ByBatch);
-        assert_eq!(bits(&alone), bits(&wide.narrow(0, r, 1).unwrap()), "row {r} alone");
-    }
 }
 
 /// Narrow tiles load a warp's quads of the inner dimension three at a time, wide tiles one at
@@ -322,7 +235,7 @@ fn mxfp4_experts_loaded_quads_deep_give_the_bits_of_one_at_a_time() {
         &dense_experts(&weights),
         hidden,
         &routing,
-        true,
+        Rounding::Activations,
     );
     let diff = max_rel_diff(&host(&narrow), &want);
     assert!(diff < 2e-2, "narrow tiles off the reference by {diff}");

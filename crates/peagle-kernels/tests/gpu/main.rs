@@ -10,7 +10,9 @@ mod common;
 mod interleaved_batch;
 
 mod attention;
+mod dense_experts;
 mod experts;
+mod experts_reference;
 mod matmul;
 mod row_ops;
 mod sampling;
