@@ -11,8 +11,8 @@
 #     tests     the GPU tests
 #     kernels   the kernels alone, in seconds and with no model: the matmul's forms against
 #               cuBLAS, and what bounds its one-row kernel (where the host has Nsight Compute's
-#               ncu); gpt-oss-shaped MXFP4 experts in both tile forms; paged attention at
-#               gpt-oss's and Llama-8B's heads
+#               ncu); gpt-oss-shaped MXFP4 experts and Qwen3-30B-A3B-shaped dense ones in
+#               both tile forms; paged attention at gpt-oss's and Llama-8B's heads
 #     demo      the demo model's sweeps, without and with CUDA graphs; transformers as the peer
 #     gpt-oss   a random gpt-oss-20b-shaped MXFP4 target's GPU time by kernel (where the host
 #               has ncu) and sweeps (13 GB to write)
@@ -259,9 +259,9 @@ run_kernels() {
     # Why the CUDA cores' matmul reads its weights at M = 1 at well under the copy bandwidth
     # (cuBLAS reads them twice as fast): its first timed launch.
     kernel_details linear-row-details 'regex:^linear_bf16_bf16_row$' 1 "$bin/peagle-gemm-vs-cublas"
-    if step "gpt-oss-shaped MXFP4 experts, 1 to 2048 rows: narrow and wide tiles on the tensor cores, and the CUDA cores"; then
+    if step "gpt-oss-shaped MXFP4 experts, 1 to 2048 rows: narrow and wide tiles on the tensor cores, and the CUDA cores; then Qwen3-30B-A3B-shaped dense experts"; then
         timed "$bin/peagle-moe-experts" >"$out/moe-experts.jsonl" 2>"$out/moe-experts.log" ||
-            fail "MXFP4 experts (see moe-experts.log)"
+            fail "mixture-of-experts blocks (see moe-experts.log)"
     fi
     if step "paged attention at gpt-oss's and Llama-8B's heads: decode rows, verification windows and prefill chunks, 128 to 32768 positions"; then
         timed "$bin/peagle-paged-attention" >"$out/paged-attention.jsonl" 2>"$out/paged-attention.log" ||

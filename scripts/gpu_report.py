@@ -77,7 +77,9 @@ def main(out):
                f"{ms_or_dash(r, 'swiglu_fused_ms')} | {ms_or_dash(r, 'swiglu_apart_ms')} | "
                f"{ms_or_dash(r, 'fp8_fma_ms')} | {ms_or_dash(r, 'fp8_mma_ms')} |" for r in rows]
 
-    rows = load_lines(os.path.join(out, "moe-experts.jsonl"))
+    lines = load_lines(os.path.join(out, "moe-experts.jsonl"))
+    rows = [r for r in lines if not r.get("dense")]
+    dense = [r for r in lines if r.get("dense")]
     if rows:
         report["moe_experts"] = rows
         md += ["", "## gpt-oss-shaped MXFP4 experts (32 of 2880 x 2880, top 4, bf16 rows)", "",
@@ -91,6 +93,18 @@ def main(out):
         md += [f"| {r['rows']} | {r['experts_touched']} | {r['narrow_ms']:.3f} | {r['wide_ms']:.3f} | "
                f"{r['fma_ms']:.3f} | {r['wide_over_narrow']:.2f}x | {r['narrow_weight_gb_per_s']:.0f} | "
                f"{r['wide_weight_gb_per_s']:.0f} |" for r in rows]
+    if dense:
+        report["dense_experts"] = dense
+        md += ["", "## Qwen3-30B-A3B-shaped dense experts (128 of 2048 x 768, top 8, bf16)", "",
+               "kernels/moe_dense.cu on the tensor cores in tiles of 8 pairs of an expert (narrow) and of 32 "
+               "(wide; the default where a batch gives the average expert more than 8); kernels/moe.cu routes "
+               "and combines. Weight GB/s: the bytes of the experts the batch touches over the time.", "",
+               "| rows | experts touched | narrow ms | wide ms | wide / narrow | narrow weight GB/s | "
+               "wide weight GB/s |",
+               "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        md += [f"| {r['rows']} | {r['experts_touched']} | {r['narrow_ms']:.3f} | {r['wide_ms']:.3f} | "
+               f"{r['wide_over_narrow']:.2f}x | {r['narrow_weight_gb_per_s']:.0f} | "
+               f"{r['wide_weight_gb_per_s']:.0f} |" for r in dense]
 
     rows = load_lines(os.path.join(out, "paged-attention.jsonl"))
     if rows:

@@ -7,7 +7,7 @@
 use crate::checkpoint::Checkpoint;
 use crate::config::{read_json, TextConfig};
 use crate::error::LoadError;
-use crate::layers::{Activation, AttentionOptions, DecoderLayer, FeedForward, Moe, MoeConfig};
+use crate::layers::{dense_on_device, Activation, AttentionOptions, DecoderLayer, FeedForward, Moe, MoeConfig};
 use crate::llama::Llama;
 use crate::target_model::TargetModel;
 use serde::Deserialize;
@@ -60,11 +60,6 @@ pub(crate) fn load(cfg: &TextConfig, ckpt: &Checkpoint) -> Result<Box<dyn Target
         Some(q) if q.quant_method == "mxfp4" => true,
         Some(q) => return Err(cfg.invalid(format!("unsupported quantization {:?}", q.quant_method))),
     };
-    if !mxfp4 && !ckpt.device().is_cpu() {
-        return Err(cfg.invalid(
-            "gpt-oss runs on a GPU from its MXFP4 checkpoint only: dense experts have no CUDA kernel".into(),
-        ));
-    }
     let moe = MoeConfig {
         num_experts: extra.num_local_experts,
         top_k: extra.num_experts_per_tok,
@@ -77,6 +72,12 @@ pub(crate) fn load(cfg: &TextConfig, ckpt: &Checkpoint) -> Result<Box<dyn Target
         },
         mxfp4,
     };
+    if !mxfp4 && !ckpt.device().is_cpu() && !dense_on_device(ckpt, &moe) {
+        return Err(cfg.invalid(
+            "gpt-oss's dense experts run on a GPU in bf16 on the tensor cores only (or from its MXFP4 checkpoint)"
+                .into(),
+        ));
+    }
     if mxfp4
         && (!cfg.hidden_size.is_multiple_of(peagle_kernels::MXFP4_BLOCK)
             || !cfg.intermediate_size.is_multiple_of(peagle_kernels::MXFP4_BLOCK))

@@ -6,14 +6,27 @@
 mod common;
 use candle_core::{DType, Tensor};
 use common::*;
+use peagle_kernels::CudaMatmul;
 use peagle_models::{
     draft_startup_steps, startup_steps, CudaGraphs, DTypeSpec, DeviceSpec, DraftHidden, DrafterGraphs, GraphLimits,
     LoadOptions, PassHidden,
 };
 
-/// The fixtures whose architectures have CUDA kernels: gpt-oss's from its MXFP4 checkpoint
-/// (dense experts run on the CPU only).
+/// The fixtures whose architectures have CUDA kernels in every dtype: gpt-oss's from its
+/// MXFP4 checkpoint.
 const GPU_FIXTURES: [&str; 3] = ["tiny-llama", "tiny-qwen3", "tiny-gpt-oss-mxfp4"];
+
+/// Mixtures of dense experts, which run on the tensor cores in bf16 (`DenseExperts`) where the
+/// process's matmul is theirs; elsewhere (f32, `PEAGLE_CUDA_MATMUL=fma`) Qwen3-MoE's run one
+/// at a time, routed on the host, and dense gpt-oss refuses the GPU.
+const DENSE_EXPERT_FIXTURES: [&str; 2] = ["tiny-qwen3-moe", "tiny-gpt-oss"];
+
+/// The fixtures that run on a GPU in bf16, their experts on the device.
+fn bf16_fixtures() -> Vec<&'static str> {
+    let tensor_cores = CudaMatmul::chosen() == Ok(CudaMatmul::Mma);
+    let dense = DENSE_EXPERT_FIXTURES.into_iter().filter(|_| tensor_cores);
+    GPU_FIXTURES.into_iter().chain(dense).collect()
+}
 
 fn on_gpu(dtype: DTypeSpec) -> Option<LoadOptions> {
     match LoadOptions::place(DeviceSpec::Cuda(0), dtype) {
@@ -46,14 +59,14 @@ fn f32_logits_equal_transformers_prefilled_and_token_by_token() {
 }
 
 /// bf16 keeps 8 bits of each weight and activation, so logits of the fixtures' size (up to
-/// about 4) drift from f32's by a few hundredths; a wrong kernel errs by whole units. gpt-oss
-/// routes each row on bf16 router scores, and where two experts nearly tie, bf16 may choose
-/// the other one, as any bf16 engine may: that row's logits, and those of the rows that
+/// about 4) drift from f32's by a few hundredths; a wrong kernel errs by whole units. A mixture
+/// of experts routes each row on bf16 router scores, and where two experts nearly tie, bf16 may
+/// choose the other one, as any bf16 engine may: that row's logits, and those of the rows that
 /// attend to it, move by whole units. Most of its rows must stay within the bound.
 #[test]
 fn bf16_logits_are_within_0_1_of_the_cpu() {
     let Some(options) = on_gpu(DTypeSpec::Bf16) else { return };
-    for name in GPU_FIXTURES {
+    for name in bf16_fixtures() {
         let gpu = Fixture::load_with(name, options.clone());
         let cpu = Fixture::load(name);
         for p in 0..3 {
@@ -69,7 +82,7 @@ fn bf16_logits_are_within_0_1_of_the_cpu() {
                  {over} of {} rows over 0.1)",
                 rows.len()
             );
-            match name.contains("gpt-oss") {
+            match name.contains("gpt-oss") || name.contains("moe") {
                 true => assert!(
                     median < 0.1,
                     "{name} prompt {p}: bf16 logits' median row off by {median}"
@@ -132,7 +145,11 @@ fn fp8_cache_logits_err_as_on_the_cpu() {
 fn window_rows_equal_single_token_steps_bitwise_on_the_gpu() {
     for dtype in [DTypeSpec::Bf16, DTypeSpec::F32] {
         let Some(options) = on_gpu(dtype) else { return };
-        for name in GPU_FIXTURES {
+        let names = match dtype {
+            DTypeSpec::Bf16 => bf16_fixtures(),
+            _ => GPU_FIXTURES.to_vec(),
+        };
+        for name in names {
             for fp8 in [false, true] {
                 let mut f = Fixture::load_with(name, options.clone());
                 if fp8 {
@@ -249,14 +266,14 @@ fn an_fp8_checkpoint_in_bf16_is_near_the_cpu_and_batch_invariant_on_the_gpu() {
 }
 
 #[test]
-fn dense_gpt_oss_refuses_the_gpu_in_one_line() {
-    let Some(options) = on_gpu(DTypeSpec::Auto) else { return };
+fn dense_gpt_oss_in_f32_refuses_the_gpu_in_one_line() {
+    let Some(options) = on_gpu(DTypeSpec::F32) else { return };
     let err = match peagle_models::load_target(&fixture_dir("tiny-gpt-oss"), options) {
-        Ok(_) => panic!("dense gpt-oss loaded on a GPU without kernels for its experts"),
+        Ok(_) => panic!("dense gpt-oss loaded on a GPU in f32, which its experts' kernels do not take"),
         Err(e) => e.to_string(),
     };
     assert!(
-        err.contains("from its MXFP4 checkpoint only") && !err.contains('\n'),
+        err.contains("in bf16 on the tensor cores only") && !err.contains('\n'),
         "{err}"
     );
 }
@@ -275,7 +292,7 @@ const GRAPH_LIMITS: GraphLimits = GraphLimits {
 #[test]
 fn steps_by_cuda_graphs_equal_steps_without() {
     let Some(options) = on_gpu(DTypeSpec::Bf16) else { return };
-    for name in GPU_FIXTURES {
+    for name in bf16_fixtures() {
         let f = Fixture::load_with(name, options.clone());
         let mut graphs = CudaGraphs::new(&options.device, GRAPH_LIMITS).unwrap();
         let graph_kv = f.cache();
@@ -364,12 +381,12 @@ fn assert_graph_steps_as_without(name: &str, f: &Fixture, graphs: &mut CudaGraph
     }
 }
 
-/// A forward that reads values back (Qwen3-MoE routes its experts on the host) fails its
-/// capture with an error and leaves the stream usable: the same step then runs as it would
+/// A forward that reads values back (Qwen3-MoE in f32 routes its experts on the host) fails
+/// its capture with an error and leaves the stream usable: the same step then runs as it would
 /// have, and its shape runs without a graph from then on.
 #[test]
 fn a_capture_that_reads_back_fails_and_its_shape_runs_without_a_graph() {
-    let Some(options) = on_gpu(DTypeSpec::Bf16) else { return };
+    let Some(options) = on_gpu(DTypeSpec::F32) else { return };
     let f = Fixture::load_with("tiny-qwen3-moe", options.clone());
     let model = f.model.as_ref();
     assert!(model.reads_back());

@@ -85,6 +85,18 @@ impl Linear {
         self.weight.to_tensor()
     }
 
+    /// The weight, where it is held as a plain tensor (on a GPU, unquantized).
+    pub fn plain_weight(&self) -> Option<&Tensor> {
+        match &self.weight {
+            Weight::Plain(w) => Some(w),
+            _ => None,
+        }
+    }
+
+    pub fn bias(&self) -> Option<&Tensor> {
+        self.bias.as_ref()
+    }
+
     /// `x` [rows, in] to [rows, out].
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         ops::linear(x, &self.weight, self.bias.as_ref())

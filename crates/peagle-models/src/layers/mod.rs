@@ -20,7 +20,7 @@ pub use embedding::Embedding;
 pub use feed_forward::FeedForward;
 pub use linear::Linear;
 pub use mlp::Mlp;
-pub use moe::{Activation, Moe, MoeConfig};
+pub use moe::{dense_on_device, Activation, Moe, MoeConfig};
 pub use residual::{Delta, Residual};
 pub use rms_norm::RmsNorm;
 pub use rope::{RopeTables, RotaryEmbedding};

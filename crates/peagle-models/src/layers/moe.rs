@@ -46,11 +46,16 @@ pub struct Moe {
 }
 
 enum Experts {
-    /// One at a time through the linear kernels, routed on the host: the CPU.
+    /// One at a time through the linear kernels, routed on the host: the CPU, and a GPU's
+    /// experts that the device kernels do not take (f32, FP8, the CUDA-core matmul).
     Each(Vec<Expert>),
     /// All of them in `kernels/moe.cu`, routed on the device: MXFP4 experts on a GPU.
     #[cfg(feature = "cuda")]
     Mxfp4OnDevice(Box<peagle_kernels::Mxfp4Experts>),
+    /// All of them in `kernels/moe.cu` and `kernels/moe_dense.cu`, routed on the device: bf16
+    /// experts on a GPU's tensor cores (`dense_on_device`).
+    #[cfg(feature = "cuda")]
+    DenseOnDevice(Box<peagle_kernels::DenseExperts>),
 }
 
 struct Expert {
@@ -126,7 +131,8 @@ impl Moe {
             .map_err(candle(format!("unpacking the experts of {prefix}")))?;
         Ok(Self {
             router,
-            experts: Experts::Each(experts),
+            experts: placed(experts, ckpt, &cfg)
+                .map_err(candle(format!("moving the experts of {prefix} to the GPU")))?,
             cfg,
         })
     }
@@ -144,9 +150,13 @@ impl Moe {
                 })
             })
             .collect::<std::result::Result<_, LoadError>>()?;
+        let experts = placed(experts, ckpt, &cfg).map_err(|source| LoadError::Candle {
+            context: format!("moving the experts of {prefix} to the GPU"),
+            source,
+        })?;
         Ok(Self {
             router: Linear::load(ckpt, &format!("{prefix}.gate"), cfg.num_experts, h, false)?,
-            experts: Experts::Each(experts),
+            experts,
             cfg,
         })
     }
@@ -163,17 +173,27 @@ impl Moe {
             Experts::Each(experts) => Ok(Delta::Rows(self.forward_each(x, experts)?)),
             #[cfg(feature = "cuda")]
             Experts::Mxfp4OnDevice(experts) => {
-                let routing = peagle_kernels::Routing {
-                    top_k: self.cfg.top_k,
-                    normalize: self.cfg.normalize_top_k,
-                    clamp: match self.cfg.activation {
-                        Activation::Swiglu => None,
-                        Activation::ClampedSwiglu { alpha, limit } => Some((alpha, limit)),
-                    },
-                };
-                let outputs = experts.outputs(x, &self.router.forward(x)?, &routing)?;
+                let outputs = experts.outputs(x, &self.router.forward(x)?, &self.routing())?;
                 Ok(Delta::Experts(Box::new(outputs)))
             }
+            #[cfg(feature = "cuda")]
+            Experts::DenseOnDevice(experts) => {
+                let outputs = experts.outputs(x, &self.router.forward(x)?, &self.routing())?;
+                Ok(Delta::Experts(Box::new(outputs)))
+            }
+        }
+    }
+
+    /// How the device kernels route and gate.
+    #[cfg(feature = "cuda")]
+    fn routing(&self) -> peagle_kernels::Routing {
+        peagle_kernels::Routing {
+            top_k: self.cfg.top_k,
+            normalize: self.cfg.normalize_top_k,
+            clamp: match self.cfg.activation {
+                Activation::Swiglu => None,
+                Activation::ClampedSwiglu { alpha, limit } => Some((alpha, limit)),
+            },
         }
     }
 
@@ -222,6 +242,45 @@ impl Moe {
         }
         Tensor::from_vec(out, (rows, hidden), x.device())?.to_dtype(x.dtype())
     }
+}
+
+/// Whether dense experts of `cfg`'s widths run on `ckpt`'s device, routed there: bf16 on a
+/// GPU's tensor cores (`peagle_kernels::DenseExperts`). Elsewhere they run one at a time.
+#[cfg_attr(not(feature = "cuda"), allow(unused_variables))]
+pub fn dense_on_device(ckpt: &Checkpoint, cfg: &MoeConfig) -> bool {
+    #[cfg(feature = "cuda")]
+    if ckpt.device().is_cuda() {
+        return ckpt.dtype() == DType::BF16
+            && peagle_kernels::CudaMatmul::chosen() == Ok(peagle_kernels::CudaMatmul::Mma)
+            && cfg.hidden.is_multiple_of(32)
+            && cfg.intermediate.is_multiple_of(32);
+    }
+    false
+}
+
+/// `experts` where they run: on the device where `dense_on_device` says so and every weight is
+/// plain (not FP8), else one at a time.
+#[cfg_attr(not(feature = "cuda"), allow(unused_variables))]
+fn placed(experts: Vec<Expert>, ckpt: &Checkpoint, cfg: &MoeConfig) -> Result<Experts> {
+    #[cfg(feature = "cuda")]
+    if dense_on_device(ckpt, cfg) {
+        let parts = experts
+            .iter()
+            .map(|e| {
+                Some(peagle_kernels::DenseExpert {
+                    gate_up: e.gate_up.plain_weight()?,
+                    gate_up_bias: e.gate_up.bias(),
+                    down: e.down.plain_weight()?,
+                    down_bias: e.down.bias(),
+                })
+            })
+            .collect::<Option<Vec<_>>>();
+        if let Some(parts) = parts {
+            let on_device = peagle_kernels::DenseExperts::new(ckpt.device(), &parts)?;
+            return Ok(Experts::DenseOnDevice(Box::new(on_device)));
+        }
+    }
+    Ok(Experts::Each(experts))
 }
 
 /// gpt-oss's MXFP4 experts, as `load_gpt_oss` reads them, copied to a GPU: gate_up's rows

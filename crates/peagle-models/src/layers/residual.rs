@@ -14,7 +14,7 @@ pub struct Residual {
 pub enum Delta {
     /// Its rows.
     Rows(Tensor),
-    /// MXFP4 experts' outputs on a GPU before their weighted sum, which the next block's input
+    /// Experts' outputs on a GPU before their weighted sum, which the next block's input
     /// norm computes as it adds them (`RmsNorm::forward_experts`), one launch fewer again;
     /// `sum` combines them, then adds.
     #[cfg(feature = "cuda")]
