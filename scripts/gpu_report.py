@@ -95,14 +95,15 @@ def main(out):
                f"{r['wide_weight_gb_per_s']:.0f} |" for r in rows]
     if dense:
         report["dense_experts"] = dense
-        md += ["", "## Qwen3-30B-A3B-shaped dense experts (128 of 2048 x 768, top 8, bf16)", "",
+        md += ["", "## Qwen3-30B-A3B-shaped dense experts (128 of 2048 x 768, top 8, bf16 rows)", "",
                "kernels/moe_dense.cu on the tensor cores in tiles of 8 pairs of an expert (narrow) and of 32 "
-               "(wide; the default where a batch gives the average expert more than 8); kernels/moe.cu routes "
-               "and combines. Weight GB/s: the bytes of the experts the batch touches over the time.", "",
-               "| rows | experts touched | narrow ms | wide ms | wide / narrow | narrow weight GB/s | "
+               "(wide; the default where a batch gives the average expert more than 8), the weights in bf16 "
+               "or in FP8 blocks of 128 x 128; kernels/moe.cu routes and combines. Weight GB/s: the bytes of "
+               "the experts the batch touches over the time.", "",
+               "| weights | rows | experts touched | narrow ms | wide ms | wide / narrow | narrow weight GB/s | "
                "wide weight GB/s |",
-               "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
-        md += [f"| {r['rows']} | {r['experts_touched']} | {r['narrow_ms']:.3f} | {r['wide_ms']:.3f} | "
+               "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        md += [f"| {r.get('weights', 'bf16')} | {r['rows']} | {r['experts_touched']} | {r['narrow_ms']:.3f} | {r['wide_ms']:.3f} | "
                f"{r['wide_over_narrow']:.2f}x | {r['narrow_weight_gb_per_s']:.0f} | "
                f"{r['wide_weight_gb_per_s']:.0f} |" for r in dense]
 

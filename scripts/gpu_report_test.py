@@ -53,7 +53,7 @@ def main():
         write(out, "moe-experts.jsonl", json.dumps(
             {"rows": 512, "pairs": 2048, "experts_touched": 32, "narrow_ms": 2.0, "wide_ms": 0.8, "fma_ms": 9.5,
              "wide_over_narrow": 0.4, "narrow_weight_gb_per_s": 2124.0, "wide_weight_gb_per_s": 5310.0}) + "\n"
-            + json.dumps({"dense": True, "rows": 8, "pairs": 64, "experts_touched": 50, "narrow_ms": 0.1,
+            + json.dumps({"dense": True, "weights": "fp8", "rows": 8, "pairs": 64, "experts_touched": 50, "narrow_ms": 0.1,
                           "wide_ms": 0.2, "wide_over_narrow": 2.0, "narrow_weight_gb_per_s": 4718.6,
                           "wide_weight_gb_per_s": 2359.3}) + "\n"
             + '{"rows": 2048, "pairs": 8192, "exp')
@@ -117,7 +117,7 @@ def main():
     assert [r["rows"] for r in report["moe_experts"]] == [512], report["moe_experts"]
     assert "| 512 | 32 | 2.000 | 0.800 | 9.500 | 0.40x | 2124 | 5310 |" in md, md
     assert [r["rows"] for r in report["dense_experts"]] == [8], report["dense_experts"]
-    assert "| 8 | 50 | 0.100 | 0.200 | 2.00x | 4719 | 2359 |" in md, md
+    assert "| fp8 | 8 | 50 | 0.100 | 0.200 | 2.00x | 4719 | 2359 |" in md, md
 
     assert [r["rows_each"] for r in report["paged_attention"]] == [1, 2048], report["paged_attention"]
     assert "| gpt-oss-20b | 1 | 1 | 8192 | - | 0.020 | 0.050 (2.50x) | - | 33.5 | 1678 | 13422 |" in md, md

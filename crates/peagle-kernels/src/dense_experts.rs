@@ -1,6 +1,6 @@
-//! A mixture-of-experts block whose experts' weights are dense bf16 (Qwen3-MoE; gpt-oss from a
-//! dense checkpoint) on a CUDA device: every expert's weights in one device tensor per
-//! projection, and the whole block, from the router's logits to its output, on the device:
+//! A mixture-of-experts block whose experts' weights are dense, bf16 or block-scaled FP8
+//! (Qwen3-MoE and its FP8 checkpoints; gpt-oss from a dense checkpoint), on a CUDA device, bf16
+//! rows: every expert's weights in one device tensor per projection, and the whole block, from the router's logits to its output, on the device:
 //! routing, grouping by expert and the weighted sum in `kernels/moe.cu`, as for MXFP4 experts,
 //! and the projections on the tensor cores in `kernels/moe_dense.cu`, each element as a linear
 //! layer computes it, then the SwiGLU. A row's result does not depend on the other rows. The
@@ -11,15 +11,60 @@ use crate::cuda::ExpertWeights;
 use crate::cuda_matmul::{CudaMatmul, MmaTiles};
 use crate::error::bad_input;
 use crate::experts::{DeviceExperts, ExpertOutputs, ExpertShape, Routing};
+use crate::fp8_weight::Fp8Weight;
 use candle_core::{DType, Device, Result, Tensor};
 
-/// One expert as loaded, bf16: `gate_up` [2I, H] (the I gate rows first) and its bias [2I],
-/// `down` [H, I] and its bias [H]; every expert of a block has biases, or none has.
+/// One expert as loaded: `gate_up` [2I, H] (the I gate rows first) and its bias [2I], `down`
+/// [H, I] and its bias [H], bf16; every expert of a block has biases, or none has, and its
+/// matrices are all of one kind.
 pub struct DenseExpert<'a> {
-    pub gate_up: &'a Tensor,
+    pub gate_up: ExpertMatrix<'a>,
     pub gate_up_bias: Option<&'a Tensor>,
-    pub down: &'a Tensor,
+    pub down: ExpertMatrix<'a>,
     pub down_bias: Option<&'a Tensor>,
+}
+
+/// An expert's weight: bf16, or block-scaled FP8 whose blocks the tensor cores take (a multiple
+/// of 32 wide) and whose rows are whole blocks, so that the experts' stack.
+#[derive(Clone, Copy)]
+pub enum ExpertMatrix<'a> {
+    Bf16(&'a Tensor),
+    Fp8(&'a Fp8Weight),
+}
+
+impl ExpertMatrix<'_> {
+    fn dims(&self) -> Result<(usize, usize)> {
+        match self {
+            Self::Bf16(w) => w.dims2(),
+            Self::Fp8(w) => Ok(w.dims()),
+        }
+    }
+
+    /// Why the kernels cannot take this matrix beside `first` (the first expert's, in its
+    /// place), if they cannot.
+    fn misfit(&self, first: &Self) -> Option<String> {
+        match (*self, *first) {
+            (Self::Bf16(w), Self::Bf16(_)) if w.dtype() != DType::BF16 => {
+                Some(format!("{:?} weights: the tensor cores take bf16 or FP8", w.dtype()))
+            }
+            (Self::Bf16(_), Self::Bf16(_)) => None,
+            (Self::Fp8(w), Self::Fp8(f)) if w.block() != f.block() => {
+                Some(format!("FP8 blocks {:?} beside {:?}", w.block(), f.block()))
+            }
+            (Self::Fp8(w), Self::Fp8(_)) => {
+                let ((rows, _), (bn, bk)) = (w.dims(), w.block());
+                (!bk.is_multiple_of(32) || !rows.is_multiple_of(bn))
+                    .then(|| format!("FP8 blocks {bn} x {bk} over {rows} rows: the tensor cores take whole blocks of rows, a multiple of 32 wide"))
+            }
+            _ => Some("bf16 weights beside FP8 ones".into()),
+        }
+    }
+}
+
+/// The experts' matrices of one projection, end to end, on their device.
+pub(crate) enum DenseMatrix {
+    Bf16(Tensor),
+    Fp8(Fp8Weight),
 }
 
 /// The experts of one mixture-of-experts block, on a CUDA device.
@@ -28,10 +73,32 @@ pub struct DenseExperts {
 }
 
 impl DenseExperts {
+    /// Whether `new` takes `experts`' weights (`ExpertMatrix`): their kinds and blocks, not yet
+    /// their shapes or device.
+    pub fn takes(experts: &[DenseExpert]) -> bool {
+        Self::misfit(experts).is_none()
+    }
+
+    /// Why `takes` is false.
+    fn misfit(experts: &[DenseExpert]) -> Option<String> {
+        let first = experts.first()?;
+        experts.iter().enumerate().find_map(|(i, e)| {
+            let biases = [e.gate_up_bias, e.down_bias].into_iter().flatten();
+            if biases.into_iter().any(|b| b.dtype() != DType::BF16) {
+                return Some(format!("expert {i}: the biases must be bf16"));
+            }
+            let why = e
+                .gate_up
+                .misfit(&first.gate_up)
+                .or_else(|| e.down.misfit(&first.down))?;
+            Some(format!("expert {i}: {why}"))
+        })
+    }
+
     /// Copies `experts` to `device`, which must be a CUDA device.
     pub fn new(device: &Device, experts: &[DenseExpert]) -> Result<Self> {
         const OP: &str = "DenseExperts";
-        let first_down = experts.first().map(|e| e.down.dims2()).transpose()?;
+        let first_down = experts.first().map(|e| e.down.dims()).transpose()?;
         let (_, shape) = ExpertShape::on_device(OP, device, experts.len(), first_down)?;
         if !shape.hidden.is_multiple_of(32) || !shape.intermediate.is_multiple_of(32) {
             return Err(bad_input(
@@ -42,23 +109,18 @@ impl DenseExperts {
                 ),
             ));
         }
+        if let Some(why) = Self::misfit(experts) {
+            return Err(bad_input(OP, why));
+        }
         for (i, e) in experts.iter().enumerate() {
             let len = |bias: Option<&Tensor>| bias.map(|b| b.elem_count());
-            shape.check_expert(
-                OP,
-                i,
-                (e.gate_up.dims2()?, e.down.dims2()?),
-                (len(e.gate_up_bias), len(e.down_bias)),
-            )?;
-            let tensors = [Some(e.gate_up), e.gate_up_bias, Some(e.down), e.down_bias];
-            if tensors.iter().flatten().any(|t| t.dtype() != DType::BF16) {
-                return Err(bad_input(OP, format!("expert {i}: the tensor cores take bf16 weights")));
-            }
+            let dims = (e.gate_up.dims()?, e.down.dims()?);
+            shape.check_expert(OP, i, dims, (len(e.gate_up_bias), len(e.down_bias)))?;
         }
         let weights = ExpertWeights::Dense {
-            gate_up: joined(experts, device, |e| e.gate_up)?,
+            gate_up: stacked(experts, device, |e| e.gate_up)?,
             gate_up_bias: joined_biases(experts, device, |e| e.gate_up_bias)?,
-            down: joined(experts, device, |e| e.down)?,
+            down: stacked(experts, device, |e| e.down)?,
             down_bias: joined_biases(experts, device, |e| e.down_bias)?,
         };
         Ok(Self {
@@ -94,17 +156,43 @@ impl DenseExperts {
     }
 }
 
-/// One part of every expert, end to end, on `device`.
-fn joined<'a>(
+/// One matrix of every expert, end to end, on `device` (`misfit` has found them of one kind).
+fn stacked<'a>(
     experts: &[DenseExpert<'a>],
     device: &Device,
-    part: impl Fn(&DenseExpert<'a>) -> &'a Tensor,
-) -> Result<Tensor> {
-    let parts: Vec<&Tensor> = experts.iter().map(part).collect();
-    Tensor::cat(&parts, 0)?.to_device(device)?.contiguous()
+    part: impl Fn(&DenseExpert<'a>) -> ExpertMatrix<'a>,
+) -> Result<DenseMatrix> {
+    let parts: Vec<ExpertMatrix> = experts.iter().map(part).collect();
+    let bf16: Vec<&Tensor> = parts
+        .iter()
+        .filter_map(|m| if let ExpertMatrix::Bf16(w) = m { Some(*w) } else { None })
+        .collect();
+    if bf16.len() == parts.len() {
+        return Ok(DenseMatrix::Bf16(
+            Tensor::cat(&bf16, 0)?.to_device(device)?.contiguous()?,
+        ));
+    }
+    let fp8: Vec<Fp8Weight> = parts
+        .iter()
+        .filter_map(|m| {
+            if let ExpertMatrix::Fp8(w) = m {
+                Some((*w).clone())
+            } else {
+                None
+            }
+        })
+        .collect();
+    let stacked = Fp8Weight::concat(&fp8)?;
+    let (weight, scales) = stacked.parts();
+    let on_device = |t: &Tensor| t.to_device(device)?.contiguous();
+    Ok(DenseMatrix::Fp8(Fp8Weight::new(
+        on_device(weight)?,
+        on_device(scales)?,
+        stacked.block(),
+    )?))
 }
 
-/// `joined` for a bias every expert has, or none.
+/// A bias every expert has, end to end, on `device`, or none.
 fn joined_biases<'a>(
     experts: &[DenseExpert<'a>],
     device: &Device,
@@ -112,7 +200,10 @@ fn joined_biases<'a>(
 ) -> Result<Option<Tensor>> {
     match experts.iter().filter(|e| part(e).is_some()).count() {
         0 => Ok(None),
-        n if n == experts.len() => joined(experts, device, |e| part(e).expect("every expert has one")).map(Some),
+        n if n == experts.len() => {
+            let parts: Vec<&Tensor> = experts.iter().filter_map(part).collect();
+            Ok(Some(Tensor::cat(&parts, 0)?.to_device(device)?.contiguous()?))
+        }
         _ => Err(bad_input("DenseExperts", "some experts have biases and some have none")),
     }
 }

@@ -54,6 +54,17 @@ impl Fp8Weight {
         self.weight.dims2().expect("checked in new")
     }
 
+    /// (bn, bk): the rows and columns a scale covers.
+    pub fn block(&self) -> (usize, usize) {
+        self.block
+    }
+
+    /// The e4m3 values and their blocks' scales.
+    #[cfg(feature = "cuda")]
+    pub(crate) fn parts(&self) -> (&Tensor, &Tensor) {
+        (&self.weight, &self.scales)
+    }
+
     /// Stacks weights of the same input width and block by rows, as fused projections do;
     /// every part but the last must end on a block boundary, so scales stack with them.
     pub fn concat(parts: &[Fp8Weight]) -> Result<Self> {

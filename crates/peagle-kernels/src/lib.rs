@@ -67,7 +67,7 @@ pub use chain_drafts::{chain_drafts, LastPass};
 pub use cuda_matmul::{CudaMatmul, MmaTiles, CUDA_MATMUL_ENV};
 pub use cuda_profiler::cuda_profiler_range;
 #[cfg(feature = "cuda")]
-pub use dense_experts::{DenseExpert, DenseExperts};
+pub use dense_experts::{DenseExpert, DenseExperts, ExpertMatrix};
 pub use device_memory::{device_memory, keep_freed_memory, peak_allocated, DeviceMemory};
 pub use error::KernelError;
 pub use exp::exp_in_place;

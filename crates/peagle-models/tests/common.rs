@@ -376,7 +376,16 @@ pub fn quantize(w: &Tensor, (bn, bk): (usize, usize)) -> (Tensor, Tensor, Tensor
 
 /// A copy of tiny-llama (reference included) with `weights` and `config` edited.
 pub fn llama_copy(weights: &HashMap<String, Tensor>, config: impl FnOnce(&mut serde_json::Value)) -> tempfile::TempDir {
-    let src = fixture_dir("tiny-llama");
+    fixture_copy("tiny-llama", weights, config)
+}
+
+/// A copy of fixture `name` (reference included) with `weights` and `config` edited.
+pub fn fixture_copy(
+    name: &str,
+    weights: &HashMap<String, Tensor>,
+    config: impl FnOnce(&mut serde_json::Value),
+) -> tempfile::TempDir {
+    let src = fixture_dir(name);
     let dir = tempfile::tempdir().unwrap();
     for f in ["generation_config.json", "reference.safetensors"] {
         std::fs::copy(src.join(f), dir.path().join(f)).unwrap();
@@ -398,8 +407,12 @@ pub fn fp8_config(block: serde_json::Value) -> impl FnOnce(&mut serde_json::Valu
 
 /// tiny-llama in FP8 blocks of `block`, and the dense copy of the weights it dequantizes to.
 pub fn fp8_and_dense(block: (usize, usize)) -> (tempfile::TempDir, tempfile::TempDir) {
-    let weights =
-        candle_core::safetensors::load(fixture_dir("tiny-llama").join("model.safetensors"), &Device::Cpu).unwrap();
+    fixture_fp8_and_dense("tiny-llama", block)
+}
+
+/// Fixture `name` in FP8 blocks of `block`, and the dense copy of the weights it dequantizes to.
+pub fn fixture_fp8_and_dense(name: &str, block: (usize, usize)) -> (tempfile::TempDir, tempfile::TempDir) {
+    let weights = candle_core::safetensors::load(fixture_dir(name).join("model.safetensors"), &Device::Cpu).unwrap();
     let (mut fp8, mut dense) = (weights.clone(), weights.clone());
     for (name, w) in weights.iter().filter(|(n, _)| quantized_name(n)) {
         let (q, scales, dequantized) = quantize(w, block);
@@ -408,7 +421,7 @@ pub fn fp8_and_dense(block: (usize, usize)) -> (tempfile::TempDir, tempfile::Tem
         dense.insert(name.clone(), dequantized);
     }
     let config = fp8_config(serde_json::json!([block.0, block.1]));
-    (llama_copy(&fp8, config), llama_copy(&dense, |_| {}))
+    (fixture_copy(name, &fp8, config), fixture_copy(name, &dense, |_| {}))
 }
 
 /// The P-EAGLE drafter of tiny-llama, placed by `options`.

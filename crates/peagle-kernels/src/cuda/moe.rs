@@ -1,15 +1,17 @@
-use super::module::{function, Module};
+use super::module::{function, Kernel, Module};
 use super::{
     aligned_16, by_dtype, dtype_name, grid, int, output, row_blocks, tensor, view, with_optional_view, with_view,
     with_views, MAX_GRID_Y,
 };
 use crate::cuda_matmul::{CudaMatmul, MmaTiles};
+use crate::dense_experts::DenseMatrix;
 use crate::error::bad_input;
 use crate::experts::{ExpertOutputs, ExpertShape, Routing};
+use crate::fp8_weight::Fp8Weight;
 use crate::kernel_constants::{
     MMA_WARPS as DENSE_WARPS, MOE_MAX_EXPERTS, MOE_MMA_WARPS, MOE_TILE, MOE_WARPS, MOE_WIDE_TILE,
 };
-use candle_core::cuda_backend::cudarc::driver::{CudaSlice, CudaView, DeviceRepr, PushKernelArg};
+use candle_core::cuda_backend::cudarc::driver::{CudaSlice, CudaView, DeviceRepr, LaunchConfig, PushKernelArg};
 use candle_core::cuda_backend::{CudaDType, CudaDevice, CudaStorage, WrapErr};
 use candle_core::{DType, Device, Layout, Result, Storage, Tensor};
 
@@ -27,11 +29,11 @@ const ROUTE_THREADS: u32 = MAX_EXPERTS as u32;
 /// The device's copy of the experts' weights, each tensor's over all experts end to end.
 pub(crate) enum ExpertWeights {
     Mxfp4(Box<Mxfp4Buffers>),
-    /// bf16 [E * 2I, H] and [E * H, I], with bf16 biases [E * 2I] and [E * H] or none.
+    /// bf16 or FP8 [E * 2I, H] and [E * H, I], with bf16 biases [E * 2I] and [E * H] or none.
     Dense {
-        gate_up: Tensor,
+        gate_up: DenseMatrix,
         gate_up_bias: Option<Tensor>,
-        down: Tensor,
+        down: DenseMatrix,
         down_bias: Option<Tensor>,
     },
 }
@@ -117,7 +119,10 @@ pub(crate) fn moe_experts(
         MmaTiles::Wide | MmaTiles::Staged => true,
     };
     let projections = match (weights, kernel, dtype) {
-        (ExpertWeights::Dense { .. }, CudaMatmul::Mma, DType::BF16) => Projections::Dense { wide },
+        (ExpertWeights::Dense { gate_up, .. }, CudaMatmul::Mma, DType::BF16) => Projections::Dense {
+            wide,
+            fp8: matches!(gate_up, DenseMatrix::Fp8(_)),
+        },
         (ExpertWeights::Dense { .. }, ..) => {
             return Err(bad_input(OP, "dense experts take bf16 rows on the tensor cores"));
         }
@@ -209,21 +214,28 @@ enum Projections {
     /// their `_wide` forms, WIDE_TILE pairs, where the average expert has more than TILE (each
     /// weight dequantized once for four times the pairs). Both give the same bits.
     TensorCores { wide: bool },
-    /// `moe_dense_gate_up` and `moe_dense_down` (kernels/moe_dense.cu), a tile of TILE pairs
-    /// and 16 columns a block; or their `_wide` forms, WIDE_TILE pairs and 16 activation or 32
-    /// output columns a block, where the average expert has more than TILE. Both give the
-    /// same bits.
-    Dense { wide: bool },
+    /// `moe_dense_gate_up_W` and `moe_dense_down_W` (kernels/moe_dense.cu, W the weights'
+    /// type: bf16, or f8e4m3 where `fp8`), a tile of TILE pairs and 16 columns a block; or
+    /// their `_wide` forms, WIDE_TILE pairs and 16 activation or 32 output columns a block,
+    /// where the average expert has more than TILE. Both give the same bits.
+    Dense { wide: bool, fp8: bool },
 }
 
 impl Projections {
-    fn names(&self) -> (&str, &str) {
+    fn names(&self) -> (String, String) {
+        let (gate_up, down) = match self {
+            Self::CudaCores(gate_up) => return (gate_up.clone(), "moe_down_f32".into()),
+            Self::TensorCores { .. } => ("moe_gate_up_mma".to_string(), "moe_down_mma".to_string()),
+            Self::Dense { fp8, .. } => {
+                let w = if *fp8 { "f8e4m3" } else { "bf16" };
+                (format!("moe_dense_gate_up_{w}"), format!("moe_dense_down_{w}"))
+            }
+        };
         match self {
-            Self::CudaCores(gate_up) => (gate_up, "moe_down_f32"),
-            Self::TensorCores { wide: false } => ("moe_gate_up_mma", "moe_down_mma"),
-            Self::TensorCores { wide: true } => ("moe_gate_up_mma_wide", "moe_down_mma_wide"),
-            Self::Dense { wide: false } => ("moe_dense_gate_up", "moe_dense_down"),
-            Self::Dense { wide: true } => ("moe_dense_gate_up_wide", "moe_dense_down_wide"),
+            Self::TensorCores { wide: true } | Self::Dense { wide: true, .. } => {
+                (format!("{gate_up}_wide"), format!("{down}_wide"))
+            }
+            _ => (gate_up, down),
         }
     }
 
@@ -239,7 +251,7 @@ impl Projections {
         match self {
             Self::CudaCores(_) => (WARPS, WARPS, 32 * WARPS as u32),
             Self::TensorCores { .. } => (MMA_COLUMNS, MMA_COLUMNS, 32 * MMA_WARPS),
-            Self::Dense { wide } => (
+            Self::Dense { wide, .. } => (
                 MMA_COLUMNS,
                 MMA_COLUMNS * (1 + usize::from(*wide)),
                 32 * DENSE_WARPS as u32,
@@ -250,7 +262,7 @@ impl Projections {
     /// The most pairs of a tile.
     fn tile(&self) -> usize {
         match self {
-            Self::TensorCores { wide: true } | Self::Dense { wide: true } => WIDE_TILE,
+            Self::TensorCores { wide: true } | Self::Dense { wide: true, .. } => WIDE_TILE,
             _ => TILE,
         }
     }
@@ -321,8 +333,8 @@ fn launch<T: CudaDType + DeviceRepr>(
     unsafe { b.launch(grid((1, 1), ROUTE_THREADS)) }.w()?;
 
     let (gate_up_name, down_name) = projections.names();
-    let gate_up = function(device, projections.module(), gate_up_name)?;
-    let down = function(device, projections.module(), down_name)?;
+    let gate_up = function(device, projections.module(), &gate_up_name)?;
+    let down = function(device, projections.module(), &down_name)?;
     let (gate_up_columns, down_columns, threads) = projections.block();
     let tiles_y = max_tiles as u32;
     let gate_up_grid = grid((inter.div_ceil(gate_up_columns) as u32, tiles_y), threads);
@@ -361,46 +373,127 @@ fn launch<T: CudaDType + DeviceRepr>(
             down_bias,
         } => {
             let mut act = output::<half::bf16>(device, pairs * inter)?;
-            let weights = [(gate_up_weight, "gate_up weights"), (down_weight, "down weights")];
-            with_views::<half::bf16, _, 2>(weights, |[gate_up_weight, down_weight]| {
-                with_optional_view::<half::bf16, _>(gate_up_bias.as_ref(), "gate_up biases", |gate_up_bias| {
-                    with_optional_view::<half::bf16, _>(down_bias.as_ref(), "down biases", |down_bias| {
-                        let null: u64 = 0;
-                        let mut b = gate_up.builder();
-                        b.arg(&mut act).arg(&x).arg(&pair_rows).arg(&gate_up_weight);
-                        match &gate_up_bias {
-                            Some(bias) => b.arg(bias),
-                            None => b.arg(&null),
-                        };
-                        b.arg(&tiles)
-                            .arg(&num_tiles)
-                            .arg(&hidden_i)
-                            .arg(&inter_i)
-                            .arg(&alpha)
-                            .arg(&limit);
-                        // SAFETY: x is bf16 (`moe_experts`); every tile's pairs and rows are in
-                        // range (moe_route_group); the weight holds experts * 2I rows of H and
-                        // the bias, where there is one, experts * 2I values (`DenseExperts::new`);
-                        // H and I are multiples of 32, and x 16-byte aligned; tiles past
-                        // `num_tiles` return at once.
-                        unsafe { b.launch(gate_up_grid) }.w()?;
-                        let mut b = down.builder();
-                        b.arg(&mut y).arg(&act).arg(&down_weight);
-                        match &down_bias {
-                            Some(bias) => b.arg(bias),
-                            None => b.arg(&null),
-                        };
-                        b.arg(&tiles).arg(&num_tiles).arg(&hidden_i).arg(&inter_i);
-                        // SAFETY: as for gate_up, with experts * H rows of I and experts * H
-                        // bias values; the activations' rows, I bf16 values, are 16-byte aligned.
-                        unsafe { b.launch(down_grid) }.w()?;
-                        Ok(())
-                    })
-                })
-            })?;
+            let dense = DenseLaunch {
+                x: &x,
+                pair_rows: &pair_rows,
+                tiles: &tiles,
+                num_tiles: &num_tiles,
+                dims: (hidden_i, inter_i),
+                gating: (alpha, limit),
+            };
+            let kernels = [(&gate_up, gate_up_grid), (&down, down_grid)];
+            let biases = [gate_up_bias.as_ref(), down_bias.as_ref()];
+            match (gate_up_weight, down_weight) {
+                (DenseMatrix::Bf16(g), DenseMatrix::Bf16(d)) => {
+                    let no_scales = [(g, None, (1, 1)), (d, None, (1, 1))];
+                    dense.launch::<half::bf16>(kernels, no_scales, biases, &mut act, &mut y)?
+                }
+                (DenseMatrix::Fp8(g), DenseMatrix::Fp8(d)) => {
+                    dense.launch::<float8::F8E4M3>(kernels, [scaled(g), scaled(d)], biases, &mut act, &mut y)?
+                }
+                _ => return Err(bad_input(OP, "dense experts' projections of two kinds")),
+            }
         }
     }
     Ok((y, weights, pair_of))
+}
+
+/// What both of a dense block's projections take beside their own weights.
+struct DenseLaunch<'a, T> {
+    x: &'a CudaView<'a, T>,
+    pair_rows: &'a CudaSlice<i32>,
+    tiles: &'a CudaSlice<i32>,
+    num_tiles: &'a CudaSlice<i32>,
+    /// (H, I).
+    dims: (i32, i32),
+    /// The SwiGLU clamp's (alpha, limit); limit 0 for none.
+    gating: (f32, f32),
+}
+
+/// A projection's weight as its kernel takes it: the values, their blocks' scales (none for
+/// bf16) and the block a scale covers.
+type DenseWeight<'a> = (&'a Tensor, Option<&'a Tensor>, (usize, usize));
+
+fn scaled(w: &Fp8Weight) -> DenseWeight<'_> {
+    let (values, scales) = w.parts();
+    (values, Some(scales), w.block())
+}
+
+impl<T: DeviceRepr> DenseLaunch<'_, T> {
+    /// moe_dense_gate_up_W, then moe_dense_down_W (`kernels`, with their grids), over the
+    /// weights (`weights`: gate_up's, down's) of W and their biases, into the activations
+    /// `act` [pairs, I] and the outputs `y` [pairs, H].
+    fn launch<W: CudaDType>(
+        &self,
+        kernels: [(&Kernel, LaunchConfig); 2],
+        weights: [DenseWeight; 2],
+        biases: [Option<&Tensor>; 2],
+        act: &mut CudaSlice<half::bf16>,
+        y: &mut CudaSlice<f32>,
+    ) -> Result<()> {
+        const OP: &str = "moe_dense";
+        let [(gate_up, gate_up_grid), (down, down_grid)] = kernels;
+        let [(gate_up_w, gate_up_scales, gate_up_block), (down_w, down_scales, down_block)] = weights;
+        let blocks = |(bn, bk): (usize, usize)| Ok::<_, candle_core::Error>((int(OP, bn)?, int(OP, bk)?));
+        let (gate_up_block, down_block) = (blocks(gate_up_block)?, blocks(down_block)?);
+        let (hidden, inter) = &self.dims;
+        let (alpha, limit) = &self.gating;
+        let null: u64 = 0;
+        with_views::<W, _, 2>(
+            [(gate_up_w, "gate_up weights"), (down_w, "down weights")],
+            |[gate_up_w, down_w]| {
+                with_optional_view::<f32, _>(gate_up_scales, "gate_up scales", |gate_up_scales| {
+                    with_optional_view::<f32, _>(down_scales, "down scales", |down_scales| {
+                        with_optional_view::<half::bf16, _>(biases[0], "gate_up biases", |gate_up_bias| {
+                            with_optional_view::<half::bf16, _>(biases[1], "down biases", |down_bias| {
+                                let mut b = gate_up.builder();
+                                b.arg(&mut *act).arg(self.x).arg(self.pair_rows).arg(&gate_up_w);
+                                match &gate_up_bias {
+                                    Some(bias) => b.arg(bias),
+                                    None => b.arg(&null),
+                                };
+                                match &gate_up_scales {
+                                    Some(scales) => b.arg(scales),
+                                    None => b.arg(&null),
+                                };
+                                b.arg(&gate_up_block.0).arg(&gate_up_block.1);
+                                b.arg(self.tiles)
+                                    .arg(self.num_tiles)
+                                    .arg(hidden)
+                                    .arg(inter)
+                                    .arg(alpha)
+                                    .arg(limit);
+                                // SAFETY: x is bf16 (`moe_experts`); every tile's pairs and rows are
+                                // in range (moe_route_group); the weight holds experts * 2I rows of H,
+                                // FP8 ones with a scale a block, each expert's from a row of blocks,
+                                // and the bias, where there is one, experts * 2I values
+                                // (`DenseExperts::new`); H and I are multiples of 32, and x 16-byte
+                                // aligned; tiles past `num_tiles` return at once.
+                                unsafe { b.launch(gate_up_grid) }.w()?;
+                                let mut b = down.builder();
+                                b.arg(&mut *y).arg(&*act).arg(&down_w);
+                                match &down_bias {
+                                    Some(bias) => b.arg(bias),
+                                    None => b.arg(&null),
+                                };
+                                match &down_scales {
+                                    Some(scales) => b.arg(scales),
+                                    None => b.arg(&null),
+                                };
+                                b.arg(&down_block.0).arg(&down_block.1);
+                                b.arg(self.tiles).arg(self.num_tiles).arg(hidden).arg(inter);
+                                // SAFETY: as for gate_up, with experts * H rows of I and experts * H
+                                // bias values; the activations' rows, I bf16 values, are 16-byte
+                                // aligned.
+                                unsafe { b.launch(down_grid) }.w()?;
+                                Ok(())
+                            })
+                        })
+                    })
+                })
+            },
+        )
+    }
 }
 
 #[cfg(test)]

@@ -85,12 +85,9 @@ impl Linear {
         self.weight.to_tensor()
     }
 
-    /// The weight, where it is held as a plain tensor (on a GPU, unquantized).
-    pub fn plain_weight(&self) -> Option<&Tensor> {
-        match &self.weight {
-            Weight::Plain(w) => Some(w),
-            _ => None,
-        }
+    /// The weight as it is held.
+    pub fn stored_weight(&self) -> &Weight {
+        &self.weight
     }
 
     pub fn bias(&self) -> Option<&Tensor> {

@@ -47,13 +47,14 @@ pub struct Moe {
 
 enum Experts {
     /// One at a time through the linear kernels, routed on the host: the CPU, and a GPU's
-    /// experts that the device kernels do not take (f32, FP8, the CUDA-core matmul).
+    /// experts that the device kernels do not take (f32, FP8 in other blocks, the CUDA-core
+    /// matmul).
     Each(Vec<Expert>),
     /// All of them in `kernels/moe.cu`, routed on the device: MXFP4 experts on a GPU.
     #[cfg(feature = "cuda")]
     Mxfp4OnDevice(Box<peagle_kernels::Mxfp4Experts>),
-    /// All of them in `kernels/moe.cu` and `kernels/moe_dense.cu`, routed on the device: bf16
-    /// experts on a GPU's tensor cores (`dense_on_device`).
+    /// All of them in `kernels/moe.cu` and `kernels/moe_dense.cu`, routed on the device: bf16 or
+    /// FP8 experts on a GPU's tensor cores (`placed`).
     #[cfg(feature = "cuda")]
     DenseOnDevice(Box<peagle_kernels::DenseExperts>),
 }
@@ -244,8 +245,9 @@ impl Moe {
     }
 }
 
-/// Whether dense experts of `cfg`'s widths run on `ckpt`'s device, routed there: bf16 on a
-/// GPU's tensor cores (`peagle_kernels::DenseExperts`). Elsewhere they run one at a time.
+/// Whether dense experts of `cfg`'s widths may run on `ckpt`'s device, routed there: bf16 rows
+/// on a GPU's tensor cores (`peagle_kernels::DenseExperts`), where `placed` then finds their
+/// weights of a kind those kernels take. Elsewhere they run one at a time.
 #[cfg_attr(not(feature = "cuda"), allow(unused_variables))]
 pub fn dense_on_device(ckpt: &Checkpoint, cfg: &MoeConfig) -> bool {
     #[cfg(feature = "cuda")]
@@ -258,29 +260,41 @@ pub fn dense_on_device(ckpt: &Checkpoint, cfg: &MoeConfig) -> bool {
     false
 }
 
-/// `experts` where they run: on the device where `dense_on_device` says so and every weight is
-/// plain (not FP8), else one at a time.
+/// `experts` where they run: on the device where `dense_on_device` says so and the device
+/// kernels take their weights (bf16, or FP8 in blocks the tensor cores take), else one at a
+/// time.
 #[cfg_attr(not(feature = "cuda"), allow(unused_variables))]
 fn placed(experts: Vec<Expert>, ckpt: &Checkpoint, cfg: &MoeConfig) -> Result<Experts> {
     #[cfg(feature = "cuda")]
     if dense_on_device(ckpt, cfg) {
+        use peagle_kernels::{DenseExpert, DenseExperts};
         let parts = experts
             .iter()
             .map(|e| {
-                Some(peagle_kernels::DenseExpert {
-                    gate_up: e.gate_up.plain_weight()?,
+                Some(DenseExpert {
+                    gate_up: device_matrix(&e.gate_up)?,
                     gate_up_bias: e.gate_up.bias(),
-                    down: e.down.plain_weight()?,
+                    down: device_matrix(&e.down)?,
                     down_bias: e.down.bias(),
                 })
             })
             .collect::<Option<Vec<_>>>();
-        if let Some(parts) = parts {
-            let on_device = peagle_kernels::DenseExperts::new(ckpt.device(), &parts)?;
+        if let Some(parts) = parts.filter(|parts| DenseExperts::takes(parts)) {
+            let on_device = DenseExperts::new(ckpt.device(), &parts)?;
             return Ok(Experts::DenseOnDevice(Box::new(on_device)));
         }
     }
     Ok(Experts::Each(experts))
+}
+
+/// A GPU expert's weight as `DenseExperts` takes it, where it is of a kind it takes.
+#[cfg(feature = "cuda")]
+fn device_matrix(linear: &Linear) -> Option<peagle_kernels::ExpertMatrix<'_>> {
+    match linear.stored_weight() {
+        Weight::Plain(w) => Some(peagle_kernels::ExpertMatrix::Bf16(w)),
+        Weight::Fp8(w) => Some(peagle_kernels::ExpertMatrix::Fp8(w)),
+        _ => None,
+    }
 }
 
 /// gpt-oss's MXFP4 experts, as `load_gpt_oss` reads them, copied to a GPU: gate_up's rows
