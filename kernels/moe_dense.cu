@@ -30,7 +30,7 @@
 #error "a narrow tile is one group of 8 rows of x, a wide tile four"
 #endif
 
-// Where expert `expert`'s scales start, of a weight of `rows` rows a expert and `cols`
+// Where expert `expert`'s scales start, of a weight of `rows` rows an expert and `cols`
 // columns; null for unscaled weights.
 __device__ __forceinline__ const float* expert_scales(const float* scales, int expert, int rows, int cols,
                                                       int block_n, int block_k) {

@@ -1,11 +1,12 @@
 //! A mixture-of-experts block whose experts' weights are dense, bf16 or block-scaled FP8
 //! (Qwen3-MoE and its FP8 checkpoints; gpt-oss from a dense checkpoint), on a CUDA device, bf16
-//! rows: every expert's weights in one device tensor per projection, and the whole block, from the router's logits to its output, on the device:
-//! routing, grouping by expert and the weighted sum in `kernels/moe.cu`, as for MXFP4 experts,
-//! and the projections on the tensor cores in `kernels/moe_dense.cu`, each element as a linear
-//! layer computes it, then the SwiGLU. A row's result does not depend on the other rows. The
-//! CPU runs its experts one at a time through the linear kernels instead (peagle-models'
-//! `Moe`), which is what the GPU tests compare with.
+//! rows: every expert's weights in one device tensor per projection, and the whole block, from
+//! the router's logits to its output, on the device: routing, grouping by expert and the
+//! weighted sum in `kernels/moe.cu`, as for MXFP4 experts, and the projections on the tensor
+//! cores in `kernels/moe_dense.cu`, each element as a linear layer computes it, then the
+//! SwiGLU. A row's result does not depend on the other rows. The CPU runs its experts one at a
+//! time through the linear kernels instead (peagle-models' `Moe`), which is what the GPU tests
+//! compare with.
 
 use crate::cuda::ExpertWeights;
 use crate::cuda_matmul::{CudaMatmul, MmaTiles};
@@ -15,8 +16,8 @@ use crate::fp8_weight::Fp8Weight;
 use candle_core::{DType, Device, Result, Tensor};
 
 /// One expert as loaded: `gate_up` [2I, H] (the I gate rows first) and its bias [2I], `down`
-/// [H, I] and its bias [H], bf16; every expert of a block has biases, or none has, and its
-/// matrices are all of one kind.
+/// [H, I] and its bias [H]; the biases bf16, and every expert of a block has them or none has;
+/// the matrices of a block all of one kind.
 pub struct DenseExpert<'a> {
     pub gate_up: ExpertMatrix<'a>,
     pub gate_up_bias: Option<&'a Tensor>,
@@ -25,7 +26,7 @@ pub struct DenseExpert<'a> {
 }
 
 /// An expert's weight: bf16, or block-scaled FP8 whose blocks the tensor cores take (a multiple
-/// of 32 wide) and whose rows are whole blocks, so that the experts' stack.
+/// of 32 wide) and whose rows are whole blocks, so that the experts' scales stack.
 #[derive(Clone, Copy)]
 pub enum ExpertMatrix<'a> {
     Bf16(&'a Tensor),

@@ -10,6 +10,7 @@ mod linear;
 mod memory;
 mod module;
 mod moe;
+mod moe_dense;
 mod paged_attention;
 mod profiler;
 mod rms_norm;

@@ -1,17 +1,14 @@
-use super::module::{function, Kernel, Module};
-use super::{
-    aligned_16, by_dtype, dtype_name, grid, int, output, row_blocks, tensor, view, with_optional_view, with_view,
-    with_views, MAX_GRID_Y,
-};
+use super::module::{function, Module};
+use super::moe_dense::DenseLaunch;
+use super::{aligned_16, by_dtype, dtype_name, grid, int, output, row_blocks, tensor, view, with_view, MAX_GRID_Y};
 use crate::cuda_matmul::{CudaMatmul, MmaTiles};
 use crate::dense_experts::DenseMatrix;
 use crate::error::bad_input;
 use crate::experts::{ExpertOutputs, ExpertShape, Routing};
-use crate::fp8_weight::Fp8Weight;
 use crate::kernel_constants::{
     MMA_WARPS as DENSE_WARPS, MOE_MAX_EXPERTS, MOE_MMA_WARPS, MOE_TILE, MOE_WARPS, MOE_WIDE_TILE,
 };
-use candle_core::cuda_backend::cudarc::driver::{CudaSlice, CudaView, DeviceRepr, LaunchConfig, PushKernelArg};
+use candle_core::cuda_backend::cudarc::driver::{CudaSlice, CudaView, DeviceRepr, PushKernelArg};
 use candle_core::cuda_backend::{CudaDType, CudaDevice, CudaStorage, WrapErr};
 use candle_core::{DType, Device, Layout, Result, Storage, Tensor};
 
@@ -382,118 +379,14 @@ fn launch<T: CudaDType + DeviceRepr>(
                 gating: (alpha, limit),
             };
             let kernels = [(&gate_up, gate_up_grid), (&down, down_grid)];
-            let biases = [gate_up_bias.as_ref(), down_bias.as_ref()];
-            match (gate_up_weight, down_weight) {
-                (DenseMatrix::Bf16(g), DenseMatrix::Bf16(d)) => {
-                    let no_scales = [(g, None, (1, 1)), (d, None, (1, 1))];
-                    dense.launch::<half::bf16>(kernels, no_scales, biases, &mut act, &mut y)?
-                }
-                (DenseMatrix::Fp8(g), DenseMatrix::Fp8(d)) => {
-                    dense.launch::<float8::F8E4M3>(kernels, [scaled(g), scaled(d)], biases, &mut act, &mut y)?
-                }
-                _ => return Err(bad_input(OP, "dense experts' projections of two kinds")),
-            }
+            let weights = [
+                (gate_up_weight, gate_up_bias.as_ref()),
+                (down_weight, down_bias.as_ref()),
+            ];
+            dense.run(kernels, weights, &mut act, &mut y)?;
         }
     }
     Ok((y, weights, pair_of))
-}
-
-/// What both of a dense block's projections take beside their own weights.
-struct DenseLaunch<'a, T> {
-    x: &'a CudaView<'a, T>,
-    pair_rows: &'a CudaSlice<i32>,
-    tiles: &'a CudaSlice<i32>,
-    num_tiles: &'a CudaSlice<i32>,
-    /// (H, I).
-    dims: (i32, i32),
-    /// The SwiGLU clamp's (alpha, limit); limit 0 for none.
-    gating: (f32, f32),
-}
-
-/// A projection's weight as its kernel takes it: the values, their blocks' scales (none for
-/// bf16) and the block a scale covers.
-type DenseWeight<'a> = (&'a Tensor, Option<&'a Tensor>, (usize, usize));
-
-fn scaled(w: &Fp8Weight) -> DenseWeight<'_> {
-    let (values, scales) = w.parts();
-    (values, Some(scales), w.block())
-}
-
-impl<T: DeviceRepr> DenseLaunch<'_, T> {
-    /// moe_dense_gate_up_W, then moe_dense_down_W (`kernels`, with their grids), over the
-    /// weights (`weights`: gate_up's, down's) of W and their biases, into the activations
-    /// `act` [pairs, I] and the outputs `y` [pairs, H].
-    fn launch<W: CudaDType>(
-        &self,
-        kernels: [(&Kernel, LaunchConfig); 2],
-        weights: [DenseWeight; 2],
-        biases: [Option<&Tensor>; 2],
-        act: &mut CudaSlice<half::bf16>,
-        y: &mut CudaSlice<f32>,
-    ) -> Result<()> {
-        const OP: &str = "moe_dense";
-        let [(gate_up, gate_up_grid), (down, down_grid)] = kernels;
-        let [(gate_up_w, gate_up_scales, gate_up_block), (down_w, down_scales, down_block)] = weights;
-        let blocks = |(bn, bk): (usize, usize)| Ok::<_, candle_core::Error>((int(OP, bn)?, int(OP, bk)?));
-        let (gate_up_block, down_block) = (blocks(gate_up_block)?, blocks(down_block)?);
-        let (hidden, inter) = &self.dims;
-        let (alpha, limit) = &self.gating;
-        let null: u64 = 0;
-        with_views::<W, _, 2>(
-            [(gate_up_w, "gate_up weights"), (down_w, "down weights")],
-            |[gate_up_w, down_w]| {
-                with_optional_view::<f32, _>(gate_up_scales, "gate_up scales", |gate_up_scales| {
-                    with_optional_view::<f32, _>(down_scales, "down scales", |down_scales| {
-                        with_optional_view::<half::bf16, _>(biases[0], "gate_up biases", |gate_up_bias| {
-                            with_optional_view::<half::bf16, _>(biases[1], "down biases", |down_bias| {
-                                let mut b = gate_up.builder();
-                                b.arg(&mut *act).arg(self.x).arg(self.pair_rows).arg(&gate_up_w);
-                                match &gate_up_bias {
-                                    Some(bias) => b.arg(bias),
-                                    None => b.arg(&null),
-                                };
-                                match &gate_up_scales {
-                                    Some(scales) => b.arg(scales),
-                                    None => b.arg(&null),
-                                };
-                                b.arg(&gate_up_block.0).arg(&gate_up_block.1);
-                                b.arg(self.tiles)
-                                    .arg(self.num_tiles)
-                                    .arg(hidden)
-                                    .arg(inter)
-                                    .arg(alpha)
-                                    .arg(limit);
-                                // SAFETY: x is bf16 (`moe_experts`); every tile's pairs and rows are
-                                // in range (moe_route_group); the weight holds experts * 2I rows of H,
-                                // FP8 ones with a scale a block, each expert's from a row of blocks,
-                                // and the bias, where there is one, experts * 2I values
-                                // (`DenseExperts::new`); H and I are multiples of 32, and x 16-byte
-                                // aligned; tiles past `num_tiles` return at once.
-                                unsafe { b.launch(gate_up_grid) }.w()?;
-                                let mut b = down.builder();
-                                b.arg(&mut *y).arg(&*act).arg(&down_w);
-                                match &down_bias {
-                                    Some(bias) => b.arg(bias),
-                                    None => b.arg(&null),
-                                };
-                                match &down_scales {
-                                    Some(scales) => b.arg(scales),
-                                    None => b.arg(&null),
-                                };
-                                b.arg(&down_block.0).arg(&down_block.1);
-                                b.arg(self.tiles).arg(self.num_tiles).arg(hidden).arg(inter);
-                                // SAFETY: as for gate_up, with experts * H rows of I and experts * H
-                                // bias values; the activations' rows, I bf16 values, are 16-byte
-                                // aligned.
-                                unsafe { b.launch(down_grid) }.w()?;
-                                Ok(())
-                            })
-                        })
-                    })
-                })
-            },
-        )
-    }
 }
 
 #[cfg(test)]
