@@ -33,7 +33,21 @@ pub enum ExpertMatrix<'a> {
     Fp8(&'a Fp8Weight),
 }
 
-impl ExpertMatrix<'_> {
+impl<'a> ExpertMatrix<'a> {
+    fn bf16(&self) -> Option<&'a Tensor> {
+        match self {
+            Self::Bf16(w) => Some(w),
+            Self::Fp8(_) => None,
+        }
+    }
+
+    fn fp8(&self) -> Option<&'a Fp8Weight> {
+        match self {
+            Self::Fp8(w) => Some(w),
+            Self::Bf16(_) => None,
+        }
+    }
+
     fn dims(&self) -> Result<(usize, usize)> {
         match self {
             Self::Bf16(w) => w.dims2(),
@@ -80,6 +94,11 @@ impl DenseExperts {
         Self::misfit(experts).is_none()
     }
 
+    /// Whether the tensor cores take experts of these widths: whole steps of 32.
+    pub fn takes_widths(hidden: usize, intermediate: usize) -> bool {
+        hidden.is_multiple_of(32) && intermediate.is_multiple_of(32)
+    }
+
     /// Why `takes` is false.
     fn misfit(experts: &[DenseExpert]) -> Option<String> {
         let first = experts.first()?;
@@ -101,7 +120,7 @@ impl DenseExperts {
         const OP: &str = "DenseExperts";
         let first_down = experts.first().map(|e| e.down.dims()).transpose()?;
         let (_, shape) = ExpertShape::on_device(OP, device, experts.len(), first_down)?;
-        if !shape.hidden.is_multiple_of(32) || !shape.intermediate.is_multiple_of(32) {
+        if !Self::takes_widths(shape.hidden, shape.intermediate) {
             return Err(bad_input(
                 OP,
                 format!(
@@ -164,25 +183,14 @@ fn stacked<'a>(
     part: impl Fn(&DenseExpert<'a>) -> ExpertMatrix<'a>,
 ) -> Result<DenseMatrix> {
     let parts: Vec<ExpertMatrix> = experts.iter().map(part).collect();
-    let bf16: Vec<&Tensor> = parts
-        .iter()
-        .filter_map(|m| if let ExpertMatrix::Bf16(w) = m { Some(*w) } else { None })
-        .collect();
-    if bf16.len() == parts.len() {
+    if let Some(bf16) = parts.iter().map(ExpertMatrix::bf16).collect::<Option<Vec<_>>>() {
         return Ok(DenseMatrix::Bf16(
             Tensor::cat(&bf16, 0)?.to_device(device)?.contiguous()?,
         ));
     }
-    let fp8: Vec<Fp8Weight> = parts
-        .iter()
-        .filter_map(|m| {
-            if let ExpertMatrix::Fp8(w) = m {
-                Some((*w).clone())
-            } else {
-                None
-            }
-        })
-        .collect();
+    let Some(fp8) = parts.iter().map(|m| m.fp8().cloned()).collect::<Option<Vec<_>>>() else {
+        return Err(bad_input("DenseExperts", "bf16 weights beside FP8 ones"));
+    };
     let stacked = Fp8Weight::concat(&fp8)?;
     let (weight, scales) = stacked.parts();
     let on_device = |t: &Tensor| t.to_device(device)?.contiguous();

@@ -136,7 +136,7 @@ impl DeviceExperts {
             });
         }
         let (x, logits) = (x.contiguous()?, logits.contiguous()?);
-        crate::cuda::moe_experts(&x, &logits, shape, &self.weights, routing, kernel, tiles)
+        crate::cuda::moe_experts(&x, &logits, self, routing, kernel, tiles)
     }
 }
 

@@ -4,7 +4,7 @@ use super::{aligned_16, by_dtype, dtype_name, grid, int, output, row_blocks, ten
 use crate::cuda_matmul::{CudaMatmul, MmaTiles};
 use crate::dense_experts::DenseMatrix;
 use crate::error::bad_input;
-use crate::experts::{ExpertOutputs, ExpertShape, Routing};
+use crate::experts::{DeviceExperts, ExpertOutputs, ExpertShape, Routing};
 use crate::kernel_constants::{
     MMA_WARPS as DENSE_WARPS, MOE_MAX_EXPERTS, MOE_MMA_WARPS, MOE_TILE, MOE_WARPS, MOE_WIDE_TILE,
 };
@@ -90,12 +90,12 @@ pub(crate) fn lay_out_experts(
 pub(crate) fn moe_experts(
     x: &Tensor,
     logits: &Tensor,
-    shape: &ExpertShape,
-    weights: &ExpertWeights,
+    experts: &DeviceExperts,
     routing: &Routing,
     kernel: CudaMatmul,
     tiles: MmaTiles,
 ) -> Result<ExpertOutputs> {
+    let shape = &experts.shape;
     const OP: &str = "moe_experts";
     let (rows, _) = x.dims2()?;
     let dtype = x.dtype();
@@ -115,7 +115,7 @@ pub(crate) fn moe_experts(
         MmaTiles::Narrow => false,
         MmaTiles::Wide | MmaTiles::Staged => true,
     };
-    let projections = match (weights, kernel, dtype) {
+    let projections = match (&experts.weights, kernel, dtype) {
         (ExpertWeights::Dense { gate_up, .. }, CudaMatmul::Mma, DType::BF16) => Projections::Dense {
             wide,
             fp8: matches!(gate_up, DenseMatrix::Fp8(_)),
@@ -127,11 +127,10 @@ pub(crate) fn moe_experts(
         _ => Projections::CudaCores(format!("moe_gate_up_{}", dtype_name(OP, dtype)?)),
     };
     let route = format!("moe_route_group_{}", dtype_name(OP, dtype)?);
-    let experts = Experts { shape, weights };
     let (y, weights, pair_of) = by_dtype!(
         OP,
         dtype,
-        launch(&device, (xs, xl), (ls, ll), &experts, routing, &route, &projections)
+        launch(&device, (xs, xl), (ls, ll), experts, routing, &route, &projections)
     )?;
     let pairs = rows * routing.top_k;
     Ok(ExpertOutputs {
@@ -265,12 +264,6 @@ impl Projections {
     }
 }
 
-/// A block's experts as `launch` takes them.
-struct Experts<'a> {
-    shape: &'a ExpertShape,
-    weights: &'a ExpertWeights,
-}
-
 /// The buffers `ExpertOutputs` holds: the pairs' outputs, routing weights and indices.
 type ExpertBuffers = (CudaSlice<f32>, CudaSlice<f32>, CudaSlice<i32>);
 
@@ -278,7 +271,7 @@ fn launch<T: CudaDType + DeviceRepr>(
     device: &CudaDevice,
     x: (&CudaStorage, &Layout),
     logits: (&CudaStorage, &Layout),
-    experts: &Experts,
+    experts: &DeviceExperts,
     routing: &Routing,
     route_name: &str,
     projections: &Projections,
@@ -289,7 +282,7 @@ fn launch<T: CudaDType + DeviceRepr>(
         num_experts,
         hidden,
         intermediate: inter,
-    } = *experts.shape;
+    } = experts.shape;
     let pairs = rows * k;
     let tile = projections.tile();
     let max_tiles = max_tiles(pairs, num_experts, tile);
@@ -338,7 +331,7 @@ fn launch<T: CudaDType + DeviceRepr>(
     let down_grid = grid((hidden.div_ceil(down_columns) as u32, tiles_y), threads);
     let (alpha, limit) = routing.clamp.unwrap_or((0.0, 0.0));
     let mut y = output::<f32>(device, pairs * hidden)?;
-    match experts.weights {
+    match &experts.weights {
         ExpertWeights::Mxfp4(w) => {
             let mut act = output::<f32>(device, pairs * inter)?;
             let mut b = gate_up.builder();

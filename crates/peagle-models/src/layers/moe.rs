@@ -254,8 +254,7 @@ pub fn dense_on_device(ckpt: &Checkpoint, cfg: &MoeConfig) -> bool {
     if ckpt.device().is_cuda() {
         return ckpt.dtype() == DType::BF16
             && peagle_kernels::CudaMatmul::chosen() == Ok(peagle_kernels::CudaMatmul::Mma)
-            && cfg.hidden.is_multiple_of(32)
-            && cfg.intermediate.is_multiple_of(32);
+            && peagle_kernels::DenseExperts::takes_widths(cfg.hidden, cfg.intermediate);
     }
     false
 }
