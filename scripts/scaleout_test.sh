@@ -20,7 +20,7 @@ started=$SECONDS
 # The pinned versions: the router's flags and behaviour are what this test was written against.
 pip_pinned openai vllm-router
 serve="${CARGO_TARGET_DIR:-target}/debug/peagle-serve"
-[ -x "$serve" ] || { echo "scaleout_test.sh: $serve is not built (cargo build --bin peagle-serve)" >&2; exit 1; }
+[ -x "$serve" ] || { echo "scaleout_test.sh: $serve is not built (scripts/openai_client_test.sh builds it)" >&2; exit 1; }
 
 work=$(mktemp -d)
 pids=()
