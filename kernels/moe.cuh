@@ -1,6 +1,6 @@
 // What the projections of a mixture-of-experts block share, whatever their weights' format
-// (kernels/moe.cu's MXFP4 ones, kernels/moe_dense.cu's bf16 ones): the tiles of pairs of one
-// expert that moe.cu's routing lists, and the experts' gating.
+// (moe_mxfp4.cu's and moe_mxfp4_mma.cu's MXFP4 ones, moe_dense.cu's bf16 or FP8 ones): the
+// tiles of pairs of one expert that moe.cu's routing lists, and the experts' gating.
 #pragma once
 #include "common.cuh"
 

@@ -1,8 +1,7 @@
 // The projections of a mixture-of-experts block whose experts' weights are dense, bf16 or
 // block-scaled FP8 (Qwen3-MoE and its FP8 checkpoints; gpt-oss from a dense checkpoint), on the
-// tensor cores, bf16 rows. kernels/moe.cu's routing,
-// grouping and combine serve them unchanged, and they take its tiles of pairs of one expert as
-// its MXFP4 projections do:
+// tensor cores, bf16 rows. kernels/moe.cu's routing, grouping and combine serve them unchanged,
+// and they take its tiles of pairs of one expert as the MXFP4 projections do:
 //   moe_dense_gate_up_W[_wide]  per tile, the gate and up projections of the pairs' rows of
 //                               x, then the (clamped) SwiGLU of each gate and up element,
 //                               rounded to bf16: activations [pairs, I] bf16;

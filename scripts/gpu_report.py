@@ -83,9 +83,9 @@ def main(out):
     if rows:
         report["moe_experts"] = rows
         md += ["", "## gpt-oss-shaped MXFP4 experts (32 of 2880 x 2880, top 4, bf16 rows)", "",
-               "kernels/moe.cu on the tensor cores in tiles of 8 pairs of an expert (narrow) and of 32 "
+               "kernels/moe_mxfp4_mma.cu on the tensor cores in tiles of 8 pairs of an expert (narrow) and of 32 "
                "(wide; the default where a batch gives the average expert more than 8), and on the CUDA "
-               "cores (`PEAGLE_CUDA_MATMUL=fma`). Weight GB/s: the bytes of the experts the batch touches "
+               "cores (`PEAGLE_CUDA_MATMUL=fma`, kernels/moe_mxfp4.cu). Weight GB/s: the bytes of the experts the batch touches "
                "over the time.", "",
                "| rows | experts touched | narrow ms | wide ms | CUDA cores ms | wide / narrow | "
                "narrow weight GB/s | wide weight GB/s |",

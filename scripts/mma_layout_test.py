@@ -1,8 +1,8 @@
 """The tensor-core kernels' operand layout, checked without a GPU: each lane's loads as
-kernels/linear_mma.cu and kernels/moe.cu's _mma kernels index them, placed where the PTX ISA
+kernels/linear_mma.cu and kernels/moe_mxfp4_mma.cu index them, placed where the PTX ISA
 puts an m16n8k16 mma's fragments (kernels/mma.cuh), multiplied, and the accumulators written
 back as the kernels index them, must give the plain product. Integer operands keep every sum
-exact, so the check is equality. Also moe.cu's places for the bits of MXFP4 codes against the
+exact, so the check is equality. Also mxfp4.cuh's places for the bits of MXFP4 codes against the
 rotations that read them. Run by scripts/test.sh; plain Python.
 
 Change this file with the kernels' indexing, or it proves nothing about them."""
@@ -13,8 +13,8 @@ import re
 
 WARPS = 8  # a block's warps, MMA_WARPS and MOE_MMA_WARPS
 STEP = 32  # the inner dimension of one mma_step: two mma of 16
-QUAD = 4  # MXFP4 blocks in moe.cu's quads (MOE_LAYOUT_QUAD), 128 elements
-LAYOUT_ROWS = 16  # rows in a tile of moe.cu's device layout (MOE_LAYOUT_ROWS)
+QUAD = 4  # MXFP4 blocks in mxfp4.cuh's quads (MOE_LAYOUT_QUAD), 128 elements
+LAYOUT_ROWS = 16  # rows in a tile of mxfp4.cuh's device layout (MOE_LAYOUT_ROWS)
 
 
 def mma(d, a_regs, b_regs):
@@ -48,7 +48,7 @@ def linear_steps(warp, inner):
 
 
 def moe_steps(warp, inner):
-    """moe.cu's mma_steps of a warp: its quads of 128 (dealt to the warps in turn), each four
+    """moe_mxfp4_mma.cu's mma_steps of a warp: its quads of 128 (dealt to the warps in turn), each four
     mma_steps j, lane t's elements 8j .. 8j + 8 of block t of the quad."""
     quads = range(warp, (inner + QUAD * STEP - 1) // (QUAD * STEP), WARPS)
     return [lambda lane, q=q, j=j: QUAD * STEP * q + STEP * (lane % 4) + 8 * j for q in quads for j in range(4)]
@@ -105,7 +105,7 @@ E2M1 = [0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6]
 
 
 def block_index(rows, groups, row, group):
-    """moe.cu's block_index: where block `group` of row `row` of an
+    """mxfp4.cuh's block_index: where block `group` of row `row` of an
     expert's weight [rows, groups] lies in the device's layout, in blocks."""
     tile, in_tile = divmod(row, LAYOUT_ROWS)
     tile_rows = min(LAYOUT_ROWS, rows - tile * LAYOUT_ROWS)
@@ -115,7 +115,7 @@ def block_index(rows, groups, row, group):
 
 
 def kernel_block(rows, groups, row, group):
-    """moe.cu's lane_row and quad_part: where the mma kernels read block `group` of row `row`,
+    """moe_mxfp4_mma.cu's lane_row and quad_part: where the mma kernels read block `group` of row `row`,
     from the row's first quad as if whole, a quad's stride and a short last quad's shift."""
     tile, in_tile = divmod(row, LAYOUT_ROWS)
     tile_rows = min(LAYOUT_ROWS, rows - tile * LAYOUT_ROWS)
@@ -126,7 +126,7 @@ def kernel_block(rows, groups, row, group):
 
 
 def check_moe(count, rows, inner, c0):
-    """moe.cu's mma kernels: a tile's `count` pairs against weight rows c0 .. c0 + 16 of `rows`,
+    """moe_mxfp4_mma.cu's kernels: a tile's `count` pairs against weight rows c0 .. c0 + 16 of `rows`,
     MXFP4 blocks of 32 (low nibble first) in the device's layout, a lane reading a whole block
     and each mma_step one of its 4-byte words, bytes 4j .. 4j + 4 being the block's elements
     8j .. 8j + 8; the tile's pairs eight at a time (the wide kernels' tiles of up to 32 are
@@ -171,8 +171,8 @@ def check_moe(count, rows, inner, c0):
 
 
 def code_bits():
-    """moe.cu's MOE_CODE_BITS: [code k][bit b] = its place in the device's word."""
-    source = open(os.path.join(os.path.dirname(__file__), "..", "kernels", "moe.cu")).read()
+    """mxfp4.cuh's MOE_CODE_BITS: [code k][bit b] = its place in the device's word."""
+    source = open(os.path.join(os.path.dirname(__file__), "..", "kernels", "mxfp4.cuh")).read()
     table = re.search(r"#define MOE_CODE_BITS((?:[^\n]*\\\n)*[^\n]*)", source).group(1)
     rows = [[int(v) for v in row.split(",")] for row in re.findall(r"\{([^}]*)\}", table)]
     assert len(rows) == 8 and all(len(r) == 4 for r in rows), rows
@@ -184,7 +184,7 @@ def rotl(w, n):
 
 
 def check_code_bits():
-    """moe_lay_out's move of each code's bits (device_word, by MOE_CODE_BITS as moe.cu has it)
+    """moe_lay_out's move of each code's bits (device_word, by MOE_CODE_BITS as mxfp4.cuh has it)
     and dequantize8_bf16's rotations and masks (restated here: change them together): pair i of
     the device's word must be codes 2i and 2i + 1 of the checkpoint's, each as a bf16 half of
     its magnitude (e1 e0 m) at bits 8..6 and its sign at 15, for every value of every byte; and

@@ -1,4 +1,4 @@
-//! Times gpt-oss-20b-shaped MXFP4 experts (`Mxfp4Experts`, kernels/moe.cu: 32 experts of
+//! Times gpt-oss-20b-shaped MXFP4 experts (`Mxfp4Experts`, kernels/moe_mxfp4*.cu: 32 experts of
 //! 2880 x 2880, top 4, the clamped SwiGLU) on the GPU, bf16 rows, at 1 to 2048 rows: the
 //! tensor cores' projections in narrow tiles (8 pairs of an expert) and in wide ones (32) side
 //! by side, and the CUDA cores'. Then Qwen3-30B-A3B-shaped dense experts (`DenseExperts`,

@@ -5,7 +5,7 @@
 //! `mma` (the default, `kernels/linear_mma.cu`) runs bf16 products on the tensor cores, for
 //! bf16 activations with K a multiple of 32 times bf16 weights or block-scaled FP8 ones whose
 //! blocks are a multiple of 32 wide (other products keep to `fma`), and so do gpt-oss's expert
-//! projections for bf16 rows (`kernels/moe.cu`'s `_mma` kernels); it has no
+//! projections for bf16 rows (`kernels/moe_mxfp4_mma.cu`); it has no
 //! bit-exact CPU reference, only a tolerance. `fma` (`kernels/linear.cu`, chosen with
 //! `PEAGLE_CUDA_MATMUL=fma`) sums in f32 fused multiply-adds on the CUDA cores, bit for bit as
 //! its CPU reference, and is slower wherever a step has more than one row.
@@ -22,7 +22,7 @@ pub enum CudaMatmul {
 }
 
 /// How the tensor-core kernels cover a batch: `kernels/linear_mma.cu` 8 rows of x a block, 32
-/// or 64 (staged), `kernels/moe.cu` tiles of 8 pairs of an expert or 32. Every form computes
+/// or 64 (staged), `kernels/moe_mxfp4_mma.cu` tiles of 8 pairs of an expert or 32. Every form computes
 /// each element by the same chain, so the choice is one of speed alone; inference takes
 /// `ByBatch`, the others are for comparing the forms. The CUDA cores' kernels choose their own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

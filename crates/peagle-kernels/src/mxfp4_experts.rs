@@ -1,8 +1,9 @@
 //! gpt-oss's experts on a CUDA device: every expert's MXFP4 weights in one device buffer per
-//! tensor, in the order the kernels read best (kernels/moe.cu's `moe_lay_out`), and the whole
-//! mixture-of-experts block, from the router's logits to its output, in `kernels/moe.cu`:
-//! routing, grouping by expert, the projections with the MXFP4 weights dequantized in
-//! registers, the biases and the SwiGLU fused, and the weighted sum. A row's result does not
+//! tensor, in the order the kernels read best (`kernels/mxfp4.cuh`), and the whole
+//! mixture-of-experts block, from the router's logits to its output: routing, grouping by
+//! expert and the weighted sum in `kernels/moe.cu`, and the projections with the MXFP4 weights
+//! dequantized in registers, the biases and the SwiGLU fused, in `kernels/moe_mxfp4_mma.cu`
+//! (tensor cores) or `kernels/moe_mxfp4.cu` (CUDA cores). A row's result does not
 //! depend on the other rows. The CPU runs its experts one at a time through
 //! the linear kernels instead (peagle-models' `Moe`), which is what the GPU tests compare with.
 

@@ -70,7 +70,7 @@ pub(crate) fn lay_out_experts(
     let (from_codes, from_scales) = (device.clone_htod(codes)?, device.clone_htod(scales)?);
     let mut to_codes = output::<u8>(device, codes.len())?;
     let mut to_scales = output::<u8>(device, blocks)?;
-    let lay_out = function(device, Module::Moe, "moe_lay_out")?;
+    let lay_out = function(device, Module::MoeMxfp4, "moe_lay_out")?;
     let mut b = lay_out.builder();
     b.arg(&mut to_codes)
         .arg(&mut to_scales)
@@ -83,10 +83,12 @@ pub(crate) fn lay_out_experts(
     Ok((to_codes, to_scales))
 }
 
-/// `kernels/moe.cu` from the router's `logits` [rows, experts] up to the combine: each
-/// (row, rank) pair's expert output and routing weight, which `moe_combine` sums. MXFP4
-/// projections on the tensor cores, in `tiles`, where `kernel` is `Mma` and x is bf16, else on
-/// the CUDA cores; dense ones (`kernels/moe_dense.cu`) on the tensor cores only.
+/// A mixture-of-experts block from the router's `logits` [rows, experts] up to the combine:
+/// each (row, rank) pair's expert output and routing weight, which `moe_combine` sums. Routed
+/// and grouped by `kernels/moe.cu`; MXFP4 projections on the tensor cores
+/// (`kernels/moe_mxfp4_mma.cu`), in `tiles`, where `kernel` is `Mma` and x is bf16, else on the
+/// CUDA cores (`kernels/moe_mxfp4.cu`); dense ones (`kernels/moe_dense.cu`) on the tensor cores
+/// only.
 pub(crate) fn moe_experts(
     x: &Tensor,
     logits: &Tensor,
@@ -237,8 +239,9 @@ impl Projections {
 
     fn module(&self) -> Module {
         match self {
+            Self::CudaCores(_) => Module::MoeMxfp4,
+            Self::TensorCores { .. } => Module::MoeMxfp4Mma,
             Self::Dense { .. } => Module::MoeDense,
-            _ => Module::Moe,
         }
     }
 

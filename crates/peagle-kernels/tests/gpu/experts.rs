@@ -202,7 +202,7 @@ fn mxfp4_experts_give_the_same_bits_in_wide_tiles_as_in_narrow_ones() {
 }
 
 /// Narrow tiles load a warp's quads of the inner dimension three at a time, wide tiles one at
-/// a time (kernels/moe.cu's DEPTH); the mma run in quad order either way. At inner dimensions
+/// a time (kernels/moe_mxfp4_mma.cu's DEPTH); the mma run in quad order either way. At inner dimensions
 /// of more quads than the 8 warps take in a round of three (98 blocks of 32: 25 quads, the last
 /// of 2 blocks, for gate_up; 97 blocks: 25 quads, the last of one, for down), nine rows routed
 /// to both of two experts (two narrow tiles an expert, one wide one) give the same bits in

@@ -50,10 +50,10 @@ enum Experts {
     /// experts that the device kernels do not take (f32, FP8 in other blocks, the CUDA-core
     /// matmul).
     Each(Vec<Expert>),
-    /// All of them in `kernels/moe.cu`, routed on the device: MXFP4 experts on a GPU.
+    /// All of them routed by `kernels/moe.cu` on the device: MXFP4 experts on a GPU.
     #[cfg(feature = "cuda")]
     Mxfp4OnDevice(Box<peagle_kernels::Mxfp4Experts>),
-    /// All of them in `kernels/moe.cu` and `kernels/moe_dense.cu`, routed on the device: bf16 or
+    /// All of them routed by `kernels/moe.cu` and run by `kernels/moe_dense.cu` on the device: bf16 or
     /// FP8 experts on a GPU's tensor cores (`placed`).
     #[cfg(feature = "cuda")]
     DenseOnDevice(Box<peagle_kernels::DenseExperts>),
