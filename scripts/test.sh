@@ -36,10 +36,18 @@ timed() {
 emulated_skip="experts::mxfp4_experts_match_the_reference_and_are_batch_invariant
     peagle-models-fma:rows_past_1024_positions_equal_single_token_steps_bitwise_on_the_gpu"
 {
-    timed bash scripts/build_cuda.sh --check && timed bash scripts/kernel_resources.sh --check &&
-        EMULATED_CRATES="peagle-kernels peagle-models" \
-            EMULATED_SKIP="$emulated_skip" TEST_TIMEOUT=600 timed bash scripts/emulated_gpu_tests.sh &&
-        timed bash scripts/emulated_host_ops.sh --check
+    timed bash scripts/build_cuda.sh --check || exit 1
+    # The spills' check beside the emulated tests: both need only the build, and each keeps one
+    # core busy (ptxas, then one test at a time), where the CPU suite often ends first.
+    timed bash scripts/kernel_resources.sh --check >target/kernel-resources.log 2>&1 &
+    resources=$!
+    EMULATED_CRATES="peagle-kernels peagle-models" \
+        EMULATED_SKIP="$emulated_skip" TEST_TIMEOUT=600 timed bash scripts/emulated_gpu_tests.sh
+    emulated=$?
+    wait "$resources"
+    spills=$?
+    cat target/kernel-resources.log
+    [ $emulated -eq 0 ] && [ $spills -eq 0 ] && timed bash scripts/emulated_host_ops.sh --check
 } >target/cuda-check.log 2>&1 &
 cuda=$!
 # The benchmarks run once each (criterion's test mode), so that one broken by a change fails here
