@@ -1,5 +1,5 @@
 use super::module::{function, Module};
-use super::{by_dtype, dtype_name, grid, int, output, starts_aligned_16, view};
+use super::{arg_or_null, by_dtype, dtype_name, grid, int, output, starts_aligned_16, view};
 use crate::error::bad_input;
 use crate::kernel_constants::ARGMAX_THREADS;
 use candle_core::backend::BackendStorage;
@@ -38,14 +38,10 @@ fn launch<T: CudaDType + DeviceRepr>(
     // Every row in order, as a decode or verification step asks: the kernel's null list.
     let every = rows.iter().enumerate().all(|(i, &r)| r as usize == i);
     let uploaded = if every { None } else { Some(device.clone_htod(rows)?) };
-    let null: u64 = 0;
     let func = function(device, Module::Argmax, name)?;
     let mut builder = func.builder();
     builder.arg(&mut out).arg(&input);
-    match &uploaded {
-        Some(rows) => builder.arg(rows),
-        None => builder.arg(&null),
-    };
+    arg_or_null(&mut builder, uploaded.as_ref());
     builder.arg(&cols).arg(&vector);
     // SAFETY: every requested row lies in `x` (checked by the caller), which holds rows * cols
     // elements; one block per requested row writes its one output.

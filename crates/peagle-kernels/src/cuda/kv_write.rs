@@ -1,5 +1,8 @@
 use super::module::{function, Kernel, Module};
-use super::{by_dtypes_or_fp8, dtype_name, dtype_name_or_fp8, grid, int, strided_view, with_optional_view, with_view};
+use super::{
+    arg_or_null, by_dtypes_or_fp8, dtype_name, dtype_name_or_fp8, grid, int, strided_view, with_optional_view,
+    with_view,
+};
 use crate::error::bad_input;
 use crate::paged_attention::KvScale;
 use crate::rope::Rotation;
@@ -95,17 +98,10 @@ fn launch<S: CudaDType, C: CudaDType>(cache: &mut CudaStorage, start: usize, a: 
     let (k, k_stride) = strided_view::<S>(a.new.k.0, a.new.k.1, "write_kv", "the keys")?;
     let (v, v_stride) = strided_view::<S>(a.new.v.0, a.new.v.1, "write_kv", "the values")?;
     let mut cache = cache.as_cuda_slice_mut::<C>()?.slice_mut(start..);
-    let null: u64 = 0;
     let mut builder = a.func.builder();
     builder.arg(&mut cache).arg(&k).arg(&v).arg(a.slots);
-    match a.tables {
-        Some(tables) => builder.arg(tables),
-        None => builder.arg(&null),
-    };
-    match a.table_rows {
-        Some(rows) => builder.arg(rows),
-        None => builder.arg(&null),
-    };
+    arg_or_null(&mut builder, a.tables);
+    arg_or_null(&mut builder, a.table_rows);
     builder
         .arg(&a.table_len)
         .arg(&a.num_slots)

@@ -1,5 +1,5 @@
 use super::module::{function, Kernel, Module};
-use super::{aligned_16, by_dtypes_or_fp8, dtype_name, dtype_name_or_fp8, int, output, swiglu, view};
+use super::{aligned_16, arg_or_null, by_dtypes_or_fp8, dtype_name, dtype_name_or_fp8, int, output, swiglu, view};
 use crate::cuda_matmul::{CudaMatmul, MmaTiles};
 use crate::error::{bad_input, matmul_dims};
 use crate::invariant_matmul::MatmulOutput;
@@ -233,22 +233,15 @@ fn launch<T: CudaDType + DeviceRepr, W: CudaDType>(
     let xs = view::<T>(x.0, x.1, "x")?;
     let ws = view::<W>(w.0, w.1, "weight")?;
     let bias = bias.map(|(b, l)| view::<T>(b, l, "bias")).transpose()?;
-    let null: u64 = 0;
     let mut builder = a.func.builder();
     builder.arg(&mut out).arg(&xs).arg(&ws);
-    match &bias {
-        Some(b) => builder.arg(b),
-        None => builder.arg(&null),
-    };
+    arg_or_null(&mut builder, bias.as_ref());
     for d in &a.dims {
         builder.arg(d);
     }
     // Only an FP8 weight has scales (`linear` checks).
     if a.form.takes_scales(a.scales.is_some()) {
-        match &a.scales {
-            Some(s) => builder.arg(s),
-            None => builder.arg(&null),
-        };
+        arg_or_null(&mut builder, a.scales.as_ref());
         builder.arg(&a.block[0]).arg(&a.block[1]);
     }
     let (block_rows, block_columns) = a.form.block_tile(a.gates);

@@ -37,7 +37,9 @@ pub(crate) use swiglu::swiglu;
 pub(crate) use token_mask::mask_tokens;
 
 use crate::error::bad_input;
-use candle_core::cuda_backend::cudarc::driver::{CudaSlice, CudaView, DeviceRepr, LaunchConfig};
+use candle_core::cuda_backend::cudarc::driver::{
+    CudaSlice, CudaView, DeviceRepr, LaunchArgs, LaunchConfig, PushKernelArg,
+};
 use candle_core::cuda_backend::{CudaDType, CudaDevice, CudaStorage};
 use candle_core::{DType, Layout, Result, Shape, Storage, Tensor};
 
@@ -123,6 +125,21 @@ fn with_optional_view<T: CudaDType, R>(
         Some(t) => with_view(t, what, |view| f(Some(view))),
         None => f(None),
     }
+}
+
+/// The device pointer a kernel reads as an absent operand.
+static NULL_POINTER: u64 = 0;
+
+/// Pushes `arg` onto a launch's arguments, or a null device pointer where there is none: the
+/// kernels take an optional operand as a pointer that may be null.
+fn arg_or_null<'a, A>(builder: &mut LaunchArgs<'a>, arg: Option<A>)
+where
+    LaunchArgs<'a>: PushKernelArg<A>,
+{
+    match arg {
+        Some(arg) => builder.arg(arg),
+        None => <LaunchArgs<'a> as PushKernelArg<&'static u64>>::arg(builder, &NULL_POINTER),
+    };
 }
 
 /// A tensor of `shape` over a buffer a kernel wrote, for a launcher that is no candle op.

@@ -2,7 +2,7 @@
 //! routed and grouped a block's rows: dense experts' weights, bf16 or FP8, with their scales.
 
 use super::module::Kernel;
-use super::{int, with_optional_view, with_views};
+use super::{arg_or_null, int, with_optional_view, with_views};
 use crate::dense_experts::DenseMatrix;
 use crate::error::bad_input;
 use crate::fp8_weight::Fp8Weight;
@@ -74,7 +74,6 @@ impl<T: DeviceRepr> DenseLaunch<'_, T> {
         let (gate_up_block, down_block) = (blocks(gate_up_block)?, blocks(down_block)?);
         let (hidden, inter) = &self.dims;
         let (alpha, limit) = &self.gating;
-        let null: u64 = 0;
         with_views::<W, _, 2>(
             [(gate_up_w, "gate_up weights"), (down_w, "down weights")],
             |[gate_up_w, down_w]| {
@@ -84,14 +83,8 @@ impl<T: DeviceRepr> DenseLaunch<'_, T> {
                             with_optional_view::<half::bf16, _>(biases[1], "down biases", |down_bias| {
                                 let mut b = gate_up.builder();
                                 b.arg(&mut *act).arg(self.x).arg(self.pair_rows).arg(&gate_up_w);
-                                match &gate_up_bias {
-                                    Some(bias) => b.arg(bias),
-                                    None => b.arg(&null),
-                                };
-                                match &gate_up_scales {
-                                    Some(scales) => b.arg(scales),
-                                    None => b.arg(&null),
-                                };
+                                arg_or_null(&mut b, gate_up_bias.as_ref());
+                                arg_or_null(&mut b, gate_up_scales.as_ref());
                                 b.arg(&gate_up_block.0).arg(&gate_up_block.1);
                                 b.arg(self.tiles)
                                     .arg(self.num_tiles)
@@ -108,14 +101,8 @@ impl<T: DeviceRepr> DenseLaunch<'_, T> {
                                 unsafe { b.launch(gate_up_grid) }.w()?;
                                 let mut b = down.builder();
                                 b.arg(&mut *y).arg(&*act).arg(&down_w);
-                                match &down_bias {
-                                    Some(bias) => b.arg(bias),
-                                    None => b.arg(&null),
-                                };
-                                match &down_scales {
-                                    Some(scales) => b.arg(scales),
-                                    None => b.arg(&null),
-                                };
+                                arg_or_null(&mut b, down_bias.as_ref());
+                                arg_or_null(&mut b, down_scales.as_ref());
                                 b.arg(&down_block.0).arg(&down_block.1);
                                 b.arg(self.tiles).arg(self.num_tiles).arg(hidden).arg(inter);
                                 // SAFETY: as for gate_up, with experts * H rows of I and experts * H

@@ -1,7 +1,7 @@
 use super::module::{function, Kernel, Module};
 use super::split_counters::{resident_blocks, with_split};
 use super::{
-    by_dtypes_or_fp8, dtype_name, dtype_name_or_fp8, int, output, starts_aligned_16, strided_view, view,
+    arg_or_null, by_dtypes_or_fp8, dtype_name, dtype_name_or_fp8, int, output, starts_aligned_16, strided_view, view,
     with_optional_view, with_view,
 };
 use crate::attention_blocks::{Cover, MAX_SPLITS};
@@ -186,16 +186,9 @@ fn launch<T: CudaDType + DeviceRepr, C: CudaDType>(
     let mut partials = None;
     let mut builder = a.func.builder();
     builder.arg(&mut out).arg(&q).arg(&k).arg(&v).arg(reads.meta);
-    for optional in [reads.sinks, reads.tables] {
-        match optional {
-            Some(view) => builder.arg(view),
-            None => builder.arg(&null),
-        };
-    }
-    match reads.table_rows {
-        Some(view) => builder.arg(view),
-        None => builder.arg(&null),
-    };
+    arg_or_null(&mut builder, reads.sinks);
+    arg_or_null(&mut builder, reads.tables);
+    arg_or_null(&mut builder, reads.table_rows);
     builder.arg(&reads.table_len);
     match split.counters {
         Some(counters) => {

@@ -1,5 +1,7 @@
 use super::module::{function, Kernel, Module};
-use super::{by_dtypes, dtype_name, grid, int, output, starts_aligned_16, tensor, view, with_expert_views};
+use super::{
+    arg_or_null, by_dtypes, dtype_name, grid, int, output, starts_aligned_16, tensor, view, with_expert_views,
+};
 use crate::error::bad_input;
 use crate::experts::ExpertOutputs;
 use crate::kernel_constants::RMS_THREADS;
@@ -81,13 +83,9 @@ fn launch<T: CudaDType + DeviceRepr, W: CudaDType>(
     let xs = view::<T>(x.0, x.1, "x")?;
     let ws = view::<W>(weight.0, weight.1, "weight")?;
     let residual = residual.map(|(s, l)| view::<T>(s, l, "residual")).transpose()?;
-    let null: u64 = 0;
     let mut builder = a.func.builder();
     builder.arg(&mut out).arg(&xs);
-    match &residual {
-        Some(r) => builder.arg(r),
-        None => builder.arg(&null),
-    };
+    arg_or_null(&mut builder, residual.as_ref());
     builder.arg(&ws).arg(&a.width).arg(&a.eps).arg(&a.vector);
     // SAFETY: x and the residual hold rows * width elements, the weight width, `out` one or
     // two times rows * width as the kernel writes; `vector` only where all start 16-byte
