@@ -13,7 +13,7 @@
 #[path = "common/timing.rs"]
 mod timing;
 
-use candle_core::{DType, Device, Tensor};
+use candle_core::{DType, Tensor};
 use peagle_kernels::{
     fp8_linear_tiled, invariant_linear_swiglu, invariant_matmul_by, invariant_matmul_tiled, swiglu, CudaMatmul,
     Fp8Weight, MmaTiles,
@@ -21,7 +21,7 @@ use peagle_kernels::{
 use timing::time;
 
 fn main() -> candle_core::Result<()> {
-    let device = Device::new_cuda(0)?;
+    let device = peagle_kernels::open_cuda(0)?;
     let (n, k) = (14336, 4096);
     let w = Tensor::randn(0f32, 0.02, (n, k), &device)?.to_dtype(DType::BF16)?;
     let w_t = w.t()?;

@@ -60,7 +60,7 @@ fn experts_touched(logits: &Tensor, k: usize) -> candle_core::Result<usize> {
 }
 
 fn main() -> candle_core::Result<()> {
-    let device = Device::new_cuda(0)?;
+    let device = peagle_kernels::open_cuda(0)?;
     let weights = (0..EXPERTS as u64)
         .map(|e| Ok((mxfp4(2 * INTER, HIDDEN, 10 * e)?, mxfp4(HIDDEN, INTER, 10 * e + 5)?)))
         .collect::<candle_core::Result<Vec<_>>>()?;

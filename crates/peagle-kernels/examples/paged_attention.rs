@@ -148,7 +148,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     // One case alone, for a profiler to look at one launch of it.
     let named = (!args.is_empty()).then(|| named_case(&args)).transpose()?;
-    let device = Device::new_cuda(0)?;
+    let device = peagle_kernels::open_cuda(0)?;
     if let Some(named) = named {
         return Ok(case(&device, &named)?);
     }

@@ -1,7 +1,6 @@
 //! What a GPU's memory holds, for sizing the KV cache from what is left (vLLM's
 //! `--gpu-memory-utilization`): the driver's free and total bytes, and the peak of the
 //! allocations a piece of work makes. On the CPU there is no such budget: both say None.
-//! Also where a GPU's freed memory goes (`keep_freed_memory`).
 
 use candle_core::{Device, Result};
 
@@ -18,17 +17,6 @@ pub fn device_memory(device: &Device) -> Result<Option<DeviceMemory>> {
         #[cfg(feature = "cuda")]
         Device::Cuda(cuda) => crate::cuda::device_memory(cuda).map(Some),
         _ => Ok(None),
-    }
-}
-
-/// Makes `device`'s memory pool keep what is freed for later allocations, rather than give it
-/// back to the driver at each synchronization to be mapped again by the next step's: the
-/// setting of a serving process. Nothing to do on the CPU.
-pub fn keep_freed_memory(device: &Device) -> Result<()> {
-    match device {
-        #[cfg(feature = "cuda")]
-        Device::Cuda(cuda) => crate::cuda::keep_freed_memory(cuda),
-        _ => Ok(()),
     }
 }
 

@@ -68,14 +68,14 @@ pub use cuda_matmul::{CudaMatmul, MmaTiles, CUDA_MATMUL_ENV};
 pub use cuda_profiler::cuda_profiler_range;
 #[cfg(feature = "cuda")]
 pub use dense_experts::{DenseExpert, DenseExperts, ExpertMatrix};
-pub use device_memory::{device_memory, keep_freed_memory, peak_allocated, DeviceMemory};
+pub use device_memory::{device_memory, peak_allocated, DeviceMemory};
 pub use error::KernelError;
 pub use exp::exp_in_place;
 #[cfg(feature = "cuda")]
 pub use experts::{ExpertOutputs, Routing};
 pub use fp8_weight::{fp8_linear, fp8_linear_tiled, Fp8Weight};
 pub use gather_rows::{gather_rows, gather_rows_into};
-pub use gpus::cuda_devices;
+pub use gpus::{cuda_devices, open_cuda};
 pub use gumbel_sample::{gumbel_sample, issue_gumbel_sample, splitmix64, GumbelRequest};
 pub use indices::Indices;
 pub use invariant_matmul::{

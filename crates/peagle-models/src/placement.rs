@@ -78,10 +78,7 @@ impl DeviceSpec {
 fn open_gpu(n: usize, hint: &str) -> Result<Device, String> {
     // The matmul kernel a GPU process keeps to, checked before anything loads.
     peagle_kernels::CudaMatmul::chosen()?;
-    let device = Device::new_cuda(n).map_err(|e| format!("cannot open cuda:{n}: {e}{hint}"))?;
-    // Each step's activations then come from memory the last step freed.
-    peagle_kernels::keep_freed_memory(&device).map_err(|e| format!("cannot set up cuda:{n}'s memory pool: {e}"))?;
-    Ok(device)
+    peagle_kernels::open_cuda(n).map_err(|e| format!("cannot open cuda:{n}: {e}{hint}"))
 }
 
 /// The dtype activations are computed in; `auto` is f32 on the CPU and bf16 on a GPU.

@@ -3,12 +3,13 @@
 
 use candle_core::cuda_backend::cudarc::driver::sys::CUdevice_attribute;
 use candle_core::cuda_backend::cudarc::driver::{CudaFunction, CudaStream, LaunchArgs};
-use candle_core::cuda_backend::{CudaDevice, WrapErr};
+use candle_core::cuda_backend::{CudaDevice, DeviceId, WrapErr};
 use candle_core::Result;
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 /// One `kernels/*.cu` file.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Module {
     Argmax,
     GatherRows,
@@ -79,8 +80,37 @@ impl Kernel {
     }
 }
 
+/// The kernels each device has looked up, by module and name: a launch asks the driver for
+/// its kernel (the device's architecture, the module, the function in it) only the first time,
+/// not at each of a decode step's hundreds of launches. Kept for the process, as candle keeps
+/// the modules.
+type Loaded = HashMap<(DeviceId, Module), HashMap<String, CudaFunction>>;
+
+fn loaded() -> MutexGuard<'static, Loaded> {
+    static LOADED: OnceLock<Mutex<Loaded>> = OnceLock::new();
+    let loaded = LOADED.get_or_init(Default::default);
+    loaded.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 /// Kernel `name` of `module`, compiled by the driver from the newest PTX the device runs.
 pub(crate) fn function(device: &CudaDevice, module: Module, name: &str) -> Result<Kernel> {
+    let key = (device.id(), module);
+    let known = loaded().get(&key).and_then(|functions| functions.get(name)).cloned();
+    let func = match known {
+        Some(func) => func,
+        None => {
+            let func = load(device, module, name)?;
+            loaded().entry(key).or_default().insert(name.to_owned(), func.clone());
+            func
+        }
+    };
+    Ok(Kernel {
+        func,
+        stream: device.cuda_stream(),
+    })
+}
+
+fn load(device: &CudaDevice, module: Module, name: &str) -> Result<CudaFunction> {
     let major = device
         .cuda_stream()
         .context()
@@ -94,8 +124,5 @@ pub(crate) fn function(device: &CudaDevice, module: Module, name: &str) -> Resul
     })?;
     let arch = ARCH_MAJORS[newest];
     let func = device.get_or_load_custom_func(name, &format!("peagle_{stem}_sm{arch}x"), ptx[newest])?;
-    Ok(Kernel {
-        func: func.into_cuda_function(),
-        stream: device.cuda_stream(),
-    })
+    Ok(func.into_cuda_function())
 }

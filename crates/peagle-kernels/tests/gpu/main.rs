@@ -1,5 +1,6 @@
-//! Every CUDA kernel against its CPU reference, the batch invariance of the GPU path, and the
-//! accounting of the memory the device's pool keeps.
+//! Every CUDA kernel against its CPU reference, the batch invariance of the GPU path, the
+//! device as `open_cuda` opens it (one stream for every thread), and the accounting of the
+//! memory the device's pool keeps.
 //! Built with the `cuda` feature only and run by scripts/gpu_check.sh on a GPU host; without a
 //! GPU each test says so and passes, so a CUDA build's tests can run anywhere.
 #![cfg(feature = "cuda")]
@@ -19,10 +20,10 @@ mod sampling;
 
 use candle_core::{DType, Device, Tensor};
 use interleaved_batch::interleaved_batch;
-use peagle_kernels::{device_memory, keep_freed_memory};
+use peagle_kernels::{device_memory, open_cuda};
 
 fn gpu() -> Option<Device> {
-    match Device::new_cuda(0) {
+    match open_cuda(0) {
         Ok(d) => Some(d),
         Err(e) => {
             eprintln!("skipped: no CUDA device ({e})");
@@ -31,13 +32,12 @@ fn gpu() -> Option<Device> {
     }
 }
 
-/// With the pool keeping what is freed for later allocations (`keep_freed_memory`, as a
-/// serving process has it), a freed 256 MiB stays in the pool, and `device_memory` still
-/// counts it as free: the KV cache is sized by it.
+/// With the pool keeping what is freed for later allocations (as `open_cuda` sets it), a freed
+/// 256 MiB stays in the pool, and `device_memory` still counts it as free: the KV cache is
+/// sized by it.
 #[test]
 fn memory_the_pool_keeps_counts_as_free() {
     let Some(dev) = gpu() else { return };
-    keep_freed_memory(&dev).unwrap();
     let free = || device_memory(&dev).unwrap().unwrap().free;
     let before = free();
     drop(Tensor::zeros(256 << 20, DType::U8, &dev).unwrap());
@@ -46,6 +46,33 @@ fn memory_the_pool_keeps_counts_as_free() {
         before.abs_diff(after) < 32 << 20,
         "{before} bytes free before a freed allocation, {after} after"
     );
+}
+
+/// The device issues to a stream of its own, not CUDA's per-thread default stream (whose
+/// handle is 2), and creates no events for its buffers.
+#[test]
+fn the_device_has_one_stream_and_no_events() {
+    let Some(dev) = gpu() else { return };
+    let cuda = dev.as_cuda_device().unwrap();
+    let stream = cuda.cuda_stream().cu_stream() as usize;
+    assert!(stream > 2, "the stream's handle is {stream}: a default stream");
+    assert!(!cuda.is_event_tracking());
+}
+
+/// Work one thread issues is done before work another thread issues after it: a chain of
+/// adds that takes the GPU far longer than the host takes to issue it, read back whole from
+/// a second thread (on per-thread default streams the copy would run beside the adds).
+#[test]
+fn work_from_two_threads_runs_in_issue_order() {
+    let Some(dev) = gpu() else { return };
+    const ADDS: usize = 24;
+    let mut x = Tensor::zeros(1 << 22, DType::F32, &dev).unwrap();
+    for _ in 0..ADDS {
+        x = (x + 1.0).unwrap();
+    }
+    let read = std::thread::scope(|s| s.spawn(|| x.to_vec1::<f32>().unwrap()).join().unwrap());
+    let wrong = read.iter().filter(|&&v| v != ADDS as f32).count();
+    assert_eq!(wrong, 0, "{wrong} of {} elements read before their adds", read.len());
 }
 
 /// Deterministic values in [-scale, scale).
