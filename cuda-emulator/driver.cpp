@@ -77,18 +77,29 @@ thread_local CUcontext current_context = nullptr;
 
 Graph* capture_of(CUstream stream);
 
+bool tracing() {
+    static const bool on = std::getenv("PEAGLE_EMULATOR_TRACE") != nullptr;
+    return on;
+}
+
 // PEAGLE_EMULATOR_TRACE: one line on stderr for each operation a stream is given, as it is
 // given: "issued" where it runs, "captured" where a capture records it. The lines say what a
 // step asks of a GPU: its launches, copies, sets, graph replays and synchronizations.
 void trace(CUstream stream, const char* format, ...) {
-    static const bool on = std::getenv("PEAGLE_EMULATOR_TRACE") != nullptr;
-    if (!on) return;
+    if (!tracing()) return;
     std::fprintf(stderr, "peagle CUDA emulator: %s ", capture_of(stream) ? "captured" : "issued");
     va_list args;
     va_start(args, format);
     std::vfprintf(stderr, format, args);
     va_end(args);
     std::fputc('\n', stderr);
+}
+
+// And "called NAME" for each of the other driver calls that a step may make many times:
+// allocations and frees, events, and lookups of kernels and attributes. Each is host time a
+// GPU's driver takes, whichever stream it serves.
+void trace_call(const char* name) {
+    if (tracing()) std::fprintf(stderr, "peagle CUDA emulator: called %s\n", name);
 }
 
 Graph* capture_of(CUstream stream) {
@@ -308,6 +319,7 @@ CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice) {
     return CUDA_SUCCESS;
 }
 CUresult cuDeviceGetAttribute(int* value, CUdevice_attribute a, CUdevice) {
+    trace_call(__func__);
     *value = attribute(a);
     return CUDA_SUCCESS;
 }
@@ -362,16 +374,24 @@ CUresult cuStreamSynchronize(CUstream stream) {
     return refuse_in_capture(stream);
 }
 CUresult cuStreamQuery(CUstream) { return CUDA_SUCCESS; }
-CUresult cuStreamWaitEvent(CUstream, CUevent, unsigned) { return CUDA_SUCCESS; }
+CUresult cuStreamWaitEvent(CUstream, CUevent, unsigned) {
+    trace_call(__func__);
+    return CUDA_SUCCESS;
+}
 CUresult cuEventCreate(CUevent* event, unsigned) {
+    trace_call(__func__);
     *event = reinterpret_cast<CUevent>(new int);
     return CUDA_SUCCESS;
 }
 CUresult cuEventDestroy_v2(CUevent event) {
+    trace_call(__func__);
     delete reinterpret_cast<int*>(event);
     return CUDA_SUCCESS;
 }
-CUresult cuEventRecord(CUevent, CUstream) { return CUDA_SUCCESS; }
+CUresult cuEventRecord(CUevent, CUstream) {
+    trace_call(__func__);
+    return CUDA_SUCCESS;
+}
 CUresult cuEventSynchronize(CUevent) { return CUDA_SUCCESS; }
 CUresult cuEventQuery(CUevent) { return CUDA_SUCCESS; }
 CUresult cuEventElapsedTime(float* ms, CUevent, CUevent) {
@@ -387,18 +407,22 @@ CUresult cuMemGetInfo_v2(size_t* free, size_t* total) {
 }
 CUresult cuMemAlloc_v2(CUdeviceptr* p, size_t bytes) {
     const Guard held(driver_lock);
+    trace_call(__func__);
     return allocate(p, bytes, nullptr);
 }
 CUresult cuMemAllocAsync(CUdeviceptr* p, size_t bytes, CUstream stream) {
     const Guard held(driver_lock);
+    trace_call(__func__);
     return allocate(p, bytes, stream);
 }
 CUresult cuMemFree_v2(CUdeviceptr p) {
     const Guard held(driver_lock);
+    trace_call(__func__);
     return release(p, nullptr);
 }
 CUresult cuMemFreeAsync(CUdeviceptr p, CUstream stream) {
     const Guard held(driver_lock);
+    trace_call(__func__);
     return release(p, stream);
 }
 CUresult cuMemAllocHost_v2(void** p, size_t bytes) {
@@ -516,6 +540,7 @@ CUresult cuModuleUnload(CUmodule module) {
     return CUDA_SUCCESS;
 }
 CUresult cuModuleGetFunction(CUfunction* function, CUmodule module, const char* name) {
+    trace_call(__func__);
     const emu::KernelInfo* kernel = emu::find_kernel(name, reinterpret_cast<Module*>(module)->entries);
     if (!kernel) {
         std::fprintf(stderr,
@@ -528,6 +553,7 @@ CUresult cuModuleGetFunction(CUfunction* function, CUmodule module, const char* 
     return CUDA_SUCCESS;
 }
 CUresult cuFuncGetAttribute(int* value, CUfunction_attribute a, CUfunction) {
+    trace_call(__func__);
     *value = a == CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK ? 1024 : 0;
     return CUDA_SUCCESS;
 }

@@ -15,8 +15,8 @@
 # the fixture models' logits, batch invariance and CUDA graphs on both matmuls, and the CUDA
 # code's unit tests, with no GPU;
 # gpt-oss's full-size experts test and the engine's tests, minutes to an hour there, are left to GPU
-# hosts and to the emulator's own runs), then a decode step's host operations by CUDA graphs counted
-# there against their limits (scripts/emulated_host_ops.sh --check). The check and the emulated runs
+# hosts and to the emulator's own runs), then a decode step's host operations and driver calls, by
+# CUDA graphs and without, counted there against their limits (scripts/emulated_host_ops.sh --check). The check and the emulated runs
 # go beside the CPU tests, in a target directory of their own.
 set -uo pipefail
 cd "$(dirname "$0")/.."
