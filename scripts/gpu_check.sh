@@ -183,8 +183,8 @@ run_tests() {
         [ -n "${GRAPH_MEMCHECK:-}" ] || return 0
         for case in steps_by_cuda_graphs_equal_steps_without drafter_passes_by_cuda_graphs_equal_passes_without; do
             [ "$(left)" -ge 120 ] || break
-            timeout --kill-after=10 "$(min 240 "$(left)")" "$sanitizer" --tool memcheck "$bin/gpu-peagle-models" --exact "$case" \
-                --test-threads=1 >"$out/memcheck-$case.log" 2>&1
+            timeout --kill-after=10 "$(min 240 "$(left)")" "$sanitizer" --tool memcheck "$bin/gpu-peagle-models" \
+                --exact "graphs::$case" --test-threads=1 >"$out/memcheck-$case.log" 2>&1
             # A test whose graph launch memcheck stopped may then hang until cut off: its first
             # report still says which kernel and access.
             local log=$out/memcheck-$case.log summary first result
