@@ -4,7 +4,7 @@
 //! without a GPU each test says so and passes.
 #![cfg(feature = "cuda")]
 
-#[path = "../common.rs"]
+#[path = "../common/mod.rs"]
 mod common;
 mod graphs;
 

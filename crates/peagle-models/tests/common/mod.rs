@@ -1,11 +1,22 @@
-//! Shared helpers of the model tests: fixture loading and running token spans in one batch.
+//! Shared helpers of the model tests: fixture loading and running token spans in one batch;
+//! checkpoints made from the fixtures (`checkpoints`) and the fixture drafter's inputs and
+//! passes (`drafter`).
 
 #![allow(dead_code)]
 
+mod checkpoints;
+mod drafter;
+
+// Each test binary uses some of them.
+#[allow(unused_imports)]
+pub use checkpoints::*;
+#[allow(unused_imports)]
+pub use drafter::*;
+
 use candle_core::{DType, Device, Tensor};
 use peagle_models::{
-    load_target, BatchBuilder, DeviceIds, DraftHidden, DraftOutput, Drafter, ForwardBatch, ForwardOutput, GraphLimits,
-    GreedyDrafts, KvCache, LoadOptions, PassRows, Rows, TargetModel,
+    load_target, BatchBuilder, DeviceIds, DraftOutput, ForwardBatch, ForwardOutput, GreedyDrafts, KvCache, LoadOptions,
+    Rows, TargetModel,
 };
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -318,237 +329,4 @@ pub fn bits(t: &Tensor) -> Vec<u32> {
         .into_iter()
         .map(f32::to_bits)
         .collect()
-}
-
-/// Copies a safetensors file, dropping the tensors `keep` rejects. Works on raw bytes, so it
-/// keeps dtypes candle cannot load (the bool `t2d`).
-pub fn copy_safetensors(src: &std::path::Path, dst: &std::path::Path, keep: impl Fn(&str) -> bool) {
-    let bytes = std::fs::read(src).unwrap();
-    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
-    let kept: Vec<(String, safetensors::tensor::TensorView)> =
-        st.tensors().into_iter().filter(|(n, _)| keep(n)).collect();
-    safetensors::serialize_to_file(kept, None, dst).unwrap();
-}
-
-/// Raw bytes of one tensor of a safetensors file.
-pub fn raw_tensor(path: &std::path::Path, name: &str) -> Vec<u8> {
-    let bytes = std::fs::read(path).unwrap();
-    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
-    st.tensor(name).unwrap().data().to_vec()
-}
-
-/// The projections FP8 checkpoints quantize (embeddings, norms and lm_head stay dense).
-pub fn quantized_name(name: &str) -> bool {
-    name.contains("_proj.weight")
-}
-
-/// `w` [out, in] in e4m3 blocks of `block`, each scaled so its largest value is 448, and the
-/// scales; with the dequantized weight the model will multiply by.
-pub fn quantize(w: &Tensor, (bn, bk): (usize, usize)) -> (Tensor, Tensor, Tensor) {
-    let rows: Vec<Vec<f32>> = w.to_vec2().unwrap();
-    let (out, inner) = (rows.len(), rows[0].len());
-    let (sr, sc) = (out.div_ceil(bn), inner.div_ceil(bk));
-    let mut scales = vec![0f32; sr * sc];
-    for (r, row) in rows.iter().enumerate() {
-        for (c, v) in row.iter().enumerate() {
-            let s = &mut scales[r / bn * sc + c / bk];
-            *s = s.max(v.abs() / 448.0);
-        }
-    }
-    let scaled: Vec<f32> = (0..out * inner)
-        .map(|i| rows[i / inner][i % inner] / scales[i / inner / bn * sc + i % inner / bk])
-        .collect();
-    let fp8 = Tensor::from_vec(scaled, (out, inner), &Device::Cpu)
-        .unwrap()
-        .to_dtype(DType::F8E4M3)
-        .unwrap();
-    let per_value: Vec<f32> = (0..out * inner)
-        .map(|i| scales[i / inner / bn * sc + i % inner / bk])
-        .collect();
-    let dequantized =
-        (fp8.to_dtype(DType::F32).unwrap() * Tensor::from_vec(per_value, (out, inner), &Device::Cpu).unwrap()).unwrap();
-    (
-        fp8,
-        Tensor::from_vec(scales, (sr, sc), &Device::Cpu).unwrap(),
-        dequantized,
-    )
-}
-
-/// A copy of tiny-llama (reference included) with `weights` and `config` edited.
-pub fn llama_copy(weights: &HashMap<String, Tensor>, config: impl FnOnce(&mut serde_json::Value)) -> tempfile::TempDir {
-    fixture_copy("tiny-llama", weights, config)
-}
-
-/// A copy of fixture `name` (reference included) with `weights` and `config` edited.
-pub fn fixture_copy(
-    name: &str,
-    weights: &HashMap<String, Tensor>,
-    config: impl FnOnce(&mut serde_json::Value),
-) -> tempfile::TempDir {
-    let src = fixture_dir(name);
-    let dir = tempfile::tempdir().unwrap();
-    for f in ["generation_config.json", "reference.safetensors"] {
-        std::fs::copy(src.join(f), dir.path().join(f)).unwrap();
-    }
-    let mut json: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(src.join("config.json")).unwrap()).unwrap();
-    config(&mut json);
-    std::fs::write(dir.path().join("config.json"), json.to_string()).unwrap();
-    candle_core::safetensors::save(weights, dir.path().join("model.safetensors")).unwrap();
-    dir
-}
-
-pub fn fp8_config(block: serde_json::Value) -> impl FnOnce(&mut serde_json::Value) {
-    move |c| {
-        c["quantization_config"] =
-            serde_json::json!({"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": block})
-    }
-}
-
-/// tiny-llama in FP8 blocks of `block`, and the dense copy of the weights it dequantizes to.
-pub fn fp8_and_dense(block: (usize, usize)) -> (tempfile::TempDir, tempfile::TempDir) {
-    fixture_fp8_and_dense("tiny-llama", block)
-}
-
-/// Fixture `name` in FP8 blocks of `block`, and the dense copy of the weights it dequantizes to.
-pub fn fixture_fp8_and_dense(name: &str, block: (usize, usize)) -> (tempfile::TempDir, tempfile::TempDir) {
-    let weights = candle_core::safetensors::load(fixture_dir(name).join("model.safetensors"), &Device::Cpu).unwrap();
-    let (mut fp8, mut dense) = (weights.clone(), weights.clone());
-    for (name, w) in weights.iter().filter(|(n, _)| quantized_name(n)) {
-        let (q, scales, dequantized) = quantize(w, block);
-        fp8.insert(name.clone(), q);
-        fp8.insert(format!("{name}_scale_inv"), scales);
-        dense.insert(name.clone(), dequantized);
-    }
-    let config = fp8_config(serde_json::json!([block.0, block.1]));
-    (fixture_copy(name, &fp8, config), fixture_copy(name, &dense, |_| {}))
-}
-
-/// The P-EAGLE drafter of tiny-llama, placed by `options`.
-pub fn fixture_drafter(options: LoadOptions) -> Drafter {
-    let target = load_target(&fixture_dir("tiny-llama"), options.clone()).unwrap().model;
-    Drafter::load(&fixture_dir("tiny-llama-peagle"), target.as_ref(), options).unwrap()
-}
-
-/// A KV cache for `d`, in its activations' dtype.
-pub fn drafter_cache(d: &Drafter) -> KvCache {
-    KvCache::new(d.dims(), 64, BLOCK, d.dtype(), d.device()).unwrap()
-}
-
-/// Hidden inputs at the drafter's width, distinct in every row.
-pub fn drafter_hidden(d: &Drafter, rows: usize) -> Tensor {
-    let width = d.dims().hidden_size;
-    let values: Vec<f32> = (0..rows * width)
-        .map(|i| ((i * 37 % 101) as f32 - 50.0) / 40.0)
-        .collect();
-    Tensor::from_vec(values, (rows, width), d.device())
-        .unwrap()
-        .to_dtype(d.dtype())
-        .unwrap()
-}
-
-/// Caches the prefixes `drafter_passes` runs after: positions 0..20, 0..14 and 0..29 of
-/// sequences 0, 1 and 2.
-pub fn drafter_prefill(d: &Drafter, kv: &KvCache) {
-    for (seq, len) in [(0, 20), (1, 14), (2, 29)] {
-        let mut b = BatchBuilder::new(BLOCK);
-        let tokens: Vec<u32> = (0..len as u32).map(|t| 3 + (t * 7 + seq as u32) % 90).collect();
-        b.add(&tokens, 0, &blocks(seq), Rows::None, Rows::None).unwrap();
-        d.forward(&b.build(), &DraftHidden::Projected(drafter_hidden(d, len)), kv)
-            .unwrap();
-    }
-}
-
-/// The pass after `drafter_passes`' EAGLE-3 pass, chained to it: a row a sequence at the next
-/// position, whose token is a placeholder for that pass's draft.
-pub fn eagle3_chained_pass() -> ForwardBatch {
-    let mut b = BatchBuilder::new(BLOCK);
-    for (seq, (start, table)) in [(26, 2), (19, 2), (34, 3)].into_iter().enumerate() {
-        b.add(&[0], start, &blocks(seq)[..table], Rows::Tail(1), Rows::None)
-            .unwrap();
-    }
-    b.build()
-}
-
-/// What a pass over `next` chained to `last` computes, by the host: `last`'s drafts as target
-/// ids, and the pass over them as tokens with `last`'s hidden outputs as its hidden input.
-pub fn chained_by_host(
-    d: &Drafter,
-    last: &GreedyDrafts,
-    next: &ForwardBatch,
-    kv: &KvCache,
-) -> (Vec<u32>, GreedyDrafts) {
-    let map: Vec<u32> = d.draft_to_target().to_vec1().unwrap();
-    let tokens: Vec<u32> = last.ids().unwrap().iter().map(|&id| map[id as usize]).collect();
-    let batch = ForwardBatch {
-        token_ids: tokens.clone(),
-        ..next.clone()
-    };
-    let out = d.forward(&batch, &DraftHidden::Projected(last.hidden().gather().unwrap()), kv);
-    (tokens, d.greedy(out.unwrap()).unwrap())
-}
-
-/// Graphs for `drafter_passes`.
-pub const DRAFT_GRAPH_LIMITS: GraphLimits = GraphLimits {
-    table_width: 8,
-    max_sequences: 64,
-    max_rows_each: 8,
-    max_rows: 64,
-};
-
-/// The kinds of `drafter_passes`, whose shapes are captured at start-up: P-EAGLE drafting 4
-/// (its 1 to 5 slots and 3 mask slots, 4 logit rows), and EAGLE-3's later passes of one row.
-pub fn drafter_pass_kinds() -> Vec<PassRows> {
-    vec![
-        PassRows {
-            rows_each: 4..=8,
-            logits_each: 4,
-        },
-        PassRows {
-            rows_each: 1..=1,
-            logits_each: 1,
-        },
-    ]
-}
-
-/// Drafter passes of three sequences after `drafter_prefill`, each at an offset:
-/// - P-EAGLE: two slots and three mask slots, one slot and three, and a prefill chunk that
-///   drafts nothing (its rows fill its second block, so its padding reaches a third);
-/// - P-EAGLE again, a step later, in the same shape;
-/// - EAGLE-3 after its first pass: one row a drafting sequence.
-pub fn drafter_passes() -> [(&'static str, ForwardBatch); 3] {
-    let pass = |rows: &[(&[u32], usize, usize, Rows)]| {
-        let mut b = BatchBuilder::new(BLOCK);
-        for (seq, (tokens, start, table, logits)) in rows.iter().enumerate() {
-            b.add(tokens, *start, &blocks(seq)[..*table], *logits, Rows::None)
-                .unwrap();
-        }
-        b.build()
-    };
-    [
-        (
-            "P-EAGLE",
-            pass(&[
-                (&[5, 6, 9, 9, 9], 20, 2, Rows::Tail(4)),
-                (&[7, 9, 9, 9], 14, 2, Rows::Tail(4)),
-                (&[11, 12, 13], 29, 2, Rows::None),
-            ]),
-        ),
-        (
-            "P-EAGLE, a step later",
-            pass(&[
-                (&[8, 9, 9, 9], 22, 2, Rows::Tail(4)),
-                (&[3, 4, 9, 9, 9], 15, 2, Rows::Tail(4)),
-                (&[14], 32, 3, Rows::None),
-            ]),
-        ),
-        (
-            "EAGLE-3",
-            pass(&[
-                (&[40], 25, 2, Rows::Tail(1)),
-                (&[41], 18, 2, Rows::Tail(1)),
-                (&[42], 33, 3, Rows::Tail(1)),
-            ]),
-        ),
-    ]
 }
