@@ -1,9 +1,8 @@
 // libcuda's driver API on the host: what cudarc and candle call, over the emulator's memory
 // (memory.cpp) and kernels (fibers.cpp). One device; every stream runs its work as it is
 // issued, in issue order, so an asynchronous call has finished when it returns. A stream under
-// capture records its launches, copies, sets, allocations and frees into a graph instead, as
-// CUDA's does, and refuses what CUDA refuses there (a copy to or from the host, a
-// synchronization, a free of memory the capture did not allocate).
+// capture records its work into a graph instead (graph.cpp).
+#include "driver.h"
 #include "launch.h"
 #include "memory.h"
 
@@ -15,67 +14,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <map>
-#include <memory>
 #include <mutex>
-#include <set>
 #include <string>
-#include <variant>
 #include <vector>
 
-namespace {
+namespace driver {
 
-std::recursive_mutex driver_lock;
-using Guard = std::lock_guard<std::recursive_mutex>;
-
-struct Launch {
-    const emu::KernelInfo* kernel;
-    emu::Dim grid, block;
-    std::vector<std::vector<char>> args;
-};
-struct Copy {
-    CUdeviceptr dst, src;
-    size_t bytes;
-};
-struct Set {
-    CUdeviceptr dst;
-    unsigned char value;
-    size_t bytes;
-};
-// A graph's allocation and free nodes: a launch allocates the memory at the address the capture
-// gave it, with contents undefined, and frees it again.
-struct Alloc {
-    CUdeviceptr p;
-};
-struct Free {
-    CUdeviceptr p;
-};
-using Node = std::variant<Launch, Copy, Set, Alloc, Free>;
-
-// CUDA's rules for a graph's memory, which the emulator enforces: an allocation keeps its
-// address for the graph's life, and holds memory only from its allocation node in a launch to
-// its free (a node of the graph, or a free after the launch); outside that, it is barred
-// (memory.h), so that any use of it faults. One the graph frees itself may be freed nowhere
-// else. A launch finds every allocation free, or frees what the last launch left where the
-// graph was instantiated to (CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH); otherwise it is
-// refused.
-struct Graph {
-    std::vector<Node> nodes;
-    // What the capture allocated: mapped until the graph is destroyed.
-    std::set<CUdeviceptr> allocations;
-    // Those of them that the graph frees itself.
-    std::set<CUdeviceptr> freed_inside;
-    bool auto_free = false;
-    bool invalid = false;
-};
-
-std::map<CUstream, Graph*> captures;
-// Each graph allocation's graph.
-std::map<CUdeviceptr, Graph*> graph_owned;
-int context_tag, pool_tag;
-thread_local CUcontext current_context = nullptr;
-
-Graph* capture_of(CUstream stream);
+std::recursive_mutex lock;
 
 bool tracing() {
     static const bool on = std::getenv("PEAGLE_EMULATOR_TRACE") != nullptr;
@@ -87,24 +32,12 @@ bool tracing() {
 // step asks of a GPU: its launches, copies, sets, graph replays and synchronizations.
 void trace(CUstream stream, const char* format, ...) {
     if (!tracing()) return;
-    std::fprintf(stderr, "peagle CUDA emulator: %s ", capture_of(stream) ? "captured" : "issued");
+    std::fprintf(stderr, "peagle CUDA emulator: %s ", capturing(stream) ? "captured" : "issued");
     va_list args;
     va_start(args, format);
     std::vfprintf(stderr, format, args);
     va_end(args);
     std::fputc('\n', stderr);
-}
-
-// And "called NAME" for each of the other driver calls that a step may make many times:
-// allocations and frees, events, and lookups of kernels and attributes. Each is host time a
-// GPU's driver takes, whichever stream it serves.
-void trace_call(const char* name) {
-    if (tracing()) std::fprintf(stderr, "peagle CUDA emulator: called %s\n", name);
-}
-
-Graph* capture_of(CUstream stream) {
-    auto it = captures.find(stream);
-    return it == captures.end() ? nullptr : it->second;
 }
 
 // A copy or set over memory that holds none (a graph's allocation while it is free) is
@@ -118,95 +51,23 @@ void require_usable(CUdeviceptr p, size_t bytes, const char* what) {
     _exit(134);
 }
 
-void run(const Launch& l) {
-    std::vector<void*> args;
-    for (const auto& a : l.args) args.push_back(const_cast<char*>(a.data()));
-    emu::run_grid(*l.kernel, l.grid, l.block, args.data());
-}
+}  // namespace driver
 
-void run(const Copy& c) {
-    require_usable(c.src, c.bytes, "a copy's source");
-    require_usable(c.dst, c.bytes, "a copy's destination");
-    std::memmove(reinterpret_cast<void*>(c.dst), reinterpret_cast<void*>(c.src), c.bytes);
-}
-void run(const Set& s) {
-    require_usable(s.dst, s.bytes, "a set");
-    std::memset(reinterpret_cast<void*>(s.dst), s.value, s.bytes);
-}
-void run(const Alloc& a) { emu::unbar(a.p); }
-void run(const Free& f) { emu::bar(f.p); }
-void run(const Node& node) {
-    std::visit([](const auto& n) { run(n); }, node);
-}
+using namespace driver;
 
-// Frees what a capture allocated, with the graph it made (or the capture that failed).
-void destroy(Graph* graph) {
-    for (CUdeviceptr p : graph->allocations) {
-        graph_owned.erase(p);
-        emu::release(p);
-    }
-    delete graph;
-}
+namespace {
 
-// Runs `node` now, or records it where `stream` is capturing.
-CUresult issue(CUstream stream, Node node) {
-    if (Graph* g = capture_of(stream)) {
-        g->nodes.push_back(std::move(node));
-        return CUDA_SUCCESS;
-    }
-    run(node);
-    return CUDA_SUCCESS;
-}
+int context_tag, pool_tag;
+thread_local CUcontext current_context = nullptr;
 
-// What a capture refuses: the capture is invalidated, as CUDA does.
-CUresult refuse_in_capture(CUstream stream) {
-    if (Graph* g = capture_of(stream)) {
-        g->invalid = true;
-        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-    }
-    return CUDA_SUCCESS;
+// And "called NAME" for each of the other driver calls that a step may make many times:
+// allocations and frees, events, and lookups of kernels and attributes. Each is host time a
+// GPU's driver takes, whichever stream it serves.
+void trace_call(const char* name) {
+    if (tracing()) std::fprintf(stderr, "peagle CUDA emulator: called %s\n", name);
 }
 
 bool device_range(CUdeviceptr p, size_t bytes) { return bytes == 0 || emu::in_allocation(p, bytes); }
-
-CUresult allocate(CUdeviceptr* p, size_t bytes, CUstream stream) {
-    const uintptr_t start = emu::allocate(bytes);
-    if (!start) return CUDA_ERROR_OUT_OF_MEMORY;
-    *p = start;
-    if (Graph* g = capture_of(stream)) {
-        g->allocations.insert(start);
-        graph_owned[start] = g;
-        g->nodes.push_back(Alloc{start});
-        emu::bar(start);
-    }
-    return CUDA_SUCCESS;
-}
-
-// A free in a capture is the graph's free node, of one of its own allocations that it does not
-// free yet; anything else invalidates the capture. CUDA refuses a free in a capture of memory
-// no graph allocated, and a second free; it allows a graph to free another graph's allocation,
-// which nothing here does and the emulator does not model. A graph's allocation freed outside a
-// capture holds no memory until its graph's next launch.
-CUresult release(CUdeviceptr p, CUstream stream) {
-    const auto owned = graph_owned.find(p);
-    if (Graph* g = capture_of(stream)) {
-        if (owned == graph_owned.end() || owned->second != g || g->freed_inside.count(p)) {
-            std::fprintf(stderr,
-                         "peagle CUDA emulator: a capture frees %p, which it did not allocate or frees already; "
-                         "the capture is invalidated\n",
-                         reinterpret_cast<void*>(p));
-            g->invalid = true;
-            return CUDA_ERROR_INVALID_VALUE;
-        }
-        g->nodes.push_back(Free{p});
-        g->freed_inside.insert(p);
-        return CUDA_SUCCESS;
-    }
-    if (owned == graph_owned.end()) return emu::release(p) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
-    if (owned->second->freed_inside.count(p) || emu::barred(p)) return CUDA_ERROR_INVALID_VALUE;
-    emu::bar(p);
-    return CUDA_SUCCESS;
-}
 
 // A fault in a kernel names the kernel, the thread and the address; any other is the
 // process's own, for the handler that was there before.
@@ -369,7 +230,7 @@ CUresult cuStreamDestroy_v2(CUstream stream) {
     return CUDA_SUCCESS;
 }
 CUresult cuStreamSynchronize(CUstream stream) {
-    const Guard held(driver_lock);
+    const Guard held(lock);
     trace(stream, "stream synchronization");
     return refuse_in_capture(stream);
 }
@@ -406,22 +267,22 @@ CUresult cuMemGetInfo_v2(size_t* free, size_t* total) {
     return CUDA_SUCCESS;
 }
 CUresult cuMemAlloc_v2(CUdeviceptr* p, size_t bytes) {
-    const Guard held(driver_lock);
+    const Guard held(lock);
     trace_call(__func__);
     return allocate(p, bytes, nullptr);
 }
 CUresult cuMemAllocAsync(CUdeviceptr* p, size_t bytes, CUstream stream) {
-    const Guard held(driver_lock);
+    const Guard held(lock);
     trace_call(__func__);
     return allocate(p, bytes, stream);
 }
 CUresult cuMemFree_v2(CUdeviceptr p) {
-    const Guard held(driver_lock);
+    const Guard held(lock);
     trace_call(__func__);
     return release(p, nullptr);
 }
 CUresult cuMemFreeAsync(CUdeviceptr p, CUstream stream) {
-    const Guard held(driver_lock);
+    const Guard held(lock);
     trace_call(__func__);
     return release(p, stream);
 }
@@ -469,7 +330,7 @@ CUresult cuMemPoolSetAttribute(CUmemoryPool, CUmemPool_attribute a, void* value)
 CUresult cuMemPoolTrimTo(CUmemoryPool, size_t) { return CUDA_SUCCESS; }
 
 CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size_t bytes, CUstream stream) {
-    const Guard held(driver_lock);
+    const Guard held(lock);
     trace(stream, "copy of %zu bytes, host to device", bytes);
     if (CUresult e = refuse_in_capture(stream)) return e;
     if (!device_range(dst, bytes)) return CUDA_ERROR_INVALID_VALUE;
@@ -478,7 +339,7 @@ CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size_t bytes, CU
     return CUDA_SUCCESS;
 }
 CUresult cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, size_t bytes, CUstream stream) {
-    const Guard held(driver_lock);
+    const Guard held(lock);
     trace(stream, "copy of %zu bytes, device to host", bytes);
     if (CUresult e = refuse_in_capture(stream)) return e;
     if (!device_range(src, bytes)) return CUDA_ERROR_INVALID_VALUE;
@@ -493,7 +354,7 @@ CUresult cuMemcpyDtoH_v2(void* dst, CUdeviceptr src, size_t bytes) {
     return cuMemcpyDtoHAsync_v2(dst, src, bytes, nullptr);
 }
 CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream) {
-    const Guard held(driver_lock);
+    const Guard held(lock);
     if (!device_range(dst, bytes) || !device_range(src, bytes)) return CUDA_ERROR_INVALID_VALUE;
     trace(stream, "copy of %zu bytes, device to device", bytes);
     return issue(stream, Copy{dst, src, bytes});
@@ -505,7 +366,7 @@ CUresult cuMemcpyPeerAsync(CUdeviceptr dst, CUcontext, CUdeviceptr src, CUcontex
     return cuMemcpyDtoDAsync_v2(dst, src, bytes, stream);
 }
 CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char value, size_t bytes, CUstream stream) {
-    const Guard held(driver_lock);
+    const Guard held(lock);
     if (!device_range(dst, bytes)) return CUDA_ERROR_INVALID_VALUE;
     trace(stream, "set of %zu bytes", bytes);
     return issue(stream, Set{dst, value, bytes});
@@ -562,7 +423,7 @@ CUresult cuFuncSetCacheConfig(CUfunction, CUfunc_cache) { return CUDA_SUCCESS; }
 
 CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                         unsigned shared_bytes, CUstream stream, void** params, void** extra) {
-    const Guard held(driver_lock);
+    const Guard held(lock);
     const auto* kernel = reinterpret_cast<const emu::KernelInfo*>(f);
     const unsigned long long threads = 1ull * bx * by * bz;
     if (!kernel || extra || !gx || !gy || !gz || !threads || threads > 1024 || bz > 64 || gy > 65535 || gz > 65535)
@@ -577,57 +438,6 @@ CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, uns
         l.args.emplace_back(p, p + kernel->arg_sizes[i]);
     }
     return issue(stream, std::move(l));
-}
-
-CUresult cuStreamBeginCapture_v2(CUstream stream, CUstreamCaptureMode) {
-    const Guard held(driver_lock);
-    if (capture_of(stream)) return CUDA_ERROR_ILLEGAL_STATE;
-    captures[stream] = new Graph;
-    return CUDA_SUCCESS;
-}
-CUresult cuStreamEndCapture(CUstream stream, CUgraph* graph) {
-    const Guard held(driver_lock);
-    Graph* captured = capture_of(stream);
-    if (!captured) return CUDA_ERROR_ILLEGAL_STATE;
-    captures.erase(stream);
-    if (captured->invalid) {
-        *graph = nullptr;
-        destroy(captured);
-        return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
-    }
-    *graph = reinterpret_cast<CUgraph>(captured);
-    return CUDA_SUCCESS;
-}
-CUresult cuStreamIsCapturing(CUstream stream, CUstreamCaptureStatus* status) {
-    const Guard held(driver_lock);
-    Graph* captured = capture_of(stream);
-    *status = !captured ? CU_STREAM_CAPTURE_STATUS_NONE
-                        : (captured->invalid ? CU_STREAM_CAPTURE_STATUS_INVALIDATED : CU_STREAM_CAPTURE_STATUS_ACTIVE);
-    return CUDA_SUCCESS;
-}
-CUresult cuGraphInstantiateWithFlags(CUgraphExec* exec, CUgraph graph, unsigned long long flags) {
-    reinterpret_cast<Graph*>(graph)->auto_free = flags & CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH;
-    *exec = reinterpret_cast<CUgraphExec>(graph);
-    return CUDA_SUCCESS;
-}
-CUresult cuGraphLaunch(CUgraphExec exec, CUstream stream) {
-    const Guard held(driver_lock);
-    if (capture_of(stream)) return CUDA_ERROR_NOT_SUPPORTED;
-    const Graph* graph = reinterpret_cast<Graph*>(exec);
-    std::vector<CUdeviceptr> left;
-    for (CUdeviceptr p : graph->allocations)
-        if (!graph->freed_inside.count(p) && !emu::barred(p)) left.push_back(p);
-    if (!left.empty() && !graph->auto_free) return CUDA_ERROR_INVALID_VALUE;
-    for (CUdeviceptr p : left) emu::bar(p);
-    trace(stream, "graph of %zu nodes", graph->nodes.size());
-    for (const Node& node : graph->nodes) run(node);
-    return CUDA_SUCCESS;
-}
-CUresult cuGraphExecDestroy(CUgraphExec) { return CUDA_SUCCESS; }
-CUresult cuGraphDestroy(CUgraph graph) {
-    const Guard held(driver_lock);
-    destroy(reinterpret_cast<Graph*>(graph));
-    return CUDA_SUCCESS;
 }
 
 }  // extern "C"

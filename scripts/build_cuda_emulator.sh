@@ -96,11 +96,11 @@ library() { # NAME SONAME BINDINGS SOURCE...
     g++ -shared -Wl,-soname,"$soname" -o "$out/lib/$soname.new" "${objects[@]}" "$out/obj/$name-stubs.o"
     mv "$out/lib/$soname.new" "$out/lib/$soname"
 }
-library cuda libcuda.so.1 driver driver.cpp fibers.cpp memory.cpp "$out"/obj/kernels-*.o
+library cuda libcuda.so.1 driver driver.cpp graph.cpp fibers.cpp memory.cpp "$out"/obj/kernels-*.o
 library cublas libcublas.so.13 cublas cublas.cpp
 library curand libcurand.so.10 curand curand.cpp
 # The emulator's own tests, on its sources rather than the libraries, with its test kernels.
-"${cxx[@]}" -O1 "$emulator/self_test.cpp" "$emulator/driver.cpp" "$emulator/fibers.cpp" "$emulator/memory.cpp" \
+"${cxx[@]}" -O1 "$emulator/self_test.cpp" "$emulator/driver.cpp" "$emulator/graph.cpp" "$emulator/fibers.cpp" "$emulator/memory.cpp" \
     -o "$out/self_test"
 "$out/self_test"
 echo "CUDA emulator: $out/lib"

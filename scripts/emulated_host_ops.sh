@@ -30,6 +30,8 @@ bash scripts/build_cuda_emulator.sh >/dev/null
 bash scripts/build_cuda.sh --check >/dev/null
 export LD_LIBRARY_PATH=$PWD/target/cuda-emulator/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 traces=target/cuda-emulator/host-ops
+# A mode's trace of an earlier run would be counted as one of this run's.
+rm -rf "$traces"
 mkdir -p "$traces"
 eagle3="--draft-model models/pystdlib-12l-eagle3 --k 3" peagle="--draft-model models/pystdlib-12l-peagle --k 7"
 # Without graphs every step is alike from the second on: a third of the tokens makes enough.
