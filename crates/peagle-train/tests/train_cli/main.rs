@@ -1,9 +1,11 @@
 //! The two commands end to end on the tiny Llama: capture (text, prompt + response, and
 //! on-policy generation), fit for both algorithms with validation, checkpoint and resume, and
 //! the exported P-EAGLE drafter serving exactly the target's greedy output; and capture and
-//! fit on the tiny MXFP4 gpt-oss.
+//! fit on the tiny MXFP4 gpt-oss; what either refuses or skips (`refusals`).
 
+#[path = "../common/mod.rs"]
 mod common;
+mod refusals;
 
 use common::fixture;
 use peagle_engine::{DraftModel, GenerateParams, Generator, GeneratorOptions};
@@ -349,84 +351,6 @@ fn capture_fit_resume_and_serve() {
         assert_eq!(got.token_ids, want, "speculative output of {}", drafter.display());
         assert!(got.spec_stats.num_drafts > 0);
     }
-}
-
-#[test]
-fn prompts_that_fill_max_len_are_skipped_not_fatal() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data.jsonl");
-    let long = "x = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16]";
-    std::fs::write(
-        &data,
-        format!("{{\"prompt\": \"{long}\"}}\n{{\"prompt\": \"def f():\"}}\n"),
-    )
-    .unwrap();
-    let out = dir.path().join("captured");
-    let model = fixture("tiny-llama");
-    let args = [
-        "capture",
-        "--model",
-        model.to_str().unwrap(),
-        "--data",
-        data.to_str().unwrap(),
-    ];
-    ok(&[
-        &args[..],
-        &["--out", out.to_str().unwrap(), "--generate", "8", "--max-len", "16"],
-    ]
-    .concat());
-    let config: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("data_config.json")).unwrap()).unwrap();
-    assert_eq!(config["num_samples"], 1);
-}
-
-#[test]
-fn bad_input_is_a_one_line_error() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data.jsonl");
-    std::fs::write(&data, "{\"text\": \"x = 1\"}\n{\"prompt\": 3}\n").unwrap();
-    let model = fixture("tiny-llama");
-    let out = train(&[
-        "capture",
-        "--model",
-        model.to_str().unwrap(),
-        "--data",
-        data.to_str().unwrap(),
-        "--out",
-        dir.path().join("o").to_str().unwrap(),
-    ]);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
-    assert!(stderr.contains("line 2"), "{stderr}");
-    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
-
-    let out = train(&[
-        "fit",
-        "--data",
-        dir.path().to_str().unwrap(),
-        "--out",
-        dir.path().join("f").to_str().unwrap(),
-    ]);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
-    assert!(stderr.contains("data_config.json"), "{stderr}");
-
-    // Devices: a name that is none, and CUDA in a build without it.
-    let mut devices = vec![("tpu", "expected auto, cpu, cuda or cuda:N")];
-    if cfg!(not(feature = "cuda")) {
-        devices.push(("cuda:0", "a build with the cuda feature"));
-    }
-    for (device, message) in devices {
-        let out = train(&["fit", "--data", "d", "--out", "o", "--device", device]);
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success() && stderr.contains(message), "{stderr}");
-    }
-    let out = train(&["fit", "--data", "d", "--out", "o", "--dtype", "bf16"]);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !out.status.success() && stderr.contains("the trainer computes in f32"),
-        "{stderr}"
-    );
 }
 
 /// gpt-oss as the target (MXFP4 experts, sinks, sliding windows): its states are captured,
