@@ -34,8 +34,9 @@ traces=target/cuda-emulator/host-ops
 rm -rf "$traces"
 mkdir -p "$traces"
 eagle3="--draft-model models/pystdlib-12l-eagle3 --k 3" peagle="--draft-model models/pystdlib-12l-peagle --k 7"
-# Without graphs every step is alike from the second on: a third of the tokens makes enough.
-eager=$(((tokens + 2) / 3))
+# Without graphs every step is alike from the second on: a third of the tokens (at least 8)
+# makes enough.
+eager=$((tokens / 3 > 8 ? tokens / 3 : 8))
 # Each mode: its name, its tokens and its arguments.
 modes=("no speculation|$tokens|--cuda-graphs" "EAGLE-3 K=3|$tokens|--cuda-graphs $eagle3"
     "P-EAGLE K=7|$tokens|--cuda-graphs $peagle" "P-EAGLE K=7 eager|$eager|$peagle")
@@ -44,7 +45,9 @@ runs=()
 for mode in "${modes[@]}"; do
     name=${mode%%|*} rest=${mode#*|}
     # shellcheck disable=SC2086 # the mode's arguments are words
-    PEAGLE_EMULATOR_TRACE=1 target/cuda-check/release/peagle-generate --device cuda \
+    # One sequence's steps are a few rows: at most 64 a step leaves out the graphs of larger
+    # batches, whose capture at start-up took half of a run's time on the emulator.
+    PEAGLE_EMULATOR_TRACE=1 target/cuda-check/release/peagle-generate --device cuda --max-batched-tokens 64 \
         --prompt "def fibonacci(n):" --max-tokens "${rest%%|*}" ${rest#*|} \
         >/dev/null 2>"$traces/${name// /_}.txt" &
     runs+=($!)
